@@ -1,0 +1,71 @@
+#include "core/dtype.h"
+
+#include <gtest/gtest.h>
+
+#include <bit>
+#include <cmath>
+#include <limits>
+
+namespace baton {
+namespace {
+
+TEST(HalfTest, ExactValuesRoundTrip) {
+  for (float v : {0.0f, -0.0f, 1.0f, -2.5f, 65504.0f, 0.000060975552f, 5.9604645e-08f}) {
+    EXPECT_EQ(HalfToFloat(FloatToHalf(v)), v) << v;
+  }
+}
+
+TEST(HalfTest, EveryHalfRoundTripsThroughFloat) {
+  for (uint32_t bits = 0; bits < 0x10000u; ++bits) {
+    const uint16_t h = static_cast<uint16_t>(bits);
+    const float f = HalfToFloat(h);
+    if (std::isnan(f)) {
+      EXPECT_TRUE(std::isnan(HalfToFloat(FloatToHalf(f))));
+    } else {
+      EXPECT_EQ(FloatToHalf(f), h) << bits;
+    }
+  }
+}
+
+TEST(HalfTest, RoundsToNearestEven) {
+  // 1 + 2^-11 lies halfway between 1 and the next half (1 + 2^-10): ties go to even (1).
+  EXPECT_EQ(HalfToFloat(FloatToHalf(1.0f + 0x1p-11f)), 1.0f);
+  // 1 + 3 * 2^-11 is halfway between 1 + 2^-10 (odd) and 1 + 2^-9 (even).
+  EXPECT_EQ(HalfToFloat(FloatToHalf(1.0f + 3 * 0x1p-11f)), 1.0f + 0x1p-9f);
+  EXPECT_EQ(HalfToFloat(FloatToHalf(1.0f + 0x1p-11f + 0x1p-20f)), 1.0f + 0x1p-10f);
+  // Smallest subnormal is 2^-24; 2^-25 is a tie and goes to zero, a bit more goes up.
+  EXPECT_EQ(HalfToFloat(FloatToHalf(0x1p-25f)), 0.0f);
+  EXPECT_EQ(HalfToFloat(FloatToHalf(0x1.0001p-25f)), 0x1p-24f);
+}
+
+TEST(HalfTest, OverflowAndSpecials) {
+  EXPECT_EQ(HalfToFloat(FloatToHalf(65519.0f)), 65504.0f);
+  EXPECT_TRUE(std::isinf(HalfToFloat(FloatToHalf(65520.0f))));
+  EXPECT_TRUE(std::isinf(HalfToFloat(FloatToHalf(1e10f))));
+  EXPECT_EQ(HalfToFloat(FloatToHalf(-std::numeric_limits<float>::infinity())),
+            -std::numeric_limits<float>::infinity());
+  EXPECT_TRUE(std::isnan(HalfToFloat(FloatToHalf(std::numeric_limits<float>::quiet_NaN()))));
+}
+
+TEST(BFloat16Test, RoundsToNearestEvenAndKeepsSpecials) {
+  EXPECT_EQ(BFloat16ToFloat(FloatToBFloat16(1.0f + 0x1p-8f)), 1.0f);  // tie to even
+  EXPECT_EQ(BFloat16ToFloat(FloatToBFloat16(1.0f + 3 * 0x1p-8f)), 1.0f + 0x1p-6f);
+  EXPECT_EQ(BFloat16ToFloat(FloatToBFloat16(1.0f + 0x1p-8f + 0x1p-20f)), 1.0f + 0x1p-7f);
+  EXPECT_TRUE(std::isinf(BFloat16ToFloat(FloatToBFloat16(std::numeric_limits<float>::infinity()))));
+  EXPECT_TRUE(std::isinf(BFloat16ToFloat(FloatToBFloat16(3.4028235e38f))));  // rounds up to inf
+  EXPECT_TRUE(
+      std::isnan(BFloat16ToFloat(FloatToBFloat16(std::numeric_limits<float>::quiet_NaN()))));
+  // A NaN whose payload sits only in the low bits must not become infinity.
+  EXPECT_TRUE(std::isnan(BFloat16ToFloat(FloatToBFloat16(std::bit_cast<float>(0x7f800001u)))));
+}
+
+TEST(DTypeTest, SizesAndNames) {
+  EXPECT_EQ(SizeOf(DType::kF32), 4u);
+  EXPECT_EQ(SizeOf(DType::kBF16), 2u);
+  EXPECT_EQ(ParseDType("fp16"), DType::kF16);
+  EXPECT_EQ(ParseDType("bf16"), DType::kBF16);
+  EXPECT_THROW(ParseDType("fp8"), std::runtime_error);
+}
+
+}  // namespace
+}  // namespace baton

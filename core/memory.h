@@ -1,0 +1,89 @@
+// The memory ledger and the allocator interface that books into it.
+//
+// Every byte of tensor memory in Baton is allocated through an Allocator, and every Allocator
+// books each allocation in a MemoryLedger under one category. The ledger keeps current and peak
+// bytes per category and in total, exact to the byte: the sizes booked are the sizes asked for
+// (an allocator's own rounding or caching is reported separately by that allocator).
+//
+// Thread safety: MemoryLedger and the allocators are safe to call from several threads.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <mutex>
+#include <string_view>
+
+#include "core/device.h"
+
+namespace baton {
+
+enum class MemCategory : uint8_t { kParams, kGrads, kOptimizer, kActivations, kComm, kWorkspace };
+inline constexpr int kNumMemCategories = 6;
+inline constexpr std::array<MemCategory, kNumMemCategories> kAllMemCategories = {
+    MemCategory::kParams,      MemCategory::kGrads, MemCategory::kOptimizer,
+    MemCategory::kActivations, MemCategory::kComm,  MemCategory::kWorkspace};
+
+// "params", "grads", "optimizer", "activations", "comm", "workspace": the report's key names.
+std::string_view Name(MemCategory category);
+
+// Bytes per category plus a total. For peaks, `total` is the peak of the sum (what the device
+// must hold at once), which is at most the sum of the category peaks.
+struct MemoryFigures {
+  std::array<int64_t, kNumMemCategories> bytes{};
+  int64_t total = 0;
+  int64_t operator[](MemCategory c) const { return bytes[static_cast<int>(c)]; }
+};
+
+class MemoryLedger {
+ public:
+  MemoryLedger() = default;
+  MemoryLedger(const MemoryLedger&) = delete;
+  MemoryLedger& operator=(const MemoryLedger&) = delete;
+
+  void Book(MemCategory category, int64_t bytes);
+  void Release(MemCategory category, int64_t bytes);
+
+  MemoryFigures Current() const;
+  MemoryFigures Peak() const;
+  int64_t current(MemCategory category) const;
+  int64_t peak(MemCategory category) const;
+  // Starts a new measurement window: peaks become the current values.
+  void ResetPeaks();
+
+ private:
+  mutable std::mutex mutex_;
+  MemoryFigures current_;
+  MemoryFigures peak_;
+};
+
+// Hands out raw memory on one device, booked in a ledger the allocator does not own (the ledger
+// must outlive it). Deallocate must get the same size and category as the Allocate it undoes.
+class Allocator {
+ public:
+  explicit Allocator(MemoryLedger& ledger) : ledger_(ledger) {}
+  virtual ~Allocator() = default;
+  Allocator(const Allocator&) = delete;
+  Allocator& operator=(const Allocator&) = delete;
+
+  virtual Device device() const = 0;
+  // Never returns null: throws baton::Error when memory runs out. Zero bytes is allowed.
+  virtual void* Allocate(size_t bytes, MemCategory category) = 0;
+  virtual void Deallocate(void* ptr, size_t bytes, MemCategory category) = 0;
+
+  MemoryLedger& ledger() const { return ledger_; }
+
+ private:
+  MemoryLedger& ledger_;
+};
+
+// Host memory, 64-byte aligned (cache lines, AVX-512 loads).
+class CpuAllocator final : public Allocator {
+ public:
+  using Allocator::Allocator;
+  Device device() const override { return Device::Cpu(); }
+  void* Allocate(size_t bytes, MemCategory category) override;
+  void Deallocate(void* ptr, size_t bytes, MemCategory category) override;
+};
+
+}  // namespace baton

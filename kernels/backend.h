@@ -1,0 +1,112 @@
+// The kernel backend interface: every numeric operation Baton runs, for one device.
+//
+// A Backend owns nothing but its allocator and (on GPUs) its streams; tensors are passed in.
+// Work may be queued asynchronously (CUDA streams): results are visible to later calls on the
+// same backend in order, and to the host after Synchronize(). The CPU backend runs each call to
+// completion before returning.
+//
+// Conventions (shapes in comments, N = rows = B*T):
+// - Every gradient output named d* ACCUMULATES (+=) into the tensor given, so zeroing gradients is
+//   one Zero() per tensor; the exception is CrossEntropyBackward, which writes (see there).
+// - Activations and parameters may be f32, bf16 or f16 (16-bit storage, f32 arithmetic);
+//   LayerNorm statistics, losses and optimizer state are always f32; token ids are i32.
+// - Results must be deterministic: the same inputs give the same bits, whatever the thread count.
+//   Reductions run in a fixed order (no atomics, no thread-count-dependent splits).
+#pragma once
+
+#include <memory>
+
+#include "core/memory.h"
+#include "core/tensor.h"
+
+namespace baton {
+
+struct AdamWConfig {
+  float lr = 1e-3f;
+  float beta1 = 0.9f;
+  float beta2 = 0.95f;
+  float eps = 1e-8f;
+  float weight_decay = 0.0f;  // decoupled (AdamW); the caller passes 0 for tensors it exempts
+  int64_t step = 1;           // 1-based, for bias correction
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+
+  virtual Device device() const = 0;
+  virtual Allocator& allocator() = 0;
+  // Blocks until all work queued on this backend has finished.
+  virtual void Synchronize() = 0;
+
+  // ---- memory
+  virtual void Zero(Tensor& t) = 0;
+  // dst = src: same shape; converts between float dtypes; either side may be on the host.
+  virtual void Copy(const Tensor& src, Tensor& dst) = 0;
+
+  // ---- dense algebra
+  // out = op(a) @ op(b) (+ bias), or out += ... when accumulate. op(x) = x^T when its trans flag
+  // is set. a: (M,K) or (K,M); b: (K,N) or (N,K); out: (M,N); bias: (N), broadcast over rows.
+  virtual void Matmul(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, Tensor& out,
+                      bool accumulate, const Tensor* bias = nullptr) = 0;
+  // dbias (C) += column sums of dout (N,C)
+  virtual void BiasBackward(const Tensor& dout, Tensor& dbias) = 0;
+
+  // ---- GPT layers
+  // out (B,T,C) = wte[tokens[b,t]] + wpe[t]; tokens (B,T) i32; wte (V,C); wpe (maxT,C), T <= maxT.
+  virtual void EmbeddingForward(const Tensor& tokens, const Tensor& wte, const Tensor& wpe,
+                                Tensor& out) = 0;
+  // dwte[tokens[b,t]] += dout[b,t]; dwpe[t] += sum_b dout[b,t]. Either grad may be undefined
+  // (skipped).
+  virtual void EmbeddingBackward(const Tensor& tokens, const Tensor& dout, Tensor& dwte,
+                                 Tensor& dwpe) = 0;
+  // Per row of x (N,C): out = (x - mean) * rstd * weight + bias, eps 1e-5, biased variance;
+  // mean, rstd (N) f32 are written for backward.
+  virtual void LayerNormForward(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                                Tensor& out, Tensor& mean, Tensor& rstd) = 0;
+  // dx (N,C), dweight (C), dbias (C) accumulate.
+  virtual void LayerNormBackward(const Tensor& dout, const Tensor& x, const Tensor& weight,
+                                 const Tensor& mean, const Tensor& rstd, Tensor& dx,
+                                 Tensor& dweight, Tensor& dbias) = 0;
+  // out = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), elementwise.
+  virtual void GeluForward(const Tensor& x, Tensor& out) = 0;
+  // dx += gelu'(x) * dout
+  virtual void GeluBackward(const Tensor& x, const Tensor& dout, Tensor& dx) = 0;
+  // Causal self-attention. qkv (B,T,3C): q, k, v are its column thirds; head h uses columns
+  // h*D..(h+1)*D of each, D = C / num_heads. out (B,T,C): head h's output in columns h*D..;
+  // probs (B,NH,T,T) f32 = softmax(q k^T / sqrt(D), causal) is written for backward (entries
+  // above the diagonal are 0).
+  virtual void AttentionForward(const Tensor& qkv, int num_heads, Tensor& out, Tensor& probs) = 0;
+  // dqkv (B,T,3C) accumulates, given dout (B,T,C) and the forward's qkv and probs.
+  virtual void AttentionBackward(const Tensor& dout, const Tensor& qkv, const Tensor& probs,
+                                 int num_heads, Tensor& dqkv) = 0;
+  // loss (1) f32 = mean over rows of -log softmax(logits)[target]; logits (N,V); targets (N) i32.
+  virtual void CrossEntropyForward(const Tensor& logits, const Tensor& targets, Tensor& loss) = 0;
+  // dlogits = grad_scale * (softmax(logits) - onehot(targets)) / N. WRITES, and dlogits may be
+  // the same tensor as logits (computed in place to save a (N,V) buffer).
+  virtual void CrossEntropyBackward(const Tensor& logits, const Tensor& targets, float grad_scale,
+                                    Tensor& dlogits) = 0;
+
+  // ---- elementwise
+  virtual void Add(const Tensor& a, const Tensor& b, Tensor& out) = 0;  // out = a + b
+  virtual void Accumulate(const Tensor& x, Tensor& acc) = 0;            // acc += x
+  virtual void Scale(Tensor& t, float factor) = 0;                      // t *= factor
+
+  // ---- reductions and the optimizer
+  // Sum of squares in double, in a fixed order (blocks of a fixed size, combined in order).
+  virtual double SumOfSquares(const Tensor& t) = 0;
+  // False if any element is inf or NaN.
+  virtual bool AllFinite(const Tensor& t) = 0;
+  // One AdamW step on param (f32) with g = grad * grad_scale (grad any float dtype), m, v f32:
+  //   m = b1 m + (1 - b1) g;  v = b2 v + (1 - b2) g^2
+  //   param *= 1 - lr * weight_decay
+  //   param -= lr / (1 - b1^step) * m / (sqrt(v) / sqrt(1 - b2^step) + eps)
+  // (PyTorch's torch.optim.AdamW order of operations, so an independent reference agrees.)
+  virtual void AdamW(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v,
+                     const AdamWConfig& config, float grad_scale) = 0;
+};
+
+// The CPU backend: OpenBLAS sgemm and plain C++ loops, `num_threads` threads for both.
+std::unique_ptr<Backend> MakeCpuBackend(MemoryLedger& ledger, int num_threads);
+
+}  // namespace baton

@@ -1,0 +1,78 @@
+// Layers: the units a pipeline cuts between. Each is a forward/backward pair over one
+// micro-batch, owning its parameters and their gradients.
+//
+// Data flow: the first layer of the graph (the embedding) reads `MicroBatch::tokens` and ignores
+// its input; every other layer maps an activation (B,T,C) to the next; the last layer (the head)
+// reads `MicroBatch::targets` and returns the micro-batch's mean loss, shape (1) f32.
+// Backward runs in reverse with the gradient of each output; the head starts it from the loss,
+// scaled by `BackwardArgs::loss_grad_scale` (1/micro_batches, times the fp16 loss scale).
+//
+// What backward needs is kept in a Stash per (layer, micro-batch), booked as activations in the
+// ledger; Backward/BackwardWeight release it. Layers are not thread-safe: one stage engine drives
+// them from one thread.
+#pragma once
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/tensor.h"
+#include "kernels/backend.h"
+
+namespace baton {
+
+struct MicroBatch {
+  Tensor tokens;   // (B,T) i32: read by the first layer
+  Tensor targets;  // (B,T) i32: read by the last layer
+};
+
+struct BackwardArgs {
+  float loss_grad_scale = 1.0f;  // d(step loss)/d(this micro-batch's loss), loss scale included
+};
+
+// Tensors one layer keeps between forward and backward of one micro-batch.
+class Stash {
+ public:
+  void Put(std::string name, Tensor t);
+  const Tensor& Get(const std::string& name) const;  // throws if absent
+  bool Has(const std::string& name) const;
+  void Clear();
+  bool empty() const { return entries_.empty(); }
+  int64_t bytes() const;  // sum of the stashed tensors' sizes
+
+ private:
+  std::vector<std::pair<std::string, Tensor>> entries_;
+};
+
+struct Param {
+  std::string name;           // Hugging Face GPT-2 style: "h.3.attn.c_attn.weight", "wte.weight"
+  Tensor value;               // booked as params
+  Tensor grad;                // same shape, booked as grads; zeroed at the start of every step
+  bool weight_decay = false;  // AdamW decay applies to tensors of rank >= 2
+};
+
+class Layer {
+ public:
+  virtual ~Layer() = default;
+
+  virtual const std::string& name() const = 0;  // "embedding", "block.3", "head"
+  virtual std::vector<Param*> params() = 0;
+
+  // Returns the output activation, or for the head the loss (1). Fills `stash` with what
+  // backward needs (under selective recompute, less; see the layer).
+  virtual Tensor Forward(const Tensor& x, const MicroBatch& batch, Stash& stash) = 0;
+
+  // Full backward: accumulates every parameter gradient, returns dx (undefined for the first
+  // layer) and clears the stash. `dy` is undefined for the head.
+  virtual Tensor Backward(const Tensor& dy, const MicroBatch& batch, Stash& stash,
+                          const BackwardArgs& args) = 0;
+
+  // Zero-bubble split of Backward. BackwardInput returns dx and leaves in the stash only what
+  // BackwardWeight needs; BackwardWeight accumulates the weight-matrix gradients and clears the
+  // stash. Running both gives bit-identical gradients to Backward.
+  virtual Tensor BackwardInput(const Tensor& dy, const MicroBatch& batch, Stash& stash,
+                               const BackwardArgs& args) = 0;
+  virtual void BackwardWeight(Stash& stash) = 0;
+};
+
+}  // namespace baton
