@@ -1,0 +1,1 @@
+# Typed config: filled in by its engineer.

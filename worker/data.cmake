@@ -1,0 +1,1 @@
+# Data loading: filled in by its engineer.
