@@ -1,1 +1,12 @@
-# Typed config: filled in by its engineer.
+# Typed config (model/config*.{h,cc}): YAML -> validated structs, overrides, YAML/JSON dumps.
+add_library(baton_config STATIC
+  ${CMAKE_CURRENT_LIST_DIR}/config.cc
+  ${CMAKE_CURRENT_LIST_DIR}/config_schema.cc
+  ${CMAKE_CURRENT_LIST_DIR}/config_validate.cc)
+target_link_libraries(baton_config PUBLIC baton_core nlohmann_json::nlohmann_json PRIVATE yaml-cpp)
+
+baton_add_test(config_test
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/config_test.cc
+  LIBS baton_config)
+# Tests load the shipped configs (configs/*.yaml) from the source tree.
+target_compile_definitions(config_test PRIVATE BATON_SOURCE_DIR="${CMAKE_SOURCE_DIR}")

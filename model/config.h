@@ -1,0 +1,162 @@
+// Baton's typed run configuration: the YAML file parsed once, at the edge, into these structs.
+//
+// LoadConfig reads a YAML file, applies `--set section.key=value` overrides, converts every value
+// to its type and runs Validate(); any unknown section or key, wrong type, out-of-range value or
+// inconsistent combination is a baton::Error whose message names the file and line (or the
+// --set) and the full dotted key, e.g.
+//   configs/x.yaml:12: train.stepz: unknown key (did you mean steps?)
+// Past this point nothing parses strings: code reads the fields below. The schema with its
+// defaults is documented in docs/config.md; model/config_schema.cc is its single source of truth.
+//
+// A Config is a plain value: copy it freely; all functions here are thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json_fwd.hpp>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/device.h"
+#include "core/dtype.h"
+
+namespace baton {
+
+enum class ModelPreset { kGpt, kMlp, kCustom };
+// The layer kinds a `custom` graph lists; a graph starts with the embedding and ends with the head.
+enum class LayerKind { kEmbedding, kBlock, kMlpBlock, kHead };
+enum class DataFormat { kAuto, kText, kBin };
+enum class LrSchedule { kConstant, kCosine };
+enum class ScheduleKind { kGpipe, k1F1B, kInterleaved, kZbH1 };
+enum class PartitionPolicy { kUniform, kParameters, kFlops };
+
+// Activation checkpointing: `none`, `every:K` (segments of K layers keep only their input) or
+// `selective` (recompute attention scores/softmax and the GELU input only).
+struct CheckpointPolicy {
+  enum class Kind { kNone, kEvery, kSelective };
+  Kind kind = Kind::kNone;
+  int every = 0;  // K >= 1 for kEvery, 0 otherwise
+
+  static CheckpointPolicy None() { return {}; }
+  static CheckpointPolicy Every(int k) { return {Kind::kEvery, k}; }
+  static CheckpointPolicy Selective() { return {Kind::kSelective, 0}; }
+  std::string ToString() const;  // "none", "every:2", "selective"
+  bool operator==(const CheckpointPolicy&) const = default;
+};
+
+// Parses "none" | "every:K" (K >= 1) | "selective"; throws baton::Error otherwise.
+CheckpointPolicy ParseCheckpointPolicy(std::string_view text);
+
+// The names used in YAML: "gpt", "embedding", "bin", "cosine", "1f1b", "flops", ...
+std::string_view Name(ModelPreset preset);
+std::string_view Name(LayerKind kind);
+std::string_view Name(DataFormat format);
+std::string_view Name(LrSchedule schedule);
+std::string_view Name(ScheduleKind schedule);
+std::string_view Name(PartitionPolicy policy);
+
+struct ModelConfig {
+  ModelPreset preset = ModelPreset::kGpt;
+  int64_t vocab_size = 256;
+  int64_t context = 128;  // maximum sequence length (positions)
+  int num_layers = 4;     // transformer (gpt) or MLP (mlp) blocks; not used by custom
+  int num_heads = 4;
+  int64_t width = 128;            // the residual stream's channels C
+  std::vector<LayerKind> layers;  // the graph, for preset custom only (empty otherwise)
+  std::string init_from;          // a safetensors file to start from; "" = random init
+  bool operator==(const ModelConfig&) const = default;
+};
+
+struct DataConfig {
+  std::string path;  // a text file, a folder of text files, or a .bin token file (required)
+  DataFormat format = DataFormat::kAuto;
+  int64_t seq_len = 0;  // tokens per sequence; 0 = model.context
+  bool operator==(const DataConfig&) const = default;
+};
+
+struct TrainConfig {
+  int64_t steps = 100;
+  int batch_size = 16;    // sequences per optimizer step
+  int micro_batches = 4;  // the batch is cut into this many equal micro-batches
+  double lr = 1e-3;
+  double min_lr = 0.0;  // the cosine schedule's floor
+  int64_t warmup_steps = 0;
+  LrSchedule lr_schedule = LrSchedule::kCosine;
+  double weight_decay = 0.1;
+  double grad_clip = 1.0;  // global-norm clip; 0 disables
+  double beta1 = 0.9;
+  double beta2 = 0.95;
+  double eps = 1e-8;
+  uint64_t seed = 1337;
+  int64_t log_every = 10;
+  bool operator==(const TrainConfig&) const = default;
+};
+
+struct ParallelConfig {
+  int stages = 1;
+  ScheduleKind schedule = ScheduleKind::k1F1B;
+  std::string schedule_file;  // a schedule saved as CSV; when set it replaces `schedule`
+  int chunks = 1;             // model chunks per stage (interleaved, or a schedule file)
+  PartitionPolicy partition = PartitionPolicy::kFlops;
+  CheckpointPolicy checkpoint;
+  int replicas = 1;                   // data-parallel replicas; must be 1 for now
+  double timeout_s = 60.0;            // longest any blocking wait may take
+  double heartbeat_timeout_s = 10.0;  // a silent worker is declared dead after this
+  bool operator==(const ParallelConfig&) const = default;
+};
+
+struct PrecisionConfig {
+  DType dtype = DType::kF32;  // kF32, kBF16 or kF16 ("fp32", "bf16", "fp16")
+  double initial_loss_scale = 65536.0;
+  int64_t loss_scale_growth_interval = 2000;
+  bool operator==(const PrecisionConfig&) const = default;
+};
+
+struct DeviceConfig {
+  DeviceType type = DeviceType::kCpu;
+  int threads = 1;  // threads per process
+  bool operator==(const DeviceConfig&) const = default;
+};
+
+struct OutputConfig {
+  std::string dir = "out";
+  int64_t checkpoint_every = 0;  // steps between checkpoints; 0 = none
+  std::string report;            // JSON report path; "" = none
+  bool operator==(const OutputConfig&) const = default;
+};
+
+struct Config {
+  ModelConfig model;
+  DataConfig data;
+  TrainConfig train;
+  ParallelConfig parallel;
+  PrecisionConfig precision;
+  DeviceConfig device;
+  OutputConfig output;
+  bool operator==(const Config&) const = default;
+};
+
+// Reads `path`, applies `overrides` ("section.key=value", value in YAML syntax, e.g.
+// "train.steps=300", "model.layers=[embedding, block, head]"), validates. Throws baton::Error.
+Config LoadConfig(const std::string& path, const std::vector<std::string>& overrides = {});
+
+// The same from text; `source_name` stands in for the file name in error messages.
+Config ParseConfigString(const std::string& yaml_text, const std::string& source_name,
+                         const std::vector<std::string>& overrides = {});
+
+// Checks every field's range and the cross-field rules (batch divisible by micro-batches, width
+// by heads, ...). LoadConfig calls it; call it again after changing a Config in code.
+void Validate(const Config& config);
+
+// A canonical YAML dump: every field, schema order; LoadConfig of it gives an equal Config.
+std::string ToYaml(const Config& config);
+// The same fields as JSON, enums as their YAML names (for reports and checkpoint headers).
+nlohmann::json ToJson(const Config& config);
+
+// Derived values.
+int64_t SequenceLength(const Config& config);  // data.seq_len, or model.context when 0
+int MicroBatchSize(const Config& config);      // train.batch_size / train.micro_batches
+// data.format with auto resolved: a path ending in ".bin" is kBin, anything else kText.
+DataFormat ResolvedDataFormat(const DataConfig& data);
+
+}  // namespace baton

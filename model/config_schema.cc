@@ -1,0 +1,248 @@
+// The config schema: every section and key, its type and its range (docs/config.md mirrors it),
+// plus the enum names and the checkpoint-policy syntax.
+#include "model/config_schema.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+
+#include "core/error.h"
+
+namespace baton {
+namespace config_internal {
+namespace {
+
+void VisitModel(ModelConfig& m, FieldVisitor& v) {
+  v.BeginSection("model");
+  v.Enum("preset", m.preset, kPresetNames);
+  v.Int("vocab_size", m.vocab_size, IntRule{2, 65536});  // tokens are stored as uint16
+  v.Int("context", m.context, kPositiveInt);
+  v.Int("num_layers", m.num_layers, kPositiveInt);
+  v.Int("num_heads", m.num_heads, kPositiveInt);
+  v.Int("width", m.width, kPositiveInt);
+  v.VisitLayers("layers", m.layers);
+  v.VisitString("init_from", m.init_from);
+}
+
+void VisitData(DataConfig& d, FieldVisitor& v) {
+  v.BeginSection("data");
+  v.VisitString("path", d.path);
+  v.Enum("format", d.format, kDataFormatNames);
+  v.Int("seq_len", d.seq_len, kNonNegativeInt);
+}
+
+void VisitTrain(TrainConfig& t, FieldVisitor& v) {
+  v.BeginSection("train");
+  v.Int("steps", t.steps, kPositiveInt);
+  v.Int("batch_size", t.batch_size, kPositiveInt);
+  v.Int("micro_batches", t.micro_batches, kPositiveInt);
+  v.VisitFloat("lr", t.lr, kPositiveFloat);
+  v.VisitFloat("min_lr", t.min_lr, kNonNegativeFloat);
+  v.Int("warmup_steps", t.warmup_steps, kNonNegativeInt);
+  v.Enum("lr_schedule", t.lr_schedule, kLrScheduleNames);
+  v.VisitFloat("weight_decay", t.weight_decay, kNonNegativeFloat);
+  v.VisitFloat("grad_clip", t.grad_clip, kNonNegativeFloat);
+  v.VisitFloat("beta1", t.beta1, kUnitInterval);
+  v.VisitFloat("beta2", t.beta2, kUnitInterval);
+  v.VisitFloat("eps", t.eps, kPositiveFloat);
+  v.Int("seed", t.seed, kNonNegativeInt);
+  v.Int("log_every", t.log_every, kPositiveInt);
+}
+
+void VisitParallel(ParallelConfig& p, FieldVisitor& v) {
+  v.BeginSection("parallel");
+  v.Int("stages", p.stages, kPositiveInt);
+  v.Enum("schedule", p.schedule, kScheduleNames);
+  v.VisitString("schedule_file", p.schedule_file);
+  v.Int("chunks", p.chunks, kPositiveInt);
+  v.Enum("partition", p.partition, kPartitionNames);
+  v.VisitCheckpoint("checkpoint", p.checkpoint);
+  v.Int("replicas", p.replicas, kPositiveInt);
+  v.VisitFloat("timeout_s", p.timeout_s, kPositiveFloat);
+  v.VisitFloat("heartbeat_timeout_s", p.heartbeat_timeout_s, kPositiveFloat);
+}
+
+void VisitPrecision(PrecisionConfig& p, FieldVisitor& v) {
+  v.BeginSection("precision");
+  v.Enum("dtype", p.dtype, kDTypeNames);
+  v.VisitFloat("initial_loss_scale", p.initial_loss_scale, kPositiveFloat);
+  v.Int("loss_scale_growth_interval", p.loss_scale_growth_interval, kPositiveInt);
+}
+
+void VisitDevice(DeviceConfig& d, FieldVisitor& v) {
+  v.BeginSection("device");
+  v.Enum("type", d.type, kDeviceTypeNames);
+  v.Int("threads", d.threads, IntRule{1, 1024});
+}
+
+void VisitOutput(OutputConfig& o, FieldVisitor& v) {
+  v.BeginSection("output");
+  v.VisitString("dir", o.dir);
+  v.Int("checkpoint_every", o.checkpoint_every, kNonNegativeInt);
+  v.VisitString("report", o.report);
+}
+
+// Collects section and key names.
+class KeyCollector final : public FieldVisitor {
+ public:
+  std::vector<std::pair<std::string, std::vector<std::string>>> sections;
+
+  void BeginSection(std::string_view section) override {
+    sections.push_back({std::string(section), {}});
+  }
+  void VisitInt(std::string_view key, int64_t&, const IntRule&) override { Add(key); }
+  void VisitFloat(std::string_view key, double&, const FloatRule&) override { Add(key); }
+  void VisitString(std::string_view key, std::string&) override { Add(key); }
+  void VisitChoice(std::string_view key, int&, std::span<const std::string_view>) override {
+    Add(key);
+  }
+  void VisitCheckpoint(std::string_view key, CheckpointPolicy&) override { Add(key); }
+  void VisitLayers(std::string_view key, std::vector<LayerKind>&) override { Add(key); }
+
+ private:
+  void Add(std::string_view key) { sections.back().second.emplace_back(key); }
+};
+
+size_t EditDistance(std::string_view a, std::string_view b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diagonal = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t above = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diagonal = above;
+    }
+  }
+  return row[b.size()];
+}
+
+std::string FormatNumber(double value) { return fmt::format("{}", value); }
+
+template <typename E, size_t N>
+std::string_view LookUpName(const NameTable<E, N>& table, E value) {
+  for (const auto& [name, entry] : table) {
+    if (entry == value) return name;
+  }
+  return "?";
+}
+
+}  // namespace
+
+std::string IntRule::Describe() const {
+  // The width of the field's type (int or int64_t) is not worth a user's attention.
+  const bool unbounded = max == std::numeric_limits<int64_t>::max() || max == INT_MAX;
+  if (unbounded && min == 1) return "a positive integer";
+  if (unbounded && min == 0) return "a non-negative integer";
+  if (unbounded) return fmt::format("an integer >= {}", min);
+  return fmt::format("an integer in [{}, {}]", min, max);
+}
+
+bool FloatRule::Allows(double value) const {
+  if (!std::isfinite(value)) return false;
+  if (min_inclusive ? value < min : value <= min) return false;
+  if (std::isinf(max)) return true;
+  return max_inclusive ? value <= max : value < max;
+}
+
+std::string FloatRule::Describe() const {
+  if (std::isinf(max) && min == 0.0)
+    return min_inclusive ? "a non-negative number" : "a positive number";
+  if (std::isinf(max))
+    return fmt::format("a number {} {}", min_inclusive ? ">=" : ">", FormatNumber(min));
+  return fmt::format("a number in {}{}, {}{}", min_inclusive ? '[' : '(', FormatNumber(min),
+                     FormatNumber(max), max_inclusive ? ']' : ')');
+}
+
+void FieldVisitor::Int(std::string_view key, int& value, IntRule rule) {
+  rule.max = std::min<int64_t>(rule.max, INT_MAX);
+  int64_t wide = value;
+  VisitInt(key, wide, rule);
+  if (rule.Allows(wide)) value = static_cast<int>(wide);
+}
+
+void FieldVisitor::Int(std::string_view key, uint64_t& value, IntRule rule) {
+  rule.min = std::max<int64_t>(rule.min, 0);
+  int64_t wide = value > static_cast<uint64_t>(INT64_MAX) ? -1 : static_cast<int64_t>(value);
+  VisitInt(key, wide, rule);
+  if (rule.Allows(wide)) value = static_cast<uint64_t>(wide);
+}
+
+void VisitConfig(Config& config, FieldVisitor& visitor) {
+  VisitModel(config.model, visitor);
+  VisitData(config.data, visitor);
+  VisitTrain(config.train, visitor);
+  VisitParallel(config.parallel, visitor);
+  VisitPrecision(config.precision, visitor);
+  VisitDevice(config.device, visitor);
+  VisitOutput(config.output, visitor);
+}
+
+std::vector<std::pair<std::string, std::vector<std::string>>> SchemaKeys() {
+  Config config;
+  KeyCollector collector;
+  VisitConfig(config, collector);
+  return collector.sections;
+}
+
+std::string Suggest(std::string_view word, std::span<const std::string> candidates) {
+  std::string best;
+  size_t best_distance = std::max<size_t>(2, word.size() / 3) + 1;
+  for (const std::string& candidate : candidates) {
+    const size_t distance = EditDistance(word, candidate);
+    if (distance < best_distance) {
+      best = candidate;
+      best_distance = distance;
+    }
+  }
+  return best;
+}
+
+void ConfigError(std::string_view where, std::string_view key, std::string_view message) {
+  // Thrown directly rather than with BATON_FAIL: the C++ source location would only bury the
+  // config file's line, which is what the user has to fix.
+  throw Error(fmt::format("{}: {}: {}", where, key, message));
+}
+
+}  // namespace config_internal
+
+using namespace config_internal;
+
+std::string_view Name(ModelPreset preset) { return LookUpName(kPresetNames, preset); }
+std::string_view Name(LayerKind kind) { return LookUpName(kLayerKindNames, kind); }
+std::string_view Name(DataFormat format) { return LookUpName(kDataFormatNames, format); }
+std::string_view Name(LrSchedule schedule) { return LookUpName(kLrScheduleNames, schedule); }
+std::string_view Name(ScheduleKind schedule) { return LookUpName(kScheduleNames, schedule); }
+std::string_view Name(PartitionPolicy policy) { return LookUpName(kPartitionNames, policy); }
+
+std::string CheckpointPolicy::ToString() const {
+  switch (kind) {
+    case Kind::kNone:
+      return "none";
+    case Kind::kEvery:
+      return fmt::format("every:{}", every);
+    case Kind::kSelective:
+      return "selective";
+  }
+  BATON_FAIL("unknown checkpoint policy kind {}", static_cast<int>(kind));
+}
+
+CheckpointPolicy ParseCheckpointPolicy(std::string_view text) {
+  if (text == "none") return CheckpointPolicy::None();
+  if (text == "selective") return CheckpointPolicy::Selective();
+  constexpr std::string_view kEveryPrefix = "every:";
+  if (text.starts_with(kEveryPrefix)) {
+    const std::string_view digits = text.substr(kEveryPrefix.size());
+    int k = 0;
+    const auto [end, error] = std::from_chars(digits.data(), digits.data() + digits.size(), k);
+    if (!digits.empty() && error == std::errc() && end == digits.data() + digits.size() && k >= 1) {
+      return CheckpointPolicy::Every(k);
+    }
+  }
+  throw Error(fmt::format("expected none, every:K with K >= 1, or selective, got '{}'", text));
+}
+
+}  // namespace baton

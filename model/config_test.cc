@@ -1,0 +1,361 @@
+// Tests for the typed config: schema, errors with file:line and dotted keys, overrides, dumps.
+#include "model/config.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+
+namespace baton {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::StartsWith;
+
+// The message of the baton::Error that parsing `yaml` (with `overrides`) throws.
+std::string ParseError(const std::string& yaml, const std::vector<std::string>& overrides = {}) {
+  try {
+    ParseConfigString(yaml, "x.yaml", overrides);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "no error for:\n" << yaml;
+  return "";
+}
+
+constexpr const char* kMinimal = "data:\n  path: corpus.txt\n";
+
+std::string WithTrain(const std::string& train_body) {
+  return std::string(kMinimal) + "train:\n" + train_body;
+}
+
+TEST(ConfigTest, MissingKeysTakeTheSchemaDefaults) {
+  const Config config = ParseConfigString(kMinimal, "x.yaml");
+  Config expected;
+  expected.data.path = "corpus.txt";
+  EXPECT_EQ(config, expected);
+  EXPECT_EQ(config.train.steps, 100);
+  EXPECT_EQ(config.parallel.schedule, ScheduleKind::k1F1B);
+  EXPECT_EQ(config.parallel.partition, PartitionPolicy::kFlops);
+  EXPECT_EQ(config.train.lr_schedule, LrSchedule::kCosine);
+  EXPECT_EQ(config.precision.dtype, DType::kF32);
+  EXPECT_EQ(config.output.dir, "out");
+  EXPECT_EQ(SequenceLength(config), 128);
+  EXPECT_EQ(MicroBatchSize(config), 4);
+}
+
+TEST(ConfigTest, UnknownKeyNamesFileLineDottedKeyAndSuggestion) {
+  const std::string error = ParseError(WithTrain("  steps: 5\n  stepz: 10\n"));
+  EXPECT_EQ(error, "x.yaml:5: train.stepz: unknown key (did you mean steps?)");
+}
+
+TEST(ConfigTest, UnknownKeyFromAFileNamesThatFile) {
+  const std::filesystem::path path =
+      std::filesystem::temp_directory_path() / "baton_config_test_unknown.yaml";
+  std::ofstream(path) << "model:\n  widht: 64\ndata:\n  path: corpus.txt\n";
+  try {
+    LoadConfig(path.string(), {});
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()),
+              path.string() + ":2: model.widht: unknown key (did you mean width?)");
+  }
+  std::filesystem::remove(path);
+}
+
+TEST(ConfigTest, UnknownSectionIsAnError) {
+  EXPECT_EQ(ParseError(std::string(kMinimal) + "trian:\n  steps: 5\n"),
+            "x.yaml:3: trian: unknown section (did you mean train?); sections are model, data, "
+            "train, parallel, precision, device, output");
+}
+
+TEST(ConfigTest, StringForIntegerIsAnError) {
+  EXPECT_EQ(ParseError(WithTrain("  steps: abc\n")),
+            "x.yaml:4: train.steps: expected a positive integer, got 'abc'");
+}
+
+TEST(ConfigTest, NegativeStepsIsAnError) {
+  EXPECT_EQ(ParseError(WithTrain("  steps: -5\n")),
+            "x.yaml:4: train.steps: expected a positive integer, got '-5'");
+}
+
+TEST(ConfigTest, FractionForIntegerIsAnError) {
+  EXPECT_EQ(ParseError(WithTrain("  batch_size: 1.5\n")),
+            "x.yaml:4: train.batch_size: expected a positive integer, got '1.5'");
+}
+
+TEST(ConfigTest, ListOrEmptyValueForNumberIsAnError) {
+  EXPECT_THAT(ParseError(WithTrain("  lr: [1, 2]\n")),
+              HasSubstr("train.lr: expected a positive number, got a list"));
+  EXPECT_THAT(ParseError(WithTrain("  lr:\n")),
+              HasSubstr("train.lr: expected a positive number, got nothing"));
+}
+
+TEST(ConfigTest, FloatsAcceptExponentsAndRejectOutOfRange) {
+  const Config config = ParseConfigString(WithTrain("  lr: 3e-4\n  eps: 1.0e-6\n"), "x.yaml");
+  EXPECT_DOUBLE_EQ(config.train.lr, 3e-4);
+  EXPECT_DOUBLE_EQ(config.train.eps, 1e-6);
+  EXPECT_EQ(ParseError(WithTrain("  beta2: 1.0\n")),
+            "x.yaml:4: train.beta2: expected a number in [0, 1), got '1.0'");
+  EXPECT_THAT(ParseError(WithTrain("  lr: .inf\n")), HasSubstr("train.lr: expected"));
+}
+
+TEST(ConfigTest, UnknownEnumNameListsTheChoices) {
+  EXPECT_EQ(ParseError(std::string(kMinimal) + "parallel:\n  schedule: 1f2b\n"),
+            "x.yaml:4: parallel.schedule: expected one of gpipe, 1f1b, interleaved, zb-h1, got "
+            "'1f2b'");
+  EXPECT_THAT(ParseError(std::string(kMinimal) + "precision:\n  dtype: fp8\n"),
+              HasSubstr("precision.dtype: expected one of fp32, bf16, fp16, got 'fp8'"));
+}
+
+TEST(ConfigTest, DuplicateKeyIsAnError) {
+  EXPECT_EQ(ParseError(WithTrain("  steps: 5\n  steps: 6\n")),
+            "x.yaml:5: train.steps: duplicate key (first set at x.yaml:4)");
+}
+
+TEST(ConfigTest, YamlSyntaxErrorReportsTheLine) {
+  EXPECT_THAT(ParseError(std::string(kMinimal) + "train:\n  steps: [1, 2\n  lr: 3\n"),
+              StartsWith("x.yaml:5: YAML syntax error"));
+}
+
+TEST(ConfigTest, MissingFileIsAClearError) {
+  try {
+    LoadConfig("/nonexistent/baton.yaml", {});
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "/nonexistent/baton.yaml: config file not found (or not a regular file)");
+  }
+}
+
+TEST(ConfigTest, DataPathIsRequired) {
+  EXPECT_THAT(ParseError("train:\n  steps: 5\n"), HasSubstr("x.yaml: data.path: required"));
+}
+
+TEST(ConfigTest, OverrideSetsNestedFieldsAndBeatsTheFile) {
+  const Config config =
+      ParseConfigString(WithTrain("  steps: 5\n"), "x.yaml",
+                        {"train.steps=300", "parallel.checkpoint=every:2", "data.path=other.bin"});
+  EXPECT_EQ(config.train.steps, 300);
+  EXPECT_EQ(config.parallel.checkpoint, CheckpointPolicy::Every(2));
+  EXPECT_EQ(config.data.path, "other.bin");
+  EXPECT_EQ(ResolvedDataFormat(config.data), DataFormat::kBin);
+}
+
+TEST(ConfigTest, LaterOverrideBeatsEarlierOne) {
+  const Config config = ParseConfigString(kMinimal, "x.yaml", {"train.steps=7", "train.steps=9"});
+  EXPECT_EQ(config.train.steps, 9);
+}
+
+TEST(ConfigTest, OverrideOfUnknownKeyNamesTheSet) {
+  EXPECT_EQ(ParseError(kMinimal, {"train.stepz=5"}),
+            "--set train.stepz=5: train.stepz: unknown key (did you mean steps?)");
+  EXPECT_THAT(ParseError(kMinimal, {"trainn.steps=5"}),
+              StartsWith("--set trainn.steps=5: trainn: unknown section (did you mean train?)"));
+}
+
+TEST(ConfigTest, OverrideWithBadValueNamesTheSet) {
+  EXPECT_EQ(ParseError(kMinimal, {"train.steps=abc"}),
+            "--set train.steps=abc: train.steps: expected a positive integer, got 'abc'");
+}
+
+TEST(ConfigTest, OverrideWithoutSectionOrValueIsAnError) {
+  EXPECT_EQ(ParseError(kMinimal, {"steps=5"}), "--set steps=5: expected section.key=value");
+  EXPECT_EQ(ParseError(kMinimal, {"train.steps"}), "--set train.steps: expected section.key=value");
+}
+
+TEST(ConfigTest, OverrideCanSetAList) {
+  const Config config = ParseConfigString(
+      kMinimal, "x.yaml", {"model.preset=custom", "model.layers=[embedding, mlp_block, head]"});
+  EXPECT_EQ(config.model.layers, (std::vector<LayerKind>{LayerKind::kEmbedding,
+                                                         LayerKind::kMlpBlock, LayerKind::kHead}));
+}
+
+TEST(ConfigTest, CheckpointPoliciesParse) {
+  EXPECT_EQ(ParseCheckpointPolicy("none"), CheckpointPolicy::None());
+  EXPECT_EQ(ParseCheckpointPolicy("every:3"), CheckpointPolicy::Every(3));
+  EXPECT_EQ(ParseCheckpointPolicy("selective"), CheckpointPolicy::Selective());
+  EXPECT_EQ(CheckpointPolicy::Every(3).ToString(), "every:3");
+}
+
+TEST(ConfigTest, BadCheckpointPoliciesAreErrors) {
+  for (const char* bad : {"every:0", "every:x", "every:-1", "every:2x", "sometimes"}) {
+    EXPECT_EQ(ParseError(std::string(kMinimal) + "parallel:\n  checkpoint: " + bad + "\n"),
+              std::string("x.yaml:4: parallel.checkpoint: expected none, every:K with K >= 1, or "
+                          "selective, got '") +
+                  bad + "'");
+  }
+}
+
+TEST(ConfigTest, CustomPresetRequiresLayers) {
+  EXPECT_THAT(ParseError(std::string(kMinimal) + "model:\n  preset: custom\n"),
+              HasSubstr("x.yaml:4: model.preset: preset custom needs a layers list"));
+}
+
+TEST(ConfigTest, CustomGraphStartsWithEmbeddingAndEndsWithHead) {
+  EXPECT_THAT(
+      ParseError(std::string(kMinimal) + "model:\n  preset: custom\n  layers: [block, head]\n"),
+      HasSubstr("x.yaml:5: model.layers: a custom graph starts with embedding"));
+  EXPECT_EQ(ParseError(std::string(kMinimal) +
+                       "model:\n  preset: custom\n  layers:\n    - embedding\n    - blok\n"),
+            "x.yaml:7: model.layers[1]: expected one of embedding, block, mlp_block, head, got "
+            "'blok'");
+}
+
+TEST(ConfigTest, LayersListOnlyWithCustomPreset) {
+  EXPECT_THAT(ParseError(std::string(kMinimal) + "model:\n  layers: [embedding, head]\n"),
+              HasSubstr("x.yaml:4: model.layers: a layers list is only for preset custom"));
+}
+
+TEST(ConfigTest, NumLayersIsAnErrorWithCustomPreset) {
+  EXPECT_THAT(ParseError(std::string(kMinimal) +
+                         "model:\n  preset: custom\n  num_layers: 3\n  layers: [embedding, "
+                         "head]\n"),
+              HasSubstr("x.yaml:5: model.num_layers: not used with preset custom"));
+}
+
+TEST(ConfigTest, BatchSizeMustDivideIntoMicroBatches) {
+  EXPECT_EQ(ParseError(WithTrain("  batch_size: 10\n")),
+            "x.yaml:4: train.batch_size: train.batch_size 10 is not divisible by "
+            "train.micro_batches 4");
+  // Reported where it was set: here only micro_batches was.
+  EXPECT_THAT(ParseError(kMinimal, {"train.micro_batches=5"}),
+              StartsWith("--set train.micro_batches=5: train.micro_batches: train.batch_size 16"));
+}
+
+TEST(ConfigTest, CrossFieldRulesAreChecked) {
+  EXPECT_THAT(ParseError(kMinimal, {"model.width=100", "model.num_heads=3"}),
+              HasSubstr("model.width 100 is not divisible by model.num_heads 3"));
+  EXPECT_THAT(ParseError(kMinimal, {"parallel.chunks=2"}),
+              HasSubstr("parallel.chunks 2 > 1 needs parallel.schedule interleaved"));
+  EXPECT_THAT(ParseError(kMinimal, {"parallel.schedule=interleaved"}),
+              HasSubstr("needs parallel.chunks >= 2"));
+  EXPECT_THAT(ParseError(kMinimal, {"parallel.replicas=2"}), HasSubstr("replicas must be 1"));
+  EXPECT_THAT(ParseError(kMinimal, {"data.seq_len=129"}),
+              HasSubstr("data.seq_len 129 exceeds model.context 128"));
+  EXPECT_THAT(ParseError(kMinimal, {"model.vocab_size=100"}),
+              HasSubstr("byte-level text data needs model.vocab_size >= 256"));
+  EXPECT_THAT(ParseError(kMinimal, {"train.min_lr=0.1"}),
+              HasSubstr("train.min_lr 0.1 exceeds train.lr 0.001"));
+}
+
+TEST(ConfigTest, InterleavedWithChunksAndScheduleFilesWithChunksAreFine) {
+  const Config interleaved =
+      ParseConfigString(kMinimal, "x.yaml", {"parallel.schedule=interleaved", "parallel.chunks=2"});
+  EXPECT_EQ(interleaved.parallel.chunks, 2);
+  const Config from_file =
+      ParseConfigString(kMinimal, "x.yaml", {"parallel.schedule_file=my.csv", "parallel.chunks=3"});
+  EXPECT_EQ(from_file.parallel.schedule_file, "my.csv");
+}
+
+TEST(ConfigTest, ValidateCatchesConfigsChangedInCode) {
+  Config config = ParseConfigString(kMinimal, "x.yaml");
+  EXPECT_NO_THROW(Validate(config));
+  config.train.micro_batches = 3;
+  EXPECT_THROW(Validate(config), Error);
+  config.train.micro_batches = 4;
+  config.precision.dtype = DType::kI32;
+  EXPECT_THROW(Validate(config), Error);
+  config.precision.dtype = DType::kBF16;
+  config.parallel.checkpoint = CheckpointPolicy::Every(0);
+  EXPECT_THROW(Validate(config), Error);
+}
+
+Config UnusualConfig() {
+  Config config;
+  config.model.preset = ModelPreset::kCustom;
+  config.model.layers = {LayerKind::kEmbedding, LayerKind::kBlock, LayerKind::kMlpBlock,
+                         LayerKind::kHead};
+  config.model.init_from = "weights/gpt2 \"small\".safetensors";
+  config.data.path = "a folder/with: colon";
+  config.data.format = DataFormat::kText;
+  config.train.lr = 3e-4;
+  config.train.eps = 1e-8;
+  config.train.min_lr = 1.0 / 3.0 * 1e-4;
+  config.train.seed = 42;
+  config.parallel.schedule = ScheduleKind::kInterleaved;
+  config.parallel.chunks = 2;
+  config.parallel.checkpoint = CheckpointPolicy::Selective();
+  config.precision.dtype = DType::kF16;
+  config.device.type = DeviceType::kCuda;
+  config.output.report = "";
+  return config;
+}
+
+TEST(ConfigTest, ToYamlRoundTripsToAnEqualConfig) {
+  const Config config = UnusualConfig();
+  Validate(config);
+  const std::string yaml = ToYaml(config);
+  EXPECT_EQ(ParseConfigString(yaml, "dump.yaml"), config) << yaml;
+  EXPECT_EQ(ToYaml(ParseConfigString(yaml, "dump.yaml")), yaml);
+}
+
+TEST(ConfigTest, ToJsonUsesTheYamlNames) {
+  const nlohmann::json json = ToJson(UnusualConfig());
+  EXPECT_EQ(json["model"]["preset"], "custom");
+  EXPECT_EQ(json["model"]["layers"], nlohmann::json({"embedding", "block", "mlp_block", "head"}));
+  EXPECT_EQ(json["parallel"]["schedule"], "interleaved");
+  EXPECT_EQ(json["parallel"]["checkpoint"], "selective");
+  EXPECT_EQ(json["precision"]["dtype"], "fp16");
+  EXPECT_EQ(json["device"]["type"], "cuda");
+  EXPECT_EQ(json["train"]["seed"], 42);
+  EXPECT_DOUBLE_EQ(json["train"]["lr"].get<double>(), 3e-4);
+}
+
+std::vector<std::filesystem::path> ShippedConfigs() {
+  std::vector<std::filesystem::path> paths;
+  for (const auto& entry :
+       std::filesystem::directory_iterator(std::filesystem::path(BATON_SOURCE_DIR) / "configs")) {
+    if (entry.path().extension() == ".yaml") paths.push_back(entry.path());
+  }
+  return paths;
+}
+
+TEST(ConfigTest, EveryShippedConfigParsesAndRoundTrips) {
+  const auto paths = ShippedConfigs();
+  EXPECT_GE(paths.size(), 4u);
+  for (const auto& path : paths) {
+    SCOPED_TRACE(path.string());
+    const Config config = LoadConfig(path.string(), {});
+    EXPECT_EQ(ParseConfigString(ToYaml(config), "dump.yaml"), config);
+  }
+}
+
+TEST(ConfigTest, GptTinyIsTheDemoShape) {
+  const Config config = LoadConfig(std::string(BATON_SOURCE_DIR) + "/configs/gpt-tiny.yaml", {});
+  EXPECT_EQ(config.model.preset, ModelPreset::kGpt);
+  EXPECT_EQ(config.model.vocab_size, 256);
+  EXPECT_EQ(config.model.context, 128);
+  EXPECT_EQ(config.model.num_layers, 4);
+  EXPECT_EQ(config.model.num_heads, 4);
+  EXPECT_EQ(config.model.width, 128);
+  EXPECT_EQ(config.train.batch_size, 16);
+  EXPECT_EQ(config.train.micro_batches, 4);
+  EXPECT_EQ(config.train.warmup_steps, 20);
+  EXPECT_EQ(config.train.steps, 300);
+  EXPECT_DOUBLE_EQ(config.train.lr, 1e-3);
+  EXPECT_DOUBLE_EQ(config.train.min_lr, 1e-4);
+  EXPECT_EQ(config.data.path, "/usr/share/common-licenses");
+  EXPECT_EQ(config.output.dir, "out/gpt-tiny");
+}
+
+TEST(ConfigTest, Gpt2ConfigIsTheGpt2SmallShape) {
+  const Config config = LoadConfig(std::string(BATON_SOURCE_DIR) + "/configs/gpt2-124m.yaml", {});
+  EXPECT_EQ(config.model.vocab_size, 50257);
+  EXPECT_EQ(config.model.context, 1024);
+  EXPECT_EQ(config.model.num_layers, 12);
+  EXPECT_EQ(config.model.num_heads, 12);
+  EXPECT_EQ(config.model.width, 768);
+  EXPECT_EQ(config.device.type, DeviceType::kCuda);
+  EXPECT_EQ(config.precision.dtype, DType::kBF16);
+  EXPECT_EQ(MicroBatchSize(config), 4);
+}
+
+}  // namespace
+}  // namespace baton

@@ -1,0 +1,132 @@
+// Validate(): every field's range (from the schema) and the rules that tie fields together.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <initializer_list>
+
+#include "model/config_schema.h"
+
+namespace baton::config_internal {
+namespace {
+
+// Reports a broken rule at the first of `keys` that the config wrote, or at the fallback.
+class Reporter {
+ public:
+  Reporter(const WhereFn& where, const std::string& fallback)
+      : where_(where), fallback_(fallback) {}
+
+  void Require(bool ok, std::initializer_list<std::string_view> keys,
+               const std::string& message) const {
+    if (ok) return;
+    for (std::string_view key : keys) {
+      const std::string place = where_(key);
+      if (!place.empty()) ConfigError(place, key, message);
+    }
+    ConfigError(fallback_, *keys.begin(), message);
+  }
+
+ private:
+  const WhereFn& where_;
+  const std::string& fallback_;
+};
+
+// Range checks, for configs built or changed in code (LoadConfig's reader already applies them).
+class RuleChecker final : public FieldVisitor {
+ public:
+  explicit RuleChecker(const Reporter& reporter) : reporter_(reporter) {}
+
+  void BeginSection(std::string_view section) override { section_ = std::string(section); }
+  void VisitInt(std::string_view key, int64_t& value, const IntRule& rule) override {
+    Require(rule.Allows(value), key, fmt::format("expected {}, got {}", rule.Describe(), value));
+  }
+  void VisitFloat(std::string_view key, double& value, const FloatRule& rule) override {
+    Require(rule.Allows(value), key, fmt::format("expected {}, got {}", rule.Describe(), value));
+  }
+  void VisitString(std::string_view, std::string&) override {}
+  void VisitChoice(std::string_view key, int& index,
+                   std::span<const std::string_view> names) override {
+    Require(index >= 0, key, fmt::format("expected one of {}", fmt::join(names, ", ")));
+  }
+  void VisitCheckpoint(std::string_view key, CheckpointPolicy& value) override {
+    const bool every = value.kind == CheckpointPolicy::Kind::kEvery;
+    Require(every ? value.every >= 1 : value.every == 0, key,
+            fmt::format("expected none, every:K with K >= 1, or selective, got kind {} every {}",
+                        static_cast<int>(value.kind), value.every));
+  }
+  void VisitLayers(std::string_view, std::vector<LayerKind>&) override {}
+
+ private:
+  void Require(bool ok, std::string_view key, const std::string& message) {
+    const std::string dotted = section_ + "." + std::string(key);
+    reporter_.Require(ok, {dotted}, message);
+  }
+
+  const Reporter& reporter_;
+  std::string section_;
+};
+
+void ValidateModel(const ModelConfig& m, const DataConfig& d, const Reporter& r) {
+  const bool custom = m.preset == ModelPreset::kCustom;
+  r.Require(custom || m.layers.empty(), {"model.layers", "model.preset"},
+            fmt::format("a layers list is only for preset custom, not {}", Name(m.preset)));
+  if (custom) {
+    r.Require(m.layers.size() >= 2, {"model.layers", "model.preset"},
+              "preset custom needs a layers list of at least embedding and head");
+    r.Require(m.layers.front() == LayerKind::kEmbedding && m.layers.back() == LayerKind::kHead,
+              {"model.layers"}, "a custom graph starts with embedding and ends with head");
+    const auto count = [&](LayerKind kind) { return std::ranges::count(m.layers, kind); };
+    r.Require(count(LayerKind::kEmbedding) == 1 && count(LayerKind::kHead) == 1, {"model.layers"},
+              "embedding and head appear once each, at the ends");
+  }
+  const bool attention = m.preset == ModelPreset::kGpt ||
+                         (custom && std::ranges::count(m.layers, LayerKind::kBlock) > 0);
+  r.Require(
+      !attention || m.width % m.num_heads == 0, {"model.width", "model.num_heads"},
+      fmt::format("model.width {} is not divisible by model.num_heads {}", m.width, m.num_heads));
+  r.Require(d.seq_len <= m.context, {"data.seq_len", "model.context"},
+            fmt::format("data.seq_len {} exceeds model.context {}", d.seq_len, m.context));
+  r.Require(
+      ResolvedDataFormat(d) != DataFormat::kText || m.vocab_size >= 256,
+      {"model.vocab_size", "data.format", "data.path"},
+      fmt::format("byte-level text data needs model.vocab_size >= 256, got {}", m.vocab_size));
+}
+
+void ValidateTrain(const TrainConfig& t, const Reporter& r) {
+  r.Require(t.batch_size % t.micro_batches == 0, {"train.batch_size", "train.micro_batches"},
+            fmt::format("train.batch_size {} is not divisible by train.micro_batches {}",
+                        t.batch_size, t.micro_batches));
+  r.Require(t.min_lr <= t.lr, {"train.min_lr", "train.lr"},
+            fmt::format("train.min_lr {} exceeds train.lr {}", t.min_lr, t.lr));
+}
+
+void ValidateParallel(const ParallelConfig& p, const Reporter& r) {
+  const bool interleaved = p.schedule == ScheduleKind::kInterleaved;
+  if (p.schedule_file.empty()) {
+    r.Require(p.chunks == 1 || interleaved, {"parallel.chunks", "parallel.schedule"},
+              fmt::format("parallel.chunks {} > 1 needs parallel.schedule interleaved (or a "
+                          "schedule_file), not {}",
+                          p.chunks, Name(p.schedule)));
+    r.Require(!interleaved || p.chunks >= 2, {"parallel.chunks", "parallel.schedule"},
+              "parallel.schedule interleaved needs parallel.chunks >= 2 (model chunks per stage)");
+  }
+  r.Require(p.replicas == 1, {"parallel.replicas"},
+            fmt::format("data parallelism is not implemented yet: replicas must be 1, got {}",
+                        p.replicas));
+}
+
+}  // namespace
+
+void ValidateConfig(const Config& config, const WhereFn& where, const std::string& fallback) {
+  const Reporter reporter(where, fallback);
+  Config copy = config;
+  RuleChecker checker(reporter);
+  VisitConfig(copy, checker);
+  reporter.Require(!config.data.path.empty(), {"data.path"},
+                   "required: a text file, a folder of text files, or a .bin token file");
+  ValidateModel(config.model, config.data, reporter);
+  ValidateTrain(config.train, reporter);
+  ValidateParallel(config.parallel, reporter);
+  reporter.Require(!config.output.dir.empty(), {"output.dir"}, "must not be empty");
+}
+
+}  // namespace baton::config_internal
