@@ -1,0 +1,88 @@
+// Training data: a token stream in host memory, and the deterministic rule that picks each
+// sequence of each step from it (docs/data.md states the rule so that other code can reproduce it).
+//
+// Sources: byte-level text (a file, or a folder of files read recursively in sorted order, one
+// token per byte), nanoGPT `.bin` files (raw little-endian uint16 tokens), and llm.c `.bin` files
+// (a 256 x int32 header with magic 20240520, then uint16 tokens).
+//
+// The dataset is host data, not tensor memory, so it is not booked in the MemoryLedger: the ledger
+// accounts for what a stage's device must hold (params, grads, optimizer, activations, buffers),
+// which the planner predicts and budgets; the token stream is read-only input that only the first
+// and last stages touch a few kilobytes of per step. `.bin` files are memory-mapped, so they cost
+// page cache (shared by every process on the node) rather than private memory.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+namespace baton {
+
+enum class TokenFormat { kAuto, kText, kBin };
+
+// An immutable token stream. Move-only (it may own a memory mapping); safe to read from many
+// threads at once.
+class TokenDataset {
+ public:
+  // Opens `path` as `format` (kAuto: a path ending in ".bin" is kBin, anything else kText).
+  // Checks, naming the file in any error: the source exists and is readable; text needs
+  // vocab_size >= 256; every token is < vocab_size; there are at least seq_len + 1 tokens (one
+  // sample and its shifted targets).
+  static TokenDataset Open(const std::string& path, TokenFormat format, int64_t vocab_size,
+                           int64_t seq_len);
+  // A dataset over tokens already in memory (tests, synthetic data); checks tokens < vocab_size.
+  static TokenDataset FromTokens(std::vector<uint16_t> tokens, std::string name,
+                                 int64_t vocab_size);
+
+  TokenDataset(TokenDataset&& other) noexcept;
+  TokenDataset& operator=(TokenDataset&& other) noexcept;
+  TokenDataset(const TokenDataset&) = delete;
+  TokenDataset& operator=(const TokenDataset&) = delete;
+  ~TokenDataset();
+
+  const uint16_t* tokens() const { return tokens_; }
+  int64_t size() const { return size_; }  // number of tokens
+  uint16_t operator[](int64_t i) const { return tokens_[i]; }
+  const std::string& source() const { return source_; }
+  TokenFormat format() const { return format_; }  // kText or kBin, never kAuto
+  bool memory_mapped() const { return mapping_ != nullptr; }
+
+ private:
+  TokenDataset() = default;
+  void Release();
+
+  std::string source_;
+  TokenFormat format_ = TokenFormat::kText;
+  std::vector<uint16_t> owned_;  // text and FromTokens data
+  void* mapping_ = nullptr;      // a .bin file's read-only mapping
+  size_t mapping_bytes_ = 0;
+  const uint16_t* tokens_ = nullptr;
+  int64_t size_ = 0;
+};
+
+// The files that byte-level text at `path` reads, in order: `path` itself if it is a file; for a
+// folder, every regular file below it (symlinks followed, each target once), sorted by the bytes
+// of its path relative to `path` (with '/' separators).
+std::vector<std::filesystem::path> ListTextFiles(const std::string& path);
+
+// Converts byte-level text (a file or folder, as above) into a nanoGPT .bin of uint16 tokens at
+// `output_path`, written to a temporary file in the same folder and renamed into place, so a
+// reader never sees half a file. Returns the number of tokens written.
+int64_t PrepareTextData(const std::string& input_path, const std::string& output_path);
+
+// The stream id of data sampling, "data" in ASCII: Rng::ForStream(seed, {kDataStream, step, i}).
+inline constexpr uint64_t kDataStream = 0x64617461;
+
+// The first token of sequence `sequence` (0-based within the step) of step `step` (0-based):
+// Rng::ForStream(seed, {kDataStream, step, sequence}).NextBelow(num_tokens - seq_len).
+int64_t SampleStart(uint64_t seed, int64_t step, int64_t sequence, int64_t num_tokens,
+                    int64_t seq_len);
+
+// Fills sequences first_sequence .. first_sequence + num_sequences - 1 of step `step`, row-major
+// (num_sequences, seq_len): tokens = data[start, start + seq_len), targets = data[start + 1,
+// start + seq_len + 1). Micro-batch k of size b is first_sequence = k * b, num_sequences = b.
+void FillBatch(const TokenDataset& dataset, uint64_t seed, int64_t step, int first_sequence,
+               int num_sequences, int seq_len, int32_t* tokens_out, int32_t* targets_out);
+
+}  // namespace baton

@@ -1,0 +1,249 @@
+// Tests for token datasets and deterministic batch sampling (the rule in docs/data.md).
+#include "worker/data.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "core/random.h"
+
+namespace baton {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::HasSubstr;
+
+class DataTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    dir_ = fs::temp_directory_path() /
+           ("baton_data_test_" + std::to_string(::getpid()) + "_" + info->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  std::string Write(const std::string& name, const std::string& bytes) {
+    const fs::path path = dir_ / name;
+    fs::create_directories(path.parent_path());
+    std::ofstream(path, std::ios::binary) << bytes;
+    return path.string();
+  }
+  std::string WriteTokens(const std::string& name, const std::vector<uint16_t>& tokens,
+                          const std::vector<int32_t>& header = {}) {
+    std::string bytes(header.size() * 4 + tokens.size() * 2, '\0');
+    std::memcpy(bytes.data(), header.data(), header.size() * 4);
+    std::memcpy(bytes.data() + header.size() * 4, tokens.data(), tokens.size() * 2);
+    return Write(name, bytes);
+  }
+
+  fs::path dir_;
+};
+
+// Token i is i % 251, so any window identifies its start.
+TokenDataset Ramp(int64_t n) {
+  std::vector<uint16_t> tokens(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) tokens[static_cast<size_t>(i)] = static_cast<uint16_t>(i % 251);
+  return TokenDataset::FromTokens(std::move(tokens), "ramp", 256);
+}
+
+std::string ErrorOf(const std::function<void()>& action) {
+  try {
+    action();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "no error";
+  return "";
+}
+
+TEST_F(DataTest, SameSeedAndStepGiveTheSameBatch) {
+  const TokenDataset data = Ramp(10000);
+  std::vector<int32_t> a(4 * 16), b(4 * 16), targets(4 * 16);
+  FillBatch(data, 1337, 5, 0, 4, 16, a.data(), targets.data());
+  FillBatch(data, 1337, 5, 0, 4, 16, b.data(), targets.data());
+  EXPECT_EQ(a, b);
+  FillBatch(data, 1338, 5, 0, 4, 16, b.data(), targets.data());
+  EXPECT_NE(a, b);
+  FillBatch(data, 1337, 6, 0, 4, 16, b.data(), targets.data());
+  EXPECT_NE(a, b);
+}
+
+TEST_F(DataTest, MicroBatchesAreRowsOfTheFullBatch) {
+  const TokenDataset data = Ramp(5000);
+  constexpr int kBatch = 8, kMicro = 2, kSeq = 10;
+  std::vector<int32_t> full(kBatch * kSeq), full_targets(kBatch * kSeq);
+  FillBatch(data, 7, 3, 0, kBatch, kSeq, full.data(), full_targets.data());
+  for (int k = 0; k < kBatch / kMicro; ++k) {
+    std::vector<int32_t> micro(kMicro * kSeq), micro_targets(kMicro * kSeq);
+    FillBatch(data, 7, 3, k * kMicro, kMicro, kSeq, micro.data(), micro_targets.data());
+    const auto offset = static_cast<ptrdiff_t>(k * kMicro * kSeq);
+    EXPECT_TRUE(std::equal(micro.begin(), micro.end(), full.begin() + offset)) << k;
+    EXPECT_TRUE(
+        std::equal(micro_targets.begin(), micro_targets.end(), full_targets.begin() + offset));
+  }
+}
+
+TEST_F(DataTest, TargetsAreTheTokensShiftedByOne) {
+  const TokenDataset data = Ramp(3000);
+  constexpr int kRows = 6, kSeq = 32;
+  std::vector<int32_t> tokens(kRows * kSeq), targets(kRows * kSeq);
+  FillBatch(data, 99, 0, 0, kRows, kSeq, tokens.data(), targets.data());
+  for (int row = 0; row < kRows; ++row) {
+    const int64_t start = SampleStart(99, 0, row, data.size(), kSeq);
+    for (int t = 0; t < kSeq; ++t) {
+      EXPECT_EQ(tokens[row * kSeq + t], data[start + t]);
+      EXPECT_EQ(targets[row * kSeq + t], data[start + t + 1]);
+    }
+  }
+}
+
+TEST_F(DataTest, WindowStartFollowsTheDocumentedRule) {
+  for (int64_t step : {0, 1, 1000}) {
+    for (int64_t i : {0, 1, 31}) {
+      EXPECT_EQ(SampleStart(1337, step, i, 1000000, 128),
+                static_cast<int64_t>(Rng::ForStream(1337, {0x64617461, static_cast<uint64_t>(step),
+                                                           static_cast<uint64_t>(i)})
+                                         .NextBelow(1000000 - 128)));
+    }
+  }
+}
+
+TEST_F(DataTest, WindowStartsMatchTheReferenceValuesInDocs) {
+  // docs/data.md lists these, computed by its Python reference implementation.
+  const int64_t expected[2][4] = {{446356, 54210, 183338, 25572}, {636056, 782104, 103315, 391235}};
+  for (int step = 0; step < 2; ++step) {
+    for (int i = 0; i < 4; ++i)
+      EXPECT_EQ(SampleStart(1337, step, i, 1000000, 128), expected[step][i]);
+  }
+  EXPECT_EQ(SampleStart(7, 12345, 3, 338025, 1024), 73640);
+  EXPECT_EQ(SampleStart(0, 0, 0, 129, 128), 0);  // exactly one sample fits
+}
+
+TEST_F(DataTest, TextIsOneTokenPerByteIncludingHighBytes) {
+  const std::string path = Write("t.txt", std::string("Hi\xff\x80", 4));
+  const TokenDataset data = TokenDataset::Open(path, TokenFormat::kAuto, 256, 3);
+  EXPECT_EQ(data.format(), TokenFormat::kText);
+  ASSERT_EQ(data.size(), 4);
+  EXPECT_EQ(data[0], 'H');
+  EXPECT_EQ(data[2], 255);
+  EXPECT_EQ(data[3], 128);
+}
+
+TEST_F(DataTest, FolderIsReadRecursivelyInSortedPathOrder) {
+  Write("b", "3");
+  Write("a/z", "2");
+  Write("a.txt", "1");  // '.' sorts before '/', so "a.txt" precedes "a/z"
+  Write("A", "0");      // upper case sorts first (byte order)
+  fs::create_symlink(dir_ / "b", dir_ / "c-link-to-b");  // the same file: read once
+  const TokenDataset data = TokenDataset::Open(dir_.string(), TokenFormat::kText, 256, 1);
+  std::string text;
+  for (int64_t i = 0; i < data.size(); ++i) text.push_back(static_cast<char>(data[i]));
+  EXPECT_EQ(text, "0123");
+  const auto files = ListTextFiles(dir_.string());
+  ASSERT_EQ(files.size(), 4u);
+  EXPECT_EQ(files[2], dir_ / "a" / "z");
+}
+
+TEST_F(DataTest, ShortFileIsAnErrorNamingFileAndBothLengths) {
+  const std::string path = Write("short.txt", "0123456789");
+  EXPECT_THAT(ErrorOf([&] { TokenDataset::Open(path, TokenFormat::kText, 256, 10); }),
+              HasSubstr(path + ": 10 tokens is shorter than one sample: seq_len + 1 = 11 tokens"));
+  EXPECT_NO_THROW(TokenDataset::Open(path, TokenFormat::kText, 256, 9));
+}
+
+TEST_F(DataTest, TokenAtOrAboveVocabIsAnErrorNamingTheFile) {
+  const std::string path = WriteTokens("big.bin", {1, 2, 300, 4, 5});
+  EXPECT_THAT(ErrorOf([&] { TokenDataset::Open(path, TokenFormat::kAuto, 256, 2); }),
+              HasSubstr(path + ": token 300 at position 2 is >= vocab_size 256"));
+  EXPECT_EQ(TokenDataset::Open(path, TokenFormat::kAuto, 301, 2).size(), 5);
+}
+
+TEST_F(DataTest, TextNeedsAByteSizedVocab) {
+  const std::string path = Write("t.txt", "hello");
+  EXPECT_THAT(ErrorOf([&] { TokenDataset::Open(path, TokenFormat::kText, 100, 2); }),
+              HasSubstr("byte-level text needs vocab_size >= 256, got 100"));
+}
+
+TEST_F(DataTest, NanoGptBinIsMemoryMappedRawTokens) {
+  const std::string path = WriteTokens("train.bin", {10, 20, 30, 50000});
+  const TokenDataset data = TokenDataset::Open(path, TokenFormat::kAuto, 50257, 3);
+  EXPECT_TRUE(data.memory_mapped());
+  EXPECT_EQ(data.format(), TokenFormat::kBin);
+  ASSERT_EQ(data.size(), 4);
+  EXPECT_EQ(data[3], 50000);
+  const std::string odd = Write("odd.bin", "abc");
+  EXPECT_THAT(ErrorOf([&] { TokenDataset::Open(odd, TokenFormat::kBin, 65536, 1); }),
+              HasSubstr("3 bytes is not a whole number of uint16 tokens"));
+}
+
+TEST_F(DataTest, LlmcHeaderIsDetectedByItsMagic) {
+  std::vector<int32_t> header(256, 0);
+  header[0] = 20240520;
+  header[1] = 1;
+  header[2] = 3;
+  const std::string path = WriteTokens("llmc.bin", {7, 8, 9}, header);
+  const TokenDataset data = TokenDataset::Open(path, TokenFormat::kBin, 50257, 2);
+  ASSERT_EQ(data.size(), 3);
+  EXPECT_EQ(data[0], 7);
+  EXPECT_EQ(data[2], 9);
+
+  header[2] = 4;  // claims more tokens than the file holds
+  const std::string lying = WriteTokens("lying.bin", {7, 8, 9}, header);
+  EXPECT_THAT(ErrorOf([&] { TokenDataset::Open(lying, TokenFormat::kBin, 50257, 2); }),
+              HasSubstr("llm.c header says 4 tokens"));
+  header[1] = 2;
+  const std::string v2 = WriteTokens("v2.bin", {7, 8, 9, 10}, header);
+  EXPECT_THAT(ErrorOf([&] { TokenDataset::Open(v2, TokenFormat::kBin, 50257, 2); }),
+              HasSubstr("llm.c header version 2 is not supported"));
+}
+
+TEST_F(DataTest, PrepareTextDataRoundTripsTheBytes) {
+  const std::string text = "The quick brown fox\n\xe2\x82\xac jumps.\n";
+  Write("in/one.txt", text);
+  Write("in/two.txt", "!");
+  const std::string output = (dir_ / "out.bin").string();
+  EXPECT_EQ(PrepareTextData((dir_ / "in").string(), output), static_cast<int64_t>(text.size() + 1));
+  const TokenDataset data = TokenDataset::Open(output, TokenFormat::kAuto, 256, 4);
+  std::string round_trip;
+  for (int64_t i = 0; i < data.size(); ++i) round_trip.push_back(static_cast<char>(data[i]));
+  EXPECT_EQ(round_trip, text + "!");
+  for (const auto& entry : fs::directory_iterator(dir_)) {  // no temporary file left behind
+    EXPECT_THAT(entry.path().filename().string(), ::testing::Not(HasSubstr(".tmp")));
+  }
+}
+
+TEST_F(DataTest, MissingSourcesAreErrors) {
+  EXPECT_THAT(
+      ErrorOf([&] { TokenDataset::Open((dir_ / "nope").string(), TokenFormat::kText, 256, 1); }),
+      HasSubstr("nope: no such file or folder"));
+  EXPECT_THAT(ErrorOf([&] {
+                TokenDataset::Open((dir_ / "nope.bin").string(), TokenFormat::kAuto, 256, 1);
+              }),
+              HasSubstr("nope.bin: cannot open"));
+  fs::create_directories(dir_ / "empty");
+  EXPECT_THAT(ErrorOf([&] { ListTextFiles((dir_ / "empty").string()); }),
+              HasSubstr("the folder holds no files"));
+}
+
+TEST_F(DataTest, CommonLicensesLoadAsText) {
+  const std::string path = "/usr/share/common-licenses";
+  if (!fs::is_directory(path)) GTEST_SKIP() << path << " is absent on this system";
+  const TokenDataset data = TokenDataset::Open(path, TokenFormat::kAuto, 256, 128);
+  EXPECT_GT(data.size(), 100000);
+  std::vector<int32_t> tokens(4 * 128), targets(4 * 128);
+  FillBatch(data, 1337, 0, 0, 4, 128, tokens.data(), targets.data());
+  EXPECT_EQ(tokens[1], targets[0]);
+}
+
+}  // namespace
+}  // namespace baton
