@@ -1,0 +1,84 @@
+// The coordinator: a gRPC server that workers join to get the plan, rendezvous through (key-value
+// store, barriers), report to (heartbeats, progress, blocked actions), and learn of an abort from.
+// The launcher (or rank 0 under mpirun) hosts it. Protocol: docs/protocol.md.
+//
+// Ownership and threads: CoordinatorServer owns the gRPC server, its handler threads and a liveness
+// monitor thread. All methods are thread-safe. The destructor calls Shutdown().
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "proto/coordinator_types.h"
+
+namespace baton {
+
+struct CoordinatorOptions {
+  // host:port to bind; port 0 picks a free port. Local runs bind loopback only; multi-node runs
+  // pass the node's address (or 0.0.0.0).
+  std::string address = "127.0.0.1:0";
+  std::string token;   // the job's secret; every call must carry it (MakeJobToken())
+  std::string job_id;  // joiners must name the same job
+  int world_size = 1;
+  std::string plan;  // bytes handed to every joiner (a serialized baton.pb.JobPlan)
+  // A joined rank that neither reported nor heartbeat for this long is declared dead and the job
+  // aborts. <= 0 disables the check.
+  double heartbeat_timeout_s = 10;
+  // A rank still running whose Watch stream drops (its process died) is declared dead at once.
+  bool abort_on_disconnect = true;
+};
+
+class CoordinatorServer {
+ public:
+  CoordinatorServer();
+  ~CoordinatorServer();
+  CoordinatorServer(const CoordinatorServer&) = delete;
+  CoordinatorServer& operator=(const CoordinatorServer&) = delete;
+
+  // Binds and starts serving; returns the bound port. Throws baton::Error if it cannot bind.
+  int Start(const CoordinatorOptions& options);
+  int port() const { return port_; }
+  // "host:port" with the bound port, for clients.
+  std::string address() const;
+
+  // Blocks until every rank has joined. Throws baton::Error naming the missing ranks on timeout,
+  // or the abort reason if the job aborts meanwhile.
+  void WaitForAllJoined(std::chrono::milliseconds timeout);
+
+  // Snapshot of every rank: join info, latest report, time since last heard, dead or not.
+  std::vector<RankState> Ranks() const;
+  std::optional<WorkerReport> LatestReport(int rank) const;
+
+  // A counter that grows on every join, report and abort. WaitForUpdate blocks until it exceeds
+  // `seen` (or the timeout passes) and returns it: a launcher's progress loop.
+  uint64_t WaitForUpdate(uint64_t seen, std::chrono::milliseconds timeout) const;
+  // True once every rank has reported WorkerStatus::kDone.
+  bool AllDone() const;
+
+  // Aborts the job (first reason wins): every Watch stream and every later response carries it,
+  // and blocked KV/barrier calls return ABORTED.
+  void RequestAbort(const std::string& reason);
+  bool aborted() const;
+  std::string abort_reason() const;
+
+  // Forgets joins, keys, barriers, reports and the abort, for a restart of all workers (none of
+  // the previous attempt may still be running). `plan` replaces the plan.
+  void ResetJob(const std::string& plan);
+
+  // Ends every stream (SHUTDOWN), wakes blocked calls and stops the server. Idempotent.
+  void Shutdown();
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+  int port_ = 0;
+};
+
+// A fresh random secret (32 hex digits) for CoordinatorOptions::token.
+std::string MakeJobToken();
+
+}  // namespace baton

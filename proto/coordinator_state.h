@@ -1,0 +1,103 @@
+// The coordinator's state machine, free of gRPC transport code: joins, the key-value store,
+// barriers, reports, liveness and abort. coordinator_server.cc exposes it as the gRPC service.
+//
+// Blocking calls wait on one condition variable, waking on any change, every 100 ms to poll their
+// `cancelled` callback (the client went away), and at their deadline. Thread-safe.
+#pragma once
+
+#include <grpcpp/support/status.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "proto/coordinator_server.h"
+#include "proto/coordinator_types.h"
+
+namespace baton {
+
+class CoordinatorState {
+ public:
+  using Clock = std::chrono::steady_clock;
+  using Cancelled = std::function<bool()>;
+
+  explicit CoordinatorState(const CoordinatorOptions& options);
+
+  bool TokenMatches(std::string_view token) const;
+
+  grpc::Status Join(const JoinInfo& info, std::string* plan);
+  grpc::Status KvSet(const std::string& key, const std::string& value);
+  grpc::Status KvGet(const std::string& key, Clock::time_point deadline, const Cancelled& cancelled,
+                     std::string* value);
+  grpc::Status KvWait(const std::vector<std::string>& keys, Clock::time_point deadline,
+                      const Cancelled& cancelled);
+  grpc::Status Barrier(const std::string& name, int rank, Clock::time_point deadline,
+                       const Cancelled& cancelled);
+  // Records the report (and heartbeat); a kFailed report aborts the job. Sets *abort_reason to
+  // the abort reason when the job is aborting, else clears it.
+  grpc::Status Report(const WorkerReport& report, std::string* abort_reason);
+
+  // Blocks until the job aborts (returns true, *reason set), the coordinator shuts down (false,
+  // *reason set) or `cancelled` (false, reason empty; the stream dropped: a dead worker if it was
+  // still running and abort_on_disconnect).
+  grpc::Status WatchRank(int rank, const Cancelled& cancelled, bool* abort, std::string* reason);
+
+  void Abort(const std::string& reason);
+  bool aborted() const;
+  std::string abort_reason() const;
+  // Declares dead the running ranks not heard from within the heartbeat timeout, and aborts.
+  void CheckLiveness();
+  void WaitForAllJoined(std::chrono::milliseconds timeout);
+  std::vector<RankState> Ranks() const;
+  uint64_t WaitForUpdate(uint64_t seen, std::chrono::milliseconds timeout) const;
+  bool AllDone() const;
+  void Reset(const std::string& plan);
+  void Shutdown();
+  bool shutting_down() const;
+
+ private:
+  struct Rank {
+    JoinInfo info;
+    bool joined = false;
+    bool has_report = false;
+    WorkerReport report;
+    Clock::time_point last_heard;
+    bool dead = false;
+  };
+  struct BarrierState {
+    uint64_t generation = 0;
+    std::set<int> arrived;
+  };
+
+  // Waits until `done()` or abort/shutdown/cancel/deadline; returns OK only when done() holds.
+  // `what` names the wait in the DEADLINE_EXCEEDED message.
+  grpc::Status WaitLocked(std::unique_lock<std::mutex>& lock, Clock::time_point deadline,
+                          const Cancelled& cancelled, const std::function<bool()>& done,
+                          const std::function<std::string()>& what);
+  grpc::Status CheckRankLocked(int rank) const;
+  void AbortLocked(const std::string& reason);
+  void DeclareDeadLocked(int rank, const std::string& why);
+  std::string DescribeLocked(int rank) const;
+  void ChangedLocked();
+
+  const CoordinatorOptions options_;
+  mutable std::mutex mutex_;
+  mutable std::condition_variable changed_;
+  std::string plan_;
+  std::vector<Rank> ranks_;
+  std::map<std::string, std::string> kv_;
+  std::map<std::string, std::shared_ptr<BarrierState>> barriers_;
+  bool aborted_ = false;
+  std::string abort_reason_;
+  bool shutting_down_ = false;
+  uint64_t version_ = 0;
+  uint64_t epoch_ = 0;  // grows on Reset(): calls of an earlier attempt fail
+};
+
+}  // namespace baton

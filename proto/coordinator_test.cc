@@ -1,0 +1,333 @@
+// Tests of the coordinator service through real gRPC on loopback: join, token, key-value store,
+// barriers, reports, heartbeats and abort.
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <memory>
+#include <thread>
+
+#include "core/error.h"
+#include "proto/baton.grpc.pb.h"
+#include "proto/coordinator_client.h"
+#include "proto/coordinator_server.h"
+
+namespace baton {
+namespace {
+
+using std::chrono::milliseconds;
+constexpr milliseconds kGenerous{20000};  // safety limit only: tests pass far sooner
+
+class CoordinatorTest : public ::testing::Test {
+ protected:
+  void StartServer(int world_size, double heartbeat_timeout_s = 0) {
+    CoordinatorOptions options;
+    options.token = token_;
+    options.job_id = "job-1";
+    options.world_size = world_size;
+    options.plan = "plan-bytes";
+    options.heartbeat_timeout_s = heartbeat_timeout_s;
+    server_.Start(options);
+  }
+  std::unique_ptr<CoordinatorClient> Connect(const std::string& token = "") {
+    return std::make_unique<CoordinatorClient>(server_.address(), token.empty() ? token_ : token);
+  }
+  static JoinInfo Info(int rank, int world_size) {
+    return JoinInfo{rank, world_size, "localhost", 1000 + rank, "cpu", "job-1"};
+  }
+  std::unique_ptr<CoordinatorClient> ConnectAndJoin(int rank, int world_size) {
+    auto client = Connect();
+    client->Join(Info(rank, world_size));
+    return client;
+  }
+
+  std::string token_ = MakeJobToken();
+  CoordinatorServer server_;
+};
+
+std::string ErrorOf(const std::function<void()>& call) {
+  try {
+    call();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+TEST_F(CoordinatorTest, JoinDeliversThePlanAndAllJoinedReturns) {
+  StartServer(2);
+  auto a = Connect();
+  auto b = Connect();
+  EXPECT_EQ(a->Join(Info(0, 2)), "plan-bytes");
+  EXPECT_EQ(b->Join(Info(1, 2)), "plan-bytes");
+  EXPECT_EQ(a->rank(), 0);
+  server_.WaitForAllJoined(kGenerous);
+  auto ranks = server_.Ranks();
+  ASSERT_EQ(ranks.size(), 2u);
+  EXPECT_TRUE(ranks[1].joined);
+  EXPECT_EQ(ranks[1].pid, 1001);
+}
+
+TEST_F(CoordinatorTest, WaitForAllJoinedNamesTheMissingRanks) {
+  StartServer(3);
+  auto a = ConnectAndJoin(1, 3);
+  std::string error = ErrorOf([&] { server_.WaitForAllJoined(milliseconds(200)); });
+  EXPECT_NE(error.find("ranks 0, 2 did not join"), std::string::npos) << error;
+}
+
+TEST_F(CoordinatorTest, JoiningATakenRankIsRefused) {
+  StartServer(2);
+  auto a = ConnectAndJoin(0, 2);
+  auto b = Connect();
+  std::string error = ErrorOf([&] { b->Join(Info(0, 2)); });
+  EXPECT_NE(error.find("ALREADY_EXISTS"), std::string::npos) << error;
+  EXPECT_NE(error.find("rank 0 already joined"), std::string::npos) << error;
+}
+
+TEST_F(CoordinatorTest, JoiningOutsideTheWorldOrAnotherJobIsRefused) {
+  StartServer(2);
+  auto client = Connect();
+  std::string error = ErrorOf([&] { client->Join(Info(2, 2)); });
+  EXPECT_NE(error.find("rank 2 is outside the world of 2 ranks"), std::string::npos) << error;
+  JoinInfo other = Info(0, 2);
+  other.job_id = "job-2";
+  error = ErrorOf([&] { client->Join(other); });
+  EXPECT_NE(error.find("another job"), std::string::npos) << error;
+  error = ErrorOf([&] { client->Join(Info(0, 3)); });
+  EXPECT_NE(error.find("expects a world of 3 ranks but the job has 2"), std::string::npos) << error;
+}
+
+TEST_F(CoordinatorTest, WrongTokenIsRefusedWithPermissionDenied) {
+  StartServer(1);
+  auto client = Connect("not-the-token");
+  std::string error = ErrorOf([&] { client->Join(Info(0, 1)); });
+  EXPECT_NE(error.find("PERMISSION_DENIED"), std::string::npos) << error;
+  EXPECT_NE(error.find("wrong job token"), std::string::npos) << error;
+}
+
+TEST_F(CoordinatorTest, MissingTokenIsRefusedWithPermissionDenied) {
+  StartServer(1);
+  auto stub = pb::Coordinator::NewStub(
+      grpc::CreateChannel(server_.address(), grpc::InsecureChannelCredentials()));
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + kGenerous);
+  pb::KvSetRequest request;
+  pb::KvSetResponse response;
+  grpc::Status status = stub->KvSet(&context, request, &response);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_NE(status.error_message().find("missing job token"), std::string::npos);
+}
+
+TEST_F(CoordinatorTest, KvGetBlocksUntilALaterSet) {
+  StartServer(2);
+  auto reader = Connect();
+  auto writer = Connect();
+  std::atomic<bool> set_done = false;
+  std::thread later([&] {
+    std::this_thread::sleep_for(milliseconds(100));
+    set_done = true;
+    writer->KvSet("nccl/id", std::string("\0\1\2", 3));
+  });
+  std::string value = reader->KvGet("nccl/id", kGenerous);
+  EXPECT_TRUE(set_done);
+  EXPECT_EQ(value, std::string("\0\1\2", 3));
+  later.join();
+  reader->KvWait({"nccl/id"}, kGenerous);
+}
+
+TEST_F(CoordinatorTest, KvGetTimeoutNamesTheKey) {
+  StartServer(1);
+  auto client = Connect();
+  std::string error = ErrorOf([&] { client->KvGet("never/set", milliseconds(100)); });
+  EXPECT_NE(error.find("DEADLINE_EXCEEDED"), std::string::npos) << error;
+  EXPECT_NE(error.find("key 'never/set' was not set"), std::string::npos) << error;
+}
+
+TEST_F(CoordinatorTest, BarrierReleasesThreeClientsOnlyWhenAllArrived) {
+  StartServer(3);
+  std::atomic<int> arrived = 0;
+  std::atomic<int> released_early = 0;
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < 3; ++rank) {
+    threads.emplace_back([&, rank] {
+      auto client = ConnectAndJoin(rank, 3);
+      for (int round = 0; round < 2; ++round) {  // the same name, reused in sequence
+        std::this_thread::sleep_for(milliseconds(20 * rank));
+        arrived++;
+        client->Barrier("step", kGenerous);
+        if (arrived.load() < 3 * (round + 1)) released_early++;
+        client->Barrier("after-step", kGenerous);
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(arrived.load(), 6);
+  EXPECT_EQ(released_early.load(), 0);
+}
+
+TEST_F(CoordinatorTest, BarrierTimeoutNamesTheMissingRanks) {
+  StartServer(3);
+  auto client = ConnectAndJoin(1, 3);
+  std::string error = ErrorOf([&] { client->Barrier("init", milliseconds(100)); });
+  EXPECT_NE(error.find("barrier 'init' timed out"), std::string::npos) << error;
+  EXPECT_NE(error.find("waiting for ranks 0, 2"), std::string::npos) << error;
+}
+
+TEST_F(CoordinatorTest, AbortIsPushedToEveryWatchingClient) {
+  StartServer(3);
+  std::vector<std::unique_ptr<CoordinatorClient>> clients;
+  std::atomic<int> callbacks = 0;
+  for (int rank = 0; rank < 3; ++rank) {
+    clients.push_back(ConnectAndJoin(rank, 3));
+    clients.back()->OnAbort([&](const std::string&) { callbacks++; });
+    clients.back()->Watch();
+  }
+  clients[2]->RequestAbort("out of memory", /*stage=*/2);
+  for (auto& client : clients) {
+    ASSERT_TRUE(client->WaitForAbort(kGenerous));
+    EXPECT_NE(client->abort_reason().find("stage 2 (rank 2) asked to abort: out of memory"),
+              std::string::npos)
+        << client->abort_reason();
+  }
+  EXPECT_EQ(callbacks.load(), 3);
+  EXPECT_TRUE(server_.aborted());
+}
+
+TEST_F(CoordinatorTest, BlockedCallsReturnAbortedWhenTheJobAborts) {
+  StartServer(2);
+  auto client = ConnectAndJoin(0, 2);
+  std::thread aborter([&] {
+    std::this_thread::sleep_for(milliseconds(100));
+    server_.RequestAbort("launcher stopped the job");
+  });
+  std::string error = ErrorOf([&] { client->Barrier("never", kGenerous); });
+  aborter.join();
+  EXPECT_NE(error.find("ABORTED"), std::string::npos) << error;
+  EXPECT_TRUE(client->aborted());
+  EXPECT_EQ(client->abort_reason(), "launcher stopped the job");
+}
+
+TEST_F(CoordinatorTest, HeartbeatAnswersCarryTheAbort) {
+  StartServer(1);
+  auto client = ConnectAndJoin(0, 1);
+  client->StartHeartbeat(milliseconds(20));
+  server_.RequestAbort("stop now");
+  ASSERT_TRUE(client->WaitForAbort(kGenerous));
+  EXPECT_EQ(client->abort_reason(), "stop now");
+}
+
+TEST_F(CoordinatorTest, SilentRankIsDeclaredDeadAndTheAbortNamesItsStage) {
+  StartServer(2, /*heartbeat_timeout_s=*/0.3);
+  auto alive = ConnectAndJoin(0, 2);
+  auto silent = ConnectAndJoin(1, 2);
+  WorkerReport report;
+  report.stage = 1;
+  silent->SetBlocked("RECV_B", 4, 0);
+  silent->Report(report);  // one report, then silence
+  report.stage = 0;
+  alive->Report(report);
+  alive->StartHeartbeat(milliseconds(20));
+  ASSERT_TRUE(alive->WaitForAbort(kGenerous));
+  EXPECT_NE(alive->abort_reason().find("stage 1 (rank 1) sent no heartbeat"), std::string::npos)
+      << alive->abort_reason();
+  EXPECT_NE(alive->abort_reason().find("RECV_B mb 4"), std::string::npos) << alive->abort_reason();
+  EXPECT_TRUE(server_.Ranks()[1].dead);
+  EXPECT_FALSE(server_.Ranks()[0].dead);
+}
+
+TEST_F(CoordinatorTest, ReportsCarryTheBlockedActionToTheServer) {
+  StartServer(1);
+  auto client = ConnectAndJoin(0, 1);
+  WorkerReport report;
+  report.stage = 0;
+  report.step = 7;
+  report.loss = 2.5;
+  report.memory_peak["activations"] = 1 << 20;
+  client->Report(report);
+  client->SetBlocked("RECV_F", 3, 2);
+  client->StartHeartbeat(milliseconds(20));
+  std::optional<BlockedAction> blocked;
+  uint64_t version = 0;
+  for (int i = 0; i < 1000 && !blocked; ++i) {
+    version = server_.WaitForUpdate(version, milliseconds(20));
+    auto latest = server_.LatestReport(0);
+    if (latest && latest->blocked) blocked = latest->blocked;
+  }
+  ASSERT_TRUE(blocked.has_value());
+  EXPECT_EQ(blocked->action, "RECV_F");
+  EXPECT_EQ(blocked->micro_batch, 3);
+  EXPECT_EQ(blocked->peer_rank, 2);
+  EXPECT_GE(blocked->waiting_s, 0.0);
+  auto latest = server_.LatestReport(0);
+  EXPECT_EQ(latest->step, 7);
+  EXPECT_EQ(latest->loss, 2.5);
+  EXPECT_EQ(latest->memory_peak.at("activations"), 1 << 20);
+  EXPECT_NE(FormatRankTable(server_.Ranks()).find("RECV_F"), std::string::npos);
+}
+
+TEST_F(CoordinatorTest, FailedReportAbortsTheJobNamingTheStage) {
+  StartServer(2);
+  auto failing = ConnectAndJoin(0, 2);
+  auto other = ConnectAndJoin(1, 2);
+  other->Watch();
+  WorkerReport report;
+  report.stage = 0;
+  report.status = WorkerStatus::kFailed;
+  report.error = "RECV_F mb 2 timed out";
+  failing->Report(report);
+  ASSERT_TRUE(other->WaitForAbort(kGenerous));
+  EXPECT_EQ(other->abort_reason(), "stage 0 (rank 0) failed: RECV_F mb 2 timed out");
+}
+
+TEST_F(CoordinatorTest, RunningRankWhoseWatchDropsIsDeclaredDead) {
+  StartServer(2);
+  auto survivor = ConnectAndJoin(0, 2);
+  survivor->Watch();
+  {
+    auto dying = ConnectAndJoin(1, 2);
+    dying->Watch();
+    std::this_thread::sleep_for(milliseconds(50));
+  }  // the client goes away while its rank is running
+  ASSERT_TRUE(survivor->WaitForAbort(kGenerous));
+  EXPECT_NE(survivor->abort_reason().find("rank 1 lost its connection"), std::string::npos)
+      << survivor->abort_reason();
+}
+
+TEST_F(CoordinatorTest, DoneRanksMayLeaveWithoutAborting) {
+  StartServer(1);
+  {
+    auto client = ConnectAndJoin(0, 1);
+    client->Watch();
+    WorkerReport report;
+    report.status = WorkerStatus::kDone;
+    client->Report(report);
+  }
+  EXPECT_TRUE(server_.AllDone());
+  EXPECT_FALSE(server_.aborted());
+}
+
+TEST_F(CoordinatorTest, ShutdownEndsEveryWatch) {
+  StartServer(1);
+  auto client = ConnectAndJoin(0, 1);
+  client->Watch();
+  std::this_thread::sleep_for(milliseconds(50));
+  server_.Shutdown();
+  ASSERT_TRUE(client->WaitForAbort(kGenerous));
+  EXPECT_NE(client->abort_reason().find("shut down"), std::string::npos) << client->abort_reason();
+}
+
+TEST_F(CoordinatorTest, ResetJobAcceptsTheSameRanksAgain) {
+  StartServer(1);
+  auto first = ConnectAndJoin(0, 1);
+  first->KvSet("k", "v1");
+  server_.RequestAbort("restart");
+  server_.ResetJob("plan-2");
+  auto second = Connect();
+  EXPECT_EQ(second->Join(Info(0, 1)), "plan-2");
+  EXPECT_FALSE(server_.aborted());
+  EXPECT_NE(ErrorOf([&] { second->KvGet("k", milliseconds(50)); }).find("not set"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace baton

@@ -1,0 +1,57 @@
+// Formatting for the coordinator's plain types (see coordinator_types.h).
+#include "proto/coordinator_types.h"
+
+#include <fmt/format.h>
+
+namespace baton {
+
+std::string_view Name(WorkerStatus status) {
+  switch (status) {
+    case WorkerStatus::kRunning:
+      return "running";
+    case WorkerStatus::kDone:
+      return "done";
+    case WorkerStatus::kFailed:
+      return "failed";
+  }
+  return "?";
+}
+
+std::string BlockedAction::ToString() const {
+  std::string text = action;
+  if (micro_batch >= 0) text += fmt::format(" mb {}", micro_batch);
+  if (peer_rank >= 0) text += fmt::format(" peer rank {}", peer_rank);
+  text += fmt::format(", waiting {:.1f} s", waiting_s);
+  return text;
+}
+
+std::string DescribeRank(int rank, int stage) {
+  if (stage < 0) return fmt::format("rank {}", rank);
+  return fmt::format("stage {} (rank {})", stage, rank);
+}
+
+std::string FormatRankTable(const std::vector<RankState>& ranks) {
+  std::string out =
+      fmt::format("{:>5} {:>5} {:<8} {:<12} {:>4} {:>5} {:>9} {:>9}  {}\n", "rank", "stage",
+                  "status", "blocked on", "mb", "peer", "waiting_s", "silent_s", "note");
+  for (const RankState& r : ranks) {
+    std::string stage = r.has_report && r.report.stage >= 0 ? std::to_string(r.report.stage) : "-";
+    std::string status = !r.joined ? "absent"
+                         : r.dead  ? "dead"
+                                   : std::string(Name(r.report.status));
+    std::string action = "-", mb = "-", peer = "-", waiting = "-";
+    if (r.has_report && r.report.blocked) {
+      const BlockedAction& b = *r.report.blocked;
+      action = b.action;
+      if (b.micro_batch >= 0) mb = std::to_string(b.micro_batch);
+      if (b.peer_rank >= 0) peer = std::to_string(b.peer_rank);
+      waiting = fmt::format("{:.1f}", b.waiting_s);
+    }
+    std::string note = r.report.status == WorkerStatus::kFailed ? r.report.error : "";
+    out += fmt::format("{:>5} {:>5} {:<8} {:<12} {:>4} {:>5} {:>9} {:>9.1f}  {}\n", r.rank, stage,
+                       status, action, mb, peer, waiting, r.seconds_since_heard, note);
+  }
+  return out;
+}
+
+}  // namespace baton

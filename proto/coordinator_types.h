@@ -1,0 +1,73 @@
+// Plain C++ mirrors of the coordinator's messages (join, reports, blocked actions, rank states), so
+// that the launcher and the worker use the coordinator without including generated gRPC headers.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace baton {
+
+// Who joins: sent once by every worker.
+struct JoinInfo {
+  int rank = 0;
+  int world_size = 0;
+  std::string host;  // the worker's host name, for messages
+  int64_t pid = 0;
+  std::string device;  // "cpu", "cuda:0"
+  std::string job_id;  // must equal the coordinator's job id
+};
+
+enum class WorkerStatus { kRunning, kDone, kFailed };
+std::string_view Name(WorkerStatus status);  // "running", "done", "failed"
+
+// What a worker is blocked on, for hang diagnosis: e.g. RECV_F of micro-batch 3 from rank 2.
+struct BlockedAction {
+  std::string action;    // "RECV_F", "SEND_B", "ALLREDUCE", "BARRIER", ...
+  int micro_batch = -1;  // -1 when not about a micro-batch
+  int peer_rank = -1;    // -1 when not about one peer
+  double waiting_s = 0;  // how long it had waited when the report was sent
+
+  // "RECV_F mb 3 from/to rank 2, waiting 12.0 s"
+  std::string ToString() const;
+};
+
+// One worker's report; the latest one per rank is kept by the coordinator. Also a heartbeat.
+struct WorkerReport {
+  int rank = 0;
+  int stage = -1;  // -1 until the worker knows its stage
+  int64_t step = 0;
+  double loss = std::nan("");                  // NaN when the stage computes no loss
+  std::map<std::string, double> metrics;       // "lr", "grad_norm", "tokens_per_s", ...
+  std::map<std::string, double> timings_s;     // "forward", "backward", "step", ...
+  std::map<std::string, int64_t> memory_peak;  // ledger peaks per category, bytes
+  WorkerStatus status = WorkerStatus::kRunning;
+  std::string error;                     // with kFailed
+  std::optional<BlockedAction> blocked;  // set while the worker waits on something
+};
+
+// What the coordinator knows about one rank (CoordinatorServer::Ranks()).
+struct RankState {
+  int rank = 0;
+  bool joined = false;
+  std::string host;
+  int64_t pid = 0;
+  std::string device;
+  bool has_report = false;
+  WorkerReport report;             // the latest report (valid when has_report)
+  double seconds_since_heard = 0;  // since the last report/heartbeat (or the join)
+  bool dead = false;               // declared dead (no heartbeat, or its connection dropped)
+};
+
+// "stage 2 (rank 2)" or "rank 2" when the stage is not known yet.
+std::string DescribeRank(int rank, int stage);
+
+// A table for hang diagnosis: one line per rank with stage, status, blocked action, peer, waiting
+// time and time since last heard.
+std::string FormatRankTable(const std::vector<RankState>& ranks);
+
+}  // namespace baton
