@@ -1,0 +1,34 @@
+// The CPU backend's causal self-attention kernels (f32), semantics as Backend::AttentionForward
+// and AttentionBackward in kernels/backend.h.
+//
+// Per (batch, head) the products Q K^T, P V and their gradients are OpenBLAS sgemm calls on
+// strided views of qkv (no copies), cut into row blocks so that the causal zeros above the
+// diagonal are mostly skipped; the softmax and its backward run row-parallel in plain loops.
+// Deterministic for any thread count (sgemm splits rows/columns, never the inner dimension).
+// Internal to kernels/cpu; callers validate shapes and set OpenBLAS's thread count.
+#pragma once
+
+#include <cstdint>
+
+namespace baton::cpu {
+
+struct AttentionShape {
+  int64_t batch = 0;
+  int64_t seq = 0;       // T
+  int64_t channels = 0;  // C
+  int64_t heads = 0;     // NH; head_dim = C / NH
+  int64_t head_dim() const { return channels / heads; }
+};
+
+// qkv (B,T,3C) -> out (B,T,C), probs (B,NH,T,T).
+void AttentionForward(const float* qkv, float* out, float* probs, const AttentionShape& shape,
+                      int threads);
+
+// Floats of scratch AttentionBackward needs (one T x T block of score gradients).
+int64_t AttentionBackwardScratch(const AttentionShape& shape);
+
+// dqkv (B,T,3C) += gradient, given dout (B,T,C), qkv and probs from the forward.
+void AttentionBackward(const float* dout, const float* qkv, const float* probs, float* dqkv,
+                       float* scratch, const AttentionShape& shape, int threads);
+
+}  // namespace baton::cpu

@@ -1,0 +1,270 @@
+// CpuBackend: construction, memory, GEMM, elementwise ops, reductions and AdamW (the GPT layer
+// methods are in cpu_backend_layers.cc).
+#include "kernels/cpu/cpu_backend.h"
+
+#include <atomic>
+#include <bit>
+#include <cmath>
+#include <cstring>
+
+#include "core/error.h"
+#include "kernels/cpu/checks.h"
+#include "kernels/cpu/f32_staging.h"
+#include "kernels/cpu/gemm.h"
+#include "kernels/cpu/layer_kernels.h"
+#include "kernels/cpu/parallel.h"
+
+namespace baton {
+
+std::unique_ptr<Backend> MakeCpuBackend(MemoryLedger& ledger, int num_threads) {
+  return std::make_unique<cpu::CpuBackend>(ledger, num_threads);
+}
+
+namespace cpu {
+namespace {
+
+// Elementwise ops and reductions walk tensors in chunks of this many elements (fixed, so that
+// block sums do not depend on the thread count); 16-bit chunks are converted on the stack.
+constexpr int64_t kChunk = 4096;
+
+// n f32 values of t from `offset`: t's own memory when it is f32, else converted into `buffer`.
+const float* LoadChunk(const Tensor& t, int64_t offset, int64_t n, float* buffer) {
+  if (t.dtype() == DType::kF32) return static_cast<const float*>(t.raw()) + offset;
+  ConvertFloats(static_cast<const char*>(t.raw()) + offset * 2 /* 16-bit */, t.dtype(), buffer,
+                DType::kF32, static_cast<size_t>(n));
+  return buffer;
+}
+
+// Where to compute a chunk of t: t's memory when f32, else `buffer` (then StoreChunk).
+float* ChunkTarget(Tensor& t, int64_t offset, float* buffer) {
+  return t.dtype() == DType::kF32 ? static_cast<float*>(t.raw()) + offset : buffer;
+}
+
+void StoreChunk(const float* values, Tensor& t, int64_t offset, int64_t n) {
+  if (t.dtype() == DType::kF32) return;  // computed in place
+  ConvertFloats(values, DType::kF32, static_cast<char*>(t.raw()) + offset * 2, t.dtype(),
+                static_cast<size_t>(n));
+}
+
+void CheckSameShape(const Tensor& a, const Tensor& b, const char* name_a, const char* name_b) {
+  BATON_CHECK(a.shape() == b.shape(), "{} {} and {} {} differ in shape", name_a, a.ToString(),
+              name_b, b.ToString());
+}
+
+// Non-finite means all exponent bits set, in each format.
+bool ChunkAllFinite(const void* data, DType dtype, int64_t n) {
+  uint32_t bad = 0;
+  if (dtype == DType::kF32) {
+    const uint32_t* bits = static_cast<const uint32_t*>(data);
+    for (int64_t i = 0; i < n; ++i) bad |= (bits[i] & 0x7f800000u) == 0x7f800000u;
+  } else {
+    const uint16_t* bits = static_cast<const uint16_t*>(data);
+    const uint16_t mask = dtype == DType::kF16 ? 0x7c00u : 0x7f80u;
+    for (int64_t i = 0; i < n; ++i) bad |= (bits[i] & mask) == mask;
+  }
+  return bad == 0;
+}
+
+}  // namespace
+
+CpuBackend::CpuBackend(MemoryLedger& ledger, int num_threads)
+    : allocator_(ledger), threads_(num_threads) {
+  BATON_CHECK(num_threads >= 1, "the CPU backend needs at least one thread, got {}", num_threads);
+  SetBlasThreads(threads_);
+}
+
+Tensor CpuBackend::Workspace(int64_t floats) {
+  return Tensor::Empty(allocator_, {floats}, DType::kF32, MemCategory::kWorkspace);
+}
+
+void CpuBackend::Zero(Tensor& t) {
+  CheckHostContiguous(t, "t");
+  if (t.nbytes() > 0) std::memset(t.raw(), 0, t.nbytes());
+}
+
+void CpuBackend::Copy(const Tensor& src, Tensor& dst) {
+  CheckHostContiguous(src, "src");
+  CheckHostContiguous(dst, "dst");
+  CheckSameShape(src, dst, "src", "dst");
+  if (src.dtype() == dst.dtype()) {
+    if (src.raw() == dst.raw()) return;
+    const char* from = static_cast<const char*>(src.raw());
+    char* to = static_cast<char*>(dst.raw());
+    const int64_t bytes = static_cast<int64_t>(src.nbytes());
+    ParallelChunks(bytes, 1 << 18, threads_, [&](int64_t begin, int64_t end) {
+      std::memmove(to + begin, from + begin, static_cast<size_t>(end - begin));
+    });
+    return;
+  }
+  BATON_CHECK(IsFloating(src.dtype()) && IsFloating(dst.dtype()), "cannot copy {} into {}",
+              src.ToString(), dst.ToString());
+  ConvertFloatsParallel(src.raw(), src.dtype(), dst.raw(), dst.dtype(), src.numel(), threads_);
+}
+
+void CpuBackend::Matmul(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, Tensor& out,
+                        bool accumulate, const Tensor* bias) {
+  CheckFloat(a, "a");
+  CheckFloat(b, "b");
+  CheckFloat(out, "out");
+  const RowsCols am = AsMatrix(a, "a");
+  const RowsCols bm = AsMatrix(b, "b");
+  const RowsCols om = AsMatrix(out, "out");
+  const int64_t m = trans_a ? am.cols : am.rows;
+  const int64_t k = trans_a ? am.rows : am.cols;
+  const int64_t n = trans_b ? bm.rows : bm.cols;
+  BATON_CHECK(k == (trans_b ? bm.cols : bm.rows),
+              "Matmul: op(a) of {} has {} columns but op(b) "
+              "of {} has {} rows",
+              a.ToString(), k, b.ToString(), trans_b ? bm.cols : bm.rows);
+  BATON_CHECK(om.rows == m && om.cols == n, "Matmul: out {} must be ({}, {})", out.ToString(), m,
+              n);
+  BATON_CHECK(out.raw() != a.raw() && out.raw() != b.raw(), "Matmul: out aliases an input");
+  if (bias != nullptr) {
+    CheckFloat(*bias, "bias");
+    CheckNumel(*bias, n, "bias");
+  }
+  F32Staging staging(allocator_, threads_);
+  const float* pa = staging.In(a);
+  const float* pb = staging.In(b);
+  const float* pbias = bias != nullptr ? staging.In(*bias) : nullptr;
+  float* po = accumulate ? staging.InOut(out) : staging.Out(out);
+  float beta = accumulate ? 1.0f : 0.0f;
+  if (pbias != nullptr) {
+    BroadcastRows(pbias, po, m, n, accumulate, threads_);
+    beta = 1.0f;
+  }
+  SetBlasThreads(threads_);
+  Sgemm(trans_a, trans_b, m, n, k, 1.0f, pa, am.cols, pb, bm.cols, beta, po, n);
+  staging.Commit();
+}
+
+void CpuBackend::BiasBackward(const Tensor& dout, Tensor& dbias) {
+  CheckFloat(dout, "dout");
+  CheckFloat(dbias, "dbias");
+  const RowsCols dm = AsMatrix(dout, "dout");
+  CheckNumel(dbias, dm.cols, "dbias");
+  F32Staging staging(allocator_, threads_);
+  const float* pd = staging.In(dout);
+  ColumnSumsAccumulate(pd, dm.rows, dm.cols, staging.InOut(dbias), threads_);
+  staging.Commit();
+}
+
+void CpuBackend::Add(const Tensor& a, const Tensor& b, Tensor& out) {
+  CheckFloat(a, "a");
+  CheckFloat(b, "b");
+  CheckFloat(out, "out");
+  CheckSameShape(a, out, "a", "out");
+  CheckSameShape(b, out, "b", "out");
+  ParallelChunks(out.numel(), kChunk, threads_, [&](int64_t begin, int64_t end) {
+    float a_buffer[kChunk], b_buffer[kChunk], out_buffer[kChunk];
+    const int64_t n = end - begin;
+    const float* pa = LoadChunk(a, begin, n, a_buffer);
+    const float* pb = LoadChunk(b, begin, n, b_buffer);
+    float* po = ChunkTarget(out, begin, out_buffer);
+    for (int64_t i = 0; i < n; ++i) po[i] = pa[i] + pb[i];
+    StoreChunk(po, out, begin, n);
+  });
+}
+
+void CpuBackend::Accumulate(const Tensor& x, Tensor& acc) {
+  CheckFloat(x, "x");
+  CheckFloat(acc, "acc");
+  CheckSameShape(x, acc, "x", "acc");
+  ParallelChunks(acc.numel(), kChunk, threads_, [&](int64_t begin, int64_t end) {
+    float x_buffer[kChunk], acc_buffer[kChunk];
+    const int64_t n = end - begin;
+    const float* px = LoadChunk(x, begin, n, x_buffer);
+    float* pacc = const_cast<float*>(LoadChunk(acc, begin, n, acc_buffer));
+    for (int64_t i = 0; i < n; ++i) pacc[i] += px[i];
+    StoreChunk(pacc, acc, begin, n);
+  });
+}
+
+void CpuBackend::Scale(Tensor& t, float factor) {
+  CheckFloat(t, "t");
+  ParallelChunks(t.numel(), kChunk, threads_, [&](int64_t begin, int64_t end) {
+    float buffer[kChunk];
+    const int64_t n = end - begin;
+    float* p = const_cast<float*>(LoadChunk(t, begin, n, buffer));
+    for (int64_t i = 0; i < n; ++i) p[i] *= factor;
+    StoreChunk(p, t, begin, n);
+  });
+}
+
+double CpuBackend::SumOfSquares(const Tensor& t) {
+  CheckFloat(t, "t");
+  const int64_t blocks = (t.numel() + kChunk - 1) / kChunk;
+  Tensor partials = Workspace(2 * blocks);  // one double per block
+  double* block_sums = reinterpret_cast<double*>(partials.raw());
+  ParallelChunks(t.numel(), kChunk, threads_, [&](int64_t begin, int64_t end) {
+    float buffer[kChunk];
+    const int64_t n = end - begin;
+    const float* p = LoadChunk(t, begin, n, buffer);
+    double lanes[4] = {};
+    int64_t i = 0;
+    for (; i + 4 <= n; i += 4) {
+      for (int j = 0; j < 4; ++j) lanes[j] += static_cast<double>(p[i + j]) * p[i + j];
+    }
+    for (; i < n; ++i) lanes[0] += static_cast<double>(p[i]) * p[i];
+    block_sums[begin / kChunk] = (lanes[0] + lanes[2]) + (lanes[1] + lanes[3]);
+  });
+  double total = 0.0;
+  for (int64_t block = 0; block < blocks; ++block) total += block_sums[block];
+  return total;
+}
+
+bool CpuBackend::AllFinite(const Tensor& t) {
+  CheckFloat(t, "t");
+  std::atomic<bool> all_finite{true};
+  const size_t element = SizeOf(t.dtype());
+  ParallelChunks(t.numel(), kChunk, threads_, [&](int64_t begin, int64_t end) {
+    const char* data = static_cast<const char*>(t.raw()) + begin * static_cast<int64_t>(element);
+    if (!ChunkAllFinite(data, t.dtype(), end - begin)) {
+      all_finite.store(false, std::memory_order_relaxed);
+    }
+  });
+  return all_finite.load();
+}
+
+void CpuBackend::AdamW(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v,
+                       const AdamWConfig& config, float grad_scale) {
+  CheckF32(param, "param");
+  CheckFloat(grad, "grad");
+  CheckF32(m, "m");
+  CheckF32(v, "v");
+  CheckSameShape(param, grad, "param", "grad");
+  CheckSameShape(param, m, "param", "m");
+  CheckSameShape(param, v, "param", "v");
+  BATON_CHECK(config.step >= 1, "AdamW step is 1-based, got {}", config.step);
+  // Scalars as PyTorch forms them: in double, then used as float.
+  const auto step = static_cast<double>(config.step);
+  const float b1 = config.beta1;
+  const float b2 = config.beta2;
+  const float one_minus_b1 = static_cast<float>(1.0 - b1);
+  const float one_minus_b2 = static_cast<float>(1.0 - b2);
+  const float decay =
+      static_cast<float>(1.0 - static_cast<double>(config.lr) * config.weight_decay);
+  const float step_size =
+      static_cast<float>(config.lr / (1.0 - std::pow(static_cast<double>(b1), step)));
+  const float bias_correction2_sqrt =
+      static_cast<float>(std::sqrt(1.0 - std::pow(static_cast<double>(b2), step)));
+  const float eps = config.eps;
+  float* pp = param.data<float>();
+  float* pm = m.data<float>();
+  float* pv = v.data<float>();
+  ParallelChunks(param.numel(), kChunk, threads_, [&](int64_t begin, int64_t end) {
+    float buffer[kChunk];
+    const float* g = LoadChunk(grad, begin, end - begin, buffer);
+    for (int64_t i = begin; i < end; ++i) {
+      const float gi = g[i - begin] * grad_scale;
+      pm[i] = b1 * pm[i] + one_minus_b1 * gi;
+      pv[i] = b2 * pv[i] + one_minus_b2 * gi * gi;
+      pp[i] *= decay;
+      const float denom = std::sqrt(pv[i]) / bias_correction2_sqrt + eps;
+      pp[i] += -step_size * (pm[i] / denom);
+    }
+  });
+}
+
+}  // namespace cpu
+}  // namespace baton

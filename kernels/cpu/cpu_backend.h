@@ -1,0 +1,70 @@
+// CpuBackend: the Backend of kernels/backend.h on the host, made by MakeCpuBackend.
+//
+// GEMMs go to OpenBLAS sgemm; everything else is plain C++ loops, parallel over independent rows
+// (OpenMP, `num_threads` threads) with cross-row sums in a fixed order, so the result bits do not
+// depend on the thread count. Kernels compute in f32: 16-bit tensors are staged through f32
+// workspace booked in the ledger (F32Staging) or converted chunk by chunk on the stack.
+// All tensors must be contiguous host tensors. Every call runs to completion before returning.
+//
+// Thread safety: one backend serves one thread. OpenBLAS's thread count is process-wide, so the
+// backend sets it before each GEMM; backends with different counts may share a process but not
+// run GEMMs concurrently.
+#pragma once
+
+#include "kernels/backend.h"
+
+namespace baton::cpu {
+
+class CpuBackend final : public Backend {
+ public:
+  CpuBackend(MemoryLedger& ledger, int num_threads);
+
+  int num_threads() const { return threads_; }
+
+  Device device() const override { return Device::Cpu(); }
+  Allocator& allocator() override { return allocator_; }
+  void Synchronize() override {}
+
+  void Zero(Tensor& t) override;
+  void Copy(const Tensor& src, Tensor& dst) override;
+
+  void Matmul(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, Tensor& out,
+              bool accumulate, const Tensor* bias) override;
+  void BiasBackward(const Tensor& dout, Tensor& dbias) override;
+
+  void EmbeddingForward(const Tensor& tokens, const Tensor& wte, const Tensor& wpe,
+                        Tensor& out) override;
+  void EmbeddingBackward(const Tensor& tokens, const Tensor& dout, Tensor& dwte,
+                         Tensor& dwpe) override;
+  void LayerNormForward(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor& out,
+                        Tensor& mean, Tensor& rstd) override;
+  void LayerNormBackward(const Tensor& dout, const Tensor& x, const Tensor& weight,
+                         const Tensor& mean, const Tensor& rstd, Tensor& dx, Tensor& dweight,
+                         Tensor& dbias) override;
+  void GeluForward(const Tensor& x, Tensor& out) override;
+  void GeluBackward(const Tensor& x, const Tensor& dout, Tensor& dx) override;
+  void AttentionForward(const Tensor& qkv, int num_heads, Tensor& out, Tensor& probs) override;
+  void AttentionBackward(const Tensor& dout, const Tensor& qkv, const Tensor& probs, int num_heads,
+                         Tensor& dqkv) override;
+  void CrossEntropyForward(const Tensor& logits, const Tensor& targets, Tensor& loss) override;
+  void CrossEntropyBackward(const Tensor& logits, const Tensor& targets, float grad_scale,
+                            Tensor& dlogits) override;
+
+  void Add(const Tensor& a, const Tensor& b, Tensor& out) override;
+  void Accumulate(const Tensor& x, Tensor& acc) override;
+  void Scale(Tensor& t, float factor) override;
+
+  double SumOfSquares(const Tensor& t) override;
+  bool AllFinite(const Tensor& t) override;
+  void AdamW(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const AdamWConfig& config,
+             float grad_scale) override;
+
+ private:
+  // Uninitialised f32 scratch of `floats` elements, booked as workspace.
+  Tensor Workspace(int64_t floats);
+
+  CpuAllocator allocator_;
+  int threads_;
+};
+
+}  // namespace baton::cpu

@@ -1,0 +1,235 @@
+// CpuBackend: the GPT layer methods. Each validates its arguments, stages 16-bit tensors as f32
+// (F32Staging) and runs the f32 kernel from layer_kernels.h or attention.h.
+#include "core/error.h"
+#include "kernels/cpu/attention.h"
+#include "kernels/cpu/checks.h"
+#include "kernels/cpu/cpu_backend.h"
+#include "kernels/cpu/f32_staging.h"
+#include "kernels/cpu/gemm.h"
+#include "kernels/cpu/layer_kernels.h"
+
+namespace baton::cpu {
+namespace {
+
+// Checked before any kernel runs: kernels index with these ids and must not throw.
+void CheckIdsBelow(const Tensor& ids, int64_t bound, const char* name) {
+  const int32_t* p = ids.data<int32_t>();
+  for (int64_t i = 0; i < ids.numel(); ++i) {
+    BATON_CHECK(p[i] >= 0 && p[i] < bound, "{}[{}] = {} is outside [0, {})", name, i, p[i], bound);
+  }
+}
+
+AttentionShape CheckAttention(const Tensor& qkv, int num_heads) {
+  CheckFloat(qkv, "qkv");
+  BATON_CHECK(qkv.dim() == 3 && qkv.size(2) % 3 == 0, "qkv {} must be (B, T, 3C)", qkv.ToString());
+  const AttentionShape shape{qkv.size(0), qkv.size(1), qkv.size(2) / 3, num_heads};
+  BATON_CHECK(num_heads >= 1 && shape.channels % num_heads == 0,
+              "{} heads do not divide {} channels", num_heads, shape.channels);
+  return shape;
+}
+
+}  // namespace
+
+void CpuBackend::EmbeddingForward(const Tensor& tokens, const Tensor& wte, const Tensor& wpe,
+                                  Tensor& out) {
+  CheckI32(tokens, "tokens");
+  CheckFloat(wte, "wte");
+  CheckFloat(wpe, "wpe");
+  CheckFloat(out, "out");
+  BATON_CHECK(tokens.dim() == 2, "tokens {} must be (B, T)", tokens.ToString());
+  BATON_CHECK(wte.dim() == 2 && wpe.dim() == 2 && wte.size(1) == wpe.size(1),
+              "wte {} and wpe {} must be (V, C) and (maxT, C)", wte.ToString(), wpe.ToString());
+  const int64_t batch = tokens.size(0), seq = tokens.size(1), channels = wte.size(1);
+  BATON_CHECK(seq <= wpe.size(0), "sequence length {} exceeds wpe's {} positions", seq,
+              wpe.size(0));
+  CheckShape(out, {batch, seq, channels}, "out");
+  CheckIdsBelow(tokens, wte.size(0), "tokens");
+  F32Staging staging(allocator_, threads_);
+  const float* pwte = staging.In(wte);
+  const float* pwpe = staging.In(wpe);
+  cpu::EmbeddingForward(tokens.data<int32_t>(), pwte, pwpe, staging.Out(out), batch, seq, channels,
+                        threads_);
+  staging.Commit();
+}
+
+void CpuBackend::EmbeddingBackward(const Tensor& tokens, const Tensor& dout, Tensor& dwte,
+                                   Tensor& dwpe) {
+  CheckI32(tokens, "tokens");
+  CheckFloat(dout, "dout");
+  BATON_CHECK(tokens.dim() == 2, "tokens {} must be (B, T)", tokens.ToString());
+  BATON_CHECK(dout.dim() == 3, "dout {} must be (B, T, C)", dout.ToString());
+  const int64_t batch = tokens.size(0), seq = tokens.size(1), channels = dout.size(2);
+  CheckShape(dout, {batch, seq, channels}, "dout");
+  if (dwte.defined()) {
+    CheckFloat(dwte, "dwte");
+    BATON_CHECK(dwte.dim() == 2 && dwte.size(1) == channels, "dwte {} must be (V, {})",
+                dwte.ToString(), channels);
+    CheckIdsBelow(tokens, dwte.size(0), "tokens");
+  }
+  if (dwpe.defined()) {
+    CheckFloat(dwpe, "dwpe");
+    BATON_CHECK(dwpe.dim() == 2 && dwpe.size(1) == channels && seq <= dwpe.size(0),
+                "dwpe {} must be (maxT >= {}, {})", dwpe.ToString(), seq, channels);
+  }
+  F32Staging staging(allocator_, threads_);
+  const float* pdout = staging.In(dout);
+  float* pdwte = staging.InOut(dwte);
+  float* pdwpe = staging.InOut(dwpe);
+  cpu::EmbeddingBackward(tokens.data<int32_t>(), pdout, pdwte, pdwpe, batch, seq, channels,
+                         threads_);
+  staging.Commit();
+}
+
+void CpuBackend::LayerNormForward(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                                  Tensor& out, Tensor& mean, Tensor& rstd) {
+  CheckFloat(x, "x");
+  CheckFloat(weight, "weight");
+  CheckFloat(bias, "bias");
+  CheckFloat(out, "out");
+  CheckF32(mean, "mean");
+  CheckF32(rstd, "rstd");
+  const RowsCols xm = AsMatrix(x, "x");
+  CheckNumel(weight, xm.cols, "weight");
+  CheckNumel(bias, xm.cols, "bias");
+  CheckShape(out, x.shape(), "out");
+  CheckNumel(mean, xm.rows, "mean");
+  CheckNumel(rstd, xm.rows, "rstd");
+  F32Staging staging(allocator_, threads_);
+  const float* px = staging.In(x);
+  const float* pw = staging.In(weight);
+  const float* pb = staging.In(bias);
+  cpu::LayerNormForward(px, pw, pb, staging.Out(out), mean.data<float>(), rstd.data<float>(),
+                        xm.rows, xm.cols, threads_);
+  staging.Commit();
+}
+
+void CpuBackend::LayerNormBackward(const Tensor& dout, const Tensor& x, const Tensor& weight,
+                                   const Tensor& mean, const Tensor& rstd, Tensor& dx,
+                                   Tensor& dweight, Tensor& dbias) {
+  for (const auto& [t, name] : {std::pair{&dout, "dout"},
+                                {&x, "x"},
+                                {&weight, "weight"},
+                                {&dx, "dx"},
+                                {&dweight, "dweight"},
+                                {&dbias, "dbias"}}) {
+    CheckFloat(*t, name);
+  }
+  CheckF32(mean, "mean");
+  CheckF32(rstd, "rstd");
+  const RowsCols xm = AsMatrix(x, "x");
+  CheckShape(dout, x.shape(), "dout");
+  CheckShape(dx, x.shape(), "dx");
+  CheckNumel(weight, xm.cols, "weight");
+  CheckNumel(dweight, xm.cols, "dweight");
+  CheckNumel(dbias, xm.cols, "dbias");
+  CheckNumel(mean, xm.rows, "mean");
+  CheckNumel(rstd, xm.rows, "rstd");
+  Tensor scratch = Workspace(LayerNormBackwardScratch(xm.rows, xm.cols));
+  F32Staging staging(allocator_, threads_);
+  const float* pdout = staging.In(dout);
+  const float* px = staging.In(x);
+  const float* pw = staging.In(weight);
+  float* pdx = staging.InOut(dx);
+  float* pdw = staging.InOut(dweight);
+  float* pdb = staging.InOut(dbias);
+  cpu::LayerNormBackward(pdout, px, pw, mean.data<float>(), rstd.data<float>(), pdx, pdw, pdb,
+                         scratch.data<float>(), xm.rows, xm.cols, threads_);
+  staging.Commit();
+}
+
+void CpuBackend::GeluForward(const Tensor& x, Tensor& out) {
+  CheckFloat(x, "x");
+  CheckFloat(out, "out");
+  CheckShape(out, x.shape(), "out");
+  F32Staging staging(allocator_, threads_);
+  const float* px = staging.In(x);
+  cpu::GeluForward(px, staging.Out(out), x.numel(), threads_);
+  staging.Commit();
+}
+
+void CpuBackend::GeluBackward(const Tensor& x, const Tensor& dout, Tensor& dx) {
+  CheckFloat(x, "x");
+  CheckFloat(dout, "dout");
+  CheckFloat(dx, "dx");
+  CheckShape(dout, x.shape(), "dout");
+  CheckShape(dx, x.shape(), "dx");
+  F32Staging staging(allocator_, threads_);
+  const float* px = staging.In(x);
+  const float* pdout = staging.In(dout);
+  cpu::GeluBackward(px, pdout, staging.InOut(dx), x.numel(), threads_);
+  staging.Commit();
+}
+
+void CpuBackend::AttentionForward(const Tensor& qkv, int num_heads, Tensor& out, Tensor& probs) {
+  const AttentionShape shape = CheckAttention(qkv, num_heads);
+  CheckFloat(out, "out");
+  CheckF32(probs, "probs");
+  CheckShape(out, {shape.batch, shape.seq, shape.channels}, "out");
+  CheckShape(probs, {shape.batch, shape.heads, shape.seq, shape.seq}, "probs");
+  F32Staging staging(allocator_, threads_);
+  const float* pqkv = staging.In(qkv);
+  float* pout = staging.Out(out);
+  SetBlasThreads(threads_);
+  cpu::AttentionForward(pqkv, pout, probs.data<float>(), shape, threads_);
+  staging.Commit();
+}
+
+void CpuBackend::AttentionBackward(const Tensor& dout, const Tensor& qkv, const Tensor& probs,
+                                   int num_heads, Tensor& dqkv) {
+  const AttentionShape shape = CheckAttention(qkv, num_heads);
+  CheckFloat(dout, "dout");
+  CheckF32(probs, "probs");
+  CheckFloat(dqkv, "dqkv");
+  CheckShape(dout, {shape.batch, shape.seq, shape.channels}, "dout");
+  CheckShape(probs, {shape.batch, shape.heads, shape.seq, shape.seq}, "probs");
+  CheckShape(dqkv, qkv.shape(), "dqkv");
+  Tensor scratch = Workspace(AttentionBackwardScratch(shape));
+  F32Staging staging(allocator_, threads_);
+  const float* pdout = staging.In(dout);
+  const float* pqkv = staging.In(qkv);
+  float* pdqkv = staging.InOut(dqkv);
+  SetBlasThreads(threads_);
+  cpu::AttentionBackward(pdout, pqkv, probs.data<float>(), pdqkv, scratch.data<float>(), shape,
+                         threads_);
+  staging.Commit();
+}
+
+void CpuBackend::CrossEntropyForward(const Tensor& logits, const Tensor& targets, Tensor& loss) {
+  CheckFloat(logits, "logits");
+  CheckI32(targets, "targets");
+  CheckF32(loss, "loss");
+  const RowsCols lm = AsMatrix(logits, "logits");
+  BATON_CHECK(lm.rows > 0 && lm.cols > 0, "cross-entropy of empty logits {}", logits.ToString());
+  CheckNumel(targets, lm.rows, "targets");
+  CheckNumel(loss, 1, "loss");
+  CheckIdsBelow(targets, lm.cols, "targets");
+  Tensor row_losses = Workspace(lm.rows);
+  F32Staging staging(allocator_, threads_);
+  cpu::CrossEntropyRowLosses(staging.In(logits), targets.data<int32_t>(), row_losses.data<float>(),
+                             lm.rows, lm.cols, threads_);
+  double sum = 0.0;  // in row order
+  const float* p = row_losses.data<float>();
+  for (int64_t r = 0; r < lm.rows; ++r) sum += p[r];
+  loss.data<float>()[0] = static_cast<float>(sum / static_cast<double>(lm.rows));
+}
+
+void CpuBackend::CrossEntropyBackward(const Tensor& logits, const Tensor& targets, float grad_scale,
+                                      Tensor& dlogits) {
+  CheckFloat(logits, "logits");
+  CheckI32(targets, "targets");
+  CheckFloat(dlogits, "dlogits");
+  const RowsCols lm = AsMatrix(logits, "logits");
+  BATON_CHECK(lm.rows > 0 && lm.cols > 0, "cross-entropy of empty logits {}", logits.ToString());
+  CheckNumel(targets, lm.rows, "targets");
+  CheckShape(dlogits, logits.shape(), "dlogits");
+  CheckIdsBelow(targets, lm.cols, "targets");
+  F32Staging staging(allocator_, threads_);
+  const float* plogits = staging.In(logits);
+  float* pdlogits = staging.Out(dlogits);  // may be plogits: the kernel works in place
+  const float factor = grad_scale / static_cast<float>(lm.rows);
+  cpu::CrossEntropyBackward(plogits, targets.data<int32_t>(), factor, pdlogits, lm.rows, lm.cols,
+                            threads_);
+  staging.Commit();
+}
+
+}  // namespace baton::cpu

@@ -1,0 +1,58 @@
+// F32Staging: f32 copies of 16-bit tensors for the CPU kernels (see f32_staging.h).
+#include "kernels/cpu/f32_staging.h"
+
+#include "core/error.h"
+#include "kernels/cpu/parallel.h"
+
+namespace baton::cpu {
+
+void ConvertFloatsParallel(const void* src, DType src_dtype, void* dst, DType dst_dtype, int64_t n,
+                           int threads) {
+  const size_t src_size = SizeOf(src_dtype);
+  const size_t dst_size = SizeOf(dst_dtype);
+  ParallelChunks(n, 1 << 14, threads, [&](int64_t begin, int64_t end) {
+    ConvertFloats(static_cast<const char*>(src) + begin * src_size, src_dtype,
+                  static_cast<char*>(dst) + begin * dst_size, dst_dtype,
+                  static_cast<size_t>(end - begin));
+  });
+}
+
+float* F32Staging::Stage(const Tensor& t, bool load, bool write) {
+  if (!t.defined()) return nullptr;
+  BATON_CHECK(IsFloating(t.dtype()), "expected a float tensor, got {}", t.ToString());
+  if (t.dtype() == DType::kF32) return static_cast<float*>(t.raw());
+  Entry* entry = nullptr;
+  for (Entry& e : entries_) {
+    if (e.target.raw() == t.raw() && e.target.dtype() == t.dtype()) {
+      BATON_CHECK(e.target.numel() == t.numel(), "{} partly overlaps {}", t.ToString(),
+                  e.target.ToString());
+      entry = &e;
+    }
+  }
+  if (entry == nullptr) {
+    entries_.push_back(
+        {t, Tensor::Empty(allocator_, t.shape(), DType::kF32, MemCategory::kWorkspace)});
+    entry = &entries_.back();
+  }
+  if (load && !entry->loaded) {
+    ConvertFloatsParallel(t.raw(), t.dtype(), entry->f32.raw(), DType::kF32, t.numel(), threads_);
+    entry->loaded = true;
+  }
+  entry->written = entry->written || write;
+  return static_cast<float*>(entry->f32.raw());
+}
+
+const float* F32Staging::In(const Tensor& t) { return Stage(t, /*load=*/true, /*write=*/false); }
+float* F32Staging::InOut(Tensor& t) { return Stage(t, /*load=*/true, /*write=*/true); }
+float* F32Staging::Out(Tensor& t) { return Stage(t, /*load=*/false, /*write=*/true); }
+
+void F32Staging::Commit() {
+  for (Entry& e : entries_) {
+    if (!e.written) continue;
+    ConvertFloatsParallel(e.f32.raw(), DType::kF32, e.target.raw(), e.target.dtype(),
+                          e.target.numel(), threads_);
+    e.written = false;
+  }
+}
+
+}  // namespace baton::cpu

@@ -1,0 +1,83 @@
+// Small, vectorisable float helpers for the CPU kernels: exp, sums, dot products and max.
+//
+// Everything here is plain C++ with a fixed order of operations (no -ffast-math), so GCC can
+// vectorise the loops that call it while the result stays the same bits on every run and thread
+// count. Internal to kernels/cpu (and its tests).
+#pragma once
+
+#include <bit>
+#include <cstdint>
+
+namespace baton::cpu {
+
+// exp(x) for float, within ~2 ulp on [-87.3, 88.3] (Cephes' expf polynomial). Below -87.3 it
+// returns 0 (the true value is subnormal), above 88.3 it saturates at ~2^127; NaN stays NaN.
+// Branch-free and call-free so that loops over it vectorise.
+inline float ExpF(float x) {
+  constexpr float kHi = 88.3762626647949f;
+  constexpr float kLo = -87.3365447504f;
+  float clamped = x > kHi ? kHi : x;  // comparisons with NaN are false: NaN passes through
+  clamped = clamped < kLo ? kLo : clamped;
+  // n = round(x / ln 2) by the 1.5 * 2^23 trick: the integer lands in the low mantissa bits.
+  constexpr float kRoundMagic = 12582912.0f;
+  const float shifted = clamped * 1.44269504088896341f + kRoundMagic;
+  const float n = shifted - kRoundMagic;
+  // r = x - n ln 2 in two parts (Cody-Waite) so r keeps full precision.
+  const float r = (clamped - n * 0.693359375f) - n * -2.12194440e-4f;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * (r * r) + r + 1.0f;
+  // 2^n built from its bits: the low bits of `shifted` hold n in two's complement.
+  const uint32_t n_bits = std::bit_cast<uint32_t>(shifted) - std::bit_cast<uint32_t>(kRoundMagic);
+  const float two_n = std::bit_cast<float>((n_bits + 127u) << 23);
+  const float result = p * two_n;
+  return x < kLo ? 0.0f : result;
+}
+
+// Float sums and dot products with 8 independent partial sums combined in a fixed tree: the
+// order is part of the definition, so vectorised and scalar code give the same bits.
+inline constexpr int kLanes = 8;
+
+inline float CombineLanes(const float (&acc)[kLanes]) {
+  return ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+}
+
+// Sum over i in [0, n) of term(i), in 8 lanes combined by CombineLanes.
+template <typename Term>
+inline float SumLanes(int64_t n, const Term& term) {
+  float acc[kLanes] = {};
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    for (int j = 0; j < kLanes; ++j) acc[j] += term(i + j);
+  }
+  for (int j = 0; i < n; ++i, ++j) acc[j] += term(i);
+  return CombineLanes(acc);
+}
+
+inline float SumF(const float* x, int64_t n) {
+  return SumLanes(n, [x](int64_t i) { return x[i]; });
+}
+
+inline float DotF(const float* x, const float* y, int64_t n) {
+  return SumLanes(n, [x, y](int64_t i) { return x[i] * y[i]; });
+}
+
+// Largest element (NaNs are skipped; n >= 1). Max is exact, so lanes change nothing but speed.
+inline float MaxF(const float* x, int64_t n) {
+  float acc[kLanes];
+  for (int j = 0; j < kLanes; ++j) acc[j] = x[0];
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    for (int j = 0; j < kLanes; ++j) acc[j] = x[i + j] > acc[j] ? x[i + j] : acc[j];
+  }
+  for (int j = 0; i < n; ++i, ++j) acc[j] = x[i] > acc[j] ? x[i] : acc[j];
+  float m = acc[0];
+  for (int j = 1; j < kLanes; ++j) m = acc[j] > m ? acc[j] : m;
+  return m;
+}
+
+}  // namespace baton::cpu
