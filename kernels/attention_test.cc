@@ -1,0 +1,158 @@
+// CPU backend causal self-attention: forward against a naive per-head softmax, causality, and the
+// backward by finite differences and accumulation.
+#include <cmath>
+
+#include "kernels/kernels_test_util.h"
+
+namespace baton::kernels_test {
+namespace {
+
+using numeric_check::NormalisedError;
+using numeric_check::ProjectedSum;
+
+struct Reference {
+  std::vector<float> out;    // (B,T,C)
+  std::vector<float> probs;  // (B,NH,T,T)
+};
+
+// softmax(q k^T / sqrt(D)) v per (b, h, t), in double, straight from the definition.
+Reference NaiveAttention(const std::vector<float>& qkv, int64_t batch, int64_t seq,
+                         int64_t channels, int64_t heads) {
+  const int64_t dim = channels / heads;
+  Reference ref{std::vector<float>(static_cast<size_t>(batch * seq * channels)),
+                std::vector<float>(static_cast<size_t>(batch * heads * seq * seq))};
+  const auto at = [&](int64_t b, int64_t t, int64_t col) {
+    return qkv[(b * seq + t) * 3 * channels + col];
+  };
+  for (int64_t b = 0; b < batch; ++b) {
+    for (int64_t h = 0; h < heads; ++h) {
+      for (int64_t t = 0; t < seq; ++t) {
+        std::vector<double> scores(static_cast<size_t>(t + 1));
+        double max = -INFINITY;
+        for (int64_t s = 0; s <= t; ++s) {
+          double dot = 0.0;
+          for (int64_t d = 0; d < dim; ++d) {
+            dot += static_cast<double>(at(b, t, h * dim + d)) * at(b, s, channels + h * dim + d);
+          }
+          scores[s] = dot / std::sqrt(static_cast<double>(dim));
+          max = std::max(max, scores[s]);
+        }
+        double sum = 0.0;
+        for (double& v : scores) sum += (v = std::exp(v - max));
+        for (int64_t s = 0; s <= t; ++s) {
+          const double p = scores[s] / sum;
+          ref.probs[((b * heads + h) * seq + t) * seq + s] = static_cast<float>(p);
+          for (int64_t d = 0; d < dim; ++d) {
+            ref.out[(b * seq + t) * channels + h * dim + d] +=
+                static_cast<float>(p * at(b, s, 2 * channels + h * dim + d));
+          }
+        }
+      }
+    }
+  }
+  return ref;
+}
+
+class AttentionTest : public CpuBackendTest {
+ protected:
+  void Forward(const Tensor& qkv, int heads, Tensor& out, Tensor& probs) {
+    backend().AttentionForward(qkv, heads, out, probs);
+  }
+};
+
+TEST_F(AttentionTest, ForwardMatchesNaivePerHeadSoftmax) {
+  // The second shape spans two of the kernel's 64-row blocks.
+  for (auto [batch, seq, channels, heads] : {std::tuple{2, 5, 8, 2}, std::tuple{1, 70, 12, 3}}) {
+    Tensor qkv = Random({batch, seq, 3 * channels});
+    Tensor out = Random({batch, seq, channels});
+    Tensor probs = Random({batch, heads, seq, seq});
+    Forward(qkv, heads, out, probs);
+    const Reference ref = NaiveAttention(Floats(qkv), batch, seq, channels, heads);
+    EXPECT_LT(NormalisedError(Floats(out), ref.out), 1e-6) << "T = " << seq;
+    EXPECT_LT(NormalisedError(Floats(probs), ref.probs), 1e-6) << "T = " << seq;
+  }
+}
+
+TEST_F(AttentionTest, ProbsAreCausalRowsThatSumToOne) {
+  const int64_t batch = 2, seq = 7, channels = 8, heads = 2;
+  Tensor qkv = Random({batch, seq, 3 * channels}, 2.0f);
+  Tensor out = Zeros({batch, seq, channels});
+  Tensor probs = Random({batch, heads, seq, seq});  // stale values must be overwritten
+  Forward(qkv, heads, out, probs);
+  const std::vector<float> p = Floats(probs);
+  for (int64_t row = 0; row < batch * heads * seq; ++row) {
+    const int64_t t = row % seq;
+    double sum = 0.0;
+    for (int64_t s = 0; s < seq; ++s) {
+      const float v = p[row * seq + s];
+      if (s > t) {
+        EXPECT_EQ(v, 0.0f) << "row " << row << " column " << s;
+      } else {
+        EXPECT_GT(v, 0.0f);
+        sum += v;
+      }
+    }
+    EXPECT_NEAR(sum, 1.0, 1e-6) << "row " << row;
+  }
+}
+
+TEST_F(AttentionTest, OutputAtPositionIgnoresLaterPositions) {
+  const int64_t batch = 1, seq = 80, channels = 16, heads = 4, cut = 37;
+  Tensor qkv = Random({batch, seq, 3 * channels});
+  Tensor out = Zeros({batch, seq, channels});
+  Tensor probs = Zeros({batch, heads, seq, seq});
+  Forward(qkv, heads, out, probs);
+  const std::vector<float> before = Floats(out);
+  for (int64_t i = (cut + 1) * 3 * channels; i < qkv.numel(); ++i) {
+    qkv.data<float>()[i] += 1.0f;  // change every q, k, v after position `cut`
+  }
+  Forward(qkv, heads, out, probs);
+  const std::vector<float> after = Floats(out);
+  for (int64_t i = 0; i < (cut + 1) * channels; ++i) EXPECT_EQ(after[i], before[i]) << i;
+  int changed = 0;
+  for (int64_t i = (cut + 1) * channels; i < seq * channels; ++i) changed += after[i] != before[i];
+  EXPECT_GT(changed, 0);
+}
+
+TEST_F(AttentionTest, BackwardMatchesFiniteDifferences) {
+  for (auto [batch, seq, channels, heads] : {std::tuple{2, 5, 8, 2}, std::tuple{1, 70, 8, 2}}) {
+    Tensor qkv = Random({batch, seq, 3 * channels});
+    Tensor dout = Random({batch, seq, channels});
+    Tensor out = Zeros({batch, seq, channels});
+    Tensor probs = Zeros({batch, heads, seq, seq});
+    const auto loss = [&] {
+      Forward(qkv, heads, out, probs);
+      return ProjectedSum(out, dout);
+    };
+    loss();
+    Tensor dqkv = Zeros(qkv.shape());
+    backend().AttentionBackward(dout, qkv, probs, heads, dqkv);
+    SCOPED_TRACE(testing::Message() << "T = " << seq);
+    ExpectGradient(qkv, loss, dqkv, 2e-3, 1e-3);
+  }
+}
+
+TEST_F(AttentionTest, BackwardAccumulates) {
+  const int64_t batch = 2, seq = 9, channels = 12, heads = 3;
+  Tensor qkv = Random({batch, seq, 3 * channels});
+  Tensor out = Zeros({batch, seq, channels});
+  Tensor probs = Zeros({batch, heads, seq, seq});
+  Forward(qkv, heads, out, probs);
+  Tensor dout = Random(out.shape());
+  Tensor dqkv = Zeros(qkv.shape());
+  backend().AttentionBackward(dout, qkv, probs, heads, dqkv);
+  const std::vector<float> once = Floats(dqkv);
+  backend().AttentionBackward(dout, qkv, probs, heads, dqkv);
+  const std::vector<float> twice = Floats(dqkv);
+  for (size_t i = 0; i < once.size(); ++i) EXPECT_NEAR(twice[i], 2 * once[i], 1e-6) << i;
+}
+
+TEST_F(AttentionTest, HeadsMustDivideChannels) {
+  Tensor qkv = Random({1, 4, 3 * 10});
+  Tensor out = Zeros({1, 4, 10});
+  Tensor probs = Zeros({1, 3, 4, 4});
+  EXPECT_THROW(Forward(qkv, 3, out, probs), Error);
+}
+
+}  // namespace
+}  // namespace baton::kernels_test

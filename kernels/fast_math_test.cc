@@ -1,0 +1,60 @@
+// The CPU kernels' float helpers (kernels/cpu/fast_math.h): ExpF's accuracy and edge values,
+// and the fixed-order sums, dot products and max.
+#include "kernels/cpu/fast_math.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <vector>
+
+namespace baton::cpu {
+namespace {
+
+TEST(FastMathTest, ExpFIsWithinFourUlpOfExpOverItsRange) {
+  double worst = 0.0;
+  for (double x = -87.0; x <= 88.0; x += 0.00137) {
+    const float xf = static_cast<float>(x);
+    const double exact = std::exp(static_cast<double>(xf));
+    worst = std::max(worst, std::abs(ExpF(xf) - exact) / exact);
+  }
+  EXPECT_LT(worst, 4 * std::numeric_limits<float>::epsilon());
+}
+
+TEST(FastMathTest, ExpFEdgeValues) {
+  EXPECT_EQ(ExpF(0.0f), 1.0f);
+  EXPECT_EQ(ExpF(-100.0f), 0.0f);
+  EXPECT_EQ(ExpF(-std::numeric_limits<float>::infinity()), 0.0f);
+  EXPECT_TRUE(std::isfinite(ExpF(1000.0f)));
+  EXPECT_GT(ExpF(1000.0f), 1e38f);
+  EXPECT_TRUE(std::isnan(ExpF(std::numeric_limits<float>::quiet_NaN())));
+}
+
+TEST(FastMathTest, SumAndDotAgreeWithDoublePrecision) {
+  for (int n : {1, 7, 8, 9, 100, 1001}) {
+    std::vector<float> x(static_cast<size_t>(n)), y(static_cast<size_t>(n));
+    double sum = 0.0, dot = 0.0, magnitude = 0.0;
+    for (int i = 0; i < n; ++i) {
+      x[i] = std::sin(0.37f * static_cast<float>(i)) * 3.0f;
+      y[i] = std::cos(0.11f * static_cast<float>(i));
+      sum += x[i];
+      dot += static_cast<double>(x[i]) * y[i];
+      magnitude += std::abs(x[i]);
+    }
+    EXPECT_NEAR(SumF(x.data(), n), sum, 1e-6 * magnitude) << n;
+    EXPECT_NEAR(DotF(x.data(), y.data(), n), dot, 1e-6 * magnitude) << n;
+  }
+}
+
+TEST(FastMathTest, MaxFindsTheLargestAndSkipsNan) {
+  std::vector<float> x = {
+      3.0f,   -1.0f, std::numeric_limits<float>::quiet_NaN(), 2.0f, 9.5f, 0.0f, 1.0f, 4.0f, 9.25f,
+      -20.0f, 9.0f};
+  EXPECT_EQ(MaxF(x.data(), static_cast<int64_t>(x.size())), 9.5f);
+  EXPECT_EQ(MaxF(x.data(), 2), 3.0f);
+  std::vector<float> negative = {-5.0f, -2.0f, -7.0f};
+  EXPECT_EQ(MaxF(negative.data(), 3), -2.0f);
+}
+
+}  // namespace
+}  // namespace baton::cpu

@@ -1,0 +1,148 @@
+// 16-bit activations and parameters on the CPU backend: for each kernel, bf16 or f16 tensors give
+// the f32 result (on the same, already rounded, input values) within the 16-bit format's
+// rounding.
+#include "kernels/kernels_test_util.h"
+
+namespace baton::kernels_test {
+namespace {
+
+using numeric_check::NormalisedError;
+
+class HalfPrecisionTest : public CpuBackendTest, public ::testing::WithParamInterface<DType> {
+ protected:
+  DType half() const { return GetParam(); }
+  // Normalised error allowed between a 16-bit result and the f32 one: a few roundings.
+  double tolerance() const { return half() == DType::kBF16 ? 8e-3 : 1e-3; }
+
+  Tensor As(const Tensor& t, DType dtype) {
+    Tensor out = Zeros(t.shape(), dtype);
+    backend().Copy(t, out);
+    return out;
+  }
+  // A random input already rounded to the 16-bit format: {16-bit tensor, f32 copy}.
+  std::pair<Tensor, Tensor> Input(const Shape& shape, float stddev = 1.0f) {
+    Tensor h = Random(shape, stddev, half());
+    return {h, As(h, DType::kF32)};
+  }
+  void ExpectClose(const Tensor& half_result, const Tensor& f32_result, const char* what) {
+    EXPECT_EQ(half_result.dtype(), half()) << what;
+    EXPECT_LT(NormalisedError(half_result, f32_result), tolerance()) << what;
+  }
+};
+
+TEST_P(HalfPrecisionTest, MatmulWithBiasAndAccumulate) {
+  auto [a16, a32] = Input({33, 20});
+  auto [b16, b32] = Input({41, 20});
+  auto [bias16, bias32] = Input({41});
+  auto [init16, init32] = Input({33, 41});
+  backend().Matmul(a16, false, b16, true, init16, /*accumulate=*/true, &bias16);
+  backend().Matmul(a32, false, b32, true, init32, /*accumulate=*/true, &bias32);
+  ExpectClose(init16, init32, "out");
+  Tensor dbias16 = Zeros({41}, half()), dbias32 = Zeros({41});
+  backend().BiasBackward(init16, dbias16);
+  backend().BiasBackward(init32, dbias32);
+  ExpectClose(dbias16, dbias32, "dbias");
+}
+
+TEST_P(HalfPrecisionTest, EmbeddingForwardAndBackward) {
+  Tensor tokens = Ids({2, 6}, 9);
+  auto [wte16, wte32] = Input({9, 8});
+  auto [wpe16, wpe32] = Input({6, 8});
+  Tensor out16 = Zeros({2, 6, 8}, half()), out32 = Zeros({2, 6, 8});
+  backend().EmbeddingForward(tokens, wte16, wpe16, out16);
+  backend().EmbeddingForward(tokens, wte32, wpe32, out32);
+  ExpectClose(out16, out32, "out");
+  Tensor dwte16 = Zeros({9, 8}, half()), dwte32 = Zeros({9, 8});
+  Tensor dwpe16 = Zeros({6, 8}, half()), dwpe32 = Zeros({6, 8});
+  backend().EmbeddingBackward(tokens, out16, dwte16, dwpe16);
+  backend().EmbeddingBackward(tokens, out32, dwte32, dwpe32);
+  ExpectClose(dwte16, dwte32, "dwte");
+  ExpectClose(dwpe16, dwpe32, "dwpe");
+}
+
+TEST_P(HalfPrecisionTest, LayerNormForwardAndBackward) {
+  auto [x16, x32] = Input({12, 24}, 2.0f);
+  auto [w16, w32] = Input({24});
+  auto [b16, b32] = Input({24});
+  auto [dout16, dout32] = Input({12, 24});
+  Tensor out16 = Zeros(x16.shape(), half()), out32 = Zeros(x32.shape());
+  Tensor mean = Zeros({12}), rstd = Zeros({12});
+  backend().LayerNormForward(x16, w16, b16, out16, mean, rstd);
+  backend().LayerNormForward(x32, w32, b32, out32, mean, rstd);
+  ExpectClose(out16, out32, "out");
+  Tensor dx16 = Zeros(x16.shape(), half()), dw16 = Zeros({24}, half()), db16 = Zeros({24}, half());
+  Tensor dx32 = Zeros(x32.shape()), dw32 = Zeros({24}), db32 = Zeros({24});
+  backend().LayerNormBackward(dout16, x16, w16, mean, rstd, dx16, dw16, db16);
+  backend().LayerNormBackward(dout32, x32, w32, mean, rstd, dx32, dw32, db32);
+  ExpectClose(dx16, dx32, "dx");
+  ExpectClose(dw16, dw32, "dweight");
+  ExpectClose(db16, db32, "dbias");
+}
+
+TEST_P(HalfPrecisionTest, GeluForwardAndBackward) {
+  auto [x16, x32] = Input({7, 50}, 2.0f);
+  auto [dout16, dout32] = Input({7, 50});
+  Tensor out16 = Zeros(x16.shape(), half()), out32 = Zeros(x32.shape());
+  backend().GeluForward(x16, out16);
+  backend().GeluForward(x32, out32);
+  ExpectClose(out16, out32, "out");
+  Tensor dx16 = Zeros(x16.shape(), half()), dx32 = Zeros(x32.shape());
+  backend().GeluBackward(x16, dout16, dx16);
+  backend().GeluBackward(x32, dout32, dx32);
+  ExpectClose(dx16, dx32, "dx");
+}
+
+TEST_P(HalfPrecisionTest, AttentionForwardAndBackward) {
+  auto [qkv16, qkv32] = Input({2, 5, 24});
+  auto [dout16, dout32] = Input({2, 5, 8});
+  Tensor out16 = Zeros({2, 5, 8}, half()), out32 = Zeros({2, 5, 8});
+  Tensor probs16 = Zeros({2, 2, 5, 5}), probs32 = Zeros({2, 2, 5, 5});
+  backend().AttentionForward(qkv16, 2, out16, probs16);
+  backend().AttentionForward(qkv32, 2, out32, probs32);
+  ExpectClose(out16, out32, "out");
+  EXPECT_EQ(Floats(probs16), Floats(probs32));  // same inputs, f32 probabilities
+  Tensor dqkv16 = Zeros(qkv16.shape(), half()), dqkv32 = Zeros(qkv32.shape());
+  backend().AttentionBackward(dout16, qkv16, probs16, 2, dqkv16);
+  backend().AttentionBackward(dout32, qkv32, probs32, 2, dqkv32);
+  ExpectClose(dqkv16, dqkv32, "dqkv");
+}
+
+TEST_P(HalfPrecisionTest, CrossEntropyIncludingInPlaceBackward) {
+  auto [logits16, logits32] = Input({6, 30}, 2.0f);
+  Tensor targets = Ids({6}, 30);
+  Tensor loss16 = Zeros({1}), loss32 = Zeros({1});
+  backend().CrossEntropyForward(logits16, targets, loss16);
+  backend().CrossEntropyForward(logits32, targets, loss32);
+  EXPECT_EQ(Floats(loss16), Floats(loss32));  // same inputs, f32 arithmetic
+  Tensor d16 = Zeros(logits16.shape(), half()), d32 = Zeros(logits32.shape());
+  backend().CrossEntropyBackward(logits16, targets, 3.0f, d16);
+  backend().CrossEntropyBackward(logits32, targets, 3.0f, d32);
+  ExpectClose(d16, d32, "dlogits");
+  backend().CrossEntropyBackward(logits16, targets, 3.0f, logits16);  // in place
+  EXPECT_EQ(Floats(logits16), Floats(d16));
+}
+
+TEST_P(HalfPrecisionTest, ElementwiseOpsAndReductions) {
+  auto [a16, a32] = Input({5000});
+  auto [b16, b32] = Input({5000});
+  Tensor sum16 = Zeros({5000}, half()), sum32 = Zeros({5000});
+  backend().Add(a16, b32, sum16);  // mixed dtypes are fine
+  backend().Add(a32, b32, sum32);
+  ExpectClose(sum16, sum32, "Add");
+  backend().Accumulate(b16, sum16);
+  backend().Accumulate(b32, sum32);
+  ExpectClose(sum16, sum32, "Accumulate");
+  backend().Scale(sum16, 0.5f);
+  backend().Scale(sum32, 0.5f);
+  ExpectClose(sum16, sum32, "Scale");
+  EXPECT_EQ(backend().SumOfSquares(a16), backend().SumOfSquares(a32));
+  EXPECT_TRUE(backend().AllFinite(a16));
+  Tensor big = Values({2}, {1.0f, 1e6f}, half());  // 1e6 overflows f16, not bf16
+  EXPECT_EQ(backend().AllFinite(big), half() == DType::kBF16);
+}
+
+INSTANTIATE_TEST_SUITE_P(Formats, HalfPrecisionTest, ::testing::Values(DType::kBF16, DType::kF16),
+                         [](const auto& info) { return std::string(Name(info.param)); });
+
+}  // namespace
+}  // namespace baton::kernels_test

@@ -1,0 +1,68 @@
+// Shared fixture for the CPU backend tests: a ledger, a backend, and tensor shorthands.
+//
+// Tensors the tests make are booked as activations, so the backend's own scratch is the only
+// workspace in the ledger (ledger_test.cc relies on it).
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <vector>
+
+#include "core/error.h"
+#include "core/random.h"
+#include "core/tensor.h"
+#include "kernels/backend.h"
+#include "kernels/testing/numeric_check.h"
+
+namespace baton::kernels_test {
+
+class CpuBackendTest : public ::testing::Test {
+ protected:
+  explicit CpuBackendTest(int threads = 2) : backend_(MakeCpuBackend(ledger_, threads)) {}
+
+  Backend& backend() { return *backend_; }
+
+  Tensor Random(const Shape& shape, float stddev = 1.0f, DType dtype = DType::kF32) {
+    return numeric_check::RandomNormal(backend_->allocator(), shape, rng_, stddev, dtype);
+  }
+  Tensor Zeros(const Shape& shape, DType dtype = DType::kF32) {
+    return Tensor::Zeros(backend_->allocator(), shape, dtype, MemCategory::kActivations);
+  }
+  Tensor Values(const Shape& shape, const std::vector<float>& values, DType dtype = DType::kF32) {
+    return numeric_check::FromFloats(backend_->allocator(), shape, values, dtype);
+  }
+  // i32 ids drawn uniformly from [0, bound).
+  Tensor Ids(const Shape& shape, int64_t bound) {
+    Tensor t = Tensor::Empty(backend_->allocator(), shape, DType::kI32, MemCategory::kActivations);
+    for (int64_t i = 0; i < t.numel(); ++i) {
+      t.data<int32_t>()[i] = static_cast<int32_t>(rng_.NextBelow(static_cast<uint64_t>(bound)));
+    }
+    return t;
+  }
+  Tensor Clone(const Tensor& t) {
+    Tensor c =
+        Tensor::Empty(backend_->allocator(), t.shape(), t.dtype(), MemCategory::kActivations);
+    CopyHost(t, c);
+    return c;
+  }
+
+  // Checks `analytic` against finite differences of loss() w.r.t. `input`.
+  void ExpectGradient(Tensor& input, const std::function<double()>& loss, const Tensor& analytic,
+                      double tolerance = 2e-3, double step = 1e-2) {
+    numeric_check::GradCheckOptions options;
+    options.tolerance = tolerance;
+    options.step = step;
+    const numeric_check::GradCheckResult result =
+        numeric_check::CheckGradient(input, loss, analytic, options);
+    EXPECT_TRUE(result.ok) << result.Describe();
+  }
+
+  MemoryLedger ledger_;
+  std::unique_ptr<Backend> backend_;
+  Rng rng_{20240601};
+};
+
+inline std::vector<float> Floats(const Tensor& t) { return ToFloatVector(t); }
+
+}  // namespace baton::kernels_test

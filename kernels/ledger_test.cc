@@ -1,0 +1,82 @@
+// The CPU backend books its scratch in the ledger as workspace and releases it before returning;
+// f32 kernels without scratch book nothing.
+#include <functional>
+
+#include "kernels/kernels_test_util.h"
+
+namespace baton::kernels_test {
+namespace {
+
+class LedgerTest : public CpuBackendTest {
+ protected:
+  // Runs `call` and returns the workspace peak it reached; expects every category back where it
+  // started afterwards.
+  int64_t WorkspacePeakOf(const std::function<void()>& call) {
+    const MemoryFigures before = ledger_.Current();
+    ledger_.ResetPeaks();
+    call();
+    const MemoryFigures after = ledger_.Current();
+    for (MemCategory category : kAllMemCategories) {
+      EXPECT_EQ(after[category], before[category]) << Name(category) << " not released";
+    }
+    return ledger_.peak(MemCategory::kWorkspace) - before[MemCategory::kWorkspace];
+  }
+};
+
+TEST_F(LedgerTest, SixteenBitMatmulStagesExactlyItsOperandsAsF32Workspace) {
+  Tensor a = Random({30, 20}, 1.0f, DType::kBF16);
+  Tensor b = Random({20, 10}, 1.0f, DType::kF16);
+  Tensor out = Zeros({30, 10}, DType::kBF16);
+  const int64_t peak = WorkspacePeakOf([&] { backend().Matmul(a, false, b, false, out, true); });
+  EXPECT_EQ(peak, 4 * (30 * 20 + 20 * 10 + 30 * 10));
+}
+
+TEST_F(LedgerTest, KernelsWithScratchReleaseItBeforeReturning) {
+  Tensor x = Random({40, 16});
+  Tensor weight = Random({16}), bias = Random({16});
+  Tensor out = Zeros(x.shape()), mean = Zeros({40}), rstd = Zeros({40});
+  backend().LayerNormForward(x, weight, bias, out, mean, rstd);
+  Tensor dx = Zeros(x.shape()), dweight = Zeros({16}), dbias = Zeros({16});
+  EXPECT_GT(WorkspacePeakOf([&] {
+              backend().LayerNormBackward(out, x, weight, mean, rstd, dx, dweight, dbias);
+            }),
+            0);
+
+  Tensor qkv = Random({2, 6, 24});
+  Tensor attention = Zeros({2, 6, 8}), probs = Zeros({2, 2, 6, 6});
+  backend().AttentionForward(qkv, 2, attention, probs);
+  Tensor dqkv = Zeros(qkv.shape());
+  EXPECT_EQ(WorkspacePeakOf([&] { backend().AttentionBackward(attention, qkv, probs, 2, dqkv); }),
+            4 * 6 * 6);
+
+  Tensor logits = Random({9, 7});
+  Tensor targets = Ids({9}, 7);
+  Tensor loss = Zeros({1});
+  EXPECT_EQ(WorkspacePeakOf([&] { backend().CrossEntropyForward(logits, targets, loss); }), 4 * 9);
+  EXPECT_GT(WorkspacePeakOf([&] { backend().SumOfSquares(logits); }), 0);
+
+  Tensor half = Random({3, 5}, 1.0f, DType::kBF16);
+  Tensor gelu = Zeros({3, 5}, DType::kBF16);
+  EXPECT_EQ(WorkspacePeakOf([&] { backend().GeluForward(half, gelu); }), 2 * 4 * 15);
+}
+
+TEST_F(LedgerTest, F32KernelsWithoutScratchBookNothing) {
+  Tensor a = Random({8, 8}), b = Random({8, 8}), out = Zeros({8, 8});
+  EXPECT_EQ(WorkspacePeakOf([&] { backend().Matmul(a, false, b, true, out, false); }), 0);
+  EXPECT_EQ(WorkspacePeakOf([&] { backend().GeluForward(a, out); }), 0);
+  EXPECT_EQ(WorkspacePeakOf([&] { backend().Add(a, b, out); }), 0);
+  Tensor param = Random({8, 8}), m = Zeros({8, 8}), v = Zeros({8, 8});
+  EXPECT_EQ(WorkspacePeakOf([&] { backend().AdamW(param, a, m, v, AdamWConfig{}, 1.0f); }), 0);
+}
+
+TEST_F(LedgerTest, WorkspaceIsReleasedWhenAKernelRejectsItsArguments) {
+  Tensor logits = Random({4, 5}, 1.0f, DType::kBF16);
+  Tensor targets = Ids({4}, 5);
+  targets.data<int32_t>()[2] = 99;
+  Tensor dlogits = Zeros({4, 5}, DType::kBF16);
+  WorkspacePeakOf(
+      [&] { EXPECT_THROW(backend().CrossEntropyBackward(logits, targets, 1.0f, dlogits), Error); });
+}
+
+}  // namespace
+}  // namespace baton::kernels_test
