@@ -8,8 +8,11 @@
 // scaled by `BackwardArgs::loss_grad_scale` (1/micro_batches, times the fp16 loss scale).
 //
 // What backward needs is kept in a Stash per (layer, micro-batch), booked as activations in the
-// ledger; Backward/BackwardWeight release it. Layers are not thread-safe: one stage engine drives
-// them from one thread.
+// ledger; Backward/BackwardWeight release it. A layer keeps HANDLES, not copies, to the tensors it
+// is given: Forward stashes its input x, BackwardInput may stash dy. The caller must not write
+// into those tensors until the stash is released (Backward, or BackwardWeight after
+// BackwardInput). The tensors a layer returns (its output, dx, the loss) are fresh allocations
+// booked as activations. Layers are not thread-safe: one stage engine drives them from one thread.
 #pragma once
 
 #include <string>
@@ -30,15 +33,20 @@ struct BackwardArgs {
   float loss_grad_scale = 1.0f;  // d(step loss)/d(this micro-batch's loss), loss scale included
 };
 
-// Tensors one layer keeps between forward and backward of one micro-batch.
+// Tensors one layer keeps between forward and backward of one micro-batch, by name, in the
+// order they were put.
 class Stash {
  public:
-  void Put(std::string name, Tensor t);
+  void Put(std::string name, Tensor t);              // throws if the name is taken
   const Tensor& Get(const std::string& name) const;  // throws if absent
   bool Has(const std::string& name) const;
   void Clear();
   bool empty() const { return entries_.empty(); }
-  int64_t bytes() const;  // sum of the stashed tensors' sizes
+  int size() const { return static_cast<int>(entries_.size()); }
+  std::vector<std::string> names() const;
+  // Sum of the stashed tensors' sizes (a tensor's nbytes, not its storage's: views count what
+  // they see).
+  int64_t bytes() const;
 
  private:
   std::vector<std::pair<std::string, Tensor>> entries_;
@@ -46,9 +54,13 @@ class Stash {
 
 struct Param {
   std::string name;           // Hugging Face GPT-2 style: "h.3.attn.c_attn.weight", "wte.weight"
-  Tensor value;               // booked as params
-  Tensor grad;                // same shape, booked as grads; zeroed at the start of every step
+  Tensor value;               // booked as params, in the layer's param dtype
+  Tensor grad;                // same shape, f32, booked as grads; zeroed at the start of every step
   bool weight_decay = false;  // AdamW decay applies to tensors of rank >= 2
+  // True for a copy of another layer's parameter of the same name (the head's "wte.weight", tied
+  // to the embedding's). Its value equals the original bit for bit (and after TieEmbedding shares
+  // its storage); its grad is always separate, to be summed with the original's at step end.
+  bool tied = false;
 };
 
 class Layer {
@@ -57,6 +69,12 @@ class Layer {
 
   virtual const std::string& name() const = 0;  // "embedding", "block.3", "head"
   virtual std::vector<Param*> params() = 0;
+
+  // Selective activation recompute (Megatron): when on, Forward stashes less and Backward
+  // recomputes the rest; the results are bit-identical. Layers with nothing to recompute ignore
+  // it. Off by default.
+  virtual void set_selective_recompute(bool on) { (void)on; }
+  virtual bool selective_recompute() const { return false; }
 
   // Returns the output activation, or for the head the loss (1). Fills `stash` with what
   // backward needs (under selective recompute, less; see the layer).
@@ -67,9 +85,10 @@ class Layer {
   virtual Tensor Backward(const Tensor& dy, const MicroBatch& batch, Stash& stash,
                           const BackwardArgs& args) = 0;
 
-  // Zero-bubble split of Backward. BackwardInput returns dx and leaves in the stash only what
-  // BackwardWeight needs; BackwardWeight accumulates the weight-matrix gradients and clears the
-  // stash. Running both gives bit-identical gradients to Backward.
+  // Zero-bubble split of Backward. BackwardInput returns dx and accumulates every gradient but
+  // those of the weight matrices, leaving in the stash only the operands of the weight-gradient
+  // GEMMs; BackwardWeight runs those GEMMs and clears the stash. Running both gives bit-identical
+  // gradients to Backward.
   virtual Tensor BackwardInput(const Tensor& dy, const MicroBatch& batch, Stash& stash,
                                const BackwardArgs& args) = 0;
   virtual void BackwardWeight(Stash& stash) = 0;

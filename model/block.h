@@ -1,0 +1,92 @@
+// Transformer blocks: the GPT-2 block and the attention-free MLP block.
+//
+// BlockLayer (GPT-2, pre-LayerNorm), x and y (B,T,C):
+//   x2 = x + attn.c_proj(CausalSelfAttention(attn.c_attn(ln_1(x))))    qkv (B,T,3C)
+//   y  = x2 + mlp.c_proj(gelu(mlp.c_fc(ln_2(x2))))                     hidden (B,T,4C)
+// Attention: q, k, v are the column thirds of qkv, head h uses columns h*D..(h+1)*D of each,
+// scale 1/sqrt(D), causal mask; GELU is the tanh approximation. Parameters, in params() order
+// ("h.{i}." prefixed, Conv1D layout (in,out), y = x @ W + b):
+//   ln_1.weight (C) ln_1.bias (C) attn.c_attn.weight (C,3C) attn.c_attn.bias (3C)
+//   attn.c_proj.weight (C,C) attn.c_proj.bias (C) ln_2.weight (C) ln_2.bias (C)
+//   mlp.c_fc.weight (C,4C) mlp.c_fc.bias (4C) mlp.c_proj.weight (4C,C) mlp.c_proj.bias (C)
+//
+// MlpBlockLayer (the `mlp` preset): y = x + mlp.c_proj(gelu(mlp.c_fc(ln_2(x)))), with the six
+// "h.{i}.ln_2.*" / "h.{i}.mlp.*" parameters above.
+//
+// Stash: see model/sublayers.h; under selective recompute the attention probabilities
+// (B,NH,T,T) and the GELU input and output (B,T,4C) are not stashed and Backward recomputes them
+// (bit-identical results). BackwardInput leaves, per weight matrix W, the operands of
+// dW += lhs^T @ rhs as "<W's name>.lhs"/".rhs".
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "kernels/backend.h"
+#include "model/dims.h"
+#include "model/layer.h"
+#include "model/sublayers.h"
+
+namespace baton {
+
+class BlockLayer final : public Layer {
+ public:
+  // layer_index: position in the graph (keys the init streams); block_index: i of "h.{i}".
+  BlockLayer(Backend& backend, const ModelDims& dims, DType param_dtype, DType act_dtype,
+             uint64_t seed, int layer_index, int block_index);
+
+  const std::string& name() const override { return name_; }
+  std::vector<Param*> params() override;
+  void set_selective_recompute(bool on) override { selective_recompute_ = on; }
+  bool selective_recompute() const override { return selective_recompute_; }
+
+  Tensor Forward(const Tensor& x, const MicroBatch& batch, Stash& stash) override;
+  Tensor Backward(const Tensor& dy, const MicroBatch& batch, Stash& stash,
+                  const BackwardArgs& args) override;
+  Tensor BackwardInput(const Tensor& dy, const MicroBatch& batch, Stash& stash,
+                       const BackwardArgs& args) override;
+  void BackwardWeight(Stash& stash) override;
+
+ private:
+  Tensor BackwardPass(const Tensor& dy, Stash& stash, bool defer_weights);
+
+  Backend& backend_;
+  ModelDims dims_;
+  DType act_dtype_;
+  std::string name_;
+  bool selective_recompute_ = false;
+  std::vector<Param> params_;  // fixed size: the sublayer structs point into it
+  model_ops::AttentionParams attn_;
+  model_ops::MlpParams mlp_;
+};
+
+class MlpBlockLayer final : public Layer {
+ public:
+  MlpBlockLayer(Backend& backend, const ModelDims& dims, DType param_dtype, DType act_dtype,
+                uint64_t seed, int layer_index, int block_index);
+
+  const std::string& name() const override { return name_; }
+  std::vector<Param*> params() override;
+  void set_selective_recompute(bool on) override { selective_recompute_ = on; }
+  bool selective_recompute() const override { return selective_recompute_; }
+
+  Tensor Forward(const Tensor& x, const MicroBatch& batch, Stash& stash) override;
+  Tensor Backward(const Tensor& dy, const MicroBatch& batch, Stash& stash,
+                  const BackwardArgs& args) override;
+  Tensor BackwardInput(const Tensor& dy, const MicroBatch& batch, Stash& stash,
+                       const BackwardArgs& args) override;
+  void BackwardWeight(Stash& stash) override;
+
+ private:
+  Tensor BackwardPass(const Tensor& dy, Stash& stash, bool defer_weights);
+
+  Backend& backend_;
+  ModelDims dims_;
+  DType act_dtype_;
+  std::string name_;
+  bool selective_recompute_ = false;
+  std::vector<Param> params_;
+  model_ops::MlpParams mlp_;
+};
+
+}  // namespace baton

@@ -1,0 +1,25 @@
+// ModelDims validation and printing (see dims.h).
+#include "model/dims.h"
+
+#include <fmt/format.h>
+
+#include "core/error.h"
+
+namespace baton {
+
+void Validate(const ModelDims& dims) {
+  BATON_CHECK(dims.vocab_size > 0, "vocab_size must be positive, got {}", dims.vocab_size);
+  BATON_CHECK(dims.context > 0, "context must be positive, got {}", dims.context);
+  BATON_CHECK(dims.num_layers > 0, "num_layers must be positive, got {}", dims.num_layers);
+  BATON_CHECK(dims.num_heads > 0, "num_heads must be positive, got {}", dims.num_heads);
+  BATON_CHECK(dims.width > 0, "width must be positive, got {}", dims.width);
+  BATON_CHECK(dims.width % dims.num_heads == 0, "width {} must be a multiple of num_heads {}",
+              dims.width, dims.num_heads);
+}
+
+std::string ToString(const ModelDims& dims) {
+  return fmt::format("V={} T={} L={} NH={} C={}", dims.vocab_size, dims.context, dims.num_layers,
+                     dims.num_heads, dims.width);
+}
+
+}  // namespace baton

@@ -1,0 +1,47 @@
+// The token + position embedding: the first layer of every graph.
+//
+//   Forward:  tokens (B,T) i32 -> out (B,T,C) = wte[tokens] + wpe[0..T)      (x is ignored)
+//   Backward: dwte[tokens[b,t]] += dy[b,t]; dwpe[t] += sum_b dy[b,t]; no dx
+// Parameters: "wte.weight" (V,C), "wpe.weight" (maxT,C), both N(0, 0.02). Nothing is stashed
+// (backward reads the tokens from the micro-batch again), and BackwardInput does all the work:
+// there is no weight GEMM to defer.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "kernels/backend.h"
+#include "model/dims.h"
+#include "model/layer.h"
+
+namespace baton {
+
+class EmbeddingLayer final : public Layer {
+ public:
+  // layer_index must be kEmbeddingLayerIndex (0): the head draws its tied wte from that stream.
+  EmbeddingLayer(Backend& backend, const ModelDims& dims, DType param_dtype, DType act_dtype,
+                 uint64_t seed, int layer_index);
+
+  const std::string& name() const override { return name_; }
+  std::vector<Param*> params() override { return {&wte_, &wpe_}; }
+
+  Tensor Forward(const Tensor& x, const MicroBatch& batch, Stash& stash) override;
+  Tensor Backward(const Tensor& dy, const MicroBatch& batch, Stash& stash,
+                  const BackwardArgs& args) override;
+  Tensor BackwardInput(const Tensor& dy, const MicroBatch& batch, Stash& stash,
+                       const BackwardArgs& args) override;
+  void BackwardWeight(Stash& stash) override;
+
+  Param& wte() { return wte_; }
+  Param& wpe() { return wpe_; }
+
+ private:
+  Backend& backend_;
+  ModelDims dims_;
+  DType act_dtype_;
+  std::string name_ = "embedding";
+  Param wte_;
+  Param wpe_;
+};
+
+}  // namespace baton

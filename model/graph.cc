@@ -1,0 +1,115 @@
+// Layer graphs, presets and layer construction (see graph.h).
+#include "model/graph.h"
+
+#include <fmt/format.h>
+
+#include "core/error.h"
+#include "model/block.h"
+#include "model/embedding.h"
+#include "model/head.h"
+
+namespace baton {
+namespace {
+
+// Numbers the kinds into specs and checks the graph's shape.
+std::vector<LayerSpec> MakeGraph(const ModelDims& dims, const std::vector<LayerKind>& kinds) {
+  Validate(dims);
+  BATON_CHECK(kinds.size() >= 2, "a layer graph needs an embedding and a head, got {} layers",
+              kinds.size());
+  std::vector<LayerSpec> graph;
+  int blocks = 0;
+  for (size_t i = 0; i < kinds.size(); ++i) {
+    const LayerKind kind = kinds[i];
+    const bool first = i == 0;
+    const bool last = i + 1 == kinds.size();
+    LayerSpec spec{kind, static_cast<int>(i), -1, std::string(Name(kind))};
+    switch (kind) {
+      case LayerKind::kEmbedding:
+        BATON_CHECK(first, "layer {} is an embedding: the embedding must be the first layer, once",
+                    i);
+        break;
+      case LayerKind::kHead:
+        BATON_CHECK(last, "layer {} is a head: the head must be the last layer, once", i);
+        break;
+      case LayerKind::kBlock:
+      case LayerKind::kMlpBlock:
+        spec.block_index = blocks++;
+        spec.name = fmt::format("{}.{}", Name(kind), spec.block_index);
+        break;
+    }
+    graph.push_back(std::move(spec));
+  }
+  BATON_CHECK(graph.front().kind == LayerKind::kEmbedding,
+              "the first layer must be the embedding, got {}", graph.front().name);
+  BATON_CHECK(graph.back().kind == LayerKind::kHead, "the last layer must be the head, got {}",
+              graph.back().name);
+  BATON_CHECK(blocks == dims.num_layers, "the graph has {} blocks but the model's num_layers is {}",
+              blocks, dims.num_layers);
+  return graph;
+}
+
+std::vector<LayerSpec> Preset(const ModelDims& dims, LayerKind block) {
+  Validate(dims);
+  std::vector<LayerKind> kinds = {LayerKind::kEmbedding};
+  kinds.insert(kinds.end(), static_cast<size_t>(dims.num_layers), block);
+  kinds.push_back(LayerKind::kHead);
+  return MakeGraph(dims, kinds);
+}
+
+}  // namespace
+
+std::string_view Name(LayerKind kind) {
+  switch (kind) {
+    case LayerKind::kEmbedding:
+      return "embedding";
+    case LayerKind::kBlock:
+      return "block";
+    case LayerKind::kMlpBlock:
+      return "mlp_block";
+    case LayerKind::kHead:
+      return "head";
+  }
+  BATON_FAIL("unknown layer kind {}", static_cast<int>(kind));
+}
+
+LayerKind ParseLayerKind(std::string_view name) {
+  for (LayerKind kind :
+       {LayerKind::kEmbedding, LayerKind::kBlock, LayerKind::kMlpBlock, LayerKind::kHead}) {
+    if (name == Name(kind)) return kind;
+  }
+  BATON_FAIL("unknown layer kind '{}' (expected embedding, block, mlp_block or head)", name);
+}
+
+std::vector<LayerSpec> GptGraph(const ModelDims& dims) { return Preset(dims, LayerKind::kBlock); }
+
+std::vector<LayerSpec> MlpGraph(const ModelDims& dims) {
+  return Preset(dims, LayerKind::kMlpBlock);
+}
+
+std::vector<LayerSpec> CustomGraph(const ModelDims& dims, const std::vector<std::string>& kinds) {
+  std::vector<LayerKind> parsed;
+  for (const std::string& kind : kinds) parsed.push_back(ParseLayerKind(kind));
+  return MakeGraph(dims, parsed);
+}
+
+std::unique_ptr<Layer> BuildLayer(const LayerSpec& spec, const ModelDims& dims, Backend& backend,
+                                  DType param_dtype, DType act_dtype, uint64_t seed) {
+  BATON_CHECK(IsFloating(act_dtype), "the activation dtype must be f32, bf16 or f16, got {}",
+              Name(act_dtype));
+  switch (spec.kind) {
+    case LayerKind::kEmbedding:
+      return std::make_unique<EmbeddingLayer>(backend, dims, param_dtype, act_dtype, seed,
+                                              spec.index);
+    case LayerKind::kBlock:
+      return std::make_unique<BlockLayer>(backend, dims, param_dtype, act_dtype, seed, spec.index,
+                                          spec.block_index);
+    case LayerKind::kMlpBlock:
+      return std::make_unique<MlpBlockLayer>(backend, dims, param_dtype, act_dtype, seed,
+                                             spec.index, spec.block_index);
+    case LayerKind::kHead:
+      return std::make_unique<HeadLayer>(backend, dims, param_dtype, act_dtype, seed, spec.index);
+  }
+  BATON_FAIL("unknown layer kind {}", static_cast<int>(spec.kind));
+}
+
+}  // namespace baton

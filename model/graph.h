@@ -1,0 +1,47 @@
+// The layer graph: an ordered list of layers, which a pipeline cuts into contiguous stages, and
+// the presets that produce it (gpt, mlp, custom).
+//
+// A graph is exactly one embedding first, then the blocks, then exactly one head. Blocks are
+// numbered in order (block_index) across both kinds, which names their parameters "h.{i}.*".
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/dtype.h"
+#include "kernels/backend.h"
+#include "model/dims.h"
+#include "model/layer.h"
+
+namespace baton {
+
+enum class LayerKind { kEmbedding, kBlock, kMlpBlock, kHead };
+
+std::string_view Name(LayerKind kind);  // "embedding", "block", "mlp_block", "head"
+LayerKind ParseLayerKind(std::string_view name);
+
+struct LayerSpec {
+  LayerKind kind = LayerKind::kBlock;
+  int index = 0;         // position in the graph
+  int block_index = -1;  // i of "h.{i}" for blocks; -1 for the embedding and the head
+  std::string name;      // the layer's name(): "embedding", "block.3", "mlp_block.3", "head"
+  bool operator==(const LayerSpec&) const = default;
+};
+
+// embedding, num_layers x block, head: GPT-2.
+std::vector<LayerSpec> GptGraph(const ModelDims& dims);
+// embedding, num_layers x mlp_block, head.
+std::vector<LayerSpec> MlpGraph(const ModelDims& dims);
+// Layers by kind name, validated: one embedding first, one head last, blocks (block or
+// mlp_block) in between, as many as dims.num_layers.
+std::vector<LayerSpec> CustomGraph(const ModelDims& dims, const std::vector<std::string>& kinds);
+
+// Builds one layer with its parameters initialised (see model/init.h for the rule). The
+// result's name() is spec.name.
+std::unique_ptr<Layer> BuildLayer(const LayerSpec& spec, const ModelDims& dims, Backend& backend,
+                                  DType param_dtype, DType act_dtype, uint64_t seed);
+
+}  // namespace baton

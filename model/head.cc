@@ -1,0 +1,123 @@
+// The final LayerNorm, tied LM head and cross-entropy loss (see head.h).
+#include "model/head.h"
+
+#include <vector>
+
+#include "core/error.h"
+#include "model/init.h"
+#include "model/ops.h"
+
+namespace baton {
+
+using model_ops::NewTensor;
+using model_ops::Rows;
+
+HeadLayer::HeadLayer(Backend& backend, const ModelDims& dims, DType param_dtype, DType act_dtype,
+                     uint64_t seed, int layer_index)
+    : backend_(backend), dims_(dims), act_dtype_(act_dtype) {
+  Validate(dims);
+  const int64_t c = dims.width;
+  std::vector<Param> params = NewParams(
+      backend, {{"ln_f.weight", {c}, ParamInit::kOnes}, {"ln_f.bias", {c}, ParamInit::kZeros}},
+      param_dtype, seed, layer_index, dims.num_layers);
+  ln_weight_ = std::move(params[0]);
+  ln_bias_ = std::move(params[1]);
+  // Drawn from the embedding's stream (its layer, its param 0), not this layer's.
+  wte_ = NewParam(backend, "wte.weight", {dims.vocab_size, c}, param_dtype);
+  wte_.tied = true;
+  InitNormal(backend, wte_.value, seed, kEmbeddingLayerIndex, 0, kInitStd);
+}
+
+Tensor HeadLayer::Forward(const Tensor& x, const MicroBatch& batch, Stash& stash) {
+  BATON_CHECK(x.defined() && x.dim() == 3 && x.size(2) == dims_.width && x.dtype() == act_dtype_,
+              "head needs an input (B,T,C={}) {}, got {}", dims_.width, Name(act_dtype_),
+              x.ToString());
+  const Tensor& targets = batch.targets;
+  BATON_CHECK(targets.defined() && targets.dtype() == DType::kI32 && targets.dim() == 2 &&
+                  targets.size(0) == x.size(0) && targets.size(1) == x.size(1),
+              "head needs targets (B,T) i32 matching {}, got {}", x.ToString(), targets.ToString());
+  BATON_CHECK(stash.empty(), "head: Forward into a stash that is in use");
+  const int64_t rows = x.size(0) * x.size(1);
+  Tensor ln = NewTensor(backend_, x.shape(), act_dtype_, MemCategory::kActivations);
+  Tensor mean = NewTensor(backend_, {rows}, DType::kF32, MemCategory::kActivations);
+  Tensor rstd = NewTensor(backend_, {rows}, DType::kF32, MemCategory::kActivations);
+  Tensor ln_rows = Rows(ln);
+  backend_.LayerNormForward(Rows(x), ln_weight_.value, ln_bias_.value, ln_rows, mean, rstd);
+  Tensor logits =
+      NewTensor(backend_, {rows, dims_.vocab_size}, act_dtype_, MemCategory::kActivations);
+  backend_.Matmul(ln_rows, false, wte_.value, true, logits, false);
+  Tensor loss = NewTensor(backend_, {1}, DType::kF32, MemCategory::kActivations);
+  backend_.CrossEntropyForward(logits, targets.View({rows}), loss);
+  stash.Put("x", x);
+  stash.Put("ln", ln_rows);
+  stash.Put("mean", std::move(mean));
+  stash.Put("rstd", std::move(rstd));
+  stash.Put("logits", std::move(logits));
+  return loss;
+}
+
+Tensor HeadLayer::BackwardPass(const Tensor& dy, const MicroBatch& batch, Stash& stash,
+                               const BackwardArgs& args, bool defer_weights) {
+  BATON_CHECK(!dy.defined(), "the head starts backward from the loss; dy must be undefined");
+  const Tensor& x = stash.Get("x");
+  const Tensor& ln = stash.Get("ln");
+  Tensor dlogits = stash.Get("logits");  // the same storage: overwritten in place
+  const int64_t rows = ln.size(0);
+  backend_.CrossEntropyBackward(dlogits, batch.targets.View({rows}), args.loss_grad_scale, dlogits);
+  model_ops::WeightGradSink sink(backend_, defer_weights);
+  Tensor dln = NewTensor(backend_, ln.shape(), act_dtype_, MemCategory::kWorkspace);
+  backend_.Matmul(dlogits, false, wte_.value, false, dln, false);
+  sink.Add(wte_, dlogits, ln);  // dwte (V,C) += dlogits^T (V,N) @ ln (N,C)
+  Tensor dx = model_ops::NewZeros(backend_, x.shape(), act_dtype_, MemCategory::kActivations);
+  Tensor dx_rows = Rows(dx);
+  backend_.LayerNormBackward(dln, Rows(x), ln_weight_.value, stash.Get("mean"), stash.Get("rstd"),
+                             dx_rows, ln_weight_.grad, ln_bias_.grad);
+  dln = Tensor();
+  dlogits = Tensor();
+  sink.Finish(stash);
+  return dx;
+}
+
+Tensor HeadLayer::Backward(const Tensor& dy, const MicroBatch& batch, Stash& stash,
+                           const BackwardArgs& args) {
+  return BackwardPass(dy, batch, stash, args, /*defer_weights=*/false);
+}
+
+Tensor HeadLayer::BackwardInput(const Tensor& dy, const MicroBatch& batch, Stash& stash,
+                                const BackwardArgs& args) {
+  return BackwardPass(dy, batch, stash, args, /*defer_weights=*/true);
+}
+
+void HeadLayer::BackwardWeight(Stash& stash) {
+  model_ops::RunDeferredWeightGrads(backend_, {&wte_}, stash);
+}
+
+void TieEmbedding(EmbeddingLayer& embedding, HeadLayer& head) {
+  const Tensor& source = embedding.wte().value;
+  Tensor& copy = head.wte_.value;
+  BATON_CHECK(source.shape() == copy.shape() && source.dtype() == copy.dtype(),
+              "cannot tie the head's wte {} to the embedding's {}", copy.ToString(),
+              source.ToString());
+  if (source.raw() == copy.raw()) return;  // already tied
+  // Both were drawn from the same stream; a mismatch means different seeds or a trained copy.
+  std::vector<char> a(source.nbytes());
+  std::vector<char> b(copy.nbytes());
+  Tensor a_host = Tensor::Wrap(a.data(), source.shape(), source.dtype());
+  Tensor b_host = Tensor::Wrap(b.data(), copy.shape(), copy.dtype());
+  head.backend_.Copy(source, a_host);
+  head.backend_.Copy(copy, b_host);
+  head.backend_.Synchronize();
+  BATON_CHECK(a == b, "the head's wte differs from the embedding's: built with other seeds?");
+  copy = source;
+}
+
+void TieEmbedding(Layer& embedding, Layer& head) {
+  auto* e = dynamic_cast<EmbeddingLayer*>(&embedding);
+  auto* h = dynamic_cast<HeadLayer*>(&head);
+  BATON_CHECK(e != nullptr && h != nullptr,
+              "TieEmbedding needs an embedding and a head, got {} and {}", embedding.name(),
+              head.name());
+  TieEmbedding(*e, *h);
+}
+
+}  // namespace baton

@@ -1,0 +1,67 @@
+// The head: final LayerNorm, the LM head tied to the token embedding, and the loss.
+//
+//   Forward:  x (B,T,C) -> ln (B,T,C) = ln_f(x) -> logits (B*T,V) = ln @ wte^T
+//             -> loss (1) f32 = mean over all B*T positions of -log softmax(logits)[target]
+//   Backward: dlogits = loss_grad_scale * (softmax(logits) - onehot) / (B*T), written over the
+//             stashed logits (no second (B*T,V) buffer); dln = dlogits @ wte;
+//             dwte += dlogits^T @ ln; dx = ln_f'(x)^T dln
+// Parameters, in params() order: "ln_f.weight" (C) = 1, "ln_f.bias" (C) = 0, and "wte.weight"
+// (V,C), no bias: the head's own copy of the embedding's token matrix, drawn from the
+// embedding's init stream so it equals it bit for bit, marked Param::tied. When the embedding and
+// the head live in one process, TieEmbedding makes the copy share the embedding's storage; the
+// two grads stay separate either way (the engine sums them at step end, in a fixed order).
+// Stash after Forward: x, ln (B,T,C); mean, rstd (B*T) f32; logits (B*T,V), activation dtype.
+// BackwardInput leaves "wte.weight.lhs" = dlogits and "wte.weight.rhs" = ln.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "kernels/backend.h"
+#include "model/dims.h"
+#include "model/embedding.h"
+#include "model/layer.h"
+
+namespace baton {
+
+class HeadLayer final : public Layer {
+ public:
+  HeadLayer(Backend& backend, const ModelDims& dims, DType param_dtype, DType act_dtype,
+            uint64_t seed, int layer_index);
+
+  const std::string& name() const override { return name_; }
+  std::vector<Param*> params() override { return {&ln_weight_, &ln_bias_, &wte_}; }
+
+  // Returns the micro-batch's mean loss (1) f32, booked as activations.
+  Tensor Forward(const Tensor& x, const MicroBatch& batch, Stash& stash) override;
+  // `dy` must be undefined: the gradient starts from args.loss_grad_scale.
+  Tensor Backward(const Tensor& dy, const MicroBatch& batch, Stash& stash,
+                  const BackwardArgs& args) override;
+  Tensor BackwardInput(const Tensor& dy, const MicroBatch& batch, Stash& stash,
+                       const BackwardArgs& args) override;
+  void BackwardWeight(Stash& stash) override;
+
+  Param& wte() { return wte_; }
+
+ private:
+  friend void TieEmbedding(EmbeddingLayer& embedding, HeadLayer& head);
+  Tensor BackwardPass(const Tensor& dy, const MicroBatch& batch, Stash& stash,
+                      const BackwardArgs& args, bool defer_weights);
+
+  Backend& backend_;
+  ModelDims dims_;
+  DType act_dtype_;
+  std::string name_ = "head";
+  Param ln_weight_;
+  Param ln_bias_;
+  Param wte_;
+};
+
+// Makes the head's wte value share the embedding's storage (its own copy is freed), so an
+// optimizer sees one tensor. Checks that the two are equal in shape, dtype and bits first. The
+// grads stay separate.
+void TieEmbedding(EmbeddingLayer& embedding, HeadLayer& head);
+// The same for layers built by BuildLayer; throws unless they are an embedding and a head.
+void TieEmbedding(Layer& embedding, Layer& head);
+
+}  // namespace baton

@@ -1,0 +1,89 @@
+// Parameter allocation and initialisation (see init.h for the rule).
+#include "model/init.h"
+
+#include <cmath>
+#include <vector>
+
+#include "core/error.h"
+#include "core/random.h"
+
+namespace baton {
+namespace {
+
+// Writes host f32 values into `value` (any float dtype, any device). The conversion happens
+// here, on the host, so every backend ends with the same bits; the backend only moves bytes.
+void Upload(Backend& backend, const std::vector<float>& host, Tensor& value) {
+  BATON_CHECK(static_cast<int64_t>(host.size()) == value.numel(), "{} values for {}", host.size(),
+              value.ToString());
+  // Host staging is transient setup memory outside any device ledger.
+  std::vector<char> bytes(host.size() * SizeOf(value.dtype()));
+  ConvertFloats(host.data(), DType::kF32, bytes.data(), value.dtype(), host.size());
+  const Tensor staged = Tensor::Wrap(bytes.data(), value.shape(), value.dtype());
+  backend.Copy(staged, value);
+  backend.Synchronize();  // `bytes` dies on return
+}
+
+}  // namespace
+
+double OutputProjectionStd(int num_layers) {
+  BATON_CHECK(num_layers > 0, "num_layers must be positive, got {}", num_layers);
+  return kInitStd / std::sqrt(2.0 * num_layers);
+}
+
+Param NewParam(Backend& backend, std::string name, Shape shape, DType dtype) {
+  BATON_CHECK(IsFloating(dtype), "parameter {} must be a float dtype, got {}", name, Name(dtype));
+  Param param;
+  param.name = std::move(name);
+  param.value = Tensor::Empty(backend.allocator(), shape, dtype, MemCategory::kParams);
+  param.grad = Tensor::Empty(backend.allocator(), shape, DType::kF32, MemCategory::kGrads);
+  backend.Zero(param.grad);
+  param.weight_decay = shape.size() >= 2;
+  return param;
+}
+
+void InitNormal(Backend& backend, Tensor& value, uint64_t seed, int layer_index, int param_index,
+                double std) {
+  BATON_CHECK(layer_index >= 0 && param_index >= 0, "stream ids ({}, {}) must be non-negative",
+              layer_index, param_index);
+  Rng rng = Rng::ForStream(
+      seed, {static_cast<uint64_t>(layer_index), static_cast<uint64_t>(param_index)});
+  std::vector<float> host(static_cast<size_t>(value.numel()));
+  for (float& v : host) v = static_cast<float>(rng.NextNormal() * std);
+  Upload(backend, host, value);
+}
+
+void InitConstant(Backend& backend, Tensor& value, float constant) {
+  if (constant == 0.0f) {
+    backend.Zero(value);
+    return;
+  }
+  Upload(backend, std::vector<float>(static_cast<size_t>(value.numel()), constant), value);
+}
+
+std::vector<Param> NewParams(Backend& backend, const std::vector<ParamDef>& defs, DType dtype,
+                             uint64_t seed, int layer_index, int num_layers) {
+  std::vector<Param> params;
+  params.reserve(defs.size());
+  for (const ParamDef& def : defs) {
+    const int param_index = static_cast<int>(params.size());
+    Param& param = params.emplace_back(NewParam(backend, def.name, def.shape, dtype));
+    switch (def.init) {
+      case ParamInit::kNormal:
+        InitNormal(backend, param.value, seed, layer_index, param_index, kInitStd);
+        break;
+      case ParamInit::kOutputProjection:
+        InitNormal(backend, param.value, seed, layer_index, param_index,
+                   OutputProjectionStd(num_layers));
+        break;
+      case ParamInit::kZeros:
+        InitConstant(backend, param.value, 0.0f);
+        break;
+      case ParamInit::kOnes:
+        InitConstant(backend, param.value, 1.0f);
+        break;
+    }
+  }
+  return params;
+}
+
+}  // namespace baton

@@ -1,0 +1,57 @@
+// Parameter allocation and the GPT-2 / nanoGPT initialisation.
+//
+// Every parameter's value is a pure function of (seed, layer index, param index), so a layer's
+// weights are the same whichever process builds it:
+// - weight matrices and embeddings: N(0, 0.02); the two output projections of a block
+//   (attn.c_proj.weight, mlp.c_proj.weight): N(0, 0.02 / sqrt(2 L)); biases 0; LayerNorm 1 / 0.
+// - normals come from Rng::ForStream(seed, {layer_index, param_index}), param_index being the
+//   parameter's position in the layer's params(); drawn in double, row-major, scaled by the std,
+//   rounded to f32 (nearest) and then to the param dtype (nearest even).
+// - the head's copy of "wte.weight" is drawn from the embedding's stream (layer 0, param 0), so it
+//   equals the embedding's bit for bit.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/tensor.h"
+#include "kernels/backend.h"
+#include "model/layer.h"
+
+namespace baton {
+
+inline constexpr double kInitStd = 0.02;
+// The graph position of the embedding, whose stream the head's tied wte copy is drawn from.
+inline constexpr int kEmbeddingLayerIndex = 0;
+
+double OutputProjectionStd(int num_layers);  // 0.02 / sqrt(2 L)
+
+// A parameter with an uninitialised value (`dtype`, booked as params) and a zeroed f32 grad
+// (booked as grads); weight_decay is set for rank >= 2.
+Param NewParam(Backend& backend, std::string name, Shape shape, DType dtype);
+
+// value ~ N(0, std^2) from the stream (seed, layer_index, param_index), as above.
+void InitNormal(Backend& backend, Tensor& value, uint64_t seed, int layer_index, int param_index,
+                double std);
+// value = constant everywhere.
+void InitConstant(Backend& backend, Tensor& value, float constant);
+
+enum class ParamInit {
+  kNormal,            // N(0, 0.02)
+  kOutputProjection,  // N(0, 0.02 / sqrt(2 L))
+  kZeros,
+  kOnes,
+};
+
+struct ParamDef {
+  std::string name;
+  Shape shape;
+  ParamInit init;
+};
+
+// Allocates and initialises `defs` in order; a parameter's param_index is its position there.
+std::vector<Param> NewParams(Backend& backend, const std::vector<ParamDef>& defs, DType dtype,
+                             uint64_t seed, int layer_index, int num_layers);
+
+}  // namespace baton

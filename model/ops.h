@@ -1,0 +1,68 @@
+// Helpers the layers share (internal to model/): tensor allocation through the backend's
+// allocator, row views, parameter groups, and the weight-gradient sink that splits backward for
+// zero-bubble schedules.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "core/tensor.h"
+#include "kernels/backend.h"
+#include "model/layer.h"
+
+namespace baton::model_ops {
+
+// Uninitialised / zeroed tensors from the backend's allocator, booked under `category`.
+Tensor NewTensor(Backend& backend, Shape shape, DType dtype, MemCategory category);
+Tensor NewZeros(Backend& backend, Shape shape, DType dtype, MemCategory category);
+
+// (..., C) seen as (N, C), N the product of the leading dimensions.
+Tensor Rows(const Tensor& t);
+
+// A LayerNorm's parameters: out = norm(x) * weight + bias.
+struct Norm {
+  Param* weight = nullptr;
+  Param* bias = nullptr;
+};
+
+// A Hugging Face Conv1D: y = x @ weight + bias, weight (in, out).
+struct Linear {
+  Param* weight = nullptr;
+  Param* bias = nullptr;
+};
+
+// The weight-gradient GEMMs of one backward pass, each `weight.grad += lhs^T @ rhs`: run at once
+// (Backward) or kept as stash entries "<param>.lhs"/"<param>.rhs" for BackwardWeight
+// (BackwardInput).
+class WeightGradSink {
+ public:
+  WeightGradSink(Backend& backend, bool defer) : backend_(backend), defer_(defer) {}
+  WeightGradSink(const WeightGradSink&) = delete;
+  WeightGradSink& operator=(const WeightGradSink&) = delete;
+
+  bool deferred() const { return defer_; }
+  // Where a tensor that becomes a GEMM operand is booked: activations when deferred (it outlives
+  // the call, in the stash), workspace otherwise (freed within the call).
+  MemCategory operand_category() const {
+    return defer_ ? MemCategory::kActivations : MemCategory::kWorkspace;
+  }
+  void Add(Param& weight, const Tensor& lhs, const Tensor& rhs);
+  // Ends the pass: clears the stash and, when deferred, leaves only the kept operands in it.
+  void Finish(Stash& stash);
+
+ private:
+  struct Pending {
+    Param* weight;
+    Tensor lhs;
+    Tensor rhs;
+  };
+  Backend& backend_;
+  bool defer_;
+  std::vector<Pending> pending_;
+};
+
+// BackwardWeight: runs the GEMMs kept in `stash` for `weights`, in that order, then clears it.
+// Throws if the stash holds anything else (e.g. BackwardInput did not run).
+void RunDeferredWeightGrads(Backend& backend, const std::vector<Param*>& weights, Stash& stash);
+
+}  // namespace baton::model_ops

@@ -1,0 +1,159 @@
+// The attention and MLP residual sublayers (see sublayers.h).
+#include "model/sublayers.h"
+
+#include <string>
+
+#include "core/error.h"
+
+namespace baton::model_ops {
+namespace {
+
+constexpr MemCategory kActivations = MemCategory::kActivations;
+constexpr MemCategory kWorkspace = MemCategory::kWorkspace;
+
+// ln (B,T,C) = LayerNorm(x); stashes <prefix>x, ln, mean, rstd.
+Tensor NormForward(Backend& backend, const Norm& norm, const Tensor& x, const std::string& prefix,
+                   Stash& stash) {
+  BATON_CHECK(x.dim() == 3, "sublayer input must be (B,T,C), got {}", x.ToString());
+  const int64_t rows = x.size(0) * x.size(1);
+  Tensor ln = NewTensor(backend, x.shape(), x.dtype(), kActivations);
+  Tensor mean = NewTensor(backend, {rows}, DType::kF32, kActivations);
+  Tensor rstd = NewTensor(backend, {rows}, DType::kF32, kActivations);
+  Tensor ln_rows = Rows(ln);
+  backend.LayerNormForward(Rows(x), norm.weight->value, norm.bias->value, ln_rows, mean, rstd);
+  stash.Put(prefix + "x", x);
+  stash.Put(prefix + "ln", ln);
+  stash.Put(prefix + "mean", std::move(mean));
+  stash.Put(prefix + "rstd", std::move(rstd));
+  return ln;
+}
+
+// dx = dy + LayerNorm'(x)^T dln, booked under `category`; the LayerNorm grads accumulate.
+Tensor ResidualNormBackward(Backend& backend, const Norm& norm, const Tensor& dy, const Tensor& dln,
+                            const std::string& prefix, const Stash& stash, MemCategory category) {
+  Tensor dx = NewTensor(backend, dy.shape(), dy.dtype(), category);
+  backend.Copy(dy, dx);
+  Tensor dx_rows = Rows(dx);
+  backend.LayerNormBackward(Rows(dln), Rows(stash.Get(prefix + "x")), norm.weight->value,
+                            stash.Get(prefix + "mean"), stash.Get(prefix + "rstd"), dx_rows,
+                            norm.weight->grad, norm.bias->grad);
+  return dx;
+}
+
+// y = x + branch, a fresh activation.
+Tensor AddResidual(Backend& backend, const Tensor& x, const Tensor& branch) {
+  Tensor y = NewTensor(backend, x.shape(), x.dtype(), kActivations);
+  backend.Add(x, branch, y);
+  return y;
+}
+
+// y (..., out) = x (..., in) @ W + b, booked under `category`.
+Tensor LinearForward(Backend& backend, const Linear& linear, const Tensor& x,
+                     MemCategory category) {
+  Shape shape = x.shape();
+  shape.back() = linear.weight->value.size(1);
+  Tensor y = NewTensor(backend, shape, x.dtype(), category);
+  Tensor y_rows = Rows(y);
+  backend.Matmul(Rows(x), false, linear.weight->value, false, y_rows, false, &linear.bias->value);
+  return y;
+}
+
+// Returns dx = dy @ W^T (booked as workspace); db += column sums of dy; dW += x^T dy via `sink`.
+Tensor LinearBackward(Backend& backend, const Linear& linear, const Tensor& x, const Tensor& dy,
+                      WeightGradSink& sink) {
+  Shape shape = dy.shape();
+  shape.back() = linear.weight->value.size(0);
+  Tensor dx = NewTensor(backend, shape, dy.dtype(), kWorkspace);
+  Tensor dx_rows = Rows(dx);
+  backend.Matmul(Rows(dy), false, linear.weight->value, true, dx_rows, false);
+  sink.Add(*linear.weight, Rows(x), Rows(dy));
+  backend.BiasBackward(Rows(dy), linear.bias->grad);
+  return dx;
+}
+
+Shape ProbsShape(const Tensor& x, int num_heads) {
+  return {x.size(0), num_heads, x.size(1), x.size(1)};
+}
+
+}  // namespace
+
+Tensor AttentionSublayerForward(Backend& backend, const AttentionParams& params, const Tensor& x,
+                                bool selective_recompute, Stash& stash) {
+  const Tensor ln = NormForward(backend, params.ln, x, "attn.", stash);
+  Tensor qkv = LinearForward(backend, params.c_attn, ln, kActivations);  // (B,T,3C)
+  stash.Put("attn.qkv", qkv);
+  Tensor out = NewTensor(backend, x.shape(), x.dtype(), kActivations);  // (B,T,C)
+  Tensor probs = NewTensor(backend, ProbsShape(x, params.num_heads), DType::kF32,
+                           selective_recompute ? kWorkspace : kActivations);
+  backend.AttentionForward(qkv, params.num_heads, out, probs);
+  stash.Put("attn.out", out);
+  if (!selective_recompute) stash.Put("attn.probs", probs);
+  probs = Tensor();
+  const Tensor proj = LinearForward(backend, params.c_proj, out, kWorkspace);
+  return AddResidual(backend, x, proj);
+}
+
+Tensor AttentionSublayerBackward(Backend& backend, const AttentionParams& params, const Tensor& dy,
+                                 const Stash& stash, WeightGradSink& sink,
+                                 MemCategory dx_category) {
+  const Tensor& qkv = stash.Get("attn.qkv");
+  Tensor probs;
+  if (stash.Has("attn.probs")) {
+    probs = stash.Get("attn.probs");
+  } else {  // selective recompute: the same kernel on the same qkv gives the same probs
+    probs = NewTensor(backend, ProbsShape(dy, params.num_heads), DType::kF32, kWorkspace);
+    Tensor scratch = NewTensor(backend, dy.shape(), dy.dtype(), kWorkspace);
+    backend.AttentionForward(qkv, params.num_heads, scratch, probs);
+  }
+  Tensor dout = LinearBackward(backend, params.c_proj, stash.Get("attn.out"), dy, sink);
+  Tensor dqkv = NewZeros(backend, qkv.shape(), qkv.dtype(), sink.operand_category());
+  backend.AttentionBackward(dout, qkv, probs, params.num_heads, dqkv);
+  dout = Tensor();
+  probs = Tensor();
+  Tensor dln = LinearBackward(backend, params.c_attn, stash.Get("attn.ln"), dqkv, sink);
+  dqkv = Tensor();
+  return ResidualNormBackward(backend, params.ln, dy, dln, "attn.", stash, dx_category);
+}
+
+Tensor MlpSublayerForward(Backend& backend, const MlpParams& params, const Tensor& x,
+                          bool selective_recompute, Stash& stash) {
+  const Tensor ln = NormForward(backend, params.ln, x, "mlp.", stash);
+  const MemCategory wide = selective_recompute ? kWorkspace : kActivations;
+  Tensor fc = LinearForward(backend, params.c_fc, ln, wide);  // (B,T,4C)
+  Tensor gelu = NewTensor(backend, fc.shape(), fc.dtype(), wide);
+  backend.GeluForward(fc, gelu);
+  if (!selective_recompute) {
+    stash.Put("mlp.fc", fc);
+    stash.Put("mlp.gelu", gelu);
+  }
+  fc = Tensor();
+  const Tensor proj = LinearForward(backend, params.c_proj, gelu, kWorkspace);
+  gelu = Tensor();
+  return AddResidual(backend, x, proj);
+}
+
+Tensor MlpSublayerBackward(Backend& backend, const MlpParams& params, const Tensor& dy,
+                           const Stash& stash, WeightGradSink& sink, MemCategory dx_category) {
+  const Tensor& ln = stash.Get("mlp.ln");
+  Tensor fc;
+  Tensor gelu;
+  if (stash.Has("mlp.fc")) {
+    fc = stash.Get("mlp.fc");
+    gelu = stash.Get("mlp.gelu");
+  } else {  // selective recompute; gelu may be kept for BackwardWeight, so it is an operand
+    fc = LinearForward(backend, params.c_fc, ln, kWorkspace);
+    gelu = NewTensor(backend, fc.shape(), fc.dtype(), sink.operand_category());
+    backend.GeluForward(fc, gelu);
+  }
+  Tensor dgelu = LinearBackward(backend, params.c_proj, gelu, dy, sink);
+  gelu = Tensor();
+  Tensor dfc = NewZeros(backend, fc.shape(), fc.dtype(), sink.operand_category());
+  backend.GeluBackward(fc, dgelu, dfc);
+  dgelu = Tensor();
+  fc = Tensor();
+  Tensor dln = LinearBackward(backend, params.c_fc, ln, dfc, sink);
+  dfc = Tensor();
+  return ResidualNormBackward(backend, params.ln, dy, dln, "mlp.", stash, dx_category);
+}
+
+}  // namespace baton::model_ops

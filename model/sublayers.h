@@ -1,0 +1,45 @@
+// The two pre-LayerNorm residual sublayers of a GPT-2 block (internal to model/):
+//   attention: y = x + c_proj(attention(c_attn(ln(x))))
+//   mlp:       y = x + c_proj(gelu(c_fc(ln(x))))
+// x, y, dy, dx are (B,T,C) in the activation dtype (x's). Each stashes under its own prefix
+// ("attn.", "mlp."), so a block holds both in one Stash. Stash entries (sizes in elements,
+// N = B*T; mean/rstd and probs f32, the rest the activation dtype):
+//   attn.x (N,C)  attn.ln (N,C)  attn.mean (N)  attn.rstd (N)  attn.qkv (N,3C)  attn.out (N,C)
+//   attn.probs (B,NH,T,T)                                   -- not under selective recompute
+//   mlp.x (N,C)   mlp.ln (N,C)   mlp.mean (N)   mlp.rstd (N)
+//   mlp.fc (N,4C) mlp.gelu (N,4C)                           -- not under selective recompute
+// Backward recomputes whatever the stash lacks, with the same kernels, so the bits agree. The
+// order of allocations and frees below is what model/cost.cc's workspace formulas describe.
+#pragma once
+
+#include "kernels/backend.h"
+#include "model/layer.h"
+#include "model/ops.h"
+
+namespace baton::model_ops {
+
+struct AttentionParams {
+  Norm ln;
+  Linear c_attn;  // (C, 3C)
+  Linear c_proj;  // (C, C)
+  int num_heads = 1;
+};
+
+struct MlpParams {
+  Norm ln;
+  Linear c_fc;    // (C, 4C)
+  Linear c_proj;  // (4C, C)
+};
+
+Tensor AttentionSublayerForward(Backend& backend, const AttentionParams& params, const Tensor& x,
+                                bool selective_recompute, Stash& stash);
+// Returns dx booked under `dx_category`; weight gradients go through `sink`, the rest accumulate.
+Tensor AttentionSublayerBackward(Backend& backend, const AttentionParams& params, const Tensor& dy,
+                                 const Stash& stash, WeightGradSink& sink, MemCategory dx_category);
+
+Tensor MlpSublayerForward(Backend& backend, const MlpParams& params, const Tensor& x,
+                          bool selective_recompute, Stash& stash);
+Tensor MlpSublayerBackward(Backend& backend, const MlpParams& params, const Tensor& dy,
+                           const Stash& stash, WeightGradSink& sink, MemCategory dx_category);
+
+}  // namespace baton::model_ops
