@@ -2,7 +2,8 @@
 add_library(baton_config STATIC
   ${CMAKE_CURRENT_LIST_DIR}/config.cc
   ${CMAKE_CURRENT_LIST_DIR}/config_schema.cc
-  ${CMAKE_CURRENT_LIST_DIR}/config_validate.cc)
+  ${CMAKE_CURRENT_LIST_DIR}/config_validate.cc
+  ${CMAKE_CURRENT_LIST_DIR}/layer_kind.cc)
 target_link_libraries(baton_config PUBLIC baton_core nlohmann_json::nlohmann_json PRIVATE yaml-cpp)
 
 baton_add_test(config_test
@@ -10,3 +11,7 @@ baton_add_test(config_test
   LIBS baton_config)
 # Tests load the shipped configs (configs/*.yaml) from the source tree.
 target_compile_definitions(config_test PRIVATE BATON_SOURCE_DIR="${CMAKE_SOURCE_DIR}")
+
+# The model a config describes (dims and graph): config meets the layer graph.
+add_library(baton_model_config STATIC from_config.cc)
+target_link_libraries(baton_model_config PUBLIC baton_model baton_config)

@@ -19,12 +19,11 @@
 
 #include "core/device.h"
 #include "core/dtype.h"
+#include "model/layer_kind.h"
 
 namespace baton {
 
 enum class ModelPreset { kGpt, kMlp, kCustom };
-// The layer kinds a `custom` graph lists; a graph starts with the embedding and ends with the head.
-enum class LayerKind { kEmbedding, kBlock, kMlpBlock, kHead };
 enum class DataFormat { kAuto, kText, kBin };
 enum class LrSchedule { kConstant, kCosine };
 enum class ScheduleKind { kGpipe, k1F1B, kInterleaved, kZbH1 };
@@ -49,7 +48,6 @@ CheckpointPolicy ParseCheckpointPolicy(std::string_view text);
 
 // The names used in YAML: "gpt", "embedding", "bin", "cosine", "1f1b", "flops", ...
 std::string_view Name(ModelPreset preset);
-std::string_view Name(LayerKind kind);
 std::string_view Name(DataFormat format);
 std::string_view Name(LrSchedule schedule);
 std::string_view Name(ScheduleKind schedule);

@@ -212,7 +212,6 @@ void ConfigError(std::string_view where, std::string_view key, std::string_view 
 using namespace config_internal;
 
 std::string_view Name(ModelPreset preset) { return LookUpName(kPresetNames, preset); }
-std::string_view Name(LayerKind kind) { return LookUpName(kLayerKindNames, kind); }
 std::string_view Name(DataFormat format) { return LookUpName(kDataFormatNames, format); }
 std::string_view Name(LrSchedule schedule) { return LookUpName(kLrScheduleNames, schedule); }
 std::string_view Name(ScheduleKind schedule) { return LookUpName(kScheduleNames, schedule); }

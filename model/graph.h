@@ -15,13 +15,10 @@
 #include "kernels/backend.h"
 #include "model/dims.h"
 #include "model/layer.h"
+#include "model/layer_kind.h"
 
 namespace baton {
 
-enum class LayerKind { kEmbedding, kBlock, kMlpBlock, kHead };
-
-std::string_view Name(LayerKind kind);  // "embedding", "block", "mlp_block", "head"
-LayerKind ParseLayerKind(std::string_view name);
 
 struct LayerSpec {
   LayerKind kind = LayerKind::kBlock;
