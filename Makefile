@@ -1,0 +1,29 @@
+# Baton's front door. `make demo` and `make test` set everything up on a fresh Debian/Ubuntu.
+BUILD ?= build
+JOBS ?= 2
+CONFIG ?= configs/gpt-tiny.yaml
+
+.PHONY: all setup build test demo bench gpu-check format clean
+
+all: build
+
+setup:
+	@scripts/setup.sh $(BUILD)
+
+build: setup
+	cmake --build $(BUILD) -j $(JOBS)
+
+test: build
+	ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS)
+
+demo: build
+	$(BUILD)/baton run $(CONFIG)
+
+bench: build
+	bench/run.sh $(BUILD)
+
+format:
+	git ls-files '*.cc' '*.h' '*.cu' '*.cuh' | xargs clang-format -i
+
+clean:
+	rm -rf $(BUILD)

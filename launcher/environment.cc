@@ -1,0 +1,52 @@
+#include "launcher/environment.h"
+
+#include <cstdlib>
+
+#include "core/error.h"
+
+namespace baton {
+namespace {
+int ReadInt(const char* name) {
+  const char* value = std::getenv(name);
+  BATON_CHECK(value != nullptr, "{} is not set", name);
+  char* end = nullptr;
+  const long parsed = std::strtol(value, &end, 10);
+  BATON_CHECK(end != value && *end == '\0' && parsed >= 0, "{}='{}' is not a non-negative integer",
+              name, value);
+  return static_cast<int>(parsed);
+}
+}  // namespace
+
+std::string Name(LaunchMode mode) {
+  switch (mode) {
+    case LaunchMode::kLocal:
+      return "local";
+    case LaunchMode::kMpi:
+      return "mpirun";
+    case LaunchMode::kSlurm:
+      return "slurm";
+  }
+  return "unknown";
+}
+
+LaunchEnvironment DetectLaunchEnvironment() {
+  LaunchEnvironment env;
+  if (std::getenv("OMPI_COMM_WORLD_RANK") != nullptr) {
+    env.mode = LaunchMode::kMpi;
+    env.rank = ReadInt("OMPI_COMM_WORLD_RANK");
+    env.world_size = ReadInt("OMPI_COMM_WORLD_SIZE");
+    env.local_rank =
+        std::getenv("OMPI_COMM_WORLD_LOCAL_RANK") ? ReadInt("OMPI_COMM_WORLD_LOCAL_RANK") : 0;
+  } else if (std::getenv("SLURM_PROCID") != nullptr && std::getenv("SLURM_NTASKS") != nullptr) {
+    env.mode = LaunchMode::kSlurm;
+    env.rank = ReadInt("SLURM_PROCID");
+    env.world_size = ReadInt("SLURM_NTASKS");
+    env.local_rank = std::getenv("SLURM_LOCALID") ? ReadInt("SLURM_LOCALID") : 0;
+  }
+  BATON_CHECK(env.rank < env.world_size, "rank {} is not below the world size {}", env.rank,
+              env.world_size);
+  if (const char* address = std::getenv("BATON_COORDINATOR")) env.coordinator = address;
+  return env;
+}
+
+}  // namespace baton

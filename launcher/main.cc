@@ -1,0 +1,98 @@
+// baton: the command line. Subcommands: run, plan, schedule, data prepare, and the internal
+// `worker` that the launcher spawns. CLI11 stays in this file (it is slow to compile).
+#include <spdlog/spdlog.h>
+
+#include <CLI/CLI.hpp>
+#include <iostream>
+
+#include "core/error.h"
+#include "core/log.h"
+#include "launcher/run.h"
+#include "scheduler/schedule_command.h"
+#include "worker/data.h"
+#include "worker/worker_main.h"
+
+namespace {
+
+void AddConfigOptions(CLI::App* command, baton::ConfigArgs& args) {
+  command->add_option("config", args.path, "YAML model/run config")->required();
+  command->add_option("--set", args.overrides, "override a config field: section.key=value");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"Baton: pipeline-parallel training runtime"};
+  app.require_subcommand(1);
+  std::string log_level = "info";
+  app.add_option("--log-level", log_level, "trace, debug, info, warn, error");
+
+  baton::RunOptions run;
+  CLI::App* run_cmd = app.add_subcommand("run", "train a model (spawns one worker per stage)");
+  AddConfigOptions(run_cmd, run.config);
+  run_cmd->add_option("--report", run.report_path, "write a JSON report here");
+  run_cmd->add_option("--coordinator", run.coordinator,
+                      "HOST:PORT of the coordinator (rank 0 hosts it under mpirun/srun)");
+
+  baton::PlanOptions plan;
+  CLI::App* plan_cmd = app.add_subcommand("plan", "print the partition without training");
+  AddConfigOptions(plan_cmd, plan.config);
+  plan_cmd->add_option("--format", plan.format, "text or json")
+      ->check(CLI::IsMember({"text", "json"}));
+
+  baton::ScheduleCommandOptions schedule;
+  CLI::App* schedule_cmd = app.add_subcommand("schedule", "generate, validate, show a schedule");
+  schedule_cmd->add_option("--stages", schedule.stages, "pipeline ranks P");
+  schedule_cmd->add_option("--microbatches", schedule.microbatches, "micro-batches M");
+  schedule_cmd->add_option("--schedule", schedule.schedule, "gpipe, 1f1b, interleaved, zb-h1");
+  schedule_cmd->add_option("--chunks", schedule.chunks, "model chunks per rank (interleaved)");
+  schedule_cmd->add_option("--costs", schedule.costs, "action costs, e.g. F=1,B=2,I=1,W=1");
+  schedule_cmd->add_option("--file", schedule.file, "a schedule CSV to load instead");
+  schedule_cmd->add_option("--format", schedule.format, "text, csv, json, svg or chrome");
+  schedule_cmd->add_option("--comm", schedule.comm, "async or rendezvous send semantics");
+
+  std::string data_input, data_output;
+  CLI::App* data_cmd = app.add_subcommand("data", "data tools");
+  data_cmd->require_subcommand(1);
+  CLI::App* prepare_cmd = data_cmd->add_subcommand("prepare", "text (file or folder) to .bin");
+  prepare_cmd->add_option("input", data_input, "text file or folder")->required();
+  prepare_cmd->add_option("output", data_output, "output .bin (uint16 tokens)")->required();
+
+  baton::WorkerArgs worker;
+  CLI::App* worker_cmd = app.add_subcommand("worker", "internal: one pipeline stage");
+  worker_cmd->group("");  // hidden from --help
+  worker_cmd->add_option("--coordinator", worker.coordinator)->required();
+  worker_cmd->add_option("--rank", worker.rank)->required();
+  worker_cmd->add_option("--world-size", worker.world_size)->required();
+  worker_cmd->add_option("--local-rank", worker.local_rank);
+
+  CLI11_PARSE(app, argc, argv);
+
+  try {
+    if (run_cmd->parsed()) {
+      baton::SetupLogging("launcher", log_level);
+      return baton::RunCommand(run);
+    }
+    if (plan_cmd->parsed()) {
+      baton::SetupLogging("plan", log_level);
+      return baton::PlanCommand(plan, std::cout);
+    }
+    if (schedule_cmd->parsed()) {
+      return baton::RunScheduleCommand(schedule, std::cout, std::cerr);
+    }
+    if (prepare_cmd->parsed()) {
+      baton::SetupLogging("data", log_level);
+      const int64_t tokens = baton::PrepareTextData(data_input, data_output);
+      spdlog::info("wrote {} tokens to {}", tokens, data_output);
+      return 0;
+    }
+    if (worker_cmd->parsed()) {
+      worker.log_level = log_level;
+      return baton::RunWorker(worker);
+    }
+  } catch (const std::exception& e) {
+    std::cerr << "baton: error: " << e.what() << "\n";
+    return 1;
+  }
+  return 2;
+}

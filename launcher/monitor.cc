@@ -1,0 +1,98 @@
+#include "launcher/monitor.h"
+
+#include <spdlog/spdlog.h>
+
+#include <cmath>
+
+namespace baton {
+namespace {
+std::string Bytes(int64_t bytes) {
+  const double mib = static_cast<double>(bytes) / (1024.0 * 1024.0);
+  return mib >= 1024.0 ? fmt::format("{:.2f}GiB", mib / 1024.0) : fmt::format("{:.1f}MiB", mib);
+}
+
+double Metric(const WorkerReport& report, const std::string& key) {
+  const auto it = report.metrics.find(key);
+  return it == report.metrics.end() ? std::nan("") : it->second;
+}
+}  // namespace
+
+JobMonitor::JobMonitor(CoordinatorServer& server, ProcessGroup* children, MonitorOptions options)
+    : server_(server), children_(children), options_(options), log_(spdlog::default_logger()) {}
+
+std::optional<std::string> JobMonitor::Run() {
+  uint64_t seen = 0;
+  while (true) {
+    seen = server_.WaitForUpdate(seen, std::chrono::milliseconds(100));
+    const std::vector<RankState> ranks = server_.Ranks();
+    if (auto failure = CheckFailure(ranks)) return failure;
+    MaybePrintProgress(ranks);
+    const bool children_done = children_ == nullptr || exited_ok_ == options_.num_ranks;
+    if (server_.AllDone() && children_done) return std::nullopt;
+  }
+}
+
+std::optional<std::string> JobMonitor::CheckFailure(const std::vector<RankState>& ranks) {
+  const auto doing = [&](int rank) -> std::string {
+    for (const RankState& r : ranks) {
+      if (r.rank != rank || !r.has_report) continue;
+      if (r.report.blocked) return "blocked on " + r.report.blocked->ToString();
+      return fmt::format("last finished step {}", r.report.step);
+    }
+    return "not started";
+  };
+  if (children_ != nullptr) {
+    while (std::optional<ChildExit> exit = children_->Poll()) {
+      if (exit->ok()) {
+        ++exited_ok_;
+        continue;
+      }
+      // A worker that reported its own error says it best; otherwise name how it died.
+      for (const RankState& r : ranks) {
+        if (r.rank == exit->index && r.has_report && r.report.status == WorkerStatus::kFailed) {
+          return fmt::format("stage {} failed ({}): {}\n{}", r.rank, exit->Describe(),
+                             r.report.error, FormatRankTable(ranks));
+        }
+      }
+      return fmt::format("stage {} worker process {} ({})\n{}", exit->index, exit->Describe(),
+                         doing(exit->index), FormatRankTable(ranks));
+    }
+  }
+  for (const RankState& r : ranks) {
+    if (r.has_report && r.report.status == WorkerStatus::kFailed) {
+      return fmt::format("stage {} failed: {}\n{}", r.rank, r.report.error, FormatRankTable(ranks));
+    }
+  }
+  if (server_.aborted()) {
+    return fmt::format("job aborted: {}\n{}", server_.abort_reason(), FormatRankTable(ranks));
+  }
+  return std::nullopt;
+}
+
+void JobMonitor::MaybePrintProgress(const std::vector<RankState>& ranks) {
+  const RankState* head = nullptr;
+  for (const RankState& r : ranks) {
+    if (r.rank == options_.head_rank && r.has_report) head = &r;
+  }
+  if (head == nullptr || head->report.status != WorkerStatus::kRunning) return;
+  const int64_t step = head->report.step;
+  const int64_t every = std::max<int64_t>(1, options_.log_every);
+  const bool due =
+      printed_step_ == 0 || step / every > printed_step_ / every || step == options_.total_steps;
+  if (step <= printed_step_ || !due) return;
+  printed_step_ = step;
+  std::string memory;
+  for (const RankState& r : ranks) {
+    if (!r.has_report) continue;
+    const auto total = r.report.memory_peak.find("total");
+    if (total != r.report.memory_peak.end()) {
+      memory += fmt::format(" s{}={}", r.rank, Bytes(total->second));
+    }
+  }
+  const WorkerReport& report = head->report;
+  log_->info("step {:>5}/{} | loss {:.4f} | lr {:.2e} | grad norm {:.3f} | {:.0f} tok/s | peak{}",
+             step, options_.total_steps, report.loss, Metric(report, "lr"),
+             Metric(report, "grad_norm"), Metric(report, "tokens_per_s"), memory);
+}
+
+}  // namespace baton

@@ -1,0 +1,77 @@
+#include "launcher/mpi_bootstrap.h"
+
+#include <mpi.h>
+
+#include <cstdlib>
+#include <sstream>
+
+#include "core/error.h"
+#include "proto/coordinator_server.h"
+
+namespace baton {
+namespace {
+
+std::string HostOf(const std::string& address) {
+  const size_t colon = address.rfind(':');
+  BATON_CHECK(colon != std::string::npos && colon > 0, "coordinator address '{}' is not HOST:PORT",
+              address);
+  return address.substr(0, colon);
+}
+
+std::string Broadcast(std::string value, int rank) {
+  int length = static_cast<int>(value.size());
+  MPI_Bcast(&length, 1, MPI_INT, 0, MPI_COMM_WORLD);
+  if (rank != 0) value.assign(static_cast<size_t>(length), '\0');
+  MPI_Bcast(value.data(), length, MPI_CHAR, 0, MPI_COMM_WORLD);
+  return value;
+}
+
+}  // namespace
+
+JobRendezvous ShareCoordinator(const LaunchEnvironment& env, const std::string& coordinator_flag) {
+  JobRendezvous r;
+  const std::string address = coordinator_flag.empty() ? env.coordinator : coordinator_flag;
+  if (env.mode == LaunchMode::kMpi) {
+    int initialized = 0;
+    MPI_Initialized(&initialized);
+    if (!initialized) MPI_Init(nullptr, nullptr);
+    if (env.rank == 0) {
+      r.bind_address = address.empty() ? "127.0.0.1:0" : address;
+      r.token = MakeJobToken();
+      r.job_id = MakeJobToken().substr(0, 12);
+    }
+    return r;
+  }
+  BATON_CHECK(!address.empty(),
+              "under {} set BATON_COORDINATOR=HOST:PORT (or --coordinator): the first node's "
+              "address, where rank 0 hosts the coordinator",
+              Name(env.mode));
+  const char* token = std::getenv("BATON_TOKEN");
+  BATON_CHECK(token != nullptr && *token != '\0',
+              "under {} set BATON_TOKEN to the same random secret for every task "
+              "(e.g. BATON_TOKEN=$(openssl rand -hex 16))",
+              Name(env.mode));
+  const char* job = std::getenv("SLURM_JOB_ID");
+  r.bind_address = address;
+  r.connect_address = address;
+  r.token = token;
+  r.job_id = job != nullptr ? job : "slurm";
+  return r;
+}
+
+JobRendezvous PublishCoordinator(const LaunchEnvironment& env, JobRendezvous r, int bound_port) {
+  if (env.mode != LaunchMode::kMpi) return r;
+  std::string message;
+  if (env.rank == 0) {
+    r.connect_address = HostOf(r.bind_address) + ":" + std::to_string(bound_port);
+    message = r.connect_address + " " + r.token + " " + r.job_id;
+  }
+  message = Broadcast(message, env.rank);
+  std::istringstream in(message);
+  in >> r.connect_address >> r.token >> r.job_id;
+  BATON_CHECK(!r.token.empty(), "rank {} received no coordinator address from rank 0", env.rank);
+  MPI_Finalize();
+  return r;
+}
+
+}  // namespace baton

@@ -1,0 +1,28 @@
+// Cuts the layer graph into contiguous pipeline parts, balancing a per-layer cost.
+//
+// A part is a virtual stage (a rank's chunk under interleaving): part j runs on rank j % p.
+// The cut minimises the largest part's cost (the pipeline's slowest stage sets its pace); among
+// equally good cuts the one whose parts end earliest wins, so results are deterministic.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "model/config.h"
+#include "model/cost.h"
+#include "model/graph.h"
+#include "worker/stage_model.h"
+
+namespace baton {
+
+// Per-layer cost under `policy`: uniform counts layers, parameters counts stored parameters
+// (the head's tied copy included: it is a real cost on the last stage), flops counts forward +
+// backward FLOPs of one micro-batch.
+std::vector<double> LayerCosts(const std::vector<LayerSpec>& graph, const ModelDims& dims,
+                               PartitionPolicy policy, const MicroBatchShape& shape);
+
+// Contiguous ranges covering layers 0..n-1, `parts` of them, none empty, minimising the largest
+// sum of costs. Throws baton::Error when parts > n or parts < 1.
+std::vector<LayerRange> PartitionLayers(const std::vector<double>& costs, int parts);
+
+}  // namespace baton

@@ -1,0 +1,41 @@
+// The job plan: what the launcher decides before any worker starts.
+//
+// From a validated Config it builds the layer graph, cuts it into p*v virtual stages
+// (launcher/partitioner.h), generates the schedule, inserts its communication and validates it
+// (an invalid schedule is an error with the marked rank x time grid). Workers receive the plan
+// (proto JobPlan) and never decide any of it themselves.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "model/config.h"
+#include "model/cost.h"
+#include "model/graph.h"
+#include "scheduler/schedule.h"
+#include "worker/stage_model.h"
+
+namespace baton {
+
+struct Plan {
+  Config config;
+  ModelDims dims;
+  std::vector<LayerSpec> graph;
+  std::vector<double> layer_costs;         // under config.parallel.partition
+  std::vector<LayerRange> virtual_stages;  // p*v contiguous ranges; j runs on rank j % p
+  Schedule schedule;                       // with SEND/RECV actions, validated
+
+  int num_ranks() const { return config.parallel.stages; }
+  int num_chunks() const { return schedule.chunks; }
+  // The layer ranges of rank `rank`'s chunks, chunk 0 first.
+  std::vector<LayerRange> ChunkRanges(int rank) const;
+  MicroBatchShape micro_batch_shape() const;
+};
+
+Plan MakePlan(const Config& config);
+
+// The table `baton plan` prints: stage, layers, parameters, FLOPs, activation bytes per
+// micro-batch.
+std::string FormatPartitionTable(const Plan& plan);
+
+}  // namespace baton

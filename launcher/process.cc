@@ -1,0 +1,91 @@
+#include "launcher/process.h"
+
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <thread>
+
+#include "core/error.h"
+
+extern char** environ;
+
+namespace baton {
+
+std::string ChildExit::Describe() const {
+  if (signal != 0) return fmt::format("killed by signal {} ({})", signal, strsignal(signal));
+  return fmt::format("exited with code {}", exit_code);
+}
+
+ProcessGroup::~ProcessGroup() { StopAll(); }
+
+void ProcessGroup::Spawn(int index, const std::vector<std::string>& argv,
+                         const std::vector<std::string>& env) {
+  BATON_CHECK(!argv.empty(), "empty command line");
+  // Build everything before fork: the child may only call async-signal-safe functions.
+  std::vector<std::string> env_strings;
+  for (char** e = environ; *e != nullptr; ++e) env_strings.emplace_back(*e);
+  for (const std::string& entry : env) env_strings.push_back(entry);
+  std::vector<char*> c_argv, c_env;
+  for (const std::string& a : argv) c_argv.push_back(const_cast<char*>(a.c_str()));
+  c_argv.push_back(nullptr);
+  for (const std::string& e : env_strings) c_env.push_back(const_cast<char*>(e.c_str()));
+  c_env.push_back(nullptr);
+  const pid_t parent = getpid();
+
+  const pid_t pid = fork();
+  BATON_CHECK(pid >= 0, "fork failed: {}", strerror(errno));
+  if (pid == 0) {
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent) _exit(127);  // the launcher died before prctl took effect
+    execve(c_argv[0], c_argv.data(), c_env.data());
+    _exit(127);
+  }
+  children_[pid] = index;
+}
+
+std::optional<ChildExit> ProcessGroup::Poll() {
+  for (auto it = children_.begin(); it != children_.end(); ++it) {
+    int status = 0;
+    const pid_t r = waitpid(it->first, &status, WNOHANG);
+    if (r == 0) continue;
+    ChildExit exit;
+    exit.index = it->second;
+    if (r > 0 && WIFSIGNALED(status)) exit.signal = WTERMSIG(status);
+    if (r > 0 && WIFEXITED(status)) exit.exit_code = WEXITSTATUS(status);
+    if (r < 0) exit.exit_code = -1;
+    children_.erase(it);
+    return exit;
+  }
+  return std::nullopt;
+}
+
+pid_t ProcessGroup::pid(int index) const {
+  for (const auto& [pid, i] : children_) {
+    if (i == index) return pid;
+  }
+  return -1;
+}
+
+void ProcessGroup::StopAll(std::chrono::milliseconds grace) {
+  for (const auto& [pid, index] : children_) kill(pid, SIGTERM);
+  const auto deadline = std::chrono::steady_clock::now() + grace;
+  while (!children_.empty() && std::chrono::steady_clock::now() < deadline) {
+    if (!Poll()) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  for (const auto& [pid, index] : children_) kill(pid, SIGKILL);
+  for (const auto& [pid, index] : children_) waitpid(pid, nullptr, 0);
+  children_.clear();
+}
+
+std::string SelfExecutable() {
+  char buffer[4096];
+  const ssize_t n = readlink("/proc/self/exe", buffer, sizeof(buffer) - 1);
+  BATON_CHECK(n > 0, "readlink(/proc/self/exe) failed: {}", strerror(errno));
+  return std::string(buffer, static_cast<size_t>(n));
+}
+
+}  // namespace baton

@@ -1,0 +1,233 @@
+#include "launcher/run.h"
+
+#include <spdlog/spdlog.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "core/error.h"
+#include "launcher/environment.h"
+#include "launcher/monitor.h"
+#include "launcher/mpi_bootstrap.h"
+#include "launcher/plan.h"
+#include "launcher/process.h"
+#include "model/config.h"
+#include "proto/coordinator_client.h"
+#include "proto/coordinator_server.h"
+#include "worker/plan_codec.h"
+#include "worker/trainer.h"
+#include "worker/worker_main.h"
+
+namespace baton {
+namespace {
+
+using nlohmann::json;
+
+WorkerPlan ToWorkerPlan(const Plan& plan, const std::string& job_id) {
+  WorkerPlan wp;
+  wp.job_id = job_id;
+  wp.config_yaml = ToYaml(plan.config);
+  wp.num_ranks = plan.num_ranks();
+  wp.num_chunks = plan.num_chunks();
+  for (int r = 0; r < plan.num_ranks(); ++r) wp.chunk_ranges.push_back(plan.ChunkRanges(r));
+  wp.schedule_name = plan.schedule.name;
+  wp.schedule_csv = ScheduleToCsv(plan.schedule);
+  return wp;
+}
+
+// Assembles the run report from every rank's final results (worker_main.cc, TrainRank).
+json BuildReport(const Plan& plan, const std::vector<json>& results) {
+  json report;
+  report["schedule"] = plan.schedule.name;
+  report["config"] = ToJson(plan.config);
+  std::vector<std::pair<int, uint64_t>> digests;
+  json stages = json::array();
+  json job_peak = json::object();
+  double wall_s = 0;
+  for (const json& r : results) {
+    for (const auto& d : r["digests"]) digests.emplace_back(d[0].get<int>(), d[1].get<uint64_t>());
+    const double stage_wall = r["wall_s"].get<double>();
+    const double busy = stage_wall > 0 ? r["compute_s"].get<double>() / stage_wall : 0.0;
+    json stage = {
+        {"stage", r["rank"]},    {"layers", {r["layers"].front()[0], r["layers"].back()[1]}},
+        {"chunks", r["layers"]}, {"memory", {{"peak", r["memory_peak"]}}},
+        {"busy_fraction", busy}, {"bubble_fraction", 1.0 - busy}};
+    stages.push_back(stage);
+    for (const auto& [key, bytes] : r["memory_peak"].items()) {
+      job_peak[key] = std::max(job_peak.value(key, int64_t{0}), bytes.get<int64_t>());
+    }
+    wall_s = std::max(wall_s, stage_wall);
+    if (r["holds_head"].get<bool>()) report["steps"] = r["steps"];
+  }
+  const Config& config = plan.config;
+  const double tokens = static_cast<double>(config.train.batch_size) *
+                        static_cast<double>(SequenceLength(config)) *
+                        static_cast<double>(config.train.steps);
+  report["tokens_per_s"] = wall_s > 0 ? tokens / wall_s : 0.0;
+  report["param_checksum"] = CombineLayerDigests(digests);
+  report["memory"] = {{"peak", job_peak}};
+  report["stages"] = stages;
+  return report;
+}
+
+void WriteReport(const json& report, const std::string& path) {
+  const std::filesystem::path p(path);
+  if (p.has_parent_path()) std::filesystem::create_directories(p.parent_path());
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp);
+    BATON_CHECK(out.good(), "cannot write the report to {}", tmp);
+    out << report.dump(2) << "\n";
+    BATON_CHECK(out.good(), "writing the report to {} failed", tmp);
+  }
+  std::filesystem::rename(tmp, path);
+}
+
+std::vector<json> CollectResults(const std::string& address, const std::string& token,
+                                 int num_ranks) {
+  CoordinatorClient client(address, token);
+  std::vector<json> results;
+  for (int r = 0; r < num_ranks; ++r) {
+    results.push_back(json::parse(client.KvGet(ResultKey(r), std::chrono::seconds(30))));
+  }
+  return results;
+}
+
+void Summarise(const json& report, const std::string& report_path) {
+  const json& steps = report["steps"];
+  if (!steps.empty()) {
+    spdlog::info("done: {} steps, final loss {:.4f}, {:.0f} tokens/s, param checksum {}",
+                 steps.size(), steps.back()["loss"].get<double>(),
+                 report["tokens_per_s"].get<double>(), report["param_checksum"].get<std::string>());
+  }
+  if (!report_path.empty()) spdlog::info("report written to {}", report_path);
+}
+
+int Finish(const Plan& plan, const std::string& address, const std::string& token,
+           const std::string& report_path) {
+  const json report = BuildReport(plan, CollectResults(address, token, plan.num_ranks()));
+  if (!report_path.empty()) WriteReport(report, report_path);
+  Summarise(report, report_path);
+  return 0;
+}
+
+MonitorOptions MonitorOptionsFor(const Plan& plan) {
+  MonitorOptions m;
+  m.num_ranks = plan.num_ranks();
+  m.head_rank = plan.num_ranks() - 1;
+  m.total_steps = plan.config.train.steps;
+  m.log_every = plan.config.train.log_every;
+  return m;
+}
+
+int RunLocal(const Plan& plan, const RunOptions& options, const std::string& report_path) {
+  const std::string token = MakeJobToken();
+  const std::string job_id = MakeJobToken().substr(0, 12);
+  CoordinatorServer server;
+  CoordinatorOptions coordinator;
+  coordinator.address = "127.0.0.1:0";
+  coordinator.token = token;
+  coordinator.job_id = job_id;
+  coordinator.world_size = plan.num_ranks();
+  coordinator.plan = EncodePlan(ToWorkerPlan(plan, job_id));
+  coordinator.heartbeat_timeout_s = plan.config.parallel.heartbeat_timeout_s;
+  server.Start(coordinator);
+  spdlog::info("{} stage(s), schedule {}, {} micro-batches; coordinator on {}", plan.num_ranks(),
+               plan.schedule.name, plan.schedule.microbatches, server.address());
+
+  ProcessGroup children;
+  const std::string exe = SelfExecutable();
+  for (int r = 0; r < plan.num_ranks(); ++r) {
+    children.Spawn(r,
+                   {exe, "--log-level", options.log_level, "worker", "--coordinator",
+                    server.address(), "--rank", std::to_string(r), "--world-size",
+                    std::to_string(plan.num_ranks()), "--local-rank", std::to_string(r)},
+                   {"BATON_TOKEN=" + token, "BATON_JOB_ID=" + job_id});
+  }
+  JobMonitor monitor(server, &children, MonitorOptionsFor(plan));
+  if (std::optional<std::string> failure = monitor.Run()) {
+    server.RequestAbort(*failure);
+    children.StopAll();
+    spdlog::error("{}", *failure);
+    return 1;
+  }
+  return Finish(plan, server.address(), token, report_path);
+}
+
+int RunUnderLauncher(const Plan& plan, const RunOptions& options, const LaunchEnvironment& env,
+                     const std::string& report_path) {
+  BATON_CHECK(env.world_size == plan.num_ranks(),
+              "{} started {} processes but the plan has {} stages (parallel.stages)",
+              Name(env.mode), env.world_size, plan.num_ranks());
+  JobRendezvous rendezvous = ShareCoordinator(env, options.coordinator);
+  std::unique_ptr<CoordinatorServer> server;
+  if (env.rank == 0) {
+    server = std::make_unique<CoordinatorServer>();
+    CoordinatorOptions coordinator;
+    coordinator.address = rendezvous.bind_address;
+    coordinator.token = rendezvous.token;
+    coordinator.job_id = rendezvous.job_id;
+    coordinator.world_size = plan.num_ranks();
+    coordinator.plan = EncodePlan(ToWorkerPlan(plan, rendezvous.job_id));
+    coordinator.heartbeat_timeout_s = plan.config.parallel.heartbeat_timeout_s;
+    server->Start(coordinator);
+  }
+  rendezvous = PublishCoordinator(env, rendezvous, server ? server->port() : 0);
+
+  WorkerArgs worker;
+  worker.coordinator = rendezvous.connect_address;
+  worker.token = rendezvous.token;
+  worker.job_id = rendezvous.job_id;
+  worker.rank = env.rank;
+  worker.world_size = env.world_size;
+  worker.local_rank = env.local_rank;
+  worker.log_level = options.log_level;
+  if (env.rank != 0) return RunWorker(worker);
+
+  int worker_code = 1;
+  std::thread worker_thread([&] { worker_code = RunWorker(worker); });
+  JobMonitor monitor(*server, nullptr, MonitorOptionsFor(plan));
+  const std::optional<std::string> failure = monitor.Run();
+  if (failure) server->RequestAbort(*failure);
+  worker_thread.join();
+  if (failure) {
+    spdlog::error("{}", *failure);
+    return 1;
+  }
+  if (worker_code != 0) return worker_code;
+  return Finish(plan, "127.0.0.1:" + std::to_string(server->port()), rendezvous.token, report_path);
+}
+
+}  // namespace
+
+int RunCommand(const RunOptions& options) {
+  const Config config = LoadConfig(options.config.path, options.config.overrides);
+  const Plan plan = MakePlan(config);
+  const std::string report_path =
+      options.report_path.empty() ? config.output.report : options.report_path;
+  const LaunchEnvironment env = DetectLaunchEnvironment();
+  if (env.mode == LaunchMode::kLocal) return RunLocal(plan, options, report_path);
+  return RunUnderLauncher(plan, options, env, report_path);
+}
+
+int PlanCommand(const PlanOptions& options, std::ostream& out) {
+  const Config config = LoadConfig(options.config.path, options.config.overrides);
+  const Plan plan = MakePlan(config);
+  if (options.format == "json") {
+    json j = {{"schedule", plan.schedule.name}, {"stages", json::array()}};
+    for (size_t v = 0; v < plan.virtual_stages.size(); ++v) {
+      j["stages"].push_back(
+          {{"virtual_stage", v},
+           {"layers", {plan.virtual_stages[v].first, plan.virtual_stages[v].last}}});
+    }
+    out << j.dump(2) << "\n";
+  } else {
+    out << FormatPartitionTable(plan);
+  }
+  return 0;
+}
+
+}  // namespace baton

@@ -1,0 +1,37 @@
+// `baton run` and `baton plan`: the launcher's two commands.
+//
+// run, with no launcher environment: plan the job, host the coordinator on loopback, spawn one
+// worker process per stage, print one merged progress line per logged step, and on any failure
+// stop every worker and exit non-zero naming the stage and what it was doing.
+// run under mpirun / srun: every rank runs the same command; rank 0 hosts the coordinator (its
+// address and the job token reach the others through MPI, or BATON_COORDINATOR / BATON_TOKEN
+// under Slurm) and every rank runs its worker in-process.
+#pragma once
+
+#include <ostream>
+#include <string>
+#include <vector>
+
+namespace baton {
+
+struct ConfigArgs {
+  std::string path;
+  std::vector<std::string> overrides;  // "section.key=value"
+};
+
+struct RunOptions {
+  ConfigArgs config;
+  std::string report_path;  // overrides output.report
+  std::string coordinator;  // HOST:PORT to host (rank 0) or reach (others)
+  std::string log_level = "info";
+};
+
+struct PlanOptions {
+  ConfigArgs config;
+  std::string format = "text";  // text | json
+};
+
+int RunCommand(const RunOptions& options);
+int PlanCommand(const PlanOptions& options, std::ostream& out);
+
+}  // namespace baton

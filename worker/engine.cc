@@ -1,0 +1,311 @@
+#include "worker/engine.h"
+
+#include <spdlog/spdlog.h>
+
+#include "core/error.h"
+
+namespace baton {
+
+struct StageEngine::Slot {
+  Tensor input;  // F's input activation (received, or handed on by the previous local chunk)
+  std::unique_ptr<Work> input_work;
+  Tensor output;       // F's output; for the head, the micro-batch loss
+  Tensor grad_output;  // gradient of `output` (received, or handed back by the next local chunk)
+  std::unique_ptr<Work> grad_work;
+  Tensor grad_input;                   // B's / I's gradient of `input`, to send back
+  std::vector<Stash> stashes;          // one per layer of the chunk
+  std::vector<Tensor> segment_inputs;  // under checkpointing: each segment's input
+};
+
+struct StageEngine::PendingSend {
+  std::unique_ptr<Work> work;
+  Tensor tensor;  // kept alive until the send completes
+  std::string what;
+};
+
+namespace {
+using Clock = std::chrono::steady_clock;
+double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+}  // namespace
+
+StageEngine::StageEngine(Backend& backend, StageModel& model, Communicator* comm,
+                         EngineOptions options)
+    : backend_(backend), model_(model), comm_(comm), options_(std::move(options)) {
+  BATON_CHECK(comm_ != nullptr || model_.num_ranks() == 1,
+              "a {}-rank pipeline needs a communicator", model_.num_ranks());
+  BATON_CHECK(options_.num_microbatches >= 1, "need at least one micro-batch");
+  const size_t num_slots = static_cast<size_t>(options_.num_microbatches) * model_.chunks().size();
+  for (size_t i = 0; i < num_slots; ++i) slots_.push_back(std::make_unique<Slot>());
+  status_.action = "idle";
+  status_.since = Clock::now();
+}
+
+StageEngine::~StageEngine() = default;
+
+StageEngine::Slot& StageEngine::slot(int microbatch, int chunk) {
+  BATON_CHECK(0 <= microbatch && microbatch < options_.num_microbatches, "micro-batch {} of {}",
+              microbatch, options_.num_microbatches);
+  BATON_CHECK(0 <= chunk && chunk < static_cast<int>(model_.chunks().size()),
+              "chunk {} not held by rank {}", chunk, model_.rank());
+  return *slots_[static_cast<size_t>(microbatch) * model_.chunks().size() +
+                 static_cast<size_t>(chunk)];
+}
+
+std::string StageEngine::Describe(const Action& action) const {
+  return fmt::format("stage {} action {} (micro-batch {}, chunk {})", model_.rank(),
+                     ToString(action, model_.num_ranks()), action.microbatch, action.chunk);
+}
+
+void StageEngine::SetStatus(const Action* action, int peer) {
+  EngineStatus now;
+  now.action = action ? std::string(KindName(action->kind)) : "compute";
+  now.microbatch = action ? action->microbatch : -1;
+  now.peer = peer;
+  now.since = Clock::now();
+  {
+    std::lock_guard lock(status_mutex_);
+    status_ = now;
+  }
+  if (on_status_) on_status_(now);
+}
+
+EngineStatus StageEngine::status() const {
+  std::lock_guard lock(status_mutex_);
+  return status_;
+}
+
+std::vector<float> StageEngine::RunStep(const std::vector<Action>& actions,
+                                        const std::vector<MicroBatch>& batches,
+                                        float loss_grad_scale) {
+  BATON_CHECK(static_cast<int>(batches.size()) == options_.num_microbatches,
+              "{} micro-batches given, {} expected", batches.size(), options_.num_microbatches);
+  batches_ = &batches;
+  loss_grad_scale_ = loss_grad_scale;
+  losses_.assign(model_.holds_last_layer() ? static_cast<size_t>(options_.num_microbatches) : 0,
+                 0.0f);
+  timings_ = {};
+  const Clock::time_point start = Clock::now();
+  for (const Action& action : actions) {
+    BATON_CHECK(action.stage == model_.rank(), "rank {} was given {}", model_.rank(),
+                ToString(action, model_.num_ranks()));
+    const bool compute = IsCompute(action.kind);
+    const Clock::time_point t0 = Clock::now();
+    Dispatch(action);
+    if (compute) timings_.compute_s += Seconds(Clock::now() - t0);
+    ReapSends(/*wait_all=*/false);
+  }
+  ReapSends(/*wait_all=*/true);
+  SetStatus(nullptr, -1);
+  {
+    std::lock_guard lock(status_mutex_);
+    status_.action = "idle";
+  }
+  for (auto& s : slots_) *s = Slot{};  // nothing survives a step
+  timings_.wall_s = Seconds(Clock::now() - start);
+  batches_ = nullptr;
+  return losses_;
+}
+
+void StageEngine::Dispatch(const Action& action) {
+  switch (action.kind) {
+    case ActionKind::kForward:
+      Forward(action);
+      return;
+    case ActionKind::kBackward:
+      Backward(action, /*input_only=*/false);
+      return;
+    case ActionKind::kBackwardInput:
+      Backward(action, /*input_only=*/true);
+      return;
+    case ActionKind::kBackwardWeight:
+      BackwardWeight(action);
+      return;
+    case ActionKind::kSendForward:
+    case ActionKind::kSendBackward:
+      PostSend(action);
+      return;
+    case ActionKind::kRecvForward:
+    case ActionKind::kRecvBackward:
+      PostRecv(action);
+      return;
+  }
+  BATON_FAIL("{}: unknown action kind {}", Describe(action), static_cast<int>(action.kind));
+}
+
+void StageEngine::PostRecv(const Action& action) {
+  const int peer = PeerRank(action, model_.num_ranks());
+  BATON_CHECK(peer != model_.rank(), "{}: receive from itself", Describe(action));
+  Slot& s = slot(action.microbatch, action.chunk);
+  Tensor buffer = Tensor::Empty(backend_.allocator(), options_.activation_shape,
+                                options_.activation_dtype, MemCategory::kActivations);
+  std::unique_ptr<Work> work = comm_->Irecv(buffer, peer);
+  if (action.kind == ActionKind::kRecvForward) {
+    BATON_CHECK(!s.input.defined(), "{}: input already received", Describe(action));
+    s.input = std::move(buffer);
+    s.input_work = std::move(work);
+  } else {
+    BATON_CHECK(!s.grad_output.defined(), "{}: gradient already received", Describe(action));
+    s.grad_output = std::move(buffer);
+    s.grad_work = std::move(work);
+  }
+}
+
+void StageEngine::PostSend(const Action& action) {
+  const int peer = PeerRank(action, model_.num_ranks());
+  BATON_CHECK(peer != model_.rank(), "{}: send to itself", Describe(action));
+  Slot& s = slot(action.microbatch, action.chunk);
+  Tensor& tensor = action.kind == ActionKind::kSendForward ? s.output : s.grad_input;
+  BATON_CHECK(tensor.defined(), "{}: nothing to send (its compute action has not run)",
+              Describe(action));
+  PendingSend pending{comm_->Isend(tensor, peer), tensor, Describe(action)};
+  tensor = Tensor();  // the pending send owns it now
+  sends_.push_back(std::move(pending));
+}
+
+void StageEngine::ReapSends(bool wait_all) {
+  for (auto it = sends_.begin(); it != sends_.end();) {
+    if (wait_all) {
+      std::lock_guard lock(status_mutex_);
+      status_.action = "SEND";
+      status_.since = Clock::now();
+    }
+    bool done = it->work->Test();
+    if (!done && wait_all) {
+      try {
+        it->work->Wait(options_.timeout);
+      } catch (const Error& e) {
+        BATON_FAIL("{}: send did not complete: {}", it->what, e.what());
+      }
+      done = true;
+    }
+    it = done ? sends_.erase(it) : it + 1;
+  }
+}
+
+Tensor StageEngine::AwaitInput(const Action& action) {
+  Slot& s = slot(action.microbatch, action.chunk);
+  const int virtual_stage = VirtualStage(action, model_.num_ranks());
+  if (virtual_stage == 0) return Tensor();  // the embedding reads tokens
+  const int previous_rank = RankOfVirtualStage(virtual_stage - 1, model_.num_ranks());
+  if (previous_rank == model_.rank()) {  // the previous chunk is ours: hand it on
+    Slot& previous = slot(action.microbatch, action.chunk - 1);
+    BATON_CHECK(previous.output.defined(), "{}: the previous chunk's forward has not run",
+                Describe(action));
+    return std::move(previous.output);
+  }
+  BATON_CHECK(s.input.defined(), "{}: no RECV_F was posted for this input", Describe(action));
+  if (s.input_work) {
+    SetStatus(&action, previous_rank);
+    try {
+      s.input_work->Wait(options_.timeout);
+    } catch (const Error& e) {
+      BATON_FAIL("{}: timed out waiting for the activation from stage {}: {}", Describe(action),
+                 previous_rank, e.what());
+    }
+    s.input_work.reset();
+  }
+  return s.input;
+}
+
+Tensor StageEngine::AwaitGradient(const Action& action) {
+  Slot& s = slot(action.microbatch, action.chunk);
+  const int virtual_stage = VirtualStage(action, model_.num_ranks());
+  if (virtual_stage == model_.num_virtual_stages() - 1) return Tensor();  // the head's loss
+  const int next_rank = RankOfVirtualStage(virtual_stage + 1, model_.num_ranks());
+  if (next_rank == model_.rank()) {
+    Slot& next = slot(action.microbatch, action.chunk + 1);
+    BATON_CHECK(next.grad_input.defined(), "{}: the next chunk's backward has not run",
+                Describe(action));
+    return std::move(next.grad_input);
+  }
+  BATON_CHECK(s.grad_output.defined(), "{}: no RECV_B was posted for this gradient",
+              Describe(action));
+  if (s.grad_work) {
+    SetStatus(&action, next_rank);
+    try {
+      s.grad_work->Wait(options_.timeout);
+    } catch (const Error& e) {
+      BATON_FAIL("{}: timed out waiting for the gradient from stage {}: {}", Describe(action),
+                 next_rank, e.what());
+    }
+    s.grad_work.reset();
+  }
+  Tensor dy = std::move(s.grad_output);
+  s.grad_output = Tensor();
+  return dy;
+}
+
+void StageEngine::Forward(const Action& action) {
+  Chunk& chunk = model_.chunk(action.chunk);
+  Slot& s = slot(action.microbatch, action.chunk);
+  const MicroBatch& batch = (*batches_)[static_cast<size_t>(action.microbatch)];
+  BATON_CHECK(s.stashes.empty(), "{}: forward ran twice", Describe(action));
+  Tensor x = AwaitInput(action);
+  SetStatus(nullptr, -1);
+  const int num_layers = static_cast<int>(chunk.layers.size());
+  const int every = options_.checkpoint_every;
+  s.stashes.resize(static_cast<size_t>(num_layers));
+  for (int i = 0; i < num_layers; ++i) {
+    if (every > 0 && i % every == 0) s.segment_inputs.push_back(x);
+    x = chunk.layers[static_cast<size_t>(i)]->Forward(x, batch, s.stashes[static_cast<size_t>(i)]);
+    const bool segment_ends = every > 0 && (i % every == every - 1 || i == num_layers - 1);
+    if (segment_ends) {
+      for (int j = i - i % every; j <= i; ++j) s.stashes[static_cast<size_t>(j)].Clear();
+    }
+  }
+  s.input = Tensor();  // held by the stash or a segment input when backward needs it
+  if (chunk.range.last == model_.num_layers_in_graph() - 1) {
+    float loss = 0.0f;
+    Tensor host = Tensor::Wrap(&loss, {1}, DType::kF32);
+    backend_.Copy(x.View({1}), host);
+    backend_.Synchronize();
+    losses_[static_cast<size_t>(action.microbatch)] = loss;
+  } else {
+    s.output = std::move(x);
+  }
+}
+
+void StageEngine::RecomputeSegment(Slot& s, Chunk& chunk, int segment, const MicroBatch& batch) {
+  const int every = options_.checkpoint_every;
+  const int first = segment * every;
+  const int last = std::min(first + every, static_cast<int>(chunk.layers.size())) - 1;
+  Tensor x = s.segment_inputs[static_cast<size_t>(segment)];
+  for (int j = first; j <= last; ++j) {
+    x = chunk.layers[static_cast<size_t>(j)]->Forward(x, batch, s.stashes[static_cast<size_t>(j)]);
+  }
+  s.segment_inputs[static_cast<size_t>(segment)] = Tensor();
+}
+
+void StageEngine::Backward(const Action& action, bool input_only) {
+  Chunk& chunk = model_.chunk(action.chunk);
+  Slot& s = slot(action.microbatch, action.chunk);
+  const MicroBatch& batch = (*batches_)[static_cast<size_t>(action.microbatch)];
+  BATON_CHECK(!s.stashes.empty(), "{}: backward before forward", Describe(action));
+  Tensor dy = AwaitGradient(action);
+  SetStatus(nullptr, -1);
+  const BackwardArgs args{loss_grad_scale_};
+  const int every = options_.checkpoint_every;
+  const int num_layers = static_cast<int>(chunk.layers.size());
+  for (int i = num_layers - 1; i >= 0; --i) {
+    if (every > 0 && (i % every == every - 1 || i == num_layers - 1)) {
+      RecomputeSegment(s, chunk, i / every, batch);
+    }
+    Layer& layer = *chunk.layers[static_cast<size_t>(i)];
+    Stash& stash = s.stashes[static_cast<size_t>(i)];
+    dy = input_only ? layer.BackwardInput(dy, batch, stash, args)
+                    : layer.Backward(dy, batch, stash, args);
+  }
+  s.segment_inputs.clear();
+  if (!input_only) s.stashes.clear();
+  if (chunk.virtual_stage > 0) s.grad_input = std::move(dy);
+}
+
+void StageEngine::BackwardWeight(const Action& action) {
+  Chunk& chunk = model_.chunk(action.chunk);
+  Slot& s = slot(action.microbatch, action.chunk);
+  BATON_CHECK(s.stashes.size() == chunk.layers.size(), "{}: W before I", Describe(action));
+  for (size_t i = chunk.layers.size(); i-- > 0;) chunk.layers[i]->BackwardWeight(s.stashes[i]);
+  s.stashes.clear();
+}
+
+}  // namespace baton

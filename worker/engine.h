@@ -1,0 +1,109 @@
+// The stage engine: runs one rank's action list for one training step (STYLE.md habit 2).
+//
+// The engine interprets; it never decides. Each action is dispatched by one switch:
+//   RECV_F / RECV_B  post an asynchronous receive into a fresh buffer for (micro-batch, chunk);
+//   F                waits for that input (or takes the local one), runs the chunk's layers
+//                    forward and stashes what backward needs (under checkpointing, only each
+//                    segment's input);
+//   SEND_F / SEND_B  post an asynchronous send of the output / input-gradient; the buffer is
+//                    kept until the send completes, then freed;
+//   B                runs the chunk backward (recomputing checkpointed segments first);
+//   I / W            the zero-bubble split of B: input gradients now, weight gradients later.
+// Every blocking wait has a timeout that fails naming the stage, the action and the
+// micro-batch. Buffers and stashes are booked as activations in the ledger.
+//
+// Not thread-safe: one thread drives an engine. `status()` may be read from another thread.
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "comm/communicator.h"
+#include "kernels/backend.h"
+#include "scheduler/action.h"
+#include "worker/stage_model.h"
+
+namespace baton {
+
+struct EngineOptions {
+  int num_microbatches = 1;
+  // Activation checkpointing: segments of `checkpoint_every` layers keep only their input
+  // (0 = off). Selective recompute is a layer setting (Layer::set_selective_recompute).
+  int checkpoint_every = 0;
+  std::chrono::milliseconds timeout{60000};
+  Shape activation_shape;  // (B,T,C) of the tensors passed between stages
+  DType activation_dtype = DType::kF32;
+};
+
+// What the engine is doing right now, for hang diagnosis.
+struct EngineStatus {
+  std::string action;  // e.g. "RECV_F" or "idle"
+  int microbatch = -1;
+  int peer = -1;  // rank waited on, -1 if none
+  std::chrono::steady_clock::time_point since;
+};
+
+// Called (on the engine's thread) whenever the engine starts or stops waiting on a peer.
+using StatusCallback = std::function<void(const EngineStatus&)>;
+
+struct StepTimings {
+  double wall_s = 0;     // from the first action to the last completion
+  double compute_s = 0;  // time inside F/B/I/W
+};
+
+class StageEngine {
+ public:
+  // `comm` may be null when the pipeline has one rank (no peers to talk to).
+  StageEngine(Backend& backend, StageModel& model, Communicator* comm, EngineOptions options);
+  ~StageEngine();
+  StageEngine(const StageEngine&) = delete;
+  StageEngine& operator=(const StageEngine&) = delete;
+
+  // Runs `actions` (this rank's program for one step). `batches[k]` is micro-batch k (tokens on
+  // the rank holding the first layer, targets on the one holding the last). Backward of the
+  // last layer starts from `loss_grad_scale`. Returns the per-micro-batch losses when this rank
+  // holds the head (empty otherwise).
+  std::vector<float> RunStep(const std::vector<Action>& actions,
+                             const std::vector<MicroBatch>& batches, float loss_grad_scale);
+
+  const StepTimings& last_timings() const { return timings_; }
+  EngineStatus status() const;
+  void set_status_callback(StatusCallback callback) { on_status_ = std::move(callback); }
+
+ private:
+  struct Slot;  // per (micro-batch, chunk) state
+  Slot& slot(int microbatch, int chunk);
+  void Dispatch(const Action& action);
+  void Forward(const Action& action);
+  void Backward(const Action& action, bool input_only);
+  void BackwardWeight(const Action& action);
+  void PostRecv(const Action& action);
+  void PostSend(const Action& action);
+  Tensor AwaitInput(const Action& action);
+  Tensor AwaitGradient(const Action& action);
+  void RecomputeSegment(Slot& s, Chunk& chunk, int segment, const MicroBatch& batch);
+  void ReapSends(bool wait_all);
+  void SetStatus(const Action* action, int peer);
+  std::string Describe(const Action& action) const;
+
+  Backend& backend_;
+  StageModel& model_;
+  Communicator* comm_;
+  EngineOptions options_;
+  std::vector<std::unique_ptr<Slot>> slots_;
+  struct PendingSend;
+  std::vector<PendingSend> sends_;
+  const std::vector<MicroBatch>* batches_ = nullptr;
+  float loss_grad_scale_ = 1.0f;
+  std::vector<float> losses_;
+  StepTimings timings_;
+  mutable std::mutex status_mutex_;
+  EngineStatus status_;
+  StatusCallback on_status_;
+};
+
+}  // namespace baton

@@ -1,0 +1,66 @@
+#include "worker/stage_model.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+
+namespace baton {
+namespace {
+Param* FindParam(Layer& layer, const std::string& name) {
+  for (Param* p : layer.params()) {
+    if (p->name == name) return p;
+  }
+  return nullptr;
+}
+}  // namespace
+
+StageModel::StageModel(const std::vector<LayerSpec>& graph, const ModelDims& dims,
+                       const std::vector<LayerRange>& chunk_ranges, int rank, int num_ranks,
+                       Backend& backend, DType param_dtype, DType act_dtype, uint64_t seed)
+    : rank_(rank), num_ranks_(num_ranks), num_graph_layers_(static_cast<int>(graph.size())) {
+  BATON_CHECK(!chunk_ranges.empty(), "rank {} has no model chunks", rank);
+  for (size_t c = 0; c < chunk_ranges.size(); ++c) {
+    const LayerRange& range = chunk_ranges[c];
+    BATON_CHECK(0 <= range.first && range.first <= range.last &&
+                    range.last < static_cast<int>(graph.size()),
+                "chunk {} of rank {}: bad layer range [{}, {}] for a {}-layer graph", c, rank,
+                range.first, range.last, graph.size());
+    Chunk chunk;
+    chunk.virtual_stage = static_cast<int>(c) * num_ranks + rank;
+    chunk.range = range;
+    for (int i = range.first; i <= range.last; ++i) {
+      chunk.layers.push_back(
+          BuildLayer(graph[static_cast<size_t>(i)], dims, backend, param_dtype, act_dtype, seed));
+    }
+    chunks_.push_back(std::move(chunk));
+  }
+  for (auto& [index, layer] : layers()) {
+    if (index == 0) embedding_wte_ = FindParam(*layer, "wte.weight");
+    if (index == num_graph_layers_ - 1) head_wte_ = FindParam(*layer, "wte.weight");
+  }
+  if (embedding_wte_ != nullptr && head_wte_ != nullptr) {
+    // One process holds both ends: share the value (stepped once), keep the grads apart.
+    head_wte_->value = embedding_wte_->value;
+  }
+}
+
+std::vector<Param*> StageModel::params() {
+  std::vector<Param*> all;
+  for (auto& [index, layer] : layers()) {
+    for (Param* p : layer->params()) all.push_back(p);
+  }
+  return all;
+}
+
+std::vector<std::pair<int, Layer*>> StageModel::layers() {
+  std::vector<std::pair<int, Layer*>> all;
+  for (Chunk& chunk : chunks_) {
+    for (size_t i = 0; i < chunk.layers.size(); ++i) {
+      all.emplace_back(chunk.range.first + static_cast<int>(i), chunk.layers[i].get());
+    }
+  }
+  std::sort(all.begin(), all.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  return all;
+}
+
+}  // namespace baton

@@ -1,0 +1,70 @@
+// The layers one pipeline rank owns: one contiguous range of the layer graph per model chunk.
+//
+// Rank r of p holds chunks c = 0..v-1, chunk c being virtual stage c*p + r (scheduler/action.h).
+// Only those layers are built (their parameters initialised exactly as a single-process run
+// would). When the graph's embedding and head both live here, the head's tied "wte.weight"
+// shares the embedding's storage; their gradients stay separate until CombineTiedGradients().
+//
+// Owned by the stage engine; not thread-safe.
+#pragma once
+
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include "kernels/backend.h"
+#include "model/dims.h"
+#include "model/graph.h"
+#include "model/layer.h"
+
+namespace baton {
+
+struct LayerRange {
+  int first = 0;  // layer indices in the graph, inclusive
+  int last = 0;
+  int size() const { return last - first + 1; }
+  bool operator==(const LayerRange&) const = default;
+};
+
+struct Chunk {
+  int virtual_stage = 0;
+  LayerRange range;
+  std::vector<std::unique_ptr<Layer>> layers;  // layers[i] is graph layer range.first + i
+};
+
+class StageModel {
+ public:
+  // chunk_ranges[c] is the layer range of chunk c (virtual stage c*num_ranks + rank).
+  StageModel(const std::vector<LayerSpec>& graph, const ModelDims& dims,
+             const std::vector<LayerRange>& chunk_ranges, int rank, int num_ranks, Backend& backend,
+             DType param_dtype, DType act_dtype, uint64_t seed);
+
+  int rank() const { return rank_; }
+  int num_ranks() const { return num_ranks_; }
+  int num_layers_in_graph() const { return num_graph_layers_; }
+  int num_virtual_stages() const { return num_ranks_ * static_cast<int>(chunks_.size()); }
+  std::vector<Chunk>& chunks() { return chunks_; }
+  Chunk& chunk(int c) { return chunks_.at(static_cast<size_t>(c)); }
+
+  // Every parameter of every local layer, graph order (tied copies included).
+  std::vector<Param*> params();
+  // (graph layer index, layer) for every local layer, graph order.
+  std::vector<std::pair<int, Layer*>> layers();
+
+  // The tied token embedding, where present on this rank: the embedding's "wte.weight" (if this
+  // rank holds layer 0) and the head's copy (if it holds the last layer).
+  Param* embedding_wte() { return embedding_wte_; }
+  Param* head_wte() { return head_wte_; }
+  bool holds_first_layer() const { return embedding_wte_ != nullptr; }
+  bool holds_last_layer() const { return head_wte_ != nullptr; }
+
+ private:
+  int rank_;
+  int num_ranks_;
+  int num_graph_layers_;
+  std::vector<Chunk> chunks_;
+  Param* embedding_wte_ = nullptr;
+  Param* head_wte_ = nullptr;
+};
+
+}  // namespace baton

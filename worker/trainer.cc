@@ -1,0 +1,216 @@
+#include "worker/trainer.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/error.h"
+#include "core/hash.h"
+
+namespace baton {
+namespace {
+using Clock = std::chrono::steady_clock;
+
+TokenFormat ToTokenFormat(DataFormat format) {
+  switch (format) {
+    case DataFormat::kAuto:
+      return TokenFormat::kAuto;
+    case DataFormat::kText:
+      return TokenFormat::kText;
+    case DataFormat::kBin:
+      return TokenFormat::kBin;
+  }
+  BATON_FAIL("unknown data format {}", static_cast<int>(format));
+}
+}  // namespace
+
+Trainer::Trainer(TrainerSetup setup, Backend& backend)
+    : setup_(std::move(setup)),
+      backend_(backend),
+      scaler_(setup_.config.precision.dtype == DType::kF16
+                  ? LossScaler(setup_.config.precision.initial_loss_scale,
+                               setup_.config.precision.loss_scale_growth_interval)
+                  : LossScaler::Disabled()),
+      timeout_(static_cast<int64_t>(setup_.config.parallel.timeout_s * 1000.0)) {
+  const Config& config = setup_.config;
+  const DType dtype = config.precision.dtype;
+  model_ =
+      std::make_unique<StageModel>(setup_.graph, setup_.dims, setup_.chunk_ranges, setup_.rank,
+                                   setup_.num_ranks, backend_, dtype, dtype, config.train.seed);
+  if (config.parallel.checkpoint.kind == CheckpointPolicy::Kind::kSelective) {
+    for (auto& [index, layer] : model_->layers()) layer->set_selective_recompute(true);
+  }
+  AdamWConfig hyper;
+  hyper.beta1 = static_cast<float>(config.train.beta1);
+  hyper.beta2 = static_cast<float>(config.train.beta2);
+  hyper.eps = static_cast<float>(config.train.eps);
+  hyper.weight_decay = static_cast<float>(config.train.weight_decay);
+  optimizer_ = std::make_unique<Optimizer>(backend_, model_->params(), hyper);
+
+  lr_.lr = static_cast<float>(config.train.lr);
+  lr_.min_lr = static_cast<float>(config.train.min_lr);
+  lr_.warmup_steps = config.train.warmup_steps;
+  lr_.total_steps = config.train.steps;
+  lr_.cosine = config.train.lr_schedule == LrSchedule::kCosine;
+
+  const int micro_batch_size = MicroBatchSize(config);
+  const int64_t seq_len = SequenceLength(config);
+  EngineOptions options;
+  options.num_microbatches = config.train.micro_batches;
+  options.checkpoint_every = config.parallel.checkpoint.kind == CheckpointPolicy::Kind::kEvery
+                                 ? config.parallel.checkpoint.every
+                                 : 0;
+  options.timeout = timeout_;
+  options.activation_shape = {micro_batch_size, seq_len, setup_.dims.width};
+  options.activation_dtype = dtype;
+  engine_ = std::make_unique<StageEngine>(backend_, *model_, setup_.comm, options);
+
+  const bool first = model_->holds_first_layer();
+  const bool last = model_->holds_last_layer();
+  if (first || last) {
+    dataset_ = std::make_unique<TokenDataset>(TokenDataset::Open(
+        config.data.path, ToTokenFormat(config.data.format), config.model.vocab_size, seq_len));
+  }
+  for (int k = 0; k < config.train.micro_batches; ++k) {
+    MicroBatch batch;
+    const Shape shape = {micro_batch_size, seq_len};
+    if (first) {
+      batch.tokens =
+          Tensor::Empty(backend_.allocator(), shape, DType::kI32, MemCategory::kActivations);
+    }
+    if (last) {
+      batch.targets =
+          Tensor::Empty(backend_.allocator(), shape, DType::kI32, MemCategory::kActivations);
+    }
+    batches_.push_back(std::move(batch));
+  }
+}
+
+Trainer::~Trainer() = default;
+
+void Trainer::FillMicroBatches(int64_t step) {
+  if (!dataset_) return;
+  const Config& config = setup_.config;
+  const int b = MicroBatchSize(config);
+  const int t = static_cast<int>(SequenceLength(config));
+  std::vector<int32_t> tokens(static_cast<size_t>(b) * t), targets(tokens.size());
+  for (int k = 0; k < config.train.micro_batches; ++k) {
+    FillBatch(*dataset_, config.train.seed, step - 1, k * b, b, t, tokens.data(), targets.data());
+    MicroBatch& batch = batches_[static_cast<size_t>(k)];
+    if (batch.tokens.defined()) {
+      backend_.Copy(Tensor::Wrap(tokens.data(), {b, t}, DType::kI32), batch.tokens);
+    }
+    if (batch.targets.defined()) {
+      backend_.Copy(Tensor::Wrap(targets.data(), {b, t}, DType::kI32), batch.targets);
+    }
+  }
+}
+
+StepRecord Trainer::Step(int64_t step) {
+  const Clock::time_point start = Clock::now();
+  const Config& config = setup_.config;
+  for (Param* p : model_->params()) backend_.Zero(p->grad);
+  FillMicroBatches(step);
+
+  const float loss_grad_scale =
+      static_cast<float>(scaler_.scale() / static_cast<double>(config.train.micro_batches));
+  const std::vector<float> losses = engine_->RunStep(
+      setup_.schedule.per_rank[static_cast<size_t>(setup_.rank)], batches_, loss_grad_scale);
+
+  CombineTiedGradients();
+  const auto [norm, overflow] = ReduceNormAndOverflow();
+
+  StepRecord record;
+  record.step = step;
+  record.loss_scale = scaler_.scale();
+  record.lr = lr_.At(step);
+  record.grad_norm = norm;
+  record.skipped = scaler_.Update(overflow);
+  if (!record.skipped) {
+    const double clip = config.train.grad_clip;
+    const double coef = clip > 0 ? std::min(1.0, clip / (norm + 1e-6)) : 1.0;
+    optimizer_->Step(record.lr, step - scaler_.skipped_steps(),
+                     static_cast<float>(coef / record.loss_scale));
+  } else {
+    spdlog::warn("step {}: gradient overflow at loss scale {}; step skipped, scale now {}", step,
+                 record.loss_scale, scaler_.scale());
+  }
+  backend_.Synchronize();
+  if (!losses.empty()) {
+    double sum = 0;
+    for (float l : losses) sum += l;
+    record.loss = static_cast<float>(sum / static_cast<double>(losses.size()));
+  }
+  record.step_s = std::chrono::duration<double>(Clock::now() - start).count();
+  record.compute_s = engine_->last_timings().compute_s;
+  record.tokens_per_s = static_cast<double>(config.train.batch_size) *
+                        static_cast<double>(SequenceLength(config)) / record.step_s;
+  return record;
+}
+
+void Trainer::CombineTiedGradients() {
+  Param* emb = model_->embedding_wte();
+  Param* head = model_->head_wte();
+  if (emb != nullptr && head != nullptr) {
+    backend_.Accumulate(head->grad, emb->grad);  // emb + head, as the two-rank sum gives
+    return;
+  }
+  Param* local = emb != nullptr ? emb : head;
+  if (local == nullptr || setup_.comm == nullptr) return;
+  const int last_vs = setup_.num_ranks * static_cast<int>(setup_.chunk_ranges.size()) - 1;
+  const std::vector<int> group = {0, RankOfVirtualStage(last_vs, setup_.num_ranks)};
+  setup_.comm->AllReduceSum(local->grad, group, timeout_);
+}
+
+std::pair<double, bool> Trainer::ReduceNormAndOverflow() {
+  const int num_layers = model_->num_layers_in_graph();
+  // Slot i: layer i's sum of squares (f32; written by the one rank holding it, zero elsewhere, so
+  // the all-reduce sum is exact); slot num_layers: this rank's overflow flag.
+  std::vector<float> partial(static_cast<size_t>(num_layers) + 1, 0.0f);
+  for (auto& [index, layer] : model_->layers()) {
+    double sum = 0;
+    bool finite = true;
+    for (Param* p : layer->params()) {
+      if (p->tied) continue;
+      sum += backend_.SumOfSquares(p->grad);
+      if (scaler_.enabled()) finite = finite && backend_.AllFinite(p->grad);
+    }
+    partial[static_cast<size_t>(index)] = static_cast<float>(sum);
+    if (!finite) partial.back() = 1.0f;
+  }
+  if (setup_.comm != nullptr && setup_.num_ranks > 1) {
+    Tensor t = Tensor::Wrap(partial.data(), {num_layers + 1}, DType::kF32);
+    setup_.comm->AllReduceSum(t, timeout_);
+  }
+  double total = 0;
+  for (int i = 0; i < num_layers; ++i) total += partial[static_cast<size_t>(i)];
+  const double norm = std::sqrt(total) / scaler_.scale();
+  return {norm, partial.back() > 0.0f || !std::isfinite(norm)};
+}
+
+std::vector<std::pair<int, uint64_t>> Trainer::LayerDigests() {
+  backend_.Synchronize();
+  std::vector<std::pair<int, uint64_t>> digests;
+  for (auto& [index, layer] : model_->layers()) {
+    Fnv1a64 hash;
+    for (Param* p : layer->params()) {
+      if (p->tied) continue;
+      std::vector<char> host(p->value.nbytes());
+      Tensor view = Tensor::Wrap(host.data(), p->value.shape(), p->value.dtype());
+      backend_.Copy(p->value, view);
+      hash.Update(host.data(), host.size());
+    }
+    digests.emplace_back(index, hash.digest());
+  }
+  return digests;
+}
+
+std::string CombineLayerDigests(std::vector<std::pair<int, uint64_t>> digests) {
+  std::sort(digests.begin(), digests.end());
+  Fnv1a64 hash;
+  for (auto& [index, digest] : digests) hash.UpdateU64(digest);
+  return hash.hex();
+}
+
+}  // namespace baton

@@ -1,0 +1,96 @@
+// One rank's training loop: data in, the stage engine for the micro-batches, then the step end
+// that every rank runs identically (DESIGN.md, "data flow of one training step", 4-6).
+//
+// Step end, in order:
+//   1. the tied token-embedding gradient is summed between the ranks holding the first and the
+//      last layer (or locally when one rank holds both): both then hold emb + head;
+//   2. each rank computes per-layer sums of squared gradients for its layers (a tied copy counts
+//      once, at the embedding); all ranks exchange them and add them in layer order, so the
+//      global norm has the same bits however the graph is cut; the fp16 overflow flag rides along;
+//   3. every rank clips by that norm, skips the step on overflow, and steps AdamW.
+//
+// Not thread-safe; `engine_status()` may be read from another thread (heartbeats).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "comm/communicator.h"
+#include "kernels/backend.h"
+#include "model/config.h"
+#include "model/graph.h"
+#include "scheduler/schedule.h"
+#include "worker/data.h"
+#include "worker/engine.h"
+#include "worker/loss_scaler.h"
+#include "worker/optimizer.h"
+#include "worker/stage_model.h"
+
+namespace baton {
+
+struct TrainerSetup {
+  Config config;
+  std::vector<LayerSpec> graph;
+  ModelDims dims;
+  int rank = 0;
+  int num_ranks = 1;
+  std::vector<LayerRange> chunk_ranges;  // this rank's layers, one range per chunk
+  Schedule schedule;                     // with communication actions; validated
+  Communicator* comm = nullptr;          // null for a one-rank pipeline
+};
+
+struct StepRecord {
+  int64_t step = 0;  // 1-based
+  float loss = 0;    // mean over micro-batches; valid on the rank holding the head
+  double grad_norm = 0;
+  float lr = 0;
+  double loss_scale = 1;
+  bool skipped = false;  // fp16 overflow: no update this step
+  double step_s = 0;
+  double compute_s = 0;  // inside F/B/I/W
+  double tokens_per_s = 0;
+};
+
+class Trainer {
+ public:
+  Trainer(TrainerSetup setup, Backend& backend);
+  ~Trainer();
+  Trainer(const Trainer&) = delete;
+  Trainer& operator=(const Trainer&) = delete;
+
+  StepRecord Step(int64_t step);
+
+  // FNV-1a digest of each local layer's parameter bytes (tied copies excluded), by graph index.
+  std::vector<std::pair<int, uint64_t>> LayerDigests();
+  bool holds_head() const { return model_->holds_last_layer(); }
+  StageModel& model() { return *model_; }
+  EngineStatus engine_status() const { return engine_->status(); }
+  void set_status_callback(StatusCallback callback) {
+    engine_->set_status_callback(std::move(callback));
+  }
+  const LossScaler& loss_scaler() const { return scaler_; }
+
+ private:
+  void FillMicroBatches(int64_t step);
+  void CombineTiedGradients();
+  // Returns the global gradient norm (of the unscaled gradients) and whether any was not finite.
+  std::pair<double, bool> ReduceNormAndOverflow();
+
+  TrainerSetup setup_;
+  Backend& backend_;
+  std::unique_ptr<TokenDataset> dataset_;
+  std::unique_ptr<StageModel> model_;
+  std::unique_ptr<Optimizer> optimizer_;
+  std::unique_ptr<StageEngine> engine_;
+  std::vector<MicroBatch> batches_;
+  LearningRateSchedule lr_;
+  LossScaler scaler_;
+  std::chrono::milliseconds timeout_;
+};
+
+// Combines per-layer digests (graph order) into the job's param_checksum.
+std::string CombineLayerDigests(std::vector<std::pair<int, uint64_t>> digests);
+
+}  // namespace baton
