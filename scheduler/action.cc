@@ -1,0 +1,132 @@
+#include "scheduler/action.h"
+
+#include <cctype>
+#include <stdexcept>
+
+#include "scheduler/strings.h"
+
+namespace baton {
+namespace {
+
+using scheduler_strings::Trim;
+
+// Reads a non-negative decimal at text[*pos...]; returns -1 when there is none. Throws on overflow.
+int ReadNumber(std::string_view text, size_t* pos) {
+  const size_t begin = *pos;
+  long long value = 0;
+  while (*pos < text.size() && std::isdigit(static_cast<unsigned char>(text[*pos]))) {
+    value = value * 10 + (text[*pos] - '0');
+    if (value > 1'000'000'000) {
+      throw std::invalid_argument("number too large in action '" + std::string(text) + "'");
+    }
+    ++*pos;
+  }
+  return *pos == begin ? -1 : static_cast<int>(value);
+}
+
+}  // namespace
+
+std::string_view KindName(ActionKind kind) {
+  switch (kind) {
+    case ActionKind::kForward:
+      return "F";
+    case ActionKind::kBackward:
+      return "B";
+    case ActionKind::kBackwardInput:
+      return "I";
+    case ActionKind::kBackwardWeight:
+      return "W";
+    case ActionKind::kSendForward:
+      return "SEND_F";
+    case ActionKind::kRecvForward:
+      return "RECV_F";
+    case ActionKind::kSendBackward:
+      return "SEND_B";
+    case ActionKind::kRecvBackward:
+      return "RECV_B";
+  }
+  throw std::invalid_argument("unknown ActionKind " + std::to_string(static_cast<int>(kind)));
+}
+
+bool IsCompute(ActionKind kind) { return !IsCommunication(kind); }
+
+bool IsSend(ActionKind kind) {
+  return kind == ActionKind::kSendForward || kind == ActionKind::kSendBackward;
+}
+
+bool IsRecv(ActionKind kind) {
+  return kind == ActionKind::kRecvForward || kind == ActionKind::kRecvBackward;
+}
+
+bool IsCommunication(ActionKind kind) { return IsSend(kind) || IsRecv(kind); }
+
+int PeerVirtualStage(const Action& action, int num_ranks) {
+  const int virtual_stage = VirtualStage(action, num_ranks);
+  switch (action.kind) {
+    case ActionKind::kSendForward:
+    case ActionKind::kRecvBackward:
+      return virtual_stage + 1;
+    case ActionKind::kRecvForward:
+    case ActionKind::kSendBackward:
+      return virtual_stage - 1;
+    case ActionKind::kForward:
+    case ActionKind::kBackward:
+    case ActionKind::kBackwardInput:
+    case ActionKind::kBackwardWeight:
+      break;
+  }
+  throw std::invalid_argument("PeerVirtualStage: " + ToString(action, num_ranks) +
+                              " is not a communication action");
+}
+
+int PeerRank(const Action& action, int num_ranks) {
+  return RankOfVirtualStage(PeerVirtualStage(action, num_ranks), num_ranks);
+}
+
+std::string ToString(const Action& action, int num_ranks) {
+  std::string text;
+  if (action.chunk != 0) text = std::to_string(VirtualStage(action, num_ranks));
+  text += KindName(action.kind);
+  text += std::to_string(action.microbatch);
+  return text;
+}
+
+Action ParseAction(std::string_view text, int rank, int num_ranks) {
+  const std::string_view body = Trim(text);
+  auto fail = [&](const std::string& why) {
+    return std::invalid_argument("bad action '" + std::string(text) + "' on rank " +
+                                 std::to_string(rank) + ": " + why);
+  };
+  if (num_ranks < 1 || rank < 0 || rank >= num_ranks) throw fail("rank out of range");
+  size_t pos = 0;
+  const int virtual_stage = ReadNumber(body, &pos);
+  const size_t kind_begin = pos;
+  while (pos < body.size() && !std::isdigit(static_cast<unsigned char>(body[pos]))) ++pos;
+  const std::string_view kind_name = body.substr(kind_begin, pos - kind_begin);
+  const int microbatch = ReadNumber(body, &pos);
+  if (microbatch < 0 || pos != body.size()) {
+    throw fail("expected [VIRTUAL_STAGE]KIND MICROBATCH, e.g. F3 or 5SEND_B2");
+  }
+  Action action{rank, ActionKind::kForward, microbatch, 0};
+  bool known = false;
+  for (ActionKind kind : kAllActionKinds) {
+    if (KindName(kind) == kind_name) {
+      action.kind = kind;
+      known = true;
+    }
+  }
+  if (!known) {
+    throw fail("unknown kind '" + std::string(kind_name) +
+               "' (one of F B I W SEND_F RECV_F SEND_B RECV_B)");
+  }
+  if (virtual_stage >= 0) {
+    if (RankOfVirtualStage(virtual_stage, num_ranks) != rank) {
+      throw fail("virtual stage " + std::to_string(virtual_stage) + " is held by rank " +
+                 std::to_string(RankOfVirtualStage(virtual_stage, num_ranks)));
+    }
+    action.chunk = ChunkOfVirtualStage(virtual_stage, num_ranks);
+  }
+  return action;
+}
+
+}  // namespace baton

@@ -1,0 +1,137 @@
+#include "scheduler/communication.h"
+
+#include <algorithm>
+#include <optional>
+#include <stdexcept>
+#include <tuple>
+
+#include "scheduler/simulator.h"
+#include "scheduler/validator.h"
+
+namespace baton {
+namespace {
+
+// The RECV that a compute action needs on its own rank, if its input comes from another rank.
+std::optional<Action> RecvFor(const Action& compute, int num_ranks, int num_virtual_stages) {
+  const int stage = VirtualStage(compute, num_ranks);
+  if (compute.kind == ActionKind::kForward && stage > 0 &&
+      RankOfVirtualStage(stage - 1, num_ranks) != compute.stage) {
+    return Action{compute.stage, ActionKind::kRecvForward, compute.microbatch, compute.chunk};
+  }
+  if ((compute.kind == ActionKind::kBackward || compute.kind == ActionKind::kBackwardInput) &&
+      stage + 1 < num_virtual_stages && RankOfVirtualStage(stage + 1, num_ranks) != compute.stage) {
+    return Action{compute.stage, ActionKind::kRecvBackward, compute.microbatch, compute.chunk};
+  }
+  return std::nullopt;
+}
+
+// The SEND that follows a compute action, if another rank needs its output.
+std::optional<Action> SendAfter(const Action& compute, int num_ranks, int num_virtual_stages) {
+  const int stage = VirtualStage(compute, num_ranks);
+  if (compute.kind == ActionKind::kForward && stage + 1 < num_virtual_stages &&
+      RankOfVirtualStage(stage + 1, num_ranks) != compute.stage) {
+    return Action{compute.stage, ActionKind::kSendForward, compute.microbatch, compute.chunk};
+  }
+  if ((compute.kind == ActionKind::kBackward || compute.kind == ActionKind::kBackwardInput) &&
+      stage > 0 && RankOfVirtualStage(stage - 1, num_ranks) != compute.stage) {
+    return Action{compute.stage, ActionKind::kSendBackward, compute.microbatch, compute.chunk};
+  }
+  return std::nullopt;
+}
+
+// The RECV on the peer that takes the message `send` posts.
+Action MatchingRecv(const Action& send, int num_ranks) {
+  const int peer_stage = PeerVirtualStage(send, num_ranks);
+  const ActionKind kind =
+      send.kind == ActionKind::kSendForward ? ActionKind::kRecvForward : ActionKind::kRecvBackward;
+  return Action{RankOfVirtualStage(peer_stage, num_ranks), kind, send.microbatch,
+                ChunkOfVirtualStage(peer_stage, num_ranks)};
+}
+
+Schedule JustInTime(const Schedule& compute) {
+  const int p = compute.stages;
+  const int stages = compute.num_virtual_stages();
+  // RECVs each link must deliver, in the sender's order.
+  std::vector<std::vector<Action>> links(static_cast<size_t>(p) * p);
+  for (const auto& actions : compute.per_rank) {
+    for (const Action& action : actions) {
+      if (auto send = SendAfter(action, p, stages)) {
+        const Action recv = MatchingRecv(*send, p);
+        links[action.stage * p + recv.stage].push_back(recv);
+      }
+    }
+  }
+  Schedule result = compute;
+  std::vector<size_t> posted(links.size(), 0);  // RECVs already placed, per link
+  for (int rank = 0; rank < p; ++rank) {
+    auto& out = result.per_rank[rank];
+    out.clear();
+    for (const Action& action : compute.per_rank[rank]) {
+      if (auto recv = RecvFor(action, p, stages)) {
+        // Post this link's RECVs up to and including ours, keeping the sender's order.
+        const int from = PeerRank(*recv, p);
+        const auto& link = links[from * p + rank];
+        size_t& next = posted[from * p + rank];
+        const size_t ours = std::find(link.begin() + next, link.end(), *recv) - link.begin();
+        while (next <= ours && next < link.size()) out.push_back(link[next++]);
+      }
+      out.push_back(action);
+      if (auto send = SendAfter(action, p, stages)) out.push_back(*send);
+    }
+  }
+  return result;
+}
+
+Schedule RendezvousSafe(const Schedule& compute) {
+  const int p = compute.stages;
+  const int stages = compute.num_virtual_stages();
+  // The global order: the unit-cost timeline. Costs must be > 0 so starts are strictly increasing.
+  const SimulationResult timing = Simulate(compute, Costs{});
+  // Sort key: (time, 0 for a message exchanged when its producer ends / 1 for a compute starting,
+  // sender rank, sender step) -- the same for both ends of a message.
+  using Key = std::tuple<double, int, int, int>;
+  std::vector<std::vector<std::pair<Key, Action>>> events(p);
+  for (int rank = 0; rank < p; ++rank) {
+    const auto& timeline = timing.timeline[rank];
+    for (int step = 0; step < static_cast<int>(timeline.size()); ++step) {
+      const Action& action = timeline[step].action;
+      events[rank].push_back({Key{timeline[step].start, 1, rank, step}, action});
+      if (auto send = SendAfter(action, p, stages)) {
+        const Key exchange{timeline[step].end, 0, rank, step};
+        const Action recv = MatchingRecv(*send, p);
+        events[rank].push_back({exchange, *send});
+        events[recv.stage].push_back({exchange, recv});
+      }
+    }
+  }
+  Schedule result = compute;
+  for (int rank = 0; rank < p; ++rank) {
+    auto& rank_events = events[rank];
+    std::sort(rank_events.begin(), rank_events.end(),
+              [](const auto& a, const auto& b) { return a.first < b.first; });
+    auto& out = result.per_rank[rank];
+    out.clear();
+    for (const auto& [key, action] : rank_events) out.push_back(action);
+  }
+  return result;
+}
+
+}  // namespace
+
+Schedule InsertCommunication(const Schedule& compute_only, CommPlacement placement) {
+  if (HasCommunication(compute_only)) {
+    throw std::invalid_argument("InsertCommunication: schedule '" + compute_only.name +
+                                "' already has SEND/RECV actions");
+  }
+  CheckValid(compute_only);
+  switch (placement) {
+    case CommPlacement::kJustInTime:
+      return JustInTime(compute_only);
+    case CommPlacement::kRendezvousSafe:
+      return RendezvousSafe(compute_only);
+  }
+  throw std::invalid_argument("unknown CommPlacement " +
+                              std::to_string(static_cast<int>(placement)));
+}
+
+}  // namespace baton

@@ -1,0 +1,47 @@
+// Per-action costs the simulator charges, in arbitrary time units, and their text form.
+//
+// Compute actions occupy their rank for their cost. Communication is a latency: a message posted at
+// time t is usable by its receiver at t + communication; posting and receiving occupy no rank time
+// (the runtime posts async sends/receives). Costs are per action, so an interleaved chunk action is
+// charged the full F/B: divide by v to compare schedules at equal work (the bubble fraction is
+// unchanged by scaling every cost).
+//
+// Text form: comma-separated KEY[@VIRTUAL_STAGE]=VALUE, keys F B I W COMM, e.g. "F=1,B=2,F@3=1.5"
+// (virtual stage 3's forwards cost 1.5; other stages use F=1). Values are finite and >= 0.
+#ifndef BATON_SCHEDULER_COSTS_H_
+#define BATON_SCHEDULER_COSTS_H_
+
+#include <map>
+#include <string_view>
+
+#include "scheduler/action.h"
+
+namespace baton {
+
+struct ActionCosts {
+  double forward = 1;          // F
+  double backward = 2;         // B
+  double backward_input = 1;   // I
+  double backward_weight = 1;  // W
+  double communication = 0;    // latency of one SEND -> RECV message, charged to the sender's stage
+
+  // The rank time an action of this kind occupies (0 for SEND/RECV).
+  double Of(ActionKind kind) const;
+  friend bool operator==(const ActionCosts&, const ActionCosts&) = default;
+};
+
+struct Costs {
+  ActionCosts defaults;
+  std::map<int, ActionCosts> per_virtual_stage;  // complete replacement for one virtual stage
+
+  const ActionCosts& For(int virtual_stage) const;
+  friend bool operator==(const Costs&, const Costs&) = default;
+};
+
+// Parses the text form; an empty string gives the defaults. Throws std::invalid_argument naming the
+// offending entry on an unknown key, a duplicate, a malformed or negative number.
+Costs ParseCosts(std::string_view text);
+
+}  // namespace baton
+
+#endif  // BATON_SCHEDULER_COSTS_H_

@@ -1,0 +1,60 @@
+// Dry run: executes every rank's action list against the others, without data, to find deadlocks,
+// broken dependencies and mismatched messages, and (with costs) when each action runs.
+//
+// Shared engine of Validate() and Simulate(); callers normally use those. Preconditions, checked by
+// Validate() before it calls DryRun(): every action's stage is its row's rank and its chunk and
+// micro-batch are in range.
+//
+// Dependencies (virtual stage j, micro-batch k; V = stages * chunks):
+//   F(j,k)    needs the activation of F(j-1,k)            (none for j = 0)
+//   B/I(j,k)  needs F(j,k) on the same rank, and the input gradient of B/I(j+1,k) (none for j =
+//   V-1) W(j,k)    needs I(j,k) on the same rank
+// A producer on the same rank (interleaved with one rank) must simply come earlier in its list.
+// A producer on another rank is reached:
+//   - in a schedule with SEND/RECV actions, through a RECV on this rank before the consumer, whose
+//     message the producer's rank SENDs after the producer;
+//   - in a compute-only schedule (no SEND/RECV anywhere), directly: the consumer waits until the
+//     producer has run (implicit, instant-to-post messaging).
+// Messages have no tags (like NCCL): on each ordered pair of ranks the n-th RECV takes the n-th
+// SEND, and must name the same message (kind, micro-batch, virtual stage).
+//
+// Timing: actions start as soon as their rank is free and their inputs are there; a compute takes
+// its cost; SEND and RECV take no rank time; a message is usable `communication` after it is sent.
+#ifndef BATON_SCHEDULER_DRY_RUN_H_
+#define BATON_SCHEDULER_DRY_RUN_H_
+
+#include <string>
+#include <vector>
+
+#include "scheduler/costs.h"
+#include "scheduler/schedule.h"
+
+namespace baton {
+
+// When a SEND or RECV blocks its rank during the dry run.
+enum class CommSemantics {
+  // A SEND is posted and never blocks (buffered / async isend); a RECV blocks until its message has
+  // been sent. What Baton's runtime does (async isend/irecv, wait when the data is needed).
+  kAsync,
+  // A SEND blocks until the peer reaches the matching RECV and vice versa; the two complete
+  // together
+  // (NCCL send/recv on one stream outside a group). Stricter: every schedule that passes it passes
+  // kAsync.
+  kRendezvous,
+};
+
+struct DryRunResult {
+  bool ok = true;
+  std::string reason;  // why it failed; empty when ok
+  int rank = -1;       // the offending action, -1 when ok
+  int step = -1;
+  // start[r][i] / end[r][i]: when action i of rank r ran (complete only when ok).
+  std::vector<std::vector<double>> start;
+  std::vector<std::vector<double>> end;
+};
+
+DryRunResult DryRun(const Schedule& schedule, CommSemantics semantics, const Costs& costs = {});
+
+}  // namespace baton
+
+#endif  // BATON_SCHEDULER_DRY_RUN_H_

@@ -1,0 +1,142 @@
+#include "scheduler/generators.h"
+
+#include <algorithm>
+#include <stdexcept>
+
+namespace baton {
+namespace {
+
+void CheckShape(int stages, int microbatches, int chunks) {
+  if (stages < 1 || microbatches < 1 || chunks < 1) {
+    throw std::invalid_argument("schedule needs stages, microbatches and chunks >= 1 (got " +
+                                std::to_string(stages) + ", " + std::to_string(microbatches) +
+                                ", " + std::to_string(chunks) + ")");
+  }
+}
+
+Schedule EmptySchedule(std::string name, int stages, int microbatches, int chunks) {
+  CheckShape(stages, microbatches, chunks);
+  Schedule schedule{std::move(name), stages, microbatches, chunks, {}};
+  schedule.per_rank.resize(stages);
+  return schedule;
+}
+
+// Appends actions of one rank, chunk 0.
+struct RankProgram {
+  std::vector<Action>* actions;
+  int rank;
+  void Add(ActionKind kind, int microbatch) {
+    actions->push_back(Action{rank, kind, microbatch, 0});
+  }
+};
+
+}  // namespace
+
+Schedule GPipe(int stages, int microbatches) {
+  Schedule schedule = EmptySchedule("gpipe", stages, microbatches, 1);
+  for (int rank = 0; rank < stages; ++rank) {
+    RankProgram program{&schedule.per_rank[rank], rank};
+    for (int mb = 0; mb < microbatches; ++mb) program.Add(ActionKind::kForward, mb);
+    for (int mb = 0; mb < microbatches; ++mb) program.Add(ActionKind::kBackward, mb);
+  }
+  return schedule;
+}
+
+Schedule OneFOneB(int stages, int microbatches) {
+  Schedule schedule = EmptySchedule("1f1b", stages, microbatches, 1);
+  for (int rank = 0; rank < stages; ++rank) {
+    RankProgram program{&schedule.per_rank[rank], rank};
+    const int warmup = std::min(stages - rank - 1, microbatches);
+    const int steady = microbatches - warmup;
+    // Warmup: fill the pipeline with forwards.
+    for (int mb = 0; mb < warmup; ++mb) program.Add(ActionKind::kForward, mb);
+    // Steady state: one forward, then the backward of the oldest micro-batch in flight.
+    for (int i = 0; i < steady; ++i) {
+      program.Add(ActionKind::kForward, warmup + i);
+      program.Add(ActionKind::kBackward, i);
+    }
+    // Cooldown: drain the backwards of the warmup micro-batches.
+    for (int mb = steady; mb < microbatches; ++mb) program.Add(ActionKind::kBackward, mb);
+  }
+  return schedule;
+}
+
+Schedule Interleaved1F1B(int stages, int microbatches, int chunks) {
+  Schedule schedule = EmptySchedule("interleaved", stages, microbatches, chunks);
+  // Megatron orders work in groups of p micro-batches: a group runs through chunk 0 on every
+  // micro-batch, then chunk 1, ...; backward visits the chunks in reverse.
+  const int padded = (microbatches + stages - 1) / stages * stages;
+  const int group_span = stages * chunks;
+  const int total = padded * chunks;  // (micro-batch, chunk) pairs per rank, padding included
+  auto microbatch_at = [&](int k) { return k / group_span * stages + k % group_span % stages; };
+  auto forward_chunk_at = [&](int k) { return k % group_span / stages; };
+  auto backward_chunk_at = [&](int k) { return chunks - 1 - forward_chunk_at(k); };
+  for (int rank = 0; rank < stages; ++rank) {
+    auto& actions = schedule.per_rank[rank];
+    auto add = [&](ActionKind kind, int k, int chunk) {
+      if (microbatch_at(k) < microbatches) actions.push_back({rank, kind, microbatch_at(k), chunk});
+    };
+    const int warmup = std::min(total, 2 * (stages - rank - 1) + (chunks - 1) * stages);
+    // Warmup: forwards until the first backward can arrive.
+    for (int k = 0; k < warmup; ++k) add(ActionKind::kForward, k, forward_chunk_at(k));
+    // Steady state: one forward, one backward.
+    for (int k = 0; k < total - warmup; ++k) {
+      add(ActionKind::kForward, warmup + k, forward_chunk_at(warmup + k));
+      add(ActionKind::kBackward, k, backward_chunk_at(k));
+    }
+    // Cooldown: the remaining backwards.
+    for (int k = total - warmup; k < total; ++k) {
+      add(ActionKind::kBackward, k, backward_chunk_at(k));
+    }
+  }
+  return schedule;
+}
+
+Schedule ZeroBubbleH1(int stages, int microbatches) {
+  Schedule schedule = EmptySchedule("zb-h1", stages, microbatches, 1);
+  for (int rank = 0; rank < stages; ++rank) {
+    RankProgram program{&schedule.per_rank[rank], rank};
+    const int warmup = std::min(stages - rank - 1, microbatches);
+    const int steady = microbatches - warmup;
+    const int deferred_weights = rank;  // W's this rank holds back to fill its bubbles
+    int next_weight = 0;
+    // Warmup: as 1F1B.
+    for (int mb = 0; mb < warmup; ++mb) program.Add(ActionKind::kForward, mb);
+    // Steady state: F, I, and the W of the micro-batch `deferred_weights` behind.
+    for (int i = 0; i < steady; ++i) {
+      program.Add(ActionKind::kForward, warmup + i);
+      program.Add(ActionKind::kBackwardInput, i);
+      if (i >= deferred_weights) program.Add(ActionKind::kBackwardWeight, next_weight++);
+    }
+    // Cooldown: each I is followed by one deferred W, run while the next gradient is on its way.
+    for (int mb = steady; mb < microbatches; ++mb) {
+      program.Add(ActionKind::kBackwardInput, mb);
+      program.Add(ActionKind::kBackwardWeight, next_weight++);
+    }
+    // Flush the W's still deferred.
+    while (next_weight < microbatches) program.Add(ActionKind::kBackwardWeight, next_weight++);
+  }
+  return schedule;
+}
+
+const std::vector<std::string>& ScheduleNames() {
+  static const std::vector<std::string> names = {"gpipe", "1f1b", "interleaved", "zb-h1"};
+  return names;
+}
+
+Schedule MakeSchedule(std::string_view name, int stages, int microbatches, int chunks) {
+  if (name != "interleaved" && chunks != 1) {
+    throw std::invalid_argument("schedule '" + std::string(name) +
+                                "' has one chunk per rank; chunks > 1 needs 'interleaved'");
+  }
+  if (name == "gpipe") return GPipe(stages, microbatches);
+  if (name == "1f1b") return OneFOneB(stages, microbatches);
+  if (name == "interleaved") return Interleaved1F1B(stages, microbatches, chunks);
+  if (name == "zb-h1") return ZeroBubbleH1(stages, microbatches);
+  std::string known;
+  for (const std::string& each : ScheduleNames()) known += (known.empty() ? "" : ", ") + each;
+  throw std::invalid_argument("unknown schedule '" + std::string(name) + "' (known: " + known +
+                              ")");
+}
+
+}  // namespace baton

@@ -1,0 +1,42 @@
+// Schedule generators: pure functions (stages p, micro-batches m[, chunks v]) -> compute-only
+// schedule (F/B/I/W actions only). Run InsertCommunication() (communication.h) on the result to get
+// what a runtime executes. Each generator is the single source of truth for its schedule; the
+// constructions are described in docs/schedules.md. All throw std::invalid_argument when p, m or v
+// is below 1.
+#ifndef BATON_SCHEDULER_GENERATORS_H_
+#define BATON_SCHEDULER_GENERATORS_H_
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "scheduler/schedule.h"
+
+namespace baton {
+
+// GPipe: every rank runs all m forwards, then all m backwards (micro-batch order).
+Schedule GPipe(int stages, int microbatches);
+
+// 1F1B (PipeDream-flush, Megatron's non-interleaved schedule): rank s runs min(p-s-1, m) warmup
+// forwards, then alternates one forward and one backward, then drains the remaining backwards.
+Schedule OneFOneB(int stages, int microbatches);
+
+// Megatron's interleaved 1F1B with v chunks per rank (virtual stage c*p + r on rank r). Works for
+// any m: Megatron needs m % p == 0, so this schedules m rounded up to a multiple of p and drops the
+// padding micro-batches, which keeps it deadlock-free (see docs/schedules.md).
+Schedule Interleaved1F1B(int stages, int microbatches, int chunks);
+
+// Zero-bubble H1 (Qi et al. 2023): backward split into I (input gradient) and W (weight gradient);
+// 1F1B order on F and I, with stage s deferring up to s W's to fill the bubbles. Every rank's peak
+// in-flight count is at most min(p, m), 1F1B's peak (that of rank 0).
+Schedule ZeroBubbleH1(int stages, int microbatches);
+
+// Names MakeSchedule() accepts: "gpipe", "1f1b", "interleaved", "zb-h1".
+const std::vector<std::string>& ScheduleNames();
+
+// Looks up a generator by name. `chunks` must be 1 except for "interleaved".
+Schedule MakeSchedule(std::string_view name, int stages, int microbatches, int chunks = 1);
+
+}  // namespace baton
+
+#endif  // BATON_SCHEDULER_GENERATORS_H_

@@ -1,0 +1,76 @@
+// Properties every generated schedule must have, over p in 1..8, m in 1..32 and v in 1..4
+// (interleaved), including m < p and m not a multiple of p.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <functional>
+
+#include "scheduler/communication.h"
+#include "scheduler/generators.h"
+#include "scheduler/simulator.h"
+#include "scheduler/validator.h"
+
+namespace baton {
+namespace {
+
+// Calls `check` on every generated compute-only schedule of the sweep.
+void ForEachGeneratedSchedule(const std::function<void(const Schedule&)>& check) {
+  for (const std::string& name : ScheduleNames()) {
+    const int max_chunks = name == "interleaved" ? 4 : 1;
+    for (int p = 1; p <= 8; ++p) {
+      for (int m = 1; m <= 32; ++m) {
+        for (int v = 1; v <= max_chunks; ++v) {
+          SCOPED_TRACE(name + " p=" + std::to_string(p) + " m=" + std::to_string(m) +
+                       " v=" + std::to_string(v));
+          check(MakeSchedule(name, p, m, v));
+        }
+      }
+    }
+  }
+}
+
+TEST(PropertiesTest, EveryGeneratedScheduleValidatesAndDryRunsWithBufferedSends) {
+  ForEachGeneratedSchedule([](const Schedule& compute) {
+    const ValidationResult compute_only = Validate(compute);
+    ASSERT_TRUE(compute_only) << compute_only.message;
+    const ValidationResult full = Validate(InsertCommunication(compute), CommSemantics::kAsync);
+    ASSERT_TRUE(full) << full.message;
+  });
+}
+
+TEST(PropertiesTest, EveryRendezvousSafeScheduleDryRunsWithBlockingAndWithBufferedSends) {
+  ForEachGeneratedSchedule([](const Schedule& compute) {
+    const Schedule full = InsertCommunication(compute, CommPlacement::kRendezvousSafe);
+    const ValidationResult strict = Validate(full, CommSemantics::kRendezvous);
+    ASSERT_TRUE(strict) << strict.message;
+    const ValidationResult buffered = Validate(full, CommSemantics::kAsync);
+    ASSERT_TRUE(buffered) << buffered.message;
+  });
+}
+
+TEST(PropertiesTest, EveryRankDoesAllItsWorkAndStaysWithinItsPeak) {
+  ForEachGeneratedSchedule([](const Schedule& compute) {
+    const SimulationResult result = Simulate(InsertCommunication(compute));
+    const bool split = compute.name == "zb-h1";
+    const int p = compute.stages;
+    const int m = compute.microbatches;
+    const int v = compute.chunks;
+    const int one_f_one_b_peak = std::min(p, m);
+    for (const StageFigures& figures : result.per_stage) {
+      EXPECT_EQ(figures.busy, 3.0 * m * v);  // F=1 + B=2, or F + I + W = 3, per (mb, chunk)
+      EXPECT_GE(figures.idle, 0);
+      EXPECT_GE(figures.peak_in_flight, 1);
+      EXPECT_LE(figures.peak_in_flight, m * v);
+      if (compute.name == "1f1b" || split) {
+        EXPECT_LE(figures.peak_in_flight, one_f_one_b_peak);
+      }
+    }
+    EXPECT_GE(result.bubble_fraction, 0);
+    EXPECT_LT(result.bubble_fraction, 1);
+    // No schedule beats the critical path of one micro-batch through every virtual stage.
+    EXPECT_GE(result.makespan, (split ? 2.0 : 3.0) * p * v);
+  });
+}
+
+}  // namespace
+}  // namespace baton

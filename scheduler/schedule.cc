@@ -1,0 +1,145 @@
+#include "scheduler/schedule.h"
+
+#include <algorithm>
+#include <cctype>
+#include <fstream>
+#include <sstream>
+#include <stdexcept>
+
+#include "scheduler/strings.h"
+
+namespace baton {
+namespace {
+
+using scheduler_strings::Split;
+using scheduler_strings::Trim;
+
+constexpr std::string_view kHeaderPrefix = "# baton schedule:";
+
+int ParseHeaderInt(std::string_view key, std::string_view value, int line_number) {
+  int result = 0;
+  std::istringstream in{std::string(value)};
+  if (!(in >> result) || !in.eof() || result < 1) {
+    throw std::invalid_argument("schedule CSV line " + std::to_string(line_number) + ": " +
+                                std::string(key) + " must be a positive integer, got '" +
+                                std::string(value) + "'");
+  }
+  return result;
+}
+
+// Fills name/stages/microbatches/chunks from "# baton schedule: key=value ...".
+void ParseHeader(std::string_view line, int line_number, Schedule* schedule) {
+  std::istringstream words{std::string(line.substr(kHeaderPrefix.size()))};
+  std::string word;
+  while (words >> word) {
+    const size_t equals = word.find('=');
+    const std::string_view key = std::string_view(word).substr(0, equals);
+    const std::string_view value =
+        equals == std::string::npos ? "" : std::string_view(word).substr(equals + 1);
+    if (key == "name") {
+      schedule->name = value;
+    } else if (key == "stages") {
+      schedule->stages = ParseHeaderInt(key, value, line_number);
+    } else if (key == "microbatches") {
+      schedule->microbatches = ParseHeaderInt(key, value, line_number);
+    } else if (key == "chunks") {
+      schedule->chunks = ParseHeaderInt(key, value, line_number);
+    } else {
+      throw std::invalid_argument("schedule CSV line " + std::to_string(line_number) +
+                                  ": unknown header key '" + std::string(key) + "'");
+    }
+  }
+}
+
+}  // namespace
+
+bool HasCommunication(const Schedule& schedule) {
+  for (const auto& actions : schedule.per_rank) {
+    for (const Action& action : actions) {
+      if (IsCommunication(action.kind)) return true;
+    }
+  }
+  return false;
+}
+
+std::string ScheduleToCsv(const Schedule& schedule) {
+  if (schedule.name.empty() || std::any_of(schedule.name.begin(), schedule.name.end(), [](char c) {
+        return std::isspace(static_cast<unsigned char>(c)) || c == '=';
+      })) {
+    throw std::invalid_argument("schedule name '" + schedule.name +
+                                "' must be non-empty without spaces or '=' to be saved as CSV");
+  }
+  std::string csv = std::string(kHeaderPrefix) + " name=" + schedule.name +
+                    " stages=" + std::to_string(schedule.stages) +
+                    " microbatches=" + std::to_string(schedule.microbatches) +
+                    " chunks=" + std::to_string(schedule.chunks) + "\n";
+  for (const auto& actions : schedule.per_rank) {
+    for (size_t i = 0; i < actions.size(); ++i) {
+      if (i > 0) csv += ',';
+      csv += ToString(actions[i], schedule.stages);
+    }
+    csv += '\n';
+  }
+  return csv;
+}
+
+Schedule ScheduleFromCsv(std::string_view text) {
+  Schedule schedule;
+  bool has_header = false;
+  std::vector<std::pair<int, std::string_view>> rows;  // (line number, text)
+  int line_number = 0;
+  for (std::string_view line : Split(text, '\n')) {
+    ++line_number;
+    line = Trim(line);
+    if (line.starts_with(kHeaderPrefix)) {
+      ParseHeader(line, line_number, &schedule);
+      has_header = true;
+    } else if (!line.empty() && line.front() != '#') {
+      rows.emplace_back(line_number, line);
+    }
+  }
+  const int num_rows = static_cast<int>(rows.size());
+  if (!has_header) schedule.stages = num_rows;
+  if (schedule.stages != num_rows || num_rows == 0) {
+    throw std::invalid_argument("schedule CSV has " + std::to_string(num_rows) +
+                                " rank rows but stages=" + std::to_string(schedule.stages));
+  }
+  int max_chunk = 0;
+  int max_microbatch = 0;
+  for (int rank = 0; rank < num_rows; ++rank) {
+    auto& actions = schedule.per_rank.emplace_back();
+    for (std::string_view cell : Split(rows[rank].second, ',')) {
+      if (Trim(cell).empty()) continue;
+      try {
+        actions.push_back(ParseAction(cell, rank, schedule.stages));
+      } catch (const std::invalid_argument& error) {
+        throw std::invalid_argument("schedule CSV line " + std::to_string(rows[rank].first) + ": " +
+                                    error.what());
+      }
+      max_chunk = std::max(max_chunk, actions.back().chunk);
+      max_microbatch = std::max(max_microbatch, actions.back().microbatch);
+    }
+  }
+  if (!has_header) {
+    schedule.name = "custom";
+    schedule.chunks = max_chunk + 1;
+    schedule.microbatches = max_microbatch + 1;
+  }
+  return schedule;
+}
+
+void SaveScheduleCsv(const Schedule& schedule, const std::string& path) {
+  std::ofstream out(path);
+  out << ScheduleToCsv(schedule);
+  if (!out.flush()) throw std::runtime_error("cannot write schedule CSV '" + path + "'");
+}
+
+Schedule LoadScheduleCsv(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw std::runtime_error("cannot read schedule CSV '" + path + "'");
+  std::stringstream text;
+  text << in.rdbuf();
+  return ScheduleFromCsv(text.str());
+}
+
+}  // namespace baton

@@ -1,0 +1,187 @@
+#include "scheduler/schedule_command.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "scheduler/communication.h"
+#include "scheduler/generators.h"
+#include "scheduler/schedule.h"
+
+namespace baton {
+namespace {
+
+struct Outcome {
+  int code;
+  std::string out;
+  std::string err;
+};
+
+Outcome RunCommand(const ScheduleCommandOptions& options) {
+  std::ostringstream out;
+  std::ostringstream err;
+  const int code = RunScheduleCommand(options, out, err);
+  return {code, out.str(), err.str()};
+}
+
+ScheduleCommandOptions Options(const std::string& schedule, int p, int m, int v = 1) {
+  ScheduleCommandOptions options;
+  options.schedule = schedule;
+  options.stages = p;
+  options.microbatches = m;
+  options.chunks = v;
+  return options;
+}
+
+std::string WriteTemp(const std::string& name, const std::string& text) {
+  const std::string path = testing::TempDir() + "/" + name;
+  std::ofstream(path) << text;
+  return path;
+}
+
+TEST(ScheduleCommandTest, TextPrintsTheGridAndTheFigures) {
+  const Outcome outcome = RunCommand(Options("1f1b", 4, 8));
+  EXPECT_EQ(outcome.code, kScheduleCommandOk) << outcome.err;
+  EXPECT_TRUE(outcome.err.empty());
+  EXPECT_NE(outcome.out.find("makespan 33, bubble fraction 0.272727"), std::string::npos)
+      << outcome.out;
+  EXPECT_NE(outcome.out.find("stage 3   .  .  .  F0 B0---"), std::string::npos) << outcome.out;
+  EXPECT_NE(outcome.out.find("peak_in_flight"), std::string::npos);
+}
+
+TEST(ScheduleCommandTest, JsonCarriesTheDocumentedFields) {
+  ScheduleCommandOptions options = Options("zb-h1", 4, 8);
+  options.format = "json";
+  const Outcome outcome = RunCommand(options);
+  ASSERT_EQ(outcome.code, kScheduleCommandOk) << outcome.err;
+  const auto json = nlohmann::json::parse(outcome.out);
+  EXPECT_EQ(json["schedule"], "zb-h1");
+  EXPECT_EQ(json["stages"], 4);
+  EXPECT_EQ(json["microbatches"], 8);
+  EXPECT_EQ(json["makespan"].get<double>(), 27);
+  EXPECT_DOUBLE_EQ(json["bubble_fraction"].get<double>(), 3.0 / 27);
+  ASSERT_EQ(json["per_stage"].size(), 4u);
+  for (const auto& stage : json["per_stage"]) {
+    for (const char* key : {"stage", "busy", "idle", "peak_in_flight"}) {
+      EXPECT_TRUE(stage.contains(key)) << key;
+    }
+  }
+}
+
+TEST(ScheduleCommandTest, CsvWrittenByTheCommandLoadsBackToTheSameSchedule) {
+  struct Case {
+    std::string name;
+    int chunks;
+    std::string comm;
+    CommPlacement placement;
+  };
+  for (const Case& each : {Case{"gpipe", 1, "async", CommPlacement::kJustInTime},
+                           Case{"1f1b", 1, "async", CommPlacement::kJustInTime},
+                           Case{"interleaved", 3, "async", CommPlacement::kJustInTime},
+                           Case{"zb-h1", 1, "async", CommPlacement::kJustInTime},
+                           Case{"1f1b", 1, "rendezvous", CommPlacement::kRendezvousSafe}}) {
+    ScheduleCommandOptions options = Options(each.name, 3, 5, each.chunks);
+    options.format = "csv";
+    options.comm = each.comm;
+    const Outcome outcome = RunCommand(options);
+    ASSERT_EQ(outcome.code, kScheduleCommandOk) << outcome.err;
+    const Schedule expected =
+        InsertCommunication(MakeSchedule(each.name, 3, 5, each.chunks), each.placement);
+    EXPECT_EQ(ScheduleFromCsv(outcome.out), expected) << each.name;
+
+    // And the file feeds back into the command unchanged.
+    ScheduleCommandOptions again;
+    again.file = WriteTemp("baton_command_roundtrip.csv", outcome.out);
+    again.format = "csv";
+    again.comm = each.comm;
+    EXPECT_EQ(RunCommand(again).out, outcome.out);
+  }
+}
+
+TEST(ScheduleCommandTest, ComputeOnlyFileGetsCommunicationInserted) {
+  ScheduleCommandOptions options;
+  options.file = WriteTemp("baton_command_custom.csv", "F0,F1,B0,B1\nF0,B0,F1,B1\n");
+  options.format = "csv";
+  const Outcome outcome = RunCommand(options);
+  ASSERT_EQ(outcome.code, kScheduleCommandOk) << outcome.err;
+  Schedule expected = OneFOneB(2, 2);
+  expected.name = "custom";
+  EXPECT_EQ(ScheduleFromCsv(outcome.out), InsertCommunication(expected));
+}
+
+TEST(ScheduleCommandTest, InvalidFileExitsNonZeroWithTheMarkedGrid) {
+  ScheduleCommandOptions options;
+  options.file = WriteTemp("baton_command_invalid.csv", "F0,F1,B0,B1\nB0,F0,F1,B1\n");
+  const Outcome outcome = RunCommand(options);
+  EXPECT_EQ(outcome.code, kScheduleCommandInvalidSchedule);
+  EXPECT_TRUE(outcome.out.empty());
+  EXPECT_NE(outcome.err.find("[B0]"), std::string::npos) << outcome.err;
+  EXPECT_NE(outcome.err.find("<-- ERROR HERE"), std::string::npos) << outcome.err;
+}
+
+TEST(ScheduleCommandTest, RendezvousCommRejectsAScheduleThatNeedsBufferedSends) {
+  ScheduleCommandOptions options;
+  options.file =
+      WriteTemp("baton_command_jit.csv", ScheduleToCsv(InsertCommunication(OneFOneB(2, 4))));
+  EXPECT_EQ(RunCommand(options).code, kScheduleCommandOk);
+  options.comm = "rendezvous";
+  const Outcome outcome = RunCommand(options);
+  EXPECT_EQ(outcome.code, kScheduleCommandInvalidSchedule);
+  EXPECT_NE(outcome.err.find("deadlock"), std::string::npos) << outcome.err;
+}
+
+TEST(ScheduleCommandTest, CostsChangeTheFigures) {
+  ScheduleCommandOptions options = Options("1f1b", 4, 8);
+  options.format = "json";
+  options.costs = "F=1,B=1";
+  const Outcome outcome = RunCommand(options);
+  ASSERT_EQ(outcome.code, kScheduleCommandOk) << outcome.err;
+  EXPECT_EQ(nlohmann::json::parse(outcome.out)["makespan"].get<double>(), 22);
+}
+
+TEST(ScheduleCommandTest, SvgAndChromeFormatsRender) {
+  ScheduleCommandOptions options = Options("interleaved", 4, 8, 2);
+  options.format = "svg";
+  Outcome outcome = RunCommand(options);
+  ASSERT_EQ(outcome.code, kScheduleCommandOk) << outcome.err;
+  EXPECT_EQ(outcome.out.rfind("<svg", 0), 0u);
+  options.format = "chrome";
+  outcome = RunCommand(options);
+  ASSERT_EQ(outcome.code, kScheduleCommandOk) << outcome.err;
+  EXPECT_EQ(nlohmann::json::parse(outcome.out)["traceEvents"].size(), 4u + 4 * 2 * 8 * 2);
+}
+
+TEST(ScheduleCommandTest, BadArgumentsExitWithTwoAndSayWhich) {
+  auto expect_bad = [](ScheduleCommandOptions options, const std::string& why) {
+    const Outcome outcome = RunCommand(options);
+    EXPECT_EQ(outcome.code, kScheduleCommandBadArguments) << why;
+    EXPECT_NE(outcome.err.find(why), std::string::npos) << outcome.err;
+    EXPECT_TRUE(outcome.out.empty());
+  };
+  ScheduleCommandOptions options = Options("1f1b", 4, 8);
+  options.format = "png";
+  expect_bad(options, "--format");
+  options = Options("1f1b", 4, 8);
+  options.costs = "F=fast";
+  expect_bad(options, "--costs");
+  options.costs = "F@9=1";
+  expect_bad(options, "virtual stage 9");
+  options = Options("1f1b", 4, 8);
+  options.comm = "smoke-signals";
+  expect_bad(options, "--comm");
+  expect_bad(Options("2f2b", 4, 8), "unknown schedule '2f2b'");
+  expect_bad(Options("1f1b", 4, 8, 2), "chunks > 1 needs 'interleaved'");
+  expect_bad(Options("1f1b", 0, 8), "--stages");
+  options = {};
+  options.file = testing::TempDir() + "/no_such_schedule.csv";
+  expect_bad(options, "cannot read");
+  options.file = WriteTemp("baton_command_shape.csv", "F0,B0\n");
+  options.stages = 2;
+  expect_bad(options, "--stages 2 disagrees");
+}
+
+}  // namespace
+}  // namespace baton
