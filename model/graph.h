@@ -19,7 +19,6 @@
 
 namespace baton {
 
-
 struct LayerSpec {
   LayerKind kind = LayerKind::kBlock;
   int index = 0;         // position in the graph
