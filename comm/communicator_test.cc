@@ -1,0 +1,263 @@
+// The Communicator contract (communicator.h), checked on every CPU implementation: the in-process
+// fake and Gloo over loopback TCP, with ranks as threads of this process.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cstring>
+#include <functional>
+#include <thread>
+
+#include "comm/fake_communicator.h"
+#include "comm/gloo_communicator.h"
+#include "comm/kv_store.h"
+#include "core/error.h"
+#include "core/random.h"
+
+namespace baton {
+namespace {
+
+using std::chrono::milliseconds;
+constexpr milliseconds kGenerous{20000};  // safety limit only: tests pass far sooner
+
+using Comms = std::vector<std::unique_ptr<Communicator>>;
+
+// Runs fn(rank) on one thread per rank; a failure on any rank fails the test.
+void RunRanks(int n, const std::function<void(int)>& fn) {
+  std::vector<std::thread> threads;
+  std::vector<std::string> errors(n);
+  for (int rank = 0; rank < n; ++rank) {
+    threads.emplace_back([&, rank] {
+      try {
+        fn(rank);
+      } catch (const std::exception& e) {
+        errors[rank] = e.what();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int rank = 0; rank < n; ++rank) {
+    EXPECT_EQ(errors[rank], "") << "rank " << rank;
+  }
+}
+
+class CommunicatorTest : public ::testing::TestWithParam<std::string> {
+ protected:
+  Comms Make(int n) {
+    Comms comms(n);
+    if (GetParam() == "fake") {
+      hub_ = std::make_unique<FakeHub>(n);
+      for (int rank = 0; rank < n; ++rank) comms[rank] = hub_->Make(rank);
+      return comms;
+    }
+    MemoryKvStore store;
+    RunRanks(n, [&](int rank) {
+      GlooOptions options;
+      options.rank = rank;
+      options.size = n;
+      options.timeout = kGenerous;
+      comms[rank] = std::make_unique<GlooCommunicator>(store, allocator_, options);
+    });
+    return comms;
+  }
+
+  Tensor Filled(float value, int64_t n = 16, DType dtype = DType::kF32) {
+    Tensor t = Tensor::Empty(allocator_, {n}, dtype, MemCategory::kActivations);
+    std::vector<float> values(n, value);
+    ConvertFloats(values.data(), DType::kF32, t.raw(), dtype, n);
+    return t;
+  }
+  Tensor Random(uint64_t stream, int64_t n) {
+    Tensor t = Tensor::Empty(allocator_, {n}, DType::kF32, MemCategory::kGrads);
+    Rng rng = Rng::ForStream(7, {stream});
+    // Mixed magnitudes, so that the order of summation shows in the bits.
+    for (int64_t i = 0; i < n; ++i) {
+      t.data<float>()[i] = static_cast<float>(rng.NextNormal() * (i % 3 == 0 ? 1e4 : 1e-3));
+    }
+    return t;
+  }
+
+  MemoryLedger ledger_;
+  CpuAllocator allocator_{ledger_};
+  std::unique_ptr<FakeHub> hub_;
+};
+
+TEST_P(CommunicatorTest, MessagesOfAPairArriveInFifoOrderPerDirection) {
+  Comms comms = Make(2);
+  constexpr int kMessages = 5;
+  RunRanks(2, [&](int rank) {
+    Communicator& comm = *comms[rank];
+    const int peer = 1 - rank;
+    std::vector<Tensor> out, in;
+    std::vector<std::unique_ptr<Work>> works;
+    for (int k = 0; k < kMessages; ++k) {
+      out.push_back(Filled(100.0f * rank + k));
+      in.push_back(Filled(-1));
+      works.push_back(comm.Isend(out.back(), peer));
+      works.push_back(comm.Irecv(in.back(), peer));
+    }
+    for (auto& work : works) work->Wait(kGenerous);
+    for (int k = 0; k < kMessages; ++k) {
+      BATON_CHECK(in[k].data<float>()[0] == 100.0f * peer + k, "message {} carried {}", k,
+                  in[k].data<float>()[0]);
+    }
+  });
+}
+
+TEST_P(CommunicatorTest, SendPostedLongBeforeTheReceiveCompletes) {
+  Comms comms = Make(2);
+  RunRanks(2, [&](int rank) {
+    if (rank == 0) {
+      auto work = comms[0]->Isend(Filled(3.5f), 1);
+      work->Wait(kGenerous);
+    } else {
+      std::this_thread::sleep_for(milliseconds(100));
+      Tensor in = Filled(0);
+      comms[1]->Irecv(in, 0)->Wait(kGenerous);
+      BATON_CHECK(in.data<float>()[15] == 3.5f, "got {}", in.data<float>()[15]);
+    }
+  });
+}
+
+TEST_P(CommunicatorTest, ReceivePostedLongBeforeTheSendCompletes) {
+  Comms comms = Make(2);
+  RunRanks(2, [&](int rank) {
+    if (rank == 1) {
+      Tensor in = Filled(0);
+      auto work = comms[1]->Irecv(in, 0);
+      while (!work->Test()) std::this_thread::sleep_for(milliseconds(5));
+      work->Wait(kGenerous);
+      BATON_CHECK(in.data<float>()[0] == 2.0f, "got {}", in.data<float>()[0]);
+    } else {
+      std::this_thread::sleep_for(milliseconds(100));
+      comms[0]->Isend(Filled(2.0f), 1)->Wait(kGenerous);
+    }
+  });
+}
+
+TEST_P(CommunicatorTest, AllReduceSumGivesIdenticalBitsOnEveryRank) {
+  constexpr int kRanks = 3;
+  constexpr int64_t kElements = 3001;  // not a multiple of the rank count
+  Comms comms = Make(kRanks);
+  std::vector<Tensor> results(kRanks);
+  RunRanks(kRanks, [&](int rank) {
+    results[rank] = Random(rank, kElements);
+    comms[rank]->AllReduceSum(results[rank], kGenerous);
+  });
+  std::vector<Tensor> inputs;
+  for (int rank = 0; rank < kRanks; ++rank) inputs.push_back(Random(rank, kElements));
+  for (int rank = 1; rank < kRanks; ++rank) {
+    EXPECT_EQ(std::memcmp(results[0].raw(), results[rank].raw(), results[0].nbytes()), 0)
+        << "rank " << rank << " holds other bits than rank 0";
+  }
+  for (int64_t i = 0; i < kElements; ++i) {
+    float expected = 0;
+    for (const Tensor& t : inputs) expected += t.data<float>()[i];
+    ASSERT_NEAR(results[0].data<float>()[i], expected, 1e-3f * (1 + std::abs(expected)));
+  }
+}
+
+TEST_P(CommunicatorTest, AllReduceSumOfHalvesSumsInF32AndRoundsOnce) {
+  Comms comms = Make(3);
+  for (DType dtype : {DType::kF16, DType::kBF16}) {
+    // Half an ulp of 1: 1 + h rounds back to 1 (ties to even), so rounding after each addition
+    // would lose both h terms; summing in f32 and rounding once keeps 1 + 2h exactly.
+    const float h = dtype == DType::kF16 ? 1.0f / 2048 : 1.0f / 256;
+    std::vector<Tensor> results(3);
+    RunRanks(3, [&](int rank) {
+      results[rank] = Filled(rank == 0 ? 1.0f : h, 8, dtype);
+      comms[rank]->AllReduceSum(results[rank], kGenerous);
+    });
+    for (int rank = 0; rank < 3; ++rank) {
+      EXPECT_EQ(ToFloatVector(results[rank])[7], 1.0f + 2 * h) << Name(dtype) << " rank " << rank;
+    }
+  }
+  EXPECT_EQ(ledger_.current(MemCategory::kComm), 0);
+  if (GetParam() == "gloo") {
+    EXPECT_EQ(ledger_.peak(MemCategory::kComm), 8 * 4) << "the f32 staging buffer is booked";
+  }
+}
+
+TEST_P(CommunicatorTest, SubgroupAllReduceSumsInRankOrderOnMembersOnly) {
+  Comms comms = Make(3);
+  constexpr int64_t kElements = 257;
+  std::vector<Tensor> pair(3), trio(3);
+  RunRanks(3, [&](int rank) {
+    pair[rank] = Random(rank, kElements);
+    if (rank != 1) comms[rank]->AllReduceSum(pair[rank], {2, 0}, kGenerous);
+    trio[rank] = Random(10 + rank, kElements);
+    comms[rank]->AllReduceSum(trio[rank], {0, 1, 2}, kGenerous);
+  });
+  Tensor x0 = Random(0, kElements), x1 = Random(1, kElements), x2 = Random(2, kElements);
+  Tensor y0 = Random(10, kElements), y1 = Random(11, kElements), y2 = Random(12, kElements);
+  for (int64_t i = 0; i < kElements; ++i) {
+    const float pair_sum = x0.data<float>()[i] + x2.data<float>()[i];
+    const float trio_sum = (y0.data<float>()[i] + y1.data<float>()[i]) + y2.data<float>()[i];
+    ASSERT_EQ(pair[0].data<float>()[i], pair_sum) << i;
+    ASSERT_EQ(pair[2].data<float>()[i], pair_sum) << i;
+    ASSERT_EQ(pair[1].data<float>()[i], x1.data<float>()[i]) << "rank 1 is no member";
+    for (int rank = 0; rank < 3; ++rank) ASSERT_EQ(trio[rank].data<float>()[i], trio_sum) << i;
+  }
+}
+
+TEST_P(CommunicatorTest, BarrierReturnsOnlyOnceEveryRankEntered) {
+  Comms comms = Make(3);
+  std::atomic<int> entered = 0;
+  std::atomic<int> early = 0;
+  RunRanks(3, [&](int rank) {
+    std::this_thread::sleep_for(milliseconds(30 * rank));
+    entered++;
+    comms[rank]->Barrier(kGenerous);
+    if (entered.load() != 3) early++;
+  });
+  EXPECT_EQ(early.load(), 0);
+}
+
+TEST_P(CommunicatorTest, WaitTimeoutNamesThePeerAndTheMessage) {
+  Comms comms = Make(2);
+  Tensor in = Filled(0);
+  auto work = comms[0]->Irecv(in, 1);
+  try {
+    work->Wait(milliseconds(100));
+    FAIL() << "no message was sent, yet the receive completed";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("timed out after 0.1 s"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("receive of f32(16)"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("from rank 1"), std::string::npos) << e.what();
+  }
+  // The receive is still posted: a late send completes it.
+  comms[1]->Isend(Filled(9), 0)->Wait(kGenerous);
+  work->Wait(kGenerous);
+  EXPECT_EQ(in.data<float>()[0], 9);
+}
+
+TEST_P(CommunicatorTest, AbortMakesAPendingWaitThrowWithTheReason) {
+  Comms comms = Make(2);
+  Tensor in = Filled(0);
+  auto work = comms[0]->Irecv(in, 1);
+  std::thread aborter([&] {
+    std::this_thread::sleep_for(milliseconds(50));
+    comms[0]->Abort("stage 1 failed");
+  });
+  try {
+    work->Wait(kGenerous);
+    ADD_FAILURE() << "the receive completed without a send";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("aborted: stage 1 failed"), std::string::npos) << e.what();
+  }
+  aborter.join();
+  EXPECT_THROW(comms[0]->Isend(in, 1), Error);
+}
+
+TEST_P(CommunicatorTest, SendingToItselfOrOutsideTheWorldIsRefused) {
+  Comms comms = Make(2);
+  EXPECT_THROW(comms[0]->Isend(Filled(1), 0), Error);
+  EXPECT_THROW(comms[0]->Isend(Filled(1), 2), Error);
+  Tensor t = Filled(1);
+  EXPECT_THROW(comms[0]->AllReduceSum(t, {1}, kGenerous), Error);  // not a member
+}
+
+INSTANTIATE_TEST_SUITE_P(Cpu, CommunicatorTest, ::testing::Values("fake", "gloo"),
+                         [](const auto& info) { return info.param; });
+
+}  // namespace
+}  // namespace baton

@@ -1,0 +1,459 @@
+// The Gloo (CPU, TCP) communicator (see gloo_communicator.h).
+#include "comm/gloo_communicator.h"
+
+#include <fmt/format.h>
+#include <gloo/allreduce.h>
+#include <gloo/barrier.h>
+#include <gloo/math.h>
+#include <gloo/rendezvous/context.h>
+#include <gloo/rendezvous/store.h>
+#include <gloo/transport/tcp/device.h>
+
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <thread>
+
+#include "comm/host_sum.h"
+#include "core/error.h"
+
+namespace baton {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Channels keep the caller's messages and the subgroup collectives' messages in separate FIFOs.
+constexpr int kUserChannel = 0;
+constexpr int kGroupChannel = 1;
+constexpr int kNumChannels = 2;
+// Waiter threads wait on Gloo "forever"; our own timeouts and Abort() end waits instead.
+constexpr auto kWaitForever = std::chrono::hours(24 * 7);
+
+double Seconds(CommTimeout timeout) { return std::chrono::duration<double>(timeout).count(); }
+
+// The Gloo slot of message `index` on the link src -> dst. Gloo's collectives use slot prefixes
+// 0x01..0x08 in the top byte; 0xBA is ours.
+uint64_t P2PSlot(int channel, int src, int dst, uint64_t index) {
+  return (uint64_t{0xBA} << 56) | (uint64_t(channel) << 52) | (uint64_t(src < dst) << 51) |
+         (index & ((uint64_t{1} << 51) - 1));
+}
+
+// Gloo's rendezvous store, backed by a KvStore under a prefix.
+class GlooStore final : public gloo::rendezvous::Store {
+ public:
+  GlooStore(KvStore& store, std::string prefix, CommTimeout timeout)
+      : store_(store), prefix_(std::move(prefix) + "/"), timeout_(timeout) {}
+
+  void set(const std::string& key, const std::vector<char>& data) override {
+    store_.Set(prefix_ + key, std::string(data.begin(), data.end()));
+  }
+  std::vector<char> get(const std::string& key) override {
+    std::string value = store_.Get(prefix_ + key, timeout_);
+    return std::vector<char>(value.begin(), value.end());
+  }
+  void wait(const std::vector<std::string>& keys) override { wait(keys, timeout_); }
+  void wait(const std::vector<std::string>& keys,
+            const std::chrono::milliseconds& timeout) override {
+    std::vector<std::string> prefixed;
+    for (const auto& key : keys) prefixed.push_back(prefix_ + key);
+    store_.Wait(prefixed, timeout);
+  }
+
+ private:
+  KvStore& store_;
+  std::string prefix_;
+  CommTimeout timeout_;
+};
+
+// Threads that block in Gloo's waitSend/waitRecv, one per pending operation; idle threads are
+// reused, and the pool grows when all are busy.
+class WaiterPool {
+ public:
+  ~WaiterPool() { Stop(); }
+
+  void Submit(std::function<void()> task) {
+    std::lock_guard lock(mutex_);
+    tasks_.push_back(std::move(task));
+    if (idle_ == 0) {
+      threads_.emplace_back([this] { Loop(); });
+    } else {
+      cv_.notify_one();
+    }
+  }
+
+  // Runs the queued tasks to the end and joins; blocked tasks must have been released.
+  void Stop() {
+    {
+      std::lock_guard lock(mutex_);
+      stopping_ = true;
+    }
+    cv_.notify_all();
+    for (auto& thread : threads_) thread.join();
+    threads_.clear();
+  }
+
+ private:
+  void Loop() {
+    std::unique_lock lock(mutex_);
+    while (true) {
+      ++idle_;
+      cv_.wait(lock, [&] { return stopping_ || !tasks_.empty(); });
+      --idle_;
+      if (tasks_.empty()) return;  // stopping
+      std::function<void()> task = std::move(tasks_.front());
+      tasks_.pop_front();
+      lock.unlock();
+      task();
+      lock.lock();
+    }
+  }
+
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  std::deque<std::function<void()>> tasks_;
+  std::vector<std::thread> threads_;
+  int idle_ = 0;
+  bool stopping_ = false;
+};
+
+// One posted send or receive; shared by its Work, its waiter and the abort registry.
+struct GlooOp {
+  std::unique_ptr<gloo::transport::UnboundBuffer> buffer;
+  Tensor tensor;  // keeps the memory alive until done
+  std::string tensor_text;
+  bool is_send = false;
+  int src = 0;
+  int dst = 0;
+  uint64_t index = 0;
+  std::mutex mutex;
+  std::condition_variable done_cv;
+  bool done = false;
+  std::string error;
+
+  std::string Describe() const {
+    return is_send ? fmt::format("send of {} to rank {} (message #{} on link {} -> {})",
+                                 tensor_text, dst, index, src, dst)
+                   : fmt::format("receive of {} from rank {} (message #{} on link {} -> {})",
+                                 tensor_text, src, index, src, dst);
+  }
+};
+
+void WaitOp(GlooOp& op, CommTimeout timeout) {
+  std::unique_lock lock(op.mutex);
+  if (!op.done_cv.wait_for(lock, timeout, [&] { return op.done; })) {
+    if (op.is_send) {
+      BATON_FAIL("timed out after {:.1f} s waiting for rank {} to take the {}", Seconds(timeout),
+                 op.dst, op.Describe());
+    }
+    BATON_FAIL("timed out after {:.1f} s waiting for the {}", Seconds(timeout), op.Describe());
+  }
+  if (!op.error.empty()) BATON_FAIL("{}", op.error);
+}
+
+CommTimeout Remaining(Clock::time_point deadline) {
+  return std::max(CommTimeout(0), std::chrono::duration_cast<CommTimeout>(deadline - Clock::now()));
+}
+
+class GlooWork final : public Work {
+ public:
+  explicit GlooWork(std::shared_ptr<GlooOp> op) : op_(std::move(op)) {}
+  void Wait(CommTimeout timeout) override { WaitOp(*op_, timeout); }
+  bool Test() override {
+    std::lock_guard lock(op_->mutex);
+    if (op_->done && !op_->error.empty()) BATON_FAIL("{}", op_->error);
+    return op_->done;
+  }
+
+ private:
+  std::shared_ptr<GlooOp> op_;
+};
+
+}  // namespace
+
+struct GlooCommunicator::Impl {
+  Impl(const GlooOptions& opts, Allocator& alloc)
+      : options(opts),
+        allocator(alloc),
+        send_count(kNumChannels * opts.size),
+        recv_count(kNumChannels * opts.size) {}
+
+  const GlooOptions options;
+  Allocator& allocator;
+  std::shared_ptr<gloo::transport::Device> device;
+  std::shared_ptr<gloo::rendezvous::Context> context;
+
+  std::mutex mutex;                  // guards everything below
+  std::vector<uint64_t> send_count;  // messages posted, [channel * size + peer]
+  std::vector<uint64_t> recv_count;
+  std::vector<std::weak_ptr<GlooOp>> pending;
+  std::string abort_reason;
+  std::string broken_reason;  // set when a collective failed: Gloo closed the connections
+  uint32_t next_tag = 0;
+  WaiterPool waiters;  // last member: destroyed (joined) first
+
+  void CheckUsableLocked() const {
+    if (!abort_reason.empty()) BATON_FAIL("communicator aborted: {}", abort_reason);
+    if (!broken_reason.empty()) {
+      BATON_FAIL("communicator unusable since an earlier failure: {}", broken_reason);
+    }
+  }
+
+  std::shared_ptr<GlooOp> Post(const Tensor& tensor, int peer, bool is_send, int channel);
+  void Finish(GlooOp& op, bool completed, const std::string& failure);
+  void AbortPending();
+  void RunCollective(const std::string& what, const std::function<void()>& run);
+  void GroupAllReduce(Tensor& tensor, const std::vector<int>& group, Clock::time_point deadline);
+};
+
+std::shared_ptr<GlooOp> GlooCommunicator::Impl::Post(const Tensor& tensor, int peer, bool is_send,
+                                                     int channel) {
+  CheckPeer(peer, options.rank, options.size);
+  CheckTransferable(tensor, is_send ? "Isend" : "Irecv");
+  BATON_CHECK(tensor.device().is_cpu(), "GlooCommunicator moves host tensors only, got {}",
+              tensor.ToString());
+  auto op = std::make_shared<GlooOp>();
+  op->tensor = tensor;
+  op->tensor_text = tensor.ToString();
+  op->is_send = is_send;
+  op->src = is_send ? options.rank : peer;
+  op->dst = is_send ? peer : options.rank;
+  if (tensor.nbytes() == 0) {  // nothing to move: both ends skip it
+    op->done = true;
+    return op;
+  }
+  {
+    std::lock_guard lock(mutex);
+    CheckUsableLocked();
+    uint64_t& count = (is_send ? send_count : recv_count)[channel * options.size + peer];
+    op->index = count++;
+    op->buffer = context->createUnboundBuffer(tensor.raw(), tensor.nbytes());
+    const uint64_t slot = P2PSlot(channel, op->src, op->dst, op->index);
+    if (is_send) {
+      op->buffer->send(peer, slot);
+    } else {
+      op->buffer->recv(peer, slot);
+    }
+    std::erase_if(pending, [](const std::weak_ptr<GlooOp>& p) { return p.expired(); });
+    pending.push_back(op);
+  }
+  waiters.Submit([this, op] {
+    bool completed = false;
+    std::string failure;
+    try {
+      completed =
+          op->is_send ? op->buffer->waitSend(kWaitForever) : op->buffer->waitRecv(kWaitForever);
+    } catch (const std::exception& e) {
+      failure = e.what();
+    }
+    Finish(*op, completed, failure);
+  });
+  return op;
+}
+
+void GlooCommunicator::Impl::Finish(GlooOp& op, bool completed, const std::string& failure) {
+  std::string error;
+  if (!completed) {
+    std::lock_guard lock(mutex);
+    error = !abort_reason.empty() ? fmt::format("{} aborted: {}", op.Describe(), abort_reason)
+                                  : fmt::format("{} failed: {}", op.Describe(), failure);
+  }
+  {
+    std::lock_guard lock(op.mutex);
+    op.done = true;
+    op.error = error;
+    op.tensor = Tensor();  // the caller alone now decides when the memory goes
+  }
+  op.done_cv.notify_all();
+}
+
+void GlooCommunicator::Impl::AbortPending() {
+  std::vector<std::shared_ptr<GlooOp>> ops;
+  {
+    std::lock_guard lock(mutex);
+    for (const auto& weak : pending) {
+      if (auto op = weak.lock()) ops.push_back(op);
+    }
+  }
+  for (const auto& op : ops) {
+    // Harmless when the op already completed: the flag only interrupts a wait.
+    if (op->is_send) {
+      op->buffer->abortWaitSend();
+    } else {
+      op->buffer->abortWaitRecv();
+    }
+  }
+}
+
+void GlooCommunicator::Impl::RunCollective(const std::string& what,
+                                           const std::function<void()>& run) {
+  {
+    std::lock_guard lock(mutex);
+    CheckUsableLocked();
+  }
+  try {
+    run();
+  } catch (const std::exception& e) {
+    std::lock_guard lock(mutex);
+    if (broken_reason.empty()) broken_reason = fmt::format("{} failed: {}", what, e.what());
+    if (!abort_reason.empty()) BATON_FAIL("{} aborted: {}", what, abort_reason);
+    BATON_FAIL("{} failed: {}", what, e.what());
+  }
+}
+
+// Subgroup all-reduce in rank order: two members exchange; more send to the lowest member, which
+// sums and sends the result back.
+void GlooCommunicator::Impl::GroupAllReduce(Tensor& tensor, const std::vector<int>& group,
+                                            Clock::time_point deadline) {
+  const int rank = options.rank;
+  auto staging = [&] {
+    return Tensor::Empty(allocator, tensor.shape(), tensor.dtype(), MemCategory::kComm);
+  };
+  if (group.size() == 2) {
+    const int peer = group[0] == rank ? group[1] : group[0];
+    Tensor theirs = staging();
+    auto send = Post(tensor, peer, true, kGroupChannel);
+    auto recv = Post(theirs, peer, false, kGroupChannel);
+    WaitOp(*recv, Remaining(deadline));
+    WaitOp(*send, Remaining(deadline));
+    SumInOrder(rank < peer ? std::vector<Tensor>{tensor, theirs}
+                           : std::vector<Tensor>{theirs, tensor});
+    return;
+  }
+  if (rank != group[0]) {
+    WaitOp(*Post(tensor, group[0], true, kGroupChannel), Remaining(deadline));
+    WaitOp(*Post(tensor, group[0], false, kGroupChannel), Remaining(deadline));
+    return;
+  }
+  std::vector<Tensor> inputs = {tensor};
+  std::vector<std::shared_ptr<GlooOp>> ops;
+  for (size_t i = 1; i < group.size(); ++i) {
+    inputs.push_back(staging());
+    ops.push_back(Post(inputs.back(), group[i], false, kGroupChannel));
+  }
+  for (const auto& op : ops) WaitOp(*op, Remaining(deadline));
+  SumInOrder(inputs);
+  ops.clear();
+  for (size_t i = 1; i < group.size(); ++i) {
+    ops.push_back(Post(tensor, group[i], true, kGroupChannel));
+  }
+  for (const auto& op : ops) WaitOp(*op, Remaining(deadline));
+}
+
+GlooCommunicator::GlooCommunicator(KvStore& store, Allocator& host_allocator,
+                                   const GlooOptions& options) {
+  BATON_CHECK(options.size > 0 && options.rank >= 0 && options.rank < options.size,
+              "rank {} is outside the world of {} ranks", options.rank, options.size);
+  impl_ = std::make_unique<Impl>(options, host_allocator);
+  gloo::transport::tcp::attr attr;
+  attr.hostname = options.hostname;
+  try {
+    impl_->device = gloo::transport::tcp::CreateDevice(attr);
+    impl_->context = std::make_shared<gloo::rendezvous::Context>(options.rank, options.size);
+    impl_->context->setTimeout(options.timeout);
+    GlooStore gloo_store(store, options.store_prefix, options.timeout);
+    impl_->context->connectFullMesh(gloo_store, impl_->device);
+  } catch (const Error&) {
+    throw;  // the store's own message names the key that never came
+  } catch (const std::exception& e) {
+    BATON_FAIL("rank {}: connecting the Gloo mesh of {} ranks on {} failed: {}", options.rank,
+               options.size, options.hostname, e.what());
+  }
+}
+
+GlooCommunicator::~GlooCommunicator() {
+  {
+    std::lock_guard lock(impl_->mutex);
+    if (impl_->abort_reason.empty()) impl_->abort_reason = "the communicator was destroyed";
+  }
+  impl_->AbortPending();
+  impl_->waiters.Stop();
+}
+
+int GlooCommunicator::rank() const { return impl_->options.rank; }
+int GlooCommunicator::size() const { return impl_->options.size; }
+
+std::unique_ptr<Work> GlooCommunicator::Isend(const Tensor& tensor, int peer) {
+  return std::make_unique<GlooWork>(impl_->Post(tensor, peer, true, kUserChannel));
+}
+
+std::unique_ptr<Work> GlooCommunicator::Irecv(Tensor& tensor, int peer) {
+  return std::make_unique<GlooWork>(impl_->Post(tensor, peer, false, kUserChannel));
+}
+
+namespace {
+
+template <typename T>
+void SetSum(gloo::AllreduceOptions& options, void* data, size_t n) {
+  options.setOutput(static_cast<T*>(data), n);
+  void (*sum)(void*, const void*, const void*, size_t) = &gloo::sum<T>;
+  options.setReduceFunction(sum);
+}
+
+}  // namespace
+
+void GlooCommunicator::AllReduceSum(Tensor& tensor, CommTimeout timeout) {
+  CheckTransferable(tensor, "AllReduceSum");
+  BATON_CHECK(tensor.device().is_cpu(), "GlooCommunicator reduces host tensors only, got {}",
+              tensor.ToString());
+  if (size() == 1 || tensor.numel() == 0) return;
+  const size_t n = tensor.numel();
+  Tensor staging;
+  void* data = tensor.raw();
+  if (tensor.dtype() == DType::kF16 || tensor.dtype() == DType::kBF16) {
+    staging = Tensor::Empty(impl_->allocator, {tensor.numel()}, DType::kF32, MemCategory::kComm);
+    ConvertFloats(tensor.raw(), tensor.dtype(), staging.raw(), DType::kF32, n);
+    data = staging.raw();
+  }
+  gloo::AllreduceOptions options(impl_->context);
+  if (tensor.dtype() == DType::kI32) {
+    SetSum<int32_t>(options, data, n);
+  } else {
+    SetSum<float>(options, data, n);
+  }
+  {
+    std::lock_guard lock(impl_->mutex);
+    options.setTag(impl_->next_tag++);
+  }
+  options.setTimeout(timeout);
+  impl_->RunCollective(fmt::format("all-reduce of {} over all {} ranks", tensor.ToString(), size()),
+                       [&] { gloo::allreduce(options); });
+  if (staging.defined()) {
+    ConvertFloats(staging.raw(), DType::kF32, tensor.raw(), tensor.dtype(), n);
+  }
+}
+
+void GlooCommunicator::AllReduceSum(Tensor& tensor, const std::vector<int>& group,
+                                    CommTimeout timeout) {
+  std::vector<int> members = CheckedGroup(group, rank(), size());
+  CheckTransferable(tensor, "AllReduceSum");
+  if (members.size() == 1 || tensor.numel() == 0) return;
+  try {
+    impl_->GroupAllReduce(tensor, members, Clock::now() + timeout);
+  } catch (const Error& e) {
+    BATON_FAIL("all-reduce of {} over {}: {}", tensor.ToString(), DescribeGroup(members), e.what());
+  }
+}
+
+void GlooCommunicator::Barrier(CommTimeout timeout) {
+  if (size() == 1) return;
+  gloo::BarrierOptions options(impl_->context);
+  {
+    std::lock_guard lock(impl_->mutex);
+    options.setTag(impl_->next_tag++);
+  }
+  options.setTimeout(timeout);
+  impl_->RunCollective(fmt::format("barrier over all {} ranks", size()),
+                       [&] { gloo::barrier(options); });
+}
+
+void GlooCommunicator::Abort(const std::string& reason) {
+  {
+    std::lock_guard lock(impl_->mutex);
+    if (!impl_->abort_reason.empty()) return;
+    impl_->abort_reason = reason;
+  }
+  impl_->AbortPending();
+}
+
+}  // namespace baton

@@ -1,0 +1,67 @@
+// GlooCommunicator: the CPU transport. TCP through gloo::transport::tcp; rendezvous through a
+// KvStore (the coordinator's in real runs, MemoryKvStore in tests); docs/protocol.md.
+//
+//  - Point-to-point uses Gloo unbound buffers. The slot of message k on the link a -> b is a
+//    function of (channel, direction, k), so the FIFO rule of communicator.h holds with no tags.
+//    A waiter thread per pending operation observes completion, so Work::Wait's timeout and
+//    Abort() leave Gloo's connections intact; a timed-out Work is still pending.
+//  - AllReduceSum over all ranks uses gloo::allreduce (ring: each chunk is reduced once and
+//    copied, so every rank gets the same bits); f16/bf16 go through an f32 staging buffer.
+//    AllReduceSum over a subgroup sends to the lowest member, which sums in rank order and sends
+//    back (a 2-member group exchanges and both add in rank order). Barrier uses gloo::barrier.
+//    A collective that times out makes Gloo close every connection: the communicator is then
+//    broken and every later call fails. Gloo cannot interrupt its collectives, so Abort() during
+//    a full-group AllReduceSum or Barrier takes effect at that call's timeout (the error names
+//    the abort); keep those timeouts modest. Abort() interrupts point-to-point waits (and so
+//    subgroup all-reduces) at once.
+//  - Staging buffers come from `host_allocator`, booked as MemCategory::kComm while they live.
+//
+// Ownership: owns the Gloo device, context and waiter threads; `store` is only used during
+// construction, `host_allocator` must outlive the communicator. Thread safety: communicator.h.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "comm/communicator.h"
+#include "comm/kv_store.h"
+#include "core/memory.h"
+
+namespace baton {
+
+struct GlooOptions {
+  int rank = 0;
+  int size = 1;
+  // The address this rank listens on (and peers connect to): loopback for local runs, the
+  // node's address for multi-node runs.
+  std::string hostname = "127.0.0.1";
+  // Rendezvous keys are "<store_prefix>/<gloo's key>"; use a fresh prefix per job attempt.
+  std::string store_prefix = "gloo";
+  // Rendezvous timeout, and Gloo's own timeout for connections.
+  CommTimeout timeout{60000};
+};
+
+class GlooCommunicator final : public Communicator {
+ public:
+  // Connects the full mesh; blocks until every rank has done the same (or throws on timeout).
+  GlooCommunicator(KvStore& store, Allocator& host_allocator, const GlooOptions& options);
+  ~GlooCommunicator() override;
+  GlooCommunicator(const GlooCommunicator&) = delete;
+  GlooCommunicator& operator=(const GlooCommunicator&) = delete;
+
+  int rank() const override;
+  int size() const override;
+  std::unique_ptr<Work> Isend(const Tensor& tensor, int peer) override;
+  std::unique_ptr<Work> Irecv(Tensor& tensor, int peer) override;
+  void AllReduceSum(Tensor& tensor, CommTimeout timeout) override;
+  void AllReduceSum(Tensor& tensor, const std::vector<int>& group, CommTimeout timeout) override;
+  void Barrier(CommTimeout timeout) override;
+  void Abort(const std::string& reason) override;
+
+  struct Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace baton

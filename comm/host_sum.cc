@@ -1,0 +1,70 @@
+// Ordered element-wise sums of host tensors (see host_sum.h).
+#include "comm/host_sum.h"
+
+#include <cstring>
+
+#include "core/error.h"
+
+namespace baton {
+namespace {
+
+float LoadFloat(const void* base, DType dtype, int64_t i) {
+  switch (dtype) {
+    case DType::kF32:
+      return static_cast<const float*>(base)[i];
+    case DType::kF16:
+      return HalfToFloat(static_cast<const uint16_t*>(base)[i]);
+    case DType::kBF16:
+      return BFloat16ToFloat(static_cast<const uint16_t*>(base)[i]);
+    case DType::kI32:
+      break;
+  }
+  BATON_FAIL("LoadFloat of {}", Name(dtype));
+}
+
+void StoreFloat(void* base, DType dtype, int64_t i, float value) {
+  switch (dtype) {
+    case DType::kF32:
+      static_cast<float*>(base)[i] = value;
+      return;
+    case DType::kF16:
+      static_cast<uint16_t*>(base)[i] = FloatToHalf(value);
+      return;
+    case DType::kBF16:
+      static_cast<uint16_t*>(base)[i] = FloatToBFloat16(value);
+      return;
+    case DType::kI32:
+      break;
+  }
+  BATON_FAIL("StoreFloat of {}", Name(dtype));
+}
+
+}  // namespace
+
+void SumInOrder(const std::vector<Tensor>& tensors) {
+  BATON_CHECK(!tensors.empty(), "nothing to sum");
+  const DType dtype = tensors[0].dtype();
+  const int64_t n = tensors[0].numel();
+  std::vector<void*> bases;
+  for (const Tensor& t : tensors) {
+    BATON_CHECK(t.device().is_cpu() && t.is_contiguous(), "summing needs contiguous host tensors");
+    BATON_CHECK(t.dtype() == dtype && t.numel() == n, "cannot sum {} with {}", t.ToString(),
+                tensors[0].ToString());
+    bases.push_back(t.raw());
+  }
+  if (dtype == DType::kI32) {
+    for (int64_t i = 0; i < n; ++i) {
+      int64_t acc = 0;
+      for (void* base : bases) acc += static_cast<const int32_t*>(base)[i];
+      for (void* base : bases) static_cast<int32_t*>(base)[i] = static_cast<int32_t>(acc);
+    }
+    return;
+  }
+  for (int64_t i = 0; i < n; ++i) {
+    float acc = LoadFloat(bases[0], dtype, i);
+    for (size_t k = 1; k < bases.size(); ++k) acc += LoadFloat(bases[k], dtype, i);
+    for (void* base : bases) StoreFloat(base, dtype, i, acc);
+  }
+}
+
+}  // namespace baton
