@@ -173,7 +173,9 @@ TEST_P(CommunicatorTest, AllReduceSumOfHalvesSumsInF32AndRoundsOnce) {
   }
   EXPECT_EQ(ledger_.current(MemCategory::kComm), 0);
   if (GetParam() == "gloo") {
-    EXPECT_EQ(ledger_.peak(MemCategory::kComm), 8 * 4) << "the f32 staging buffer is booked";
+    // Each rank's f32 staging buffer is booked (the three ranks share this test's ledger).
+    EXPECT_GE(ledger_.peak(MemCategory::kComm), 8 * 4);
+    EXPECT_LE(ledger_.peak(MemCategory::kComm), 3 * 8 * 4);
   }
 }
 
