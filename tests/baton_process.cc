@@ -1,0 +1,62 @@
+#include "tests/baton_process.h"
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+namespace baton::testing {
+
+std::string BatonBinary() { return BATON_BINARY; }
+std::string SourceDir() { return BATON_SOURCE_DIR; }
+
+CommandResult RunShell(const std::string& command) {
+  CommandResult result;
+  FILE* pipe = popen((command + " 2>&1").c_str(), "r");
+  if (pipe == nullptr) return result;
+  std::array<char, 4096> buffer;
+  size_t n;
+  while ((n = fread(buffer.data(), 1, buffer.size(), pipe)) > 0)
+    result.output.append(buffer.data(), n);
+  const int status = pclose(pipe);
+  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  return result;
+}
+
+namespace {
+std::string Quote(const std::string& s) {
+  std::string out = "'";
+  for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
+}
+}  // namespace
+
+CommandResult RunBaton(const std::vector<std::string>& args) {
+  std::string command = Quote(BatonBinary());
+  for (const std::string& a : args) command += " " + Quote(a);
+  return RunShell("cd " + Quote(SourceDir()) + " && " + command);
+}
+
+std::string TempDir(const std::string& name) {
+  const auto dir = std::filesystem::temp_directory_path() /
+                   ("baton-test-" + name + "-" + std::to_string(getpid()));
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  return dir.string();
+}
+
+nlohmann::json ReadJson(const std::string& path) {
+  std::ifstream in(path);
+  return nlohmann::json::parse(in);
+}
+
+std::vector<double> Losses(const nlohmann::json& report) {
+  std::vector<double> losses;
+  for (const auto& step : report.at("steps")) losses.push_back(step.at("loss").get<double>());
+  return losses;
+}
+
+}  // namespace baton::testing

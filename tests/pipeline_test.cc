@@ -1,0 +1,165 @@
+// Integration tests of the distributed pipeline: real `baton` processes exchanging activations
+// and gradients over Gloo, coordinated over gRPC (issue: the distributed pipeline).
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include "tests/baton_process.h"
+
+namespace baton::testing {
+namespace {
+
+struct RunSummary {
+  std::vector<double> losses;
+  std::string checksum;
+};
+
+RunSummary Train(const std::string& name, const std::vector<std::string>& overrides) {
+  const std::string report = TempDir(name) + "/report.json";
+  std::vector<std::string> args = {"run",   "configs/gpt-tiny.yaml", "--report", report,
+                                   "--set", "train.steps=3"};
+  for (const std::string& o : overrides) {
+    args.push_back("--set");
+    args.push_back(o);
+  }
+  const CommandResult result = RunBaton(args);
+  EXPECT_EQ(result.exit_code, 0) << result.output;
+  if (result.exit_code != 0) return {};
+  const nlohmann::json j = ReadJson(report);
+  return {Losses(j), j.at("param_checksum").get<std::string>()};
+}
+
+class ScheduleEquivalenceTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(ScheduleEquivalenceTest, TwoAndFourStagesAreBitIdenticalToOneStage) {
+  const std::string schedule = "parallel.schedule=" + GetParam();
+  const RunSummary one = Train("one", {schedule, "parallel.stages=1"});
+  ASSERT_EQ(one.losses.size(), 3u);
+  for (const char* stages : {"parallel.stages=2", "parallel.stages=4"}) {
+    const RunSummary many = Train("many", {schedule, stages});
+    EXPECT_EQ(many.losses, one.losses) << stages;  // exact: same bits, not a tolerance
+    EXPECT_EQ(many.checksum, one.checksum) << stages;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Schedules, ScheduleEquivalenceTest,
+                         ::testing::Values("gpipe", "1f1b", "zb-h1"), [](const auto& info) {
+                           std::string name = info.param;
+                           std::erase(name, '-');
+                           return name;
+                         });
+
+TEST(PipelineTest, InterleavedTwoStagesTwoChunksIsBitIdenticalToOneStage) {
+  const RunSummary one = Train("one", {"parallel.stages=1"});
+  const RunSummary interleaved = Train(
+      "interleaved", {"parallel.stages=2", "parallel.schedule=interleaved", "parallel.chunks=2"});
+  EXPECT_EQ(interleaved.losses, one.losses);
+  EXPECT_EQ(interleaved.checksum, one.checksum);
+}
+
+TEST(PipelineTest, DifferentSchedulesComputeTheSameStep) {
+  // GPipe and 1F1B only reorder the same work: identical bits.
+  const RunSummary gpipe = Train("gpipe", {"parallel.stages=2", "parallel.schedule=gpipe"});
+  const RunSummary one_f_one_b = Train("1f1b", {"parallel.stages=2", "parallel.schedule=1f1b"});
+  EXPECT_EQ(gpipe.losses, one_f_one_b.losses);
+  EXPECT_EQ(gpipe.checksum, one_f_one_b.checksum);
+}
+
+TEST(PipelineTest, MpirunGivesTheLocalLaunchersChecksum) {
+  if (RunShell("command -v mpirun").exit_code != 0) GTEST_SKIP() << "mpirun is not installed";
+  const RunSummary local = Train("local", {"parallel.stages=4"});
+  const std::string report = TempDir("mpi") + "/report.json";
+  const CommandResult mpi = RunShell(
+      "cd '" + SourceDir() + "' && mpirun --allow-run-as-root --oversubscribe -np 4 '" +
+      BatonBinary() + "' run configs/gpt-tiny.yaml --set train.steps=3 --set parallel.stages=4" +
+      " --report " + report);
+  ASSERT_EQ(mpi.exit_code, 0) << mpi.output;
+  const nlohmann::json j = ReadJson(report);
+  EXPECT_EQ(Losses(j), local.losses);
+  EXPECT_EQ(j.at("param_checksum").get<std::string>(), local.checksum);
+}
+
+TEST(PipelineTest, MoreStagesThanLayersIsAClearErrorBeforeAnyProcessStarts) {
+  const CommandResult result =
+      RunBaton({"run", "configs/gpt-tiny.yaml", "--set", "parallel.stages=7"});
+  EXPECT_NE(result.exit_code, 0);
+  EXPECT_NE(result.output.find("cannot cut a 6-layer graph into 7"), std::string::npos)
+      << result.output;
+  EXPECT_EQ(result.output.find("coordinator on"), std::string::npos) << result.output;
+}
+
+TEST(PipelineTest, UnknownConfigKeyNamesFileLineAndKeyAndWritesNothing) {
+  const std::string dir = TempDir("badkey");
+  const std::string config = dir + "/bad.yaml";
+  std::ifstream in(SourceDir() + "/configs/gpt-tiny.yaml");
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  text.replace(text.find("  steps: 300"), 11, "  stepz: 300");
+  std::ofstream(config) << text;
+  const std::string report = dir + "/report.json";
+  const CommandResult result = RunBaton({"run", config, "--report", report});
+  EXPECT_NE(result.exit_code, 0);
+  EXPECT_NE(result.output.find("bad.yaml:"), std::string::npos) << result.output;
+  EXPECT_NE(result.output.find("train.stepz"), std::string::npos) << result.output;
+  EXPECT_FALSE(std::filesystem::exists(report));
+}
+
+std::vector<int> ChildPids(int parent) {
+  std::vector<int> pids;
+  const CommandResult r = RunShell("pgrep -P " + std::to_string(parent));
+  std::istringstream in(r.output);
+  for (int pid; in >> pid;) pids.push_back(pid);
+  return pids;
+}
+
+bool Alive(int pid) { return kill(pid, 0) == 0; }
+
+TEST(PipelineTest, KillingOneWorkerStopsTheJobNamingTheStageAndLeavesNoProcess) {
+  const std::string dir = TempDir("kill");
+  const std::string log = dir + "/log";
+  // The subshell records the launcher's exit code after it ends.
+  const CommandResult started =
+      RunShell("cd '" + SourceDir() + "' && ( '" + BatonBinary() +
+               "' run configs/gpt-tiny.yaml --set train.steps=100000 --set train.log_every=1"
+               " --set parallel.stages=2 > " +
+               log + " 2>&1; echo \"exit=$?\" >> " + log + " ) > /dev/null 2>&1 & echo $!");
+  const int shell_pid = std::stoi(started.output);
+  // Wait for training to be under way (a progress line), then kill stage 1's worker.
+  int launcher = -1;
+  std::vector<int> workers;
+  for (int i = 0; i < 600 && workers.size() < 2; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    const std::vector<int> children = ChildPids(shell_pid);
+    if (children.empty()) continue;
+    launcher = children.front();
+    std::ifstream in(log);
+    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    if (text.find("step ") != std::string::npos) workers = ChildPids(launcher);
+  }
+  ASSERT_EQ(workers.size(), 2u) << "the job did not start";
+  int victim = -1;
+  for (int pid : workers) {
+    const CommandResult cmdline =
+        RunShell("tr '\\0' ' ' < /proc/" + std::to_string(pid) + "/cmdline");
+    if (cmdline.output.find("--rank 1 ") != std::string::npos) victim = pid;
+  }
+  ASSERT_GT(victim, 0);
+  kill(victim, SIGKILL);
+  // Safety limit only; the launcher notices a dead child at its next poll.
+  for (int i = 0; i < 300 && Alive(launcher); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  std::ifstream in(log);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_FALSE(Alive(launcher)) << text;
+  EXPECT_NE(text.find("exit=1"), std::string::npos) << text;
+  EXPECT_NE(text.find("stage 1 worker process killed by signal 9"), std::string::npos) << text;
+  for (int pid : workers) EXPECT_FALSE(Alive(pid)) << "worker " << pid << " outlived the job";
+}
+
+}  // namespace
+}  // namespace baton::testing
