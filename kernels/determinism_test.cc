@@ -49,6 +49,16 @@ TEST_F(DeterminismTest, MatmulForEveryTransposeWithBiasAndBiasBackward) {
   }
 }
 
+TEST_F(DeterminismTest, MatmulWiderThanTall) {
+  Tensor a = Random({150, 64});
+  Tensor b = Random({64, 1100});
+  ExpectSameBits([&](Backend& be) {
+    Tensor out = Zeros({150, 1100});
+    be.Matmul(a, false, b, false, out, false);
+    return std::vector<Tensor>{out};
+  });
+}
+
 TEST_F(DeterminismTest, EmbeddingForwardAndBackward) {
   Tensor tokens = Ids({4, 100}, 50);
   Tensor wte = Random({50, 128});

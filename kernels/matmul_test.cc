@@ -38,8 +38,10 @@ class MatmulTest : public CpuBackendTest,
   Shape BShape(int64_t k, int64_t n) const { return trans_b() ? Shape{n, k} : Shape{k, n}; }
 };
 
+// Shapes include tall and wide outputs that the CPU backend cuts into row or column blocks.
 TEST_P(MatmulTest, MatchesNaiveTripleLoop) {
-  for (auto [m, n, k] : {std::tuple{7, 5, 9}, std::tuple{67, 45, 81}, std::tuple{1, 130, 3}}) {
+  for (auto [m, n, k] : {std::tuple{7, 5, 9}, std::tuple{67, 45, 81}, std::tuple{1, 130, 3},
+                         std::tuple{300, 40, 20}, std::tuple{20, 600, 30}}) {
     Tensor a = Random(AShape(m, k));
     Tensor b = Random(BShape(k, n));
     Tensor out = Random({m, n});  // overwritten: accumulate is off

@@ -20,7 +20,7 @@ namespace {
 
 // Query rows per sgemm block: smaller skips more of the masked triangle, larger makes better
 // sgemm calls. Fixed, so results don't depend on anything but the shape.
-constexpr int64_t kRowBlock = 64;
+constexpr int64_t kRowBlock = 32;
 
 struct HeadView {
   const float* q;
@@ -36,7 +36,7 @@ HeadView ViewHead(const float* qkv, const AttentionShape& shape, int64_t b, int6
 }
 
 // In place on one row of scaled scores: softmax over [0, t], zeros after.
-void CausalSoftmaxRow(float* row, int64_t t, int64_t seq) {
+BATON_SIMD_CLONES void CausalSoftmaxRow(float* row, int64_t t, int64_t seq) {
   const float max = MaxF(row, t + 1);
   const float sum = SumLanes(t + 1, [row, max](int64_t s) {
     const float e = ExpF(row[s] - max);
@@ -49,7 +49,7 @@ void CausalSoftmaxRow(float* row, int64_t t, int64_t seq) {
 }
 
 // In place on one row: dp (dL/dP) -> ds (dL/dS) = p * (dp - sum(p * dp)); zeros after t.
-void CausalSoftmaxBackwardRow(const float* p, float* d, int64_t t, int64_t seq) {
+BATON_SIMD_CLONES void CausalSoftmaxBackwardRow(const float* p, float* d, int64_t t, int64_t seq) {
   const float dot = DotF(p, d, t + 1);
   for (int64_t s = 0; s <= t; ++s) d[s] = p[s] * (d[s] - dot);
   std::fill(d + t + 1, d + seq, 0.0f);
@@ -58,65 +58,60 @@ void CausalSoftmaxBackwardRow(const float* p, float* d, int64_t t, int64_t seq) 
 }  // namespace
 
 void AttentionForward(const float* qkv, float* out, float* probs, const AttentionShape& shape,
-                      int threads) {
-  const int64_t seq = shape.seq;
-  const int64_t dim = shape.head_dim();
-  const int64_t heads = shape.heads;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(dim));
-  // Scores S = scale * Q K^T, lower block triangle only.
-  for (int64_t bh = 0; bh < shape.batch * heads; ++bh) {
-    const HeadView head = ViewHead(qkv, shape, bh / heads, bh % heads);
-    float* p = probs + bh * seq * seq;
-    for (int64_t r0 = 0; r0 < seq; r0 += kRowBlock) {
-      const int64_t r1 = std::min(seq, r0 + kRowBlock);
-      Sgemm(false, true, r1 - r0, r1, dim, scale, head.q + r0 * head.qkv_stride, head.qkv_stride,
-            head.k, head.qkv_stride, 0.0f, p + r0 * seq, seq);
-    }
-  }
-  ParallelFor(shape.batch * heads * seq, threads, seq,
-              [&](int64_t row) { CausalSoftmaxRow(probs + row * seq, row % seq, seq); });
-  // out_h = P V.
-  for (int64_t bh = 0; bh < shape.batch * heads; ++bh) {
-    const int64_t b = bh / heads;
-    const HeadView head = ViewHead(qkv, shape, b, bh % heads);
-    const float* p = probs + bh * seq * seq;
-    float* o = out + b * seq * shape.channels + (bh % heads) * dim;
-    for (int64_t r0 = 0; r0 < seq; r0 += kRowBlock) {
-      const int64_t r1 = std::min(seq, r0 + kRowBlock);
-      Sgemm(false, false, r1 - r0, dim, r1, 1.0f, p + r0 * seq, seq, head.v, head.qkv_stride, 0.0f,
-            o + r0 * shape.channels, shape.channels);
-    }
-  }
-}
-
-int64_t AttentionBackwardScratch(const AttentionShape& shape) { return shape.seq * shape.seq; }
-
-void AttentionBackward(const float* dout, const float* qkv, const float* probs, float* dqkv,
-                       float* scratch, const AttentionShape& shape, int threads) {
+                      ThreadPool* pool) {
   const int64_t seq = shape.seq;
   const int64_t dim = shape.head_dim();
   const int64_t heads = shape.heads;
   const int64_t c = shape.channels;
   const float scale = 1.0f / std::sqrt(static_cast<float>(dim));
-  for (int64_t bh = 0; bh < shape.batch * heads; ++bh) {
+  ParallelFor(shape.batch * heads, pool, seq * seq * dim, [&](int64_t bh) {
+    const int64_t b = bh / heads;
+    const HeadView head = ViewHead(qkv, shape, b, bh % heads);
+    const int64_t ld = head.qkv_stride;
+    float* p = probs + bh * seq * seq;
+    float* o = out + b * seq * c + (bh % heads) * dim;
+    for (int64_t r0 = 0; r0 < seq; r0 += kRowBlock) {
+      const int64_t r1 = std::min(seq, r0 + kRowBlock);
+      // S[r0:r1, 0:r1] = scale * Q[r0:r1] K[0:r1]^T, then softmax row by row.
+      Sgemm(false, true, r1 - r0, r1, dim, scale, head.q + r0 * ld, ld, head.k, ld, 0.0f,
+            p + r0 * seq, seq);
+      for (int64_t t = r0; t < r1; ++t) CausalSoftmaxRow(p + t * seq, t, seq);
+      // out[r0:r1] = P[r0:r1, 0:r1] V[0:r1]
+      Sgemm(false, false, r1 - r0, dim, r1, 1.0f, p + r0 * seq, seq, head.v, ld, 0.0f, o + r0 * c,
+            c);
+    }
+  });
+}
+
+int64_t AttentionBackwardScratch(const AttentionShape& shape, int threads) {
+  return threads * shape.seq * shape.seq;
+}
+
+void AttentionBackward(const float* dout, const float* qkv, const float* probs, float* dqkv,
+                       float* scratch, const AttentionShape& shape, ThreadPool* pool) {
+  const int64_t seq = shape.seq;
+  const int64_t dim = shape.head_dim();
+  const int64_t heads = shape.heads;
+  const int64_t c = shape.channels;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(dim));
+  ParallelForWithSlot(shape.batch * heads, pool, seq * seq * dim, [&](int64_t bh, int slot) {
     const int64_t b = bh / heads;
     const int64_t h = bh % heads;
     const HeadView head = ViewHead(qkv, shape, b, h);
+    const int64_t ld = head.qkv_stride;
     const float* p = probs + bh * seq * seq;
     const float* dout_h = dout + b * seq * c + h * dim;
     float* dq = dqkv + b * seq * 3 * c + h * dim;
     float* dk = dq + c;
     float* dv = dq + 2 * c;
-    const int64_t ld = head.qkv_stride;
-    float* ds = scratch;
-    // dP = dO V^T (lower block triangle), then dS in place, row-parallel.
+    float* ds = scratch + slot * seq * seq;  // this thread's T x T block
+    // dP = dO V^T (lower block triangle), then dS in place, row by row.
     for (int64_t r0 = 0; r0 < seq; r0 += kRowBlock) {
       const int64_t r1 = std::min(seq, r0 + kRowBlock);
       Sgemm(false, true, r1 - r0, r1, dim, 1.0f, dout_h + r0 * c, c, head.v, ld, 0.0f,
             ds + r0 * seq, seq);
+      for (int64_t t = r0; t < r1; ++t) CausalSoftmaxBackwardRow(p + t * seq, ds + t * seq, t, seq);
     }
-    ParallelFor(seq, threads, seq,
-                [&](int64_t t) { CausalSoftmaxBackwardRow(p + t * seq, ds + t * seq, t, seq); });
     for (int64_t r0 = 0; r0 < seq; r0 += kRowBlock) {
       const int64_t r1 = std::min(seq, r0 + kRowBlock);
       // dQ[r0:r1] += scale * dS[r0:r1, 0:r1] K[0:r1]
@@ -129,7 +124,7 @@ void AttentionBackward(const float* dout, const float* qkv, const float* probs, 
       Sgemm(true, false, r1 - r0, dim, seq - r0, 1.0f, p + r0 * seq + r0, seq, dout_h + r0 * c, c,
             1.0f, dv + r0 * ld, ld);
     }
-  }
+  });
 }
 
 }  // namespace baton::cpu

@@ -68,9 +68,8 @@ bool ChunkAllFinite(const void* data, DType dtype, int64_t n) {
 }  // namespace
 
 CpuBackend::CpuBackend(MemoryLedger& ledger, int num_threads)
-    : allocator_(ledger), threads_(num_threads) {
-  BATON_CHECK(num_threads >= 1, "the CPU backend needs at least one thread, got {}", num_threads);
-  SetBlasThreads(threads_);
+    : allocator_(ledger), threads_(num_threads), pool_(num_threads) {
+  SetSingleThreadedBlas();
 }
 
 Tensor CpuBackend::Workspace(int64_t floats) {
@@ -91,14 +90,14 @@ void CpuBackend::Copy(const Tensor& src, Tensor& dst) {
     const char* from = static_cast<const char*>(src.raw());
     char* to = static_cast<char*>(dst.raw());
     const int64_t bytes = static_cast<int64_t>(src.nbytes());
-    ParallelChunks(bytes, 1 << 18, threads_, [&](int64_t begin, int64_t end) {
+    ParallelChunks(bytes, 1 << 18, &pool_, [&](int64_t begin, int64_t end) {
       std::memmove(to + begin, from + begin, static_cast<size_t>(end - begin));
     });
     return;
   }
   BATON_CHECK(IsFloating(src.dtype()) && IsFloating(dst.dtype()), "cannot copy {} into {}",
               src.ToString(), dst.ToString());
-  ConvertFloatsParallel(src.raw(), src.dtype(), dst.raw(), dst.dtype(), src.numel(), threads_);
+  ConvertFloatsParallel(src.raw(), src.dtype(), dst.raw(), dst.dtype(), src.numel(), &pool_);
 }
 
 void CpuBackend::Matmul(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, Tensor& out,
@@ -123,18 +122,18 @@ void CpuBackend::Matmul(const Tensor& a, bool trans_a, const Tensor& b, bool tra
     CheckFloat(*bias, "bias");
     CheckNumel(*bias, n, "bias");
   }
-  F32Staging staging(allocator_, threads_);
+  F32Staging staging(allocator_, &pool_);
   const float* pa = staging.In(a);
   const float* pb = staging.In(b);
   const float* pbias = bias != nullptr ? staging.In(*bias) : nullptr;
   float* po = accumulate ? staging.InOut(out) : staging.Out(out);
   float beta = accumulate ? 1.0f : 0.0f;
   if (pbias != nullptr) {
-    BroadcastRows(pbias, po, m, n, accumulate, threads_);
+    BroadcastRows(pbias, po, m, n, accumulate, &pool_);
     beta = 1.0f;
   }
-  SetBlasThreads(threads_);
-  Sgemm(trans_a, trans_b, m, n, k, 1.0f, pa, am.cols, pb, bm.cols, beta, po, n);
+  SetSingleThreadedBlas();  // in case anything else in the process changed it
+  Sgemm(trans_a, trans_b, m, n, k, 1.0f, pa, am.cols, pb, bm.cols, beta, po, n, &pool_);
   staging.Commit();
 }
 
@@ -143,9 +142,9 @@ void CpuBackend::BiasBackward(const Tensor& dout, Tensor& dbias) {
   CheckFloat(dbias, "dbias");
   const RowsCols dm = AsMatrix(dout, "dout");
   CheckNumel(dbias, dm.cols, "dbias");
-  F32Staging staging(allocator_, threads_);
+  F32Staging staging(allocator_, &pool_);
   const float* pd = staging.In(dout);
-  ColumnSumsAccumulate(pd, dm.rows, dm.cols, staging.InOut(dbias), threads_);
+  ColumnSumsAccumulate(pd, dm.rows, dm.cols, staging.InOut(dbias), &pool_);
   staging.Commit();
 }
 
@@ -155,7 +154,7 @@ void CpuBackend::Add(const Tensor& a, const Tensor& b, Tensor& out) {
   CheckFloat(out, "out");
   CheckSameShape(a, out, "a", "out");
   CheckSameShape(b, out, "b", "out");
-  ParallelChunks(out.numel(), kChunk, threads_, [&](int64_t begin, int64_t end) {
+  ParallelChunks(out.numel(), kChunk, &pool_, [&](int64_t begin, int64_t end) {
     float a_buffer[kChunk], b_buffer[kChunk], out_buffer[kChunk];
     const int64_t n = end - begin;
     const float* pa = LoadChunk(a, begin, n, a_buffer);
@@ -170,7 +169,7 @@ void CpuBackend::Accumulate(const Tensor& x, Tensor& acc) {
   CheckFloat(x, "x");
   CheckFloat(acc, "acc");
   CheckSameShape(x, acc, "x", "acc");
-  ParallelChunks(acc.numel(), kChunk, threads_, [&](int64_t begin, int64_t end) {
+  ParallelChunks(acc.numel(), kChunk, &pool_, [&](int64_t begin, int64_t end) {
     float x_buffer[kChunk], acc_buffer[kChunk];
     const int64_t n = end - begin;
     const float* px = LoadChunk(x, begin, n, x_buffer);
@@ -182,7 +181,7 @@ void CpuBackend::Accumulate(const Tensor& x, Tensor& acc) {
 
 void CpuBackend::Scale(Tensor& t, float factor) {
   CheckFloat(t, "t");
-  ParallelChunks(t.numel(), kChunk, threads_, [&](int64_t begin, int64_t end) {
+  ParallelChunks(t.numel(), kChunk, &pool_, [&](int64_t begin, int64_t end) {
     float buffer[kChunk];
     const int64_t n = end - begin;
     float* p = const_cast<float*>(LoadChunk(t, begin, n, buffer));
@@ -196,7 +195,7 @@ double CpuBackend::SumOfSquares(const Tensor& t) {
   const int64_t blocks = (t.numel() + kChunk - 1) / kChunk;
   Tensor partials = Workspace(2 * blocks);  // one double per block
   double* block_sums = reinterpret_cast<double*>(partials.raw());
-  ParallelChunks(t.numel(), kChunk, threads_, [&](int64_t begin, int64_t end) {
+  ParallelChunks(t.numel(), kChunk, &pool_, [&](int64_t begin, int64_t end) {
     float buffer[kChunk];
     const int64_t n = end - begin;
     const float* p = LoadChunk(t, begin, n, buffer);
@@ -217,7 +216,7 @@ bool CpuBackend::AllFinite(const Tensor& t) {
   CheckFloat(t, "t");
   std::atomic<bool> all_finite{true};
   const size_t element = SizeOf(t.dtype());
-  ParallelChunks(t.numel(), kChunk, threads_, [&](int64_t begin, int64_t end) {
+  ParallelChunks(t.numel(), kChunk, &pool_, [&](int64_t begin, int64_t end) {
     const char* data = static_cast<const char*>(t.raw()) + begin * static_cast<int64_t>(element);
     if (!ChunkAllFinite(data, t.dtype(), end - begin)) {
       all_finite.store(false, std::memory_order_relaxed);
@@ -252,7 +251,7 @@ void CpuBackend::AdamW(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v,
   float* pp = param.data<float>();
   float* pm = m.data<float>();
   float* pv = v.data<float>();
-  ParallelChunks(param.numel(), kChunk, threads_, [&](int64_t begin, int64_t end) {
+  ParallelChunks(param.numel(), kChunk, &pool_, [&](int64_t begin, int64_t end) {
     float buffer[kChunk];
     const float* g = LoadChunk(grad, begin, end - begin, buffer);
     for (int64_t i = begin; i < end; ++i) {

@@ -1,17 +1,18 @@
 // CpuBackend: the Backend of kernels/backend.h on the host, made by MakeCpuBackend.
 //
 // GEMMs go to OpenBLAS sgemm; everything else is plain C++ loops, parallel over independent rows
-// (OpenMP, `num_threads` threads) with cross-row sums in a fixed order, so the result bits do not
-// depend on the thread count. Kernels compute in f32: 16-bit tensors are staged through f32
+// (a ThreadPool of `num_threads` threads) with cross-row sums in a fixed order, so the result bits
+// do not depend on the thread count. Kernels compute in f32: 16-bit tensors are staged through f32
 // workspace booked in the ledger (F32Staging) or converted chunk by chunk on the stack.
 // All tensors must be contiguous host tensors. Every call runs to completion before returning.
 //
-// Thread safety: one backend serves one thread. OpenBLAS's thread count is process-wide, so the
-// backend sets it before each GEMM; backends with different counts may share a process but not
-// run GEMMs concurrently.
+// Threads: the backend's pool does all the work, GEMMs included (OpenBLAS itself is set
+// single-threaded, process-wide, and called once per fixed block of c; see gemm.h).
+// Thread safety: one backend serves one thread; several backends may run concurrently.
 #pragma once
 
 #include "kernels/backend.h"
+#include "kernels/cpu/thread_pool.h"
 
 namespace baton::cpu {
 
@@ -65,6 +66,7 @@ class CpuBackend final : public Backend {
 
   CpuAllocator allocator_;
   int threads_;
+  ThreadPool pool_;
 };
 
 }  // namespace baton::cpu

@@ -44,11 +44,11 @@ void CpuBackend::EmbeddingForward(const Tensor& tokens, const Tensor& wte, const
               wpe.size(0));
   CheckShape(out, {batch, seq, channels}, "out");
   CheckIdsBelow(tokens, wte.size(0), "tokens");
-  F32Staging staging(allocator_, threads_);
+  F32Staging staging(allocator_, &pool_);
   const float* pwte = staging.In(wte);
   const float* pwpe = staging.In(wpe);
   cpu::EmbeddingForward(tokens.data<int32_t>(), pwte, pwpe, staging.Out(out), batch, seq, channels,
-                        threads_);
+                        &pool_);
   staging.Commit();
 }
 
@@ -71,12 +71,11 @@ void CpuBackend::EmbeddingBackward(const Tensor& tokens, const Tensor& dout, Ten
     BATON_CHECK(dwpe.dim() == 2 && dwpe.size(1) == channels && seq <= dwpe.size(0),
                 "dwpe {} must be (maxT >= {}, {})", dwpe.ToString(), seq, channels);
   }
-  F32Staging staging(allocator_, threads_);
+  F32Staging staging(allocator_, &pool_);
   const float* pdout = staging.In(dout);
   float* pdwte = staging.InOut(dwte);
   float* pdwpe = staging.InOut(dwpe);
-  cpu::EmbeddingBackward(tokens.data<int32_t>(), pdout, pdwte, pdwpe, batch, seq, channels,
-                         threads_);
+  cpu::EmbeddingBackward(tokens.data<int32_t>(), pdout, pdwte, pdwpe, batch, seq, channels, &pool_);
   staging.Commit();
 }
 
@@ -94,12 +93,12 @@ void CpuBackend::LayerNormForward(const Tensor& x, const Tensor& weight, const T
   CheckShape(out, x.shape(), "out");
   CheckNumel(mean, xm.rows, "mean");
   CheckNumel(rstd, xm.rows, "rstd");
-  F32Staging staging(allocator_, threads_);
+  F32Staging staging(allocator_, &pool_);
   const float* px = staging.In(x);
   const float* pw = staging.In(weight);
   const float* pb = staging.In(bias);
   cpu::LayerNormForward(px, pw, pb, staging.Out(out), mean.data<float>(), rstd.data<float>(),
-                        xm.rows, xm.cols, threads_);
+                        xm.rows, xm.cols, &pool_);
   staging.Commit();
 }
 
@@ -125,7 +124,7 @@ void CpuBackend::LayerNormBackward(const Tensor& dout, const Tensor& x, const Te
   CheckNumel(mean, xm.rows, "mean");
   CheckNumel(rstd, xm.rows, "rstd");
   Tensor scratch = Workspace(LayerNormBackwardScratch(xm.rows, xm.cols));
-  F32Staging staging(allocator_, threads_);
+  F32Staging staging(allocator_, &pool_);
   const float* pdout = staging.In(dout);
   const float* px = staging.In(x);
   const float* pw = staging.In(weight);
@@ -133,7 +132,7 @@ void CpuBackend::LayerNormBackward(const Tensor& dout, const Tensor& x, const Te
   float* pdw = staging.InOut(dweight);
   float* pdb = staging.InOut(dbias);
   cpu::LayerNormBackward(pdout, px, pw, mean.data<float>(), rstd.data<float>(), pdx, pdw, pdb,
-                         scratch.data<float>(), xm.rows, xm.cols, threads_);
+                         scratch.data<float>(), xm.rows, xm.cols, &pool_);
   staging.Commit();
 }
 
@@ -141,9 +140,9 @@ void CpuBackend::GeluForward(const Tensor& x, Tensor& out) {
   CheckFloat(x, "x");
   CheckFloat(out, "out");
   CheckShape(out, x.shape(), "out");
-  F32Staging staging(allocator_, threads_);
+  F32Staging staging(allocator_, &pool_);
   const float* px = staging.In(x);
-  cpu::GeluForward(px, staging.Out(out), x.numel(), threads_);
+  cpu::GeluForward(px, staging.Out(out), x.numel(), &pool_);
   staging.Commit();
 }
 
@@ -153,10 +152,10 @@ void CpuBackend::GeluBackward(const Tensor& x, const Tensor& dout, Tensor& dx) {
   CheckFloat(dx, "dx");
   CheckShape(dout, x.shape(), "dout");
   CheckShape(dx, x.shape(), "dx");
-  F32Staging staging(allocator_, threads_);
+  F32Staging staging(allocator_, &pool_);
   const float* px = staging.In(x);
   const float* pdout = staging.In(dout);
-  cpu::GeluBackward(px, pdout, staging.InOut(dx), x.numel(), threads_);
+  cpu::GeluBackward(px, pdout, staging.InOut(dx), x.numel(), &pool_);
   staging.Commit();
 }
 
@@ -166,11 +165,11 @@ void CpuBackend::AttentionForward(const Tensor& qkv, int num_heads, Tensor& out,
   CheckF32(probs, "probs");
   CheckShape(out, {shape.batch, shape.seq, shape.channels}, "out");
   CheckShape(probs, {shape.batch, shape.heads, shape.seq, shape.seq}, "probs");
-  F32Staging staging(allocator_, threads_);
+  F32Staging staging(allocator_, &pool_);
   const float* pqkv = staging.In(qkv);
   float* pout = staging.Out(out);
-  SetBlasThreads(threads_);
-  cpu::AttentionForward(pqkv, pout, probs.data<float>(), shape, threads_);
+  SetSingleThreadedBlas();
+  cpu::AttentionForward(pqkv, pout, probs.data<float>(), shape, &pool_);
   staging.Commit();
 }
 
@@ -183,14 +182,14 @@ void CpuBackend::AttentionBackward(const Tensor& dout, const Tensor& qkv, const 
   CheckShape(dout, {shape.batch, shape.seq, shape.channels}, "dout");
   CheckShape(probs, {shape.batch, shape.heads, shape.seq, shape.seq}, "probs");
   CheckShape(dqkv, qkv.shape(), "dqkv");
-  Tensor scratch = Workspace(AttentionBackwardScratch(shape));
-  F32Staging staging(allocator_, threads_);
+  Tensor scratch = Workspace(AttentionBackwardScratch(shape, threads_));
+  F32Staging staging(allocator_, &pool_);
   const float* pdout = staging.In(dout);
   const float* pqkv = staging.In(qkv);
   float* pdqkv = staging.InOut(dqkv);
-  SetBlasThreads(threads_);
+  SetSingleThreadedBlas();
   cpu::AttentionBackward(pdout, pqkv, probs.data<float>(), pdqkv, scratch.data<float>(), shape,
-                         threads_);
+                         &pool_);
   staging.Commit();
 }
 
@@ -204,9 +203,9 @@ void CpuBackend::CrossEntropyForward(const Tensor& logits, const Tensor& targets
   CheckNumel(loss, 1, "loss");
   CheckIdsBelow(targets, lm.cols, "targets");
   Tensor row_losses = Workspace(lm.rows);
-  F32Staging staging(allocator_, threads_);
+  F32Staging staging(allocator_, &pool_);
   cpu::CrossEntropyRowLosses(staging.In(logits), targets.data<int32_t>(), row_losses.data<float>(),
-                             lm.rows, lm.cols, threads_);
+                             lm.rows, lm.cols, &pool_);
   double sum = 0.0;  // in row order
   const float* p = row_losses.data<float>();
   for (int64_t r = 0; r < lm.rows; ++r) sum += p[r];
@@ -223,12 +222,12 @@ void CpuBackend::CrossEntropyBackward(const Tensor& logits, const Tensor& target
   CheckNumel(targets, lm.rows, "targets");
   CheckShape(dlogits, logits.shape(), "dlogits");
   CheckIdsBelow(targets, lm.cols, "targets");
-  F32Staging staging(allocator_, threads_);
+  F32Staging staging(allocator_, &pool_);
   const float* plogits = staging.In(logits);
   float* pdlogits = staging.Out(dlogits);  // may be plogits: the kernel works in place
   const float factor = grad_scale / static_cast<float>(lm.rows);
   cpu::CrossEntropyBackward(plogits, targets.data<int32_t>(), factor, pdlogits, lm.rows, lm.cols,
-                            threads_);
+                            &pool_);
   staging.Commit();
 }
 

@@ -7,10 +7,10 @@
 namespace baton::cpu {
 
 void ConvertFloatsParallel(const void* src, DType src_dtype, void* dst, DType dst_dtype, int64_t n,
-                           int threads) {
+                           ThreadPool* pool) {
   const size_t src_size = SizeOf(src_dtype);
   const size_t dst_size = SizeOf(dst_dtype);
-  ParallelChunks(n, 1 << 14, threads, [&](int64_t begin, int64_t end) {
+  ParallelChunks(n, 1 << 14, pool, [&](int64_t begin, int64_t end) {
     ConvertFloats(static_cast<const char*>(src) + begin * src_size, src_dtype,
                   static_cast<char*>(dst) + begin * dst_size, dst_dtype,
                   static_cast<size_t>(end - begin));
@@ -35,7 +35,7 @@ float* F32Staging::Stage(const Tensor& t, bool load, bool write) {
     entry = &entries_.back();
   }
   if (load && !entry->loaded) {
-    ConvertFloatsParallel(t.raw(), t.dtype(), entry->f32.raw(), DType::kF32, t.numel(), threads_);
+    ConvertFloatsParallel(t.raw(), t.dtype(), entry->f32.raw(), DType::kF32, t.numel(), pool_);
     entry->loaded = true;
   }
   entry->written = entry->written || write;
@@ -50,7 +50,7 @@ void F32Staging::Commit() {
   for (Entry& e : entries_) {
     if (!e.written) continue;
     ConvertFloatsParallel(e.f32.raw(), DType::kF32, e.target.raw(), e.target.dtype(),
-                          e.target.numel(), threads_);
+                          e.target.numel(), pool_);
     e.written = false;
   }
 }

@@ -14,9 +14,11 @@
 
 namespace baton::cpu {
 
+class ThreadPool;
+
 class F32Staging {
  public:
-  F32Staging(Allocator& allocator, int threads) : allocator_(allocator), threads_(threads) {}
+  F32Staging(Allocator& allocator, ThreadPool* pool) : allocator_(allocator), pool_(pool) {}
   F32Staging(const F32Staging&) = delete;
   F32Staging& operator=(const F32Staging&) = delete;
 
@@ -39,12 +41,12 @@ class F32Staging {
   float* Stage(const Tensor& t, bool load, bool write);
 
   Allocator& allocator_;
-  int threads_;
+  ThreadPool* pool_;
   std::vector<Entry> entries_;  // a handful per call
 };
 
-// Converts n floats between dtypes in fixed-size chunks on `threads` threads.
+// Converts n floats between dtypes in fixed-size chunks on `pool` (null: serially).
 void ConvertFloatsParallel(const void* src, DType src_dtype, void* dst, DType dst_dtype, int64_t n,
-                           int threads);
+                           ThreadPool* pool);
 
 }  // namespace baton::cpu

@@ -8,6 +8,16 @@
 #include <bit>
 #include <cstdint>
 
+// BATON_SIMD_CLONES on a hot row function makes GCC compile it twice, for baseline x86-64 (SSE2)
+// and for AVX2, and pick one per CPU at load time. Both give the same bits: ISO C++ mode means
+// no FMA contraction, vectorisation keeps the source's order of operations (the sums below fix
+// theirs explicitly), and each lane of an SSE or AVX instruction rounds exactly as a scalar one.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define BATON_SIMD_CLONES __attribute__((target_clones("avx2", "default")))
+#else
+#define BATON_SIMD_CLONES
+#endif
+
 namespace baton::cpu {
 
 // exp(x) for float, within ~2 ulp on [-87.3, 88.3] (Cephes' expf polynomial). Below -87.3 it
@@ -36,6 +46,24 @@ inline float ExpF(float x) {
   const float two_n = std::bit_cast<float>((n_bits + 127u) << 23);
   const float result = p * two_n;
   return x < kLo ? 0.0f : result;
+}
+
+// GELU, tanh form: 0.5 x (1 + tanh y), y = sqrt(2/pi) (x + 0.044715 x^3), written as
+// x * sigmoid(2y) since 0.5 (1 + tanh y) = sigmoid(2y): one exp, no tanh call.
+inline constexpr float kGeluScale = 0.7978845608028654f;  // sqrt(2 / pi)
+inline constexpr float kGeluCubic = 0.044715f;
+
+inline float GeluF(float x) {
+  const float y = kGeluScale * (x + kGeluCubic * x * x * x);
+  return x / (1.0f + ExpF(-2.0f * y));
+}
+
+// d/dx [x sigmoid(2y)] = s + 2 x s (1 - s) y', s = sigmoid(2y), y' = sqrt(2/pi)(1 + 3 0.044715 x^2)
+inline float GeluGradF(float x) {
+  const float y = kGeluScale * (x + kGeluCubic * x * x * x);
+  const float s = 1.0f / (1.0f + ExpF(-2.0f * y));
+  const float dy = kGeluScale * (1.0f + 3.0f * kGeluCubic * x * x);
+  return s + 2.0f * x * s * (1.0f - s) * dy;
 }
 
 // Float sums and dot products with 8 independent partial sums combined in a fixed tree: the

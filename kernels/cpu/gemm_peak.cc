@@ -8,12 +8,13 @@
 #include "core/error.h"
 #include "core/tensor.h"
 #include "kernels/cpu/gemm.h"
+#include "kernels/cpu/thread_pool.h"
 
 namespace baton {
 
-double MeasureSgemmGflops(int m, int n, int k, int repeats) {
-  BATON_CHECK(m > 0 && n > 0 && k > 0 && repeats > 0, "MeasureSgemmGflops({}, {}, {}, {})", m, n, k,
-              repeats);
+double MeasureSgemmGflops(int m, int n, int k, int repeats, int threads) {
+  BATON_CHECK(m > 0 && n > 0 && k > 0 && repeats > 0 && threads > 0,
+              "MeasureSgemmGflops({}, {}, {}, {}, {})", m, n, k, repeats, threads);
   MemoryLedger ledger;
   CpuAllocator allocator(ledger);
   Tensor a = Tensor::Empty(allocator, {m, k}, DType::kF32, MemCategory::kWorkspace);
@@ -22,9 +23,11 @@ double MeasureSgemmGflops(int m, int n, int k, int repeats) {
   // Small exact values: no denormals or overflow to slow anything down.
   for (int64_t i = 0; i < a.numel(); ++i) a.data<float>()[i] = static_cast<float>(i % 7) * 0.125f;
   for (int64_t i = 0; i < b.numel(); ++i) b.data<float>()[i] = static_cast<float>(i % 5) * 0.25f;
+  cpu::SetSingleThreadedBlas();
+  cpu::ThreadPool pool(threads);
   const auto run = [&] {
     cpu::Sgemm(false, false, m, n, k, 1.0f, a.data<float>(), k, b.data<float>(), n, 0.0f,
-               c.data<float>(), n);
+               c.data<float>(), n, &pool);
   };
   run();
   double best_seconds = std::numeric_limits<double>::infinity();

@@ -3,7 +3,7 @@
 // arguments are already validated by the caller (CpuBackend). Semantics are those of the
 // matching Backend methods (kernels/backend.h): gradients accumulate unless stated.
 //
-// Every function is deterministic for any `threads`: rows are independent, and sums across rows
+// Every function is deterministic for any `pool`: rows are independent, and sums across rows
 // run in a fixed order. Internal to kernels/cpu.
 #pragma once
 
@@ -11,35 +11,37 @@
 
 namespace baton::cpu {
 
+class ThreadPool;
+
 // out (rows,cols) = row (cols) broadcast, or out += row when accumulate.
 void BroadcastRows(const float* row, float* out, int64_t rows, int64_t cols, bool accumulate,
-                   int threads);
+                   ThreadPool* pool);
 // acc (cols) += column sums of x (rows,cols); each column summed over rows in order.
-void ColumnSumsAccumulate(const float* x, int64_t rows, int64_t cols, float* acc, int threads);
+void ColumnSumsAccumulate(const float* x, int64_t rows, int64_t cols, float* acc, ThreadPool* pool);
 
 // out (B,T,C) = wte[tokens] + wpe[t]. Token ids must already be in range.
 void EmbeddingForward(const int32_t* tokens, const float* wte, const float* wpe, float* out,
-                      int64_t batch, int64_t seq, int64_t channels, int threads);
+                      int64_t batch, int64_t seq, int64_t channels, ThreadPool* pool);
 // dwte[tokens[b,t]] += dout[b,t]; dwpe[t] += sum_b dout[b,t]. Either output may be null.
 void EmbeddingBackward(const int32_t* tokens, const float* dout, float* dwte, float* dwpe,
-                       int64_t batch, int64_t seq, int64_t channels, int threads);
+                       int64_t batch, int64_t seq, int64_t channels, ThreadPool* pool);
 
 void LayerNormForward(const float* x, const float* weight, const float* bias, float* out,
-                      float* mean, float* rstd, int64_t rows, int64_t cols, int threads);
+                      float* mean, float* rstd, int64_t rows, int64_t cols, ThreadPool* pool);
 // Floats of scratch LayerNormBackward needs for its per-block partial weight/bias gradients.
 int64_t LayerNormBackwardScratch(int64_t rows, int64_t cols);
 void LayerNormBackward(const float* dout, const float* x, const float* weight, const float* mean,
                        const float* rstd, float* dx, float* dweight, float* dbias, float* scratch,
-                       int64_t rows, int64_t cols, int threads);
+                       int64_t rows, int64_t cols, ThreadPool* pool);
 
-void GeluForward(const float* x, float* out, int64_t n, int threads);
-void GeluBackward(const float* x, const float* dout, float* dx, int64_t n, int threads);
+void GeluForward(const float* x, float* out, int64_t n, ThreadPool* pool);
+void GeluBackward(const float* x, const float* dout, float* dx, int64_t n, ThreadPool* pool);
 
 // row_losses (rows) = -log softmax(logits row)[target]. Targets must already be in range.
 void CrossEntropyRowLosses(const float* logits, const int32_t* targets, float* row_losses,
-                           int64_t rows, int64_t vocab, int threads);
+                           int64_t rows, int64_t vocab, ThreadPool* pool);
 // dlogits = factor * (softmax(logits) - onehot(targets)); WRITES; dlogits may equal logits.
 void CrossEntropyBackward(const float* logits, const int32_t* targets, float factor, float* dlogits,
-                          int64_t rows, int64_t vocab, int threads);
+                          int64_t rows, int64_t vocab, ThreadPool* pool);
 
 }  // namespace baton::cpu
