@@ -42,8 +42,10 @@ Tensor EmbeddingLayer::Backward(const Tensor& dy, const MicroBatch& batch, Stash
 
 Tensor EmbeddingLayer::BackwardInput(const Tensor& dy, const MicroBatch& batch, Stash& stash,
                                      const BackwardArgs& /*args*/) {
-  BATON_CHECK(dy.defined() && dy.dim() == 3 && dy.size(-1) == dims_.width,
-              "the embedding's dy must be (B,T,C={}), got {}", dims_.width, dy.ToString());
+  BATON_CHECK(
+      dy.defined() && dy.dim() == 3 && dy.size(-1) == dims_.width && dy.dtype() == act_dtype_,
+      "the embedding's dy must be (B,T,C={}) {}, got {}", dims_.width, Name(act_dtype_),
+      dy.ToString());
   backend_.EmbeddingBackward(batch.tokens, dy, wte_.grad, wpe_.grad);
   stash.Clear();
   return Tensor();

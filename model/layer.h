@@ -68,6 +68,7 @@ class Layer {
   virtual ~Layer() = default;
 
   virtual const std::string& name() const = 0;  // "embedding", "block.3", "head"
+  // The layer's parameters in canonical order; the pointers stay valid as long as the layer.
   virtual std::vector<Param*> params() = 0;
 
   // Selective activation recompute (Megatron): when on, Forward stashes less and Backward
