@@ -24,7 +24,9 @@ TEST(PartitionLayersTest, RangesAreContiguousNonEmptyAndCoverEveryLayer) {
     EXPECT_EQ(ranges.back().last, 7);
     for (size_t i = 0; i < ranges.size(); ++i) {
       EXPECT_LE(ranges[i].first, ranges[i].last);
-      if (i > 0) EXPECT_EQ(ranges[i].first, ranges[i - 1].last + 1);
+      if (i > 0) {
+        EXPECT_EQ(ranges[i].first, ranges[i - 1].last + 1);
+      }
     }
   }
 }

@@ -2,6 +2,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
+
 #include "core/error.h"
 
 namespace baton {
@@ -84,6 +86,8 @@ std::vector<float> StageEngine::RunStep(const std::vector<Action>& actions,
   losses_.assign(model_.holds_last_layer() ? static_cast<size_t>(options_.num_microbatches) : 0,
                  0.0f);
   timings_ = {};
+  stashed_ = 0;
+  peak_stashed_ = 0;
   const Clock::time_point start = Clock::now();
   for (const Action& action : actions) {
     BATON_CHECK(action.stage == model_.rank(), "rank {} was given {}", model_.rank(),
@@ -245,6 +249,7 @@ void StageEngine::Forward(const Action& action) {
   const int num_layers = static_cast<int>(chunk.layers.size());
   const int every = options_.checkpoint_every;
   s.stashes.resize(static_cast<size_t>(num_layers));
+  peak_stashed_ = std::max(peak_stashed_, ++stashed_);
   for (int i = 0; i < num_layers; ++i) {
     if (every > 0 && i % every == 0) s.segment_inputs.push_back(x);
     x = chunk.layers[static_cast<size_t>(i)]->Forward(x, batch, s.stashes[static_cast<size_t>(i)]);
@@ -296,7 +301,10 @@ void StageEngine::Backward(const Action& action, bool input_only) {
                     : layer.Backward(dy, batch, stash, args);
   }
   s.segment_inputs.clear();
-  if (!input_only) s.stashes.clear();
+  if (!input_only) {
+    s.stashes.clear();
+    --stashed_;
+  }
   if (chunk.virtual_stage > 0) s.grad_input = std::move(dy);
 }
 
@@ -306,6 +314,7 @@ void StageEngine::BackwardWeight(const Action& action) {
   BATON_CHECK(s.stashes.size() == chunk.layers.size(), "{}: W before I", Describe(action));
   for (size_t i = chunk.layers.size(); i-- > 0;) chunk.layers[i]->BackwardWeight(s.stashes[i]);
   s.stashes.clear();
+  --stashed_;
 }
 
 }  // namespace baton

@@ -71,6 +71,9 @@ class StageEngine {
                              const std::vector<MicroBatch>& batches, float loss_grad_scale);
 
   const StepTimings& last_timings() const { return timings_; }
+  // The most (micro-batch, chunk) pairs whose forward had run and whose backward had not yet
+  // freed it, during the last step: what sets activation memory (the simulator's peak in-flight).
+  int peak_stashed() const { return peak_stashed_; }
   EngineStatus status() const;
   void set_status_callback(StatusCallback callback) { on_status_ = std::move(callback); }
 
@@ -101,6 +104,8 @@ class StageEngine {
   float loss_grad_scale_ = 1.0f;
   std::vector<float> losses_;
   StepTimings timings_;
+  int stashed_ = 0;
+  int peak_stashed_ = 0;
   mutable std::mutex status_mutex_;
   EngineStatus status_;
   StatusCallback on_status_;

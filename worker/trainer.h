@@ -65,6 +65,7 @@ class Trainer {
   // FNV-1a digest of each local layer's parameter bytes (tied copies excluded), by graph index.
   std::vector<std::pair<int, uint64_t>> LayerDigests();
   bool holds_head() const { return model_->holds_last_layer(); }
+  int peak_stashed_microbatches() const { return engine_->peak_stashed(); }
   StageModel& model() { return *model_; }
   EngineStatus engine_status() const { return engine_->status(); }
   void set_status_callback(StatusCallback callback) {

@@ -1,0 +1,66 @@
+#include "launcher/in_process.h"
+
+#include <exception>
+#include <mutex>
+#include <thread>
+
+#include "comm/fake_communicator.h"
+#include "core/error.h"
+#include "model/from_config.h"
+
+namespace baton {
+
+InProcessResult RunInProcess(const Plan& plan) {
+  const int p = plan.num_ranks();
+  FakeHub hub(p);
+  InProcessResult result;
+  result.ranks.resize(static_cast<size_t>(p));
+  std::vector<std::exception_ptr> errors(static_cast<size_t>(p));
+  std::vector<std::thread> threads;
+  for (int r = 0; r < p; ++r) {
+    threads.emplace_back([&, r] {
+      try {
+        SetErrorContext(fmt::format("stage {}", r));
+        std::unique_ptr<Communicator> comm = p > 1 ? hub.Make(r) : nullptr;
+        MemoryLedger ledger;
+        std::unique_ptr<Backend> backend = MakeCpuBackend(ledger, plan.config.device.threads);
+        TrainerSetup setup;
+        setup.config = plan.config;
+        setup.dims = plan.dims;
+        setup.graph = plan.graph;
+        setup.rank = r;
+        setup.num_ranks = p;
+        setup.chunk_ranges = plan.ChunkRanges(r);
+        setup.schedule = plan.schedule;
+        setup.comm = comm.get();
+        InProcessRank& out = result.ranks[static_cast<size_t>(r)];
+        {
+          Trainer trainer(std::move(setup), *backend);
+          for (int64_t step = 1; step <= plan.config.train.steps; ++step) {
+            out.steps.push_back(trainer.Step(step));
+            out.peak_stashed_microbatches =
+                std::max(out.peak_stashed_microbatches, trainer.peak_stashed_microbatches());
+          }
+          out.digests = trainer.LayerDigests();
+        }
+        out.peak = ledger.Peak();
+      } catch (...) {
+        errors[static_cast<size_t>(r)] = std::current_exception();
+        hub.Abort(fmt::format("stage {} failed", r));
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  for (const std::exception_ptr& e : errors) {
+    if (e) std::rethrow_exception(e);
+  }
+  std::vector<std::pair<int, uint64_t>> digests;
+  for (const InProcessRank& rank : result.ranks) {
+    digests.insert(digests.end(), rank.digests.begin(), rank.digests.end());
+  }
+  result.param_checksum = CombineLayerDigests(digests);
+  for (const StepRecord& s : result.ranks.back().steps) result.losses.push_back(s.loss);
+  return result;
+}
+
+}  // namespace baton

@@ -1,0 +1,32 @@
+// Runs a whole planned job inside this process: one thread per rank, an in-process FakeHub
+// for communication, no coordinator. Same engine, trainer and numbers as real processes; for
+// tests (equivalence, measured memory) and the memory planner's calibration.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/memory.h"
+#include "launcher/plan.h"
+#include "worker/trainer.h"
+
+namespace baton {
+
+struct InProcessRank {
+  std::vector<StepRecord> steps;
+  MemoryFigures peak;  // the rank's ledger peaks over the whole run (setup included)
+  std::vector<std::pair<int, uint64_t>> digests;
+  int peak_stashed_microbatches = 0;  // most (micro-batch, chunk) stashes alive at once
+};
+
+struct InProcessResult {
+  std::vector<InProcessRank> ranks;
+  std::vector<float> losses;  // per step, from the rank holding the head
+  std::string param_checksum;
+};
+
+// Trains `plan` for plan.config.train.steps steps. Throws the first rank's error, if any.
+InProcessResult RunInProcess(const Plan& plan);
+
+}  // namespace baton

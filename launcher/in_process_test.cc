@@ -1,0 +1,57 @@
+#include "launcher/in_process.h"
+
+#include <gtest/gtest.h>
+
+#include "model/config.h"
+
+namespace baton {
+namespace {
+
+Config TinyConfig(const std::vector<std::string>& overrides) {
+  std::vector<std::string> all = {
+      "model.num_layers=2", "model.width=32",        "model.context=16", "model.num_heads=2",
+      "train.batch_size=4", "train.micro_batches=4", "train.steps=2",    "train.warmup_steps=0"};
+  all.insert(all.end(), overrides.begin(), overrides.end());
+  return LoadConfig(std::string(BATON_SOURCE_DIR) + "/configs/gpt-tiny.yaml", all);
+}
+
+TEST(InProcessTest, CheckpointingEveryLayerAndSelectiveAreBitIdenticalToNone) {
+  for (const char* schedule : {"1f1b", "zb-h1"}) {
+    const std::string s = std::string("parallel.schedule=") + schedule;
+    const InProcessResult none = RunInProcess(MakePlan(TinyConfig({s, "parallel.stages=2"})));
+    for (const char* policy : {"every:1", "every:2", "selective"}) {
+      const InProcessResult other = RunInProcess(MakePlan(
+          TinyConfig({s, "parallel.stages=2", std::string("parallel.checkpoint=") + policy})));
+      EXPECT_EQ(other.losses, none.losses) << schedule << " " << policy;
+      EXPECT_EQ(other.param_checksum, none.param_checksum) << schedule << " " << policy;
+    }
+  }
+}
+
+TEST(InProcessTest, OneFOneBStashesAtMostStagesMinusRankMicroBatches) {
+  const InProcessResult r =
+      RunInProcess(MakePlan(TinyConfig({"parallel.stages=4", "model.num_layers=6"})));
+  for (int s = 0; s < 4; ++s) {
+    EXPECT_EQ(r.ranks[static_cast<size_t>(s)].peak_stashed_microbatches, std::min(4 - s, 4)) << s;
+  }
+  const InProcessResult gpipe = RunInProcess(
+      MakePlan(TinyConfig({"parallel.stages=4", "model.num_layers=6", "parallel.schedule=gpipe"})));
+  for (const InProcessRank& rank : gpipe.ranks) EXPECT_EQ(rank.peak_stashed_microbatches, 4);
+}
+
+TEST(InProcessTest, CheckpointingEveryLayerCutsTheActivationPeak) {
+  const Config base =
+      TinyConfig({"parallel.stages=2", "model.num_layers=6", "model.width=64", "model.context=64"});
+  Config checkpointed = base;
+  checkpointed.parallel.checkpoint = CheckpointPolicy::Every(1);
+  const InProcessResult full = RunInProcess(MakePlan(base));
+  const InProcessResult cut = RunInProcess(MakePlan(checkpointed));
+  const int64_t before = full.ranks[0].peak[MemCategory::kActivations];
+  const int64_t after = cut.ranks[0].peak[MemCategory::kActivations];
+  EXPECT_LT(after, before);
+  RecordProperty("activations_before", std::to_string(before));
+  RecordProperty("activations_after", std::to_string(after));
+}
+
+}  // namespace
+}  // namespace baton
