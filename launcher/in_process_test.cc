@@ -55,3 +55,34 @@ TEST(InProcessTest, CheckpointingEveryLayerCutsTheActivationPeak) {
 
 }  // namespace
 }  // namespace baton
+
+namespace baton {
+namespace {
+
+TEST(InProcessTest, Fp16OverflowSkipsBacksOffAndRecoversOnEveryStageTogether) {
+  // 2^40 overflows fp16 gradients at once; each skipped step halves the scale.
+  const InProcessResult r =
+      RunInProcess(MakePlan(TinyConfig({"parallel.stages=2", "precision.dtype=fp16",
+                                        "precision.initial_loss_scale=1.0e12", "train.steps=40"})));
+  const auto& first = r.ranks[0].steps;
+  const auto& last = r.ranks[1].steps;
+  ASSERT_EQ(first.size(), 40u);
+  EXPECT_TRUE(first.front().skipped);
+  EXPECT_FALSE(first.back().skipped);
+  int skipped = 0;
+  for (size_t i = 0; i < first.size(); ++i) {
+    EXPECT_EQ(first[i].skipped, last[i].skipped) << "step " << i + 1;
+    EXPECT_EQ(first[i].loss_scale, last[i].loss_scale) << "step " << i + 1;
+    skipped += first[i].skipped;
+    if (i > 0 && first[i - 1].skipped) {
+      EXPECT_EQ(first[i].loss_scale, first[i - 1].loss_scale / 2) << "step " << i + 1;
+    }
+  }
+  EXPECT_GT(skipped, 5);
+  EXPECT_LT(skipped, 35);
+  // Once the scale fits, training proceeds: the loss falls from its start.
+  EXPECT_LT(r.losses.back(), r.losses.front());
+}
+
+}  // namespace
+}  // namespace baton
