@@ -1,4 +1,4 @@
-// OpenBLAS sgemm, threaded by fixed row blocks (see gemm.h).
+// OpenBLAS sgemm, threaded by fixed blocks of c (see gemm.h).
 #include "kernels/cpu/gemm.h"
 
 #include <cblas.h>
