@@ -72,7 +72,8 @@ struct CoordinatorClient::Impl {
   bool heartbeat_now = false;
   std::thread heartbeat_thread;
   std::thread watch_thread;
-  grpc::ClientContext* watch_context = nullptr;  // the live Watch call, to cancel on close
+  grpc::ClientContext* watch_context = nullptr;      // the live Watch call, to cancel on close
+  grpc::ClientContext* heartbeat_context = nullptr;  // the heartbeat in flight, likewise
 
   void Prepare(grpc::ClientContext& context, std::chrono::milliseconds call_timeout) const {
     context.AddMetadata(kTokenMetadataKey, token);
@@ -145,8 +146,18 @@ void CoordinatorClient::Impl::HeartbeatLoop(std::chrono::milliseconds interval) 
     }
     grpc::ClientContext context;
     Prepare(context, std::chrono::milliseconds(0));
+    {
+      std::lock_guard lock(mutex);
+      if (closing) return;
+      heartbeat_context = &context;
+    }
     pb::ReportResponse response;
     grpc::Status status = stub->Report(&context, request, &response);
+    {
+      std::lock_guard lock(mutex);
+      heartbeat_context = nullptr;
+      if (closing) return;
+    }
     if (status.ok()) {
       last_ok = Clock::now();
       if (response.abort()) HandleAbort(response.abort_reason());
@@ -238,6 +249,7 @@ CoordinatorClient::~CoordinatorClient() {
     std::lock_guard lock(impl_->mutex);
     impl_->closing = true;
     if (impl_->watch_context) impl_->watch_context->TryCancel();
+    if (impl_->heartbeat_context) impl_->heartbeat_context->TryCancel();
   }
   impl_->cv.notify_all();
   if (impl_->heartbeat_thread.joinable()) impl_->heartbeat_thread.join();

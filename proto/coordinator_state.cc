@@ -214,9 +214,13 @@ Status CoordinatorState::WatchRank(int rank, const Cancelled& cancelled, bool* a
                   fmt::format("rank {} must join before watching", rank));
   }
   const uint64_t epoch = epoch_;
+  ranks_[rank].watches++;
+  ChangedLocked();
   while (!aborted_ && !shutting_down_ && epoch_ == epoch && !cancelled()) {
     changed_.wait_for(lock, kPollInterval);
   }
+  if (epoch_ == epoch) ranks_[rank].watches--;
+  ChangedLocked();
   *abort = aborted_ && epoch_ == epoch;
   if (epoch_ != epoch) {
     *reason = "the job was reset for a restart";
@@ -322,6 +326,7 @@ std::vector<RankState> CoordinatorState::Ranks() const {
     state.seconds_since_heard =
         entry.joined ? std::chrono::duration<double>(now - entry.last_heard).count() : 0;
     state.dead = entry.dead;
+    state.watching = entry.watches > 0;
     out.push_back(std::move(state));
   }
   return out;

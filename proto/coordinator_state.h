@@ -69,6 +69,7 @@ class CoordinatorState {
     WorkerReport report;
     Clock::time_point last_heard;
     bool dead = false;
+    int watches = 0;  // live Watch streams
   };
   struct BarrierState {
     uint64_t generation = 0;

@@ -286,7 +286,8 @@ TEST_F(CoordinatorTest, RunningRankWhoseWatchDropsIsDeclaredDead) {
   {
     auto dying = ConnectAndJoin(1, 2);
     dying->Watch();
-    std::this_thread::sleep_for(milliseconds(50));
+    uint64_t version = 0;
+    while (!server_.Ranks()[1].watching) version = server_.WaitForUpdate(version, kGenerous);
   }  // the client goes away while its rank is running
   ASSERT_TRUE(survivor->WaitForAbort(kGenerous));
   EXPECT_NE(survivor->abort_reason().find("rank 1 lost its connection"), std::string::npos)
@@ -310,10 +311,24 @@ TEST_F(CoordinatorTest, ShutdownEndsEveryWatch) {
   StartServer(1);
   auto client = ConnectAndJoin(0, 1);
   client->Watch();
-  std::this_thread::sleep_for(milliseconds(50));
+  uint64_t version = 0;
+  while (!server_.Ranks()[0].watching) version = server_.WaitForUpdate(version, kGenerous);
   server_.Shutdown();
   ASSERT_TRUE(client->WaitForAbort(kGenerous));
   EXPECT_NE(client->abort_reason().find("shut down"), std::string::npos) << client->abort_reason();
+}
+
+TEST_F(CoordinatorTest, ClientAbortsItselfWhenTheCoordinatorIsGone) {
+  StartServer(1);
+  CoordinatorClientOptions options;
+  options.lost_coordinator_timeout = milliseconds(300);
+  CoordinatorClient client(server_.address(), token_, options);
+  client.Join(Info(0, 1));
+  client.StartHeartbeat(milliseconds(20));
+  server_.Shutdown();
+  ASSERT_TRUE(client.WaitForAbort(kGenerous));
+  EXPECT_NE(client.abort_reason().find("lost contact with the coordinator"), std::string::npos)
+      << client.abort_reason();
 }
 
 TEST_F(CoordinatorTest, ResetJobAcceptsTheSameRanksAgain) {

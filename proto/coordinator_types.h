@@ -61,6 +61,7 @@ struct RankState {
   WorkerReport report;             // the latest report (valid when has_report)
   double seconds_since_heard = 0;  // since the last report/heartbeat (or the join)
   bool dead = false;               // declared dead (no heartbeat, or its connection dropped)
+  bool watching = false;           // its abort watch is connected (so a crash is seen at once)
 };
 
 // "stage 2 (rank 2)" or "rank 2" when the stage is not known yet.
