@@ -263,3 +263,53 @@ INSTANTIATE_TEST_SUITE_P(Cpu, CommunicatorTest, ::testing::Values("fake", "gloo"
 
 }  // namespace
 }  // namespace baton
+
+namespace baton {
+namespace {
+
+TEST(FakeCommunicatorTest, MismatchedMessageSizesFailBothEnds) {
+  MemoryLedger ledger;
+  CpuAllocator allocator(ledger);
+  FakeHub hub(2);
+  auto a = hub.Make(0);
+  auto b = hub.Make(1);
+  Tensor small = Tensor::Zeros(allocator, {4}, DType::kF32, MemCategory::kActivations);
+  Tensor large = Tensor::Zeros(allocator, {8}, DType::kF32, MemCategory::kActivations);
+  auto send = a->Isend(small, 1);
+  auto recv = b->Irecv(large, 0);
+  try {
+    recv->Wait(kGenerous);
+    FAIL() << "a 4-element message filled an 8-element receive";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("rank 0 sent f32(4)"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(send->Test(), Error);
+}
+
+TEST(FakeCommunicatorTest, HubAbortStopsEveryRank) {
+  MemoryLedger ledger;
+  CpuAllocator allocator(ledger);
+  FakeHub hub(3);
+  Comms comms;
+  for (int rank = 0; rank < 3; ++rank) comms.push_back(hub.Make(rank));
+  std::thread aborter([&] {
+    std::this_thread::sleep_for(milliseconds(50));
+    hub.Abort("stage 2 ran out of memory");
+  });
+  RunRanks(3, [&](int rank) {
+    Tensor t = Tensor::Zeros(allocator, {4}, DType::kF32, MemCategory::kActivations);
+    try {
+      if (rank == 0) comms[0]->Irecv(t, 1)->Wait(kGenerous);  // never sent
+      if (rank == 1) comms[1]->Barrier(kGenerous);            // rank 2 never comes
+      if (rank == 2) comms[2]->AllReduceSum(t, {0, 2}, kGenerous);
+      BATON_FAIL("rank {} finished its wait", rank);
+    } catch (const Error& e) {
+      BATON_CHECK(std::string(e.what()).find("stage 2 ran out of memory") != std::string::npos,
+                  "rank {}: {}", rank, e.what());
+    }
+  });
+  aborter.join();
+}
+
+}  // namespace
+}  // namespace baton
