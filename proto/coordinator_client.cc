@@ -65,7 +65,8 @@ struct CoordinatorClient::Impl {
   WorkerReport report;  // the heartbeat payload
   std::optional<BlockedAction> blocked;
   Clock::time_point blocked_since;
-  bool aborted = false;
+  bool aborting = false;  // learned of the abort; callbacks may still be running
+  bool aborted = false;   // ... and they have run
   std::string abort_reason;
   std::vector<std::function<void(const std::string&)>> callbacks;
   bool closing = false;
@@ -100,18 +101,25 @@ struct CoordinatorClient::Impl {
     return rank;
   }
 
+  // Runs the callbacks, then announces the abort: once aborted() is true, every callback
+  // registered before has run.
   void HandleAbort(const std::string& reason) {
     std::vector<std::function<void(const std::string&)>> to_run;
     {
       std::lock_guard lock(mutex);
-      if (aborted) return;
-      aborted = true;
+      if (aborting) return;
+      aborting = true;
       abort_reason = reason;
       heartbeat_now = true;  // one last heartbeat, so the launcher's hang table is fresh
-      to_run = callbacks;
+      to_run = std::move(callbacks);
     }
     cv.notify_all();
     for (auto& callback : to_run) callback(reason);
+    {
+      std::lock_guard lock(mutex);
+      aborted = true;
+    }
+    cv.notify_all();
   }
 
   pb::ReportRequest SnapshotLocked() const {
@@ -197,7 +205,7 @@ bool CoordinatorClient::Impl::WatchOnce(int watch_rank, bool* established, grpc:
   *status = reader->Finish();
   std::lock_guard lock(mutex);
   watch_context = nullptr;
-  return got_event || closing || aborted;
+  return got_event || closing || aborting;
 }
 
 void CoordinatorClient::Impl::WatchLoop() {
@@ -356,7 +364,7 @@ void CoordinatorClient::OnAbort(std::function<void(const std::string& reason)> c
   std::string reason;
   {
     std::lock_guard lock(impl_->mutex);
-    if (!impl_->aborted) {
+    if (!impl_->aborting) {
       impl_->callbacks.push_back(std::move(callback));
       return;
     }

@@ -77,9 +77,10 @@ class CoordinatorClient {
   // Asks the coordinator to abort the job for everyone.
   void RequestAbort(const std::string& reason, int stage = -1);
 
+  // True once the abort is known and every callback registered before it has run.
   bool aborted() const;
   std::string abort_reason() const;
-  // Blocks until aborted (true) or the timeout passes (false).
+  // Blocks until aborted() (true) or the timeout passes (false).
   bool WaitForAbort(std::chrono::milliseconds timeout) const;
 
  private:

@@ -53,8 +53,8 @@ class CoordinatorServer {
   std::vector<RankState> Ranks() const;
   std::optional<WorkerReport> LatestReport(int rank) const;
 
-  // A counter that grows on every join, report, watch change and abort. WaitForUpdate blocks until it exceeds
-  // `seen` (or the timeout passes) and returns it: a launcher's progress loop.
+  // A counter that grows on every join, report, watch change and abort. WaitForUpdate blocks until
+  // it exceeds `seen` (or the timeout passes) and returns it: a launcher's progress loop.
   uint64_t WaitForUpdate(uint64_t seen, std::chrono::milliseconds timeout) const;
   // True once every rank has reported WorkerStatus::kDone.
   bool AllDone() const;
