@@ -1,0 +1,25 @@
+# Training checkpoints and safetensors (worker/checkpoint*.{h,cc}, worker/safetensors*.{h,cc}):
+# per-layer checkpoint files with a manifest, resume, GPT-2 weights in and out.
+add_library(baton_checkpoint STATIC
+  ${CMAKE_CURRENT_LIST_DIR}/checkpoint_export.cc
+  ${CMAKE_CURRENT_LIST_DIR}/checkpoint_files.cc
+  ${CMAKE_CURRENT_LIST_DIR}/checkpoint_manifest.cc
+  ${CMAKE_CURRENT_LIST_DIR}/checkpoint_reader.cc
+  ${CMAKE_CURRENT_LIST_DIR}/checkpoint_writer.cc
+  ${CMAKE_CURRENT_LIST_DIR}/safetensors.cc
+  ${CMAKE_CURRENT_LIST_DIR}/safetensors_gpt2.cc)
+# StageModel and Optimizer are used through their headers' inline members only, so this library
+# does not link baton_worker (which is to link it). The test builds the two classes itself.
+target_link_libraries(baton_checkpoint
+  PUBLIC baton_model baton_core nlohmann_json::nlohmann_json)
+
+baton_add_test(checkpoint_test
+  SOURCES
+    ${CMAKE_CURRENT_LIST_DIR}/checkpoint_files_test.cc
+    ${CMAKE_CURRENT_LIST_DIR}/checkpoint_manifest_test.cc
+    ${CMAKE_CURRENT_LIST_DIR}/checkpoint_test.cc
+    ${CMAKE_CURRENT_LIST_DIR}/safetensors_test.cc
+    ${CMAKE_CURRENT_LIST_DIR}/safetensors_gpt2_test.cc
+    ${CMAKE_CURRENT_LIST_DIR}/optimizer.cc
+    ${CMAKE_CURRENT_LIST_DIR}/stage_model.cc
+  LIBS baton_checkpoint)

@@ -1,0 +1,21 @@
+// Export of a training checkpoint as a Hugging Face GPT-2 directory (model.safetensors +
+// config.json), whatever partition wrote it: the per-layer files are merged, no model is built.
+//
+// This is what `baton export` runs: GPT2LMHeadModel.from_pretrained(out_dir) then loads the
+// weights. Only the gpt preset (embedding, block.0 .. block.{L-1}, head) has a GPT-2 form.
+#pragma once
+
+#include <string>
+
+#include "core/dtype.h"
+#include "worker/checkpoint.h"
+
+namespace baton {
+
+// Writes <out_dir>/model.safetensors in `dtype` (f32, f16 or bf16) and <out_dir>/config.json.
+// For f32 output a 16-bit run's fp32 master weights are exported, not the rounded params.
+// Host memory: the whole model in `dtype` when it differs from the stored dtype.
+void ExportCheckpointToHf(const CheckpointReader& checkpoint, const std::string& out_dir,
+                          DType dtype = DType::kF32);
+
+}  // namespace baton

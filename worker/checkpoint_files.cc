@@ -1,0 +1,168 @@
+// Durable file operations for checkpoints and safetensors (see checkpoint_files.h).
+#include "worker/checkpoint_files.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <utility>
+
+#include "core/error.h"
+
+namespace baton {
+namespace {
+
+std::string Errno() { return std::strerror(errno); }
+
+std::string ParentOf(const std::string& path) {
+  const std::filesystem::path parent = std::filesystem::path(path).parent_path();
+  return parent.empty() ? std::string(".") : parent.string();
+}
+
+}  // namespace
+
+AtomicFileWriter::AtomicFileWriter(std::string path)
+    : path_(std::move(path)), temp_path_(path_ + ".tmp." + std::to_string(getpid())) {
+  fd_ = ::open(temp_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  BATON_CHECK(fd_ >= 0, "{}: cannot create: {}", temp_path_, Errno());
+}
+
+AtomicFileWriter::~AtomicFileWriter() {
+  if (fd_ >= 0) ::close(fd_);
+  if (!committed_) ::unlink(temp_path_.c_str());
+}
+
+void AtomicFileWriter::Write(const void* data, size_t bytes) {
+  BATON_CHECK(fd_ >= 0 && !committed_, "{}: write after commit", path_);
+  const char* p = static_cast<const char*>(data);
+  size_t left = bytes;
+  while (left > 0) {
+    const ssize_t n = ::write(fd_, p, left);
+    if (n < 0 && errno == EINTR) continue;
+    BATON_CHECK(n > 0, "{}: write failed: {}", temp_path_, n < 0 ? Errno() : "no progress");
+    p += n;
+    left -= static_cast<size_t>(n);
+  }
+  hash_.Update(data, bytes);
+  bytes_written_ += bytes;
+}
+
+void AtomicFileWriter::Commit() {
+  BATON_CHECK(fd_ >= 0 && !committed_, "{}: committed twice", path_);
+  BATON_CHECK(::fsync(fd_) == 0, "{}: fsync failed: {}", temp_path_, Errno());
+  const int rc = ::close(fd_);
+  fd_ = -1;
+  BATON_CHECK(rc == 0, "{}: close failed: {}", temp_path_, Errno());
+  BATON_CHECK(::rename(temp_path_.c_str(), path_.c_str()) == 0, "{}: rename from {} failed: {}",
+              path_, temp_path_, Errno());
+  committed_ = true;
+  SyncDirectory(ParentOf(path_));
+}
+
+void WriteFileAtomically(const std::string& path, std::string_view content) {
+  AtomicFileWriter writer(path);
+  writer.Write(content);
+  writer.Commit();
+}
+
+void SyncDirectory(const std::string& dir) {
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  BATON_CHECK(fd >= 0, "{}: cannot open directory: {}", dir, Errno());
+  const int rc = ::fsync(fd);
+  const std::string error = rc == 0 ? std::string() : Errno();
+  ::close(fd);
+  BATON_CHECK(rc == 0, "{}: fsync of the directory failed: {}", dir, error);
+}
+
+void MakeDirectories(const std::string& dir) {
+  const std::filesystem::path path = std::filesystem::path(dir).lexically_normal();
+  std::filesystem::path partial;
+  for (const auto& part : path) {
+    partial /= part;
+    if (part.empty() || part == "/" || part == "." || part == "..") continue;
+    if (::mkdir(partial.c_str(), 0755) == 0) {
+      SyncDirectory(ParentOf(partial.string()));
+      continue;
+    }
+    BATON_CHECK(errno == EEXIST, "{}: cannot create directory: {}", partial.string(), Errno());
+    BATON_CHECK(std::filesystem::is_directory(partial), "{}: exists and is not a directory",
+                partial.string());
+  }
+}
+
+std::string ReadFileToString(const std::string& path) {
+  MappedFile file = MappedFile::Open(path);
+  return std::string(reinterpret_cast<const char*>(file.data()), file.size());
+}
+
+bool FileExists(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+}
+
+uint64_t FileSize(const std::string& path) {
+  struct stat st {};
+  BATON_CHECK(::stat(path.c_str(), &st) == 0, "{}: cannot stat: {}", path, Errno());
+  BATON_CHECK(S_ISREG(st.st_mode), "{}: not a regular file", path);
+  return static_cast<uint64_t>(st.st_size);
+}
+
+uint64_t FileChecksum(const std::string& path) {
+  MappedFile file = MappedFile::Open(path);
+  Fnv1a64 hash;
+  hash.Update(file.data(), file.size());
+  return hash.digest();
+}
+
+MappedFile MappedFile::Open(const std::string& path) {
+  MappedFile file;
+  file.path_ = path;
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  BATON_CHECK(fd >= 0, "{}: cannot open: {}", path, Errno());
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    const std::string error = Errno();
+    ::close(fd);
+    BATON_FAIL("{}: cannot stat: {}", path, error);
+  }
+  file.size_ = static_cast<uint64_t>(st.st_size);
+  if (file.size_ > 0) {
+    void* p = ::mmap(nullptr, file.size_, PROT_READ, MAP_PRIVATE, fd, 0);
+    const std::string error = p == MAP_FAILED ? Errno() : std::string();
+    ::close(fd);
+    BATON_CHECK(p != MAP_FAILED, "{}: cannot map {} bytes: {}", path, file.size_, error);
+    file.data_ = static_cast<const std::byte*>(p);
+  } else {
+    ::close(fd);
+  }
+  return file;
+}
+
+MappedFile::~MappedFile() { Reset(); }
+
+MappedFile::MappedFile(MappedFile&& other) noexcept
+    : path_(std::move(other.path_)),
+      data_(std::exchange(other.data_, nullptr)),
+      size_(std::exchange(other.size_, 0)) {}
+
+MappedFile& MappedFile::operator=(MappedFile&& other) noexcept {
+  if (this != &other) {
+    Reset();
+    path_ = std::move(other.path_);
+    data_ = std::exchange(other.data_, nullptr);
+    size_ = std::exchange(other.size_, 0);
+  }
+  return *this;
+}
+
+void MappedFile::Reset() {
+  if (data_ != nullptr) ::munmap(const_cast<std::byte*>(data_), size_);
+  data_ = nullptr;
+  size_ = 0;
+}
+
+}  // namespace baton

@@ -1,0 +1,85 @@
+// Durable file operation tests: atomic replace, leftovers of an interrupted write, checksums.
+#include "worker/checkpoint_files.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "core/error.h"
+#include "worker/checkpoint_test_util.h"
+
+namespace baton {
+namespace {
+
+using checkpoint_test::TempDir;
+
+TEST(CheckpointFilesTest, CommitReplacesTheFileWhole) {
+  TempDir dir;
+  const std::string path = dir / "f";
+  WriteFileAtomically(path, "old");
+  AtomicFileWriter writer(path);
+  writer.Write("new content");
+  EXPECT_EQ(ReadFileToString(path), "old") << "nothing visible before Commit";
+  writer.Commit();
+  EXPECT_EQ(ReadFileToString(path), "new content");
+  EXPECT_FALSE(std::filesystem::exists(writer.temp_path()));
+}
+
+TEST(CheckpointFilesTest, AbandonedWriteLeavesTheOldFileAndNoTemporary) {
+  TempDir dir;
+  const std::string path = dir / "f";
+  WriteFileAtomically(path, "old");
+  std::string temp;
+  {
+    AtomicFileWriter writer(path);
+    writer.Write("half of it");
+    temp = writer.temp_path();
+    EXPECT_TRUE(std::filesystem::exists(temp));
+  }
+  EXPECT_EQ(ReadFileToString(path), "old");
+  EXPECT_FALSE(std::filesystem::exists(temp));
+}
+
+TEST(CheckpointFilesTest, WriterChecksumIsTheFileChecksum) {
+  TempDir dir;
+  AtomicFileWriter writer(dir / "f");
+  writer.Write("abc");
+  writer.Write("defgh");
+  writer.Commit();
+  Fnv1a64 hash;
+  hash.Update("abcdefgh", 8);
+  EXPECT_EQ(writer.checksum(), hash.digest());
+  EXPECT_EQ(FileChecksum(dir / "f"), hash.digest());
+  EXPECT_EQ(writer.bytes_written(), 8u);
+  EXPECT_EQ(FileSize(dir / "f"), 8u);
+}
+
+TEST(CheckpointFilesTest, MakeDirectoriesIsIdempotentAndRefusesFiles) {
+  TempDir dir;
+  MakeDirectories(dir / "a/b/c");
+  MakeDirectories(dir / "a/b/c");
+  EXPECT_TRUE(std::filesystem::is_directory(dir / "a/b/c"));
+  WriteFileAtomically(dir / "file", "x");
+  EXPECT_THROW(MakeDirectories(dir / "file/sub"), Error);
+}
+
+TEST(CheckpointFilesTest, EmptyFileMapsToNothing) {
+  TempDir dir;
+  WriteFileAtomically(dir / "empty", "");
+  const MappedFile file = MappedFile::Open(dir / "empty");
+  EXPECT_EQ(file.size(), 0u);
+  EXPECT_EQ(ReadFileToString(dir / "empty"), "");
+}
+
+TEST(CheckpointFilesTest, ErrorsNameTheFile) {
+  TempDir dir;
+  try {
+    MappedFile::Open(dir / "absent");
+    ADD_FAILURE() << "opened a missing file";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(dir / "absent"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace baton

@@ -1,0 +1,184 @@
+// JSON forms of checkpoint metadata (see checkpoint_manifest.h, docs/checkpoints.md).
+#include "worker/checkpoint_manifest.h"
+
+#include <bit>
+#include <charconv>
+#include <filesystem>
+
+#include "core/error.h"
+#include "core/hash.h"
+
+namespace baton {
+namespace {
+
+constexpr const char* kManifestFormat = "baton-checkpoint";
+constexpr const char* kStateFormat = "baton-training-state";
+constexpr int kVersion = 1;
+
+uint64_t ParseHex64(const nlohmann::json& value, const std::string& what,
+                    const std::string& source) {
+  BATON_CHECK(value.is_string(), "{}: {} must be a string of 16 hex digits", source, what);
+  const std::string text = value.get<std::string>();
+  uint64_t result = 0;
+  const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), result, 16);
+  BATON_CHECK(text.size() == 16 && error == std::errc() && end == text.data() + text.size(),
+              "{}: {} must be 16 hex digits, got \"{}\"", source, what, text);
+  return result;
+}
+
+void CheckFormat(const nlohmann::json& json, const char* format, const std::string& source) {
+  BATON_CHECK(json.is_object() && json.value("format", "") == format,
+              "{}: not a {} file (\"format\" should be \"{}\")", source, format, format);
+  const int version = json.at("version").get<int>();
+  BATON_CHECK(version == kVersion, "{}: version {} is not supported (this Baton reads {})", source,
+              version, kVersion);
+}
+
+nlohmann::json EntryJson(const CheckpointFileEntry& e) {
+  nlohmann::json j = {{"name", e.name}, {"bytes", e.bytes}, {"fnv1a64", HexDigest(e.checksum)}};
+  if (e.layer >= 0) j["layer"] = e.layer;
+  if (e.rank >= 0) j["rank"] = e.rank;
+  return j;
+}
+
+CheckpointFileEntry EntryFromJson(const nlohmann::json& j, const std::string& source) {
+  CheckpointFileEntry e;
+  e.name = j.at("name").get<std::string>();
+  BATON_CHECK(!e.name.empty() && e.name.find('/') == std::string::npos && e.name[0] != '.',
+              "{}: file name \"{}\" must be a plain name inside the step directory", source,
+              e.name);
+  e.bytes = j.at("bytes").get<uint64_t>();
+  e.checksum = ParseHex64(j.at("fnv1a64"), "the fnv1a64 of " + e.name, source);
+  e.layer = j.value("layer", -1);
+  e.rank = j.value("rank", -1);
+  return e;
+}
+
+// Runs `parse`, turning nlohmann's type and key errors into a baton::Error naming `source`.
+template <typename F>
+auto Parsing(const std::string& source, F parse) {
+  try {
+    return parse();
+  } catch (const nlohmann::json::exception& e) {
+    BATON_FAIL("{}: malformed: {}", source, e.what());
+  }
+}
+
+}  // namespace
+
+std::string EncodeFileEntries(const std::vector<CheckpointFileEntry>& entries) {
+  nlohmann::json j = nlohmann::json::array();
+  for (const CheckpointFileEntry& e : entries) j.push_back(EntryJson(e));
+  return j.dump();
+}
+
+std::vector<CheckpointFileEntry> DecodeFileEntries(const std::string& text) {
+  const std::string source = "checkpoint file entries";
+  return Parsing(source, [&] {
+    const nlohmann::json j = nlohmann::json::parse(text);
+    BATON_CHECK(j.is_array(), "{}: expected a JSON array", source);
+    std::vector<CheckpointFileEntry> entries;
+    for (const nlohmann::json& e : j) entries.push_back(EntryFromJson(e, source));
+    return entries;
+  });
+}
+
+nlohmann::json ToJson(const TrainingState& state) {
+  nlohmann::json j = {{"format", kStateFormat},
+                      {"version", kVersion},
+                      {"step", state.step},
+                      {"data", {{"seed", state.seed}, {"next_step", state.step + 1}}},
+                      {"loss_scaler",
+                       {{"scale", state.loss_scaler.scale},
+                        {"clean_steps", state.loss_scaler.clean},
+                        {"skipped_steps", state.loss_scaler.skipped}}},
+                      {"rng", nullptr},
+                      {"config", state.config}};
+  if (state.rng) {
+    const Rng::State& r = *state.rng;
+    j["rng"] = {{"s", {HexDigest(r.s[0]), HexDigest(r.s[1]), HexDigest(r.s[2]), HexDigest(r.s[3])}},
+                {"has_spare", r.has_spare},
+                {"spare_bits", HexDigest(std::bit_cast<uint64_t>(r.spare))}};
+  }
+  return j;
+}
+
+TrainingState TrainingStateFromJson(const nlohmann::json& j, const std::string& source) {
+  return Parsing(source, [&] {
+    CheckFormat(j, kStateFormat, source);
+    TrainingState state;
+    state.step = j.at("step").get<int64_t>();
+    BATON_CHECK(state.step >= 0, "{}: negative step {}", source, state.step);
+    state.seed = j.at("data").at("seed").get<uint64_t>();
+    const nlohmann::json& scaler = j.at("loss_scaler");
+    state.loss_scaler.scale = scaler.at("scale").get<double>();
+    state.loss_scaler.clean = scaler.at("clean_steps").get<int64_t>();
+    state.loss_scaler.skipped = scaler.at("skipped_steps").get<int64_t>();
+    const nlohmann::json& rng = j.at("rng");
+    if (!rng.is_null()) {
+      Rng::State r{};
+      for (int i = 0; i < 4; ++i) r.s[i] = ParseHex64(rng.at("s").at(i), "rng.s", source);
+      r.has_spare = rng.at("has_spare").get<bool>();
+      r.spare = std::bit_cast<double>(ParseHex64(rng.at("spare_bits"), "rng.spare_bits", source));
+      state.rng = r;
+    }
+    state.config = j.value("config", nlohmann::json());
+    return state;
+  });
+}
+
+std::string CheckpointsRoot(const std::string& output_dir) {
+  return (std::filesystem::path(output_dir) / kCheckpointsDirName).string();
+}
+
+std::string StepDirName(int64_t step) { return "step-" + std::to_string(step); }
+
+std::string LayerFileName(int layer_index) {
+  return "layer-" + std::to_string(layer_index) + ".safetensors";
+}
+
+std::optional<int64_t> ParseStepDirName(const std::string& name) {
+  const std::string prefix = "step-";
+  if (name.rfind(prefix, 0) != 0 || name.size() == prefix.size()) return std::nullopt;
+  int64_t step = 0;
+  const char* first = name.data() + prefix.size();
+  const char* last = name.data() + name.size();
+  const auto [end, error] = std::from_chars(first, last, step);
+  if (error != std::errc() || end != last || step < 0) return std::nullopt;
+  return step;
+}
+
+nlohmann::json ToJson(const CheckpointManifest& m) {
+  nlohmann::json files = nlohmann::json::array();
+  for (const CheckpointFileEntry& e : m.files) files.push_back(EntryJson(e));
+  return {{"format", kManifestFormat},
+          {"version", kVersion},
+          {"step", m.step},
+          {"model",
+           {{"vocab_size", m.dims.vocab_size},
+            {"context", m.dims.context},
+            {"num_layers", m.dims.num_layers},
+            {"num_heads", m.dims.num_heads},
+            {"width", m.dims.width},
+            {"layers", m.layer_names}}},
+          {"files", files}};
+}
+
+CheckpointManifest ManifestFromJson(const nlohmann::json& j, const std::string& source) {
+  return Parsing(source, [&] {
+    CheckFormat(j, kManifestFormat, source);
+    CheckpointManifest m;
+    m.step = j.at("step").get<int64_t>();
+    const nlohmann::json& model = j.at("model");
+    m.dims.vocab_size = model.at("vocab_size").get<int>();
+    m.dims.context = model.at("context").get<int>();
+    m.dims.num_layers = model.at("num_layers").get<int>();
+    m.dims.num_heads = model.at("num_heads").get<int>();
+    m.dims.width = model.at("width").get<int>();
+    m.layer_names = model.at("layers").get<std::vector<std::string>>();
+    for (const nlohmann::json& e : j.at("files")) m.files.push_back(EntryFromJson(e, source));
+    return m;
+  });
+}
+
+}  // namespace baton

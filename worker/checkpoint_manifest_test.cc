@@ -1,0 +1,85 @@
+// Checkpoint metadata tests: entries, training state and manifest survive their JSON forms
+// exactly; malformed input is refused with its source named.
+#include "worker/checkpoint_manifest.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+
+#include "core/error.h"
+
+namespace baton {
+namespace {
+
+TEST(CheckpointManifestTest, FileEntriesSurviveTheTripToRankZero) {
+  const std::vector<CheckpointFileEntry> entries = {
+      {"layer-0.safetensors", 1234, 0xfedcba9876543210ull, 0, 0},
+      {"layer-7.safetensors", 0, 0, 7, 3},
+      {"state.json", 99, 42, -1, -1}};
+  EXPECT_EQ(DecodeFileEntries(EncodeFileEntries(entries)), entries);
+  EXPECT_THROW(DecodeFileEntries("{\"name\": 1}"), Error);
+  EXPECT_THROW(DecodeFileEntries(R"([{"name":"../x","bytes":1,"fnv1a64":"0000000000000000"}])"),
+               Error);
+  EXPECT_THROW(DecodeFileEntries(R"([{"name":"x","bytes":1,"fnv1a64":"12"}])"), Error);
+}
+
+TEST(CheckpointManifestTest, TrainingStateRoundTripsBitExactly) {
+  TrainingState state;
+  state.step = 123;
+  state.seed = std::numeric_limits<uint64_t>::max();
+  state.loss_scaler = {std::nextafter(65536.0, 0.0), 17, 2};
+  Rng rng(5);
+  rng.NextNormal();  // leaves a spare normal
+  state.rng = rng.state();
+  state.config = {{"train", {{"steps", 200}}}};
+  const TrainingState back =
+      TrainingStateFromJson(nlohmann::json::parse(ToJson(state).dump()), "state.json");
+  EXPECT_EQ(back.step, 123);
+  EXPECT_EQ(back.seed, state.seed);
+  EXPECT_EQ(back.loss_scaler.scale, state.loss_scaler.scale);
+  EXPECT_EQ(back.loss_scaler.clean, 17);
+  EXPECT_EQ(back.loss_scaler.skipped, 2);
+  ASSERT_TRUE(back.rng.has_value());
+  Rng a(0), b(0);
+  a.set_state(*state.rng);
+  b.set_state(*back.rng);
+  EXPECT_EQ(a.NextNormal(), b.NextNormal());  // the spare came back
+  EXPECT_EQ(a.NextU64(), b.NextU64());
+  EXPECT_EQ(back.config, state.config);
+  EXPECT_EQ(ToJson(state)["data"]["next_step"], 124);
+}
+
+TEST(CheckpointManifestTest, ManifestRoundTripsAndRefusesOtherFormats) {
+  CheckpointManifest m;
+  m.step = 8;
+  m.dims = {50257, 1024, 12, 12, 768};
+  m.layer_names = {"embedding", "block.0", "head"};
+  m.files = {{"layer-0.safetensors", 10, 11, 0, 0}, {"state.json", 5, 6, -1, -1}};
+  const CheckpointManifest back = ManifestFromJson(ToJson(m), "manifest.json");
+  EXPECT_EQ(back.step, 8);
+  EXPECT_EQ(back.dims, m.dims);
+  EXPECT_EQ(back.layer_names, m.layer_names);
+  EXPECT_EQ(back.files, m.files);
+
+  nlohmann::json other = ToJson(m);
+  other["version"] = 2;
+  EXPECT_THAT([&] { ManifestFromJson(other, "x/manifest.json"); },
+              ::testing::ThrowsMessage<Error>(::testing::HasSubstr("x/manifest.json: version 2")));
+  EXPECT_THROW(ManifestFromJson(nlohmann::json::object(), "m"), Error);
+}
+
+TEST(CheckpointManifestTest, StepDirectoryNames) {
+  EXPECT_EQ(StepDirName(40), "step-40");
+  EXPECT_EQ(ParseStepDirName("step-40"), 40);
+  EXPECT_EQ(ParseStepDirName("step-"), std::nullopt);
+  EXPECT_EQ(ParseStepDirName("step-4x"), std::nullopt);
+  EXPECT_EQ(ParseStepDirName("step-40.tmp"), std::nullopt);
+  EXPECT_EQ(ParseStepDirName("latest"), std::nullopt);
+  EXPECT_EQ(LayerFileName(3), "layer-3.safetensors");
+  EXPECT_EQ(CheckpointsRoot("out"), "out/checkpoints");
+}
+
+}  // namespace
+}  // namespace baton

@@ -1,0 +1,236 @@
+// Finding, verifying and loading a training checkpoint (see checkpoint.h, docs/checkpoints.md).
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <map>
+#include <set>
+
+#include "core/error.h"
+#include "core/hash.h"
+#include "worker/checkpoint.h"
+#include "worker/checkpoint_files.h"
+
+namespace baton {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string Join(const std::string& dir, const std::string& name) {
+  return (fs::path(dir) / name).string();
+}
+
+bool HasManifest(const std::string& dir) { return FileExists(Join(dir, kManifestFileName)); }
+
+// step-<N> directories under `root`, newest first.
+std::vector<std::pair<int64_t, std::string>> StepDirs(const std::string& root) {
+  std::vector<std::pair<int64_t, std::string>> dirs;
+  for (const fs::directory_entry& entry : fs::directory_iterator(root)) {
+    const std::optional<int64_t> step = ParseStepDirName(entry.path().filename().string());
+    if (step && entry.is_directory()) dirs.emplace_back(*step, entry.path().string());
+  }
+  std::sort(dirs.begin(), dirs.end(), std::greater<>());
+  return dirs;
+}
+
+// The step directory `latest` names, when it names a complete one.
+std::optional<std::string> LatestStepDir(const std::string& root) {
+  const std::string path = Join(root, kLatestFileName);
+  if (!FileExists(path)) return std::nullopt;
+  std::string name = ReadFileToString(path);
+  while (!name.empty() && std::isspace(static_cast<unsigned char>(name.back()))) name.pop_back();
+  if (!ParseStepDirName(name)) {
+    spdlog::warn("{}: \"{}\" does not name a step directory; ignoring it", path, name);
+    return std::nullopt;
+  }
+  const std::string dir = Join(root, name);
+  if (!HasManifest(dir)) {
+    spdlog::warn("{}: names {}, which is not a complete checkpoint; ignoring it", path, dir);
+    return std::nullopt;
+  }
+  return dir;
+}
+
+bool IsCheckpointsRoot(const std::string& dir) {
+  return FileExists(Join(dir, kLatestFileName)) || !StepDirs(dir).empty();
+}
+
+// Picks the step directory to load under `root`, recording the newer ones passed over.
+std::string ResolveRoot(const std::string& root, std::vector<std::string>& skipped) {
+  const std::vector<std::pair<int64_t, std::string>> dirs = StepDirs(root);
+  std::optional<std::string> chosen = LatestStepDir(root);
+  if (!chosen) {
+    for (const auto& [step, dir] : dirs) {
+      if (HasManifest(dir)) {
+        chosen = dir;
+        break;
+      }
+    }
+  }
+  BATON_CHECK(chosen.has_value(), "{}: no complete checkpoint ({} step directories, none with {})",
+              root, dirs.size(), kManifestFileName);
+  const int64_t chosen_step = *ParseStepDirName(fs::path(*chosen).filename().string());
+  for (const auto& [step, dir] : dirs) {
+    if (step <= chosen_step) continue;
+    skipped.push_back(HasManifest(dir) ? dir + " (complete, but `latest` names an older step)"
+                                       : dir + " (incomplete: no manifest.json)");
+    spdlog::warn("checkpoint {} skipped", skipped.back());
+  }
+  return *chosen;
+}
+
+Optimizer::Slot* SlotOf(Optimizer& optimizer, const Param& param) {
+  for (Optimizer::Slot& slot : optimizer.slots()) {
+    if (slot.param->value.raw() == param.value.raw()) return &slot;
+  }
+  return nullptr;
+}
+
+// Loads one param and its optimizer slot from `file`, recording the tensor names it used.
+void LoadParam(const SafetensorsFile& file, Param& param, Optimizer& optimizer, Backend& backend,
+               std::set<std::string>& used) {
+  const std::string& name = param.name;
+  const bool has_master = file.Has(name + ".master");
+  file.CopyTo(has_master && param.value.dtype() == DType::kF32 ? name + ".master" : name,
+              param.value, backend);
+  Optimizer::Slot* slot = SlotOf(optimizer, param);
+  BATON_CHECK(slot != nullptr, "the optimizer has no state for parameter {}", name);
+  if (slot->master.defined()) {
+    file.CopyTo(has_master ? name + ".master" : name, slot->master, backend);
+  }
+  file.CopyTo(name + ".adam_m", slot->m, backend);
+  file.CopyTo(name + ".adam_v", slot->v, backend);
+  used.insert({name, name + ".adam_m", name + ".adam_v"});
+  if (has_master) used.insert(name + ".master");
+}
+
+}  // namespace
+
+CheckpointReader CheckpointReader::Open(const std::string& dir) {
+  CheckpointReader reader;
+  std::string step_dir = dir;
+  if (!HasManifest(dir)) {
+    BATON_CHECK(fs::is_directory(dir), "{}: no such checkpoint directory", dir);
+    BATON_CHECK(!ParseStepDirName(fs::path(dir).lexically_normal().filename().string()),
+                "{}: incomplete checkpoint: no {} (the save did not finish)", dir,
+                kManifestFileName);
+    std::string root = dir;
+    if (!IsCheckpointsRoot(root) && fs::is_directory(Join(dir, kCheckpointsDirName))) {
+      root = Join(dir, kCheckpointsDirName);
+    }
+    BATON_CHECK(IsCheckpointsRoot(root),
+                "{}: neither a checkpoint (no {}) nor a checkpoints root (no {}, no step-<N> "
+                "directories)",
+                dir, kManifestFileName, kLatestFileName);
+    step_dir = ResolveRoot(root, reader.skipped_);
+  }
+  reader.step_dir_ = step_dir;
+  const std::string manifest_path = Join(step_dir, kManifestFileName);
+  nlohmann::json json;
+  try {
+    json = nlohmann::json::parse(ReadFileToString(manifest_path));
+  } catch (const nlohmann::json::exception& e) {
+    BATON_FAIL("{}: not valid JSON: {}", manifest_path, e.what());
+  }
+  CheckpointManifest manifest = ManifestFromJson(json, manifest_path);
+  reader.step_ = manifest.step;
+  reader.dims_ = manifest.dims;
+  reader.layer_names_ = std::move(manifest.layer_names);
+  reader.files_ = std::move(manifest.files);
+  for (const CheckpointFileEntry& entry : reader.files_) {
+    const std::string path = Join(step_dir, entry.name);
+    BATON_CHECK(FileExists(path), "{}: missing (listed in {})", path, manifest_path);
+    const uint64_t size = FileSize(path);
+    BATON_CHECK(size == entry.bytes, "{}: {} bytes, but {} lists {} (truncated or replaced)", path,
+                size, manifest_path, entry.bytes);
+  }
+  for (size_t i = 0; i < reader.layer_names_.size(); ++i) {
+    reader.Entry(LayerFileName(static_cast<int>(i)));
+  }
+  const CheckpointFileEntry& state_entry = reader.Entry(kStateFileName);
+  reader.VerifyFile(state_entry);
+  const std::string state_path = Join(step_dir, kStateFileName);
+  reader.state_ =
+      TrainingStateFromJson(nlohmann::json::parse(ReadFileToString(state_path)), state_path);
+  BATON_CHECK(reader.state_.step == reader.step_, "{}: step {} but {} says step {}", state_path,
+              reader.state_.step, manifest_path, reader.step_);
+  return reader;
+}
+
+const CheckpointFileEntry& CheckpointReader::Entry(const std::string& name) const {
+  for (const CheckpointFileEntry& entry : files_) {
+    if (entry.name == name) return entry;
+  }
+  BATON_FAIL("{}: {} does not list {}", step_dir_, kManifestFileName, name);
+}
+
+void CheckpointReader::VerifyFile(const CheckpointFileEntry& entry) const {
+  const std::string path = Join(step_dir_, entry.name);
+  const uint64_t size = FileSize(path);
+  BATON_CHECK(size == entry.bytes, "{}: {} bytes, but the manifest lists {} (truncated?)", path,
+              size, entry.bytes);
+  const uint64_t checksum = FileChecksum(path);
+  BATON_CHECK(checksum == entry.checksum,
+              "{}: checksum {} does not match the manifest's {}: the file is corrupt", path,
+              HexDigest(checksum), HexDigest(entry.checksum));
+}
+
+void CheckpointReader::VerifyAll() const {
+  for (const CheckpointFileEntry& entry : files_) VerifyFile(entry);
+}
+
+void CheckpointReader::CheckCompatible(const ModelDims& dims,
+                                       const std::vector<LayerSpec>& graph) const {
+  BATON_CHECK(dims == dims_, "{}: the checkpoint's model is {}, this run's is {}", step_dir_,
+              ToString(dims_), ToString(dims));
+  BATON_CHECK(graph.size() == layer_names_.size(),
+              "{}: the checkpoint has {} layers, this run's graph {}", step_dir_,
+              layer_names_.size(), graph.size());
+  for (const LayerSpec& spec : graph) {
+    const std::string& stored = layer_names_.at(static_cast<size_t>(spec.index));
+    BATON_CHECK(spec.name == stored, "{}: layer {} is {} in the checkpoint but {} in this run",
+                step_dir_, spec.index, stored, spec.name);
+  }
+}
+
+SafetensorsFile CheckpointReader::OpenLayer(int index) const {
+  BATON_CHECK(index >= 0 && index < static_cast<int>(layer_names_.size()),
+              "{}: no layer {} in a {}-layer checkpoint", step_dir_, index, layer_names_.size());
+  VerifyFile(Entry(LayerFileName(index)));
+  SafetensorsFile file = SafetensorsFile::Open(Join(step_dir_, LayerFileName(index)));
+  const auto layer = file.metadata().find("layer");
+  const std::string& expected = layer_names_[static_cast<size_t>(index)];
+  BATON_CHECK(layer != file.metadata().end() && layer->second == expected,
+              "{}: holds layer \"{}\", the manifest says \"{}\"", file.path(),
+              layer == file.metadata().end() ? "" : layer->second, expected);
+  return file;
+}
+
+void CheckpointReader::LoadLayers(StageModel& model, Optimizer& optimizer, Backend& backend) const {
+  std::optional<SafetensorsFile> embedding_file;  // wte for a head without the embedding
+  for (auto& [index, layer] : HeldLayers(model)) {
+    BATON_CHECK(index < static_cast<int>(layer_names_.size()) &&
+                    layer->name() == layer_names_[static_cast<size_t>(index)],
+                "{}: this run's layer {} is {}, which the checkpoint does not hold there",
+                step_dir_, index, layer->name());
+    const SafetensorsFile file = OpenLayer(index);
+    std::set<std::string> used;
+    for (Param* p : layer->params()) {
+      if (!p->tied) {
+        LoadParam(file, *p, optimizer, backend, used);
+        continue;
+      }
+      const Param* embedding = model.embedding_wte();
+      if (embedding != nullptr && embedding->value.raw() == p->value.raw()) continue;  // shared
+      if (!embedding_file) embedding_file = OpenLayer(0);
+      std::set<std::string> ignored;
+      LoadParam(*embedding_file, *p, optimizer, backend, ignored);
+    }
+    for (const SafetensorsEntry& entry : file.entries()) {
+      BATON_CHECK(used.count(entry.name) == 1, "{}: tensor {} belongs to no parameter of {}",
+                  file.path(), entry.name, layer->name());
+    }
+  }
+}
+
+}  // namespace baton

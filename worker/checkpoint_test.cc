@@ -1,0 +1,317 @@
+// Checkpoint tests: per-layer save and load across partitions, exact resume, corruption,
+// interrupted saves and the `latest` pointer.
+#include "worker/checkpoint.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "core/error.h"
+#include "worker/checkpoint_files.h"
+#include "worker/checkpoint_test_util.h"
+
+namespace baton {
+namespace {
+
+using checkpoint_test::Fixture;
+using checkpoint_test::Rank;
+using checkpoint_test::TempDir;
+using ::testing::HasSubstr;
+
+TrainingState StateAt(int64_t step) {
+  TrainingState state;
+  state.step = step;
+  state.seed = 1337;
+  state.loss_scaler = {32768.0, 5, 1};
+  return state;
+}
+
+// Every rank writes its layers; rank 0 gathers the entries (as JSON, the KV store's form) and
+// writes the manifest.
+void Save(Fixture& f, const std::string& root, int64_t step, const std::vector<Rank*>& ranks) {
+  CheckpointWriter writer(root);
+  std::vector<CheckpointFileEntry> all;
+  for (Rank* r : ranks) {
+    const std::string sent =
+        EncodeFileEntries(writer.WriteLayers(step, *r->model, *r->optimizer, *f.backend));
+    for (CheckpointFileEntry& e : DecodeFileEntries(sent)) all.push_back(e);
+  }
+  writer.WriteManifest(step, all, StateAt(step), f.dims, f.graph);
+}
+
+void Load(Fixture& f, const std::string& dir, const std::vector<Rank*>& ranks) {
+  const CheckpointReader reader = CheckpointReader::Open(dir);
+  reader.CheckCompatible(f.dims, f.graph);
+  for (Rank* r : ranks) reader.LoadLayers(*r->model, *r->optimizer, *f.backend);
+}
+
+std::string ErrorOf(const std::function<void()>& action) {
+  try {
+    action();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+TEST(CheckpointTest, OneRankCheckpointLoadsBitwiseIntoTwoRankPartition) {
+  Fixture f;
+  TempDir dir;
+  Rank whole = f.MakeRank({{0, 3}}, 0, 1);
+  for (int step = 1; step <= 3; ++step) checkpoint_test::FakeStep({&whole}, step);
+  Save(f, dir.path(), 3, {&whole});
+
+  Rank first = f.MakeRank({{0, 1}}, 0, 2, DType::kF32, /*seed=*/99);
+  Rank second = f.MakeRank({{2, 3}}, 1, 2, DType::kF32, /*seed=*/99);
+  Load(f, dir.path(), {&first, &second});
+  checkpoint_test::ExpectSameState({&whole}, {&first, &second});
+  // The head's copy of wte (not stored) took the embedding's value and optimizer state.
+  EXPECT_EQ(checkpoint_test::ParamState(*second.optimizer, *second.model->head_wte()),
+            checkpoint_test::ParamState(*whole.optimizer, *whole.model->embedding_wte()));
+}
+
+TEST(CheckpointTest, InterleavedTwoRankCheckpointLoadsBitwiseIntoOneRank) {
+  Fixture f;
+  TempDir dir;
+  Rank even = f.MakeRank({{0, 0}, {2, 2}}, 0, 2);
+  Rank odd = f.MakeRank({{1, 1}, {3, 3}}, 1, 2);
+  for (int step = 1; step <= 2; ++step) checkpoint_test::FakeStep({&even, &odd}, step);
+  Save(f, dir.path(), 2, {&even, &odd});
+
+  Rank whole = f.MakeRank({{0, 3}}, 0, 1, DType::kF32, /*seed=*/99);
+  Load(f, dir.path(), {&whole});
+  checkpoint_test::ExpectSameState({&even, &odd}, {&whole});
+}
+
+TEST(CheckpointTest, Bf16ParamsRestoreValuesMastersAndMomentsBitwise) {
+  Fixture f;
+  TempDir dir;
+  Rank whole = f.MakeRank({{0, 3}}, 0, 1, DType::kBF16);
+  for (int step = 1; step <= 2; ++step) checkpoint_test::FakeStep({&whole}, step);
+  Save(f, dir.path(), 2, {&whole});
+  const SafetensorsFile layer = CheckpointReader::Open(dir.path()).OpenLayer(1);
+  EXPECT_EQ(layer.Get("h.0.attn.c_attn.weight").dtype, "BF16");
+  EXPECT_EQ(layer.Get("h.0.attn.c_attn.weight.master").dtype, "F32");
+  EXPECT_EQ(layer.Get("h.0.attn.c_attn.weight.adam_v").dtype, "F32");
+
+  Rank first = f.MakeRank({{0, 2}}, 0, 2, DType::kBF16, /*seed=*/99);
+  Rank second = f.MakeRank({{3, 3}}, 1, 2, DType::kBF16, /*seed=*/99);
+  Load(f, dir.path(), {&first, &second});
+  checkpoint_test::ExpectSameState({&whole}, {&first, &second});
+}
+
+// Resume is exact: 6 steps straight equal 3 steps, save, load onto another partition, 3 steps.
+TEST(CheckpointTest, ResumingOnAnotherPartitionContinuesBitwiseLikeNeverStopping) {
+  Fixture f;
+  TempDir dir;
+  Rank straight = f.MakeRank({{0, 3}}, 0, 1, DType::kBF16);
+  for (int step = 1; step <= 6; ++step) checkpoint_test::FakeStep({&straight}, step);
+
+  Rank before = f.MakeRank({{0, 3}}, 0, 1, DType::kBF16);
+  for (int step = 1; step <= 3; ++step) checkpoint_test::FakeStep({&before}, step);
+  Save(f, dir.path(), 3, {&before});
+  Rank first = f.MakeRank({{0, 0}}, 0, 2, DType::kBF16, /*seed=*/99);
+  Rank second = f.MakeRank({{1, 3}}, 1, 2, DType::kBF16, /*seed=*/99);
+  const CheckpointReader reader = CheckpointReader::Open(dir.path());
+  for (Rank* r : {&first, &second}) reader.LoadLayers(*r->model, *r->optimizer, *f.backend);
+  for (int64_t step = reader.state().step + 1; step <= 6; ++step) {
+    checkpoint_test::FakeStep({&first, &second}, step);
+  }
+  checkpoint_test::ExpectSameState({&straight}, {&first, &second});
+}
+
+TEST(CheckpointTest, TrainingStateAndModelDescriptionRoundTrip) {
+  Fixture f;
+  TempDir dir;
+  Rank whole = f.MakeRank({{0, 3}}, 0, 1);
+  Save(f, dir.path(), 4, {&whole});
+  const CheckpointReader reader = CheckpointReader::Open(dir.path());
+  EXPECT_EQ(reader.step(), 4);
+  EXPECT_EQ(reader.state().seed, 1337u);
+  EXPECT_EQ(reader.state().loss_scaler.scale, 32768.0);
+  EXPECT_EQ(reader.state().loss_scaler.clean, 5);
+  EXPECT_EQ(reader.state().loss_scaler.skipped, 1);
+  EXPECT_EQ(reader.dims(), f.dims);
+  EXPECT_THAT(reader.layer_names(),
+              ::testing::ElementsAre("embedding", "block.0", "block.1", "head"));
+  EXPECT_EQ(reader.files().size(), 5u);  // four layers and state.json
+  reader.VerifyAll();
+  EXPECT_EQ(ReadFileToString(dir / "latest"), "step-4\n");
+}
+
+TEST(CheckpointTest, HeadFileDoesNotStoreTheTiedEmbedding) {
+  Fixture f;
+  TempDir dir;
+  Rank first = f.MakeRank({{0, 1}}, 0, 2);
+  Rank second = f.MakeRank({{2, 3}}, 1, 2);
+  Save(f, dir.path(), 1, {&first, &second});
+  const CheckpointReader reader = CheckpointReader::Open(dir.path());
+  EXPECT_FALSE(reader.OpenLayer(3).Has("wte.weight"));
+  EXPECT_TRUE(reader.OpenLayer(3).Has("ln_f.weight.adam_m"));
+  EXPECT_TRUE(reader.OpenLayer(0).Has("wte.weight.adam_v"));
+}
+
+TEST(CheckpointTest, FlippedByteInLayerFileIsRejectedNamingTheFile) {
+  Fixture f;
+  TempDir dir;
+  Rank whole = f.MakeRank({{0, 3}}, 0, 1);
+  Save(f, dir.path(), 1, {&whole});
+  const std::string path = dir / "step-1/layer-2.safetensors";
+  checkpoint_test::FlipByte(path, FileSize(path) - 5);
+
+  const CheckpointReader reader = CheckpointReader::Open(dir.path());  // sizes still match
+  Rank fresh = f.MakeRank({{0, 3}}, 0, 1);
+  const std::string error =
+      ErrorOf([&] { reader.LoadLayers(*fresh.model, *fresh.optimizer, *f.backend); });
+  EXPECT_THAT(error, HasSubstr(path));
+  EXPECT_THAT(error, HasSubstr("checksum"));
+  EXPECT_THAT(ErrorOf([&] { reader.VerifyAll(); }), HasSubstr(path));
+}
+
+TEST(CheckpointTest, TruncatedLayerFileIsRejectedNamingTheFile) {
+  Fixture f;
+  TempDir dir;
+  Rank whole = f.MakeRank({{0, 3}}, 0, 1);
+  Save(f, dir.path(), 1, {&whole});
+  const std::string path = dir / "step-1/layer-0.safetensors";
+  std::filesystem::resize_file(path, FileSize(path) - 100);
+  const std::string error = ErrorOf([&] { CheckpointReader::Open(dir.path()); });
+  EXPECT_THAT(error, HasSubstr(path));
+  EXPECT_THAT(error, HasSubstr("truncated"));
+}
+
+TEST(CheckpointTest, MissingLayerFileIsRejectedNamingTheFile) {
+  Fixture f;
+  TempDir dir;
+  Rank whole = f.MakeRank({{0, 3}}, 0, 1);
+  Save(f, dir.path(), 1, {&whole});
+  std::filesystem::remove(dir / "step-1/layer-1.safetensors");
+  EXPECT_THAT(ErrorOf([&] { CheckpointReader::Open(dir / "step-1"); }),
+              HasSubstr("layer-1.safetensors: missing"));
+}
+
+// A crash after the layer files but before the manifest: step 2 is incomplete.
+TEST(CheckpointTest, RootWithoutNewestManifestFallsBackToPreviousCompleteCheckpoint) {
+  Fixture f;
+  TempDir dir;
+  Rank whole = f.MakeRank({{0, 3}}, 0, 1);
+  checkpoint_test::FakeStep({&whole}, 1);
+  Save(f, dir.path(), 1, {&whole});
+  Rank at_step_1 = f.MakeRank({{0, 3}}, 0, 1, DType::kF32, 99);
+  Load(f, dir.path(), {&at_step_1});
+  checkpoint_test::FakeStep({&whole}, 2);
+  CheckpointWriter(dir.path()).WriteLayers(2, *whole.model, *whole.optimizer, *f.backend);
+
+  for (bool with_latest : {true, false}) {
+    if (!with_latest) std::filesystem::remove(dir / "latest");
+    const CheckpointReader reader = CheckpointReader::Open(dir.path());
+    EXPECT_EQ(reader.step(), 1);
+    ASSERT_EQ(reader.skipped().size(), 1u);
+    EXPECT_THAT(reader.skipped()[0], HasSubstr("step-2 (incomplete"));
+    Rank loaded = f.MakeRank({{0, 3}}, 0, 1, DType::kF32, 99);
+    reader.LoadLayers(*loaded.model, *loaded.optimizer, *f.backend);
+    checkpoint_test::ExpectSameState({&at_step_1}, {&loaded});
+  }
+  EXPECT_THAT(ErrorOf([&] { CheckpointReader::Open(dir / "step-2"); }),
+              HasSubstr("incomplete checkpoint"));
+}
+
+// A process killed while writing leaves only temporary files; the previous checkpoint loads.
+TEST(CheckpointTest, KilledSaveLeavesPreviousCheckpointLoadable) {
+  Fixture f;
+  TempDir dir;
+  Rank whole = f.MakeRank({{0, 3}}, 0, 1);
+  checkpoint_test::FakeStep({&whole}, 1);
+  Save(f, dir.path(), 1, {&whole});
+  const std::string good = ReadFileToString(dir / "step-1/layer-0.safetensors");
+  {
+    // Mid-save of step 2 (a new file half written) and of step 1 again (a rewrite of an existing
+    // file): the writers die before Commit, as a SIGKILL would leave them.
+    AtomicFileWriter partial(dir / "step-1/layer-0.safetensors");
+    partial.Write(good.substr(0, good.size() / 2));
+    std::filesystem::create_directories(dir / "step-2");
+    std::ofstream(dir / "step-2/layer-0.safetensors.tmp.12345") << good.substr(0, 100);
+    std::ofstream(dir / "latest.tmp.12345") << "step-";
+    std::filesystem::copy_file(partial.temp_path(), dir / "step-1/layer-0.safetensors.tmp.999");
+  }
+  const CheckpointReader reader = CheckpointReader::Open(dir.path());
+  EXPECT_EQ(reader.step(), 1);
+  reader.VerifyAll();
+  Rank loaded = f.MakeRank({{0, 3}}, 0, 1, DType::kF32, 99);
+  reader.LoadLayers(*loaded.model, *loaded.optimizer, *f.backend);
+  checkpoint_test::ExpectSameState({&whole}, {&loaded});
+
+  // The next complete save of that step clears the leftovers.
+  Save(f, dir.path(), 1, {&whole});
+  EXPECT_FALSE(std::filesystem::exists(dir / "step-1/layer-0.safetensors.tmp.999"));
+}
+
+TEST(CheckpointTest, RewritingAStepRemovesItsManifestBeforeTouchingFiles) {
+  Fixture f;
+  TempDir dir;
+  Rank whole = f.MakeRank({{0, 3}}, 0, 1);
+  Save(f, dir.path(), 1, {&whole});
+  CheckpointWriter(dir.path()).WriteLayers(1, *whole.model, *whole.optimizer, *f.backend);
+  EXPECT_FALSE(std::filesystem::exists(dir / "step-1/manifest.json"));
+}
+
+TEST(CheckpointTest, LatestWinsOverANewerStepFromAnAbandonedRun) {
+  Fixture f;
+  TempDir dir;
+  Rank whole = f.MakeRank({{0, 3}}, 0, 1);
+  Save(f, dir.path(), 5, {&whole});
+  Save(f, dir.path(), 3, {&whole});  // a run resumed from step 2 writes step 3 after step 5
+  const CheckpointReader reader = CheckpointReader::Open(dir.path());
+  EXPECT_EQ(reader.step(), 3);
+  ASSERT_EQ(reader.skipped().size(), 1u);
+  EXPECT_THAT(reader.skipped()[0], HasSubstr("step-5 (complete"));
+  std::filesystem::remove(dir / "latest");
+  EXPECT_EQ(CheckpointReader::Open(dir.path()).step(), 5);  // newest complete without `latest`
+}
+
+TEST(CheckpointTest, OpensAnOutputDirHoldingCheckpoints) {
+  Fixture f;
+  TempDir dir;
+  Rank whole = f.MakeRank({{0, 3}}, 0, 1);
+  Save(f, CheckpointsRoot(dir.path()), 2, {&whole});
+  EXPECT_EQ(CheckpointReader::Open(dir.path()).step(), 2);
+  EXPECT_EQ(CheckpointReader::Open(dir / "checkpoints/step-2").step(), 2);
+}
+
+TEST(CheckpointTest, EmptyDirectoryIsNotACheckpoint) {
+  TempDir dir;
+  EXPECT_THAT(ErrorOf([&] { CheckpointReader::Open(dir.path()); }),
+              HasSubstr("neither a checkpoint"));
+  std::filesystem::create_directories(dir / "step-4");
+  EXPECT_THAT(ErrorOf([&] { CheckpointReader::Open(dir.path()); }),
+              HasSubstr("no complete checkpoint"));
+}
+
+TEST(CheckpointTest, ManifestRequiresEveryLayerFromSomeRank) {
+  Fixture f;
+  TempDir dir;
+  Rank first = f.MakeRank({{0, 1}}, 0, 2);
+  CheckpointWriter writer(dir.path());
+  const auto entries = writer.WriteLayers(1, *first.model, *first.optimizer, *f.backend);
+  EXPECT_THAT(ErrorOf([&] { writer.WriteManifest(1, entries, StateAt(1), f.dims, f.graph); }),
+              HasSubstr("no rank wrote layer 2 (block.1)"));
+  EXPECT_FALSE(std::filesystem::exists(dir / "step-1/manifest.json"));
+}
+
+TEST(CheckpointTest, IncompatibleModelIsRejectedNamingBothShapes) {
+  Fixture f;
+  TempDir dir;
+  Rank whole = f.MakeRank({{0, 3}}, 0, 1);
+  Save(f, dir.path(), 1, {&whole});
+  const CheckpointReader reader = CheckpointReader::Open(dir.path());
+  ModelDims wider = f.dims;
+  wider.width = 16;
+  EXPECT_THAT(ErrorOf([&] { reader.CheckCompatible(wider, GptGraph(wider)); }), HasSubstr("C=8"));
+  EXPECT_THAT(ErrorOf([&] { reader.CheckCompatible(f.dims, MlpGraph(f.dims)); }),
+              HasSubstr("layer 1 is block.0 in the checkpoint but mlp_block.0"));
+}
+
+}  // namespace
+}  // namespace baton

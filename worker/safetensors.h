@@ -1,0 +1,102 @@
+// The safetensors file format (docs/safetensors.md), written and read with Baton's own code.
+//
+// Layout: an 8-byte little-endian header length N; N bytes of JSON, an object mapping each tensor
+// name to {"dtype", "shape", "data_offsets": [begin, end)} plus an optional "__metadata__" object
+// of string -> string; then the raw little-endian data, offsets relative to the byte after the
+// header. The writer pads the header with spaces to a multiple of 8 bytes and lays the tensors out
+// by element size (largest first), then name, as the Hugging Face writer does, so every tensor is
+// aligned to its element size. The reader accepts exactly what the reference reader accepts: known
+// dtypes, byte sizes that match the shapes, offsets that tile the data region with no gap, overlap
+// or excess, no duplicate names.
+//
+// Thread safety: a SafetensorsFile is immutable after Open and may be read from many threads.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/tensor.h"
+#include "kernels/backend.h"
+#include "worker/checkpoint_files.h"
+
+namespace baton {
+
+using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
+using SafetensorsMetadata = std::map<std::string, std::string>;
+
+// "F32", "F16", "BF16", "I32" for Baton's dtypes.
+std::string SafetensorsDType(DType dtype);
+// Element size of any dtype the format defines ("BOOL", "U8", "F8_E4M3", "I64", ...); 0 if
+// unknown.
+size_t SafetensorsDTypeSize(const std::string& dtype);
+
+// Size and checksum of a file just written.
+struct WrittenFile {
+  std::string path;
+  uint64_t bytes = 0;
+  uint64_t checksum = 0;  // FNV-1a 64 of the whole file
+};
+
+// Writes `tensors` (contiguous, any device; names unique, not "__metadata__") to `path`
+// atomically (AtomicFileWriter). Device tensors are staged to the host one at a time through
+// `backend`, which may be null when every tensor is in host memory.
+WrittenFile WriteSafetensors(const std::string& path, const NamedTensors& tensors,
+                             const SafetensorsMetadata& metadata, Backend* backend = nullptr);
+// Host tensors only.
+inline void ExportSafetensors(const NamedTensors& tensors, const std::string& path,
+                              const SafetensorsMetadata& metadata = {}) {
+  WriteSafetensors(path, tensors, metadata, nullptr);
+}
+
+struct SafetensorsEntry {
+  std::string name;
+  std::string dtype;  // as in the header: "F32", "BF16", "U8", ...
+  Shape shape;
+  uint64_t begin = 0;  // byte offsets into the data region
+  uint64_t end = 0;
+  uint64_t nbytes() const { return end - begin; }
+};
+
+// A validated safetensors file, memory-mapped read-only. Move-only; views and spans it hands out
+// are valid as long as it lives.
+class SafetensorsFile {
+ public:
+  static SafetensorsFile Open(const std::string& path);
+
+  const std::string& path() const { return file_.path(); }
+  uint64_t file_size() const { return file_.size(); }
+  const SafetensorsMetadata& metadata() const { return metadata_; }
+  // Every tensor, ordered by name.
+  const std::vector<SafetensorsEntry>& entries() const { return entries_; }
+
+  const SafetensorsEntry* Find(const std::string& name) const;  // null if absent
+  bool Has(const std::string& name) const { return Find(name) != nullptr; }
+  // Throws naming the file and the tensor when absent.
+  const SafetensorsEntry& Get(const std::string& name) const;
+  std::span<const std::byte> Bytes(const SafetensorsEntry& entry) const;
+
+  // Copies tensor `name` into `dst` (any device), converting between float dtypes through
+  // `backend`. The shape must match; an error names the file, the tensor and both shapes.
+  void CopyTo(const std::string& name, Tensor& dst, Backend& backend) const;
+
+ private:
+  MappedFile file_;
+  uint64_t data_start_ = 0;
+  SafetensorsMetadata metadata_;
+  std::vector<SafetensorsEntry> entries_;
+};
+
+inline SafetensorsFile ReadSafetensors(const std::string& path) {
+  return SafetensorsFile::Open(path);
+}
+
+// Parses and validates a header (the JSON text) for a data region of `data_bytes`; `path` only
+// names the file in errors. Exposed for tests and fuzzing.
+void ParseSafetensorsHeader(const std::string& path, std::string_view header, uint64_t data_bytes,
+                            SafetensorsMetadata& metadata, std::vector<SafetensorsEntry>& entries);
+
+}  // namespace baton

@@ -1,0 +1,67 @@
+// GPT-2 weights in and out: Baton's parameters <-> Hugging Face GPT-2 safetensors files.
+//
+// Baton's Param names are Hugging Face GPT-2 names without the "transformer." prefix
+// ("wte.weight", "h.3.attn.c_attn.weight", "ln_f.bias"), in the same Conv1D [in, out] layout, so
+// the mapping is a prefix: files written by GPT2LMHeadModel.save_pretrained() say
+// "transformer.wte.weight"; the hub's own gpt2 checkpoint (saved from GPT2Model) says
+// "wte.weight". Import accepts both; export writes the prefixed form with metadata
+// {"format": "pt"}, which transformers requires. The LM head is tied to wte: it is not stored, and
+// on import the head's tied copy is filled from wte. Known non-parameter buffers
+// ("h.{i}.attn.bias", "h.{i}.attn.masked_bias") are ignored; a stored "lm_head.weight" must equal
+// wte. See docs/safetensors.md.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "kernels/backend.h"
+#include "model/dims.h"
+#include "model/layer.h"
+#include "worker/optimizer.h"
+#include "worker/safetensors.h"
+
+namespace baton {
+
+inline constexpr const char* kHfGpt2Prefix = "transformer.";
+
+// "wte.weight" -> "transformer.wte.weight".
+std::string Gpt2HfName(const std::string& baton_name);
+// The tensor of `file` holding Baton parameter `baton_name` (prefixed or not); null when absent.
+// Throws when the file holds both spellings.
+const SafetensorsEntry* FindGpt2Tensor(const SafetensorsFile& file, const std::string& baton_name);
+
+// Fills every param from `file`, converting the file's dtype to the param's (f32/f16/bf16).
+// Tied copies (Param::tied) take wte. A missing tensor or a shape mismatch is an error naming the
+// file and the tensor. Loads only the params given: one pipeline rank loads its own layers.
+void LoadParamsFromSafetensors(const SafetensorsFile& file, const std::vector<Param*>& params,
+                               Backend& backend);
+
+// model.init_from after the Optimizer exists: loads the params, then sets each fp32 master copy
+// from the file's values (not from the rounded 16-bit param), and leaves the moments at zero.
+void InitFromSafetensors(const SafetensorsFile& file, const std::vector<Param*>& params,
+                         Optimizer& optimizer, Backend& backend);
+
+// Checks that `file` describes a GPT-2 with these dims as a whole: wte (V,C) and wpe (maxT,C)
+// present, blocks h.0 .. h.{L-1} and no others, no tensor Baton does not know. A pipeline rank
+// only sees its own layers' names, so rank 0 (or the launcher) runs this once for the whole model.
+void ValidateGpt2File(const SafetensorsFile& file, const ModelDims& dims);
+
+// Export of parameters held in one process: tied copies skipped, names prefixed. The tensors
+// share the params' storage.
+NamedTensors Gpt2ExportTensors(const std::vector<Param*>& params);
+
+// <dir>/model.safetensors and <dir>/config.json from parameters held in one process (a one-rank
+// run, or tests): what GPT2LMHeadModel.from_pretrained(dir) loads.
+void ExportHfGpt2(const std::string& dir, const std::vector<Param*>& params, const ModelDims& dims,
+                  Backend& backend);
+
+// <dir>/config.json: the minimal Hugging Face GPT2Config that GPT2LMHeadModel.from_pretrained(dir)
+// needs to load <dir>/model.safetensors (gelu_new, layer_norm_epsilon 1e-5, tied embeddings, no
+// dropout). `dtype` is what model.safetensors holds (torch_dtype). Written atomically.
+void WriteHfGpt2Config(const std::string& dir, const ModelDims& dims, DType dtype = DType::kF32);
+
+inline constexpr const char* kHfWeightsFileName = "model.safetensors";
+// The metadata transformers requires of a safetensors file: {"format": "pt"}.
+SafetensorsMetadata HfMetadata();
+
+}  // namespace baton

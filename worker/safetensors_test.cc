@@ -1,0 +1,235 @@
+// safetensors format tests: the header as a standard reader sees it, bitwise round trips, and the
+// reader's refusals, each naming the file and the tensor.
+#include "worker/safetensors.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "worker/checkpoint_test_util.h"
+
+namespace baton {
+namespace {
+
+using checkpoint_test::TempDir;
+using ::testing::HasSubstr;
+
+struct HostTensors {
+  MemoryLedger ledger;
+  CpuAllocator allocator{ledger};
+  Tensor Filled(Shape shape, DType dtype, uint64_t seed) {
+    Tensor t = Tensor::Empty(allocator, shape, dtype, MemCategory::kParams);
+    Rng rng(seed);
+    auto* bytes = static_cast<unsigned char*>(t.raw());
+    for (size_t i = 0; i < t.nbytes(); ++i) bytes[i] = static_cast<unsigned char>(rng.NextU64());
+    return t;
+  }
+};
+
+void WriteRaw(const std::string& path, const std::string& header, const std::string& data) {
+  std::ofstream out(path, std::ios::binary);
+  const uint64_t n = header.size();
+  for (int i = 0; i < 8; ++i) out.put(static_cast<char>(n >> (8 * i)));
+  out << header << data;
+}
+
+std::string ErrorOpening(const std::string& path) {
+  try {
+    SafetensorsFile::Open(path);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+TEST(SafetensorsTest, HeaderParsesAsStandardSafetensors) {
+  HostTensors h;
+  TempDir dir;
+  const std::string path = dir / "a.safetensors";
+  WriteSafetensors(path,
+                   {{"w", h.Filled({3, 2}, DType::kF32, 1)}, {"b", h.Filled({3}, DType::kBF16, 2)}},
+                   {{"format", "pt"}});
+  const std::string file = ReadFileToString(path);
+  uint64_t n = 0;
+  for (int i = 0; i < 8; ++i)
+    n |= static_cast<uint64_t>(static_cast<unsigned char>(file[i])) << (8 * i);
+  EXPECT_EQ((8 + n) % 8, 0u) << "data starts 8-aligned";
+  const std::string header = file.substr(8, n);
+  EXPECT_EQ(header.front(), '{');
+  EXPECT_EQ(header.find_last_not_of(' '), header.rfind('}')) << "padded with spaces only";
+  const nlohmann::json json = nlohmann::json::parse(header);
+  EXPECT_EQ(json["__metadata__"], nlohmann::json({{"format", "pt"}}));
+  EXPECT_EQ(json["w"]["dtype"], "F32");
+  EXPECT_EQ(json["w"]["shape"], nlohmann::json({3, 2}));
+  EXPECT_EQ(json["w"]["data_offsets"], nlohmann::json({0, 24}));
+  EXPECT_EQ(json["b"]["dtype"], "BF16");
+  EXPECT_EQ(json["b"]["data_offsets"], nlohmann::json({24, 30}));
+  EXPECT_EQ(file.size(), 8 + n + 30);
+}
+
+TEST(SafetensorsTest, RoundTripIsBitwiseForEveryDType) {
+  HostTensors h;
+  TempDir dir;
+  const NamedTensors tensors = {{"f32", h.Filled({4, 3}, DType::kF32, 1)},
+                                {"f16", h.Filled({5}, DType::kF16, 2)},
+                                {"bf16", h.Filled({2, 3, 1}, DType::kBF16, 3)},
+                                {"i32", h.Filled({7}, DType::kI32, 4)},
+                                {"empty", h.Filled({0, 3}, DType::kF32, 5)}};
+  const WrittenFile written = WriteSafetensors(dir / "t.safetensors", tensors, {{"k", "v"}});
+  EXPECT_EQ(written.bytes, FileSize(written.path));
+  EXPECT_EQ(written.checksum, FileChecksum(written.path));
+
+  const SafetensorsFile file = ReadSafetensors(written.path);
+  EXPECT_EQ(file.metadata(), (SafetensorsMetadata{{"k", "v"}}));
+  ASSERT_EQ(file.entries().size(), tensors.size());
+  for (const auto& [name, tensor] : tensors) {
+    const SafetensorsEntry& entry = file.Get(name);
+    EXPECT_EQ(entry.shape, tensor.shape()) << name;
+    EXPECT_EQ(entry.dtype, SafetensorsDType(tensor.dtype())) << name;
+    const auto bytes = file.Bytes(entry);
+    ASSERT_EQ(bytes.size(), tensor.nbytes()) << name;
+    EXPECT_EQ(std::memcmp(bytes.data(), tensor.raw(), bytes.size()), 0) << name;
+  }
+}
+
+TEST(SafetensorsTest, LaysOutLargestElementsFirstSoEveryTensorIsAligned) {
+  HostTensors h;
+  TempDir dir;
+  WriteSafetensors(dir / "t.safetensors",
+                   {{"a_half", h.Filled({3}, DType::kF16, 1)},
+                    {"z_float", h.Filled({3}, DType::kF32, 2)},
+                    {"b_float", h.Filled({1}, DType::kF32, 3)}},
+                   {});
+  const SafetensorsFile file = ReadSafetensors(dir / "t.safetensors");
+  EXPECT_EQ(file.Get("b_float").begin, 0u);
+  EXPECT_EQ(file.Get("z_float").begin, 4u);
+  EXPECT_EQ(file.Get("a_half").begin, 16u);
+}
+
+TEST(SafetensorsTest, ReadsAFileWrittenByHandFromTheSpec) {
+  TempDir dir;
+  const std::string path = dir / "hand.safetensors";
+  const float values[2] = {1.5f, -2.0f};
+  // Keys in any order, metadata last, no padding: all legal.
+  WriteRaw(path,
+           R"({"x":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"__metadata__":{"a":"b"}})",
+           std::string(reinterpret_cast<const char*>(values), 8));
+  MemoryLedger ledger;
+  auto backend = MakeCpuBackend(ledger, 1);
+  const SafetensorsFile file = ReadSafetensors(path);
+  EXPECT_EQ(file.metadata().at("a"), "b");
+  Tensor out = Tensor::Zeros(backend->allocator(), {2}, DType::kF32, MemCategory::kParams);
+  file.CopyTo("x", out, *backend);
+  EXPECT_EQ(out.data<float>()[0], 1.5f);
+  EXPECT_EQ(out.data<float>()[1], -2.0f);
+}
+
+TEST(SafetensorsTest, CopyToConvertsDTypeAndCopesWithMisalignedData) {
+  TempDir dir;
+  const std::string path = dir / "odd.safetensors";
+  const uint16_t half[1] = {FloatToHalf(0.5f)};
+  const float value = 3.25f;
+  std::string data(reinterpret_cast<const char*>(half), 2);
+  data += std::string(reinterpret_cast<const char*>(&value), 4);  // an F32 at offset 2
+  WriteRaw(path,
+           R"({"h":{"dtype":"F16","shape":[1],"data_offsets":[0,2]},)"
+           R"("f":{"dtype":"F32","shape":[1],"data_offsets":[2,6]}})",
+           data);
+  MemoryLedger ledger;
+  auto backend = MakeCpuBackend(ledger, 1);
+  const SafetensorsFile file = ReadSafetensors(path);
+  Tensor f = Tensor::Zeros(backend->allocator(), {1}, DType::kF32, MemCategory::kParams);
+  Tensor b = Tensor::Zeros(backend->allocator(), {1}, DType::kBF16, MemCategory::kParams);
+  file.CopyTo("f", f, *backend);
+  file.CopyTo("h", b, *backend);
+  EXPECT_EQ(f.data<float>()[0], 3.25f);
+  EXPECT_EQ(BFloat16ToFloat(b.data<uint16_t>()[0]), 0.5f);
+  Tensor wrong = Tensor::Zeros(backend->allocator(), {2}, DType::kF32, MemCategory::kParams);
+  try {
+    file.CopyTo("f", wrong, *backend);
+    ADD_FAILURE() << "shape mismatch accepted";
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr(path + ": tensor f has shape (1) but (2) was expected"));
+  }
+}
+
+TEST(SafetensorsTest, EmptyFileListIsAValidFile) {
+  TempDir dir;
+  WriteSafetensors(dir / "e.safetensors", {}, {});
+  EXPECT_TRUE(ReadSafetensors(dir / "e.safetensors").entries().empty());
+}
+
+TEST(SafetensorsTest, WriterRefusesDuplicateAndReservedNames) {
+  HostTensors h;
+  TempDir dir;
+  const Tensor t = h.Filled({1}, DType::kF32, 1);
+  EXPECT_THROW(WriteSafetensors(dir / "d.safetensors", {{"a", t}, {"a", t}}, {}), Error);
+  EXPECT_THROW(WriteSafetensors(dir / "d.safetensors", {{"__metadata__", t}}, {}), Error);
+  EXPECT_FALSE(FileExists(dir / "d.safetensors"));
+}
+
+struct BadFile {
+  const char* case_name;
+  std::string header;
+  std::string data;
+  const char* expected;
+};
+
+class SafetensorsRejectsTest : public ::testing::TestWithParam<BadFile> {};
+
+TEST_P(SafetensorsRejectsTest, NamingTheFileAndTheProblem) {
+  TempDir dir;
+  const std::string path = dir / "bad.safetensors";
+  WriteRaw(path, GetParam().header, GetParam().data);
+  const std::string error = ErrorOpening(path);
+  EXPECT_THAT(error, HasSubstr(path));
+  EXPECT_THAT(error, HasSubstr(GetParam().expected));
+}
+
+const std::string k8(8, 'x');
+INSTANTIATE_TEST_SUITE_P(
+    BadFiles, SafetensorsRejectsTest,
+    ::testing::Values(
+        BadFile{"Truncated", R"({"w":{"dtype":"F32","shape":[4],"data_offsets":[0,16]}})", k8,
+                "tensor w ends at byte 16 of the data but the file holds only 8"},
+        BadFile{"NotJson", R"({"w":)", "", "not valid JSON"},
+        BadFile{"NotAnObject", "[1]", "", "does not start with '{'"},
+        BadFile{"UnknownDType", R"({"w":{"dtype":"F33","shape":[2],"data_offsets":[0,8]}})", k8,
+                "tensor w: unknown dtype \"F33\""},
+        BadFile{"SizeMismatch", R"({"w":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}})", k8,
+                "F32 (3) needs 12 bytes"},
+        BadFile{"Overlap",
+                R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
+                R"("b":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})",
+                k8, "overlaps tensor a"},
+        BadFile{"Gap", R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})", k8,
+                "leaving a gap"},
+        BadFile{"TrailingBytes", R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})", k8,
+                "trailing bytes"},
+        BadFile{"Duplicate",
+                R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},)"
+                R"("a":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})",
+                k8, "tensor a appears twice"},
+        BadFile{"MetadataNotString", R"({"__metadata__":{"n":1}})", "", "not a string"},
+        BadFile{"NegativeShape", R"({"w":{"dtype":"F32","shape":[-1],"data_offsets":[0,0]}})", "",
+                "non-negative"},
+        BadFile{"BackwardsOffsets", R"({"w":{"dtype":"F32","shape":[0],"data_offsets":[4,0]}})", "",
+                "run backwards"}),
+    [](const auto& info) { return std::string(info.param.case_name); });
+
+TEST(SafetensorsTest, HeaderLengthPastTheEndIsRejected) {
+  TempDir dir;
+  const std::string path = dir / "short.safetensors";
+  WriteRaw(path, R"({"a":{}})", "");
+  std::filesystem::resize_file(path, 12);
+  EXPECT_THAT(ErrorOpening(path), HasSubstr("runs past the end"));
+  std::filesystem::resize_file(path, 3);
+  EXPECT_THAT(ErrorOpening(path), HasSubstr("too short"));
+}
+
+}  // namespace
+}  // namespace baton
