@@ -12,6 +12,7 @@
 #include "launcher/environment.h"
 #include "launcher/monitor.h"
 #include "launcher/mpi_bootstrap.h"
+#include "launcher/outputs.h"
 #include "launcher/plan.h"
 #include "launcher/process.h"
 #include "model/config.h"
@@ -74,16 +75,7 @@ json BuildReport(const Plan& plan, const std::vector<json>& results) {
 }
 
 void WriteReport(const json& report, const std::string& path) {
-  const std::filesystem::path p(path);
-  if (p.has_parent_path()) std::filesystem::create_directories(p.parent_path());
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp);
-    BATON_CHECK(out.good(), "cannot write the report to {}", tmp);
-    out << report.dump(2) << "\n";
-    BATON_CHECK(out.good(), "writing the report to {} failed", tmp);
-  }
-  std::filesystem::rename(tmp, path);
+  WriteFileAtomically(path, report.dump(2) + "\n");
 }
 
 std::vector<json> CollectResults(const std::string& address, const std::string& token,
@@ -108,8 +100,10 @@ void Summarise(const json& report, const std::string& report_path) {
 
 int Finish(const Plan& plan, const std::string& address, const std::string& token,
            const std::string& report_path) {
-  const json report = BuildReport(plan, CollectResults(address, token, plan.num_ranks()));
+  const std::vector<json> results = CollectResults(address, token, plan.num_ranks());
+  const json report = BuildReport(plan, results);
   if (!report_path.empty()) WriteReport(report, report_path);
+  WriteRunOutputs(plan.config.output.dir, plan, results);
   Summarise(report, report_path);
   return 0;
 }

@@ -23,6 +23,9 @@ struct StageEngine::PendingSend {
   std::unique_ptr<Work> work;
   Tensor tensor;  // kept alive until the send completes
   std::string what;
+  std::string kind;  // "SEND_F" / "SEND_B", for hang diagnosis
+  int microbatch;
+  int peer;
 };
 
 namespace {
@@ -59,9 +62,17 @@ std::string StageEngine::Describe(const Action& action) const {
 }
 
 void StageEngine::SetStatus(const Action* action, int peer) {
+  if (action == nullptr) {
+    SetStatus("compute", -1, -1);
+  } else {
+    SetStatus(std::string(KindName(action->kind)), action->microbatch, peer);
+  }
+}
+
+void StageEngine::SetStatus(std::string what, int microbatch, int peer) {
   EngineStatus now;
-  now.action = action ? std::string(KindName(action->kind)) : "compute";
-  now.microbatch = action ? action->microbatch : -1;
+  now.action = std::move(what);
+  now.microbatch = microbatch;
   now.peer = peer;
   now.since = Clock::now();
   {
@@ -86,28 +97,50 @@ std::vector<float> StageEngine::RunStep(const std::vector<Action>& actions,
   losses_.assign(model_.holds_last_layer() ? static_cast<size_t>(options_.num_microbatches) : 0,
                  0.0f);
   timings_ = {};
+  trace_.clear();
   stashed_ = 0;
   peak_stashed_ = 0;
   const Clock::time_point start = Clock::now();
+  step_start_ = start;
+  step_start_us_ =
+      std::chrono::duration<double, std::micro>(std::chrono::system_clock::now().time_since_epoch())
+          .count();
   for (const Action& action : actions) {
     BATON_CHECK(action.stage == model_.rank(), "rank {} was given {}", model_.rank(),
                 ToString(action, model_.num_ranks()));
-    const bool compute = IsCompute(action.kind);
     const Clock::time_point t0 = Clock::now();
+    last_wait_end_ = t0;
     Dispatch(action);
-    if (compute) timings_.compute_s += Seconds(Clock::now() - t0);
+    if (IsCompute(action.kind)) {
+      // The compute span starts once its input arrived (the wait is its own span).
+      const Clock::time_point end = Clock::now();
+      timings_.compute_s += Seconds(end - last_wait_end_);
+      const double end_us = NowUs();
+      trace_.push_back({ToString(action, model_.num_ranks()), action.microbatch,
+                        end_us - Seconds(end - last_wait_end_) * 1e6, end_us});
+    }
     ReapSends(/*wait_all=*/false);
   }
   ReapSends(/*wait_all=*/true);
-  SetStatus(nullptr, -1);
-  {
-    std::lock_guard lock(status_mutex_);
-    status_.action = "idle";
-  }
+  SetStatus("idle", -1, -1);
   for (auto& s : slots_) *s = Slot{};  // nothing survives a step
   timings_.wall_s = Seconds(Clock::now() - start);
   batches_ = nullptr;
   return losses_;
+}
+
+double StageEngine::NowUs() const {
+  return step_start_us_ +
+         std::chrono::duration<double, std::micro>(Clock::now() - step_start_).count();
+}
+
+void StageEngine::Waited(const std::string& what, int microbatch, Clock::time_point from) {
+  const Clock::time_point now = Clock::now();
+  const double waited = Seconds(now - from);
+  timings_.wait_s += waited;
+  last_wait_end_ = now;
+  const double end_us = NowUs();
+  trace_.push_back({what, microbatch, end_us - waited * 1e6, end_us});
 }
 
 void StageEngine::Dispatch(const Action& action) {
@@ -161,25 +194,25 @@ void StageEngine::PostSend(const Action& action) {
   Tensor& tensor = action.kind == ActionKind::kSendForward ? s.output : s.grad_input;
   BATON_CHECK(tensor.defined(), "{}: nothing to send (its compute action has not run)",
               Describe(action));
-  PendingSend pending{comm_->Isend(tensor, peer), tensor, Describe(action)};
+  PendingSend pending{comm_->Isend(tensor, peer), tensor,
+                      Describe(action),           std::string(KindName(action.kind)),
+                      action.microbatch,          peer};
   tensor = Tensor();  // the pending send owns it now
   sends_.push_back(std::move(pending));
 }
 
 void StageEngine::ReapSends(bool wait_all) {
   for (auto it = sends_.begin(); it != sends_.end();) {
-    if (wait_all) {
-      std::lock_guard lock(status_mutex_);
-      status_.action = "SEND";
-      status_.since = Clock::now();
-    }
+    if (wait_all) SetStatus(it->kind, it->microbatch, it->peer);
     bool done = it->work->Test();
     if (!done && wait_all) {
+      const Clock::time_point from = Clock::now();
       try {
         it->work->Wait(options_.timeout);
       } catch (const Error& e) {
         BATON_FAIL("{}: send did not complete: {}", it->what, e.what());
       }
+      Waited("wait SEND", -1, from);
       done = true;
     }
     it = done ? sends_.erase(it) : it + 1;
@@ -200,6 +233,7 @@ Tensor StageEngine::AwaitInput(const Action& action) {
   BATON_CHECK(s.input.defined(), "{}: no RECV_F was posted for this input", Describe(action));
   if (s.input_work) {
     SetStatus(&action, previous_rank);
+    const Clock::time_point from = Clock::now();
     try {
       s.input_work->Wait(options_.timeout);
     } catch (const Error& e) {
@@ -207,6 +241,7 @@ Tensor StageEngine::AwaitInput(const Action& action) {
                  previous_rank, e.what());
     }
     s.input_work.reset();
+    Waited("wait RECV_F" + std::to_string(action.microbatch), action.microbatch, from);
   }
   return s.input;
 }
@@ -226,6 +261,7 @@ Tensor StageEngine::AwaitGradient(const Action& action) {
               Describe(action));
   if (s.grad_work) {
     SetStatus(&action, next_rank);
+    const Clock::time_point from = Clock::now();
     try {
       s.grad_work->Wait(options_.timeout);
     } catch (const Error& e) {
@@ -233,6 +269,7 @@ Tensor StageEngine::AwaitGradient(const Action& action) {
                  next_rank, e.what());
     }
     s.grad_work.reset();
+    Waited("wait RECV_B" + std::to_string(action.microbatch), action.microbatch, from);
   }
   Tensor dy = std::move(s.grad_output);
   s.grad_output = Tensor();

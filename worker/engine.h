@@ -52,7 +52,18 @@ using StatusCallback = std::function<void(const EngineStatus&)>;
 
 struct StepTimings {
   double wall_s = 0;     // from the first action to the last completion
-  double compute_s = 0;  // time inside F/B/I/W
+  double compute_s = 0;  // time inside F/B/I/W, waits for their inputs excluded
+  double wait_s = 0;     // time blocked on receives and on sends completing
+};
+
+// One interval of the engine's time, for traces: a compute action ("F3", "5B2") or a wait
+// ("wait RECV_F3", "wait SEND"). Times are microseconds of the system clock (comparable across
+// processes on one host).
+struct TraceSpan {
+  std::string name;
+  int microbatch = -1;
+  double start_us = 0;
+  double end_us = 0;
 };
 
 class StageEngine {
@@ -74,6 +85,8 @@ class StageEngine {
   // The most (micro-batch, chunk) pairs whose forward had run and whose backward had not yet
   // freed it, during the last step: what sets activation memory (the simulator's peak in-flight).
   int peak_stashed() const { return peak_stashed_; }
+  // The spans of the last step, in order (compute actions and waits).
+  const std::vector<TraceSpan>& last_trace() const { return trace_; }
   EngineStatus status() const;
   void set_status_callback(StatusCallback callback) { on_status_ = std::move(callback); }
 
@@ -91,6 +104,7 @@ class StageEngine {
   void RecomputeSegment(Slot& s, Chunk& chunk, int segment, const MicroBatch& batch);
   void ReapSends(bool wait_all);
   void SetStatus(const Action* action, int peer);
+  void SetStatus(std::string what, int microbatch, int peer);
   std::string Describe(const Action& action) const;
 
   Backend& backend_;
@@ -104,6 +118,12 @@ class StageEngine {
   float loss_grad_scale_ = 1.0f;
   std::vector<float> losses_;
   StepTimings timings_;
+  double NowUs() const;
+  void Waited(const std::string& what, int microbatch, std::chrono::steady_clock::time_point from);
+  std::vector<TraceSpan> trace_;
+  std::chrono::steady_clock::time_point step_start_;
+  double step_start_us_ = 0;
+  std::chrono::steady_clock::time_point last_wait_end_;
   int stashed_ = 0;
   int peak_stashed_ = 0;
   mutable std::mutex status_mutex_;

@@ -118,6 +118,7 @@ StepRecord Trainer::Step(int64_t step) {
   const std::vector<float> losses = engine_->RunStep(
       setup_.schedule.per_rank[static_cast<size_t>(setup_.rank)], batches_, loss_grad_scale);
 
+  const auto step_end_start = Clock::now();
   CombineTiedGradients();
   const auto [norm, overflow] = ReduceNormAndOverflow();
 
@@ -144,6 +145,14 @@ StepRecord Trainer::Step(int64_t step) {
   }
   record.step_s = std::chrono::duration<double>(Clock::now() - start).count();
   record.compute_s = engine_->last_timings().compute_s;
+  record.wait_s = engine_->last_timings().wait_s;
+  record.trace = engine_->last_trace();
+  const double end_us =
+      std::chrono::duration<double, std::micro>(std::chrono::system_clock::now().time_since_epoch())
+          .count();
+  const double optimizer_us =
+      std::chrono::duration<double, std::micro>(Clock::now() - step_end_start).count();
+  record.trace.push_back({"optimizer", -1, end_us - optimizer_us, end_us});
   record.tokens_per_s = static_cast<double>(config.train.batch_size) *
                         static_cast<double>(SequenceLength(config)) / record.step_s;
   return record;

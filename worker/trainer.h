@@ -50,7 +50,9 @@ struct StepRecord {
   bool skipped = false;  // fp16 overflow: no update this step
   double step_s = 0;
   double compute_s = 0;  // inside F/B/I/W
+  double wait_s = 0;     // blocked on peers
   double tokens_per_s = 0;
+  std::vector<TraceSpan> trace;  // the engine's spans, then "optimizer" (step end)
 };
 
 class Trainer {

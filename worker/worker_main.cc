@@ -38,7 +38,7 @@ std::map<std::string, int64_t> MemoryMap(const MemoryFigures& figures) {
   return out;
 }
 
-nlohmann::json StepJson(const StepRecord& r, bool has_loss) {
+nlohmann::json StepJson(const StepRecord& r, bool has_loss, const MemoryFigures& peak) {
   nlohmann::json j = {{"step", r.step},
                       {"grad_norm", r.grad_norm},
                       {"lr", r.lr},
@@ -46,10 +46,22 @@ nlohmann::json StepJson(const StepRecord& r, bool has_loss) {
                       {"skipped", r.skipped},
                       {"step_s", r.step_s},
                       {"compute_s", r.compute_s},
-                      {"tokens_per_s", r.tokens_per_s}};
+                      {"wait_s", r.wait_s},
+                      {"tokens_per_s", r.tokens_per_s},
+                      {"memory_peak", MemoryMap(peak)}};
   if (has_loss) j["loss"] = r.loss;
   return j;
 }
+
+// The spans of one step as [name, micro-batch, start_us, end_us] rows.
+nlohmann::json TraceJson(const StepRecord& r) {
+  nlohmann::json spans = nlohmann::json::array();
+  for (const TraceSpan& s : r.trace) spans.push_back({s.name, s.microbatch, s.start_us, s.end_us});
+  return {{"step", r.step}, {"spans", spans}};
+}
+
+// Steps whose timeline goes into the trace: the last few (steady state, not warm-up).
+constexpr int64_t kTracedSteps = 8;
 
 // Everything a rank does once it holds the plan; throws on failure.
 void TrainRank(const WorkerArgs& args, CoordinatorClient& client, const WorkerPlan& plan) {
@@ -91,6 +103,7 @@ void TrainRank(const WorkerArgs& args, CoordinatorClient& client, const WorkerPl
   client.Barrier("ready", timeout);
 
   nlohmann::json steps = nlohmann::json::array();
+  nlohmann::json traces = nlohmann::json::array();
   double compute_s = 0, wall_s = 0;
   for (int64_t step = 1; step <= config.train.steps; ++step) {
     BATON_CHECK(!client.aborted(), "the job was aborted: {}", client.abort_reason());
@@ -98,7 +111,8 @@ void TrainRank(const WorkerArgs& args, CoordinatorClient& client, const WorkerPl
     const StepRecord record = trainer.Step(step);
     compute_s += record.compute_s;
     wall_s += record.step_s;
-    steps.push_back(StepJson(record, trainer.holds_head()));
+    steps.push_back(StepJson(record, trainer.holds_head(), ledger.Peak()));
+    if (step > config.train.steps - kTracedSteps) traces.push_back(TraceJson(record));
 
     WorkerReport report;
     report.stage = args.rank;
@@ -121,6 +135,7 @@ void TrainRank(const WorkerArgs& args, CoordinatorClient& client, const WorkerPl
       {"digests", digests},     {"memory_peak", MemoryMap(ledger.Peak())},
       {"compute_s", compute_s}, {"wall_s", wall_s},
       {"steps", steps},         {"holds_head", trainer.holds_head()},
+      {"trace", traces},
   };
   for (const LayerRange& r : plan.chunk_ranges.at(static_cast<size_t>(args.rank))) {
     result["layers"].push_back({r.first, r.last});
