@@ -1,0 +1,32 @@
+// MakeBackend (see backend_factory.h). BATON_BACKEND_WITH_CUDA is defined by kernels/CMakeLists.txt
+// when the CUDA backend is built and linked.
+#include "kernels/backend_factory.h"
+
+#include "core/error.h"
+
+#if BATON_BACKEND_WITH_CUDA
+#include "kernels/cuda/cuda_backend.h"
+#endif
+
+namespace baton {
+
+bool BuiltWithCuda() { return BATON_BACKEND_WITH_CUDA != 0; }
+
+std::unique_ptr<Backend> MakeBackend(Device device, MemoryLedger& ledger, int threads) {
+  switch (device.type) {
+    case DeviceType::kCpu:
+      return MakeCpuBackend(ledger, threads);
+    case DeviceType::kCuda:
+#if BATON_BACKEND_WITH_CUDA
+      return MakeCudaBackend(ledger, device.index);
+#else
+      BATON_FAIL(
+          "device {} asked for, but this binary was built without CUDA (configure with the CUDA "
+          "toolkit installed: see docs/cuda.md)",
+          device.ToString());
+#endif
+  }
+  BATON_FAIL("unknown device type {}", static_cast<int>(device.type));
+}
+
+}  // namespace baton

@@ -1,0 +1,122 @@
+// CudaBackend: the Backend of kernels/backend.h on one NVIDIA GPU, made by MakeCudaBackend.
+//
+// GEMMs go through cuBLASLt (gemm.h); everything else is a CUDA kernel of this folder (launch.h).
+// All work is queued on the backend's one compute stream, in call order; Synchronize() waits for
+// it. Calls that return host values (SumOfSquares, AllFinite) and copies to or from host memory
+// synchronise the stream before returning. Tensors are device tensors on this GPU, contiguous,
+// allocated from allocator() (a CachingAllocator booked in the ledger); Copy() also takes host
+// tensors on either side.
+//
+// Errors: argument errors throw at once. Out-of-range token or target ids are found by the
+// kernels (which skip them) and thrown by the next synchronising call, naming the id.
+// Numerics: f32 arithmetic on f32/bf16/f16 storage; deterministic (no float atomics, fixed
+// reduction orders, one cuBLASLt algorithm per problem). f32 GEMMs are exact f32 unless
+// options.allow_tf32.
+//
+// Thread safety: one backend serves one thread, which it makes use its GPU (cudaSetDevice) on
+// every call. Tensors must be released before the backend (they return to its allocator).
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <memory>
+#include <string>
+
+#include "kernels/backend.h"
+#include "kernels/cuda/caching_allocator.h"
+
+namespace baton::cuda {
+
+struct IdError;
+class CublasLtGemm;
+
+struct CudaBackendOptions {
+  bool allow_tf32 = false;                 // f32 GEMMs on tensor cores (10-bit mantissa inputs)
+  size_t gemm_workspace_bytes = 32 << 20;  // cuBLASLt workspace, booked as workspace
+};
+
+class CudaBackend final : public Backend {
+ public:
+  // Throws baton::Error when GPU `device_index` does not exist (or no driver is loaded).
+  CudaBackend(MemoryLedger& ledger, int device_index, CudaBackendOptions options = {});
+  ~CudaBackend() override;
+
+  // The compute stream: everything this backend does is ordered on it. A communicator orders its
+  // own stream after this one with events (record here, wait there) and back.
+  cudaStream_t stream() const { return stream_; }
+  CachingAllocator& caching_allocator() { return allocator_; }
+  const CudaBackendOptions& options() const { return options_; }
+
+  Device device() const override { return Device::Cuda(index_); }
+  Allocator& allocator() override { return allocator_; }
+  void Synchronize() override;
+
+  void Zero(Tensor& t) override;
+  void Copy(const Tensor& src, Tensor& dst) override;
+
+  void Matmul(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, Tensor& out,
+              bool accumulate, const Tensor* bias) override;
+  void BiasBackward(const Tensor& dout, Tensor& dbias) override;
+
+  void EmbeddingForward(const Tensor& tokens, const Tensor& wte, const Tensor& wpe,
+                        Tensor& out) override;
+  void EmbeddingBackward(const Tensor& tokens, const Tensor& dout, Tensor& dwte,
+                         Tensor& dwpe) override;
+  void LayerNormForward(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor& out,
+                        Tensor& mean, Tensor& rstd) override;
+  void LayerNormBackward(const Tensor& dout, const Tensor& x, const Tensor& weight,
+                         const Tensor& mean, const Tensor& rstd, Tensor& dx, Tensor& dweight,
+                         Tensor& dbias) override;
+  void GeluForward(const Tensor& x, Tensor& out) override;
+  void GeluBackward(const Tensor& x, const Tensor& dout, Tensor& dx) override;
+  void AttentionForward(const Tensor& qkv, int num_heads, Tensor& out, Tensor& probs) override;
+  void AttentionBackward(const Tensor& dout, const Tensor& qkv, const Tensor& probs, int num_heads,
+                         Tensor& dqkv) override;
+  void CrossEntropyForward(const Tensor& logits, const Tensor& targets, Tensor& loss) override;
+  void CrossEntropyBackward(const Tensor& logits, const Tensor& targets, float grad_scale,
+                            Tensor& dlogits) override;
+
+  void Add(const Tensor& a, const Tensor& b, Tensor& out) override;
+  void Accumulate(const Tensor& x, Tensor& acc) override;
+  void Scale(Tensor& t, float factor) override;
+
+  double SumOfSquares(const Tensor& t) override;
+  bool AllFinite(const Tensor& t) override;
+  void AdamW(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const AdamWConfig& config,
+             float grad_scale) override;
+
+ private:
+  // Makes this backend's GPU current on the calling thread.
+  void Activate() const;
+  // Uninitialised device scratch, booked as workspace; freed (to the cache) with the handle.
+  Tensor Workspace(int64_t elements, DType dtype);
+  // A device copy of t in `dtype` (t itself when it already is).
+  Tensor Cast(const Tensor& t, DType dtype);
+  // Waits for the stream, then raises an id error the kernels recorded, if any.
+  void SyncAndCheck();
+  // Row-major GEMM on tensors of supported dtypes (see gemm.h): out = op(a) op(b) (+ bias).
+  void RunMatmul(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, Tensor& out,
+                 bool accumulate, const Tensor* bias);
+
+  int index_;
+  CudaBackendOptions options_;
+  CachingAllocator allocator_;
+  cudaStream_t stream_ = nullptr;
+  IdError* id_error_host_ = nullptr;  // pinned host memory, mapped into the device...
+  IdError* id_error_ = nullptr;       // ...at this address, which the kernels write
+  Tensor gemm_workspace_;
+  std::unique_ptr<CublasLtGemm> gemm_;
+};
+
+// Number of CUDA devices, or 0 when there is none or no driver (never throws). `why` (optional)
+// gets the reason when it returns 0, e.g. "cudaGetDeviceCount: CUDA driver version is
+// insufficient for CUDA runtime version (cudaErrorInsufficientDriver)".
+int CudaDeviceCount(std::string* why = nullptr);
+
+}  // namespace baton::cuda
+
+namespace baton {
+// The CUDA backend on GPU `device_index`; options default to exact f32 GEMMs.
+std::unique_ptr<Backend> MakeCudaBackend(MemoryLedger& ledger, int device_index,
+                                         cuda::CudaBackendOptions options = {});
+}  // namespace baton

@@ -1,0 +1,337 @@
+// CudaBackend: the GPT layer methods. Each validates its arguments as the CPU backend does and
+// queues the kernels of launch.h; attention runs its four products through cuBLASLt with the
+// causal softmax kernel in between.
+#include <cmath>
+
+#include "core/error.h"
+#include "kernels/cuda/arg_checks.h"
+#include "kernels/cuda/cuda_backend.h"
+#include "kernels/cuda/gemm.h"
+#include "kernels/cuda/launch.h"
+
+namespace baton::cuda {
+namespace {
+
+struct AttentionShape {
+  int64_t batch = 0, seq = 0, channels = 0, heads = 0;
+  int64_t head_dim() const { return channels / heads; }
+};
+
+AttentionShape CheckAttention(const Tensor& qkv, int num_heads, Device device) {
+  CheckFloat(qkv, device, "qkv");
+  BATON_CHECK(qkv.dim() == 3 && qkv.size(2) % 3 == 0, "qkv {} must be (B, T, 3C)", qkv.ToString());
+  const AttentionShape shape{qkv.size(0), qkv.size(1), qkv.size(2) / 3, num_heads};
+  BATON_CHECK(num_heads >= 1 && shape.channels % num_heads == 0,
+              "{} heads do not divide {} channels", num_heads, shape.channels);
+  return shape;
+}
+
+// `offset` elements into t's memory.
+const void* At(const Tensor& t, int64_t offset) {
+  return static_cast<const char*>(t.raw()) + offset * static_cast<int64_t>(SizeOf(t.dtype()));
+}
+void* At(Tensor& t, int64_t offset) {
+  return static_cast<char*>(t.raw()) + offset * static_cast<int64_t>(SizeOf(t.dtype()));
+}
+
+// A batch over heads of (rows x cols) slices of a (T, ld) row-major tensor: head h starts at
+// column offset + h*D.
+GemmMatrix Heads(const Tensor& t, int64_t offset, int64_t ld, int64_t head_dim) {
+  return {At(t, offset), t.dtype(), ld, head_dim};
+}
+
+// A batch over heads of dense T x T blocks.
+GemmMatrix Squares(const Tensor& t, int64_t offset, int64_t seq) {
+  return {At(t, offset), t.dtype(), seq, seq * seq};
+}
+
+}  // namespace
+
+void CudaBackend::EmbeddingForward(const Tensor& tokens, const Tensor& wte, const Tensor& wpe,
+                                   Tensor& out) {
+  Activate();
+  CheckI32(tokens, device(), "tokens");
+  CheckFloat(wte, device(), "wte");
+  CheckFloat(wpe, device(), "wpe");
+  CheckFloat(out, device(), "out");
+  BATON_CHECK(tokens.dim() == 2, "tokens {} must be (B, T)", tokens.ToString());
+  BATON_CHECK(wte.dim() == 2 && wpe.dim() == 2 && wte.size(1) == wpe.size(1),
+              "wte {} and wpe {} must be (V, C) and (maxT, C)", wte.ToString(), wpe.ToString());
+  const int64_t batch = tokens.size(0), seq = tokens.size(1), channels = wte.size(1);
+  BATON_CHECK(seq <= wpe.size(0), "sequence length {} exceeds wpe's {} positions", seq,
+              wpe.size(0));
+  CheckShape(out, {batch, seq, channels}, "out");
+  LaunchEmbeddingForward(static_cast<const int32_t*>(tokens.raw()), wte.raw(), wte.dtype(),
+                         wpe.raw(), wpe.dtype(), out.raw(), out.dtype(), batch, seq, channels,
+                         wte.size(0), id_error_, stream_);
+}
+
+void CudaBackend::EmbeddingBackward(const Tensor& tokens, const Tensor& dout, Tensor& dwte,
+                                    Tensor& dwpe) {
+  Activate();
+  CheckI32(tokens, device(), "tokens");
+  CheckFloat(dout, device(), "dout");
+  BATON_CHECK(tokens.dim() == 2, "tokens {} must be (B, T)", tokens.ToString());
+  BATON_CHECK(dout.dim() == 3, "dout {} must be (B, T, C)", dout.ToString());
+  const int64_t batch = tokens.size(0), seq = tokens.size(1), channels = dout.size(2);
+  CheckShape(dout, {batch, seq, channels}, "dout");
+  if (dwte.defined()) {
+    CheckFloat(dwte, device(), "dwte");
+    BATON_CHECK(dwte.dim() == 2 && dwte.size(1) == channels, "dwte {} must be (V, {})",
+                dwte.ToString(), channels);
+    const int64_t rows = batch * seq;
+    const size_t bytes = EmbeddingBackwardWorkspaceBytes(rows);
+    Tensor scratch = Workspace(static_cast<int64_t>((bytes + 3) / 4), DType::kF32);
+    LaunchEmbeddingBackwardTokens(static_cast<const int32_t*>(tokens.raw()), dout.raw(),
+                                  dout.dtype(), dwte.raw(), dwte.dtype(), rows, channels,
+                                  dwte.size(0), scratch.raw(), scratch.nbytes(), id_error_,
+                                  stream_);
+  }
+  if (dwpe.defined()) {
+    CheckFloat(dwpe, device(), "dwpe");
+    BATON_CHECK(dwpe.dim() == 2 && dwpe.size(1) == channels && seq <= dwpe.size(0),
+                "dwpe {} must be (maxT >= {}, {})", dwpe.ToString(), seq, channels);
+    // dwpe[t] += sum_b dout[b, t]: column sums of dout seen as (B, T*C) into dwpe's first T rows.
+    Tensor partials = Workspace(ColumnSumsPartials(batch, seq * channels), DType::kF32);
+    LaunchColumnSums(dout.raw(), dout.dtype(), batch, seq * channels,
+                     static_cast<float*>(partials.raw()), dwpe.raw(), dwpe.dtype(), stream_);
+  }
+}
+
+void CudaBackend::LayerNormForward(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                                   Tensor& out, Tensor& mean, Tensor& rstd) {
+  Activate();
+  CheckFloat(x, device(), "x");
+  CheckFloat(weight, device(), "weight");
+  CheckFloat(bias, device(), "bias");
+  CheckFloat(out, device(), "out");
+  CheckF32(mean, device(), "mean");
+  CheckF32(rstd, device(), "rstd");
+  const RowsCols xm = AsMatrix(x, "x");
+  CheckNumel(weight, xm.cols, "weight");
+  CheckNumel(bias, xm.cols, "bias");
+  CheckShape(out, x.shape(), "out");
+  CheckNumel(mean, xm.rows, "mean");
+  CheckNumel(rstd, xm.rows, "rstd");
+  LaunchLayerNormForward(x.raw(), x.dtype(), weight.raw(), weight.dtype(), bias.raw(), bias.dtype(),
+                         out.raw(), out.dtype(), static_cast<float*>(mean.raw()),
+                         static_cast<float*>(rstd.raw()), xm.rows, xm.cols, stream_);
+}
+
+void CudaBackend::LayerNormBackward(const Tensor& dout, const Tensor& x, const Tensor& weight,
+                                    const Tensor& mean, const Tensor& rstd, Tensor& dx,
+                                    Tensor& dweight, Tensor& dbias) {
+  Activate();
+  for (const auto& [t, name] : {std::pair{&dout, "dout"},
+                                {&x, "x"},
+                                {&weight, "weight"},
+                                {&dx, "dx"},
+                                {&dweight, "dweight"},
+                                {&dbias, "dbias"}}) {
+    CheckFloat(*t, device(), name);
+  }
+  CheckF32(mean, device(), "mean");
+  CheckF32(rstd, device(), "rstd");
+  const RowsCols xm = AsMatrix(x, "x");
+  CheckShape(dout, x.shape(), "dout");
+  CheckShape(dx, x.shape(), "dx");
+  CheckNumel(weight, xm.cols, "weight");
+  CheckNumel(dweight, xm.cols, "dweight");
+  CheckNumel(dbias, xm.cols, "dbias");
+  CheckNumel(mean, xm.rows, "mean");
+  CheckNumel(rstd, xm.rows, "rstd");
+  Tensor partials = Workspace(2 * ColumnSumsPartials(xm.rows, xm.cols), DType::kF32);
+  LaunchLayerNormBackward(dout.raw(), dout.dtype(), x.raw(), x.dtype(), weight.raw(),
+                          weight.dtype(), static_cast<const float*>(mean.raw()),
+                          static_cast<const float*>(rstd.raw()), dx.raw(), dx.dtype(),
+                          dweight.raw(), dweight.dtype(), dbias.raw(), dbias.dtype(),
+                          static_cast<float*>(partials.raw()), xm.rows, xm.cols, stream_);
+}
+
+void CudaBackend::GeluForward(const Tensor& x, Tensor& out) {
+  Activate();
+  CheckFloat(x, device(), "x");
+  CheckFloat(out, device(), "out");
+  CheckShape(out, x.shape(), "out");
+  LaunchGeluForward(x.raw(), x.dtype(), out.raw(), out.dtype(), x.numel(), stream_);
+}
+
+void CudaBackend::GeluBackward(const Tensor& x, const Tensor& dout, Tensor& dx) {
+  Activate();
+  CheckFloat(x, device(), "x");
+  CheckFloat(dout, device(), "dout");
+  CheckFloat(dx, device(), "dx");
+  CheckShape(dout, x.shape(), "dout");
+  CheckShape(dx, x.shape(), "dx");
+  LaunchGeluBackward(x.raw(), x.dtype(), dout.raw(), dout.dtype(), dx.raw(), dx.dtype(), x.numel(),
+                     stream_);
+}
+
+// Per batch element b, as a batch over heads: S = scale Q K^T into probs (f32), the causal
+// softmax in place, then out = P V. With 16-bit qkv, P is also written in that dtype for the PV
+// product (cuBLASLt wants both operands in one dtype). When out's dtype differs from qkv's,
+// everything runs in f32.
+void CudaBackend::AttentionForward(const Tensor& qkv, int num_heads, Tensor& out, Tensor& probs) {
+  Activate();
+  const AttentionShape shape = CheckAttention(qkv, num_heads, device());
+  CheckFloat(out, device(), "out");
+  CheckF32(probs, device(), "probs");
+  CheckShape(out, {shape.batch, shape.seq, shape.channels}, "out");
+  CheckShape(probs, {shape.batch, shape.heads, shape.seq, shape.seq}, "probs");
+  if (shape.batch * shape.seq == 0) return;
+  const DType io = out.dtype() == qkv.dtype() ? qkv.dtype() : DType::kF32;
+  const Tensor q = Cast(qkv, io);
+  Tensor o = out.dtype() == io ? out : Workspace(out.numel(), io).View(out.shape());
+  const int64_t t = shape.seq, c = shape.channels, d = shape.head_dim(), nh = shape.heads;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(d));
+  Tensor probs_io;  // P in the operand dtype, when that isn't f32
+  if (io != DType::kF32) probs_io = Workspace(probs.numel(), io);
+  const Tensor& p_operand = io == DType::kF32 ? probs : probs_io;
+  for (int64_t b = 0; b < shape.batch; ++b) {
+    const int64_t qkv_b = b * t * 3 * c;
+    GemmProblem scores;
+    scores.trans_b = true;
+    scores.m = t;
+    scores.n = t;
+    scores.k = d;
+    scores.a = Heads(q, qkv_b, 3 * c, d);
+    scores.b = Heads(q, qkv_b + c, 3 * c, d);
+    scores.out = At(probs, b * nh * t * t);
+    scores.out_dtype = DType::kF32;
+    scores.ldo = t;
+    scores.out_batch_stride = t * t;
+    scores.batch = static_cast<int>(nh);
+    scores.alpha = scale;
+    gemm_->Run(scores, stream_);
+  }
+  LaunchCausalSoftmax(static_cast<float*>(probs.raw()), shape.batch * nh * t, t,
+                      probs_io.defined() ? probs_io.raw() : nullptr, io, stream_);
+  for (int64_t b = 0; b < shape.batch; ++b) {
+    GemmProblem values;
+    values.m = t;
+    values.n = d;
+    values.k = t;
+    values.a = Squares(p_operand, b * nh * t * t, t);
+    values.b = Heads(q, b * t * 3 * c + 2 * c, 3 * c, d);
+    values.out = At(o, b * t * c);
+    values.out_dtype = io;
+    values.ldo = c;
+    values.out_batch_stride = d;
+    values.batch = static_cast<int>(nh);
+    gemm_->Run(values, stream_);
+  }
+  if (o.raw() != out.raw()) LaunchCast(o.raw(), io, out.raw(), out.dtype(), out.numel(), stream_);
+}
+
+// Per batch element b, as a batch over heads: dP = dO V^T (f32), dS = scale P (dP - rowsum(P dP))
+// in place, then dQ += dS K, dK += dS^T Q, dV += P^T dO. 16-bit operands as in the forward.
+void CudaBackend::AttentionBackward(const Tensor& dout, const Tensor& qkv, const Tensor& probs,
+                                    int num_heads, Tensor& dqkv) {
+  Activate();
+  const AttentionShape shape = CheckAttention(qkv, num_heads, device());
+  CheckFloat(dout, device(), "dout");
+  CheckF32(probs, device(), "probs");
+  CheckFloat(dqkv, device(), "dqkv");
+  CheckShape(dout, {shape.batch, shape.seq, shape.channels}, "dout");
+  CheckShape(probs, {shape.batch, shape.heads, shape.seq, shape.seq}, "probs");
+  CheckShape(dqkv, qkv.shape(), "dqkv");
+  if (shape.batch * shape.seq == 0) return;
+  const bool uniform = dout.dtype() == qkv.dtype() && dqkv.dtype() == qkv.dtype();
+  const DType io = uniform ? qkv.dtype() : DType::kF32;
+  const Tensor q = Cast(qkv, io);
+  const Tensor g = Cast(dout, io);
+  Tensor dq = Cast(dqkv, io);  // accumulated into; dqkv itself when the dtype matches
+  const int64_t t = shape.seq, c = shape.channels, d = shape.head_dim(), nh = shape.heads;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(d));
+  Tensor ds = Workspace(nh * t * t, DType::kF32);  // dP, then dS, for one batch element
+  Tensor ds_io, probs_io;
+  if (io != DType::kF32) {
+    ds_io = Workspace(nh * t * t, io);
+    probs_io = Workspace(nh * t * t, io);
+  }
+  for (int64_t b = 0; b < shape.batch; ++b) {
+    const int64_t qkv_b = b * t * 3 * c;
+    const int64_t probs_b = b * nh * t * t;
+    GemmProblem dp;
+    dp.trans_b = true;
+    dp.m = t;
+    dp.n = t;
+    dp.k = d;
+    dp.a = Heads(g, b * t * c, c, d);
+    dp.b = Heads(q, qkv_b + 2 * c, 3 * c, d);
+    dp.out = ds.raw();
+    dp.out_dtype = DType::kF32;
+    dp.ldo = t;
+    dp.out_batch_stride = t * t;
+    dp.batch = static_cast<int>(nh);
+    gemm_->Run(dp, stream_);
+    LaunchCausalSoftmaxBackward(static_cast<const float*>(At(probs, probs_b)),
+                                static_cast<float*>(ds.raw()), nh * t, t, scale,
+                                ds_io.defined() ? ds_io.raw() : nullptr,
+                                probs_io.defined() ? probs_io.raw() : nullptr, io, stream_);
+    const GemmMatrix ds_operand = Squares(io == DType::kF32 ? ds : ds_io, 0, t);
+    const GemmMatrix p_operand =
+        io == DType::kF32 ? Squares(probs, probs_b, t) : Squares(probs_io, 0, t);
+    // Three products of the same form: out (T, D) head slices of dq, accumulated.
+    const auto accumulate = [&](bool trans_a, const GemmMatrix& lhs, const GemmMatrix& rhs,
+                                int64_t out_offset) {
+      GemmProblem p;
+      p.trans_a = trans_a;
+      p.m = t;
+      p.n = d;
+      p.k = t;
+      p.a = lhs;
+      p.b = rhs;
+      p.out = At(dq, qkv_b + out_offset);
+      p.out_dtype = io;
+      p.ldo = 3 * c;
+      p.out_batch_stride = d;
+      p.batch = static_cast<int>(nh);
+      p.beta = 1.0f;
+      gemm_->Run(p, stream_);
+    };
+    accumulate(false, ds_operand, Heads(q, qkv_b + c, 3 * c, d), 0);  // dQ += dS K
+    accumulate(true, ds_operand, Heads(q, qkv_b, 3 * c, d), c);       // dK += dS^T Q
+    accumulate(true, p_operand, Heads(g, b * t * c, c, d), 2 * c);    // dV += P^T dO
+  }
+  if (dq.raw() != dqkv.raw()) {
+    LaunchCast(dq.raw(), io, dqkv.raw(), dqkv.dtype(), dqkv.numel(), stream_);
+  }
+}
+
+void CudaBackend::CrossEntropyForward(const Tensor& logits, const Tensor& targets, Tensor& loss) {
+  Activate();
+  CheckFloat(logits, device(), "logits");
+  CheckI32(targets, device(), "targets");
+  CheckF32(loss, device(), "loss");
+  const RowsCols lm = AsMatrix(logits, "logits");
+  BATON_CHECK(lm.rows > 0 && lm.cols > 0, "cross-entropy of empty logits {}", logits.ToString());
+  CheckNumel(targets, lm.rows, "targets");
+  CheckNumel(loss, 1, "loss");
+  Tensor row_losses = Workspace(lm.rows, DType::kF32);
+  LaunchCrossEntropyForward(logits.raw(), logits.dtype(),
+                            static_cast<const int32_t*>(targets.raw()),
+                            static_cast<float*>(row_losses.raw()), static_cast<float*>(loss.raw()),
+                            lm.rows, lm.cols, id_error_, stream_);
+}
+
+void CudaBackend::CrossEntropyBackward(const Tensor& logits, const Tensor& targets,
+                                       float grad_scale, Tensor& dlogits) {
+  Activate();
+  CheckFloat(logits, device(), "logits");
+  CheckI32(targets, device(), "targets");
+  CheckFloat(dlogits, device(), "dlogits");
+  const RowsCols lm = AsMatrix(logits, "logits");
+  BATON_CHECK(lm.rows > 0 && lm.cols > 0, "cross-entropy of empty logits {}", logits.ToString());
+  CheckNumel(targets, lm.rows, "targets");
+  CheckShape(dlogits, logits.shape(), "dlogits");
+  BATON_CHECK(dlogits.raw() != logits.raw() || dlogits.dtype() == logits.dtype(),
+              "in-place cross-entropy backward needs one dtype, got {} and {}", logits.ToString(),
+              dlogits.ToString());
+  const float factor = grad_scale / static_cast<float>(lm.rows);
+  LaunchCrossEntropyBackward(logits.raw(), logits.dtype(),
+                             static_cast<const int32_t*>(targets.raw()), factor, dlogits.raw(),
+                             dlogits.dtype(), lm.rows, lm.cols, id_error_, stream_);
+}
+
+}  // namespace baton::cuda

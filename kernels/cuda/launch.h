@@ -1,0 +1,133 @@
+// The CUDA kernels' launchers: plain host functions, implemented in the .cu files, that the
+// backend's C++20 host code (cuda_backend*.cc) calls with raw device pointers, dtypes and shapes.
+// Arguments are already validated; each launcher queues its kernels on `stream` and checks the
+// launch (BATON_CUDA_CHECK_LAUNCH). Float tensors may be f32, bf16 or f16 (f32 arithmetic);
+// statistics, probabilities and optimizer state are f32; ids are i32.
+//
+// Determinism: no launcher uses floating-point atomics; every sum runs in an order fixed by the
+// shape alone (per-thread strided loops, then fixed-shape shuffle/shared-memory trees, then
+// partials combined in index order), so equal inputs give equal bits on the same GPU model.
+//
+// Ids out of range (tokens, targets) are not read or written through: the kernel records the
+// first one in `id_error` (mapped host memory) and the backend raises it at its next
+// synchronising call.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "core/dtype.h"
+
+namespace baton::cuda {
+
+// Written by kernels that find an id outside [0, bound); read by the host after a sync.
+struct IdError {
+  int set;  // 0 until the first bad id
+  int value;
+  int bound;
+  int64_t index;
+};
+
+// ---- elementwise.cu
+void LaunchCast(const void* src, DType src_dtype, void* dst, DType dst_dtype, int64_t n,
+                cudaStream_t stream);
+// out = a + b
+void LaunchAdd(const void* a, DType a_dtype, const void* b, DType b_dtype, void* out,
+               DType out_dtype, int64_t n, cudaStream_t stream);
+// acc += x
+void LaunchAccumulate(const void* x, DType x_dtype, void* acc, DType acc_dtype, int64_t n,
+                      cudaStream_t stream);
+// t *= factor
+void LaunchScale(void* t, DType dtype, float factor, int64_t n, cudaStream_t stream);
+// out (rows,cols) = row (cols) broadcast, or out += row when accumulate.
+void LaunchBroadcastRows(const void* row, DType row_dtype, void* out, DType out_dtype, int64_t rows,
+                         int64_t cols, bool accumulate, cudaStream_t stream);
+
+// Sum of squares in double, in fixed blocks of kSumOfSquaresChunk elements combined in order:
+// partials needs SumOfSquaresBlocks(n) doubles; the total lands in *total (device).
+inline constexpr int64_t kSumOfSquaresChunk = 4096;
+inline int64_t SumOfSquaresBlocks(int64_t n) {
+  return (n + kSumOfSquaresChunk - 1) / kSumOfSquaresChunk;
+}
+void LaunchSumOfSquares(const void* t, DType dtype, int64_t n, double* partials, double* total,
+                        cudaStream_t stream);
+// *flag (device, zeroed by the caller) becomes 1 if any element is inf or NaN.
+void LaunchNonFiniteFlag(const void* t, DType dtype, int64_t n, int* flag, cudaStream_t stream);
+
+// The scalars of one AdamW step, formed on the host exactly as the CPU backend forms them.
+struct AdamWScalars {
+  float beta1, beta2, one_minus_beta1, one_minus_beta2;
+  float decay;                  // 1 - lr * weight_decay
+  float step_size;              // lr / (1 - beta1^step)
+  float bias_correction2_sqrt;  // sqrt(1 - beta2^step)
+  float eps;
+  float grad_scale;
+};
+// One AdamW step over n elements, in torch.optim.AdamW's order of f32 operations (no FMA
+// contraction), so it matches the CPU backend bit for bit.
+void LaunchAdamW(float* param, const void* grad, DType grad_dtype, float* m, float* v, int64_t n,
+                 const AdamWScalars& scalars, cudaStream_t stream);
+
+// ---- layers.cu
+// out (B*T,C) = wte[tokens] + wpe[t].
+void LaunchEmbeddingForward(const int32_t* tokens, const void* wte, DType wte_dtype,
+                            const void* wpe, DType wpe_dtype, void* out, DType out_dtype,
+                            int64_t batch, int64_t seq, int64_t channels, int64_t vocab,
+                            IdError* id_error, cudaStream_t stream);
+// Workspace bytes for LaunchEmbeddingBackwardTokens with n = B*T rows.
+size_t EmbeddingBackwardWorkspaceBytes(int64_t rows);
+// dwte[tokens[r]] += dout[r] for every row r: rows are stably radix-sorted by token, then each
+// run of equal tokens is summed in row order by one thread per channel (no atomics).
+void LaunchEmbeddingBackwardTokens(const int32_t* tokens, const void* dout, DType dout_dtype,
+                                   void* dwte, DType dwte_dtype, int64_t rows, int64_t channels,
+                                   int64_t vocab, void* workspace, size_t workspace_bytes,
+                                   IdError* id_error, cudaStream_t stream);
+
+// acc (cols) += column sums of x (rows,cols). `partials` needs ColumnSumsPartials(rows, cols)
+// floats: rows are summed in fixed chunks, the chunks in order.
+int64_t ColumnSumsPartials(int64_t rows, int64_t cols);
+void LaunchColumnSums(const void* x, DType x_dtype, int64_t rows, int64_t cols, float* partials,
+                      void* acc, DType acc_dtype, cudaStream_t stream);
+
+void LaunchLayerNormForward(const void* x, DType x_dtype, const void* weight, DType weight_dtype,
+                            const void* bias, DType bias_dtype, void* out, DType out_dtype,
+                            float* mean, float* rstd, int64_t rows, int64_t cols,
+                            cudaStream_t stream);
+// dx += ...; dweight += sum_r dout*norm; dbias += sum_r dout. `partials` needs
+// 2 * ColumnSumsPartials(rows, cols) floats.
+void LaunchLayerNormBackward(const void* dout, DType dout_dtype, const void* x, DType x_dtype,
+                             const void* weight, DType weight_dtype, const float* mean,
+                             const float* rstd, void* dx, DType dx_dtype, void* dweight,
+                             DType dweight_dtype, void* dbias, DType dbias_dtype, float* partials,
+                             int64_t rows, int64_t cols, cudaStream_t stream);
+
+void LaunchGeluForward(const void* x, DType x_dtype, void* out, DType out_dtype, int64_t n,
+                       cudaStream_t stream);
+// dx += gelu'(x) * dout
+void LaunchGeluBackward(const void* x, DType x_dtype, const void* dout, DType dout_dtype, void* dx,
+                        DType dx_dtype, int64_t n, cudaStream_t stream);
+
+// ---- softmax.cu
+// Attention's causal softmax, in place on `rows` rows of length `seq` of f32 scores (row i is
+// query position i % seq): p = softmax over [0, t], zeros after. When copy is non-null, p is also
+// written there in copy_dtype (the operand of the 16-bit P V product).
+void LaunchCausalSoftmax(float* scores, int64_t rows, int64_t seq, void* copy, DType copy_dtype,
+                         cudaStream_t stream);
+// In place on dprobs: ds = scale * p * (dp - sum(p * dp)) over [0, t], zeros after; copies as
+// above (ds_copy for dS, probs_copy for P, each optional).
+void LaunchCausalSoftmaxBackward(const float* probs, float* dprobs, int64_t rows, int64_t seq,
+                                 float scale, void* ds_copy, void* probs_copy, DType copy_dtype,
+                                 cudaStream_t stream);
+
+// loss[0] = mean over rows of -log softmax(logits row)[target]; row_losses needs `rows` floats.
+void LaunchCrossEntropyForward(const void* logits, DType logits_dtype, const int32_t* targets,
+                               float* row_losses, float* loss, int64_t rows, int64_t vocab,
+                               IdError* id_error, cudaStream_t stream);
+// dlogits = factor * (softmax(logits) - onehot(target)); WRITES; dlogits may be logits.
+void LaunchCrossEntropyBackward(const void* logits, DType logits_dtype, const int32_t* targets,
+                                float factor, void* dlogits, DType dlogits_dtype, int64_t rows,
+                                int64_t vocab, IdError* id_error, cudaStream_t stream);
+
+}  // namespace baton::cuda

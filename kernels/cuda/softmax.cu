@@ -1,0 +1,172 @@
+// CUDA kernels for the two softmaxes: attention's causal softmax (forward and backward, one warp
+// per row of probabilities) and the cross-entropy loss (one block per row of logits, the mean
+// over rows taken by one block in row order). See launch.h for the contracts.
+#include "kernels/cuda/device_util.cuh"
+#include "kernels/cuda/launch.h"
+
+namespace baton::cuda {
+namespace {
+
+constexpr int kSoftmaxThreads = 256;  // 8 rows per block
+constexpr int kRowThreads = 512;      // cross-entropy: threads per row of logits
+
+__device__ __forceinline__ void RecordBadId(IdError* error, int64_t index, int value, int bound) {
+  if (atomicCAS(&error->set, 0, 1) == 0) {
+    error->index = index;
+    error->value = value;
+    error->bound = bound;
+  }
+}
+
+__global__ void CausalSoftmaxKernel(float* scores, int64_t rows, int64_t seq, void* copy,
+                                    DType copy_dtype) {
+  const int64_t row = blockIdx.x * int64_t{blockDim.x / kWarp} + threadIdx.x / kWarp;
+  const int lane = threadIdx.x % kWarp;
+  if (row >= rows) return;
+  const int64_t t = row % seq;  // the query position: keys [0, t] are visible
+  float* p = scores + row * seq;
+  float max = -INFINITY;
+  for (int64_t s = lane; s <= t; s += kWarp) max = fmaxf(max, p[s]);
+  max = WarpMax(max);
+  float sum = 0.0f;
+  for (int64_t s = lane; s <= t; s += kWarp) {
+    const float e = expf(p[s] - max);
+    p[s] = e;
+    sum += e;
+  }
+  const float inv_sum = 1.0f / WarpSum(sum);
+  for (int64_t s = lane; s < seq; s += kWarp) {
+    const float value = s <= t ? p[s] * inv_sum : 0.0f;
+    p[s] = value;
+    if (copy != nullptr) StoreF(copy, copy_dtype, row * seq + s, value);
+  }
+}
+
+__global__ void CausalSoftmaxBackwardKernel(const float* probs, float* dprobs, int64_t rows,
+                                            int64_t seq, float scale, void* ds_copy,
+                                            void* probs_copy, DType copy_dtype) {
+  const int64_t row = blockIdx.x * int64_t{blockDim.x / kWarp} + threadIdx.x / kWarp;
+  const int lane = threadIdx.x % kWarp;
+  if (row >= rows) return;
+  const int64_t t = row % seq;
+  const float* p = probs + row * seq;
+  float* d = dprobs + row * seq;
+  float dot = 0.0f;
+  for (int64_t s = lane; s <= t; s += kWarp) dot += p[s] * d[s];
+  dot = WarpSum(dot);
+  for (int64_t s = lane; s < seq; s += kWarp) {
+    const float ds = s <= t ? scale * p[s] * (d[s] - dot) : 0.0f;
+    d[s] = ds;
+    if (ds_copy != nullptr) StoreF(ds_copy, copy_dtype, row * seq + s, ds);
+    if (probs_copy != nullptr) StoreF(probs_copy, copy_dtype, row * seq + s, s <= t ? p[s] : 0.0f);
+  }
+}
+
+// row_losses[row] = log(sum exp(x - max)) + max - x[target]
+__global__ void CrossEntropyRowKernel(const void* logits, DType dtype, const int32_t* targets,
+                                      float* row_losses, int64_t vocab, IdError* id_error) {
+  __shared__ float shared[kWarp];
+  const int64_t row = blockIdx.x;
+  const int target = targets[row];
+  if (target < 0 || target >= vocab) {
+    if (threadIdx.x == 0) {
+      RecordBadId(id_error, row, target, static_cast<int>(vocab));
+      row_losses[row] = 0.0f;
+    }
+    return;
+  }
+  const int64_t base = row * vocab;
+  float max = -INFINITY;
+  for (int64_t i = threadIdx.x; i < vocab; i += blockDim.x)
+    max = fmaxf(max, LoadF(logits, dtype, base + i));
+  max = BlockMax(max, shared);
+  float sum = 0.0f;
+  for (int64_t i = threadIdx.x; i < vocab; i += blockDim.x)
+    sum += expf(LoadF(logits, dtype, base + i) - max);
+  sum = BlockSum(sum, shared);
+  if (threadIdx.x == 0) row_losses[row] = (max - LoadF(logits, dtype, base + target)) + logf(sum);
+}
+
+// One block: loss[0] = (sum of row losses in double, fixed order) / rows.
+__global__ void MeanKernel(const float* row_losses, int64_t rows, float* loss) {
+  __shared__ double shared[kWarp];
+  double sum = 0.0;
+  for (int64_t r = threadIdx.x; r < rows; r += blockDim.x) sum += row_losses[r];
+  sum = BlockSum(sum, shared);
+  if (threadIdx.x == 0) *loss = static_cast<float>(sum / static_cast<double>(rows));
+}
+
+// Reads the whole row (max, then sum) before any thread writes; each element is then read and
+// written by the same thread, so dlogits may be logits.
+__global__ void CrossEntropyBackwardKernel(const void* logits, DType logits_dtype,
+                                           const int32_t* targets, float factor, void* dlogits,
+                                           DType dlogits_dtype, int64_t vocab, IdError* id_error) {
+  __shared__ float shared[kWarp];
+  const int64_t row = blockIdx.x;
+  const int target = targets[row];
+  if (target < 0 || target >= vocab) {
+    if (threadIdx.x == 0) RecordBadId(id_error, row, target, static_cast<int>(vocab));
+    return;
+  }
+  const int64_t base = row * vocab;
+  float max = -INFINITY;
+  for (int64_t i = threadIdx.x; i < vocab; i += blockDim.x) {
+    max = fmaxf(max, LoadF(logits, logits_dtype, base + i));
+  }
+  max = BlockMax(max, shared);
+  float sum = 0.0f;
+  for (int64_t i = threadIdx.x; i < vocab; i += blockDim.x) {
+    sum += expf(LoadF(logits, logits_dtype, base + i) - max);
+  }
+  sum = BlockSum(sum, shared);  // its __syncthreads: every read above is done before any write
+  const float scale = factor / sum;
+  for (int64_t i = threadIdx.x; i < vocab; i += blockDim.x) {
+    float g = expf(LoadF(logits, logits_dtype, base + i) - max) * scale;
+    if (i == target) g -= factor;
+    StoreF(dlogits, dlogits_dtype, base + i, g);
+  }
+}
+
+unsigned RowBlocks(int64_t rows, int threads) {
+  const int64_t per_block = threads / kWarp;
+  return static_cast<unsigned>((rows + per_block - 1) / per_block);
+}
+
+}  // namespace
+
+void LaunchCausalSoftmax(float* scores, int64_t rows, int64_t seq, void* copy, DType copy_dtype,
+                         cudaStream_t stream) {
+  if (rows == 0) return;
+  CausalSoftmaxKernel<<<RowBlocks(rows, kSoftmaxThreads), kSoftmaxThreads, 0, stream>>>(
+      scores, rows, seq, copy, copy_dtype);
+  BATON_CUDA_CHECK_LAUNCH();
+}
+
+void LaunchCausalSoftmaxBackward(const float* probs, float* dprobs, int64_t rows, int64_t seq,
+                                 float scale, void* ds_copy, void* probs_copy, DType copy_dtype,
+                                 cudaStream_t stream) {
+  if (rows == 0) return;
+  CausalSoftmaxBackwardKernel<<<RowBlocks(rows, kSoftmaxThreads), kSoftmaxThreads, 0, stream>>>(
+      probs, dprobs, rows, seq, scale, ds_copy, probs_copy, copy_dtype);
+  BATON_CUDA_CHECK_LAUNCH();
+}
+
+void LaunchCrossEntropyForward(const void* logits, DType logits_dtype, const int32_t* targets,
+                               float* row_losses, float* loss, int64_t rows, int64_t vocab,
+                               IdError* id_error, cudaStream_t stream) {
+  CrossEntropyRowKernel<<<static_cast<unsigned>(rows), kRowThreads, 0, stream>>>(
+      logits, logits_dtype, targets, row_losses, vocab, id_error);
+  BATON_CUDA_CHECK_LAUNCH();
+  MeanKernel<<<1, 1024, 0, stream>>>(row_losses, rows, loss);
+  BATON_CUDA_CHECK_LAUNCH();
+}
+
+void LaunchCrossEntropyBackward(const void* logits, DType logits_dtype, const int32_t* targets,
+                                float factor, void* dlogits, DType dlogits_dtype, int64_t rows,
+                                int64_t vocab, IdError* id_error, cudaStream_t stream) {
+  CrossEntropyBackwardKernel<<<static_cast<unsigned>(rows), kRowThreads, 0, stream>>>(
+      logits, logits_dtype, targets, factor, dlogits, dlogits_dtype, vocab, id_error);
+  BATON_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace baton::cuda
