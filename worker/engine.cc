@@ -232,7 +232,7 @@ Tensor StageEngine::AwaitInput(const Action& action) {
   }
   BATON_CHECK(s.input.defined(), "{}: no RECV_F was posted for this input", Describe(action));
   if (s.input_work) {
-    SetStatus(&action, previous_rank);
+    SetStatus("RECV_F", action.microbatch, previous_rank);
     const Clock::time_point from = Clock::now();
     try {
       s.input_work->Wait(options_.timeout);
@@ -260,7 +260,7 @@ Tensor StageEngine::AwaitGradient(const Action& action) {
   BATON_CHECK(s.grad_output.defined(), "{}: no RECV_B was posted for this gradient",
               Describe(action));
   if (s.grad_work) {
-    SetStatus(&action, next_rank);
+    SetStatus("RECV_B", action.microbatch, next_rank);
     const Clock::time_point from = Clock::now();
     try {
       s.grad_work->Wait(options_.timeout);

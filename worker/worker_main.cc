@@ -4,8 +4,11 @@
 #include <unistd.h>
 
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <nlohmann/json.hpp>
+#include <optional>
+#include <thread>
 
 #include "comm/gloo_communicator.h"
 #include "core/error.h"
@@ -63,8 +66,24 @@ nlohmann::json TraceJson(const StepRecord& r) {
 // Steps whose timeline goes into the trace: the last few (steady state, not warm-up).
 constexpr int64_t kTracedSteps = 8;
 
-// Everything a rank does once it holds the plan; throws on failure.
-void TrainRank(const WorkerArgs& args, CoordinatorClient& client, const WorkerPlan& plan) {
+// Fault injection for tests of hang diagnosis: BATON_TEST_STALL=RANK:STEP makes that rank stop
+// answering its peers (it sleeps, heartbeats still running) at the start of that step.
+void MaybeStall(int rank, int64_t step) {
+  const char* spec = std::getenv("BATON_TEST_STALL");
+  if (spec == nullptr) return;
+  int stall_rank = -1;
+  long long stall_step = -1;
+  if (std::sscanf(spec, "%d:%lld", &stall_rank, &stall_step) != 2) return;
+  if (stall_rank != rank || stall_step != step) return;
+  spdlog::warn("BATON_TEST_STALL: stage {} stalls at step {}", rank, step);
+  std::this_thread::sleep_for(std::chrono::hours(1));
+}
+
+// Everything a rank does once it holds the plan; throws on failure. `blocked` keeps what the
+// engine last waited on, for the failure report.
+void TrainRank(const WorkerArgs& args, CoordinatorClient& client, const WorkerPlan& plan,
+               std::optional<BlockedAction>& blocked,
+               std::chrono::steady_clock::time_point& blocked_since) {
   const Config config = ParseConfigString(plan.config_yaml, "job plan");
   MemoryLedger ledger;
   std::unique_ptr<Backend> backend = MakeCpuBackend(ledger, config.device.threads);
@@ -93,11 +112,14 @@ void TrainRank(const WorkerArgs& args, CoordinatorClient& client, const WorkerPl
   setup.schedule = ScheduleFromCsv(plan.schedule_csv);
   setup.comm = comm.get();
   Trainer trainer(std::move(setup), *backend);
-  trainer.set_status_callback([&client](const EngineStatus& status) {
+  trainer.set_status_callback([&client, &blocked, &blocked_since](const EngineStatus& status) {
     if (status.peer >= 0) {
       client.SetBlocked(status.action, status.microbatch, status.peer);
+      blocked = BlockedAction{status.action, status.microbatch, status.peer, 0.0};
+      blocked_since = status.since;
     } else {
       client.ClearBlocked();
+      blocked.reset();
     }
   });
   client.Barrier("ready", timeout);
@@ -107,7 +129,7 @@ void TrainRank(const WorkerArgs& args, CoordinatorClient& client, const WorkerPl
   double compute_s = 0, wall_s = 0;
   for (int64_t step = 1; step <= config.train.steps; ++step) {
     BATON_CHECK(!client.aborted(), "the job was aborted: {}", client.abort_reason());
-    if (step == 2) ledger.ResetPeaks();  // keep step 1's peaks: measure from setup on
+    MaybeStall(args.rank, step);  // keep step 1's peaks: measure from setup on
     const StepRecord record = trainer.Step(step);
     compute_s += record.compute_s;
     wall_s += record.step_s;
@@ -154,6 +176,8 @@ int RunWorker(const WorkerArgs& args) {
   const std::string token = EnvOr(args.token, "BATON_TOKEN");
   const std::string job_id = EnvOr(args.job_id, "BATON_JOB_ID");
   std::unique_ptr<CoordinatorClient> client;
+  std::optional<BlockedAction> blocked;
+  std::chrono::steady_clock::time_point blocked_since;
   try {
     client = std::make_unique<CoordinatorClient>(args.coordinator, token);
     JoinInfo info;
@@ -166,7 +190,7 @@ int RunWorker(const WorkerArgs& args) {
     const WorkerPlan plan = DecodePlan(client->Join(info));
     client->Watch();
     client->StartHeartbeat(std::chrono::milliseconds(500));
-    TrainRank(args, *client, plan);
+    TrainRank(args, *client, plan, blocked, blocked_since);
     WorkerReport done;
     done.stage = args.rank;
     done.status = WorkerStatus::kDone;
@@ -179,6 +203,11 @@ int RunWorker(const WorkerArgs& args) {
       failed.stage = args.rank;
       failed.status = WorkerStatus::kFailed;
       failed.error = e.what();
+      failed.blocked = blocked;
+      if (blocked) {
+        failed.blocked->waiting_s =
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - blocked_since).count();
+      }
       try {
         client->Report(failed);
       } catch (const std::exception& report_error) {
