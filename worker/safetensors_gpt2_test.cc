@@ -94,11 +94,11 @@ TEST(SafetensorsGpt2Test, ImportAcceptsHubNamesAndIgnoresAttentionBuffers) {
   Fixture f;
   TempDir dir;
   Rank whole = f.MakeRank({{0, 3}}, 0, 1);
+  CpuAllocator host(f.ledger);  // outlives the buffers below
   NamedTensors tensors;
   for (const Param* p : whole.model->params()) {
     if (!p->tied) tensors.emplace_back(p->name, p->value);
   }
-  CpuAllocator host(f.ledger);
   for (int i = 0; i < 2; ++i) {
     tensors.emplace_back(fmt::format("h.{}.attn.bias", i),
                          Tensor::Zeros(host, {1, 1, 5, 5}, DType::kF32, MemCategory::kWorkspace));
