@@ -37,6 +37,59 @@ void WriteRaw(const std::string& path, const std::string& header, const std::str
   out << header << data;
 }
 
+// A "GPU" whose memory is host memory labelled cuda:0: checks that device tensors are staged
+// through Backend::Copy and never read directly. Only Copy and Synchronize are used.
+class HostAsDeviceBackend final : public Backend {
+ public:
+  int copies = 0;
+  Device device() const override { return Device::Cuda(0); }
+  Allocator& allocator() override { BATON_FAIL("unused"); }
+  void Synchronize() override {}
+  void Zero(Tensor&) override { BATON_FAIL("unused"); }
+  void Copy(const Tensor& src, Tensor& dst) override {
+    BATON_CHECK(src.dtype() == dst.dtype() && src.shape() == dst.shape(), "fake copy");
+    BATON_CHECK(src.device().is_cpu() != dst.device().is_cpu(), "fake copy crosses devices");
+    std::memcpy(dst.raw(), src.raw(), src.nbytes());
+    ++copies;
+  }
+  void Matmul(const Tensor&, bool, const Tensor&, bool, Tensor&, bool, const Tensor*) override {
+    BATON_FAIL("unused");
+  }
+  void BiasBackward(const Tensor&, Tensor&) override { BATON_FAIL("unused"); }
+  void EmbeddingForward(const Tensor&, const Tensor&, const Tensor&, Tensor&) override {
+    BATON_FAIL("unused");
+  }
+  void EmbeddingBackward(const Tensor&, const Tensor&, Tensor&, Tensor&) override {
+    BATON_FAIL("unused");
+  }
+  void LayerNormForward(const Tensor&, const Tensor&, const Tensor&, Tensor&, Tensor&,
+                        Tensor&) override {
+    BATON_FAIL("unused");
+  }
+  void LayerNormBackward(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                         Tensor&, Tensor&, Tensor&) override {
+    BATON_FAIL("unused");
+  }
+  void GeluForward(const Tensor&, Tensor&) override { BATON_FAIL("unused"); }
+  void GeluBackward(const Tensor&, const Tensor&, Tensor&) override { BATON_FAIL("unused"); }
+  void AttentionForward(const Tensor&, int, Tensor&, Tensor&) override { BATON_FAIL("unused"); }
+  void AttentionBackward(const Tensor&, const Tensor&, const Tensor&, int, Tensor&) override {
+    BATON_FAIL("unused");
+  }
+  void CrossEntropyForward(const Tensor&, const Tensor&, Tensor&) override { BATON_FAIL("unused"); }
+  void CrossEntropyBackward(const Tensor&, const Tensor&, float, Tensor&) override {
+    BATON_FAIL("unused");
+  }
+  void Add(const Tensor&, const Tensor&, Tensor&) override { BATON_FAIL("unused"); }
+  void Accumulate(const Tensor&, Tensor&) override { BATON_FAIL("unused"); }
+  void Scale(Tensor&, float) override { BATON_FAIL("unused"); }
+  double SumOfSquares(const Tensor&) override { BATON_FAIL("unused"); }
+  bool AllFinite(const Tensor&) override { BATON_FAIL("unused"); }
+  void AdamW(Tensor&, const Tensor&, Tensor&, Tensor&, const AdamWConfig&, float) override {
+    BATON_FAIL("unused");
+  }
+};
+
 std::string ErrorOpening(const std::string& path) {
   try {
     SafetensorsFile::Open(path);
@@ -155,6 +208,28 @@ TEST(SafetensorsTest, CopyToConvertsDTypeAndCopesWithMisalignedData) {
   } catch (const Error& e) {
     EXPECT_THAT(e.what(), HasSubstr(path + ": tensor f has shape (1) but (2) was expected"));
   }
+}
+
+TEST(SafetensorsTest, DeviceTensorsAreStagedThroughTheBackendBothWays) {
+  TempDir dir;
+  HostAsDeviceBackend gpu;
+  float on_device[3] = {1.0f, 2.0f, 3.0f};
+  const Tensor t = Tensor::Wrap(on_device, {3}, DType::kF32, Device::Cuda(0));
+  const std::string path = dir / "d.safetensors";
+  try {
+    WriteSafetensors(path, {{"w", t}}, {});
+    ADD_FAILURE() << "read device memory without a backend";
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("tensor w is on"));
+  }
+  WriteSafetensors(path, {{"w", t}}, {}, &gpu);
+  EXPECT_EQ(gpu.copies, 1);
+  const SafetensorsFile file = ReadSafetensors(path);
+  float back[3] = {};
+  Tensor dst = Tensor::Wrap(back, {3}, DType::kF32, Device::Cuda(0));
+  file.CopyTo("w", dst, gpu);
+  EXPECT_EQ(gpu.copies, 2);
+  EXPECT_EQ(std::memcmp(back, on_device, sizeof(back)), 0);
 }
 
 TEST(SafetensorsTest, EmptyFileListIsAValidFile) {
