@@ -8,10 +8,8 @@ add_library(baton_checkpoint STATIC
   ${CMAKE_CURRENT_LIST_DIR}/checkpoint_writer.cc
   ${CMAKE_CURRENT_LIST_DIR}/safetensors.cc
   ${CMAKE_CURRENT_LIST_DIR}/safetensors_gpt2.cc)
-# StageModel and Optimizer are used through their headers' inline members only, so this library
-# does not link baton_worker (which is to link it). The test builds the two classes itself.
 target_link_libraries(baton_checkpoint
-  PUBLIC baton_model baton_core nlohmann_json::nlohmann_json)
+  PUBLIC baton_stage baton_model baton_core nlohmann_json::nlohmann_json)
 
 baton_add_test(checkpoint_test
   SOURCES
@@ -20,6 +18,4 @@ baton_add_test(checkpoint_test
     ${CMAKE_CURRENT_LIST_DIR}/checkpoint_test.cc
     ${CMAKE_CURRENT_LIST_DIR}/safetensors_test.cc
     ${CMAKE_CURRENT_LIST_DIR}/safetensors_gpt2_test.cc
-    ${CMAKE_CURRENT_LIST_DIR}/optimizer.cc
-    ${CMAKE_CURRENT_LIST_DIR}/stage_model.cc
   LIBS baton_checkpoint)

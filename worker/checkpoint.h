@@ -36,10 +36,6 @@
 
 namespace baton {
 
-// (graph layer index, layer) for every layer `model` holds, graph order. The same as
-// StageModel::layers(), from the header's inline members (see checkpoint.cmake).
-std::vector<std::pair<int, Layer*>> HeldLayers(StageModel& model);
-
 class CheckpointWriter {
  public:
   explicit CheckpointWriter(std::string root) : root_(std::move(root)) {}

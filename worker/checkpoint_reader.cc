@@ -208,7 +208,7 @@ SafetensorsFile CheckpointReader::OpenLayer(int index) const {
 
 void CheckpointReader::LoadLayers(StageModel& model, Optimizer& optimizer, Backend& backend) const {
   std::optional<SafetensorsFile> embedding_file;  // wte for a head without the embedding
-  for (auto& [index, layer] : HeldLayers(model)) {
+  for (auto& [index, layer] : model.layers()) {
     BATON_CHECK(index < static_cast<int>(layer_names_.size()) &&
                     layer->name() == layer_names_[static_cast<size_t>(index)],
                 "{}: this run's layer {} is {}, which the checkpoint does not hold there",

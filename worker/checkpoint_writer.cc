@@ -78,17 +78,6 @@ void CheckCoversGraph(int64_t step, const std::vector<CheckpointFileEntry>& entr
 
 }  // namespace
 
-std::vector<std::pair<int, Layer*>> HeldLayers(StageModel& model) {
-  std::vector<std::pair<int, Layer*>> all;
-  for (Chunk& chunk : model.chunks()) {
-    for (size_t i = 0; i < chunk.layers.size(); ++i) {
-      all.emplace_back(chunk.range.first + static_cast<int>(i), chunk.layers[i].get());
-    }
-  }
-  std::sort(all.begin(), all.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
-  return all;
-}
-
 std::string CheckpointWriter::step_dir(int64_t step) const {
   return Join(root_, StepDirName(step));
 }
@@ -103,7 +92,7 @@ std::vector<CheckpointFileEntry> CheckpointWriter::WriteLayers(int64_t step, Sta
   RemoveIfPresent(Join(dir, kManifestFileName));
   SyncDirectory(dir);
   std::vector<CheckpointFileEntry> entries;
-  for (auto& [index, layer] : HeldLayers(model)) {
+  for (auto& [index, layer] : model.layers()) {
     const SafetensorsMetadata metadata = {{"format", "baton-checkpoint-layer"},
                                           {"layer", layer->name()},
                                           {"layer_index", std::to_string(index)},
