@@ -27,3 +27,8 @@ format:
 
 clean:
 	rm -rf $(BUILD)
+
+# GPU session check (docs/cuda.md): builds build-gpu with CUDA, runs ctest -L gpu, compares a
+# 2-stage GPU pipeline with the CPU, and benchmarks gpt2-124m. Fits 8 minutes on one H200.
+gpu-check:
+	scripts/gpu-check.sh build-gpu

@@ -2,6 +2,8 @@
 // when the CUDA backend is built and linked.
 #include "kernels/backend_factory.h"
 
+#include <string>
+
 #include "core/error.h"
 
 #if BATON_BACKEND_WITH_CUDA
@@ -27,6 +29,28 @@ std::unique_ptr<Backend> MakeBackend(Device device, MemoryLedger& ledger, int th
 #endif
   }
   BATON_FAIL("unknown device type {}", static_cast<int>(device.type));
+}
+
+Device DeviceForLocalRank(DeviceType type, int local_rank) {
+  BATON_CHECK(local_rank >= 0, "local rank {} is negative", local_rank);
+  if (type == DeviceType::kCpu) return Device::Cpu();
+#if BATON_BACKEND_WITH_CUDA
+  std::string why;
+  const int count = cuda::CudaDeviceCount(&why);
+  BATON_CHECK(count > 0, "no CUDA device: {}", why);
+  return Device::Cuda(local_rank % count);
+#else
+  BATON_FAIL("device cuda asked for, but this binary was built without CUDA (see docs/cuda.md)");
+#endif
+}
+
+void* NativeStream(Backend& backend) {
+#if BATON_BACKEND_WITH_CUDA
+  if (auto* cuda_backend = dynamic_cast<cuda::CudaBackend*>(&backend)) {
+    return static_cast<void*>(cuda_backend->stream());
+  }
+#endif
+  return nullptr;
 }
 
 }  // namespace baton

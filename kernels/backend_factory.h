@@ -23,4 +23,14 @@ std::unique_ptr<Backend> MakeBackend(Device device, MemoryLedger& ledger, int th
 // True when this binary contains the CUDA backend (it may still find no GPU at run time).
 bool BuiltWithCuda();
 
+// The device a worker with `local_rank` (its index among the processes on its machine) uses:
+// the CPU, or GPU local_rank modulo the machine's GPU count, so stages outnumbering GPUs share
+// them round-robin (two stages on one GPU both get cuda:0). Throws like MakeBackend when CUDA is
+// missing.
+Device DeviceForLocalRank(DeviceType type, int local_rank);
+
+// The CUDA backend's compute stream as a cudaStream_t (NcclOptions::compute_stream); nullptr for
+// any other backend. void* keeps this header free of CUDA.
+void* NativeStream(Backend& backend);
+
 }  // namespace baton

@@ -35,5 +35,23 @@ TEST(BackendFactory, MissingGpuIndexIsAnError) {
   EXPECT_THROW(MakeBackend(Device::Cuda(1 << 20), ledger, 1), Error);
 }
 
+TEST(BackendFactory, CpuDeviceForAnyLocalRankAndNoNativeStream) {
+  EXPECT_EQ(DeviceForLocalRank(DeviceType::kCpu, 3), Device::Cpu());
+  MemoryLedger ledger;
+  std::unique_ptr<Backend> backend = MakeBackend(Device::Cpu(), ledger, 1);
+  EXPECT_EQ(NativeStream(*backend), nullptr);
+}
+
+TEST(BackendFactory, CudaDeviceForLocalRankWrapsAroundTheGpus) {
+  try {
+    const Device device = DeviceForLocalRank(DeviceType::kCuda, 5);
+    EXPECT_EQ(device.type, DeviceType::kCuda);
+    EXPECT_LE(device.index, 5);
+  } catch (const Error& e) {  // no GPU here, or no CUDA in this build
+    EXPECT_THAT(e.what(), BuiltWithCuda() ? ::testing::HasSubstr("no CUDA device")
+                                          : ::testing::HasSubstr("built without CUDA"));
+  }
+}
+
 }  // namespace
 }  // namespace baton
