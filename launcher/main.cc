@@ -9,6 +9,8 @@
 #include "core/log.h"
 #include "launcher/run.h"
 #include "scheduler/schedule_command.h"
+#include "worker/checkpoint.h"
+#include "worker/checkpoint_export.h"
 #include "worker/data.h"
 #include "worker/worker_main.h"
 
@@ -33,6 +35,19 @@ int main(int argc, char** argv) {
   run_cmd->add_option("--report", run.report_path, "write a JSON report here");
   run_cmd->add_option("--coordinator", run.coordinator,
                       "HOST:PORT of the coordinator (rank 0 hosts it under mpirun/srun)");
+  run_cmd->add_option("--resume", run.resume,
+                      "continue from a checkpoint: a step dir, checkpoints root or output dir");
+  run_cmd->add_option("--max-restarts", run.max_restarts,
+                      "after a failure, restart every worker from the last checkpoint");
+
+  std::string export_dir, export_out, export_dtype = "f32";
+  CLI::App* export_cmd =
+      app.add_subcommand("export", "write a checkpoint as Hugging Face GPT-2 safetensors");
+  export_cmd->add_option("checkpoint", export_dir, "step dir, checkpoints root or output dir")
+      ->required();
+  export_cmd->add_option("output", export_out, "folder for model.safetensors + config.json")
+      ->required();
+  export_cmd->add_option("--dtype", export_dtype, "f32, bf16 or f16");
 
   baton::PlanOptions plan;
   CLI::App* plan_cmd = app.add_subcommand("plan", "print the partition without training");
@@ -71,6 +86,7 @@ int main(int argc, char** argv) {
   try {
     if (run_cmd->parsed()) {
       baton::SetupLogging("launcher", log_level);
+      run.log_level = log_level;
       return baton::RunCommand(run);
     }
     if (plan_cmd->parsed()) {
@@ -84,6 +100,13 @@ int main(int argc, char** argv) {
       baton::SetupLogging("data", log_level);
       const int64_t tokens = baton::PrepareTextData(data_input, data_output);
       spdlog::info("wrote {} tokens to {}", tokens, data_output);
+      return 0;
+    }
+    if (export_cmd->parsed()) {
+      baton::SetupLogging("export", log_level);
+      baton::ExportCheckpointToHf(baton::CheckpointReader::Open(export_dir), export_out,
+                                  baton::ParseDType(export_dtype));
+      spdlog::info("exported to {}", export_out);
       return 0;
     }
     if (worker_cmd->parsed()) {

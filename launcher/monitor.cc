@@ -1,8 +1,11 @@
 #include "launcher/monitor.h"
 
+#include <signal.h>
 #include <spdlog/spdlog.h>
 
 #include <cmath>
+
+#include "worker/worker_main.h"
 
 namespace baton {
 namespace {
@@ -24,6 +27,11 @@ std::optional<std::string> JobMonitor::Run() {
   uint64_t seen = 0;
   while (true) {
     seen = server_.WaitForUpdate(seen, std::chrono::milliseconds(100));
+    if (children_ != nullptr && !stop_forwarded_ && StopRequested()) {
+      log_->warn("stop requested: every stage finishes its step and writes a checkpoint");
+      children_->SignalAll(SIGTERM);
+      stop_forwarded_ = true;
+    }
     const std::vector<RankState> ranks = server_.Ranks();
     if (auto failure = CheckFailure(ranks)) return failure;
     MaybePrintProgress(ranks);

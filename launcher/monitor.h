@@ -39,6 +39,7 @@ class JobMonitor {
   MonitorOptions options_;
   std::shared_ptr<spdlog::logger> log_;
   int64_t printed_step_ = 0;
+  bool stop_forwarded_ = false;
   int exited_ok_ = 0;
 };
 

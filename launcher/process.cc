@@ -70,6 +70,10 @@ pid_t ProcessGroup::pid(int index) const {
   return -1;
 }
 
+void ProcessGroup::SignalAll(int signal) {
+  for (const auto& [pid, index] : children_) kill(pid, signal);
+}
+
 void ProcessGroup::StopAll(std::chrono::milliseconds grace) {
   for (const auto& [pid, index] : children_) kill(pid, SIGTERM);
   const auto deadline = std::chrono::steady_clock::now() + grace;

@@ -35,6 +35,8 @@ class ProcessGroup {
   // Reaps one child that has exited, if any, without blocking.
   std::optional<ChildExit> Poll();
   int running() const { return static_cast<int>(children_.size()); }
+  // Sends `signal` to every live child.
+  void SignalAll(int signal);
   pid_t pid(int index) const;
   // SIGTERM to every live child, SIGKILL after `grace`, then reaps all.
   void StopAll(std::chrono::milliseconds grace = std::chrono::milliseconds(2000));

@@ -18,6 +18,7 @@
 #include "model/config.h"
 #include "proto/coordinator_client.h"
 #include "proto/coordinator_server.h"
+#include "worker/checkpoint.h"
 #include "worker/plan_codec.h"
 #include "worker/trainer.h"
 #include "worker/worker_main.h"
@@ -64,9 +65,10 @@ json BuildReport(const Plan& plan, const std::vector<json>& results) {
     if (r["holds_head"].get<bool>()) report["steps"] = r["steps"];
   }
   const Config& config = plan.config;
+  const double steps_run =
+      report.contains("steps") ? static_cast<double>(report["steps"].size()) : 0.0;
   const double tokens = static_cast<double>(config.train.batch_size) *
-                        static_cast<double>(SequenceLength(config)) *
-                        static_cast<double>(config.train.steps);
+                        static_cast<double>(SequenceLength(config)) * steps_run;
   report["tokens_per_s"] = wall_s > 0 ? tokens / wall_s : 0.0;
   report["param_checksum"] = CombineLayerDigests(digests);
   report["memory"] = {{"peak", job_peak}};
@@ -117,36 +119,69 @@ MonitorOptions MonitorOptionsFor(const Plan& plan) {
   return m;
 }
 
+// The step directory to resume from: `dir` as given (a step dir, a checkpoints root or an
+// output dir), checked against the plan's model before any worker starts.
+std::string ResolveResume(const Plan& plan, const std::string& dir) {
+  const CheckpointReader checkpoint = CheckpointReader::Open(dir);
+  checkpoint.CheckCompatible(plan.dims, plan.graph);
+  return checkpoint.step_dir();
+}
+
+// After a failure: the newest complete checkpoint of this run, else where the run started.
+std::string RestartPoint(const Plan& plan, const std::string& previous) {
+  try {
+    return ResolveResume(plan, CheckpointsRoot(plan.config.output.dir));
+  } catch (const Error&) {
+    return previous;
+  }
+}
+
+void SpawnWorkers(ProcessGroup& children, const Plan& plan, const RunOptions& options,
+                  const std::string& address, const std::string& token, const std::string& job_id) {
+  const std::string exe = SelfExecutable();
+  for (int r = 0; r < plan.num_ranks(); ++r) {
+    children.Spawn(r,
+                   {exe, "--log-level", options.log_level, "worker", "--coordinator", address,
+                    "--rank", std::to_string(r), "--world-size", std::to_string(plan.num_ranks()),
+                    "--local-rank", std::to_string(r)},
+                   {"BATON_TOKEN=" + token, "BATON_JOB_ID=" + job_id});
+  }
+}
+
 int RunLocal(const Plan& plan, const RunOptions& options, const std::string& report_path) {
   const std::string token = MakeJobToken();
   const std::string job_id = MakeJobToken().substr(0, 12);
+  WorkerPlan worker_plan = ToWorkerPlan(plan, job_id);
+  if (!options.resume.empty()) worker_plan.resume_dir = ResolveResume(plan, options.resume);
+  InstallStopHandlers();
   CoordinatorServer server;
   CoordinatorOptions coordinator;
   coordinator.address = "127.0.0.1:0";
   coordinator.token = token;
   coordinator.job_id = job_id;
   coordinator.world_size = plan.num_ranks();
-  coordinator.plan = EncodePlan(ToWorkerPlan(plan, job_id));
+  coordinator.plan = EncodePlan(worker_plan);
   coordinator.heartbeat_timeout_s = plan.config.parallel.heartbeat_timeout_s;
   server.Start(coordinator);
   spdlog::info("{} stage(s), schedule {}, {} micro-batches; coordinator on {}", plan.num_ranks(),
                plan.schedule.name, plan.schedule.microbatches, server.address());
 
   ProcessGroup children;
-  const std::string exe = SelfExecutable();
-  for (int r = 0; r < plan.num_ranks(); ++r) {
-    children.Spawn(r,
-                   {exe, "--log-level", options.log_level, "worker", "--coordinator",
-                    server.address(), "--rank", std::to_string(r), "--world-size",
-                    std::to_string(plan.num_ranks()), "--local-rank", std::to_string(r)},
-                   {"BATON_TOKEN=" + token, "BATON_JOB_ID=" + job_id});
-  }
-  JobMonitor monitor(server, &children, MonitorOptionsFor(plan));
-  if (std::optional<std::string> failure = monitor.Run()) {
+  for (int attempt = 0;; ++attempt) {
+    SpawnWorkers(children, plan, options, server.address(), token, job_id);
+    JobMonitor monitor(server, &children, MonitorOptionsFor(plan));
+    const std::optional<std::string> failure = monitor.Run();
+    if (!failure) break;
     server.RequestAbort(*failure);
     children.StopAll();
     spdlog::error("{}", *failure);
-    return 1;
+    if (attempt >= options.max_restarts) return 1;
+    worker_plan.attempt = attempt + 1;
+    worker_plan.resume_dir = RestartPoint(plan, worker_plan.resume_dir);
+    spdlog::warn("restarting every worker (restart {} of {}) from {}", attempt + 1,
+                 options.max_restarts,
+                 worker_plan.resume_dir.empty() ? "the start" : worker_plan.resume_dir);
+    server.ResetJob(EncodePlan(worker_plan));
   }
   return Finish(plan, server.address(), token, report_path);
 }

@@ -23,6 +23,8 @@ struct RunOptions {
   ConfigArgs config;
   std::string report_path;  // overrides output.report
   std::string coordinator;  // HOST:PORT to host (rank 0) or reach (others)
+  std::string resume;       // a checkpoint (step dir, checkpoints root or output dir)
+  int max_restarts = 0;     // restarts of every worker from the last checkpoint after a failure
   std::string log_level = "info";
 };
 

@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "scheduler/validator.h"
 
 namespace baton {
 
@@ -27,6 +28,11 @@ struct StageEngine::PendingSend {
   int microbatch;
   int peer;
 };
+
+bool RendezvousSafeSends(const Schedule& schedule) {
+  return HasCommunication(schedule) &&
+         static_cast<bool>(Validate(schedule, CommSemantics::kRendezvous));
+}
 
 namespace {
 using Clock = std::chrono::steady_clock;
@@ -108,6 +114,9 @@ std::vector<float> StageEngine::RunStep(const std::vector<Action>& actions,
   for (const Action& action : actions) {
     BATON_CHECK(action.stage == model_.rank(), "rank {} was given {}", model_.rank(),
                 ToString(action, model_.num_ranks()));
+    if (options_.complete_sends_before_compute && IsCompute(action.kind)) {
+      ReapSends(/*wait_all=*/true);
+    }
     const Clock::time_point t0 = Clock::now();
     last_wait_end_ = t0;
     Dispatch(action);

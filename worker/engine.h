@@ -25,6 +25,7 @@
 #include "comm/communicator.h"
 #include "kernels/backend.h"
 #include "scheduler/action.h"
+#include "scheduler/schedule.h"
 #include "worker/stage_model.h"
 
 namespace baton {
@@ -37,7 +38,16 @@ struct EngineOptions {
   std::chrono::milliseconds timeout{60000};
   Shape activation_shape;  // (B,T,C) of the tensors passed between stages
   DType activation_dtype = DType::kF32;
+  // Wait for every posted send to complete before starting a compute action, so a sent tensor
+  // never outlives the compute after its SEND and the ledger's peaks do not depend on how fast
+  // the peers run (docs/memory.md). Safe only for schedules that pass the dry run under
+  // rendezvous semantics (RendezvousSafeSends); otherwise sends complete asynchronously.
+  bool complete_sends_before_compute = false;
 };
+
+// True when `schedule` (with SEND/RECV actions) cannot deadlock even if every send blocks until
+// its receive is posted: then EngineOptions::complete_sends_before_compute is safe.
+bool RendezvousSafeSends(const Schedule& schedule);
 
 // What the engine is doing right now, for hang diagnosis.
 struct EngineStatus {

@@ -34,6 +34,8 @@ std::string EncodePlan(const WorkerPlan& plan) {
     }
   }
   (*message.mutable_extra())["schedule_csv"] = plan.schedule_csv;
+  (*message.mutable_extra())["resume_dir"] = plan.resume_dir;
+  (*message.mutable_extra())["attempt"] = std::to_string(plan.attempt);
   return message.SerializeAsString();
 }
 
@@ -65,6 +67,12 @@ WorkerPlan DecodePlan(const std::string& bytes) {
   const auto csv = message.extra().find("schedule_csv");
   BATON_CHECK(csv != message.extra().end(), "the job plan has no schedule");
   plan.schedule_csv = csv->second;
+  if (const auto it = message.extra().find("resume_dir"); it != message.extra().end()) {
+    plan.resume_dir = it->second;
+  }
+  if (const auto it = message.extra().find("attempt"); it != message.extra().end()) {
+    plan.attempt = std::stoi(it->second);
+  }
   return plan;
 }
 

@@ -23,6 +23,10 @@ struct WorkerPlan {
   std::string schedule_csv;  // with communication, validated
   // Predicted bytes per memory category ("params", ..., "total") per rank; may be empty.
   std::vector<std::map<std::string, int64_t>> predicted_memory;
+  // A checkpoint step directory every rank resumes from ("" = start fresh), resolved once by
+  // the launcher so that all ranks load the same step.
+  std::string resume_dir;
+  int attempt = 0;  // restart attempt (--max-restarts); keeps store keys of attempts apart
   bool operator==(const WorkerPlan&) const = default;
 };
 

@@ -64,6 +64,7 @@ Trainer::Trainer(TrainerSetup setup, Backend& backend)
   options.timeout = timeout_;
   options.activation_shape = {micro_batch_size, seq_len, setup_.dims.width};
   options.activation_dtype = dtype;
+  options.complete_sends_before_compute = RendezvousSafeSends(setup_.schedule);
   engine_ = std::make_unique<StageEngine>(backend_, *model_, setup_.comm, options);
 
   const bool first = model_->holds_first_layer();
@@ -120,13 +121,14 @@ StepRecord Trainer::Step(int64_t step) {
 
   const auto step_end_start = Clock::now();
   CombineTiedGradients();
-  const auto [norm, overflow] = ReduceNormAndOverflow();
+  const auto [norm, overflow, stop] = ReduceStepEnd();
 
   StepRecord record;
   record.step = step;
   record.loss_scale = scaler_.scale();
   record.lr = lr_.At(step);
   record.grad_norm = norm;
+  record.stop = stop;
   record.skipped = scaler_.Update(overflow);
   if (!record.skipped) {
     const double clip = config.train.grad_clip;
@@ -172,11 +174,14 @@ void Trainer::CombineTiedGradients() {
   setup_.comm->AllReduceSum(local->grad, group, timeout_);
 }
 
-std::pair<double, bool> Trainer::ReduceNormAndOverflow() {
+Trainer::StepEnd Trainer::ReduceStepEnd() {
   const int num_layers = model_->num_layers_in_graph();
   // Slot i: layer i's sum of squares (f32; written by the one rank holding it, zero elsewhere, so
-  // the all-reduce sum is exact); slot num_layers: this rank's overflow flag.
-  std::vector<float> partial(static_cast<size_t>(num_layers) + 1, 0.0f);
+  // the all-reduce sum is exact); then this rank's overflow flag and its stop request.
+  std::vector<float> partial(static_cast<size_t>(num_layers) + 2, 0.0f);
+  const size_t overflow_slot = static_cast<size_t>(num_layers);
+  const size_t stop_slot = overflow_slot + 1;
+  if (stop_flag_ != nullptr && stop_flag_->load()) partial[stop_slot] = 1.0f;
   for (auto& [index, layer] : model_->layers()) {
     double sum = 0;
     bool finite = true;
@@ -186,16 +191,16 @@ std::pair<double, bool> Trainer::ReduceNormAndOverflow() {
       if (scaler_.enabled()) finite = finite && backend_.AllFinite(p->grad);
     }
     partial[static_cast<size_t>(index)] = static_cast<float>(sum);
-    if (!finite) partial.back() = 1.0f;
+    if (!finite) partial[overflow_slot] = 1.0f;
   }
   if (setup_.comm != nullptr && setup_.num_ranks > 1) {
-    Tensor t = Tensor::Wrap(partial.data(), {num_layers + 1}, DType::kF32);
+    Tensor t = Tensor::Wrap(partial.data(), {num_layers + 2}, DType::kF32);
     setup_.comm->AllReduceSum(t, timeout_);
   }
   double total = 0;
   for (int i = 0; i < num_layers; ++i) total += partial[static_cast<size_t>(i)];
   const double norm = std::sqrt(total) / scaler_.scale();
-  return {norm, partial.back() > 0.0f || !std::isfinite(norm)};
+  return {norm, partial[overflow_slot] > 0.0f || !std::isfinite(norm), partial[stop_slot] > 0.0f};
 }
 
 std::vector<std::pair<int, uint64_t>> Trainer::LayerDigests() {

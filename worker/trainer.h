@@ -12,6 +12,7 @@
 // Not thread-safe; `engine_status()` may be read from another thread (heartbeats).
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -48,6 +49,7 @@ struct StepRecord {
   float lr = 0;
   double loss_scale = 1;
   bool skipped = false;  // fp16 overflow: no update this step
+  bool stop = false;     // some rank was asked to stop (SIGTERM/SIGINT): all stop after this step
   double step_s = 0;
   double compute_s = 0;  // inside F/B/I/W
   double wait_s = 0;     // blocked on peers
@@ -69,6 +71,11 @@ class Trainer {
   bool holds_head() const { return model_->holds_last_layer(); }
   int peak_stashed_microbatches() const { return engine_->peak_stashed(); }
   StageModel& model() { return *model_; }
+  Optimizer& optimizer() { return *optimizer_; }
+  void set_loss_scaler_state(const LossScaler::State& state) { scaler_.set_state(state); }
+  // A flag (set from a signal handler) that asks this rank to stop; reduced across ranks at
+  // every step end so that all ranks stop after the same step. May be null.
+  void set_stop_flag(const std::atomic<bool>* flag) { stop_flag_ = flag; }
   EngineStatus engine_status() const { return engine_->status(); }
   void set_status_callback(StatusCallback callback) {
     engine_->set_status_callback(std::move(callback));
@@ -78,8 +85,12 @@ class Trainer {
  private:
   void FillMicroBatches(int64_t step);
   void CombineTiedGradients();
-  // Returns the global gradient norm (of the unscaled gradients) and whether any was not finite.
-  std::pair<double, bool> ReduceNormAndOverflow();
+  struct StepEnd {
+    double norm;    // global gradient norm of the unscaled gradients
+    bool overflow;  // some gradient was not finite
+    bool stop;      // some rank was asked to stop
+  };
+  StepEnd ReduceStepEnd();
 
   TrainerSetup setup_;
   Backend& backend_;
@@ -91,6 +102,7 @@ class Trainer {
   LearningRateSchedule lr_;
   LossScaler scaler_;
   std::chrono::milliseconds timeout_;
+  const std::atomic<bool>* stop_flag_ = nullptr;
 };
 
 // Combines per-layer digests (graph order) into the job's param_checksum.

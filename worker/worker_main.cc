@@ -3,7 +3,9 @@
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cmath>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <nlohmann/json.hpp>
@@ -16,7 +18,9 @@
 #include "model/from_config.h"
 #include "proto/coordinator_client.h"
 #include "scheduler/schedule.h"
+#include "worker/checkpoint.h"
 #include "worker/plan_codec.h"
+#include "worker/safetensors_gpt2.h"
 #include "worker/trainer.h"
 
 namespace baton {
@@ -79,16 +83,101 @@ void MaybeStall(int rank, int64_t step) {
   std::this_thread::sleep_for(std::chrono::hours(1));
 }
 
-// Everything a rank does once it holds the plan; throws on failure. `blocked` keeps what the
-// engine last waited on, for the failure report.
+// A signal (SIGTERM from Slurm preemption or the launcher, SIGINT from Ctrl-C) asks this rank to
+// stop: the request is reduced across ranks at the next step end, so every rank finishes the
+// same step, writes the checkpoint and exits cleanly.
+std::atomic<bool> g_stop_requested{false};
+extern "C" void RequestStop(int) { g_stop_requested.store(true); }
+}  // namespace
+
+void InstallStopHandlers() {
+  std::signal(SIGTERM, RequestStop);
+  std::signal(SIGINT, RequestStop);
+}
+bool StopRequested() { return g_stop_requested.load(); }
+
+namespace {
+
+std::chrono::milliseconds TimeoutOf(const Config& config) {
+  return std::chrono::milliseconds(static_cast<int64_t>(config.parallel.timeout_s * 1000.0));
+}
+
+// Writes this rank's layers of step `step`; rank 0 gathers every rank's file list through the
+// store and writes the manifest last; the barrier tells every rank the checkpoint is complete.
+void SaveCheckpoint(const Config& config, const WorkerPlan& plan, int rank,
+                    CoordinatorClient& client, Trainer& trainer, Backend& backend, int64_t step) {
+  // Writing a large model may take longer than a pipeline wait: allow ten times as long.
+  const auto timeout = 10 * TimeoutOf(config);
+  CheckpointWriter writer(CheckpointsRoot(config.output.dir));
+  const auto key = [&](int r) { return fmt::format("ckpt/{}/{}/{}", plan.attempt, step, r); };
+  client.KvSet(key(rank), EncodeFileEntries(writer.WriteLayers(step, trainer.model(),
+                                                               trainer.optimizer(), backend)));
+  if (rank == 0) {
+    std::vector<CheckpointFileEntry> all;
+    for (int r = 0; r < plan.num_ranks; ++r) {
+      std::vector<CheckpointFileEntry> entries = DecodeFileEntries(client.KvGet(key(r), timeout));
+      all.insert(all.end(), entries.begin(), entries.end());
+    }
+    TrainingState state;
+    state.step = step;
+    state.seed = config.train.seed;
+    state.loss_scaler = trainer.loss_scaler().state();
+    state.config = ToJson(config);
+    writer.WriteManifest(step, all, state, DimsOf(config.model), GraphOf(config.model));
+    spdlog::info("checkpoint of step {} written to {}", step, writer.step_dir(step));
+  }
+  client.Barrier(fmt::format("checkpoint-{}-{}", plan.attempt, step), timeout);
+}
+
+// Resumes from the plan's checkpoint, or starts from model.init_from; returns the first step.
+int64_t LoadInitialState(const Config& config, const WorkerPlan& plan, Trainer& trainer,
+                         Backend& backend) {
+  if (!plan.resume_dir.empty()) {
+    const CheckpointReader checkpoint = CheckpointReader::Open(plan.resume_dir);
+    checkpoint.CheckCompatible(DimsOf(config.model), GraphOf(config.model));
+    checkpoint.LoadLayers(trainer.model(), trainer.optimizer(), backend);
+    trainer.set_loss_scaler_state(checkpoint.state().loss_scaler);
+    spdlog::info("resumed from {} (step {})", checkpoint.step_dir(), checkpoint.step());
+    return checkpoint.step() + 1;
+  }
+  if (!config.model.init_from.empty()) {
+    const SafetensorsFile weights = ReadSafetensors(config.model.init_from);
+    ValidateGpt2File(weights, DimsOf(config.model));
+    InitFromSafetensors(weights, trainer.model().params(), trainer.optimizer(), backend);
+    spdlog::info("initialised from {}", config.model.init_from);
+  }
+  return 1;
+}
+
+WorkerReport StepReport(int rank, const StepRecord& record, bool holds_head,
+                        const MemoryLedger& ledger) {
+  WorkerReport report;
+  report.stage = rank;
+  report.step = record.step;
+  if (holds_head) report.loss = record.loss;
+  report.metrics = {{"lr", record.lr},
+                    {"grad_norm", record.grad_norm},
+                    {"tokens_per_s", record.tokens_per_s},
+                    {"loss_scale", record.loss_scale},
+                    {"skipped", record.skipped ? 1.0 : 0.0}};
+  report.timings_s = {{"step", record.step_s}, {"compute", record.compute_s}};
+  report.memory_peak = MemoryMap(ledger.Peak());
+  return report;
+}
+
+// Tracks what the engine waits on, for heartbeats and the failure report.
+struct BlockedState {
+  std::optional<BlockedAction> action;
+  std::chrono::steady_clock::time_point since;
+};
+
+// Everything a rank does once it holds the plan; throws on failure.
 void TrainRank(const WorkerArgs& args, CoordinatorClient& client, const WorkerPlan& plan,
-               std::optional<BlockedAction>& blocked,
-               std::chrono::steady_clock::time_point& blocked_since) {
+               BlockedState& blocked) {
   const Config config = ParseConfigString(plan.config_yaml, "job plan");
   MemoryLedger ledger;
   std::unique_ptr<Backend> backend = MakeCpuBackend(ledger, config.device.threads);
-  const auto timeout =
-      std::chrono::milliseconds(static_cast<int64_t>(config.parallel.timeout_s * 1000.0));
+  const auto timeout = TimeoutOf(config);
 
   CoordinatorKvStore store(client);
   std::shared_ptr<Communicator> comm;  // shared with the abort callback, which may outlive us
@@ -97,6 +186,7 @@ void TrainRank(const WorkerArgs& args, CoordinatorClient& client, const WorkerPl
     gloo.rank = args.rank;
     gloo.size = plan.num_ranks;
     gloo.hostname = args.listen_host;
+    gloo.store_prefix = fmt::format("gloo/{}", plan.attempt);
     gloo.timeout = timeout;
     comm = std::make_shared<GlooCommunicator>(store, backend->allocator(), gloo);
     client.OnAbort([comm](const std::string& reason) { comm->Abort(reason); });
@@ -112,42 +202,40 @@ void TrainRank(const WorkerArgs& args, CoordinatorClient& client, const WorkerPl
   setup.schedule = ScheduleFromCsv(plan.schedule_csv);
   setup.comm = comm.get();
   Trainer trainer(std::move(setup), *backend);
-  trainer.set_status_callback([&client, &blocked, &blocked_since](const EngineStatus& status) {
+  trainer.set_stop_flag(&g_stop_requested);
+  trainer.set_status_callback([&client, &blocked](const EngineStatus& status) {
     if (status.peer >= 0) {
       client.SetBlocked(status.action, status.microbatch, status.peer);
-      blocked = BlockedAction{status.action, status.microbatch, status.peer, 0.0};
-      blocked_since = status.since;
+      blocked.action = BlockedAction{status.action, status.microbatch, status.peer, 0.0};
+      blocked.since = status.since;
     } else {
       client.ClearBlocked();
-      blocked.reset();
+      blocked.action.reset();
     }
   });
-  client.Barrier("ready", timeout);
+  const int64_t first_step = LoadInitialState(config, plan, trainer, *backend);
+  client.Barrier(fmt::format("ready-{}", plan.attempt), timeout);
 
   nlohmann::json steps = nlohmann::json::array();
   nlohmann::json traces = nlohmann::json::array();
   double compute_s = 0, wall_s = 0;
-  for (int64_t step = 1; step <= config.train.steps; ++step) {
+  const int64_t every = config.output.checkpoint_every;
+  for (int64_t step = first_step; step <= config.train.steps; ++step) {
     BATON_CHECK(!client.aborted(), "the job was aborted: {}", client.abort_reason());
-    MaybeStall(args.rank, step);  // keep step 1's peaks: measure from setup on
+    MaybeStall(args.rank, step);
     const StepRecord record = trainer.Step(step);
     compute_s += record.compute_s;
     wall_s += record.step_s;
     steps.push_back(StepJson(record, trainer.holds_head(), ledger.Peak()));
     if (step > config.train.steps - kTracedSteps) traces.push_back(TraceJson(record));
-
-    WorkerReport report;
-    report.stage = args.rank;
-    report.step = step;
-    if (trainer.holds_head()) report.loss = record.loss;
-    report.metrics = {{"lr", record.lr},
-                      {"grad_norm", record.grad_norm},
-                      {"tokens_per_s", record.tokens_per_s},
-                      {"loss_scale", record.loss_scale},
-                      {"skipped", record.skipped ? 1.0 : 0.0}};
-    report.timings_s = {{"step", record.step_s}, {"compute", record.compute_s}};
-    report.memory_peak = MemoryMap(ledger.Peak());
-    client.Report(report);
+    client.Report(StepReport(args.rank, record, trainer.holds_head(), ledger));
+    if (record.stop || (every > 0 && (step % every == 0 || step == config.train.steps))) {
+      SaveCheckpoint(config, plan, args.rank, client, trainer, *backend, step);
+    }
+    if (record.stop) {
+      spdlog::warn("stopping after step {} as asked (signal); checkpoint written", step);
+      break;
+    }
   }
 
   nlohmann::json digests = nlohmann::json::array();
@@ -163,7 +251,7 @@ void TrainRank(const WorkerArgs& args, CoordinatorClient& client, const WorkerPl
     result["layers"].push_back({r.first, r.last});
   }
   client.KvSet(ResultKey(args.rank), result.dump());
-  client.Barrier("done", timeout);
+  client.Barrier(fmt::format("done-{}", plan.attempt), timeout);
 }
 
 }  // namespace
@@ -176,8 +264,8 @@ int RunWorker(const WorkerArgs& args) {
   const std::string token = EnvOr(args.token, "BATON_TOKEN");
   const std::string job_id = EnvOr(args.job_id, "BATON_JOB_ID");
   std::unique_ptr<CoordinatorClient> client;
-  std::optional<BlockedAction> blocked;
-  std::chrono::steady_clock::time_point blocked_since;
+  BlockedState blocked;
+  InstallStopHandlers();
   try {
     client = std::make_unique<CoordinatorClient>(args.coordinator, token);
     JoinInfo info;
@@ -190,7 +278,7 @@ int RunWorker(const WorkerArgs& args) {
     const WorkerPlan plan = DecodePlan(client->Join(info));
     client->Watch();
     client->StartHeartbeat(std::chrono::milliseconds(500));
-    TrainRank(args, *client, plan, blocked, blocked_since);
+    TrainRank(args, *client, plan, blocked);
     WorkerReport done;
     done.stage = args.rank;
     done.status = WorkerStatus::kDone;
@@ -203,10 +291,10 @@ int RunWorker(const WorkerArgs& args) {
       failed.stage = args.rank;
       failed.status = WorkerStatus::kFailed;
       failed.error = e.what();
-      failed.blocked = blocked;
-      if (blocked) {
+      failed.blocked = blocked.action;
+      if (blocked.action) {
         failed.blocked->waiting_s =
-            std::chrono::duration<double>(std::chrono::steady_clock::now() - blocked_since).count();
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - blocked.since).count();
       }
       try {
         client->Report(failed);
