@@ -3,7 +3,6 @@
 #include "kernels/cuda/cuda_backend.h"
 
 #include <cmath>
-#include <cstring>
 
 #include "core/error.h"
 #include "kernels/cuda/arg_checks.h"
@@ -59,17 +58,13 @@ CudaBackend::CudaBackend(MemoryLedger& ledger, int device_index, CudaBackendOpti
       allocator_(ledger, MakeCudaMemoryProvider(device_index)) {
   BATON_CUDA_CHECK(cudaSetDevice(index_));
   BATON_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
-  void* host = nullptr;
-  BATON_CUDA_CHECK(cudaHostAlloc(&host, sizeof(IdError), cudaHostAllocMapped));
-  std::memset(host, 0, sizeof(IdError));
-  id_error_host_ = static_cast<IdError*>(host);
-  void* device = nullptr;
-  BATON_CUDA_CHECK(cudaHostGetDevicePointer(&device, host, 0));
-  id_error_ = static_cast<IdError*>(device);
+  id_error_buffer_ = Workspace(static_cast<int64_t>(sizeof(IdError) / 4), DType::kI32);
+  id_error_ = static_cast<IdError*>(id_error_buffer_.raw());
+  BATON_CUDA_CHECK(cudaMemsetAsync(id_error_, 0, sizeof(IdError), stream_));
   const auto words = static_cast<int64_t>((options_.gemm_workspace_bytes + 3) / 4);
   gemm_workspace_ = Workspace(words, DType::kF32);
   gemm_ = std::make_unique<CublasLtGemm>(gemm_workspace_.raw(), gemm_workspace_.nbytes(),
-                                         options_.allow_tf32);
+                                         options_.allow_tf32, options_.force_cublas);
 }
 
 CudaBackend::~CudaBackend() {
@@ -78,8 +73,8 @@ CudaBackend::~CudaBackend() {
   if (stream_ != nullptr) cudaStreamSynchronize(stream_);
   gemm_.reset();
   gemm_workspace_ = Tensor();
+  id_error_buffer_ = Tensor();
   if (stream_ != nullptr) cudaStreamDestroy(stream_);
-  if (id_error_host_ != nullptr) cudaFreeHost(id_error_host_);
 }
 
 void CudaBackend::Activate() const {
@@ -101,17 +96,16 @@ Tensor CudaBackend::Cast(const Tensor& t, DType dtype) {
 
 void CudaBackend::SyncAndCheck() {
   Activate();
+  IdError error{};
+  BATON_CUDA_CHECK(
+      cudaMemcpyAsync(&error, id_error_, sizeof(IdError), cudaMemcpyDeviceToHost, stream_));
   BATON_CUDA_CHECK(cudaStreamSynchronize(stream_));
-  volatile IdError* error = id_error_host_;
-  if (error->set != 0) {
-    const int64_t index = error->index;
-    const int value = error->value;
-    const int bound = error->bound;
-    error->set = 0;
+  if (error.set != 0) {
+    BATON_CUDA_CHECK(cudaMemsetAsync(id_error_, 0, sizeof(IdError), stream_));  // report once
     BATON_FAIL(
         "an id is out of range: element {} of a token/target tensor is {}, outside [0, {}) "
         "(found by a kernel queued before this call)",
-        index, value, bound);
+        error.index, error.value, error.bound);
   }
 }
 

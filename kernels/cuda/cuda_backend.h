@@ -32,6 +32,7 @@ class CublasLtGemm;
 
 struct CudaBackendOptions {
   bool allow_tf32 = false;                 // f32 GEMMs on tensor cores (10-bit mantissa inputs)
+  bool force_cublas = false;               // every GEMM through cuBLAS, not cuBLASLt (tests)
   size_t gemm_workspace_bytes = 32 << 20;  // cuBLASLt workspace, booked as workspace
 };
 
@@ -92,7 +93,8 @@ class CudaBackend final : public Backend {
   Tensor Workspace(int64_t elements, DType dtype);
   // A device copy of t in `dtype` (t itself when it already is).
   Tensor Cast(const Tensor& t, DType dtype);
-  // Waits for the stream, then raises an id error the kernels recorded, if any.
+  // Waits for the stream (reading back the id-error record on it), then raises an id error the
+  // kernels recorded, if any.
   void SyncAndCheck();
   // Row-major GEMM on tensors of supported dtypes (see gemm.h): out = op(a) op(b) (+ bias).
   void RunMatmul(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, Tensor& out,
@@ -102,8 +104,8 @@ class CudaBackend final : public Backend {
   CudaBackendOptions options_;
   CachingAllocator allocator_;
   cudaStream_t stream_ = nullptr;
-  IdError* id_error_host_ = nullptr;  // pinned host memory, mapped into the device...
-  IdError* id_error_ = nullptr;       // ...at this address, which the kernels write
+  Tensor id_error_buffer_;       // device memory for the kernels' first bad id...
+  IdError* id_error_ = nullptr;  // ...as an IdError; read back by SyncAndCheck
   Tensor gemm_workspace_;
   std::unique_ptr<CublasLtGemm> gemm_;
 };

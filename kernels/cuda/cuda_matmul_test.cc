@@ -134,6 +134,47 @@ TEST_F(CudaVsCpuTest, Tf32IsOffByDefaultAndLooserWhenOn) {
   EXPECT_LT(ErrorVsCpu(exact, cpu_out), 1e-6);
 }
 
+TEST_F(CudaVsCpuTest, CublasFallbackMatchesCpu) {
+  // The path a problem takes when cuBLASLt has no algorithm for it, forced for every GEMM.
+  MemoryLedger ledger;
+  cuda::CudaBackendOptions options;
+  options.force_cublas = true;
+  std::unique_ptr<Backend> blas = MakeCudaBackend(ledger, 0, options);
+  const auto to_blas = [&](const Tensor& host) {
+    Tensor t =
+        Tensor::Empty(blas->allocator(), host.shape(), host.dtype(), MemCategory::kActivations);
+    blas->Copy(host, t);
+    return t;
+  };
+  for (DType dtype : {DType::kF32, DType::kBF16, DType::kF16}) {
+    for (bool trans_a : {false, true}) {
+      for (bool trans_b : {false, true}) {
+        const Tensor a = Random(trans_a ? Shape{19, 23} : Shape{23, 19}, 1.0f, dtype);
+        const Tensor b = Random(trans_b ? Shape{11, 19} : Shape{19, 11}, 1.0f, dtype);
+        const Tensor bias = Random({11}, 1.0f, dtype);
+        Tensor cpu_out = Random({23, 11}, 1.0f, dtype);
+        Tensor blas_out = to_blas(cpu_out);
+        const Tensor blas_bias = to_blas(bias);
+        cpu().Matmul(a, trans_a, b, trans_b, cpu_out, /*accumulate=*/true, &bias);
+        blas->Matmul(to_blas(a), trans_a, to_blas(b), trans_b, blas_out, true, &blas_bias);
+        Tensor host = HostZeros({23, 11}, dtype);
+        blas->Copy(blas_out, host);
+        EXPECT_LT(numeric_check::NormalisedError(host, cpu_out), Tolerance(dtype))
+            << Name(dtype) << trans_a << trans_b;
+      }
+    }
+    // Attention's strided batches over heads.
+    const Tensor qkv = Random({2, 21, 3 * 16}, 1.0f, dtype);
+    Tensor cpu_out = HostZeros({2, 21, 16}, dtype), cpu_probs = HostZeros({2, 4, 21, 21});
+    cpu().AttentionForward(qkv, 4, cpu_out, cpu_probs);
+    Tensor blas_out = to_blas(cpu_out), blas_probs = to_blas(cpu_probs);
+    blas->AttentionForward(to_blas(qkv), 4, blas_out, blas_probs);
+    Tensor host = HostZeros({2, 21, 16}, dtype);
+    blas->Copy(blas_out, host);
+    EXPECT_LT(numeric_check::NormalisedError(host, cpu_out), Tolerance(dtype)) << Name(dtype);
+  }
+}
+
 using CudaBiasBackwardTest = CudaVsCpuDTypeTest;
 
 TEST_P(CudaBiasBackwardTest, MatchesCpu) {

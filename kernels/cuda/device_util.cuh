@@ -1,5 +1,6 @@
 // Device-side helpers shared by the .cu files: dtype-dispatched loads and stores (f32 arithmetic
-// on f32/bf16/f16 storage), deterministic warp and block reductions, and launch sizing.
+// on f32/bf16/f16 storage), deterministic warp and block reductions, the id-error record, and
+// launch sizing.
 //
 // Reductions are trees of fixed shape (xor-shuffles within a warp, then warp results combined in
 // warp order through shared memory), so their rounding depends only on the block size.
@@ -13,6 +14,7 @@
 
 #include "core/dtype.h"
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/launch.h"
 
 namespace baton::cuda {
 
@@ -87,6 +89,15 @@ __device__ __forceinline__ float BlockMax(float v, float* shared) {
   __syncthreads();
   const float m = lane < warps ? shared[lane] : -INFINITY;
   return WarpMax(m);
+}
+
+// Records the first out-of-range id a kernel meets (launch.h); later ones are dropped.
+__device__ __forceinline__ void RecordBadId(IdError* error, int64_t index, int value, int bound) {
+  if (atomicCAS(&error->set, 0, 1) == 0) {
+    error->index = index;
+    error->value = value;
+    error->bound = bound;
+  }
 }
 
 // Blocks for a grid-stride loop over n elements with `threads` per block.

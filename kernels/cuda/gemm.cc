@@ -1,10 +1,13 @@
 // CublasLtGemm: descriptors, the per-problem algorithm cache, and the call (see gemm.h).
 #include "kernels/cuda/gemm.h"
 
+#include <cublas_v2.h>
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
 
 #include "core/error.h"
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/launch.h"
 
 namespace baton::cuda {
 namespace {
@@ -84,20 +87,25 @@ std::string PlanKey(const GemmProblem& p) {
 
 }  // namespace
 
-CublasLtGemm::CublasLtGemm(void* workspace, size_t workspace_bytes, bool allow_tf32)
-    : workspace_(workspace), workspace_bytes_(workspace_bytes), allow_tf32_(allow_tf32) {
+CublasLtGemm::CublasLtGemm(void* workspace, size_t workspace_bytes, bool allow_tf32,
+                           bool force_cublas)
+    : workspace_(workspace),
+      workspace_bytes_(workspace_bytes),
+      allow_tf32_(allow_tf32),
+      force_cublas_(force_cublas) {
   BATON_CUBLAS_CHECK(cublasLtCreate(&handle_));
 }
 
 CublasLtGemm::~CublasLtGemm() {
   // Destruction can't throw: statuses are ignored here.
   for (auto& [key, plan] : plans_) {
-    cublasLtMatrixLayoutDestroy(plan.a);
-    cublasLtMatrixLayoutDestroy(plan.b);
-    cublasLtMatrixLayoutDestroy(plan.c);
-    cublasLtMatmulDescDestroy(plan.op);
+    if (plan.a != nullptr) cublasLtMatrixLayoutDestroy(plan.a);
+    if (plan.b != nullptr) cublasLtMatrixLayoutDestroy(plan.b);
+    if (plan.c != nullptr) cublasLtMatrixLayoutDestroy(plan.c);
+    if (plan.op != nullptr) cublasLtMatmulDescDestroy(plan.op);
   }
   if (handle_ != nullptr) cublasLtDestroy(handle_);
+  if (blas_ != nullptr) cublasDestroy(blas_);
 }
 
 bool CublasLtGemm::Supports(DType a, DType b, DType out) {
@@ -116,6 +124,10 @@ bool CublasLtGemm::Supports(DType a, DType b, DType out) {
 
 CublasLtGemm::Plan CublasLtGemm::MakePlan(const GemmProblem& p) {
   Plan plan;
+  if (force_cublas_) {
+    plan.use_lt = false;
+    return plan;
+  }
   const bool tf32 = allow_tf32_ && p.a.dtype == DType::kF32;
   BATON_CUBLAS_CHECK(cublasLtMatmulDescCreate(
       &plan.op, tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F, CUDA_R_32F));
@@ -149,15 +161,25 @@ CublasLtGemm::Plan CublasLtGemm::MakePlan(const GemmProblem& p) {
     const uint32_t out_alignment = MatrixAlignment(p.out, p.out_batch_stride, p.out_dtype, p.batch);
     SetPreference(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, out_alignment);
     SetPreference(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, out_alignment);
-    BATON_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(handle_, plan.op, plan.a, plan.b, plan.c,
-                                                      plan.c, pref, 1, &result, &returned));
+    // NOT_SUPPORTED means no algorithm for this configuration, like returning none.
+    const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(
+        handle_, plan.op, plan.a, plan.b, plan.c, plan.c, pref, 1, &result, &returned);
+    if (status != CUBLAS_STATUS_NOT_SUPPORTED) {
+      BATON_CUBLAS_CHECK(status);
+    } else {
+      returned = 0;
+    }
   } catch (...) {
     cublasLtMatmulPreferenceDestroy(pref);
     throw;
   }
   cublasLtMatmulPreferenceDestroy(pref);
-  BATON_CHECK(returned > 0, "cuBLASLt has no algorithm for the GEMM {}", PlanKey(p));
-  plan.algo = result.algo;
+  if (returned > 0) {
+    plan.algo = result.algo;
+  } else {
+    spdlog::debug("cuBLASLt has no algorithm for GEMM {}: using cuBLAS", PlanKey(p));
+    plan.use_lt = false;
+  }
   return plan;
 }
 
@@ -174,10 +196,37 @@ void CublasLtGemm::Run(const GemmProblem& p, cudaStream_t stream) {
   BATON_CHECK(Supports(p.a.dtype, p.b.dtype, p.out_dtype), "GEMM {} x {} -> {} is not supported",
               Name(p.a.dtype), Name(p.b.dtype), Name(p.out_dtype));
   Plan& plan = PlanFor(p);
+  if (!plan.use_lt) {
+    RunCublas(p, stream);
+    return;
+  }
   if (p.bias != nullptr) SetDesc(plan.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, p.bias);
   BATON_CUBLAS_CHECK(cublasLtMatmul(handle_, plan.op, &p.alpha, p.b.data, plan.a, p.a.data, plan.b,
                                     &p.beta, p.out, plan.c, p.out, plan.c, &plan.algo, workspace_,
                                     workspace_bytes_, stream));
+}
+
+// The same product through cuBLAS (column-major, as above). cuBLAS has no bias epilogue: the bias
+// is broadcast into out first (added to it when accumulating), then beta = 1.
+void CublasLtGemm::RunCublas(const GemmProblem& p, cudaStream_t stream) {
+  if (blas_ == nullptr) {
+    BATON_CUBLAS_CHECK(cublasCreate(&blas_));
+    BATON_CUBLAS_CHECK(cublasSetWorkspace(blas_, workspace_, workspace_bytes_));
+  }
+  BATON_CUBLAS_CHECK(cublasSetStream(blas_, stream));
+  float beta = p.beta;
+  if (p.bias != nullptr) {
+    BATON_CHECK(p.batch == 1, "GEMM bias with a batch of {}", p.batch);
+    LaunchBroadcastRows(p.bias, p.out_dtype, p.out, p.out_dtype, p.m, p.n, p.beta != 0.0f, stream);
+    beta = 1.0f;
+  }
+  const bool tf32 = allow_tf32_ && p.a.dtype == DType::kF32;
+  BATON_CUBLAS_CHECK(cublasGemmStridedBatchedEx_64(
+      blas_, p.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, p.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, p.n, p.m,
+      p.k, &p.alpha, p.b.data, CudaType(p.b.dtype), p.b.ld, p.b.batch_stride, p.a.data,
+      CudaType(p.a.dtype), p.a.ld, p.a.batch_stride, &beta, p.out, CudaType(p.out_dtype), p.ldo,
+      p.out_batch_stride, p.batch, tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F,
+      CUBLAS_GEMM_DEFAULT));
 }
 
 }  // namespace baton::cuda

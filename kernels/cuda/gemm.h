@@ -1,4 +1,5 @@
-// CublasLtGemm: row-major (strided-batched) GEMMs through cuBLASLt, for the CUDA backend.
+// CublasLtGemm: row-major (strided-batched) GEMMs through cuBLASLt (cuBLAS as the fallback), for
+// the CUDA backend.
 //
 // Row-major matrices are cuBLAS's column-major matrices transposed, so out = op(a) op(b) is run as
 // out^T = op(b)^T op(a)^T: b becomes cuBLAS's A, a its B, and out (m,n) row-major is a column-major
@@ -9,7 +10,9 @@
 // bf16 -> out bf16 or f32; a, b f16 -> out f16 or f32. The bias has out's dtype. Callers stage
 // other combinations (CudaBackend::Matmul does). One algorithm is chosen per problem
 // (shapes, strides, dtypes, pointer alignments) by cuBLASLt's heuristic and cached, so the same
-// call gives the same bits every time.
+// call gives the same bits every time. A problem for which cuBLASLt offers no algorithm (odd
+// alignments, tiny shapes) runs through cuBLAS's cublasGemmStridedBatchedEx instead, with the
+// bias broadcast into out first; that choice is cached too.
 //
 // Thread safety: one CublasLtGemm serves one thread (its backend's).
 #pragma once
@@ -50,7 +53,8 @@ struct GemmProblem {
 class CublasLtGemm {
  public:
   // `workspace` (device, `workspace_bytes`) is owned by the caller and outlives this object.
-  CublasLtGemm(void* workspace, size_t workspace_bytes, bool allow_tf32);
+  // force_cublas: every problem takes the cuBLAS path (tests of the fallback).
+  CublasLtGemm(void* workspace, size_t workspace_bytes, bool allow_tf32, bool force_cublas = false);
   ~CublasLtGemm();
   CublasLtGemm(const CublasLtGemm&) = delete;
   CublasLtGemm& operator=(const CublasLtGemm&) = delete;
@@ -70,14 +74,18 @@ class CublasLtGemm {
     cublasLtMatrixLayout_t b = nullptr;  // cuBLAS's B: our a
     cublasLtMatrixLayout_t c = nullptr;
     cublasLtMatmulAlgo_t algo{};
+    bool use_lt = true;  // false: cuBLASLt had no algorithm; cuBLAS runs it
   };
+  void RunCublas(const GemmProblem& problem, cudaStream_t stream);
   Plan& PlanFor(const GemmProblem& problem);
   Plan MakePlan(const GemmProblem& problem);
 
   cublasLtHandle_t handle_ = nullptr;
+  cublasHandle_t blas_ = nullptr;  // created on the first fallback
   void* workspace_;
   size_t workspace_bytes_;
   bool allow_tf32_;
+  bool force_cublas_;
   std::unordered_map<std::string, Plan> plans_;
 };
 

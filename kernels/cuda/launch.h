@@ -9,8 +9,8 @@
 // partials combined in index order), so equal inputs give equal bits on the same GPU model.
 //
 // Ids out of range (tokens, targets) are not read or written through: the kernel records the
-// first one in `id_error` (mapped host memory) and the backend raises it at its next
-// synchronising call.
+// first one in `id_error` (device memory) and the backend raises it at its next synchronising
+// call.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -22,13 +22,14 @@
 
 namespace baton::cuda {
 
-// Written by kernels that find an id outside [0, bound); read by the host after a sync.
+// Written by kernels that find an id outside [0, bound); copied to the host at a sync.
 struct IdError {
   int set;  // 0 until the first bad id
   int value;
   int bound;
   int64_t index;
 };
+static_assert(sizeof(IdError) % 4 == 0, "IdError is allocated as i32 words");
 
 // ---- elementwise.cu
 void LaunchCast(const void* src, DType src_dtype, void* dst, DType dst_dtype, int64_t n,

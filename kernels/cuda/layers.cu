@@ -22,14 +22,6 @@ constexpr float kLayerNormEps = 1e-5f;
 constexpr float kGeluScale = 0.7978845608028654f;  // sqrt(2 / pi)
 constexpr float kGeluCubic = 0.044715f;
 
-__device__ __forceinline__ void RecordBadId(IdError* error, int64_t index, int value, int bound) {
-  if (atomicCAS(&error->set, 0, 1) == 0) {
-    error->index = index;
-    error->value = value;
-    error->bound = bound;
-  }
-}
-
 // ---- embedding
 
 __global__ void EmbeddingForwardKernel(const int32_t* tokens, const void* wte, DType wte_dtype,

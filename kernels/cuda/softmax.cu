@@ -10,14 +10,6 @@ namespace {
 constexpr int kSoftmaxThreads = 256;  // 8 rows per block
 constexpr int kRowThreads = 512;      // cross-entropy: threads per row of logits
 
-__device__ __forceinline__ void RecordBadId(IdError* error, int64_t index, int value, int bound) {
-  if (atomicCAS(&error->set, 0, 1) == 0) {
-    error->index = index;
-    error->value = value;
-    error->bound = bound;
-  }
-}
-
 __global__ void CausalSoftmaxKernel(float* scores, int64_t rows, int64_t seq, void* copy,
                                     DType copy_dtype) {
   const int64_t row = blockIdx.x * int64_t{blockDim.x / kWarp} + threadIdx.x / kWarp;
