@@ -44,7 +44,7 @@ Device DeviceForLocalRank(DeviceType type, int local_rank) {
 #endif
 }
 
-void* NativeStream(Backend& backend) {
+void* NativeStream([[maybe_unused]] Backend& backend) {
 #if BATON_BACKEND_WITH_CUDA
   if (auto* cuda_backend = dynamic_cast<cuda::CudaBackend*>(&backend)) {
     return static_cast<void*>(cuda_backend->stream());

@@ -194,8 +194,17 @@ Trainer::StepEnd Trainer::ReduceStepEnd() {
     if (!finite) partial[overflow_slot] = 1.0f;
   }
   if (setup_.comm != nullptr && setup_.num_ranks > 1) {
-    Tensor t = Tensor::Wrap(partial.data(), {num_layers + 2}, DType::kF32);
-    setup_.comm->AllReduceSum(t, timeout_);
+    Tensor host = Tensor::Wrap(partial.data(), {num_layers + 2}, DType::kF32);
+    if (backend_.device().is_cpu()) {
+      setup_.comm->AllReduceSum(host, timeout_);
+    } else {  // NCCL reduces device memory
+      Tensor on_device =
+          Tensor::Empty(backend_.allocator(), host.shape(), DType::kF32, MemCategory::kComm);
+      backend_.Copy(host, on_device);
+      setup_.comm->AllReduceSum(on_device, timeout_);
+      backend_.Copy(on_device, host);
+      backend_.Synchronize();
+    }
   }
   double total = 0;
   for (int i = 0; i < num_layers; ++i) total += partial[static_cast<size_t>(i)];

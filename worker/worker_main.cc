@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <csignal>
@@ -13,8 +14,12 @@
 #include <thread>
 
 #include "comm/gloo_communicator.h"
+#if BATON_WITH_NCCL
+#include "comm/nccl_communicator.h"
+#endif
 #include "core/error.h"
 #include "core/log.h"
+#include "kernels/backend_factory.h"
 #include "model/from_config.h"
 #include "proto/coordinator_client.h"
 #include "scheduler/schedule.h"
@@ -165,6 +170,42 @@ WorkerReport StepReport(int rank, const StepRecord& record, bool holds_head,
   return report;
 }
 
+// Gloo over TCP for CPU stages; NCCL for GPU stages, set up for the links and groups this
+// rank's step uses (its pipeline neighbours, and first + last stage for the tied embedding).
+std::shared_ptr<Communicator> MakeCommunicator(const WorkerArgs& args, const WorkerPlan& plan,
+                                               Device device, KvStore& store, Backend& backend,
+                                               std::chrono::milliseconds timeout) {
+  if (device.is_cpu()) {
+    GlooOptions gloo;
+    gloo.rank = args.rank;
+    gloo.size = plan.num_ranks;
+    gloo.hostname = args.listen_host;
+    gloo.store_prefix = fmt::format("gloo/{}", plan.attempt);
+    gloo.timeout = timeout;
+    return std::make_shared<GlooCommunicator>(store, backend.allocator(), gloo);
+  }
+#if BATON_WITH_NCCL
+  NcclOptions nccl;
+  nccl.rank = args.rank;
+  nccl.size = plan.num_ranks;
+  nccl.device = device.index;
+  nccl.compute_stream = static_cast<cudaStream_t>(NativeStream(backend));
+  const int p = plan.num_ranks;
+  for (int peer : {(args.rank + p - 1) % p, (args.rank + 1) % p}) {
+    if (peer != args.rank &&
+        std::find(nccl.peers.begin(), nccl.peers.end(), peer) == nccl.peers.end()) {
+      nccl.peers.push_back(peer);
+    }
+  }
+  if (args.rank == 0 || args.rank == p - 1) nccl.groups.push_back({0, p - 1});
+  nccl.store_prefix = fmt::format("nccl/{}", plan.attempt);
+  nccl.timeout = timeout;
+  return std::make_shared<NcclCommunicator>(store, backend.allocator(), nccl);
+#else
+  BATON_FAIL("device {} needs NCCL, and this binary was built without CUDA", device.ToString());
+#endif
+}
+
 // Tracks what the engine waits on, for heartbeats and the failure report.
 struct BlockedState {
   std::optional<BlockedAction> action;
@@ -176,19 +217,14 @@ void TrainRank(const WorkerArgs& args, CoordinatorClient& client, const WorkerPl
                BlockedState& blocked) {
   const Config config = ParseConfigString(plan.config_yaml, "job plan");
   MemoryLedger ledger;
-  std::unique_ptr<Backend> backend = MakeCpuBackend(ledger, config.device.threads);
+  const Device device = DeviceForLocalRank(config.device.type, args.local_rank);
+  std::unique_ptr<Backend> backend = MakeBackend(device, ledger, config.device.threads);
   const auto timeout = TimeoutOf(config);
 
   CoordinatorKvStore store(client);
   std::shared_ptr<Communicator> comm;  // shared with the abort callback, which may outlive us
   if (plan.num_ranks > 1) {
-    GlooOptions gloo;
-    gloo.rank = args.rank;
-    gloo.size = plan.num_ranks;
-    gloo.hostname = args.listen_host;
-    gloo.store_prefix = fmt::format("gloo/{}", plan.attempt);
-    gloo.timeout = timeout;
-    comm = std::make_shared<GlooCommunicator>(store, backend->allocator(), gloo);
+    comm = MakeCommunicator(args, plan, device, store, *backend, timeout);
     client.OnAbort([comm](const std::string& reason) { comm->Abort(reason); });
   }
 
@@ -273,7 +309,7 @@ int RunWorker(const WorkerArgs& args) {
     info.world_size = args.world_size;
     info.host = HostName();
     info.pid = getpid();
-    info.device = "cpu";
+    info.device = fmt::format("local rank {}", args.local_rank);  // the plan picks cpu/cuda
     info.job_id = job_id;
     const WorkerPlan plan = DecodePlan(client->Join(info));
     client->Watch();
