@@ -1,9 +1,14 @@
 #include "core/dtype.h"
 
+#include <algorithm>
 #include <bit>
 #include <cstring>
 
 #include "core/error.h"
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
 
 namespace baton {
 
@@ -107,36 +112,78 @@ float BFloat16ToFloat(uint16_t bits) {
 }
 
 namespace {
-float LoadAsFloat(const void* src, DType dtype, size_t i) {
-  switch (dtype) {
-    case DType::kF32:
-      return static_cast<const float*>(src)[i];
-    case DType::kF16:
-      return HalfToFloat(static_cast<const uint16_t*>(src)[i]);
-    case DType::kBF16:
-      return BFloat16ToFloat(static_cast<const uint16_t*>(src)[i]);
-    case DType::kI32:
-      break;
+
+// Hardware conversions (F16C: x86-64-v3) where the CPU has them; the same bits as the portable
+// code (IEEE round to nearest even), chosen at run time so the binary still runs anywhere.
+#if defined(__x86_64__)
+__attribute__((target("avx,f16c"))) void HalfToFloatF16c(const uint16_t* src, float* dst,
+                                                         size_t n) {
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i));
+    _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(h));
   }
-  BATON_FAIL("cannot convert {} as a float", Name(dtype));
+  for (; i < n; ++i) dst[i] = HalfToFloat(src[i]);
 }
 
-void StoreFloat(float value, void* dst, DType dtype, size_t i) {
+__attribute__((target("avx,f16c"))) void FloatToHalfF16c(const float* src, uint16_t* dst,
+                                                         size_t n) {
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m128i h = _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i), h);
+  }
+  for (; i < n; ++i) dst[i] = FloatToHalf(src[i]);
+}
+
+bool HasF16c() {
+  static const bool has = __builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx");
+  return has;
+}
+#endif
+
+void ToF32(const void* src, DType dtype, float* dst, size_t n) {
+  const auto* in = static_cast<const uint16_t*>(src);
   switch (dtype) {
     case DType::kF32:
-      static_cast<float*>(dst)[i] = value;
-      return;
-    case DType::kF16:
-      static_cast<uint16_t*>(dst)[i] = FloatToHalf(value);
+      std::memmove(dst, src, n * sizeof(float));
       return;
     case DType::kBF16:
-      static_cast<uint16_t*>(dst)[i] = FloatToBFloat16(value);
+      for (size_t i = 0; i < n; ++i) dst[i] = BFloat16ToFloat(in[i]);
+      return;
+    case DType::kF16:
+#if defined(__x86_64__)
+      if (HasF16c()) return HalfToFloatF16c(in, dst, n);
+#endif
+      for (size_t i = 0; i < n; ++i) dst[i] = HalfToFloat(in[i]);
       return;
     case DType::kI32:
       break;
   }
-  BATON_FAIL("cannot store a float as {}", Name(dtype));
+  BATON_FAIL("cannot convert {} to f32", Name(dtype));
 }
+
+void FromF32(const float* src, void* dst, DType dtype, size_t n) {
+  auto* out = static_cast<uint16_t*>(dst);
+  switch (dtype) {
+    case DType::kF32:
+      std::memmove(dst, src, n * sizeof(float));
+      return;
+    case DType::kBF16:
+      for (size_t i = 0; i < n; ++i) out[i] = FloatToBFloat16(src[i]);
+      return;
+    case DType::kF16:
+#if defined(__x86_64__)
+      if (HasF16c()) return FloatToHalfF16c(src, out, n);
+#endif
+      for (size_t i = 0; i < n; ++i) out[i] = FloatToHalf(src[i]);
+      return;
+    case DType::kI32:
+      break;
+  }
+  BATON_FAIL("cannot convert f32 to {}", Name(dtype));
+}
+
 }  // namespace
 
 void ConvertFloats(const void* src, DType src_dtype, void* dst, DType dst_dtype, size_t n) {
@@ -144,9 +191,18 @@ void ConvertFloats(const void* src, DType src_dtype, void* dst, DType dst_dtype,
               Name(dst_dtype));
   if (src_dtype == dst_dtype) {
     std::memmove(dst, src, n * SizeOf(src_dtype));
-    return;
+  } else if (src_dtype == DType::kF32) {
+    FromF32(static_cast<const float*>(src), dst, dst_dtype, n);
+  } else if (dst_dtype == DType::kF32) {
+    ToF32(src, src_dtype, static_cast<float*>(dst), n);
+  } else {  // f16 <-> bf16 through f32, a block at a time
+    float block[256];
+    for (size_t i = 0; i < n; i += 256) {
+      const size_t m = std::min<size_t>(256, n - i);
+      ToF32(static_cast<const uint16_t*>(src) + i, src_dtype, block, m);
+      FromF32(block, static_cast<uint16_t*>(dst) + i, dst_dtype, m);
+    }
   }
-  for (size_t i = 0; i < n; ++i) StoreFloat(LoadAsFloat(src, src_dtype, i), dst, dst_dtype, i);
 }
 
 }  // namespace baton

@@ -5,6 +5,7 @@
 #include <bit>
 #include <cmath>
 #include <limits>
+#include <vector>
 
 namespace baton {
 namespace {
@@ -65,6 +66,42 @@ TEST(DTypeTest, SizesAndNames) {
   EXPECT_EQ(ParseDType("fp16"), DType::kF16);
   EXPECT_EQ(ParseDType("bf16"), DType::kBF16);
   EXPECT_THROW(ParseDType("fp8"), std::runtime_error);
+}
+
+}  // namespace
+}  // namespace baton
+
+namespace baton {
+namespace {
+
+TEST(ConvertFloatsTest, BulkConversionsMatchTheScalarOnesBitForBit) {
+  // Every half, and a spread of floats including subnormals, ties and specials, both ways.
+  std::vector<uint16_t> halves(0x10000);
+  for (uint32_t i = 0; i < 0x10000; ++i) halves[i] = static_cast<uint16_t>(i);
+  std::vector<float> floats(halves.size());
+  ConvertFloats(halves.data(), DType::kF16, floats.data(), DType::kF32, halves.size());
+  for (size_t i = 0; i < halves.size(); ++i) {
+    const float expected = HalfToFloat(halves[i]);
+    if (std::isnan(expected)) {
+      EXPECT_TRUE(std::isnan(floats[i]));
+    } else {
+      EXPECT_EQ(std::bit_cast<uint32_t>(floats[i]), std::bit_cast<uint32_t>(expected)) << i;
+    }
+  }
+  std::vector<float> inputs;
+  for (uint32_t bits = 0; bits < 0xffffffffu - 0x10001u; bits += 0x10001u) {
+    inputs.push_back(std::bit_cast<float>(bits));
+  }
+  for (DType dtype : {DType::kF16, DType::kBF16}) {
+    std::vector<uint16_t> out(inputs.size());
+    ConvertFloats(inputs.data(), DType::kF32, out.data(), dtype, inputs.size());
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      if (std::isnan(inputs[i])) continue;
+      const uint16_t expected =
+          dtype == DType::kF16 ? FloatToHalf(inputs[i]) : FloatToBFloat16(inputs[i]);
+      ASSERT_EQ(out[i], expected) << Name(dtype) << " " << inputs[i];
+    }
+  }
 }
 
 }  // namespace
