@@ -27,48 +27,56 @@ std::vector<double> LayerCosts(const std::vector<LayerSpec>& graph, const ModelD
   return costs;
 }
 
-std::vector<LayerRange> PartitionLayers(const std::vector<double>& costs, int parts) {
-  const int n = static_cast<int>(costs.size());
+std::optional<std::vector<LayerRange>> MinMaxPartition(int num_layers, int parts,
+                                                       const PartCost& cost) {
+  const int n = num_layers;
   BATON_CHECK(parts >= 1, "need at least one stage, got {}", parts);
   BATON_CHECK(parts <= n,
               "cannot cut a {}-layer graph into {} pipeline parts: every stage (and every "
               "interleaved chunk) needs at least one layer; use fewer stages or chunks",
               n, parts);
-  std::vector<double> prefix(static_cast<size_t>(n) + 1, 0.0);
-  for (int i = 0; i < n; ++i)
-    prefix[static_cast<size_t>(i) + 1] =
-        prefix[static_cast<size_t>(i)] + costs[static_cast<size_t>(i)];
-  const auto sum = [&](int a, int b) {
-    return prefix[static_cast<size_t>(b)] - prefix[static_cast<size_t>(a)];
-  };
   constexpr double kInf = std::numeric_limits<double>::infinity();
+  const auto at = [](auto& table, int k, int i) -> auto& {
+    return table[static_cast<size_t>(k)][static_cast<size_t>(i)];
+  };
   // best[k][i]: the smallest max-part cost cutting layers [0, i) into k parts; cut[k][i] the
   // start of the last part.
   std::vector<std::vector<double>> best(static_cast<size_t>(parts) + 1,
                                         std::vector<double>(static_cast<size_t>(n) + 1, kInf));
   std::vector<std::vector<int>> cut(static_cast<size_t>(parts) + 1,
-                                    std::vector<int>(static_cast<size_t>(n) + 1, 0));
-  best[0][0] = 0.0;
+                                    std::vector<int>(static_cast<size_t>(n) + 1, -1));
+  at(best, 0, 0) = 0.0;
   for (int k = 1; k <= parts; ++k) {
     for (int i = k; i <= n - (parts - k); ++i) {
       for (int j = k - 1; j < i; ++j) {
-        const double candidate =
-            std::max(best[static_cast<size_t>(k) - 1][static_cast<size_t>(j)], sum(j, i));
-        if (candidate < best[static_cast<size_t>(k)][static_cast<size_t>(i)]) {
-          best[static_cast<size_t>(k)][static_cast<size_t>(i)] = candidate;
-          cut[static_cast<size_t>(k)][static_cast<size_t>(i)] = j;
+        const double before = at(best, k - 1, j);
+        if (before == kInf || before >= at(best, k, i)) continue;  // cannot improve
+        const double candidate = std::max(before, cost(k - 1, LayerRange{j, i - 1}));
+        if (candidate < at(best, k, i)) {
+          at(best, k, i) = candidate;
+          at(cut, k, i) = j;
         }
       }
     }
   }
+  if (at(best, parts, n) == kInf) return std::nullopt;
   std::vector<LayerRange> ranges(static_cast<size_t>(parts));
   int end = n;
   for (int k = parts; k >= 1; --k) {
-    const int start = cut[static_cast<size_t>(k)][static_cast<size_t>(end)];
+    const int start = at(cut, k, end);
     ranges[static_cast<size_t>(k) - 1] = {start, end - 1};
     end = start;
   }
   return ranges;
+}
+
+std::vector<LayerRange> PartitionLayers(const std::vector<double>& costs, int parts) {
+  std::vector<double> prefix(costs.size() + 1, 0.0);
+  for (size_t i = 0; i < costs.size(); ++i) prefix[i + 1] = prefix[i] + costs[i];
+  const auto sum = [&](int, const LayerRange& r) {
+    return prefix[static_cast<size_t>(r.last) + 1] - prefix[static_cast<size_t>(r.first)];
+  };
+  return *MinMaxPartition(static_cast<int>(costs.size()), parts, sum);
 }
 
 }  // namespace baton

@@ -5,6 +5,8 @@
 // equally good cuts the one whose parts end earliest wins, so results are deterministic.
 #pragma once
 
+#include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -24,5 +26,15 @@ std::vector<double> LayerCosts(const std::vector<LayerSpec>& graph, const ModelD
 // Contiguous ranges covering layers 0..n-1, `parts` of them, none empty, minimising the largest
 // sum of costs. Throws baton::Error when parts > n or parts < 1.
 std::vector<LayerRange> PartitionLayers(const std::vector<double>& costs, int parts);
+
+// The cost of part `part` spanning `range`; +infinity forbids it (e.g. over a memory budget).
+using PartCost = std::function<double(int part, const LayerRange& range)>;
+
+// The general form: `parts` contiguous non-empty ranges covering layers 0..num_layers-1 that
+// minimise the largest part cost, ties going to the cut whose parts end earliest. std::nullopt
+// when every cut has a forbidden part. `cost` is called O(parts * num_layers^2) times at most,
+// and never for a part that could not improve on the best cut found so far at that point.
+std::optional<std::vector<LayerRange>> MinMaxPartition(int num_layers, int parts,
+                                                       const PartCost& cost);
 
 }  // namespace baton

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "core/error.h"
+#include "launcher/memory_planner.h"
 #include "launcher/partitioner.h"
 #include "model/from_config.h"
 #include "scheduler/communication.h"
@@ -46,7 +47,7 @@ Schedule MakeComputeSchedule(const Config& config) {
 }
 }  // namespace
 
-Plan MakePlan(const Config& config) {
+Plan MakePlan(const Config& config, int64_t memory_budget) {
   Plan plan;
   plan.config = config;
   plan.dims = DimsOf(config.model);
@@ -55,7 +56,11 @@ Plan MakePlan(const Config& config) {
   Schedule schedule;
   try {
     schedule = MakeComputeSchedule(config);
-    if (!HasCommunication(schedule)) schedule = InsertCommunication(schedule);
+    // RECVs posted when their data is produced: safe for sends that complete before the next
+    // compute (worker/engine.h), which makes every rank's memory peak deterministic.
+    if (!HasCommunication(schedule)) {
+      schedule = InsertCommunication(schedule, CommPlacement::kRendezvousSafe);
+    }
     CheckValid(schedule);
   } catch (const std::invalid_argument& e) {
     BATON_FAIL("schedule: {}", e.what());
@@ -64,6 +69,13 @@ Plan MakePlan(const Config& config) {
   plan.layer_costs =
       LayerCosts(plan.graph, plan.dims, config.parallel.partition, plan.micro_batch_shape());
   plan.virtual_stages = PartitionLayers(plan.layer_costs, plan.schedule.num_virtual_stages());
+  if (memory_budget > 0) {
+    const BudgetedPartition cut = PartitionWithinBudget(plan, memory_budget);
+    BATON_CHECK(cut.fits, "memory budget {}: {}", FormatBytes(memory_budget), cut.bound);
+    plan.virtual_stages = cut.virtual_stages;
+    plan.memory_budget = memory_budget;
+    plan.partition_bound = cut.bound;
+  }
   return plan;
 }
 

@@ -6,6 +6,7 @@
 // (proto JobPlan) and never decide any of it themselves.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -24,6 +25,10 @@ struct Plan {
   std::vector<double> layer_costs;         // under config.parallel.partition
   std::vector<LayerRange> virtual_stages;  // p*v contiguous ranges; j runs on rank j % p
   Schedule schedule;                       // with SEND/RECV actions, validated
+  int64_t memory_budget = 0;               // bytes per rank; 0: none
+  // Which constraint set the cut: "compute balance", or "memory on stage K (...)" when a
+  // budget made early stages take fewer layers (launcher/memory_planner.h).
+  std::string partition_bound = "compute balance";
 
   int num_ranks() const { return config.parallel.stages; }
   int num_chunks() const { return schedule.chunks; }
@@ -32,7 +37,10 @@ struct Plan {
   MicroBatchShape micro_batch_shape() const;
 };
 
-Plan MakePlan(const Config& config);
+// With `memory_budget` > 0 the cut also keeps every rank's predicted memory total within it
+// (the Gloo transport's figures: what `baton run` measures); throws baton::Error naming the
+// smallest peak any cut reaches when none fits.
+Plan MakePlan(const Config& config, int64_t memory_budget = 0);
 
 // The table `baton plan` prints: stage, layers, parameters, FLOPs, activation bytes per
 // micro-batch.
