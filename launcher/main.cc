@@ -21,6 +21,17 @@ void AddConfigOptions(CLI::App* command, baton::ConfigArgs& args) {
   command->add_option("--set", args.overrides, "override a config field: section.key=value");
 }
 
+void AddMemoryOptions(CLI::App* command, baton::MemoryArgs& args) {
+  command->add_option("--memory-budget", args.budget,
+                      "bytes per stage (24GiB, 512MiB, 1.5GB, 4096): cut the layers so every "
+                      "stage's predicted peak fits");
+  command->add_flag("--fit", args.fit,
+                    "search precision, checkpointing, micro-batches, then stages for the "
+                    "fastest configuration that fits --memory-budget");
+  command->add_option("--max-stages", args.max_stages,
+                      "--fit's upper bound on stages (default: twice parallel.stages)");
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -39,6 +50,7 @@ int main(int argc, char** argv) {
                       "continue from a checkpoint: a step dir, checkpoints root or output dir");
   run_cmd->add_option("--max-restarts", run.max_restarts,
                       "after a failure, restart every worker from the last checkpoint");
+  AddMemoryOptions(run_cmd, run.memory);
 
   std::string export_dir, export_out, export_dtype = "f32";
   CLI::App* export_cmd =
@@ -50,8 +62,10 @@ int main(int argc, char** argv) {
   export_cmd->add_option("--dtype", export_dtype, "f32, bf16 or f16");
 
   baton::PlanOptions plan;
-  CLI::App* plan_cmd = app.add_subcommand("plan", "print the partition without training");
+  CLI::App* plan_cmd = app.add_subcommand(
+      "plan", "print the partition and each stage's predicted memory without training");
   AddConfigOptions(plan_cmd, plan.config);
+  AddMemoryOptions(plan_cmd, plan.memory);
   plan_cmd->add_option("--format", plan.format, "text or json")
       ->check(CLI::IsMember({"text", "json"}));
 

@@ -85,8 +85,11 @@ std::vector<std::vector<int>> ReapSchedule(const Plan& plan,
 class RankReplay {
  public:
   RankReplay(const Plan& plan, int rank, const std::vector<LayerRange>& virtual_stages,
-             const MemoryPlanOptions& options)
-      : plan_(plan), rank_(rank), options_(options) {
+             const MemoryPlanOptions& options, bool sends_complete_before_compute)
+      : plan_(plan),
+        rank_(rank),
+        options_(options),
+        sends_complete_before_compute_(sends_complete_before_compute) {
     const Config& config = plan.config;
     for (int c = 0; c < plan.num_chunks(); ++c) {
       chunks_.push_back(
@@ -109,7 +112,6 @@ class RankReplay {
                  ? config.parallel.checkpoint.every
                  : 0;
     slots_.resize(static_cast<size_t>(config.train.micro_batches) * chunks_.size());
-    sends_complete_before_compute_ = RendezvousSafeSends(plan.schedule);
   }
 
   RankMemory Run(const std::vector<std::vector<int>>& reaped) {
@@ -304,10 +306,10 @@ class RankReplay {
   const Plan& plan_;
   const int rank_;
   const MemoryPlanOptions options_;
+  const bool sends_complete_before_compute_;
   std::vector<LayerRange> chunks_;
   bool holds_first_ = false;
   bool holds_last_ = false;
-  bool sends_complete_before_compute_ = false;
   int every_ = 0;
   MemoryLedger ledger_;
   ReplayContext ctx_;
@@ -317,25 +319,32 @@ class RankReplay {
   int peak_in_flight_ = 0;
 };
 
-}  // namespace
-
-RankMemory PredictRankMemory(const Plan& plan, int rank,
-                             const std::vector<LayerRange>& virtual_stages,
-                             const MemoryPlanOptions& options) {
+// The engine's send mode is a property of the schedule (worker/engine.h): decided once per plan.
+RankMemory PredictRank(const Plan& plan, int rank, const std::vector<LayerRange>& virtual_stages,
+                       const MemoryPlanOptions& options, bool sends_complete_before_compute) {
   BATON_CHECK(0 <= rank && rank < plan.num_ranks(), "rank {} of a {}-rank plan", rank,
               plan.num_ranks());
   BATON_CHECK(static_cast<int>(virtual_stages.size()) == plan.schedule.num_virtual_stages(),
               "{} layer ranges for {} virtual stages", virtual_stages.size(),
               plan.schedule.num_virtual_stages());
-  RankReplay replay(plan, rank, virtual_stages, options);
-  if (RendezvousSafeSends(plan.schedule)) return replay.Run({});
+  RankReplay replay(plan, rank, virtual_stages, options, sends_complete_before_compute);
+  if (sends_complete_before_compute) return replay.Run({});
   return replay.Run(ReapSchedule(plan, virtual_stages, rank));
 }
 
+}  // namespace
+
+RankMemory PredictRankMemory(const Plan& plan, int rank,
+                             const std::vector<LayerRange>& virtual_stages,
+                             const MemoryPlanOptions& options) {
+  return PredictRank(plan, rank, virtual_stages, options, RendezvousSafeSends(plan.schedule));
+}
+
 std::vector<RankMemory> PredictMemory(const Plan& plan, const MemoryPlanOptions& options) {
+  const bool sends_complete = RendezvousSafeSends(plan.schedule);
   std::vector<RankMemory> ranks;
   for (int r = 0; r < plan.num_ranks(); ++r) {
-    ranks.push_back(PredictRankMemory(plan, r, plan.virtual_stages, options));
+    ranks.push_back(PredictRank(plan, r, plan.virtual_stages, options, sends_complete));
   }
   return ranks;
 }
@@ -343,10 +352,10 @@ std::vector<RankMemory> PredictMemory(const Plan& plan, const MemoryPlanOptions&
 namespace {
 
 std::vector<int64_t> RankTotals(const Plan& plan, const std::vector<LayerRange>& virtual_stages,
-                                const MemoryPlanOptions& options) {
+                                const MemoryPlanOptions& options, bool sends_complete) {
   std::vector<int64_t> totals;
   for (int r = 0; r < plan.num_ranks(); ++r) {
-    totals.push_back(PredictRankMemory(plan, r, virtual_stages, options).peak.total);
+    totals.push_back(PredictRank(plan, r, virtual_stages, options, sends_complete).peak.total);
   }
   return totals;
 }
@@ -367,7 +376,9 @@ BudgetedPartition PartitionWithinBudget(const Plan& plan, int64_t budget,
                                         const MemoryPlanOptions& options) {
   BATON_CHECK(budget > 0, "a memory budget must be positive, got {}", budget);
   BudgetedPartition result;
-  const std::vector<int64_t> balanced = RankTotals(plan, plan.virtual_stages, options);
+  const bool sends_complete = RendezvousSafeSends(plan.schedule);
+  const std::vector<int64_t> balanced =
+      RankTotals(plan, plan.virtual_stages, options, sends_complete);
   const int64_t balanced_peak = *std::max_element(balanced.begin(), balanced.end());
   if (balanced_peak <= budget) {
     return {true, plan.virtual_stages, "compute balance", balanced};
@@ -385,7 +396,7 @@ BudgetedPartition PartitionWithinBudget(const Plan& plan, int64_t budget,
     if (inserted) {
       std::vector<LayerRange> cut = plan.virtual_stages;
       cut[static_cast<size_t>(k)] = r;
-      it->second = PredictRankMemory(plan, k, cut, options).peak.total;
+      it->second = PredictRank(plan, k, cut, options, sends_complete).peak.total;
     }
     return it->second;
   };
@@ -401,12 +412,13 @@ BudgetedPartition PartitionWithinBudget(const Plan& plan, int64_t budget,
       });
   if (cut) {
     return {true, *cut, fmt::format("memory on {}", OverBudget(balanced, budget)),
-            RankTotals(plan, *cut, options)};
+            RankTotals(plan, *cut, options, sends_complete)};
   }
   const std::vector<LayerRange> leanest = *MinMaxPartition(
-      n, plan.num_ranks(), [&](int k, const LayerRange& r) { return double(total(k, r)); });
+      n, plan.num_ranks(),
+      [&](int k, const LayerRange& r) { return static_cast<double>(total(k, r)); });
   result.virtual_stages = leanest;
-  result.totals = RankTotals(plan, leanest, options);
+  result.totals = RankTotals(plan, leanest, options, sends_complete);
   const auto worst = std::max_element(result.totals.begin(), result.totals.end());
   result.bound = fmt::format(
       "no cut into {} stages fits {}: the smallest peak any cut reaches is {} (stage {})",
@@ -419,6 +431,30 @@ std::vector<std::pair<std::string, int64_t>> MemoryEntries(const MemoryFigures& 
   for (MemCategory c : kAllMemCategories) entries.emplace_back(std::string(Name(c)), figures[c]);
   entries.emplace_back("total", figures.total);
   return entries;
+}
+
+std::string FormatMemoryTable(const Plan& plan, const std::vector<RankMemory>& predicted) {
+  std::string out = fmt::format("{:>5} {:>9}", "stage", "layers");
+  for (const auto& [key, bytes] : MemoryEntries(MemoryFigures{}))
+    out += fmt::format(" {:>12}", key);
+  out += fmt::format(" {:>9}\n", "in flight");
+  for (int r = 0; r < plan.num_ranks(); ++r) {
+    const std::vector<LayerRange> chunks = plan.ChunkRanges(r);
+    std::string layers;
+    for (const LayerRange& c : chunks) {
+      layers += fmt::format("{}{}-{}", layers.empty() ? "" : ",", c.first, c.last);
+    }
+    out += fmt::format("{:>5} {:>9}", r, layers);
+    for (const auto& [key, bytes] : MemoryEntries(predicted.at(static_cast<size_t>(r)).peak)) {
+      out += fmt::format(" {:>12}", FormatBytes(bytes));
+    }
+    out += fmt::format(" {:>9}\n", predicted.at(static_cast<size_t>(r)).peak_in_flight);
+  }
+  if (plan.memory_budget > 0) {
+    out += fmt::format("memory budget {} per stage; the cut is bound by {}\n",
+                       FormatBytes(plan.memory_budget), plan.partition_bound);
+  }
+  return out;
 }
 
 int64_t ParseByteSize(const std::string& text) {

@@ -64,6 +64,10 @@ BudgetedPartition PartitionWithinBudget(const Plan& plan, int64_t budget,
 // "params" -> bytes ..., "total" -> bytes: the key names of the report's memory objects.
 std::vector<std::pair<std::string, int64_t>> MemoryEntries(const MemoryFigures& figures);
 
+// The table `baton plan` prints: per rank its layers, the predicted peak bytes of each category
+// and in total, and the micro-batches it keeps in flight; then the budget and what bound the cut.
+std::string FormatMemoryTable(const Plan& plan, const std::vector<RankMemory>& predicted);
+
 // Byte sizes as people write them: "24GiB", "512MiB", "1.5GB", "4096", "64 KiB" (binary units
 // KiB MiB GiB TiB; decimal KB MB GB TB; B or none for bytes). Throws baton::Error otherwise.
 int64_t ParseByteSize(const std::string& text);

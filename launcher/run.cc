@@ -10,6 +10,8 @@
 
 #include "core/error.h"
 #include "launcher/environment.h"
+#include "launcher/fit.h"
+#include "launcher/memory_planner.h"
 #include "launcher/monitor.h"
 #include "launcher/mpi_bootstrap.h"
 #include "launcher/outputs.h"
@@ -41,8 +43,16 @@ WorkerPlan ToWorkerPlan(const Plan& plan, const std::string& job_id) {
 }
 
 // Assembles the run report from every rank's final results (worker_main.cc, TrainRank).
+json MemoryJson(const MemoryFigures& figures) {
+  json j = json::object();
+  for (const auto& [key, bytes] : MemoryEntries(figures)) j[key] = bytes;
+  return j;
+}
+
 json BuildReport(const Plan& plan, const std::vector<json>& results) {
   json report;
+  const std::vector<RankMemory> predicted = PredictMemory(plan);
+  json job_predicted = json::object();
   report["schedule"] = plan.schedule.name;
   report["config"] = ToJson(plan.config);
   std::vector<std::pair<int, uint64_t>> digests;
@@ -53,13 +63,20 @@ json BuildReport(const Plan& plan, const std::vector<json>& results) {
     for (const auto& d : r["digests"]) digests.emplace_back(d[0].get<int>(), d[1].get<uint64_t>());
     const double stage_wall = r["wall_s"].get<double>();
     const double busy = stage_wall > 0 ? r["compute_s"].get<double>() / stage_wall : 0.0;
-    json stage = {
-        {"stage", r["rank"]},    {"layers", {r["layers"].front()[0], r["layers"].back()[1]}},
-        {"chunks", r["layers"]}, {"memory", {{"peak", r["memory_peak"]}}},
-        {"busy_fraction", busy}, {"bubble_fraction", 1.0 - busy}};
+    json stage = {{"stage", r["rank"]},
+                  {"layers", {r["layers"].front()[0], r["layers"].back()[1]}},
+                  {"chunks", r["layers"]},
+                  {"memory",
+                   {{"peak", r["memory_peak"]},
+                    {"predicted", MemoryJson(predicted.at(r["rank"].get<size_t>()).peak)}}},
+                  {"busy_fraction", busy},
+                  {"bubble_fraction", 1.0 - busy}};
     stages.push_back(stage);
     for (const auto& [key, bytes] : r["memory_peak"].items()) {
       job_peak[key] = std::max(job_peak.value(key, int64_t{0}), bytes.get<int64_t>());
+    }
+    for (const auto& [key, bytes] : stage["memory"]["predicted"].items()) {
+      job_predicted[key] = std::max(job_predicted.value(key, int64_t{0}), bytes.get<int64_t>());
     }
     wall_s = std::max(wall_s, stage_wall);
     if (r["holds_head"].get<bool>()) report["steps"] = r["steps"];
@@ -71,7 +88,11 @@ json BuildReport(const Plan& plan, const std::vector<json>& results) {
                         static_cast<double>(SequenceLength(config)) * steps_run;
   report["tokens_per_s"] = wall_s > 0 ? tokens / wall_s : 0.0;
   report["param_checksum"] = CombineLayerDigests(digests);
-  report["memory"] = {{"peak", job_peak}};
+  report["memory"] = {{"peak", job_peak}, {"predicted", job_predicted}};
+  if (plan.memory_budget > 0) {
+    report["memory"]["budget"] = plan.memory_budget;
+    report["memory"]["partition_bound"] = plan.partition_bound;
+  }
   report["stages"] = stages;
   return report;
 }
@@ -232,29 +253,76 @@ int RunUnderLauncher(const Plan& plan, const RunOptions& options, const LaunchEn
 
 }  // namespace
 
+namespace {
+
+int64_t BudgetBytes(const MemoryArgs& args) {
+  BATON_CHECK(!args.fit || !args.budget.empty(), "--fit needs --memory-budget");
+  return args.budget.empty() ? 0 : ParseByteSize(args.budget);
+}
+
+json FitJson(const FitResult& fit) {
+  json candidates = json::array();
+  for (const FitCandidate& c : fit.candidates) {
+    candidates.push_back({{"stages", c.stages},
+                          {"micro_batches", c.micro_batches},
+                          {"checkpoint", c.checkpoint.ToString()},
+                          {"dtype", std::string(Name(c.dtype))},
+                          {"level", c.level},
+                          {"valid", c.valid},
+                          {"fits", c.fits},
+                          {"peak", c.peak},
+                          {"step_s", c.step_seconds},
+                          {"note", c.note}});
+  }
+  return {{"candidates", candidates}, {"chosen", fit.chosen}};
+}
+
+}  // namespace
+
 int RunCommand(const RunOptions& options) {
-  const Config config = LoadConfig(options.config.path, options.config.overrides);
-  const Plan plan = MakePlan(config);
+  const Config loaded = LoadConfig(options.config.path, options.config.overrides);
+  const LaunchEnvironment env = DetectLaunchEnvironment();
+  const int64_t budget = BudgetBytes(options.memory);
+  FitResult fit;
+  const Plan plan = PlanForBudget(loaded, budget, options.memory.fit, options.memory.max_stages,
+                                  options.memory.fit ? FlopRateFor(loaded) : 1.0, &fit);
+  if (options.memory.fit && env.rank == 0) {
+    spdlog::info("--fit considered:\n{}", FormatFitTable(fit, budget));
+  }
+  const Config& config = plan.config;
   const std::string report_path =
       options.report_path.empty() ? config.output.report : options.report_path;
-  const LaunchEnvironment env = DetectLaunchEnvironment();
   if (env.mode == LaunchMode::kLocal) return RunLocal(plan, options, report_path);
   return RunUnderLauncher(plan, options, env, report_path);
 }
 
 int PlanCommand(const PlanOptions& options, std::ostream& out) {
   const Config config = LoadConfig(options.config.path, options.config.overrides);
-  const Plan plan = MakePlan(config);
+  const int64_t budget = BudgetBytes(options.memory);
+  FitResult fit;
+  const Plan plan = PlanForBudget(config, budget, options.memory.fit, options.memory.max_stages,
+                                  options.memory.fit ? FlopRateFor(config) : 1.0, &fit);
+  const std::vector<RankMemory> predicted = PredictMemory(plan);
   if (options.format == "json") {
-    json j = {{"schedule", plan.schedule.name}, {"stages", json::array()}};
-    for (size_t v = 0; v < plan.virtual_stages.size(); ++v) {
+    json j = {{"schedule", plan.schedule.name},
+              {"memory_budget", plan.memory_budget},
+              {"partition_bound", plan.partition_bound},
+              {"stages", json::array()}};
+    for (int r = 0; r < plan.num_ranks(); ++r) {
+      json chunks = json::array();
+      for (const LayerRange& c : plan.ChunkRanges(r)) chunks.push_back({c.first, c.last});
       j["stages"].push_back(
-          {{"virtual_stage", v},
-           {"layers", {plan.virtual_stages[v].first, plan.virtual_stages[v].last}}});
+          {{"stage", r},
+           {"layers", {chunks.front()[0], chunks.back()[1]}},
+           {"chunks", chunks},
+           {"peak_in_flight", predicted[static_cast<size_t>(r)].peak_in_flight},
+           {"memory", {{"predicted", MemoryJson(predicted[static_cast<size_t>(r)].peak)}}}});
     }
+    if (options.memory.fit) j["fit"] = FitJson(fit);
     out << j.dump(2) << "\n";
   } else {
-    out << FormatPartitionTable(plan);
+    if (options.memory.fit) out << FormatFitTable(fit, budget) << "\n";
+    out << FormatPartitionTable(plan) << "\n" << FormatMemoryTable(plan, predicted);
   }
   return 0;
 }

@@ -19,8 +19,16 @@ struct ConfigArgs {
   std::vector<std::string> overrides;  // "section.key=value"
 };
 
+// --memory-budget and --fit (launcher/memory_planner.h, launcher/fit.h).
+struct MemoryArgs {
+  std::string budget;  // bytes per stage, as "24GiB", "512MiB", "1.5GB" or plain bytes; empty: none
+  bool fit = false;    // search precision x checkpointing x micro-batches x stages to fit it
+  int max_stages = 0;  // --fit's upper bound on stages; 0: twice the configured
+};
+
 struct RunOptions {
   ConfigArgs config;
+  MemoryArgs memory;
   std::string report_path;  // overrides output.report
   std::string coordinator;  // HOST:PORT to host (rank 0) or reach (others)
   std::string resume;       // a checkpoint (step dir, checkpoints root or output dir)
@@ -30,7 +38,9 @@ struct RunOptions {
 
 struct PlanOptions {
   ConfigArgs config;
-  std::string format = "text";  // text | json
+  MemoryArgs memory;
+  std::string format = "text";  // text | json: per stage the predicted memory, same keys as the
+                                // run report's stages[i].memory.predicted
 };
 
 int RunCommand(const RunOptions& options);

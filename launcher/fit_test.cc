@@ -1,0 +1,106 @@
+// Fitting a configuration to a memory budget, and the budget-aware cut it relies on.
+#include "launcher/fit.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+
+#include "core/error.h"
+#include "launcher/in_process.h"
+#include "launcher/memory_planner.h"
+
+namespace baton {
+namespace {
+
+// gpt-small-cpu on 4 stages for one step: at its 256-token sequences activations dominate.
+Config SmallCpu(const std::vector<std::string>& overrides = {}) {
+  std::vector<std::string> all = {"train.steps=1", "parallel.stages=4"};
+  all.insert(all.end(), overrides.begin(), overrides.end());
+  return LoadConfig(std::string(BATON_SOURCE_DIR) + "/configs/gpt-small-cpu.yaml", all);
+}
+
+int64_t MaxOf(const std::vector<int64_t>& v) { return *std::max_element(v.begin(), v.end()); }
+
+TEST(BudgetedPartitionTest, EarlyOneFOneBStagesTakeFewerLayersToFitABudget) {
+  const Plan balanced = MakePlan(SmallCpu());
+  const BudgetedPartition loose = PartitionWithinBudget(balanced, int64_t{1} << 40);
+  ASSERT_TRUE(loose.fits);
+  EXPECT_EQ(loose.bound, "compute balance");
+  // Stage 0 keeps 4 micro-batches in flight, stage 3 one: between the balanced cut's peak and
+  // the leanest cut's, the early stages must give layers away.
+  const int64_t leanest = MaxOf(PartitionWithinBudget(balanced, 1).totals);
+  ASSERT_LT(leanest, MaxOf(loose.totals));
+  const int64_t budget = (leanest + MaxOf(loose.totals)) / 2;
+  const Plan plan = MakePlan(SmallCpu(), budget);
+  EXPECT_LT(plan.virtual_stages[0].size(), balanced.virtual_stages[0].size());
+  EXPECT_NE(plan.partition_bound.find("memory on stage 0"), std::string::npos)
+      << plan.partition_bound;
+  const InProcessResult measured = RunInProcess(plan);
+  const std::vector<RankMemory> predicted = PredictMemory(plan);
+  for (size_t r = 0; r < predicted.size(); ++r) {
+    EXPECT_LE(predicted[r].peak.total, budget) << "stage " << r;
+    EXPECT_LE(measured.ranks[r].peak.total, budget) << "stage " << r;
+  }
+}
+
+TEST(BudgetedPartitionTest, ABudgetNoCutMeetsIsAClearErrorNamingTheSmallestPeak) {
+  try {
+    MakePlan(SmallCpu(), 1 << 20);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("no cut into 4 stages fits 1.00 MiB: the smallest peak"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(FitTest, ABudgetTheConfigAlreadyMeetsKeepsTheConfig) {
+  const FitResult fit = FitToBudget(SmallCpu(), {int64_t{1} << 40, 1e9, 0});
+  const FitCandidate& chosen = fit.candidates.at(static_cast<size_t>(fit.chosen));
+  EXPECT_EQ(chosen.level, 0);
+  EXPECT_EQ(fit.config.precision.dtype, DType::kF32);
+  EXPECT_EQ(fit.config.parallel.checkpoint, CheckpointPolicy::None());
+}
+
+TEST(FitTest, ABudgetOnlyCheckpointingMeetsChoosesCheckpointing) {
+  // Below the leanest cut without checkpointing in either precision: precision alone cannot
+  // meet it.
+  int64_t budget = int64_t{1} << 40;
+  for (const char* dtype : {"fp32", "bf16"}) {
+    const Plan plan = MakePlan(SmallCpu({std::string("precision.dtype=") + dtype}));
+    budget = std::min(budget, MaxOf(PartitionWithinBudget(plan, 1).totals) - 1);
+  }
+  const FitResult fit = FitToBudget(SmallCpu(), {budget, 1e9, 0});
+  const FitCandidate& chosen = fit.candidates.at(static_cast<size_t>(fit.chosen));
+  EXPECT_EQ(chosen.level, 2) << FormatFitTable(fit, budget);
+  EXPECT_NE(fit.config.parallel.checkpoint, CheckpointPolicy::None());
+  EXPECT_EQ(fit.config.parallel.stages, 4);
+  EXPECT_LE(chosen.peak, budget);
+  // It is the fastest of the checkpointed candidates that fit on 4 stages.
+  for (const FitCandidate& c : fit.candidates) {
+    if (c.fits && c.level == 2) {
+      EXPECT_GE(c.step_seconds, chosen.step_seconds);
+    }
+  }
+  // And the plan it leads to really stays within the budget.
+  const Plan plan = MakePlan(fit.config, budget);
+  for (const RankMemory& r : PredictMemory(plan)) EXPECT_LE(r.peak.total, budget);
+  const std::string table = FormatFitTable(fit, budget);
+  EXPECT_NE(table.find("chosen:"), std::string::npos) << table;
+}
+
+TEST(FitTest, AnImpossibleBudgetFailsNamingTheSmallestPeakReachable) {
+  try {
+    FitToBudget(SmallCpu(), {1 << 20, 1e9, 0});
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("no configuration fits the memory budget of 1.00 MiB: the smallest peak "
+                        "reachable is"),
+              std::string::npos)
+        << what;
+  }
+}
+
+}  // namespace
+}  // namespace baton
