@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "launcher/in_process.h"
+#include "launcher/memory_replay.h"
 #include "model/config.h"
 
 namespace baton {
@@ -125,6 +126,51 @@ TEST(MemoryPlannerTest, OneFOneBHoldsStagesMinusRankMicroBatchesAndGpipeAll) {
     EXPECT_EQ(gpipe[static_cast<size_t>(s)].peak_in_flight, 8);
     EXPECT_LT(one_f_one_b[static_cast<size_t>(s)].peak[MemCategory::kActivations],
               gpipe[static_cast<size_t>(s)].peak[MemCategory::kActivations]);
+  }
+}
+
+// The replay's stash agrees with the cost model's closed forms (model/cost.h) for every layer.
+TEST(MemoryReplayTest, StashesMatchTheCostModel) {
+  const ModelDims dims{256, 32, 2, 4, 64};
+  for (DType dtype : {DType::kF32, DType::kBF16}) {
+    for (bool selective : {false, true}) {
+      for (const LayerSpec& spec : GptGraph(dims)) {
+        MemoryLedger ledger;
+        ReplayContext ctx;
+        ctx.ledger = &ledger;
+        ctx.dims = dims;
+        ctx.batch = 2;
+        ctx.seq = 16;
+        ctx.act_dtype = ctx.param_dtype = dtype;
+        ctx.selective = selective;
+        const MicroBatchShape shape{ctx.batch, ctx.seq, dtype, selective};
+        const std::string what =
+            fmt::format("{} {} selective={}", spec.name, Name(dtype), selective);
+        SymTensor x;
+        if (spec.kind != LayerKind::kEmbedding) x = ctx.Act(ctx.rows() * dims.width);
+        const int64_t before = ledger.current(MemCategory::kActivations);
+        const int64_t input = spec.kind == LayerKind::kEmbedding ? 0 : before;
+        SymStash stash;
+        SymTensor y = ReplayForward(ctx, spec, x, stash);
+        const int64_t output = OutputBytes(spec, dims, shape);
+        EXPECT_EQ(ledger.current(MemCategory::kActivations) - before + input - output,
+                  StashBytes(spec, dims, shape))
+            << what;
+        EXPECT_EQ(ledger.current(MemCategory::kWorkspace), 0) << what;
+        x = SymTensor();
+        y = SymTensor();
+        SymTensor dy;
+        if (spec.kind != LayerKind::kHead) dy = ctx.Act(ctx.rows() * dims.width);
+        SymTensor dx = ReplayBackward(ctx, spec, dy, stash, /*defer_weights=*/true);
+        dy = SymTensor();
+        dx = SymTensor();
+        // Only what BackwardInput leaves for BackwardWeight is still booked (dy among it).
+        EXPECT_EQ(ledger.current(MemCategory::kActivations), WeightStashBytes(spec, dims, shape))
+            << what;
+        ReplayBackwardWeight(ctx, spec, stash);
+        EXPECT_EQ(ledger.current(MemCategory::kActivations), 0) << what;
+      }
+    }
   }
 }
 
