@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# bench/run.sh [BUILD]: every Baton benchmark, then the PyTorch reference, with all their figures
+# (`make bench` runs it; bench/README.md defines each figure). Each benchmark checks its results
+# and exits non-zero when one is wrong; this script runs them all and exits 1 if any failed.
+#
+#   kernels_bench   CPU kernel throughput (Google Benchmark)
+#   train_bench     single-process tokens/s and MFU, gpt-tiny and gpt-small-cpu, 1 and 2 threads
+#   pipeline_bench  1 vs 2 stages of real processes (1F1B, m = 8): tokens/s and speedup
+#   memory_bench    peak bytes per stage and tokens/s per precision x checkpoint policy
+#   train_gpt.py    PyTorch CPU eager on the same models and threads (Debian's python3-torch),
+#                   and its losses against Baton's for gpt-tiny
+#
+# Environment: BENCH_REPEATS (default 1) runs pipeline_bench and memory_bench that many times
+# over, alternating, keeping each figure's fastest; BENCH_ONLY="train pipeline" runs a subset
+# (kernels train pipeline memory pytorch). Time it on an idle machine: every figure is a speed.
+set -uo pipefail
+
+build=${1:-build}
+root=$(cd "$(dirname "$0")/.." && pwd)
+repeats=${BENCH_REPEATS:-1}
+only=${BENCH_ONLY:-kernels train pipeline memory pytorch}
+python=/usr/bin/python3  # Debian's, which sees python3-torch (TOOLCHAIN.md)
+
+wanted() { [[ " $only " == *" $1 "* ]]; }
+
+cmake --build "$build" --target baton kernels_bench train_bench pipeline_bench memory_bench ||
+  exit 1
+
+work=$(mktemp -d "${TMPDIR:-/tmp}/baton_bench.XXXXXX")
+trap 'rm -rf "$work"' EXIT
+failed=()
+
+run() {
+  local name=$1
+  shift
+  echo
+  echo "==== $name"
+  if ! "$@"; then
+    echo "==== $name FAILED"
+    failed+=("$name")
+  fi
+}
+
+echo "Baton benchmarks, $(date -u +%Y-%m-%dT%H:%M:%SZ), $(nproc) CPUs, load average $(cut -d' ' -f1-3 /proc/loadavg)"
+wanted kernels && run kernels_bench "$build/bench/kernels_bench"
+wanted train && run train_bench "$build/bench/train_bench" --json "$work/train.json"
+wanted pipeline && run pipeline_bench "$build/bench/pipeline_bench" --baton "$build/baton" \
+  --repeats "$repeats"
+wanted memory && run memory_bench "$build/bench/memory_bench" --baton "$build/baton" \
+  --repeats "$repeats"
+
+if wanted pytorch; then
+  if ! "$python" -c 'import torch' 2>/dev/null; then
+    echo
+    echo "==== PyTorch reference skipped: $python cannot import torch (apt-get install python3-torch)"
+  elif [[ ! -s "$work/train.json" ]]; then
+    echo
+    echo "==== PyTorch reference skipped: it compares with train_bench's figures, which are missing"
+  else
+    run pytorch_reference "$python" "$root/bench/pytorch/train_gpt.py" \
+      --baton-json "$work/train.json"
+  fi
+fi
+
+echo
+if ((${#failed[@]} > 0)); then
+  echo "FAILED: ${failed[*]}"
+  exit 1
+fi
+echo "all benchmarks passed their checks (load average $(cut -d' ' -f1-3 /proc/loadavg))"
