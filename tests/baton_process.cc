@@ -4,9 +4,12 @@
 #include <unistd.h>
 
 #include <array>
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
+#include <thread>
 
 namespace baton::testing {
 
@@ -57,6 +60,49 @@ std::vector<double> Losses(const nlohmann::json& report) {
   std::vector<double> losses;
   for (const auto& step : report.at("steps")) losses.push_back(step.at("loss").get<double>());
   return losses;
+}
+
+int Background(const std::string& command, const std::string& log) {
+  const CommandResult started =
+      RunShell("cd " + Quote(SourceDir()) + " && ( " + command + " > " + log +
+               " 2>&1; echo \"exit=$?\" >> " + log + " ) > /dev/null 2>&1 & echo $!");
+  return std::stoi(started.output);
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+bool WaitFor(const std::string& path, const std::string& text, int seconds) {
+  for (int i = 0; i < seconds * 10; ++i) {
+    if (ReadFile(path).find(text) != std::string::npos) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  return false;
+}
+
+std::vector<int> ChildPids(int parent) {
+  std::vector<int> pids;
+  const CommandResult r = RunShell("pgrep -P " + std::to_string(parent));
+  std::istringstream in(r.output);
+  for (int pid; in >> pid;) pids.push_back(pid);
+  return pids;
+}
+
+int WorkerPid(int shell, int rank) {
+  for (int launcher : ChildPids(shell)) {
+    for (int pid : ChildPids(launcher)) {
+      const std::string cmdline = ReadFile("/proc/" + std::to_string(pid) + "/cmdline");
+      std::string words;
+      for (char c : cmdline) words += c == '\0' ? ' ' : c;
+      if (words.find(" worker ") != std::string::npos &&
+          words.find("--rank " + std::to_string(rank) + " ") != std::string::npos) {
+        return pid;
+      }
+    }
+  }
+  return -1;
 }
 
 }  // namespace baton::testing

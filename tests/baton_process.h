@@ -25,4 +25,15 @@ nlohmann::json ReadJson(const std::string& path);
 // Losses of every step of a report, in order.
 std::vector<double> Losses(const nlohmann::json& report);
 
+// Runs `command` (from the source dir) in the background with its output in `log`, followed by
+// a line "exit=CODE"; returns the pid of the subshell whose child is the command.
+int Background(const std::string& command, const std::string& log);
+std::string ReadFile(const std::string& path);
+// Waits up to `seconds` for `text` to appear in the file.
+bool WaitFor(const std::string& path, const std::string& text, int seconds);
+std::vector<int> ChildPids(int parent);
+// The worker process of `rank` among the children of the launcher that `shell` (Background's
+// pid) runs; -1 if there is none (yet). Only this test's own processes are ever found.
+int WorkerPid(int shell, int rank);
+
 }  // namespace baton::testing

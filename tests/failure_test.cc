@@ -1,8 +1,11 @@
 // What a user sees when a pipeline goes wrong: a stalled peer is named, with every stage's
 // blocked action in one table.
 #include <gtest/gtest.h>
+#include <signal.h>
 
+#include <chrono>
 #include <regex>
+#include <thread>
 
 #include "tests/baton_process.h"
 
@@ -17,15 +20,39 @@ TEST(FailureTest, StalledPeerTimesOutWithATableNamingStageActionAndPeer) {
                "' run configs/gpt-tiny.yaml --set train.steps=4 --set parallel.stages=2"
                " --set parallel.timeout_s=2");
   EXPECT_NE(result.exit_code, 0) << result.output;
-  EXPECT_NE(result.output.find("timed out waiting for the gradient from stage 1"),
-            std::string::npos)
-      << result.output;
+  // Stage 0 gives up on its first exchange with stage 1: the send of micro-batch 0's activation
+  // (when sends complete before the next compute) or the wait for its gradient.
+  EXPECT_NE(result.output.find("timed out"), std::string::npos) << result.output;
   // The table: rank, stage, status, blocked on, micro-batch, peer, waiting seconds.
   EXPECT_NE(result.output.find("blocked on"), std::string::npos) << result.output;
-  const std::regex row(R"(\n\s+0\s+0\s+failed\s+RECV_B\s+0\s+1\s+[0-9.]+\s)");
+  const std::regex row(R"(\n\s+0\s+0\s+failed\s+(SEND_F|RECV_B)\s+0\s+1\s+[0-9.]+\s)");
   EXPECT_TRUE(std::regex_search(result.output, row)) << result.output;
   const std::regex stalled(R"(\n\s+1\s+1\s+running\s)");
   EXPECT_TRUE(std::regex_search(result.output, stalled)) << result.output;
+}
+
+TEST(FailureTest, AWorkerThatStopsAnsweringIsDeclaredDeadAndTheJobStops) {
+  // SIGSTOP freezes stage 1 whole (its heartbeats too): the coordinator declares it dead after
+  // parallel.heartbeat_timeout_s and the job aborts everywhere.
+  const std::string dir = TempDir("frozen");
+  const std::string log = dir + "/log";
+  const int shell =
+      Background("'" + BatonBinary() +
+                     "' run configs/gpt-tiny.yaml --set train.steps=100000 --set train.log_every=1"
+                     " --set parallel.stages=2 --set parallel.heartbeat_timeout_s=2"
+                     " --set parallel.timeout_s=600 --set output.dir=" +
+                     dir,
+                 log);
+  ASSERT_TRUE(WaitFor(log, "step     2/", 120)) << ReadFile(log);
+  const int victim = WorkerPid(shell, 1);
+  ASSERT_GT(victim, 0);
+  kill(victim, SIGSTOP);
+  const bool ended = WaitFor(log, "exit=", 120);
+  kill(victim, SIGKILL);
+  ASSERT_TRUE(ended) << ReadFile(log);
+  const std::string text = ReadFile(log);
+  EXPECT_NE(text.find("exit=1"), std::string::npos) << text;
+  EXPECT_NE(text.find("stage 1 (rank 1) sent no heartbeat"), std::string::npos) << text;
 }
 
 TEST(FailureTest, UnreadableDataIsAClearErrorNamingTheFile) {

@@ -25,27 +25,6 @@ nlohmann::json Train(const std::string& dir, const std::vector<std::string>& ext
   return result.exit_code == 0 ? ReadJson(dir + "/report.json") : nlohmann::json();
 }
 
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path);
-  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-}
-
-// Runs `command` in the background; returns the pid of the shell running it.
-int Background(const std::string& command, const std::string& log) {
-  const CommandResult started =
-      RunShell("cd '" + SourceDir() + "' && ( " + command + " > " + log +
-               " 2>&1; echo \"exit=$?\" >> " + log + " ) > /dev/null 2>&1 & echo $!");
-  return std::stoi(started.output);
-}
-
-bool WaitFor(const std::string& log, const std::string& text, int seconds) {
-  for (int i = 0; i < seconds * 10; ++i) {
-    if (ReadFile(log).find(text) != std::string::npos) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
-  return false;
-}
-
 TEST(OperationsTest, TwentyStepsEqualTenThenResumeTenOntoAnotherStageCount) {
   const std::string root = TempDir("resume");
   const nlohmann::json straight =
@@ -90,14 +69,17 @@ TEST(OperationsTest, FlippedByteInACheckpointIsRejectedNamingTheFile) {
 TEST(OperationsTest, SigtermToTheLauncherLeavesALoadableCheckpointAndExitsZero) {
   const std::string root = TempDir("sigterm");
   const std::string log = root + "/log";
-  Background("'" + BatonBinary() +
-                 "' run configs/gpt-tiny.yaml --set train.steps=100000 --set train.log_every=1"
-                 " --set parallel.stages=2 --set output.dir=" +
-                 root,
-             log);
+  const int shell =
+      Background("'" + BatonBinary() +
+                     "' run configs/gpt-tiny.yaml --set train.steps=100000 --set train.log_every=1"
+                     " --set parallel.stages=2 --set output.dir=" +
+                     root,
+                 log);
   ASSERT_TRUE(WaitFor(log, "step     3/", 120)) << ReadFile(log);
-  // The launcher is the oldest process with that command line (workers are its children).
-  RunShell("pkill -TERM -o -f 'baton run configs/gpt-tiny.yaml.*output.dir=" + root + "'");
+  // The launcher is the background shell's only child (the workers are its children).
+  const std::vector<int> launcher = ChildPids(shell);
+  ASSERT_EQ(launcher.size(), 1u);
+  kill(launcher.front(), SIGTERM);
   ASSERT_TRUE(WaitFor(log, "exit=", 120)) << ReadFile(log);
   const std::string text = ReadFile(log);
   EXPECT_NE(text.find("exit=0"), std::string::npos) << text;
@@ -117,13 +99,15 @@ TEST(OperationsTest, KilledWorkerWithMaxRestartsFinishesWithTheUninterruptedChec
       Train(root + "/straight", {"--set", "train.steps=40", "--set", "parallel.stages=2"});
   const std::string log = root + "/log";
   const std::string dir = root + "/restarted";
-  Background("'" + BatonBinary() + "' run configs/gpt-tiny.yaml --set train.steps=40" +
-                 " --set train.log_every=1 --set parallel.stages=2 --set output.dir=" + dir +
-                 " --set output.checkpoint_every=5 --max-restarts 1 --report " + dir +
-                 "/report.json",
-             log);
+  const int shell = Background(
+      "'" + BatonBinary() + "' run configs/gpt-tiny.yaml --set train.steps=40" +
+          " --set train.log_every=1 --set parallel.stages=2 --set output.dir=" + dir +
+          " --set output.checkpoint_every=5 --max-restarts 1 --report " + dir + "/report.json",
+      log);
   ASSERT_TRUE(WaitFor(log, "checkpoint of step 5", 120)) << ReadFile(log);
-  RunShell("pkill -KILL -f 'worker --coordinator.*--rank 1 '");
+  const int victim = WorkerPid(shell, 1);
+  ASSERT_GT(victim, 0);
+  kill(victim, SIGKILL);
   ASSERT_TRUE(WaitFor(log, "exit=", 300)) << ReadFile(log);
   const std::string text = ReadFile(log);
   EXPECT_NE(text.find("exit=0"), std::string::npos) << text;

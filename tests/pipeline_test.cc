@@ -107,14 +107,6 @@ TEST(PipelineTest, UnknownConfigKeyNamesFileLineAndKeyAndWritesNothing) {
   EXPECT_FALSE(std::filesystem::exists(report));
 }
 
-std::vector<int> ChildPids(int parent) {
-  std::vector<int> pids;
-  const CommandResult r = RunShell("pgrep -P " + std::to_string(parent));
-  std::istringstream in(r.output);
-  for (int pid; in >> pid;) pids.push_back(pid);
-  return pids;
-}
-
 bool Alive(int pid) { return kill(pid, 0) == 0; }
 
 TEST(PipelineTest, KillingOneWorkerStopsTheJobNamingTheStageAndLeavesNoProcess) {
