@@ -44,6 +44,14 @@ Device DeviceForLocalRank(DeviceType type, int local_rank) {
 #endif
 }
 
+int CudaDevicesVisible() {
+#if BATON_BACKEND_WITH_CUDA
+  return cuda::CudaDeviceCount();
+#else
+  return 0;
+#endif
+}
+
 void* NativeStream([[maybe_unused]] Backend& backend) {
 #if BATON_BACKEND_WITH_CUDA
   if (auto* cuda_backend = dynamic_cast<cuda::CudaBackend*>(&backend)) {

@@ -23,6 +23,9 @@ std::unique_ptr<Backend> MakeBackend(Device device, MemoryLedger& ledger, int th
 // True when this binary contains the CUDA backend (it may still find no GPU at run time).
 bool BuiltWithCuda();
 
+// How many GPUs this process can use (0 without CUDA or without a device).
+int CudaDevicesVisible();
+
 // The device a worker with `local_rank` (its index among the processes on its machine) uses:
 // the CPU, or GPU local_rank modulo the machine's GPU count, so stages outnumbering GPUs share
 // them round-robin (two stages on one GPU both get cuda:0). Throws like MakeBackend when CUDA is

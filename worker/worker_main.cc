@@ -24,6 +24,7 @@
 #include "proto/coordinator_client.h"
 #include "scheduler/schedule.h"
 #include "worker/checkpoint.h"
+#include "worker/host_staged_communicator.h"
 #include "worker/plan_codec.h"
 #include "worker/safetensors_gpt2.h"
 #include "worker/trainer.h"
@@ -174,15 +175,22 @@ WorkerReport StepReport(int rank, const StepRecord& record, bool holds_head,
 // rank's step uses (its pipeline neighbours, and first + last stage for the tied embedding).
 std::shared_ptr<Communicator> MakeCommunicator(const WorkerArgs& args, const WorkerPlan& plan,
                                                Device device, KvStore& store, Backend& backend,
-                                               std::chrono::milliseconds timeout) {
-  if (device.is_cpu()) {
-    GlooOptions gloo;
-    gloo.rank = args.rank;
-    gloo.size = plan.num_ranks;
-    gloo.hostname = args.listen_host;
-    gloo.store_prefix = fmt::format("gloo/{}", plan.attempt);
-    gloo.timeout = timeout;
-    return std::make_shared<GlooCommunicator>(store, backend.allocator(), gloo);
+                                               std::chrono::milliseconds timeout,
+                                               Allocator& host_allocator) {
+  GlooOptions gloo;
+  gloo.rank = args.rank;
+  gloo.size = plan.num_ranks;
+  gloo.hostname = args.listen_host;
+  gloo.store_prefix = fmt::format("gloo/{}", plan.attempt);
+  gloo.timeout = timeout;
+  if (device.is_cpu()) return std::make_shared<GlooCommunicator>(store, backend.allocator(), gloo);
+  // NCCL refuses two ranks on one GPU: stages sharing GPUs (more stages than GPUs here) talk
+  // through the host instead.
+  if (plan.num_ranks > CudaDevicesVisible()) {
+    spdlog::warn("{} stages share {} GPU(s): stage traffic goes through host memory (Gloo)",
+                 plan.num_ranks, CudaDevicesVisible());
+    return std::make_shared<HostStagedCommunicator>(
+        std::make_shared<GlooCommunicator>(store, host_allocator, gloo), backend, host_allocator);
   }
 #if BATON_WITH_NCCL
   NcclOptions nccl;
@@ -219,12 +227,13 @@ void TrainRank(const WorkerArgs& args, CoordinatorClient& client, const WorkerPl
   MemoryLedger ledger;
   const Device device = DeviceForLocalRank(config.device.type, args.local_rank);
   std::unique_ptr<Backend> backend = MakeBackend(device, ledger, config.device.threads);
+  CpuAllocator host_allocator(ledger);  // host staging for device tensors (booked as comm)
   const auto timeout = TimeoutOf(config);
 
   CoordinatorKvStore store(client);
   std::shared_ptr<Communicator> comm;  // shared with the abort callback, which may outlive us
   if (plan.num_ranks > 1) {
-    comm = MakeCommunicator(args, plan, device, store, *backend, timeout);
+    comm = MakeCommunicator(args, plan, device, store, *backend, timeout, host_allocator);
     client.OnAbort([comm](const std::string& reason) { comm->Abort(reason); });
   }
 
