@@ -489,7 +489,7 @@ int64_t ParseByteSize(const std::string& text) {
     value = std::stod(number) * it->second;
     ok = std::isfinite(value) && value < 9.2e18;
   }
-  BATON_CHECK(ok, "'{}' is not a byte size (write e.g. 24GiB, 512MiB, 1.5GB or 4096)", text);
+  if (!ok) BATON_FAIL("'{}' is not a byte size (write e.g. 24GiB, 512MiB, 1.5GB or 4096)", text);
   return static_cast<int64_t>(std::llround(value));
 }
 

@@ -256,7 +256,7 @@ int RunUnderLauncher(const Plan& plan, const RunOptions& options, const LaunchEn
 namespace {
 
 int64_t BudgetBytes(const MemoryArgs& args) {
-  BATON_CHECK(!args.fit || !args.budget.empty(), "--fit needs --memory-budget");
+  if (args.fit && args.budget.empty()) BATON_FAIL("--fit needs --memory-budget");
   return args.budget.empty() ? 0 : ParseByteSize(args.budget);
 }
 
