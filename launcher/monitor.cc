@@ -4,6 +4,7 @@
 #include <spdlog/spdlog.h>
 
 #include <cmath>
+#include <thread>
 
 #include "worker/worker_main.h"
 
@@ -40,16 +41,11 @@ std::optional<std::string> JobMonitor::Run() {
   }
 }
 
-std::optional<std::string> JobMonitor::CheckFailure(const std::vector<RankState>& ranks) {
-  const auto doing = [&](int rank) -> std::string {
-    for (const RankState& r : ranks) {
-      if (r.rank != rank || !r.has_report) continue;
-      if (r.report.blocked) return "blocked on " + r.report.blocked->ToString();
-      return fmt::format("last finished step {}", r.report.step);
-    }
-    return "not started";
-  };
-  if (children_ != nullptr) {
+std::optional<std::string> JobMonitor::DeadChild(const std::vector<RankState>& ranks,
+                                                 std::chrono::milliseconds grace) {
+  if (children_ == nullptr) return std::nullopt;
+  const auto deadline = std::chrono::steady_clock::now() + grace;
+  while (true) {
     while (std::optional<ChildExit> exit = children_->Poll()) {
       if (exit->ok()) {
         ++exited_ok_;
@@ -62,19 +58,37 @@ std::optional<std::string> JobMonitor::CheckFailure(const std::vector<RankState>
                              r.report.error, FormatRankTable(ranks));
         }
       }
+      std::string doing = "not started";
+      for (const RankState& r : ranks) {
+        if (r.rank != exit->index || !r.has_report) continue;
+        doing = r.report.blocked ? "blocked on " + r.report.blocked->ToString()
+                                 : fmt::format("last finished step {}", r.report.step);
+      }
       return fmt::format("stage {} worker process {} ({})\n{}", exit->index, exit->Describe(),
-                         doing(exit->index), FormatRankTable(ranks));
+                         doing, FormatRankTable(ranks));
     }
+    if (std::chrono::steady_clock::now() >= deadline) return std::nullopt;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
+}
+
+std::optional<std::string> JobMonitor::CheckFailure(const std::vector<RankState>& ranks) {
+  if (auto dead = DeadChild(ranks, std::chrono::milliseconds(0))) return dead;
+  std::optional<std::string> failure;
   for (const RankState& r : ranks) {
-    if (r.has_report && r.report.status == WorkerStatus::kFailed) {
-      return fmt::format("stage {} failed: {}\n{}", r.rank, r.report.error, FormatRankTable(ranks));
+    if (r.has_report && r.report.status == WorkerStatus::kFailed && !failure) {
+      failure =
+          fmt::format("stage {} failed: {}\n{}", r.rank, r.report.error, FormatRankTable(ranks));
     }
   }
-  if (server_.aborted()) {
-    return fmt::format("job aborted: {}\n{}", server_.abort_reason(), FormatRankTable(ranks));
+  if (!failure && server_.aborted()) {
+    failure = fmt::format("job aborted: {}\n{}", server_.abort_reason(), FormatRankTable(ranks));
   }
-  return std::nullopt;
+  if (!failure) return std::nullopt;
+  // A peer's "connection reset" often reaches the coordinator before the launcher sees the
+  // child whose death caused it: give dead children a moment, they are the cause to name.
+  if (auto dead = DeadChild(ranks, std::chrono::milliseconds(500))) return dead;
+  return failure;
 }
 
 void JobMonitor::MaybePrintProgress(const std::vector<RankState>& ranks) {

@@ -5,6 +5,7 @@
 
 #include <spdlog/logger.h>
 
+#include <chrono>
 #include <memory>
 #include <optional>
 #include <string>
@@ -33,6 +34,9 @@ class JobMonitor {
  private:
   void MaybePrintProgress(const std::vector<RankState>& ranks);
   std::optional<std::string> CheckFailure(const std::vector<RankState>& ranks);
+  // A child that exited abnormally within `grace`, described; reaps children that exited well.
+  std::optional<std::string> DeadChild(const std::vector<RankState>& ranks,
+                                       std::chrono::milliseconds grace);
 
   CoordinatorServer& server_;
   ProcessGroup* children_;
