@@ -13,7 +13,8 @@ ModelDims DimsOf(const ModelConfig& model) {
   dims.num_layers = model.num_layers;
   if (model.preset == ModelPreset::kCustom) {
     int blocks = 0;
-    for (LayerKind kind : model.layers) blocks += (kind == LayerKind::kBlock || kind == LayerKind::kMlpBlock);
+    for (LayerKind kind : model.layers)
+      blocks += (kind == LayerKind::kBlock || kind == LayerKind::kMlpBlock);
     dims.num_layers = blocks;
   }
   return dims;
@@ -26,8 +27,7 @@ std::vector<LayerSpec> GraphOf(const ModelConfig& model) {
       return GptGraph(dims);
     case ModelPreset::kMlp:
       return MlpGraph(dims);
-    case ModelPreset::kCustom:
-    {
+    case ModelPreset::kCustom: {
       std::vector<std::string> names;
       for (LayerKind kind : model.layers) names.emplace_back(Name(kind));
       return CustomGraph(dims, names);
