@@ -109,9 +109,11 @@ void ValidateParallel(const ParallelConfig& p, const Reporter& r) {
     r.Require(!interleaved || p.chunks >= 2, {"parallel.chunks", "parallel.schedule"},
               "parallel.schedule interleaved needs parallel.chunks >= 2 (model chunks per stage)");
   }
-  r.Require(p.replicas == 1, {"parallel.replicas"},
-            fmt::format("data parallelism is not implemented yet: replicas must be 1, got {}",
-                        p.replicas));
+  r.Require(
+      p.replicas == 1, {"parallel.replicas"},
+      fmt::format(
+          "data-parallel replicas are not supported by this version: replicas must be 1, got {}",
+          p.replicas));
 }
 
 }  // namespace
