@@ -49,10 +49,14 @@ void ThreadPool::Run(int64_t count, TaskRef task) {
   }
   BATON_CHECK(count < (int64_t{1} << 32), "{} tasks in one ThreadPool::Run", count);
   const uint32_t generation = generation_.load(std::memory_order_relaxed) + 1;
+  // Close the previous job's claims first: a worker still in it may hold a stale (old
+  // generation, index) claim, and once count_ and task_ describe this job it must not win a
+  // compare-exchange on the old generation and run this job's task on a stale index.
+  claim_.store(static_cast<uint64_t>(generation) << 32, std::memory_order_seq_cst);
   task_.store(&task, std::memory_order_relaxed);
-  count_.store(count, std::memory_order_relaxed);
   finished_.store(0, std::memory_order_relaxed);
-  claim_.store(static_cast<uint64_t>(generation) << 32, std::memory_order_release);
+  // Release: a worker that reads this count also sees the closed claims above (acquire below).
+  count_.store(count, std::memory_order_release);
   {
     std::lock_guard lock(sleep_mutex_);  // a worker about to sleep sees the new generation
     generation_.store(generation, std::memory_order_release);
@@ -71,7 +75,7 @@ void ThreadPool::Work(uint32_t generation, int slot) {
     if (static_cast<uint32_t>(claim >> 32) != generation) return;  // a newer job: not ours
     const auto index = static_cast<int64_t>(claim & 0xffffffffu);
     // count_ may already be a newer job's; then the exchange below fails on the generation.
-    if (index >= count_.load(std::memory_order_relaxed)) return;
+    if (index >= count_.load(std::memory_order_acquire)) return;
     if (!claim_.compare_exchange_weak(claim, claim + 1, std::memory_order_acq_rel)) continue;
     // A claimed index keeps its job (and task) alive until it finishes.
     (*task_.load(std::memory_order_relaxed))(index, slot);
