@@ -36,6 +36,14 @@ std::vector<int> CheckedGroup(const std::vector<int>& group, int rank, int size)
   return sorted;
 }
 
+std::string DescribeMessage(bool is_send, const std::string& tensor_text, int src, int dst,
+                            uint64_t index) {
+  return is_send ? fmt::format("send of {} to rank {} (message #{} on link {} -> {})", tensor_text,
+                               dst, index, src, dst)
+                 : fmt::format("receive of {} from rank {} (message #{} on link {} -> {})",
+                               tensor_text, src, index, src, dst);
+}
+
 std::string DescribeGroup(const std::vector<int>& group) {
   return fmt::format("{} {}", group.size() == 1 ? "rank" : "ranks", fmt::join(group, ", "));
 }

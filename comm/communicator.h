@@ -22,6 +22,7 @@
 #pragma once
 
 #include <chrono>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -75,5 +76,9 @@ void CheckTransferable(const Tensor& tensor, const char* what);  // defined, con
 std::vector<int> CheckedGroup(const std::vector<int>& group, int rank, int size);
 // "ranks 0, 3"
 std::string DescribeGroup(const std::vector<int>& group);
+// One point-to-point message, as errors name it: "send of f32(4) to rank 1 (message #3 on link
+// 0 -> 1)", or "receive of f32(4) from rank 0 (message #3 on link 0 -> 1)".
+std::string DescribeMessage(bool is_send, const std::string& tensor_text, int src, int dst,
+                            uint64_t index);
 
 }  // namespace baton

@@ -28,12 +28,7 @@ struct FakeOp {
   bool done = false;
   std::string error;
 
-  std::string Describe() const {
-    return is_send ? fmt::format("send of {} to rank {} (message #{} on link {} -> {})",
-                                 tensor_text, dst, index, src, dst)
-                   : fmt::format("receive of {} from rank {} (message #{} on link {} -> {})",
-                                 tensor_text, src, index, src, dst);
-  }
+  std::string Describe() const { return DescribeMessage(is_send, tensor_text, src, dst, index); }
 };
 
 struct FakeLink {

@@ -131,12 +131,7 @@ struct GlooOp {
   bool done = false;
   std::string error;
 
-  std::string Describe() const {
-    return is_send ? fmt::format("send of {} to rank {} (message #{} on link {} -> {})",
-                                 tensor_text, dst, index, src, dst)
-                   : fmt::format("receive of {} from rank {} (message #{} on link {} -> {})",
-                                 tensor_text, src, index, src, dst);
-  }
+  std::string Describe() const { return DescribeMessage(is_send, tensor_text, src, dst, index); }
 };
 
 void WaitOp(GlooOp& op, CommTimeout timeout) {

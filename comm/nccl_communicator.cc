@@ -396,8 +396,7 @@ std::unique_ptr<Work> NcclCommunicator::Isend(const Tensor& tensor, int peer) {
   impl_->ReleaseCompleted();
   NcclComm& link = *it->second;
   std::lock_guard lock(link.mutex);
-  std::string what = fmt::format("send of {} to rank {} (message #{} on link {} -> {})",
-                                 tensor.ToString(), peer, link.count++, rank(), peer);
+  std::string what = DescribeMessage(true, tensor.ToString(), rank(), peer, link.count++);
   cudaEvent_t done = impl_->Enqueue(link, [&] {
     BATON_NCCL_CALL(ncclSend(tensor.raw(), tensor.nbytes(), ncclUint8, 1, link.comm, link.stream));
   });
@@ -416,8 +415,7 @@ std::unique_ptr<Work> NcclCommunicator::Irecv(Tensor& tensor, int peer) {
   impl_->ReleaseCompleted();
   NcclComm& link = *it->second;
   std::lock_guard lock(link.mutex);
-  std::string what = fmt::format("receive of {} from rank {} (message #{} on link {} -> {})",
-                                 tensor.ToString(), peer, link.count++, peer, rank());
+  std::string what = DescribeMessage(false, tensor.ToString(), peer, rank(), link.count++);
   cudaEvent_t done = impl_->Enqueue(link, [&] {
     BATON_NCCL_CALL(ncclRecv(tensor.raw(), tensor.nbytes(), ncclUint8, 0, link.comm, link.stream));
   });
