@@ -7,18 +7,19 @@
 #   train_bench     single-process tokens/s and MFU, gpt-tiny and gpt-small-cpu, 1 and 2 threads
 #   pipeline_bench  1 vs 2 stages of real processes (1F1B, m = 8): tokens/s and speedup
 #   memory_bench    peak bytes per stage and tokens/s per precision x checkpoint policy
+#   planner         seconds for `baton plan` of gpt2-124m at 8 stages and for its --fit search
 #   train_gpt.py    PyTorch CPU eager on the same models and threads (Debian's python3-torch),
 #                   and its losses against Baton's for gpt-tiny
 #
 # Environment: BENCH_REPEATS (default 1) runs pipeline_bench and memory_bench that many times
 # over, alternating, keeping each figure's fastest; BENCH_ONLY="train pipeline" runs a subset
-# (kernels train pipeline memory pytorch). Time it on an idle machine: every figure is a speed.
+# (kernels train pipeline memory planner pytorch). Time it on an idle machine: every figure is a speed.
 set -uo pipefail
 
 build=${1:-build}
 root=$(cd "$(dirname "$0")/.." && pwd)
 repeats=${BENCH_REPEATS:-1}
-only=${BENCH_ONLY:-kernels train pipeline memory pytorch}
+only=${BENCH_ONLY:-kernels train pipeline memory planner pytorch}
 python=/usr/bin/python3  # Debian's, which sees python3-torch (TOOLCHAIN.md)
 
 wanted() { [[ " $only " == *" $1 "* ]]; }
@@ -48,6 +49,28 @@ wanted pipeline && run pipeline_bench "$build/bench/pipeline_bench" --baton "$bu
   --repeats "$repeats"
 wanted memory && run memory_bench "$build/bench/memory_bench" --baton "$build/baton" \
   --repeats "$repeats"
+
+# The memory planner runs each rank's real trainer on a meta backend: how long planning takes.
+# Checks: the plan has 8 stage rows with predicted bytes; --fit chooses a configuration.
+planner_bench() {
+  local config="$root/configs/gpt2-124m.yaml" start end plan_s fit_s out
+  start=$(date +%s.%N)
+  out=$("$build/baton" plan "$config" --set parallel.stages=8 --format json) || return 1
+  end=$(date +%s.%N)
+  plan_s=$(echo "$end - $start" | bc)
+  [[ $(grep -o '"predicted"' <<<"$out" | wc -l) -eq 8 ]] ||
+    { echo "plan: expected 8 stages with predicted memory"; return 1; }
+  start=$(date +%s.%N)
+  out=$("$build/baton" plan "$config" --set parallel.stages=4 --memory-budget 3GiB --fit) ||
+    return 1
+  end=$(date +%s.%N)
+  fit_s=$(echo "$end - $start" | bc)
+  grep -q '^chosen:' <<<"$out" || { echo "fit: no configuration chosen"; return 1; }
+  grep '^chosen:\|^apply with:' <<<"$out"
+  printf 'baton plan gpt2-124m, 8 stages: %.2f s\n' "$plan_s"
+  printf 'baton plan gpt2-124m, 4 stages, --memory-budget 3GiB --fit: %.2f s\n' "$fit_s"
+}
+wanted planner && run planner planner_bench
 
 if wanted pytorch; then
   if ! "$python" -c 'import torch' 2>/dev/null; then

@@ -296,17 +296,25 @@ void GlooCommunicator::Impl::RunCollective(const std::string& what,
   }
 }
 
+int GlooGroupAllReduceStagingCopies(size_t group_size, bool lowest_member) {
+  if (group_size == 2) return 1;
+  return lowest_member ? static_cast<int>(group_size) - 1 : 0;
+}
+
+bool GlooAllReduceStagesAsF32(DType dtype) { return dtype == DType::kF16 || dtype == DType::kBF16; }
+
 // Subgroup all-reduce in rank order: two members exchange; more send to the lowest member, which
 // sums and sends the result back.
 void GlooCommunicator::Impl::GroupAllReduce(Tensor& tensor, const std::vector<int>& group,
                                             Clock::time_point deadline) {
   const int rank = options.rank;
-  auto staging = [&] {
-    return Tensor::Empty(allocator, tensor.shape(), tensor.dtype(), MemCategory::kComm);
-  };
+  std::vector<Tensor> staged;
+  for (int i = 0; i < GlooGroupAllReduceStagingCopies(group.size(), rank == group[0]); ++i) {
+    staged.push_back(Tensor::Empty(allocator, tensor.shape(), tensor.dtype(), MemCategory::kComm));
+  }
   if (group.size() == 2) {
     const int peer = group[0] == rank ? group[1] : group[0];
-    Tensor theirs = staging();
+    Tensor& theirs = staged.at(0);
     auto send = Post(tensor, peer, true, kGroupChannel);
     auto recv = Post(theirs, peer, false, kGroupChannel);
     WaitOp(*recv, Remaining(deadline));
@@ -323,7 +331,7 @@ void GlooCommunicator::Impl::GroupAllReduce(Tensor& tensor, const std::vector<in
   std::vector<Tensor> inputs = {tensor};
   std::vector<std::shared_ptr<GlooOp>> ops;
   for (size_t i = 1; i < group.size(); ++i) {
-    inputs.push_back(staging());
+    inputs.push_back(staged.at(i - 1));
     ops.push_back(Post(inputs.back(), group[i], false, kGroupChannel));
   }
   for (const auto& op : ops) WaitOp(*op, Remaining(deadline));
@@ -395,7 +403,7 @@ void GlooCommunicator::AllReduceSum(Tensor& tensor, CommTimeout timeout) {
   const size_t n = tensor.numel();
   Tensor staging;
   void* data = tensor.raw();
-  if (tensor.dtype() == DType::kF16 || tensor.dtype() == DType::kBF16) {
+  if (GlooAllReduceStagesAsF32(tensor.dtype())) {
     staging = Tensor::Empty(impl_->allocator, {tensor.numel()}, DType::kF32, MemCategory::kComm);
     ConvertFloats(tensor.raw(), tensor.dtype(), staging.raw(), DType::kF32, n);
     data = staging.raw();

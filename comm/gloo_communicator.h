@@ -41,6 +41,13 @@ struct GlooOptions {
   CommTimeout timeout{60000};
 };
 
+// The staging the Gloo transport books as comm (shared with the memory planner's meta
+// communicator, comm/meta_communicator.h): in a subgroup all-reduce a member of a 2-member group
+// stages one copy of the tensor (the peer's), the lowest member of a larger group one per other
+// member, the others none; an all-reduce over all ranks stages a 16-bit tensor as f32.
+int GlooGroupAllReduceStagingCopies(size_t group_size, bool lowest_member);
+bool GlooAllReduceStagesAsF32(DType dtype);
+
 class GlooCommunicator final : public Communicator {
  public:
   // Connects the full mesh; blocks until every rank has done the same (or throws on timeout).

@@ -77,4 +77,22 @@ void CpuAllocator::Deallocate(void* ptr, size_t bytes, MemCategory category) {
   ledger().Release(category, static_cast<int64_t>(bytes));
 }
 
+void* MetaAllocator::Allocate(size_t bytes, MemCategory category) {
+  // Bit 62 set: non-canonical under 4- and 5-level paging alike.
+  constexpr uint64_t kBase = uint64_t{1} << 62;
+  constexpr uint64_t kAlignment = 64;
+  uint64_t offset = 0;
+  {
+    std::lock_guard lock(mutex_);
+    offset = next_;
+    next_ += std::max<uint64_t>(kAlignment, (bytes + kAlignment - 1) / kAlignment * kAlignment);
+  }
+  ledger().Book(category, static_cast<int64_t>(bytes));
+  return reinterpret_cast<void*>(kBase + offset);
+}
+
+void MetaAllocator::Deallocate(void* /*ptr*/, size_t bytes, MemCategory category) {
+  ledger().Release(category, static_cast<int64_t>(bytes));
+}
+
 }  // namespace baton

@@ -67,6 +67,8 @@ class Allocator {
   Allocator& operator=(const Allocator&) = delete;
 
   virtual Device device() const = 0;
+  // True for a MetaAllocator: the memory it hands out must never be touched.
+  virtual bool is_meta() const { return false; }
   // Never returns null: throws baton::Error when memory runs out. Zero bytes is allowed.
   virtual void* Allocate(size_t bytes, MemCategory category) = 0;
   virtual void Deallocate(void* ptr, size_t bytes, MemCategory category) = 0;
@@ -84,6 +86,25 @@ class CpuAllocator final : public Allocator {
   Device device() const override { return Device::Cpu(); }
   void* Allocate(size_t bytes, MemCategory category) override;
   void Deallocate(void* ptr, size_t bytes, MemCategory category) override;
+};
+
+// Books like any allocator but hands out no memory, for the memory planner's meta tensors (a
+// shape, a dtype and a ledger booking, no storage; kernels/backend.h, MakeMetaBackend). Each
+// allocation gets its own address, never reused, in a range the processor refuses to access
+// (non-canonical on x86-64), so code that touches a meta tensor's memory faults at once.
+class MetaAllocator final : public Allocator {
+ public:
+  // `device`: the device whose allocations this stands for.
+  MetaAllocator(MemoryLedger& ledger, Device device) : Allocator(ledger), device_(device) {}
+  Device device() const override { return device_; }
+  bool is_meta() const override { return true; }
+  void* Allocate(size_t bytes, MemCategory category) override;
+  void Deallocate(void* ptr, size_t bytes, MemCategory category) override;
+
+ private:
+  Device device_;
+  std::mutex mutex_;
+  uint64_t next_ = 0;  // offset of the next address
 };
 
 }  // namespace baton

@@ -62,7 +62,7 @@ Tensor Tensor::Empty(Allocator& allocator, Shape shape, DType dtype, MemCategory
 Tensor Tensor::Zeros(Allocator& allocator, Shape shape, DType dtype, MemCategory category) {
   BATON_CHECK(allocator.device().is_cpu(), "Tensor::Zeros is host-only");
   Tensor t = Empty(allocator, std::move(shape), dtype, category);
-  if (t.nbytes() > 0) std::memset(t.raw(), 0, t.nbytes());
+  if (t.nbytes() > 0 && !t.is_meta()) std::memset(t.raw(), 0, t.nbytes());
   return t;
 }
 
@@ -111,6 +111,7 @@ T* Tensor::data() const {
   } else {
     static_assert(sizeof(T) == 0, "unsupported element type");
   }
+  BATON_CHECK(!is_meta(), "{} is a meta tensor: it has no data", ToString());
   return static_cast<T*>(raw());
 }
 

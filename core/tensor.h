@@ -36,6 +36,8 @@ class Storage {
   Device device() const { return device_; }
   MemCategory category() const { return category_; }
   bool owned() const { return allocator_ != nullptr; }
+  // From a MetaAllocator: booked, but there is no memory behind data().
+  bool meta() const { return allocator_ != nullptr && allocator_->is_meta(); }
 
  private:
   Allocator* allocator_ = nullptr;
@@ -67,6 +69,9 @@ class Tensor {
   int64_t numel() const { return NumElements(shape_); }
   size_t nbytes() const { return static_cast<size_t>(numel()) * SizeOf(dtype_); }
   bool is_contiguous() const;
+  // A meta tensor (core/memory.h, MetaAllocator): shape, dtype and booking, no data. raw() gives
+  // an address that identifies the storage but must not be touched; data<T>() throws.
+  bool is_meta() const { return storage_ != nullptr && storage_->meta(); }
 
   void* raw() const;
   // Typed host pointer; checks that T matches the dtype (uint16_t for f16/bf16).

@@ -109,4 +109,14 @@ class Backend {
 // The CPU backend: OpenBLAS sgemm and plain C++ loops, `num_threads` threads for both.
 std::unique_ptr<Backend> MakeCpuBackend(MemoryLedger& ledger, int num_threads);
 
+// The CPU backend in meta mode (a ledger-only backend): tensors made through its allocator are
+// meta tensors (core/tensor.h) and every call validates its arguments and books exactly the
+// workspace and staging the CPU backend books, without computing. SumOfSquares returns 0,
+// AllFinite true; copies move nothing. The memory planner runs the real stage model, optimizer
+// and engine on it (launcher/memory_planner.h).
+std::unique_ptr<Backend> MakeCpuMetaBackend(MemoryLedger& ledger, int num_threads);
+
+// True when `backend` makes meta tensors (it books memory but computes nothing).
+inline bool IsMeta(Backend& backend) { return backend.allocator().is_meta(); }
+
 }  // namespace baton

@@ -31,6 +31,23 @@ std::unique_ptr<Backend> MakeBackend(Device device, MemoryLedger& ledger, int th
   BATON_FAIL("unknown device type {}", static_cast<int>(device.type));
 }
 
+std::unique_ptr<Backend> MakeMetaBackend(Device device, MemoryLedger& ledger, int threads) {
+  switch (device.type) {
+    case DeviceType::kCpu:
+      return MakeCpuMetaBackend(ledger, threads);
+    case DeviceType::kCuda:
+#if BATON_BACKEND_WITH_CUDA
+      return MakeCudaMetaBackend(ledger, device.index);
+#else
+      BATON_FAIL(
+          "predicting memory on {} needs the CUDA backend's own bookings, and this binary was "
+          "built without CUDA (see docs/cuda.md)",
+          device.ToString());
+#endif
+  }
+  BATON_FAIL("unknown device type {}", static_cast<int>(device.type));
+}
+
 Device DeviceForLocalRank(DeviceType type, int local_rank) {
   BATON_CHECK(local_rank >= 0, "local rank {} is negative", local_rank);
   if (type == DeviceType::kCpu) return Device::Cpu();

@@ -20,6 +20,10 @@ namespace baton {
 // exist ("no CUDA device: ...").
 std::unique_ptr<Backend> MakeBackend(Device device, MemoryLedger& ledger, int threads);
 
+// A ledger-only backend standing for `device` (kernels/backend.h, MakeCpuMetaBackend): it books
+// what that device's backend books and computes nothing. Needs no GPU.
+std::unique_ptr<Backend> MakeMetaBackend(Device device, MemoryLedger& ledger, int threads);
+
 // True when this binary contains the CUDA backend (it may still find no GPU at run time).
 bool BuiltWithCuda();
 

@@ -4,9 +4,10 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <chrono>
 
 #include "core/error.h"
-#include "kernels/cpu/gemm_peak.h"
+#include "kernels/backend.h"
 #include "launcher/memory_planner.h"
 #include "launcher/step_time.h"
 #include "model/from_config.h"
@@ -107,10 +108,31 @@ FitCandidate Evaluate(const Config& base, const Lever& lever, const FitOptions& 
   if (cut.fits) plan.virtual_stages = cut.virtual_stages;  // else time the balanced cut
   c.fits = cut.fits;
   c.peak = *std::max_element(cut.totals.begin(), cut.totals.end());
-  c.step_flops = PredictStepSeconds(plan, 1.0);
-  c.step_seconds = c.step_flops / options.flops_per_second;
+  c.step_seconds = PredictStepSeconds(plan, options.rates);
   c.note = cut.bound;
   return c;
+}
+
+}  // namespace
+
+namespace {
+
+std::string ChosenFlags(const Config& c, const Config& base) {
+  std::string flags;
+  const auto add = [&](const std::string& flag) { flags += (flags.empty() ? "" : " ") + flag; };
+  if (c.precision.dtype != base.precision.dtype) {
+    add("--set precision.dtype=" + PrecisionName(c.precision.dtype));
+  }
+  if (!(c.parallel.checkpoint == base.parallel.checkpoint)) {
+    add("--set parallel.checkpoint=" + c.parallel.checkpoint.ToString());
+  }
+  if (c.train.micro_batches != base.train.micro_batches) {
+    add(fmt::format("--set train.micro_batches={}", c.train.micro_batches));
+  }
+  if (c.parallel.stages != base.parallel.stages) {
+    add(fmt::format("--set parallel.stages={}", c.parallel.stages));
+  }
+  return flags;
 }
 
 }  // namespace
@@ -125,11 +147,20 @@ FitResult FitToBudget(const Config& config, const FitOptions& options) {
     result.candidates.push_back(Evaluate(config, lever, options));
   }
   std::vector<FitCandidate>& all = result.candidates;
-  for (int level = 0; level <= 4 && result.chosen < 0; ++level) {
+  // Tiers of levels: as configured; precision and checkpointing, by time; micro-batches; stages.
+  const auto tier = [](int level) { return level == 0 ? 0 : level <= 2 ? 1 : level - 1; };
+  for (int t = 0; t <= 3 && result.chosen < 0; ++t) {
     for (size_t i = 0; i < all.size(); ++i) {
-      if (!all[i].fits || all[i].level != level) continue;
-      const bool faster = result.chosen < 0 ||
-                          all[i].step_flops < all[static_cast<size_t>(result.chosen)].step_flops;
+      if (!all[i].fits || tier(all[i].level) != t) continue;
+      if (result.chosen < 0) {
+        result.chosen = static_cast<int>(i);
+        continue;
+      }
+      const FitCandidate& best = all[static_cast<size_t>(result.chosen)];
+      // Within 1% is a tie: the fewer changes win (search order puts them first).
+      const bool faster =
+          all[i].step_seconds < best.step_seconds * 0.99 ||
+          (all[i].step_seconds <= best.step_seconds * 1.01 && all[i].level < best.level);
       if (faster) result.chosen = static_cast<int>(i);
     }
   }
@@ -149,26 +180,59 @@ FitResult FitToBudget(const Config& config, const FitOptions& options) {
   const FitCandidate& chosen = all[static_cast<size_t>(result.chosen)];
   result.config =
       Apply(config, {chosen.dtype, chosen.checkpoint, chosen.micro_batches, chosen.stages});
+  result.set_flags = ChosenFlags(result.config, config);
   return result;
 }
 
 Plan PlanForBudget(const Config& config, int64_t budget, bool fit, int max_stages,
-                   double flops_per_second, FitResult* search) {
+                   const StepRates& rates, FitResult* search) {
   if (!fit) return MakePlan(config, budget);
-  FitResult result = FitToBudget(config, {budget, flops_per_second, max_stages});
+  FitResult result = FitToBudget(config, {budget, rates, max_stages});
   Plan plan = MakePlan(result.config, budget);
   if (search != nullptr) *search = std::move(result);
   return plan;
 }
 
-double FlopRateFor(const Config& config) {
-  if (config.device.type != DeviceType::kCpu) return 100e12;
-  return MeasureSgemmGflops(512, 512, 512, 3, config.device.threads) * 1e9;
+namespace {
+
+// FLOP/s of the CPU backend's Matmul on (n, n) x (n, n) tensors of `dtype`: best of `repeats`
+// after a warm-up.
+double MeasureMatmulRate(DType dtype, int threads, int64_t n, int repeats) {
+  MemoryLedger ledger;
+  std::unique_ptr<Backend> backend = MakeCpuBackend(ledger, threads);
+  Tensor a = Tensor::Empty(backend->allocator(), {n, n}, dtype, MemCategory::kWorkspace);
+  Tensor b = Tensor::Empty(backend->allocator(), {n, n}, dtype, MemCategory::kWorkspace);
+  Tensor out = Tensor::Empty(backend->allocator(), {n, n}, dtype, MemCategory::kWorkspace);
+  backend->Zero(a);
+  backend->Zero(b);
+  double best = 0;
+  for (int r = 0; r <= repeats; ++r) {
+    const auto start = std::chrono::steady_clock::now();
+    backend->Matmul(a, false, b, false, out, false);
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (r > 0) best = std::max(best, 2.0 * static_cast<double>(n * n * n) / seconds);
+  }
+  return best;
+}
+
+}  // namespace
+
+StepRates MeasureStepRates(const Config& config) {
+  if (config.device.type != DeviceType::kCpu) return {60e12, 800e12};
+  const int threads = config.device.threads;
+  return {MeasureMatmulRate(DType::kF32, threads, 512, 3),
+          MeasureMatmulRate(DType::kBF16, threads, 512, 3)};
 }
 
 std::string FormatFitTable(const FitResult& result, int64_t budget) {
   static const char* kLevels[] = {"as configured", "precision", "checkpointing", "micro-batches",
                                   "stages"};
+  static const char* kWhy[] = {"the configuration as it is fits",
+                               "the fastest predicted step among precision and checkpointing",
+                               "the fastest predicted step among precision and checkpointing",
+                               "nothing fits without more micro-batches",
+                               "nothing fits without more stages"};
   std::string out =
       fmt::format("{:>1} {:>6} {:>5} {:>11} {:>7} {:>13} {:>12} {:>4}  {}\n", "", "stages", "mbs",
                   "checkpoint", "dtype", "peak", "step (s)", "fits", "lever / bound");
@@ -190,9 +254,11 @@ std::string FormatFitTable(const FitResult& result, int64_t budget) {
     const FitCandidate& c = result.candidates[static_cast<size_t>(result.chosen)];
     out += fmt::format(
         "chosen: {} stages, {} micro-batches, checkpoint {}, {}: peak {} within {}, predicted "
-        "{:.4f} s/step (the fastest fit with the cheapest lever: {})\n",
+        "{:.4f} s/step ({})\n",
         c.stages, c.micro_batches, c.checkpoint.ToString(), PrecisionName(c.dtype),
-        FormatBytes(c.peak), FormatBytes(budget), c.step_seconds, kLevels[c.level]);
+        FormatBytes(c.peak), FormatBytes(budget), c.step_seconds, kWhy[c.level]);
+    out += fmt::format("apply with: {}\n",
+                       result.set_flags.empty() ? "(no change)" : result.set_flags);
   }
   return out;
 }

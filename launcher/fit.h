@@ -8,9 +8,12 @@
 //   3. more micro-batches (a divisor of the batch size above the configured count): smaller
 //      micro-batches, fewer bytes in flight under 1F1B;
 //   4. more stages (up to `max_stages`), each cut under the budget (PartitionWithinBudget).
-// Every combination is a candidate; its level is the costliest lever it pulls. The search keeps
-// the lowest level at which any candidate fits and, within it, picks the fastest predicted step
-// (step_time.h: simulator with FLOP costs, recompute included), ties going to fewer changes. No
+// Every combination is a candidate; its level is the costliest lever it pulls. The configuration
+// as it is wins when it fits. Otherwise precision and checkpointing compete on predicted step
+// time on this machine (step_time.h: the simulator with FLOP costs, recompute included, at the
+// machine's rate for each precision), so that bf16 is not chosen where it is slower than an fp32
+// checkpointed candidate that fits (CPUs); more micro-batches come next, then more stages, each
+// only when nothing cheaper fits, again the fastest within the level. Ties go to fewer changes. No
 // candidate fitting is an error naming the smallest peak any of them reaches.
 #pragma once
 
@@ -19,14 +22,15 @@
 #include <vector>
 
 #include "launcher/plan.h"
+#include "launcher/step_time.h"
 #include "model/config.h"
 
 namespace baton {
 
 struct FitOptions {
-  int64_t budget = 0;             // bytes per rank
-  double flops_per_second = 1e9;  // scales predicted step times; the choice does not depend on it
-  int max_stages = 0;             // 0: twice the configured stages, at most the graph's layers
+  int64_t budget = 0;  // bytes per rank
+  StepRates rates;     // FLOP/s per precision on the machine that runs the job (MeasureStepRates)
+  int max_stages = 0;  // 0: twice the configured stages, at most the graph's layers
 };
 
 struct FitCandidate {
@@ -38,8 +42,7 @@ struct FitCandidate {
   bool valid = false;  // a plan could be made; else `note` says why not
   bool fits = false;
   int64_t peak = 0;         // largest predicted total over ranks (of the budgeted cut when it fits)
-  double step_flops = 0;    // the simulated step's makespan in FLOPs: what candidates compare by
-  double step_seconds = 0;  // step_flops at FitOptions::flops_per_second
+  double step_seconds = 0;  // the simulated step at FitOptions::rates: what candidates compare by
   std::string note;         // the partition's bound, or why the candidate is invalid
 };
 
@@ -47,20 +50,22 @@ struct FitResult {
   std::vector<FitCandidate> candidates;  // in search order
   int chosen = -1;                       // index into candidates
   Config config;                         // the chosen configuration
+  std::string set_flags;  // the `--set` flags that turn the given config into it ("" if none)
 };
 
 // Throws baton::Error when no candidate fits, naming the smallest peak reachable.
 FitResult FitToBudget(const Config& config, const FitOptions& options);
 
 // The plan `baton plan` and `baton run` use: `config` cut under `budget` (0: none) or, with
-// `fit`, the configuration FitToBudget chooses at FLOP rate `flops_per_second` (the search is
+// `fit`, the configuration FitToBudget chooses at FLOP rates `rates` (the search is
 // returned in `*search` when given). Throws baton::Error when the budget cannot be met.
 Plan PlanForBudget(const Config& config, int64_t budget, bool fit, int max_stages,
-                   double flops_per_second, FitResult* search);
+                   const StepRates& rates, FitResult* search);
 
-// The rate predicted step times are quoted at: the host's measured sgemm rate on the config's
-// threads (kernels/cpu/gemm_peak.h) for CPU stages, a nominal 100 TFLOP/s for GPU stages.
-double FlopRateFor(const Config& config);
+// The rates predicted step times are quoted at: for CPU stages the CPU backend's own Matmul timed
+// here in f32 and in bf16 on the config's threads (a 512 x 512 x 512 product, best of 3); for GPU
+// stages nominal figures (60 TFLOP/s exact f32, 800 TFLOP/s bf16: an H100/H200's order).
+StepRates MeasureStepRates(const Config& config);
 
 // The candidates as a table, the chosen one marked, then a line saying what was chosen and why.
 std::string FormatFitTable(const FitResult& result, int64_t budget);

@@ -89,6 +89,35 @@ TEST(FitTest, ABudgetOnlyCheckpointingMeetsChoosesCheckpointing) {
   EXPECT_NE(table.find("chosen:"), std::string::npos) << table;
 }
 
+// Where bf16 is slower than fp32 (CPUs stage 16-bit through f32), a faster fp32 checkpointed
+// candidate that fits beats bf16 without checkpointing; where bf16 is faster (GPUs), bf16 wins.
+TEST(FitTest, PrecisionAndCheckpointingCompeteOnPredictedStepTime) {
+  const Config base = SmallCpu();
+  // The smallest peak any cut reaches, per configuration.
+  const auto leanest = [](const std::vector<std::string>& overrides) {
+    return MaxOf(PartitionWithinBudget(MakePlan(SmallCpu(overrides)), 1).totals);
+  };
+  const int64_t fp32_none = leanest({});
+  const int64_t bf16_none = leanest({"precision.dtype=bf16"});
+  const int64_t fp32_selective = leanest({"parallel.checkpoint=selective"});
+  // Both fit, the configuration as it is does not.
+  const int64_t budget = std::max(bf16_none, fp32_selective);
+  ASSERT_LT(budget, fp32_none);
+
+  const FitResult cpu_like = FitToBudget(base, {budget, StepRates(100e9, 50e9), 0});
+  EXPECT_EQ(cpu_like.config.precision.dtype, DType::kF32) << FormatFitTable(cpu_like, budget);
+  EXPECT_NE(cpu_like.config.parallel.checkpoint, CheckpointPolicy::None());
+  EXPECT_EQ(cpu_like.set_flags.find("precision"), std::string::npos) << cpu_like.set_flags;
+  EXPECT_NE(cpu_like.set_flags.find("--set parallel.checkpoint="), std::string::npos);
+
+  const FitResult gpu_like = FitToBudget(base, {budget, StepRates(60e12, 800e12), 0});
+  EXPECT_EQ(gpu_like.config.precision.dtype, DType::kBF16) << FormatFitTable(gpu_like, budget);
+  EXPECT_NE(gpu_like.set_flags.find("--set precision.dtype=bf16"), std::string::npos)
+      << gpu_like.set_flags;
+  EXPECT_NE(FormatFitTable(gpu_like, budget).find("apply with: --set precision.dtype=bf16"),
+            std::string::npos);
+}
+
 TEST(FitTest, AnImpossibleBudgetFailsNamingTheSmallestPeakReachable) {
   try {
     FitToBudget(SmallCpu(), {1 << 20, 1e9, 0});

@@ -6,6 +6,7 @@
 
 #include "comm/fake_communicator.h"
 #include "core/error.h"
+#include "kernels/backend_factory.h"
 #include "model/from_config.h"
 
 namespace baton {
@@ -23,7 +24,11 @@ InProcessResult RunInProcess(const Plan& plan) {
         SetErrorContext(fmt::format("stage {}", r));
         std::unique_ptr<Communicator> comm = p > 1 ? hub.Make(r) : nullptr;
         MemoryLedger ledger;
-        std::unique_ptr<Backend> backend = MakeCpuBackend(ledger, plan.config.device.threads);
+        // GPU stages run here only alone (FakeHub moves host tensors): a one-rank GPU plan.
+        BATON_CHECK(plan.config.device.type == DeviceType::kCpu || p == 1,
+                    "in-process runs on GPUs take one stage, not {}", p);
+        std::unique_ptr<Backend> backend = MakeBackend(
+            DeviceForLocalRank(plan.config.device.type, 0), ledger, plan.config.device.threads);
         TrainerSetup setup;
         setup.config = plan.config;
         setup.dims = plan.dims;

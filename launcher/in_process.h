@@ -26,7 +26,8 @@ struct InProcessResult {
   std::string param_checksum;
 };
 
-// Trains `plan` for plan.config.train.steps steps. Throws the first rank's error, if any.
+// Trains `plan` for plan.config.train.steps steps. Throws the first rank's error, if any. GPU
+// plans (device.type cuda) must have one stage.
 InProcessResult RunInProcess(const Plan& plan);
 
 }  // namespace baton

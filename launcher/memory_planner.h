@@ -1,35 +1,34 @@
 // The memory planner: predicts, before anything runs, what each rank's memory ledger will
 // measure -- the peak bytes of params, grads, optimizer, activations, comm and workspace, and
-// the peak of their sum (docs/memory.md derives every figure).
+// the peak of their sum (docs/memory.md).
 //
-// Parameters, gradients and optimizer state follow closed forms (cost.h: tied wte counted once
-// as a value when one rank holds both ends, its two grads both; an f32 master copy plus f32 m
-// and v per parameter, m and v only for f32 parameters). Activations, comm buffers and
-// workspace are predicted by replaying the rank's schedule over the layers' allocation pattern
-// (memory_replay.h): tokens and targets, every stash kept per (micro-batch, chunk) under the
-// checkpoint policy for as many micro-batches as the schedule keeps in flight, receive buffers,
-// outputs pending send, recompute, and the transient tensors and kernel staging of each layer
-// call. The total is the highest sum at any point of that replay, so transient peaks add up
-// only where they coincide.
+// It does so by running the real code: for each rank it builds the rank's Trainer (stage model,
+// optimizer, engine) on a meta backend (kernels/backend.h: tensors with a shape, a dtype and a
+// ledger booking, no storage; every kernel books the workspace it would use) with a meta
+// communicator (comm/meta_communicator.h: the transport's staging, no peers), and runs setup,
+// one training step and the step end. Nothing is modelled twice: a layer, kernel or optimizer
+// that allocates differently is predicted differently, with no planner change. The prediction
+// equals the ledger of a real run byte for byte under rendezvous-safe schedules (every plan's own;
+// worker/engine.h) and is an upper bound for schedule files that are not.
 //
 // Thread-safe: pure functions of the plan.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "comm/meta_communicator.h"
 #include "core/memory.h"
 #include "launcher/plan.h"
 #include "worker/stage_model.h"
 
 namespace baton {
 
-// How the communicator books memory: Gloo (real processes on CPU) stages the peer's copy of the
-// tied-embedding gradient as comm; the in-process FakeHub (RunInProcess) books nothing.
-enum class CommTransport { kGloo, kInProcess };
-
 struct MemoryPlanOptions {
-  CommTransport transport = CommTransport::kGloo;
+  // Whose staging the communicator books; by default the run's: Gloo for CPU stages, NCCL for
+  // GPU stages. kInProcess matches RunInProcess (launcher/in_process.h).
+  std::optional<CommTransport> transport;
 };
 
 struct RankMemory {
@@ -45,6 +44,10 @@ std::vector<RankMemory> PredictMemory(const Plan& plan, const MemoryPlanOptions&
 RankMemory PredictRankMemory(const Plan& plan, int rank,
                              const std::vector<LayerRange>& virtual_stages,
                              const MemoryPlanOptions& options = {});
+
+// Bytes one micro-batch leaves stashed in layers [range]: their forward run on a meta backend
+// (the input counted when a layer keeps it), as `baton plan`'s partition table prints them.
+int64_t StashBytesPerMicroBatch(const Plan& plan, const LayerRange& range);
 
 // A cut of the plan's graph under a memory budget (launcher/partitioner.h's MinMaxPartition):
 // the smallest largest-stage cost such that every rank's predicted total fits. Under 1F1B stage

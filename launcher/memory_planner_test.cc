@@ -5,9 +5,12 @@
 #include <gtest/gtest.h>
 
 #include "core/error.h"
+#include "kernels/backend.h"
+#include "kernels/backend_factory.h"
 #include "launcher/in_process.h"
-#include "launcher/memory_replay.h"
 #include "model/config.h"
+#include "model/cost.h"
+#include "model/layer.h"
 
 namespace baton {
 namespace {
@@ -94,15 +97,14 @@ TEST(MemoryPlannerTest, OneRankHoldingBothEndsBooksTheTiedEmbeddingOnceAfterSetu
   const Plan plan = MakePlan(Tiny({"parallel.stages=1", "precision.dtype=bf16"}));
   ExpectPredictedEqualsMeasured(plan, 0.0, "one stage");
   // The head builds its own wte before StageModel shares the embedding's: the params peak holds
-  // both, the optimizer one master, m and v.
+  // both, the optimizer one master, m and v per distinct parameter, the grads both copies.
   const RankMemory rank = PredictMemory(plan).front();
-  const int last = static_cast<int>(plan.graph.size()) - 1;
   const int64_t wte = int64_t{plan.dims.vocab_size} * plan.dims.width;
-  EXPECT_EQ(rank.peak[MemCategory::kParams],
-            ParamBytes(plan.graph, 0, last, plan.dims, DType::kBF16) + 2 * wte);
-  EXPECT_EQ(rank.peak[MemCategory::kGrads], GradBytes(plan.graph, 0, last, plan.dims));
-  EXPECT_EQ(rank.peak[MemCategory::kOptimizer],
-            ParamBytes(plan.graph, 0, last, plan.dims, DType::kBF16) / 2 * 12);
+  int64_t stored = 0;
+  for (const LayerSpec& spec : plan.graph) stored += StoredParamCount(spec, plan.dims);
+  EXPECT_EQ(rank.peak[MemCategory::kParams], 2 * stored);  // bf16
+  EXPECT_EQ(rank.peak[MemCategory::kGrads], 4 * stored);
+  EXPECT_EQ(rank.peak[MemCategory::kOptimizer], 12 * (stored - wte));
 }
 
 TEST(MemoryPlannerTest, GlooStagesTheTiedGradientOnTheFirstAndLastStage) {
@@ -129,49 +131,108 @@ TEST(MemoryPlannerTest, OneFOneBHoldsStagesMinusRankMicroBatchesAndGpipeAll) {
   }
 }
 
-// The replay's stash agrees with the cost model's closed forms (model/cost.h) for every layer.
-TEST(MemoryReplayTest, StashesMatchTheCostModel) {
-  const ModelDims dims{256, 32, 2, 4, 64};
-  for (DType dtype : {DType::kF32, DType::kBF16}) {
-    for (bool selective : {false, true}) {
-      for (const LayerSpec& spec : GptGraph(dims)) {
-        MemoryLedger ledger;
-        ReplayContext ctx;
-        ctx.ledger = &ledger;
-        ctx.dims = dims;
-        ctx.batch = 2;
-        ctx.seq = 16;
-        ctx.act_dtype = ctx.param_dtype = dtype;
-        ctx.selective = selective;
-        const MicroBatchShape shape{ctx.batch, ctx.seq, dtype, selective};
-        const std::string what =
-            fmt::format("{} {} selective={}", spec.name, Name(dtype), selective);
-        SymTensor x;
-        if (spec.kind != LayerKind::kEmbedding) x = ctx.Act(ctx.rows() * dims.width);
-        const int64_t before = ledger.current(MemCategory::kActivations);
-        const int64_t input = spec.kind == LayerKind::kEmbedding ? 0 : before;
-        SymStash stash;
-        SymTensor y = ReplayForward(ctx, spec, x, stash);
-        const int64_t output = OutputBytes(spec, dims, shape);
-        EXPECT_EQ(ledger.current(MemCategory::kActivations) - before + input - output,
-                  StashBytes(spec, dims, shape))
-            << what;
-        EXPECT_EQ(ledger.current(MemCategory::kWorkspace), 0) << what;
-        x = SymTensor();
-        y = SymTensor();
-        SymTensor dy;
-        if (spec.kind != LayerKind::kHead) dy = ctx.Act(ctx.rows() * dims.width);
-        SymTensor dx = ReplayBackward(ctx, spec, dy, stash, /*defer_weights=*/true);
-        dy = SymTensor();
-        dx = SymTensor();
-        // Only what BackwardInput leaves for BackwardWeight is still booked (dy among it).
-        EXPECT_EQ(ledger.current(MemCategory::kActivations), WeightStashBytes(spec, dims, shape))
-            << what;
-        ReplayBackwardWeight(ctx, spec, stash);
-        EXPECT_EQ(ledger.current(MemCategory::kActivations), 0) << what;
-      }
+// A layer that allocates more than the real ones: every block stashes an extra (B,T,C+3) f32
+// tensor in Forward and books a scratch of 1000 + 7 x rows floats in each backward call. The
+// planner has no code for it: running the real code predicts it.
+class PaddedLayer final : public Layer {
+ public:
+  PaddedLayer(std::unique_ptr<Layer> inner, Backend& backend)
+      : inner_(std::move(inner)), backend_(backend) {}
+  const std::string& name() const override { return inner_->name(); }
+  std::vector<Param*> params() override { return inner_->params(); }
+  void set_selective_recompute(bool on) override { inner_->set_selective_recompute(on); }
+  bool selective_recompute() const override { return inner_->selective_recompute(); }
+  Tensor Forward(const Tensor& x, const MicroBatch& batch, Stash& stash) override {
+    Tensor y = inner_->Forward(x, batch, stash);
+    if (x.defined()) {
+      stash.Put("padding",
+                Tensor::Empty(backend_.allocator(), {x.size(0), x.size(1), x.size(2) + 3},
+                              DType::kF32, MemCategory::kActivations));
     }
+    return y;
   }
+  Tensor Backward(const Tensor& dy, const MicroBatch& batch, Stash& stash,
+                  const BackwardArgs& args) override {
+    const Tensor scratch = Scratch(dy);
+    return inner_->Backward(dy, batch, stash, args);
+  }
+  Tensor BackwardInput(const Tensor& dy, const MicroBatch& batch, Stash& stash,
+                       const BackwardArgs& args) override {
+    const Tensor scratch = Scratch(dy);
+    return inner_->BackwardInput(dy, batch, stash, args);
+  }
+  void BackwardWeight(Stash& stash) override { inner_->BackwardWeight(stash); }
+
+ private:
+  Tensor Scratch(const Tensor& dy) {
+    const int64_t rows = dy.defined() ? dy.numel() / dy.size(-1) : 1;
+    return Tensor::Empty(backend_.allocator(), {1000 + 7 * rows}, DType::kF32,
+                         MemCategory::kWorkspace);
+  }
+  std::unique_ptr<Layer> inner_;
+  Backend& backend_;
+};
+
+TEST(MemoryPlannerTest, PredictsALayerItHasNoCodeFor) {
+  const Plan plan = MakePlan(Tiny({"parallel.stages=2", "precision.dtype=bf16"}));
+  const std::vector<RankMemory> plain = PredictMemory(plan, {CommTransport::kInProcess});
+  ScopedLayerWrapperForTesting padded([](std::unique_ptr<Layer> layer, Backend& backend) {
+    return std::unique_ptr<Layer>(new PaddedLayer(std::move(layer), backend));
+  });
+  ExpectPredictedEqualsMeasured(plan, 0.0, "padded layers");
+  const std::vector<RankMemory> with_padding = PredictMemory(plan, {CommTransport::kInProcess});
+  for (size_t r = 0; r < plain.size(); ++r) {
+    EXPECT_GT(with_padding[r].peak[MemCategory::kActivations],
+              plain[r].peak[MemCategory::kActivations]);
+    EXPECT_GT(with_padding[r].peak[MemCategory::kWorkspace],
+              plain[r].peak[MemCategory::kWorkspace]);
+  }
+}
+
+// GPU stages are predicted with the CUDA backend's own bookings (no f32 staging, the cuBLASLt
+// workspace, NCCL's barrier scratch and the norm partials it reduces on the device), without a
+// GPU; layers, optimizer and engine book the same as on the CPU.
+TEST(MemoryPlannerTest, PredictsGpuStagesWithTheCudaBackendsBookings) {
+  if (!BuiltWithCuda()) GTEST_SKIP() << "built without CUDA";
+  const std::vector<std::string> common = {"parallel.stages=2", "precision.dtype=bf16"};
+  std::vector<std::string> on_gpu = common;
+  on_gpu.push_back("device.type=cuda");
+  const Plan cpu_plan = MakePlan(Tiny(common));
+  const Plan gpu_plan = MakePlan(Tiny(on_gpu));
+  const std::vector<RankMemory> cpu = PredictMemory(cpu_plan);
+  const std::vector<RankMemory> gpu = PredictMemory(gpu_plan);
+  const int64_t norm_partials = 4 * (static_cast<int64_t>(gpu_plan.graph.size()) + 2);
+  for (size_t r = 0; r < gpu.size(); ++r) {
+    for (MemCategory c : {MemCategory::kParams, MemCategory::kGrads, MemCategory::kOptimizer,
+                          MemCategory::kActivations}) {
+      EXPECT_EQ(gpu[r].peak[c], cpu[r].peak[c]) << "stage " << r << ", " << Name(c);
+    }
+    EXPECT_GE(gpu[r].peak[MemCategory::kWorkspace], int64_t{32} << 20) << "stage " << r;
+    EXPECT_EQ(gpu[r].peak[MemCategory::kComm], 4 + norm_partials) << "stage " << r;
+  }
+}
+
+// On a GPU: a one-stage GPU run's ledger equals the prediction byte for byte.
+TEST(MemoryPlannerGpuTest, PredictsTheGpuLedger) {
+  if (CudaDevicesVisible() == 0) GTEST_SKIP() << "no GPU";
+  for (const char* dtype : {"fp32", "bf16"}) {
+    const Plan plan = MakePlan(
+        Tiny({"parallel.stages=1", "device.type=cuda", std::string("precision.dtype=") + dtype}));
+    ExpectPredictedEqualsMeasured(plan, 0.0, std::string("one GPU stage, ") + dtype);
+  }
+}
+
+// docs/memory.md's worked example: a gpt-small-cpu block stashes 16u + 16N + P per micro-batch
+// (u = N C 4, P the f32 attention probabilities), the embedding nothing.
+TEST(MemoryPlannerTest, StashPerMicroBatchIsMeasuredFromTheRealLayers) {
+  const Plan plan = MakePlan(SmallCpu({}, /*full_length=*/true));
+  const int64_t n = 256, c = 256, u = n * c * 4, probs = 8 * 256 * 256 * 4;
+  EXPECT_EQ(StashBytesPerMicroBatch(plan, {1, 1}), 16 * u + 16 * n + probs);
+  EXPECT_EQ(StashBytesPerMicroBatch(plan, {1, 1}), 6'295'552);
+  EXPECT_EQ(StashBytesPerMicroBatch(plan, {0, 0}), 0);
+  EXPECT_EQ(StashBytesPerMicroBatch(plan, {0, 2}), 2 * 6'295'552);
+  const Plan selective = MakePlan(SmallCpu({"parallel.checkpoint=selective"}, true));
+  EXPECT_EQ(StashBytesPerMicroBatch(selective, {1, 1}), 8 * u + 16 * n);
 }
 
 TEST(ByteSizeTest, ParsesBinaryDecimalAndPlainSizes) {

@@ -47,7 +47,9 @@ std::optional<std::vector<LayerRange>> MinMaxPartition(int num_layers, int parts
                                     std::vector<int>(static_cast<size_t>(n) + 1, -1));
   at(best, 0, 0) = 0.0;
   for (int k = 1; k <= parts; ++k) {
-    for (int i = k; i <= n - (parts - k); ++i) {
+    // The last part ends at the last layer: only [0, n) matters for it (its cost function may
+    // assume so, e.g. the memory planner running the rank that holds the head).
+    for (int i = k == parts ? n : k; i <= n - (parts - k); ++i) {
       for (int j = k - 1; j < i; ++j) {
         const double before = at(best, k - 1, j);
         if (before == kInf || before >= at(best, k, i)) continue;  // cannot improve

@@ -33,7 +33,8 @@ using PartCost = std::function<double(int part, const LayerRange& range)>;
 // The general form: `parts` contiguous non-empty ranges covering layers 0..num_layers-1 that
 // minimise the largest part cost, ties going to the cut whose parts end earliest. std::nullopt
 // when every cut has a forbidden part. `cost` is called O(parts * num_layers^2) times at most,
-// and never for a part that could not improve on the best cut found so far at that point.
+// never for a part that could not improve on the best cut found so far at that point, and only
+// with ranges a cut can have (part 0 starts at layer 0, the last part ends at the last layer).
 std::optional<std::vector<LayerRange>> MinMaxPartition(int num_layers, int parts,
                                                        const PartCost& cost);
 

@@ -94,7 +94,7 @@ std::string FormatPartitionTable(const Plan& plan) {
     out += fmt::format(
         "{:>5} {:>5} {:>9} {:>14} {:>14} {:>16}\n", RankOfVirtualStage(j, plan.num_ranks()),
         ChunkOfVirtualStage(j, plan.num_ranks()), fmt::format("{}-{}", r.first, r.last), params,
-        flops, StashBytes(plan.graph, r.first, r.last, plan.dims, shape));
+        flops, StashBytesPerMicroBatch(plan, r));
   }
   return out;
 }

@@ -274,7 +274,7 @@ json FitJson(const FitResult& fit) {
                           {"step_s", c.step_seconds},
                           {"note", c.note}});
   }
-  return {{"candidates", candidates}, {"chosen", fit.chosen}};
+  return {{"candidates", candidates}, {"chosen", fit.chosen}, {"set_flags", fit.set_flags}};
 }
 
 }  // namespace
@@ -284,8 +284,9 @@ int RunCommand(const RunOptions& options) {
   const LaunchEnvironment env = DetectLaunchEnvironment();
   const int64_t budget = BudgetBytes(options.memory);
   FitResult fit;
-  const Plan plan = PlanForBudget(loaded, budget, options.memory.fit, options.memory.max_stages,
-                                  options.memory.fit ? FlopRateFor(loaded) : 1.0, &fit);
+  const Plan plan =
+      PlanForBudget(loaded, budget, options.memory.fit, options.memory.max_stages,
+                    options.memory.fit ? MeasureStepRates(loaded) : StepRates(), &fit);
   if (options.memory.fit && env.rank == 0) {
     spdlog::info("--fit considered:\n{}", FormatFitTable(fit, budget));
   }
@@ -300,8 +301,9 @@ int PlanCommand(const PlanOptions& options, std::ostream& out) {
   const Config config = LoadConfig(options.config.path, options.config.overrides);
   const int64_t budget = BudgetBytes(options.memory);
   FitResult fit;
-  const Plan plan = PlanForBudget(config, budget, options.memory.fit, options.memory.max_stages,
-                                  options.memory.fit ? FlopRateFor(config) : 1.0, &fit);
+  const Plan plan =
+      PlanForBudget(config, budget, options.memory.fit, options.memory.max_stages,
+                    options.memory.fit ? MeasureStepRates(config) : StepRates(), &fit);
   const std::vector<RankMemory> predicted = PredictMemory(plan);
   if (options.format == "json") {
     json j = {{"schedule", plan.schedule.name},

@@ -39,9 +39,10 @@ Costs FlopCosts(const Plan& plan, const std::vector<LayerRange>& virtual_stages)
   return costs;
 }
 
-double PredictStepSeconds(const Plan& plan, double flops_per_second) {
-  BATON_CHECK(flops_per_second > 0, "the FLOP rate must be positive, got {}", flops_per_second);
-  return Simulate(plan.schedule, FlopCosts(plan)).makespan / flops_per_second;
+double PredictStepSeconds(const Plan& plan, const StepRates& rates) {
+  const double rate = rates.For(plan.config.precision.dtype);
+  BATON_CHECK(rate > 0, "the FLOP rate must be positive, got {}", rate);
+  return Simulate(plan.schedule, FlopCosts(plan)).makespan / rate;
 }
 
 }  // namespace baton

@@ -19,8 +19,21 @@ namespace baton {
 // Per-virtual-stage costs in FLOPs for `virtual_stages` (the plan's own when empty).
 Costs FlopCosts(const Plan& plan, const std::vector<LayerRange>& virtual_stages = {});
 
-// Predicted seconds per training step at `flops_per_second` (compute only: communication and
-// the optimizer step are not charged).
-double PredictStepSeconds(const Plan& plan, double flops_per_second);
+// FLOP rates by the precision a stage computes in: what a FLOP costs on the machine the job runs
+// on. On CPUs 16-bit storage is staged through f32 (kernels/cpu/f32_staging.h), so bf16 is slower
+// than fp32 there; on GPUs it is much faster. Candidates in different precisions compare only
+// through these rates.
+struct StepRates {
+  double f32 = 1e9;   // FLOP/s with f32 parameters and activations
+  double half = 1e9;  // FLOP/s with bf16 or fp16 parameters and activations
+  StepRates() = default;
+  StepRates(double all) : f32(all), half(all) {}  // NOLINT(runtime/explicit): one rate for all
+  StepRates(double f32_rate, double half_rate) : f32(f32_rate), half(half_rate) {}
+  double For(DType dtype) const { return dtype == DType::kF32 ? f32 : half; }
+};
+
+// Predicted seconds per training step at `rates` (compute only: communication and the optimizer
+// step are not charged).
+double PredictStepSeconds(const Plan& plan, const StepRates& rates);
 
 }  // namespace baton

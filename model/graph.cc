@@ -70,8 +70,12 @@ std::vector<LayerSpec> CustomGraph(const ModelDims& dims, const std::vector<std:
   return MakeGraph(dims, parsed);
 }
 
-std::unique_ptr<Layer> BuildLayer(const LayerSpec& spec, const ModelDims& dims, Backend& backend,
-                                  DType param_dtype, DType act_dtype, uint64_t seed) {
+namespace {
+ScopedLayerWrapperForTesting::Wrap* layer_wrapper = nullptr;
+
+std::unique_ptr<Layer> BuildUnwrapped(const LayerSpec& spec, const ModelDims& dims,
+                                      Backend& backend, DType param_dtype, DType act_dtype,
+                                      uint64_t seed) {
   BATON_CHECK(IsFloating(act_dtype), "the activation dtype must be f32, bf16 or f16, got {}",
               Name(act_dtype));
   switch (spec.kind) {
@@ -88,6 +92,25 @@ std::unique_ptr<Layer> BuildLayer(const LayerSpec& spec, const ModelDims& dims, 
       return std::make_unique<HeadLayer>(backend, dims, param_dtype, act_dtype, seed, spec.index);
   }
   BATON_FAIL("unknown layer kind {}", static_cast<int>(spec.kind));
+}
+
+}  // namespace
+
+std::unique_ptr<Layer> BuildLayer(const LayerSpec& spec, const ModelDims& dims, Backend& backend,
+                                  DType param_dtype, DType act_dtype, uint64_t seed) {
+  std::unique_ptr<Layer> layer = BuildUnwrapped(spec, dims, backend, param_dtype, act_dtype, seed);
+  if (layer_wrapper != nullptr) layer = (*layer_wrapper)(std::move(layer), backend);
+  return layer;
+}
+
+ScopedLayerWrapperForTesting::ScopedLayerWrapperForTesting(Wrap wrap) {
+  BATON_CHECK(layer_wrapper == nullptr, "a layer wrapper is already installed");
+  layer_wrapper = new Wrap(std::move(wrap));
+}
+
+ScopedLayerWrapperForTesting::~ScopedLayerWrapperForTesting() {
+  delete layer_wrapper;
+  layer_wrapper = nullptr;
 }
 
 }  // namespace baton

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -39,5 +40,17 @@ std::vector<LayerSpec> CustomGraph(const ModelDims& dims, const std::vector<std:
 // result's name() is spec.name.
 std::unique_ptr<Layer> BuildLayer(const LayerSpec& spec, const ModelDims& dims, Backend& backend,
                                   DType param_dtype, DType act_dtype, uint64_t seed);
+
+// For tests: while one is alive, BuildLayer passes every layer it builds through `wrap`, which
+// returns the layer to use (e.g. one that delegates to it but allocates differently). One at a
+// time, process-wide; not thread-safe against BuildLayer calls running while it is made or goes.
+class ScopedLayerWrapperForTesting {
+ public:
+  using Wrap = std::function<std::unique_ptr<Layer>(std::unique_ptr<Layer>, Backend&)>;
+  explicit ScopedLayerWrapperForTesting(Wrap wrap);
+  ~ScopedLayerWrapperForTesting();
+  ScopedLayerWrapperForTesting(const ScopedLayerWrapperForTesting&) = delete;
+  ScopedLayerWrapperForTesting& operator=(const ScopedLayerWrapperForTesting&) = delete;
+};
 
 }  // namespace baton

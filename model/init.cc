@@ -45,6 +45,7 @@ void InitNormal(Backend& backend, Tensor& value, uint64_t seed, int layer_index,
                 double std) {
   BATON_CHECK(layer_index >= 0 && param_index >= 0, "stream ids ({}, {}) must be non-negative",
               layer_index, param_index);
+  if (IsMeta(backend)) return;  // the memory planner: no values to draw
   Rng rng = Rng::ForStream(
       seed, {static_cast<uint64_t>(layer_index), static_cast<uint64_t>(param_index)});
   std::vector<float> host(static_cast<size_t>(value.numel()));
@@ -53,7 +54,7 @@ void InitNormal(Backend& backend, Tensor& value, uint64_t seed, int layer_index,
 }
 
 void InitConstant(Backend& backend, Tensor& value, float constant) {
-  if (constant == 0.0f) {
+  if (constant == 0.0f || IsMeta(backend)) {
     backend.Zero(value);
     return;
   }

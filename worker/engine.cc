@@ -128,7 +128,9 @@ std::vector<float> StageEngine::RunStep(const std::vector<Action>& actions,
       trace_.push_back({ToString(action, model_.num_ranks()), action.microbatch,
                         end_us - Seconds(end - last_wait_end_) * 1e6, end_us});
     }
-    ReapSends(/*wait_all=*/false);
+    // Under rendezvous-safe schedules sends are reaped only before a compute action, so what is
+    // alive at each point does not depend on how fast the peers run (docs/memory.md).
+    if (!options_.complete_sends_before_compute) ReapSends(/*wait_all=*/false);
   }
   ReapSends(/*wait_all=*/true);
   SetStatus("idle", -1, -1);

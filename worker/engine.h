@@ -38,10 +38,11 @@ struct EngineOptions {
   std::chrono::milliseconds timeout{60000};
   Shape activation_shape;  // (B,T,C) of the tensors passed between stages
   DType activation_dtype = DType::kF32;
-  // Wait for every posted send to complete before starting a compute action, so a sent tensor
-  // never outlives the compute after its SEND and the ledger's peaks do not depend on how fast
-  // the peers run (docs/memory.md). Safe only for schedules that pass the dry run under
-  // rendezvous semantics (RendezvousSafeSends); otherwise sends complete asynchronously.
+  // Wait for every posted send to complete before starting a compute action, and free sent
+  // tensors only then, so a sent tensor lives exactly until the compute after its SEND and the
+  // ledger's peaks do not depend on how fast the peers run (docs/memory.md). Safe only for
+  // schedules that pass the dry run under rendezvous semantics (RendezvousSafeSends); otherwise
+  // sends complete asynchronously.
   bool complete_sends_before_compute = false;
 };
 

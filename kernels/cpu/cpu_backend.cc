@@ -20,6 +20,10 @@ std::unique_ptr<Backend> MakeCpuBackend(MemoryLedger& ledger, int num_threads) {
   return std::make_unique<cpu::CpuBackend>(ledger, num_threads);
 }
 
+std::unique_ptr<Backend> MakeCpuMetaBackend(MemoryLedger& ledger, int num_threads) {
+  return std::make_unique<cpu::CpuBackend>(ledger, num_threads, /*meta=*/true);
+}
+
 namespace cpu {
 namespace {
 
@@ -67,17 +71,22 @@ bool ChunkAllFinite(const void* data, DType dtype, int64_t n) {
 
 }  // namespace
 
-CpuBackend::CpuBackend(MemoryLedger& ledger, int num_threads)
-    : allocator_(ledger), threads_(num_threads), pool_(num_threads) {
+CpuBackend::CpuBackend(MemoryLedger& ledger, int num_threads, bool meta)
+    : allocator_(meta ? std::unique_ptr<Allocator>(new MetaAllocator(ledger, Device::Cpu()))
+                      : std::unique_ptr<Allocator>(new CpuAllocator(ledger))),
+      meta_(meta),
+      threads_(num_threads),
+      pool_(meta ? 1 : num_threads) {
   SetSingleThreadedBlas();
 }
 
 Tensor CpuBackend::Workspace(int64_t floats) {
-  return Tensor::Empty(allocator_, {floats}, DType::kF32, MemCategory::kWorkspace);
+  return Tensor::Empty(*allocator_, {floats}, DType::kF32, MemCategory::kWorkspace);
 }
 
 void CpuBackend::Zero(Tensor& t) {
   CheckHostContiguous(t, "t");
+  if (meta_) return;
   if (t.nbytes() > 0) std::memset(t.raw(), 0, t.nbytes());
 }
 
@@ -85,6 +94,7 @@ void CpuBackend::Copy(const Tensor& src, Tensor& dst) {
   CheckHostContiguous(src, "src");
   CheckHostContiguous(dst, "dst");
   CheckSameShape(src, dst, "src", "dst");
+  if (meta_) return;
   if (src.dtype() == dst.dtype()) {
     if (src.raw() == dst.raw()) return;
     const char* from = static_cast<const char*>(src.raw());
@@ -122,11 +132,12 @@ void CpuBackend::Matmul(const Tensor& a, bool trans_a, const Tensor& b, bool tra
     CheckFloat(*bias, "bias");
     CheckNumel(*bias, n, "bias");
   }
-  F32Staging staging(allocator_, &pool_);
+  F32Staging staging(*allocator_, &pool_);
   const float* pa = staging.In(a);
   const float* pb = staging.In(b);
   const float* pbias = bias != nullptr ? staging.In(*bias) : nullptr;
   float* po = accumulate ? staging.InOut(out) : staging.Out(out);
+  if (meta_) return;
   float beta = accumulate ? 1.0f : 0.0f;
   if (pbias != nullptr) {
     BroadcastRows(pbias, po, m, n, accumulate, &pool_);
@@ -142,9 +153,11 @@ void CpuBackend::BiasBackward(const Tensor& dout, Tensor& dbias) {
   CheckFloat(dbias, "dbias");
   const RowsCols dm = AsMatrix(dout, "dout");
   CheckNumel(dbias, dm.cols, "dbias");
-  F32Staging staging(allocator_, &pool_);
+  F32Staging staging(*allocator_, &pool_);
   const float* pd = staging.In(dout);
-  ColumnSumsAccumulate(pd, dm.rows, dm.cols, staging.InOut(dbias), &pool_);
+  float* pdbias = staging.InOut(dbias);
+  if (meta_) return;
+  ColumnSumsAccumulate(pd, dm.rows, dm.cols, pdbias, &pool_);
   staging.Commit();
 }
 
@@ -154,6 +167,7 @@ void CpuBackend::Add(const Tensor& a, const Tensor& b, Tensor& out) {
   CheckFloat(out, "out");
   CheckSameShape(a, out, "a", "out");
   CheckSameShape(b, out, "b", "out");
+  if (meta_) return;
   ParallelChunks(out.numel(), kChunk, &pool_, [&](int64_t begin, int64_t end) {
     float a_buffer[kChunk], b_buffer[kChunk], out_buffer[kChunk];
     const int64_t n = end - begin;
@@ -169,6 +183,7 @@ void CpuBackend::Accumulate(const Tensor& x, Tensor& acc) {
   CheckFloat(x, "x");
   CheckFloat(acc, "acc");
   CheckSameShape(x, acc, "x", "acc");
+  if (meta_) return;
   ParallelChunks(acc.numel(), kChunk, &pool_, [&](int64_t begin, int64_t end) {
     float x_buffer[kChunk], acc_buffer[kChunk];
     const int64_t n = end - begin;
@@ -181,6 +196,7 @@ void CpuBackend::Accumulate(const Tensor& x, Tensor& acc) {
 
 void CpuBackend::Scale(Tensor& t, float factor) {
   CheckFloat(t, "t");
+  if (meta_) return;
   ParallelChunks(t.numel(), kChunk, &pool_, [&](int64_t begin, int64_t end) {
     float buffer[kChunk];
     const int64_t n = end - begin;
@@ -194,6 +210,7 @@ double CpuBackend::SumOfSquares(const Tensor& t) {
   CheckFloat(t, "t");
   const int64_t blocks = (t.numel() + kChunk - 1) / kChunk;
   Tensor partials = Workspace(2 * blocks);  // one double per block
+  if (meta_) return 0.0;
   double* block_sums = reinterpret_cast<double*>(partials.raw());
   ParallelChunks(t.numel(), kChunk, &pool_, [&](int64_t begin, int64_t end) {
     float buffer[kChunk];
@@ -214,6 +231,7 @@ double CpuBackend::SumOfSquares(const Tensor& t) {
 
 bool CpuBackend::AllFinite(const Tensor& t) {
   CheckFloat(t, "t");
+  if (meta_) return true;
   std::atomic<bool> all_finite{true};
   const size_t element = SizeOf(t.dtype());
   ParallelChunks(t.numel(), kChunk, &pool_, [&](int64_t begin, int64_t end) {
@@ -235,6 +253,7 @@ void CpuBackend::AdamW(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v,
   CheckSameShape(param, m, "param", "m");
   CheckSameShape(param, v, "param", "v");
   BATON_CHECK(config.step >= 1, "AdamW step is 1-based, got {}", config.step);
+  if (meta_) return;
   // Scalars as PyTorch forms them: in double, then used as float.
   const auto step = static_cast<double>(config.step);
   const float b1 = config.beta1;

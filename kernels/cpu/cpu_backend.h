@@ -8,8 +8,14 @@
 //
 // Threads: the backend's pool does all the work, GEMMs included (OpenBLAS itself is set
 // single-threaded, process-wide, and called once per fixed block of c; see gemm.h).
+// Meta mode (MakeMetaBackend for the CPU): the allocator is a MetaAllocator and every method
+// validates its arguments and books its workspace and staging exactly as it would, then returns
+// before computing anything. The memory planner runs the real stage code on it.
+//
 // Thread safety: one backend serves one thread; several backends may run concurrently.
 #pragma once
+
+#include <memory>
 
 #include "kernels/backend.h"
 #include "kernels/cpu/thread_pool.h"
@@ -18,12 +24,13 @@ namespace baton::cpu {
 
 class CpuBackend final : public Backend {
  public:
-  CpuBackend(MemoryLedger& ledger, int num_threads);
+  CpuBackend(MemoryLedger& ledger, int num_threads, bool meta = false);
 
   int num_threads() const { return threads_; }
+  bool meta() const { return meta_; }
 
   Device device() const override { return Device::Cpu(); }
-  Allocator& allocator() override { return allocator_; }
+  Allocator& allocator() override { return *allocator_; }
   void Synchronize() override {}
 
   void Zero(Tensor& t) override;
@@ -64,7 +71,8 @@ class CpuBackend final : public Backend {
   // Uninitialised f32 scratch of `floats` elements, booked as workspace.
   Tensor Workspace(int64_t floats);
 
-  CpuAllocator allocator_;
+  std::unique_ptr<Allocator> allocator_;  // CpuAllocator, or MetaAllocator in meta mode
+  bool meta_;
   int threads_;
   ThreadPool pool_;
 };

@@ -13,6 +13,7 @@ namespace {
 
 // Checked before any kernel runs: kernels index with these ids and must not throw.
 void CheckIdsBelow(const Tensor& ids, int64_t bound, const char* name) {
+  if (ids.is_meta()) return;  // no ids to read
   const int32_t* p = ids.data<int32_t>();
   for (int64_t i = 0; i < ids.numel(); ++i) {
     BATON_CHECK(p[i] >= 0 && p[i] < bound, "{}[{}] = {} is outside [0, {})", name, i, p[i], bound);
@@ -44,11 +45,12 @@ void CpuBackend::EmbeddingForward(const Tensor& tokens, const Tensor& wte, const
               wpe.size(0));
   CheckShape(out, {batch, seq, channels}, "out");
   CheckIdsBelow(tokens, wte.size(0), "tokens");
-  F32Staging staging(allocator_, &pool_);
+  F32Staging staging(*allocator_, &pool_);
   const float* pwte = staging.In(wte);
   const float* pwpe = staging.In(wpe);
-  cpu::EmbeddingForward(tokens.data<int32_t>(), pwte, pwpe, staging.Out(out), batch, seq, channels,
-                        &pool_);
+  float* pout = staging.Out(out);
+  if (meta_) return;
+  cpu::EmbeddingForward(tokens.data<int32_t>(), pwte, pwpe, pout, batch, seq, channels, &pool_);
   staging.Commit();
 }
 
@@ -71,10 +73,11 @@ void CpuBackend::EmbeddingBackward(const Tensor& tokens, const Tensor& dout, Ten
     BATON_CHECK(dwpe.dim() == 2 && dwpe.size(1) == channels && seq <= dwpe.size(0),
                 "dwpe {} must be (maxT >= {}, {})", dwpe.ToString(), seq, channels);
   }
-  F32Staging staging(allocator_, &pool_);
+  F32Staging staging(*allocator_, &pool_);
   const float* pdout = staging.In(dout);
   float* pdwte = staging.InOut(dwte);
   float* pdwpe = staging.InOut(dwpe);
+  if (meta_) return;
   cpu::EmbeddingBackward(tokens.data<int32_t>(), pdout, pdwte, pdwpe, batch, seq, channels, &pool_);
   staging.Commit();
 }
@@ -93,12 +96,14 @@ void CpuBackend::LayerNormForward(const Tensor& x, const Tensor& weight, const T
   CheckShape(out, x.shape(), "out");
   CheckNumel(mean, xm.rows, "mean");
   CheckNumel(rstd, xm.rows, "rstd");
-  F32Staging staging(allocator_, &pool_);
+  F32Staging staging(*allocator_, &pool_);
   const float* px = staging.In(x);
   const float* pw = staging.In(weight);
   const float* pb = staging.In(bias);
-  cpu::LayerNormForward(px, pw, pb, staging.Out(out), mean.data<float>(), rstd.data<float>(),
-                        xm.rows, xm.cols, &pool_);
+  float* pout = staging.Out(out);
+  if (meta_) return;
+  cpu::LayerNormForward(px, pw, pb, pout, mean.data<float>(), rstd.data<float>(), xm.rows, xm.cols,
+                        &pool_);
   staging.Commit();
 }
 
@@ -124,13 +129,14 @@ void CpuBackend::LayerNormBackward(const Tensor& dout, const Tensor& x, const Te
   CheckNumel(mean, xm.rows, "mean");
   CheckNumel(rstd, xm.rows, "rstd");
   Tensor scratch = Workspace(LayerNormBackwardScratch(xm.rows, xm.cols));
-  F32Staging staging(allocator_, &pool_);
+  F32Staging staging(*allocator_, &pool_);
   const float* pdout = staging.In(dout);
   const float* px = staging.In(x);
   const float* pw = staging.In(weight);
   float* pdx = staging.InOut(dx);
   float* pdw = staging.InOut(dweight);
   float* pdb = staging.InOut(dbias);
+  if (meta_) return;
   cpu::LayerNormBackward(pdout, px, pw, mean.data<float>(), rstd.data<float>(), pdx, pdw, pdb,
                          scratch.data<float>(), xm.rows, xm.cols, &pool_);
   staging.Commit();
@@ -140,9 +146,11 @@ void CpuBackend::GeluForward(const Tensor& x, Tensor& out) {
   CheckFloat(x, "x");
   CheckFloat(out, "out");
   CheckShape(out, x.shape(), "out");
-  F32Staging staging(allocator_, &pool_);
+  F32Staging staging(*allocator_, &pool_);
   const float* px = staging.In(x);
-  cpu::GeluForward(px, staging.Out(out), x.numel(), &pool_);
+  float* pout = staging.Out(out);
+  if (meta_) return;
+  cpu::GeluForward(px, pout, x.numel(), &pool_);
   staging.Commit();
 }
 
@@ -152,10 +160,12 @@ void CpuBackend::GeluBackward(const Tensor& x, const Tensor& dout, Tensor& dx) {
   CheckFloat(dx, "dx");
   CheckShape(dout, x.shape(), "dout");
   CheckShape(dx, x.shape(), "dx");
-  F32Staging staging(allocator_, &pool_);
+  F32Staging staging(*allocator_, &pool_);
   const float* px = staging.In(x);
   const float* pdout = staging.In(dout);
-  cpu::GeluBackward(px, pdout, staging.InOut(dx), x.numel(), &pool_);
+  float* pdx = staging.InOut(dx);
+  if (meta_) return;
+  cpu::GeluBackward(px, pdout, pdx, x.numel(), &pool_);
   staging.Commit();
 }
 
@@ -165,9 +175,10 @@ void CpuBackend::AttentionForward(const Tensor& qkv, int num_heads, Tensor& out,
   CheckF32(probs, "probs");
   CheckShape(out, {shape.batch, shape.seq, shape.channels}, "out");
   CheckShape(probs, {shape.batch, shape.heads, shape.seq, shape.seq}, "probs");
-  F32Staging staging(allocator_, &pool_);
+  F32Staging staging(*allocator_, &pool_);
   const float* pqkv = staging.In(qkv);
   float* pout = staging.Out(out);
+  if (meta_) return;
   SetSingleThreadedBlas();
   cpu::AttentionForward(pqkv, pout, probs.data<float>(), shape, &pool_);
   staging.Commit();
@@ -183,10 +194,11 @@ void CpuBackend::AttentionBackward(const Tensor& dout, const Tensor& qkv, const 
   CheckShape(probs, {shape.batch, shape.heads, shape.seq, shape.seq}, "probs");
   CheckShape(dqkv, qkv.shape(), "dqkv");
   Tensor scratch = Workspace(AttentionBackwardScratch(shape, threads_));
-  F32Staging staging(allocator_, &pool_);
+  F32Staging staging(*allocator_, &pool_);
   const float* pdout = staging.In(dout);
   const float* pqkv = staging.In(qkv);
   float* pdqkv = staging.InOut(dqkv);
+  if (meta_) return;
   SetSingleThreadedBlas();
   cpu::AttentionBackward(pdout, pqkv, probs.data<float>(), pdqkv, scratch.data<float>(), shape,
                          &pool_);
@@ -203,9 +215,11 @@ void CpuBackend::CrossEntropyForward(const Tensor& logits, const Tensor& targets
   CheckNumel(loss, 1, "loss");
   CheckIdsBelow(targets, lm.cols, "targets");
   Tensor row_losses = Workspace(lm.rows);
-  F32Staging staging(allocator_, &pool_);
-  cpu::CrossEntropyRowLosses(staging.In(logits), targets.data<int32_t>(), row_losses.data<float>(),
-                             lm.rows, lm.cols, &pool_);
+  F32Staging staging(*allocator_, &pool_);
+  const float* plogits = staging.In(logits);
+  if (meta_) return;
+  cpu::CrossEntropyRowLosses(plogits, targets.data<int32_t>(), row_losses.data<float>(), lm.rows,
+                             lm.cols, &pool_);
   double sum = 0.0;  // in row order
   const float* p = row_losses.data<float>();
   for (int64_t r = 0; r < lm.rows; ++r) sum += p[r];
@@ -222,9 +236,10 @@ void CpuBackend::CrossEntropyBackward(const Tensor& logits, const Tensor& target
   CheckNumel(targets, lm.rows, "targets");
   CheckShape(dlogits, logits.shape(), "dlogits");
   CheckIdsBelow(targets, lm.cols, "targets");
-  F32Staging staging(allocator_, &pool_);
+  F32Staging staging(*allocator_, &pool_);
   const float* plogits = staging.In(logits);
   float* pdlogits = staging.Out(dlogits);  // may be plogits: the kernel works in place
+  if (meta_) return;
   const float factor = grad_scale / static_cast<float>(lm.rows);
   cpu::CrossEntropyBackward(plogits, targets.data<int32_t>(), factor, pdlogits, lm.rows, lm.cols,
                             &pool_);

@@ -35,7 +35,9 @@ float* F32Staging::Stage(const Tensor& t, bool load, bool write) {
     entry = &entries_.back();
   }
   if (load && !entry->loaded) {
-    ConvertFloatsParallel(t.raw(), t.dtype(), entry->f32.raw(), DType::kF32, t.numel(), pool_);
+    if (!t.is_meta()) {
+      ConvertFloatsParallel(t.raw(), t.dtype(), entry->f32.raw(), DType::kF32, t.numel(), pool_);
+    }
     entry->loaded = true;
   }
   entry->written = entry->written || write;
@@ -49,8 +51,10 @@ float* F32Staging::Out(Tensor& t) { return Stage(t, /*load=*/false, /*write=*/tr
 void F32Staging::Commit() {
   for (Entry& e : entries_) {
     if (!e.written) continue;
-    ConvertFloatsParallel(e.f32.raw(), DType::kF32, e.target.raw(), e.target.dtype(),
-                          e.target.numel(), pool_);
+    if (!e.target.is_meta()) {
+      ConvertFloatsParallel(e.f32.raw(), DType::kF32, e.target.raw(), e.target.dtype(),
+                            e.target.numel(), pool_);
+    }
     e.written = false;
   }
 }

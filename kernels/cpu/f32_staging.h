@@ -4,7 +4,8 @@
 // f32 workspace tensor booked through the backend's allocator; the ones asked for with Out() or
 // InOut() are converted back by Commit(). Tensors that alias (same storage, same dtype) share one
 // f32 copy, so in-place kernels stay in place. The workspace is released when the staging object
-// goes. One staging object serves one kernel call on one thread.
+// goes. Meta tensors (core/tensor.h) are booked the same way and never converted. One staging
+// object serves one kernel call on one thread.
 #pragma once
 
 #include <vector>

@@ -17,6 +17,12 @@ std::unique_ptr<Backend> MakeCudaBackend(MemoryLedger& ledger, int device_index,
   return std::make_unique<cuda::CudaBackend>(ledger, device_index, options);
 }
 
+std::unique_ptr<Backend> MakeCudaMetaBackend(MemoryLedger& ledger, int device_index,
+                                             cuda::CudaBackendOptions options) {
+  return std::make_unique<cuda::CudaBackend>(cuda::CudaBackend::Meta{}, ledger, device_index,
+                                             options);
+}
+
 namespace cuda {
 namespace {
 
@@ -55,7 +61,7 @@ int CudaDeviceCount(std::string* why) {
 CudaBackend::CudaBackend(MemoryLedger& ledger, int device_index, CudaBackendOptions options)
     : index_(CheckedDeviceIndex(device_index)),
       options_(options),
-      allocator_(ledger, MakeCudaMemoryProvider(device_index)) {
+      allocator_(std::make_unique<CachingAllocator>(ledger, MakeCudaMemoryProvider(device_index))) {
   BATON_CUDA_CHECK(cudaSetDevice(index_));
   BATON_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   id_error_buffer_ = Workspace(static_cast<int64_t>(sizeof(IdError) / 4), DType::kI32);
@@ -67,7 +73,29 @@ CudaBackend::CudaBackend(MemoryLedger& ledger, int device_index, CudaBackendOpti
                                          options_.allow_tf32, options_.force_cublas);
 }
 
+CudaBackend::CudaBackend(Meta, MemoryLedger& ledger, int device_index, CudaBackendOptions options)
+    : index_(device_index),
+      options_(options),
+      meta_(true),
+      allocator_(std::make_unique<MetaAllocator>(ledger, Device::Cuda(device_index))) {
+  BATON_CHECK(device_index >= 0, "CUDA device {} does not exist", device_index);
+  // What the real constructor books: the id-error record and the cuBLASLt workspace.
+  id_error_buffer_ = Workspace(static_cast<int64_t>(sizeof(IdError) / 4), DType::kI32);
+  gemm_workspace_ =
+      Workspace(static_cast<int64_t>((options_.gemm_workspace_bytes + 3) / 4), DType::kF32);
+}
+
+CachingAllocator& CudaBackend::caching_allocator() {
+  BATON_CHECK(!meta_, "a meta CUDA backend has no caching allocator");
+  return static_cast<CachingAllocator&>(*allocator_);
+}
+
 CudaBackend::~CudaBackend() {
+  if (meta_) {
+    gemm_workspace_ = Tensor();
+    id_error_buffer_ = Tensor();
+    return;
+  }
   // Destruction can't throw: statuses are ignored. Queued work finishes before anything goes.
   cudaSetDevice(index_);
   if (stream_ != nullptr) cudaStreamSynchronize(stream_);
@@ -78,23 +106,26 @@ CudaBackend::~CudaBackend() {
 }
 
 void CudaBackend::Activate() const {
+  if (meta_) return;
   int current = -1;
   BATON_CUDA_CHECK(cudaGetDevice(&current));
   if (current != index_) BATON_CUDA_CHECK(cudaSetDevice(index_));
 }
 
 Tensor CudaBackend::Workspace(int64_t elements, DType dtype) {
-  return Tensor::Empty(allocator_, {elements}, dtype, MemCategory::kWorkspace);
+  return Tensor::Empty(*allocator_, {elements}, dtype, MemCategory::kWorkspace);
 }
 
 Tensor CudaBackend::Cast(const Tensor& t, DType dtype) {
   if (t.dtype() == dtype) return t;
   Tensor cast = Workspace(t.numel(), dtype).View(t.shape());
+  if (meta_) return cast;
   LaunchCast(t.raw(), t.dtype(), cast.raw(), dtype, t.numel(), stream_);
   return cast;
 }
 
 void CudaBackend::SyncAndCheck() {
+  if (meta_) return;
   Activate();
   IdError error{};
   BATON_CUDA_CHECK(
@@ -114,6 +145,7 @@ void CudaBackend::Synchronize() { SyncAndCheck(); }
 void CudaBackend::Zero(Tensor& t) {
   Activate();
   CheckOnDevice(t, device(), "t");
+  if (meta_) return;
   if (t.nbytes() > 0) BATON_CUDA_CHECK(cudaMemsetAsync(t.raw(), 0, t.nbytes(), stream_));
 }
 
@@ -133,6 +165,12 @@ void CudaBackend::Copy(const Tensor& src, Tensor& dst) {
     return;
   }
   Tensor staged;  // a device copy in the other dtype, alive until the transfer is done
+  if (meta_) {    // book the staging copy, move nothing
+    if (src.dtype() != dst.dtype() && (host_src || host_dst)) {
+      staged = Workspace(src.numel(), host_src ? src.dtype() : dst.dtype());
+    }
+    return;
+  }
   if (src.dtype() == dst.dtype()) {
     if (src.raw() == dst.raw() || src.nbytes() == 0) return;
     BATON_CUDA_CHECK(
@@ -179,6 +217,7 @@ void CudaBackend::RunMatmul(const Tensor& a, bool trans_a, const Tensor& b, bool
   p.ldo = om.cols;
   p.beta = accumulate ? 1.0f : 0.0f;
   p.bias = bias != nullptr ? bias_cast.raw() : nullptr;
+  if (meta_) return;
   gemm_->Run(p, stream_);
 }
 
@@ -207,7 +246,7 @@ void CudaBackend::Matmul(const Tensor& a, bool trans_a, const Tensor& b, bool tr
   if (m == 0 || n == 0) return;
   if (k == 0) {  // op(a) op(b) is zero
     if (!accumulate) Zero(out);
-    if (bias != nullptr) {
+    if (bias != nullptr && !meta_) {
       LaunchBroadcastRows(bias->raw(), bias->dtype(), out.raw(), out.dtype(), m, n,
                           /*accumulate=*/true, stream_);
     }
@@ -230,6 +269,7 @@ void CudaBackend::Matmul(const Tensor& a, bool trans_a, const Tensor& b, bool tr
   Tensor out32 = accumulate ? Cast(out, DType::kF32) : Workspace(out.numel(), DType::kF32);
   out32 = out32.View(out.shape());
   RunMatmul(a32, trans_a, b32, trans_b, out32, accumulate, bias_arg);
+  if (meta_) return;
   LaunchCast(out32.raw(), DType::kF32, out.raw(), out.dtype(), out.numel(), stream_);
 }
 
@@ -240,6 +280,7 @@ void CudaBackend::BiasBackward(const Tensor& dout, Tensor& dbias) {
   const RowsCols dm = AsMatrix(dout, "dout");
   CheckNumel(dbias, dm.cols, "dbias");
   Tensor partials = Workspace(ColumnSumsPartials(dm.rows, dm.cols), DType::kF32);
+  if (meta_) return;
   LaunchColumnSums(dout.raw(), dout.dtype(), dm.rows, dm.cols, static_cast<float*>(partials.raw()),
                    dbias.raw(), dbias.dtype(), stream_);
 }
@@ -251,6 +292,7 @@ void CudaBackend::Add(const Tensor& a, const Tensor& b, Tensor& out) {
   CheckFloat(out, device(), "out");
   CheckSameShape(a, out, "a", "out");
   CheckSameShape(b, out, "b", "out");
+  if (meta_) return;
   LaunchAdd(a.raw(), a.dtype(), b.raw(), b.dtype(), out.raw(), out.dtype(), out.numel(), stream_);
 }
 
@@ -259,12 +301,14 @@ void CudaBackend::Accumulate(const Tensor& x, Tensor& acc) {
   CheckFloat(x, device(), "x");
   CheckFloat(acc, device(), "acc");
   CheckSameShape(x, acc, "x", "acc");
+  if (meta_) return;
   LaunchAccumulate(x.raw(), x.dtype(), acc.raw(), acc.dtype(), acc.numel(), stream_);
 }
 
 void CudaBackend::Scale(Tensor& t, float factor) {
   Activate();
   CheckFloat(t, device(), "t");
+  if (meta_) return;
   LaunchScale(t.raw(), t.dtype(), factor, t.numel(), stream_);
 }
 
@@ -274,6 +318,7 @@ double CudaBackend::SumOfSquares(const Tensor& t) {
   const int64_t blocks = SumOfSquaresBlocks(t.numel());
   // One double for the total, then one per block (two f32 slots each).
   Tensor scratch = Workspace(2 * (blocks + 1), DType::kF32);
+  if (meta_) return 0.0;
   double* total = static_cast<double*>(scratch.raw());
   LaunchSumOfSquares(t.raw(), t.dtype(), t.numel(), total + 1, total, stream_);
   double result = 0.0;
@@ -287,6 +332,7 @@ bool CudaBackend::AllFinite(const Tensor& t) {
   Activate();
   CheckFloat(t, device(), "t");
   Tensor flag = Workspace(1, DType::kI32);
+  if (meta_) return true;
   BATON_CUDA_CHECK(cudaMemsetAsync(flag.raw(), 0, sizeof(int32_t), stream_));
   LaunchNonFiniteFlag(t.raw(), t.dtype(), t.numel(), static_cast<int*>(flag.raw()), stream_);
   int32_t bad = 0;
@@ -307,6 +353,7 @@ void CudaBackend::AdamW(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v,
   CheckSameShape(param, m, "param", "m");
   CheckSameShape(param, v, "param", "v");
   BATON_CHECK(config.step >= 1, "AdamW step is 1-based, got {}", config.step);
+  if (meta_) return;
   // Scalars as the CPU backend (and PyTorch) forms them: in double, then used as float.
   const auto step = static_cast<double>(config.step);
   AdamWScalars s;

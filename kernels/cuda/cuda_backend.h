@@ -13,6 +13,11 @@
 // reduction orders, one cuBLASLt algorithm per problem). f32 GEMMs are exact f32 unless
 // options.allow_tf32.
 //
+// Meta mode (MakeCudaMetaBackend, for the memory planner): no GPU is touched. The allocator is a
+// MetaAllocator for cuda:N, every method validates its arguments and books the workspace it
+// would (the cuBLASLt workspace included) and queues nothing; SumOfSquares returns 0, AllFinite
+// true.
+//
 // Thread safety: one backend serves one thread, which it makes use its GPU (cudaSetDevice) on
 // every call. Tensors must be released before the backend (they return to its allocator).
 #pragma once
@@ -40,16 +45,19 @@ class CudaBackend final : public Backend {
  public:
   // Throws baton::Error when GPU `device_index` does not exist (or no driver is loaded).
   CudaBackend(MemoryLedger& ledger, int device_index, CudaBackendOptions options = {});
+  // Meta mode: stands for GPU `device_index` without using any GPU.
+  struct Meta {};
+  CudaBackend(Meta, MemoryLedger& ledger, int device_index, CudaBackendOptions options = {});
   ~CudaBackend() override;
 
   // The compute stream: everything this backend does is ordered on it. A communicator orders its
   // own stream after this one with events (record here, wait there) and back.
   cudaStream_t stream() const { return stream_; }
-  CachingAllocator& caching_allocator() { return allocator_; }
+  CachingAllocator& caching_allocator();  // not in meta mode
   const CudaBackendOptions& options() const { return options_; }
 
   Device device() const override { return Device::Cuda(index_); }
-  Allocator& allocator() override { return allocator_; }
+  Allocator& allocator() override { return *allocator_; }
   void Synchronize() override;
 
   void Zero(Tensor& t) override;
@@ -102,7 +110,8 @@ class CudaBackend final : public Backend {
 
   int index_;
   CudaBackendOptions options_;
-  CachingAllocator allocator_;
+  bool meta_ = false;
+  std::unique_ptr<Allocator> allocator_;  // a CachingAllocator, or a MetaAllocator in meta mode
   cudaStream_t stream_ = nullptr;
   Tensor id_error_buffer_;       // device memory for the kernels' first bad id...
   IdError* id_error_ = nullptr;  // ...as an IdError; read back by SyncAndCheck
@@ -121,4 +130,8 @@ namespace baton {
 // The CUDA backend on GPU `device_index`; options default to exact f32 GEMMs.
 std::unique_ptr<Backend> MakeCudaBackend(MemoryLedger& ledger, int device_index,
                                          cuda::CudaBackendOptions options = {});
+// The CUDA backend in meta mode (see CudaBackend): books what it would on GPU `device_index`,
+// computes nothing, needs no GPU.
+std::unique_ptr<Backend> MakeCudaMetaBackend(MemoryLedger& ledger, int device_index,
+                                             cuda::CudaBackendOptions options = {});
 }  // namespace baton

@@ -45,6 +45,16 @@ GemmMatrix Squares(const Tensor& t, int64_t offset, int64_t seq) {
   return {At(t, offset), t.dtype(), seq, seq * seq};
 }
 
+// A bound on EmbeddingBackwardWorkspaceBytes for a meta backend on a machine without a GPU: CUB
+// sizes its radix sort's temporary storage from the GPU it runs on, so without one the three
+// row arrays are booked exactly and the sort's storage as 16 bytes per row + 64 KiB (its
+// per-tile look-back of 4 passes x 256 digits x 4 bytes for tiles of at least 256 rows, plus the
+// histograms), which holds for every tile size (docs/memory.md, Limits).
+size_t EmbeddingBackwardWorkspaceBound(int64_t rows) {
+  const auto array = (static_cast<size_t>(rows) * sizeof(int32_t) + 255) / 256 * 256;
+  return 3 * array + 16 * static_cast<size_t>(rows) + (size_t{64} << 10);
+}
+
 }  // namespace
 
 void CudaBackend::EmbeddingForward(const Tensor& tokens, const Tensor& wte, const Tensor& wpe,
@@ -61,6 +71,7 @@ void CudaBackend::EmbeddingForward(const Tensor& tokens, const Tensor& wte, cons
   BATON_CHECK(seq <= wpe.size(0), "sequence length {} exceeds wpe's {} positions", seq,
               wpe.size(0));
   CheckShape(out, {batch, seq, channels}, "out");
+  if (meta_) return;
   LaunchEmbeddingForward(static_cast<const int32_t*>(tokens.raw()), wte.raw(), wte.dtype(),
                          wpe.raw(), wpe.dtype(), out.raw(), out.dtype(), batch, seq, channels,
                          wte.size(0), id_error_, stream_);
@@ -80,12 +91,15 @@ void CudaBackend::EmbeddingBackward(const Tensor& tokens, const Tensor& dout, Te
     BATON_CHECK(dwte.dim() == 2 && dwte.size(1) == channels, "dwte {} must be (V, {})",
                 dwte.ToString(), channels);
     const int64_t rows = batch * seq;
-    const size_t bytes = EmbeddingBackwardWorkspaceBytes(rows);
+    const size_t bytes = meta_ && CudaDeviceCount() == 0 ? EmbeddingBackwardWorkspaceBound(rows)
+                                                         : EmbeddingBackwardWorkspaceBytes(rows);
     Tensor scratch = Workspace(static_cast<int64_t>((bytes + 3) / 4), DType::kF32);
-    LaunchEmbeddingBackwardTokens(static_cast<const int32_t*>(tokens.raw()), dout.raw(),
-                                  dout.dtype(), dwte.raw(), dwte.dtype(), rows, channels,
-                                  dwte.size(0), scratch.raw(), scratch.nbytes(), id_error_,
-                                  stream_);
+    if (!meta_) {
+      LaunchEmbeddingBackwardTokens(static_cast<const int32_t*>(tokens.raw()), dout.raw(),
+                                    dout.dtype(), dwte.raw(), dwte.dtype(), rows, channels,
+                                    dwte.size(0), scratch.raw(), scratch.nbytes(), id_error_,
+                                    stream_);
+    }
   }
   if (dwpe.defined()) {
     CheckFloat(dwpe, device(), "dwpe");
@@ -93,8 +107,10 @@ void CudaBackend::EmbeddingBackward(const Tensor& tokens, const Tensor& dout, Te
                 "dwpe {} must be (maxT >= {}, {})", dwpe.ToString(), seq, channels);
     // dwpe[t] += sum_b dout[b, t]: column sums of dout seen as (B, T*C) into dwpe's first T rows.
     Tensor partials = Workspace(ColumnSumsPartials(batch, seq * channels), DType::kF32);
-    LaunchColumnSums(dout.raw(), dout.dtype(), batch, seq * channels,
-                     static_cast<float*>(partials.raw()), dwpe.raw(), dwpe.dtype(), stream_);
+    if (!meta_) {
+      LaunchColumnSums(dout.raw(), dout.dtype(), batch, seq * channels,
+                       static_cast<float*>(partials.raw()), dwpe.raw(), dwpe.dtype(), stream_);
+    }
   }
 }
 
@@ -113,6 +129,7 @@ void CudaBackend::LayerNormForward(const Tensor& x, const Tensor& weight, const 
   CheckShape(out, x.shape(), "out");
   CheckNumel(mean, xm.rows, "mean");
   CheckNumel(rstd, xm.rows, "rstd");
+  if (meta_) return;
   LaunchLayerNormForward(x.raw(), x.dtype(), weight.raw(), weight.dtype(), bias.raw(), bias.dtype(),
                          out.raw(), out.dtype(), static_cast<float*>(mean.raw()),
                          static_cast<float*>(rstd.raw()), xm.rows, xm.cols, stream_);
@@ -141,6 +158,7 @@ void CudaBackend::LayerNormBackward(const Tensor& dout, const Tensor& x, const T
   CheckNumel(mean, xm.rows, "mean");
   CheckNumel(rstd, xm.rows, "rstd");
   Tensor partials = Workspace(2 * ColumnSumsPartials(xm.rows, xm.cols), DType::kF32);
+  if (meta_) return;
   LaunchLayerNormBackward(dout.raw(), dout.dtype(), x.raw(), x.dtype(), weight.raw(),
                           weight.dtype(), static_cast<const float*>(mean.raw()),
                           static_cast<const float*>(rstd.raw()), dx.raw(), dx.dtype(),
@@ -153,6 +171,7 @@ void CudaBackend::GeluForward(const Tensor& x, Tensor& out) {
   CheckFloat(x, device(), "x");
   CheckFloat(out, device(), "out");
   CheckShape(out, x.shape(), "out");
+  if (meta_) return;
   LaunchGeluForward(x.raw(), x.dtype(), out.raw(), out.dtype(), x.numel(), stream_);
 }
 
@@ -163,6 +182,7 @@ void CudaBackend::GeluBackward(const Tensor& x, const Tensor& dout, Tensor& dx) 
   CheckFloat(dx, device(), "dx");
   CheckShape(dout, x.shape(), "dout");
   CheckShape(dx, x.shape(), "dx");
+  if (meta_) return;
   LaunchGeluBackward(x.raw(), x.dtype(), dout.raw(), dout.dtype(), dx.raw(), dx.dtype(), x.numel(),
                      stream_);
 }
@@ -187,6 +207,7 @@ void CudaBackend::AttentionForward(const Tensor& qkv, int num_heads, Tensor& out
   Tensor probs_io;  // P in the operand dtype, when that isn't f32
   if (io != DType::kF32) probs_io = Workspace(probs.numel(), io);
   const Tensor& p_operand = io == DType::kF32 ? probs : probs_io;
+  if (meta_) return;
   for (int64_t b = 0; b < shape.batch; ++b) {
     const int64_t qkv_b = b * t * 3 * c;
     GemmProblem scores;
@@ -249,6 +270,7 @@ void CudaBackend::AttentionBackward(const Tensor& dout, const Tensor& qkv, const
     ds_io = Workspace(nh * t * t, io);
     probs_io = Workspace(nh * t * t, io);
   }
+  if (meta_) return;
   for (int64_t b = 0; b < shape.batch; ++b) {
     const int64_t qkv_b = b * t * 3 * c;
     const int64_t probs_b = b * nh * t * t;
@@ -309,6 +331,7 @@ void CudaBackend::CrossEntropyForward(const Tensor& logits, const Tensor& target
   CheckNumel(targets, lm.rows, "targets");
   CheckNumel(loss, 1, "loss");
   Tensor row_losses = Workspace(lm.rows, DType::kF32);
+  if (meta_) return;
   LaunchCrossEntropyForward(logits.raw(), logits.dtype(),
                             static_cast<const int32_t*>(targets.raw()),
                             static_cast<float*>(row_losses.raw()), static_cast<float*>(loss.raw()),
@@ -329,6 +352,7 @@ void CudaBackend::CrossEntropyBackward(const Tensor& logits, const Tensor& targe
               "in-place cross-entropy backward needs one dtype, got {} and {}", logits.ToString(),
               dlogits.ToString());
   const float factor = grad_scale / static_cast<float>(lm.rows);
+  if (meta_) return;
   LaunchCrossEntropyBackward(logits.raw(), logits.dtype(),
                              static_cast<const int32_t*>(targets.raw()), factor, dlogits.raw(),
                              dlogits.dtype(), lm.rows, lm.cols, id_error_, stream_);
