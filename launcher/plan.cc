@@ -62,7 +62,7 @@ Plan MakePlan(const Config& config, int64_t memory_budget) {
       schedule = InsertCommunication(schedule, CommPlacement::kRendezvousSafe);
     }
     CheckValid(schedule);
-  } catch (const std::invalid_argument& e) {
+  } catch (const Error& e) {
     BATON_FAIL("schedule: {}", e.what());
   }
   plan.schedule = std::move(schedule);

@@ -3,6 +3,7 @@
 #include <cctype>
 #include <stdexcept>
 
+#include "core/error.h"
 #include "scheduler/strings.h"
 
 namespace baton {
@@ -17,7 +18,7 @@ int ReadNumber(std::string_view text, size_t* pos) {
   while (*pos < text.size() && std::isdigit(static_cast<unsigned char>(text[*pos]))) {
     value = value * 10 + (text[*pos] - '0');
     if (value > 1'000'000'000) {
-      throw std::invalid_argument("number too large in action '" + std::string(text) + "'");
+      throw Error("number too large in action '" + std::string(text) + "'");
     }
     ++*pos;
   }
@@ -45,7 +46,7 @@ std::string_view KindName(ActionKind kind) {
     case ActionKind::kRecvBackward:
       return "RECV_B";
   }
-  throw std::invalid_argument("unknown ActionKind " + std::to_string(static_cast<int>(kind)));
+  throw Error("unknown ActionKind " + std::to_string(static_cast<int>(kind)));
 }
 
 bool IsCompute(ActionKind kind) { return !IsCommunication(kind); }
@@ -75,8 +76,8 @@ int PeerVirtualStage(const Action& action, int num_ranks) {
     case ActionKind::kBackwardWeight:
       break;
   }
-  throw std::invalid_argument("PeerVirtualStage: " + ToString(action, num_ranks) +
-                              " is not a communication action");
+  throw Error("PeerVirtualStage: " + ToString(action, num_ranks) +
+              " is not a communication action");
 }
 
 int PeerRank(const Action& action, int num_ranks) {
@@ -94,8 +95,8 @@ std::string ToString(const Action& action, int num_ranks) {
 Action ParseAction(std::string_view text, int rank, int num_ranks) {
   const std::string_view body = Trim(text);
   auto fail = [&](const std::string& why) {
-    return std::invalid_argument("bad action '" + std::string(text) + "' on rank " +
-                                 std::to_string(rank) + ": " + why);
+    return Error("bad action '" + std::string(text) + "' on rank " + std::to_string(rank) + ": " +
+                 why);
   };
   if (num_ranks < 1 || rank < 0 || rank >= num_ranks) throw fail("rank out of range");
   size_t pos = 0;

@@ -20,8 +20,7 @@
 // sends j's forward output to j+1; RECV_F on j receives j-1's output; SEND_B on j sends the
 // gradient of j's input to j-1; RECV_B on j receives it from j+1. PeerRank() gives the rank at the
 // other end.
-#ifndef BATON_SCHEDULER_ACTION_H_
-#define BATON_SCHEDULER_ACTION_H_
+#pragma once
 
 #include <string>
 #include <string_view>
@@ -74,16 +73,14 @@ inline int ChunkOfVirtualStage(int virtual_stage, int num_ranks) {
 }
 
 // For a SEND/RECV: the virtual stage at the other end (j+1 for SEND_F and RECV_B, j-1 for RECV_F
-// and SEND_B) and the rank holding it. Throws std::invalid_argument for compute actions.
+// and SEND_B) and the rank holding it. Throws baton::Error for compute actions.
 int PeerVirtualStage(const Action& action, int num_ranks);
 int PeerRank(const Action& action, int num_ranks);
 
 // Canonical text form; see the file comment.
 std::string ToString(const Action& action, int num_ranks);
-// Parses one action executed by `rank` of a `num_ranks` pipeline. Throws std::invalid_argument
+// Parses one action executed by `rank` of a `num_ranks` pipeline. Throws baton::Error
 // naming the text when it is malformed or its virtual stage is not held by `rank`.
 Action ParseAction(std::string_view text, int rank, int num_ranks);
 
 }  // namespace baton
-
-#endif  // BATON_SCHEDULER_ACTION_H_

@@ -4,6 +4,8 @@
 
 #include <stdexcept>
 
+#include "core/error.h"
+
 namespace baton {
 namespace {
 
@@ -43,7 +45,7 @@ TEST(ActionTest, ExplicitVirtualStageOfChunkZeroParsesLikePyTorch) {
 TEST(ActionTest, MalformedTextIsRejected) {
   for (const char* text :
        {"", "F", "3", "X3", "F3x", "SEND_F", "F-1", "f3", "SEND F3", "F 3", "99999999999F1"}) {
-    EXPECT_THROW(ParseAction(text, 0, 2), std::invalid_argument) << text;
+    EXPECT_THROW(ParseAction(text, 0, 2), Error) << text;
   }
 }
 
@@ -51,7 +53,7 @@ TEST(ActionTest, VirtualStageHeldByAnotherRankIsRejected) {
   try {
     ParseAction("2F3", 1, 4);
     FAIL() << "expected an exception";
-  } catch (const std::invalid_argument& error) {
+  } catch (const Error& error) {
     EXPECT_NE(std::string(error.what()).find("held by rank 2"), std::string::npos) << error.what();
   }
 }
@@ -75,7 +77,7 @@ TEST(ActionTest, PeerRankFollowsTheDataAcrossChunkBoundaries) {
 }
 
 TEST(ActionTest, PeerOfAComputeActionIsAnError) {
-  EXPECT_THROW(PeerRank(Action{0, ActionKind::kForward, 0, 0}, 2), std::invalid_argument);
+  EXPECT_THROW(PeerRank(Action{0, ActionKind::kForward, 0, 0}, 2), Error);
 }
 
 TEST(ActionTest, KindsAreClassified) {

@@ -5,6 +5,7 @@
 #include <stdexcept>
 #include <tuple>
 
+#include "core/error.h"
 #include "scheduler/simulator.h"
 #include "scheduler/validator.h"
 
@@ -120,8 +121,8 @@ Schedule RendezvousSafe(const Schedule& compute) {
 
 Schedule InsertCommunication(const Schedule& compute_only, CommPlacement placement) {
   if (HasCommunication(compute_only)) {
-    throw std::invalid_argument("InsertCommunication: schedule '" + compute_only.name +
-                                "' already has SEND/RECV actions");
+    throw Error("InsertCommunication: schedule '" + compute_only.name +
+                "' already has SEND/RECV actions");
   }
   CheckValid(compute_only);
   switch (placement) {
@@ -130,8 +131,7 @@ Schedule InsertCommunication(const Schedule& compute_only, CommPlacement placeme
     case CommPlacement::kRendezvousSafe:
       return RendezvousSafe(compute_only);
   }
-  throw std::invalid_argument("unknown CommPlacement " +
-                              std::to_string(static_cast<int>(placement)));
+  throw Error("unknown CommPlacement " + std::to_string(static_cast<int>(placement)));
 }
 
 }  // namespace baton

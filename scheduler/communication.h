@@ -6,8 +6,7 @@
 // input gradient to j-1, whenever the other virtual stage lives on another rank. W sends nothing.
 // Each link (ordered rank pair) carries its messages in the sender's order, and the receiver posts
 // its RECVs in that same order (no tags, like NCCL).
-#ifndef BATON_SCHEDULER_COMMUNICATION_H_
-#define BATON_SCHEDULER_COMMUNICATION_H_
+#pragma once
 
 #include "scheduler/schedule.h"
 
@@ -26,11 +25,9 @@ enum class CommPlacement {
   kRendezvousSafe,
 };
 
-// Throws std::invalid_argument when the input already has SEND/RECV actions or fails Validate()
+// Throws baton::Error when the input already has SEND/RECV actions or fails Validate()
 // (the message then carries the marked grid).
 Schedule InsertCommunication(const Schedule& compute_only,
                              CommPlacement placement = CommPlacement::kJustInTime);
 
 }  // namespace baton
-
-#endif  // BATON_SCHEDULER_COMMUNICATION_H_

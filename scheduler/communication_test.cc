@@ -4,6 +4,7 @@
 
 #include <stdexcept>
 
+#include "core/error.h"
 #include "scheduler/generators.h"
 #include "scheduler/validator.h"
 
@@ -98,7 +99,7 @@ TEST(CommunicationTest, RendezvousSafePlacementSurvivesBlockingSends) {
 }
 
 TEST(CommunicationTest, ScheduleThatAlreadyCommunicatesIsRefused) {
-  EXPECT_THROW(InsertCommunication(InsertCommunication(OneFOneB(2, 2))), std::invalid_argument);
+  EXPECT_THROW(InsertCommunication(InsertCommunication(OneFOneB(2, 2))), Error);
 }
 
 TEST(CommunicationTest, InvalidComputeScheduleIsRefusedWithTheMarkedGrid) {
@@ -107,7 +108,7 @@ TEST(CommunicationTest, InvalidComputeScheduleIsRefusedWithTheMarkedGrid) {
   try {
     InsertCommunication(compute);
     FAIL() << "expected an exception";
-  } catch (const std::invalid_argument& error) {
+  } catch (const Error& error) {
     EXPECT_NE(std::string(error.what()).find("<-- ERROR HERE"), std::string::npos) << error.what();
   }
 }

@@ -10,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/error.h"
 #include "scheduler/strings.h"
 
 namespace baton {
@@ -35,8 +36,8 @@ struct Entry {
 
 Entry ParseEntry(std::string_view entry) {
   auto fail = [&](const std::string& why) {
-    return std::invalid_argument("bad cost '" + std::string(entry) + "': " + why +
-                                 " (expected KEY[@STAGE]=VALUE with KEY one of F B I W COMM)");
+    return Error("bad cost '" + std::string(entry) + "': " + why +
+                 " (expected KEY[@STAGE]=VALUE with KEY one of F B I W COMM)");
   };
   const size_t equals = entry.find('=');
   if (equals == std::string_view::npos) throw fail("missing '='");
@@ -84,7 +85,7 @@ double ActionCosts::Of(ActionKind kind) const {
     case ActionKind::kRecvBackward:
       return 0;
   }
-  throw std::invalid_argument("unknown ActionKind " + std::to_string(static_cast<int>(kind)));
+  throw Error("unknown ActionKind " + std::to_string(static_cast<int>(kind)));
 }
 
 const ActionCosts& Costs::For(int virtual_stage) const {
@@ -99,9 +100,8 @@ Costs ParseCosts(std::string_view text) {
        Trim(text).empty() ? std::vector<std::string_view>{} : Split(text, ',')) {
     const Entry& entry = entries.emplace_back(ParseEntry(part));
     if (!seen.emplace(entry.key, entry.virtual_stage.value_or(-1)).second) {
-      throw std::invalid_argument("bad cost '" + std::string(Trim(part)) + "': " + entry.key +
-                                  (entry.virtual_stage ? " of that stage" : "") +
-                                  " is given twice");
+      throw Error("bad cost '" + std::string(Trim(part)) + "': " + entry.key +
+                  (entry.virtual_stage ? " of that stage" : "") + " is given twice");
     }
   }
   // Defaults first, so "F@2=3,B=4" gives virtual stage 2 the B of 4.

@@ -8,8 +8,7 @@
 //
 // Text form: comma-separated KEY[@VIRTUAL_STAGE]=VALUE, keys F B I W COMM, e.g. "F=1,B=2,F@3=1.5"
 // (virtual stage 3's forwards cost 1.5; other stages use F=1). Values are finite and >= 0.
-#ifndef BATON_SCHEDULER_COSTS_H_
-#define BATON_SCHEDULER_COSTS_H_
+#pragma once
 
 #include <map>
 #include <string_view>
@@ -38,10 +37,8 @@ struct Costs {
   friend bool operator==(const Costs&, const Costs&) = default;
 };
 
-// Parses the text form; an empty string gives the defaults. Throws std::invalid_argument naming the
+// Parses the text form; an empty string gives the defaults. Throws baton::Error naming the
 // offending entry on an unknown key, a duplicate, a malformed or negative number.
 Costs ParseCosts(std::string_view text);
 
 }  // namespace baton
-
-#endif  // BATON_SCHEDULER_COSTS_H_

@@ -4,6 +4,8 @@
 
 #include <stdexcept>
 
+#include "core/error.h"
+
 namespace baton {
 namespace {
 
@@ -46,7 +48,7 @@ TEST(CostsTest, CommunicationActionsTakeNoRankTime) {
 TEST(CostsTest, BadInputIsRejected) {
   for (const char* text : {"X=1", "F", "F=", "F=abc", "F=-1", "F=1,F=2", "F=1,", "F@x=1", "F@-1=1",
                            "F=1e999", "F=nan", "=1"}) {
-    EXPECT_THROW(ParseCosts(text), std::invalid_argument) << text;
+    EXPECT_THROW(ParseCosts(text), Error) << text;
   }
 }
 

@@ -20,8 +20,7 @@
 //
 // Timing: actions start as soon as their rank is free and their inputs are there; a compute takes
 // its cost; SEND and RECV take no rank time; a message is usable `communication` after it is sent.
-#ifndef BATON_SCHEDULER_DRY_RUN_H_
-#define BATON_SCHEDULER_DRY_RUN_H_
+#pragma once
 
 #include <string>
 #include <vector>
@@ -56,5 +55,3 @@ struct DryRunResult {
 DryRunResult DryRun(const Schedule& schedule, CommSemantics semantics, const Costs& costs = {});
 
 }  // namespace baton
-
-#endif  // BATON_SCHEDULER_DRY_RUN_H_

@@ -3,14 +3,16 @@
 #include <algorithm>
 #include <stdexcept>
 
+#include "core/error.h"
+
 namespace baton {
 namespace {
 
 void CheckShape(int stages, int microbatches, int chunks) {
   if (stages < 1 || microbatches < 1 || chunks < 1) {
-    throw std::invalid_argument("schedule needs stages, microbatches and chunks >= 1 (got " +
-                                std::to_string(stages) + ", " + std::to_string(microbatches) +
-                                ", " + std::to_string(chunks) + ")");
+    throw Error("schedule needs stages, microbatches and chunks >= 1 (got " +
+                std::to_string(stages) + ", " + std::to_string(microbatches) + ", " +
+                std::to_string(chunks) + ")");
   }
 }
 
@@ -126,8 +128,8 @@ const std::vector<std::string>& ScheduleNames() {
 
 Schedule MakeSchedule(std::string_view name, int stages, int microbatches, int chunks) {
   if (name != "interleaved" && chunks != 1) {
-    throw std::invalid_argument("schedule '" + std::string(name) +
-                                "' has one chunk per rank; chunks > 1 needs 'interleaved'");
+    throw Error("schedule '" + std::string(name) +
+                "' has one chunk per rank; chunks > 1 needs 'interleaved'");
   }
   if (name == "gpipe") return GPipe(stages, microbatches);
   if (name == "1f1b") return OneFOneB(stages, microbatches);
@@ -135,8 +137,7 @@ Schedule MakeSchedule(std::string_view name, int stages, int microbatches, int c
   if (name == "zb-h1") return ZeroBubbleH1(stages, microbatches);
   std::string known;
   for (const std::string& each : ScheduleNames()) known += (known.empty() ? "" : ", ") + each;
-  throw std::invalid_argument("unknown schedule '" + std::string(name) + "' (known: " + known +
-                              ")");
+  throw Error("unknown schedule '" + std::string(name) + "' (known: " + known + ")");
 }
 
 }  // namespace baton

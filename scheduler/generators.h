@@ -1,10 +1,9 @@
 // Schedule generators: pure functions (stages p, micro-batches m[, chunks v]) -> compute-only
 // schedule (F/B/I/W actions only). Run InsertCommunication() (communication.h) on the result to get
 // what a runtime executes. Each generator is the single source of truth for its schedule; the
-// constructions are described in docs/schedules.md. All throw std::invalid_argument when p, m or v
+// constructions are described in docs/schedules.md. All throw baton::Error when p, m or v
 // is below 1.
-#ifndef BATON_SCHEDULER_GENERATORS_H_
-#define BATON_SCHEDULER_GENERATORS_H_
+#pragma once
 
 #include <string>
 #include <string_view>
@@ -38,5 +37,3 @@ const std::vector<std::string>& ScheduleNames();
 Schedule MakeSchedule(std::string_view name, int stages, int microbatches, int chunks = 1);
 
 }  // namespace baton
-
-#endif  // BATON_SCHEDULER_GENERATORS_H_

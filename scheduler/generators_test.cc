@@ -4,6 +4,8 @@
 
 #include <stdexcept>
 
+#include "core/error.h"
+
 namespace baton {
 namespace {
 
@@ -88,17 +90,17 @@ TEST(GeneratorsTest, UnknownNameListsTheKnownOnes) {
   try {
     MakeSchedule("2f2b", 2, 2);
     FAIL() << "expected an exception";
-  } catch (const std::invalid_argument& error) {
+  } catch (const Error& error) {
     EXPECT_NE(std::string(error.what()).find("gpipe, 1f1b, interleaved, zb-h1"), std::string::npos)
         << error.what();
   }
 }
 
 TEST(GeneratorsTest, BadShapesAreRejected) {
-  EXPECT_THROW(MakeSchedule("1f1b", 2, 2, 2), std::invalid_argument);
-  EXPECT_THROW(MakeSchedule("1f1b", 0, 2), std::invalid_argument);
-  EXPECT_THROW(MakeSchedule("gpipe", 2, 0), std::invalid_argument);
-  EXPECT_THROW(MakeSchedule("interleaved", 2, 2, 0), std::invalid_argument);
+  EXPECT_THROW(MakeSchedule("1f1b", 2, 2, 2), Error);
+  EXPECT_THROW(MakeSchedule("1f1b", 0, 2), Error);
+  EXPECT_THROW(MakeSchedule("gpipe", 2, 0), Error);
+  EXPECT_THROW(MakeSchedule("interleaved", 2, 2, 0), Error);
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "core/error.h"
 #include "scheduler/strings.h"
 
 namespace baton {
@@ -20,9 +21,8 @@ int ParseHeaderInt(std::string_view key, std::string_view value, int line_number
   int result = 0;
   std::istringstream in{std::string(value)};
   if (!(in >> result) || !in.eof() || result < 1) {
-    throw std::invalid_argument("schedule CSV line " + std::to_string(line_number) + ": " +
-                                std::string(key) + " must be a positive integer, got '" +
-                                std::string(value) + "'");
+    throw Error("schedule CSV line " + std::to_string(line_number) + ": " + std::string(key) +
+                " must be a positive integer, got '" + std::string(value) + "'");
   }
   return result;
 }
@@ -45,8 +45,8 @@ void ParseHeader(std::string_view line, int line_number, Schedule* schedule) {
     } else if (key == "chunks") {
       schedule->chunks = ParseHeaderInt(key, value, line_number);
     } else {
-      throw std::invalid_argument("schedule CSV line " + std::to_string(line_number) +
-                                  ": unknown header key '" + std::string(key) + "'");
+      throw Error("schedule CSV line " + std::to_string(line_number) + ": unknown header key '" +
+                  std::string(key) + "'");
     }
   }
 }
@@ -66,8 +66,8 @@ std::string ScheduleToCsv(const Schedule& schedule) {
   if (schedule.name.empty() || std::any_of(schedule.name.begin(), schedule.name.end(), [](char c) {
         return std::isspace(static_cast<unsigned char>(c)) || c == '=';
       })) {
-    throw std::invalid_argument("schedule name '" + schedule.name +
-                                "' must be non-empty without spaces or '=' to be saved as CSV");
+    throw Error("schedule name '" + schedule.name +
+                "' must be non-empty without spaces or '=' to be saved as CSV");
   }
   std::string csv = std::string(kHeaderPrefix) + " name=" + schedule.name +
                     " stages=" + std::to_string(schedule.stages) +
@@ -101,8 +101,8 @@ Schedule ScheduleFromCsv(std::string_view text) {
   const int num_rows = static_cast<int>(rows.size());
   if (!has_header) schedule.stages = num_rows;
   if (schedule.stages != num_rows || num_rows == 0) {
-    throw std::invalid_argument("schedule CSV has " + std::to_string(num_rows) +
-                                " rank rows but stages=" + std::to_string(schedule.stages));
+    throw Error("schedule CSV has " + std::to_string(num_rows) +
+                " rank rows but stages=" + std::to_string(schedule.stages));
   }
   int max_chunk = 0;
   int max_microbatch = 0;
@@ -112,9 +112,8 @@ Schedule ScheduleFromCsv(std::string_view text) {
       if (Trim(cell).empty()) continue;
       try {
         actions.push_back(ParseAction(cell, rank, schedule.stages));
-      } catch (const std::invalid_argument& error) {
-        throw std::invalid_argument("schedule CSV line " + std::to_string(rows[rank].first) + ": " +
-                                    error.what());
+      } catch (const Error& error) {
+        throw Error("schedule CSV line " + std::to_string(rows[rank].first) + ": " + error.what());
       }
       max_chunk = std::max(max_chunk, actions.back().chunk);
       max_microbatch = std::max(max_microbatch, actions.back().microbatch);
@@ -131,12 +130,12 @@ Schedule ScheduleFromCsv(std::string_view text) {
 void SaveScheduleCsv(const Schedule& schedule, const std::string& path) {
   std::ofstream out(path);
   out << ScheduleToCsv(schedule);
-  if (!out.flush()) throw std::runtime_error("cannot write schedule CSV '" + path + "'");
+  if (!out.flush()) throw Error("cannot write schedule CSV '" + path + "'");
 }
 
 Schedule LoadScheduleCsv(const std::string& path) {
   std::ifstream in(path);
-  if (!in) throw std::runtime_error("cannot read schedule CSV '" + path + "'");
+  if (!in) throw Error("cannot read schedule CSV '" + path + "'");
   std::stringstream text;
   text << in.rdbuf();
   return ScheduleFromCsv(text.str());

@@ -12,8 +12,7 @@
 // ("F0,SEND_F0,F1,..."). Other lines starting with '#', blank lines and empty cells are ignored.
 // Without a header, stages is the number of rows, chunks and microbatches the smallest that hold
 // every action, and name "custom".
-#ifndef BATON_SCHEDULER_SCHEDULE_H_
-#define BATON_SCHEDULER_SCHEDULE_H_
+#pragma once
 
 #include <string>
 #include <string_view>
@@ -38,13 +37,11 @@ struct Schedule {
 bool HasCommunication(const Schedule& schedule);
 
 std::string ScheduleToCsv(const Schedule& schedule);
-// Throws std::invalid_argument naming the line on malformed input.
+// Throws baton::Error naming the line on malformed input.
 Schedule ScheduleFromCsv(std::string_view text);
 
-// File forms of the above; throw std::runtime_error when the file can't be read or written.
+// File forms of the above; throw baton::Error when the file can't be read or written.
 void SaveScheduleCsv(const Schedule& schedule, const std::string& path);
 Schedule LoadScheduleCsv(const std::string& path);
 
 }  // namespace baton
-
-#endif  // BATON_SCHEDULER_SCHEDULE_H_

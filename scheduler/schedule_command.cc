@@ -1,7 +1,6 @@
 #include "scheduler/schedule_command.h"
 
-#include <stdexcept>
-
+#include "core/error.h"
 #include "scheduler/communication.h"
 #include "scheduler/costs.h"
 #include "scheduler/generators.h"
@@ -14,8 +13,8 @@ namespace baton {
 namespace {
 
 // Bad options or unreadable input (exit code 2), as opposed to an invalid schedule (exit code 1).
-struct BadArguments : std::invalid_argument {
-  using std::invalid_argument::invalid_argument;
+struct BadArguments : Error {
+  using Error::Error;
 };
 
 CommSemantics ParseComm(const std::string& comm) {
@@ -48,7 +47,7 @@ Schedule Generate(const ScheduleCommandOptions& options) {
   }
   try {
     return MakeSchedule(options.schedule, options.stages, options.microbatches, options.chunks);
-  } catch (const std::invalid_argument& error) {
+  } catch (const Error& error) {
     throw BadArguments(error.what());
   }
 }
@@ -72,7 +71,7 @@ int Run(const ScheduleCommandOptions& options, std::ostream& out, std::ostream& 
   Costs costs;
   try {
     costs = ParseCosts(options.costs);
-  } catch (const std::invalid_argument& error) {
+  } catch (const Error& error) {
     throw BadArguments(std::string("--costs: ") + error.what());
   }
   Schedule schedule = options.file.empty() ? Generate(options) : LoadFromFile(options);
@@ -92,7 +91,7 @@ int Run(const ScheduleCommandOptions& options, std::ostream& out, std::ostream& 
   SimulationResult simulation;
   try {
     simulation = Simulate(schedule, costs);
-  } catch (const std::invalid_argument& error) {
+  } catch (const Error& error) {
     throw BadArguments(std::string("--costs: ") + error.what());
   }
   out << Render(format, schedule, simulation);

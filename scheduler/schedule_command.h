@@ -1,8 +1,7 @@
 // The logic of `baton schedule`: build or load a schedule, insert communication, validate it,
 // simulate it and print it. The CLI front end (flags, help) lives with the `baton` binary; this is
 // the part that can be tested without a process.
-#ifndef BATON_SCHEDULER_SCHEDULE_COMMAND_H_
-#define BATON_SCHEDULER_SCHEDULE_COMMAND_H_
+#pragma once
 
 #include <ostream>
 #include <string>
@@ -32,5 +31,3 @@ inline constexpr int kScheduleCommandBadArguments = 2;     // err says which opt
 int RunScheduleCommand(const ScheduleCommandOptions& options, std::ostream& out, std::ostream& err);
 
 }  // namespace baton
-
-#endif  // BATON_SCHEDULER_SCHEDULE_COMMAND_H_

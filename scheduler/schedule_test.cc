@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <stdexcept>
 
+#include "core/error.h"
 #include "scheduler/communication.h"
 #include "scheduler/generators.h"
 
@@ -14,7 +15,7 @@ namespace {
 std::string ErrorOf(const std::string& csv) {
   try {
     ScheduleFromCsv(csv);
-  } catch (const std::invalid_argument& error) {
+  } catch (const Error& error) {
     return error.what();
   }
   return "";
@@ -79,7 +80,7 @@ TEST(ScheduleCsvTest, HeaderMustAgreeWithTheRows) {
 TEST(ScheduleCsvTest, NamesThatCannotBeReadBackAreRefused) {
   Schedule schedule = GPipe(1, 1);
   schedule.name = "my schedule";
-  EXPECT_THROW(ScheduleToCsv(schedule), std::invalid_argument);
+  EXPECT_THROW(ScheduleToCsv(schedule), Error);
 }
 
 TEST(ScheduleCsvTest, FileRoundTrip) {
@@ -88,7 +89,7 @@ TEST(ScheduleCsvTest, FileRoundTrip) {
   SaveScheduleCsv(schedule, path);
   EXPECT_EQ(LoadScheduleCsv(path), schedule);
   std::filesystem::remove(path);
-  EXPECT_THROW(LoadScheduleCsv(path), std::runtime_error);
+  EXPECT_THROW(LoadScheduleCsv(path), Error);
 }
 
 TEST(ScheduleTest, HasCommunicationOnlyWithSendsOrReceives) {

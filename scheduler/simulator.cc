@@ -5,6 +5,7 @@
 #include <stdexcept>
 #include <utility>
 
+#include "core/error.h"
 #include "scheduler/dry_run.h"
 #include "scheduler/validator.h"
 
@@ -34,13 +35,12 @@ SimulationResult Simulate(const Schedule& schedule, const Costs& costs) {
   CheckValid(schedule);
   for (const auto& [stage, ignored] : costs.per_virtual_stage) {
     if (stage < 0 || stage >= schedule.num_virtual_stages()) {
-      throw std::invalid_argument("costs name virtual stage " + std::to_string(stage) +
-                                  ", but schedule '" + schedule.name + "' has " +
-                                  std::to_string(schedule.num_virtual_stages()));
+      throw Error("costs name virtual stage " + std::to_string(stage) + ", but schedule '" +
+                  schedule.name + "' has " + std::to_string(schedule.num_virtual_stages()));
     }
   }
   const DryRunResult run = DryRun(schedule, CommSemantics::kAsync, costs);
-  if (!run.ok) throw std::logic_error("dry run failed after validation: " + run.reason);
+  if (!run.ok) throw Error("dry run failed after validation: " + run.reason);
 
   SimulationResult result;
   const int p = schedule.stages;

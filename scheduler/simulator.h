@@ -13,8 +13,7 @@
 // Timing follows the dry run (dry_run.h) with CommSemantics::kAsync: each action starts when its
 // rank is free and its inputs have arrived; SEND/RECV take no rank time; messages take
 // `communication` to arrive. Compute-only schedules are timed as if messages were sent at once.
-#ifndef BATON_SCHEDULER_SIMULATOR_H_
-#define BATON_SCHEDULER_SIMULATOR_H_
+#pragma once
 
 #include <vector>
 
@@ -44,7 +43,7 @@ struct SimulationResult {
   std::vector<StageFigures> per_stage;  // one per rank
 };
 
-// Throws std::invalid_argument (with the marked grid) when the schedule fails Validate(), or when
+// Throws baton::Error (with the marked grid) when the schedule fails Validate(), or when
 // `costs` names a virtual stage the schedule doesn't have.
 SimulationResult Simulate(const Schedule& schedule, const Costs& costs = {});
 
@@ -52,5 +51,3 @@ SimulationResult Simulate(const Schedule& schedule, const Costs& costs = {});
 int PeakInFlight(const std::vector<Action>& actions);
 
 }  // namespace baton
-
-#endif  // BATON_SCHEDULER_SIMULATOR_H_

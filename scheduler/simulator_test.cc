@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <stdexcept>
 
+#include "core/error.h"
 #include "scheduler/communication.h"
 #include "scheduler/generators.h"
 
@@ -209,13 +210,13 @@ TEST(SimulatorTest, InvalidScheduleIsRefusedWithTheMarkedGrid) {
   try {
     Simulate(schedule);
     FAIL() << "expected an exception";
-  } catch (const std::invalid_argument& error) {
+  } catch (const Error& error) {
     EXPECT_NE(std::string(error.what()).find("<-- ERROR HERE"), std::string::npos);
   }
 }
 
 TEST(SimulatorTest, CostsForAMissingVirtualStageAreRefused) {
-  EXPECT_THROW(Simulate(GPipe(2, 2), ParseCosts("F@2=1")), std::invalid_argument);
+  EXPECT_THROW(Simulate(GPipe(2, 2), ParseCosts("F@2=1")), Error);
   EXPECT_NO_THROW(Simulate(Interleaved1F1B(2, 2, 2), ParseCosts("F@3=1")));
 }
 

@@ -1,6 +1,5 @@
 // Small string helpers shared by the scheduler's text parsers (actions, CSV, costs). Internal.
-#ifndef BATON_SCHEDULER_STRINGS_H_
-#define BATON_SCHEDULER_STRINGS_H_
+#pragma once
 
 #include <cctype>
 #include <string_view>
@@ -35,5 +34,3 @@ inline std::vector<std::string_view> Split(std::string_view text, char separator
 }
 
 }  // namespace baton::scheduler_strings
-
-#endif  // BATON_SCHEDULER_STRINGS_H_

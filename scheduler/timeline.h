@@ -1,8 +1,7 @@
 // Timeline renderings of a simulated schedule: a text Gantt grid, a JSON summary, an SVG picture
 // and a Chrome/Perfetto trace. Pure functions of (schedule, simulation); the figures they print are
 // defined in simulator.h and docs/schedules.md.
-#ifndef BATON_SCHEDULER_TIMELINE_H_
-#define BATON_SCHEDULER_TIMELINE_H_
+#pragma once
 
 #include <string>
 
@@ -29,5 +28,3 @@ std::string RenderSvg(const Schedule& schedule, const SimulationResult& simulati
 std::string RenderChromeTrace(const Schedule& schedule, const SimulationResult& simulation);
 
 }  // namespace baton
-
-#endif  // BATON_SCHEDULER_TIMELINE_H_

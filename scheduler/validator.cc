@@ -4,6 +4,8 @@
 #include <array>
 #include <stdexcept>
 
+#include "core/error.h"
+
 namespace baton {
 namespace {
 
@@ -159,7 +161,7 @@ ValidationResult Validate(const Schedule& schedule, CommSemantics semantics) {
 
 void CheckValid(const Schedule& schedule, CommSemantics semantics) {
   if (ValidationResult result = Validate(schedule, semantics); !result) {
-    throw std::invalid_argument(result.message);
+    throw Error(result.message);
   }
 }
 

@@ -13,8 +13,7 @@
 //      unreceived, and nothing deadlocks under the given communication semantics.
 // A failure names the offending action and carries the rank x time grid with it marked
 // `<-- ERROR HERE`.
-#ifndef BATON_SCHEDULER_VALIDATOR_H_
-#define BATON_SCHEDULER_VALIDATOR_H_
+#pragma once
 
 #include <string>
 
@@ -35,7 +34,7 @@ struct ValidationResult {
 ValidationResult Validate(const Schedule& schedule,
                           CommSemantics semantics = CommSemantics::kAsync);
 
-// Throws std::invalid_argument carrying Validate()'s message when the schedule is invalid.
+// Throws baton::Error carrying Validate()'s message when the schedule is invalid.
 void CheckValid(const Schedule& schedule, CommSemantics semantics = CommSemantics::kAsync);
 
 // The schedule as a table: one row per step (position in a rank's list), one column per rank.
@@ -44,5 +43,3 @@ void CheckValid(const Schedule& schedule, CommSemantics semantics = CommSemantic
 std::string FormatGrid(const Schedule& schedule, int mark_rank = -1, int mark_step = -1);
 
 }  // namespace baton
-
-#endif  // BATON_SCHEDULER_VALIDATOR_H_

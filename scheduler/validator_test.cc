@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <stdexcept>
 
+#include "core/error.h"
 #include "scheduler/communication.h"
 #include "scheduler/generators.h"
 
@@ -170,7 +171,7 @@ TEST(ValidatorTest, CheckValidThrowsTheMarkedGrid) {
   try {
     CheckValid(schedule);
     FAIL() << "expected an exception";
-  } catch (const std::invalid_argument& error) {
+  } catch (const Error& error) {
     EXPECT_NE(std::string(error.what()).find("<-- ERROR HERE"), std::string::npos);
   }
   EXPECT_NO_THROW(CheckValid(GPipe(2, 1)));

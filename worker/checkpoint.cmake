@@ -2,7 +2,6 @@
 # per-layer checkpoint files with a manifest, resume, GPT-2 weights in and out.
 add_library(baton_checkpoint STATIC
   ${CMAKE_CURRENT_LIST_DIR}/checkpoint_export.cc
-  ${CMAKE_CURRENT_LIST_DIR}/checkpoint_files.cc
   ${CMAKE_CURRENT_LIST_DIR}/checkpoint_manifest.cc
   ${CMAKE_CURRENT_LIST_DIR}/checkpoint_reader.cc
   ${CMAKE_CURRENT_LIST_DIR}/checkpoint_writer.cc
@@ -13,7 +12,6 @@ target_link_libraries(baton_checkpoint
 
 baton_add_test(checkpoint_test
   SOURCES
-    ${CMAKE_CURRENT_LIST_DIR}/checkpoint_files_test.cc
     ${CMAKE_CURRENT_LIST_DIR}/checkpoint_manifest_test.cc
     ${CMAKE_CURRENT_LIST_DIR}/checkpoint_test.cc
     ${CMAKE_CURRENT_LIST_DIR}/safetensors_test.cc

@@ -9,7 +9,7 @@
 #include "core/error.h"
 #include "core/hash.h"
 #include "worker/checkpoint.h"
-#include "worker/checkpoint_files.h"
+#include "core/files.h"
 
 namespace baton {
 namespace {

@@ -9,7 +9,7 @@
 #include <fstream>
 
 #include "core/error.h"
-#include "worker/checkpoint_files.h"
+#include "core/files.h"
 #include "worker/checkpoint_test_util.h"
 
 namespace baton {

@@ -14,6 +14,7 @@
 
 #include "core/hash.h"
 #include "core/random.h"
+#include "core/temp_dir.h"
 #include "kernels/backend.h"
 #include "model/graph.h"
 #include "worker/optimizer.h"
@@ -22,21 +23,7 @@
 namespace baton::checkpoint_test {
 
 // A fresh directory under the system temp dir, removed with everything in it at scope exit.
-class TempDir {
- public:
-  TempDir() {
-    std::string pattern = (std::filesystem::temp_directory_path() / "baton-ckpt-XXXXXX").string();
-    path_ = mkdtemp(pattern.data());
-  }
-  ~TempDir() { std::filesystem::remove_all(path_); }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  std::string path() const { return path_; }
-  std::string operator/(const std::string& name) const { return path_ + "/" + name; }
-
- private:
-  std::string path_;
-};
+using baton::test_util::TempDir;
 
 // V=11, maxT=5, L=2, NH=2, C=8: embedding, block.0, block.1, head.
 inline ModelDims TinyDims() { return {11, 5, 2, 2, 8}; }

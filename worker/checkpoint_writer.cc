@@ -11,7 +11,7 @@
 
 #include "core/error.h"
 #include "worker/checkpoint.h"
-#include "worker/checkpoint_files.h"
+#include "core/files.h"
 
 namespace baton {
 namespace {

@@ -15,6 +15,7 @@
 #include <utility>
 
 #include "core/error.h"
+#include "core/files.h"
 #include "core/random.h"
 
 namespace baton {
@@ -117,16 +118,6 @@ std::pair<size_t, int64_t> LocateBinTokens(const Mapping& mapping, const std::st
   return {kLlmcHeaderBytes, header[2]};
 }
 
-void WriteAll(int fd, const char* data, size_t bytes, const std::string& path) {
-  while (bytes > 0) {
-    const ssize_t written = ::write(fd, data, bytes);
-    if (written < 0 && errno == EINTR) continue;
-    if (written <= 0) BATON_FAIL("{}: write failed: {}", path, SystemError());
-    data += written;
-    bytes -= static_cast<size_t>(written);
-  }
-}
-
 }  // namespace
 
 TokenDataset TokenDataset::Open(const std::string& path, TokenFormat format, int64_t vocab_size,
@@ -222,24 +213,9 @@ std::vector<std::filesystem::path> ListTextFiles(const std::string& path) {
 int64_t PrepareTextData(const std::string& input_path, const std::string& output_path) {
   const std::vector<uint16_t> tokens = ReadTextTokens(input_path);
   if (tokens.empty()) BATON_FAIL("{}: no text to convert (0 bytes)", input_path);
-  const std::string temp_path = output_path + ".tmp." + std::to_string(::getpid());
-  const int fd = ::open(temp_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) BATON_FAIL("{}: cannot create: {}", temp_path, SystemError());
-  try {
-    WriteAll(fd, reinterpret_cast<const char*>(tokens.data()), tokens.size() * sizeof(uint16_t),
-             temp_path);
-    if (::fsync(fd) != 0) BATON_FAIL("{}: fsync failed: {}", temp_path, SystemError());
-  } catch (...) {
-    ::close(fd);
-    ::unlink(temp_path.c_str());
-    throw;
-  }
-  ::close(fd);
-  if (::rename(temp_path.c_str(), output_path.c_str()) != 0) {
-    const std::string reason = SystemError();
-    ::unlink(temp_path.c_str());
-    BATON_FAIL("{}: cannot rename into place: {}", output_path, reason);
-  }
+  AtomicFileWriter writer(output_path);  // temp + fsync + rename: never a partial file
+  writer.Write(tokens.data(), tokens.size() * sizeof(uint16_t));
+  writer.Commit();
   return static_cast<int64_t>(tokens.size());
 }
 

@@ -21,7 +21,7 @@
 
 #include "core/tensor.h"
 #include "kernels/backend.h"
-#include "worker/checkpoint_files.h"
+#include "core/files.h"
 
 namespace baton {
 

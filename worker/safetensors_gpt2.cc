@@ -9,7 +9,7 @@
 #include <set>
 
 #include "core/error.h"
-#include "worker/checkpoint_files.h"
+#include "core/files.h"
 
 namespace baton {
 namespace {

@@ -1,17 +1,17 @@
 // Durable file operation tests: atomic replace, leftovers of an interrupted write, checksums.
-#include "worker/checkpoint_files.h"
+#include "core/files.h"
 
 #include <gtest/gtest.h>
 
 #include <filesystem>
 
 #include "core/error.h"
-#include "worker/checkpoint_test_util.h"
+#include "core/temp_dir.h"
 
 namespace baton {
 namespace {
 
-using checkpoint_test::TempDir;
+using test_util::TempDir;
 
 TEST(CheckpointFilesTest, CommitReplacesTheFileWhole) {
   TempDir dir;

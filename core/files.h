@@ -1,5 +1,5 @@
-// Durable file operations for checkpoints and safetensors: atomic writes, directory syncs,
-// read-only mappings and file checksums.
+// Durable file operations, the one home for them (checkpoints, safetensors, run outputs, data
+// files): atomic writes, directory syncs, read-only mappings and file checksums.
 //
 // Atomic write protocol (docs/checkpoints.md, "Atomicity"): the bytes go to
 // "<path>.tmp.<pid>", which is fsynced, renamed over <path>, and then the directory holding it is

@@ -1,5 +1,5 @@
-// Durable file operations for checkpoints and safetensors (see checkpoint_files.h).
-#include "worker/checkpoint_files.h"
+// Durable file operations (see files.h).
+#include "core/files.h"
 
 #include <fcntl.h>
 #include <sys/mman.h>
