@@ -21,8 +21,14 @@ double Metric(const WorkerReport& report, const std::string& key) {
 }
 }  // namespace
 
-JobMonitor::JobMonitor(CoordinatorServer& server, ProcessGroup* children, MonitorOptions options)
-    : server_(server), children_(children), options_(options), log_(spdlog::default_logger()) {}
+JobMonitor::JobMonitor(CoordinatorServer& server, ProcessGroup* children, MonitorOptions options,
+                       MetricsLog* metrics)
+    : server_(server),
+      children_(children),
+      options_(options),
+      metrics_(metrics),
+      assembler_(options.num_ranks, options.head_rank, options.attempt),
+      log_(spdlog::default_logger()) {}
 
 std::optional<std::string> JobMonitor::Run() {
   uint64_t seen = 0;
@@ -34,11 +40,30 @@ std::optional<std::string> JobMonitor::Run() {
       stop_forwarded_ = true;
     }
     const std::vector<RankState> ranks = server_.Ranks();
-    if (auto failure = CheckFailure(ranks)) return failure;
-    MaybePrintProgress(ranks);
+    if (auto failure = CheckFailure(ranks)) {
+      LogNewSteps(/*flush=*/true);
+      return failure;
+    }
+    // Done is decided before the last reports are taken: a rank reports its last step before
+    // it reports done, so nothing comes after.
     const bool children_done = children_ == nullptr || exited_ok_ == options_.num_ranks;
-    if (server_.AllDone() && children_done) return std::nullopt;
+    const bool done = server_.AllDone() && children_done;
+    LogNewSteps(/*flush=*/done);
+    if (done) return std::nullopt;
   }
+}
+
+void JobMonitor::LogNewSteps(bool flush) {
+  for (const JobStep& step : assembler_.Add(server_.TakeStepReports())) LogStep(step);
+  if (flush) {
+    for (const JobStep& step : assembler_.Flush()) LogStep(step);
+  }
+}
+
+void JobMonitor::LogStep(const JobStep& step) {
+  if (metrics_ != nullptr) metrics_->Write(step);
+  report_steps_.push_back(ReportStepJson(step));
+  MaybePrintProgress(step);
 }
 
 std::optional<std::string> JobMonitor::DeadChild(const std::vector<RankState>& ranks,
@@ -91,27 +116,20 @@ std::optional<std::string> JobMonitor::CheckFailure(const std::vector<RankState>
   return failure;
 }
 
-void JobMonitor::MaybePrintProgress(const std::vector<RankState>& ranks) {
-  const RankState* head = nullptr;
-  for (const RankState& r : ranks) {
-    if (r.rank == options_.head_rank && r.has_report) head = &r;
-  }
-  if (head == nullptr || head->report.status != WorkerStatus::kRunning) return;
-  const int64_t step = head->report.step;
+// Logged steps: the first of an attempt, each multiple of log_every, and the last.
+void JobMonitor::MaybePrintProgress(const JobStep& job_step) {
+  const int64_t step = job_step.step;
   const int64_t every = std::max<int64_t>(1, options_.log_every);
   const bool due =
       printed_step_ == 0 || step / every > printed_step_ / every || step == options_.total_steps;
   if (step <= printed_step_ || !due) return;
   printed_step_ = step;
   std::string memory;
-  for (const RankState& r : ranks) {
-    if (!r.has_report) continue;
-    const auto total = r.report.memory_peak.find("total");
-    if (total != r.report.memory_peak.end()) {
-      memory += fmt::format(" s{}={}", r.rank, Bytes(total->second));
-    }
+  for (const auto& [rank, peaks] : job_step.memory_peak) {
+    const auto total = peaks.find("total");
+    if (total != peaks.end()) memory += fmt::format(" s{}={}", rank, Bytes(total->second));
   }
-  const WorkerReport& report = head->report;
+  const WorkerReport& report = job_step.head;
   log_->info("step {:>5}/{} | loss {:.4f} | lr {:.2e} | grad norm {:.3f} | {:.0f} tok/s | peak{}",
              step, options_.total_steps, report.loss, Metric(report, "lr"),
              Metric(report, "grad_norm"), Metric(report, "tokens_per_s"), memory);

@@ -51,21 +51,6 @@ std::map<std::string, int64_t> MemoryMap(const MemoryFigures& figures) {
   return out;
 }
 
-nlohmann::json StepJson(const StepRecord& r, bool has_loss, const MemoryFigures& peak) {
-  nlohmann::json j = {{"step", r.step},
-                      {"grad_norm", r.grad_norm},
-                      {"lr", r.lr},
-                      {"loss_scale", r.loss_scale},
-                      {"skipped", r.skipped},
-                      {"step_s", r.step_s},
-                      {"compute_s", r.compute_s},
-                      {"wait_s", r.wait_s},
-                      {"tokens_per_s", r.tokens_per_s},
-                      {"memory_peak", MemoryMap(peak)}};
-  if (has_loss) j["loss"] = r.loss;
-  return j;
-}
-
 // The spans of one step as [name, micro-batch, start_us, end_us] rows.
 nlohmann::json TraceJson(const StepRecord& r) {
   nlohmann::json spans = nlohmann::json::array();
@@ -166,7 +151,8 @@ WorkerReport StepReport(int rank, const StepRecord& record, bool holds_head,
                     {"tokens_per_s", record.tokens_per_s},
                     {"loss_scale", record.loss_scale},
                     {"skipped", record.skipped ? 1.0 : 0.0}};
-  report.timings_s = {{"step", record.step_s}, {"compute", record.compute_s}};
+  report.timings_s = {
+      {"step", record.step_s}, {"compute", record.compute_s}, {"wait", record.wait_s}};
   report.memory_peak = MemoryMap(ledger.Peak());
   return report;
 }
@@ -261,7 +247,6 @@ void TrainRank(const WorkerArgs& args, CoordinatorClient& client, const WorkerPl
   const int64_t first_step = LoadInitialState(config, plan, trainer, *backend);
   client.Barrier(fmt::format("ready-{}", plan.attempt), timeout);
 
-  nlohmann::json steps = nlohmann::json::array();
   nlohmann::json traces = nlohmann::json::array();
   double compute_s = 0, wall_s = 0;
   const int64_t every = config.output.checkpoint_every;
@@ -271,7 +256,6 @@ void TrainRank(const WorkerArgs& args, CoordinatorClient& client, const WorkerPl
     const StepRecord record = trainer.Step(step);
     compute_s += record.compute_s;
     wall_s += record.step_s;
-    steps.push_back(StepJson(record, trainer.holds_head(), ledger.Peak()));
     if (step > config.train.steps - kTracedSteps) traces.push_back(TraceJson(record));
     client.Report(StepReport(args.rank, record, trainer.holds_head(), ledger));
     if (record.stop || (every > 0 && (step % every == 0 || step == config.train.steps))) {
@@ -286,10 +270,13 @@ void TrainRank(const WorkerArgs& args, CoordinatorClient& client, const WorkerPl
   nlohmann::json digests = nlohmann::json::array();
   for (auto& [index, digest] : trainer.LayerDigests()) digests.push_back({index, digest});
   nlohmann::json result = {
-      {"rank", args.rank},      {"layers", nlohmann::json::array()},
-      {"digests", digests},     {"memory_peak", MemoryMap(ledger.Peak())},
-      {"compute_s", compute_s}, {"wall_s", wall_s},
-      {"steps", steps},         {"holds_head", trainer.holds_head()},
+      {"rank", args.rank},
+      {"layers", nlohmann::json::array()},
+      {"digests", digests},
+      {"memory_peak", MemoryMap(ledger.Peak())},
+      {"compute_s", compute_s},
+      {"wall_s", wall_s},
+      {"holds_head", trainer.holds_head()},
       {"trace", traces},
   };
   for (const LayerRange& r : plan.chunk_ranges.at(static_cast<size_t>(args.rank))) {
