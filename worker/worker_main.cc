@@ -93,6 +93,15 @@ std::chrono::milliseconds TimeoutOf(const Config& config) {
   return std::chrono::milliseconds(static_cast<int64_t>(config.parallel.timeout_s * 1000.0));
 }
 
+// Start-up waits (the transport's rendezvous, the ready barrier) also cover peers that are still
+// starting: process start, joining, building and loading their stage, which a loaded machine or a
+// slow job scheduler stretches. They wait at least this long, whatever parallel.timeout_s says
+// (docs/protocol.md, "Timeouts").
+constexpr std::chrono::milliseconds kStartupTimeoutFloor{60000};
+std::chrono::milliseconds StartupTimeoutOf(const Config& config) {
+  return std::max(TimeoutOf(config), kStartupTimeoutFloor);
+}
+
 // Writes this rank's layers of step `step`; rank 0 gathers every rank's file list through the
 // store and writes the manifest last; the barrier tells every rank the checkpoint is complete.
 void SaveCheckpoint(const Config& config, const WorkerPlan& plan, int rank,
@@ -215,11 +224,12 @@ void TrainRank(const WorkerArgs& args, CoordinatorClient& client, const WorkerPl
   std::unique_ptr<Backend> backend = MakeBackend(device, ledger, config.device.threads);
   CpuAllocator host_allocator(ledger);  // host staging for device tensors (booked as comm)
   const auto timeout = TimeoutOf(config);
+  const auto startup_timeout = StartupTimeoutOf(config);
 
   CoordinatorKvStore store(client);
   std::shared_ptr<Communicator> comm;  // shared with the abort callback, which may outlive us
   if (plan.num_ranks > 1) {
-    comm = MakeCommunicator(args, plan, device, store, *backend, timeout, host_allocator);
+    comm = MakeCommunicator(args, plan, device, store, *backend, startup_timeout, host_allocator);
     client.OnAbort([comm](const std::string& reason) { comm->Abort(reason); });
   }
 
@@ -245,7 +255,7 @@ void TrainRank(const WorkerArgs& args, CoordinatorClient& client, const WorkerPl
     }
   });
   const int64_t first_step = LoadInitialState(config, plan, trainer, *backend);
-  client.Barrier(fmt::format("ready-{}", plan.attempt), timeout);
+  client.Barrier(fmt::format("ready-{}", plan.attempt), startup_timeout);
 
   nlohmann::json traces = nlohmann::json::array();
   double compute_s = 0, wall_s = 0;
