@@ -66,39 +66,59 @@ void JobMonitor::LogStep(const JobStep& step) {
   MaybePrintProgress(step);
 }
 
-std::optional<std::string> JobMonitor::DeadChild(const std::vector<RankState>& ranks,
-                                                 std::chrono::milliseconds grace) {
+std::optional<std::string> JobMonitor::DeadChild(std::chrono::milliseconds grace) {
   if (children_ == nullptr) return std::nullopt;
   const auto deadline = std::chrono::steady_clock::now() + grace;
   while (true) {
+    std::vector<ChildExit> failed;
     while (std::optional<ChildExit> exit = children_->Poll()) {
       if (exit->ok()) {
         ++exited_ok_;
-        continue;
+      } else {
+        failed.push_back(*exit);
       }
-      // A worker that reported its own error says it best; otherwise name how it died.
-      for (const RankState& r : ranks) {
-        if (r.rank == exit->index && r.has_report && r.report.status == WorkerStatus::kFailed) {
-          return fmt::format("stage {} failed ({}): {}\n{}", r.rank, exit->Describe(),
-                             r.report.error, FormatRankTable(ranks));
-        }
-      }
-      std::string doing = "not started";
-      for (const RankState& r : ranks) {
-        if (r.rank != exit->index || !r.has_report) continue;
-        doing = r.report.blocked ? "blocked on " + r.report.blocked->ToString()
-                                 : fmt::format("last finished step {}", r.report.step);
-      }
-      return fmt::format("stage {} worker process {} ({})\n{}", exit->index, exit->Describe(),
-                         doing, FormatRankTable(ranks));
     }
+    if (!failed.empty()) return DescribeDeadChild(failed);
     if (std::chrono::steady_clock::now() >= deadline) return std::nullopt;
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
 }
 
+// When one worker dies, its peers fail too ("connection reset") and may exit before the launcher
+// looks: the cause is the one killed by a signal, else one that died without reporting an
+// error, else the first that reported its own.
+std::string JobMonitor::DescribeDeadChild(const std::vector<ChildExit>& failed) {
+  const std::vector<RankState> ranks = server_.Ranks();  // fresher than the caller's
+  const auto reported_failure = [&](int rank) -> const RankState* {
+    for (const RankState& r : ranks) {
+      if (r.rank == rank && r.has_report && r.report.status == WorkerStatus::kFailed) return &r;
+    }
+    return nullptr;
+  };
+  const ChildExit* cause = &failed.front();
+  const auto priority = [&](const ChildExit& e) {
+    if (e.signal != 0) return 0;
+    return reported_failure(e.index) == nullptr ? 1 : 2;
+  };
+  for (const ChildExit& e : failed) {
+    if (priority(e) < priority(*cause)) cause = &e;
+  }
+  if (const RankState* r = reported_failure(cause->index)) {
+    return fmt::format("stage {} failed ({}): {}\n{}", r->rank, cause->Describe(), r->report.error,
+                       FormatRankTable(ranks));
+  }
+  std::string doing = "not started";
+  for (const RankState& r : ranks) {
+    if (r.rank != cause->index || !r.has_report) continue;
+    doing = r.report.blocked ? "blocked on " + r.report.blocked->ToString()
+                             : fmt::format("last finished step {}", r.report.step);
+  }
+  return fmt::format("stage {} worker process {} ({})\n{}", cause->index, cause->Describe(), doing,
+                     FormatRankTable(ranks));
+}
+
 std::optional<std::string> JobMonitor::CheckFailure(const std::vector<RankState>& ranks) {
-  if (auto dead = DeadChild(ranks, std::chrono::milliseconds(0))) return dead;
+  if (auto dead = DeadChild(std::chrono::milliseconds(0))) return dead;
   std::optional<std::string> failure;
   for (const RankState& r : ranks) {
     if (r.has_report && r.report.status == WorkerStatus::kFailed && !failure) {
@@ -110,9 +130,10 @@ std::optional<std::string> JobMonitor::CheckFailure(const std::vector<RankState>
     failure = fmt::format("job aborted: {}\n{}", server_.abort_reason(), FormatRankTable(ranks));
   }
   if (!failure) return std::nullopt;
-  // A peer's "connection reset" often reaches the coordinator before the launcher sees the
-  // child whose death caused it: give dead children a moment, they are the cause to name.
-  if (auto dead = DeadChild(ranks, std::chrono::milliseconds(500))) return dead;
+  // A peer's "connection reset" can reach the coordinator before the launcher sees the child
+  // whose death caused it (it is dead by then, just not yet reaped): the dead child is the
+  // cause to name. A bound only; the wait ends as soon as a child has exited.
+  if (auto dead = DeadChild(std::chrono::milliseconds(2000))) return dead;
   return failure;
 }
 

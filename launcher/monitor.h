@@ -48,8 +48,8 @@ class JobMonitor {
   void MaybePrintProgress(const JobStep& step);
   std::optional<std::string> CheckFailure(const std::vector<RankState>& ranks);
   // A child that exited abnormally within `grace`, described; reaps children that exited well.
-  std::optional<std::string> DeadChild(const std::vector<RankState>& ranks,
-                                       std::chrono::milliseconds grace);
+  std::optional<std::string> DeadChild(std::chrono::milliseconds grace);
+  std::string DescribeDeadChild(const std::vector<ChildExit>& failed);
 
   CoordinatorServer& server_;
   ProcessGroup* children_;
