@@ -21,8 +21,14 @@ double Metric(const WorkerReport& report, const std::string& key) {
 }
 }  // namespace
 
-JobMonitor::JobMonitor(CoordinatorServer& server, ProcessGroup* children, MonitorOptions options)
-    : server_(server), children_(children), options_(options), log_(spdlog::default_logger()) {}
+JobMonitor::JobMonitor(CoordinatorServer& server, ProcessGroup* children, MonitorOptions options,
+                       MetricsLog* metrics)
+    : server_(server),
+      children_(children),
+      options_(options),
+      metrics_(metrics),
+      assembler_(options.num_ranks, options.head_rank, options.attempt),
+      log_(spdlog::default_logger()) {}
 
 std::optional<std::string> JobMonitor::Run() {
   uint64_t seen = 0;
@@ -34,46 +40,85 @@ std::optional<std::string> JobMonitor::Run() {
       stop_forwarded_ = true;
     }
     const std::vector<RankState> ranks = server_.Ranks();
-    if (auto failure = CheckFailure(ranks)) return failure;
-    MaybePrintProgress(ranks);
+    if (auto failure = CheckFailure(ranks)) {
+      LogNewSteps(/*flush=*/true);
+      return failure;
+    }
+    // Done is decided before the last reports are taken: a rank reports its last step before
+    // it reports done, so nothing comes after.
     const bool children_done = children_ == nullptr || exited_ok_ == options_.num_ranks;
-    if (server_.AllDone() && children_done) return std::nullopt;
+    const bool done = server_.AllDone() && children_done;
+    LogNewSteps(/*flush=*/done);
+    if (done) return std::nullopt;
   }
 }
 
-std::optional<std::string> JobMonitor::DeadChild(const std::vector<RankState>& ranks,
-                                                 std::chrono::milliseconds grace) {
+void JobMonitor::LogNewSteps(bool flush) {
+  for (const JobStep& step : assembler_.Add(server_.TakeStepReports())) LogStep(step);
+  if (flush) {
+    for (const JobStep& step : assembler_.Flush()) LogStep(step);
+  }
+}
+
+void JobMonitor::LogStep(const JobStep& step) {
+  if (metrics_ != nullptr) metrics_->Write(step);
+  report_steps_.push_back(ReportStepJson(step));
+  MaybePrintProgress(step);
+}
+
+std::optional<std::string> JobMonitor::DeadChild(std::chrono::milliseconds grace) {
   if (children_ == nullptr) return std::nullopt;
   const auto deadline = std::chrono::steady_clock::now() + grace;
   while (true) {
+    std::vector<ChildExit> failed;
     while (std::optional<ChildExit> exit = children_->Poll()) {
       if (exit->ok()) {
         ++exited_ok_;
-        continue;
+      } else {
+        failed.push_back(*exit);
       }
-      // A worker that reported its own error says it best; otherwise name how it died.
-      for (const RankState& r : ranks) {
-        if (r.rank == exit->index && r.has_report && r.report.status == WorkerStatus::kFailed) {
-          return fmt::format("stage {} failed ({}): {}\n{}", r.rank, exit->Describe(),
-                             r.report.error, FormatRankTable(ranks));
-        }
-      }
-      std::string doing = "not started";
-      for (const RankState& r : ranks) {
-        if (r.rank != exit->index || !r.has_report) continue;
-        doing = r.report.blocked ? "blocked on " + r.report.blocked->ToString()
-                                 : fmt::format("last finished step {}", r.report.step);
-      }
-      return fmt::format("stage {} worker process {} ({})\n{}", exit->index, exit->Describe(),
-                         doing, FormatRankTable(ranks));
     }
+    if (!failed.empty()) return DescribeDeadChild(failed);
     if (std::chrono::steady_clock::now() >= deadline) return std::nullopt;
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
 }
 
+// When one worker dies, its peers fail too ("connection reset") and may exit before the launcher
+// looks: the cause is the one killed by a signal, else one that died without reporting an
+// error, else the first that reported its own.
+std::string JobMonitor::DescribeDeadChild(const std::vector<ChildExit>& failed) {
+  const std::vector<RankState> ranks = server_.Ranks();  // fresher than the caller's
+  const auto reported_failure = [&](int rank) -> const RankState* {
+    for (const RankState& r : ranks) {
+      if (r.rank == rank && r.has_report && r.report.status == WorkerStatus::kFailed) return &r;
+    }
+    return nullptr;
+  };
+  const ChildExit* cause = &failed.front();
+  const auto priority = [&](const ChildExit& e) {
+    if (e.signal != 0) return 0;
+    return reported_failure(e.index) == nullptr ? 1 : 2;
+  };
+  for (const ChildExit& e : failed) {
+    if (priority(e) < priority(*cause)) cause = &e;
+  }
+  if (const RankState* r = reported_failure(cause->index)) {
+    return fmt::format("stage {} failed ({}): {}\n{}", r->rank, cause->Describe(), r->report.error,
+                       FormatRankTable(ranks));
+  }
+  std::string doing = "not started";
+  for (const RankState& r : ranks) {
+    if (r.rank != cause->index || !r.has_report) continue;
+    doing = r.report.blocked ? "blocked on " + r.report.blocked->ToString()
+                             : fmt::format("last finished step {}", r.report.step);
+  }
+  return fmt::format("stage {} worker process {} ({})\n{}", cause->index, cause->Describe(), doing,
+                     FormatRankTable(ranks));
+}
+
 std::optional<std::string> JobMonitor::CheckFailure(const std::vector<RankState>& ranks) {
-  if (auto dead = DeadChild(ranks, std::chrono::milliseconds(0))) return dead;
+  if (auto dead = DeadChild(std::chrono::milliseconds(0))) return dead;
   std::optional<std::string> failure;
   for (const RankState& r : ranks) {
     if (r.has_report && r.report.status == WorkerStatus::kFailed && !failure) {
@@ -85,33 +130,27 @@ std::optional<std::string> JobMonitor::CheckFailure(const std::vector<RankState>
     failure = fmt::format("job aborted: {}\n{}", server_.abort_reason(), FormatRankTable(ranks));
   }
   if (!failure) return std::nullopt;
-  // A peer's "connection reset" often reaches the coordinator before the launcher sees the
-  // child whose death caused it: give dead children a moment, they are the cause to name.
-  if (auto dead = DeadChild(ranks, std::chrono::milliseconds(500))) return dead;
+  // A peer's "connection reset" can reach the coordinator before the launcher sees the child
+  // whose death caused it (it is dead by then, just not yet reaped): the dead child is the
+  // cause to name. A bound only; the wait ends as soon as a child has exited.
+  if (auto dead = DeadChild(std::chrono::milliseconds(2000))) return dead;
   return failure;
 }
 
-void JobMonitor::MaybePrintProgress(const std::vector<RankState>& ranks) {
-  const RankState* head = nullptr;
-  for (const RankState& r : ranks) {
-    if (r.rank == options_.head_rank && r.has_report) head = &r;
-  }
-  if (head == nullptr || head->report.status != WorkerStatus::kRunning) return;
-  const int64_t step = head->report.step;
+// Logged steps: the first of an attempt, each multiple of log_every, and the last.
+void JobMonitor::MaybePrintProgress(const JobStep& job_step) {
+  const int64_t step = job_step.step;
   const int64_t every = std::max<int64_t>(1, options_.log_every);
   const bool due =
       printed_step_ == 0 || step / every > printed_step_ / every || step == options_.total_steps;
   if (step <= printed_step_ || !due) return;
   printed_step_ = step;
   std::string memory;
-  for (const RankState& r : ranks) {
-    if (!r.has_report) continue;
-    const auto total = r.report.memory_peak.find("total");
-    if (total != r.report.memory_peak.end()) {
-      memory += fmt::format(" s{}={}", r.rank, Bytes(total->second));
-    }
+  for (const auto& [rank, peaks] : job_step.memory_peak) {
+    const auto total = peaks.find("total");
+    if (total != peaks.end()) memory += fmt::format(" s{}={}", rank, Bytes(total->second));
   }
-  const WorkerReport& report = head->report;
+  const WorkerReport& report = job_step.head;
   log_->info("step {:>5}/{} | loss {:.4f} | lr {:.2e} | grad norm {:.3f} | {:.0f} tok/s | peak{}",
              step, options_.total_steps, report.loss, Metric(report, "lr"),
              Metric(report, "grad_norm"), Metric(report, "tokens_per_s"), memory);

@@ -1,6 +1,8 @@
-// Watches a running job through the coordinator: prints one merged progress line per logged step,
-// and notices failure — a worker that reported an error, was declared dead, or (local launches)
-// whose process exited — naming the stage and what it was doing.
+// Watches a running job through the coordinator: assembles every step from the ranks' per-step
+// reports (the coordinator must keep them: CoordinatorOptions::keep_step_reports), appends each
+// to metrics.jsonl as it completes, prints one merged progress line per logged step, and notices
+// failure — a worker that reported an error, was declared dead, or (local launches) whose process
+// exited — naming the stage and what it was doing.
 #pragma once
 
 #include <spdlog/logger.h>
@@ -11,6 +13,7 @@
 #include <string>
 
 #include "launcher/process.h"
+#include "launcher/step_metrics.h"
 #include "proto/coordinator_server.h"
 
 namespace baton {
@@ -20,27 +23,40 @@ struct MonitorOptions {
   int head_rank = 0;  // the rank whose reports carry the loss
   int64_t total_steps = 0;
   int64_t log_every = 10;
+  int attempt = 0;  // restarts so far (--max-restarts), recorded with every step
 };
 
 class JobMonitor {
  public:
-  // `children` may be null (mpirun / srun: no processes of our own to watch).
-  JobMonitor(CoordinatorServer& server, ProcessGroup* children, MonitorOptions options);
+  // `children` may be null (mpirun / srun: no processes of our own to watch); `metrics` may be
+  // null (no metrics.jsonl). Both must outlive the monitor.
+  JobMonitor(CoordinatorServer& server, ProcessGroup* children, MonitorOptions options,
+             MetricsLog* metrics);
 
   // Blocks until every worker is done (returns nullopt) or the job fails (returns what failed,
-  // with the rank table).
+  // with the rank table). Every step reported before it returns is logged.
   std::optional<std::string> Run();
 
+  // The steps of this attempt, as the run report's `steps` entries (ReportStepJson), in order.
+  const std::vector<nlohmann::json>& report_steps() const { return report_steps_; }
+
  private:
-  void MaybePrintProgress(const std::vector<RankState>& ranks);
+  // Takes the coordinator's new step reports and logs the steps they complete (every step with
+  // the head's report, complete or not, when `flush`).
+  void LogNewSteps(bool flush);
+  void LogStep(const JobStep& step);
+  void MaybePrintProgress(const JobStep& step);
   std::optional<std::string> CheckFailure(const std::vector<RankState>& ranks);
   // A child that exited abnormally within `grace`, described; reaps children that exited well.
-  std::optional<std::string> DeadChild(const std::vector<RankState>& ranks,
-                                       std::chrono::milliseconds grace);
+  std::optional<std::string> DeadChild(std::chrono::milliseconds grace);
+  std::string DescribeDeadChild(const std::vector<ChildExit>& failed);
 
   CoordinatorServer& server_;
   ProcessGroup* children_;
   MonitorOptions options_;
+  MetricsLog* metrics_;
+  StepAssembler assembler_;
+  std::vector<nlohmann::json> report_steps_;
   std::shared_ptr<spdlog::logger> log_;
   int64_t printed_step_ = 0;
   bool stop_forwarded_ = false;

@@ -26,33 +26,6 @@ void WriteFileAtomically(const std::string& path, const std::string& text) {
   std::filesystem::rename(tmp, path);
 }
 
-std::string MetricsJsonl(const std::vector<json>& results) {
-  const json* head = nullptr;
-  for (const json& r : results) {
-    if (r.at("holds_head").get<bool>()) head = &r;
-  }
-  BATON_CHECK(head != nullptr, "no rank reported holding the head");
-  std::string out;
-  const json& steps = head->at("steps");
-  for (size_t i = 0; i < steps.size(); ++i) {
-    const json& s = steps[i];
-    json line = {{"step", s.at("step")},
-                 {"loss", s.at("loss")},
-                 {"lr", s.at("lr")},
-                 {"grad_norm", s.at("grad_norm")},
-                 {"tokens_per_s", s.at("tokens_per_s")},
-                 {"loss_scale", s.at("loss_scale")},
-                 {"skipped", s.at("skipped")}};
-    json memory = json::object();
-    for (const json& r : results) {
-      memory[fmt::format("stage{}", r.at("rank").get<int>())] = r.at("steps")[i].at("memory_peak");
-    }
-    line["memory_peak"] = memory;
-    out += line.dump() + "\n";
-  }
-  return out;
-}
-
 std::string ChromeTrace(const std::vector<json>& results) {
   double origin = std::numeric_limits<double>::infinity();
   for (const json& r : results) {
@@ -168,7 +141,6 @@ std::string MeasuredTimelineSvg(const Plan& plan, const std::vector<json>& resul
 }
 
 void WriteRunOutputs(const std::string& dir, const Plan& plan, const std::vector<json>& results) {
-  WriteFileAtomically(dir + "/metrics.jsonl", MetricsJsonl(results));
   WriteFileAtomically(dir + "/trace.json", ChromeTrace(results));
   const std::string svg = MeasuredTimelineSvg(plan, results);
   if (!svg.empty()) WriteFileAtomically(dir + "/timeline.svg", svg);

@@ -17,6 +17,7 @@
 #include "launcher/outputs.h"
 #include "launcher/plan.h"
 #include "launcher/process.h"
+#include "launcher/step_metrics.h"
 #include "model/config.h"
 #include "proto/coordinator_client.h"
 #include "proto/coordinator_server.h"
@@ -42,14 +43,22 @@ WorkerPlan ToWorkerPlan(const Plan& plan, const std::string& job_id) {
   return wp;
 }
 
-// Assembles the run report from every rank's final results (worker_main.cc, TrainRank).
 json MemoryJson(const MemoryFigures& figures) {
   json j = json::object();
   for (const auto& [key, bytes] : MemoryEntries(figures)) j[key] = bytes;
   return j;
 }
 
-json BuildReport(const Plan& plan, const std::vector<json>& results) {
+// The steps of every attempt, as the launcher's monitors logged them (report_steps()), and how
+// many of them the final attempt ran.
+struct RunSteps {
+  json steps = json::array();
+  size_t in_final_attempt = 0;
+};
+
+// Assembles the run report from every rank's final results (worker_main.cc, TrainRank) and the
+// steps the monitors logged.
+json BuildReport(const Plan& plan, const std::vector<json>& results, const RunSteps& run_steps) {
   json report;
   const std::vector<RankMemory> predicted = PredictMemory(plan);
   json job_predicted = json::object();
@@ -79,11 +88,11 @@ json BuildReport(const Plan& plan, const std::vector<json>& results) {
       job_predicted[key] = std::max(job_predicted.value(key, int64_t{0}), bytes.get<int64_t>());
     }
     wall_s = std::max(wall_s, stage_wall);
-    if (r["holds_head"].get<bool>()) report["steps"] = r["steps"];
   }
+  report["steps"] = run_steps.steps;
   const Config& config = plan.config;
-  const double steps_run =
-      report.contains("steps") ? static_cast<double>(report["steps"].size()) : 0.0;
+  // wall_s is the final attempt's: its steps are the ones that count here.
+  const double steps_run = static_cast<double>(run_steps.in_final_attempt);
   const double tokens = static_cast<double>(config.train.batch_size) *
                         static_cast<double>(SequenceLength(config)) * steps_run;
   report["tokens_per_s"] = wall_s > 0 ? tokens / wall_s : 0.0;
@@ -101,12 +110,16 @@ void WriteReport(const json& report, const std::string& path) {
   WriteFileAtomically(path, report.dump(2) + "\n");
 }
 
-std::vector<json> CollectResults(const std::string& address, const std::string& token,
-                                 int num_ranks) {
+// Every worker sets its result before it reports done, so they are there already once the
+// monitor saw the job done; parallel.timeout_s bounds the wait anyway.
+std::vector<json> CollectResults(const Plan& plan, const std::string& address,
+                                 const std::string& token) {
   CoordinatorClient client(address, token);
+  const auto timeout =
+      std::chrono::milliseconds(static_cast<int64_t>(plan.config.parallel.timeout_s * 1000.0));
   std::vector<json> results;
-  for (int r = 0; r < num_ranks; ++r) {
-    results.push_back(json::parse(client.KvGet(ResultKey(r), std::chrono::seconds(30))));
+  for (int r = 0; r < plan.num_ranks(); ++r) {
+    results.push_back(json::parse(client.KvGet(ResultKey(r), timeout)));
   }
   return results;
 }
@@ -122,22 +135,34 @@ void Summarise(const json& report, const std::string& report_path) {
 }
 
 int Finish(const Plan& plan, const std::string& address, const std::string& token,
-           const std::string& report_path) {
-  const std::vector<json> results = CollectResults(address, token, plan.num_ranks());
-  const json report = BuildReport(plan, results);
+           const std::string& report_path, const RunSteps& run_steps) {
+  const std::vector<json> results = CollectResults(plan, address, token);
+  const json report = BuildReport(plan, results, run_steps);
   if (!report_path.empty()) WriteReport(report, report_path);
   WriteRunOutputs(plan.config.output.dir, plan, results);
   Summarise(report, report_path);
   return 0;
 }
 
-MonitorOptions MonitorOptionsFor(const Plan& plan) {
+MonitorOptions MonitorOptionsFor(const Plan& plan, int attempt) {
   MonitorOptions m;
   m.num_ranks = plan.num_ranks();
   m.head_rank = plan.num_ranks() - 1;
   m.total_steps = plan.config.train.steps;
   m.log_every = plan.config.train.log_every;
+  m.attempt = attempt;
   return m;
+}
+
+// Runs one attempt's monitor and adds its steps to `run_steps`.
+std::optional<std::string> MonitorAttempt(CoordinatorServer& server, ProcessGroup* children,
+                                          const Plan& plan, int attempt, MetricsLog& metrics,
+                                          RunSteps& run_steps) {
+  JobMonitor monitor(server, children, MonitorOptionsFor(plan, attempt), &metrics);
+  std::optional<std::string> failure = monitor.Run();
+  for (const json& step : monitor.report_steps()) run_steps.steps.push_back(step);
+  run_steps.in_final_attempt = monitor.report_steps().size();
+  return failure;
 }
 
 // The step directory to resume from: `dir` as given (a step dir, a checkpoints root or an
@@ -174,6 +199,8 @@ int RunLocal(const Plan& plan, const RunOptions& options, const std::string& rep
   const std::string job_id = MakeJobToken().substr(0, 12);
   WorkerPlan worker_plan = ToWorkerPlan(plan, job_id);
   if (!options.resume.empty()) worker_plan.resume_dir = ResolveResume(plan, options.resume);
+  // A resumed run and every restart append to the metrics of what came before.
+  MetricsLog metrics(plan.config.output.dir, /*append=*/!options.resume.empty());
   InstallStopHandlers();
   CoordinatorServer server;
   CoordinatorOptions coordinator;
@@ -183,15 +210,17 @@ int RunLocal(const Plan& plan, const RunOptions& options, const std::string& rep
   coordinator.world_size = plan.num_ranks();
   coordinator.plan = EncodePlan(worker_plan);
   coordinator.heartbeat_timeout_s = plan.config.parallel.heartbeat_timeout_s;
+  coordinator.keep_step_reports = true;
   server.Start(coordinator);
   spdlog::info("{} stage(s), schedule {}, {} micro-batches; coordinator on {}", plan.num_ranks(),
                plan.schedule.name, plan.schedule.microbatches, server.address());
 
+  RunSteps run_steps;
   ProcessGroup children;
   for (int attempt = 0;; ++attempt) {
     SpawnWorkers(children, plan, options, server.address(), token, job_id);
-    JobMonitor monitor(server, &children, MonitorOptionsFor(plan));
-    const std::optional<std::string> failure = monitor.Run();
+    const std::optional<std::string> failure =
+        MonitorAttempt(server, &children, plan, attempt, metrics, run_steps);
     if (!failure) break;
     server.RequestAbort(*failure);
     children.StopAll();
@@ -204,7 +233,7 @@ int RunLocal(const Plan& plan, const RunOptions& options, const std::string& rep
                  worker_plan.resume_dir.empty() ? "the start" : worker_plan.resume_dir);
     server.ResetJob(EncodePlan(worker_plan));
   }
-  return Finish(plan, server.address(), token, report_path);
+  return Finish(plan, server.address(), token, report_path, run_steps);
 }
 
 int RunUnderLauncher(const Plan& plan, const RunOptions& options, const LaunchEnvironment& env,
@@ -212,17 +241,26 @@ int RunUnderLauncher(const Plan& plan, const RunOptions& options, const LaunchEn
   BATON_CHECK(env.world_size == plan.num_ranks(),
               "{} started {} processes but the plan has {} stages (parallel.stages)",
               Name(env.mode), env.world_size, plan.num_ranks());
+  BATON_CHECK(options.max_restarts == 0,
+              "--max-restarts restarts the workers of a local run; under {} the job's processes "
+              "belong to {}: resubmit the job with --resume instead",
+              Name(env.mode), Name(env.mode));
   JobRendezvous rendezvous = ShareCoordinator(env, options.coordinator);
   std::unique_ptr<CoordinatorServer> server;
+  std::unique_ptr<MetricsLog> metrics;
   if (env.rank == 0) {
+    metrics = std::make_unique<MetricsLog>(plan.config.output.dir, !options.resume.empty());
     server = std::make_unique<CoordinatorServer>();
     CoordinatorOptions coordinator;
     coordinator.address = rendezvous.bind_address;
     coordinator.token = rendezvous.token;
     coordinator.job_id = rendezvous.job_id;
     coordinator.world_size = plan.num_ranks();
-    coordinator.plan = EncodePlan(ToWorkerPlan(plan, rendezvous.job_id));
+    WorkerPlan worker_plan = ToWorkerPlan(plan, rendezvous.job_id);
+    if (!options.resume.empty()) worker_plan.resume_dir = ResolveResume(plan, options.resume);
+    coordinator.plan = EncodePlan(worker_plan);
     coordinator.heartbeat_timeout_s = plan.config.parallel.heartbeat_timeout_s;
+    coordinator.keep_step_reports = true;
     server->Start(coordinator);
   }
   rendezvous = PublishCoordinator(env, rendezvous, server ? server->port() : 0);
@@ -237,10 +275,11 @@ int RunUnderLauncher(const Plan& plan, const RunOptions& options, const LaunchEn
   worker.log_level = options.log_level;
   if (env.rank != 0) return RunWorker(worker);
 
+  RunSteps run_steps;
   int worker_code = 1;
   std::thread worker_thread([&] { worker_code = RunWorker(worker); });
-  JobMonitor monitor(*server, nullptr, MonitorOptionsFor(plan));
-  const std::optional<std::string> failure = monitor.Run();
+  const std::optional<std::string> failure =
+      MonitorAttempt(*server, nullptr, plan, /*attempt=*/0, *metrics, run_steps);
   if (failure) server->RequestAbort(*failure);
   worker_thread.join();
   if (failure) {
@@ -248,7 +287,8 @@ int RunUnderLauncher(const Plan& plan, const RunOptions& options, const LaunchEn
     return 1;
   }
   if (worker_code != 0) return worker_code;
-  return Finish(plan, "127.0.0.1:" + std::to_string(server->port()), rendezvous.token, report_path);
+  return Finish(plan, "127.0.0.1:" + std::to_string(server->port()), rendezvous.token, report_path,
+                run_steps);
 }
 
 }  // namespace

@@ -199,6 +199,10 @@ uint64_t CoordinatorServer::WaitForUpdate(uint64_t seen, std::chrono::millisecon
 
 bool CoordinatorServer::AllDone() const { return impl_->State().AllDone(); }
 
+std::vector<WorkerReport> CoordinatorServer::TakeStepReports() {
+  return impl_->State().TakeStepReports();
+}
+
 void CoordinatorServer::RequestAbort(const std::string& reason) { impl_->State().Abort(reason); }
 
 bool CoordinatorServer::aborted() const { return impl_->State().aborted(); }

@@ -30,6 +30,10 @@ struct CoordinatorOptions {
   double heartbeat_timeout_s = 10;
   // A rank still running whose Watch stream drops (its process died) is declared dead at once.
   bool abort_on_disconnect = true;
+  // Keep the first report of every new step of every rank until TakeStepReports() drains them
+  // (the launcher's per-step metrics need every step, not only the latest report). The holder
+  // must drain them; ResetJob() drops those not yet taken.
+  bool keep_step_reports = false;
 };
 
 class CoordinatorServer {
@@ -58,6 +62,10 @@ class CoordinatorServer {
   uint64_t WaitForUpdate(uint64_t seen, std::chrono::milliseconds timeout) const;
   // True once every rank has reported WorkerStatus::kDone.
   bool AllDone() const;
+  // With keep_step_reports: the reports that started a new step (a running rank's first report
+  // with a higher step than its previous one; heartbeats repeat a report and are not kept), in
+  // arrival order, since the last call. A rank's reports arrive in step order. Empty otherwise.
+  std::vector<WorkerReport> TakeStepReports();
 
   // Aborts the job (first reason wins): every Watch stream and every later response carries it,
   // and blocked KV/barrier calls return ABORTED.

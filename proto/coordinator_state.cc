@@ -196,6 +196,11 @@ Status CoordinatorState::Report(const WorkerReport& report, std::string* abort_r
   entry.report = report;
   entry.has_report = true;
   entry.last_heard = Clock::now();
+  if (options_.keep_step_reports && report.status == WorkerStatus::kRunning &&
+      report.step > entry.last_kept_step) {
+    entry.last_kept_step = report.step;
+    step_reports_.push_back(report);
+  }
   if (report.status == WorkerStatus::kFailed && !aborted_) {
     AbortLocked(fmt::format("{} failed: {}", DescribeRank(report.rank, report.stage),
                             report.error.empty() ? "(no error text)" : report.error));
@@ -345,12 +350,20 @@ bool CoordinatorState::AllDone() const {
   });
 }
 
+std::vector<WorkerReport> CoordinatorState::TakeStepReports() {
+  std::lock_guard lock(mutex_);
+  std::vector<WorkerReport> taken;
+  taken.swap(step_reports_);
+  return taken;
+}
+
 void CoordinatorState::Reset(const std::string& plan) {
   std::lock_guard lock(mutex_);
   plan_ = plan;
   ranks_.assign(options_.world_size, Rank{});
   kv_.clear();
   barriers_.clear();
+  step_reports_.clear();
   aborted_ = false;
   abort_reason_.clear();
   epoch_++;

@@ -57,6 +57,7 @@ class CoordinatorState {
   std::vector<RankState> Ranks() const;
   uint64_t WaitForUpdate(uint64_t seen, std::chrono::milliseconds timeout) const;
   bool AllDone() const;
+  std::vector<WorkerReport> TakeStepReports();
   void Reset(const std::string& plan);
   void Shutdown();
   bool shutting_down() const;
@@ -69,7 +70,8 @@ class CoordinatorState {
     WorkerReport report;
     Clock::time_point last_heard;
     bool dead = false;
-    int watches = 0;  // live Watch streams
+    int watches = 0;             // live Watch streams
+    int64_t last_kept_step = 0;  // keep_step_reports: the step of the last report kept
   };
   struct BarrierState {
     uint64_t generation = 0;
@@ -94,6 +96,7 @@ class CoordinatorState {
   std::vector<Rank> ranks_;
   std::map<std::string, std::string> kv_;
   std::map<std::string, std::shared_ptr<BarrierState>> barriers_;
+  std::vector<WorkerReport> step_reports_;  // keep_step_reports: not yet taken
   bool aborted_ = false;
   std::string abort_reason_;
   bool shutting_down_ = false;

@@ -20,8 +20,9 @@ constexpr milliseconds kGenerous{20000};  // safety limit only: tests pass far s
 
 class CoordinatorTest : public ::testing::Test {
  protected:
-  void StartServer(int world_size, double heartbeat_timeout_s = 0) {
+  void StartServer(int world_size, double heartbeat_timeout_s = 0, bool keep_step_reports = false) {
     CoordinatorOptions options;
+    options.keep_step_reports = keep_step_reports;
     options.token = token_;
     options.job_id = "job-1";
     options.world_size = world_size;
@@ -217,7 +218,8 @@ TEST_F(CoordinatorTest, HeartbeatAnswersCarryTheAbort) {
 }
 
 TEST_F(CoordinatorTest, SilentRankIsDeclaredDeadAndTheAbortNamesItsStage) {
-  StartServer(2, /*heartbeat_timeout_s=*/0.3);
+  // The live rank heartbeats every 20 ms: a 2 s timeout cannot catch it even on a loaded machine.
+  StartServer(2, /*heartbeat_timeout_s=*/2.0);
   auto alive = ConnectAndJoin(0, 2);
   auto silent = ConnectAndJoin(1, 2);
   WorkerReport report;
@@ -263,6 +265,50 @@ TEST_F(CoordinatorTest, ReportsCarryTheBlockedActionToTheServer) {
   EXPECT_EQ(latest->loss, 2.5);
   EXPECT_EQ(latest->memory_peak.at("activations"), 1 << 20);
   EXPECT_NE(FormatRankTable(server_.Ranks()).find("RECV_F"), std::string::npos);
+}
+
+TEST_F(CoordinatorTest, StepReportsKeepEachNewStepOnceInArrivalOrderUntilTaken) {
+  StartServer(2, /*heartbeat_timeout_s=*/0, /*keep_step_reports=*/true);
+  auto head = ConnectAndJoin(1, 2);
+  auto first = ConnectAndJoin(0, 2);
+  WorkerReport report;
+  report.rank = 1;
+  report.stage = 1;
+  for (int64_t step : {1, 1, 2}) {  // the repeated step is what a heartbeat sends
+    report.step = step;
+    report.loss = 3.0 - static_cast<double>(step);
+    head->Report(report);
+  }
+  WorkerReport other;
+  other.stage = 0;
+  other.step = 1;
+  first->Report(other);
+  const std::vector<WorkerReport> taken = server_.TakeStepReports();
+  ASSERT_EQ(taken.size(), 3u);
+  EXPECT_EQ(taken[0].rank, 1);
+  EXPECT_EQ(taken[0].step, 1);
+  EXPECT_EQ(taken[0].loss, 2.0);
+  EXPECT_EQ(taken[1].rank, 1);
+  EXPECT_EQ(taken[1].step, 2);
+  EXPECT_EQ(taken[2].rank, 0);
+  EXPECT_TRUE(server_.TakeStepReports().empty());
+  // Neither done nor failed reports are steps; a reset forgets what was not taken.
+  report.status = WorkerStatus::kDone;
+  report.step = 3;
+  head->Report(report);
+  other.step = 2;
+  first->Report(other);
+  server_.ResetJob("plan-2");
+  EXPECT_TRUE(server_.TakeStepReports().empty());
+}
+
+TEST_F(CoordinatorTest, StepReportsAreNotKeptUnlessAsked) {
+  StartServer(1);
+  auto client = ConnectAndJoin(0, 1);
+  WorkerReport report;
+  report.step = 1;
+  client->Report(report);
+  EXPECT_TRUE(server_.TakeStepReports().empty());
 }
 
 TEST_F(CoordinatorTest, FailedReportAbortsTheJobNamingTheStage) {

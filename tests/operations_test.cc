@@ -1,11 +1,13 @@
 // Operations: checkpoints that resume exactly (onto another stage count too), clean stops on
-// SIGTERM, restarts after a killed worker, and GPT-2 safetensors out of a checkpoint.
+// SIGTERM, restarts after a killed worker, metrics.jsonl written while training (it survives a
+// SIGKILL, a resume and a restart append to it), and GPT-2 safetensors out of a checkpoint.
 #include <gtest/gtest.h>
 #include <signal.h>
 
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <regex>
 #include <thread>
 
 #include "tests/baton_process.h"
@@ -23,6 +25,37 @@ nlohmann::json Train(const std::string& dir, const std::vector<std::string>& ext
   const CommandResult result = RunBaton(args);
   EXPECT_EQ(result.exit_code, 0) << result.output;
   return result.exit_code == 0 ? ReadJson(dir + "/report.json") : nlohmann::json();
+}
+
+// Every line of metrics.jsonl, parsed.
+std::vector<nlohmann::json> MetricsLines(const std::string& dir) {
+  std::ifstream in(dir + "/metrics.jsonl");
+  std::vector<nlohmann::json> lines;
+  for (std::string line; std::getline(in, line);) lines.push_back(nlohmann::json::parse(line));
+  return lines;
+}
+
+// The steps of the progress lines ("step     3/100000 | loss ...") in a launcher's output.
+std::vector<int64_t> ProgressSteps(const std::string& output) {
+  static const std::regex progress(R"(step +([0-9]+)/[0-9]+ \| loss)");
+  std::vector<int64_t> steps;
+  for (auto it = std::sregex_iterator(output.begin(), output.end(), progress);
+       it != std::sregex_iterator(); ++it) {
+    steps.push_back(std::stoll((*it)[1].str()));
+  }
+  return steps;
+}
+
+std::vector<int64_t> StepsOf(const nlohmann::json& entries) {
+  std::vector<int64_t> steps;
+  for (const nlohmann::json& e : entries) steps.push_back(e.at("step").get<int64_t>());
+  return steps;
+}
+
+std::vector<int64_t> Range(int64_t first, int64_t last) {
+  std::vector<int64_t> out;
+  for (int64_t s = first; s <= last; ++s) out.push_back(s);
+  return out;
 }
 
 TEST(OperationsTest, TwentyStepsEqualTenThenResumeTenOntoAnotherStageCount) {
@@ -93,6 +126,52 @@ TEST(OperationsTest, SigtermToTheLauncherLeavesALoadableCheckpointAndExitsZero) 
   EXPECT_NE(resumed.output.find("resumed from"), std::string::npos) << resumed.output;
 }
 
+TEST(OperationsTest, SigkilledRunLeavesEveryLoggedStepInMetricsJsonlAndAResumeAppends) {
+  const std::string root = TempDir("sigkill");
+  const std::string log = root + "/log";
+  const int shell =
+      Background("'" + BatonBinary() +
+                     "' run configs/gpt-tiny.yaml --set train.steps=100000 --set train.log_every=1"
+                     " --set parallel.stages=2 --set output.checkpoint_every=2 --set output.dir=" +
+                     root,
+                 log);
+  ASSERT_TRUE(WaitFor(log, "checkpoint of step 2 written", 120)) << ReadFile(log);
+  ASSERT_TRUE(WaitFor(log, "step     3/", 120)) << ReadFile(log);
+  const std::vector<int> launcher = ChildPids(shell);
+  ASSERT_EQ(launcher.size(), 1u);
+  kill(launcher.front(), SIGKILL);  // the workers die with it (PR_SET_PDEATHSIG)
+  ASSERT_TRUE(WaitFor(log, "exit=", 120)) << ReadFile(log);
+  const std::string text = ReadFile(log);
+  EXPECT_NE(text.find("exit=137"), std::string::npos) << text;
+
+  // Every step printed before the kill is in the file, with every step before it, in order.
+  const std::vector<int64_t> logged = ProgressSteps(text);
+  ASSERT_FALSE(logged.empty()) << text;
+  const std::vector<nlohmann::json> killed = MetricsLines(root);
+  ASSERT_GE(killed.size(), static_cast<size_t>(logged.back())) << text;
+  EXPECT_EQ(StepsOf(killed), Range(1, static_cast<int64_t>(killed.size())));
+  for (const nlohmann::json& line : killed) {
+    EXPECT_EQ(line.at("attempt"), 0) << line;
+    EXPECT_TRUE(line.at("loss").is_number()) << line;
+    EXPECT_TRUE(line.at("time").get<std::string>().ends_with("Z")) << line;
+    EXPECT_GE(line.at("elapsed_s").get<double>(), 0.0) << line;
+    EXPECT_TRUE(line.at("memory_peak").contains("stage0")) << line;
+    EXPECT_TRUE(line.at("memory_peak").contains("stage1")) << line;
+  }
+
+  // A resume appends: the killed run's lines stay as they were, the resumed steps follow.
+  const nlohmann::json resumed =
+      Train(root, {"--set", "train.steps=4", "--set", "parallel.stages=2", "--set",
+                   "train.log_every=1", "--resume", root + "/checkpoints/step-2"});
+  ASSERT_TRUE(resumed.contains("steps"));
+  EXPECT_EQ(StepsOf(resumed.at("steps")), Range(3, 4));
+  const std::vector<nlohmann::json> after = MetricsLines(root);
+  ASSERT_EQ(after.size(), killed.size() + 2);
+  EXPECT_EQ(std::vector<nlohmann::json>(after.begin(), after.begin() + killed.size()), killed);
+  EXPECT_EQ(after[killed.size()].at("step"), 3);
+  EXPECT_EQ(after.back().at("step"), 4);
+}
+
 TEST(OperationsTest, KilledWorkerWithMaxRestartsFinishesWithTheUninterruptedChecksum) {
   const std::string root = TempDir("restart");
   const nlohmann::json straight =
@@ -112,7 +191,30 @@ TEST(OperationsTest, KilledWorkerWithMaxRestartsFinishesWithTheUninterruptedChec
   const std::string text = ReadFile(log);
   EXPECT_NE(text.find("exit=0"), std::string::npos) << text;
   EXPECT_NE(text.find("restarting every worker"), std::string::npos) << text;
-  EXPECT_EQ(ReadJson(dir + "/report.json").at("param_checksum"), straight.at("param_checksum"));
+  const nlohmann::json report = ReadJson(dir + "/report.json");
+  EXPECT_EQ(report.at("param_checksum"), straight.at("param_checksum"));
+
+  // The report's steps cover both attempts: 1..k until the kill, then from the checkpoint the
+  // restart resumed (step 5 or later) to 40; metrics.jsonl holds the same steps, each with its
+  // attempt. Every attempt computed the uninterrupted losses.
+  const std::vector<int64_t> steps = StepsOf(report.at("steps"));
+  const std::vector<nlohmann::json> lines = MetricsLines(dir);
+  ASSERT_EQ(StepsOf(lines), steps);
+  size_t restart = 0;
+  while (restart < lines.size() && lines[restart].at("attempt") == 0) ++restart;
+  ASSERT_LT(restart, lines.size()) << "no step of a second attempt";
+  for (size_t i = restart; i < lines.size(); ++i) EXPECT_EQ(lines[i].at("attempt"), 1) << i;
+  EXPECT_EQ(std::vector<int64_t>(steps.begin(), steps.begin() + restart),
+            Range(1, static_cast<int64_t>(restart)));
+  const int64_t resumed_from = steps[restart];
+  EXPECT_GE(resumed_from, 6);
+  EXPECT_LE(resumed_from, static_cast<int64_t>(restart) + 1);
+  EXPECT_EQ(std::vector<int64_t>(steps.begin() + restart, steps.end()), Range(resumed_from, 40));
+  const std::vector<double> straight_losses = Losses(straight);
+  const std::vector<double> losses = Losses(report);
+  for (size_t i = 0; i < steps.size(); ++i) {
+    EXPECT_EQ(losses[i], straight_losses[static_cast<size_t>(steps[i] - 1)]) << "step " << steps[i];
+  }
 }
 
 TEST(OperationsTest, ExportedCheckpointIsStandardSafetensorsThatInitFromLoads) {

@@ -3,10 +3,8 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 
-#include <chrono>
 #include <filesystem>
 #include <fstream>
-#include <thread>
 
 #include "tests/baton_process.h"
 
@@ -113,41 +111,23 @@ TEST(PipelineTest, KillingOneWorkerStopsTheJobNamingTheStageAndLeavesNoProcess) 
   const std::string dir = TempDir("kill");
   const std::string log = dir + "/log";
   // The subshell records the launcher's exit code after it ends.
-  const CommandResult started =
-      RunShell("cd '" + SourceDir() + "' && ( '" + BatonBinary() +
-               "' run configs/gpt-tiny.yaml --set train.steps=100000 --set train.log_every=1"
-               " --set parallel.stages=2 > " +
-               log + " 2>&1; echo \"exit=$?\" >> " + log + " ) > /dev/null 2>&1 & echo $!");
-  const int shell_pid = std::stoi(started.output);
-  // Wait for training to be under way (a progress line), then kill stage 1's worker.
-  int launcher = -1;
-  std::vector<int> workers;
-  for (int i = 0; i < 600 && workers.size() < 2; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    const std::vector<int> children = ChildPids(shell_pid);
-    if (children.empty()) continue;
-    launcher = children.front();
-    std::ifstream in(log);
-    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    if (text.find("step ") != std::string::npos) workers = ChildPids(launcher);
-  }
-  ASSERT_EQ(workers.size(), 2u) << "the job did not start";
-  int victim = -1;
-  for (int pid : workers) {
-    const CommandResult cmdline =
-        RunShell("tr '\\0' ' ' < /proc/" + std::to_string(pid) + "/cmdline");
-    if (cmdline.output.find("--rank 1 ") != std::string::npos) victim = pid;
-  }
+  const int shell = Background("'" + BatonBinary() +
+                                   "' run configs/gpt-tiny.yaml --set train.steps=100000"
+                                   " --set train.log_every=1 --set parallel.stages=2",
+                               log);
+  // Training is under way (a progress line): kill stage 1's worker.
+  ASSERT_TRUE(WaitFor(log, "step     1/", 120)) << ReadFile(log);
+  const std::vector<int> launcher = ChildPids(shell);
+  ASSERT_EQ(launcher.size(), 1u);
+  const std::vector<int> workers = ChildPids(launcher.front());
+  ASSERT_EQ(workers.size(), 2u);
+  const int victim = WorkerPid(shell, 1);
   ASSERT_GT(victim, 0);
   kill(victim, SIGKILL);
-  // Safety limit only; the launcher notices a dead child at its next poll.
-  for (int i = 0; i < 300 && Alive(launcher); ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));
-  std::ifstream in(log);
-  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  EXPECT_FALSE(Alive(launcher)) << text;
+  // The shell writes exit= once it has reaped the launcher; the launcher reaps its workers.
+  ASSERT_TRUE(WaitFor(log, "exit=", 120)) << ReadFile(log);
+  const std::string text = ReadFile(log);
+  EXPECT_FALSE(Alive(launcher.front())) << text;
   EXPECT_NE(text.find("exit=1"), std::string::npos) << text;
   EXPECT_NE(text.find("stage 1 worker process killed by signal 9"), std::string::npos) << text;
   for (int pid : workers) EXPECT_FALSE(Alive(pid)) << "worker " << pid << " outlived the job";

@@ -51,21 +51,6 @@ std::map<std::string, int64_t> MemoryMap(const MemoryFigures& figures) {
   return out;
 }
 
-nlohmann::json StepJson(const StepRecord& r, bool has_loss, const MemoryFigures& peak) {
-  nlohmann::json j = {{"step", r.step},
-                      {"grad_norm", r.grad_norm},
-                      {"lr", r.lr},
-                      {"loss_scale", r.loss_scale},
-                      {"skipped", r.skipped},
-                      {"step_s", r.step_s},
-                      {"compute_s", r.compute_s},
-                      {"wait_s", r.wait_s},
-                      {"tokens_per_s", r.tokens_per_s},
-                      {"memory_peak", MemoryMap(peak)}};
-  if (has_loss) j["loss"] = r.loss;
-  return j;
-}
-
 // The spans of one step as [name, micro-batch, start_us, end_us] rows.
 nlohmann::json TraceJson(const StepRecord& r) {
   nlohmann::json spans = nlohmann::json::array();
@@ -106,6 +91,15 @@ namespace {
 
 std::chrono::milliseconds TimeoutOf(const Config& config) {
   return std::chrono::milliseconds(static_cast<int64_t>(config.parallel.timeout_s * 1000.0));
+}
+
+// Start-up waits (the transport's rendezvous, the ready barrier) also cover peers that are still
+// starting: process start, joining, building and loading their stage, which a loaded machine or a
+// slow job scheduler stretches. They wait at least this long, whatever parallel.timeout_s says
+// (docs/protocol.md, "Timeouts").
+constexpr std::chrono::milliseconds kStartupTimeoutFloor{60000};
+std::chrono::milliseconds StartupTimeoutOf(const Config& config) {
+  return std::max(TimeoutOf(config), kStartupTimeoutFloor);
 }
 
 // Writes this rank's layers of step `step`; rank 0 gathers every rank's file list through the
@@ -166,7 +160,8 @@ WorkerReport StepReport(int rank, const StepRecord& record, bool holds_head,
                     {"tokens_per_s", record.tokens_per_s},
                     {"loss_scale", record.loss_scale},
                     {"skipped", record.skipped ? 1.0 : 0.0}};
-  report.timings_s = {{"step", record.step_s}, {"compute", record.compute_s}};
+  report.timings_s = {
+      {"step", record.step_s}, {"compute", record.compute_s}, {"wait", record.wait_s}};
   report.memory_peak = MemoryMap(ledger.Peak());
   return report;
 }
@@ -229,11 +224,12 @@ void TrainRank(const WorkerArgs& args, CoordinatorClient& client, const WorkerPl
   std::unique_ptr<Backend> backend = MakeBackend(device, ledger, config.device.threads);
   CpuAllocator host_allocator(ledger);  // host staging for device tensors (booked as comm)
   const auto timeout = TimeoutOf(config);
+  const auto startup_timeout = StartupTimeoutOf(config);
 
   CoordinatorKvStore store(client);
   std::shared_ptr<Communicator> comm;  // shared with the abort callback, which may outlive us
   if (plan.num_ranks > 1) {
-    comm = MakeCommunicator(args, plan, device, store, *backend, timeout, host_allocator);
+    comm = MakeCommunicator(args, plan, device, store, *backend, startup_timeout, host_allocator);
     client.OnAbort([comm](const std::string& reason) { comm->Abort(reason); });
   }
 
@@ -259,9 +255,8 @@ void TrainRank(const WorkerArgs& args, CoordinatorClient& client, const WorkerPl
     }
   });
   const int64_t first_step = LoadInitialState(config, plan, trainer, *backend);
-  client.Barrier(fmt::format("ready-{}", plan.attempt), timeout);
+  client.Barrier(fmt::format("ready-{}", plan.attempt), startup_timeout);
 
-  nlohmann::json steps = nlohmann::json::array();
   nlohmann::json traces = nlohmann::json::array();
   double compute_s = 0, wall_s = 0;
   const int64_t every = config.output.checkpoint_every;
@@ -271,7 +266,6 @@ void TrainRank(const WorkerArgs& args, CoordinatorClient& client, const WorkerPl
     const StepRecord record = trainer.Step(step);
     compute_s += record.compute_s;
     wall_s += record.step_s;
-    steps.push_back(StepJson(record, trainer.holds_head(), ledger.Peak()));
     if (step > config.train.steps - kTracedSteps) traces.push_back(TraceJson(record));
     client.Report(StepReport(args.rank, record, trainer.holds_head(), ledger));
     if (record.stop || (every > 0 && (step % every == 0 || step == config.train.steps))) {
@@ -286,10 +280,13 @@ void TrainRank(const WorkerArgs& args, CoordinatorClient& client, const WorkerPl
   nlohmann::json digests = nlohmann::json::array();
   for (auto& [index, digest] : trainer.LayerDigests()) digests.push_back({index, digest});
   nlohmann::json result = {
-      {"rank", args.rank},      {"layers", nlohmann::json::array()},
-      {"digests", digests},     {"memory_peak", MemoryMap(ledger.Peak())},
-      {"compute_s", compute_s}, {"wall_s", wall_s},
-      {"steps", steps},         {"holds_head", trainer.holds_head()},
+      {"rank", args.rank},
+      {"layers", nlohmann::json::array()},
+      {"digests", digests},
+      {"memory_peak", MemoryMap(ledger.Peak())},
+      {"compute_s", compute_s},
+      {"wall_s", wall_s},
+      {"holds_head", trainer.holds_head()},
       {"trace", traces},
   };
   for (const LayerRange& r : plan.chunk_ranges.at(static_cast<size_t>(args.rank))) {

@@ -1,0 +1,137 @@
+#include "launcher/step_metrics.h"
+
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <ctime>
+#include <filesystem>
+
+#include "core/error.h"
+
+namespace baton {
+namespace {
+
+using nlohmann::json;
+
+double Metric(const std::map<std::string, double>& values, const std::string& key) {
+  const auto it = values.find(key);
+  return it == values.end() ? std::nan("") : it->second;
+}
+
+// "2024-05-01T12:34:56.789Z"
+std::string IsoUtc(std::chrono::system_clock::time_point time) {
+  const auto since_epoch = time.time_since_epoch();
+  const auto seconds = std::chrono::duration_cast<std::chrono::seconds>(since_epoch);
+  const auto millis = std::chrono::duration_cast<std::chrono::milliseconds>(since_epoch - seconds);
+  const std::time_t t = static_cast<std::time_t>(seconds.count());
+  std::tm utc{};
+  gmtime_r(&t, &utc);
+  return fmt::format("{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:03}Z", utc.tm_year + 1900,
+                     utc.tm_mon + 1, utc.tm_mday, utc.tm_hour, utc.tm_min, utc.tm_sec,
+                     millis.count());
+}
+
+}  // namespace
+
+StepAssembler::StepAssembler(int num_ranks, int head_rank, int attempt)
+    : num_ranks_(num_ranks), head_rank_(head_rank), attempt_(attempt) {}
+
+std::vector<JobStep> StepAssembler::Add(const std::vector<WorkerReport>& reports) {
+  for (const WorkerReport& r : reports) {
+    Pending& p = pending_[r.step];
+    p.step.step = r.step;
+    p.step.attempt = attempt_;
+    p.step.memory_peak[r.rank] = r.memory_peak;
+    p.reported.insert(r.rank);
+    if (r.rank == head_rank_) {
+      p.step.head = r;
+      p.has_head = true;
+    }
+  }
+  // Every rank reports its steps in order, so a complete step has no incomplete one before it.
+  std::vector<JobStep> complete;
+  while (!pending_.empty()) {
+    Pending& first = pending_.begin()->second;
+    if (!first.has_head || static_cast<int>(first.reported.size()) < num_ranks_) break;
+    complete.push_back(std::move(first.step));
+    pending_.erase(pending_.begin());
+  }
+  return complete;
+}
+
+std::vector<JobStep> StepAssembler::Flush() {
+  std::vector<JobStep> out;
+  for (auto& [step, p] : pending_) {
+    if (p.has_head) out.push_back(std::move(p.step));
+  }
+  pending_.clear();
+  return out;
+}
+
+json ReportStepJson(const JobStep& step) {
+  const WorkerReport& h = step.head;
+  return {{"step", step.step},
+          {"loss", h.loss},
+          {"lr", Metric(h.metrics, "lr")},
+          {"grad_norm", Metric(h.metrics, "grad_norm")},
+          {"tokens_per_s", Metric(h.metrics, "tokens_per_s")},
+          {"loss_scale", Metric(h.metrics, "loss_scale")},
+          {"skipped", Metric(h.metrics, "skipped") > 0.0},
+          {"step_s", Metric(h.timings_s, "step")},
+          {"compute_s", Metric(h.timings_s, "compute")},
+          {"wait_s", Metric(h.timings_s, "wait")},
+          {"memory_peak", h.memory_peak}};
+}
+
+json MetricsLine(const JobStep& step, std::chrono::system_clock::time_point time,
+                 double elapsed_s) {
+  const WorkerReport& h = step.head;
+  json memory = json::object();
+  for (const auto& [rank, peaks] : step.memory_peak) memory[fmt::format("stage{}", rank)] = peaks;
+  return {{"step", step.step},
+          {"attempt", step.attempt},
+          {"time", IsoUtc(time)},
+          {"elapsed_s", elapsed_s},
+          {"loss", h.loss},
+          {"lr", Metric(h.metrics, "lr")},
+          {"grad_norm", Metric(h.metrics, "grad_norm")},
+          {"tokens_per_s", Metric(h.metrics, "tokens_per_s")},
+          {"loss_scale", Metric(h.metrics, "loss_scale")},
+          {"skipped", Metric(h.metrics, "skipped") > 0.0},
+          {"memory_peak", memory}};
+}
+
+MetricsLog::MetricsLog(const std::string& dir, bool append)
+    : path_(dir + "/metrics.jsonl"), start_(std::chrono::steady_clock::now()) {
+  std::error_code error;
+  std::filesystem::create_directories(dir, error);
+  BATON_CHECK(!error, "cannot create the output directory {}: {}", dir, error.message());
+  const int flags = O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | (append ? 0 : O_TRUNC);
+  fd_ = open(path_.c_str(), flags, 0644);
+  BATON_CHECK(fd_ >= 0, "cannot open {} for writing: {}", path_, std::strerror(errno));
+}
+
+MetricsLog::~MetricsLog() {
+  if (fd_ >= 0) close(fd_);
+}
+
+void MetricsLog::Write(const JobStep& step) {
+  const double elapsed_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+  const std::string line =
+      MetricsLine(step, std::chrono::system_clock::now(), elapsed_s).dump() + "\n";
+  // O_APPEND: each write lands at the end as one piece; loop only for a short write.
+  size_t written = 0;
+  while (written < line.size()) {
+    const ssize_t n = write(fd_, line.data() + written, line.size() - written);
+    if (n < 0 && errno == EINTR) continue;
+    BATON_CHECK(n > 0, "writing {} failed: {}", path_, std::strerror(errno));
+    written += static_cast<size_t>(n);
+  }
+}
+
+}  // namespace baton

@@ -1,0 +1,132 @@
+// Per-step metrics: reports assembled into steps, the report's step entries, and metrics.jsonl
+// written line by line and appended to on a resume.
+#include "launcher/step_metrics.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+namespace baton {
+namespace {
+
+WorkerReport StepOf(int rank, int64_t step) {
+  WorkerReport r;
+  r.rank = rank;
+  r.stage = rank;
+  r.step = step;
+  r.memory_peak = {{"total", 1000 * (rank + 1) + step}};
+  if (rank == 1) {
+    r.loss = 5.0 - static_cast<double>(step);
+    r.metrics = {{"lr", 1e-3},
+                 {"grad_norm", 0.5},
+                 {"tokens_per_s", 100.0},
+                 {"loss_scale", 1.0},
+                 {"skipped", 0.0}};
+    r.timings_s = {{"step", 0.25}, {"compute", 0.125}, {"wait", 0.0625}};
+  }
+  return r;
+}
+
+std::vector<std::string> Lines(const std::string& path) {
+  std::ifstream in(path);
+  std::vector<std::string> lines;
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  return lines;
+}
+
+TEST(StepAssemblerTest, AStepIsCompleteOnceEveryRankReportedItAndStepsComeOutInOrder) {
+  StepAssembler assembler(/*num_ranks=*/2, /*head_rank=*/1, /*attempt=*/3);
+  EXPECT_TRUE(assembler.Add({StepOf(1, 1), StepOf(1, 2)}).empty());  // rank 0 has not reported
+  const std::vector<JobStep> done = assembler.Add({StepOf(0, 1), StepOf(0, 2), StepOf(0, 3)});
+  ASSERT_EQ(done.size(), 2u);
+  EXPECT_EQ(done[0].step, 1);
+  EXPECT_EQ(done[1].step, 2);
+  EXPECT_EQ(done[1].attempt, 3);
+  EXPECT_EQ(done[1].head.loss, 3.0);
+  EXPECT_EQ(done[1].memory_peak.at(0).at("total"), 1002);
+  EXPECT_EQ(done[1].memory_peak.at(1).at("total"), 2002);
+  // Step 3: rank 0 reported it, the head did not (it died): nothing to log, even when flushed.
+  EXPECT_TRUE(assembler.Flush().empty());
+}
+
+TEST(StepAssemblerTest, FlushGivesTheHeadsStepsThatAPeerNeverReported) {
+  StepAssembler assembler(2, 1, 0);
+  EXPECT_TRUE(assembler.Add({StepOf(0, 1), StepOf(1, 1), StepOf(1, 2)}).size() == 1u);
+  const std::vector<JobStep> flushed = assembler.Flush();
+  ASSERT_EQ(flushed.size(), 1u);
+  EXPECT_EQ(flushed[0].step, 2);
+  EXPECT_EQ(flushed[0].memory_peak.count(0), 0u);
+  EXPECT_TRUE(assembler.Flush().empty());
+}
+
+TEST(StepMetricsTest, ReportStepHasTheReportsKeys) {
+  StepAssembler assembler(2, 1, 0);
+  const JobStep step = assembler.Add({StepOf(0, 4), StepOf(1, 4)}).at(0);
+  const nlohmann::json j = ReportStepJson(step);
+  for (const char* key : {"step", "loss", "lr", "grad_norm", "tokens_per_s", "loss_scale",
+                          "skipped", "step_s", "compute_s", "wait_s", "memory_peak"}) {
+    EXPECT_TRUE(j.contains(key)) << key;
+  }
+  EXPECT_EQ(j.at("step"), 4);
+  EXPECT_EQ(j.at("loss"), 1.0);
+  EXPECT_EQ(j.at("skipped"), false);
+  EXPECT_EQ(j.at("wait_s"), 0.0625);
+  EXPECT_EQ(j.at("memory_peak").at("total"), 2004);
+}
+
+TEST(StepMetricsTest, MetricsLineCarriesTimeElapsedAttemptAndEveryStagesMemory) {
+  StepAssembler assembler(2, 1, 2);
+  const JobStep step = assembler.Add({StepOf(0, 7), StepOf(1, 7)}).at(0);
+  const auto time = std::chrono::system_clock::time_point(std::chrono::milliseconds(1700000000123));
+  const nlohmann::json j = MetricsLine(step, time, 12.5);
+  EXPECT_EQ(j.at("step"), 7);
+  EXPECT_EQ(j.at("attempt"), 2);
+  EXPECT_EQ(j.at("time"), "2023-11-14T22:13:20.123Z");
+  EXPECT_EQ(j.at("elapsed_s"), 12.5);
+  EXPECT_EQ(j.at("loss"), -2.0);
+  EXPECT_EQ(j.at("memory_peak").at("stage0").at("total"), 1007);
+  EXPECT_EQ(j.at("memory_peak").at("stage1").at("total"), 2007);
+}
+
+TEST(MetricsLogTest, EachStepIsOnDiskAtOnceAndAResumeAppends) {
+  const std::string dir =
+      (std::filesystem::temp_directory_path() / ("baton-metrics-log-" + std::to_string(getpid())))
+          .string();
+  std::filesystem::remove_all(dir);
+  StepAssembler assembler(2, 1, 0);
+  const std::vector<JobStep> steps =
+      assembler.Add({StepOf(0, 1), StepOf(1, 1), StepOf(0, 2), StepOf(1, 2)});
+  {
+    MetricsLog log(dir + "/out", /*append=*/false);  // creates the directory
+    log.Write(steps[0]);
+    // Readable before the log is closed: nothing is held back in a buffer.
+    ASSERT_EQ(Lines(log.path()).size(), 1u);
+    EXPECT_EQ(nlohmann::json::parse(Lines(log.path())[0]).at("step"), 1);
+  }
+  {
+    MetricsLog resumed(dir + "/out", /*append=*/true);
+    resumed.Write(steps[1]);
+  }
+  std::vector<std::string> lines = Lines(dir + "/out/metrics.jsonl");
+  ASSERT_EQ(lines.size(), 2u);
+  EXPECT_EQ(nlohmann::json::parse(lines[1]).at("step"), 2);
+  {
+    MetricsLog fresh(dir + "/out", /*append=*/false);  // a new run starts a new file
+  }
+  EXPECT_TRUE(Lines(dir + "/out/metrics.jsonl").empty());
+  std::filesystem::remove_all(dir);
+}
+
+TEST(MetricsLogTest, UnwritableDirectoryIsAnErrorNamingThePath) {
+  try {
+    MetricsLog log("/proc/baton-no-such-dir", false);
+    FAIL() << "opened a log under /proc";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("/proc/baton-no-such-dir"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace baton
