@@ -5,26 +5,13 @@
 #include <limits>
 
 #include "core/error.h"
+#include "core/files.h"
 #include "scheduler/costs.h"
 #include "scheduler/timeline.h"
 
 namespace baton {
 
 using nlohmann::json;
-
-void WriteFileAtomically(const std::string& path, const std::string& text) {
-  const std::filesystem::path p(path);
-  if (p.has_parent_path()) std::filesystem::create_directories(p.parent_path());
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary);
-    BATON_CHECK(out.good(), "cannot write {}", tmp);
-    out << text;
-    out.flush();
-    BATON_CHECK(out.good(), "writing {} failed", tmp);
-  }
-  std::filesystem::rename(tmp, path);
-}
 
 std::string ChromeTrace(const std::vector<json>& results) {
   double origin = std::numeric_limits<double>::infinity();
@@ -141,6 +128,7 @@ std::string MeasuredTimelineSvg(const Plan& plan, const std::vector<json>& resul
 }
 
 void WriteRunOutputs(const std::string& dir, const Plan& plan, const std::vector<json>& results) {
+  MakeDirectories(dir);
   WriteFileAtomically(dir + "/trace.json", ChromeTrace(results));
   const std::string svg = MeasuredTimelineSvg(plan, results);
   if (!svg.empty()) WriteFileAtomically(dir + "/timeline.svg", svg);

@@ -25,7 +25,4 @@ std::string MeasuredTimelineSvg(const Plan& plan, const std::vector<nlohmann::js
 void WriteRunOutputs(const std::string& dir, const Plan& plan,
                      const std::vector<nlohmann::json>& results);
 
-// Writes `text` to `path` through a temporary file and a rename.
-void WriteFileAtomically(const std::string& path, const std::string& text);
-
 }  // namespace baton

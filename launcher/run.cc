@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "core/error.h"
+#include "core/files.h"
 #include "launcher/environment.h"
 #include "launcher/fit.h"
 #include "launcher/memory_planner.h"
@@ -107,6 +108,8 @@ json BuildReport(const Plan& plan, const std::vector<json>& results, const RunSt
 }
 
 void WriteReport(const json& report, const std::string& path) {
+  const std::filesystem::path parent = std::filesystem::path(path).parent_path();
+  if (!parent.empty()) MakeDirectories(parent.string());
   WriteFileAtomically(path, report.dump(2) + "\n");
 }
 
