@@ -2,7 +2,7 @@
 // threads (`device.threads`), and model FLOPs utilisation against the GEMM peak measured in the
 // same run, at the model's own MLP up-projection shape and the same thread count.
 //
-// The runs go through RunInProcess (launcher/in_process.h): the real trainer and engine, one
+// The runs go through RunInProcess (planner/in_process.h): the real trainer and engine, one
 // rank, no coordinator. Every printed figure is defined in bench/README.md ("train_bench").
 // Before printing, it checks that every loss is finite, the first is near ln(vocab), and the
 // runs at every thread count are bit-identical to the first (losses and param_checksum: the CPU
@@ -22,8 +22,8 @@
 #include "bench/bench_util.h"
 #include "core/error.h"
 #include "kernels/cpu/gemm_peak.h"
-#include "launcher/in_process.h"
-#include "launcher/plan.h"
+#include "planner/in_process.h"
+#include "planner/plan.h"
 #include "model/config.h"
 #include "model/cost.h"
 

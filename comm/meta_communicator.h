@@ -23,7 +23,7 @@ namespace baton {
 enum class CommTransport {
   kGloo,       // CPU processes: staging copies in host memory (gloo_communicator.h)
   kNccl,       // GPU processes: one f32 of barrier scratch on the device
-  kInProcess,  // FakeHub (launcher/in_process.h): books nothing
+  kInProcess,  // FakeHub (planner/in_process.h): books nothing
 };
 
 // `allocator`: the one the real transport books with (the host allocator for Gloo, the device's

@@ -113,7 +113,7 @@ std::unique_ptr<Backend> MakeCpuBackend(MemoryLedger& ledger, int num_threads);
 // meta tensors (core/tensor.h) and every call validates its arguments and books exactly the
 // workspace and staging the CPU backend books, without computing. SumOfSquares returns 0,
 // AllFinite true; copies move nothing. The memory planner runs the real stage model, optimizer
-// and engine on it (launcher/memory_planner.h).
+// and engine on it (planner/memory_planner.h).
 std::unique_ptr<Backend> MakeCpuMetaBackend(MemoryLedger& ledger, int num_threads);
 
 // True when `backend` makes meta tensors (it books memory but computes nothing).

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "launcher/plan.h"
+#include "planner/plan.h"
 #include "scheduler/simulator.h"
 
 namespace baton {

@@ -19,7 +19,7 @@ struct ConfigArgs {
   std::vector<std::string> overrides;  // "section.key=value"
 };
 
-// --memory-budget and --fit (launcher/memory_planner.h, launcher/fit.h).
+// --memory-budget and --fit (planner/memory_planner.h, planner/fit.h).
 struct MemoryArgs {
   std::string budget;  // bytes per stage, as "24GiB", "512MiB", "1.5GB" or plain bytes; empty: none
   bool fit = false;    // search precision x checkpointing x micro-batches x stages to fit it

@@ -1,5 +1,5 @@
 // The cost model against hand counts and GPT-2 124M: parameters and FLOPs. (Memory is predicted
-// by running the layers on a meta backend: launcher/memory_planner_test.cc.)
+// by running the layers on a meta backend: planner/memory_planner_test.cc.)
 #include "model/cost.h"
 
 #include <gtest/gtest.h>

@@ -1,6 +1,6 @@
 // The job plan as a worker receives it, and its wire form (proto baton.pb.JobPlan).
 //
-// The launcher decides everything in it (launcher/plan.h); the worker only reads it. Generated
+// The launcher decides everything in it (planner/plan.h); the worker only reads it. Generated
 // protobuf headers stay inside plan_codec.cc.
 #pragma once
 

@@ -1,10 +1,10 @@
-#include "launcher/plan.h"
+#include "planner/plan.h"
 
 #include <fmt/format.h>
 
 #include "core/error.h"
-#include "launcher/memory_planner.h"
-#include "launcher/partitioner.h"
+#include "planner/memory_planner.h"
+#include "planner/partitioner.h"
 #include "model/from_config.h"
 #include "scheduler/communication.h"
 #include "scheduler/generators.h"

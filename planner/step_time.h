@@ -10,7 +10,7 @@
 
 #include <vector>
 
-#include "launcher/plan.h"
+#include "planner/plan.h"
 #include "scheduler/costs.h"
 #include "worker/stage_model.h"
 

@@ -1,4 +1,4 @@
-#include "launcher/partitioner.h"
+#include "planner/partitioner.h"
 
 #include <algorithm>
 #include <limits>

@@ -1,13 +1,13 @@
 // Fitting a configuration to a memory budget, and the budget-aware cut it relies on.
-#include "launcher/fit.h"
+#include "planner/fit.h"
 
 #include <gtest/gtest.h>
 
 #include <algorithm>
 
 #include "core/error.h"
-#include "launcher/in_process.h"
-#include "launcher/memory_planner.h"
+#include "planner/in_process.h"
+#include "planner/memory_planner.h"
 
 namespace baton {
 namespace {

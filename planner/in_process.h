@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "core/memory.h"
-#include "launcher/plan.h"
+#include "planner/plan.h"
 #include "worker/trainer.h"
 
 namespace baton {

@@ -1,6 +1,6 @@
 // The memory planner (see memory_planner.h): each rank's real trainer -- stage model, optimizer,
 // engine and step end -- run for one step on a meta backend with a meta communicator.
-#include "launcher/memory_planner.h"
+#include "planner/memory_planner.h"
 
 #include <fmt/format.h>
 
@@ -15,7 +15,7 @@
 #include "comm/meta_communicator.h"
 #include "core/error.h"
 #include "kernels/backend_factory.h"
-#include "launcher/partitioner.h"
+#include "planner/partitioner.h"
 #include "model/graph.h"
 #include "worker/trainer.h"
 

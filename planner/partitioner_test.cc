@@ -1,4 +1,4 @@
-#include "launcher/partitioner.h"
+#include "planner/partitioner.h"
 
 #include <gtest/gtest.h>
 

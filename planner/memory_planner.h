@@ -20,14 +20,14 @@
 
 #include "comm/meta_communicator.h"
 #include "core/memory.h"
-#include "launcher/plan.h"
+#include "planner/plan.h"
 #include "worker/stage_model.h"
 
 namespace baton {
 
 struct MemoryPlanOptions {
   // Whose staging the communicator books; by default the run's: Gloo for CPU stages, NCCL for
-  // GPU stages. kInProcess matches RunInProcess (launcher/in_process.h).
+  // GPU stages. kInProcess matches RunInProcess (planner/in_process.h).
   std::optional<CommTransport> transport;
 };
 
@@ -49,7 +49,7 @@ RankMemory PredictRankMemory(const Plan& plan, int rank,
 // (the input counted when a layer keeps it), as `baton plan`'s partition table prints them.
 int64_t StashBytesPerMicroBatch(const Plan& plan, const LayerRange& range);
 
-// A cut of the plan's graph under a memory budget (launcher/partitioner.h's MinMaxPartition):
+// A cut of the plan's graph under a memory budget (planner/partitioner.h's MinMaxPartition):
 // the smallest largest-stage cost such that every rank's predicted total fits. Under 1F1B stage
 // s keeps min(p - s, m) micro-batches in flight, so early stages may take fewer layers. Memory
 // aware cutting needs one chunk per rank; with interleaving only the balanced cut is checked.

@@ -1,7 +1,7 @@
 // The job plan: what the launcher decides before any worker starts.
 //
 // From a validated Config it builds the layer graph, cuts it into p*v virtual stages
-// (launcher/partitioner.h), generates the schedule, inserts its communication and validates it
+// (planner/partitioner.h), generates the schedule, inserts its communication and validates it
 // (an invalid schedule is an error with the marked rank x time grid). Workers receive the plan
 // (proto JobPlan) and never decide any of it themselves.
 #pragma once
@@ -27,7 +27,7 @@ struct Plan {
   Schedule schedule;                       // with SEND/RECV actions, validated
   int64_t memory_budget = 0;               // bytes per rank; 0: none
   // Which constraint set the cut: "compute balance", or "memory on stage K (...)" when a
-  // budget made early stages take fewer layers (launcher/memory_planner.h).
+  // budget made early stages take fewer layers (planner/memory_planner.h).
   std::string partition_bound = "compute balance";
 
   int num_ranks() const { return config.parallel.stages; }

@@ -21,8 +21,8 @@
 #include <string>
 #include <vector>
 
-#include "launcher/plan.h"
-#include "launcher/step_time.h"
+#include "planner/plan.h"
+#include "planner/step_time.h"
 #include "model/config.h"
 
 namespace baton {

@@ -1,5 +1,5 @@
 // Step-time prediction from FLOPs (see step_time.h).
-#include "launcher/step_time.h"
+#include "planner/step_time.h"
 
 #include "core/error.h"
 #include "model/cost.h"

@@ -1,5 +1,5 @@
 // The memory planner against the ledger: predicted peaks equal the peaks RunInProcess measures.
-#include "launcher/memory_planner.h"
+#include "planner/memory_planner.h"
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
@@ -7,7 +7,7 @@
 #include "core/error.h"
 #include "kernels/backend.h"
 #include "kernels/backend_factory.h"
-#include "launcher/in_process.h"
+#include "planner/in_process.h"
 #include "model/config.h"
 #include "model/cost.h"
 #include "model/layer.h"

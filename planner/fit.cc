@@ -1,5 +1,5 @@
 // Fit to a budget (see fit.h).
-#include "launcher/fit.h"
+#include "planner/fit.h"
 
 #include <fmt/format.h>
 
@@ -8,8 +8,8 @@
 
 #include "core/error.h"
 #include "kernels/backend.h"
-#include "launcher/memory_planner.h"
-#include "launcher/step_time.h"
+#include "planner/memory_planner.h"
+#include "planner/step_time.h"
 #include "model/from_config.h"
 
 namespace baton {

@@ -1,4 +1,4 @@
-#include "launcher/in_process.h"
+#include "planner/in_process.h"
 
 #include <exception>
 #include <mutex>
