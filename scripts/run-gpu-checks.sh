@@ -22,7 +22,7 @@
 #   --dry-run         unpack, find and check the libraries, print the planned checks, skip them
 #   --no-gpu          run as on a machine without a GPU (the CPU-only check runs, the rest skip)
 #   --libraries-only  stop after the library check (exit 1 if a library is missing or foreign)
-#   --budget S        seconds the checks may start new steps in (default 330: all within 6 min)
+#   --budget S        seconds the checks may start new steps in (default 300: all within 6 min)
 #   --bundle FILE     the archive (default: baton-gpu-bundle.tar.gz beside this script)
 #   --keep            keep the unpacked bundle and the work folder (printed at the end)
 #
@@ -36,7 +36,7 @@ archive=""
 checks_args=()
 libraries_only=0
 keep=0
-budget=330
+budget=300
 
 usage() {
   sed -n '/^#   run-gpu-checks.sh \[OUT_DIR\]/,/^#   --keep/s/^# \{0,1\}//p' "$0" >&2
@@ -120,7 +120,7 @@ foreign_libraries() {
       if [ "$path" != not ] && [ -n "$cuda_path" ] && [[ :$cuda_path: == *:"${path%/*}":* ]]; then
         continue
       fi
-      echo "  ${b##*/}: $name => $path $rest"
+      echo "  ${b##*/}: $name => $path${rest:+ $rest}"
     done < <(ldd "$b" 2>&1 | sed 's/ (0x[0-9a-f]*)$//; s/^[[:space:]]*//')
   done
 }
@@ -146,8 +146,10 @@ main() {
   cudart=$(dir_with libcudart.so.13)
   cublas=$(dir_with libcublas.so.13 libcublasLt.so.13)
   nccl=$(dir_with libnccl.so.2)
-  printf 'libcudart.so.13: %s\nlibcublas.so.13 + libcublasLt.so.13: %s\nlibnccl.so.2: %s\n' \
-    "${cudart:-NOT FOUND}" "${cublas:-NOT FOUND}" "${nccl:-NOT FOUND}"
+  local found
+  found=$(printf 'libcudart.so.13 in %s; libcublas.so.13 + libcublasLt.so.13 in %s; libnccl.so.2 in %s' \
+    "${cudart:-NOT FOUND}" "${cublas:-NOT FOUND}" "${nccl:-NOT FOUND}")
+  echo "$found"
   cuda_path=""
   for d in "$cudart" "$cublas" "$nccl"; do
     [ -n "$d" ] && [[ :$cuda_path: != *:"$d":* ]] && cuda_path=${cuda_path:+$cuda_path:}$d
@@ -169,11 +171,28 @@ main() {
       ldd "$b" 2>&1
     done
   } >"$work/libraries.log"
+
+  # ---- and every binary starts (the loader resolves every symbol and version)
+  local b args started
+  for b in "$bundle"/bin/*; do
+    case ${b##*/} in
+      baton) args=(--help) ;;
+      gpu_bench) args=() ;;  # prints its usage
+      *) args=(--gtest_list_tests) ;;
+    esac
+    "$b" "${args[@]}" >"$work/start.log" 2>&1
+    started=$?
+    if [ "$started" -ge 126 ] || grep -q -e 'error while loading shared libraries' -e 'symbol lookup error' \
+        -e "version \`.*' not found" "$work/start.log"; then
+      foreign+="${foreign:+$'\n'}  ${b##*/} does not start: $(head -n 3 "$work/start.log")"
+    fi
+  done
+
   local libraries_line
   if [ -z "$foreign" ]; then
-    libraries_line="libraries: ok (bundle lib/, C/C++ runtime, CUDA/NCCL from ${cuda_path:-nowhere})"
+    libraries_line="libraries: ok, every binary starts (bundle lib/, C/C++ runtime, CUDA/NCCL from ${cuda_path:-nowhere})"
   else
-    libraries_line="libraries: FAILED, missing or from outside the bundle:"
+    libraries_line="libraries: FAILED, missing, from outside the bundle, or not starting:"
     status=1
   fi
   echo "$libraries_line"
@@ -193,13 +212,20 @@ main() {
   {
     echo "GPU bundle runner: $(date -u '+%Y-%m-%d %H:%M UTC')"
     sed 's/^/  /' "$bundle/BUNDLE-INFO" 2>/dev/null
+    echo "$found"
     echo "$libraries_line"
     [ -z "$foreign" ] || echo "$foreign"
-    cat "$work/out/summary.txt"
+    # Paths as they are in logs.tar.gz (out/...) and the archive (baton-gpu-bundle/...).
+    sed "s|$work/||g" "$work/out/summary.txt"
   } >"$out/summary.txt"
   cp "$work/libraries.log" "$work/out/"
   # Everything but the data (the corpus is in the bundle, the token file is made from it).
   tar -czf "$out/logs.tar.gz" -C "$work" --exclude='*.bin' --exclude=corpus.txt out
+  # The device tool returns files up to 16 MiB: without the traces if need be.
+  if [ "$(stat -c %s "$out/logs.tar.gz")" -gt $((15 * 1048576)) ]; then
+    tar -czf "$out/logs.tar.gz" -C "$work" --exclude='*.bin' --exclude=corpus.txt \
+      --exclude=trace.json --exclude='*.svg' out
+  fi
   echo "summary: $out/summary.txt, logs: $out/logs.tar.gz"
   if [ "$keep" = 1 ]; then
     echo "kept: $work"
