@@ -9,7 +9,8 @@
 #      BATON_CUDA_LIBS (folders, ':'-separated), the toolkit (/usr/local/cuda*/lib64,
 #      /usr/local/cuda*/targets/*/lib), Python's NVIDIA wheels (site-packages/nvidia/*/lib);
 #   3. checks with ldd that each binary resolves every library from the bundle's lib/, those
-#      folders, or the C/C++ runtime (libc, libm, libstdc++, libgcc_s, ...);
+#      folders, or the C/C++ runtime (libc, libm, libstdc++, libgcc_s, ...), and that each
+#      starts with every symbol bound (LD_BIND_NOW=1);
 #   4. runs the checks with LD_LIBRARY_PATH = the bundle's lib/ + those folders;
 #   5. writes to OUT_DIR: summary.txt (each check's outcome and figures), console.log (all that
 #      was printed) and logs.tar.gz (every log and report); three files, as the device tool
@@ -150,9 +151,15 @@ main() {
   found=$(printf 'libcudart.so.13 in %s; libcublas.so.13 + libcublasLt.so.13 in %s; libnccl.so.2 in %s' \
     "${cudart:-NOT FOUND}" "${cublas:-NOT FOUND}" "${nccl:-NOT FOUND}")
   echo "$found"
-  cuda_path=""
-  for d in "$cudart" "$cublas" "$nccl"; do
-    [ -n "$d" ] && [[ :$cuda_path: != *:"$d":* ]] && cuda_path=${cuda_path:+$cuda_path:}$d
+  # The chosen files first (a folder of links: another folder on the path may hold other
+  # versions of them), then their folders (for what they load themselves).
+  local chosen="$work/cuda-libs" f
+  mkdir -p "$chosen"
+  cuda_path=$chosen
+  for f in "$cudart/libcudart.so.13" "$cublas/libcublas.so.13" "$cublas/libcublasLt.so.13" \
+    "$nccl/libnccl.so.2"; do
+    [ -e "$f" ] && ln -sf "$f" "$chosen/"
+    [[ :$cuda_path: != *:"${f%/*}":* ]] && [ -d "${f%/*}" ] && cuda_path=$cuda_path:${f%/*}
   done
   # The driver's libcuda, where it is not in the loader's cache (a mounted driver folder).
   for driver in /usr/local/nvidia/lib64 /usr/local/nvidia/lib; do
@@ -172,7 +179,8 @@ main() {
     done
   } >"$work/libraries.log"
 
-  # ---- and every binary starts (the loader resolves every symbol and version)
+  # ---- and every binary starts, binding every symbol at once (LD_BIND_NOW): a CUDA/NCCL library
+  # older than the one built against shows here as a missing symbol or version, not mid-check.
   local b args started
   for b in "$bundle"/bin/*; do
     case ${b##*/} in
@@ -180,7 +188,7 @@ main() {
       gpu_bench) args=() ;;  # prints its usage
       *) args=(--gtest_list_tests) ;;
     esac
-    "$b" "${args[@]}" >"$work/start.log" 2>&1
+    LD_BIND_NOW=1 "$b" "${args[@]}" >"$work/start.log" 2>&1
     started=$?
     if [ "$started" -ge 126 ] || grep -q -e 'error while loading shared libraries' -e 'symbol lookup error' \
         -e "version \`.*' not found" "$work/start.log"; then
@@ -190,7 +198,7 @@ main() {
 
   local libraries_line
   if [ -z "$foreign" ]; then
-    libraries_line="libraries: ok, every binary starts (bundle lib/, C/C++ runtime, CUDA/NCCL from ${cuda_path:-nowhere})"
+    libraries_line="libraries: ok, every binary starts (bundle lib/, C/C++ runtime, CUDA/NCCL as found)"
   else
     libraries_line="libraries: FAILED, missing, from outside the bundle, or not starting:"
     status=1

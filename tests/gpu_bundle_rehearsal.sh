@@ -8,7 +8,8 @@
 #   - the CPU-only check runs and passes from the bundle; each GPU check says "skipped: no GPU";
 #   - what comes back fits the device tool: at most 8 files, each under 16 MiB, plain names;
 #   - a dry run skips everything and exits 0; bad arguments exit 2 with the usage;
-#   - a library missing from the bundle is caught (found outside it, or not at all).
+#   - a library missing from the bundle is caught (found outside it, or not at all), and so is
+#     an NCCL that lacks symbols the binaries use (every symbol is bound at start).
 #
 #   tests/gpu_bundle_rehearsal.sh BUILD_DIR
 #
@@ -106,6 +107,19 @@ missing_caught() {
     grep -q "$removed" "$work/missing.log"
 }
 expect "a bundle without $removed fails the library check (status $status)" missing_caught
+
+# ---- an NCCL without the symbols the binaries use (an older one, say) is caught before any check
+mkdir -p "$work/old-nccl"
+if echo 'int ncclGetVersion(int* v) { *v = 0; return 0; }' |
+  cc -shared -fPIC -Wl,-soname,libnccl.so.2 -o "$work/old-nccl/libnccl.so.2" -x c - 2>/dev/null; then
+  scrubbed BATON_CUDA_LIBS="$work/old-nccl" bash "$runner" "$work/old" --libraries-only \
+    >"$work/old.log" 2>&1
+  status=$?
+  skew_caught() { [ "$status" = 1 ] && grep -q "does not start: .*undefined symbol: nccl" "$work/old.log"; }
+  expect "an NCCL missing symbols fails the library check (status $status)" skew_caught
+else
+  echo "(no C compiler: the NCCL version check is not rehearsed)"
+fi
 
 if [ "$failures" -gt 0 ]; then
   echo "gpu_bundle_rehearsal: $failures failed; the runner's output:"
