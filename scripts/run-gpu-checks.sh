@@ -147,6 +147,7 @@ main() {
   cudart=$(dir_with libcudart.so.13)
   cublas=$(dir_with libcublas.so.13 libcublasLt.so.13)
   nccl=$(dir_with libnccl.so.2)
+  echo "machine: $(uname -m), $(ldd --version 2>/dev/null | head -n 1)"
   local found
   found=$(printf 'libcudart.so.13 in %s; libcublas.so.13 + libcublasLt.so.13 in %s; libnccl.so.2 in %s' \
     "${cudart:-NOT FOUND}" "${cublas:-NOT FOUND}" "${nccl:-NOT FOUND}")
@@ -220,6 +221,7 @@ main() {
   {
     echo "GPU bundle runner: $(date -u '+%Y-%m-%d %H:%M UTC')"
     sed 's/^/  /' "$bundle/BUNDLE-INFO" 2>/dev/null
+    echo "machine: $(uname -m), $(ldd --version 2>/dev/null | head -n 1)"
     echo "$found"
     echo "$libraries_line"
     [ -z "$foreign" ] || echo "$foreign"
