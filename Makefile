@@ -36,7 +36,5 @@ gpu-check:
 # For a GPU machine that cannot build (the device tool's, docs/cuda.md): builds build-bundle
 # (Release, sm_90; GPU_ARCH=80 or "80;90" for others) and packs .gpu-bundle/, under 48 MiB.
 GPU_ARCH ?= 90
-gpu-bundle:
-	@BATON_CMAKE_ARGS="-DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=$(GPU_ARCH)" \
-	  scripts/setup.sh build-bundle
+gpu-bundle: setup
 	JOBS=$(JOBS) scripts/gpu-bundle.sh --arch "$(GPU_ARCH)" --build-dir build-bundle
