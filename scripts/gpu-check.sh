@@ -6,7 +6,8 @@
 #   scripts/gpu-check.sh [BUILD_DIR]      (default build-gpu)
 #
 # Environment: JOBS (default 16), SKIP_BUILD=1 (rerun the checks on an existing build), and
-# gpu-checks.sh's BENCH_STEPS, TINY_STEPS and BATON_PEAK_TFLOPS, and GPU_CHECK_BUDGET (its --budget, 300 s).
+# gpu-checks.sh's BENCH_STEPS, TINY_STEPS and BATON_PEAK_TFLOPS, and GPU_CHECK_BUDGET (its
+# --budget, 300 s).
 # Outputs (logs, reports, summary.txt, the corpus) go to BUILD_DIR/gpu-check/.
 set -uo pipefail
 

@@ -183,7 +183,8 @@ kernel_errors() {
          if (d != "f32" && d != "bf16" && d != "f16") d = "fixed dtype";
          count[d]++; if (!(d in worst) || $2 + 0 > worst[d] + 0) { worst[d] = $2; at[d] = $1 } }
        END { for (d in worst)
-               printf "worst error vs CPU, %s: %s in %s (%d comparisons)\n", d, worst[d], at[d], count[d] }' \
+               printf "worst error vs CPU, %s: %s in %s (%d comparisons)\n",
+                 d, worst[d], at[d], count[d] }' \
     "$out/kernel-errors.txt" | sort
 }
 check "1. GPU tests (${gpu_tests[*]})"
@@ -214,7 +215,8 @@ fi
 # ---- 3. device and GEMM rate
 check "3. device, dense bf16 peak, bf16 GEMM rate"
 if may_run gpu "gpu_bench device --gemm 8192 --repeats 20"; then
-  timeout -k 15 "$(limit 90)" "$gpu_bench" device --gemm 8192 --repeats 20 >"$out/device.log" 2>&1 ||
+  timeout -k 15 "$(limit 90)" "$gpu_bench" device --gemm 8192 --repeats 20 \
+    >"$out/device.log" 2>&1 ||
     fail "gpu_bench device (see device.log)"
   cat "$out/device.log"
   mapfile -t lines <"$out/device.log"

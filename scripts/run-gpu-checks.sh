@@ -56,7 +56,9 @@ while [ $# -gt 0 ]; do
   esac
   shift
 done
-case $budget in '' | *[!0-9]*) echo "run-gpu-checks: --budget takes whole seconds" >&2; usage ;; esac
+case $budget in
+  '' | *[!0-9]*) echo "run-gpu-checks: --budget takes whole seconds" >&2; usage ;;
+esac
 [ -n "$out" ] || out="$PWD/gpu-check-out"
 mkdir -p "$out" && out=$(cd "$out" && pwd) || exit 2
 
@@ -135,7 +137,10 @@ main() {
     echo "bundle: $bundle (unpacked)"
   else
     archive=${archive:-$here/baton-gpu-bundle.tar.gz}
-    [ -f "$archive" ] || { echo "FAILED: no bundle at $archive (make gpu-bundle builds it)"; return 1; }
+    if [ ! -f "$archive" ]; then
+      echo "FAILED: no bundle at $archive (make gpu-bundle builds it)"
+      return 1
+    fi
     tar -xzf "$archive" -C "$work" || { echo "FAILED: unpacking $archive"; return 1; }
     bundle="$work/baton-gpu-bundle"
     echo "bundle: $archive unpacked into $bundle"
@@ -149,8 +154,9 @@ main() {
   nccl=$(dir_with libnccl.so.2)
   echo "machine: $(uname -m), $(ldd --version 2>/dev/null | head -n 1)"
   local found
-  found=$(printf 'libcudart.so.13 in %s; libcublas.so.13 + libcublasLt.so.13 in %s; libnccl.so.2 in %s' \
-    "${cudart:-NOT FOUND}" "${cublas:-NOT FOUND}" "${nccl:-NOT FOUND}")
+  found="libcudart.so.13 in ${cudart:-NOT FOUND}"
+  found+="; libcublas.so.13 + libcublasLt.so.13 in ${cublas:-NOT FOUND}"
+  found+="; libnccl.so.2 in ${nccl:-NOT FOUND}"
   echo "$found"
   # The chosen files first (a folder of links: another folder on the path may hold other
   # versions of them), then their folders (for what they load themselves).
@@ -191,7 +197,8 @@ main() {
     esac
     LD_BIND_NOW=1 "$b" "${args[@]}" >"$work/start.log" 2>&1
     started=$?
-    if [ "$started" -ge 126 ] || grep -q -e 'error while loading shared libraries' -e 'symbol lookup error' \
+    if [ "$started" -ge 126 ] ||
+      grep -q -e 'error while loading shared libraries' -e 'symbol lookup error' \
         -e "version \`.*' not found" "$work/start.log"; then
       foreign+="${foreign:+$'\n'}  ${b##*/} does not start: $(head -n 3 "$work/start.log")"
     fi
@@ -199,7 +206,8 @@ main() {
 
   local libraries_line
   if [ -z "$foreign" ]; then
-    libraries_line="libraries: ok, every binary starts (bundle lib/, C/C++ runtime, CUDA/NCCL as found)"
+    libraries_line="libraries: ok, every binary starts (bundle lib/, C/C++ runtime, CUDA/NCCL"
+    libraries_line+=" as found)"
   else
     libraries_line="libraries: FAILED, missing, from outside the bundle, or not starting:"
     status=1

@@ -68,8 +68,11 @@ expect "what comes back is summary.txt, console.log and logs.tar.gz" \
   "console.log logs.tar.gz summary.txt " ]
 expect "each file is under 16 MiB" \
   [ -z "$(find "$work/out" -type f -size +16M)" ]
-expect "the logs hold every test log and the ldd listing" \
-  [ "$(tar -tzf "$work/out/logs.tar.gz" | grep -c -E 'out/(cuda_allocator_test|backend_factory_test|gpu_bench_test|libraries)\.log$')" = 4 ]
+logs_complete() {
+  [ "$(tar -tzf "$work/out/logs.tar.gz" |
+    grep -c -E 'out/(cuda_allocator_test|backend_factory_test|gpu_bench_test|libraries)\.log$')" = 4 ]
+}
+expect "the logs hold every test log and the ldd listing" logs_complete
 expect "the console log has the whole run" grep -q 'gpu checks: no failures' "$work/out/console.log"
 expect "the unpacked bundle was removed" [ -z "$(ls "$work/tmp")" ]
 
@@ -97,7 +100,8 @@ expect "the output folder defaults to \$OUT" [ -f "$work/from-env/console.log" ]
 # ---- a library missing from the bundle is caught
 mkdir -p "$work/unpacked"
 tar -xzf "$work/dest/baton-gpu-bundle.tar.gz" -C "$work/unpacked"
-removed=$(find "$work/unpacked/baton-gpu-bundle/lib" -name 'libyaml-cpp.so*' -printf '%f\n' | head -n 1)
+removed=$(find "$work/unpacked/baton-gpu-bundle/lib" -name 'libyaml-cpp.so*' -printf '%f\n' |
+  head -n 1)
 rm -f "$work/unpacked/baton-gpu-bundle/lib/$removed"
 scrubbed bash "$work/unpacked/baton-gpu-bundle/run-gpu-checks.sh" "$work/missing" \
   --libraries-only >"$work/missing.log" 2>&1
@@ -111,11 +115,14 @@ expect "a bundle without $removed fails the library check (status $status)" miss
 # ---- an NCCL without the symbols the binaries use (an older one, say) is caught before any check
 mkdir -p "$work/old-nccl"
 if echo 'int ncclGetVersion(int* v) { *v = 0; return 0; }' |
-  cc -shared -fPIC -Wl,-soname,libnccl.so.2 -o "$work/old-nccl/libnccl.so.2" -x c - 2>/dev/null; then
+  cc -shared -fPIC -Wl,-soname,libnccl.so.2 -o "$work/old-nccl/libnccl.so.2" -x c - \
+    2>/dev/null; then
   scrubbed BATON_CUDA_LIBS="$work/old-nccl" bash "$runner" "$work/old" --libraries-only \
     >"$work/old.log" 2>&1
   status=$?
-  skew_caught() { [ "$status" = 1 ] && grep -q "does not start: .*undefined symbol: nccl" "$work/old.log"; }
+  skew_caught() {
+    [ "$status" = 1 ] && grep -q "does not start: .*undefined symbol: nccl" "$work/old.log"
+  }
   expect "an NCCL missing symbols fails the library check (status $status)" skew_caught
 else
   echo "(no C compiler: the NCCL version check is not rehearsed)"
