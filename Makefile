@@ -3,7 +3,7 @@ BUILD ?= build
 JOBS ?= 2
 CONFIG ?= configs/gpt-tiny.yaml
 
-.PHONY: all setup build test demo bench gpu-check format clean
+.PHONY: all setup build test demo bench gpu-check gpu-bundle format clean
 
 all: build
 
@@ -32,3 +32,9 @@ clean:
 # 2-stage GPU pipeline with the CPU, and benchmarks gpt2-124m. Fits 8 minutes on one H200.
 gpu-check:
 	scripts/gpu-check.sh build-gpu
+
+# For a GPU machine that cannot build (the device tool's, docs/cuda.md): builds build-bundle
+# (Release, sm_90; GPU_ARCH=80 or "80;90" for others) and packs .gpu-bundle/, under 48 MiB.
+GPU_ARCH ?= 90
+gpu-bundle: setup
+	JOBS=$(JOBS) scripts/gpu-bundle.sh --arch "$(GPU_ARCH)" --build-dir build-bundle

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <limits>
 
 #include "bench/gpu/device_peak.h"
@@ -38,11 +39,18 @@ nlohmann::json Report(const Config& config, const std::vector<double>& losses, d
   return report;
 }
 
-Config Gpt2() { return LoadConfig(std::string(BATON_SOURCE_DIR) + "/configs/gpt2-124m.yaml"); }
+// This checkout's configs, or those beside the binary where it travelled without the checkout
+// (the GPU bundle sets BATON_SOURCE_DIR: scripts/gpu-checks.sh).
+std::string Gpt2Path() {
+  const char* dir = std::getenv("BATON_SOURCE_DIR");
+  return std::string(dir != nullptr && *dir != '\0' ? dir : BATON_SOURCE_DIR) +
+         "/configs/gpt2-124m.yaml";
+}
+
+Config Gpt2() { return LoadConfig(Gpt2Path()); }
 
 TEST(RunReport, ConfigReadsBackFromTheReport) {
-  const Config config = LoadConfig(std::string(BATON_SOURCE_DIR) + "/configs/gpt2-124m.yaml",
-                                   {"train.steps=20", "parallel.stages=2"});
+  const Config config = LoadConfig(Gpt2Path(), {"train.steps=20", "parallel.stages=2"});
   EXPECT_EQ(ConfigOfReport(Report(config, {1.0}, 1.0)), config);
 }
 

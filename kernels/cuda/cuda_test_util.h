@@ -7,6 +7,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <memory>
 #include <string>
 #include <vector>
@@ -77,9 +78,14 @@ class CudaVsCpuTest : public ::testing::Test {
     return h;
   }
 
-  // ||gpu - cpu|| / ||cpu|| after bringing the GPU result to the host.
+  // ||gpu - cpu|| / ||cpu|| after bringing the GPU result to the host. Each comparison prints
+  // one line, "[ vs CPU   ] Suite.Test ERROR", which the GPU check's summary collects
+  // (scripts/gpu-checks.sh).
   double ErrorVsCpu(const Tensor& gpu_result, const Tensor& cpu_result) {
-    return numeric_check::NormalisedError(ToCpu(gpu_result), cpu_result);
+    const double error = numeric_check::NormalisedError(ToCpu(gpu_result), cpu_result);
+    const ::testing::TestInfo* test = ::testing::UnitTest::GetInstance()->current_test_info();
+    std::printf("[ vs CPU   ] %s.%s %.3g\n", test->test_suite_name(), test->name(), error);
+    return error;
   }
 
   // Normalised-error bounds, GPU vs CPU on the same inputs: f32 differs only in summation order;
