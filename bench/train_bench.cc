@@ -22,10 +22,10 @@
 #include "bench/bench_util.h"
 #include "core/error.h"
 #include "kernels/cpu/gemm_peak.h"
-#include "planner/in_process.h"
-#include "planner/plan.h"
 #include "model/config.h"
 #include "model/cost.h"
+#include "planner/in_process.h"
+#include "planner/plan.h"
 
 namespace baton::bench {
 namespace {

@@ -8,9 +8,9 @@
 
 #include "core/error.h"
 #include "kernels/backend.h"
+#include "model/from_config.h"
 #include "planner/memory_planner.h"
 #include "planner/step_time.h"
-#include "model/from_config.h"
 
 namespace baton {
 namespace {

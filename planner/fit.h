@@ -21,9 +21,9 @@
 #include <string>
 #include <vector>
 
+#include "model/config.h"
 #include "planner/plan.h"
 #include "planner/step_time.h"
-#include "model/config.h"
 
 namespace baton {
 

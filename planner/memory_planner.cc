@@ -15,8 +15,8 @@
 #include "comm/meta_communicator.h"
 #include "core/error.h"
 #include "kernels/backend_factory.h"
-#include "planner/partitioner.h"
 #include "model/graph.h"
+#include "planner/partitioner.h"
 #include "worker/trainer.h"
 
 namespace baton {

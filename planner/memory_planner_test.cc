@@ -7,10 +7,10 @@
 #include "core/error.h"
 #include "kernels/backend.h"
 #include "kernels/backend_factory.h"
-#include "planner/in_process.h"
 #include "model/config.h"
 #include "model/cost.h"
 #include "model/layer.h"
+#include "planner/in_process.h"
 
 namespace baton {
 namespace {

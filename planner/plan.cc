@@ -3,9 +3,9 @@
 #include <fmt/format.h>
 
 #include "core/error.h"
+#include "model/from_config.h"
 #include "planner/memory_planner.h"
 #include "planner/partitioner.h"
-#include "model/from_config.h"
 #include "scheduler/communication.h"
 #include "scheduler/generators.h"
 #include "scheduler/validator.h"

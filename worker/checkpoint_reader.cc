@@ -7,9 +7,9 @@
 #include <set>
 
 #include "core/error.h"
+#include "core/files.h"
 #include "core/hash.h"
 #include "worker/checkpoint.h"
-#include "core/files.h"
 
 namespace baton {
 namespace {

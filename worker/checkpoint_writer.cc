@@ -10,8 +10,8 @@
 #include <set>
 
 #include "core/error.h"
-#include "worker/checkpoint.h"
 #include "core/files.h"
+#include "worker/checkpoint.h"
 
 namespace baton {
 namespace {

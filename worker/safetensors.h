@@ -19,9 +19,9 @@
 #include <utility>
 #include <vector>
 
+#include "core/files.h"
 #include "core/tensor.h"
 #include "kernels/backend.h"
-#include "core/files.h"
 
 namespace baton {
 
