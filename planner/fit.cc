@@ -195,23 +195,37 @@ Plan PlanForBudget(const Config& config, int64_t budget, bool fit, int max_stage
 
 namespace {
 
-// FLOP/s of the CPU backend's Matmul on (n, n) x (n, n) tensors of `dtype`: best of `repeats`
-// after a warm-up.
-double MeasureMatmulRate(DType dtype, int threads, int64_t n, int repeats) {
+// FLOP/s of the CPU backend's Matmul on (n, n) x (n, n) tensors, f32 and bf16, each the best of
+// `repeats` calls after a warm-up; the two are timed alternately so that a clock or load change
+// during the measurement affects both alike.
+StepRates MeasureCpuRates(int threads, int64_t n, int repeats) {
   MemoryLedger ledger;
   std::unique_ptr<Backend> backend = MakeCpuBackend(ledger, threads);
-  Tensor a = Tensor::Empty(backend->allocator(), {n, n}, dtype, MemCategory::kWorkspace);
-  Tensor b = Tensor::Empty(backend->allocator(), {n, n}, dtype, MemCategory::kWorkspace);
-  Tensor out = Tensor::Empty(backend->allocator(), {n, n}, dtype, MemCategory::kWorkspace);
-  backend->Zero(a);
-  backend->Zero(b);
-  double best = 0;
-  for (int r = 0; r <= repeats; ++r) {
+  struct Operands {
+    Tensor a, b, out;
+  };
+  const auto make = [&](DType dtype) {
+    Operands o;
+    for (Tensor* t : {&o.a, &o.b, &o.out}) {
+      *t = Tensor::Empty(backend->allocator(), {n, n}, dtype, MemCategory::kWorkspace);
+      backend->Zero(*t);
+    }
+    return o;
+  };
+  Operands f32 = make(DType::kF32), bf16 = make(DType::kBF16);
+  const auto time = [&](Operands& o) {
     const auto start = std::chrono::steady_clock::now();
-    backend->Matmul(a, false, b, false, out, false);
+    backend->Matmul(o.a, false, o.b, false, o.out, false);
     const double seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    if (r > 0) best = std::max(best, 2.0 * static_cast<double>(n * n * n) / seconds);
+    return 2.0 * static_cast<double>(n * n * n) / seconds;
+  };
+  StepRates best(0.0);
+  for (int r = 0; r <= repeats; ++r) {
+    const double f = time(f32), h = time(bf16);
+    if (r == 0) continue;  // warm-up
+    best.f32 = std::max(best.f32, f);
+    best.half = std::max(best.half, h);
   }
   return best;
 }
@@ -220,9 +234,7 @@ double MeasureMatmulRate(DType dtype, int threads, int64_t n, int repeats) {
 
 StepRates MeasureStepRates(const Config& config) {
   if (config.device.type != DeviceType::kCpu) return {60e12, 800e12};
-  const int threads = config.device.threads;
-  return {MeasureMatmulRate(DType::kF32, threads, 512, 3),
-          MeasureMatmulRate(DType::kBF16, threads, 512, 3)};
+  return MeasureCpuRates(config.device.threads, 512, 7);
 }
 
 std::string FormatFitTable(const FitResult& result, int64_t budget) {

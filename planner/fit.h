@@ -63,7 +63,8 @@ Plan PlanForBudget(const Config& config, int64_t budget, bool fit, int max_stage
                    const StepRates& rates, FitResult* search);
 
 // The rates predicted step times are quoted at: for CPU stages the CPU backend's own Matmul timed
-// here in f32 and in bf16 on the config's threads (a 512 x 512 x 512 product, best of 3); for GPU
+// here in f32 and in bf16 on the config's threads (a 512 x 512 x 512 product, alternately, best of
+// 7); for GPU
 // stages nominal figures (60 TFLOP/s exact f32, 800 TFLOP/s bf16: an H100/H200's order).
 StepRates MeasureStepRates(const Config& config);
 
