@@ -53,22 +53,23 @@ wanted memory && run memory_bench "$build/bench/memory_bench" --baton "$build/ba
 # The memory planner runs each rank's real trainer on a meta backend: how long planning takes.
 # Checks: the plan has 8 stage rows with predicted bytes; --fit chooses a configuration.
 planner_bench() {
-  local config="$root/configs/gpt2-124m.yaml" start end plan_s fit_s out
-  start=$(date +%s.%N)
+  local config="$root/configs/gpt2-124m.yaml" start end plan_ms fit_ms out
+  start=$(date +%s%N)
   out=$("$build/baton" plan "$config" --set parallel.stages=8 --format json) || return 1
-  end=$(date +%s.%N)
-  plan_s=$(echo "$end - $start" | bc)
+  end=$(date +%s%N)
+  plan_ms=$(((end - start) / 1000000))
   [[ $(grep -o '"predicted"' <<<"$out" | wc -l) -eq 8 ]] ||
     { echo "plan: expected 8 stages with predicted memory"; return 1; }
-  start=$(date +%s.%N)
+  start=$(date +%s%N)
   out=$("$build/baton" plan "$config" --set parallel.stages=4 --memory-budget 3GiB --fit) ||
     return 1
-  end=$(date +%s.%N)
-  fit_s=$(echo "$end - $start" | bc)
+  end=$(date +%s%N)
+  fit_ms=$(((end - start) / 1000000))
   grep -q '^chosen:' <<<"$out" || { echo "fit: no configuration chosen"; return 1; }
   grep '^chosen:\|^apply with:' <<<"$out"
-  printf 'baton plan gpt2-124m, 8 stages: %.2f s\n' "$plan_s"
-  printf 'baton plan gpt2-124m, 4 stages, --memory-budget 3GiB --fit: %.2f s\n' "$fit_s"
+  printf 'baton plan gpt2-124m, 8 stages: %d.%02d s\n' $((plan_ms / 1000)) $((plan_ms % 1000 / 10))
+  printf 'baton plan gpt2-124m, 4 stages, --memory-budget 3GiB --fit: %d.%02d s\n' \
+    $((fit_ms / 1000)) $((fit_ms % 1000 / 10))
 }
 wanted planner && run planner planner_bench
 
