@@ -72,7 +72,10 @@ std::vector<JobStep> StepAssembler::Flush() {
   return out;
 }
 
-json ReportStepJson(const JobStep& step) {
+namespace {
+
+// What the head rank reported for a step: the figures the report and metrics.jsonl share.
+json HeadFields(const JobStep& step) {
   const WorkerReport& h = step.head;
   return {{"step", step.step},
           {"loss", h.loss},
@@ -80,29 +83,31 @@ json ReportStepJson(const JobStep& step) {
           {"grad_norm", Metric(h.metrics, "grad_norm")},
           {"tokens_per_s", Metric(h.metrics, "tokens_per_s")},
           {"loss_scale", Metric(h.metrics, "loss_scale")},
-          {"skipped", Metric(h.metrics, "skipped") > 0.0},
-          {"step_s", Metric(h.timings_s, "step")},
-          {"compute_s", Metric(h.timings_s, "compute")},
-          {"wait_s", Metric(h.timings_s, "wait")},
-          {"memory_peak", h.memory_peak}};
+          {"skipped", Metric(h.metrics, "skipped") > 0.0}};
+}
+
+}  // namespace
+
+json ReportStepJson(const JobStep& step) {
+  const WorkerReport& h = step.head;
+  json j = HeadFields(step);
+  j["step_s"] = Metric(h.timings_s, "step");
+  j["compute_s"] = Metric(h.timings_s, "compute");
+  j["wait_s"] = Metric(h.timings_s, "wait");
+  j["memory_peak"] = h.memory_peak;
+  return j;
 }
 
 json MetricsLine(const JobStep& step, std::chrono::system_clock::time_point time,
                  double elapsed_s) {
-  const WorkerReport& h = step.head;
   json memory = json::object();
   for (const auto& [rank, peaks] : step.memory_peak) memory[fmt::format("stage{}", rank)] = peaks;
-  return {{"step", step.step},
-          {"attempt", step.attempt},
-          {"time", IsoUtc(time)},
-          {"elapsed_s", elapsed_s},
-          {"loss", h.loss},
-          {"lr", Metric(h.metrics, "lr")},
-          {"grad_norm", Metric(h.metrics, "grad_norm")},
-          {"tokens_per_s", Metric(h.metrics, "tokens_per_s")},
-          {"loss_scale", Metric(h.metrics, "loss_scale")},
-          {"skipped", Metric(h.metrics, "skipped") > 0.0},
-          {"memory_peak", memory}};
+  json j = HeadFields(step);
+  j["attempt"] = step.attempt;
+  j["time"] = IsoUtc(time);
+  j["elapsed_s"] = elapsed_s;
+  j["memory_peak"] = memory;
+  return j;
 }
 
 MetricsLog::MetricsLog(const std::string& dir, bool append)
