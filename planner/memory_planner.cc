@@ -49,7 +49,6 @@ RankMemory PredictRank(const Plan& plan, int rank, const std::vector<LayerRange>
               : nullptr;
     TrainerSetup setup;
     setup.config = plan.config;
-    setup.config.train.steps = std::max<int64_t>(setup.config.train.steps, 1);
     setup.graph = plan.graph;
     setup.dims = plan.dims;
     setup.rank = rank;
