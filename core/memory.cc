@@ -7,6 +7,13 @@
 
 namespace baton {
 
+std::vector<std::pair<std::string, int64_t>> MemoryEntries(const MemoryFigures& figures) {
+  std::vector<std::pair<std::string, int64_t>> entries;
+  for (MemCategory c : kAllMemCategories) entries.emplace_back(std::string(Name(c)), figures[c]);
+  entries.emplace_back("total", figures.total);
+  return entries;
+}
+
 std::string_view Name(MemCategory category) {
   switch (category) {
     case MemCategory::kParams:

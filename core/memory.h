@@ -12,7 +12,10 @@
 #include <cstddef>
 #include <cstdint>
 #include <mutex>
+#include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 #include "core/device.h"
 
@@ -33,7 +36,12 @@ struct MemoryFigures {
   std::array<int64_t, kNumMemCategories> bytes{};
   int64_t total = 0;
   int64_t operator[](MemCategory c) const { return bytes[static_cast<int>(c)]; }
+  bool operator==(const MemoryFigures&) const = default;
 };
+
+// (name, bytes) per category in kAllMemCategories order, then ("total", total): the key names
+// of the report's memory objects and of the coordinator's heartbeat peaks.
+std::vector<std::pair<std::string, int64_t>> MemoryEntries(const MemoryFigures& figures);
 
 class MemoryLedger {
  public:

@@ -3,6 +3,7 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <nlohmann/json.hpp>
 
 #include "core/error.h"
 #include "core/files.h"
@@ -13,33 +14,32 @@ namespace baton {
 
 using nlohmann::json;
 
-std::string ChromeTrace(const std::vector<json>& results) {
+std::string ChromeTrace(const Plan& plan, const std::vector<RankResult>& results) {
   double origin = std::numeric_limits<double>::infinity();
-  for (const json& r : results) {
-    for (const json& step : r.at("trace")) {
-      for (const json& span : step.at("spans")) origin = std::min(origin, span[2].get<double>());
+  for (const RankResult& r : results) {
+    for (const StepTrace& step : r.trace) {
+      for (const TraceSpan& span : step.spans) origin = std::min(origin, span.start_us);
     }
   }
   json events = json::array();
-  for (const json& r : results) {
-    const int rank = r.at("rank").get<int>();
+  for (const RankResult& r : results) {
     events.push_back({{"name", "thread_name"},
                       {"ph", "M"},
                       {"pid", 0},
-                      {"tid", rank},
-                      {"args", {{"name", fmt::format("stage {}", rank)}}}});
-    for (const json& step : r.at("trace")) {
-      for (const json& span : step.at("spans")) {
-        const double start = span[2].get<double>() - origin;
-        events.push_back(
-            {{"name", span[0]},
-             {"cat", span[0].get<std::string>().starts_with("wait") ? "wait" : "compute"},
-             {"ph", "X"},
-             {"ts", start},
-             {"dur", span[3].get<double>() - span[2].get<double>()},
-             {"pid", 0},
-             {"tid", rank},
-             {"args", {{"step", step.at("step")}, {"microbatch", span[1]}}}});
+                      {"tid", r.rank},
+                      {"args", {{"name", fmt::format("stage {}", r.rank)}}}});
+    for (const StepTrace& step : r.trace) {
+      for (const TraceSpan& span : step.spans) {
+        json args = {{"step", step.step}};
+        if (span.kind != TraceSpan::Kind::kOptimizer) args["microbatch"] = span.action.microbatch;
+        events.push_back({{"name", span.Name(plan.num_ranks())},
+                          {"cat", span.kind == TraceSpan::Kind::kWait ? "wait" : "compute"},
+                          {"ph", "X"},
+                          {"ts", span.start_us - origin},
+                          {"dur", span.end_us - span.start_us},
+                          {"pid", 0},
+                          {"tid", r.rank},
+                          {"args", args}});
       }
     }
   }
@@ -63,32 +63,30 @@ SimulationResult PredictTimeline(const Plan& plan) {
   return Simulate(plan.schedule, costs);
 }
 
-std::string MeasuredTimelineSvg(const Plan& plan, const std::vector<json>& results) {
+std::string MeasuredTimelineSvg(const Plan& plan, const std::vector<RankResult>& results) {
   // The last traced step, its compute spans as a timeline in milliseconds from its start.
   SimulationResult measured;
   measured.timeline.resize(results.size());
   double start = std::numeric_limits<double>::infinity(), end = 0;
-  for (const json& r : results) {
-    if (r.at("trace").empty()) return "";
-    for (const json& span : r.at("trace").back().at("spans")) {
-      start = std::min(start, span[2].get<double>());
-      end = std::max(end, span[3].get<double>());
+  for (const RankResult& r : results) {
+    if (r.trace.empty()) return "";
+    for (const TraceSpan& span : r.trace.back().spans) {
+      start = std::min(start, span.start_us);
+      end = std::max(end, span.end_us);
     }
   }
   const int p = plan.num_ranks();
-  for (const json& r : results) {
-    const int rank = r.at("rank").get<int>();
+  for (const RankResult& r : results) {
     StageFigures figures;
-    figures.stage = rank;
-    for (const json& span : r.at("trace").back().at("spans")) {
-      const std::string name = span[0].get<std::string>();
-      if (name.starts_with("wait") || name == "optimizer") continue;
+    figures.stage = r.rank;
+    for (const TraceSpan& span : r.trace.back().spans) {
+      if (span.kind != TraceSpan::Kind::kCompute) continue;
       TimedAction t;
-      t.action = ParseAction(name, rank, p);
-      t.start = (span[2].get<double>() - start) / 1000.0;
-      t.end = (span[3].get<double>() - start) / 1000.0;
+      t.action = span.action;
+      t.start = (span.start_us - start) / 1000.0;
+      t.end = (span.end_us - start) / 1000.0;
       figures.busy += t.end - t.start;
-      measured.timeline[static_cast<size_t>(rank)].push_back(t);
+      measured.timeline[static_cast<size_t>(r.rank)].push_back(t);
     }
     measured.per_stage.push_back(figures);
   }
@@ -127,9 +125,10 @@ std::string MeasuredTimelineSvg(const Plan& plan, const std::vector<json>& resul
   return svg;
 }
 
-void WriteRunOutputs(const std::string& dir, const Plan& plan, const std::vector<json>& results) {
+void WriteRunOutputs(const std::string& dir, const Plan& plan,
+                     const std::vector<RankResult>& results) {
   MakeDirectories(dir);
-  WriteFileAtomically(dir + "/trace.json", ChromeTrace(results));
+  WriteFileAtomically(dir + "/trace.json", ChromeTrace(plan, results));
   const std::string svg = MeasuredTimelineSvg(plan, results);
   if (!svg.empty()) WriteFileAtomically(dir + "/timeline.svg", svg);
 }

@@ -4,25 +4,26 @@
 //                  the F/B/I/W spans, the waits on peers and the optimizer step;
 //   timeline.svg   the last traced step drawn like `baton schedule --format svg`, with each
 //                  stage's measured bubble fraction beside the simulator's prediction.
-// Both are built from the ranks' final results (worker_main.cc) and written atomically.
+// Both are built from the ranks' final results (planner/codec.h RankResult) and written
+// atomically.
 #pragma once
 
-#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
+#include "planner/codec.h"
 #include "planner/plan.h"
 #include "scheduler/simulator.h"
 
 namespace baton {
 
-std::string ChromeTrace(const std::vector<nlohmann::json>& results);
+std::string ChromeTrace(const Plan& plan, const std::vector<RankResult>& results);
 // The simulator's figures for `plan` with per-virtual-stage costs from the cost model's FLOPs.
 SimulationResult PredictTimeline(const Plan& plan);
-std::string MeasuredTimelineSvg(const Plan& plan, const std::vector<nlohmann::json>& results);
+std::string MeasuredTimelineSvg(const Plan& plan, const std::vector<RankResult>& results);
 
 // Writes the two files into `dir` (created if needed).
 void WriteRunOutputs(const std::string& dir, const Plan& plan,
-                     const std::vector<nlohmann::json>& results);
+                     const std::vector<RankResult>& results);
 
 }  // namespace baton

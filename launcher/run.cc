@@ -17,13 +17,13 @@
 #include "launcher/process.h"
 #include "launcher/step_metrics.h"
 #include "model/config.h"
+#include "planner/codec.h"
 #include "planner/fit.h"
 #include "planner/memory_planner.h"
 #include "planner/plan.h"
 #include "proto/coordinator_client.h"
 #include "proto/coordinator_server.h"
 #include "worker/checkpoint.h"
-#include "worker/plan_codec.h"
 #include "worker/trainer.h"
 #include "worker/worker_main.h"
 
@@ -31,18 +31,6 @@ namespace baton {
 namespace {
 
 using nlohmann::json;
-
-WorkerPlan ToWorkerPlan(const Plan& plan, const std::string& job_id) {
-  WorkerPlan wp;
-  wp.job_id = job_id;
-  wp.config_yaml = ToYaml(plan.config);
-  wp.num_ranks = plan.num_ranks();
-  wp.num_chunks = plan.num_chunks();
-  for (int r = 0; r < plan.num_ranks(); ++r) wp.chunk_ranges.push_back(plan.ChunkRanges(r));
-  wp.schedule_name = plan.schedule.name;
-  wp.schedule_csv = ScheduleToCsv(plan.schedule);
-  return wp;
-}
 
 json MemoryJson(const MemoryFigures& figures) {
   json j = json::object();
@@ -59,7 +47,8 @@ struct RunSteps {
 
 // Assembles the run report from every rank's final results (worker_main.cc, TrainRank) and the
 // steps the monitors logged.
-json BuildReport(const Plan& plan, const std::vector<json>& results, const RunSteps& run_steps) {
+json BuildReport(const Plan& plan, const std::vector<RankResult>& results,
+                 const RunSteps& run_steps) {
   json report;
   const std::vector<RankMemory> predicted = PredictMemory(plan);
   json job_predicted = json::object();
@@ -69,21 +58,24 @@ json BuildReport(const Plan& plan, const std::vector<json>& results, const RunSt
   json stages = json::array();
   json job_peak = json::object();
   double wall_s = 0;
-  for (const json& r : results) {
-    for (const auto& d : r["digests"]) digests.emplace_back(d[0].get<int>(), d[1].get<uint64_t>());
-    const double stage_wall = r["wall_s"].get<double>();
-    const double busy = stage_wall > 0 ? r["compute_s"].get<double>() / stage_wall : 0.0;
-    json stage = {{"stage", r["rank"]},
-                  {"layers", {r["layers"].front()[0], r["layers"].back()[1]}},
-                  {"chunks", r["layers"]},
+  for (const RankResult& r : results) {
+    digests.insert(digests.end(), r.digests.begin(), r.digests.end());
+    const double stage_wall = r.wall_s;
+    const double busy = stage_wall > 0 ? r.compute_s / stage_wall : 0.0;
+    const std::vector<LayerRange> ranges = plan.ChunkRanges(r.rank);
+    json chunks = json::array();
+    for (const LayerRange& range : ranges) chunks.push_back({range.first, range.last});
+    json stage = {{"stage", r.rank},
+                  {"layers", {ranges.front().first, ranges.back().last}},
+                  {"chunks", chunks},
                   {"memory",
-                   {{"peak", r["memory_peak"]},
-                    {"predicted", MemoryJson(predicted.at(r["rank"].get<size_t>()).peak)}}},
+                   {{"peak", MemoryJson(r.memory_peak)},
+                    {"predicted", MemoryJson(predicted.at(static_cast<size_t>(r.rank)).peak)}}},
                   {"busy_fraction", busy},
                   {"bubble_fraction", 1.0 - busy}};
     stages.push_back(stage);
-    for (const auto& [key, bytes] : r["memory_peak"].items()) {
-      job_peak[key] = std::max(job_peak.value(key, int64_t{0}), bytes.get<int64_t>());
+    for (const auto& [key, bytes] : MemoryEntries(r.memory_peak)) {
+      job_peak[key] = std::max(job_peak.value(key, int64_t{0}), bytes);
     }
     for (const auto& [key, bytes] : stage["memory"]["predicted"].items()) {
       job_predicted[key] = std::max(job_predicted.value(key, int64_t{0}), bytes.get<int64_t>());
@@ -115,14 +107,14 @@ void WriteReport(const json& report, const std::string& path) {
 
 // Every worker sets its result before it reports done, so they are there already once the
 // monitor saw the job done; parallel.timeout_s bounds the wait anyway.
-std::vector<json> CollectResults(const Plan& plan, const std::string& address,
-                                 const std::string& token) {
+std::vector<RankResult> CollectResults(const Plan& plan, const std::string& address,
+                                       const std::string& token) {
   CoordinatorClient client(address, token);
-  const auto timeout =
-      std::chrono::milliseconds(static_cast<int64_t>(plan.config.parallel.timeout_s * 1000.0));
-  std::vector<json> results;
+  std::vector<RankResult> results;
   for (int r = 0; r < plan.num_ranks(); ++r) {
-    results.push_back(json::parse(client.KvGet(ResultKey(r), timeout)));
+    results.push_back(DecodeRankResult(client.KvGet(ResultKey(r), plan.timeouts.wait)));
+    BATON_CHECK(results.back().rank == r, "the result under rank {}'s key is rank {}'s", r,
+                results.back().rank);
   }
   return results;
 }
@@ -139,7 +131,7 @@ void Summarise(const json& report, const std::string& report_path) {
 
 int Finish(const Plan& plan, const std::string& address, const std::string& token,
            const std::string& report_path, const RunSteps& run_steps) {
-  const std::vector<json> results = CollectResults(plan, address, token);
+  const std::vector<RankResult> results = CollectResults(plan, address, token);
   const json report = BuildReport(plan, results, run_steps);
   if (!report_path.empty()) WriteReport(report, report_path);
   WriteRunOutputs(plan.config.output.dir, plan, results);
@@ -200,8 +192,8 @@ void SpawnWorkers(ProcessGroup& children, const Plan& plan, const RunOptions& op
 int RunLocal(const Plan& plan, const RunOptions& options, const std::string& report_path) {
   const std::string token = MakeJobToken();
   const std::string job_id = MakeJobToken().substr(0, 12);
-  WorkerPlan worker_plan = ToWorkerPlan(plan, job_id);
-  if (!options.resume.empty()) worker_plan.resume_dir = ResolveResume(plan, options.resume);
+  Launch launch{job_id, "", 0};
+  if (!options.resume.empty()) launch.resume_dir = ResolveResume(plan, options.resume);
   // A resumed run and every restart append to the metrics of what came before.
   MetricsLog metrics(plan.config.output.dir, /*append=*/!options.resume.empty());
   InstallStopHandlers();
@@ -211,7 +203,7 @@ int RunLocal(const Plan& plan, const RunOptions& options, const std::string& rep
   coordinator.token = token;
   coordinator.job_id = job_id;
   coordinator.world_size = plan.num_ranks();
-  coordinator.plan = EncodePlan(worker_plan);
+  coordinator.plan = EncodeJobPlan(plan, launch);
   coordinator.heartbeat_timeout_s = plan.config.parallel.heartbeat_timeout_s;
   coordinator.keep_step_reports = true;
   server.Start(coordinator);
@@ -229,12 +221,11 @@ int RunLocal(const Plan& plan, const RunOptions& options, const std::string& rep
     children.StopAll();
     spdlog::error("{}", *failure);
     if (attempt >= options.max_restarts) return 1;
-    worker_plan.attempt = attempt + 1;
-    worker_plan.resume_dir = RestartPoint(plan, worker_plan.resume_dir);
+    launch.attempt = attempt + 1;
+    launch.resume_dir = RestartPoint(plan, launch.resume_dir);
     spdlog::warn("restarting every worker (restart {} of {}) from {}", attempt + 1,
-                 options.max_restarts,
-                 worker_plan.resume_dir.empty() ? "the start" : worker_plan.resume_dir);
-    server.ResetJob(EncodePlan(worker_plan));
+                 options.max_restarts, launch.resume_dir.empty() ? "the start" : launch.resume_dir);
+    server.ResetJob(EncodeJobPlan(plan, launch));
   }
   return Finish(plan, server.address(), token, report_path, run_steps);
 }
@@ -259,9 +250,9 @@ int RunUnderLauncher(const Plan& plan, const RunOptions& options, const LaunchEn
     coordinator.token = rendezvous.token;
     coordinator.job_id = rendezvous.job_id;
     coordinator.world_size = plan.num_ranks();
-    WorkerPlan worker_plan = ToWorkerPlan(plan, rendezvous.job_id);
-    if (!options.resume.empty()) worker_plan.resume_dir = ResolveResume(plan, options.resume);
-    coordinator.plan = EncodePlan(worker_plan);
+    Launch launch{rendezvous.job_id, "", 0};
+    if (!options.resume.empty()) launch.resume_dir = ResolveResume(plan, options.resume);
+    coordinator.plan = EncodeJobPlan(plan, launch);
     coordinator.heartbeat_timeout_s = plan.config.parallel.heartbeat_timeout_s;
     coordinator.keep_step_reports = true;
     server->Start(coordinator);

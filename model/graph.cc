@@ -113,4 +113,15 @@ ScopedLayerWrapperForTesting::~ScopedLayerWrapperForTesting() {
   layer_wrapper = nullptr;
 }
 
+std::vector<TiedParameter> TiedParameters(const std::vector<LayerSpec>& graph) {
+  TiedParameter wte{"wte.weight", {}};
+  for (const LayerSpec& spec : graph) {
+    if (spec.kind == LayerKind::kEmbedding || spec.kind == LayerKind::kHead) {
+      wte.layers.push_back(spec.index);
+    }
+  }
+  if (wte.layers.size() < 2) return {};
+  return {wte};
+}
+
 }  // namespace baton

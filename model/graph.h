@@ -28,6 +28,15 @@ struct LayerSpec {
   bool operator==(const LayerSpec&) const = default;
 };
 
+// A parameter of which several layers hold a copy, and those layers (graph indices, ascending).
+struct TiedParameter {
+  std::string name;
+  std::vector<int> layers;
+  bool operator==(const TiedParameter&) const = default;
+};
+// The graph's tied parameters: the head's "wte.weight" copies the embedding's (model/head.h).
+std::vector<TiedParameter> TiedParameters(const std::vector<LayerSpec>& graph);
+
 // embedding, num_layers x block, head: GPT-2.
 std::vector<LayerSpec> GptGraph(const ModelDims& dims);
 // embedding, num_layers x mlp_block, head.

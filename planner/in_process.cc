@@ -29,18 +29,9 @@ InProcessResult RunInProcess(const Plan& plan) {
                     "in-process runs on GPUs take one stage, not {}", p);
         std::unique_ptr<Backend> backend = MakeBackend(
             DeviceForLocalRank(plan.config.device.type, 0), ledger, plan.config.device.threads);
-        TrainerSetup setup;
-        setup.config = plan.config;
-        setup.dims = plan.dims;
-        setup.graph = plan.graph;
-        setup.rank = r;
-        setup.num_ranks = p;
-        setup.chunk_ranges = plan.ChunkRanges(r);
-        setup.schedule = plan.schedule;
-        setup.comm = comm.get();
         InProcessRank& out = result.ranks[static_cast<size_t>(r)];
         {
-          Trainer trainer(std::move(setup), *backend);
+          Trainer trainer(plan.TrainerSetupFor(r, comm.get()), *backend);
           for (int64_t step = 1; step <= plan.config.train.steps; ++step) {
             out.steps.push_back(trainer.Step(step));
             out.peak_stashed_microbatches =

@@ -47,19 +47,9 @@ RankMemory PredictRank(const Plan& plan, int rank, const std::vector<LayerRange>
     std::unique_ptr<Communicator> comm =
         p > 1 ? MakeMetaCommunicator(rank, p, TransportFor(plan, options), backend->allocator())
               : nullptr;
-    TrainerSetup setup;
-    setup.config = plan.config;
-    setup.graph = plan.graph;
-    setup.dims = plan.dims;
-    setup.rank = rank;
-    setup.num_ranks = p;
-    for (int c = 0; c < plan.num_chunks(); ++c) {
-      setup.chunk_ranges.push_back(
-          virtual_stages.at(static_cast<size_t>(VirtualStage(rank, c, p))));
-    }
-    setup.schedule = plan.schedule;
-    setup.comm = comm.get();
-    Trainer trainer(std::move(setup), *backend);
+    Plan cut = plan;
+    cut.virtual_stages = virtual_stages;
+    Trainer trainer(cut.TrainerSetupFor(rank, comm.get()), *backend);
     trainer.Step(1);
     result.peak_in_flight = trainer.peak_stashed_microbatches();
   }
@@ -190,13 +180,6 @@ BudgetedPartition PartitionWithinBudget(const Plan& plan, int64_t budget,
       "no cut into {} stages fits {}: the smallest peak any cut reaches is {} (stage {})",
       plan.num_ranks(), FormatBytes(budget), FormatBytes(*worst), worst - result.totals.begin());
   return result;
-}
-
-std::vector<std::pair<std::string, int64_t>> MemoryEntries(const MemoryFigures& figures) {
-  std::vector<std::pair<std::string, int64_t>> entries;
-  for (MemCategory c : kAllMemCategories) entries.emplace_back(std::string(Name(c)), figures[c]);
-  entries.emplace_back("total", figures.total);
-  return entries;
 }
 
 std::string FormatMemoryTable(const Plan& plan, const std::vector<RankMemory>& predicted) {

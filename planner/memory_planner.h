@@ -64,9 +64,6 @@ struct BudgetedPartition {
 BudgetedPartition PartitionWithinBudget(const Plan& plan, int64_t budget,
                                         const MemoryPlanOptions& options = {});
 
-// "params" -> bytes ..., "total" -> bytes: the key names of the report's memory objects.
-std::vector<std::pair<std::string, int64_t>> MemoryEntries(const MemoryFigures& figures);
-
 // The table `baton plan` prints: per rank its layers, the predicted peak bytes of each category
 // and in total, and the micro-batches it keeps in flight; then the budget and what bound the cut.
 std::string FormatMemoryTable(const Plan& plan, const std::vector<RankMemory>& predicted);

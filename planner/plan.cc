@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "core/error.h"
 #include "model/from_config.h"
 #include "planner/memory_planner.h"
@@ -29,7 +31,56 @@ MicroBatchShape Plan::micro_batch_shape() const {
   return shape;
 }
 
+TrainerSetup Plan::TrainerSetupFor(int rank, Communicator* comm) const {
+  TrainerSetup setup;
+  setup.config = config;
+  setup.dims = dims;
+  setup.graph = graph;
+  setup.rank = rank;
+  setup.num_ranks = num_ranks();
+  setup.chunk_ranges = ChunkRanges(rank);
+  setup.schedule = schedule;
+  setup.tied = tied;
+  setup.timeout = timeouts.wait;
+  setup.comm = comm;
+  return setup;
+}
+
+Timeouts TimeoutsFor(const ParallelConfig& parallel) {
+  // Start-up waits also cover peers that are still starting (process start, joining, building
+  // and loading their stage), which a loaded machine or a slow job scheduler stretches: they wait
+  // at least a minute, whatever timeout_s says. Writing a large checkpoint may take longer than
+  // a pipeline wait: ten times as long.
+  constexpr std::chrono::milliseconds kStartupFloor{60000};
+  Timeouts t;
+  t.wait = std::chrono::milliseconds(static_cast<int64_t>(parallel.timeout_s * 1000.0));
+  t.startup = std::max(t.wait, kStartupFloor);
+  t.checkpoint = 10 * t.wait;
+  t.heartbeat_interval = std::chrono::milliseconds(500);
+  return t;
+}
+
 namespace {
+// Each tied parameter with the ranks holding its layers.
+std::vector<TiedGroup> TiedGroupsOf(const std::vector<LayerSpec>& graph,
+                                    const std::vector<LayerRange>& virtual_stages, int num_ranks) {
+  std::vector<TiedGroup> groups;
+  for (const TiedParameter& tied : TiedParameters(graph)) {
+    TiedGroup group{tied.name, tied.layers, {}};
+    for (int layer : tied.layers) {
+      for (int j = 0; j < static_cast<int>(virtual_stages.size()); ++j) {
+        const LayerRange& r = virtual_stages[static_cast<size_t>(j)];
+        if (layer >= r.first && layer <= r.last)
+          group.ranks.push_back(RankOfVirtualStage(j, num_ranks));
+      }
+    }
+    std::sort(group.ranks.begin(), group.ranks.end());
+    group.ranks.erase(std::unique(group.ranks.begin(), group.ranks.end()), group.ranks.end());
+    groups.push_back(std::move(group));
+  }
+  return groups;
+}
+
 Schedule MakeComputeSchedule(const Config& config) {
   const ParallelConfig& parallel = config.parallel;
   if (!parallel.schedule_file.empty()) {
@@ -53,6 +104,7 @@ Plan MakePlan(const Config& config, int64_t memory_budget) {
   plan.dims = DimsOf(config.model);
   Validate(plan.dims);
   plan.graph = GraphOf(config.model);
+  plan.timeouts = TimeoutsFor(config.parallel);
   Schedule schedule;
   try {
     schedule = MakeComputeSchedule(config);
@@ -69,6 +121,9 @@ Plan MakePlan(const Config& config, int64_t memory_budget) {
   plan.layer_costs =
       LayerCosts(plan.graph, plan.dims, config.parallel.partition, plan.micro_batch_shape());
   plan.virtual_stages = PartitionLayers(plan.layer_costs, plan.schedule.num_virtual_stages());
+  // Every cut keeps the first layer on rank 0 and the last on rank p-1, so the groups hold for
+  // the cuts a memory budget tries too.
+  plan.tied = TiedGroupsOf(plan.graph, plan.virtual_stages, plan.num_ranks());
   if (memory_budget > 0) {
     const BudgetedPartition cut = PartitionWithinBudget(plan, memory_budget);
     BATON_CHECK(cut.fits, "memory budget {}: {}", FormatBytes(memory_budget), cut.bound);

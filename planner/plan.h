@@ -6,6 +6,7 @@
 // (proto JobPlan) and never decide any of it themselves.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -15,8 +16,20 @@
 #include "model/graph.h"
 #include "scheduler/schedule.h"
 #include "worker/stage_model.h"
+#include "worker/trainer.h"
 
 namespace baton {
+
+// How long each kind of wait may take (docs/protocol.md, "Timeouts"), decided once from the
+// config by the launcher.
+struct Timeouts {
+  std::chrono::milliseconds wait{0};                // any wait on a peer: parallel.timeout_s
+  std::chrono::milliseconds startup{0};             // rendezvous, ready barrier: max(wait, 60 s)
+  std::chrono::milliseconds checkpoint{0};          // a checkpoint's waits: 10 x wait
+  std::chrono::milliseconds heartbeat_interval{0};  // how often a worker reports: 0.5 s
+  bool operator==(const Timeouts&) const = default;
+};
+Timeouts TimeoutsFor(const ParallelConfig& parallel);
 
 struct Plan {
   Config config;
@@ -25,7 +38,9 @@ struct Plan {
   std::vector<double> layer_costs;         // under config.parallel.partition
   std::vector<LayerRange> virtual_stages;  // p*v contiguous ranges; j runs on rank j % p
   Schedule schedule;                       // with SEND/RECV actions, validated
-  int64_t memory_budget = 0;               // bytes per rank; 0: none
+  std::vector<TiedGroup> tied;             // tied parameters and the ranks holding them
+  Timeouts timeouts;
+  int64_t memory_budget = 0;  // bytes per rank; 0: none
   // Which constraint set the cut: "compute balance", or "memory on stage K (...)" when a
   // budget made early stages take fewer layers (planner/memory_planner.h).
   std::string partition_bound = "compute balance";
@@ -35,6 +50,9 @@ struct Plan {
   // The layer ranges of rank `rank`'s chunks, chunk 0 first.
   std::vector<LayerRange> ChunkRanges(int rank) const;
   MicroBatchShape micro_batch_shape() const;
+  // What rank `rank`'s Trainer is built from: everything here, nothing re-derived.
+  TrainerSetup TrainerSetupFor(int rank, Communicator* comm) const;
+  bool operator==(const Plan&) const = default;
 };
 
 // With `memory_budget` > 0 the cut also keeps every rank's predicted memory total within it

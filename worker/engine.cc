@@ -24,10 +24,21 @@ struct StageEngine::PendingSend {
   std::unique_ptr<Work> work;
   Tensor tensor;  // kept alive until the send completes
   std::string what;
-  std::string kind;  // "SEND_F" / "SEND_B", for hang diagnosis
-  int microbatch;
+  Action action;  // the SEND_F / SEND_B
   int peer;
 };
+
+std::string TraceSpan::Name(int num_ranks) const {
+  switch (kind) {
+    case Kind::kCompute:
+      return ToString(action, num_ranks);
+    case Kind::kWait:
+      return "wait " + ToString(action, num_ranks);
+    case Kind::kOptimizer:
+      return "optimizer";
+  }
+  BATON_FAIL("unknown trace span kind {}", static_cast<int>(kind));
+}
 
 bool RendezvousSafeSends(const Schedule& schedule) {
   return HasCommunication(schedule) &&
@@ -125,7 +136,7 @@ std::vector<float> StageEngine::RunStep(const std::vector<Action>& actions,
       const Clock::time_point end = Clock::now();
       timings_.compute_s += Seconds(end - last_wait_end_);
       const double end_us = NowUs();
-      trace_.push_back({ToString(action, model_.num_ranks()), action.microbatch,
+      trace_.push_back({TraceSpan::Kind::kCompute, action,
                         end_us - Seconds(end - last_wait_end_) * 1e6, end_us});
     }
     // Under rendezvous-safe schedules sends are reaped only before a compute action, so what is
@@ -145,13 +156,13 @@ double StageEngine::NowUs() const {
          std::chrono::duration<double, std::micro>(Clock::now() - step_start_).count();
 }
 
-void StageEngine::Waited(const std::string& what, int microbatch, Clock::time_point from) {
+void StageEngine::Waited(const Action& on, Clock::time_point from) {
   const Clock::time_point now = Clock::now();
   const double waited = Seconds(now - from);
   timings_.wait_s += waited;
   last_wait_end_ = now;
   const double end_us = NowUs();
-  trace_.push_back({what, microbatch, end_us - waited * 1e6, end_us});
+  trace_.push_back({TraceSpan::Kind::kWait, on, end_us - waited * 1e6, end_us});
 }
 
 void StageEngine::Dispatch(const Action& action) {
@@ -205,16 +216,16 @@ void StageEngine::PostSend(const Action& action) {
   Tensor& tensor = action.kind == ActionKind::kSendForward ? s.output : s.grad_input;
   BATON_CHECK(tensor.defined(), "{}: nothing to send (its compute action has not run)",
               Describe(action));
-  PendingSend pending{comm_->Isend(tensor, peer), tensor,
-                      Describe(action),           std::string(KindName(action.kind)),
-                      action.microbatch,          peer};
+  PendingSend pending{comm_->Isend(tensor, peer), tensor, Describe(action), action, peer};
   tensor = Tensor();  // the pending send owns it now
   sends_.push_back(std::move(pending));
 }
 
 void StageEngine::ReapSends(bool wait_all) {
   for (auto it = sends_.begin(); it != sends_.end();) {
-    if (wait_all) SetStatus(it->kind, it->microbatch, it->peer);
+    if (wait_all) {
+      SetStatus(std::string(KindName(it->action.kind)), it->action.microbatch, it->peer);
+    }
     bool done = it->work->Test();
     if (!done && wait_all) {
       const Clock::time_point from = Clock::now();
@@ -223,7 +234,7 @@ void StageEngine::ReapSends(bool wait_all) {
       } catch (const Error& e) {
         BATON_FAIL("{}: send did not complete: {}", it->what, e.what());
       }
-      Waited("wait SEND", -1, from);
+      Waited(it->action, from);
       done = true;
     }
     it = done ? sends_.erase(it) : it + 1;
@@ -252,7 +263,7 @@ Tensor StageEngine::AwaitInput(const Action& action) {
                  previous_rank, e.what());
     }
     s.input_work.reset();
-    Waited("wait RECV_F" + std::to_string(action.microbatch), action.microbatch, from);
+    Waited({action.stage, ActionKind::kRecvForward, action.microbatch, action.chunk}, from);
   }
   return s.input;
 }
@@ -280,7 +291,7 @@ Tensor StageEngine::AwaitGradient(const Action& action) {
                  next_rank, e.what());
     }
     s.grad_work.reset();
-    Waited("wait RECV_B" + std::to_string(action.microbatch), action.microbatch, from);
+    Waited({action.stage, ActionKind::kRecvBackward, action.microbatch, action.chunk}, from);
   }
   Tensor dy = std::move(s.grad_output);
   s.grad_output = Tensor();

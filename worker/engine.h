@@ -67,14 +67,18 @@ struct StepTimings {
   double wait_s = 0;     // time blocked on receives and on sends completing
 };
 
-// One interval of the engine's time, for traces: a compute action ("F3", "5B2") or a wait
-// ("wait RECV_F3", "wait SEND"). Times are microseconds of the system clock (comparable across
-// processes on one host).
+// One interval of a rank's time, for traces: a compute action it ran, an action it waited on (a
+// RECV for its data, a SEND to complete), or the step end. Times are microseconds of the system
+// clock (comparable across processes on one host).
 struct TraceSpan {
-  std::string name;
-  int microbatch = -1;
+  enum class Kind { kCompute, kWait, kOptimizer };
+  Kind kind = Kind::kCompute;
+  Action action;  // unused for kOptimizer
   double start_us = 0;
   double end_us = 0;
+  // "F3", "5B2"; "wait RECV_F3", "wait SEND_B1"; "optimizer".
+  std::string Name(int num_ranks) const;
+  bool operator==(const TraceSpan&) const = default;
 };
 
 class StageEngine {
@@ -130,7 +134,7 @@ class StageEngine {
   std::vector<float> losses_;
   StepTimings timings_;
   double NowUs() const;
-  void Waited(const std::string& what, int microbatch, std::chrono::steady_clock::time_point from);
+  void Waited(const Action& on, std::chrono::steady_clock::time_point from);
   std::vector<TraceSpan> trace_;
   std::chrono::steady_clock::time_point step_start_;
   double step_start_us_ = 0;

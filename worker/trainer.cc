@@ -32,7 +32,7 @@ Trainer::Trainer(TrainerSetup setup, Backend& backend)
                   ? LossScaler(setup_.config.precision.initial_loss_scale,
                                setup_.config.precision.loss_scale_growth_interval)
                   : LossScaler::Disabled()),
-      timeout_(static_cast<int64_t>(setup_.config.parallel.timeout_s * 1000.0)) {
+      timeout_(setup_.timeout) {
   const Config& config = setup_.config;
   const DType dtype = config.precision.dtype;
   model_ =
@@ -154,24 +154,34 @@ StepRecord Trainer::Step(int64_t step) {
           .count();
   const double optimizer_us =
       std::chrono::duration<double, std::micro>(Clock::now() - step_end_start).count();
-  record.trace.push_back({"optimizer", -1, end_us - optimizer_us, end_us});
+  record.trace.push_back({TraceSpan::Kind::kOptimizer, {}, end_us - optimizer_us, end_us});
   record.tokens_per_s = static_cast<double>(config.train.batch_size) *
                         static_cast<double>(SequenceLength(config)) / record.step_s;
   return record;
 }
 
 void Trainer::CombineTiedGradients() {
-  Param* emb = model_->embedding_wte();
-  Param* head = model_->head_wte();
-  if (emb != nullptr && head != nullptr) {
-    backend_.Accumulate(head->grad, emb->grad);  // emb + head, as the two-rank sum gives
-    return;
+  for (const TiedGroup& group : setup_.tied) {
+    std::vector<Param*> copies;  // this rank's, graph order
+    for (auto& [index, layer] : model_->layers()) {
+      if (std::find(group.layers.begin(), group.layers.end(), index) == group.layers.end()) {
+        continue;
+      }
+      for (Param* p : layer->params()) {
+        if (p->name == group.param) copies.push_back(p);
+      }
+    }
+    if (copies.empty()) continue;
+    // Local copies first (emb + head when one rank holds both), then across the group's ranks:
+    // one addition of the same two numbers either way, so the bits agree however it is cut.
+    for (size_t k = 1; k < copies.size(); ++k)
+      backend_.Accumulate(copies[k]->grad, copies[0]->grad);
+    if (group.ranks.size() > 1) {
+      BATON_CHECK(setup_.comm != nullptr, "tied group {} spans ranks but there is no transport",
+                  group.param);
+      setup_.comm->AllReduceSum(copies[0]->grad, group.ranks, timeout_);
+    }
   }
-  Param* local = emb != nullptr ? emb : head;
-  if (local == nullptr || setup_.comm == nullptr) return;
-  const int last_vs = setup_.num_ranks * static_cast<int>(setup_.chunk_ranges.size()) - 1;
-  const std::vector<int> group = {0, RankOfVirtualStage(last_vs, setup_.num_ranks)};
-  setup_.comm->AllReduceSum(local->grad, group, timeout_);
 }
 
 Trainer::StepEnd Trainer::ReduceStepEnd() {

@@ -13,6 +13,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -31,15 +32,26 @@
 
 namespace baton {
 
+// A parameter several layers hold copies of (the head's "wte.weight" copies the embedding's), and
+// the ranks holding those layers: they sum its gradient at every step end (planner/plan.h).
+struct TiedGroup {
+  std::string param;
+  std::vector<int> layers;  // graph indices, ascending
+  std::vector<int> ranks;   // ascending, distinct
+  bool operator==(const TiedGroup&) const = default;
+};
+
 struct TrainerSetup {
   Config config;
   std::vector<LayerSpec> graph;
   ModelDims dims;
   int rank = 0;
   int num_ranks = 1;
-  std::vector<LayerRange> chunk_ranges;  // this rank's layers, one range per chunk
-  Schedule schedule;                     // with communication actions; validated
-  Communicator* comm = nullptr;          // null for a one-rank pipeline
+  std::vector<LayerRange> chunk_ranges;      // this rank's layers, one range per chunk
+  Schedule schedule;                         // with communication actions; validated
+  std::vector<TiedGroup> tied;               // every tied group of the graph
+  std::chrono::milliseconds timeout{60000};  // any wait on a peer (Timeouts::wait)
+  Communicator* comm = nullptr;              // null for a one-rank pipeline
 };
 
 struct StepRecord {

@@ -9,7 +9,6 @@
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
-#include <nlohmann/json.hpp>
 #include <optional>
 #include <thread>
 
@@ -20,12 +19,10 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "kernels/backend_factory.h"
-#include "model/from_config.h"
+#include "planner/codec.h"
 #include "proto/coordinator_client.h"
-#include "scheduler/schedule.h"
 #include "worker/checkpoint.h"
 #include "worker/host_staged_communicator.h"
-#include "worker/plan_codec.h"
 #include "worker/safetensors_gpt2.h"
 #include "worker/trainer.h"
 
@@ -42,20 +39,6 @@ std::string HostName() {
   char buffer[256] = {};
   gethostname(buffer, sizeof(buffer) - 1);
   return buffer;
-}
-
-std::map<std::string, int64_t> MemoryMap(const MemoryFigures& figures) {
-  std::map<std::string, int64_t> out;
-  for (MemCategory c : kAllMemCategories) out[std::string(Name(c))] = figures[c];
-  out["total"] = figures.total;
-  return out;
-}
-
-// The spans of one step as [name, micro-batch, start_us, end_us] rows.
-nlohmann::json TraceJson(const StepRecord& r) {
-  nlohmann::json spans = nlohmann::json::array();
-  for (const TraceSpan& s : r.trace) spans.push_back({s.name, s.microbatch, s.start_us, s.end_us});
-  return {{"step", r.step}, {"spans", spans}};
 }
 
 // Steps whose timeline goes into the trace: the last few (steady state, not warm-up).
@@ -89,32 +72,19 @@ bool StopRequested() { return g_stop_requested.load(); }
 
 namespace {
 
-std::chrono::milliseconds TimeoutOf(const Config& config) {
-  return std::chrono::milliseconds(static_cast<int64_t>(config.parallel.timeout_s * 1000.0));
-}
-
-// Start-up waits (the transport's rendezvous, the ready barrier) also cover peers that are still
-// starting: process start, joining, building and loading their stage, which a loaded machine or a
-// slow job scheduler stretches. They wait at least this long, whatever parallel.timeout_s says
-// (docs/protocol.md, "Timeouts").
-constexpr std::chrono::milliseconds kStartupTimeoutFloor{60000};
-std::chrono::milliseconds StartupTimeoutOf(const Config& config) {
-  return std::max(TimeoutOf(config), kStartupTimeoutFloor);
-}
-
 // Writes this rank's layers of step `step`; rank 0 gathers every rank's file list through the
 // store and writes the manifest last; the barrier tells every rank the checkpoint is complete.
-void SaveCheckpoint(const Config& config, const WorkerPlan& plan, int rank,
-                    CoordinatorClient& client, Trainer& trainer, Backend& backend, int64_t step) {
-  // Writing a large model may take longer than a pipeline wait: allow ten times as long.
-  const auto timeout = 10 * TimeoutOf(config);
+void SaveCheckpoint(const Plan& plan, const Launch& launch, int rank, CoordinatorClient& client,
+                    Trainer& trainer, Backend& backend, int64_t step) {
+  const Config& config = plan.config;
+  const auto timeout = plan.timeouts.checkpoint;
   CheckpointWriter writer(CheckpointsRoot(config.output.dir));
-  const auto key = [&](int r) { return fmt::format("ckpt/{}/{}/{}", plan.attempt, step, r); };
+  const auto key = [&](int r) { return fmt::format("ckpt/{}/{}/{}", launch.attempt, step, r); };
   client.KvSet(key(rank), EncodeFileEntries(writer.WriteLayers(step, trainer.model(),
                                                                trainer.optimizer(), backend)));
   if (rank == 0) {
     std::vector<CheckpointFileEntry> all;
-    for (int r = 0; r < plan.num_ranks; ++r) {
+    for (int r = 0; r < plan.num_ranks(); ++r) {
       std::vector<CheckpointFileEntry> entries = DecodeFileEntries(client.KvGet(key(r), timeout));
       all.insert(all.end(), entries.begin(), entries.end());
     }
@@ -123,18 +93,19 @@ void SaveCheckpoint(const Config& config, const WorkerPlan& plan, int rank,
     state.seed = config.train.seed;
     state.loss_scaler = trainer.loss_scaler().state();
     state.config = ToJson(config);
-    writer.WriteManifest(step, all, state, DimsOf(config.model), GraphOf(config.model));
+    writer.WriteManifest(step, all, state, plan.dims, plan.graph);
     spdlog::info("checkpoint of step {} written to {}", step, writer.step_dir(step));
   }
-  client.Barrier(fmt::format("checkpoint-{}-{}", plan.attempt, step), timeout);
+  client.Barrier(fmt::format("checkpoint-{}-{}", launch.attempt, step), timeout);
 }
 
-// Resumes from the plan's checkpoint, or starts from model.init_from; returns the first step.
-int64_t LoadInitialState(const Config& config, const WorkerPlan& plan, Trainer& trainer,
+// Resumes from the launch's checkpoint, or starts from model.init_from; returns the first step.
+int64_t LoadInitialState(const Plan& plan, const Launch& launch, Trainer& trainer,
                          Backend& backend) {
-  if (!plan.resume_dir.empty()) {
-    const CheckpointReader checkpoint = CheckpointReader::Open(plan.resume_dir);
-    checkpoint.CheckCompatible(DimsOf(config.model), GraphOf(config.model));
+  const Config& config = plan.config;
+  if (!launch.resume_dir.empty()) {
+    const CheckpointReader checkpoint = CheckpointReader::Open(launch.resume_dir);
+    checkpoint.CheckCompatible(plan.dims, plan.graph);
     checkpoint.LoadLayers(trainer.model(), trainer.optimizer(), backend);
     trainer.set_loss_scaler_state(checkpoint.state().loss_scaler);
     spdlog::info("resumed from {} (step {})", checkpoint.step_dir(), checkpoint.step());
@@ -142,7 +113,7 @@ int64_t LoadInitialState(const Config& config, const WorkerPlan& plan, Trainer& 
   }
   if (!config.model.init_from.empty()) {
     const SafetensorsFile weights = ReadSafetensors(config.model.init_from);
-    ValidateGpt2File(weights, DimsOf(config.model));
+    ValidateGpt2File(weights, plan.dims);
     InitFromSafetensors(weights, trainer.model().params(), trainer.optimizer(), backend);
     spdlog::info("initialised from {}", config.model.init_from);
   }
@@ -162,47 +133,50 @@ WorkerReport StepReport(int rank, const StepRecord& record, bool holds_head,
                     {"skipped", record.skipped ? 1.0 : 0.0}};
   report.timings_s = {
       {"step", record.step_s}, {"compute", record.compute_s}, {"wait", record.wait_s}};
-  report.memory_peak = MemoryMap(ledger.Peak());
+  for (const auto& [key, bytes] : MemoryEntries(ledger.Peak())) report.memory_peak[key] = bytes;
   return report;
 }
 
 // Gloo over TCP for CPU stages; NCCL for GPU stages, set up for the links and groups this
 // rank's step uses (its pipeline neighbours, and first + last stage for the tied embedding).
-std::shared_ptr<Communicator> MakeCommunicator(const WorkerArgs& args, const WorkerPlan& plan,
-                                               Device device, KvStore& store, Backend& backend,
-                                               std::chrono::milliseconds timeout,
-                                               Allocator& host_allocator) {
+std::shared_ptr<Communicator> MakeCommunicator(const WorkerArgs& args, const Plan& plan,
+                                               const Launch& launch, Device device, KvStore& store,
+                                               Backend& backend, Allocator& host_allocator) {
+  const int p = plan.num_ranks();
   GlooOptions gloo;
   gloo.rank = args.rank;
-  gloo.size = plan.num_ranks;
+  gloo.size = p;
   gloo.hostname = args.listen_host;
-  gloo.store_prefix = fmt::format("gloo/{}", plan.attempt);
-  gloo.timeout = timeout;
+  gloo.store_prefix = fmt::format("gloo/{}", launch.attempt);
+  gloo.timeout = plan.timeouts.startup;
   if (device.is_cpu()) return std::make_shared<GlooCommunicator>(store, backend.allocator(), gloo);
   // NCCL refuses two ranks on one GPU: stages sharing GPUs (more stages than GPUs here) talk
   // through the host instead.
-  if (plan.num_ranks > CudaDevicesVisible()) {
-    spdlog::warn("{} stages share {} GPU(s): stage traffic goes through host memory (Gloo)",
-                 plan.num_ranks, CudaDevicesVisible());
+  if (p > CudaDevicesVisible()) {
+    spdlog::warn("{} stages share {} GPU(s): stage traffic goes through host memory (Gloo)", p,
+                 CudaDevicesVisible());
     return std::make_shared<HostStagedCommunicator>(
         std::make_shared<GlooCommunicator>(store, host_allocator, gloo), backend, host_allocator);
   }
 #if BATON_WITH_NCCL
   NcclOptions nccl;
   nccl.rank = args.rank;
-  nccl.size = plan.num_ranks;
+  nccl.size = p;
   nccl.device = device.index;
   nccl.compute_stream = static_cast<cudaStream_t>(NativeStream(backend));
-  const int p = plan.num_ranks;
   for (int peer : {(args.rank + p - 1) % p, (args.rank + 1) % p}) {
     if (peer != args.rank &&
         std::find(nccl.peers.begin(), nccl.peers.end(), peer) == nccl.peers.end()) {
       nccl.peers.push_back(peer);
     }
   }
-  if (args.rank == 0 || args.rank == p - 1) nccl.groups.push_back({0, p - 1});
-  nccl.store_prefix = fmt::format("nccl/{}", plan.attempt);
-  nccl.timeout = timeout;
+  for (const TiedGroup& group : plan.tied) {
+    const bool member =
+        std::find(group.ranks.begin(), group.ranks.end(), args.rank) != group.ranks.end();
+    if (member && group.ranks.size() > 1) nccl.groups.push_back(group.ranks);
+  }
+  nccl.store_prefix = fmt::format("nccl/{}", launch.attempt);
+  nccl.timeout = plan.timeouts.startup;
   return std::make_shared<NcclCommunicator>(store, backend.allocator(), nccl);
 #else
   BATON_FAIL("device {} needs NCCL, and this binary was built without CUDA", device.ToString());
@@ -216,33 +190,24 @@ struct BlockedState {
 };
 
 // Everything a rank does once it holds the plan; throws on failure.
-void TrainRank(const WorkerArgs& args, CoordinatorClient& client, const WorkerPlan& plan,
-               BlockedState& blocked) {
-  const Config config = ParseConfigString(plan.config_yaml, "job plan");
+void TrainRank(const WorkerArgs& args, CoordinatorClient& client, const Plan& plan,
+               const Launch& launch, BlockedState& blocked) {
+  const Config& config = plan.config;
+  BATON_CHECK(0 <= args.rank && args.rank < plan.num_ranks(), "rank {} of a {}-stage plan",
+              args.rank, plan.num_ranks());
   MemoryLedger ledger;
   const Device device = DeviceForLocalRank(config.device.type, args.local_rank);
   std::unique_ptr<Backend> backend = MakeBackend(device, ledger, config.device.threads);
   CpuAllocator host_allocator(ledger);  // host staging for device tensors (booked as comm)
-  const auto timeout = TimeoutOf(config);
-  const auto startup_timeout = StartupTimeoutOf(config);
 
   CoordinatorKvStore store(client);
   std::shared_ptr<Communicator> comm;  // shared with the abort callback, which may outlive us
-  if (plan.num_ranks > 1) {
-    comm = MakeCommunicator(args, plan, device, store, *backend, startup_timeout, host_allocator);
+  if (plan.num_ranks() > 1) {
+    comm = MakeCommunicator(args, plan, launch, device, store, *backend, host_allocator);
     client.OnAbort([comm](const std::string& reason) { comm->Abort(reason); });
   }
 
-  TrainerSetup setup;
-  setup.config = config;
-  setup.dims = DimsOf(config.model);
-  setup.graph = GraphOf(config.model);
-  setup.rank = args.rank;
-  setup.num_ranks = plan.num_ranks;
-  setup.chunk_ranges = plan.chunk_ranges.at(static_cast<size_t>(args.rank));
-  setup.schedule = ScheduleFromCsv(plan.schedule_csv);
-  setup.comm = comm.get();
-  Trainer trainer(std::move(setup), *backend);
+  Trainer trainer(plan.TrainerSetupFor(args.rank, comm.get()), *backend);
   trainer.set_stop_flag(&g_stop_requested);
   trainer.set_status_callback([&client, &blocked](const EngineStatus& status) {
     if (status.peer >= 0) {
@@ -254,22 +219,22 @@ void TrainRank(const WorkerArgs& args, CoordinatorClient& client, const WorkerPl
       blocked.action.reset();
     }
   });
-  const int64_t first_step = LoadInitialState(config, plan, trainer, *backend);
-  client.Barrier(fmt::format("ready-{}", plan.attempt), startup_timeout);
+  const int64_t first_step = LoadInitialState(plan, launch, trainer, *backend);
+  client.Barrier(fmt::format("ready-{}", launch.attempt), plan.timeouts.startup);
 
-  nlohmann::json traces = nlohmann::json::array();
-  double compute_s = 0, wall_s = 0;
+  RankResult result;
+  result.rank = args.rank;
   const int64_t every = config.output.checkpoint_every;
   for (int64_t step = first_step; step <= config.train.steps; ++step) {
     BATON_CHECK(!client.aborted(), "the job was aborted: {}", client.abort_reason());
     MaybeStall(args.rank, step);
     const StepRecord record = trainer.Step(step);
-    compute_s += record.compute_s;
-    wall_s += record.step_s;
-    if (step > config.train.steps - kTracedSteps) traces.push_back(TraceJson(record));
+    result.compute_s += record.compute_s;
+    result.wall_s += record.step_s;
+    if (step > config.train.steps - kTracedSteps) result.trace.push_back({step, record.trace});
     client.Report(StepReport(args.rank, record, trainer.holds_head(), ledger));
     if (record.stop || (every > 0 && (step % every == 0 || step == config.train.steps))) {
-      SaveCheckpoint(config, plan, args.rank, client, trainer, *backend, step);
+      SaveCheckpoint(plan, launch, args.rank, client, trainer, *backend, step);
     }
     if (record.stop) {
       spdlog::warn("stopping after step {} as asked (signal); checkpoint written", step);
@@ -277,23 +242,11 @@ void TrainRank(const WorkerArgs& args, CoordinatorClient& client, const WorkerPl
     }
   }
 
-  nlohmann::json digests = nlohmann::json::array();
-  for (auto& [index, digest] : trainer.LayerDigests()) digests.push_back({index, digest});
-  nlohmann::json result = {
-      {"rank", args.rank},
-      {"layers", nlohmann::json::array()},
-      {"digests", digests},
-      {"memory_peak", MemoryMap(ledger.Peak())},
-      {"compute_s", compute_s},
-      {"wall_s", wall_s},
-      {"holds_head", trainer.holds_head()},
-      {"trace", traces},
-  };
-  for (const LayerRange& r : plan.chunk_ranges.at(static_cast<size_t>(args.rank))) {
-    result["layers"].push_back({r.first, r.last});
-  }
-  client.KvSet(ResultKey(args.rank), result.dump());
-  client.Barrier(fmt::format("done-{}", plan.attempt), timeout);
+  result.digests = trainer.LayerDigests();
+  result.memory_peak = ledger.Peak();
+  result.holds_head = trainer.holds_head();
+  client.KvSet(ResultKey(args.rank), EncodeRankResult(result));
+  client.Barrier(fmt::format("done-{}", launch.attempt), plan.timeouts.wait);
 }
 
 }  // namespace
@@ -317,10 +270,11 @@ int RunWorker(const WorkerArgs& args) {
     info.pid = getpid();
     info.device = fmt::format("local rank {}", args.local_rank);  // the plan picks cpu/cuda
     info.job_id = job_id;
-    const WorkerPlan plan = DecodePlan(client->Join(info));
+    Launch launch;
+    const Plan plan = DecodeJobPlan(client->Join(info), &launch);
     client->Watch();
-    client->StartHeartbeat(std::chrono::milliseconds(500));
-    TrainRank(args, *client, plan, blocked);
+    client->StartHeartbeat(plan.timeouts.heartbeat_interval);
+    TrainRank(args, *client, plan, launch, blocked);
     WorkerReport done;
     done.stage = args.rank;
     done.status = WorkerStatus::kDone;

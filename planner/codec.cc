@@ -1,0 +1,250 @@
+#include "planner/codec.h"
+
+#include "core/error.h"
+#include "model/config_proto.h"
+#include "proto/baton.pb.h"
+
+namespace baton {
+namespace {
+
+// clang-format off
+constexpr std::pair<ActionKind, pb::ActionKind> kActionKinds[] = {
+    {ActionKind::kForward, pb::ACTION_KIND_FORWARD},
+    {ActionKind::kBackward, pb::ACTION_KIND_BACKWARD},
+    {ActionKind::kBackwardInput, pb::ACTION_KIND_BACKWARD_INPUT},
+    {ActionKind::kBackwardWeight, pb::ACTION_KIND_BACKWARD_WEIGHT},
+    {ActionKind::kSendForward, pb::ACTION_KIND_SEND_FORWARD},
+    {ActionKind::kRecvForward, pb::ACTION_KIND_RECV_FORWARD},
+    {ActionKind::kSendBackward, pb::ACTION_KIND_SEND_BACKWARD},
+    {ActionKind::kRecvBackward, pb::ACTION_KIND_RECV_BACKWARD}};
+constexpr std::pair<LayerKind, pb::LayerKind> kLayerKinds[] = {
+    {LayerKind::kEmbedding, pb::LAYER_KIND_EMBEDDING},
+    {LayerKind::kBlock, pb::LAYER_KIND_BLOCK},
+    {LayerKind::kMlpBlock, pb::LAYER_KIND_MLP_BLOCK},
+    {LayerKind::kHead, pb::LAYER_KIND_HEAD}};
+// clang-format on
+
+template <typename A, typename B, size_t N>
+B Forward(const std::pair<A, B> (&table)[N], A value) {
+  for (const auto& [a, b] : table) {
+    if (a == value) return b;
+  }
+  BATON_FAIL("value {} has no wire form", static_cast<int>(value));
+}
+template <typename A, typename B, size_t N>
+A Backward(const std::pair<A, B> (&table)[N], B value, const char* what) {
+  for (const auto& [a, b] : table) {
+    if (b == value) return a;
+  }
+  BATON_FAIL("the job plan has an unknown {} ({})", what, static_cast<int>(value));
+}
+
+std::chrono::milliseconds Ms(int64_t ms) { return std::chrono::milliseconds(ms); }
+
+pb::ActionKind ToProto(ActionKind kind) { return Forward(kActionKinds, kind); }
+ActionKind FromProto(pb::ActionKind kind) { return Backward(kActionKinds, kind, "action kind"); }
+
+void ToProto(const MemoryFigures& figures, pb::MemoryFigures* out) {
+  out->set_params(figures[MemCategory::kParams]);
+  out->set_grads(figures[MemCategory::kGrads]);
+  out->set_optimizer(figures[MemCategory::kOptimizer]);
+  out->set_activations(figures[MemCategory::kActivations]);
+  out->set_comm(figures[MemCategory::kComm]);
+  out->set_workspace(figures[MemCategory::kWorkspace]);
+  out->set_total(figures.total);
+}
+MemoryFigures FromProto(const pb::MemoryFigures& m) {
+  MemoryFigures figures;
+  figures.bytes = {m.params(), m.grads(), m.optimizer(), m.activations(), m.comm(), m.workspace()};
+  figures.total = m.total();
+  return figures;
+}
+
+// clang-format off
+constexpr std::pair<TraceSpan::Kind, pb::TraceSpan::Kind> kSpanKinds[] = {
+    {TraceSpan::Kind::kCompute, pb::TraceSpan::KIND_COMPUTE},
+    {TraceSpan::Kind::kWait, pb::TraceSpan::KIND_WAIT},
+    {TraceSpan::Kind::kOptimizer, pb::TraceSpan::KIND_OPTIMIZER}};
+// clang-format on
+
+}  // namespace
+
+std::string EncodeJobPlan(const Plan& plan, const Launch& launch) {
+  pb::JobPlan m;
+  m.set_job_id(launch.job_id);
+  ToProto(plan.config, m.mutable_config());
+  pb::ModelDims* dims = m.mutable_dims();
+  dims->set_vocab_size(plan.dims.vocab_size);
+  dims->set_context(plan.dims.context);
+  dims->set_num_layers(plan.dims.num_layers);
+  dims->set_num_heads(plan.dims.num_heads);
+  dims->set_width(plan.dims.width);
+  for (size_t i = 0; i < plan.graph.size(); ++i) {
+    const LayerSpec& spec = plan.graph[i];
+    pb::Layer* layer = m.add_graph();
+    layer->set_kind(Forward(kLayerKinds, spec.kind));
+    layer->set_index(spec.index);
+    layer->set_block_index(spec.block_index);
+    layer->set_name(spec.name);
+    if (i < plan.layer_costs.size()) layer->set_cost(plan.layer_costs[i]);
+  }
+  m.set_schedule(plan.schedule.name);
+  m.set_micro_batches(plan.schedule.microbatches);
+  m.set_chunks(plan.schedule.chunks);
+  const int p = plan.num_ranks();
+  for (int r = 0; r < p; ++r) {
+    pb::StagePlan* stage = m.add_stages();
+    stage->set_stage(r);
+    stage->set_rank(r);
+    const std::vector<LayerRange> ranges = plan.ChunkRanges(r);
+    for (int c = 0; c < static_cast<int>(ranges.size()); ++c) {
+      pb::ChunkPlan* chunk = stage->add_chunks();
+      chunk->set_chunk(c);
+      chunk->set_virtual_stage(VirtualStage(r, c, p));
+      chunk->set_first_layer(ranges[static_cast<size_t>(c)].first);
+      chunk->set_last_layer(ranges[static_cast<size_t>(c)].last);
+    }
+    for (const Action& a : plan.schedule.per_rank.at(static_cast<size_t>(r))) {
+      pb::Action* action = stage->add_actions();
+      action->set_kind(ToProto(a.kind));
+      action->set_microbatch(a.microbatch);
+      action->set_chunk(a.chunk);
+    }
+  }
+  for (const TiedGroup& group : plan.tied) {
+    pb::TiedGroup* tied = m.add_tied();
+    tied->set_param(group.param);
+    for (int layer : group.layers) tied->add_layers(layer);
+    for (int rank : group.ranks) tied->add_ranks(rank);
+  }
+  pb::Timeouts* timeouts = m.mutable_timeouts();
+  timeouts->set_wait_ms(plan.timeouts.wait.count());
+  timeouts->set_startup_ms(plan.timeouts.startup.count());
+  timeouts->set_checkpoint_ms(plan.timeouts.checkpoint.count());
+  timeouts->set_heartbeat_interval_ms(plan.timeouts.heartbeat_interval.count());
+  m.set_memory_budget(plan.memory_budget);
+  m.set_partition_bound(plan.partition_bound);
+  m.set_resume_dir(launch.resume_dir);
+  m.set_attempt(launch.attempt);
+  return m.SerializeAsString();
+}
+
+Plan DecodeJobPlan(const std::string& bytes, Launch* launch) {
+  pb::JobPlan m;
+  BATON_CHECK(m.ParseFromString(bytes), "the job plan from the coordinator is malformed");
+  Plan plan;
+  plan.config = FromProto(m.config());
+  const pb::ModelDims& dims = m.dims();
+  plan.dims = {dims.vocab_size(), dims.context(), dims.num_layers(), dims.num_heads(),
+               dims.width()};
+  Validate(plan.dims);
+  for (const pb::Layer& layer : m.graph()) {
+    BATON_CHECK(layer.index() == static_cast<int>(plan.graph.size()),
+                "the job plan's layer {} sits at position {}", layer.index(), plan.graph.size());
+    plan.graph.push_back({Backward(kLayerKinds, layer.kind(), "layer kind"), layer.index(),
+                          layer.block_index(), layer.name()});
+    plan.layer_costs.push_back(layer.cost());
+  }
+  const int p = plan.num_ranks();
+  const int v = m.chunks();
+  BATON_CHECK(v >= 1 && m.stages_size() == p,
+              "the job plan has {} stages and {} chunks for {} ranks", m.stages_size(), v, p);
+  plan.schedule.name = m.schedule();
+  plan.schedule.stages = p;
+  plan.schedule.microbatches = m.micro_batches();
+  plan.schedule.chunks = v;
+  plan.virtual_stages.resize(static_cast<size_t>(p * v));
+  const int num_layers = static_cast<int>(plan.graph.size());
+  for (int r = 0; r < p; ++r) {
+    const pb::StagePlan& stage = m.stages(r);
+    BATON_CHECK(stage.rank() == r && stage.chunks_size() == v,
+                "stage entry {} of the job plan is for rank {} with {} chunks", r, stage.rank(),
+                stage.chunks_size());
+    for (int c = 0; c < v; ++c) {
+      const pb::ChunkPlan& chunk = stage.chunks(c);
+      BATON_CHECK(0 <= chunk.first_layer() && chunk.first_layer() <= chunk.last_layer() &&
+                      chunk.last_layer() < num_layers,
+                  "rank {} chunk {} of the job plan holds layers {}-{} of {}", r, c,
+                  chunk.first_layer(), chunk.last_layer(), num_layers);
+      plan.virtual_stages[static_cast<size_t>(VirtualStage(r, c, p))] = {chunk.first_layer(),
+                                                                         chunk.last_layer()};
+    }
+    std::vector<Action>& program = plan.schedule.per_rank.emplace_back();
+    for (const pb::Action& a : stage.actions()) {
+      program.push_back({r, FromProto(a.kind()), a.microbatch(), a.chunk()});
+    }
+  }
+  for (const pb::TiedGroup& tied : m.tied()) {
+    plan.tied.push_back({tied.param(),
+                         {tied.layers().begin(), tied.layers().end()},
+                         {tied.ranks().begin(), tied.ranks().end()}});
+  }
+  const pb::Timeouts& t = m.timeouts();
+  plan.timeouts = {Ms(t.wait_ms()), Ms(t.startup_ms()), Ms(t.checkpoint_ms()),
+                   Ms(t.heartbeat_interval_ms())};
+  BATON_CHECK(plan.timeouts.wait.count() > 0 && plan.timeouts.heartbeat_interval.count() > 0,
+              "the job plan has no timeouts");
+  plan.memory_budget = m.memory_budget();
+  plan.partition_bound = m.partition_bound();
+  if (launch != nullptr) *launch = {m.job_id(), m.resume_dir(), m.attempt()};
+  return plan;
+}
+
+std::string EncodeRankResult(const RankResult& result) {
+  pb::RankResult m;
+  m.set_rank(result.rank);
+  for (const auto& [layer, digest] : result.digests) {
+    pb::LayerDigest* d = m.add_digests();
+    d->set_layer(layer);
+    d->set_digest(digest);
+  }
+  ToProto(result.memory_peak, m.mutable_memory_peak());
+  m.set_compute_s(result.compute_s);
+  m.set_wall_s(result.wall_s);
+  m.set_holds_head(result.holds_head);
+  for (const StepTrace& step : result.trace) {
+    pb::StepTrace* trace = m.add_trace();
+    trace->set_step(step.step);
+    for (const TraceSpan& s : step.spans) {
+      pb::TraceSpan* span = trace->add_spans();
+      span->set_kind(Forward(kSpanKinds, s.kind));
+      if (s.kind != TraceSpan::Kind::kOptimizer) {
+        span->mutable_action()->set_kind(ToProto(s.action.kind));
+        span->mutable_action()->set_microbatch(s.action.microbatch);
+        span->mutable_action()->set_chunk(s.action.chunk);
+      }
+      span->set_start_us(s.start_us);
+      span->set_end_us(s.end_us);
+    }
+  }
+  return m.SerializeAsString();
+}
+
+RankResult DecodeRankResult(const std::string& bytes) {
+  pb::RankResult m;
+  BATON_CHECK(m.ParseFromString(bytes), "a rank's result is malformed");
+  RankResult result;
+  result.rank = m.rank();
+  for (const pb::LayerDigest& d : m.digests()) result.digests.emplace_back(d.layer(), d.digest());
+  result.memory_peak = FromProto(m.memory_peak());
+  result.compute_s = m.compute_s();
+  result.wall_s = m.wall_s();
+  result.holds_head = m.holds_head();
+  for (const pb::StepTrace& trace : m.trace()) {
+    StepTrace& step = result.trace.emplace_back();
+    step.step = trace.step();
+    for (const pb::TraceSpan& span : trace.spans()) {
+      TraceSpan& s = step.spans.emplace_back();
+      s.kind = Backward(kSpanKinds, span.kind(), "trace span kind");
+      if (s.kind != TraceSpan::Kind::kOptimizer) {
+        s.action = {result.rank, FromProto(span.action().kind()), span.action().microbatch(),
+                    span.action().chunk()};
+      }
+      s.start_us = span.start_us();
+      s.end_us = span.end_us();
+    }
+  }
+  return result;
+}
+
+}  // namespace baton

@@ -1,0 +1,57 @@
+// The job's messages between its own processes, typed end to end (proto/baton.proto):
+//   - the plan in (pb.JobPlan): the launcher encodes its Plan, every worker decodes the same Plan
+//     and builds its rank from it (Plan::TrainerSetupFor), re-deriving nothing;
+//   - each rank's result out (pb.RankResult): digests, memory peaks, times, trace spans that
+//     carry their actions.
+// Generated protobuf headers stay inside codec.cc.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/memory.h"
+#include "planner/plan.h"
+#include "worker/engine.h"
+
+namespace baton {
+
+// What one launch adds to the plan: which job, where it starts.
+struct Launch {
+  std::string job_id;
+  // A checkpoint step directory every rank resumes from ("" = start fresh), resolved once by the
+  // launcher so that all ranks load the same step.
+  std::string resume_dir;
+  int attempt = 0;  // restart attempt (--max-restarts); keeps store keys of attempts apart
+  bool operator==(const Launch&) const = default;
+};
+
+std::string EncodeJobPlan(const Plan& plan, const Launch& launch);
+// Throws baton::Error when the bytes are not a well-formed, self-consistent plan.
+Plan DecodeJobPlan(const std::string& bytes, Launch* launch);
+
+// The spans of one traced step.
+struct StepTrace {
+  int64_t step = 0;
+  std::vector<TraceSpan> spans;
+  bool operator==(const StepTrace&) const = default;
+};
+
+// What a rank hands back when it finishes (under the store key ResultKey(rank)).
+struct RankResult {
+  int rank = 0;
+  std::vector<std::pair<int, uint64_t>> digests;  // (graph layer, FNV-1a of its parameters)
+  MemoryFigures memory_peak;                      // the ledger's peaks
+  double compute_s = 0;                           // inside F/B/I/W, over the steps run
+  double wall_s = 0;                              // the steps' wall time
+  bool holds_head = false;
+  std::vector<StepTrace> trace;  // the last few steps (steady state)
+  bool operator==(const RankResult&) const = default;
+};
+
+std::string EncodeRankResult(const RankResult& result);
+// Throws baton::Error when the bytes are not a well-formed result.
+RankResult DecodeRankResult(const std::string& bytes);
+
+}  // namespace baton
