@@ -1,9 +1,6 @@
 // The training benchmarks' shared figures, checks, process runner and tables (bench_util.h).
 #include "bench/bench_util.h"
 
-#include <fcntl.h>
-#include <spawn.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -12,14 +9,12 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
-#include <deque>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 
 #include "core/error.h"
-
-extern char** environ;
+#include "tests/baton_process.h"
 
 namespace baton::bench {
 
@@ -113,22 +108,6 @@ std::string MakeWorkDir(const std::string& prefix) {
   return pattern;
 }
 
-namespace {
-
-std::string LastLines(const std::string& path, size_t count) {
-  std::ifstream in(path);
-  std::deque<std::string> lines;
-  for (std::string line; std::getline(in, line);) {
-    lines.push_back(line);
-    if (lines.size() > count) lines.pop_front();
-  }
-  std::string out;
-  for (const std::string& line : lines) out += "  | " + line + "\n";
-  return out;
-}
-
-}  // namespace
-
 json RunBaton(const std::string& baton, const std::string& config_path,
               const std::vector<std::string>& overrides, const std::string& work_dir,
               const std::string& name) {
@@ -144,26 +123,9 @@ json RunBaton(const std::string& baton, const std::string& config_path,
   args.push_back("output.dir=" + base);
   args.push_back("--report");
   args.push_back(report_path);
-  std::vector<char*> argv;
-  for (std::string& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, log_path.c_str(),
-                                   O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  posix_spawn_file_actions_adddup2(&actions, STDOUT_FILENO, STDERR_FILENO);
-  pid_t pid = 0;
-  const int spawn_error = posix_spawn(&pid, baton.c_str(), &actions, nullptr, argv.data(), environ);
-  posix_spawn_file_actions_destroy(&actions);
-  BATON_CHECK(spawn_error == 0, "cannot start {}: {}", baton, std::strerror(spawn_error));
-  int status = 0;
-  while (waitpid(pid, &status, 0) < 0) {
-    BATON_CHECK(errno == EINTR, "waitpid: {}", std::strerror(errno));
-  }
-  const bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
-  BATON_CHECK(ok, "`baton run {}` ({}) failed (status {}); its log {} ends:\n{}", config_path, name,
-              status, log_path, LastLines(log_path, 15));
+  const int code = testing::RunLogged(args, log_path);
+  BATON_CHECK(code == 0, "`baton run {}` ({}) failed (exit {}); its log {} ends:\n{}", config_path,
+              name, code, log_path, testing::LastLines(log_path, 15));
   std::ifstream in(report_path);
   BATON_CHECK(in.good(), "{} wrote no report {}", name, report_path);
   return json::parse(in);

@@ -1,7 +1,8 @@
 // Shared pieces of the training benchmarks (train_bench, pipeline_bench, memory_bench): the
 // figures bench/README.md defines, computed from step times or a `baton run --report` JSON; the
 // correctness checks every benchmark runs before it prints a figure; a runner for the real
-// `baton` binary; plain-text tables.
+// `baton` binary (on the process harness the integration tests use, tests/baton_process.h);
+// plain-text tables.
 //
 // Everything here is a pure function of its arguments except RunBaton and MakeWorkDir (processes
 // and files). Checks throw baton::Error with what differed; a benchmark's main() turns that into

@@ -1,15 +1,24 @@
 #include "tests/baton_process.h"
 
+#include <fcntl.h>
+#include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <array>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
+#include <deque>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <thread>
+
+#include "core/error.h"
+
+extern char** environ;
 
 namespace baton::testing {
 
@@ -27,6 +36,40 @@ CommandResult RunShell(const std::string& command) {
   const int status = pclose(pipe);
   result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   return result;
+}
+
+int RunLogged(const std::vector<std::string>& argv, const std::string& log_path) {
+  BATON_CHECK(!argv.empty(), "no program to run");
+  std::vector<char*> c_argv;
+  for (const std::string& a : argv) c_argv.push_back(const_cast<char*>(a.c_str()));
+  c_argv.push_back(nullptr);
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, log_path.c_str(),
+                                   O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawn_file_actions_adddup2(&actions, STDOUT_FILENO, STDERR_FILENO);
+  pid_t pid = 0;
+  const int spawn_error =
+      posix_spawn(&pid, argv[0].c_str(), &actions, nullptr, c_argv.data(), environ);
+  posix_spawn_file_actions_destroy(&actions);
+  BATON_CHECK(spawn_error == 0, "cannot start {}: {}", argv[0], std::strerror(spawn_error));
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0) {
+    BATON_CHECK(errno == EINTR, "waitpid: {}", std::strerror(errno));
+  }
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+std::string LastLines(const std::string& path, size_t count) {
+  std::ifstream in(path);
+  std::deque<std::string> lines;
+  for (std::string line; std::getline(in, line);) {
+    lines.push_back(line);
+    if (lines.size() > count) lines.pop_front();
+  }
+  std::string out;
+  for (const std::string& line : lines) out += "  | " + line + "\n";
+  return out;
 }
 
 namespace {

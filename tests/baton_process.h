@@ -1,4 +1,5 @@
-// Helpers for integration tests that run the real `baton` binary.
+// The one harness for running real `baton` processes: the integration tests under tests/ and the
+// benchmarks under bench/ both use it.
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -17,6 +18,11 @@ std::string BatonBinary();
 std::string SourceDir();
 // Runs `command` (a shell command line) to completion and captures its output.
 CommandResult RunShell(const std::string& command);
+// Runs `argv` (no shell) to completion with stdout and stderr into the file `log_path`; returns
+// its exit code, or 128 + the signal that killed it. Throws baton::Error when it cannot start.
+int RunLogged(const std::vector<std::string>& argv, const std::string& log_path);
+// The last `count` lines of a file, each prefixed "  | " (a failed run's log, for its error).
+std::string LastLines(const std::string& path, size_t count);
 // Runs `baton ARGS...`; args are shell-quoted.
 CommandResult RunBaton(const std::vector<std::string>& args);
 // A fresh temporary directory for one test.
