@@ -29,15 +29,32 @@ std::string Name(LaunchMode mode) {
   return "unknown";
 }
 
-LaunchEnvironment DetectLaunchEnvironment() {
+LauncherChoice ParseLauncherChoice(const std::string& text) {
+  if (text == "auto") return LauncherChoice::kAuto;
+  if (text == "local") return LauncherChoice::kLocal;
+  if (text == "mpi" || text == "mpirun") return LauncherChoice::kMpi;
+  if (text == "slurm") return LauncherChoice::kSlurm;
+  BATON_FAIL("--launcher {}: expected auto, local, mpi or slurm", text);
+}
+
+LaunchEnvironment DetectLaunchEnvironment(LauncherChoice choice) {
   LaunchEnvironment env;
-  if (std::getenv("OMPI_COMM_WORLD_RANK") != nullptr) {
+  if (choice == LauncherChoice::kLocal) return env;
+  const bool mpi = std::getenv("OMPI_COMM_WORLD_RANK") != nullptr;
+  const bool slurm =
+      std::getenv("SLURM_PROCID") != nullptr && std::getenv("SLURM_NTASKS") != nullptr;
+  BATON_CHECK(choice != LauncherChoice::kMpi || mpi,
+              "--launcher mpi: OMPI_COMM_WORLD_RANK is not set; start baton under mpirun");
+  BATON_CHECK(
+      choice != LauncherChoice::kSlurm || slurm,
+      "--launcher slurm: SLURM_PROCID and SLURM_NTASKS are not set; start baton under srun");
+  if (mpi && choice != LauncherChoice::kSlurm) {
     env.mode = LaunchMode::kMpi;
     env.rank = ReadInt("OMPI_COMM_WORLD_RANK");
     env.world_size = ReadInt("OMPI_COMM_WORLD_SIZE");
     env.local_rank =
         std::getenv("OMPI_COMM_WORLD_LOCAL_RANK") ? ReadInt("OMPI_COMM_WORLD_LOCAL_RANK") : 0;
-  } else if (std::getenv("SLURM_PROCID") != nullptr && std::getenv("SLURM_NTASKS") != nullptr) {
+  } else if (slurm) {
     env.mode = LaunchMode::kSlurm;
     env.rank = ReadInt("SLURM_PROCID");
     env.world_size = ReadInt("SLURM_NTASKS");

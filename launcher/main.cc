@@ -37,8 +37,12 @@ void AddMemoryOptions(CLI::App* command, baton::MemoryArgs& args) {
 int main(int argc, char** argv) {
   CLI::App app{"Baton: pipeline-parallel training runtime"};
   app.require_subcommand(1);
+  app.set_version_flag("--version", std::string("baton ") + BATON_VERSION);
+  // Options of `baton` itself (--log-level) may also follow the subcommand.
+  app.fallthrough();
   std::string log_level = "info";
-  app.add_option("--log-level", log_level, "trace, debug, info, warn, error");
+  app.add_option("--log-level", log_level, "trace, debug, info, warn, error")
+      ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error"}));
 
   baton::RunOptions run;
   CLI::App* run_cmd = app.add_subcommand("run", "train a model (spawns one worker per stage)");
@@ -47,7 +51,12 @@ int main(int argc, char** argv) {
   run_cmd->add_option("--coordinator", run.coordinator,
                       "HOST:PORT of the coordinator (rank 0 hosts it under mpirun/srun)");
   run_cmd->add_option("--resume", run.resume,
-                      "continue from a checkpoint: a step dir, checkpoints root or output dir");
+                      "continue from a checkpoint: a step dir, checkpoints root or output dir; "
+                      "auto: output.dir's latest checkpoint if there is one");
+  run_cmd
+      ->add_option("--launcher", run.launcher,
+                   "who starts the workers: auto (from the environment), local, mpi, slurm")
+      ->check(CLI::IsMember({"auto", "local", "mpi", "slurm"}));
   run_cmd->add_option("--max-restarts", run.max_restarts,
                       "after a failure, restart every worker from the last checkpoint");
   AddMemoryOptions(run_cmd, run.memory);

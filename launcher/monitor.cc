@@ -15,6 +15,14 @@ std::string Bytes(int64_t bytes) {
   return mib >= 1024.0 ? fmt::format("{:.2f}GiB", mib / 1024.0) : fmt::format("{:.1f}MiB", mib);
 }
 
+// "45s", "12m05s", "3h07m".
+std::string Duration(double seconds) {
+  const int64_t s = static_cast<int64_t>(std::llround(std::max(0.0, seconds)));
+  if (s < 60) return fmt::format("{}s", s);
+  if (s < 3600) return fmt::format("{}m{:02}s", s / 60, s % 60);
+  return fmt::format("{}h{:02}m", s / 3600, (s % 3600) / 60);
+}
+
 double Metric(const WorkerReport& report, const std::string& key) {
   const auto it = report.metrics.find(key);
   return it == report.metrics.end() ? std::nan("") : it->second;
@@ -144,16 +152,32 @@ void JobMonitor::MaybePrintProgress(const JobStep& job_step) {
   const bool due =
       printed_step_ == 0 || step / every > printed_step_ / every || step == options_.total_steps;
   if (step <= printed_step_ || !due) return;
+  const auto now = std::chrono::steady_clock::now();
+  if (printed_step_ == 0) {
+    first_step_ = step;
+    first_step_time_ = now;
+  }
   printed_step_ = step;
+  // Elapsed since this attempt's monitor started (start-up included); the ETA extrapolates the
+  // pace since the attempt's first step, so start-up does not inflate it.
+  std::string timing =
+      fmt::format("{} elapsed", Duration(std::chrono::duration<double>(now - start_).count()));
+  if (step > first_step_ && step < options_.total_steps) {
+    const double per_step = std::chrono::duration<double>(now - first_step_time_).count() /
+                            static_cast<double>(step - first_step_);
+    timing += fmt::format(", ETA {}",
+                          Duration(per_step * static_cast<double>(options_.total_steps - step)));
+  }
   std::string memory;
   for (const auto& [rank, peaks] : job_step.memory_peak) {
     const auto total = peaks.find("total");
     if (total != peaks.end()) memory += fmt::format(" s{}={}", rank, Bytes(total->second));
   }
   const WorkerReport& report = job_step.head;
-  log_->info("step {:>5}/{} | loss {:.4f} | lr {:.2e} | grad norm {:.3f} | {:.0f} tok/s | peak{}",
-             step, options_.total_steps, report.loss, Metric(report, "lr"),
-             Metric(report, "grad_norm"), Metric(report, "tokens_per_s"), memory);
+  log_->info(
+      "step {:>5}/{} | loss {:.4f} | lr {:.2e} | grad norm {:.3f} | {:.0f} tok/s | {} | peak{}",
+      step, options_.total_steps, report.loss, Metric(report, "lr"), Metric(report, "grad_norm"),
+      Metric(report, "tokens_per_s"), timing, memory);
 }
 
 }  // namespace baton

@@ -17,6 +17,7 @@
 #include "launcher/process.h"
 #include "launcher/step_metrics.h"
 #include "model/config.h"
+#include "model/cost.h"
 #include "planner/codec.h"
 #include "planner/fit.h"
 #include "planner/memory_planner.h"
@@ -168,6 +169,19 @@ std::string ResolveResume(const Plan& plan, const std::string& dir) {
   return checkpoint.step_dir();
 }
 
+// --resume as given: "" (a fresh start), "auto" (output.dir's latest checkpoint if it has one,
+// else a fresh start) or a checkpoint; returns the step directory, or "" for a fresh start.
+std::string ResumePoint(const Plan& plan, const std::string& resume) {
+  if (resume.empty()) return "";
+  if (resume != "auto") return ResolveResume(plan, resume);
+  const std::string root = CheckpointsRoot(plan.config.output.dir);
+  if (!std::filesystem::exists(std::filesystem::path(root) / "latest")) {
+    spdlog::info("--resume auto: no checkpoint in {}; starting fresh", root);
+    return "";
+  }
+  return ResolveResume(plan, root);
+}
+
 // After a failure: the newest complete checkpoint of this run, else where the run started.
 std::string RestartPoint(const Plan& plan, const std::string& previous) {
   try {
@@ -193,9 +207,9 @@ int RunLocal(const Plan& plan, const RunOptions& options, const std::string& rep
   const std::string token = MakeJobToken();
   const std::string job_id = MakeJobToken().substr(0, 12);
   Launch launch{job_id, "", 0};
-  if (!options.resume.empty()) launch.resume_dir = ResolveResume(plan, options.resume);
+  launch.resume_dir = ResumePoint(plan, options.resume);
   // A resumed run and every restart append to the metrics of what came before.
-  MetricsLog metrics(plan.config.output.dir, /*append=*/!options.resume.empty());
+  MetricsLog metrics(plan.config.output.dir, /*append=*/!launch.resume_dir.empty());
   InstallStopHandlers();
   CoordinatorServer server;
   CoordinatorOptions coordinator;
@@ -207,8 +221,7 @@ int RunLocal(const Plan& plan, const RunOptions& options, const std::string& rep
   coordinator.heartbeat_timeout_s = plan.config.parallel.heartbeat_timeout_s;
   coordinator.keep_step_reports = true;
   server.Start(coordinator);
-  spdlog::info("{} stage(s), schedule {}, {} micro-batches; coordinator on {}", plan.num_ranks(),
-               plan.schedule.name, plan.schedule.microbatches, server.address());
+  spdlog::info("coordinator on {}", server.address());
 
   RunSteps run_steps;
   ProcessGroup children;
@@ -243,7 +256,8 @@ int RunUnderLauncher(const Plan& plan, const RunOptions& options, const LaunchEn
   std::unique_ptr<CoordinatorServer> server;
   std::unique_ptr<MetricsLog> metrics;
   if (env.rank == 0) {
-    metrics = std::make_unique<MetricsLog>(plan.config.output.dir, !options.resume.empty());
+    const std::string resume_dir = ResumePoint(plan, options.resume);
+    metrics = std::make_unique<MetricsLog>(plan.config.output.dir, !resume_dir.empty());
     server = std::make_unique<CoordinatorServer>();
     CoordinatorOptions coordinator;
     coordinator.address = rendezvous.bind_address;
@@ -251,7 +265,7 @@ int RunUnderLauncher(const Plan& plan, const RunOptions& options, const LaunchEn
     coordinator.job_id = rendezvous.job_id;
     coordinator.world_size = plan.num_ranks();
     Launch launch{rendezvous.job_id, "", 0};
-    if (!options.resume.empty()) launch.resume_dir = ResolveResume(plan, options.resume);
+    launch.resume_dir = resume_dir;
     coordinator.plan = EncodeJobPlan(plan, launch);
     coordinator.heartbeat_timeout_s = plan.config.parallel.heartbeat_timeout_s;
     coordinator.keep_step_reports = true;
@@ -313,9 +327,23 @@ json FitJson(const FitResult& fit) {
 
 }  // namespace
 
+namespace {
+// What a run is about to do, before any worker starts: the resolved config, the model's size, the
+// partition and each stage's predicted memory.
+void LogStartup(const Plan& plan, const std::string& config_path) {
+  spdlog::info("config {} as resolved (defaults and --set applied):\n{}", config_path,
+               ToYaml(plan.config));
+  spdlog::info("model: {} parameters, {} layers ({})", ParamCount(plan.graph, plan.dims),
+               plan.graph.size(), ToString(plan.dims));
+  spdlog::info("plan: {} stage(s), schedule {}, {} micro-batches\n{}\n{}", plan.num_ranks(),
+               plan.schedule.name, plan.schedule.microbatches, FormatPartitionTable(plan),
+               FormatMemoryTable(plan, PredictMemory(plan)));
+}
+}  // namespace
+
 int RunCommand(const RunOptions& options) {
   const Config loaded = LoadConfig(options.config.path, options.config.overrides);
-  const LaunchEnvironment env = DetectLaunchEnvironment();
+  const LaunchEnvironment env = DetectLaunchEnvironment(ParseLauncherChoice(options.launcher));
   const int64_t budget = BudgetBytes(options.memory);
   FitResult fit;
   const Plan plan =
@@ -324,6 +352,7 @@ int RunCommand(const RunOptions& options) {
   if (options.memory.fit && env.rank == 0) {
     spdlog::info("--fit considered:\n{}", FormatFitTable(fit, budget));
   }
+  if (env.rank == 0) LogStartup(plan, options.config.path);
   const Config& config = plan.config;
   const std::string report_path =
       options.report_path.empty() ? config.output.report : options.report_path;

@@ -31,8 +31,11 @@ struct RunOptions {
   MemoryArgs memory;
   std::string report_path;  // overrides output.report
   std::string coordinator;  // HOST:PORT to host (rank 0) or reach (others)
-  std::string resume;       // a checkpoint (step dir, checkpoints root or output dir)
-  int max_restarts = 0;     // restarts of every worker from the last checkpoint after a failure
+  // A checkpoint (step dir, checkpoints root or output dir), or "auto": output.dir's latest
+  // checkpoint when there is one, else a fresh start.
+  std::string resume;
+  std::string launcher = "auto";  // auto | local | mpi | slurm (launcher/environment.h)
+  int max_restarts = 0;  // restarts of every worker from the last checkpoint after a failure
   std::string log_level = "info";
 };
 
