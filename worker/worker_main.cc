@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "comm/gloo_communicator.h"
+#include "comm/host_staged_communicator.h"
 #if BATON_WITH_NCCL
 #include "comm/nccl_communicator.h"
 #endif
@@ -22,7 +23,6 @@
 #include "planner/codec.h"
 #include "proto/coordinator_client.h"
 #include "worker/checkpoint.h"
-#include "worker/host_staged_communicator.h"
 #include "worker/safetensors_gpt2.h"
 #include "worker/trainer.h"
 

@@ -1,4 +1,4 @@
-#include "worker/host_staged_communicator.h"
+#include "comm/host_staged_communicator.h"
 
 namespace baton {
 namespace {
