@@ -7,11 +7,11 @@
 
 #include "core/error.h"
 #include "core/log.h"
+#include "data/data.h"
 #include "launcher/run.h"
 #include "scheduler/schedule_command.h"
 #include "worker/checkpoint.h"
 #include "worker/checkpoint_export.h"
-#include "worker/data.h"
 #include "worker/worker_main.h"
 
 namespace {

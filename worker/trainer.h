@@ -20,11 +20,11 @@
 #include <vector>
 
 #include "comm/communicator.h"
+#include "data/data.h"
 #include "kernels/backend.h"
 #include "model/config.h"
 #include "model/graph.h"
 #include "scheduler/schedule.h"
-#include "worker/data.h"
 #include "worker/engine.h"
 #include "worker/loss_scaler.h"
 #include "worker/optimizer.h"

@@ -1,5 +1,5 @@
 // Tests for token datasets and deterministic batch sampling (the rule in docs/data.md).
-#include "worker/data.h"
+#include "data/data.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

@@ -1,5 +1,5 @@
 // Token datasets (text, nanoGPT .bin, llm.c .bin), text -> .bin conversion, and batch sampling.
-#include "worker/data.h"
+#include "data/data.h"
 
 #include <fcntl.h>
 #include <sys/mman.h>
