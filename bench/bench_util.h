@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "model/config.h"
+#include "config/config.h"
 
 namespace baton::bench {
 

@@ -24,8 +24,8 @@
 #include <vector>
 
 #include "bench/bench_util.h"
+#include "config/config.h"
 #include "core/error.h"
-#include "model/config.h"
 
 namespace baton::bench {
 namespace {

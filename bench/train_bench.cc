@@ -20,9 +20,9 @@
 #include <vector>
 
 #include "bench/bench_util.h"
+#include "config/config.h"
 #include "core/error.h"
 #include "kernels/cpu/gemm_peak.h"
-#include "model/config.h"
 #include "model/cost.h"
 #include "planner/in_process.h"
 #include "planner/plan.h"

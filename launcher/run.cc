@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "config/config.h"
 #include "core/error.h"
 #include "core/files.h"
 #include "launcher/environment.h"
@@ -16,7 +17,6 @@
 #include "launcher/outputs.h"
 #include "launcher/process.h"
 #include "launcher/step_metrics.h"
-#include "model/config.h"
 #include "model/cost.h"
 #include "planner/codec.h"
 #include "planner/fit.h"

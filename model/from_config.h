@@ -3,7 +3,7 @@
 
 #include <vector>
 
-#include "model/config.h"
+#include "config/config.h"
 #include "model/dims.h"
 #include "model/graph.h"
 

@@ -12,11 +12,11 @@
 #include <string_view>
 #include <vector>
 
+#include "config/layer_kind.h"
 #include "core/dtype.h"
 #include "kernels/backend.h"
 #include "model/dims.h"
 #include "model/layer.h"
-#include "model/layer_kind.h"
 
 namespace baton {
 

@@ -1,7 +1,7 @@
 #include "planner/codec.h"
 
+#include "config/config_proto.h"
 #include "core/error.h"
-#include "model/config_proto.h"
 #include "proto/baton.pb.h"
 
 namespace baton {

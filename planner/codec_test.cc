@@ -4,8 +4,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "config/config.h"
 #include "core/error.h"
-#include "model/config.h"
 #include "proto/baton.pb.h"
 
 namespace baton {

@@ -21,7 +21,7 @@
 #include <string>
 #include <vector>
 
-#include "model/config.h"
+#include "config/config.h"
 #include "planner/plan.h"
 #include "planner/step_time.h"
 

@@ -2,7 +2,7 @@
 
 #include <gtest/gtest.h>
 
-#include "model/config.h"
+#include "config/config.h"
 
 namespace baton {
 namespace {

@@ -4,10 +4,10 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include "config/config.h"
 #include "core/error.h"
 #include "kernels/backend.h"
 #include "kernels/backend_factory.h"
-#include "model/config.h"
 #include "model/cost.h"
 #include "model/layer.h"
 #include "planner/in_process.h"

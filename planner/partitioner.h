@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "model/config.h"
+#include "config/config.h"
 #include "model/cost.h"
 #include "model/graph.h"
 #include "worker/stage_model.h"

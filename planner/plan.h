@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "model/config.h"
+#include "config/config.h"
 #include "model/cost.h"
 #include "model/graph.h"
 #include "scheduler/schedule.h"

@@ -20,9 +20,9 @@
 #include <vector>
 
 #include "comm/communicator.h"
+#include "config/config.h"
 #include "data/data.h"
 #include "kernels/backend.h"
-#include "model/config.h"
 #include "model/graph.h"
 #include "scheduler/schedule.h"
 #include "worker/engine.h"

@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "model/config.h"
+#include "config/config.h"
 
 namespace baton::gpu_bench {
 

@@ -1,5 +1,5 @@
 // Tests for the typed config: schema, errors with file:line and dotted keys, overrides, dumps.
-#include "model/config.h"
+#include "config/config.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

@@ -1,11 +1,11 @@
-#include "model/config_proto.h"
+#include "config/config_proto.h"
 
 #include <fmt/format.h>
 
 #include <string>
 
+#include "config/config_schema.h"
 #include "core/error.h"
-#include "model/config_schema.h"
 
 namespace baton {
 

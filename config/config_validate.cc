@@ -4,7 +4,7 @@
 #include <algorithm>
 #include <initializer_list>
 
-#include "model/config_schema.h"
+#include "config/config_schema.h"
 
 namespace baton::config_internal {
 namespace {

@@ -1,6 +1,6 @@
 // The config schema: every section and key, its type and its range (docs/config.md mirrors it),
 // plus the enum names and the checkpoint-policy syntax.
-#include "model/config_schema.h"
+#include "config/config_schema.h"
 
 #include <fmt/format.h>
 

@@ -6,7 +6,7 @@
 // --set) and the full dotted key, e.g.
 //   configs/x.yaml:12: train.stepz: unknown key (did you mean steps?)
 // Past this point nothing parses strings: code reads the fields below. The schema with its
-// defaults is documented in docs/config.md; model/config_schema.cc is its single source of truth.
+// defaults is documented in docs/config.md; config/config_schema.cc is its single source of truth.
 //
 // A Config is a plain value: copy it freely; all functions here are thread-safe.
 #pragma once
@@ -17,9 +17,9 @@
 #include <string_view>
 #include <vector>
 
+#include "config/layer_kind.h"
 #include "core/device.h"
 #include "core/dtype.h"
-#include "model/layer_kind.h"
 
 namespace baton {
 

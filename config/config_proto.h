@@ -6,7 +6,7 @@
 // config_test checks for every key.
 #pragma once
 
-#include "model/config.h"
+#include "config/config.h"
 #include "proto/baton.pb.h"
 
 namespace baton {

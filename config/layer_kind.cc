@@ -1,4 +1,4 @@
-#include "model/layer_kind.h"
+#include "config/layer_kind.h"
 
 #include "core/error.h"
 

@@ -16,7 +16,7 @@
 #include <utility>
 #include <vector>
 
-#include "model/config.h"
+#include "config/config.h"
 
 namespace baton::config_internal {
 

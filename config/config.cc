@@ -1,6 +1,6 @@
 // Loading a Config: YAML text -> a raw (section, key) -> node table checked against the schema ->
 // --set overrides -> typed fields -> Validate(). Also the YAML and JSON dumps.
-#include "model/config.h"
+#include "config/config.h"
 
 #include <fmt/format.h>
 #include <yaml-cpp/yaml.h>
@@ -14,8 +14,8 @@
 #include <set>
 #include <sstream>
 
+#include "config/config_schema.h"
 #include "core/error.h"
-#include "model/config_schema.h"
 
 namespace baton {
 namespace {

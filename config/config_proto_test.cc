@@ -1,5 +1,5 @@
 // The config's protobuf form: every schema key has its field, and configs survive the trip.
-#include "model/config_proto.h"
+#include "config/config_proto.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -7,8 +7,8 @@
 #include <filesystem>
 #include <string>
 
+#include "config/config_schema.h"
 #include "core/error.h"
-#include "model/config_schema.h"
 
 namespace baton {
 namespace {
