@@ -7,9 +7,9 @@
 #include <thread>
 
 #include "comm/kv_store.h"
+#include "coordinator/coordinator_client.h"
+#include "coordinator/coordinator_server.h"
 #include "core/error.h"
-#include "proto/coordinator_client.h"
-#include "proto/coordinator_server.h"
 
 namespace baton {
 namespace {

@@ -3,8 +3,8 @@
 
 #include <fmt/format.h>
 
+#include "coordinator/coordinator_client.h"
 #include "core/error.h"
-#include "proto/coordinator_client.h"
 
 namespace baton {
 

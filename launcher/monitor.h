@@ -12,9 +12,9 @@
 #include <optional>
 #include <string>
 
+#include "coordinator/coordinator_server.h"
 #include "launcher/process.h"
 #include "launcher/step_metrics.h"
-#include "proto/coordinator_server.h"
 
 namespace baton {
 

@@ -5,8 +5,8 @@
 #include <cstdlib>
 #include <sstream>
 
+#include "coordinator/coordinator_server.h"
 #include "core/error.h"
-#include "proto/coordinator_server.h"
 
 namespace baton {
 namespace {

@@ -9,6 +9,8 @@
 #include <thread>
 
 #include "config/config.h"
+#include "coordinator/coordinator_client.h"
+#include "coordinator/coordinator_server.h"
 #include "core/error.h"
 #include "core/files.h"
 #include "launcher/environment.h"
@@ -22,8 +24,6 @@
 #include "planner/fit.h"
 #include "planner/memory_planner.h"
 #include "planner/plan.h"
-#include "proto/coordinator_client.h"
-#include "proto/coordinator_server.h"
 #include "worker/checkpoint.h"
 #include "worker/trainer.h"
 #include "worker/worker_main.h"

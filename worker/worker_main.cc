@@ -17,11 +17,11 @@
 #if BATON_WITH_NCCL
 #include "comm/nccl_communicator.h"
 #endif
+#include "coordinator/coordinator_client.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "kernels/backend_factory.h"
 #include "planner/codec.h"
-#include "proto/coordinator_client.h"
 #include "worker/checkpoint.h"
 #include "worker/safetensors_gpt2.h"
 #include "worker/trainer.h"

@@ -1,5 +1,5 @@
 // The coordinator's state machine (see coordinator_state.h).
-#include "proto/coordinator_state.h"
+#include "coordinator/coordinator_state.h"
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>

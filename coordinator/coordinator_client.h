@@ -20,7 +20,7 @@
 #include <string>
 #include <vector>
 
-#include "proto/coordinator_types.h"
+#include "coordinator/coordinator_types.h"
 
 namespace baton {
 

@@ -1,5 +1,5 @@
 // Conversions between plain coordinator types and protobuf messages (see convert.h).
-#include "proto/convert.h"
+#include "coordinator/convert.h"
 
 namespace baton {
 namespace {

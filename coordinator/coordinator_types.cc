@@ -1,5 +1,5 @@
 // Formatting for the coordinator's plain types (see coordinator_types.h).
-#include "proto/coordinator_types.h"
+#include "coordinator/coordinator_types.h"
 
 #include <fmt/format.h>
 

@@ -7,10 +7,10 @@
 #include <memory>
 #include <thread>
 
+#include "coordinator/coordinator_client.h"
+#include "coordinator/coordinator_server.h"
 #include "core/error.h"
 #include "proto/baton.grpc.pb.h"
-#include "proto/coordinator_client.h"
-#include "proto/coordinator_server.h"
 
 namespace baton {
 namespace {

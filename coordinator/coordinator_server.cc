@@ -1,5 +1,5 @@
 // The coordinator's gRPC service: token checks and message conversion around CoordinatorState.
-#include "proto/coordinator_server.h"
+#include "coordinator/coordinator_server.h"
 
 #include <grpcpp/grpcpp.h>
 
@@ -7,10 +7,10 @@
 #include <random>
 #include <thread>
 
+#include "coordinator/convert.h"
+#include "coordinator/coordinator_state.h"
 #include "core/error.h"
 #include "proto/baton.grpc.pb.h"
-#include "proto/convert.h"
-#include "proto/coordinator_state.h"
 
 namespace baton {
 namespace {

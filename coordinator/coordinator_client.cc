@@ -1,5 +1,5 @@
 // The coordinator client (see coordinator_client.h).
-#include "proto/coordinator_client.h"
+#include "coordinator/coordinator_client.h"
 
 #include <grpcpp/grpcpp.h>
 
@@ -8,9 +8,9 @@
 #include <optional>
 #include <thread>
 
+#include "coordinator/convert.h"
 #include "core/error.h"
 #include "proto/baton.grpc.pb.h"
-#include "proto/convert.h"
 
 namespace baton {
 namespace {

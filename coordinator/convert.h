@@ -1,9 +1,10 @@
 // Conversions between the coordinator's plain C++ types and their protobuf messages. Internal to
-// proto/ (includes generated code): only coordinator_server.cc and coordinator_client.cc use it.
+// coordinator/ (includes generated code): only coordinator_server.cc and coordinator_client.cc use
+// it.
 #pragma once
 
+#include "coordinator/coordinator_types.h"
 #include "proto/baton.pb.h"
-#include "proto/coordinator_types.h"
 
 namespace baton {
 

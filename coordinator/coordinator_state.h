@@ -17,8 +17,8 @@
 #include <string>
 #include <vector>
 
-#include "proto/coordinator_server.h"
-#include "proto/coordinator_types.h"
+#include "coordinator/coordinator_server.h"
+#include "coordinator/coordinator_types.h"
 
 namespace baton {
 
