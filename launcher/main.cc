@@ -5,13 +5,13 @@
 #include <CLI/CLI.hpp>
 #include <iostream>
 
+#include "checkpoint/checkpoint.h"
+#include "checkpoint/checkpoint_export.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "data/data.h"
 #include "launcher/run.h"
 #include "scheduler/schedule_command.h"
-#include "worker/checkpoint.h"
-#include "worker/checkpoint_export.h"
 #include "worker/worker_main.h"
 
 namespace {

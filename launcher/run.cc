@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "checkpoint/checkpoint.h"
 #include "config/config.h"
 #include "coordinator/coordinator_client.h"
 #include "coordinator/coordinator_server.h"
@@ -24,7 +25,6 @@
 #include "planner/fit.h"
 #include "planner/memory_planner.h"
 #include "planner/plan.h"
-#include "worker/checkpoint.h"
 #include "worker/trainer.h"
 #include "worker/worker_main.h"
 

@@ -17,13 +17,13 @@
 #if BATON_WITH_NCCL
 #include "comm/nccl_communicator.h"
 #endif
+#include "checkpoint/checkpoint.h"
+#include "checkpoint/safetensors_gpt2.h"
 #include "coordinator/coordinator_client.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "kernels/backend_factory.h"
 #include "planner/codec.h"
-#include "worker/checkpoint.h"
-#include "worker/safetensors_gpt2.h"
 #include "worker/trainer.h"
 
 namespace baton {

@@ -1,6 +1,6 @@
 // Checkpoint tests: per-layer save and load across partitions, exact resume, corruption,
 // interrupted saves and the `latest` pointer.
-#include "worker/checkpoint.h"
+#include "checkpoint/checkpoint.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -8,9 +8,9 @@
 #include <filesystem>
 #include <fstream>
 
+#include "checkpoint/checkpoint_test_util.h"
 #include "core/error.h"
 #include "core/files.h"
-#include "worker/checkpoint_test_util.h"
 
 namespace baton {
 namespace {

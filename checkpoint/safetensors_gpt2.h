@@ -14,11 +14,11 @@
 #include <string>
 #include <vector>
 
+#include "checkpoint/safetensors.h"
 #include "kernels/backend.h"
 #include "model/dims.h"
 #include "model/layer.h"
 #include "worker/optimizer.h"
-#include "worker/safetensors.h"
 
 namespace baton {
 

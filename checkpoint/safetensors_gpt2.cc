@@ -1,5 +1,5 @@
 // GPT-2 name mapping, import, validation and export helpers (see safetensors_gpt2.h).
-#include "worker/safetensors_gpt2.h"
+#include "checkpoint/safetensors_gpt2.h"
 
 #include <algorithm>
 #include <charconv>

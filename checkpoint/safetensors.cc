@@ -1,5 +1,5 @@
 // The safetensors writer and validating reader (see safetensors.h, docs/safetensors.md).
-#include "worker/safetensors.h"
+#include "checkpoint/safetensors.h"
 
 #include <algorithm>
 #include <bit>

@@ -1,6 +1,6 @@
 // Checkpoint metadata tests: entries, training state and manifest survive their JSON forms
 // exactly; malformed input is refused with its source named.
-#include "worker/checkpoint_manifest.h"
+#include "checkpoint/checkpoint_manifest.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

@@ -7,8 +7,8 @@
 
 #include <string>
 
+#include "checkpoint/checkpoint.h"
 #include "core/dtype.h"
-#include "worker/checkpoint.h"
 
 namespace baton {
 

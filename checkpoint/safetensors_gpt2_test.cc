@@ -1,16 +1,16 @@
 // GPT-2 import/export tests: HF names both ways, tied head, buffers ignored, dtype conversion,
 // whole-file validation, and the export of a checkpoint.
-#include "worker/safetensors_gpt2.h"
+#include "checkpoint/safetensors_gpt2.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
 
+#include "checkpoint/checkpoint.h"
+#include "checkpoint/checkpoint_export.h"
+#include "checkpoint/checkpoint_test_util.h"
 #include "core/error.h"
-#include "worker/checkpoint.h"
-#include "worker/checkpoint_export.h"
-#include "worker/checkpoint_test_util.h"
 
 namespace baton {
 namespace {

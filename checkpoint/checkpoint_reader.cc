@@ -6,10 +6,10 @@
 #include <map>
 #include <set>
 
+#include "checkpoint/checkpoint.h"
 #include "core/error.h"
 #include "core/files.h"
 #include "core/hash.h"
-#include "worker/checkpoint.h"
 
 namespace baton {
 namespace {

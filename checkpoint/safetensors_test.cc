@@ -1,6 +1,6 @@
 // safetensors format tests: the header as a standard reader sees it, bitwise round trips, and the
 // reader's refusals, each naming the file and the tensor.
-#include "worker/safetensors.h"
+#include "checkpoint/safetensors.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -9,8 +9,8 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "checkpoint/checkpoint_test_util.h"
 #include "core/error.h"
-#include "worker/checkpoint_test_util.h"
 
 namespace baton {
 namespace {

@@ -1,12 +1,12 @@
 // Checkpoint -> Hugging Face GPT-2 directory (see checkpoint_export.h, docs/safetensors.md).
-#include "worker/checkpoint_export.h"
+#include "checkpoint/checkpoint_export.h"
 
 #include <filesystem>
 #include <memory>
 
+#include "checkpoint/safetensors_gpt2.h"
 #include "core/error.h"
 #include "kernels/backend.h"
-#include "worker/safetensors_gpt2.h"
 
 namespace baton {
 namespace {

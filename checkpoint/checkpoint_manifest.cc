@@ -1,5 +1,5 @@
 // JSON forms of checkpoint metadata (see checkpoint_manifest.h, docs/checkpoints.md).
-#include "worker/checkpoint_manifest.h"
+#include "checkpoint/checkpoint_manifest.h"
 
 #include <bit>
 #include <charconv>

@@ -9,9 +9,9 @@
 #include <map>
 #include <set>
 
+#include "checkpoint/checkpoint.h"
 #include "core/error.h"
 #include "core/files.h"
-#include "worker/checkpoint.h"
 
 namespace baton {
 namespace {

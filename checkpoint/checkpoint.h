@@ -26,12 +26,12 @@
 #include <string>
 #include <vector>
 
+#include "checkpoint/checkpoint_manifest.h"
+#include "checkpoint/safetensors.h"
 #include "kernels/backend.h"
 #include "model/dims.h"
 #include "model/graph.h"
-#include "worker/checkpoint_manifest.h"
 #include "worker/optimizer.h"
-#include "worker/safetensors.h"
 #include "worker/stage_model.h"
 
 namespace baton {
