@@ -16,7 +16,8 @@
 // to a temporary name, fsynced and renamed; the directory is fsynced; a step without manifest.json
 // is incomplete and never loaded, so a crash mid-save leaves the previous checkpoint intact.
 // Loading: CheckpointReader::Open(step dir or root), then LoadLayers on every rank for whatever
-// layers it holds now.
+// layers it holds now. Ranks hand over their layers as named tensors (layer_tensors.h): this
+// library knows files and formats, not the model or the optimizer that own them.
 //
 // Thread safety: none of these objects may be shared between threads without a lock; different
 // ranks (processes) write disjoint files of one step directory concurrently by design.
@@ -27,12 +28,11 @@
 #include <vector>
 
 #include "checkpoint/checkpoint_manifest.h"
+#include "checkpoint/layer_tensors.h"
 #include "checkpoint/safetensors.h"
 #include "kernels/backend.h"
 #include "model/dims.h"
 #include "model/graph.h"
-#include "worker/optimizer.h"
-#include "worker/stage_model.h"
 
 namespace baton {
 
@@ -43,11 +43,24 @@ class CheckpointWriter {
   const std::string& root() const { return root_; }
   std::string step_dir(int64_t step) const;
 
-  // Every rank: writes one file per layer `model` holds into step_dir(step) (created if needed;
-  // a manifest already there is removed first, since its files are about to change). Returns the
-  // entries for WriteManifest.
-  std::vector<CheckpointFileEntry> WriteLayers(int64_t step, StageModel& model,
-                                               const Optimizer& optimizer, Backend& backend) const;
+  // Every rank: writes one file per layer of `layers` (the layers rank `rank` holds) into
+  // step_dir(step) (created if needed; a manifest already there is removed first, since its files
+  // are about to change). Each param is stored with its master (when defined) and both moments;
+  // tied copies are not stored. Device tensors are staged through `backend`. Returns the entries
+  // for WriteManifest.
+  std::vector<CheckpointFileEntry> WriteLayers(int64_t step, int rank,
+                                               const std::vector<LayerTensors>& layers,
+                                               Backend& backend) const;
+  // The same for a caller holding a rank's model and optimizer: they become named tensors through
+  // CheckpointTensors(model, optimizer), which the caller's side provides (the worker's is in
+  // worker/stage_tensors.h, found by argument-dependent lookup), so this library never names
+  // their types.
+  template <typename StageT, typename OptimizerT>
+  std::vector<CheckpointFileEntry> WriteLayers(int64_t step, StageT& model,
+                                               const OptimizerT& optimizer,
+                                               Backend& backend) const {
+    return WriteLayers(step, model.rank(), CheckpointTensors(model, optimizer), backend);
+  }
 
   // Rank 0, once every rank's WriteLayers has returned: checks that the entries cover each of the
   // graph's layers exactly once, writes state.json, removes stale temporary files, writes
@@ -85,10 +98,18 @@ class CheckpointReader {
   // Opens layer `index`'s file after checking its checksum against the manifest.
   SafetensorsFile OpenLayer(int index) const;
 
-  // Loads the parameters and optimizer state of every layer `model` holds, whichever partition
-  // wrote them, checksumming each file it reads. Values convert to the params' dtype; a 16-bit
-  // param's master comes from "<name>.master" when stored, else from the stored value.
-  void LoadLayers(StageModel& model, Optimizer& optimizer, Backend& backend) const;
+  // Fills the parameters and optimizer state of every layer of `layers` (the layers a rank holds
+  // now, whichever partition wrote them), checksumming each file it reads. Values convert to the
+  // params' dtype; a 16-bit param's master comes from "<name>.master" when stored, else from the
+  // stored value; an f32 param takes a stored master over the stored (rounded) value. A tied copy
+  // comes from layer 0's file, unless it shares its storage with a param of `layers` (then that
+  // param fills it). Every tensor of a layer's file must belong to one of its params.
+  void LoadLayers(const std::vector<LayerTensors>& layers, Backend& backend) const;
+  // The same for a caller holding a rank's model and optimizer (see WriteLayers).
+  template <typename StageT, typename OptimizerT>
+  void LoadLayers(StageT& model, OptimizerT& optimizer, Backend& backend) const {
+    LoadLayers(CheckpointTensors(model, optimizer), backend);
+  }
 
  private:
   const CheckpointFileEntry& Entry(const std::string& name) const;

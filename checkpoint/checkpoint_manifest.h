@@ -10,9 +10,9 @@
 #include <string>
 #include <vector>
 
+#include "checkpoint/loss_scaler_state.h"
 #include "core/random.h"
 #include "model/dims.h"
-#include "worker/loss_scaler.h"
 
 namespace baton {
 
@@ -34,7 +34,7 @@ std::vector<CheckpointFileEntry> DecodeFileEntries(const std::string& text);
 struct TrainingState {
   int64_t step = 0;   // completed optimizer steps: training resumes at step + 1
   uint64_t seed = 0;  // train.seed; with the step it fixes every later batch (docs/data.md)
-  LossScaler::State loss_scaler{1.0, 0, 0};
+  LossScalerState loss_scaler{1.0, 0, 0};
   std::optional<Rng::State> rng;  // a stateful generator's state, when the run has one
   nlohmann::json config;          // the writing run's config (ToJson(Config)): informational
 };

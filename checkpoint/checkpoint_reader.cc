@@ -79,27 +79,22 @@ std::string ResolveRoot(const std::string& root, std::vector<std::string>& skipp
   return *chosen;
 }
 
-Optimizer::Slot* SlotOf(Optimizer& optimizer, const Param& param) {
-  for (Optimizer::Slot& slot : optimizer.slots()) {
-    if (slot.param->value.raw() == param.value.raw()) return &slot;
-  }
-  return nullptr;
-}
-
-// Loads one param and its optimizer slot from `file`, recording the tensor names it used.
-void LoadParam(const SafetensorsFile& file, Param& param, Optimizer& optimizer, Backend& backend,
+// Fills one param and its optimizer state from `file`, recording the tensor names it used.
+void LoadParam(const SafetensorsFile& file, const ParamTensors& param, Backend& backend,
                std::set<std::string>& used) {
   const std::string& name = param.name;
   const bool has_master = file.Has(name + ".master");
-  file.CopyTo(has_master && param.value.dtype() == DType::kF32 ? name + ".master" : name,
-              param.value, backend);
-  Optimizer::Slot* slot = SlotOf(optimizer, param);
-  BATON_CHECK(slot != nullptr, "the optimizer has no state for parameter {}", name);
-  if (slot->master.defined()) {
-    file.CopyTo(has_master ? name + ".master" : name, slot->master, backend);
+  Tensor value = param.value;  // handles: the copies land in the caller's storage
+  file.CopyTo(has_master && value.dtype() == DType::kF32 ? name + ".master" : name, value, backend);
+  BATON_CHECK(param.adam_m.defined() && param.adam_v.defined(),
+              "parameter {} comes without its optimizer state", name);
+  if (param.master.defined()) {
+    Tensor master = param.master;
+    file.CopyTo(has_master ? name + ".master" : name, master, backend);
   }
-  file.CopyTo(name + ".adam_m", slot->m, backend);
-  file.CopyTo(name + ".adam_v", slot->v, backend);
+  Tensor m = param.adam_m, v = param.adam_v;
+  file.CopyTo(name + ".adam_m", m, backend);
+  file.CopyTo(name + ".adam_v", v, backend);
   used.insert({name, name + ".adam_m", name + ".adam_v"});
   if (has_master) used.insert(name + ".master");
 }
@@ -206,29 +201,35 @@ SafetensorsFile CheckpointReader::OpenLayer(int index) const {
   return file;
 }
 
-void CheckpointReader::LoadLayers(StageModel& model, Optimizer& optimizer, Backend& backend) const {
+void CheckpointReader::LoadLayers(const std::vector<LayerTensors>& layers, Backend& backend) const {
+  // Storage that a stored param of `layers` fills: a tied copy sharing it needs no load of its own.
+  std::set<const void*> filled;
+  for (const LayerTensors& layer : layers) {
+    for (const ParamTensors& p : layer.params) {
+      if (!p.tied) filled.insert(p.value.raw());
+    }
+  }
   std::optional<SafetensorsFile> embedding_file;  // wte for a head without the embedding
-  for (auto& [index, layer] : model.layers()) {
-    BATON_CHECK(index < static_cast<int>(layer_names_.size()) &&
-                    layer->name() == layer_names_[static_cast<size_t>(index)],
+  for (const LayerTensors& layer : layers) {
+    BATON_CHECK(layer.index >= 0 && layer.index < static_cast<int>(layer_names_.size()) &&
+                    layer.name == layer_names_[static_cast<size_t>(layer.index)],
                 "{}: this run's layer {} is {}, which the checkpoint does not hold there",
-                step_dir_, index, layer->name());
-    const SafetensorsFile file = OpenLayer(index);
+                step_dir_, layer.index, layer.name);
+    const SafetensorsFile file = OpenLayer(layer.index);
     std::set<std::string> used;
-    for (Param* p : layer->params()) {
-      if (!p->tied) {
-        LoadParam(file, *p, optimizer, backend, used);
+    for (const ParamTensors& p : layer.params) {
+      if (!p.tied) {
+        LoadParam(file, p, backend, used);
         continue;
       }
-      const Param* embedding = model.embedding_wte();
-      if (embedding != nullptr && embedding->value.raw() == p->value.raw()) continue;  // shared
+      if (filled.count(p.value.raw()) == 1) continue;  // shared with the embedding's
       if (!embedding_file) embedding_file = OpenLayer(0);
       std::set<std::string> ignored;
-      LoadParam(*embedding_file, *p, optimizer, backend, ignored);
+      LoadParam(*embedding_file, p, backend, ignored);
     }
     for (const SafetensorsEntry& entry : file.entries()) {
       BATON_CHECK(used.count(entry.name) == 1, "{}: tensor {} belongs to no parameter of {}",
-                  file.path(), entry.name, layer->name());
+                  file.path(), entry.name, layer.name);
     }
   }
 }

@@ -34,8 +34,8 @@ void Save(Fixture& f, const std::string& root, int64_t step, const std::vector<R
   CheckpointWriter writer(root);
   std::vector<CheckpointFileEntry> all;
   for (Rank* r : ranks) {
-    const std::string sent =
-        EncodeFileEntries(writer.WriteLayers(step, *r->model, *r->optimizer, *f.backend));
+    const std::string sent = EncodeFileEntries(
+        writer.WriteLayers(step, r->model->rank(), r->checkpoint_tensors(), *f.backend));
     for (CheckpointFileEntry& e : DecodeFileEntries(sent)) all.push_back(e);
   }
   writer.WriteManifest(step, all, StateAt(step), f.dims, f.graph);
@@ -44,7 +44,7 @@ void Save(Fixture& f, const std::string& root, int64_t step, const std::vector<R
 void Load(Fixture& f, const std::string& dir, const std::vector<Rank*>& ranks) {
   const CheckpointReader reader = CheckpointReader::Open(dir);
   reader.CheckCompatible(f.dims, f.graph);
-  for (Rank* r : ranks) reader.LoadLayers(*r->model, *r->optimizer, *f.backend);
+  for (Rank* r : ranks) reader.LoadLayers(r->checkpoint_tensors(), *f.backend);
 }
 
 std::string ErrorOf(const std::function<void()>& action) {
@@ -115,7 +115,7 @@ TEST(CheckpointTest, ResumingOnAnotherPartitionContinuesBitwiseLikeNeverStopping
   Rank first = f.MakeRank({{0, 0}}, 0, 2, DType::kBF16, /*seed=*/99);
   Rank second = f.MakeRank({{1, 3}}, 1, 2, DType::kBF16, /*seed=*/99);
   const CheckpointReader reader = CheckpointReader::Open(dir.path());
-  for (Rank* r : {&first, &second}) reader.LoadLayers(*r->model, *r->optimizer, *f.backend);
+  for (Rank* r : {&first, &second}) reader.LoadLayers(r->checkpoint_tensors(), *f.backend);
   for (int64_t step = reader.state().step + 1; step <= 6; ++step) {
     checkpoint_test::FakeStep({&first, &second}, step);
   }
@@ -164,7 +164,7 @@ TEST(CheckpointTest, FlippedByteInLayerFileIsRejectedNamingTheFile) {
   const CheckpointReader reader = CheckpointReader::Open(dir.path());  // sizes still match
   Rank fresh = f.MakeRank({{0, 3}}, 0, 1);
   const std::string error =
-      ErrorOf([&] { reader.LoadLayers(*fresh.model, *fresh.optimizer, *f.backend); });
+      ErrorOf([&] { reader.LoadLayers(fresh.checkpoint_tensors(), *f.backend); });
   EXPECT_THAT(error, HasSubstr(path));
   EXPECT_THAT(error, HasSubstr("checksum"));
   EXPECT_THAT(ErrorOf([&] { reader.VerifyAll(); }), HasSubstr(path));
@@ -202,7 +202,8 @@ TEST(CheckpointTest, RootWithoutNewestManifestFallsBackToPreviousCompleteCheckpo
   Rank at_step_1 = f.MakeRank({{0, 3}}, 0, 1, DType::kF32, 99);
   Load(f, dir.path(), {&at_step_1});
   checkpoint_test::FakeStep({&whole}, 2);
-  CheckpointWriter(dir.path()).WriteLayers(2, *whole.model, *whole.optimizer, *f.backend);
+  CheckpointWriter(dir.path())
+      .WriteLayers(2, whole.model->rank(), whole.checkpoint_tensors(), *f.backend);
 
   for (bool with_latest : {true, false}) {
     if (!with_latest) std::filesystem::remove(dir / "latest");
@@ -211,7 +212,7 @@ TEST(CheckpointTest, RootWithoutNewestManifestFallsBackToPreviousCompleteCheckpo
     ASSERT_EQ(reader.skipped().size(), 1u);
     EXPECT_THAT(reader.skipped()[0], HasSubstr("step-2 (incomplete"));
     Rank loaded = f.MakeRank({{0, 3}}, 0, 1, DType::kF32, 99);
-    reader.LoadLayers(*loaded.model, *loaded.optimizer, *f.backend);
+    reader.LoadLayers(loaded.checkpoint_tensors(), *f.backend);
     checkpoint_test::ExpectSameState({&at_step_1}, {&loaded});
   }
   EXPECT_THAT(ErrorOf([&] { CheckpointReader::Open(dir / "step-2"); }),
@@ -240,7 +241,7 @@ TEST(CheckpointTest, KilledSaveLeavesPreviousCheckpointLoadable) {
   EXPECT_EQ(reader.step(), 1);
   reader.VerifyAll();
   Rank loaded = f.MakeRank({{0, 3}}, 0, 1, DType::kF32, 99);
-  reader.LoadLayers(*loaded.model, *loaded.optimizer, *f.backend);
+  reader.LoadLayers(loaded.checkpoint_tensors(), *f.backend);
   checkpoint_test::ExpectSameState({&whole}, {&loaded});
 
   // The next complete save of that step clears the leftovers.
@@ -253,7 +254,8 @@ TEST(CheckpointTest, RewritingAStepRemovesItsManifestBeforeTouchingFiles) {
   TempDir dir;
   Rank whole = f.MakeRank({{0, 3}}, 0, 1);
   Save(f, dir.path(), 1, {&whole});
-  CheckpointWriter(dir.path()).WriteLayers(1, *whole.model, *whole.optimizer, *f.backend);
+  CheckpointWriter(dir.path())
+      .WriteLayers(1, whole.model->rank(), whole.checkpoint_tensors(), *f.backend);
   EXPECT_FALSE(std::filesystem::exists(dir / "step-1/manifest.json"));
 }
 
@@ -294,7 +296,8 @@ TEST(CheckpointTest, ManifestRequiresEveryLayerFromSomeRank) {
   TempDir dir;
   Rank first = f.MakeRank({{0, 1}}, 0, 2);
   CheckpointWriter writer(dir.path());
-  const auto entries = writer.WriteLayers(1, *first.model, *first.optimizer, *f.backend);
+  const auto entries =
+      writer.WriteLayers(1, first.model->rank(), first.checkpoint_tensors(), *f.backend);
   EXPECT_THAT(ErrorOf([&] { writer.WriteManifest(1, entries, StateAt(1), f.dims, f.graph); }),
               HasSubstr("no rank wrote layer 2 (block.1)"));
   EXPECT_FALSE(std::filesystem::exists(dir / "step-1/manifest.json"));

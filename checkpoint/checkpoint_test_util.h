@@ -1,5 +1,6 @@
 // Helpers for the checkpoint and safetensors tests (test-only): a scratch directory, tiny GPT
-// stage models with their optimizers, deterministic fake training, and byte snapshots.
+// stage models with their optimizers (the worker's, handed over as named tensors the way the worker
+// does), deterministic fake training, and byte snapshots.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -19,6 +20,7 @@
 #include "model/graph.h"
 #include "worker/optimizer.h"
 #include "worker/stage_model.h"
+#include "worker/stage_tensors.h"
 
 namespace baton::checkpoint_test {
 
@@ -32,6 +34,13 @@ inline ModelDims TinyDims() { return {11, 5, 2, 2, 8}; }
 struct Rank {
   std::unique_ptr<StageModel> model;
   std::unique_ptr<Optimizer> optimizer;
+
+  // What the worker hands checkpoint/ (worker/stage_tensors.h): the layers with their optimizer
+  // state, and the params alone (GPT-2 import and export).
+  std::vector<LayerTensors> checkpoint_tensors() const {
+    return CheckpointTensors(*model, *optimizer);
+  }
+  std::vector<ParamTensors> param_tensors() const { return ParamTensorsOf(model->params()); }
 };
 
 class Fixture {

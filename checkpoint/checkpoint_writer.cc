@@ -22,23 +22,18 @@ std::string Join(const std::string& dir, const std::string& name) {
   return (fs::path(dir) / name).string();
 }
 
-const Optimizer::Slot& SlotOf(const Optimizer& optimizer, const Param& param) {
-  for (const Optimizer::Slot& slot : optimizer.slots()) {
-    if (slot.param->value.raw() == param.value.raw()) return slot;
-  }
-  BATON_FAIL("the optimizer has no state for parameter {}", param.name);
-}
-
 // The tensors of one layer's file: each stored param with its optimizer state.
-NamedTensors LayerTensors(Layer& layer, const Optimizer& optimizer) {
+NamedTensors FileTensors(const LayerTensors& layer) {
   NamedTensors tensors;
-  for (Param* p : layer.params()) {
-    if (p->tied) continue;  // the embedding's file carries wte
-    const Optimizer::Slot& slot = SlotOf(optimizer, *p);
-    tensors.emplace_back(p->name, p->value);
-    if (slot.master.defined()) tensors.emplace_back(p->name + ".master", slot.master);
-    tensors.emplace_back(p->name + ".adam_m", slot.m);
-    tensors.emplace_back(p->name + ".adam_v", slot.v);
+  for (const ParamTensors& p : layer.params) {
+    if (p.tied) continue;  // the embedding's file carries wte
+    BATON_CHECK(p.adam_m.defined() && p.adam_v.defined(),
+                "layer {} ({}): parameter {} comes without its optimizer state", layer.index,
+                layer.name, p.name);
+    tensors.emplace_back(p.name, p.value);
+    if (p.master.defined()) tensors.emplace_back(p.name + ".master", p.master);
+    tensors.emplace_back(p.name + ".adam_m", p.adam_m);
+    tensors.emplace_back(p.name + ".adam_v", p.adam_v);
   }
   return tensors;
 }
@@ -82,9 +77,8 @@ std::string CheckpointWriter::step_dir(int64_t step) const {
   return Join(root_, StepDirName(step));
 }
 
-std::vector<CheckpointFileEntry> CheckpointWriter::WriteLayers(int64_t step, StageModel& model,
-                                                               const Optimizer& optimizer,
-                                                               Backend& backend) const {
+std::vector<CheckpointFileEntry> CheckpointWriter::WriteLayers(
+    int64_t step, int rank, const std::vector<LayerTensors>& layers, Backend& backend) const {
   const std::string dir = step_dir(step);
   MakeDirectories(dir);
   // A complete checkpoint of this step from an earlier attempt: its manifest must not vouch for
@@ -92,15 +86,15 @@ std::vector<CheckpointFileEntry> CheckpointWriter::WriteLayers(int64_t step, Sta
   RemoveIfPresent(Join(dir, kManifestFileName));
   SyncDirectory(dir);
   std::vector<CheckpointFileEntry> entries;
-  for (auto& [index, layer] : model.layers()) {
+  for (const LayerTensors& layer : layers) {
     const SafetensorsMetadata metadata = {{"format", "baton-checkpoint-layer"},
-                                          {"layer", layer->name()},
-                                          {"layer_index", std::to_string(index)},
+                                          {"layer", layer.name},
+                                          {"layer_index", std::to_string(layer.index)},
                                           {"step", std::to_string(step)}};
-    const std::string name = LayerFileName(index);
+    const std::string name = LayerFileName(layer.index);
     const WrittenFile written =
-        WriteSafetensors(Join(dir, name), LayerTensors(*layer, optimizer), metadata, &backend);
-    entries.push_back({name, written.bytes, written.checksum, index, model.rank()});
+        WriteSafetensors(Join(dir, name), FileTensors(layer), metadata, &backend);
+    entries.push_back({name, written.bytes, written.checksum, layer.index, rank});
   }
   return entries;
 }

@@ -90,27 +90,24 @@ const SafetensorsEntry* FindGpt2Tensor(const SafetensorsFile& file, const std::s
   return prefixed != nullptr ? prefixed : plain;
 }
 
-void LoadParamsFromSafetensors(const SafetensorsFile& file, const std::vector<Param*>& params,
+void LoadParamsFromSafetensors(const SafetensorsFile& file, const std::vector<ParamTensors>& params,
                                Backend& backend) {
   std::set<const void*> loaded;  // a tied copy sharing the embedding's storage is loaded once
-  for (Param* p : params) {
-    if (!loaded.insert(p->value.raw()).second) continue;
-    const SafetensorsEntry* entry = FindGpt2Tensor(file, p->name);
+  for (const ParamTensors& p : params) {
+    if (!loaded.insert(p.value.raw()).second) continue;
+    const SafetensorsEntry* entry = FindGpt2Tensor(file, p.name);
     BATON_CHECK(entry != nullptr, "{}: no tensor {} (nor {}) for parameter {}{}", file.path(),
-                Gpt2HfName(p->name), p->name, p->name,
-                p->tied ? " (the LM head's tied copy of wte)" : "");
-    file.CopyTo(entry->name, p->value, backend);
+                Gpt2HfName(p.name), p.name, p.name,
+                p.tied ? " (the LM head's tied copy of wte)" : "");
+    Tensor value = p.value;  // a handle: the copy lands in the param's storage
+    file.CopyTo(entry->name, value, backend);
   }
-}
-
-void InitFromSafetensors(const SafetensorsFile& file, const std::vector<Param*>& params,
-                         Optimizer& optimizer, Backend& backend) {
-  LoadParamsFromSafetensors(file, params, backend);
-  for (Optimizer::Slot& slot : optimizer.slots()) {
-    if (!slot.master.defined()) continue;
-    const SafetensorsEntry* entry = FindGpt2Tensor(file, slot.param->name);
-    BATON_CHECK(entry != nullptr, "{}: no tensor for parameter {}", file.path(), slot.param->name);
-    file.CopyTo(entry->name, slot.master, backend);
+  for (const ParamTensors& p : params) {
+    if (!p.master.defined() || !loaded.insert(p.master.raw()).second) continue;
+    const SafetensorsEntry* entry = FindGpt2Tensor(file, p.name);
+    BATON_CHECK(entry != nullptr, "{}: no tensor for parameter {}", file.path(), p.name);
+    Tensor master = p.master;
+    file.CopyTo(entry->name, master, backend);
   }
 }
 
@@ -138,24 +135,24 @@ void ValidateGpt2File(const SafetensorsFile& file, const ModelDims& dims) {
   }
 }
 
-NamedTensors Gpt2ExportTensors(const std::vector<Param*>& params) {
+NamedTensors Gpt2ExportTensors(const std::vector<ParamTensors>& params) {
   NamedTensors tensors;
-  for (const Param* p : params) {
-    if (p->tied) continue;
-    tensors.emplace_back(Gpt2HfName(p->name), p->value);
+  for (const ParamTensors& p : params) {
+    if (p.tied) continue;
+    tensors.emplace_back(Gpt2HfName(p.name), p.value);
   }
   return tensors;
 }
 
 SafetensorsMetadata HfMetadata() { return {{"format", "pt"}}; }
 
-void ExportHfGpt2(const std::string& dir, const std::vector<Param*>& params, const ModelDims& dims,
-                  Backend& backend) {
+void ExportHfGpt2(const std::string& dir, const std::vector<ParamTensors>& params,
+                  const ModelDims& dims, Backend& backend) {
   MakeDirectories(dir);
   WriteSafetensors((std::filesystem::path(dir) / kHfWeightsFileName).string(),
                    Gpt2ExportTensors(params), HfMetadata(), &backend);
   DType dtype = DType::kF32;
-  for (const Param* p : params) dtype = p->value.dtype();
+  for (const ParamTensors& p : params) dtype = p.value.dtype();
   WriteHfGpt2Config(dir, dims, dtype);
 }
 

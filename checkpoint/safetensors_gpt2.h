@@ -14,11 +14,10 @@
 #include <string>
 #include <vector>
 
+#include "checkpoint/layer_tensors.h"
 #include "checkpoint/safetensors.h"
 #include "kernels/backend.h"
 #include "model/dims.h"
-#include "model/layer.h"
-#include "worker/optimizer.h"
 
 namespace baton {
 
@@ -30,30 +29,28 @@ std::string Gpt2HfName(const std::string& baton_name);
 // Throws when the file holds both spellings.
 const SafetensorsEntry* FindGpt2Tensor(const SafetensorsFile& file, const std::string& baton_name);
 
-// Fills every param from `file`, converting the file's dtype to the param's (f32/f16/bf16).
-// Tied copies (Param::tied) take wte. A missing tensor or a shape mismatch is an error naming the
-// file and the tensor. Loads only the params given: one pipeline rank loads its own layers.
-void LoadParamsFromSafetensors(const SafetensorsFile& file, const std::vector<Param*>& params,
+// Fills every param's value from `file`, converting the file's dtype to the param's
+// (f32/f16/bf16), and each defined master from the file's values (not from the rounded 16-bit
+// param); moments are left alone. Tied copies take wte; storage shared by two params is filled
+// once. A missing tensor or a shape mismatch is an error naming the file and the tensor. Loads
+// only the params given: one pipeline rank loads its own layers. (model.init_from: the worker's
+// InitFromSafetensors, worker/stage_tensors.h, passes its params with their masters.)
+void LoadParamsFromSafetensors(const SafetensorsFile& file, const std::vector<ParamTensors>& params,
                                Backend& backend);
-
-// model.init_from after the Optimizer exists: loads the params, then sets each fp32 master copy
-// from the file's values (not from the rounded 16-bit param), and leaves the moments at zero.
-void InitFromSafetensors(const SafetensorsFile& file, const std::vector<Param*>& params,
-                         Optimizer& optimizer, Backend& backend);
 
 // Checks that `file` describes a GPT-2 with these dims as a whole: wte (V,C) and wpe (maxT,C)
 // present, blocks h.0 .. h.{L-1} and no others, no tensor Baton does not know. A pipeline rank
 // only sees its own layers' names, so rank 0 (or the launcher) runs this once for the whole model.
 void ValidateGpt2File(const SafetensorsFile& file, const ModelDims& dims);
 
-// Export of parameters held in one process: tied copies skipped, names prefixed. The tensors
-// share the params' storage.
-NamedTensors Gpt2ExportTensors(const std::vector<Param*>& params);
+// Export of parameters held in one process: tied copies skipped, names prefixed, values only. The
+// tensors share the params' storage.
+NamedTensors Gpt2ExportTensors(const std::vector<ParamTensors>& params);
 
 // <dir>/model.safetensors and <dir>/config.json from parameters held in one process (a one-rank
 // run, or tests): what GPT2LMHeadModel.from_pretrained(dir) loads.
-void ExportHfGpt2(const std::string& dir, const std::vector<Param*>& params, const ModelDims& dims,
-                  Backend& backend);
+void ExportHfGpt2(const std::string& dir, const std::vector<ParamTensors>& params,
+                  const ModelDims& dims, Backend& backend);
 
 // <dir>/config.json: the minimal Hugging Face GPT2Config that GPT2LMHeadModel.from_pretrained(dir)
 // needs to load <dir>/model.safetensors (gelu_new, layer_norm_epsilon 1e-5, tied embeddings, no

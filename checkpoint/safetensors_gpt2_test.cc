@@ -49,13 +49,13 @@ TEST(SafetensorsGpt2Test, ExportThenImportIsBitwise) {
   TempDir dir;
   Rank whole = f.MakeRank({{0, 3}}, 0, 1);
   checkpoint_test::FakeStep({&whole}, 1);
-  ExportHfGpt2(dir.path(), whole.model->params(), f.dims, *f.backend);
+  ExportHfGpt2(dir.path(), whole.param_tensors(), f.dims, *f.backend);
 
   const SafetensorsFile file = ReadSafetensors(dir / "model.safetensors");
   ValidateGpt2File(file, f.dims);
   Rank first = f.MakeRank({{0, 2}}, 0, 2, DType::kF32, /*seed=*/99);
   Rank second = f.MakeRank({{3, 3}}, 1, 2, DType::kF32, /*seed=*/99);
-  for (Rank* r : {&first, &second}) LoadParamsFromSafetensors(file, r->model->params(), *f.backend);
+  for (Rank* r : {&first, &second}) LoadParamsFromSafetensors(file, r->param_tensors(), *f.backend);
   ExpectSameValues({&whole}, {&first, &second});
   EXPECT_EQ(checkpoint_test::Bytes(second.model->head_wte()->value),
             checkpoint_test::Bytes(whole.model->embedding_wte()->value));
@@ -65,7 +65,7 @@ TEST(SafetensorsGpt2Test, ExportUsesTransformersNamesAndDoesNotStoreTheLmHead) {
   Fixture f;
   TempDir dir;
   Rank whole = f.MakeRank({{0, 3}}, 0, 1);
-  ExportHfGpt2(dir.path(), whole.model->params(), f.dims, *f.backend);
+  ExportHfGpt2(dir.path(), whole.param_tensors(), f.dims, *f.backend);
   const SafetensorsFile file = ReadSafetensors(dir / "model.safetensors");
   EXPECT_EQ(file.metadata().at("format"), "pt");
   EXPECT_TRUE(file.Has("transformer.wte.weight"));
@@ -111,7 +111,7 @@ TEST(SafetensorsGpt2Test, ImportAcceptsHubNamesAndIgnoresAttentionBuffers) {
   const SafetensorsFile file = ReadSafetensors(dir / "hub.safetensors");
   ValidateGpt2File(file, f.dims);
   Rank loaded = f.MakeRank({{0, 3}}, 0, 1, DType::kF32, /*seed=*/99);
-  LoadParamsFromSafetensors(file, loaded.model->params(), *f.backend);
+  LoadParamsFromSafetensors(file, loaded.param_tensors(), *f.backend);
   ExpectSameValues({&whole}, {&loaded});
 }
 
@@ -119,7 +119,7 @@ TEST(SafetensorsGpt2Test, ImportConvertsToBf16AndInitSetsMastersFromTheFile) {
   Fixture f;
   TempDir dir;
   Rank source = f.MakeRank({{0, 3}}, 0, 1);
-  ExportHfGpt2(dir.path(), source.model->params(), f.dims, *f.backend);
+  ExportHfGpt2(dir.path(), source.param_tensors(), f.dims, *f.backend);
   const SafetensorsFile file = ReadSafetensors(dir / "model.safetensors");
   Rank bf16 = f.MakeRank({{0, 3}}, 0, 1, DType::kBF16, /*seed=*/99);
   InitFromSafetensors(file, bf16.model->params(), *bf16.optimizer, *f.backend);
@@ -136,13 +136,13 @@ TEST(SafetensorsGpt2Test, MissingOrMisshapedTensorIsAnErrorNamingIt) {
   Fixture f;
   TempDir dir;
   Rank whole = f.MakeRank({{0, 3}}, 0, 1);
-  NamedTensors tensors = Gpt2ExportTensors(whole.model->params());
+  NamedTensors tensors = Gpt2ExportTensors(whole.param_tensors());
   const std::string path = dir / "m.safetensors";
   std::erase_if(tensors, [](const auto& t) { return t.first == "transformer.h.1.ln_2.bias"; });
   ExportSafetensors(tensors, path, {{"format", "pt"}});
   Rank loaded = f.MakeRank({{0, 3}}, 0, 1);
   EXPECT_THAT(ErrorOf([&] {
-                LoadParamsFromSafetensors(ReadSafetensors(path), loaded.model->params(),
+                LoadParamsFromSafetensors(ReadSafetensors(path), loaded.param_tensors(),
                                           *f.backend);
               }),
               HasSubstr(path + ": no tensor transformer.h.1.ln_2.bias (nor h.1.ln_2.bias)"));
@@ -153,10 +153,10 @@ TEST(SafetensorsGpt2Test, MissingOrMisshapedTensorIsAnErrorNamingIt) {
   g.dims = wide;
   g.graph = GptGraph(wide);
   Rank big = g.MakeRank({{0, 3}}, 0, 1);
-  ExportSafetensors(Gpt2ExportTensors(big.model->params()), path, {{"format", "pt"}});
+  ExportSafetensors(Gpt2ExportTensors(big.param_tensors()), path, {{"format", "pt"}});
   EXPECT_THAT(
       ErrorOf([&] {
-        LoadParamsFromSafetensors(ReadSafetensors(path), loaded.model->params(), *f.backend);
+        LoadParamsFromSafetensors(ReadSafetensors(path), loaded.param_tensors(), *f.backend);
       }),
       HasSubstr("tensor transformer.wte.weight has shape (11, 16) but (11, 8) was expected"));
 }
@@ -166,7 +166,7 @@ TEST(SafetensorsGpt2Test, ValidateRejectsExtraBlocksUnknownTensorsAndUntiedHead)
   TempDir dir;
   Rank whole = f.MakeRank({{0, 3}}, 0, 1);
   const std::string path = dir / "v.safetensors";
-  const NamedTensors base = Gpt2ExportTensors(whole.model->params());
+  const NamedTensors base = Gpt2ExportTensors(whole.param_tensors());
   const Tensor ln = whole.model->params()[2]->value;  // h.0.ln_1.weight (C)
 
   NamedTensors extra = base;
@@ -203,7 +203,7 @@ TEST(SafetensorsGpt2Test, CheckpointExportsAsHfGpt2WhateverPartitionWroteIt) {
   CheckpointWriter writer(dir / "checkpoints");
   std::vector<CheckpointFileEntry> entries;
   for (Rank* r : {&first, &second}) {
-    for (auto& e : writer.WriteLayers(1, *r->model, *r->optimizer, *f.backend))
+    for (auto& e : writer.WriteLayers(1, r->model->rank(), r->checkpoint_tensors(), *f.backend))
       entries.push_back(e);
   }
   TrainingState state;
@@ -215,7 +215,7 @@ TEST(SafetensorsGpt2Test, CheckpointExportsAsHfGpt2WhateverPartitionWroteIt) {
   ValidateGpt2File(file, f.dims);
   EXPECT_EQ(file.Get("transformer.h.0.attn.c_attn.weight").dtype, "F32");  // the f32 masters
   Rank loaded = f.MakeRank({{0, 3}}, 0, 1, DType::kBF16, /*seed=*/99);
-  LoadParamsFromSafetensors(file, loaded.model->params(), *f.backend);
+  LoadParamsFromSafetensors(file, loaded.param_tensors(), *f.backend);
   ExpectSameValues({&first, &second}, {&loaded});  // the masters round to the bf16 params
   EXPECT_TRUE(FileExists(dir / "hf/config.json"));
 }
@@ -228,8 +228,9 @@ TEST(SafetensorsGpt2Test, OnlyTheGptGraphExportsAsGpt2) {
   CheckpointWriter writer(dir.path());
   TrainingState state;
   state.step = 1;
-  writer.WriteManifest(1, writer.WriteLayers(1, *whole.model, *whole.optimizer, *f.backend), state,
-                       f.dims, f.graph);
+  writer.WriteManifest(
+      1, writer.WriteLayers(1, whole.model->rank(), whole.checkpoint_tensors(), *f.backend), state,
+      f.dims, f.graph);
   EXPECT_THAT(
       ErrorOf([&] { ExportCheckpointToHf(CheckpointReader::Open(dir.path()), dir / "hf"); }),
       HasSubstr("only a gpt-preset model"));

@@ -8,6 +8,8 @@
 
 #include <cstdint>
 
+#include "checkpoint/loss_scaler_state.h"
+
 namespace baton {
 
 class LossScaler {
@@ -23,11 +25,7 @@ class LossScaler {
   int64_t skipped_steps() const { return skipped_; }
   int64_t clean_steps() const { return clean_; }
 
-  struct State {
-    double scale;
-    int64_t clean;
-    int64_t skipped;
-  };
+  using State = LossScalerState;  // {scale, clean, skipped}: what a checkpoint stores
   State state() const { return {scale_, clean_, skipped_}; }
   void set_state(const State& s) {
     scale_ = s.scale;

@@ -24,6 +24,7 @@
 #include "core/log.h"
 #include "kernels/backend_factory.h"
 #include "planner/codec.h"
+#include "worker/stage_tensors.h"
 #include "worker/trainer.h"
 
 namespace baton {

@@ -1,0 +1,37 @@
+// What a rank hands checkpoint/ to save, or to fill when loading: its parameters by name, each with
+// the optimizer state that belongs to it, grouped by graph layer. checkpoint/ knows files and
+// formats, not the model or the optimizer that own these tensors; the worker builds these lists
+// from its stage (worker/stage_tensors.h).
+//
+// Tensors are handles (core/tensor.h): saving reads them, loading copies into their storage, on
+// any device. The caller keeps them alive and leaves them alone until the call returns.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace baton {
+
+// One parameter and its optimizer state, stored in a layer file as "<name>", "<name>.master",
+// "<name>.adam_m" and "<name>.adam_v" (docs/checkpoints.md).
+struct ParamTensors {
+  std::string name;  // Hugging Face GPT-2 style, as Param::name: "h.3.attn.c_attn.weight"
+  Tensor value;      // the parameter, in its own dtype
+  Tensor master;     // f32 master copy of a 16-bit parameter; undefined when there is none
+  Tensor adam_m;     // f32 AdamW moments; undefined when there is no optimizer state (GPT-2
+  Tensor adam_v;     // import and export need none; a checkpoint needs both)
+  // A copy of layer 0's parameter of the same name (the head's tied "wte.weight"): a checkpoint
+  // stores it only in layer 0's file and loads it from there.
+  bool tied = false;
+};
+
+// One graph layer's parameters, in the layer's order.
+struct LayerTensors {
+  int index = 0;     // in the layer graph
+  std::string name;  // LayerSpec::name: "embedding", "block.3", "head"
+  std::vector<ParamTensors> params;
+};
+
+}  // namespace baton

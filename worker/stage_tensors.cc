@@ -1,0 +1,54 @@
+// A stage's params and optimizer state as checkpoint/'s named tensors (see stage_tensors.h).
+#include "worker/stage_tensors.h"
+
+#include "checkpoint/safetensors_gpt2.h"
+#include "core/error.h"
+
+namespace baton {
+namespace {
+
+// A param's optimizer slot: the one over the same storage (a tied copy sharing the embedding's
+// storage has the embedding's slot).
+const Optimizer::Slot& SlotOf(const Optimizer& optimizer, const Param& param) {
+  for (const Optimizer::Slot& slot : optimizer.slots()) {
+    if (slot.param->value.raw() == param.value.raw()) return slot;
+  }
+  BATON_FAIL("the optimizer has no state for parameter {}", param.name);
+}
+
+}  // namespace
+
+std::vector<ParamTensors> ParamTensorsOf(const std::vector<Param*>& params,
+                                         const Optimizer* optimizer) {
+  std::vector<ParamTensors> tensors;
+  tensors.reserve(params.size());
+  for (const Param* p : params) {
+    ParamTensors t;
+    t.name = p->name;
+    t.value = p->value;
+    t.tied = p->tied;
+    if (optimizer != nullptr) {
+      const Optimizer::Slot& slot = SlotOf(*optimizer, *p);
+      t.master = slot.master;
+      t.adam_m = slot.m;
+      t.adam_v = slot.v;
+    }
+    tensors.push_back(std::move(t));
+  }
+  return tensors;
+}
+
+std::vector<LayerTensors> CheckpointTensors(StageModel& model, const Optimizer& optimizer) {
+  std::vector<LayerTensors> layers;
+  for (auto& [index, layer] : model.layers()) {
+    layers.push_back({index, layer->name(), ParamTensorsOf(layer->params(), &optimizer)});
+  }
+  return layers;
+}
+
+void InitFromSafetensors(const SafetensorsFile& file, const std::vector<Param*>& params,
+                         Optimizer& optimizer, Backend& backend) {
+  LoadParamsFromSafetensors(file, ParamTensorsOf(params, &optimizer), backend);
+}
+
+}  // namespace baton
