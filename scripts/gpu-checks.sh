@@ -55,8 +55,9 @@ usage() {
 
 # The corpus: this repository's own sources and docs (byte tokens are valid GPT-2 ids).
 make_corpus() {
-  (cd "$root" && find docs kernels model worker scheduler comm core launcher -type f \
-    \( -name '*.md' -o -name '*.h' -o -name '*.cc' \) -print0 | sort -z | xargs -0 cat) >"$1"
+  (cd "$root" && find docs kernels config model worker data checkpoint scheduler comm core \
+    launcher -type f \( -name '*.md' -o -name '*.h' -o -name '*.cc' \) -print0 | sort -z |
+    xargs -0 cat) >"$1"
 }
 
 mode=checks
