@@ -51,16 +51,6 @@ class CheckpointWriter {
   std::vector<CheckpointFileEntry> WriteLayers(int64_t step, int rank,
                                                const std::vector<LayerTensors>& layers,
                                                Backend& backend) const;
-  // The same for a caller holding a rank's model and optimizer: they become named tensors through
-  // CheckpointTensors(model, optimizer), which the caller's side provides (the worker's is in
-  // worker/stage_tensors.h, found by argument-dependent lookup), so this library never names
-  // their types.
-  template <typename StageT, typename OptimizerT>
-  std::vector<CheckpointFileEntry> WriteLayers(int64_t step, StageT& model,
-                                               const OptimizerT& optimizer,
-                                               Backend& backend) const {
-    return WriteLayers(step, model.rank(), CheckpointTensors(model, optimizer), backend);
-  }
 
   // Rank 0, once every rank's WriteLayers has returned: checks that the entries cover each of the
   // graph's layers exactly once, writes state.json, removes stale temporary files, writes
@@ -105,11 +95,6 @@ class CheckpointReader {
   // comes from layer 0's file, unless it shares its storage with a param of `layers` (then that
   // param fills it). Every tensor of a layer's file must belong to one of its params.
   void LoadLayers(const std::vector<LayerTensors>& layers, Backend& backend) const;
-  // The same for a caller holding a rank's model and optimizer (see WriteLayers).
-  template <typename StageT, typename OptimizerT>
-  void LoadLayers(StageT& model, OptimizerT& optimizer, Backend& backend) const {
-    LoadLayers(CheckpointTensors(model, optimizer), backend);
-  }
 
  private:
   const CheckpointFileEntry& Entry(const std::string& name) const;

@@ -118,7 +118,8 @@ struct DeviceConfig {
 
 struct OutputConfig {
   std::string dir = "out";
-  int64_t checkpoint_every = 0;  // steps between checkpoints; 0 = none
+  int64_t checkpoint_every = 0;  // steps between intermediate checkpoints; 0 = none
+  bool final_checkpoint = true;  // every run ends with a checkpoint of its last step
   std::string report;            // JSON report path; "" = none
   bool operator==(const OutputConfig&) const = default;
 };

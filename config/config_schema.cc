@@ -81,6 +81,7 @@ void VisitOutput(OutputConfig& o, FieldVisitor& v) {
   v.BeginSection("output");
   v.VisitString("dir", o.dir);
   v.Int("checkpoint_every", o.checkpoint_every, kNonNegativeInt);
+  v.Enum("final_checkpoint", o.final_checkpoint, kBoolNames);
   v.VisitString("report", o.report);
 }
 

@@ -68,6 +68,7 @@ inline constexpr NameTable<PartitionPolicy, 3> kPartitionNames{
      {"flops", PartitionPolicy::kFlops}}};
 inline constexpr NameTable<DType, 3> kDTypeNames{
     {{"fp32", DType::kF32}, {"bf16", DType::kBF16}, {"fp16", DType::kF16}}};
+inline constexpr NameTable<bool, 2> kBoolNames{{{"true", true}, {"false", false}}};
 inline constexpr NameTable<DeviceType, 2> kDeviceTypeNames{
     {{"cpu", DeviceType::kCpu}, {"cuda", DeviceType::kCuda}}};
 

@@ -239,5 +239,50 @@ TEST(OperationsTest, ExportedCheckpointIsStandardSafetensorsThatInitFromLoads) {
   EXPECT_LT(Losses(warm).front(), 4.5);
 }
 
+TEST(OperationsTest, EveryRunEndsWithItsLastStepSavedAndResumeAutoMovesLatestOn) {
+  const std::string root = TempDir("final");
+  // No checkpoint settings at all: the last step is saved, so export works at once.
+  const nlohmann::json straight = Train(root + "/straight", {"--set", "train.steps=8"});
+  const nlohmann::json first = Train(root + "/run", {"--set", "train.steps=5", "--resume", "auto"});
+  EXPECT_EQ(ReadFile(root + "/run/checkpoints/latest"), "step-5\n");
+  EXPECT_EQ(RunBaton({"export", root + "/run", root + "/hf"}).exit_code, 0);
+  // `auto` finds that checkpoint, carries on exactly, and moves `latest` to the new last step.
+  const nlohmann::json resumed = Train(
+      root + "/run", {"--set", "train.steps=8", "--set", "parallel.stages=2", "--resume", "auto"});
+  EXPECT_EQ(ReadFile(root + "/run/checkpoints/latest"), "step-8\n");
+  const std::vector<double> all = Losses(straight);
+  EXPECT_EQ(Losses(resumed), std::vector<double>(all.begin() + 5, all.end()));
+  EXPECT_EQ(resumed.at("param_checksum"), straight.at("param_checksum"));
+  // Opting out leaves no checkpoint.
+  Train(root + "/none", {"--set", "train.steps=2", "--set", "output.final_checkpoint=false"});
+  EXPECT_FALSE(fs::exists(root + "/none/checkpoints"));
+}
+
+TEST(OperationsTest, LauncherFlagOverridesTheEnvironmentAndNamesWhatIsMissing) {
+  const std::string root = TempDir("launcher");
+  const std::string run = "'" + BatonBinary() +
+                          "' run configs/gpt-tiny.yaml --set train.steps=2 --set parallel.stages=2"
+                          " --log-level warn --set output.dir=" +
+                          root;
+  // Inside a one-task Slurm allocation, auto means srun's tasks, which are too few...
+  const CommandResult slurm =
+      RunShell("cd '" + SourceDir() + "' && SLURM_PROCID=0 SLURM_NTASKS=1 " + run);
+  EXPECT_NE(slurm.exit_code, 0);
+  EXPECT_NE(slurm.output.find("slurm started 1 processes but the plan has 2 stages"),
+            std::string::npos)
+      << slurm.output;
+  // ...and --launcher local spawns the workers itself.
+  const CommandResult local = RunShell(
+      "cd '" + SourceDir() + "' && SLURM_PROCID=0 SLURM_NTASKS=1 " + run + " --launcher local");
+  EXPECT_EQ(local.exit_code, 0) << local.output;
+  const CommandResult mpi = RunShell("cd '" + SourceDir() + "' && " + run + " --launcher mpi");
+  EXPECT_NE(mpi.exit_code, 0);
+  EXPECT_NE(mpi.output.find("--launcher mpi: OMPI_COMM_WORLD_RANK is not set"), std::string::npos)
+      << mpi.output;
+  const CommandResult version = RunBaton({"--version"});
+  EXPECT_EQ(version.exit_code, 0);
+  EXPECT_EQ(version.output.rfind("baton ", 0), 0u) << version.output;
+}
+
 }  // namespace
 }  // namespace baton::testing

@@ -81,8 +81,9 @@ void SaveCheckpoint(const Plan& plan, const Launch& launch, int rank, Coordinato
   const auto timeout = plan.timeouts.checkpoint;
   CheckpointWriter writer(CheckpointsRoot(config.output.dir));
   const auto key = [&](int r) { return fmt::format("ckpt/{}/{}/{}", launch.attempt, step, r); };
-  client.KvSet(key(rank), EncodeFileEntries(writer.WriteLayers(step, trainer.model(),
-                                                               trainer.optimizer(), backend)));
+  client.KvSet(key(rank),
+               EncodeFileEntries(writer.WriteLayers(
+                   step, rank, CheckpointTensors(trainer.model(), trainer.optimizer()), backend)));
   if (rank == 0) {
     std::vector<CheckpointFileEntry> all;
     for (int r = 0; r < plan.num_ranks(); ++r) {
@@ -107,7 +108,7 @@ int64_t LoadInitialState(const Plan& plan, const Launch& launch, Trainer& traine
   if (!launch.resume_dir.empty()) {
     const CheckpointReader checkpoint = CheckpointReader::Open(launch.resume_dir);
     checkpoint.CheckCompatible(plan.dims, plan.graph);
-    checkpoint.LoadLayers(trainer.model(), trainer.optimizer(), backend);
+    checkpoint.LoadLayers(CheckpointTensors(trainer.model(), trainer.optimizer()), backend);
     trainer.set_loss_scaler_state(checkpoint.state().loss_scaler);
     spdlog::info("resumed from {} (step {})", checkpoint.step_dir(), checkpoint.step());
     return checkpoint.step() + 1;
@@ -234,7 +235,10 @@ void TrainRank(const WorkerArgs& args, CoordinatorClient& client, const Plan& pl
     result.wall_s += record.step_s;
     if (step > config.train.steps - kTracedSteps) result.trace.push_back({step, record.trace});
     client.Report(StepReport(args.rank, record, trainer.holds_head(), ledger));
-    if (record.stop || (every > 0 && (step % every == 0 || step == config.train.steps))) {
+    // Every run ends with its last step saved (output.final_checkpoint), a stop too, so that
+    // `latest` always names where the run got to; checkpoint_every adds intermediate ones.
+    const bool last = step == config.train.steps && config.output.final_checkpoint;
+    if (record.stop || last || (every > 0 && step % every == 0)) {
       SaveCheckpoint(plan, launch, args.rank, client, trainer, *backend, step);
     }
     if (record.stop) {
