@@ -1,5 +1,5 @@
-// baton: the command line. Subcommands: run, plan, schedule, data prepare, and the internal
-// `worker` that the launcher spawns. CLI11 stays in this file (it is slow to compile).
+// baton: the command line. Subcommands: run, plan, generate, export, schedule, data prepare, and
+// the internal `worker` that the launcher spawns. CLI11 stays in this file (it is slow to compile).
 #include <spdlog/spdlog.h>
 
 #include <CLI/CLI.hpp>
@@ -10,6 +10,7 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "data/data.h"
+#include "launcher/generate.h"
 #include "launcher/run.h"
 #include "scheduler/schedule_command.h"
 #include "worker/worker_main.h"
@@ -70,6 +71,20 @@ int main(int argc, char** argv) {
       ->required();
   export_cmd->add_option("--dtype", export_dtype, "f32, bf16 or f16");
 
+  baton::GenerateOptions generate;
+  CLI::App* generate_cmd =
+      app.add_subcommand("generate", "sample text from a checkpoint (byte-level models)");
+  generate_cmd
+      ->add_option("checkpoint", generate.checkpoint, "step dir, checkpoints root or output dir")
+      ->required();
+  generate_cmd->add_option("--prompt", generate.prompt, "text to continue");
+  generate_cmd->add_option("--tokens", generate.tokens, "new tokens to sample");
+  generate_cmd->add_option("--temperature", generate.temperature, "0 = greedy");
+  generate_cmd->add_option("--top-k", generate.top_k, "sample from the K likeliest; 0 = all");
+  generate_cmd->add_option("--seed", generate.seed, "the same seed gives the same text");
+  generate_cmd->add_option("--set", generate.overrides,
+                           "override a config field, e.g. device.type=cpu");
+
   baton::PlanOptions plan;
   CLI::App* plan_cmd = app.add_subcommand(
       "plan", "print the partition and each stage's predicted memory without training");
@@ -124,6 +139,10 @@ int main(int argc, char** argv) {
       const int64_t tokens = baton::PrepareTextData(data_input, data_output);
       spdlog::info("wrote {} tokens to {}", tokens, data_output);
       return 0;
+    }
+    if (generate_cmd->parsed()) {
+      baton::SetupLogging("generate", log_level);
+      return baton::GenerateCommand(generate, std::cout);
     }
     if (export_cmd->parsed()) {
       baton::SetupLogging("export", log_level);
