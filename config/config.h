@@ -69,8 +69,17 @@ struct DataConfig {
   std::string path;  // a text file, a folder of text files, or a .bin token file (required)
   DataFormat format = DataFormat::kAuto;
   int64_t seq_len = 0;  // tokens per sequence; 0 = model.context
+  // Held-out data (docs/data.md, "Evaluation"): its own file or folder, or the tail fraction of
+  // `path`'s stream, which training windows then never reach. At most one of the two.
+  std::string eval_path;
+  double eval_fraction = 0.0;
   bool operator==(const DataConfig&) const = default;
 };
+
+// True when the config names held-out data (data.eval_path or data.eval_fraction).
+inline bool HasEvalData(const DataConfig& data) {
+  return !data.eval_path.empty() || data.eval_fraction > 0.0;
+}
 
 struct TrainConfig {
   int64_t steps = 100;
@@ -87,6 +96,8 @@ struct TrainConfig {
   double eps = 1e-8;
   uint64_t seed = 1337;
   int64_t log_every = 10;
+  int64_t eval_every = 0;    // steps between evaluations (and after the last); 0: none
+  int64_t eval_batches = 0;  // batches of batch_size windows per evaluation; 0: all that fit
   bool operator==(const TrainConfig&) const = default;
 };
 

@@ -31,6 +31,8 @@ void VisitData(DataConfig& d, FieldVisitor& v) {
   v.VisitString("path", d.path);
   v.Enum("format", d.format, kDataFormatNames);
   v.Int("seq_len", d.seq_len, kNonNegativeInt);
+  v.VisitString("eval_path", d.eval_path);
+  v.VisitFloat("eval_fraction", d.eval_fraction, kUnitInterval);
 }
 
 void VisitTrain(TrainConfig& t, FieldVisitor& v) {
@@ -49,6 +51,8 @@ void VisitTrain(TrainConfig& t, FieldVisitor& v) {
   v.VisitFloat("eps", t.eps, kPositiveFloat);
   v.Int("seed", t.seed, kNonNegativeInt);
   v.Int("log_every", t.log_every, kPositiveInt);
+  v.Int("eval_every", t.eval_every, kNonNegativeInt);
+  v.Int("eval_batches", t.eval_batches, kNonNegativeInt);
 }
 
 void VisitParallel(ParallelConfig& p, FieldVisitor& v) {

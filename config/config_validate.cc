@@ -99,6 +99,15 @@ void ValidateTrain(const TrainConfig& t, const Reporter& r) {
             fmt::format("train.min_lr {} exceeds train.lr {}", t.min_lr, t.lr));
 }
 
+void ValidateEval(const DataConfig& d, const TrainConfig& t, const Reporter& r) {
+  r.Require(d.eval_path.empty() || d.eval_fraction == 0.0, {"data.eval_fraction", "data.eval_path"},
+            "held-out data is data.eval_path or data.eval_fraction, not both");
+  r.Require(t.eval_every == 0 || HasEvalData(d), {"train.eval_every"},
+            fmt::format("train.eval_every {} needs held-out data: data.eval_path or "
+                        "data.eval_fraction",
+                        t.eval_every));
+}
+
 void ValidateParallel(const ParallelConfig& p, const Reporter& r) {
   const bool interleaved = p.schedule == ScheduleKind::kInterleaved;
   if (p.schedule_file.empty()) {
@@ -125,6 +134,7 @@ void ValidateConfig(const Config& config, const WhereFn& where, const std::strin
   VisitConfig(copy, checker);
   reporter.Require(!config.data.path.empty(), {"data.path"},
                    "required: a text file, a folder of text files, or a .bin token file");
+  ValidateEval(config.data, config.train, reporter);
   ValidateModel(config.model, config.data, reporter);
   ValidateTrain(config.train, reporter);
   ValidateParallel(config.parallel, reporter);

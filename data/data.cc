@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <bit>
 #include <cerrno>
+#include <cmath>
 #include <cstring>
 #include <fstream>
 #include <set>
@@ -120,28 +121,40 @@ std::pair<size_t, int64_t> LocateBinTokens(const Mapping& mapping, const std::st
 
 }  // namespace
 
+// Tokens in memory (text, FromTokens) or a .bin file's read-only mapping.
+struct TokenDataset::Storage {
+  std::vector<uint16_t> owned;
+  Mapping mapping;
+  Storage() = default;
+  Storage(const Storage&) = delete;
+  Storage& operator=(const Storage&) = delete;
+  ~Storage() {
+    if (mapping.address != nullptr) ::munmap(mapping.address, mapping.bytes);
+  }
+};
+
 TokenDataset TokenDataset::Open(const std::string& path, TokenFormat format, int64_t vocab_size,
                                 int64_t seq_len) {
   BATON_CHECK(seq_len >= 1, "seq_len must be positive, got {}", seq_len);
   TokenDataset dataset;
   dataset.source_ = path;
   dataset.format_ = Resolve(path, format);
+  auto storage = std::make_shared<Storage>();
   if (dataset.format_ == TokenFormat::kText) {
     if (vocab_size < 256) {
       BATON_FAIL("{}: byte-level text needs vocab_size >= 256, got {}", path, vocab_size);
     }
-    dataset.owned_ = ReadTextTokens(path);
-    dataset.tokens_ = dataset.owned_.data();
-    dataset.size_ = static_cast<int64_t>(dataset.owned_.size());
+    storage->owned = ReadTextTokens(path);
+    dataset.tokens_ = storage->owned.data();
+    dataset.size_ = static_cast<int64_t>(storage->owned.size());
   } else {
-    const Mapping mapping = MapFile(path);
-    dataset.mapping_ = mapping.address;
-    dataset.mapping_bytes_ = mapping.bytes;
-    const auto [offset, count] = LocateBinTokens(mapping, path);
-    dataset.tokens_ =
-        reinterpret_cast<const uint16_t*>(static_cast<const char*>(mapping.address) + offset);
+    storage->mapping = MapFile(path);
+    const auto [offset, count] = LocateBinTokens(storage->mapping, path);
+    dataset.tokens_ = reinterpret_cast<const uint16_t*>(
+        static_cast<const char*>(storage->mapping.address) + offset);
     dataset.size_ = count;
   }
+  dataset.storage_ = std::move(storage);
   CheckTokens(dataset.tokens_, dataset.size_, vocab_size, path);
   if (dataset.size_ < seq_len + 1) {
     BATON_FAIL("{}: {} tokens is shorter than one sample: seq_len + 1 = {} tokens", path,
@@ -155,38 +168,44 @@ TokenDataset TokenDataset::FromTokens(std::vector<uint16_t> tokens, std::string 
   TokenDataset dataset;
   dataset.source_ = std::move(name);
   dataset.format_ = TokenFormat::kBin;
-  dataset.owned_ = std::move(tokens);
-  dataset.tokens_ = dataset.owned_.data();
-  dataset.size_ = static_cast<int64_t>(dataset.owned_.size());
+  auto storage = std::make_shared<Storage>();
+  storage->owned = std::move(tokens);
+  dataset.tokens_ = storage->owned.data();
+  dataset.size_ = static_cast<int64_t>(storage->owned.size());
+  dataset.storage_ = std::move(storage);
   CheckTokens(dataset.tokens_, dataset.size_, vocab_size, dataset.source_);
   return dataset;
 }
 
-TokenDataset::TokenDataset(TokenDataset&& other) noexcept { *this = std::move(other); }
-
-TokenDataset& TokenDataset::operator=(TokenDataset&& other) noexcept {
-  if (this == &other) return *this;
-  Release();
-  source_ = std::move(other.source_);
-  format_ = other.format_;
-  // Moving a vector keeps its buffer, so tokens_ stays valid for owned data.
-  owned_ = std::move(other.owned_);
-  mapping_ = std::exchange(other.mapping_, nullptr);
-  mapping_bytes_ = std::exchange(other.mapping_bytes_, 0);
-  tokens_ = std::exchange(other.tokens_, nullptr);
-  size_ = std::exchange(other.size_, 0);
-  return *this;
+TokenDataset TokenDataset::Slice(int64_t begin, int64_t end, std::string name) const {
+  BATON_CHECK(0 <= begin && begin <= end && end <= size_, "{}: slice [{}, {}) of {} tokens",
+              source_, begin, end, size_);
+  TokenDataset slice = *this;
+  slice.source_ = std::move(name);
+  slice.tokens_ = tokens_ + begin;
+  slice.size_ = end - begin;
+  return slice;
 }
 
-TokenDataset::~TokenDataset() { Release(); }
+bool TokenDataset::memory_mapped() const {
+  return storage_ != nullptr && storage_->mapping.address != nullptr;
+}
 
-void TokenDataset::Release() {
-  if (mapping_ != nullptr) ::munmap(mapping_, mapping_bytes_);
-  mapping_ = nullptr;
-  mapping_bytes_ = 0;
-  owned_.clear();
-  tokens_ = nullptr;
-  size_ = 0;
+int64_t CountTokens(const std::string& path, TokenFormat format) {
+  if (Resolve(path, format) == TokenFormat::kText) {
+    int64_t bytes = 0;
+    for (const std::filesystem::path& file : ListTextFiles(path)) {
+      std::error_code error;
+      const uintmax_t size = std::filesystem::file_size(file, error);
+      if (error) BATON_FAIL("{}: cannot read its size: {}", file.string(), error.message());
+      bytes += static_cast<int64_t>(size);
+    }
+    return bytes;
+  }
+  Mapping mapping = MapFile(path);
+  const int64_t count = LocateBinTokens(mapping, path).second;
+  if (mapping.address != nullptr) ::munmap(mapping.address, mapping.bytes);
+  return count;
 }
 
 std::vector<std::filesystem::path> ListTextFiles(const std::string& path) {
@@ -240,6 +259,46 @@ void FillBatch(const TokenDataset& dataset, uint64_t seed, int64_t step, int fir
   const uint16_t* data = dataset.tokens();
   for (int row = 0; row < num_sequences; ++row) {
     const int64_t start = SampleStart(seed, step, first_sequence + row, dataset.size(), seq_len);
+    int32_t* tokens_row = tokens_out + static_cast<int64_t>(row) * seq_len;
+    int32_t* targets_row = targets_out + static_cast<int64_t>(row) * seq_len;
+    for (int t = 0; t < seq_len; ++t) {
+      tokens_row[t] = data[start + t];
+      targets_row[t] = data[start + t + 1];
+    }
+  }
+}
+
+}  // namespace baton
+
+namespace baton {
+
+TrainEvalSplit SplitTail(int64_t num_tokens, double eval_fraction) {
+  BATON_CHECK(num_tokens >= 0 && eval_fraction >= 0.0 && eval_fraction < 1.0,
+              "cannot split {} tokens at fraction {}", num_tokens, eval_fraction);
+  TrainEvalSplit split;
+  split.eval_tokens =
+      static_cast<int64_t>(std::floor(static_cast<double>(num_tokens) * eval_fraction));
+  split.train_tokens = num_tokens - split.eval_tokens;
+  return split;
+}
+
+int64_t NumEvalWindows(int64_t num_tokens, int64_t seq_len) {
+  BATON_CHECK(seq_len >= 1, "seq_len must be positive, got {}", seq_len);
+  return num_tokens < 1 ? 0 : (num_tokens - 1) / seq_len;
+}
+
+void FillEvalWindows(const TokenDataset& dataset, int64_t first_window, int num_windows,
+                     int seq_len, int32_t* tokens_out, int32_t* targets_out) {
+  const int64_t available = NumEvalWindows(dataset.size(), seq_len);
+  BATON_CHECK(first_window >= 0 && num_windows >= 0, "bad window range {} + {}", first_window,
+              num_windows);
+  if (first_window + num_windows > available) {
+    BATON_FAIL("{}: evaluation window {} is past the last of its {} windows of {} tokens",
+               dataset.source(), first_window + num_windows - 1, available, seq_len);
+  }
+  const uint16_t* data = dataset.tokens();
+  for (int row = 0; row < num_windows; ++row) {
+    const int64_t start = (first_window + row) * static_cast<int64_t>(seq_len);
     int32_t* tokens_row = tokens_out + static_cast<int64_t>(row) * seq_len;
     int32_t* targets_row = targets_out + static_cast<int64_t>(row) * seq_len;
     for (int t = 0; t < seq_len; ++t) {

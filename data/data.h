@@ -14,6 +14,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -21,8 +22,8 @@ namespace baton {
 
 enum class TokenFormat { kAuto, kText, kBin };
 
-// An immutable token stream. Move-only (it may own a memory mapping); safe to read from many
-// threads at once.
+// An immutable token stream. Copies and slices share the tokens (an owned buffer or a memory
+// mapping, released with the last of them); safe to read from many threads at once.
 class TokenDataset {
  public:
   // Opens `path` as `format` (kAuto: a path ending in ".bin" is kBin, anything else kText).
@@ -35,31 +36,30 @@ class TokenDataset {
   static TokenDataset FromTokens(std::vector<uint16_t> tokens, std::string name,
                                  int64_t vocab_size);
 
-  TokenDataset(TokenDataset&& other) noexcept;
-  TokenDataset& operator=(TokenDataset&& other) noexcept;
-  TokenDataset(const TokenDataset&) = delete;
-  TokenDataset& operator=(const TokenDataset&) = delete;
-  ~TokenDataset();
+  // Tokens [begin, end) of this stream, sharing them, under the name `name` (used in errors).
+  TokenDataset Slice(int64_t begin, int64_t end, std::string name) const;
 
   const uint16_t* tokens() const { return tokens_; }
   int64_t size() const { return size_; }  // number of tokens
   uint16_t operator[](int64_t i) const { return tokens_[i]; }
   const std::string& source() const { return source_; }
   TokenFormat format() const { return format_; }  // kText or kBin, never kAuto
-  bool memory_mapped() const { return mapping_ != nullptr; }
+  bool memory_mapped() const;
 
  private:
+  struct Storage;  // an owned buffer or a read-only mapping
   TokenDataset() = default;
-  void Release();
 
   std::string source_;
   TokenFormat format_ = TokenFormat::kText;
-  std::vector<uint16_t> owned_;  // text and FromTokens data
-  void* mapping_ = nullptr;      // a .bin file's read-only mapping
-  size_t mapping_bytes_ = 0;
+  std::shared_ptr<const Storage> storage_;
   const uint16_t* tokens_ = nullptr;
   int64_t size_ = 0;
 };
+
+// How many tokens `path` holds as `format` (as Open would read them), from file sizes and
+// headers alone: what the planner needs to count evaluation batches without reading the data.
+int64_t CountTokens(const std::string& path, TokenFormat format);
 
 // The files that byte-level text at `path` reads, in order: `path` itself if it is a file; for a
 // folder, every regular file below it (symlinks followed, each target once), sorted by the bytes
@@ -84,5 +84,25 @@ int64_t SampleStart(uint64_t seed, int64_t step, int64_t sequence, int64_t num_t
 // start + seq_len + 1). Micro-batch k of size b is first_sequence = k * b, num_sequences = b.
 void FillBatch(const TokenDataset& dataset, uint64_t seed, int64_t step, int first_sequence,
                int num_sequences, int seq_len, int32_t* tokens_out, int32_t* targets_out);
+
+// Held-out data taken from the tail of the training stream (data.eval_fraction): the last
+// floor(N * fraction) tokens are for evaluation, the rest for training, so no training window
+// (whose last target is at most token N_train - 1) sees an evaluation token.
+struct TrainEvalSplit {
+  int64_t train_tokens = 0;  // the stream's first tokens
+  int64_t eval_tokens = 0;   // the rest
+};
+TrainEvalSplit SplitTail(int64_t num_tokens, double eval_fraction);
+
+// Evaluation windows (docs/data.md): window w of a stream of N tokens is tokens [w*L, w*L + L)
+// with targets [w*L + 1, w*L + L + 1): consecutive, never overlapping, no randomness; there are
+// (N - 1) / L of them. Eval batch k of B sequences is windows k*B .. k*B + B - 1, and its
+// micro-batch j of b is windows k*B + j*b .. k*B + j*b + b - 1.
+int64_t NumEvalWindows(int64_t num_tokens, int64_t seq_len);
+
+// Fills windows first_window .. first_window + num_windows - 1, row-major (num_windows, seq_len);
+// an error naming the dataset when the last of them is beyond NumEvalWindows.
+void FillEvalWindows(const TokenDataset& dataset, int64_t first_window, int num_windows,
+                     int seq_len, int32_t* tokens_out, int32_t* targets_out);
 
 }  // namespace baton

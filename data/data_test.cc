@@ -235,6 +235,71 @@ TEST_F(DataTest, MissingSourcesAreErrors) {
               HasSubstr("the folder holds no files"));
 }
 
+TEST_F(DataTest, EvalWindowsAreConsecutiveNonOverlappingAndEndBeforeTheLastToken) {
+  const TokenDataset data = Ramp(41);  // (41 - 1) / 8 = 5 windows of 8
+  EXPECT_EQ(NumEvalWindows(data.size(), 8), 5);
+  EXPECT_EQ(NumEvalWindows(40, 8), 4);  // the 5th window's last target would be token 40
+  std::vector<int32_t> tokens(5 * 8), targets(5 * 8);
+  FillEvalWindows(data, 0, 5, 8, tokens.data(), targets.data());
+  for (int i = 0; i < 40; ++i) {
+    EXPECT_EQ(tokens[static_cast<size_t>(i)], i);
+    EXPECT_EQ(targets[static_cast<size_t>(i)], i + 1);
+  }
+  std::vector<int32_t> tail(2 * 8), tail_targets(2 * 8);  // windows 3 and 4 alone: the same rows
+  FillEvalWindows(data, 3, 2, 8, tail.data(), tail_targets.data());
+  EXPECT_TRUE(std::equal(tail.begin(), tail.end(), tokens.begin() + 24));
+  EXPECT_THAT(ErrorOf([&] { FillEvalWindows(data, 4, 2, 8, tail.data(), tail_targets.data()); }),
+              HasSubstr("ramp: evaluation window 5 is past the last of its 5 windows of 8 tokens"));
+}
+
+TEST_F(DataTest, EvalFractionTakesTheTailAndTrainingWindowsNeverReachIt) {
+  const TrainEvalSplit split = SplitTail(1000, 0.1);
+  EXPECT_EQ(split.eval_tokens, 100);
+  EXPECT_EQ(split.train_tokens, 900);
+  EXPECT_EQ(SplitTail(1000, 0.0).eval_tokens, 0);
+  EXPECT_EQ(SplitTail(999, 0.5).eval_tokens, 499);  // floor
+  const TokenDataset data = Ramp(1000);
+  const TokenDataset train = data.Slice(0, split.train_tokens, "train part");
+  const TokenDataset eval = data.Slice(split.train_tokens, data.size(), "eval part");
+  EXPECT_EQ(eval[0], data[900]);
+  EXPECT_EQ(eval.size(), 100);
+  constexpr int kSeq = 16;
+  std::vector<int32_t> tokens(64 * kSeq), targets(64 * kSeq);
+  for (int64_t step = 0; step < 50; ++step) {
+    FillBatch(train, 3, step, 0, 64, kSeq, tokens.data(), targets.data());
+    for (int64_t i = 0; i < 64; ++i) {
+      EXPECT_LT(SampleStart(3, step, i, train.size(), kSeq) + kSeq, 900);  // last target < 900
+    }
+  }
+  EXPECT_THAT(ErrorOf([&] { data.Slice(10, 1001, "x"); }), HasSubstr("slice [10, 1001)"));
+}
+
+TEST_F(DataTest, SlicesOfAMappedFileOutliveTheDatasetTheyCameFrom) {
+  const std::string path = WriteTokens("slice.bin", {1, 2, 3, 4, 5, 6});
+  TokenDataset tail = TokenDataset::FromTokens({0}, "placeholder", 8);
+  {
+    const TokenDataset data = TokenDataset::Open(path, TokenFormat::kBin, 8, 2);
+    tail = data.Slice(4, 6, "tail");
+  }
+  EXPECT_TRUE(tail.memory_mapped());
+  ASSERT_EQ(tail.size(), 2);
+  EXPECT_EQ(tail[0], 5);
+  EXPECT_EQ(tail[1], 6);
+  EXPECT_EQ(tail.source(), "tail");
+}
+
+TEST_F(DataTest, CountTokensReadsSizesNotData) {
+  Write("count/a.txt", "hello");
+  Write("count/b/c.txt", "world!");
+  EXPECT_EQ(CountTokens((dir_ / "count").string(), TokenFormat::kText), 11);
+  EXPECT_EQ(CountTokens(WriteTokens("n.bin", {1, 2, 3}), TokenFormat::kAuto), 3);
+  std::vector<int32_t> header(256, 0);
+  header[0] = 20240520;
+  header[1] = 1;
+  header[2] = 2;
+  EXPECT_EQ(CountTokens(WriteTokens("l.bin", {7, 8}, header), TokenFormat::kBin), 2);
+}
+
 TEST_F(DataTest, CommonLicensesLoadAsText) {
   const std::string path = "/usr/share/common-licenses";
   if (!fs::is_directory(path)) GTEST_SKIP() << path << " is absent on this system";

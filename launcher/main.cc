@@ -1,5 +1,6 @@
-// baton: the command line. Subcommands: run, plan, generate, export, schedule, data prepare, and
-// the internal `worker` that the launcher spawns. CLI11 stays in this file (it is slow to compile).
+// baton: the command line. Subcommands: run, eval, plan, generate, export, schedule, data prepare,
+// and the internal `worker` that the launcher spawns. CLI11 stays in this file (it is slow to
+// compile).
 #include <spdlog/spdlog.h>
 
 #include <CLI/CLI.hpp>
@@ -61,6 +62,23 @@ int main(int argc, char** argv) {
   run_cmd->add_option("--max-restarts", run.max_restarts,
                       "after a failure, restart every worker from the last checkpoint");
   AddMemoryOptions(run_cmd, run.memory);
+
+  baton::RunOptions eval;
+  CLI::App* eval_cmd = app.add_subcommand(
+      "eval",
+      "mean loss and perplexity of a checkpoint on held-out data (data.eval_path or "
+      "data.eval_fraction)");
+  AddConfigOptions(eval_cmd, eval.config);
+  eval_cmd->add_option("--resume", eval.resume,
+                       "the weights: a step dir, checkpoints root or output dir; auto: "
+                       "output.dir's latest (or --set model.init_from=FILE)");
+  eval_cmd
+      ->add_option("--launcher", eval.launcher,
+                   "who starts the workers: auto (from the environment), local, mpi, slurm")
+      ->check(CLI::IsMember({"auto", "local", "mpi", "slurm"}));
+  eval_cmd->add_option("--coordinator", eval.coordinator,
+                       "HOST:PORT of the coordinator (rank 0 hosts it under mpirun/srun)");
+  eval_cmd->add_flag("--json", eval.eval_json, "print the result as one JSON object");
 
   std::string export_dir, export_out, export_dtype = "f32";
   CLI::App* export_cmd =
@@ -126,6 +144,11 @@ int main(int argc, char** argv) {
       baton::SetupLogging("launcher", log_level);
       run.log_level = log_level;
       return baton::RunCommand(run);
+    }
+    if (eval_cmd->parsed()) {
+      baton::SetupLogging("eval", log_level);
+      eval.log_level = log_level;
+      return baton::EvalCommand(eval, std::cout);
     }
     if (plan_cmd->parsed()) {
       baton::SetupLogging("plan", log_level);

@@ -145,12 +145,16 @@ std::optional<std::string> JobMonitor::CheckFailure(const std::vector<RankState>
   return failure;
 }
 
-// Logged steps: the first of an attempt, each multiple of log_every, and the last.
+// Logged steps: the first of an attempt, each multiple of log_every, each evaluated one, and
+// the last.
 void JobMonitor::MaybePrintProgress(const JobStep& job_step) {
   const int64_t step = job_step.step;
   const int64_t every = std::max<int64_t>(1, options_.log_every);
-  const bool due =
-      printed_step_ == 0 || step / every > printed_step_ / every || step == options_.total_steps;
+  const WorkerReport& report = job_step.head;
+  const auto eval = report.metrics.find("eval_loss");
+  const bool evaluated = eval != report.metrics.end();
+  const bool due = printed_step_ == 0 || step / every > printed_step_ / every ||
+                   step == options_.total_steps || evaluated;
   if (step <= printed_step_ || !due) return;
   const auto now = std::chrono::steady_clock::now();
   if (printed_step_ == 0) {
@@ -173,11 +177,11 @@ void JobMonitor::MaybePrintProgress(const JobStep& job_step) {
     const auto total = peaks.find("total");
     if (total != peaks.end()) memory += fmt::format(" s{}={}", rank, Bytes(total->second));
   }
-  const WorkerReport& report = job_step.head;
+  const std::string eval_part = evaluated ? fmt::format(" | eval {:.4f}", eval->second) : "";
   log_->info(
-      "step {:>5}/{} | loss {:.4f} | lr {:.2e} | grad norm {:.3f} | {:.0f} tok/s | {} | peak{}",
-      step, options_.total_steps, report.loss, Metric(report, "lr"), Metric(report, "grad_norm"),
-      Metric(report, "tokens_per_s"), timing, memory);
+      "step {:>5}/{} | loss {:.4f}{} | lr {:.2e} | grad norm {:.3f} | {:.0f} tok/s | {} | peak{}",
+      step, options_.total_steps, report.loss, eval_part, Metric(report, "lr"),
+      Metric(report, "grad_norm"), Metric(report, "tokens_per_s"), timing, memory);
 }
 
 }  // namespace baton

@@ -3,8 +3,10 @@
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <nlohmann/json.hpp>
 #include <thread>
 
@@ -130,9 +132,54 @@ void Summarise(const json& report, const std::string& report_path) {
   if (!report_path.empty()) spdlog::info("report written to {}", report_path);
 }
 
+// `baton eval`'s answer, from the head rank's result: one line, or a JSON object.
+int PrintEval(const Plan& plan, const RunOptions& options, const std::string& weights,
+              const std::vector<RankResult>& results) {
+  const RankResult& head = results.back();
+  BATON_CHECK(head.holds_head && head.eval.has_value(), "rank {} returned no evaluation",
+              head.rank);
+  const EvalRecord& eval = *head.eval;
+  const Config& config = plan.config;
+  const std::string source = config.data.eval_path.empty()
+                                 ? fmt::format("the last {} of {} (data.eval_fraction)",
+                                               config.data.eval_fraction, config.data.path)
+                                 : config.data.eval_path;
+  std::ostream& out = options.eval_out != nullptr ? *options.eval_out : std::cout;
+  if (options.eval_json) {
+    const json j = {{"loss", eval.loss},
+                    {"perplexity", std::exp(eval.loss)},
+                    {"batches", eval.batches},
+                    {"windows_per_batch", config.train.batch_size},
+                    {"seq_len", SequenceLength(config)},
+                    {"tokens", eval.tokens},
+                    {"data", source},
+                    {"weights", weights},
+                    {"stages", plan.num_ranks()},
+                    {"seconds", eval.seconds}};
+    out << j.dump() << "\n";
+  } else {
+    out << fmt::format(
+        "eval loss {:.6f} | perplexity {:.4f} | {} batches x {} windows x {} tokens = {} tokens "
+        "of {} | weights {} | {} stage(s), {:.2f} s\n",
+        eval.loss, std::exp(eval.loss), eval.batches, config.train.batch_size,
+        SequenceLength(config), eval.tokens, source, weights, plan.num_ranks(), eval.seconds);
+  }
+  out.flush();
+  return 0;
+}
+
+// What `baton eval` evaluates, for its output: the resume checkpoint, or model.init_from.
+std::string WeightsOf(const Plan& plan, const std::string& resume_dir) {
+  return resume_dir.empty() ? plan.config.model.init_from : resume_dir;
+}
+
 int Finish(const Plan& plan, const std::string& address, const std::string& token,
-           const std::string& report_path, const RunSteps& run_steps) {
+           const std::string& report_path, const RunSteps& run_steps, const RunOptions& options,
+           const std::string& resume_dir) {
   const std::vector<RankResult> results = CollectResults(plan, address, token);
+  if (options.evaluate_only) {
+    return PrintEval(plan, options, WeightsOf(plan, resume_dir), results);
+  }
   const json report = BuildReport(plan, results, run_steps);
   if (!report_path.empty()) WriteReport(report, report_path);
   WriteRunOutputs(plan.config.output.dir, plan, results);
@@ -203,13 +250,30 @@ void SpawnWorkers(ProcessGroup& children, const Plan& plan, const RunOptions& op
   }
 }
 
+// `baton eval` needs held-out data and weights to evaluate; checked before any worker starts.
+void CheckEvaluable(const Plan& plan, const RunOptions& options, const std::string& resume_dir) {
+  if (!options.evaluate_only) return;
+  if (plan.eval_batches == 0) {
+    BATON_FAIL("baton eval needs held-out data: set data.eval_path or data.eval_fraction");
+  }
+  if (resume_dir.empty() && plan.config.model.init_from.empty()) {
+    BATON_FAIL(
+        "baton eval needs weights: --resume DIR (or auto, with a checkpoint in {}) or --set "
+        "model.init_from=FILE",
+        plan.config.output.dir);
+  }
+}
+
 int RunLocal(const Plan& plan, const RunOptions& options, const std::string& report_path) {
   const std::string token = MakeJobToken();
   const std::string job_id = MakeJobToken().substr(0, 12);
-  Launch launch{job_id, "", 0};
+  Launch launch{job_id, "", 0, options.evaluate_only};
   launch.resume_dir = ResumePoint(plan, options.resume);
-  // A resumed run and every restart append to the metrics of what came before.
-  MetricsLog metrics(plan.config.output.dir, /*append=*/!launch.resume_dir.empty());
+  CheckEvaluable(plan, options, launch.resume_dir);
+  // A resumed run and every restart append to the metrics of what came before (an evaluation
+  // writes none).
+  MetricsLog metrics(plan.config.output.dir,
+                     /*append=*/!launch.resume_dir.empty() || options.evaluate_only);
   InstallStopHandlers();
   CoordinatorServer server;
   CoordinatorOptions coordinator;
@@ -240,7 +304,7 @@ int RunLocal(const Plan& plan, const RunOptions& options, const std::string& rep
                  options.max_restarts, launch.resume_dir.empty() ? "the start" : launch.resume_dir);
     server.ResetJob(EncodeJobPlan(plan, launch));
   }
-  return Finish(plan, server.address(), token, report_path, run_steps);
+  return Finish(plan, server.address(), token, report_path, run_steps, options, launch.resume_dir);
 }
 
 int RunUnderLauncher(const Plan& plan, const RunOptions& options, const LaunchEnvironment& env,
@@ -255,17 +319,19 @@ int RunUnderLauncher(const Plan& plan, const RunOptions& options, const LaunchEn
   JobRendezvous rendezvous = ShareCoordinator(env, options.coordinator);
   std::unique_ptr<CoordinatorServer> server;
   std::unique_ptr<MetricsLog> metrics;
+  std::string resume_dir;
   if (env.rank == 0) {
-    const std::string resume_dir = ResumePoint(plan, options.resume);
-    metrics = std::make_unique<MetricsLog>(plan.config.output.dir, !resume_dir.empty());
+    resume_dir = ResumePoint(plan, options.resume);
+    CheckEvaluable(plan, options, resume_dir);
+    metrics = std::make_unique<MetricsLog>(plan.config.output.dir,
+                                           !resume_dir.empty() || options.evaluate_only);
     server = std::make_unique<CoordinatorServer>();
     CoordinatorOptions coordinator;
     coordinator.address = rendezvous.bind_address;
     coordinator.token = rendezvous.token;
     coordinator.job_id = rendezvous.job_id;
     coordinator.world_size = plan.num_ranks();
-    Launch launch{rendezvous.job_id, "", 0};
-    launch.resume_dir = resume_dir;
+    Launch launch{rendezvous.job_id, resume_dir, 0, options.evaluate_only};
     coordinator.plan = EncodeJobPlan(plan, launch);
     coordinator.heartbeat_timeout_s = plan.config.parallel.heartbeat_timeout_s;
     coordinator.keep_step_reports = true;
@@ -296,7 +362,7 @@ int RunUnderLauncher(const Plan& plan, const RunOptions& options, const LaunchEn
   }
   if (worker_code != 0) return worker_code;
   return Finish(plan, "127.0.0.1:" + std::to_string(server->port()), rendezvous.token, report_path,
-                run_steps);
+                run_steps, options, resume_dir);
 }
 
 }  // namespace
@@ -358,6 +424,12 @@ int RunCommand(const RunOptions& options) {
       options.report_path.empty() ? config.output.report : options.report_path;
   if (env.mode == LaunchMode::kLocal) return RunLocal(plan, options, report_path);
   return RunUnderLauncher(plan, options, env, report_path);
+}
+
+int EvalCommand(RunOptions options, std::ostream& out) {
+  options.evaluate_only = true;
+  options.eval_out = &out;
+  return RunCommand(options);
 }
 
 int PlanCommand(const PlanOptions& options, std::ostream& out) {

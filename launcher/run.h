@@ -3,6 +3,7 @@
 // run, with no launcher environment: plan the job, host the coordinator on loopback, spawn one
 // worker process per stage, print one merged progress line per logged step, and on any failure
 // stop every worker and exit non-zero naming the stage and what it was doing.
+// eval: the same launch with every rank only evaluating the held-out data (docs/data.md).
 // run under mpirun / srun: every rank runs the same command; rank 0 hosts the coordinator (its
 // address and the job token reach the others through MPI, or BATON_COORDINATOR / BATON_TOKEN
 // under Slurm) and every rank runs its worker in-process.
@@ -37,6 +38,11 @@ struct RunOptions {
   std::string launcher = "auto";  // auto | local | mpi | slurm (launcher/environment.h)
   int max_restarts = 0;  // restarts of every worker from the last checkpoint after a failure
   std::string log_level = "info";
+  // `baton eval`: load the weights (--resume, or model.init_from), evaluate the held-out data
+  // once on the planned stages, print the result to `eval_out` (one line, or JSON), train nothing.
+  bool evaluate_only = false;
+  bool eval_json = false;
+  std::ostream* eval_out = nullptr;
 };
 
 struct PlanOptions {
@@ -47,6 +53,8 @@ struct PlanOptions {
 };
 
 int RunCommand(const RunOptions& options);
+// `baton eval`: RunCommand with options.evaluate_only set.
+int EvalCommand(RunOptions options, std::ostream& out);
 int PlanCommand(const PlanOptions& options, std::ostream& out);
 
 }  // namespace baton

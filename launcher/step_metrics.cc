@@ -77,13 +77,16 @@ namespace {
 // What the head rank reported for a step: the figures the report and metrics.jsonl share.
 json HeadFields(const JobStep& step) {
   const WorkerReport& h = step.head;
-  return {{"step", step.step},
-          {"loss", h.loss},
-          {"lr", Metric(h.metrics, "lr")},
-          {"grad_norm", Metric(h.metrics, "grad_norm")},
-          {"tokens_per_s", Metric(h.metrics, "tokens_per_s")},
-          {"loss_scale", Metric(h.metrics, "loss_scale")},
-          {"skipped", Metric(h.metrics, "skipped") > 0.0}};
+  json j = {{"step", step.step},
+            {"loss", h.loss},
+            {"lr", Metric(h.metrics, "lr")},
+            {"grad_norm", Metric(h.metrics, "grad_norm")},
+            {"tokens_per_s", Metric(h.metrics, "tokens_per_s")},
+            {"loss_scale", Metric(h.metrics, "loss_scale")},
+            {"skipped", Metric(h.metrics, "skipped") > 0.0}};
+  // Steps after which the held-out data was evaluated (train.eval_every) carry its loss.
+  if (h.metrics.count("eval_loss") > 0) j["eval_loss"] = h.metrics.at("eval_loss");
+  return j;
 }
 
 }  // namespace

@@ -44,6 +44,15 @@ std::chrono::milliseconds Ms(int64_t ms) { return std::chrono::milliseconds(ms);
 pb::ActionKind ToProto(ActionKind kind) { return Forward(kActionKinds, kind); }
 ActionKind FromProto(pb::ActionKind kind) { return Backward(kActionKinds, kind, "action kind"); }
 
+void ToProto(const Action& action, pb::Action* out) {
+  out->set_kind(ToProto(action.kind));
+  out->set_microbatch(action.microbatch);
+  out->set_chunk(action.chunk);
+}
+Action FromProto(const pb::Action& action, int rank) {
+  return {rank, FromProto(action.kind()), action.microbatch(), action.chunk()};
+}
+
 void ToProto(const MemoryFigures& figures, pb::MemoryFigures* out) {
   out->set_params(figures[MemCategory::kParams]);
   out->set_grads(figures[MemCategory::kGrads]);
@@ -105,12 +114,13 @@ std::string EncodeJobPlan(const Plan& plan, const Launch& launch) {
       chunk->set_last_layer(ranges[static_cast<size_t>(c)].last);
     }
     for (const Action& a : plan.schedule.per_rank.at(static_cast<size_t>(r))) {
-      pb::Action* action = stage->add_actions();
-      action->set_kind(ToProto(a.kind));
-      action->set_microbatch(a.microbatch);
-      action->set_chunk(a.chunk);
+      ToProto(a, stage->add_actions());
+    }
+    for (const Action& a : plan.eval_schedule.per_rank.at(static_cast<size_t>(r))) {
+      ToProto(a, stage->add_eval_actions());
     }
   }
+  m.set_eval_batches(plan.eval_batches);
   for (const TiedGroup& group : plan.tied) {
     pb::TiedGroup* tied = m.add_tied();
     tied->set_param(group.param);
@@ -126,6 +136,7 @@ std::string EncodeJobPlan(const Plan& plan, const Launch& launch) {
   m.set_partition_bound(plan.partition_bound);
   m.set_resume_dir(launch.resume_dir);
   m.set_attempt(launch.attempt);
+  m.set_evaluate_only(launch.evaluate_only);
   return m.SerializeAsString();
 }
 
@@ -170,10 +181,15 @@ Plan DecodeJobPlan(const std::string& bytes, Launch* launch) {
                                                                          chunk.last_layer()};
     }
     std::vector<Action>& program = plan.schedule.per_rank.emplace_back();
-    for (const pb::Action& a : stage.actions()) {
-      program.push_back({r, FromProto(a.kind()), a.microbatch(), a.chunk()});
-    }
+    for (const pb::Action& a : stage.actions()) program.push_back(FromProto(a, r));
+    std::vector<Action>& eval_program = plan.eval_schedule.per_rank.emplace_back();
+    for (const pb::Action& a : stage.eval_actions()) eval_program.push_back(FromProto(a, r));
   }
+  plan.eval_schedule.name = "forward";
+  plan.eval_schedule.stages = p;
+  plan.eval_schedule.microbatches = m.micro_batches();
+  plan.eval_schedule.chunks = v;
+  plan.eval_batches = m.eval_batches();
   for (const pb::TiedGroup& tied : m.tied()) {
     plan.tied.push_back({tied.param(),
                          {tied.layers().begin(), tied.layers().end()},
@@ -186,7 +202,7 @@ Plan DecodeJobPlan(const std::string& bytes, Launch* launch) {
               "the job plan has no timeouts");
   plan.memory_budget = m.memory_budget();
   plan.partition_bound = m.partition_bound();
-  if (launch != nullptr) *launch = {m.job_id(), m.resume_dir(), m.attempt()};
+  if (launch != nullptr) *launch = {m.job_id(), m.resume_dir(), m.attempt(), m.evaluate_only()};
   return plan;
 }
 
@@ -202,6 +218,13 @@ std::string EncodeRankResult(const RankResult& result) {
   m.set_compute_s(result.compute_s);
   m.set_wall_s(result.wall_s);
   m.set_holds_head(result.holds_head);
+  if (result.eval) {
+    pb::EvalResult* eval = m.mutable_eval();
+    eval->set_loss(result.eval->loss);
+    eval->set_batches(result.eval->batches);
+    eval->set_tokens(result.eval->tokens);
+    eval->set_seconds(result.eval->seconds);
+  }
   for (const StepTrace& step : result.trace) {
     pb::StepTrace* trace = m.add_trace();
     trace->set_step(step.step);
@@ -209,9 +232,7 @@ std::string EncodeRankResult(const RankResult& result) {
       pb::TraceSpan* span = trace->add_spans();
       span->set_kind(Forward(kSpanKinds, s.kind));
       if (s.kind != TraceSpan::Kind::kOptimizer) {
-        span->mutable_action()->set_kind(ToProto(s.action.kind));
-        span->mutable_action()->set_microbatch(s.action.microbatch);
-        span->mutable_action()->set_chunk(s.action.chunk);
+        ToProto(s.action, span->mutable_action());
       }
       span->set_start_us(s.start_us);
       span->set_end_us(s.end_us);
@@ -230,6 +251,10 @@ RankResult DecodeRankResult(const std::string& bytes) {
   result.compute_s = m.compute_s();
   result.wall_s = m.wall_s();
   result.holds_head = m.holds_head();
+  if (m.has_eval()) {
+    result.eval =
+        EvalRecord{m.eval().loss(), m.eval().batches(), m.eval().tokens(), m.eval().seconds()};
+  }
   for (const pb::StepTrace& trace : m.trace()) {
     StepTrace& step = result.trace.emplace_back();
     step.step = trace.step();
@@ -237,8 +262,7 @@ RankResult DecodeRankResult(const std::string& bytes) {
       TraceSpan& s = step.spans.emplace_back();
       s.kind = Backward(kSpanKinds, span.kind(), "trace span kind");
       if (s.kind != TraceSpan::Kind::kOptimizer) {
-        s.action = {result.rank, FromProto(span.action().kind()), span.action().microbatch(),
-                    span.action().chunk()};
+        s.action = FromProto(span.action(), result.rank);
       }
       s.start_us = span.start_us();
       s.end_us = span.end_us();

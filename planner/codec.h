@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -24,6 +25,9 @@ struct Launch {
   // launcher so that all ranks load the same step.
   std::string resume_dir;
   int attempt = 0;  // restart attempt (--max-restarts); keeps store keys of attempts apart
+  // `baton eval`: every rank loads the weights, evaluates the held-out data once and stops;
+  // nothing is trained or saved.
+  bool evaluate_only = false;
   bool operator==(const Launch&) const = default;
 };
 
@@ -46,7 +50,8 @@ struct RankResult {
   double compute_s = 0;                           // inside F/B/I/W, over the steps run
   double wall_s = 0;                              // the steps' wall time
   bool holds_head = false;
-  std::vector<StepTrace> trace;  // the last few steps (steady state)
+  std::vector<StepTrace> trace;    // the last few steps (steady state)
+  std::optional<EvalRecord> eval;  // `baton eval`'s evaluation (its loss valid on the head's rank)
   bool operator==(const RankResult&) const = default;
 };
 

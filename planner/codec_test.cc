@@ -22,18 +22,19 @@ Config TinyConfig(const std::vector<std::string>& overrides) {
 }
 
 TEST(CodecTest, JobPlanComesBackEqualForEverySchedule) {
-  const Launch launch{"job-1", "/ckpt/step-00000007", 2};
+  const Launch launch{"job-1", "/ckpt/step-00000007", 2, true};
   for (const std::vector<std::string>& overrides : std::vector<std::vector<std::string>>{
            {"parallel.stages=1"},
            {"parallel.stages=4", "parallel.schedule=gpipe"},
            {"parallel.stages=3", "parallel.schedule=zb-h1", "precision.dtype=fp16"},
            {"parallel.stages=2", "parallel.schedule=interleaved", "parallel.chunks=2",
-            "parallel.checkpoint=every:2"}}) {
+            "parallel.checkpoint=every:2", "data.eval_fraction=0.05"}}) {
     const Plan plan = MakePlan(TinyConfig(overrides));
     Launch decoded_launch;
     const Plan decoded = DecodeJobPlan(EncodeJobPlan(plan, launch), &decoded_launch);
     EXPECT_EQ(decoded, plan) << overrides.front();
     EXPECT_EQ(decoded_launch, launch);
+    EXPECT_EQ(decoded.eval_schedule.per_rank.size(), static_cast<size_t>(plan.num_ranks()));
     for (int r = 0; r < plan.num_ranks(); ++r) {
       EXPECT_EQ(decoded.ChunkRanges(r), plan.ChunkRanges(r));
     }
@@ -52,6 +53,24 @@ TEST(CodecTest, PlanCarriesTheTiedGroupAndTheTimeouts) {
   const Plan one = MakePlan(TinyConfig({"parallel.stages=1", "parallel.timeout_s=90"}));
   EXPECT_EQ(one.tied[0].ranks, (std::vector<int>{0}));
   EXPECT_EQ(one.timeouts.startup, std::chrono::milliseconds(90000));
+}
+
+TEST(CodecTest, PlanCountsEvalBatchesFromTheHeldOutTailAndNamesAShortOne) {
+  // gpt-tiny's data (/usr/share/common-licenses) with 16-token windows, batches of 4.
+  const Plan none = MakePlan(TinyConfig({"parallel.stages=2"}));
+  EXPECT_EQ(none.eval_batches, 0);
+  const Plan two = MakePlan(
+      TinyConfig({"parallel.stages=2", "data.eval_fraction=0.01", "train.eval_batches=2"}));
+  EXPECT_EQ(two.eval_batches, 2);
+  const Plan all = MakePlan(TinyConfig({"data.eval_fraction=0.01"}));
+  EXPECT_GT(all.eval_batches, 2);
+  try {
+    MakePlan(TinyConfig({"data.eval_fraction=0.01", "train.eval_batches=1000000"}));
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("(data.eval_fraction)"));
+    EXPECT_THAT(e.what(), HasSubstr("train.eval_batches asks for 1000000"));
+  }
 }
 
 TEST(CodecTest, MalformedOrInconsistentPlanIsAnError) {
@@ -83,6 +102,8 @@ TEST(CodecTest, RankResultComesBackEqualWithTypedSpans) {
   step.spans.push_back({TraceSpan::Kind::kWait, {2, ActionKind::kSendBackward, 0, 0}, 35, 36});
   step.spans.push_back({TraceSpan::Kind::kOptimizer, {}, 36, 50});
   result.trace.push_back(step);
+  EXPECT_EQ(DecodeRankResult(EncodeRankResult(result)), result);
+  result.eval = EvalRecord{2.5, 3, 96, 0.25};
   EXPECT_EQ(DecodeRankResult(EncodeRankResult(result)), result);
   EXPECT_EQ(step.spans[0].Name(4), "wait 6RECV_F1");
   EXPECT_EQ(step.spans[1].Name(4), "6F1");

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include "config/config.h"
 
 namespace baton {
@@ -26,6 +28,47 @@ TEST(InProcessTest, CheckpointingEveryLayerAndSelectiveAreBitIdenticalToNone) {
       EXPECT_EQ(other.param_checksum, none.param_checksum) << schedule << " " << policy;
     }
   }
+}
+
+// The eval losses of each step, from the rank holding the head.
+std::vector<double> EvalLosses(const InProcessResult& result) {
+  std::vector<double> losses;
+  for (const StepRecord& s : result.ranks.back().steps) {
+    if (s.eval) losses.push_back(s.eval->loss);
+  }
+  return losses;
+}
+
+TEST(InProcessTest, EvalLossIsBitIdenticalOnEveryCutAndLeavesTrainingUntouched) {
+  const std::vector<std::string> eval = {"data.eval_fraction=0.01", "train.eval_every=2",
+                                         "train.eval_batches=3", "train.steps=3",
+                                         "model.num_layers=4"};
+  const auto with = [&](std::vector<std::string> more) {
+    more.insert(more.end(), eval.begin(), eval.end());
+    return RunInProcess(MakePlan(TinyConfig(more)));
+  };
+  const InProcessResult one = with({"parallel.stages=1"});
+  const std::vector<double> reference = EvalLosses(one);
+  ASSERT_EQ(reference.size(), 2u);  // after step 2, and after the last step (3)
+  EXPECT_TRUE(std::isfinite(reference[0]));
+  EXPECT_NE(reference[0], reference[1]);  // step 3 changed the weights
+  EXPECT_GT(reference[0], 0.0);
+  for (const std::vector<std::string>& cut : std::vector<std::vector<std::string>>{
+           {"parallel.stages=4"},
+           {"parallel.stages=2", "parallel.schedule=gpipe"},
+           {"parallel.stages=3", "parallel.schedule=zb-h1"},
+           {"parallel.stages=2", "parallel.schedule=interleaved", "parallel.chunks=2"},
+           {"parallel.stages=2", "parallel.checkpoint=every:1"}}) {
+    const InProcessResult other = with(cut);
+    EXPECT_EQ(EvalLosses(other), reference) << cut.front() << " " << cut.back();
+    EXPECT_EQ(other.param_checksum, one.param_checksum) << cut.front() << " " << cut.back();
+  }
+  // Evaluating changes nothing that training computes.
+  const InProcessResult plain = RunInProcess(MakePlan(TinyConfig(
+      {"parallel.stages=2", "data.eval_fraction=0.01", "train.steps=3", "model.num_layers=4"})));
+  EXPECT_EQ(plain.param_checksum, one.param_checksum);
+  EXPECT_EQ(plain.losses, one.losses);
+  EXPECT_TRUE(EvalLosses(plain).empty());
 }
 
 TEST(InProcessTest, OneFOneBStashesAtMostStagesMinusRankMicroBatches) {

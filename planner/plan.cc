@@ -11,6 +11,7 @@
 #include "scheduler/communication.h"
 #include "scheduler/generators.h"
 #include "scheduler/validator.h"
+#include "worker/run_data.h"
 
 namespace baton {
 
@@ -40,6 +41,8 @@ TrainerSetup Plan::TrainerSetupFor(int rank, Communicator* comm) const {
   setup.num_ranks = num_ranks();
   setup.chunk_ranges = ChunkRanges(rank);
   setup.schedule = schedule;
+  setup.eval_schedule = eval_schedule;
+  setup.eval_batches = eval_batches;
   setup.tied = tied;
   setup.timeout = timeouts.wait;
   setup.comm = comm;
@@ -118,6 +121,11 @@ Plan MakePlan(const Config& config, int64_t memory_budget) {
     BATON_FAIL("schedule: {}", e.what());
   }
   plan.schedule = std::move(schedule);
+  plan.eval_schedule = InsertCommunication(
+      ForwardOnly(plan.schedule.stages, plan.schedule.microbatches, plan.schedule.chunks),
+      CommPlacement::kRendezvousSafe);
+  CheckValid(plan.eval_schedule);
+  plan.eval_batches = EvalBatchesFor(config);
   plan.layer_costs =
       LayerCosts(plan.graph, plan.dims, config.parallel.partition, plan.micro_batch_shape());
   plan.virtual_stages = PartitionLayers(plan.layer_costs, plan.schedule.num_virtual_stages());

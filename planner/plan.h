@@ -38,7 +38,12 @@ struct Plan {
   std::vector<double> layer_costs;         // under config.parallel.partition
   std::vector<LayerRange> virtual_stages;  // p*v contiguous ranges; j runs on rank j % p
   Schedule schedule;                       // with SEND/RECV actions, validated
-  std::vector<TiedGroup> tied;             // tied parameters and the ranks holding them
+  // Evaluation (docs/data.md): the forward-only schedule of the same ranks, chunks and
+  // micro-batches, with SEND/RECV actions, validated; and the batches each evaluation reads
+  // (EvalBatchesFor), 0 when the config names no held-out data.
+  Schedule eval_schedule;
+  int64_t eval_batches = 0;
+  std::vector<TiedGroup> tied;  // tied parameters and the ranks holding them
   Timeouts timeouts;
   int64_t memory_budget = 0;  // bytes per rank; 0: none
   // Which constraint set the cut: "compute balance", or "memory on stage K (...)" when a

@@ -121,6 +121,21 @@ Schedule ZeroBubbleH1(int stages, int microbatches) {
   return schedule;
 }
 
+Schedule ForwardOnly(int stages, int microbatches, int chunks) {
+  Schedule schedule = EmptySchedule("forward", stages, microbatches, chunks);
+  for (int rank = 0; rank < stages; ++rank) {
+    // Chunk-major: virtual stage c*p + r consumes what c*p + r - 1 made, and every rank finishes
+    // its chunk c before c + 1, so each rank's order is a topological order of the dependencies.
+    for (int chunk = 0; chunk < chunks; ++chunk) {
+      for (int mb = 0; mb < microbatches; ++mb) {
+        schedule.per_rank[static_cast<size_t>(rank)].push_back(
+            Action{rank, ActionKind::kForward, mb, chunk});
+      }
+    }
+  }
+  return schedule;
+}
+
 const std::vector<std::string>& ScheduleNames() {
   static const std::vector<std::string> names = {"gpipe", "1f1b", "interleaved", "zb-h1"};
   return names;

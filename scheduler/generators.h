@@ -30,6 +30,12 @@ Schedule Interleaved1F1B(int stages, int microbatches, int chunks);
 // in-flight count is at most min(p, m), 1F1B's peak (that of rank 0).
 Schedule ZeroBubbleH1(int stages, int microbatches);
 
+// Evaluation: forwards only, no backward. Rank r runs F of every micro-batch of its chunk 0, then
+// of chunk 1, ... (virtual stage c*p + r); the head's forward computes the loss. Validate()
+// accepts it as a forward-only schedule; with communication inserted it is what `baton eval` and
+// train.eval_every run.
+Schedule ForwardOnly(int stages, int microbatches, int chunks = 1);
+
 // Names MakeSchedule() accepts: "gpipe", "1f1b", "interleaved", "zb-h1".
 const std::vector<std::string>& ScheduleNames();
 

@@ -25,6 +25,14 @@ TEST(GeneratorsTest, GPipeRunsAllForwardsThenAllBackwards) {
   EXPECT_EQ(Row(schedule, 1), "F0 F1 F2 B0 B1 B2");
 }
 
+TEST(GeneratorsTest, ForwardOnlyRunsEveryChunksForwardsChunkByChunk) {
+  const Schedule schedule = ForwardOnly(2, 3, 2);
+  EXPECT_EQ(schedule.name, "forward");
+  EXPECT_EQ(Row(schedule, 0), "F0 F1 F2 2F0 2F1 2F2");
+  EXPECT_EQ(Row(schedule, 1), "F0 F1 F2 3F0 3F1 3F2");  // chunk 0 prints without its stage
+  EXPECT_EQ(Row(ForwardOnly(3, 2), 2), "F0 F1");
+}
+
 TEST(GeneratorsTest, OneF1BWarmsUpWithStagesMinusRankMinusOneForwards) {
   const Schedule schedule = OneFOneB(4, 6);
   EXPECT_EQ(Row(schedule, 0), "F0 F1 F2 F3 B0 F4 B1 F5 B2 B3 B4 B5");

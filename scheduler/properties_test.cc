@@ -48,6 +48,25 @@ TEST(PropertiesTest, EveryRendezvousSafeScheduleDryRunsWithBlockingAndWithBuffer
   });
 }
 
+TEST(PropertiesTest, ForwardOnlySchedulesValidateAndDryRunWithBlockingAndBufferedSends) {
+  for (int p = 1; p <= 8; ++p) {
+    for (int m = 1; m <= 16; ++m) {
+      for (int v = 1; v <= 3; ++v) {
+        SCOPED_TRACE("p=" + std::to_string(p) + " m=" + std::to_string(m) +
+                     " v=" + std::to_string(v));
+        const Schedule compute = ForwardOnly(p, m, v);
+        ASSERT_TRUE(Validate(compute));
+        const Schedule full = InsertCommunication(compute, CommPlacement::kRendezvousSafe);
+        const ValidationResult strict = Validate(full, CommSemantics::kRendezvous);
+        ASSERT_TRUE(strict) << strict.message;
+        const ValidationResult buffered =
+            Validate(InsertCommunication(compute), CommSemantics::kAsync);
+        ASSERT_TRUE(buffered) << buffered.message;
+      }
+    }
+  }
+}
+
 TEST(PropertiesTest, EveryRankDoesAllItsWorkAndStaysWithinItsPeak) {
   ForEachGeneratedSchedule([](const Schedule& compute) {
     const SimulationResult result = Simulate(InsertCommunication(compute));

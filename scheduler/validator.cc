@@ -81,6 +81,10 @@ ValidationResult CheckEachComputedOnce(const Schedule& schedule) {
       entry.step = step;
     }
   }
+  // A schedule without any B, I or W is forward-only (evaluation): it needs just the F's.
+  const bool forward_only = std::all_of(seen.begin(), seen.end(), [](const auto& cell) {
+    return cell[1].count + cell[2].count + cell[3].count == 0;
+  });
   for (int stage = 0; stage < schedule.num_virtual_stages(); ++stage) {
     const int rank = RankOfVirtualStage(stage, p);
     const int last_step = static_cast<int>(schedule.per_rank[rank].size()) - 1;
@@ -94,7 +98,9 @@ ValidationResult CheckEachComputedOnce(const Schedule& schedule) {
       }
       std::string missing;
       if (forward.count == 0) missing = "F";
-      if (backward.count == 0 && input.count == 0) missing += missing.empty() ? "B (or I)" : ", B";
+      if (backward.count == 0 && input.count == 0 && !forward_only) {
+        missing += missing.empty() ? "B (or I)" : ", B";
+      }
       if (input.count > 0 && weight.count == 0) missing = "W";
       if (weight.count > 0 && input.count == 0) missing = "I";
       if (!missing.empty()) {

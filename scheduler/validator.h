@@ -4,7 +4,7 @@
 //   1. shape: stages, microbatches, chunks >= 1 and one action list per rank;
 //   2. every action sits on its own rank's row, with chunk and micro-batch in range;
 //   3. every micro-batch is computed exactly once per virtual stage: one F, and either one B or
-//      one I and one W;
+//      one I and one W; a forward-only schedule (no B, I or W anywhere: evaluation) needs the F;
 //   4. every RECV has a SEND of the same message on its peer, and every SEND a RECV;
 //   5. a dry run of all ranks (dry_run.h) finishes: data dependencies hold (F after the previous
 //      virtual stage's F, B/I after its F and the next virtual stage's B/I, W after I, each SEND

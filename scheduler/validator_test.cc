@@ -93,6 +93,18 @@ TEST(ValidatorTest, MissingMicrobatchIsRejected) {
   ExpectRejectedAt(schedule, 1, rank1.size() - 1, "never runs B (or I) of micro-batch 2");
 }
 
+TEST(ValidatorTest, ForwardOnlyScheduleNeedsEveryForwardButNoBackward) {
+  Schedule schedule = ForwardOnly(2, 3);
+  EXPECT_TRUE(Validate(schedule));
+  auto& rank1 = schedule.per_rank[1];
+  rank1.erase(rank1.begin() + Find(schedule, 1, "F1"));
+  ExpectRejectedAt(schedule, 1, rank1.size() - 1, "never runs F of micro-batch 1");
+  // One backward anywhere makes it a training schedule, which then misses the others.
+  Schedule partial = ForwardOnly(2, 3);
+  partial.per_rank[1].push_back(Action{1, ActionKind::kBackward, 0, 0});
+  EXPECT_FALSE(Validate(partial));
+}
+
 TEST(ValidatorTest, WeightGradientBeforeInputGradientIsRejected) {
   Schedule schedule = ZeroBubbleH1(2, 2);
   auto& rank0 = schedule.per_rank[0];

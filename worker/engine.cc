@@ -151,6 +151,26 @@ std::vector<float> StageEngine::RunStep(const std::vector<Action>& actions,
   return losses_;
 }
 
+std::vector<float> StageEngine::RunForward(const std::vector<Action>& actions,
+                                           const std::vector<MicroBatch>& batches) {
+  for (const Action& action : actions) {
+    const bool forward = action.kind == ActionKind::kForward ||
+                         action.kind == ActionKind::kSendForward ||
+                         action.kind == ActionKind::kRecvForward;
+    BATON_CHECK(forward, "{}: a forward-only program holds only F, SEND_F and RECV_F",
+                Describe(action));
+  }
+  forward_only_ = true;
+  try {
+    std::vector<float> losses = RunStep(actions, batches, 1.0f);
+    forward_only_ = false;
+    return losses;
+  } catch (...) {
+    forward_only_ = false;
+    throw;
+  }
+}
+
 double StageEngine::NowUs() const {
   return step_start_us_ +
          std::chrono::duration<double, std::micro>(Clock::now() - step_start_).count();
@@ -310,6 +330,12 @@ void StageEngine::Forward(const Action& action) {
   s.stashes.resize(static_cast<size_t>(num_layers));
   peak_stashed_ = std::max(peak_stashed_, ++stashed_);
   for (int i = 0; i < num_layers; ++i) {
+    if (forward_only_) {  // no backward will read the stash
+      x = chunk.layers[static_cast<size_t>(i)]->Forward(x, batch,
+                                                        s.stashes[static_cast<size_t>(i)]);
+      s.stashes[static_cast<size_t>(i)].Clear();
+      continue;
+    }
     if (every > 0 && i % every == 0) s.segment_inputs.push_back(x);
     x = chunk.layers[static_cast<size_t>(i)]->Forward(x, batch, s.stashes[static_cast<size_t>(i)]);
     const bool segment_ends = every > 0 && (i % every == every - 1 || i == num_layers - 1);
@@ -318,6 +344,10 @@ void StageEngine::Forward(const Action& action) {
     }
   }
   s.input = Tensor();  // held by the stash or a segment input when backward needs it
+  if (forward_only_) {
+    s.stashes.clear();
+    --stashed_;
+  }
   if (chunk.range.last == model_.num_layers_in_graph() - 1) {
     float loss = 0.0f;
     Tensor host = Tensor::Wrap(&loss, {1}, DType::kF32);

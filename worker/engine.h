@@ -96,6 +96,12 @@ class StageEngine {
   std::vector<float> RunStep(const std::vector<Action>& actions,
                              const std::vector<MicroBatch>& batches, float loss_grad_scale);
 
+  // Runs a forward-only program (evaluation: F, SEND_F and RECV_F; an error for anything else).
+  // Each layer's stash is dropped as soon as that layer ran: nothing is kept for a backward.
+  // Returns the per-micro-batch losses when this rank holds the head (empty otherwise).
+  std::vector<float> RunForward(const std::vector<Action>& actions,
+                                const std::vector<MicroBatch>& batches);
+
   const StepTimings& last_timings() const { return timings_; }
   // The most (micro-batch, chunk) pairs whose forward had run and whose backward had not yet
   // freed it, during the last step: what sets activation memory (the simulator's peak in-flight).
@@ -131,6 +137,7 @@ class StageEngine {
   std::vector<PendingSend> sends_;
   const std::vector<MicroBatch>* batches_ = nullptr;
   float loss_grad_scale_ = 1.0f;
+  bool forward_only_ = false;  // inside RunForward
   std::vector<float> losses_;
   StepTimings timings_;
   double NowUs() const;

@@ -12,17 +12,6 @@ namespace baton {
 namespace {
 using Clock = std::chrono::steady_clock;
 
-TokenFormat ToTokenFormat(DataFormat format) {
-  switch (format) {
-    case DataFormat::kAuto:
-      return TokenFormat::kAuto;
-    case DataFormat::kText:
-      return TokenFormat::kText;
-    case DataFormat::kBin:
-      return TokenFormat::kBin;
-  }
-  BATON_FAIL("unknown data format {}", static_cast<int>(format));
-}
 }  // namespace
 
 Trainer::Trainer(TrainerSetup setup, Backend& backend)
@@ -70,8 +59,7 @@ Trainer::Trainer(TrainerSetup setup, Backend& backend)
   const bool first = model_->holds_first_layer();
   const bool last = model_->holds_last_layer();
   if ((first || last) && !IsMeta(backend_)) {  // the memory planner reads no data
-    dataset_ = std::make_unique<TokenDataset>(TokenDataset::Open(
-        config.data.path, ToTokenFormat(config.data.format), config.model.vocab_size, seq_len));
+    data_ = std::make_unique<RunData>(OpenRunData(config));
   }
   for (int k = 0; k < config.train.micro_batches; ++k) {
     MicroBatch batch;
@@ -90,22 +78,70 @@ Trainer::Trainer(TrainerSetup setup, Backend& backend)
 
 Trainer::~Trainer() = default;
 
+// Copies a micro-batch's host rows into the tensors this rank holds (tokens on the first
+// layer's rank, targets on the last's).
+void Trainer::CopyIn(MicroBatch& batch, std::vector<int32_t>& tokens,
+                     std::vector<int32_t>& targets) {
+  const int b = MicroBatchSize(setup_.config);
+  const int t = static_cast<int>(SequenceLength(setup_.config));
+  if (batch.tokens.defined()) {
+    backend_.Copy(Tensor::Wrap(tokens.data(), {b, t}, DType::kI32), batch.tokens);
+  }
+  if (batch.targets.defined()) {
+    backend_.Copy(Tensor::Wrap(targets.data(), {b, t}, DType::kI32), batch.targets);
+  }
+}
+
 void Trainer::FillMicroBatches(int64_t step) {
-  if (!dataset_) return;
+  if (!data_) return;
   const Config& config = setup_.config;
   const int b = MicroBatchSize(config);
   const int t = static_cast<int>(SequenceLength(config));
   std::vector<int32_t> tokens(static_cast<size_t>(b) * t), targets(tokens.size());
   for (int k = 0; k < config.train.micro_batches; ++k) {
-    FillBatch(*dataset_, config.train.seed, step - 1, k * b, b, t, tokens.data(), targets.data());
-    MicroBatch& batch = batches_[static_cast<size_t>(k)];
-    if (batch.tokens.defined()) {
-      backend_.Copy(Tensor::Wrap(tokens.data(), {b, t}, DType::kI32), batch.tokens);
-    }
-    if (batch.targets.defined()) {
-      backend_.Copy(Tensor::Wrap(targets.data(), {b, t}, DType::kI32), batch.targets);
+    FillBatch(data_->train, config.train.seed, step - 1, k * b, b, t, tokens.data(),
+              targets.data());
+    CopyIn(batches_[static_cast<size_t>(k)], tokens, targets);
+  }
+}
+
+void Trainer::FillEvalMicroBatches(int64_t batch) {
+  if (!data_) return;
+  const Config& config = setup_.config;
+  BATON_CHECK(data_->eval.has_value(), "evaluation needs data.eval_path or data.eval_fraction");
+  const int b = MicroBatchSize(config);
+  const int t = static_cast<int>(SequenceLength(config));
+  std::vector<int32_t> tokens(static_cast<size_t>(b) * t), targets(tokens.size());
+  for (int k = 0; k < config.train.micro_batches; ++k) {
+    const int64_t first_window = batch * config.train.batch_size + int64_t{k} * b;
+    FillEvalWindows(*data_->eval, first_window, b, t, tokens.data(), targets.data());
+    CopyIn(batches_[static_cast<size_t>(k)], tokens, targets);
+  }
+}
+
+EvalRecord Trainer::Evaluate() {
+  const Clock::time_point start = Clock::now();
+  const Config& config = setup_.config;
+  BATON_CHECK(setup_.eval_batches > 0,
+              "evaluation needs held-out data (data.eval_path or data.eval_fraction)");
+  const std::vector<Action>& program =
+      setup_.eval_schedule.per_rank.at(static_cast<size_t>(setup_.rank));
+  EvalRecord record;
+  double sum = 0;  // of micro-batch mean losses, in (batch, micro-batch) order on every cut
+  int64_t count = 0;
+  for (int64_t batch = 0; batch < setup_.eval_batches; ++batch) {
+    FillEvalMicroBatches(batch);
+    for (float loss : engine_->RunForward(program, batches_)) {
+      sum += loss;
+      ++count;
     }
   }
+  backend_.Synchronize();
+  record.batches = setup_.eval_batches;
+  record.tokens = setup_.eval_batches * config.train.batch_size * SequenceLength(config);
+  record.loss = count > 0 ? sum / static_cast<double>(count) : 0.0;
+  record.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  return record;
 }
 
 StepRecord Trainer::Step(int64_t step) {
@@ -157,6 +193,10 @@ StepRecord Trainer::Step(int64_t step) {
   record.trace.push_back({TraceSpan::Kind::kOptimizer, {}, end_us - optimizer_us, end_us});
   record.tokens_per_s = static_cast<double>(config.train.batch_size) *
                         static_cast<double>(SequenceLength(config)) / record.step_s;
+  const int64_t eval_every = config.train.eval_every;
+  if (eval_every > 0 && (step % eval_every == 0 || step == config.train.steps)) {
+    record.eval = Evaluate();
+  }
   return record;
 }
 

@@ -16,6 +16,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -28,6 +29,7 @@
 #include "worker/engine.h"
 #include "worker/loss_scaler.h"
 #include "worker/optimizer.h"
+#include "worker/run_data.h"
 #include "worker/stage_model.h"
 
 namespace baton {
@@ -49,9 +51,20 @@ struct TrainerSetup {
   int num_ranks = 1;
   std::vector<LayerRange> chunk_ranges;      // this rank's layers, one range per chunk
   Schedule schedule;                         // with communication actions; validated
+  Schedule eval_schedule;                    // forward-only, with communication; validated
+  int64_t eval_batches = 0;                  // per evaluation (EvalBatchesFor); 0: no eval data
   std::vector<TiedGroup> tied;               // every tied group of the graph
   std::chrono::milliseconds timeout{60000};  // any wait on a peer (Timeouts::wait)
   Communicator* comm = nullptr;              // null for a one-rank pipeline
+};
+
+// One evaluation of the held-out data (docs/data.md, "Evaluation").
+struct EvalRecord {
+  double loss = 0;      // mean over every micro-batch of every batch; valid on the head's rank
+  int64_t batches = 0;  // of train.batch_size windows
+  int64_t tokens = 0;   // predicted tokens: batches x batch_size x seq_len
+  double seconds = 0;
+  bool operator==(const EvalRecord&) const = default;
 };
 
 struct StepRecord {
@@ -67,6 +80,8 @@ struct StepRecord {
   double wait_s = 0;     // blocked on peers
   double tokens_per_s = 0;
   std::vector<TraceSpan> trace;  // the engine's spans, then "optimizer" (step end)
+  // After the step, when train.eval_every says so (every eval_every steps, and the last step).
+  std::optional<EvalRecord> eval;
 };
 
 class Trainer {
@@ -77,6 +92,9 @@ class Trainer {
   Trainer& operator=(const Trainer&) = delete;
 
   StepRecord Step(int64_t step);
+  // Runs the setup's eval_batches batches of held-out windows through the forward-only schedule;
+  // every rank calls it at the same point. The weights and the optimizer are untouched.
+  EvalRecord Evaluate();
 
   // FNV-1a digest of each local layer's parameter bytes (tied copies excluded), by graph index.
   std::vector<std::pair<int, uint64_t>> LayerDigests();
@@ -96,6 +114,8 @@ class Trainer {
 
  private:
   void FillMicroBatches(int64_t step);
+  void FillEvalMicroBatches(int64_t batch);
+  void CopyIn(MicroBatch& batch, std::vector<int32_t>& tokens, std::vector<int32_t>& targets);
   void CombineTiedGradients();
   struct StepEnd {
     double norm;    // global gradient norm of the unscaled gradients
@@ -106,7 +126,7 @@ class Trainer {
 
   TrainerSetup setup_;
   Backend& backend_;
-  std::unique_ptr<TokenDataset> dataset_;
+  std::unique_ptr<RunData> data_;  // on the ranks holding the first or the last layer
   std::unique_ptr<StageModel> model_;
   std::unique_ptr<Optimizer> optimizer_;
   std::unique_ptr<StageEngine> engine_;

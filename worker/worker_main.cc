@@ -133,8 +133,10 @@ WorkerReport StepReport(int rank, const StepRecord& record, bool holds_head,
                     {"tokens_per_s", record.tokens_per_s},
                     {"loss_scale", record.loss_scale},
                     {"skipped", record.skipped ? 1.0 : 0.0}};
+  if (record.eval && holds_head) report.metrics["eval_loss"] = record.eval->loss;
   report.timings_s = {
       {"step", record.step_s}, {"compute", record.compute_s}, {"wait", record.wait_s}};
+  if (record.eval) report.timings_s["eval"] = record.eval->seconds;
   for (const auto& [key, bytes] : MemoryEntries(ledger.Peak())) report.memory_peak[key] = bytes;
   return report;
 }
@@ -227,7 +229,10 @@ void TrainRank(const WorkerArgs& args, CoordinatorClient& client, const Plan& pl
   RankResult result;
   result.rank = args.rank;
   const int64_t every = config.output.checkpoint_every;
-  for (int64_t step = first_step; step <= config.train.steps; ++step) {
+  // `baton eval`: the loaded weights, once over the held-out data; nothing trained or saved.
+  const int64_t last_step = launch.evaluate_only ? first_step - 1 : config.train.steps;
+  if (launch.evaluate_only) result.eval = trainer.Evaluate();
+  for (int64_t step = first_step; step <= last_step; ++step) {
     BATON_CHECK(!client.aborted(), "the job was aborted: {}", client.abort_reason());
     MaybeStall(args.rank, step);
     const StepRecord record = trainer.Step(step);
