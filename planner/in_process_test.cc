@@ -1,10 +1,12 @@
 #include "planner/in_process.h"
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
 
 #include "config/config.h"
+#include "core/error.h"
 
 namespace baton {
 namespace {
@@ -69,6 +71,21 @@ TEST(InProcessTest, EvalLossIsBitIdenticalOnEveryCutAndLeavesTrainingUntouched) 
   EXPECT_EQ(plain.param_checksum, one.param_checksum);
   EXPECT_EQ(plain.losses, one.losses);
   EXPECT_TRUE(EvalLosses(plain).empty());
+}
+
+TEST(InProcessTest, NonFiniteLossStopsEveryRankAtThatStepNamingIt) {
+  // A learning rate of 1e6 without clipping: the weights blow up within a few steps.
+  const Plan plan = MakePlan(
+      TinyConfig({"parallel.stages=2", "train.lr=1e6", "train.grad_clip=0", "train.steps=30"}));
+  try {
+    RunInProcess(plan);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    const std::string message = e.what();
+    EXPECT_THAT(message, ::testing::ContainsRegex("step [0-9]+: the (loss|gradient norm) is not "
+                                                  "finite"));
+    EXPECT_THAT(message, ::testing::HasSubstr("train.lr 1000000"));
+  }
 }
 
 TEST(InProcessTest, OneFOneBStashesAtMostStagesMinusRankMicroBatches) {

@@ -157,7 +157,22 @@ StepRecord Trainer::Step(int64_t step) {
 
   const auto step_end_start = Clock::now();
   CombineTiedGradients();
-  const auto [norm, overflow, stop] = ReduceStepEnd();
+  const bool loss_finite =
+      std::all_of(losses.begin(), losses.end(), [](float l) { return std::isfinite(l); });
+  const auto [norm, overflow, stop, all_losses_finite] = ReduceStepEnd(loss_finite);
+  // fp32 and bf16 have no loss scale to back off: a non-finite loss or gradient cannot recover,
+  // so every rank stops at this step (they all see the same reduced flags) rather than train on
+  // NaNs. fp16 skips the step and lowers the scale instead (below).
+  if (!scaler_.enabled() && (!all_losses_finite || !std::isfinite(norm))) {
+    const std::string what = all_losses_finite
+                                 ? fmt::format("the gradient norm is not finite ({})", norm)
+                                 : std::string("the loss is not finite (NaN or Inf)");
+    BATON_FAIL(
+        "step {}: {}; training stops here. Likely causes: a learning rate too high for this model "
+        "(train.lr {}, warmup {} steps), no gradient clipping (train.grad_clip {}), or bad input "
+        "data",
+        step, what, config.train.lr, config.train.warmup_steps, config.train.grad_clip);
+  }
 
   StepRecord record;
   record.step = step;
@@ -224,14 +239,17 @@ void Trainer::CombineTiedGradients() {
   }
 }
 
-Trainer::StepEnd Trainer::ReduceStepEnd() {
+Trainer::StepEnd Trainer::ReduceStepEnd(bool local_loss_finite) {
   const int num_layers = model_->num_layers_in_graph();
   // Slot i: layer i's sum of squares (f32; written by the one rank holding it, zero elsewhere, so
-  // the all-reduce sum is exact); then this rank's overflow flag and its stop request.
-  std::vector<float> partial(static_cast<size_t>(num_layers) + 2, 0.0f);
+  // the all-reduce sum is exact); then this rank's overflow flag, its stop request and whether
+  // its loss was not finite.
+  std::vector<float> partial(static_cast<size_t>(num_layers) + 3, 0.0f);
   const size_t overflow_slot = static_cast<size_t>(num_layers);
   const size_t stop_slot = overflow_slot + 1;
+  const size_t bad_loss_slot = overflow_slot + 2;
   if (stop_flag_ != nullptr && stop_flag_->load()) partial[stop_slot] = 1.0f;
+  if (!local_loss_finite) partial[bad_loss_slot] = 1.0f;
   for (auto& [index, layer] : model_->layers()) {
     double sum = 0;
     bool finite = true;
@@ -244,7 +262,7 @@ Trainer::StepEnd Trainer::ReduceStepEnd() {
     if (!finite) partial[overflow_slot] = 1.0f;
   }
   if (setup_.comm != nullptr && setup_.num_ranks > 1) {
-    Tensor host = Tensor::Wrap(partial.data(), {num_layers + 2}, DType::kF32);
+    Tensor host = Tensor::Wrap(partial.data(), {num_layers + 3}, DType::kF32);
     if (backend_.device().is_cpu()) {
       setup_.comm->AllReduceSum(host, timeout_);
     } else {  // NCCL reduces device memory
@@ -259,7 +277,8 @@ Trainer::StepEnd Trainer::ReduceStepEnd() {
   double total = 0;
   for (int i = 0; i < num_layers; ++i) total += partial[static_cast<size_t>(i)];
   const double norm = std::sqrt(total) / scaler_.scale();
-  return {norm, partial[overflow_slot] > 0.0f || !std::isfinite(norm), partial[stop_slot] > 0.0f};
+  return {norm, partial[overflow_slot] > 0.0f || !std::isfinite(norm), partial[stop_slot] > 0.0f,
+          partial[bad_loss_slot] == 0.0f};
 }
 
 std::vector<std::pair<int, uint64_t>> Trainer::LayerDigests() {

@@ -118,11 +118,12 @@ class Trainer {
   void CopyIn(MicroBatch& batch, std::vector<int32_t>& tokens, std::vector<int32_t>& targets);
   void CombineTiedGradients();
   struct StepEnd {
-    double norm;    // global gradient norm of the unscaled gradients
-    bool overflow;  // some gradient was not finite
-    bool stop;      // some rank was asked to stop
+    double norm;       // global gradient norm of the unscaled gradients
+    bool overflow;     // some gradient was not finite
+    bool stop;         // some rank was asked to stop
+    bool loss_finite;  // the head's loss was finite (every rank learns it)
   };
-  StepEnd ReduceStepEnd();
+  StepEnd ReduceStepEnd(bool local_loss_finite);
 
   TrainerSetup setup_;
   Backend& backend_;
