@@ -18,10 +18,12 @@ void VisitModel(ModelConfig& m, FieldVisitor& v) {
   v.BeginSection("model");
   v.Enum("preset", m.preset, kPresetNames);
   v.Int("vocab_size", m.vocab_size, IntRule{2, 65536});  // tokens are stored as uint16
-  v.Int("context", m.context, kPositiveInt);
-  v.Int("num_layers", m.num_layers, kPositiveInt);
-  v.Int("num_heads", m.num_heads, kPositiveInt);
-  v.Int("width", m.width, kPositiveInt);
+  // Upper bounds keep every size within the types the model uses (ModelDims holds ints) and
+  // refuse, naming the key, sizes no machine holds before anything is allocated.
+  v.Int("context", m.context, IntRule{1, kMaxContext});
+  v.Int("num_layers", m.num_layers, IntRule{1, kMaxLayers});
+  v.Int("num_heads", m.num_heads, IntRule{1, kMaxWidth});
+  v.Int("width", m.width, IntRule{1, kMaxWidth});
   v.VisitLayers("layers", m.layers);
   v.VisitString("init_from", m.init_from);
 }
@@ -30,7 +32,7 @@ void VisitData(DataConfig& d, FieldVisitor& v) {
   v.BeginSection("data");
   v.VisitString("path", d.path);
   v.Enum("format", d.format, kDataFormatNames);
-  v.Int("seq_len", d.seq_len, kNonNegativeInt);
+  v.Int("seq_len", d.seq_len, IntRule{0, kMaxContext});
   v.VisitString("eval_path", d.eval_path);
   v.VisitFloat("eval_fraction", d.eval_fraction, kUnitInterval);
 }
@@ -38,8 +40,8 @@ void VisitData(DataConfig& d, FieldVisitor& v) {
 void VisitTrain(TrainConfig& t, FieldVisitor& v) {
   v.BeginSection("train");
   v.Int("steps", t.steps, kPositiveInt);
-  v.Int("batch_size", t.batch_size, kPositiveInt);
-  v.Int("micro_batches", t.micro_batches, kPositiveInt);
+  v.Int("batch_size", t.batch_size, IntRule{1, kMaxBatch});
+  v.Int("micro_batches", t.micro_batches, IntRule{1, kMaxMicroBatches});
   v.VisitFloat("lr", t.lr, kPositiveFloat);
   v.VisitFloat("min_lr", t.min_lr, kNonNegativeFloat);
   v.Int("warmup_steps", t.warmup_steps, kNonNegativeInt);
@@ -57,15 +59,16 @@ void VisitTrain(TrainConfig& t, FieldVisitor& v) {
 
 void VisitParallel(ParallelConfig& p, FieldVisitor& v) {
   v.BeginSection("parallel");
-  v.Int("stages", p.stages, kPositiveInt);
+  v.Int("stages", p.stages, IntRule{1, kMaxStages});
   v.Enum("schedule", p.schedule, kScheduleNames);
   v.VisitString("schedule_file", p.schedule_file);
-  v.Int("chunks", p.chunks, kPositiveInt);
+  v.Int("chunks", p.chunks, IntRule{1, kMaxChunks});
   v.Enum("partition", p.partition, kPartitionNames);
   v.VisitCheckpoint("checkpoint", p.checkpoint);
-  v.Int("replicas", p.replicas, kPositiveInt);
-  v.VisitFloat("timeout_s", p.timeout_s, kPositiveFloat);
-  v.VisitFloat("heartbeat_timeout_s", p.heartbeat_timeout_s, kPositiveFloat);
+  v.Int("replicas", p.replicas, IntRule{1, kMaxStages});
+  // Seconds that still fit the milliseconds the waits count in, with room to spare (a week).
+  v.VisitFloat("timeout_s", p.timeout_s, kTimeoutSeconds);
+  v.VisitFloat("heartbeat_timeout_s", p.heartbeat_timeout_s, kTimeoutSeconds);
 }
 
 void VisitPrecision(PrecisionConfig& p, FieldVisitor& v) {

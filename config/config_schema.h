@@ -42,7 +42,17 @@ inline constexpr IntRule kPositiveInt{1};
 inline constexpr IntRule kNonNegativeInt{0};
 inline constexpr FloatRule kPositiveFloat{0.0, false};
 inline constexpr FloatRule kNonNegativeFloat{0.0, true};
-inline constexpr FloatRule kUnitInterval{0.0, true, 1.0, false};  // [0, 1)
+inline constexpr FloatRule kUnitInterval{0.0, true, 1.0, false};         // [0, 1)
+inline constexpr FloatRule kTimeoutSeconds{0.0, false, 604800.0, true};  // (0, a week]
+
+// Upper bounds of sizes (docs/config.md states them).
+inline constexpr int64_t kMaxContext = 1 << 20;  // tokens
+inline constexpr int64_t kMaxLayers = 4096;
+inline constexpr int64_t kMaxWidth = 1 << 16;  // channels, and heads
+inline constexpr int64_t kMaxBatch = 1 << 20;  // sequences per step
+inline constexpr int64_t kMaxMicroBatches = 1 << 16;
+inline constexpr int64_t kMaxStages = 4096;
+inline constexpr int64_t kMaxChunks = 1024;
 
 template <typename E, size_t N>
 using NameTable = std::array<std::pair<std::string_view, E>, N>;

@@ -87,7 +87,7 @@ TEST(ConfigTest, NegativeStepsIsAnError) {
 
 TEST(ConfigTest, FractionForIntegerIsAnError) {
   EXPECT_EQ(ParseError(WithTrain("  batch_size: 1.5\n")),
-            "x.yaml:4: train.batch_size: expected a positive integer, got '1.5'");
+            "x.yaml:4: train.batch_size: expected an integer in [1, 1048576], got '1.5'");
 }
 
 TEST(ConfigTest, ListOrEmptyValueForNumberIsAnError) {
@@ -104,6 +104,26 @@ TEST(ConfigTest, FloatsAcceptExponentsAndRejectOutOfRange) {
   EXPECT_EQ(ParseError(WithTrain("  beta2: 1.0\n")),
             "x.yaml:4: train.beta2: expected a number in [0, 1), got '1.0'");
   EXPECT_THAT(ParseError(WithTrain("  lr: .inf\n")), HasSubstr("train.lr: expected"));
+}
+
+TEST(ConfigTest, SizesBeyondTheirStatedRangeAreRefusedNotNarrowed) {
+  // 4294967424 = 2^32 + 128: narrowed to 32 bits it would train a width-128 model.
+  EXPECT_EQ(ParseError(kMinimal, {"model.width=4294967424"}),
+            "--set model.width=4294967424: model.width: expected an integer in [1, 65536], got "
+            "'4294967424'");
+  EXPECT_THAT(ParseError(kMinimal, {"model.context=4294967296"}),
+              HasSubstr("model.context: expected an integer in [1, 1048576]"));
+  EXPECT_THAT(ParseError(kMinimal, {"model.num_layers=2147483647"}),
+              HasSubstr("model.num_layers: expected an integer in [1, 4096]"));
+  EXPECT_THAT(ParseError(kMinimal, {"parallel.stages=100000"}),
+              HasSubstr("parallel.stages: expected an integer in [1, 4096]"));
+  EXPECT_THAT(ParseError(kMinimal, {"train.micro_batches=99999999999"}),
+              HasSubstr("train.micro_batches: expected an integer in [1, 65536]"));
+  // 1e10 s is more milliseconds than the waits hold.
+  EXPECT_THAT(ParseError(kMinimal, {"parallel.timeout_s=1e10"}),
+              HasSubstr("parallel.timeout_s: expected a number in (0, 604800]"));
+  const Config at_limit = ParseConfigString(kMinimal, "x.yaml", {"parallel.timeout_s=604800"});
+  EXPECT_EQ(at_limit.parallel.timeout_s, 604800.0);
 }
 
 TEST(ConfigTest, UnknownEnumNameListsTheChoices) {

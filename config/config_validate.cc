@@ -72,6 +72,9 @@ void ValidateModel(const ModelConfig& m, const DataConfig& d, const Reporter& r)
   if (custom) {
     r.Require(m.layers.size() >= 2, {"model.layers", "model.preset"},
               "preset custom needs a layers list of at least embedding and head");
+    r.Require(m.layers.size() <= static_cast<size_t>(kMaxLayers) + 2, {"model.layers"},
+              fmt::format("{} layers is over the limit of {} blocks plus embedding and head",
+                          m.layers.size(), kMaxLayers));
     r.Require(m.layers.front() == LayerKind::kEmbedding && m.layers.back() == LayerKind::kHead,
               {"model.layers"}, "a custom graph starts with embedding and ends with head");
     const auto count = [&](LayerKind kind) { return std::ranges::count(m.layers, kind); };

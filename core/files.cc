@@ -94,6 +94,35 @@ void MakeDirectories(const std::string& dir) {
   }
 }
 
+std::string FileKind(unsigned mode) {
+  if (S_ISREG(mode)) return "a regular file";
+  if (S_ISDIR(mode)) return "a folder";
+  if (S_ISFIFO(mode)) return "a FIFO";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  if (S_ISSOCK(mode)) return "a socket";
+  return "not a regular file";
+}
+
+int OpenRegularFile(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  BATON_CHECK(fd >= 0, "{}: cannot open: {}", path, Errno());
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    const std::string error = Errno();
+    ::close(fd);
+    BATON_FAIL("{}: cannot stat: {}", path, error);
+  }
+  if (!S_ISREG(st.st_mode)) {
+    ::close(fd);
+    BATON_FAIL("{}: is {}, not a regular file", path, FileKind(st.st_mode));
+  }
+  // Reads of a regular file never block anyway; clear the flag so they behave as usual.
+  const int flags = ::fcntl(fd, F_GETFL);
+  if (flags >= 0) ::fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
+  return fd;
+}
+
 std::string ReadFileToString(const std::string& path) {
   MappedFile file = MappedFile::Open(path);
   return std::string(reinterpret_cast<const char*>(file.data()), file.size());
@@ -107,7 +136,7 @@ bool FileExists(const std::string& path) {
 uint64_t FileSize(const std::string& path) {
   struct stat st {};
   BATON_CHECK(::stat(path.c_str(), &st) == 0, "{}: cannot stat: {}", path, Errno());
-  BATON_CHECK(S_ISREG(st.st_mode), "{}: not a regular file", path);
+  if (!S_ISREG(st.st_mode)) BATON_FAIL("{}: is {}, not a regular file", path, FileKind(st.st_mode));
   return static_cast<uint64_t>(st.st_size);
 }
 
@@ -121,8 +150,7 @@ uint64_t FileChecksum(const std::string& path) {
 MappedFile MappedFile::Open(const std::string& path) {
   MappedFile file;
   file.path_ = path;
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  BATON_CHECK(fd >= 0, "{}: cannot open: {}", path, Errno());
+  const int fd = OpenRegularFile(path);
   struct stat st {};
   if (::fstat(fd, &st) != 0) {
     const std::string error = Errno();

@@ -57,6 +57,13 @@ void SyncDirectory(const std::string& dir);
 // entry.
 void MakeDirectories(const std::string& dir);
 
+// Opens `path` for reading without ever blocking (a FIFO would block a plain open until a writer
+// came) and checks it is a regular file: a FIFO, device, socket or folder is an error naming the
+// path and what it is. Returns a blocking, close-on-exec descriptor the caller closes.
+int OpenRegularFile(const std::string& path);
+// "a FIFO", "a character device", "a folder", ... for a stat mode that is not a regular file.
+std::string FileKind(unsigned mode);
+
 std::string ReadFileToString(const std::string& path);
 bool FileExists(const std::string& path);
 uint64_t FileSize(const std::string& path);  // throws naming the file when it cannot stat it

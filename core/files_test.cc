@@ -2,8 +2,12 @@
 #include "core/files.h"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <filesystem>
+#include <functional>
+#include <vector>
 
 #include "core/error.h"
 #include "core/temp_dir.h"
@@ -78,6 +82,32 @@ TEST(CheckpointFilesTest, ErrorsNameTheFile) {
     ADD_FAILURE() << "opened a missing file";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find(dir / "absent"), std::string::npos) << e.what();
+  }
+}
+
+// A FIFO with no writer would block a plain open() forever; every reader refuses it at once.
+TEST(CheckpointFilesTest, FifosAndFoldersAreRefusedWithoutBlocking) {
+  TempDir dir;
+  const std::string fifo = dir / "fifo";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  for (const auto& read : std::vector<std::function<void()>>{
+           [&] { ::close(OpenRegularFile(fifo)); }, [&] { ReadFileToString(fifo); },
+           [&] { FileChecksum(fifo); }, [&] { FileSize(fifo); }}) {
+    try {
+      read();
+      ADD_FAILURE() << "read a FIFO";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(fifo + ": is a FIFO, not a regular file"),
+                std::string::npos)
+          << e.what();
+    }
+  }
+  try {
+    ReadFileToString(dir.path());
+    ADD_FAILURE() << "read a folder";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("is a folder, not a regular file"), std::string::npos)
+        << e.what();
   }
 }
 

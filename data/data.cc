@@ -39,14 +39,9 @@ std::string SystemError() { return std::strerror(errno); }
 
 // Appends the bytes of `file` to `tokens`, one token per byte.
 void AppendFileBytes(const std::filesystem::path& file, std::vector<uint16_t>& tokens) {
-  std::ifstream in(file, std::ios::binary);
-  if (!in) BATON_FAIL("{}: cannot open: {}", file.string(), SystemError());
-  std::vector<unsigned char> buffer(1 << 20);  // unsigned: bytes 128..255 are tokens 128..255
-  while (in) {
-    in.read(reinterpret_cast<char*>(buffer.data()), static_cast<std::streamsize>(buffer.size()));
-    tokens.insert(tokens.end(), buffer.begin(), buffer.begin() + in.gcount());
-  }
-  if (in.bad()) BATON_FAIL("{}: read error", file.string());
+  const MappedFile bytes = MappedFile::Open(file.string());  // never blocks on a FIFO
+  const auto* data = reinterpret_cast<const unsigned char*>(bytes.data());  // 128..255 too
+  tokens.insert(tokens.end(), data, data + bytes.size());
 }
 
 std::vector<uint16_t> ReadTextTokens(const std::string& path) {
@@ -76,12 +71,11 @@ struct Mapping {
 };
 
 Mapping MapFile(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) BATON_FAIL("{}: cannot open: {}", path, SystemError());
+  const int fd = OpenRegularFile(path);  // never blocks on a FIFO
   struct stat info {};
-  if (::fstat(fd, &info) != 0 || !S_ISREG(info.st_mode)) {
+  if (::fstat(fd, &info) != 0) {
     ::close(fd);
-    BATON_FAIL("{}: not a regular file", path);
+    BATON_FAIL("{}: cannot stat: {}", path, SystemError());
   }
   Mapping mapping;
   mapping.bytes = static_cast<size_t>(info.st_size);
@@ -210,10 +204,13 @@ int64_t CountTokens(const std::string& path, TokenFormat format) {
 
 std::vector<std::filesystem::path> ListTextFiles(const std::string& path) {
   namespace fs = std::filesystem;
-  std::error_code error;
   const fs::path root(path);
-  if (fs::is_regular_file(root, error)) return {root};
-  if (!fs::is_directory(root, error)) BATON_FAIL("{}: no such file or folder", path);
+  struct stat info {};
+  if (::stat(path.c_str(), &info) != 0) BATON_FAIL("{}: no such file or folder", path);
+  if (S_ISREG(info.st_mode)) return {root};
+  if (!S_ISDIR(info.st_mode)) {
+    BATON_FAIL("{}: is {}, not a regular file or folder", path, FileKind(info.st_mode));
+  }
   std::vector<std::pair<std::string, fs::path>> found;  // (relative path, path)
   for (const fs::directory_entry& entry : fs::recursive_directory_iterator(root)) {
     if (!entry.is_regular_file()) continue;  // follows symlinks to files

@@ -3,6 +3,7 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstring>
@@ -298,6 +299,16 @@ TEST_F(DataTest, CountTokensReadsSizesNotData) {
   header[1] = 1;
   header[2] = 2;
   EXPECT_EQ(CountTokens(WriteTokens("l.bin", {7, 8}, header), TokenFormat::kBin), 2);
+}
+
+TEST_F(DataTest, FifoAsDataIsRefusedAtOnceNamingWhatItIs) {
+  const std::string fifo = (dir_ / "data.fifo").string();
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  EXPECT_THAT(ErrorOf([&] { TokenDataset::Open(fifo, TokenFormat::kText, 256, 1); }),
+              HasSubstr("data.fifo: is a FIFO, not a regular file or folder"));
+  EXPECT_THAT(ErrorOf([&] { TokenDataset::Open(fifo, TokenFormat::kBin, 256, 1); }),
+              HasSubstr("data.fifo: is a FIFO, not a regular file"));
+  EXPECT_THAT(ErrorOf([&] { CountTokens(fifo, TokenFormat::kBin); }), HasSubstr("is a FIFO"));
 }
 
 TEST_F(DataTest, CommonLicensesLoadAsText) {

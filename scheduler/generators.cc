@@ -8,11 +8,22 @@
 namespace baton {
 namespace {
 
+// The most (micro-batch, virtual stage) cells a generated schedule may hold: 4M cells make ~10M
+// actions with communication (hundreds of MB), beyond any real pipeline.
+constexpr int64_t kMaxCells = int64_t{1} << 22;
+
 void CheckShape(int stages, int microbatches, int chunks) {
   if (stages < 1 || microbatches < 1 || chunks < 1) {
     throw Error("schedule needs stages, microbatches and chunks >= 1 (got " +
                 std::to_string(stages) + ", " + std::to_string(microbatches) + ", " +
                 std::to_string(chunks) + ")");
+  }
+  const int64_t cells = int64_t{stages} * microbatches * chunks;
+  if (cells > kMaxCells) {
+    throw Error("schedule of " + std::to_string(stages) + " stages x " +
+                std::to_string(microbatches) + " micro-batches x " + std::to_string(chunks) +
+                " chunks = " + std::to_string(cells) + " cells is over the limit of " +
+                std::to_string(kMaxCells));
   }
 }
 

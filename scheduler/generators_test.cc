@@ -109,6 +109,16 @@ TEST(GeneratorsTest, BadShapesAreRejected) {
   EXPECT_THROW(MakeSchedule("1f1b", 0, 2), Error);
   EXPECT_THROW(MakeSchedule("gpipe", 2, 0), Error);
   EXPECT_THROW(MakeSchedule("interleaved", 2, 2, 0), Error);
+  // `baton schedule --stages 10000 --microbatches 10000` would need tens of GB: refused at once.
+  try {
+    MakeSchedule("1f1b", 10000, 10000);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("100000000 cells is over the limit of 4194304"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_NO_THROW(ForwardOnly(64, 1024, 4));
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 #include <stdexcept>
 
 #include "core/error.h"
+#include "core/files.h"
 #include "scheduler/strings.h"
 
 namespace baton {
@@ -134,11 +135,13 @@ void SaveScheduleCsv(const Schedule& schedule, const std::string& path) {
 }
 
 Schedule LoadScheduleCsv(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw Error("cannot read schedule CSV '" + path + "'");
-  std::stringstream text;
-  text << in.rdbuf();
-  return ScheduleFromCsv(text.str());
+  std::string text;
+  try {
+    text = ReadFileToString(path);  // a regular file only: never blocks on a FIFO or /dev/zero
+  } catch (const Error& e) {
+    throw Error("cannot read schedule CSV '" + path + "': " + e.what());
+  }
+  return ScheduleFromCsv(text);
 }
 
 }  // namespace baton
