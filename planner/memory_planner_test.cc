@@ -201,7 +201,8 @@ TEST(MemoryPlannerTest, PredictsGpuStagesWithTheCudaBackendsBookings) {
   const Plan gpu_plan = MakePlan(Tiny(on_gpu));
   const std::vector<RankMemory> cpu = PredictMemory(cpu_plan);
   const std::vector<RankMemory> gpu = PredictMemory(gpu_plan);
-  const int64_t norm_partials = 4 * (static_cast<int64_t>(gpu_plan.graph.size()) + 2);
+  // The step end's all-reduce: a float per layer, then overflow, stop and bad-loss flags.
+  const int64_t norm_partials = 4 * (static_cast<int64_t>(gpu_plan.graph.size()) + 3);
   for (size_t r = 0; r < gpu.size(); ++r) {
     for (MemCategory c : {MemCategory::kParams, MemCategory::kGrads, MemCategory::kOptimizer,
                           MemCategory::kActivations}) {
