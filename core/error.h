@@ -8,8 +8,10 @@
 
 #include <fmt/format.h>
 
+#include <cstdint>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 
 namespace baton {
 
@@ -23,7 +25,12 @@ class Error : public std::runtime_error {
 void SetErrorContext(std::string context);
 const std::string& ErrorContext();
 
-// Builds the message "[context] file:line: message" and throws baton::Error.
+// `text` with every byte that is not part of valid UTF-8 written as "\xNN": an error's cause
+// (a path, a flipped header byte) then survives protobuf strings and JSON, which refuse invalid
+// UTF-8, and still says which bytes it was.
+std::string ValidUtf8(std::string_view text);
+
+// Builds the message "[context] file:line: message" (valid UTF-8) and throws baton::Error.
 [[noreturn]] void ThrowError(const char* file, int line, const std::string& message);
 
 }  // namespace baton

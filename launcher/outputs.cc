@@ -43,7 +43,9 @@ std::string ChromeTrace(const Plan& plan, const std::vector<RankResult>& results
       }
     }
   }
-  return json{{"traceEvents", events}, {"displayTimeUnit", "ms"}}.dump() + "\n";
+  return json{{"traceEvents", events}, {"displayTimeUnit", "ms"}}.dump(
+             -1, ' ', false, json::error_handler_t::replace) +
+         "\n";
 }
 
 SimulationResult PredictTimeline(const Plan& plan) {

@@ -105,7 +105,7 @@ json BuildReport(const Plan& plan, const std::vector<RankResult>& results,
 void WriteReport(const json& report, const std::string& path) {
   const std::filesystem::path parent = std::filesystem::path(path).parent_path();
   if (!parent.empty()) MakeDirectories(parent.string());
-  WriteFileAtomically(path, report.dump(2) + "\n");
+  WriteFileAtomically(path, report.dump(2, ' ', false, json::error_handler_t::replace) + "\n");
 }
 
 // Every worker sets its result before it reports done, so they are there already once the
@@ -156,7 +156,7 @@ int PrintEval(const Plan& plan, const RunOptions& options, const std::string& we
                     {"weights", weights},
                     {"stages", plan.num_ranks()},
                     {"seconds", eval.seconds}};
-    out << j.dump() << "\n";
+    out << j.dump(-1, ' ', false, json::error_handler_t::replace) << "\n";
   } else {
     out << fmt::format(
         "eval loss {:.6f} | perplexity {:.4f} | {} batches x {} windows x {} tokens = {} tokens "

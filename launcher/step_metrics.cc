@@ -130,8 +130,9 @@ MetricsLog::~MetricsLog() {
 void MetricsLog::Write(const JobStep& step) {
   const double elapsed_s =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
-  const std::string line =
-      MetricsLine(step, std::chrono::system_clock::now(), elapsed_s).dump() + "\n";
+  const std::string line = MetricsLine(step, std::chrono::system_clock::now(), elapsed_s)
+                               .dump(-1, ' ', false, json::error_handler_t::replace) +
+                           "\n";
   // O_APPEND: each write lands at the end as one piece; loop only for a short write.
   size_t written = 0;
   while (written < line.size()) {
