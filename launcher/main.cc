@@ -118,6 +118,7 @@ int main(int argc, char** argv) {
   worker_cmd->add_option("--rank", worker.rank)->required();
   worker_cmd->add_option("--world-size", worker.world_size)->required();
   worker_cmd->add_option("--local-rank", worker.local_rank);
+  worker_cmd->add_option("--attempt", worker.attempt);
 
   CLI11_PARSE(app, argc, argv);
 

@@ -192,13 +192,14 @@ std::string RestartPoint(const Plan& plan, const std::string& previous) {
 }
 
 void SpawnWorkers(ProcessGroup& children, const Plan& plan, const RunOptions& options,
-                  const std::string& address, const std::string& token, const std::string& job_id) {
+                  const std::string& address, const std::string& token, const std::string& job_id,
+                  int attempt) {
   const std::string exe = SelfExecutable();
   for (int r = 0; r < plan.num_ranks(); ++r) {
     children.Spawn(r,
                    {exe, "--log-level", options.log_level, "worker", "--coordinator", address,
                     "--rank", std::to_string(r), "--world-size", std::to_string(plan.num_ranks()),
-                    "--local-rank", std::to_string(r)},
+                    "--local-rank", std::to_string(r), "--attempt", std::to_string(attempt)},
                    {"BATON_TOKEN=" + token, "BATON_JOB_ID=" + job_id});
   }
 }
@@ -226,7 +227,7 @@ int RunLocal(const Plan& plan, const RunOptions& options, const std::string& rep
   RunSteps run_steps;
   ProcessGroup children;
   for (int attempt = 0;; ++attempt) {
-    SpawnWorkers(children, plan, options, server.address(), token, job_id);
+    SpawnWorkers(children, plan, options, server.address(), token, job_id, attempt);
     const std::optional<std::string> failure =
         MonitorAttempt(server, &children, plan, attempt, metrics, run_steps);
     if (!failure) break;
