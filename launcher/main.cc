@@ -59,7 +59,8 @@ int main(int argc, char** argv) {
                    "who starts the workers: auto (from the environment), local, mpi, slurm")
       ->check(CLI::IsMember({"auto", "local", "mpi", "slurm"}));
   run_cmd->add_option("--max-restarts", run.max_restarts,
-                      "after a failure, restart every worker from the last checkpoint");
+                      "after a failure, restart every worker from the last checkpoint (also "
+                      "under mpirun and srun: give every rank the same value)");
   AddMemoryOptions(run_cmd, run.memory);
 
   std::string export_dir, export_out, export_dtype = "f32";
