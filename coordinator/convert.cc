@@ -36,6 +36,7 @@ void ToProto(const JoinInfo& info, pb::JoinRequest* out) {
   out->set_pid(info.pid);
   out->set_device(info.device);
   out->set_job_id(info.job_id);
+  out->set_attempt(info.attempt);
 }
 
 JoinInfo FromProto(const pb::JoinRequest& request) {
@@ -46,6 +47,7 @@ JoinInfo FromProto(const pb::JoinRequest& request) {
   info.pid = request.pid();
   info.device = request.device();
   info.job_id = request.job_id();
+  info.attempt = request.attempt();
   return info;
 }
 

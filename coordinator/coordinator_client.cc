@@ -383,6 +383,50 @@ void CoordinatorClient::RequestAbort(const std::string& reason, int stage) {
               [&](grpc::ClientContext* c) { return impl_->stub->Abort(c, request, &response); });
 }
 
+std::optional<std::string> CoordinatorClient::AwaitAbort(int rank, int attempt,
+                                                         std::chrono::milliseconds timeout) {
+  pb::AwaitAbortRequest request;
+  request.set_rank(rank);
+  request.set_attempt(attempt);
+  request.set_timeout_ms(timeout.count());
+  pb::AwaitAbortResponse response;
+  impl_->Call(
+      fmt::format("AwaitAbort(rank {}, attempt {})", rank, attempt), timeout,
+      [&](grpc::ClientContext* c) { return impl_->stub->AwaitAbort(c, request, &response); });
+  if (!response.aborted()) return std::nullopt;
+  return response.reason();
+}
+
+JobNext CoordinatorClient::ReportWorkerExit(int attempt, const WorkerExit& exit,
+                                            std::chrono::milliseconds timeout) {
+  pb::WorkerExitRequest request;
+  request.set_rank(exit.rank);
+  request.set_attempt(attempt);
+  request.set_exit_code(exit.exit_code);
+  request.set_signal(exit.signal);
+  request.set_timeout_ms(timeout.count());
+  pb::WorkerExitResponse response;
+  impl_->Call(
+      fmt::format("WorkerExited(rank {}, attempt {})", exit.rank, attempt), timeout,
+      [&](grpc::ClientContext* c) { return impl_->stub->WorkerExited(c, request, &response); });
+  JobNext next;
+  switch (response.next()) {
+    case pb::WorkerExitResponse::NEXT_RESTART:
+      next.kind = JobNext::Kind::kRestart;
+      break;
+    case pb::WorkerExitResponse::NEXT_END:
+      next.kind = JobNext::Kind::kEnd;
+      break;
+    default:
+      next.kind = JobNext::Kind::kPending;
+      break;
+  }
+  next.attempt = response.attempt();
+  next.succeeded = response.succeeded();
+  next.reason = response.reason();
+  return next;
+}
+
 bool CoordinatorClient::aborted() const {
   std::lock_guard lock(impl_->mutex);
   return impl_->aborted;

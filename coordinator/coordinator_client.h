@@ -17,6 +17,7 @@
 #include <chrono>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -76,6 +77,15 @@ class CoordinatorClient {
   void OnAbort(std::function<void(const std::string& reason)> callback);
   // Asks the coordinator to abort the job for everyone.
   void RequestAbort(const std::string& reason, int stage = -1);
+
+  // Agents (mpirun / srun, launcher/agent.h), which supervise `rank`'s worker process and need
+  // no Join:
+  // Blocks until attempt `attempt` is aborted or over (returns why), the exit of `rank`'s worker
+  // of that attempt has been reported, or `timeout` passes (both nullopt).
+  std::optional<std::string> AwaitAbort(int rank, int attempt, std::chrono::milliseconds timeout);
+  // Reports how `exit.rank`'s worker of `attempt` exited (a failure aborts the attempt) and waits
+  // up to `timeout` for what comes next; kPending: ask again.
+  JobNext ReportWorkerExit(int attempt, const WorkerExit& exit, std::chrono::milliseconds timeout);
 
   // True once the abort is known and every callback registered before it has run.
   bool aborted() const;

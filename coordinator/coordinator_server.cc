@@ -103,6 +103,48 @@ class CoordinatorService final : public pb::Coordinator::Service {
     return Status::OK;
   }
 
+  Status AwaitAbort(ServerContext* context, const pb::AwaitAbortRequest* request,
+                    pb::AwaitAbortResponse* response) override {
+    if (Status status = CheckToken(context); !status.ok()) return status;
+    bool aborted = false;
+    std::string reason;
+    Status status = state_.AwaitAbort(request->rank(), request->attempt(),
+                                      DeadlineAfterMs(request->timeout_ms()), Cancelled(context),
+                                      &aborted, &reason);
+    response->set_aborted(aborted);
+    response->set_reason(reason);
+    return status;
+  }
+
+  Status WorkerExited(ServerContext* context, const pb::WorkerExitRequest* request,
+                      pb::WorkerExitResponse* response) override {
+    if (Status status = CheckToken(context); !status.ok()) return status;
+    WorkerExit exit;
+    exit.rank = request->rank();
+    exit.exit_code = request->exit_code();
+    exit.signal = request->signal();
+    JobNext next;
+    Status status =
+        state_.WorkerExited(request->attempt(), exit, DeadlineAfterMs(request->timeout_ms()),
+                            Cancelled(context), &next);
+    if (!status.ok()) return status;
+    switch (next.kind) {
+      case JobNext::Kind::kPending:
+        response->set_next(pb::WorkerExitResponse::NEXT_PENDING);
+        break;
+      case JobNext::Kind::kRestart:
+        response->set_next(pb::WorkerExitResponse::NEXT_RESTART);
+        break;
+      case JobNext::Kind::kEnd:
+        response->set_next(pb::WorkerExitResponse::NEXT_END);
+        break;
+    }
+    response->set_attempt(next.attempt);
+    response->set_succeeded(next.succeeded);
+    response->set_reason(next.reason);
+    return Status::OK;
+  }
+
  private:
   Status CheckToken(ServerContext* context) const {
     const auto& metadata = context->client_metadata();
@@ -210,6 +252,26 @@ bool CoordinatorServer::aborted() const { return impl_->State().aborted(); }
 std::string CoordinatorServer::abort_reason() const { return impl_->State().abort_reason(); }
 
 void CoordinatorServer::ResetJob(const std::string& plan) { impl_->State().Reset(plan); }
+
+int CoordinatorServer::attempt() const { return impl_->State().attempt(); }
+
+std::vector<WorkerExit> CoordinatorServer::WorkerExits() const {
+  return impl_->State().WorkerExits();
+}
+
+std::vector<int> CoordinatorServer::WaitForWorkerExits(std::chrono::milliseconds timeout) {
+  return impl_->State().WaitForWorkerExits(timeout);
+}
+
+void CoordinatorServer::EndJob(bool succeeded, const std::string& reason) {
+  impl_->State().EndJob(succeeded, reason);
+}
+
+bool CoordinatorServer::ended() const { return impl_->State().ended(); }
+
+bool CoordinatorServer::WaitForAgentsToLearnTheEnd(std::chrono::milliseconds timeout) {
+  return impl_->State().WaitForAgentsToLearnTheEnd(timeout);
+}
 
 void CoordinatorServer::Shutdown() {
   std::lock_guard shutdown_lock(impl_->shutdown_mutex);

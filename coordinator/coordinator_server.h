@@ -73,9 +73,26 @@ class CoordinatorServer {
   bool aborted() const;
   std::string abort_reason() const;
 
-  // Forgets joins, keys, barriers, reports and the abort, for a restart of all workers (none of
-  // the previous attempt may still be running). `plan` replaces the plan.
+  // Forgets joins, keys, barriers, reports, worker exits and the abort, for a restart of all
+  // workers (none of the previous attempt may still be running), and starts the next attempt:
+  // attempt() grows by one, and only workers started for it may join. `plan` replaces the plan.
   void ResetJob(const std::string& plan);
+  // 0, then one more for every ResetJob().
+  int attempt() const;
+
+  // mpirun / srun: every rank's agent (launcher/agent.h) reports how its worker of the current
+  // attempt exited, and waits for what comes next: the next attempt (ResetJob) or the job's end.
+  // The exits reported for this attempt, in arrival order.
+  std::vector<WorkerExit> WorkerExits() const;
+  // Blocks until every rank's exit of this attempt is reported, the job ended or `timeout`
+  // passed; returns the ranks still missing.
+  std::vector<int> WaitForWorkerExits(std::chrono::milliseconds timeout);
+  // Ends the job (first call wins): agents are told that it succeeded, or that it failed and
+  // why (which also aborts the attempt).
+  void EndJob(bool succeeded, const std::string& reason);
+  bool ended() const;
+  // Blocks until every rank's agent has been told of the end (true) or `timeout` passes.
+  bool WaitForAgentsToLearnTheEnd(std::chrono::milliseconds timeout);
 
   // Ends every stream (SHUTDOWN), wakes blocked calls and stops the server. Idempotent.
   void Shutdown();

@@ -70,6 +70,12 @@ Status CoordinatorState::Join(const JoinInfo& info, std::string* plan) {
                               info.world_size, options_.world_size));
   }
   if (Status status = CheckRankLocked(info.rank); !status.ok()) return status;
+  if (info.attempt != attempt_) {
+    return Status(StatusCode::FAILED_PRECONDITION,
+                  fmt::format("rank {} was started for attempt {} but the job is at attempt {} "
+                              "(a worker of another attempt?)",
+                              info.rank, info.attempt, attempt_));
+  }
   if (aborted_) return Status(StatusCode::ABORTED, "job aborted: " + abort_reason_);
   Rank& entry = ranks_[info.rank];
   if (entry.joined) {
@@ -99,9 +105,9 @@ Status CoordinatorState::KvSet(const std::string& key, const std::string& value)
 Status CoordinatorState::WaitLocked(std::unique_lock<std::mutex>& lock, Clock::time_point deadline,
                                     const Cancelled& cancelled, const std::function<bool()>& done,
                                     const std::function<std::string()>& what) {
-  const uint64_t epoch = epoch_;
+  const int attempt = attempt_;
   while (true) {
-    if (epoch_ != epoch) return Status(StatusCode::ABORTED, "the job was reset for a restart");
+    if (attempt_ != attempt) return Status(StatusCode::ABORTED, "the job was reset for a restart");
     if (done()) break;
     if (aborted_) return Status(StatusCode::ABORTED, "job aborted: " + abort_reason_);
     if (shutting_down_) return Status(StatusCode::UNAVAILABLE, "the coordinator is shutting down");
@@ -218,16 +224,16 @@ Status CoordinatorState::WatchRank(int rank, const Cancelled& cancelled, bool* a
     return Status(StatusCode::FAILED_PRECONDITION,
                   fmt::format("rank {} must join before watching", rank));
   }
-  const uint64_t epoch = epoch_;
+  const int attempt = attempt_;
   ranks_[rank].watches++;
   ChangedLocked();
-  while (!aborted_ && !shutting_down_ && epoch_ == epoch && !cancelled()) {
+  while (!aborted_ && !shutting_down_ && attempt_ == attempt && !cancelled()) {
     changed_.wait_for(lock, kPollInterval);
   }
-  if (epoch_ == epoch) ranks_[rank].watches--;
+  if (attempt_ == attempt) ranks_[rank].watches--;
   ChangedLocked();
-  *abort = aborted_ && epoch_ == epoch;
-  if (epoch_ != epoch) {
+  *abort = aborted_ && attempt_ == attempt;
+  if (attempt_ != attempt) {
     *reason = "the job was reset for a restart";
   } else if (aborted_) {
     *reason = abort_reason_;
@@ -243,6 +249,116 @@ Status CoordinatorState::WatchRank(int rank, const Cancelled& cancelled, bool* a
     }
   }
   return Status::OK;
+}
+
+Status CoordinatorState::AwaitAbort(int rank, int attempt, Clock::time_point deadline,
+                                    const Cancelled& cancelled, bool* aborted,
+                                    std::string* reason) {
+  std::unique_lock lock(mutex_);
+  if (Status status = CheckRankLocked(rank); !status.ok()) return status;
+  const auto exit_reported = [&] {
+    return attempt_ == attempt &&
+           std::any_of(exits_.begin(), exits_.end(), [&](const auto& e) { return e.rank == rank; });
+  };
+  // A failed end aborts the attempt; a successful one comes after every worker reported done.
+  const auto over = [&] { return attempt_ != attempt || aborted_ || shutting_down_; };
+  while (!over() && !exit_reported() && !(cancelled && cancelled()) && Clock::now() < deadline) {
+    changed_.wait_until(lock, std::min(deadline, Clock::now() + kPollInterval));
+  }
+  *aborted = over();
+  reason->clear();
+  if (attempt_ != attempt) {
+    *reason = fmt::format("attempt {} is over: the job is at attempt {}", attempt, attempt_);
+  } else if (aborted_) {
+    *reason = abort_reason_;
+  } else if (shutting_down_) {
+    *reason = "the coordinator is shutting down";
+  }
+  return Status::OK;
+}
+
+Status CoordinatorState::WorkerExited(int attempt, const WorkerExit& exit,
+                                      Clock::time_point deadline, const Cancelled& cancelled,
+                                      JobNext* next) {
+  std::unique_lock lock(mutex_);
+  if (Status status = CheckRankLocked(exit.rank); !status.ok()) return status;
+  // Recorded once per rank and attempt (an agent asks again while the answer is pending); an
+  // exit of an earlier attempt is old news.
+  const bool known = std::any_of(exits_.begin(), exits_.end(),
+                                 [&](const WorkerExit& e) { return e.rank == exit.rank; });
+  if (attempt == attempt_ && !known) {
+    exits_.push_back(exit);
+    if (!exit.ok()) {
+      AbortLocked(fmt::format("{} worker process {}", DescribeLocked(exit.rank), exit.Describe()));
+    }
+    ChangedLocked();
+  }
+  while (attempt_ == attempt && !ended_ && !shutting_down_ && !(cancelled && cancelled()) &&
+         Clock::now() < deadline) {
+    changed_.wait_until(lock, std::min(deadline, Clock::now() + kPollInterval));
+  }
+  *next = JobNext{};
+  if (ended_) {
+    next->kind = JobNext::Kind::kEnd;
+    next->succeeded = succeeded_;
+    next->reason = end_reason_;
+    told_end_.insert(exit.rank);
+    ChangedLocked();
+  } else if (attempt_ != attempt) {
+    next->kind = JobNext::Kind::kRestart;
+    next->attempt = attempt_;
+  } else if (shutting_down_) {
+    return Status(StatusCode::UNAVAILABLE, "the coordinator is shutting down");
+  }
+  return Status::OK;
+}
+
+std::vector<WorkerExit> CoordinatorState::WorkerExits() const {
+  std::lock_guard lock(mutex_);
+  return exits_;
+}
+
+std::vector<int> CoordinatorState::WaitForWorkerExits(std::chrono::milliseconds timeout) {
+  std::unique_lock lock(mutex_);
+  const auto missing = [&] {
+    std::vector<int> out;
+    for (int r = 0; r < options_.world_size; ++r) {
+      if (std::none_of(exits_.begin(), exits_.end(),
+                       [&](const WorkerExit& e) { return e.rank == r; })) {
+        out.push_back(r);
+      }
+    }
+    return out;
+  };
+  changed_.wait_for(lock, timeout, [&] { return missing().empty() || ended_ || shutting_down_; });
+  return missing();
+}
+
+void CoordinatorState::EndJob(bool succeeded, const std::string& reason) {
+  std::lock_guard lock(mutex_);
+  if (ended_) return;
+  ended_ = true;
+  succeeded_ = succeeded;
+  end_reason_ = reason;
+  if (!succeeded) AbortLocked(reason);
+  ChangedLocked();
+}
+
+bool CoordinatorState::ended() const {
+  std::lock_guard lock(mutex_);
+  return ended_;
+}
+
+bool CoordinatorState::WaitForAgentsToLearnTheEnd(std::chrono::milliseconds timeout) {
+  std::unique_lock lock(mutex_);
+  return changed_.wait_for(lock, timeout, [&] {
+    return static_cast<int>(told_end_.size()) == options_.world_size || shutting_down_;
+  });
+}
+
+int CoordinatorState::attempt() const {
+  std::lock_guard lock(mutex_);
+  return attempt_;
 }
 
 void CoordinatorState::AbortLocked(const std::string& reason) {
@@ -366,7 +482,8 @@ void CoordinatorState::Reset(const std::string& plan) {
   step_reports_.clear();
   aborted_ = false;
   abort_reason_.clear();
-  epoch_++;
+  exits_.clear();
+  attempt_++;
   ChangedLocked();
 }
 

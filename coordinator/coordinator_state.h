@@ -48,6 +48,22 @@ class CoordinatorState {
   // still running and abort_on_disconnect).
   grpc::Status WatchRank(int rank, const Cancelled& cancelled, bool* abort, std::string* reason);
 
+  // Agents (mpirun / srun): see CoordinatorServer and docs/protocol.md, "Agents".
+  // Blocks until `attempt` is aborted or over (true, *reason set), `rank`'s exit of it has been
+  // reported, or the deadline (false).
+  grpc::Status AwaitAbort(int rank, int attempt, Clock::time_point deadline,
+                          const Cancelled& cancelled, bool* aborted, std::string* reason);
+  // Records how `rank`'s worker of `attempt` exited (a failed exit of the current attempt aborts
+  // it), then blocks until the job moves past `attempt` or ends, or the deadline (kPending).
+  grpc::Status WorkerExited(int attempt, const WorkerExit& exit, Clock::time_point deadline,
+                            const Cancelled& cancelled, JobNext* next);
+  std::vector<WorkerExit> WorkerExits() const;
+  std::vector<int> WaitForWorkerExits(std::chrono::milliseconds timeout);
+  void EndJob(bool succeeded, const std::string& reason);
+  bool ended() const;
+  bool WaitForAgentsToLearnTheEnd(std::chrono::milliseconds timeout);
+  int attempt() const;
+
   void Abort(const std::string& reason);
   bool aborted() const;
   std::string abort_reason() const;
@@ -58,6 +74,7 @@ class CoordinatorState {
   uint64_t WaitForUpdate(uint64_t seen, std::chrono::milliseconds timeout) const;
   bool AllDone() const;
   std::vector<WorkerReport> TakeStepReports();
+  // Starts the next attempt (attempt() grows by one) with `plan`.
   void Reset(const std::string& plan);
   void Shutdown();
   bool shutting_down() const;
@@ -101,7 +118,14 @@ class CoordinatorState {
   std::string abort_reason_;
   bool shutting_down_ = false;
   uint64_t version_ = 0;
-  uint64_t epoch_ = 0;  // grows on Reset(): calls of an earlier attempt fail
+  int attempt_ = 0;  // grows on Reset(): calls of an earlier attempt fail
+  // Agents: the worker exits reported for this attempt (arrival order), the job's end, and the
+  // ranks whose agents have been told of it.
+  std::vector<WorkerExit> exits_;
+  bool ended_ = false;
+  bool succeeded_ = false;
+  std::string end_reason_;
+  std::set<int> told_end_;
 };
 
 }  // namespace baton

@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <memory>
+#include <optional>
 #include <thread>
 
 #include "coordinator/coordinator_client.h"
@@ -33,8 +34,8 @@ class CoordinatorTest : public ::testing::Test {
   std::unique_ptr<CoordinatorClient> Connect(const std::string& token = "") {
     return std::make_unique<CoordinatorClient>(server_.address(), token.empty() ? token_ : token);
   }
-  static JoinInfo Info(int rank, int world_size) {
-    return JoinInfo{rank, world_size, "localhost", 1000 + rank, "cpu", "job-1"};
+  static JoinInfo Info(int rank, int world_size, int attempt = 0) {
+    return JoinInfo{rank, world_size, "localhost", 1000 + rank, "cpu", "job-1", attempt};
   }
   std::unique_ptr<CoordinatorClient> ConnectAndJoin(int rank, int world_size) {
     auto client = Connect();
@@ -377,17 +378,109 @@ TEST_F(CoordinatorTest, ClientAbortsItselfWhenTheCoordinatorIsGone) {
       << client.abort_reason();
 }
 
-TEST_F(CoordinatorTest, ResetJobAcceptsTheSameRanksAgain) {
+TEST_F(CoordinatorTest, ResetJobAcceptsTheSameRanksAgainForTheNextAttemptOnly) {
   StartServer(1);
+  const std::string early = ErrorOf([&] { Connect()->Join(Info(0, 1, /*attempt=*/1)); });
+  EXPECT_NE(early.find("rank 0 was started for attempt 1 but the job is at attempt 0"),
+            std::string::npos)
+      << early;
   auto first = ConnectAndJoin(0, 1);
   first->KvSet("k", "v1");
   server_.RequestAbort("restart");
   server_.ResetJob("plan-2");
+  EXPECT_EQ(server_.attempt(), 1);
+  const std::string stale = ErrorOf([&] { Connect()->Join(Info(0, 1, /*attempt=*/0)); });
+  EXPECT_NE(stale.find("started for attempt 0 but the job is at attempt 1"), std::string::npos)
+      << stale;
   auto second = Connect();
-  EXPECT_EQ(second->Join(Info(0, 1)), "plan-2");
+  EXPECT_EQ(second->Join(Info(0, 1, /*attempt=*/1)), "plan-2");
   EXPECT_FALSE(server_.aborted());
   EXPECT_NE(ErrorOf([&] { second->KvGet("k", milliseconds(50)); }).find("not set"),
             std::string::npos);
+}
+
+// Agents (mpirun / srun) report their workers' exits and learn what comes next.
+
+TEST_F(CoordinatorTest, AgentsFailedWorkerExitAbortsNamingTheStageAndResetAnnouncesTheRestart) {
+  StartServer(2);
+  auto agent0 = Connect();
+  auto agent1 = Connect();
+  std::optional<std::string> abort_seen;
+  std::thread watch([&] { abort_seen = agent0->AwaitAbort(0, 0, kGenerous); });
+  // Rank 1's worker was killed: the attempt aborts naming it; nothing is decided yet.
+  const JobNext pending = agent1->ReportWorkerExit(0, WorkerExit{1, 0, 9}, milliseconds(50));
+  EXPECT_EQ(pending.kind, JobNext::Kind::kPending);
+  EXPECT_TRUE(server_.aborted());
+  EXPECT_NE(server_.abort_reason().find("rank 1 worker process killed by signal 9"),
+            std::string::npos)
+      << server_.abort_reason();
+  watch.join();
+  ASSERT_TRUE(abort_seen.has_value());
+  EXPECT_EQ(*abort_seen, server_.abort_reason());
+  EXPECT_EQ(server_.WaitForWorkerExits(milliseconds(50)), std::vector<int>{0});
+
+  // Rank 0's worker exits too; once both are in, the launcher starts attempt 1.
+  JobNext next0;
+  std::thread report0([&] { next0 = agent0->ReportWorkerExit(0, WorkerExit{0, 1, 0}, kGenerous); });
+  EXPECT_TRUE(server_.WaitForWorkerExits(kGenerous).empty());
+  const std::vector<WorkerExit> exits = server_.WorkerExits();
+  ASSERT_EQ(exits.size(), 2u);
+  EXPECT_EQ(exits[0].rank, 1);
+  EXPECT_EQ(exits[0].Describe(), "killed by signal 9 (Killed)");
+  EXPECT_EQ(exits[1].rank, 0);
+  EXPECT_EQ(exits[1].Describe(), "exited with code 1");
+  server_.ResetJob("plan-2");
+  report0.join();
+  EXPECT_EQ(next0.kind, JobNext::Kind::kRestart);
+  EXPECT_EQ(next0.attempt, 1);
+  const JobNext next1 = agent1->ReportWorkerExit(0, WorkerExit{1, 0, 9}, kGenerous);
+  EXPECT_EQ(next1.kind, JobNext::Kind::kRestart);
+  EXPECT_EQ(next1.attempt, 1);
+  EXPECT_TRUE(server_.WorkerExits().empty());  // attempt 1 has none yet
+  EXPECT_FALSE(server_.aborted());
+}
+
+TEST_F(CoordinatorTest, AgentsLearnHowTheJobEnded) {
+  StartServer(2);
+  auto agent0 = Connect();
+  auto agent1 = Connect();
+  // A clean exit aborts nothing; the watch of that rank ends with it.
+  std::optional<std::string> abort_seen = std::string("(still waiting)");
+  std::thread watch([&] { abort_seen = agent0->AwaitAbort(0, 0, kGenerous); });
+  std::vector<JobNext> next(2);
+  std::thread report0([&] {
+    next[0] = agent0->ReportWorkerExit(0, WorkerExit{0, 0, 0}, kGenerous);
+  });
+  watch.join();
+  EXPECT_FALSE(abort_seen.has_value()) << *abort_seen;
+  EXPECT_FALSE(server_.aborted());
+  std::thread report1([&] {
+    next[1] = agent1->ReportWorkerExit(0, WorkerExit{1, 0, 0}, kGenerous);
+  });
+  EXPECT_TRUE(server_.WaitForWorkerExits(kGenerous).empty());
+  EXPECT_FALSE(server_.WaitForAgentsToLearnTheEnd(milliseconds(50)));
+  server_.EndJob(/*succeeded=*/true, "");
+  server_.EndJob(/*succeeded=*/false, "too late: the first end wins");
+  report0.join();
+  report1.join();
+  EXPECT_TRUE(server_.WaitForAgentsToLearnTheEnd(kGenerous));
+  for (const JobNext& n : next) {
+    EXPECT_EQ(n.kind, JobNext::Kind::kEnd);
+    EXPECT_TRUE(n.succeeded);
+  }
+  EXPECT_FALSE(server_.aborted());
+}
+
+TEST_F(CoordinatorTest, AFailedEndAbortsTheAttemptAndTellsTheAgentsWhy) {
+  StartServer(1);
+  auto agent = Connect();
+  server_.EndJob(/*succeeded=*/false, "stage 0 failed: boom");
+  EXPECT_TRUE(server_.aborted());
+  EXPECT_EQ(agent->AwaitAbort(0, 0, kGenerous), std::optional<std::string>("stage 0 failed: boom"));
+  const JobNext next = agent->ReportWorkerExit(0, WorkerExit{0, 1, 0}, kGenerous);
+  EXPECT_EQ(next.kind, JobNext::Kind::kEnd);
+  EXPECT_FALSE(next.succeeded);
+  EXPECT_EQ(next.reason, "stage 0 failed: boom");
 }
 
 }  // namespace

@@ -3,6 +3,8 @@
 
 #include <fmt/format.h>
 
+#include <cstring>
+
 namespace baton {
 
 std::string_view Name(WorkerStatus status) {
@@ -23,6 +25,11 @@ std::string BlockedAction::ToString() const {
   if (peer_rank >= 0) text += fmt::format(" peer rank {}", peer_rank);
   text += fmt::format(", waiting {:.1f} s", waiting_s);
   return text;
+}
+
+std::string WorkerExit::Describe() const {
+  if (signal != 0) return fmt::format("killed by signal {} ({})", signal, strsignal(signal));
+  return fmt::format("exited with code {}", exit_code);
 }
 
 std::string DescribeRank(int rank, int stage) {

@@ -20,6 +20,7 @@ struct JoinInfo {
   int64_t pid = 0;
   std::string device;  // "cpu", "cuda:0"
   std::string job_id;  // must equal the coordinator's job id
+  int attempt = 0;     // the attempt it was started for; must be the coordinator's current one
 };
 
 enum class WorkerStatus { kRunning, kDone, kFailed };
@@ -62,6 +63,25 @@ struct RankState {
   double seconds_since_heard = 0;  // since the last report/heartbeat (or the join)
   bool dead = false;               // declared dead (no heartbeat, or its connection dropped)
   bool watching = false;           // its abort watch is connected (so a crash is seen at once)
+};
+
+// How a worker process ended: seen by the local launcher (launcher/process.h), or reported by
+// its agent under mpirun / srun (CoordinatorClient::ReportWorkerExit).
+struct WorkerExit {
+  int rank = -1;
+  int exit_code = 0;  // when it exited normally
+  int signal = 0;     // when a signal killed it
+  bool ok() const { return signal == 0 && exit_code == 0; }
+  std::string Describe() const;  // "exited with code 3", "killed by signal 9 (Killed)"
+};
+
+// What an agent does once its worker has exited (CoordinatorClient::ReportWorkerExit).
+struct JobNext {
+  enum class Kind { kPending, kRestart, kEnd };
+  Kind kind = Kind::kPending;  // kPending: not decided yet, ask again
+  int attempt = 0;             // kRestart: start the worker again for this attempt
+  bool succeeded = false;      // kEnd: the job's outcome...
+  std::string reason;          // ...and, when it failed, why
 };
 
 // "stage 2 (rank 2)" or "rank 2" when the stage is not known yet.

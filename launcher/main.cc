@@ -60,7 +60,8 @@ int main(int argc, char** argv) {
                    "who starts the workers: auto (from the environment), local, mpi, slurm")
       ->check(CLI::IsMember({"auto", "local", "mpi", "slurm"}));
   run_cmd->add_option("--max-restarts", run.max_restarts,
-                      "after a failure, restart every worker from the last checkpoint");
+                      "after a failure, restart every worker from the last checkpoint (also "
+                      "under mpirun and srun: give every rank the same value)");
   AddMemoryOptions(run_cmd, run.memory);
 
   baton::RunOptions eval;
@@ -136,6 +137,7 @@ int main(int argc, char** argv) {
   worker_cmd->add_option("--rank", worker.rank)->required();
   worker_cmd->add_option("--world-size", worker.world_size)->required();
   worker_cmd->add_option("--local-rank", worker.local_rank);
+  worker_cmd->add_option("--attempt", worker.attempt);
 
   CLI11_PARSE(app, argc, argv);
 

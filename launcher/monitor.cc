@@ -74,16 +74,30 @@ void JobMonitor::LogStep(const JobStep& step) {
   MaybePrintProgress(step);
 }
 
+std::vector<WorkerExit> JobMonitor::NewExits() {
+  std::vector<WorkerExit> exits;
+  if (children_ != nullptr) {
+    while (std::optional<WorkerExit> exit = children_->Poll()) exits.push_back(*exit);
+    return exits;
+  }
+  const std::vector<WorkerExit> reported = server_.WorkerExits();
+  if (reported.size() > reported_exits_seen_) {
+    exits.assign(reported.begin() + static_cast<std::ptrdiff_t>(reported_exits_seen_),
+                 reported.end());
+  }
+  reported_exits_seen_ = reported.size();
+  return exits;
+}
+
 std::optional<std::string> JobMonitor::DeadChild(std::chrono::milliseconds grace) {
-  if (children_ == nullptr) return std::nullopt;
   const auto deadline = std::chrono::steady_clock::now() + grace;
   while (true) {
-    std::vector<ChildExit> failed;
-    while (std::optional<ChildExit> exit = children_->Poll()) {
-      if (exit->ok()) {
+    std::vector<WorkerExit> failed;
+    for (const WorkerExit& exit : NewExits()) {
+      if (exit.ok()) {
         ++exited_ok_;
       } else {
-        failed.push_back(*exit);
+        failed.push_back(exit);
       }
     }
     if (!failed.empty()) return DescribeDeadChild(failed);
@@ -95,7 +109,7 @@ std::optional<std::string> JobMonitor::DeadChild(std::chrono::milliseconds grace
 // When one worker dies, its peers fail too ("connection reset") and may exit before the launcher
 // looks: the cause is the one killed by a signal, else one that died without reporting an
 // error, else the first that reported its own.
-std::string JobMonitor::DescribeDeadChild(const std::vector<ChildExit>& failed) {
+std::string JobMonitor::DescribeDeadChild(const std::vector<WorkerExit>& failed) {
   const std::vector<RankState> ranks = server_.Ranks();  // fresher than the caller's
   const auto reported_failure = [&](int rank) -> const RankState* {
     for (const RankState& r : ranks) {
@@ -103,25 +117,25 @@ std::string JobMonitor::DescribeDeadChild(const std::vector<ChildExit>& failed) 
     }
     return nullptr;
   };
-  const ChildExit* cause = &failed.front();
-  const auto priority = [&](const ChildExit& e) {
+  const WorkerExit* cause = &failed.front();
+  const auto priority = [&](const WorkerExit& e) {
     if (e.signal != 0) return 0;
-    return reported_failure(e.index) == nullptr ? 1 : 2;
+    return reported_failure(e.rank) == nullptr ? 1 : 2;
   };
-  for (const ChildExit& e : failed) {
+  for (const WorkerExit& e : failed) {
     if (priority(e) < priority(*cause)) cause = &e;
   }
-  if (const RankState* r = reported_failure(cause->index)) {
+  if (const RankState* r = reported_failure(cause->rank)) {
     return fmt::format("stage {} failed ({}): {}\n{}", r->rank, cause->Describe(), r->report.error,
                        FormatRankTable(ranks));
   }
   std::string doing = "not started";
   for (const RankState& r : ranks) {
-    if (r.rank != cause->index || !r.has_report) continue;
+    if (r.rank != cause->rank || !r.has_report) continue;
     doing = r.report.blocked ? "blocked on " + r.report.blocked->ToString()
                              : fmt::format("last finished step {}", r.report.step);
   }
-  return fmt::format("stage {} worker process {} ({})\n{}", cause->index, cause->Describe(), doing,
+  return fmt::format("stage {} worker process {} ({})\n{}", cause->rank, cause->Describe(), doing,
                      FormatRankTable(ranks));
 }
 

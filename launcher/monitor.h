@@ -1,8 +1,9 @@
 // Watches a running job through the coordinator: assembles every step from the ranks' per-step
 // reports (the coordinator must keep them: CoordinatorOptions::keep_step_reports), appends each
 // to metrics.jsonl as it completes, prints one merged progress line per logged step, and notices
-// failure — a worker that reported an error, was declared dead, or (local launches) whose process
-// exited — naming the stage and what it was doing.
+// failure — a worker that reported an error, was declared dead, or whose process exited (seen by
+// the local launcher, or reported by the rank's agent under mpirun / srun) — naming the stage and
+// what it was doing.
 #pragma once
 
 #include <spdlog/logger.h>
@@ -28,8 +29,8 @@ struct MonitorOptions {
 
 class JobMonitor {
  public:
-  // `children` may be null (mpirun / srun: no processes of our own to watch); `metrics` may be
-  // null (no metrics.jsonl). Both must outlive the monitor.
+  // `children` may be null (mpirun / srun: the agents report their workers' exits to the
+  // coordinator instead); `metrics` may be null (no metrics.jsonl). Both must outlive the monitor.
   JobMonitor(CoordinatorServer& server, ProcessGroup* children, MonitorOptions options,
              MetricsLog* metrics);
 
@@ -47,9 +48,11 @@ class JobMonitor {
   void LogStep(const JobStep& step);
   void MaybePrintProgress(const JobStep& step);
   std::optional<std::string> CheckFailure(const std::vector<RankState>& ranks);
-  // A child that exited abnormally within `grace`, described; reaps children that exited well.
+  // A worker that exited abnormally within `grace`, described; counts those that exited well.
   std::optional<std::string> DeadChild(std::chrono::milliseconds grace);
-  std::string DescribeDeadChild(const std::vector<ChildExit>& failed);
+  std::string DescribeDeadChild(const std::vector<WorkerExit>& failed);
+  // Worker exits not seen before: reaped children, or the exits the agents reported.
+  std::vector<WorkerExit> NewExits();
 
   CoordinatorServer& server_;
   ProcessGroup* children_;
@@ -64,6 +67,7 @@ class JobMonitor {
   int64_t printed_step_ = 0;
   bool stop_forwarded_ = false;
   int exited_ok_ = 0;
+  size_t reported_exits_seen_ = 0;
 };
 
 }  // namespace baton

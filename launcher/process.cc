@@ -15,14 +15,9 @@ extern char** environ;
 
 namespace baton {
 
-std::string ChildExit::Describe() const {
-  if (signal != 0) return fmt::format("killed by signal {} ({})", signal, strsignal(signal));
-  return fmt::format("exited with code {}", exit_code);
-}
-
 ProcessGroup::~ProcessGroup() { StopAll(); }
 
-void ProcessGroup::Spawn(int index, const std::vector<std::string>& argv,
+void ProcessGroup::Spawn(int rank, const std::vector<std::string>& argv,
                          const std::vector<std::string>& env) {
   BATON_CHECK(!argv.empty(), "empty command line");
   // Build everything before fork: the child may only call async-signal-safe functions.
@@ -44,16 +39,16 @@ void ProcessGroup::Spawn(int index, const std::vector<std::string>& argv,
     execve(c_argv[0], c_argv.data(), c_env.data());
     _exit(127);
   }
-  children_[pid] = index;
+  children_[pid] = rank;
 }
 
-std::optional<ChildExit> ProcessGroup::Poll() {
+std::optional<WorkerExit> ProcessGroup::Poll() {
   for (auto it = children_.begin(); it != children_.end(); ++it) {
     int status = 0;
     const pid_t r = waitpid(it->first, &status, WNOHANG);
     if (r == 0) continue;
-    ChildExit exit;
-    exit.index = it->second;
+    WorkerExit exit;
+    exit.rank = it->second;
     if (r > 0 && WIFSIGNALED(status)) exit.signal = WTERMSIG(status);
     if (r > 0 && WIFEXITED(status)) exit.exit_code = WEXITSTATUS(status);
     if (r < 0) exit.exit_code = -1;
@@ -63,9 +58,9 @@ std::optional<ChildExit> ProcessGroup::Poll() {
   return std::nullopt;
 }
 
-pid_t ProcessGroup::pid(int index) const {
-  for (const auto& [pid, i] : children_) {
-    if (i == index) return pid;
+pid_t ProcessGroup::pid(int rank) const {
+  for (const auto& [pid, r] : children_) {
+    if (r == rank) return pid;
   }
   return -1;
 }

@@ -16,6 +16,8 @@
 #include "coordinator/coordinator_server.h"
 #include "core/error.h"
 #include "core/files.h"
+#include "core/log.h"
+#include "launcher/agent.h"
 #include "launcher/environment.h"
 #include "launcher/monitor.h"
 #include "launcher/mpi_bootstrap.h"
@@ -239,14 +241,19 @@ std::string RestartPoint(const Plan& plan, const std::string& previous) {
 }
 
 void SpawnWorkers(ProcessGroup& children, const Plan& plan, const RunOptions& options,
-                  const std::string& address, const std::string& token, const std::string& job_id) {
-  const std::string exe = SelfExecutable();
+                  const std::string& address, const std::string& token, const std::string& job_id,
+                  int attempt) {
   for (int r = 0; r < plan.num_ranks(); ++r) {
-    children.Spawn(r,
-                   {exe, "--log-level", options.log_level, "worker", "--coordinator", address,
-                    "--rank", std::to_string(r), "--world-size", std::to_string(plan.num_ranks()),
-                    "--local-rank", std::to_string(r)},
-                   {"BATON_TOKEN=" + token, "BATON_JOB_ID=" + job_id});
+    WorkerArgs worker;
+    worker.coordinator = address;
+    worker.token = token;
+    worker.job_id = job_id;
+    worker.rank = r;
+    worker.world_size = plan.num_ranks();
+    worker.local_rank = r;
+    worker.attempt = attempt;
+    worker.log_level = options.log_level;
+    SpawnWorker(children, worker);
   }
 }
 
@@ -290,7 +297,7 @@ int RunLocal(const Plan& plan, const RunOptions& options, const std::string& rep
   RunSteps run_steps;
   ProcessGroup children;
   for (int attempt = 0;; ++attempt) {
-    SpawnWorkers(children, plan, options, server.address(), token, job_id);
+    SpawnWorkers(children, plan, options, server.address(), token, job_id, attempt);
     const std::optional<std::string> failure =
         MonitorAttempt(server, &children, plan, attempt, metrics, run_steps);
     if (!failure) break;
@@ -307,31 +314,65 @@ int RunLocal(const Plan& plan, const RunOptions& options, const std::string& rep
   return Finish(plan, server.address(), token, report_path, run_steps, options, launch.resume_dir);
 }
 
+// Rank 0 under mpirun / srun: RunLocal's loop with the ranks' agents (launcher/agent.h) in
+// place of child processes. After a failure every agent stops its worker and reports its exit;
+// once all have, the job restarts from the newest checkpoint while restarts remain, else ends.
+// The agents learn what comes next from the coordinator (ResetJob, EndJob).
+int SuperviseJob(CoordinatorServer& server, const Plan& plan, const RunOptions& options,
+                 Launch launch, MetricsLog& metrics, const std::string& token,
+                 const std::string& report_path) {
+  RunSteps run_steps;
+  for (int attempt = 0;; ++attempt) {
+    std::optional<std::string> failure =
+        MonitorAttempt(server, nullptr, plan, attempt, metrics, run_steps);
+    if (!failure) break;
+    server.RequestAbort(*failure);
+    spdlog::error("{}", *failure);
+    // No worker of this attempt may still run when the next one starts (ResetJob).
+    const std::vector<int> missing = server.WaitForWorkerExits(plan.timeouts.startup);
+    if (!missing.empty() && !server.ended()) {
+      *failure += fmt::format(
+          "\nthe agents of rank(s) {} did not report their worker's exit within {:.0f} s",
+          fmt::join(missing, ", "), std::chrono::duration<double>(plan.timeouts.startup).count());
+    }
+    if (!missing.empty() || server.ended() || attempt >= options.max_restarts) {
+      server.EndJob(/*succeeded=*/false, *failure);
+      return 1;
+    }
+    launch.attempt = attempt + 1;
+    launch.resume_dir = RestartPoint(plan, launch.resume_dir);
+    spdlog::warn("restarting every worker (restart {} of {}) from {}", attempt + 1,
+                 options.max_restarts, launch.resume_dir.empty() ? "the start" : launch.resume_dir);
+    server.ResetJob(EncodeJobPlan(plan, launch));
+  }
+  const int code = Finish(plan, "127.0.0.1:" + std::to_string(server.port()), token, report_path,
+                          run_steps, options, launch.resume_dir);
+  server.EndJob(/*succeeded=*/true, "");
+  return code;
+}
+
+// mpirun / srun: every rank is an agent (launcher/agent.h); rank 0 also hosts the coordinator
+// and supervises the job (SuperviseJob) from a second thread.
 int RunUnderLauncher(const Plan& plan, const RunOptions& options, const LaunchEnvironment& env,
                      const std::string& report_path) {
   BATON_CHECK(env.world_size == plan.num_ranks(),
               "{} started {} processes but the plan has {} stages (parallel.stages)",
               Name(env.mode), env.world_size, plan.num_ranks());
-  BATON_CHECK(options.max_restarts == 0,
-              "--max-restarts restarts the workers of a local run; under {} the job's processes "
-              "belong to {}: resubmit the job with --resume instead",
-              Name(env.mode), Name(env.mode));
   JobRendezvous rendezvous = ShareCoordinator(env, options.coordinator);
   std::unique_ptr<CoordinatorServer> server;
   std::unique_ptr<MetricsLog> metrics;
-  std::string resume_dir;
+  Launch launch{rendezvous.job_id, "", 0, options.evaluate_only};
   if (env.rank == 0) {
-    resume_dir = ResumePoint(plan, options.resume);
-    CheckEvaluable(plan, options, resume_dir);
+    launch.resume_dir = ResumePoint(plan, options.resume);
+    CheckEvaluable(plan, options, launch.resume_dir);
     metrics = std::make_unique<MetricsLog>(plan.config.output.dir,
-                                           !resume_dir.empty() || options.evaluate_only);
+                                           !launch.resume_dir.empty() || options.evaluate_only);
     server = std::make_unique<CoordinatorServer>();
     CoordinatorOptions coordinator;
     coordinator.address = rendezvous.bind_address;
     coordinator.token = rendezvous.token;
     coordinator.job_id = rendezvous.job_id;
     coordinator.world_size = plan.num_ranks();
-    Launch launch{rendezvous.job_id, resume_dir, 0, options.evaluate_only};
     coordinator.plan = EncodeJobPlan(plan, launch);
     coordinator.heartbeat_timeout_s = plan.config.parallel.heartbeat_timeout_s;
     coordinator.keep_step_reports = true;
@@ -347,22 +388,31 @@ int RunUnderLauncher(const Plan& plan, const RunOptions& options, const LaunchEn
   worker.world_size = env.world_size;
   worker.local_rank = env.local_rank;
   worker.log_level = options.log_level;
-  if (env.rank != 0) return RunWorker(worker);
-
-  RunSteps run_steps;
-  int worker_code = 1;
-  std::thread worker_thread([&] { worker_code = RunWorker(worker); });
-  const std::optional<std::string> failure =
-      MonitorAttempt(*server, nullptr, plan, /*attempt=*/0, *metrics, run_steps);
-  if (failure) server->RequestAbort(*failure);
-  worker_thread.join();
-  if (failure) {
-    spdlog::error("{}", *failure);
-    return 1;
+  if (env.rank != 0) {
+    SetupLogging(fmt::format("agent {}", env.rank), options.log_level);
+    return RunAgent(worker);
   }
-  if (worker_code != 0) return worker_code;
-  return Finish(plan, "127.0.0.1:" + std::to_string(server->port()), rendezvous.token, report_path,
-                run_steps, options, resume_dir);
+
+  int supervisor_code = 1;
+  std::thread supervisor([&] {
+    try {
+      supervisor_code =
+          SuperviseJob(*server, plan, options, launch, *metrics, rendezvous.token, report_path);
+    } catch (const std::exception& e) {
+      spdlog::error("{}", e.what());
+      server->EndJob(/*succeeded=*/false, e.what());
+    }
+  });
+  // The agent's children die with the thread that started them: this one, which outlives them.
+  const int agent_code = RunAgent(worker);
+  server->EndJob(/*succeeded=*/false, "rank 0's agent ended before the job did");  // if not yet
+  supervisor.join();
+  // The coordinator goes with this process: every agent must have learned the outcome first.
+  if (!server->WaitForAgentsToLearnTheEnd(plan.timeouts.wait)) {
+    spdlog::warn("not every agent learned how the job ended within {:.0f} s",
+                 std::chrono::duration<double>(plan.timeouts.wait).count());
+  }
+  return agent_code != 0 ? agent_code : supervisor_code;
 }
 
 }  // namespace

@@ -2,11 +2,15 @@
 //
 // run, with no launcher environment: plan the job, host the coordinator on loopback, spawn one
 // worker process per stage, print one merged progress line per logged step, and on any failure
-// stop every worker and exit non-zero naming the stage and what it was doing.
+// stop every worker and exit non-zero naming the stage and what it was doing; with
+// --max-restarts N, restart every worker from the newest checkpoint up to N times first.
 // eval: the same launch with every rank only evaluating the held-out data (docs/data.md).
-// run under mpirun / srun: every rank runs the same command; rank 0 hosts the coordinator (its
-// address and the job token reach the others through MPI, or BATON_COORDINATOR / BATON_TOKEN
-// under Slurm) and every rank runs its worker in-process.
+// run under mpirun / srun: every rank runs the same command and becomes its rank's agent, which
+// runs the rank's worker as a child process (launcher/agent.h); rank 0 also hosts the coordinator
+// (its address and the job token reach the others through MPI, or BATON_COORDINATOR /
+// BATON_TOKEN under Slurm), watches the job as the local launcher does and decides, after a
+// failure, whether every agent restarts its worker (--max-restarts, the same on every rank) or
+// the job ends.
 #pragma once
 
 #include <ostream>
@@ -36,7 +40,8 @@ struct RunOptions {
   // checkpoint when there is one, else a fresh start.
   std::string resume;
   std::string launcher = "auto";  // auto | local | mpi | slurm (launcher/environment.h)
-  int max_restarts = 0;  // restarts of every worker from the last checkpoint after a failure
+  // Restarts of every worker from the newest checkpoint after a failure (any launcher).
+  int max_restarts = 0;
   std::string log_level = "info";
   // `baton eval`: load the weights (--resume, or model.init_from), evaluate the held-out data
   // once on the planned stages, print the result to `eval_out` (one line, or JSON), train nothing.

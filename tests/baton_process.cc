@@ -133,16 +133,31 @@ std::vector<int> ChildPids(int parent) {
   return pids;
 }
 
+std::vector<int> DescendantPids(int root) {
+  std::vector<int> found = ChildPids(root);
+  for (size_t i = 0; i < found.size(); ++i) {
+    for (int child : ChildPids(found[i])) found.push_back(child);
+  }
+  return found;
+}
+
+bool Running(int pid) {
+  // /proc/PID/stat: "PID (COMM) STATE ...", and COMM may hold spaces or parentheses.
+  const std::string stat = ReadFile("/proc/" + std::to_string(pid) + "/stat");
+  const size_t end = stat.rfind(')');
+  if (end == std::string::npos || end + 2 >= stat.size()) return false;
+  const char state = stat[end + 2];
+  return state != 'Z' && state != 'X';
+}
+
 int WorkerPid(int shell, int rank) {
-  for (int launcher : ChildPids(shell)) {
-    for (int pid : ChildPids(launcher)) {
-      const std::string cmdline = ReadFile("/proc/" + std::to_string(pid) + "/cmdline");
-      std::string words;
-      for (char c : cmdline) words += c == '\0' ? ' ' : c;
-      if (words.find(" worker ") != std::string::npos &&
-          words.find("--rank " + std::to_string(rank) + " ") != std::string::npos) {
-        return pid;
-      }
+  for (int pid : DescendantPids(shell)) {
+    const std::string cmdline = ReadFile("/proc/" + std::to_string(pid) + "/cmdline");
+    std::string words;
+    for (char c : cmdline) words += c == '\0' ? ' ' : c;
+    if (words.find(" worker ") != std::string::npos &&
+        words.find("--rank " + std::to_string(rank) + " ") != std::string::npos) {
+      return pid;
     }
   }
   return -1;

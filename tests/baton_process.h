@@ -38,8 +38,14 @@ std::string ReadFile(const std::string& path);
 // Waits up to `seconds` for `text` to appear in the file.
 bool WaitFor(const std::string& path, const std::string& text, int seconds);
 std::vector<int> ChildPids(int parent);
-// The worker process of `rank` among the children of the launcher that `shell` (Background's
-// pid) runs; -1 if there is none (yet). Only this test's own processes are ever found.
+// Every process below `root` (its children, theirs, ...), not `root` itself.
+std::vector<int> DescendantPids(int root);
+// Whether `pid` is a process that has not exited: gone, or a zombie not yet reaped (as processes
+// whose parent exited first are, until init reaps them), is not running.
+bool Running(int pid);
+// The worker process of `rank` below `shell` (Background's pid): a child of the local launcher,
+// or under mpirun of the rank's agent; -1 if there is none (yet). Only this test's own processes
+// are ever found.
 int WorkerPid(int shell, int rank);
 
 }  // namespace baton::testing

@@ -1,6 +1,7 @@
 // Operations: checkpoints that resume exactly (onto another stage count too), clean stops on
-// SIGTERM, restarts after a killed worker, metrics.jsonl written while training (it survives a
-// SIGKILL, a resume and a restart append to it), and GPT-2 safetensors out of a checkpoint.
+// SIGTERM, restarts after a killed worker (under the local launcher and under mpirun),
+// metrics.jsonl written while training (it survives a SIGKILL, a resume and a restart append to
+// it), and GPT-2 safetensors out of a checkpoint.
 #include <gtest/gtest.h>
 #include <signal.h>
 
@@ -215,6 +216,105 @@ TEST(OperationsTest, KilledWorkerWithMaxRestartsFinishesWithTheUninterruptedChec
   for (size_t i = 0; i < steps.size(); ++i) {
     EXPECT_EQ(losses[i], straight_losses[static_cast<size_t>(steps[i] - 1)]) << "step " << steps[i];
   }
+}
+
+// mpirun's command line for `baton run configs/gpt-tiny.yaml` on 4 ranks (4 stages).
+std::string MpirunCommand(const std::string& dir, const std::string& extra) {
+  return "mpirun --allow-run-as-root --oversubscribe -np 4 '" + BatonBinary() +
+         "' run configs/gpt-tiny.yaml --set parallel.stages=4 --set train.log_every=1" +
+         " --set output.dir=" + dir + " --report " + dir + "/report.json " + extra;
+}
+
+bool HaveMpirun() { return RunShell("command -v mpirun").exit_code == 0; }
+
+TEST(OperationsTest, MpirunResumeAutoCarriesOnToTheUninterruptedChecksum) {
+  if (!HaveMpirun()) GTEST_SKIP() << "mpirun is not installed";
+  const std::string root = TempDir("mpi-resume");
+  const nlohmann::json straight =
+      Train(root + "/straight", {"--set", "train.steps=8", "--set", "parallel.stages=2"});
+  // Within the warm-up, a shorter run's steps are the longer run's first steps (the learning
+  // rate does not depend on train.steps yet).
+  const std::string dir = root + "/run";
+  const CommandResult first = RunShell("cd '" + SourceDir() + "' && " +
+                                       MpirunCommand(dir, "--set train.steps=5 --resume auto"));
+  ASSERT_EQ(first.exit_code, 0) << first.output;
+  EXPECT_NE(first.output.find("no checkpoint in"), std::string::npos) << first.output;
+  ASSERT_EQ(ReadFile(dir + "/checkpoints/latest"), "step-5\n");
+  const CommandResult resumed = RunShell("cd '" + SourceDir() + "' && " +
+                                         MpirunCommand(dir, "--set train.steps=8 --resume auto"));
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  EXPECT_NE(resumed.output.find("resumed from " + dir + "/checkpoints/step-5"), std::string::npos)
+      << resumed.output;
+  const nlohmann::json report = ReadJson(dir + "/report.json");
+  const std::vector<double> all = Losses(straight);
+  EXPECT_EQ(Losses(report), std::vector<double>(all.begin() + 5, all.end()));
+  EXPECT_EQ(report.at("param_checksum"), straight.at("param_checksum"));
+  EXPECT_EQ(ReadFile(dir + "/checkpoints/latest"), "step-8\n");
+  // metrics.jsonl: both runs' steps, the resumed ones appended.
+  EXPECT_EQ(StepsOf(MetricsLines(dir)), Range(1, 8));
+}
+
+TEST(OperationsTest, MpirunKilledWorkerWithMaxRestartsFinishesWithTheUninterruptedChecksum) {
+  if (!HaveMpirun()) GTEST_SKIP() << "mpirun is not installed";
+  const std::string root = TempDir("mpi-restart");
+  const nlohmann::json straight =
+      Train(root + "/straight", {"--set", "train.steps=16", "--set", "parallel.stages=2"});
+  const std::string log = root + "/log";
+  const std::string dir = root + "/restarted";
+  const int shell = Background(
+      MpirunCommand(dir, "--set train.steps=16 --set output.checkpoint_every=4 --max-restarts 1"),
+      log);
+  ASSERT_TRUE(WaitFor(log, "checkpoint of step 4", 300)) << ReadFile(log);
+  const int victim = WorkerPid(shell, 1);  // a child of rank 1's agent
+  ASSERT_GT(victim, 0) << ReadFile(log);
+  kill(victim, SIGKILL);
+  ASSERT_TRUE(WaitFor(log, "exit=", 300)) << ReadFile(log);
+  const std::string text = ReadFile(log);
+  EXPECT_NE(text.find("exit=0"), std::string::npos) << text;
+  EXPECT_NE(text.find("stage 1 worker process killed by signal 9"), std::string::npos) << text;
+  EXPECT_NE(text.find("restarting every worker (restart 1 of 1)"), std::string::npos) << text;
+  const nlohmann::json report = ReadJson(dir + "/report.json");
+  EXPECT_EQ(report.at("param_checksum"), straight.at("param_checksum"));
+
+  // As under the local launcher: attempt 0's steps until the kill, then attempt 1's from the
+  // checkpoint it resumed (step 4 or later) to the end, each the uninterrupted run's loss.
+  const std::vector<int64_t> steps = StepsOf(report.at("steps"));
+  const std::vector<nlohmann::json> lines = MetricsLines(dir);
+  ASSERT_EQ(StepsOf(lines), steps);
+  size_t restart = 0;
+  while (restart < lines.size() && lines[restart].at("attempt") == 0) ++restart;
+  ASSERT_LT(restart, lines.size()) << "no step of a second attempt";
+  for (size_t i = restart; i < lines.size(); ++i) EXPECT_EQ(lines[i].at("attempt"), 1) << i;
+  const int64_t resumed_from = steps[restart];
+  EXPECT_GE(resumed_from, 5);
+  EXPECT_LE(resumed_from, static_cast<int64_t>(restart) + 1);
+  EXPECT_EQ(std::vector<int64_t>(steps.begin() + restart, steps.end()), Range(resumed_from, 16));
+  const std::vector<double> straight_losses = Losses(straight);
+  const std::vector<double> losses = Losses(report);
+  for (size_t i = 0; i < steps.size(); ++i) {
+    EXPECT_EQ(losses[i], straight_losses[static_cast<size_t>(steps[i] - 1)]) << "step " << steps[i];
+  }
+}
+
+TEST(OperationsTest, MpirunKilledWorkerWithoutRestartsEndsNamingTheStageAndLeavesNoProcess) {
+  if (!HaveMpirun()) GTEST_SKIP() << "mpirun is not installed";
+  const std::string root = TempDir("mpi-kill");
+  const std::string log = root + "/log";
+  const int shell = Background(MpirunCommand(root, "--set train.steps=100000"), log);
+  ASSERT_TRUE(WaitFor(log, "step     2/", 300)) << ReadFile(log);
+  // mpirun, the four agents and their workers.
+  const std::vector<int> processes = DescendantPids(shell);
+  const int victim = WorkerPid(shell, 1);
+  ASSERT_GT(victim, 0) << ReadFile(log);
+  kill(victim, SIGKILL);
+  ASSERT_TRUE(WaitFor(log, "exit=", 300)) << ReadFile(log);
+  const std::string text = ReadFile(log);
+  EXPECT_EQ(text.find("exit=0"), std::string::npos) << text;
+  EXPECT_NE(text.find("stage 1 worker process killed by signal 9"), std::string::npos) << text;
+  EXPECT_EQ(text.find("restarting"), std::string::npos) << text;
+  EXPECT_GE(processes.size(), 9u) << text;
+  // mpirun may end before it reaps its agents: an exited agent waits as a zombie for init.
+  for (int pid : processes) EXPECT_FALSE(Running(pid)) << "process " << pid << " outlived the job";
 }
 
 TEST(OperationsTest, ExportedCheckpointIsStandardSafetensorsThatInitFromLoads) {

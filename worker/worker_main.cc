@@ -280,8 +280,12 @@ int RunWorker(const WorkerArgs& args) {
     info.pid = getpid();
     info.device = fmt::format("local rank {}", args.local_rank);  // the plan picks cpu/cuda
     info.job_id = job_id;
+    info.attempt = args.attempt;
     Launch launch;
     const Plan plan = DecodeJobPlan(client->Join(info), &launch);
+    BATON_CHECK(launch.attempt == args.attempt,
+                "started for attempt {}, this worker got the plan of attempt {}", args.attempt,
+                launch.attempt);
     client->Watch();
     client->StartHeartbeat(plan.timeouts.heartbeat_interval);
     TrainRank(args, *client, plan, launch, blocked);
@@ -296,7 +300,7 @@ int RunWorker(const WorkerArgs& args) {
       WorkerReport failed;
       failed.stage = args.rank;
       failed.status = WorkerStatus::kFailed;
-      failed.error = e.what();
+      failed.error = ValidUtf8(e.what());  // a std::exception may hold any bytes
       failed.blocked = blocked.action;
       if (blocked.action) {
         failed.blocked->waiting_s =

@@ -1,7 +1,7 @@
-// A worker process (or, under mpirun/srun, a rank's worker in the launcher's process): joins the
-// coordinator, receives the plan, builds its stage, rendezvouses its communicator, trains, and
-// reports every step. Failures are reported to the coordinator (which aborts the job) and
-// returned as a non-zero exit code; nothing here calls exit().
+// A worker process (`baton worker`, the child that the local launcher, or under mpirun / srun a
+// rank's agent, starts): joins the coordinator, receives the plan, builds its stage, rendezvouses
+// its communicator, trains, and reports every step. Failures are reported to the coordinator (which
+// aborts the job) and returned as a non-zero exit code; nothing here calls exit().
 #pragma once
 
 #include <string>
@@ -15,6 +15,7 @@ struct WorkerArgs {
   int rank = 0;
   int world_size = 1;
   int local_rank = 0;                     // the GPU to use under device cuda
+  int attempt = 0;                        // the attempt it is started for (--max-restarts)
   std::string listen_host = "127.0.0.1";  // where this rank's transport accepts peers
   std::string log_level = "info";
 };
