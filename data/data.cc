@@ -11,12 +11,14 @@
 #include <cerrno>
 #include <cstring>
 #include <fstream>
+#include <optional>
 #include <set>
 #include <utility>
 
 #include "core/error.h"
 #include "core/files.h"
 #include "core/random.h"
+#include "data/tokenizer.h"
 
 namespace baton {
 namespace {
@@ -46,12 +48,6 @@ void AppendFileBytes(const std::filesystem::path& file, std::vector<uint16_t>& t
     tokens.insert(tokens.end(), buffer.begin(), buffer.begin() + in.gcount());
   }
   if (in.bad()) BATON_FAIL("{}: read error", file.string());
-}
-
-std::vector<uint16_t> ReadTextTokens(const std::string& path) {
-  std::vector<uint16_t> tokens;
-  for (const std::filesystem::path& file : ListTextFiles(path)) AppendFileBytes(file, tokens);
-  return tokens;
 }
 
 // Every token must be a valid index into the embedding table.
@@ -121,16 +117,16 @@ std::pair<size_t, int64_t> LocateBinTokens(const Mapping& mapping, const std::st
 }  // namespace
 
 TokenDataset TokenDataset::Open(const std::string& path, TokenFormat format, int64_t vocab_size,
-                                int64_t seq_len) {
+                                int64_t seq_len, const Tokenizer* tokenizer) {
   BATON_CHECK(seq_len >= 1, "seq_len must be positive, got {}", seq_len);
   TokenDataset dataset;
   dataset.source_ = path;
   dataset.format_ = Resolve(path, format);
   if (dataset.format_ == TokenFormat::kText) {
-    if (vocab_size < 256) {
+    if (tokenizer == nullptr && vocab_size < 256) {
       BATON_FAIL("{}: byte-level text needs vocab_size >= 256, got {}", path, vocab_size);
     }
-    dataset.owned_ = ReadTextTokens(path);
+    dataset.owned_ = ReadTextTokens(path, tokenizer);
     dataset.tokens_ = dataset.owned_.data();
     dataset.size_ = static_cast<int64_t>(dataset.owned_.size());
   } else {
@@ -210,9 +206,28 @@ std::vector<std::filesystem::path> ListTextFiles(const std::string& path) {
   return files;
 }
 
-int64_t PrepareTextData(const std::string& input_path, const std::string& output_path) {
-  const std::vector<uint16_t> tokens = ReadTextTokens(input_path);
-  if (tokens.empty()) BATON_FAIL("{}: no text to convert (0 bytes)", input_path);
+std::vector<uint16_t> ReadTextTokens(const std::string& path, const Tokenizer* tokenizer) {
+  std::vector<uint16_t> tokens;
+  const std::vector<std::filesystem::path> files = ListTextFiles(path);
+  if (tokenizer == nullptr) {
+    for (const std::filesystem::path& file : files) AppendFileBytes(file, tokens);
+    return tokens;
+  }
+  const std::optional<uint32_t> separator = tokenizer->TokenId(kEndOfText);
+  for (size_t i = 0; i < files.size(); ++i) {
+    if (i > 0 && separator.has_value()) tokens.push_back(static_cast<uint16_t>(*separator));
+    // Ids are < 65536: Tokenizer::Load refuses larger ones.
+    for (const uint32_t id : tokenizer->Encode(ReadFileToString(files[i].string()))) {
+      tokens.push_back(static_cast<uint16_t>(id));
+    }
+  }
+  return tokens;
+}
+
+int64_t PrepareTextData(const std::string& input_path, const std::string& output_path,
+                        const Tokenizer* tokenizer) {
+  const std::vector<uint16_t> tokens = ReadTextTokens(input_path, tokenizer);
+  if (tokens.empty()) BATON_FAIL("{}: no text to convert (0 tokens)", input_path);
   AtomicFileWriter writer(output_path);  // temp + fsync + rename: never a partial file
   writer.Write(tokens.data(), tokens.size() * sizeof(uint16_t));
   writer.Commit();
