@@ -31,6 +31,7 @@ void VisitData(DataConfig& d, FieldVisitor& v) {
   v.VisitString("path", d.path);
   v.Enum("format", d.format, kDataFormatNames);
   v.Int("seq_len", d.seq_len, kNonNegativeInt);
+  v.VisitString("tokenizer", d.tokenizer);
 }
 
 void VisitTrain(TrainConfig& t, FieldVisitor& v) {
