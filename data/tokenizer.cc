@@ -204,11 +204,11 @@ Tokenizer Tokenizer::Load(const std::string& path) {
       if (!list.is_array()) Fail(file, "model.merges is not a list");
       for (size_t i = 0; i < list.size(); ++i) {
         const Json& merge = list[i];
-        if (merge.is_string()) {  // "a b" (tokenizers before 0.20)
+        if (merge.is_string()) {  // "a b" (older tokenizers versions)
           merges.push_back(
               SplitMerge(merge.get<std::string>(), fmt::format("{}: model.merges[{}]", file, i)));
         } else if (merge.is_array() && merge.size() == 2 && merge[0].is_string() &&
-                   merge[1].is_string()) {  // ["a", "b"] (0.20 and later)
+                   merge[1].is_string()) {  // ["a", "b"] (newer versions)
           merges.emplace_back(merge[0].get<std::string>(), merge[1].get<std::string>());
         } else {
           Fail(file, "model.merges[{}] is {}, neither \"a b\" nor [\"a\", \"b\"]", i, merge.dump());

@@ -68,6 +68,9 @@ class Tokenizer {
   std::optional<uint32_t> TokenId(std::string_view token) const;
   // The files it was read from, in the order Load read them.
   const std::vector<TokenizerFile>& files() const { return files_; }
+  // Whether Encode puts a space before text that does not start with one (a tokenizer.json's
+  // ByteLevel add_prefix_space; never for vocab.json + merges.txt, as in GPT-2).
+  bool add_prefix_space() const { return add_prefix_space_; }
 
  private:
   struct Merge {

@@ -95,7 +95,7 @@ TEST_F(TokenizerTest, VocabJsonAndMergesTxtGiveTheReferenceIds) {
 }
 
 TEST_F(TokenizerTest, MergesWrittenAsStringsGiveTheSameIds) {
-  // tokenizers before 0.20 wrote each merge as "a b"; the fixture has ["a", "b"].
+  // Older tokenizers versions wrote each merge as "a b"; the fixture has ["a", "b"].
   nlohmann::json root = nlohmann::json::parse(ReadText(kFixture + "/tokenizer.json"));
   ASSERT_TRUE(root["model"]["merges"][0].is_array());
   for (nlohmann::json& merge : root["model"]["merges"]) {
