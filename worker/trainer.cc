@@ -4,9 +4,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 
 #include "core/error.h"
 #include "core/hash.h"
+#include "data/tokenizer.h"
 
 namespace baton {
 namespace {
@@ -70,8 +72,14 @@ Trainer::Trainer(TrainerSetup setup, Backend& backend)
   const bool first = model_->holds_first_layer();
   const bool last = model_->holds_last_layer();
   if ((first || last) && !IsMeta(backend_)) {  // the memory planner reads no data
-    dataset_ = std::make_unique<TokenDataset>(TokenDataset::Open(
-        config.data.path, ToTokenFormat(config.data.format), config.model.vocab_size, seq_len));
+    // Text is encoded with data.tokenizer when there is one (a .bin already holds its ids).
+    std::optional<Tokenizer> tokenizer;
+    if (!config.data.tokenizer.empty() && ResolvedDataFormat(config.data) == DataFormat::kText) {
+      tokenizer.emplace(Tokenizer::Load(config.data.tokenizer));
+    }
+    dataset_ = std::make_unique<TokenDataset>(
+        TokenDataset::Open(config.data.path, ToTokenFormat(config.data.format),
+                           config.model.vocab_size, seq_len, tokenizer ? &*tokenizer : nullptr));
   }
   for (int k = 0; k < config.train.micro_batches; ++k) {
     MicroBatch batch;
