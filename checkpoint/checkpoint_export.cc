@@ -37,7 +37,7 @@ void CheckGptGraph(const CheckpointReader& checkpoint) {
 }  // namespace
 
 void ExportCheckpointToHf(const CheckpointReader& checkpoint, const std::string& out_dir,
-                          DType dtype) {
+                          DType dtype, std::optional<int64_t> end_of_text_id) {
   BATON_CHECK(IsFloating(dtype), "GPT-2 weights must be f32, f16 or bf16, not {}", Name(dtype));
   CheckGptGraph(checkpoint);
   MemoryLedger ledger;  // conversions are host workspace of this tool, booked like any tensor
@@ -60,7 +60,7 @@ void ExportCheckpointToHf(const CheckpointReader& checkpoint, const std::string&
   MakeDirectories(out_dir);
   WriteSafetensors((std::filesystem::path(out_dir) / kHfWeightsFileName).string(), tensors,
                    HfMetadata(), cpu.get());
-  WriteHfGpt2Config(out_dir, checkpoint.dims(), dtype);
+  WriteHfGpt2Config(out_dir, checkpoint.dims(), dtype, end_of_text_id);
 }
 
 }  // namespace baton

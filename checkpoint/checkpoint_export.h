@@ -5,6 +5,8 @@
 // weights. Only the gpt preset (embedding, block.0 .. block.{L-1}, head) has a GPT-2 form.
 #pragma once
 
+#include <cstdint>
+#include <optional>
 #include <string>
 
 #include "checkpoint/checkpoint.h"
@@ -12,10 +14,13 @@
 
 namespace baton {
 
-// Writes <out_dir>/model.safetensors in `dtype` (f32, f16 or bf16) and <out_dir>/config.json.
-// For f32 output a 16-bit run's fp32 master weights are exported, not the rounded params.
-// Host memory: the whole model in `dtype` when it differs from the stored dtype.
+// Writes <out_dir>/model.safetensors in `dtype` (f32, f16 or bf16) and <out_dir>/config.json
+// (WriteHfGpt2Config, with `end_of_text_id` as its bos/eos id when given). For f32 output a
+// 16-bit run's fp32 master weights are exported, not the rounded params. Host memory: the whole
+// model in `dtype` when it differs from the stored dtype. (The tokenizer is the launcher's:
+// launcher/export.h.)
 void ExportCheckpointToHf(const CheckpointReader& checkpoint, const std::string& out_dir,
-                          DType dtype = DType::kF32);
+                          DType dtype = DType::kF32,
+                          std::optional<int64_t> end_of_text_id = std::nullopt);
 
 }  // namespace baton

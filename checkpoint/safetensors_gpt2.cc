@@ -156,8 +156,12 @@ void ExportHfGpt2(const std::string& dir, const std::vector<ParamTensors>& param
   WriteHfGpt2Config(dir, dims, dtype);
 }
 
-void WriteHfGpt2Config(const std::string& dir, const ModelDims& dims, DType dtype) {
+void WriteHfGpt2Config(const std::string& dir, const ModelDims& dims, DType dtype,
+                       std::optional<int64_t> end_of_text_id) {
   Validate(dims);
+  const int64_t end_of_text = end_of_text_id.value_or(dims.vocab_size - 1);
+  BATON_CHECK(end_of_text >= 0 && end_of_text < dims.vocab_size,
+              "end-of-text id {} is outside the model's {} tokens", end_of_text, dims.vocab_size);
   const nlohmann::ordered_json config = {{"architectures", {"GPT2LMHeadModel"}},
                                          {"model_type", "gpt2"},
                                          {"vocab_size", dims.vocab_size},
@@ -175,8 +179,8 @@ void WriteHfGpt2Config(const std::string& dir, const ModelDims& dims, DType dtyp
                                          {"attn_pdrop", 0.0},
                                          {"scale_attn_weights", true},
                                          {"tie_word_embeddings", true},
-                                         {"bos_token_id", dims.vocab_size - 1},
-                                         {"eos_token_id", dims.vocab_size - 1},
+                                         {"bos_token_id", end_of_text},
+                                         {"eos_token_id", end_of_text},
                                          {"torch_dtype", TorchDTypeName(dtype)}};
   MakeDirectories(dir);
   WriteFileAtomically((std::filesystem::path(dir) / "config.json").string(), config.dump(2) + "\n");

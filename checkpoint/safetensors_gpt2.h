@@ -11,6 +11,8 @@
 // wte. See docs/safetensors.md.
 #pragma once
 
+#include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -54,8 +56,11 @@ void ExportHfGpt2(const std::string& dir, const std::vector<ParamTensors>& param
 
 // <dir>/config.json: the minimal Hugging Face GPT2Config that GPT2LMHeadModel.from_pretrained(dir)
 // needs to load <dir>/model.safetensors (gelu_new, layer_norm_epsilon 1e-5, tied embeddings, no
-// dropout). `dtype` is what model.safetensors holds (torch_dtype). Written atomically.
-void WriteHfGpt2Config(const std::string& dir, const ModelDims& dims, DType dtype = DType::kF32);
+// dropout). `dtype` is what model.safetensors holds (torch_dtype). bos_token_id and eos_token_id
+// are `end_of_text_id` when given (the tokenizer's <|endoftext|>), else vocab_size - 1 (GPT-2's
+// 50256). Written atomically.
+void WriteHfGpt2Config(const std::string& dir, const ModelDims& dims, DType dtype = DType::kF32,
+                       std::optional<int64_t> end_of_text_id = std::nullopt);
 
 inline constexpr const char* kHfWeightsFileName = "model.safetensors";
 // The metadata transformers requires of a safetensors file: {"format": "pt"}.

@@ -220,6 +220,22 @@ TEST(SafetensorsGpt2Test, CheckpointExportsAsHfGpt2WhateverPartitionWroteIt) {
   EXPECT_TRUE(FileExists(dir / "hf/config.json"));
 }
 
+TEST(SafetensorsGpt2Test, ConfigNamesTheEndOfTextIdAsBosAndEos) {
+  Fixture f;
+  TempDir dir;
+  WriteHfGpt2Config(dir / "gpt2", f.dims);
+  const nlohmann::json gpt2 = nlohmann::json::parse(ReadFileToString(dir / "gpt2/config.json"));
+  EXPECT_EQ(gpt2["eos_token_id"], f.dims.vocab_size - 1);  // GPT-2's 50256 in a 50257 vocabulary
+  EXPECT_EQ(gpt2["bos_token_id"], f.dims.vocab_size - 1);
+  WriteHfGpt2Config(dir / "bpe", f.dims, DType::kF32, 3);  // a tokenizer's <|endoftext|>
+  const nlohmann::json bpe = nlohmann::json::parse(ReadFileToString(dir / "bpe/config.json"));
+  EXPECT_EQ(bpe["eos_token_id"], 3);
+  EXPECT_EQ(bpe["bos_token_id"], 3);
+  EXPECT_THAT(
+      ErrorOf([&] { WriteHfGpt2Config(dir / "bad", f.dims, DType::kF32, f.dims.vocab_size); }),
+      HasSubstr("outside the model's"));
+}
+
 TEST(SafetensorsGpt2Test, OnlyTheGptGraphExportsAsGpt2) {
   Fixture f;
   f.graph = MlpGraph(f.dims);

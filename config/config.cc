@@ -360,6 +360,7 @@ Config ParseRaw(const RawConfig& raw, const std::string& source_name) {
     return it == reader.where.end() ? std::string() : it->second;
   };
   ValidateConfig(config, where, source_name);
+  CheckConfigFiles(config, where, source_name);
   return config;
 }
 

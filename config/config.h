@@ -73,6 +73,10 @@ struct DataConfig {
   // `path`'s stream, which training windows then never reach. At most one of the two.
   std::string eval_path;
   double eval_fraction = 0.0;
+  // A byte-level BPE tokenizer (data/tokenizer.h: a tokenizer.json, a vocab.json with merges.txt
+  // beside it, or a folder holding either) that text data is encoded with and that generate and
+  // export use; "" = byte-level (one token per byte).
+  std::string tokenizer;
   bool operator==(const DataConfig&) const = default;
 };
 
@@ -147,7 +151,9 @@ struct Config {
 };
 
 // Reads `path`, applies `overrides` ("section.key=value", value in YAML syntax, e.g.
-// "train.steps=300", "model.layers=[embedding, block, head]"), validates. Throws baton::Error.
+// "train.steps=300", "model.layers=[embedding, block, head]"), validates, and checks the files
+// it names that a config alone cannot (data.tokenizer loads and has <= model.vocab_size tokens).
+// Throws baton::Error.
 Config LoadConfig(const std::string& path, const std::vector<std::string>& overrides = {});
 
 // The same from text; `source_name` stands in for the file name in error messages.
@@ -155,7 +161,8 @@ Config ParseConfigString(const std::string& yaml_text, const std::string& source
                          const std::vector<std::string>& overrides = {});
 
 // Checks every field's range and the cross-field rules (batch divisible by micro-batches, width
-// by heads, ...). LoadConfig calls it; call it again after changing a Config in code.
+// by heads, ...). LoadConfig calls it; call it again after changing a Config in code. Reads no
+// files.
 void Validate(const Config& config);
 
 // A canonical YAML dump: every field, schema order; LoadConfig of it gives an equal Config.

@@ -35,6 +35,7 @@ void VisitData(DataConfig& d, FieldVisitor& v) {
   v.Int("seq_len", d.seq_len, IntRule{0, kMaxContext});
   v.VisitString("eval_path", d.eval_path);
   v.VisitFloat("eval_fraction", d.eval_fraction, kUnitInterval);
+  v.VisitString("tokenizer", d.tokenizer);
 }
 
 void VisitTrain(TrainConfig& t, FieldVisitor& v) {

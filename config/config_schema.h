@@ -136,4 +136,9 @@ std::string Suggest(std::string_view word, std::span<const std::string> candidat
 using WhereFn = std::function<std::string(std::string_view dotted_key)>;
 void ValidateConfig(const Config& config, const WhereFn& where, const std::string& fallback);
 
+// The checks that read the files a config names, reported like ValidateConfig's. Run where a
+// config is parsed (LoadConfig, ParseConfigString), not by Validate(), which does no I/O: today
+// data.tokenizer loads and its vocabulary fits model.vocab_size.
+void CheckConfigFiles(const Config& config, const WhereFn& where, const std::string& fallback);
+
 }  // namespace baton::config_internal

@@ -15,6 +15,7 @@
 namespace baton {
 namespace {
 
+using ::testing::AllOf;
 using ::testing::HasSubstr;
 using ::testing::StartsWith;
 
@@ -46,6 +47,7 @@ TEST(ConfigTest, MissingKeysTakeTheSchemaDefaults) {
   EXPECT_EQ(config.train.lr_schedule, LrSchedule::kCosine);
   EXPECT_EQ(config.precision.dtype, DType::kF32);
   EXPECT_EQ(config.output.dir, "out");
+  EXPECT_EQ(config.data.tokenizer, "");  // byte-level
   EXPECT_EQ(SequenceLength(config), 128);
   EXPECT_EQ(MicroBatchSize(config), 4);
 }
@@ -265,6 +267,23 @@ TEST(ConfigTest, CrossFieldRulesAreChecked) {
               HasSubstr("train.min_lr 0.1 exceeds train.lr 0.001"));
 }
 
+TEST(ConfigTest, TokenizerMustLoadAndFitTheModelVocabulary) {
+  const std::string fixture = BATON_SOURCE_DIR "/tests/fixtures/bpe/tokenizer.json";  // 640 ids
+  const std::string yaml = std::string(kMinimal) + "  tokenizer: " + fixture + "\n";
+  EXPECT_EQ(ParseConfigString(yaml, "x.yaml", {"model.vocab_size=640"}).data.tokenizer, fixture);
+  EXPECT_EQ(ParseError(yaml, {"model.vocab_size=639"}),
+            "x.yaml:3: data.tokenizer: the tokenizer " + fixture +
+                " has 640 tokens, more than model.vocab_size 639");
+  EXPECT_THAT(ParseError(kMinimal, {"data.tokenizer=/no/such/tokenizer.json"}),
+              AllOf(StartsWith("--set data.tokenizer=/no/such/tokenizer.json: data.tokenizer: "),
+                    HasSubstr("/no/such/tokenizer.json: no such file")));
+  // Validate() reads no files: a config built in code is checked when it is parsed.
+  Config config;
+  config.data.path = "corpus.txt";
+  config.data.tokenizer = "/no/such/tokenizer.json";
+  EXPECT_NO_THROW(Validate(config));
+}
+
 TEST(ConfigTest, InterleavedWithChunksAndScheduleFilesWithChunksAreFine) {
   const Config interleaved =
       ParseConfigString(kMinimal, "x.yaml", {"parallel.schedule=interleaved", "parallel.chunks=2"});
@@ -295,6 +314,8 @@ Config UnusualConfig() {
   config.model.init_from = "weights/gpt2 \"small\".safetensors";
   config.data.path = "a folder/with: colon";
   config.data.format = DataFormat::kText;
+  config.data.tokenizer = BATON_SOURCE_DIR "/tests/fixtures/bpe/tokenizer.json";
+  config.model.vocab_size = 640;
   config.train.lr = 3e-4;
   config.train.eps = 1e-8;
   config.train.min_lr = 1.0 / 3.0 * 1e-4;

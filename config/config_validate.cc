@@ -1,10 +1,13 @@
-// Validate(): every field's range (from the schema) and the rules that tie fields together.
+// Validate(): every field's range (from the schema) and the rules that tie fields together; and
+// the checks of the files a config names, run when it is parsed.
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <initializer_list>
 
 #include "config/config_schema.h"
+#include "core/error.h"
+#include "data/tokenizer.h"
 
 namespace baton::config_internal {
 namespace {
@@ -89,7 +92,7 @@ void ValidateModel(const ModelConfig& m, const DataConfig& d, const Reporter& r)
   r.Require(d.seq_len <= m.context, {"data.seq_len", "model.context"},
             fmt::format("data.seq_len {} exceeds model.context {}", d.seq_len, m.context));
   r.Require(
-      ResolvedDataFormat(d) != DataFormat::kText || m.vocab_size >= 256,
+      ResolvedDataFormat(d) != DataFormat::kText || !d.tokenizer.empty() || m.vocab_size >= 256,
       {"model.vocab_size", "data.format", "data.path"},
       fmt::format("byte-level text data needs model.vocab_size >= 256, got {}", m.vocab_size));
 }
@@ -129,6 +132,20 @@ void ValidateParallel(const ParallelConfig& p, const Reporter& r) {
 }
 
 }  // namespace
+
+void CheckConfigFiles(const Config& config, const WhereFn& where, const std::string& fallback) {
+  const Reporter reporter(where, fallback);
+  if (config.data.tokenizer.empty()) return;
+  int64_t vocab_size = 0;
+  try {
+    vocab_size = Tokenizer::Load(config.data.tokenizer).vocab_size();
+  } catch (const Error& e) {
+    reporter.Require(false, {"data.tokenizer"}, e.what());
+  }
+  reporter.Require(vocab_size <= config.model.vocab_size, {"data.tokenizer", "model.vocab_size"},
+                   fmt::format("the tokenizer {} has {} tokens, more than model.vocab_size {}",
+                               config.data.tokenizer, vocab_size, config.model.vocab_size));
+}
 
 void ValidateConfig(const Config& config, const WhereFn& where, const std::string& fallback) {
   const Reporter reporter(where, fallback);

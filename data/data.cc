@@ -12,12 +12,14 @@
 #include <cmath>
 #include <cstring>
 #include <fstream>
+#include <optional>
 #include <set>
 #include <utility>
 
 #include "core/error.h"
 #include "core/files.h"
 #include "core/random.h"
+#include "data/tokenizer.h"
 
 namespace baton {
 namespace {
@@ -30,11 +32,6 @@ constexpr int32_t kLlmcMagic = 20240520;
 constexpr int32_t kLlmcVersion = 1;
 constexpr size_t kLlmcHeaderBytes = 256 * sizeof(int32_t);
 
-TokenFormat Resolve(const std::string& path, TokenFormat format) {
-  if (format != TokenFormat::kAuto) return format;
-  return std::filesystem::path(path).extension() == ".bin" ? TokenFormat::kBin : TokenFormat::kText;
-}
-
 std::string SystemError() { return std::strerror(errno); }
 
 // Appends the bytes of `file` to `tokens`, one token per byte.
@@ -42,12 +39,6 @@ void AppendFileBytes(const std::filesystem::path& file, std::vector<uint16_t>& t
   const MappedFile bytes = MappedFile::Open(file.string());  // never blocks on a FIFO
   const auto* data = reinterpret_cast<const unsigned char*>(bytes.data());  // 128..255 too
   tokens.insert(tokens.end(), data, data + bytes.size());
-}
-
-std::vector<uint16_t> ReadTextTokens(const std::string& path) {
-  std::vector<uint16_t> tokens;
-  for (const std::filesystem::path& file : ListTextFiles(path)) AppendFileBytes(file, tokens);
-  return tokens;
 }
 
 // Every token must be a valid index into the embedding table.
@@ -128,17 +119,17 @@ struct TokenDataset::Storage {
 };
 
 TokenDataset TokenDataset::Open(const std::string& path, TokenFormat format, int64_t vocab_size,
-                                int64_t seq_len) {
+                                int64_t seq_len, const Tokenizer* tokenizer) {
   BATON_CHECK(seq_len >= 1, "seq_len must be positive, got {}", seq_len);
   TokenDataset dataset;
   dataset.source_ = path;
-  dataset.format_ = Resolve(path, format);
+  dataset.format_ = ResolveTokenFormat(path, format);
   auto storage = std::make_shared<Storage>();
   if (dataset.format_ == TokenFormat::kText) {
-    if (vocab_size < 256) {
+    if (tokenizer == nullptr && vocab_size < 256) {
       BATON_FAIL("{}: byte-level text needs vocab_size >= 256, got {}", path, vocab_size);
     }
-    storage->owned = ReadTextTokens(path);
+    storage->owned = ReadTextTokens(path, tokenizer);
     dataset.tokens_ = storage->owned.data();
     dataset.size_ = static_cast<int64_t>(storage->owned.size());
   } else {
@@ -185,8 +176,13 @@ bool TokenDataset::memory_mapped() const {
   return storage_ != nullptr && storage_->mapping.address != nullptr;
 }
 
+TokenFormat ResolveTokenFormat(const std::string& path, TokenFormat format) {
+  if (format != TokenFormat::kAuto) return format;
+  return std::filesystem::path(path).extension() == ".bin" ? TokenFormat::kBin : TokenFormat::kText;
+}
+
 int64_t CountTokens(const std::string& path, TokenFormat format) {
-  if (Resolve(path, format) == TokenFormat::kText) {
+  if (ResolveTokenFormat(path, format) == TokenFormat::kText) {
     int64_t bytes = 0;
     for (const std::filesystem::path& file : ListTextFiles(path)) {
       std::error_code error;
@@ -226,9 +222,28 @@ std::vector<std::filesystem::path> ListTextFiles(const std::string& path) {
   return files;
 }
 
-int64_t PrepareTextData(const std::string& input_path, const std::string& output_path) {
-  const std::vector<uint16_t> tokens = ReadTextTokens(input_path);
-  if (tokens.empty()) BATON_FAIL("{}: no text to convert (0 bytes)", input_path);
+std::vector<uint16_t> ReadTextTokens(const std::string& path, const Tokenizer* tokenizer) {
+  std::vector<uint16_t> tokens;
+  const std::vector<std::filesystem::path> files = ListTextFiles(path);
+  if (tokenizer == nullptr) {
+    for (const std::filesystem::path& file : files) AppendFileBytes(file, tokens);
+    return tokens;
+  }
+  const std::optional<uint32_t> separator = tokenizer->TokenId(kEndOfText);
+  for (size_t i = 0; i < files.size(); ++i) {
+    if (i > 0 && separator.has_value()) tokens.push_back(static_cast<uint16_t>(*separator));
+    // Ids are < 65536: Tokenizer::Load refuses larger ones.
+    for (const uint32_t id : tokenizer->Encode(ReadFileToString(files[i].string()))) {
+      tokens.push_back(static_cast<uint16_t>(id));
+    }
+  }
+  return tokens;
+}
+
+int64_t PrepareTextData(const std::string& input_path, const std::string& output_path,
+                        const Tokenizer* tokenizer) {
+  const std::vector<uint16_t> tokens = ReadTextTokens(input_path, tokenizer);
+  if (tokens.empty()) BATON_FAIL("{}: no text to convert (0 tokens)", input_path);
   AtomicFileWriter writer(output_path);  // temp + fsync + rename: never a partial file
   writer.Write(tokens.data(), tokens.size() * sizeof(uint16_t));
   writer.Commit();

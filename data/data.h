@@ -1,9 +1,9 @@
 // Training data: a token stream in host memory, and the deterministic rule that picks each
 // sequence of each step from it (docs/data.md states the rule so that other code can reproduce it).
 //
-// Sources: byte-level text (a file, or a folder of files read recursively in sorted order, one
-// token per byte), nanoGPT `.bin` files (raw little-endian uint16 tokens), and llm.c `.bin` files
-// (a 256 x int32 header with magic 20240520, then uint16 tokens).
+// Sources: text (a file, or a folder of files read recursively in sorted order; one token per
+// byte, or the ids of a BPE tokenizer, tokenizer.h), nanoGPT `.bin` files (raw little-endian uint16
+// tokens), and llm.c `.bin` files (a 256 x int32 header with magic 20240520, then uint16 tokens).
 //
 // The dataset is host data, not tensor memory, so it is not booked in the MemoryLedger: the ledger
 // accounts for what a stage's device must hold (params, grads, optimizer, activations, buffers),
@@ -20,6 +20,8 @@
 
 namespace baton {
 
+class Tokenizer;
+
 enum class TokenFormat { kAuto, kText, kBin };
 
 // An immutable token stream. Copies and slices share the tokens (an owned buffer or a memory
@@ -27,11 +29,12 @@ enum class TokenFormat { kAuto, kText, kBin };
 class TokenDataset {
  public:
   // Opens `path` as `format` (kAuto: a path ending in ".bin" is kBin, anything else kText).
-  // Checks, naming the file in any error: the source exists and is readable; text needs
-  // vocab_size >= 256; every token is < vocab_size; there are at least seq_len + 1 tokens (one
-  // sample and its shifted targets).
+  // Text is encoded with `tokenizer` when one is given (ReadTextTokens), else byte-level.
+  // Checks, naming the file in any error: the source exists and is readable; byte-level text
+  // needs vocab_size >= 256; every token is < vocab_size; there are at least seq_len + 1 tokens
+  // (one sample and its shifted targets).
   static TokenDataset Open(const std::string& path, TokenFormat format, int64_t vocab_size,
-                           int64_t seq_len);
+                           int64_t seq_len, const Tokenizer* tokenizer = nullptr);
   // A dataset over tokens already in memory (tests, synthetic data); checks tokens < vocab_size.
   static TokenDataset FromTokens(std::vector<uint16_t> tokens, std::string name,
                                  int64_t vocab_size);
@@ -57,6 +60,9 @@ class TokenDataset {
   int64_t size_ = 0;
 };
 
+// The format `path` is read as: `format`, or for kAuto a path ending in ".bin" is kBin, else kText.
+TokenFormat ResolveTokenFormat(const std::string& path, TokenFormat format);
+
 // How many tokens `path` holds as `format` (as Open would read them), from file sizes and
 // headers alone: what the planner needs to count evaluation batches without reading the data.
 int64_t CountTokens(const std::string& path, TokenFormat format);
@@ -66,10 +72,17 @@ int64_t CountTokens(const std::string& path, TokenFormat format);
 // of its path relative to `path` (with '/' separators).
 std::vector<std::filesystem::path> ListTextFiles(const std::string& path);
 
-// Converts byte-level text (a file or folder, as above) into a nanoGPT .bin of uint16 tokens at
-// `output_path`, written to a temporary file in the same folder and renamed into place, so a
-// reader never sees half a file. Returns the number of tokens written.
-int64_t PrepareTextData(const std::string& input_path, const std::string& output_path);
+// The tokens of the text at `path` (a file or folder, as above). Byte-level (no tokenizer): one
+// token per byte, the files concatenated with nothing between them. With a tokenizer: each file
+// encoded on its own (no piece spans two files), with the tokenizer's "<|endoftext|>" id between
+// consecutive files when its vocabulary has that token, nothing otherwise.
+std::vector<uint16_t> ReadTextTokens(const std::string& path, const Tokenizer* tokenizer);
+
+// Converts text (a file or folder, as ReadTextTokens reads it) into a nanoGPT .bin of uint16
+// tokens at `output_path`, written to a temporary file in the same folder and renamed into
+// place, so a reader never sees half a file. Returns the number of tokens written.
+int64_t PrepareTextData(const std::string& input_path, const std::string& output_path,
+                        const Tokenizer* tokenizer = nullptr);
 
 // The stream id of data sampling, "data" in ASCII: Rng::ForStream(seed, {kDataStream, step, i}).
 inline constexpr uint64_t kDataStream = 0x64617461;

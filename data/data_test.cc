@@ -15,11 +15,14 @@
 
 #include "core/error.h"
 #include "core/random.h"
+#include "data/tokenizer.h"
 
 namespace baton {
 namespace {
 
 namespace fs = std::filesystem;
+using ::testing::AllOf;
+using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
 class DataTest : public ::testing::Test {
@@ -309,6 +312,48 @@ TEST_F(DataTest, FifoAsDataIsRefusedAtOnceNamingWhatItIs) {
   EXPECT_THAT(ErrorOf([&] { TokenDataset::Open(fifo, TokenFormat::kBin, 256, 1); }),
               HasSubstr("data.fifo: is a FIFO, not a regular file"));
   EXPECT_THAT(ErrorOf([&] { CountTokens(fifo, TokenFormat::kBin); }), HasSubstr("is a FIFO"));
+}
+
+// With a tokenizer each file is encoded on its own and <|endoftext|> stands between files.
+TEST_F(DataTest, TokenizedTextIsEachFileEncodedWithEndOfTextBetween) {
+  const Tokenizer tokenizer =
+      Tokenizer::Load(BATON_SOURCE_DIR "/tests/fixtures/bpe/tokenizer.json");
+  const std::string first = "It's a small world, after all.\n\n";  // ends in whitespace
+  const std::string second = "Second file: caf\xc3\xa9 12,345.\n";
+  Write("in/a.txt", first);
+  Write("in/b/c.txt", second);
+  std::vector<uint16_t> expected;
+  for (const uint32_t id : tokenizer.Encode(first)) expected.push_back(static_cast<uint16_t>(id));
+  expected.push_back(static_cast<uint16_t>(tokenizer.TokenId(kEndOfText).value()));
+  for (const uint32_t id : tokenizer.Encode(second)) expected.push_back(static_cast<uint16_t>(id));
+  EXPECT_EQ(ReadTextTokens((dir_ / "in").string(), &tokenizer), expected);
+
+  const std::string output = (dir_ / "out.bin").string();
+  EXPECT_EQ(PrepareTextData((dir_ / "in").string(), output, &tokenizer),
+            static_cast<int64_t>(expected.size()));
+  const TokenDataset bin = TokenDataset::Open(output, TokenFormat::kAuto, 640, 4);
+  EXPECT_EQ(std::vector<uint16_t>(bin.tokens(), bin.tokens() + bin.size()), expected);
+  // Training on the text itself reads the same tokens.
+  const TokenDataset text =
+      TokenDataset::Open((dir_ / "in").string(), TokenFormat::kText, 640, 4, &tokenizer);
+  EXPECT_EQ(std::vector<uint16_t>(text.tokens(), text.tokens() + text.size()), expected);
+}
+
+TEST_F(DataTest, TokenizerWithoutEndOfTextJoinsFilesWithNothingBetween) {
+  Write("tok/merges.txt", "a b\n");
+  const Tokenizer tokenizer =
+      Tokenizer::Load(Write("tok/vocab.json", R"({"a": 0, "b": 1, "ab": 2})"));
+  Write("in/1.txt", "ab");
+  Write("in/2.txt", "ba");
+  EXPECT_THAT(ReadTextTokens((dir_ / "in").string(), &tokenizer), ElementsAre(2, 1, 0));
+}
+
+TEST_F(DataTest, TokenizedTextIdsMustFitTheModel) {
+  const Tokenizer tokenizer =
+      Tokenizer::Load(BATON_SOURCE_DIR "/tests/fixtures/bpe/tokenizer.json");
+  const std::string path = Write("text.txt", "The quick brown fox jumps over the lazy dog.");
+  EXPECT_THAT(ErrorOf([&] { TokenDataset::Open(path, TokenFormat::kText, 300, 4, &tokenizer); }),
+              AllOf(HasSubstr("text.txt: token"), HasSubstr("is >= vocab_size 300")));
 }
 
 TEST_F(DataTest, CommonLicensesLoadAsText) {

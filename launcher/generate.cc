@@ -5,10 +5,12 @@
 #include <algorithm>
 #include <cmath>
 #include <numeric>
+#include <optional>
 
 #include "checkpoint/checkpoint.h"
 #include "config/config.h"
 #include "core/error.h"
+#include "data/tokenizer.h"
 #include "kernels/backend_factory.h"
 #include "model/from_config.h"
 #include "worker/optimizer.h"
@@ -74,10 +76,18 @@ std::string Generate(const GenerateOptions& options) {
   const ModelDims dims = DimsOf(config.model);
   const std::vector<LayerSpec> graph = GraphOf(config.model);
   checkpoint.CheckCompatible(dims, graph);
-  BATON_CHECK(dims.vocab_size == 256,
-              "this model has {} tokens; generate reads and prints bytes, which needs a "
-              "byte-level model (vocab_size 256)",
-              dims.vocab_size);
+  std::optional<Tokenizer> tokenizer;
+  if (!config.data.tokenizer.empty()) {
+    tokenizer.emplace(Tokenizer::Load(config.data.tokenizer));  // parsing checked it fits
+  } else {
+    BATON_CHECK(dims.vocab_size == 256,
+                "this model has {} tokens and its config no data.tokenizer; generate reads and "
+                "prints bytes, which needs a byte-level model (vocab_size 256)",
+                dims.vocab_size);
+  }
+  // Only the tokenizer's ids are drawn: rows past them (a vocabulary padded to a round size)
+  // have no text.
+  const int64_t drawn_vocab = tokenizer.has_value() ? tokenizer->vocab_size() : dims.vocab_size;
 
   MemoryLedger ledger;
   std::unique_ptr<Backend> backend =
@@ -91,11 +101,24 @@ std::string Generate(const GenerateOptions& options) {
   spdlog::info("generating from {} (step {}, {} on {})", checkpoint.step_dir(), checkpoint.step(),
                ToString(dims), backend->device().ToString());
 
-  std::vector<int32_t> tokens(options.prompt.begin(), options.prompt.end());
-  for (int32_t& t : tokens) t &= 0xff;  // bytes, whatever char's signedness
-  if (tokens.empty()) tokens.push_back('\n');
+  // An empty prompt starts a new document: <|endoftext|> (as between training files) when the
+  // tokenizer has it, else a newline.
+  std::vector<int32_t> tokens;
+  if (tokenizer.has_value()) {
+    const std::optional<uint32_t> end_of_text = tokenizer->TokenId(kEndOfText);
+    std::vector<uint32_t> ids = tokenizer->Encode(options.prompt);
+    if (ids.empty())
+      ids = end_of_text.has_value() ? std::vector{*end_of_text} : tokenizer->Encode("\n");
+    tokens.assign(ids.begin(), ids.end());
+    spdlog::info("prompt: {} tokens ({}, {} tokens)", tokens.size(),
+                 tokenizer->files().front().path, tokenizer->vocab_size());
+  } else {
+    tokens.assign(options.prompt.begin(), options.prompt.end());
+    for (int32_t& t : tokens) t &= 0xff;  // bytes, whatever char's signedness
+    if (tokens.empty()) tokens.push_back('\n');
+  }
   SplitMix64 rng(options.seed);
-  std::string generated;
+  std::vector<uint32_t> generated;
   std::vector<Layer*> layers;
   for (auto& [index, layer] : model.layers()) layers.push_back(layer);
   for (int n = 0; n < options.tokens; ++n) {
@@ -121,11 +144,15 @@ std::string Generate(const GenerateOptions& options) {
     backend->Synchronize();
     std::vector<float> values(static_cast<size_t>(dims.vocab_size));
     ConvertFloats(row.data(), logits.dtype(), values.data(), DType::kF32, values.size());
+    values.resize(static_cast<size_t>(drawn_vocab));
     const int next = Sample(std::move(values), options.temperature, options.top_k, rng);
     tokens.push_back(next);
-    generated.push_back(static_cast<char>(next));
+    generated.push_back(static_cast<uint32_t>(next));
   }
-  return generated;
+  if (tokenizer.has_value()) return tokenizer->Decode(generated);
+  std::string bytes;  // one byte per token
+  for (const uint32_t id : generated) bytes.push_back(static_cast<char>(id));
+  return bytes;
 }
 
 int GenerateCommand(const GenerateOptions& options, std::ostream& out) {

@@ -10,7 +10,10 @@
 // draw from a 64-bit generator seeded with `seed` (temperature 0: the argmax). The same
 // checkpoint, prompt and options give the same text.
 //
-// Tokens: byte-level models (vocab_size 256) read the prompt's bytes and print bytes.
+// Tokens: when the checkpoint's config has data.tokenizer, the prompt is encoded with it, only
+// its ids are drawn (a model's vocabulary may be padded past them) and the continuation is
+// decoded with it; byte-level models (vocab_size 256, no tokenizer) read the prompt's bytes and
+// print bytes.
 #pragma once
 
 #include <cstdint>

@@ -5,12 +5,13 @@
 
 #include <CLI/CLI.hpp>
 #include <iostream>
+#include <optional>
 
-#include "checkpoint/checkpoint.h"
-#include "checkpoint/checkpoint_export.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "data/data.h"
+#include "data/tokenizer.h"
+#include "launcher/export.h"
 #include "launcher/generate.h"
 #include "launcher/run.h"
 #include "scheduler/schedule_command.h"
@@ -81,18 +82,24 @@ int main(int argc, char** argv) {
                        "HOST:PORT of the coordinator (rank 0 hosts it under mpirun/srun)");
   eval_cmd->add_flag("--json", eval.eval_json, "print the result as one JSON object");
 
-  std::string export_dir, export_out, export_dtype = "f32";
-  CLI::App* export_cmd =
-      app.add_subcommand("export", "write a checkpoint as Hugging Face GPT-2 safetensors");
-  export_cmd->add_option("checkpoint", export_dir, "step dir, checkpoints root or output dir")
+  baton::ExportOptions export_options;
+  CLI::App* export_cmd = app.add_subcommand(
+      "export", "write a checkpoint as Hugging Face GPT-2 safetensors (and its tokenizer)");
+  export_cmd
+      ->add_option("checkpoint", export_options.checkpoint,
+                   "step dir, checkpoints root or output dir")
       ->required();
-  export_cmd->add_option("output", export_out, "folder for model.safetensors + config.json")
+  export_cmd
+      ->add_option("output", export_options.output,
+                   "folder for model.safetensors + config.json (+ the tokenizer's files)")
       ->required();
-  export_cmd->add_option("--dtype", export_dtype, "f32, bf16 or f16");
+  export_cmd->add_option("--dtype", export_options.dtype, "f32, bf16 or f16");
+  export_cmd->add_option("--set", export_options.overrides,
+                         "override a field of the stored config, e.g. data.tokenizer=PATH");
 
   baton::GenerateOptions generate;
   CLI::App* generate_cmd =
-      app.add_subcommand("generate", "sample text from a checkpoint (byte-level models)");
+      app.add_subcommand("generate", "sample text from a checkpoint (bytes, or its tokenizer's)");
   generate_cmd
       ->add_option("checkpoint", generate.checkpoint, "step dir, checkpoints root or output dir")
       ->required();
@@ -123,12 +130,15 @@ int main(int argc, char** argv) {
   schedule_cmd->add_option("--format", schedule.format, "text, csv, json, svg or chrome");
   schedule_cmd->add_option("--comm", schedule.comm, "async or rendezvous send semantics");
 
-  std::string data_input, data_output;
+  std::string data_input, data_output, data_tokenizer;
   CLI::App* data_cmd = app.add_subcommand("data", "data tools");
   data_cmd->require_subcommand(1);
   CLI::App* prepare_cmd = data_cmd->add_subcommand("prepare", "text (file or folder) to .bin");
   prepare_cmd->add_option("input", data_input, "text file or folder")->required();
   prepare_cmd->add_option("output", data_output, "output .bin (uint16 tokens)")->required();
+  prepare_cmd->add_option("--tokenizer", data_tokenizer,
+                          "BPE tokenizer: tokenizer.json, vocab.json (merges.txt beside it) or a "
+                          "folder; default: one token per byte");
 
   baton::WorkerArgs worker;
   CLI::App* worker_cmd = app.add_subcommand("worker", "internal: one pipeline stage");
@@ -161,8 +171,13 @@ int main(int argc, char** argv) {
     }
     if (prepare_cmd->parsed()) {
       baton::SetupLogging("data", log_level);
-      const int64_t tokens = baton::PrepareTextData(data_input, data_output);
-      spdlog::info("wrote {} tokens to {}", tokens, data_output);
+      std::optional<baton::Tokenizer> tokenizer;
+      if (!data_tokenizer.empty()) tokenizer.emplace(baton::Tokenizer::Load(data_tokenizer));
+      const int64_t tokens =
+          baton::PrepareTextData(data_input, data_output, tokenizer ? &*tokenizer : nullptr);
+      spdlog::info("wrote {} tokens to {} (vocab size {}: {})", tokens, data_output,
+                   tokenizer ? tokenizer->vocab_size() : 256,
+                   tokenizer ? tokenizer->files().front().path : std::string("bytes"));
       return 0;
     }
     if (generate_cmd->parsed()) {
@@ -171,10 +186,7 @@ int main(int argc, char** argv) {
     }
     if (export_cmd->parsed()) {
       baton::SetupLogging("export", log_level);
-      baton::ExportCheckpointToHf(baton::CheckpointReader::Open(export_dir), export_out,
-                                  baton::ParseDType(export_dtype));
-      spdlog::info("exported to {}", export_out);
-      return 0;
+      return baton::ExportCommand(export_options);
     }
     if (worker_cmd->parsed()) {
       worker.log_level = log_level;

@@ -1,7 +1,9 @@
 // Operations: checkpoints that resume exactly (onto another stage count too), clean stops on
 // SIGTERM, restarts after a killed worker (under the local launcher and under mpirun),
 // metrics.jsonl written while training (it survives a SIGKILL, a resume and a restart append to
-// it), and GPT-2 safetensors out of a checkpoint.
+// it), GPT-2 safetensors out of a checkpoint, and a BPE tokenizer through prepare, training,
+// generate and export.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <signal.h>
 
@@ -11,6 +13,7 @@
 #include <regex>
 #include <thread>
 
+#include "data/tokenizer.h"
 #include "tests/baton_process.h"
 
 namespace baton::testing {
@@ -337,6 +340,82 @@ TEST(OperationsTest, ExportedCheckpointIsStandardSafetensorsThatInitFromLoads) {
       Train(root + "/warm", {"--set", "train.steps=1", "--set", "parallel.stages=2", "--set",
                              "model.init_from=" + root + "/hf/model.safetensors"});
   EXPECT_LT(Losses(warm).front(), 4.5);
+}
+
+// A BPE tokenizer through every command: data prepare, training on its .bin (and on the text
+// itself, which reads the same tokens), generate, and export for `transformers`.
+TEST(OperationsTest, TokenizerGoesThroughPrepareTrainGenerateAndExport) {
+  const std::string root = TempDir("tokenizer");
+  const std::string fixture = SourceDir() + "/tests/fixtures/bpe";
+  const Tokenizer tokenizer = Tokenizer::Load(fixture + "/tokenizer.json");  // 640 ids
+  fs::create_directories(root + "/corpus");
+  const nlohmann::json reference = ReadJson(fixture + "/reference.json");
+  for (const nlohmann::json& c : reference["cases"]) {
+    std::ofstream(root + "/corpus/" + c["name"].get<std::string>() + ".txt", std::ios::binary)
+        << c["text"].get<std::string>();
+  }
+  const CommandResult prepared =
+      RunBaton({"data", "prepare", root + "/corpus", root + "/corpus.bin", "--tokenizer",
+                fixture + "/tokenizer.json"});
+  ASSERT_EQ(prepared.exit_code, 0) << prepared.output;
+  std::smatch wrote;
+  ASSERT_TRUE(std::regex_search(prepared.output, wrote, std::regex("wrote ([0-9]+) tokens")))
+      << prepared.output;
+  EXPECT_EQ(fs::file_size(root + "/corpus.bin"), 2 * std::stoull(wrote[1].str()));
+  EXPECT_NE(prepared.output.find("vocab size 640"), std::string::npos) << prepared.output;
+
+  // The model's vocabulary is padded past the tokenizer's, as GPT-2's 50257 to 50304.
+  const std::vector<std::string> model = {"--set", "data.tokenizer=" + fixture + "/tokenizer.json",
+                                          "--set", "model.vocab_size=704",
+                                          "--set", "data.format=auto"};
+  std::vector<std::string> on_bin = {"--set", "data.path=" + root + "/corpus.bin", "--set",
+                                     "train.steps=3"};
+  on_bin.insert(on_bin.end(), model.begin(), model.end());
+  const nlohmann::json trained = Train(root + "/run", on_bin);
+  std::vector<std::string> on_text = {"--set", "data.path=" + root + "/corpus", "--set",
+                                      "train.steps=1"};
+  on_text.insert(on_text.end(), model.begin(), model.end());
+  EXPECT_EQ(Losses(Train(root + "/text", on_text)).front(), Losses(trained).front());
+
+  const std::string prompt = "The caf\xc3\xa9 is";
+  const std::vector<std::string> generate = {"generate", root + "/run", "--prompt", prompt,
+                                             "--tokens", "40",          "--seed",   "5"};
+  const CommandResult text = RunBaton(generate);
+  ASSERT_EQ(text.exit_code, 0) << text.output;
+  EXPECT_NE(text.output.find(fmt::format("prompt: {} tokens", tokenizer.Encode(prompt).size())),
+            std::string::npos)
+      << text.output;
+  const size_t start = text.output.rfind(prompt);
+  ASSERT_NE(start, std::string::npos) << text.output;
+  const std::string printed = text.output.substr(start);  // after the log lines
+  // 40 tokens decode to more than 40 bytes (byte-level output would be exactly 40).
+  EXPECT_GT(printed.size() - prompt.size() - 1, 40u) << printed;
+  const std::string again = RunBaton(generate).output;
+  EXPECT_EQ(again.substr(std::min(again.rfind(prompt), again.size())), printed);
+
+  const CommandResult exported = RunBaton({"export", root + "/run", root + "/hf"});
+  ASSERT_EQ(exported.exit_code, 0) << exported.output;
+  EXPECT_EQ(ReadFile(root + "/hf/tokenizer.json"), ReadFile(fixture + "/tokenizer.json"));
+  EXPECT_EQ(ReadJson(root + "/hf/config.json")["eos_token_id"], *tokenizer.TokenId(kEndOfText));
+  const nlohmann::json tokenizer_config = ReadJson(root + "/hf/tokenizer_config.json");
+  EXPECT_EQ(tokenizer_config["model_max_length"], 128);
+  EXPECT_EQ(tokenizer_config["eos_token"], "<|endoftext|>");
+  // GPT-2's two-file form is copied as such.
+  const CommandResult pair = RunBaton({"export", root + "/run", root + "/hf-pair", "--set",
+                                       "data.tokenizer=" + fixture + "/vocab.json"});
+  ASSERT_EQ(pair.exit_code, 0) << pair.output;
+  EXPECT_EQ(ReadFile(root + "/hf-pair/merges.txt"), ReadFile(fixture + "/merges.txt"));
+  EXPECT_TRUE(fs::exists(root + "/hf-pair/vocab.json"));
+  EXPECT_FALSE(fs::exists(root + "/hf-pair/tokenizer.json"));
+
+  // A tokenizer with more ids than the model has rows is refused before anything runs.
+  const CommandResult too_small =
+      RunBaton({"run", "configs/gpt-tiny.yaml", "--set", "data.path=" + root + "/corpus.bin",
+                "--set", "data.tokenizer=" + fixture, "--set", "model.vocab_size=600"});
+  EXPECT_NE(too_small.exit_code, 0);
+  EXPECT_NE(too_small.output.find("has 640 tokens, more than model.vocab_size 600"),
+            std::string::npos)
+      << too_small.output;
 }
 
 TEST(OperationsTest, EveryRunEndsWithItsLastStepSavedAndResumeAutoMovesLatestOn) {

@@ -2,7 +2,10 @@
 
 #include <fmt/format.h>
 
+#include <optional>
+
 #include "core/error.h"
+#include "data/tokenizer.h"
 
 namespace baton {
 namespace {
@@ -38,16 +41,30 @@ TrainEvalSplit SplitFor(const DataConfig& data, int64_t num_tokens, int64_t seq_
   return split;
 }
 
+// data.tokenizer, loaded when some source is text (a .bin already holds its ids).
+std::optional<Tokenizer> TokenizerFor(const DataConfig& data, TokenFormat format) {
+  const auto is_text = [&](const std::string& path) {
+    return !path.empty() && ResolveTokenFormat(path, format) == TokenFormat::kText;
+  };
+  if (data.tokenizer.empty() || !(is_text(data.path) || is_text(data.eval_path))) {
+    return std::nullopt;
+  }
+  return Tokenizer::Load(data.tokenizer);
+}
+
 }  // namespace
 
 RunData OpenRunData(const Config& config) {
   const DataConfig& data = config.data;
   const int64_t seq_len = SequenceLength(config);
   const TokenFormat format = ToTokenFormat(data.format);
-  TokenDataset whole = TokenDataset::Open(data.path, format, config.model.vocab_size, seq_len);
+  const std::optional<Tokenizer> tokenizer = TokenizerFor(data, format);
+  const Tokenizer* encoder = tokenizer ? &*tokenizer : nullptr;
+  TokenDataset whole =
+      TokenDataset::Open(data.path, format, config.model.vocab_size, seq_len, encoder);
   if (!data.eval_path.empty()) {
     return {std::move(whole),
-            TokenDataset::Open(data.eval_path, format, config.model.vocab_size, seq_len)};
+            TokenDataset::Open(data.eval_path, format, config.model.vocab_size, seq_len, encoder)};
   }
   if (data.eval_fraction > 0.0) {
     const TrainEvalSplit split = SplitFor(data, whole.size(), seq_len);
@@ -58,14 +75,29 @@ RunData OpenRunData(const Config& config) {
   return {std::move(whole), std::nullopt};
 }
 
+namespace {
+
+// Tokens `path` holds: from file sizes, or by encoding text when there is a tokenizer.
+int64_t TokensIn(const std::string& path, TokenFormat format, const Tokenizer* tokenizer) {
+  if (tokenizer != nullptr && ResolveTokenFormat(path, format) == TokenFormat::kText) {
+    return static_cast<int64_t>(ReadTextTokens(path, tokenizer).size());
+  }
+  return CountTokens(path, format);
+}
+
+}  // namespace
+
 int64_t EvalBatchesFor(const Config& config) {
   const DataConfig& data = config.data;
   if (!HasEvalData(data)) return 0;
   const int64_t seq_len = SequenceLength(config);
   const TokenFormat format = ToTokenFormat(data.format);
-  const int64_t tokens = !data.eval_path.empty()
-                             ? CountTokens(data.eval_path, format)
-                             : SplitFor(data, CountTokens(data.path, format), seq_len).eval_tokens;
+  const std::optional<Tokenizer> tokenizer = TokenizerFor(data, format);
+  const Tokenizer* encoder = tokenizer ? &*tokenizer : nullptr;
+  const int64_t tokens =
+      !data.eval_path.empty()
+          ? TokensIn(data.eval_path, format, encoder)
+          : SplitFor(data, TokensIn(data.path, format, encoder), seq_len).eval_tokens;
   const int64_t windows = NumEvalWindows(tokens, seq_len);
   const int64_t whole_batches = windows / config.train.batch_size;
   const int64_t wanted = config.train.eval_batches == 0 ? whole_batches : config.train.eval_batches;

@@ -4,9 +4,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 
 #include "core/error.h"
 #include "core/hash.h"
+#include "data/tokenizer.h"
 
 namespace baton {
 namespace {

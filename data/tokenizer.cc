@@ -1,0 +1,382 @@
+// Byte-level BPE: loading tokenizer.json or vocab.json + merges.txt, encoding, decoding (see
+// tokenizer.h).
+#include "data/tokenizer.h"
+
+#include <fmt/format.h>
+
+#include <filesystem>
+#include <limits>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <utility>
+
+#include "core/error.h"
+#include "core/files.h"
+#include "data/pretokenize.h"
+#include "data/unicode.h"
+
+namespace baton {
+namespace {
+
+namespace fs = std::filesystem;
+using Json = nlohmann::json;
+using MergeList = std::vector<std::pair<std::string, std::string>>;
+
+constexpr int64_t kMaxTokenId = 65535;        // tokens are stored as uint16
+constexpr size_t kMaxCachedPieces = 1 << 18;  // then the cache starts over
+constexpr size_t kEncodePartBytes = 1 << 20;  // Encode pre-tokenizes about this much at a time
+
+// Input errors name the file (or file:line), not Baton's source line: that is what to fix.
+template <typename... Args>
+[[noreturn]] void Fail(std::string_view where, fmt::format_string<Args...> format, Args&&... args) {
+  throw Error(fmt::format("{}: {}", where, fmt::format(format, std::forward<Args>(args)...)));
+}
+
+// GPT-2's bytes_to_unicode(): bytes that are printable and not a space map to the code point of
+// the same value ('!'..'~', '¡'..'¬', '®'..'ÿ'); the other 68, in byte order, to 256, 257, ...
+// So every byte is a visible character and no token text holds a space.
+struct ByteMap {
+  char32_t to_char[256];
+  int to_byte[256 + 68];  // indexed by code point; -1 for none
+
+  ByteMap() {
+    for (int& b : to_byte) b = -1;
+    char32_t next = 256;
+    for (int b = 0; b < 256; ++b) {
+      const bool printable = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || b >= 0xAE;
+      to_char[b] = printable ? static_cast<char32_t>(b) : next++;
+      to_byte[to_char[b]] = b;
+    }
+  }
+};
+
+const ByteMap& Bytes() {
+  static const ByteMap map;
+  return map;
+}
+
+// The token text of raw bytes: each byte's character, as UTF-8.
+std::string ByteMapped(std::string_view bytes) {
+  std::string out;
+  for (const char c : bytes) AppendUtf8(Bytes().to_char[static_cast<unsigned char>(c)], out);
+  return out;
+}
+
+// The bytes a token's text stands for. A character outside the map stands for its own UTF-8
+// bytes, as in Hugging Face's ByteLevel decoder.
+std::string Unmapped(std::string_view token) {
+  std::string out;
+  for (size_t offset = 0; offset < token.size();) {
+    const Utf8CodePoint cp = DecodeUtf8(token, offset);
+    const bool mapped = cp.value < std::size(Bytes().to_byte) && Bytes().to_byte[cp.value] >= 0;
+    if (mapped) {
+      out.push_back(static_cast<char>(Bytes().to_byte[cp.value]));
+    } else {
+      out.append(token.substr(offset, static_cast<size_t>(cp.length)));
+    }
+    offset += static_cast<size_t>(cp.length);
+  }
+  return out;
+}
+
+Json ReadJson(const std::string& path) {
+  std::error_code error;
+  if (!fs::is_regular_file(path, error)) Fail(path, "no such file");
+  try {
+    return Json::parse(ReadFileToString(path));
+  } catch (const Json::exception& e) {
+    Fail(path, "malformed JSON: {}", e.what());
+  }
+}
+
+// "a b" -> {"a", "b"}; `where` names the merge in errors.
+std::pair<std::string, std::string> SplitMerge(std::string_view line, const std::string& where) {
+  const size_t space = line.find(' ');
+  if (space == 0 || space == std::string_view::npos || space + 1 == line.size() ||
+      line.find(' ', space + 1) != std::string_view::npos) {
+    Fail(where, "expected a merge of two tokens separated by one space, got '{}'", line);
+  }
+  return {std::string(line.substr(0, space)), std::string(line.substr(space + 1))};
+}
+
+MergeList ReadMergesTxt(const std::string& path) {
+  std::error_code error;
+  if (!fs::is_regular_file(path, error)) Fail(path, "no such file (the merges for vocab.json)");
+  const std::string text = ReadFileToString(path);
+  MergeList merges;
+  size_t line_number = 0;
+  for (size_t start = 0; start < text.size();) {
+    size_t end = text.find('\n', start);
+    if (end == std::string::npos) end = text.size();
+    std::string_view line(text.data() + start, end - start);
+    start = end + 1;
+    ++line_number;
+    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+    if (line.empty() || (line_number == 1 && line.starts_with("#version"))) continue;
+    merges.push_back(SplitMerge(line, fmt::format("{}:{}", path, line_number)));
+  }
+  return merges;
+}
+
+int64_t IdOf(const Json& value, const std::string& token, const std::string& source) {
+  if (!value.is_number_integer())
+    Fail(source, "token '{}' has id {}, not an integer", token, value.dump());
+  return value.get<int64_t>();
+}
+
+// Checks a tokenizer.json's parts other than the vocabulary: only GPT-2's scheme is supported.
+void CheckHfPipeline(const Json& root, const Json& model, const std::string& path) {
+  const std::string type = model.value("type", std::string("BPE"));
+  if (type != "BPE") Fail(path, "model type '{}' is not supported (only BPE)", type);
+  for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"}) {
+    if (model.contains(key) && !model[key].is_null() && model[key] != "") {
+      Fail(path, "model.{} {} is not supported (GPT-2's BPE has none)", key, model[key].dump());
+    }
+  }
+  if (model.contains("dropout") && !model["dropout"].is_null() && model["dropout"] != 0) {
+    Fail(path, "model.dropout {} is not supported (encoding must be deterministic)",
+         model["dropout"].dump());
+  }
+  if (root.contains("normalizer") && !root["normalizer"].is_null()) {
+    Fail(path, "normalizer {} is not supported (GPT-2's byte-level BPE has none)",
+         root["normalizer"].value("type", std::string("?")));
+  }
+  const Json& pre = root.contains("pre_tokenizer") ? root["pre_tokenizer"] : Json();
+  if (!pre.is_object() || pre.value("type", std::string()) != "ByteLevel") {
+    Fail(path, "pre_tokenizer {} is not supported (only ByteLevel, GPT-2's)",
+         pre.is_object() ? pre.value("type", std::string("?")) : pre.dump());
+  }
+  if (!pre.value("use_regex", true)) {
+    Fail(path,
+         "pre_tokenizer ByteLevel with use_regex false is not supported (only GPT-2's "
+         "split)");
+  }
+}
+
+}  // namespace
+
+struct Tokenizer::Cache {
+  std::mutex mutex;
+  std::unordered_map<std::string, std::vector<uint32_t>> pieces;  // piece bytes -> ids
+};
+
+Tokenizer::Tokenizer() : cache_(std::make_unique<Cache>()) {}
+Tokenizer::Tokenizer(Tokenizer&&) noexcept = default;
+Tokenizer& Tokenizer::operator=(Tokenizer&&) noexcept = default;
+Tokenizer::~Tokenizer() = default;
+
+Tokenizer Tokenizer::Load(const std::string& path) {
+  std::error_code error;
+  fs::path json_path(path);
+  if (fs::is_directory(json_path, error)) {
+    json_path = fs::is_regular_file(json_path / "tokenizer.json", error)
+                    ? json_path / "tokenizer.json"
+                    : json_path / "vocab.json";
+    if (!fs::is_regular_file(json_path, error)) {
+      Fail(path, "the folder holds neither tokenizer.json nor vocab.json + merges.txt");
+    }
+  } else if (!fs::exists(json_path, error)) {
+    Fail(path, "no such file or folder");
+  }
+  const std::string file = json_path.string();
+  const Json root = ReadJson(file);
+  if (!root.is_object()) Fail(file, "expected a JSON object (tokenizer.json or vocab.json)");
+
+  Tokenizer tokenizer;
+  tokenizer.name_ = file;
+  MergeList merges;
+  std::string merges_source = file;
+  try {
+    if (root.contains("model")) {  // Hugging Face tokenizer.json
+      const Json& model = root["model"];
+      if (!model.is_object()) Fail(file, "\"model\" is not an object");
+      CheckHfPipeline(root, model, file);
+      tokenizer.files_.push_back({file, "tokenizer.json"});
+      tokenizer.add_prefix_space_ = root["pre_tokenizer"].value("add_prefix_space", false);
+      tokenizer.ignore_merges_ = model.value("ignore_merges", false);
+      if (!model.contains("vocab") || !model["vocab"].is_object()) {
+        Fail(file, "model.vocab is missing or not an object");
+      }
+      for (const auto& [token, id] : model["vocab"].items()) {
+        tokenizer.AddToken(token, IdOf(id, token, file), file);
+      }
+      const Json& list = model.contains("merges") ? model["merges"] : Json::array();
+      if (!list.is_array()) Fail(file, "model.merges is not a list");
+      for (size_t i = 0; i < list.size(); ++i) {
+        const Json& merge = list[i];
+        if (merge.is_string()) {  // "a b" (older tokenizers versions)
+          merges.push_back(
+              SplitMerge(merge.get<std::string>(), fmt::format("{}: model.merges[{}]", file, i)));
+        } else if (merge.is_array() && merge.size() == 2 && merge[0].is_string() &&
+                   merge[1].is_string()) {  // ["a", "b"] (newer versions)
+          merges.emplace_back(merge[0].get<std::string>(), merge[1].get<std::string>());
+        } else {
+          Fail(file, "model.merges[{}] is {}, neither \"a b\" nor [\"a\", \"b\"]", i, merge.dump());
+        }
+      }
+      for (const Json& added : root.value("added_tokens", Json::array())) {
+        const std::string content = added.at("content").get<std::string>();
+        const int64_t id = IdOf(added.at("id"), content, file);
+        tokenizer.AddToken(ByteMapped(content), id, file);  // may already be in the vocab
+        tokenizer.token_bytes_[static_cast<size_t>(id)] = content;
+        tokenizer.added_[content] = static_cast<uint32_t>(id);
+      }
+    } else {  // GPT-2's vocab.json, with merges.txt beside it
+      const std::string name = json_path.filename().string();
+      const std::string merges_name =
+          name.ends_with("vocab.json")
+              ? name.substr(0, name.size() - std::string_view("vocab.json").size()) + "merges.txt"
+              : "merges.txt";
+      merges_source = (json_path.parent_path() / merges_name).string();
+      for (const auto& [token, id] : root.items()) {
+        tokenizer.AddToken(token, IdOf(id, token, file), file);
+      }
+      merges = ReadMergesTxt(merges_source);
+      tokenizer.files_ = {{file, "vocab.json"}, {merges_source, "merges.txt"}};
+    }
+  } catch (const Json::exception& e) {
+    Fail(file, "unexpected content: {}", e.what());
+  }
+  tokenizer.Build(merges, merges_source);
+  return tokenizer;
+}
+
+void Tokenizer::AddToken(const std::string& token, int64_t id, const std::string& source) {
+  if (id < 0 || id > kMaxTokenId) {
+    Fail(source, "token '{}' has id {}: ids must be in [0, {}] (tokens are stored as uint16)",
+         token, id, kMaxTokenId);
+  }
+  const auto index = static_cast<size_t>(id);
+  const auto [it, inserted] = vocab_.emplace(token, static_cast<uint32_t>(id));
+  if (!inserted && it->second != id) {
+    Fail(source, "token '{}' has two ids, {} and {}", token, it->second, id);
+  }
+  if (index >= token_bytes_.size()) token_bytes_.resize(index + 1);
+  if (inserted && token_bytes_[index].has_value()) {
+    Fail(source, "id {} is given to two tokens ('{}' and another)", id, token);
+  }
+  token_bytes_[index] = Unmapped(token);
+}
+
+void Tokenizer::Build(const MergeList& merges, const std::string& merges_source) {
+  for (int b = 0; b < 256; ++b) {
+    const auto it = vocab_.find(ByteMapped(std::string(1, static_cast<char>(b))));
+    byte_known_[b] = it != vocab_.end();
+    if (byte_known_[b]) byte_ids_[b] = it->second;
+  }
+  if (merges.size() > std::numeric_limits<uint32_t>::max()) Fail(merges_source, "too many merges");
+  const auto id_of = [&](const std::string& token, size_t rank) {
+    const auto it = vocab_.find(token);
+    if (it == vocab_.end()) {
+      Fail(merges_source, "merge {} ('{} {}'): '{}' is not in the vocabulary", rank,
+           merges[rank].first, merges[rank].second, token);
+    }
+    return it->second;
+  };
+  for (size_t rank = 0; rank < merges.size(); ++rank) {
+    const auto& [left, right] = merges[rank];
+    const uint64_t key = (uint64_t{id_of(left, rank)} << 32) | id_of(right, rank);
+    // A repeated pair keeps its first (lowest) rank.
+    merges_.emplace(key, Merge{static_cast<uint32_t>(rank), id_of(left + right, rank)});
+  }
+}
+
+void Tokenizer::EncodePiece(std::string_view piece, std::vector<uint32_t>& ids) const {
+  const std::string key(piece);
+  {
+    std::lock_guard<std::mutex> lock(cache_->mutex);
+    const auto it = cache_->pieces.find(key);
+    if (it != cache_->pieces.end()) {
+      ids.insert(ids.end(), it->second.begin(), it->second.end());
+      return;
+    }
+  }
+  std::vector<uint32_t> symbols;
+  const auto whole = ignore_merges_ ? vocab_.find(ByteMapped(piece)) : vocab_.end();
+  if (whole != vocab_.end()) {
+    symbols.push_back(whole->second);
+  } else {
+    for (const char c : piece) {
+      const auto byte = static_cast<unsigned char>(c);
+      if (!byte_known_[byte]) {
+        Fail(name_, "unknown token: byte 0x{:02x} (token '{}') is not in the vocabulary", byte,
+             ByteMapped(std::string_view(&c, 1)));
+      }
+      symbols.push_back(byte_ids_[byte]);
+    }
+  }
+  std::vector<uint32_t> merged;
+  while (symbols.size() > 1) {
+    // The adjacent pair with the lowest rank...
+    const Merge* best = nullptr;
+    uint64_t best_key = 0;
+    for (size_t k = 0; k + 1 < symbols.size(); ++k) {
+      const uint64_t pair = (uint64_t{symbols[k]} << 32) | symbols[k + 1];
+      const auto it = merges_.find(pair);
+      if (it != merges_.end() && (best == nullptr || it->second.rank < best->rank)) {
+        best = &it->second;
+        best_key = pair;
+      }
+    }
+    if (best == nullptr) break;
+    // ... is merged wherever it occurs, left to right.
+    merged.clear();
+    for (size_t k = 0; k < symbols.size(); ++k) {
+      const bool match =
+          k + 1 < symbols.size() && ((uint64_t{symbols[k]} << 32) | symbols[k + 1]) == best_key;
+      merged.push_back(match ? best->id : symbols[k]);
+      if (match) ++k;
+    }
+    symbols.swap(merged);
+  }
+  ids.insert(ids.end(), symbols.begin(), symbols.end());
+  std::lock_guard<std::mutex> lock(cache_->mutex);
+  if (cache_->pieces.size() >= kMaxCachedPieces) cache_->pieces.clear();
+  cache_->pieces.emplace(key, std::move(symbols));
+}
+
+std::vector<uint32_t> Tokenizer::Encode(std::string_view text) const {
+  std::string prefixed;
+  if (add_prefix_space_ && !text.empty() && text.front() != ' ') {
+    prefixed = " " + std::string(text);
+    text = prefixed;
+  }
+  std::vector<uint32_t> ids;
+  // A part at a time, cut where a piece starts anyway: the pre-tokenizer's working memory stays
+  // a few megabytes whatever the text's size.
+  for (size_t start = 0; start < text.size();) {
+    const size_t end = PieceBoundaryAfter(text, start + kEncodePartBytes);
+    for (const std::string_view piece : PreTokenize(text.substr(start, end - start))) {
+      EncodePiece(piece, ids);
+    }
+    start = end;
+  }
+  return ids;
+}
+
+std::string Tokenizer::Decode(std::span<const uint32_t> ids) const {
+  std::string bytes;
+  for (const uint32_t id : ids) {
+    if (id >= token_bytes_.size() || !token_bytes_[id].has_value()) {
+      Fail(name_, "id {} is not in the vocabulary ({} ids)", id, token_bytes_.size());
+    }
+    bytes += *token_bytes_[id];
+  }
+  return bytes;
+}
+
+std::optional<uint32_t> Tokenizer::TokenId(std::string_view token) const {
+  const std::string key(token);
+  if (const auto it = added_.find(key); it != added_.end()) return it->second;
+  if (const auto it = vocab_.find(key); it != vocab_.end()) return it->second;
+  return std::nullopt;
+}
+
+void CopyTokenizerFiles(const Tokenizer& tokenizer, const std::string& dir) {
+  MakeDirectories(dir);
+  for (const TokenizerFile& file : tokenizer.files()) {
+    WriteFileAtomically((fs::path(dir) / file.hf_name).string(), ReadFileToString(file.path));
+  }
+}
+
+}  // namespace baton

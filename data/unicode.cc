@@ -1,0 +1,130 @@
+// UTF-8 code points and the Unicode classes that GPT-2's pre-tokenizer needs (see unicode.h).
+#include "data/unicode.h"
+
+#include <algorithm>
+#include <iterator>
+
+namespace baton {
+namespace {
+
+struct CodePointRange {
+  char32_t first;
+  char32_t last;  // inclusive
+};
+
+// The letters (general category L*) and numbers (N*) of these blocks, exactly as Unicode 14 has
+// them (derived with Python's unicodedata): Basic Latin to Cyrillic Supplement (0000-052F),
+// Armenian, Hebrew, Arabic, Devanagari, Thai, Georgian, Hangul Jamo, Latin Extended Additional,
+// Greek Extended, General Punctuation to Enclosed Alphanumerics (2000-24FF), CJK Symbols and
+// Punctuation, Hiragana, Katakana, Hangul Compatibility Jamo, Katakana Phonetic Extensions, CJK
+// Unified Ideographs with Extension A, Hangul Syllables, CJK Compatibility Ideographs,
+// Alphabetic Presentation Forms, Halfwidth and Fullwidth Forms, and the CJK extensions of plane
+// 2-3 (20000-323AF). A letter or number of any other block is classed as neither (docs/data.md).
+// Sorted, disjoint.
+// clang-format off
+constexpr CodePointRange kLetters[] = {
+    {0x0041, 0x005A}, {0x0061, 0x007A}, {0x00AA, 0x00AA}, {0x00B5, 0x00B5}, {0x00BA, 0x00BA},
+    {0x00C0, 0x00D6}, {0x00D8, 0x00F6}, {0x00F8, 0x02C1}, {0x02C6, 0x02D1}, {0x02E0, 0x02E4},
+    {0x02EC, 0x02EC}, {0x02EE, 0x02EE}, {0x0370, 0x0374}, {0x0376, 0x0377}, {0x037A, 0x037D},
+    {0x037F, 0x037F}, {0x0386, 0x0386}, {0x0388, 0x038A}, {0x038C, 0x038C}, {0x038E, 0x03A1},
+    {0x03A3, 0x03F5}, {0x03F7, 0x0481}, {0x048A, 0x052F}, {0x0531, 0x0556}, {0x0559, 0x0559},
+    {0x0560, 0x0588}, {0x05D0, 0x05EA}, {0x05EF, 0x05F2}, {0x0620, 0x064A}, {0x066E, 0x066F},
+    {0x0671, 0x06D3}, {0x06D5, 0x06D5}, {0x06E5, 0x06E6}, {0x06EE, 0x06EF}, {0x06FA, 0x06FC},
+    {0x06FF, 0x06FF}, {0x0904, 0x0939}, {0x093D, 0x093D}, {0x0950, 0x0950}, {0x0958, 0x0961},
+    {0x0971, 0x097F}, {0x0E01, 0x0E30}, {0x0E32, 0x0E33}, {0x0E40, 0x0E46}, {0x10A0, 0x10C5},
+    {0x10C7, 0x10C7}, {0x10CD, 0x10CD}, {0x10D0, 0x10FA}, {0x10FC, 0x11FF}, {0x1E00, 0x1F15},
+    {0x1F18, 0x1F1D}, {0x1F20, 0x1F45}, {0x1F48, 0x1F4D}, {0x1F50, 0x1F57}, {0x1F59, 0x1F59},
+    {0x1F5B, 0x1F5B}, {0x1F5D, 0x1F5D}, {0x1F5F, 0x1F7D}, {0x1F80, 0x1FB4}, {0x1FB6, 0x1FBC},
+    {0x1FBE, 0x1FBE}, {0x1FC2, 0x1FC4}, {0x1FC6, 0x1FCC}, {0x1FD0, 0x1FD3}, {0x1FD6, 0x1FDB},
+    {0x1FE0, 0x1FEC}, {0x1FF2, 0x1FF4}, {0x1FF6, 0x1FFC}, {0x2071, 0x2071}, {0x207F, 0x207F},
+    {0x2090, 0x209C}, {0x2102, 0x2102}, {0x2107, 0x2107}, {0x210A, 0x2113}, {0x2115, 0x2115},
+    {0x2119, 0x211D}, {0x2124, 0x2124}, {0x2126, 0x2126}, {0x2128, 0x2128}, {0x212A, 0x212D},
+    {0x212F, 0x2139}, {0x213C, 0x213F}, {0x2145, 0x2149}, {0x214E, 0x214E}, {0x2183, 0x2184},
+    {0x3005, 0x3006}, {0x3031, 0x3035}, {0x303B, 0x303C}, {0x3041, 0x3096}, {0x309D, 0x309F},
+    {0x30A1, 0x30FA}, {0x30FC, 0x30FF}, {0x3131, 0x318E}, {0x31F0, 0x31FF}, {0x3400, 0x4DBF},
+    {0x4E00, 0x9FFF}, {0xAC00, 0xD7A3}, {0xD7B0, 0xD7C6}, {0xD7CB, 0xD7FB}, {0xF900, 0xFA6D},
+    {0xFA70, 0xFAD9}, {0xFB00, 0xFB06}, {0xFB13, 0xFB17}, {0xFB1D, 0xFB1D}, {0xFB1F, 0xFB28},
+    {0xFB2A, 0xFB36}, {0xFB38, 0xFB3C}, {0xFB3E, 0xFB3E}, {0xFB40, 0xFB41}, {0xFB43, 0xFB44},
+    {0xFB46, 0xFB4F}, {0xFF21, 0xFF3A}, {0xFF41, 0xFF5A}, {0xFF66, 0xFFBE}, {0xFFC2, 0xFFC7},
+    {0xFFCA, 0xFFCF}, {0xFFD2, 0xFFD7}, {0xFFDA, 0xFFDC}, {0x20000, 0x2A6DF}, {0x2A700, 0x2B738},
+    {0x2B740, 0x2B81D}, {0x2B820, 0x2CEA1}, {0x2CEB0, 0x2EBE0}, {0x2F800, 0x2FA1D},
+    {0x30000, 0x3134A},
+};
+
+constexpr CodePointRange kNumbers[] = {
+    {0x0030, 0x0039}, {0x00B2, 0x00B3}, {0x00B9, 0x00B9}, {0x00BC, 0x00BE}, {0x0660, 0x0669},
+    {0x06F0, 0x06F9}, {0x0966, 0x096F}, {0x0E50, 0x0E59}, {0x2070, 0x2070}, {0x2074, 0x2079},
+    {0x2080, 0x2089}, {0x2150, 0x2182}, {0x2185, 0x2189}, {0x2460, 0x249B}, {0x24EA, 0x24FF},
+    {0x3007, 0x3007}, {0x3021, 0x3029}, {0x3038, 0x303A}, {0xFF10, 0xFF19},
+};
+// clang-format on
+
+template <size_t N>
+bool InRanges(const CodePointRange (&ranges)[N], char32_t c) {
+  const auto* it =
+      std::upper_bound(std::begin(ranges), std::end(ranges), c,
+                       [](char32_t v, const CodePointRange& r) { return v < r.first; });
+  return it != std::begin(ranges) && c <= std::prev(it)->last;
+}
+
+}  // namespace
+
+Utf8CodePoint DecodeUtf8(std::string_view text, size_t offset) {
+  const auto byte = [&](size_t i) { return static_cast<unsigned char>(text[offset + i]); };
+  const unsigned char lead = byte(0);
+  if (lead < 0x80) return {lead, 1};
+  int length = 0;
+  char32_t value = 0;
+  char32_t smallest = 0;  // below this the sequence is overlong
+  if ((lead & 0xE0) == 0xC0) {
+    length = 2, value = lead & 0x1F, smallest = 0x80;
+  } else if ((lead & 0xF0) == 0xE0) {
+    length = 3, value = lead & 0x0F, smallest = 0x800;
+  } else if ((lead & 0xF8) == 0xF0) {
+    length = 4, value = lead & 0x07, smallest = 0x10000;
+  } else {
+    return {kInvalidCodePoint, 1};  // a continuation byte or 0xF8..0xFF
+  }
+  if (offset + static_cast<size_t>(length) > text.size()) return {kInvalidCodePoint, 1};
+  for (int i = 1; i < length; ++i) {
+    const unsigned char next = byte(static_cast<size_t>(i));
+    if ((next & 0xC0) != 0x80) return {kInvalidCodePoint, 1};
+    value = (value << 6) | (next & 0x3F);
+  }
+  if (value < smallest || value > 0x10FFFF || (value >= 0xD800 && value <= 0xDFFF)) {
+    return {kInvalidCodePoint, 1};
+  }
+  return {value, length};
+}
+
+void AppendUtf8(char32_t c, std::string& out) {
+  if (c < 0x80) {
+    out.push_back(static_cast<char>(c));
+  } else if (c < 0x800) {
+    out.push_back(static_cast<char>(0xC0 | (c >> 6)));
+    out.push_back(static_cast<char>(0x80 | (c & 0x3F)));
+  } else if (c < 0x10000) {
+    out.push_back(static_cast<char>(0xE0 | (c >> 12)));
+    out.push_back(static_cast<char>(0x80 | ((c >> 6) & 0x3F)));
+    out.push_back(static_cast<char>(0x80 | (c & 0x3F)));
+  } else {
+    out.push_back(static_cast<char>(0xF0 | (c >> 18)));
+    out.push_back(static_cast<char>(0x80 | ((c >> 12) & 0x3F)));
+    out.push_back(static_cast<char>(0x80 | ((c >> 6) & 0x3F)));
+    out.push_back(static_cast<char>(0x80 | (c & 0x3F)));
+  }
+}
+
+bool IsLetter(char32_t c) { return InRanges(kLetters, c); }
+
+bool IsNumber(char32_t c) { return InRanges(kNumbers, c); }
+
+bool IsWhitespace(char32_t c) {
+  // The White_Space property (Unicode's PropList.txt), all of it.
+  if ((c >= 0x0009 && c <= 0x000D) || (c >= 0x2000 && c <= 0x200A)) return true;
+  constexpr char32_t kSingles[] = {0x0020, 0x0085, 0x00A0, 0x1680, 0x2028,
+                                   0x2029, 0x202F, 0x205F, 0x3000};
+  return std::find(std::begin(kSingles), std::end(kSingles), c) != std::end(kSingles);
+}
+
+}  // namespace baton
