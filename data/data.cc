@@ -260,6 +260,20 @@ int64_t SampleStart(uint64_t seed, int64_t step, int64_t sequence, int64_t num_t
   return static_cast<int64_t>(rng.NextBelow(static_cast<uint64_t>(num_tokens - seq_len)));
 }
 
+namespace {
+// Row `row` of a (rows, seq_len) batch: tokens data[start, start + seq_len), targets one later.
+void CopyWindow(const TokenDataset& dataset, int64_t start, int seq_len, int row,
+                int32_t* tokens_out, int32_t* targets_out) {
+  const uint16_t* data = dataset.tokens();
+  int32_t* tokens_row = tokens_out + static_cast<int64_t>(row) * seq_len;
+  int32_t* targets_row = targets_out + static_cast<int64_t>(row) * seq_len;
+  for (int t = 0; t < seq_len; ++t) {
+    tokens_row[t] = data[start + t];
+    targets_row[t] = data[start + t + 1];
+  }
+}
+}  // namespace
+
 void FillBatch(const TokenDataset& dataset, uint64_t seed, int64_t step, int first_sequence,
                int num_sequences, int seq_len, int32_t* tokens_out, int32_t* targets_out) {
   BATON_CHECK(first_sequence >= 0 && num_sequences >= 0, "bad sequence range {} + {}",
@@ -268,21 +282,11 @@ void FillBatch(const TokenDataset& dataset, uint64_t seed, int64_t step, int fir
     BATON_FAIL("{}: {} tokens is shorter than one sample: seq_len + 1 = {} tokens",
                dataset.source(), dataset.size(), static_cast<int64_t>(seq_len) + 1);
   }
-  const uint16_t* data = dataset.tokens();
   for (int row = 0; row < num_sequences; ++row) {
     const int64_t start = SampleStart(seed, step, first_sequence + row, dataset.size(), seq_len);
-    int32_t* tokens_row = tokens_out + static_cast<int64_t>(row) * seq_len;
-    int32_t* targets_row = targets_out + static_cast<int64_t>(row) * seq_len;
-    for (int t = 0; t < seq_len; ++t) {
-      tokens_row[t] = data[start + t];
-      targets_row[t] = data[start + t + 1];
-    }
+    CopyWindow(dataset, start, seq_len, row, tokens_out, targets_out);
   }
 }
-
-}  // namespace baton
-
-namespace baton {
 
 TrainEvalSplit SplitTail(int64_t num_tokens, double eval_fraction) {
   BATON_CHECK(num_tokens >= 0 && eval_fraction >= 0.0 && eval_fraction < 1.0,
@@ -308,15 +312,9 @@ void FillEvalWindows(const TokenDataset& dataset, int64_t first_window, int num_
     BATON_FAIL("{}: evaluation window {} is past the last of its {} windows of {} tokens",
                dataset.source(), first_window + num_windows - 1, available, seq_len);
   }
-  const uint16_t* data = dataset.tokens();
   for (int row = 0; row < num_windows; ++row) {
-    const int64_t start = (first_window + row) * static_cast<int64_t>(seq_len);
-    int32_t* tokens_row = tokens_out + static_cast<int64_t>(row) * seq_len;
-    int32_t* targets_row = targets_out + static_cast<int64_t>(row) * seq_len;
-    for (int t = 0; t < seq_len; ++t) {
-      tokens_row[t] = data[start + t];
-      targets_row[t] = data[start + t + 1];
-    }
+    CopyWindow(dataset, (first_window + row) * static_cast<int64_t>(seq_len), seq_len, row,
+               tokens_out, targets_out);
   }
 }
 
