@@ -94,7 +94,13 @@ void ReadSection(const Schema& schema, const std::string& file, const std::strin
 RawConfig ReadRaw(const Schema& schema, const std::string& text, const std::string& file) {
   YAML::Node root;
   try {
-    root = YAML::Load(text);
+    const std::vector<YAML::Node> documents = YAML::LoadAll(text);
+    // A second document ("---") would otherwise be dropped without a word.
+    if (documents.size() > 1) {
+      throw Error(fmt::format("{}: a second YAML document; a config is one document",
+                              Where(file, documents[1].Mark())));
+    }
+    if (!documents.empty()) root = documents.front();
   } catch (const YAML::ParserException& e) {
     throw Error(fmt::format("{}: YAML syntax error: {}", Where(file, e.mark), e.msg));
   }
@@ -119,7 +125,8 @@ void ApplyOverride(const Schema& schema, const std::string& text, RawConfig& raw
   const std::string where = "--set " + text;
   const size_t equals = text.find('=');
   const size_t dot = text.find('.');
-  if (equals == std::string::npos || dot == std::string::npos || dot > equals) {
+  if (equals == std::string::npos || dot == std::string::npos || dot > equals || dot == 0 ||
+      dot + 1 == equals) {  // "train.=5" and ".steps=5" name no key
     throw Error(fmt::format("{}: expected section.key=value", where));
   }
   const std::string section = text.substr(0, dot);

@@ -128,6 +128,11 @@ TEST(ConfigTest, SizesBeyondTheirStatedRangeAreRefusedNotNarrowed) {
   EXPECT_EQ(at_limit.parallel.timeout_s, 604800.0);
 }
 
+TEST(ConfigTest, ASecondYamlDocumentIsAnErrorNotIgnored) {
+  EXPECT_EQ(ParseError(std::string(kMinimal) + "---\ntrain:\n  steps: 5\n"),
+            "x.yaml:4: a second YAML document; a config is one document");  // its first line
+}
+
 TEST(ConfigTest, UnknownEnumNameListsTheChoices) {
   EXPECT_EQ(ParseError(std::string(kMinimal) + "parallel:\n  schedule: 1f2b\n"),
             "x.yaml:4: parallel.schedule: expected one of gpipe, 1f1b, interleaved, zb-h1, got "
@@ -190,6 +195,8 @@ TEST(ConfigTest, OverrideWithBadValueNamesTheSet) {
 TEST(ConfigTest, OverrideWithoutSectionOrValueIsAnError) {
   EXPECT_EQ(ParseError(kMinimal, {"steps=5"}), "--set steps=5: expected section.key=value");
   EXPECT_EQ(ParseError(kMinimal, {"train.steps"}), "--set train.steps: expected section.key=value");
+  EXPECT_EQ(ParseError(kMinimal, {"train.=5"}), "--set train.=5: expected section.key=value");
+  EXPECT_EQ(ParseError(kMinimal, {".steps=5"}), "--set .steps=5: expected section.key=value");
 }
 
 TEST(ConfigTest, OverrideCanSetAList) {
