@@ -142,10 +142,7 @@ int PrintEval(const Plan& plan, const RunOptions& options, const std::string& we
               head.rank);
   const EvalRecord& eval = *head.eval;
   const Config& config = plan.config;
-  const std::string source = config.data.eval_path.empty()
-                                 ? fmt::format("the last {} of {} (data.eval_fraction)",
-                                               config.data.eval_fraction, config.data.path)
-                                 : config.data.eval_path;
+  const std::string source = EvalSource(config.data);
   std::ostream& out = options.eval_out != nullptr ? *options.eval_out : std::cout;
   if (options.eval_json) {
     const json j = {{"loss", eval.loss},

@@ -22,12 +22,6 @@ TokenFormat ToTokenFormat(DataFormat format) {
   BATON_FAIL("unknown data format {}", static_cast<int>(format));
 }
 
-// What the held-out data is called in messages.
-std::string EvalSource(const DataConfig& data) {
-  if (!data.eval_path.empty()) return data.eval_path;
-  return fmt::format("the last {} of {} (data.eval_fraction)", data.eval_fraction, data.path);
-}
-
 // The tail of the training stream that is held out, checked to hold one window.
 TrainEvalSplit SplitFor(const DataConfig& data, int64_t num_tokens, int64_t seq_len) {
   const TrainEvalSplit split = SplitTail(num_tokens, data.eval_fraction);
@@ -53,6 +47,11 @@ std::optional<Tokenizer> TokenizerFor(const DataConfig& data, TokenFormat format
 }
 
 }  // namespace
+
+std::string EvalSource(const DataConfig& data) {
+  if (!data.eval_path.empty()) return data.eval_path;
+  return fmt::format("the last {} of {} (data.eval_fraction)", data.eval_fraction, data.path);
+}
 
 RunData OpenRunData(const Config& config) {
   const DataConfig& data = config.data;

@@ -17,6 +17,10 @@ struct RunData {
   std::optional<TokenDataset> eval;  // when the config names held-out data
 };
 
+// What the held-out data is called in messages: data.eval_path, or "the last F of PATH
+// (data.eval_fraction)".
+std::string EvalSource(const DataConfig& data);
+
 // Opens (reads or maps) the streams; errors name the file.
 RunData OpenRunData(const Config& config);
 
