@@ -199,9 +199,16 @@ Status CoordinatorState::Report(const WorkerReport& report, std::string* abort_r
     return Status(StatusCode::FAILED_PRECONDITION,
                   fmt::format("rank {} reported before joining", report.rank));
   }
+  entry.last_heard = Clock::now();
+  // A rank's first done or failed report is its last word for this attempt: a heartbeat or step
+  // report that was in flight when it finished cannot turn it back to running (and then dead when
+  // its process leaves).
+  if (entry.has_report && entry.report.status != WorkerStatus::kRunning) {
+    *abort_reason = aborted_ ? abort_reason_ : "";
+    return Status::OK;
+  }
   entry.report = report;
   entry.has_report = true;
-  entry.last_heard = Clock::now();
   if (options_.keep_step_reports && report.status == WorkerStatus::kRunning &&
       report.step > entry.last_kept_step) {
     entry.last_kept_step = report.step;

@@ -354,6 +354,35 @@ TEST_F(CoordinatorTest, DoneRanksMayLeaveWithoutAborting) {
   EXPECT_FALSE(server_.aborted());
 }
 
+TEST_F(CoordinatorTest, AReportAfterDoneCannotReopenTheRank) {
+  StartServer(2);
+  auto other = ConnectAndJoin(1, 2);
+  other->Watch();
+  {
+    auto client = ConnectAndJoin(0, 2);
+    client->Watch();
+    WorkerReport done;
+    done.status = WorkerStatus::kDone;
+    client->Report(done);
+    WorkerReport late;  // a heartbeat that was in flight when the rank finished
+    late.status = WorkerStatus::kRunning;
+    late.step = 7;
+    client->Report(late);
+    WorkerReport failed;
+    failed.status = WorkerStatus::kFailed;
+    failed.error = "late";
+    client->Report(failed);
+  }  // and then the process leaves: wait until the server has seen its watch end
+  uint64_t version = 0;
+  while (server_.Ranks()[0].watching) version = server_.WaitForUpdate(version, kGenerous);
+  WorkerReport done;
+  done.status = WorkerStatus::kDone;
+  other->Report(done);
+  EXPECT_EQ(server_.Ranks()[0].report.status, WorkerStatus::kDone);
+  EXPECT_TRUE(server_.AllDone());
+  EXPECT_FALSE(server_.aborted()) << server_.abort_reason();
+}
+
 TEST_F(CoordinatorTest, ShutdownEndsEveryWatch) {
   StartServer(1);
   auto client = ConnectAndJoin(0, 1);
