@@ -251,6 +251,8 @@ bool CoordinatorServer::aborted() const { return impl_->State().aborted(); }
 
 std::string CoordinatorServer::abort_reason() const { return impl_->State().abort_reason(); }
 
+int CoordinatorServer::abort_rank() const { return impl_->State().abort_rank(); }
+
 void CoordinatorServer::ResetJob(const std::string& plan) { impl_->State().Reset(plan); }
 
 int CoordinatorServer::attempt() const { return impl_->State().attempt(); }

@@ -72,6 +72,10 @@ class CoordinatorServer {
   void RequestAbort(const std::string& reason);
   bool aborted() const;
   std::string abort_reason() const;
+  // The rank whose failure report, failed exit or silence caused the abort: the first cause in
+  // time, where later failures are the abort's consequences. -1 when not aborted, or aborted by
+  // RequestAbort.
+  int abort_rank() const;
 
   // Forgets joins, keys, barriers, reports, worker exits and the abort, for a restart of all
   // workers (none of the previous attempt may still be running), and starts the next attempt:

@@ -216,7 +216,8 @@ Status CoordinatorState::Report(const WorkerReport& report, std::string* abort_r
   }
   if (report.status == WorkerStatus::kFailed && !aborted_) {
     AbortLocked(fmt::format("{} failed: {}", DescribeRank(report.rank, report.stage),
-                            report.error.empty() ? "(no error text)" : report.error));
+                            report.error.empty() ? "(no error text)" : report.error),
+                report.rank);
   }
   ChangedLocked();
   *abort_reason = aborted_ ? abort_reason_ : "";
@@ -296,7 +297,8 @@ Status CoordinatorState::WorkerExited(int attempt, const WorkerExit& exit,
   if (attempt == attempt_ && !known) {
     exits_.push_back(exit);
     if (!exit.ok()) {
-      AbortLocked(fmt::format("{} worker process {}", DescribeLocked(exit.rank), exit.Describe()));
+      AbortLocked(fmt::format("{} worker process {}", DescribeLocked(exit.rank), exit.Describe()),
+                  exit.rank);
     }
     ChangedLocked();
   }
@@ -368,10 +370,11 @@ int CoordinatorState::attempt() const {
   return attempt_;
 }
 
-void CoordinatorState::AbortLocked(const std::string& reason) {
+void CoordinatorState::AbortLocked(const std::string& reason, int rank) {
   if (aborted_) return;
   aborted_ = true;
   abort_reason_ = reason;
+  abort_rank_ = rank;
   spdlog::warn("coordinator: aborting the job: {}", reason);
   ChangedLocked();
 }
@@ -391,6 +394,11 @@ std::string CoordinatorState::abort_reason() const {
   return abort_reason_;
 }
 
+int CoordinatorState::abort_rank() const {
+  std::lock_guard lock(mutex_);
+  return abort_rank_;
+}
+
 void CoordinatorState::DeclareDeadLocked(int rank, const std::string& why) {
   Rank& entry = ranks_[rank];
   entry.dead = true;
@@ -398,7 +406,7 @@ void CoordinatorState::DeclareDeadLocked(int rank, const std::string& why) {
   if (entry.has_report && entry.report.blocked) {
     reason += fmt::format(" (last blocked on {})", entry.report.blocked->ToString());
   }
-  AbortLocked(reason);
+  AbortLocked(reason, rank);
   ChangedLocked();
 }
 
@@ -489,6 +497,7 @@ void CoordinatorState::Reset(const std::string& plan) {
   step_reports_.clear();
   aborted_ = false;
   abort_reason_.clear();
+  abort_rank_ = -1;
   exits_.clear();
   attempt_++;
   ChangedLocked();

@@ -67,6 +67,7 @@ class CoordinatorState {
   void Abort(const std::string& reason);
   bool aborted() const;
   std::string abort_reason() const;
+  int abort_rank() const;
   // Declares dead the running ranks not heard from within the heartbeat timeout, and aborts.
   void CheckLiveness();
   void WaitForAllJoined(std::chrono::milliseconds timeout);
@@ -101,7 +102,8 @@ class CoordinatorState {
                           const Cancelled& cancelled, const std::function<bool()>& done,
                           const std::function<std::string()>& what);
   grpc::Status CheckRankLocked(int rank) const;
-  void AbortLocked(const std::string& reason);
+  // `rank`: the rank whose failure report, exit or silence aborted the job (-1: none).
+  void AbortLocked(const std::string& reason, int rank = -1);
   void DeclareDeadLocked(int rank, const std::string& why);
   std::string DescribeLocked(int rank) const;
   void ChangedLocked();
@@ -116,6 +118,7 @@ class CoordinatorState {
   std::vector<WorkerReport> step_reports_;  // keep_step_reports: not yet taken
   bool aborted_ = false;
   std::string abort_reason_;
+  int abort_rank_ = -1;
   bool shutting_down_ = false;
   uint64_t version_ = 0;
   int attempt_ = 0;  // grows on Reset(): calls of an earlier attempt fail

@@ -3,6 +3,7 @@
 #include <signal.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <cmath>
 #include <thread>
 
@@ -106,26 +107,41 @@ std::optional<std::string> JobMonitor::DeadChild(std::chrono::milliseconds grace
   }
 }
 
-// When one worker dies, its peers fail too ("connection reset") and may exit before the launcher
-// looks: the cause is the one killed by a signal, else one that died without reporting an
-// error, else the first that reported its own.
+namespace {
+
+const RankState* ReportedFailure(const std::vector<RankState>& ranks, int rank) {
+  for (const RankState& r : ranks) {
+    if (r.rank == rank && r.has_report && r.report.status == WorkerStatus::kFailed) return &r;
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+// When one worker dies, its peers fail too ("connection reset", "job aborted") and may exit
+// before the launcher looks: the cause is the one killed by a signal, else one that died without
+// reporting an error, else the rank whose failure aborted the job first (the coordinator saw it
+// first; it may not have exited yet), else the first that reported its own.
 std::string JobMonitor::DescribeDeadChild(const std::vector<WorkerExit>& failed) {
   const std::vector<RankState> ranks = server_.Ranks();  // fresher than the caller's
-  const auto reported_failure = [&](int rank) -> const RankState* {
-    for (const RankState& r : ranks) {
-      if (r.rank == rank && r.has_report && r.report.status == WorkerStatus::kFailed) return &r;
-    }
-    return nullptr;
-  };
   const WorkerExit* cause = &failed.front();
   const auto priority = [&](const WorkerExit& e) {
     if (e.signal != 0) return 0;
-    return reported_failure(e.rank) == nullptr ? 1 : 2;
+    return ReportedFailure(ranks, e.rank) == nullptr ? 1 : 2;
   };
   for (const WorkerExit& e : failed) {
     if (priority(e) < priority(*cause)) cause = &e;
   }
-  if (const RankState* r = reported_failure(cause->rank)) {
+  if (priority(*cause) == 2) {
+    if (const RankState* first = ReportedFailure(ranks, server_.abort_rank())) {
+      const auto exit = std::find_if(failed.begin(), failed.end(),
+                                     [&](const WorkerExit& e) { return e.rank == first->rank; });
+      const std::string how = exit == failed.end() ? "still exiting" : exit->Describe();
+      return fmt::format("stage {} failed ({}): {}\n{}", first->rank, how, first->report.error,
+                         FormatRankTable(ranks));
+    }
+  }
+  if (const RankState* r = ReportedFailure(ranks, cause->rank)) {
     return fmt::format("stage {} failed ({}): {}\n{}", r->rank, cause->Describe(), r->report.error,
                        FormatRankTable(ranks));
   }
@@ -142,11 +158,14 @@ std::string JobMonitor::DescribeDeadChild(const std::vector<WorkerExit>& failed)
 std::optional<std::string> JobMonitor::CheckFailure(const std::vector<RankState>& ranks) {
   if (auto dead = DeadChild(std::chrono::milliseconds(0))) return dead;
   std::optional<std::string> failure;
+  // The rank whose failure aborted the job came first; the others failed because of it.
+  const RankState* first = ReportedFailure(ranks, server_.abort_rank());
   for (const RankState& r : ranks) {
-    if (r.has_report && r.report.status == WorkerStatus::kFailed && !failure) {
-      failure =
-          fmt::format("stage {} failed: {}\n{}", r.rank, r.report.error, FormatRankTable(ranks));
-    }
+    if (first == nullptr && r.has_report && r.report.status == WorkerStatus::kFailed) first = &r;
+  }
+  if (first != nullptr) {
+    failure = fmt::format("stage {} failed: {}\n{}", first->rank, first->report.error,
+                          FormatRankTable(ranks));
   }
   if (!failure && server_.aborted()) {
     failure = fmt::format("job aborted: {}\n{}", server_.abort_reason(), FormatRankTable(ranks));

@@ -1,0 +1,85 @@
+// JobMonitor's failure headline: of the ranks that failed, it names the first cause (the rank
+// whose failure aborted the job), not a rank that failed only because of the abort, whichever
+// exits first.
+#include "launcher/monitor.h"
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <memory>
+
+#include "coordinator/coordinator_client.h"
+#include "coordinator/coordinator_server.h"
+
+namespace baton {
+namespace {
+
+using std::chrono::milliseconds;
+
+class MonitorTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    CoordinatorOptions options;
+    options.token = token_;
+    options.job_id = "job-1";
+    options.world_size = 2;
+    options.plan = "plan-bytes";
+    server_.Start(options);
+    for (int rank = 0; rank < 2; ++rank) {
+      clients_.push_back(std::make_unique<CoordinatorClient>(server_.address(), token_));
+      clients_.back()->Join(JoinInfo{rank, 2, "localhost", 1000 + rank, "cpu", "job-1", 0});
+    }
+  }
+  void Fail(int rank, const std::string& error) {
+    WorkerReport report;
+    report.stage = rank;
+    report.status = WorkerStatus::kFailed;
+    report.error = error;
+    clients_[rank]->Report(report);
+  }
+  void Exit(int rank, int code) {
+    WorkerExit exit;
+    exit.rank = rank;
+    exit.exit_code = code;
+    clients_[rank]->ReportWorkerExit(0, exit, milliseconds(0));  // recorded; no need to wait
+  }
+  std::string Headline() {
+    MonitorOptions options;
+    options.num_ranks = 2;
+    JobMonitor monitor(server_, nullptr, options, nullptr);
+    std::optional<std::string> failure = monitor.Run();
+    EXPECT_TRUE(failure.has_value());
+    const std::string text = failure.value_or("");
+    return text.substr(0, text.find('\n'));
+  }
+
+  std::string token_ = MakeJobToken();
+  CoordinatorServer server_;
+  std::vector<std::unique_ptr<CoordinatorClient>> clients_;
+};
+
+TEST_F(MonitorTest, TheRankThatFailedFirstIsNamedThoughAnAbortedRankExitedBeforeIt) {
+  Fail(1, "writing the checkpoint: No space left on device");
+  Fail(0, "job aborted: stage 1 (rank 1) failed: writing the checkpoint: No space left on device");
+  Exit(0, 1);  // the aborted rank leaves first
+  Exit(1, 1);
+  EXPECT_EQ(Headline(),
+            "stage 1 failed (exited with code 1): writing the checkpoint: No space left on device");
+}
+
+TEST_F(MonitorTest, TheRankThatFailedFirstIsNamedBeforeItHasExited) {
+  Fail(1, "writing the checkpoint: No space left on device");
+  Fail(0, "job aborted: stage 1 (rank 1) failed: writing the checkpoint: No space left on device");
+  Exit(0, 1);
+  EXPECT_EQ(Headline(),
+            "stage 1 failed (still exiting): writing the checkpoint: No space left on device");
+}
+
+TEST_F(MonitorTest, TheFirstFailureIsNamedBeforeAnyWorkerHasExited) {
+  Fail(1, "writing the checkpoint: No space left on device");
+  Fail(0, "job aborted: stage 1 (rank 1) failed: writing the checkpoint: No space left on device");
+  EXPECT_EQ(Headline(), "stage 1 failed: writing the checkpoint: No space left on device");
+}
+
+}  // namespace
+}  // namespace baton
