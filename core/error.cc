@@ -1,5 +1,7 @@
 #include "core/error.h"
 
+#include <spdlog/spdlog.h>
+
 namespace baton {
 namespace {
 thread_local std::string g_context;
@@ -52,10 +54,17 @@ std::string ValidUtf8(std::string_view text) {
   return out;
 }
 
-void ThrowError(const char* file, int line, const std::string& message) {
-  std::string where = ValidUtf8(fmt::format("{}:{}: {}", file, line, message));
-  if (!g_context.empty()) where = fmt::format("[{}] {}", g_context, where);
-  throw Error(where);
+void ThrowError(const char* file, int line, const char* condition, const std::string& message) {
+  std::string text = ValidUtf8(message);
+  if (!g_context.empty()) text = fmt::format("[{}] {}", g_context, text);
+  std::string origin = fmt::format("{}:{}", file, line);
+  if (condition != nullptr) origin += fmt::format(": check failed: {}", condition);
+  throw Error(text, ValidUtf8(origin));
+}
+
+void LogOrigin(const std::exception& e) {
+  const auto* error = dynamic_cast<const Error*>(&e);
+  if (error != nullptr && !error->origin().empty()) spdlog::debug("raised at {}", error->origin());
 }
 
 }  // namespace baton

@@ -1,7 +1,8 @@
 // Baton's one error type and the checks that raise it.
 //
-// Errors cross module boundaries as `baton::Error` (an exception carrying the call site and the
-// worker's context, e.g. "stage 2"); nothing below main() calls exit(). BATON_CHECK is for
+// Errors cross module boundaries as `baton::Error` (an exception carrying the worker's context,
+// e.g. "stage 2", in its message, and the call site apart: users read the reason, developers
+// find the source at --log-level debug); nothing below main() calls exit(). BATON_CHECK is for
 // conditions that depend on input or peers; BATON_DCHECK-style internal invariants use it too,
 // since a wrong answer is worse than a slow one.
 #pragma once
@@ -17,7 +18,14 @@ namespace baton {
 
 class Error : public std::runtime_error {
  public:
-  using std::runtime_error::runtime_error;
+  explicit Error(const std::string& message, std::string origin = {})
+      : std::runtime_error(message), origin_(std::move(origin)) {}
+  // Where it was raised, and the check that failed: "core/files.cc:46: check failed: n > 0".
+  // Empty for an Error built by hand. Not part of what(): callers log it at debug level.
+  const std::string& origin() const { return origin_; }
+
+ private:
+  std::string origin_;
 };
 
 // A short description of who is running ("rank 1 stage 1"), prefixed to every error raised on
@@ -30,19 +38,24 @@ const std::string& ErrorContext();
 // UTF-8, and still says which bytes it was.
 std::string ValidUtf8(std::string_view text);
 
-// Builds the message "[context] file:line: message" (valid UTF-8) and throws baton::Error.
-[[noreturn]] void ThrowError(const char* file, int line, const std::string& message);
+// Throws baton::Error with the message "[context] message" (valid UTF-8) and the origin
+// "file:line" (+ ": check failed: condition" when `condition` is not null).
+[[noreturn]] void ThrowError(const char* file, int line, const char* condition,
+                             const std::string& message);
+
+// Logs at debug level (spdlog) where a baton::Error was raised; nothing for other exceptions.
+// The catch-alls at the top of a program call it beside printing what().
+void LogOrigin(const std::exception& e);
 
 }  // namespace baton
 
 // BATON_CHECK(cond, "format {}", args...): throws baton::Error naming the failed condition.
-#define BATON_CHECK(cond, ...)                                                                  \
-  do {                                                                                          \
-    if (!(cond)) [[unlikely]] {                                                                 \
-      ::baton::ThrowError(__FILE__, __LINE__,                                                   \
-                          std::string("check failed: " #cond ": ") + fmt::format(__VA_ARGS__)); \
-    }                                                                                           \
+#define BATON_CHECK(cond, ...)                                                  \
+  do {                                                                          \
+    if (!(cond)) [[unlikely]] {                                                 \
+      ::baton::ThrowError(__FILE__, __LINE__, #cond, fmt::format(__VA_ARGS__)); \
+    }                                                                           \
   } while (0)
 
 // BATON_FAIL("format {}", args...): throws baton::Error unconditionally.
-#define BATON_FAIL(...) ::baton::ThrowError(__FILE__, __LINE__, fmt::format(__VA_ARGS__))
+#define BATON_FAIL(...) ::baton::ThrowError(__FILE__, __LINE__, nullptr, fmt::format(__VA_ARGS__))

@@ -149,6 +149,7 @@ int RunAgent(const WorkerArgs& first) {
     }
   } catch (const std::exception& e) {
     spdlog::error("stage {}'s agent: {}", worker.rank, e.what());
+    LogOrigin(e);
     return 1;
   }
 }

@@ -194,6 +194,7 @@ int main(int argc, char** argv) {
     }
   } catch (const std::exception& e) {
     std::cerr << "baton: error: " << e.what() << "\n";
+    baton::LogOrigin(e);
     return 1;
   }
   return 2;

@@ -397,6 +397,7 @@ int RunUnderLauncher(const Plan& plan, const RunOptions& options, const LaunchEn
           SuperviseJob(*server, plan, options, launch, *metrics, rendezvous.token, report_path);
     } catch (const std::exception& e) {
       spdlog::error("{}", e.what());
+      LogOrigin(e);
       server->EndJob(/*succeeded=*/false, e.what());
     }
   });

@@ -296,6 +296,7 @@ int RunWorker(const WorkerArgs& args) {
     return 0;
   } catch (const std::exception& e) {
     spdlog::error("{}", e.what());
+    LogOrigin(e);
     if (client) {
       WorkerReport failed;
       failed.stage = args.rank;
