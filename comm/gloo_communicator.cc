@@ -7,9 +7,17 @@
 #include <gloo/math.h>
 #include <gloo/rendezvous/context.h>
 #include <gloo/rendezvous/store.h>
+#include <gloo/transport/tcp/address.h>
 #include <gloo/transport/tcp/device.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <spdlog/spdlog.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
+#include <atomic>
 #include <condition_variable>
+#include <cstring>
 #include <deque>
 #include <functional>
 #include <mutex>
@@ -26,7 +34,12 @@ using Clock = std::chrono::steady_clock;
 // Channels keep the caller's messages and the subgroup collectives' messages in separate FIFOs.
 constexpr int kUserChannel = 0;
 constexpr int kGroupChannel = 1;
-constexpr int kNumChannels = 2;
+constexpr int kMeshChannel = 2;  // the hellos that check each pair before use
+constexpr int kNumChannels = 3;
+// How often a rank building the mesh looks for another rank's failure of the round.
+constexpr auto kMeshWatchSlice = std::chrono::milliseconds(50);
+constexpr int64_t kHelloBytes = 128;
+constexpr int kKnockWaitMs = 1000;
 // Waiter threads wait on Gloo "forever"; our own timeouts and Abort() end waits instead.
 constexpr auto kWaitForever = std::chrono::hours(24 * 7);
 
@@ -194,6 +207,18 @@ struct GlooCommunicator::Impl {
     }
   }
 
+  ~Impl() {
+    {
+      std::lock_guard lock(mutex);
+      if (abort_reason.empty()) abort_reason = "the communicator was destroyed";
+    }
+    AbortPending();  // then `waiters` joins its threads, released
+  }
+
+  // One round of the mesh under `prefix`: connect, exchange hellos, agree with every rank.
+  // Returns "" when every rank's every pair checked out, else what failed (the round is void).
+  std::string MeshRound(KvStore& store, const std::string& prefix);
+  std::string ConnectAndGreet(KvStore& store, const std::string& prefix);
   std::shared_ptr<GlooOp> Post(const Tensor& tensor, int peer, bool is_send, int channel);
   void Finish(GlooOp& op, bool completed, const std::string& failure);
   void AbortPending();
@@ -343,35 +368,174 @@ void GlooCommunicator::Impl::GroupAllReduce(Tensor& tensor, const std::vector<in
   for (const auto& op : ops) WaitOp(*op, Remaining(deadline));
 }
 
+namespace {
+
+// The hello rank `src` sends `dst` before the mesh is used.
+std::string Hello(const std::string& secret, int src, int dst) {
+  std::string text = fmt::format("baton gloo mesh: rank {} to rank {}, job {}", src, dst, secret);
+  text.resize(kHelloBytes, '\0');
+  return text;
+}
+
+Tensor HostBytes(Allocator& allocator, const std::string& bytes) {
+  Tensor tensor = Tensor::Empty(allocator, {kHelloBytes / 4}, DType::kI32, MemCategory::kComm);
+  std::memcpy(tensor.raw(), bytes.data(), std::min<size_t>(bytes.size(), kHelloBytes));
+  return tensor;
+}
+
+// Connects to every address rank `rank` published for its pairs (Gloo's rendezvous key
+// "<rank>": one address per other rank) and closes at once. A pair still listening takes the
+// connection, sees it close and fails, which ends its wait for a peer that will not come; a pair
+// that stopped listening refuses it.
+void KnockOnListeners(const std::string& published, int size) {
+  if (size < 2 || published.empty() || published.size() % (size - 1) != 0) return;
+  const size_t each = published.size() / (size - 1);
+  for (size_t offset = 0; offset + each <= published.size(); offset += each) {
+    const gloo::transport::tcp::Address address(
+        std::vector<char>(published.begin() + offset, published.begin() + offset + each));
+    const sockaddr_storage& ss = address.getSockaddr();
+    const int fd = ::socket(ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (fd < 0) continue;
+    const socklen_t length = ss.ss_family == AF_INET6 ? sizeof(sockaddr_in6) : sizeof(sockaddr_in);
+    if (::connect(fd, reinterpret_cast<const sockaddr*>(&ss), length) != 0 &&
+        errno == EINPROGRESS) {
+      pollfd connecting{fd, POLLOUT, 0};
+      (void)::poll(&connecting, 1, kKnockWaitMs);  // a bound only: a refusal ends it at once
+    }
+    ::close(fd);
+  }
+}
+
+}  // namespace
+
+std::string GlooCommunicator::Impl::ConnectAndGreet(KvStore& store, const std::string& prefix) {
+  const int rank = options.rank;
+  try {
+    gloo::transport::tcp::attr attr;
+    attr.hostname = options.hostname;
+    device = gloo::transport::tcp::CreateDevice(attr);
+    context = std::make_shared<gloo::rendezvous::Context>(rank, options.size);
+    context->setTimeout(options.timeout);
+    GlooStore gloo_store(store, prefix, options.timeout);
+    context->connectFullMesh(gloo_store, device);
+  } catch (const Error&) {
+    throw;  // the store's own message names the key that never came
+  } catch (const std::exception& e) {
+    return fmt::format("connecting: {}", e.what());
+  }
+  // Every pair carries a hello both ways: a stray connection that took a listening port in
+  // place of the peer cannot send this job's, and the peer it displaced failed its connect.
+  const auto deadline = Clock::now() + options.timeout;
+  try {
+    std::vector<std::pair<int, Tensor>> received;
+    std::vector<std::shared_ptr<GlooOp>> ops;
+    for (int peer = 0; peer < options.size; ++peer) {
+      if (peer == rank) continue;
+      ops.push_back(
+          Post(HostBytes(allocator, Hello(options.secret, rank, peer)), peer, true, kMeshChannel));
+      received.emplace_back(peer, HostBytes(allocator, ""));
+      ops.push_back(Post(received.back().second, peer, false, kMeshChannel));
+    }
+    for (const auto& op : ops) WaitOp(*op, Remaining(deadline));
+    for (const auto& [peer, bytes] : received) {
+      const std::string expected = Hello(options.secret, peer, rank);
+      if (std::memcmp(bytes.raw(), expected.data(), kHelloBytes) != 0) {
+        return fmt::format("the connection for rank {} did not carry this job's hello", peer);
+      }
+    }
+  } catch (const std::exception& e) {
+    return fmt::format("checking the pairs: {}", e.what());
+  }
+  return "";
+}
+
+std::string GlooCommunicator::Impl::MeshRound(KvStore& store, const std::string& prefix) {
+  const int rank = options.rank;
+  const std::string failed_key = prefix + "/failed";
+  // The watch: once any rank reports the round failed, this rank's waits in it end at once (its
+  // own listening pairs are knocked on, its hellos aborted), so no rank waits for a peer that
+  // has given the round up.
+  std::atomic<bool> stop{false};
+  std::thread watch([&] {
+    std::string why;
+    while (!stop && why.empty()) {
+      const auto slice_end = Clock::now() + kMeshWatchSlice;
+      try {
+        why = store.Get(failed_key, kMeshWatchSlice);
+      } catch (const Error&) {
+        std::this_thread::sleep_until(slice_end);  // paces a store that fails at once
+      }
+    }
+    if (why.empty()) return;
+    {
+      std::lock_guard lock(mutex);
+      if (abort_reason.empty()) abort_reason = "another rank failed this round: " + why;
+    }
+    AbortPending();
+    const std::string own_key = fmt::format("{}/{}", prefix, rank);
+    while (!stop) {
+      std::string published;
+      const auto slice_end = Clock::now() + kMeshWatchSlice;
+      try {
+        published = store.Get(own_key, kMeshWatchSlice);
+      } catch (const Error&) {
+        // Not published yet: this rank has not made its pairs; knock once it has.
+        std::this_thread::sleep_until(slice_end);
+        continue;
+      }
+      try {
+        KnockOnListeners(published, options.size);
+      } catch (const std::exception& e) {
+        spdlog::debug("rank {}: could not knock on its own Gloo ports: {}", rank, e.what());
+      }
+      return;
+    }
+  });
+  std::string failure;
+  try {
+    failure = ConnectAndGreet(store, prefix);
+    if (!failure.empty()) store.Set(failed_key, fmt::format("rank {}: {}", rank, failure));
+  } catch (...) {
+    stop = true;
+    watch.join();
+    throw;
+  }
+  stop = true;
+  watch.join();
+  // Every rank says how its round went; all then decide alike.
+  store.Set(fmt::format("{}/verdict/{}", prefix, rank), failure.empty() ? "ok" : failure);
+  std::vector<std::string> failures;
+  for (int r = 0; r < options.size; ++r) {
+    const std::string verdict = store.Get(fmt::format("{}/verdict/{}", prefix, r), options.timeout);
+    if (verdict != "ok") failures.push_back(fmt::format("rank {}: {}", r, verdict));
+  }
+  return fmt::format("{}", fmt::join(failures, "; "));
+}
+
 GlooCommunicator::GlooCommunicator(KvStore& store, Allocator& host_allocator,
                                    const GlooOptions& options) {
   BATON_CHECK(options.size > 0 && options.rank >= 0 && options.rank < options.size,
               "rank {} is outside the world of {} ranks", options.rank, options.size);
-  impl_ = std::make_unique<Impl>(options, host_allocator);
-  gloo::transport::tcp::attr attr;
-  attr.hostname = options.hostname;
-  try {
-    impl_->device = gloo::transport::tcp::CreateDevice(attr);
-    impl_->context = std::make_shared<gloo::rendezvous::Context>(options.rank, options.size);
-    impl_->context->setTimeout(options.timeout);
-    GlooStore gloo_store(store, options.store_prefix, options.timeout);
-    impl_->context->connectFullMesh(gloo_store, impl_->device);
-  } catch (const Error&) {
-    throw;  // the store's own message names the key that never came
-  } catch (const std::exception& e) {
-    BATON_FAIL("rank {}: connecting the Gloo mesh of {} ranks on {} failed: {}", options.rank,
-               options.size, options.hostname, e.what());
+  std::string failure;
+  for (int round = 0; round < kGlooMeshRounds; ++round) {
+    const std::string prefix =
+        round == 0 ? options.store_prefix : fmt::format("{}/round{}", options.store_prefix, round);
+    impl_ = std::make_unique<Impl>(options, host_allocator);
+    failure = impl_->MeshRound(store, prefix);
+    if (failure.empty()) return;
+    spdlog::warn(
+        "rank {}: the Gloo mesh failed (round {} of {}), connecting again on fresh "
+        "ports: {}",
+        options.rank, round + 1, kGlooMeshRounds, failure);
   }
+  impl_.reset();
+  BATON_FAIL(
+      "rank {}: connecting the Gloo mesh of {} ranks on {} failed {} times (is something else "
+      "connecting to this job's ports?); the last time: {}",
+      options.rank, options.size, options.hostname, kGlooMeshRounds, failure);
 }
 
-GlooCommunicator::~GlooCommunicator() {
-  {
-    std::lock_guard lock(impl_->mutex);
-    if (impl_->abort_reason.empty()) impl_->abort_reason = "the communicator was destroyed";
-  }
-  impl_->AbortPending();
-  impl_->waiters.Stop();
-}
+GlooCommunicator::~GlooCommunicator() = default;
 
 int GlooCommunicator::rank() const { return impl_->options.rank; }
 int GlooCommunicator::size() const { return impl_->options.size; }

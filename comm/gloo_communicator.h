@@ -39,6 +39,10 @@ struct GlooOptions {
   std::string store_prefix = "gloo";
   // Rendezvous timeout, and Gloo's own timeout for connections.
   CommTimeout timeout{60000};
+  // The job's secret (the coordinator's token): before the mesh is used, every pair carries a
+  // hello naming both ranks and this secret, so a connection that is not this job's peer is
+  // found (docs/protocol.md, "The Gloo mesh").
+  std::string secret;
 };
 
 // The staging the Gloo transport books as comm (shared with the memory planner's meta
@@ -48,9 +52,13 @@ struct GlooOptions {
 int GlooGroupAllReduceStagingCopies(size_t group_size, bool lowest_member);
 bool GlooAllReduceStagesAsF32(DType dtype);
 
+inline constexpr int kGlooMeshRounds = 4;
+
 class GlooCommunicator final : public Communicator {
  public:
-  // Connects the full mesh; blocks until every rank has done the same (or throws on timeout).
+  // Connects the full mesh and checks every pair's hello; blocks until every rank has done the
+  // same. A round in which any rank's mesh failed (a stray connection took a listening port) is
+  // repeated on fresh ports by all ranks together; throws after kGlooMeshRounds, or on timeout.
   GlooCommunicator(KvStore& store, Allocator& host_allocator, const GlooOptions& options);
   ~GlooCommunicator() override;
   GlooCommunicator(const GlooCommunicator&) = delete;

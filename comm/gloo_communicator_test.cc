@@ -2,8 +2,15 @@
 // leaves behind. The shared contract is checked in communicator_test.cc.
 #include "comm/gloo_communicator.h"
 
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
+#include <condition_variable>
+#include <cstring>
+#include <mutex>
 #include <thread>
 
 #include "comm/kv_store.h"
@@ -72,6 +79,137 @@ TEST(GlooCommunicatorTest, RendezvousTimeoutNamesTheMissingKey) {
     FAIL() << "connected to a rank that does not exist";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("gloo/1"), std::string::npos) << e.what();
+  }
+}
+
+// A rank's view of the store that holds back its read of one key until the test opens the gate.
+class GatedStore final : public KvStore {
+ public:
+  GatedStore(KvStore& inner, std::string gated_key)
+      : inner_(inner), gated_key_(std::move(gated_key)) {}
+  void Open() {
+    {
+      std::lock_guard lock(mutex_);
+      open_ = true;
+    }
+    cv_.notify_all();
+  }
+  void Set(const std::string& key, const std::string& value) override { inner_.Set(key, value); }
+  std::string Get(const std::string& key, milliseconds timeout) override {
+    WaitForGate(key);
+    return inner_.Get(key, timeout);
+  }
+  void Wait(const std::vector<std::string>& keys, milliseconds timeout) override {
+    for (const auto& key : keys) WaitForGate(key);
+    inner_.Wait(keys, timeout);
+  }
+
+ private:
+  void WaitForGate(const std::string& key) {
+    if (key != gated_key_) return;
+    std::unique_lock lock(mutex_);
+    cv_.wait(lock, [&] { return open_; });
+  }
+  KvStore& inner_;
+  const std::string gated_key_;
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  bool open_ = false;
+};
+
+// Connects to the first address a rank published for its pairs (Gloo's key "<prefix>/<rank>",
+// one sockaddr_storage-led address per other rank) and sends junk; returns the socket.
+int StrayConnection(const std::string& published) {
+  sockaddr_storage address{};
+  EXPECT_GE(published.size(), sizeof(address));
+  std::memcpy(&address, published.data(), sizeof(address));
+  EXPECT_EQ(address.ss_family, AF_INET);
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  EXPECT_EQ(::connect(fd, reinterpret_cast<const sockaddr*>(&address), sizeof(sockaddr_in)), 0)
+      << std::strerror(errno);
+  const std::string junk = "GET / HTTP/1.1\r\nHost: stray\r\n\r\n" + std::string(100, 'x');
+  EXPECT_EQ(::send(fd, junk.data(), junk.size(), MSG_NOSIGNAL), static_cast<ssize_t>(junk.size()));
+  return fd;  // left open: a stray that holds the connection is the worst case
+}
+
+// A local process that connects to a rank's Gloo port during the rendezvous takes the pair's
+// listening socket (Gloo accepts the first connection); the displaced peer is refused. The
+// round fails for both ranks together and the next one, on fresh ports, builds a mesh that
+// works. The gates put the strays in the listening sockets' queues before either rank connects.
+TEST(GlooCommunicatorTest, AStrayConnectionDuringTheRendezvousCostsARoundNotTheMesh) {
+  MemoryKvStore store;
+  GatedStore views[2] = {GatedStore(store, "gloo/1"), GatedStore(store, "gloo/0")};
+  MemoryLedger ledger;
+  CpuAllocator allocator(ledger);
+  std::unique_ptr<GlooCommunicator> comms[2];
+  std::string errors[2];
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < 2; ++rank) {
+    threads.emplace_back([&, rank] {
+      try {
+        GlooOptions options;
+        options.rank = rank;
+        options.size = 2;
+        options.timeout = kGenerous;
+        options.secret = "job-secret";
+        comms[rank] = std::make_unique<GlooCommunicator>(views[rank], allocator, options);
+      } catch (const std::exception& e) {
+        errors[rank] = e.what();
+      }
+    });
+  }
+  // Both ranks listen now (their addresses are published) and wait at the gates.
+  const int strays[2] = {StrayConnection(store.Get("gloo/0", kGenerous)),
+                         StrayConnection(store.Get("gloo/1", kGenerous))};
+  views[0].Open();
+  views[1].Open();
+  for (auto& t : threads) t.join();
+  ASSERT_EQ(errors[0], "");
+  ASSERT_EQ(errors[1], "");
+  // The first round failed (the strays hold the pair's listening sockets); the next worked.
+  EXPECT_NE(store.Get("gloo/verdict/0", kGenerous), "ok");
+  EXPECT_EQ(store.Get("gloo/round1/verdict/0", kGenerous), "ok");
+  EXPECT_EQ(store.Get("gloo/round1/verdict/1", kGenerous), "ok");
+  float values[2] = {1.0f, 2.0f};
+  threads.clear();
+  for (int rank = 0; rank < 2; ++rank) {
+    threads.emplace_back([&, rank] {
+      Tensor t = Tensor::Wrap(&values[rank], {1}, DType::kF32);
+      comms[rank]->AllReduceSum(t, kGenerous);
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(values[0], 3.0f);
+  EXPECT_EQ(values[1], 3.0f);
+  for (int fd : strays) ::close(fd);
+}
+
+// The hello carries the job's secret: ranks of different jobs never form a mesh, and say why.
+TEST(GlooCommunicatorTest, RanksWithDifferentSecretsRefuseTheMesh) {
+  MemoryKvStore store;
+  MemoryLedger ledger;
+  CpuAllocator allocator(ledger);
+  std::string errors[2];
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < 2; ++rank) {
+    threads.emplace_back([&, rank] {
+      try {
+        GlooOptions options;
+        options.rank = rank;
+        options.size = 2;
+        options.timeout = kGenerous;
+        options.secret = rank == 0 ? "one job" : "another job";
+        GlooCommunicator comm(store, allocator, options);
+      } catch (const Error& e) {
+        errors[rank] = e.what();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int rank = 0; rank < 2; ++rank) {
+    EXPECT_NE(errors[rank].find("failed 4 times"), std::string::npos) << errors[rank];
+    EXPECT_NE(errors[rank].find("did not carry this job's hello"), std::string::npos)
+        << errors[rank];
   }
 }
 

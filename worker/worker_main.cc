@@ -153,6 +153,7 @@ std::shared_ptr<Communicator> MakeCommunicator(const WorkerArgs& args, const Pla
   gloo.hostname = args.listen_host;
   gloo.store_prefix = fmt::format("gloo/{}", launch.attempt);
   gloo.timeout = plan.timeouts.startup;
+  gloo.secret = EnvOr(args.token, "BATON_TOKEN");
   if (device.is_cpu()) return std::make_shared<GlooCommunicator>(store, backend.allocator(), gloo);
   // NCCL refuses two ranks on one GPU: stages sharing GPUs (more stages than GPUs here) talk
   // through the host instead.
