@@ -3,6 +3,10 @@
 
 #include <filesystem>
 #include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
 
 #include "checkpoint/safetensors_gpt2.h"
 #include "core/error.h"
@@ -11,14 +15,16 @@
 namespace baton {
 namespace {
 
-bool IsOptimizerState(const std::string& name) {
+// The parameter an optimizer-state tensor belongs to ("h.0.ln_1.weight.adam_m" ->
+// "h.0.ln_1.weight"); nullopt for a parameter's own tensor.
+std::optional<std::string> OptimizerStateOf(const std::string& name) {
   for (const char* suffix : {".master", ".adam_m", ".adam_v"}) {
     const std::string s = suffix;
     if (name.size() > s.size() && name.compare(name.size() - s.size(), s.size(), s) == 0) {
-      return true;
+      return name.substr(0, name.size() - s.size());
     }
   }
-  return false;
+  return std::nullopt;
 }
 
 void CheckGptGraph(const CheckpointReader& checkpoint) {
@@ -46,16 +52,34 @@ void ExportCheckpointToHf(const CheckpointReader& checkpoint, const std::string&
   for (int i = 0; i < static_cast<int>(checkpoint.layer_names().size()); ++i) {
     files.push_back(checkpoint.OpenLayer(i));
   }
+  // Only the GPT-2's own parameters, each once: a tensor the checkpoint should not hold is
+  // refused, not exported (a layer file may match its manifest's checksum and still be wrong).
+  const int blocks = checkpoint.dims().num_layers;
+  const std::vector<std::string> expected = Gpt2ParamNames(blocks);
+  const std::set<std::string> known(expected.begin(), expected.end());
+  std::set<std::string> exported;
   NamedTensors tensors;
   for (const SafetensorsFile& file : files) {
     for (const SafetensorsEntry& entry : file.entries()) {
-      if (IsOptimizerState(entry.name)) continue;
+      const std::optional<std::string> state_of = OptimizerStateOf(entry.name);
+      BATON_CHECK(known.count(state_of.value_or(entry.name)) == 1,
+                  "{}: tensor {} is not a parameter of a {}-block GPT-2 (or its optimizer "
+                  "state); refusing to export it",
+                  file.path(), entry.name, blocks);
+      if (state_of) continue;
+      BATON_CHECK(exported.insert(entry.name).second,
+                  "{}: tensor {} is also in another layer's file; refusing to export it twice",
+                  file.path(), entry.name);
       const bool use_master = dtype == DType::kF32 && file.Has(entry.name + ".master");
       const std::string source = use_master ? entry.name + ".master" : entry.name;
       Tensor t = Tensor::Empty(cpu->allocator(), entry.shape, dtype, MemCategory::kWorkspace);
       file.CopyTo(source, t, *cpu);
       tensors.emplace_back(Gpt2HfName(entry.name), std::move(t));
     }
+  }
+  for (const std::string& name : expected) {
+    BATON_CHECK(exported.count(name) == 1, "{}: no tensor {} in the checkpoint's layer files",
+                checkpoint.step_dir(), name);
   }
   MakeDirectories(out_dir);
   WriteSafetensors((std::filesystem::path(out_dir) / kHfWeightsFileName).string(), tensors,

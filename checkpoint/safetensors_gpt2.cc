@@ -111,6 +111,15 @@ void LoadParamsFromSafetensors(const SafetensorsFile& file, const std::vector<Pa
   }
 }
 
+std::vector<std::string> Gpt2ParamNames(int num_layers) {
+  std::vector<std::string> names = {"wte.weight", "wpe.weight"};
+  for (int i = 0; i < num_layers; ++i) {
+    for (const char* param : kBlockParams) names.push_back(fmt::format("h.{}.{}", i, param));
+  }
+  names.insert(names.end(), {"ln_f.weight", "ln_f.bias"});
+  return names;
+}
+
 void ValidateGpt2File(const SafetensorsFile& file, const ModelDims& dims) {
   const int64_t v = dims.vocab_size, t = dims.context, c = dims.width;
   CheckShape(file, "wte.weight", {v, c});

@@ -40,6 +40,10 @@ const SafetensorsEntry* FindGpt2Tensor(const SafetensorsFile& file, const std::s
 void LoadParamsFromSafetensors(const SafetensorsFile& file, const std::vector<ParamTensors>& params,
                                Backend& backend);
 
+// Baton's names of every parameter of a GPT-2 with `num_layers` blocks: wte, wpe, the blocks'
+// h.{i}.* in order, ln_f (the tied LM head has no name of its own).
+std::vector<std::string> Gpt2ParamNames(int num_layers);
+
 // Checks that `file` describes a GPT-2 with these dims as a whole: wte (V,C) and wpe (maxT,C)
 // present, blocks h.0 .. h.{L-1} and no others, no tensor Baton does not know. A pipeline rank
 // only sees its own layers' names, so rank 0 (or the launcher) runs this once for the whole model.

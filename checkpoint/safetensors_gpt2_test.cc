@@ -18,6 +18,7 @@ namespace {
 using checkpoint_test::Fixture;
 using checkpoint_test::Rank;
 using checkpoint_test::TempDir;
+using ::testing::AllOf;
 using ::testing::HasSubstr;
 
 template <typename F>
@@ -218,6 +219,29 @@ TEST(SafetensorsGpt2Test, CheckpointExportsAsHfGpt2WhateverPartitionWroteIt) {
   LoadParamsFromSafetensors(file, loaded.param_tensors(), *f.backend);
   ExpectSameValues({&first, &second}, {&loaded});  // the masters round to the bf16 params
   EXPECT_TRUE(FileExists(dir / "hf/config.json"));
+}
+
+// A layer file holding a tensor it should not, with a manifest whose checksum matches (so the
+// reader accepts it): export refuses to carry it into the GPT-2 file.
+TEST(SafetensorsGpt2Test, ExportRefusesATensorTheCheckpointShouldNotHold) {
+  Fixture f;
+  TempDir dir;
+  Rank whole = f.MakeRank({{0, 3}}, 0, 1);
+  std::vector<LayerTensors> layers = whole.checkpoint_tensors();
+  ParamTensors stray = layers.front().params.front();
+  stray.name = "h.0.attn.extra";
+  stray.tied = false;
+  layers.front().params.push_back(stray);
+  CheckpointWriter writer(dir.path());
+  TrainingState state;
+  state.step = 1;
+  writer.WriteManifest(1, writer.WriteLayers(1, whole.model->rank(), layers, *f.backend), state,
+                       f.dims, f.graph);
+  EXPECT_THAT(
+      ErrorOf([&] { ExportCheckpointToHf(CheckpointReader::Open(dir.path()), dir / "hf"); }),
+      AllOf(HasSubstr("layer-0"), HasSubstr("tensor h.0.attn.extra is not a parameter"),
+            HasSubstr("refusing to export it")));
+  EXPECT_FALSE(FileExists(dir / "hf/model.safetensors"));
 }
 
 TEST(SafetensorsGpt2Test, ConfigNamesTheEndOfTextIdAsBosAndEos) {
