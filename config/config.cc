@@ -16,6 +16,7 @@
 
 #include "config/config_schema.h"
 #include "core/error.h"
+#include "core/files.h"
 
 namespace baton {
 namespace {
@@ -382,15 +383,15 @@ Config ParseConfigString(const std::string& yaml_text, const std::string& source
 }
 
 Config LoadConfig(const std::string& path, const std::vector<std::string>& overrides) {
-  std::error_code error;
-  if (!std::filesystem::is_regular_file(path, error)) {
-    throw Error(fmt::format("{}: config file not found (or not a regular file)", path));
+  // Opened without blocking (a FIFO is refused, not waited on); its size is checked before the
+  // text is read.
+  const MappedFile file = MappedFile::Open(path);
+  if (file.size() > kMaxConfigBytes) {
+    throw Error(fmt::format("{}: {} bytes is not a config (the limit is {} bytes)", path,
+                            file.size(), kMaxConfigBytes));
   }
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream text;
-  text << in.rdbuf();
-  if (!in) throw Error(fmt::format("{}: cannot read config file", path));
-  return ParseConfigString(text.str(), path, overrides);
+  return ParseConfigString(std::string(reinterpret_cast<const char*>(file.data()), file.size()),
+                           path, overrides);
 }
 
 void Validate(const Config& config) {

@@ -53,6 +53,7 @@ inline constexpr int64_t kMaxBatch = 1 << 20;  // sequences per step
 inline constexpr int64_t kMaxMicroBatches = 1 << 16;
 inline constexpr int64_t kMaxStages = 4096;
 inline constexpr int64_t kMaxChunks = 1024;
+inline constexpr uint64_t kMaxConfigBytes = 1 << 20;  // a config file's size
 
 template <typename E, size_t N>
 using NameTable = std::array<std::pair<std::string_view, E>, N>;

@@ -157,7 +157,7 @@ TEST(ConfigTest, MissingFileIsAClearError) {
     ADD_FAILURE() << "no error";
   } catch (const Error& e) {
     EXPECT_EQ(std::string(e.what()),
-              "/nonexistent/baton.yaml: config file not found (or not a regular file)");
+              "/nonexistent/baton.yaml: cannot open: No such file or directory");
   }
 }
 
