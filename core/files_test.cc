@@ -2,6 +2,8 @@
 #include "core/files.h"
 
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -42,6 +44,37 @@ TEST(CheckpointFilesTest, AbandonedWriteLeavesTheOldFileAndNoTemporary) {
   }
   EXPECT_EQ(ReadFileToString(path), "old");
   EXPECT_FALSE(std::filesystem::exists(temp));
+}
+
+// A full disk, as the kernel reports it to a writer (EFBIG past RLIMIT_FSIZE stands in for
+// ENOSPC): the error names the file and the cause, and neither a temporary nor a partial file is
+// left; the old file is untouched.
+TEST(CheckpointFilesTest, AFailedWriteLeavesTheOldFileAndNoTemporary) {
+  TempDir dir;
+  const std::string path = dir / "f";
+  WriteFileAtomically(path, "old");
+  struct rlimit saved {};
+  ASSERT_EQ(getrlimit(RLIMIT_FSIZE, &saved), 0);
+  struct rlimit limited = saved;
+  limited.rlim_cur = 64 * 1024;
+  auto* previous = signal(SIGXFSZ, SIG_IGN);  // else the kernel kills the writer
+  ASSERT_EQ(setrlimit(RLIMIT_FSIZE, &limited), 0);
+  std::string error;
+  try {
+    WriteFileAtomically(path, std::string(256 * 1024, 'x'));
+  } catch (const Error& e) {
+    error = e.what();
+  }
+  setrlimit(RLIMIT_FSIZE, &saved);
+  signal(SIGXFSZ, previous);
+  EXPECT_NE(error.find(path + ".tmp."), std::string::npos) << error;
+  EXPECT_NE(error.find("write failed: File too large"), std::string::npos) << error;
+  EXPECT_EQ(ReadFileToString(path), "old");
+  std::vector<std::string> names;
+  for (const auto& entry : std::filesystem::directory_iterator(dir.path())) {
+    names.push_back(entry.path().filename().string());
+  }
+  EXPECT_EQ(names, std::vector<std::string>{"f"});
 }
 
 TEST(CheckpointFilesTest, WriterChecksumIsTheFileChecksum) {

@@ -2,8 +2,12 @@
 // blocked action in one table.
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/stat.h>
 
+#include <cstdint>
+#include <fstream>
 #include <regex>
+#include <sstream>
 
 #include "tests/baton_process.h"
 
@@ -62,6 +66,49 @@ TEST(FailureTest, UnreadableDataIsAClearErrorNamingTheFile) {
                 "--set", "train.steps=1", "--set", "parallel.stages=2"});
   EXPECT_NE(result.exit_code, 0);
   EXPECT_NE(result.output.find("/nonexistent/corpus.txt"), std::string::npos) << result.output;
+}
+
+// The line of the launcher's output that says why the job failed.
+std::string Headline(const std::string& output) {
+  std::istringstream lines(output);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.find("[launcher] [error]") != std::string::npos) return line;
+  }
+  return "(no headline)";
+}
+
+// Files an adversary (or an accident) hands over: each fails at once, the cause named in the
+// launcher's headline, in the user's words (no source paths, no "check failed").
+TEST(FailureTest, HostileFilesFailAtOnceNamingTheFile) {
+  const std::string dir = TempDir("hostile-files");
+  // A FIFO as the data: opening it must not block (it would, forever, with a plain open).
+  const std::string fifo = dir + "/corpus.fifo";
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  CommandResult result = RunBaton({"run", "configs/gpt-tiny.yaml", "--set", "data.path=" + fifo,
+                                   "--set", "train.steps=1", "--set", "parallel.stages=2"});
+  EXPECT_NE(result.exit_code, 0);
+  EXPECT_NE(result.output.find(fifo + ": is a FIFO, not a regular file"), std::string::npos)
+      << result.output;
+  // Weights whose safetensors header has a byte flipped to 0xff (invalid UTF-8, which protobuf
+  // and JSON refuse): the stage's error still reaches the launcher, naming the file.
+  const std::string weights = dir + "/weights.safetensors";
+  {
+    const std::string header =
+        "{\"wte.weight\xff\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}";
+    std::ofstream out(weights, std::ios::binary);
+    const uint64_t length = header.size();
+    out.write(reinterpret_cast<const char*>(&length), sizeof(length));  // little-endian here
+    out << header << std::string(4, '\0');
+  }
+  result = RunBaton({"run", "configs/gpt-tiny.yaml", "--set", "model.init_from=" + weights, "--set",
+                     "train.steps=1", "--set", "parallel.stages=2", "--set",
+                     "output.dir=" + dir + "/out"});
+  EXPECT_NE(result.exit_code, 0);
+  EXPECT_NE(Headline(result.output).find(weights), std::string::npos) << result.output;
+  EXPECT_NE(Headline(result.output).find("stage"), std::string::npos) << result.output;
+  for (const char* internal : {"check failed", ".cc:"}) {
+    EXPECT_EQ(result.output.find(internal), std::string::npos) << result.output;
+  }
 }
 
 }  // namespace
