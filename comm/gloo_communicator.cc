@@ -188,6 +188,9 @@ struct GlooCommunicator::Impl {
 
   const GlooOptions options;
   Allocator& allocator;
+  // The hellos' bytes, declared before the context so that they outlive it: a failed round's
+  // context may write them until it is gone (a deque: growing it moves no buffer).
+  std::deque<std::vector<int32_t>> hellos;
   std::shared_ptr<gloo::transport::Device> device;
   std::shared_ptr<gloo::rendezvous::Context> context;
 
@@ -377,10 +380,12 @@ std::string Hello(const std::string& secret, int src, int dst) {
   return text;
 }
 
-Tensor HostBytes(Allocator& allocator, const std::string& bytes) {
-  Tensor tensor = Tensor::Empty(allocator, {kHelloBytes / 4}, DType::kI32, MemCategory::kComm);
-  std::memcpy(tensor.raw(), bytes.data(), std::min<size_t>(bytes.size(), kHelloBytes));
-  return tensor;
+// A hello-sized view of `storage` holding `bytes`. Not booked in the ledger: the hellos are
+// start-up bookkeeping of the transport, not the job's communication buffers.
+Tensor HelloTensor(std::vector<int32_t>& storage, const std::string& bytes) {
+  storage.assign(kHelloBytes / 4, 0);
+  std::memcpy(storage.data(), bytes.data(), std::min<size_t>(bytes.size(), kHelloBytes));
+  return Tensor::Wrap(storage.data(), {kHelloBytes / 4}, DType::kI32);
 }
 
 // Connects to every address rank `rank` published for its pairs (Gloo's rendezvous key
@@ -431,9 +436,9 @@ std::string GlooCommunicator::Impl::ConnectAndGreet(KvStore& store, const std::s
     std::vector<std::shared_ptr<GlooOp>> ops;
     for (int peer = 0; peer < options.size; ++peer) {
       if (peer == rank) continue;
-      ops.push_back(
-          Post(HostBytes(allocator, Hello(options.secret, rank, peer)), peer, true, kMeshChannel));
-      received.emplace_back(peer, HostBytes(allocator, ""));
+      ops.push_back(Post(HelloTensor(hellos.emplace_back(), Hello(options.secret, rank, peer)),
+                         peer, true, kMeshChannel));
+      received.emplace_back(peer, HelloTensor(hellos.emplace_back(), ""));
       ops.push_back(Post(received.back().second, peer, false, kMeshChannel));
     }
     for (const auto& op : ops) WaitOp(*op, Remaining(deadline));
