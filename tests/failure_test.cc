@@ -1,13 +1,20 @@
 // What a user sees when a pipeline goes wrong: a stalled peer is named, with every stage's
 // blocked action in one table.
 #include <gtest/gtest.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
+#include <chrono>
 #include <cstdint>
+#include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <regex>
 #include <sstream>
+#include <thread>
 
 #include "tests/baton_process.h"
 
@@ -108,6 +115,67 @@ TEST(FailureTest, HostileFilesFailAtOnceNamingTheFile) {
   EXPECT_NE(Headline(result.output).find("stage"), std::string::npos) << result.output;
   for (const char* internal : {"check failed", ".cc:"}) {
     EXPECT_EQ(result.output.find(internal), std::string::npos) << result.output;
+  }
+}
+
+// Connects to the first TCP address of a Gloo rank's published addresses (sockaddr_storage
+// first) and sends junk; returns the socket, left open.
+int StrayConnection(const std::string& published) {
+  sockaddr_storage address{};
+  if (published.size() < sizeof(address)) return -1;
+  std::memcpy(&address, published.data(), sizeof(address));
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  if (::connect(fd, reinterpret_cast<const sockaddr*>(&address), sizeof(sockaddr_in)) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  const std::string junk = "GET / HTTP/1.1\r\nHost: stray\r\n\r\n" + std::string(100, 'x');
+  (void)::send(fd, junk.data(), junk.size(), MSG_NOSIGNAL);
+  return fd;
+}
+
+bool WaitForFile(const std::string& path, int seconds) {
+  for (int i = 0; i < seconds * 50; ++i) {
+    if (std::filesystem::exists(path)) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return false;
+}
+
+// Junk on the workers' Gloo ports while they rendezvous (BATON_TEST_MESH_GATE holds both ranks
+// after they listen, until the junk is in): the spoiled mesh round is built again on fresh
+// ports, and the job trains to exactly the parameters of an undisturbed run.
+TEST(FailureTest, JunkOnTheWorkersPortsDuringTheRendezvousChangesNothing) {
+  const std::string dir = TempDir("junk-ports");
+  const std::string run = "'" + BatonBinary() +
+                          "' run configs/gpt-tiny.yaml --set train.steps=3 --set "
+                          "parallel.stages=2 --set output.final_checkpoint=false";
+  const CommandResult reference =
+      RunShell("cd '" + SourceDir() + "' && " + run + " --set output.dir=" + dir +
+               "/reference --report " + dir + "/reference.json 2>&1");
+  ASSERT_EQ(reference.exit_code, 0) << reference.output;
+  const std::string gate = dir + "/gate";
+  std::filesystem::create_directories(gate);
+  const std::string log = dir + "/junk.log";
+  Background("BATON_TEST_MESH_GATE=" + gate + " " + run + " --set output.dir=" + dir +
+                 "/junk --report " + dir + "/junk.json",
+             log);
+  std::vector<int> strays;
+  for (int rank : {0, 1}) {
+    const std::string published = gate + "/published-" + std::to_string(rank);
+    ASSERT_TRUE(WaitForFile(published, 120)) << ReadFile(log);
+    strays.push_back(StrayConnection(ReadFile(published)));
+    EXPECT_GE(strays.back(), 0) << "rank " << rank << " was not listening";
+  }
+  std::ofstream(gate + "/open").close();
+  ASSERT_TRUE(WaitFor(log, "exit=", 300)) << ReadFile(log);
+  const std::string output = ReadFile(log);
+  EXPECT_NE(output.find("exit=0"), std::string::npos) << output;
+  EXPECT_NE(output.find("connecting again on fresh ports"), std::string::npos) << output;
+  EXPECT_EQ(ReadJson(dir + "/junk.json").at("param_checksum"),
+            ReadJson(dir + "/reference.json").at("param_checksum"));
+  for (int fd : strays) {
+    if (fd >= 0) ::close(fd);
   }
 }
 

@@ -21,6 +21,7 @@
 #include "checkpoint/safetensors_gpt2.h"
 #include "coordinator/coordinator_client.h"
 #include "core/error.h"
+#include "core/files.h"
 #include "core/log.h"
 #include "kernels/backend_factory.h"
 #include "planner/codec.h"
@@ -57,6 +58,49 @@ void MaybeStall(int rank, int64_t step) {
   spdlog::warn("BATON_TEST_STALL: stage {} stalls at step {}", rank, step);
   std::this_thread::sleep_for(std::chrono::hours(1));
 }
+
+// BATON_TEST_MESH_GATE=DIR (tests only): the rank writes DIR/published-<rank> with the Gloo
+// addresses it published for the first mesh round, and reads no other rank's addresses of that
+// round before DIR/open exists. A test thus gets to connect to the ranks' listening ports while
+// they wait (tests/failure_test.cc).
+class MeshGateStore final : public KvStore {
+ public:
+  MeshGateStore(KvStore& inner, std::string dir, std::string prefix, int rank)
+      : inner_(inner), dir_(std::move(dir)), prefix_(std::move(prefix) + "/"), rank_(rank) {}
+  void Set(const std::string& key, const std::string& value) override {
+    inner_.Set(key, value);
+    if (key == prefix_ + std::to_string(rank_)) {
+      WriteFileAtomically(fmt::format("{}/published-{}", dir_, rank_), value);
+    }
+  }
+  std::string Get(const std::string& key, std::chrono::milliseconds timeout) override {
+    Gate(key, timeout);
+    return inner_.Get(key, timeout);
+  }
+  void Wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) override {
+    for (const std::string& key : keys) Gate(key, timeout);
+    inner_.Wait(keys, timeout);
+  }
+
+ private:
+  void Gate(const std::string& key, std::chrono::milliseconds timeout) {
+    const std::string rest =
+        key.substr(0, prefix_.size()) == prefix_ ? key.substr(prefix_.size()) : "";
+    const bool peer_address = !rest.empty() && rest != std::to_string(rank_) &&
+                              rest.find_first_not_of("0123456789") == std::string::npos;
+    if (!peer_address) return;
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    while (!FileExists(dir_ + "/open")) {
+      BATON_CHECK(std::chrono::steady_clock::now() < deadline,
+                  "BATON_TEST_MESH_GATE: {}/open did not appear", dir_);
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  }
+  KvStore& inner_;
+  const std::string dir_;
+  const std::string prefix_;
+  const int rank_;
+};
 
 // A signal (SIGTERM from Slurm preemption or the launcher, SIGINT from Ctrl-C) asks this rank to
 // stop: the request is reduced across ranks at the next step end, so every rank finishes the
@@ -205,7 +249,12 @@ void TrainRank(const WorkerArgs& args, CoordinatorClient& client, const Plan& pl
   std::unique_ptr<Backend> backend = MakeBackend(device, ledger, config.device.threads);
   CpuAllocator host_allocator(ledger);  // host staging for device tensors (booked as comm)
 
-  CoordinatorKvStore store(client);
+  CoordinatorKvStore coordinator_store(client);
+  std::optional<MeshGateStore> gated;
+  if (const char* gate = std::getenv("BATON_TEST_MESH_GATE")) {
+    gated.emplace(coordinator_store, gate, fmt::format("gloo/{}", launch.attempt), args.rank);
+  }
+  KvStore& store = gated ? static_cast<KvStore&>(*gated) : coordinator_store;
   std::shared_ptr<Communicator> comm;  // shared with the abort callback, which may outlive us
   if (plan.num_ranks() > 1) {
     comm = MakeCommunicator(args, plan, launch, device, store, *backend, host_allocator);
