@@ -9,7 +9,7 @@ set -uo pipefail
 build=${1:-build}
 jobs=${2:-200}
 root=$(cd "$(dirname "$0")/.." && pwd)
-baton="$root/$build/baton"
+case "$build" in /*) baton="$build/baton" ;; *) baton="$root/$build/baton" ;; esac
 [ -x "$baton" ] || { echo "no $baton: build first"; exit 2; }
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/baton_stress.XXXXXX")
