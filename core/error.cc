@@ -52,8 +52,10 @@ std::string ValidUtf8(std::string_view text) {
   return out;
 }
 
+Error::Error(std::string_view message) : std::runtime_error(ValidUtf8(message)) {}
+
 void ThrowError(const char* file, int line, const std::string& message) {
-  std::string where = ValidUtf8(fmt::format("{}:{}: {}", file, line, message));
+  std::string where = fmt::format("{}:{}: {}", file, line, message);
   if (!g_context.empty()) where = fmt::format("[{}] {}", g_context, where);
   throw Error(where);
 }

@@ -15,20 +15,22 @@
 
 namespace baton {
 
+// `text` with every byte that is not part of valid UTF-8 written as "\xNN": an error's cause
+// (a path, a flipped header byte) then survives protobuf strings and JSON, which refuse invalid
+// UTF-8, and still says which bytes it was.
+std::string ValidUtf8(std::string_view text);
+
 class Error : public std::runtime_error {
  public:
-  using std::runtime_error::runtime_error;
+  // The message is kept as ValidUtf8(message), however the error is thrown (BATON_CHECK, or
+  // `throw Error(...)` with a config's text or a file's bytes in it).
+  explicit Error(std::string_view message);
 };
 
 // A short description of who is running ("rank 1 stage 1"), prefixed to every error raised on
 // this thread. Set once per worker thread; empty by default.
 void SetErrorContext(std::string context);
 const std::string& ErrorContext();
-
-// `text` with every byte that is not part of valid UTF-8 written as "\xNN": an error's cause
-// (a path, a flipped header byte) then survives protobuf strings and JSON, which refuse invalid
-// UTF-8, and still says which bytes it was.
-std::string ValidUtf8(std::string_view text);
 
 // Builds the message "[context] file:line: message" (valid UTF-8) and throws baton::Error.
 [[noreturn]] void ThrowError(const char* file, int line, const std::string& message);
