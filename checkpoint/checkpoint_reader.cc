@@ -20,6 +20,15 @@ std::string Join(const std::string& dir, const std::string& name) {
   return (fs::path(dir) / name).string();
 }
 
+// The JSON of a checkpoint file: text that does not parse is an error naming the file.
+nlohmann::json ReadJsonFile(const std::string& path) {
+  try {
+    return nlohmann::json::parse(ReadFileToString(path));
+  } catch (const nlohmann::json::exception& e) {
+    BATON_FAIL("{}: not valid JSON: {}", path, e.what());
+  }
+}
+
 bool HasManifest(const std::string& dir) { return FileExists(Join(dir, kManifestFileName)); }
 
 // step-<N> directories under `root`, newest first.
@@ -121,13 +130,7 @@ CheckpointReader CheckpointReader::Open(const std::string& dir) {
   }
   reader.step_dir_ = step_dir;
   const std::string manifest_path = Join(step_dir, kManifestFileName);
-  nlohmann::json json;
-  try {
-    json = nlohmann::json::parse(ReadFileToString(manifest_path));
-  } catch (const nlohmann::json::exception& e) {
-    BATON_FAIL("{}: not valid JSON: {}", manifest_path, e.what());
-  }
-  CheckpointManifest manifest = ManifestFromJson(json, manifest_path);
+  CheckpointManifest manifest = ManifestFromJson(ReadJsonFile(manifest_path), manifest_path);
   reader.step_ = manifest.step;
   reader.dims_ = manifest.dims;
   reader.layer_names_ = std::move(manifest.layer_names);
@@ -145,8 +148,7 @@ CheckpointReader CheckpointReader::Open(const std::string& dir) {
   const CheckpointFileEntry& state_entry = reader.Entry(kStateFileName);
   reader.VerifyFile(state_entry);
   const std::string state_path = Join(step_dir, kStateFileName);
-  reader.state_ =
-      TrainingStateFromJson(nlohmann::json::parse(ReadFileToString(state_path)), state_path);
+  reader.state_ = TrainingStateFromJson(ReadJsonFile(state_path), state_path);
   BATON_CHECK(reader.state_.step == reader.step_, "{}: step {} but {} says step {}", state_path,
               reader.state_.step, manifest_path, reader.step_);
   return reader;
