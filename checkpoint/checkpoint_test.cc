@@ -313,6 +313,22 @@ TEST(CheckpointTest, EmptyDirectoryIsNotACheckpoint) {
               HasSubstr("no complete checkpoint"));
 }
 
+// std::filesystem threw its own exception for paths stat cannot resolve. (Found by
+// tests/checkpoint_fuzz_test.)
+TEST(CheckpointTest, LinkLoopsAndOverlongNamesAreErrorsNamingThePathOrSkipped) {
+  Fixture f;
+  TempDir dir;
+  Rank whole = f.MakeRank({{0, 3}}, 0, 1);
+  Save(f, dir.path(), 2, {&whole});
+  std::filesystem::create_symlink(dir / "step-9", dir / "step-9");  // a loop named like a step
+  EXPECT_EQ(CheckpointReader::Open(dir.path()).step(), 2);
+  std::filesystem::create_symlink(dir / "loop", dir / "loop");
+  EXPECT_THAT(ErrorOf([&] { CheckpointReader::Open(dir / "loop"); }),
+              HasSubstr(dir / "loop" + ": no such checkpoint directory"));
+  const std::string overlong = dir / std::string(300, 'n');
+  EXPECT_THAT(ErrorOf([&] { CheckpointReader::Open(overlong); }), HasSubstr(overlong));
+}
+
 TEST(CheckpointTest, ManifestRequiresEveryLayerFromSomeRank) {
   Fixture f;
   TempDir dir;
