@@ -138,9 +138,14 @@ void Mutate(Mutator& m, const std::string& root, Damage& damage) {
                                                        "step-99999999999999999999", "\xff\n",
                                                        "step-3 step-3", std::string(5000, 's')}));
       return;
-    case 7: {  // a newer step: incomplete, or with a copy of the manifest
+    case 7: {  // a newer step: incomplete, with a copy of the manifest, or a link to itself
       const std::string newer =
           root + "/" + m.Pick(std::vector<std::string>{"step-4", "step-10", "step-x", "step-04"});
+      if (m.Chance(0.2)) {
+        if (!fs::exists(fs::symlink_status(newer))) fs::create_symlink(newer, newer);  // ELOOP
+        return;
+      }
+      if (fs::is_symlink(fs::symlink_status(newer))) return;
       fs::create_directories(newer);
       if (m.Chance(0.5)) {
         fuzz::WriteBytes(newer + "/" + kManifestFileName,
@@ -198,8 +203,14 @@ void ExpectManifestReadExactly(const CheckpointReader& reader) {
 void ReadBack(Mutator& m, Fixture& f, const std::string& case_dir, Saved& original,
               const Damage& damage) {
   const std::string root = case_dir + "/" + kCheckpointsDirName;
+  // The folder given: a checkpoints root, an output dir, a step, or paths stat cannot resolve.
+  const std::string loop = case_dir + "/loop";
+  if (!fs::exists(fs::symlink_status(loop))) fs::create_symlink(loop, loop);
   const std::string target =
-      m.Pick(std::vector<std::string>{root, case_dir, root + "/" + StepDirName(kStep)});
+      m.Chance(0.9)
+          ? m.Pick(std::vector<std::string>{root, case_dir, root + "/" + StepDirName(kStep)})
+          : m.Pick(std::vector<std::string>{loop, case_dir + "/" + std::string(300, 'n'),
+                                            root + "/" + kLatestFileName + "/x"});
   const CheckpointReader reader = CheckpointReader::Open(target);
   ExpectManifestReadExactly(reader);
   const size_t paths = m.Below(3);  // 0: resume, 1: export, 2: both

@@ -92,10 +92,11 @@ void WriteCase(Mutator& m, const std::string& path) {
       if (m.Chance(0.3)) std::filesystem::create_symlink(path + "/nowhere", path + "/dangling");
       if (m.Chance(0.3)) std::filesystem::create_directory_symlink(path, path + "/b/loop");
       if (m.Chance(0.3)) std::filesystem::create_symlink(path + "/a.txt", path + "/b/same.txt");
+      if (m.Chance(0.2)) std::filesystem::create_symlink("self", path + "/b/self");  // ELOOP
       return;
     }
-    default:  // not a regular file: FIFO, device, empty file, link to a FIFO, missing
-      switch (m.Below(5)) {
+    default:  // not a regular file: FIFO, device, empty file, link to a FIFO or itself, missing
+      switch (m.Below(6)) {
         case 0:
           ::mkfifo(path.c_str(), 0600);
           return;
@@ -108,6 +109,9 @@ void WriteCase(Mutator& m, const std::string& path) {
         case 3:
           ::mkfifo((path + ".fifo").c_str(), 0600);
           std::filesystem::create_symlink(path + ".fifo", path);
+          return;
+        case 4:
+          std::filesystem::create_symlink(path, path);
           return;
         default:
           return;  // missing
