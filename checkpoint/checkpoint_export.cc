@@ -30,7 +30,7 @@ std::optional<std::string> OptimizerStateOf(const std::string& name) {
 void CheckGptGraph(const CheckpointReader& checkpoint) {
   const std::vector<std::string>& names = checkpoint.layer_names();
   const int blocks = checkpoint.dims().num_layers;
-  bool ok = static_cast<int>(names.size()) == blocks + 2 && names.front() == "embedding" &&
+  bool ok = names.size() == static_cast<size_t>(blocks) + 2 && names.front() == "embedding" &&
             names.back() == "head";
   for (int i = 0; ok && i < blocks; ++i)
     ok = names[static_cast<size_t>(i) + 1] == fmt::format("block.{}", i);

@@ -3,7 +3,10 @@
 
 #include <bit>
 #include <charconv>
+#include <cmath>
 #include <filesystem>
+#include <limits>
+#include <utility>
 
 #include "core/error.h"
 #include "core/hash.h"
@@ -26,10 +29,23 @@ uint64_t ParseHex64(const nlohmann::json& value, const std::string& what,
   return result;
 }
 
+// An integer field read in its own type T: a number that does not fit (4294967304 for an int, -1
+// for a size), a fraction or another type is an error naming the field, never narrowed.
+template <typename T>
+T GetInteger(const nlohmann::json& value, const std::string& what, const std::string& source) {
+  const bool fits = value.is_number_unsigned()  ? std::in_range<T>(value.get<uint64_t>())
+                    : value.is_number_integer() ? std::in_range<T>(value.get<int64_t>())
+                                                : false;
+  BATON_CHECK(fits, "{}: {} must be an integer in [{}, {}], got {}", source, what,
+              std::numeric_limits<T>::min(), std::numeric_limits<T>::max(),
+              value.is_primitive() && !value.is_string() ? value.dump() : value.type_name());
+  return value.get<T>();
+}
+
 void CheckFormat(const nlohmann::json& json, const char* format, const std::string& source) {
   BATON_CHECK(json.is_object() && json.value("format", "") == format,
               "{}: not a {} file (\"format\" should be \"{}\")", source, format, format);
-  const int version = json.at("version").get<int>();
+  const int version = GetInteger<int>(json.at("version"), "version", source);
   BATON_CHECK(version == kVersion, "{}: version {} is not supported (this Baton reads {})", source,
               version, kVersion);
 }
@@ -47,10 +63,10 @@ CheckpointFileEntry EntryFromJson(const nlohmann::json& j, const std::string& so
   BATON_CHECK(!e.name.empty() && e.name.find('/') == std::string::npos && e.name[0] != '.',
               "{}: file name \"{}\" must be a plain name inside the step directory", source,
               e.name);
-  e.bytes = j.at("bytes").get<uint64_t>();
+  e.bytes = GetInteger<uint64_t>(j.at("bytes"), "the bytes of " + e.name, source);
   e.checksum = ParseHex64(j.at("fnv1a64"), "the fnv1a64 of " + e.name, source);
-  e.layer = j.value("layer", -1);
-  e.rank = j.value("rank", -1);
+  if (j.contains("layer")) e.layer = GetInteger<int>(j["layer"], "the layer of " + e.name, source);
+  if (j.contains("rank")) e.rank = GetInteger<int>(j["rank"], "the rank of " + e.name, source);
   return e;
 }
 
@@ -107,13 +123,21 @@ TrainingState TrainingStateFromJson(const nlohmann::json& j, const std::string& 
   return Parsing(source, [&] {
     CheckFormat(j, kStateFormat, source);
     TrainingState state;
-    state.step = j.at("step").get<int64_t>();
+    state.step = GetInteger<int64_t>(j.at("step"), "step", source);
     BATON_CHECK(state.step >= 0, "{}: negative step {}", source, state.step);
-    state.seed = j.at("data").at("seed").get<uint64_t>();
+    state.seed = GetInteger<uint64_t>(j.at("data").at("seed"), "data.seed", source);
     const nlohmann::json& scaler = j.at("loss_scaler");
     state.loss_scaler.scale = scaler.at("scale").get<double>();
-    state.loss_scaler.clean = scaler.at("clean_steps").get<int64_t>();
-    state.loss_scaler.skipped = scaler.at("skipped_steps").get<int64_t>();
+    BATON_CHECK(std::isfinite(state.loss_scaler.scale) && state.loss_scaler.scale > 0,
+                "{}: loss_scaler.scale must be a positive number, got {}", source,
+                state.loss_scaler.scale);
+    state.loss_scaler.clean =
+        GetInteger<int64_t>(scaler.at("clean_steps"), "loss_scaler.clean_steps", source);
+    state.loss_scaler.skipped =
+        GetInteger<int64_t>(scaler.at("skipped_steps"), "loss_scaler.skipped_steps", source);
+    BATON_CHECK(state.loss_scaler.clean >= 0 && state.loss_scaler.skipped >= 0,
+                "{}: loss_scaler's step counts must be >= 0, got {} clean and {} skipped", source,
+                state.loss_scaler.clean, state.loss_scaler.skipped);
     const nlohmann::json& rng = j.at("rng");
     if (!rng.is_null()) {
       Rng::State r{};
@@ -168,13 +192,22 @@ CheckpointManifest ManifestFromJson(const nlohmann::json& j, const std::string& 
   return Parsing(source, [&] {
     CheckFormat(j, kManifestFormat, source);
     CheckpointManifest m;
-    m.step = j.at("step").get<int64_t>();
+    m.step = GetInteger<int64_t>(j.at("step"), "step", source);
+    BATON_CHECK(m.step >= 0, "{}: negative step {}", source, m.step);
     const nlohmann::json& model = j.at("model");
-    m.dims.vocab_size = model.at("vocab_size").get<int>();
-    m.dims.context = model.at("context").get<int>();
-    m.dims.num_layers = model.at("num_layers").get<int>();
-    m.dims.num_heads = model.at("num_heads").get<int>();
-    m.dims.width = model.at("width").get<int>();
+    const auto dim = [&](const char* key) {
+      return GetInteger<int>(model.at(key), std::string("model.") + key, source);
+    };
+    m.dims.vocab_size = dim("vocab_size");
+    m.dims.context = dim("context");
+    m.dims.num_layers = dim("num_layers");
+    m.dims.num_heads = dim("num_heads");
+    m.dims.width = dim("width");
+    try {
+      Validate(m.dims);  // positive sizes, width a multiple of num_heads
+    } catch (const Error& e) {
+      BATON_FAIL("{}: model: {}", source, e.what());
+    }
     m.layer_names = model.at("layers").get<std::vector<std::string>>();
     for (const nlohmann::json& e : j.at("files")) m.files.push_back(EntryFromJson(e, source));
     return m;

@@ -70,6 +70,81 @@ TEST(CheckpointManifestTest, ManifestRoundTripsAndRefusesOtherFormats) {
   EXPECT_THROW(ManifestFromJson(nlohmann::json::object(), "m"), Error);
 }
 
+CheckpointManifest SmallManifest() {
+  CheckpointManifest m;
+  m.step = 8;
+  m.dims = {50257, 1024, 12, 12, 768};
+  m.layer_names = {"embedding", "block.0", "head"};
+  m.files = {{"layer-0.safetensors", 10, 11, 0, 0}, {"state.json", 5, 6, -1, -1}};
+  return m;
+}
+
+std::string ManifestError(const nlohmann::json& json) {
+  try {
+    ManifestFromJson(json, "x/manifest.json");
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+// nlohmann's get<int>() narrows silently: a width of 2^32 + 768 read as 768 would pass the
+// compatibility check with a width-768 model. (Found by tests/checkpoint_fuzz_test.)
+TEST(CheckpointManifestTest, NumbersThatDoNotFitTheirFieldAreRefusedNotNarrowed) {
+  nlohmann::json wide = ToJson(SmallManifest());
+  wide["model"]["width"] = (uint64_t{1} << 32) + 768;
+  EXPECT_THAT(ManifestError(wide),
+              ::testing::HasSubstr("x/manifest.json: model.width must be an integer in "
+                                   "[-2147483648, 2147483647], got 4294968064"));
+  nlohmann::json fraction = ToJson(SmallManifest());
+  fraction["model"]["num_heads"] = 12.5;
+  EXPECT_THAT(ManifestError(fraction), ::testing::HasSubstr("model.num_heads must be an integer"));
+  nlohmann::json version = ToJson(SmallManifest());
+  version["version"] = (uint64_t{1} << 32) + 1;
+  EXPECT_THAT(ManifestError(version), ::testing::HasSubstr("x/manifest.json: version must be"));
+  nlohmann::json negative = ToJson(SmallManifest());
+  negative["files"][0]["bytes"] = -1;
+  EXPECT_THAT(ManifestError(negative),
+              ::testing::HasSubstr("the bytes of layer-0.safetensors must be an integer in [0, "));
+  nlohmann::json layer = ToJson(SmallManifest());
+  layer["files"][0]["layer"] = uint64_t{1} << 32;
+  EXPECT_THAT(ManifestError(layer), ::testing::HasSubstr("the layer of layer-0.safetensors"));
+}
+
+// `baton export` reads the dims without a run's model to compare them with: they must describe a
+// model (positive sizes, width a multiple of heads), and an error names the manifest.
+TEST(CheckpointManifestTest, ManifestOfAnImpossibleModelIsRefusedNamingIt) {
+  nlohmann::json zero = ToJson(SmallManifest());
+  zero["model"]["context"] = 0;
+  EXPECT_THAT(ManifestError(zero), ::testing::HasSubstr("x/manifest.json: model: "));
+  EXPECT_THAT(ManifestError(zero), ::testing::HasSubstr("context must be positive, got 0"));
+  nlohmann::json heads = ToJson(SmallManifest());
+  heads["model"]["num_heads"] = 7;
+  EXPECT_THAT(ManifestError(heads), ::testing::HasSubstr("x/manifest.json: model: "));
+}
+
+TEST(CheckpointManifestTest, TrainingStateRefusesALossScalerTheTrainerCannotUse) {
+  TrainingState state;
+  state.step = 3;
+  state.loss_scaler = {65536.0, 2, 0};
+  const auto error = [&](const char* key, const nlohmann::json& value) {
+    nlohmann::json j = ToJson(state);
+    j["loss_scaler"][key] = value;
+    try {
+      TrainingStateFromJson(j, "x/state.json");
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("(no error)");
+  };
+  EXPECT_THAT(error("scale", 0.0), ::testing::HasSubstr("x/state.json: loss_scaler.scale must be "
+                                                        "a positive number, got 0"));
+  EXPECT_THAT(error("scale", -2.0), ::testing::HasSubstr("x/state.json: loss_scaler.scale"));
+  EXPECT_THAT(error("clean_steps", -1), ::testing::HasSubstr("x/state.json: loss_scaler's step"));
+  EXPECT_THAT(error("skipped_steps", 0.5),
+              ::testing::HasSubstr("loss_scaler.skipped_steps must be an integer"));
+}
+
 TEST(CheckpointManifestTest, StepDirectoryNames) {
   EXPECT_EQ(StepDirName(40), "step-40");
   EXPECT_EQ(ParseStepDirName("step-40"), 40);

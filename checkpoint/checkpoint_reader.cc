@@ -20,15 +20,32 @@ std::string Join(const std::string& dir, const std::string& name) {
   return (fs::path(dir) / name).string();
 }
 
+// The JSON of a checkpoint file: text that does not parse is an error naming the file.
+nlohmann::json ReadJsonFile(const std::string& path) {
+  try {
+    return nlohmann::json::parse(ReadFileToString(path));
+  } catch (const nlohmann::json::exception& e) {
+    BATON_FAIL("{}: not valid JSON: {}", path, e.what());
+  }
+}
+
 bool HasManifest(const std::string& dir) { return FileExists(Join(dir, kManifestFileName)); }
+
+// False too for a path stat cannot resolve (missing, a link loop, a name too long).
+bool IsDirectory(const std::string& path) {
+  std::error_code error;
+  return fs::is_directory(path, error);
+}
 
 // step-<N> directories under `root`, newest first.
 std::vector<std::pair<int64_t, std::string>> StepDirs(const std::string& root) {
   std::vector<std::pair<int64_t, std::string>> dirs;
-  for (const fs::directory_entry& entry : fs::directory_iterator(root)) {
-    const std::optional<int64_t> step = ParseStepDirName(entry.path().filename().string());
-    if (step && entry.is_directory()) dirs.emplace_back(*step, entry.path().string());
+  std::error_code error;
+  for (fs::directory_iterator it(root, error), end; !error && it != end; it.increment(error)) {
+    const std::optional<int64_t> step = ParseStepDirName(it->path().filename().string());
+    if (step && IsDirectory(it->path().string())) dirs.emplace_back(*step, it->path().string());
   }
+  BATON_CHECK(!error, "{}: cannot list: {}", root, error.message());
   std::sort(dirs.begin(), dirs.end(), std::greater<>());
   return dirs;
 }
@@ -105,12 +122,12 @@ CheckpointReader CheckpointReader::Open(const std::string& dir) {
   CheckpointReader reader;
   std::string step_dir = dir;
   if (!HasManifest(dir)) {
-    BATON_CHECK(fs::is_directory(dir), "{}: no such checkpoint directory", dir);
+    BATON_CHECK(IsDirectory(dir), "{}: no such checkpoint directory", dir);
     BATON_CHECK(!ParseStepDirName(fs::path(dir).lexically_normal().filename().string()),
                 "{}: incomplete checkpoint: no {} (the save did not finish)", dir,
                 kManifestFileName);
     std::string root = dir;
-    if (!IsCheckpointsRoot(root) && fs::is_directory(Join(dir, kCheckpointsDirName))) {
+    if (!IsCheckpointsRoot(root) && IsDirectory(Join(dir, kCheckpointsDirName))) {
       root = Join(dir, kCheckpointsDirName);
     }
     BATON_CHECK(IsCheckpointsRoot(root),
@@ -121,13 +138,7 @@ CheckpointReader CheckpointReader::Open(const std::string& dir) {
   }
   reader.step_dir_ = step_dir;
   const std::string manifest_path = Join(step_dir, kManifestFileName);
-  nlohmann::json json;
-  try {
-    json = nlohmann::json::parse(ReadFileToString(manifest_path));
-  } catch (const nlohmann::json::exception& e) {
-    BATON_FAIL("{}: not valid JSON: {}", manifest_path, e.what());
-  }
-  CheckpointManifest manifest = ManifestFromJson(json, manifest_path);
+  CheckpointManifest manifest = ManifestFromJson(ReadJsonFile(manifest_path), manifest_path);
   reader.step_ = manifest.step;
   reader.dims_ = manifest.dims;
   reader.layer_names_ = std::move(manifest.layer_names);
@@ -145,8 +156,7 @@ CheckpointReader CheckpointReader::Open(const std::string& dir) {
   const CheckpointFileEntry& state_entry = reader.Entry(kStateFileName);
   reader.VerifyFile(state_entry);
   const std::string state_path = Join(step_dir, kStateFileName);
-  reader.state_ =
-      TrainingStateFromJson(nlohmann::json::parse(ReadFileToString(state_path)), state_path);
+  reader.state_ = TrainingStateFromJson(ReadJsonFile(state_path), state_path);
   BATON_CHECK(reader.state_.step == reader.step_, "{}: step {} but {} says step {}", state_path,
               reader.state_.step, manifest_path, reader.step_);
   return reader;

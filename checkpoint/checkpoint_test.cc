@@ -11,6 +11,7 @@
 #include "checkpoint/checkpoint_test_util.h"
 #include "core/error.h"
 #include "core/files.h"
+#include "core/hash.h"
 
 namespace baton {
 namespace {
@@ -182,6 +183,27 @@ TEST(CheckpointTest, TruncatedLayerFileIsRejectedNamingTheFile) {
   EXPECT_THAT(error, HasSubstr("truncated"));
 }
 
+// state.json is checksummed, but a file crafted to match (or a manifest rewritten with it) must
+// still be refused as a baton::Error naming it, not escape as the JSON parser's exception.
+TEST(CheckpointTest, StateFileThatIsNotJsonIsAnErrorNamingIt) {
+  Fixture f;
+  TempDir dir;
+  Rank whole = f.MakeRank({{0, 3}}, 0, 1);
+  Save(f, dir.path(), 1, {&whole});
+  const std::string state = dir / "step-1/state.json";
+  WriteFileAtomically(state, "{\"format\": \"baton-training-state\", \xd7");
+  const std::string manifest_path = dir / "step-1/manifest.json";
+  nlohmann::json manifest = nlohmann::json::parse(ReadFileToString(manifest_path));
+  for (nlohmann::json& entry : manifest["files"]) {
+    if (entry["name"] != "state.json") continue;
+    entry["bytes"] = FileSize(state);
+    entry["fnv1a64"] = HexDigest(FileChecksum(state));
+  }
+  WriteFileAtomically(manifest_path, manifest.dump());
+  EXPECT_THAT(ErrorOf([&] { CheckpointReader::Open(dir.path()); }),
+              HasSubstr(state + ": not valid JSON"));
+}
+
 TEST(CheckpointTest, MissingLayerFileIsRejectedNamingTheFile) {
   Fixture f;
   TempDir dir;
@@ -289,6 +311,22 @@ TEST(CheckpointTest, EmptyDirectoryIsNotACheckpoint) {
   std::filesystem::create_directories(dir / "step-4");
   EXPECT_THAT(ErrorOf([&] { CheckpointReader::Open(dir.path()); }),
               HasSubstr("no complete checkpoint"));
+}
+
+// std::filesystem threw its own exception for paths stat cannot resolve. (Found by
+// tests/checkpoint_fuzz_test.)
+TEST(CheckpointTest, LinkLoopsAndOverlongNamesAreErrorsNamingThePathOrSkipped) {
+  Fixture f;
+  TempDir dir;
+  Rank whole = f.MakeRank({{0, 3}}, 0, 1);
+  Save(f, dir.path(), 2, {&whole});
+  std::filesystem::create_symlink(dir / "step-9", dir / "step-9");  // a loop named like a step
+  EXPECT_EQ(CheckpointReader::Open(dir.path()).step(), 2);
+  std::filesystem::create_symlink(dir / "loop", dir / "loop");
+  EXPECT_THAT(ErrorOf([&] { CheckpointReader::Open(dir / "loop"); }),
+              HasSubstr(dir / "loop" + ": no such checkpoint directory"));
+  const std::string overlong = dir / std::string(300, 'n');
+  EXPECT_THAT(ErrorOf([&] { CheckpointReader::Open(overlong); }), HasSubstr(overlong));
 }
 
 TEST(CheckpointTest, ManifestRequiresEveryLayerFromSomeRank) {

@@ -3,6 +3,7 @@
 #include "config/config.h"
 
 #include <fmt/format.h>
+#include <yaml-cpp/eventhandler.h>
 #include <yaml-cpp/yaml.h>
 
 #include <charconv>
@@ -92,19 +93,71 @@ void ReadSection(const Schema& schema, const std::string& file, const std::strin
   }
 }
 
-RawConfig ReadRaw(const Schema& schema, const std::string& text, const std::string& file) {
-  YAML::Node root;
+// Where the YAML documents of a text start: each document's start and its first node. Walks two
+// documents at most: yaml-cpp's LoadAll never returns on some text (a lone ',' yields empty
+// documents forever without consuming it, taking all memory).
+class DocumentStarts final : public YAML::EventHandler {
+ public:
+  std::vector<YAML::Mark> starts;       // each document's first token
+  std::vector<YAML::Mark> first_nodes;  // each document's first node (its start when it has none)
+
+  void OnDocumentStart(const YAML::Mark& mark) override {
+    starts.push_back(mark);
+    first_nodes.push_back(mark);
+    awaiting_node_ = true;
+  }
+  void OnDocumentEnd() override {}
+  void OnNull(const YAML::Mark& mark, YAML::anchor_t) override { Node(mark); }
+  void OnAlias(const YAML::Mark& mark, YAML::anchor_t) override { Node(mark); }
+  void OnScalar(const YAML::Mark& mark, const std::string&, YAML::anchor_t,
+                const std::string&) override {
+    Node(mark);
+  }
+  void OnSequenceStart(const YAML::Mark& mark, const std::string&, YAML::anchor_t,
+                       YAML::EmitterStyle::value) override {
+    Node(mark);
+  }
+  void OnSequenceEnd() override {}
+  void OnMapStart(const YAML::Mark& mark, const std::string&, YAML::anchor_t,
+                  YAML::EmitterStyle::value) override {
+    Node(mark);
+  }
+  void OnMapEnd() override {}
+
+ private:
+  void Node(const YAML::Mark& mark) {
+    if (awaiting_node_) first_nodes.back() = mark;
+    awaiting_node_ = false;
+  }
+  bool awaiting_node_ = false;
+};
+
+// The text's one YAML document (a null node for none).
+YAML::Node LoadOneDocument(const std::string& text, const std::string& file) {
   try {
-    const std::vector<YAML::Node> documents = YAML::LoadAll(text);
-    // A second document ("---") would otherwise be dropped without a word.
-    if (documents.size() > 1) {
-      throw Error(fmt::format("{}: a second YAML document; a config is one document",
-                              Where(file, documents[1].Mark())));
+    std::istringstream stream(text);
+    YAML::Parser parser(stream);
+    DocumentStarts documents;
+    while (documents.starts.size() < 2 && parser.HandleNextDocument(documents)) {
     }
-    if (!documents.empty()) root = documents.front();
-  } catch (const YAML::ParserException& e) {
+    if (documents.starts.size() == 2) {
+      const YAML::Mark& second = documents.starts[1];
+      if (second.pos == documents.starts[0].pos) {  // the parser made no progress
+        throw Error(fmt::format("{}: YAML syntax error: unexpected '{}'", Where(file, second),
+                                text.substr(static_cast<size_t>(second.pos), 1)));
+      }
+      // A second document ("---") would otherwise be dropped without a word.
+      throw Error(fmt::format("{}: a second YAML document; a config is one document",
+                              Where(file, documents.first_nodes[1])));
+    }
+    return YAML::Load(text);
+  } catch (const YAML::Exception& e) {
     throw Error(fmt::format("{}: YAML syntax error: {}", Where(file, e.mark), e.msg));
   }
+}
+
+RawConfig ReadRaw(const Schema& schema, const std::string& text, const std::string& file) {
+  const YAML::Node root = LoadOneDocument(text, file);
   RawConfig raw;
   if (root.IsNull()) return raw;
   if (!root.IsMap()) {

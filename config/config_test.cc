@@ -133,6 +133,20 @@ TEST(ConfigTest, ASecondYamlDocumentIsAnErrorNotIgnored) {
             "x.yaml:4: a second YAML document; a config is one document");  // its first line
 }
 
+// yaml-cpp reads a document that starts with ',' as empty without consuming the ',': reading
+// "all documents" of such a text never ended and took all memory. (Found by
+// tests/config_fuzz_test.)
+TEST(ConfigTest, ADocumentStartingWithACommaIsASyntaxErrorNotRunawayMemory) {
+  EXPECT_EQ(ParseError(","), "x.yaml:1: YAML syntax error: unexpected ','");
+  EXPECT_EQ(ParseError("# a config\n, model: 1\n"), "x.yaml:2: YAML syntax error: unexpected ','");
+}
+
+// Messages quote the config's bytes; they stay valid UTF-8 (they cross protobuf and JSON).
+TEST(ConfigTest, ErrorsQuotingBytesThatAreNotUtf8AreValidUtf8) {
+  EXPECT_EQ(ParseError(std::string(kMinimal) + "train:\n  st\xffps: 5\n"),
+            "x.yaml:4: train.st\\xffps: unknown key (did you mean steps?)");
+}
+
 TEST(ConfigTest, UnknownEnumNameListsTheChoices) {
   EXPECT_EQ(ParseError(std::string(kMinimal) + "parallel:\n  schedule: 1f2b\n"),
             "x.yaml:4: parallel.schedule: expected one of gpipe, 1f1b, interleaved, zb-h1, got "

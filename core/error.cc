@@ -54,12 +54,15 @@ std::string ValidUtf8(std::string_view text) {
   return out;
 }
 
+Error::Error(std::string_view message, std::string origin)
+    : std::runtime_error(ValidUtf8(message)), origin_(ValidUtf8(origin)) {}
+
 void ThrowError(const char* file, int line, const char* condition, const std::string& message) {
-  std::string text = ValidUtf8(message);
+  std::string text(message);
   if (!g_context.empty()) text = fmt::format("[{}] {}", g_context, text);
   std::string origin = fmt::format("{}:{}", file, line);
   if (condition != nullptr) origin += fmt::format(": check failed: {}", condition);
-  throw Error(text, ValidUtf8(origin));
+  throw Error(text, origin);
 }
 
 void LogOrigin(const std::exception& e) {

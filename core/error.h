@@ -16,10 +16,16 @@
 
 namespace baton {
 
+// `text` with every byte that is not part of valid UTF-8 written as "\xNN": an error's cause
+// (a path, a flipped header byte) then survives protobuf strings and JSON, which refuse invalid
+// UTF-8, and still says which bytes it was.
+std::string ValidUtf8(std::string_view text);
+
 class Error : public std::runtime_error {
  public:
-  explicit Error(const std::string& message, std::string origin = {})
-      : std::runtime_error(message), origin_(std::move(origin)) {}
+  // The message is kept as ValidUtf8(message), however the error is thrown (BATON_CHECK, or
+  // `throw Error(...)` with a config's text or a file's bytes in it).
+  explicit Error(std::string_view message, std::string origin = {});
   // Where it was raised, and the check that failed: "core/files.cc:46: check failed: n > 0".
   // Empty for an Error built by hand. Not part of what(): callers log it at debug level.
   const std::string& origin() const { return origin_; }
@@ -32,11 +38,6 @@ class Error : public std::runtime_error {
 // this thread. Set once per worker thread; empty by default.
 void SetErrorContext(std::string context);
 const std::string& ErrorContext();
-
-// `text` with every byte that is not part of valid UTF-8 written as "\xNN": an error's cause
-// (a path, a flipped header byte) then survives protobuf strings and JSON, which refuse invalid
-// UTF-8, and still says which bytes it was.
-std::string ValidUtf8(std::string_view text);
 
 // Throws baton::Error with the message "[context] message" (valid UTF-8) and the origin
 // "file:line" (+ ": check failed: condition" when `condition` is not null).

@@ -31,5 +31,11 @@ TEST(ErrorTest, ThrownMessagesAreValidUtf8AndKeepTheCause) {
   }
 }
 
+// Code that builds its own message (the config reader quoting a YAML line) throws Error directly.
+TEST(ErrorTest, ErrorsThrownDirectlyAreValidUtf8Too) {
+  const Error error(std::string("x.yaml:3: train.st\xe0ps: unknown key"));
+  EXPECT_STREQ(error.what(), "x.yaml:3: train.st\\xe0ps: unknown key");
+}
+
 }  // namespace
 }  // namespace baton

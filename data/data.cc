@@ -208,15 +208,23 @@ std::vector<std::filesystem::path> ListTextFiles(const std::string& path) {
     BATON_FAIL("{}: is {}, not a regular file or folder", path, FileKind(info.st_mode));
   }
   std::vector<std::pair<std::string, fs::path>> found;  // (relative path, path)
-  for (const fs::directory_entry& entry : fs::recursive_directory_iterator(root)) {
-    if (!entry.is_regular_file()) continue;  // follows symlinks to files
-    found.emplace_back(entry.path().lexically_relative(root).generic_string(), entry.path());
+  std::error_code error;
+  for (fs::recursive_directory_iterator it(root, error), end; !error && it != end;
+       it.increment(error)) {
+    // Links to files count; a link that resolves to no regular file (dangling, a loop) is
+    // skipped like a FIFO or a folder.
+    std::error_code status_error;
+    if (!it->is_regular_file(status_error)) continue;
+    found.emplace_back(it->path().lexically_relative(root).generic_string(), it->path());
   }
+  if (error) BATON_FAIL("{}: cannot list the folder: {}", path, error.message());
   std::sort(found.begin(), found.end());  // byte order of the relative paths
   std::vector<fs::path> files;
   std::set<fs::path> seen;  // canonical targets already listed
   for (const auto& [relative, file] : found) {
-    if (seen.insert(fs::canonical(file)).second) files.push_back(file);
+    const fs::path target = fs::canonical(file, error);
+    if (error) BATON_FAIL("{}: cannot resolve: {}", file.string(), error.message());
+    if (seen.insert(target).second) files.push_back(file);
   }
   if (files.empty()) BATON_FAIL("{}: the folder holds no files", path);
   return files;

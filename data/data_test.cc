@@ -143,6 +143,17 @@ TEST_F(DataTest, TextIsOneTokenPerByteIncludingHighBytes) {
   EXPECT_EQ(data[3], 128);
 }
 
+// std::filesystem threw its own exception for a link loop below the folder. (Found by
+// tests/data_fuzz_test.)
+TEST_F(DataTest, LinksThatResolveToNoFileAreSkippedLikeDanglingOnes) {
+  Write("a.txt", "1");
+  fs::create_symlink("loop", dir_ / "loop");
+  fs::create_symlink(dir_ / "nowhere", dir_ / "dangling");
+  const auto files = ListTextFiles(dir_.string());
+  ASSERT_EQ(files.size(), 1u);
+  EXPECT_EQ(files[0], dir_ / "a.txt");
+}
+
 TEST_F(DataTest, FolderIsReadRecursivelyInSortedPathOrder) {
   Write("b", "3");
   Write("a/z", "2");

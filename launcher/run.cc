@@ -422,6 +422,28 @@ int64_t BudgetBytes(const MemoryArgs& args) {
   return args.budget.empty() ? 0 : ParseByteSize(args.budget);
 }
 
+// Runs `step` (planning, predicting memory) on the config loaded from `config_path`. A config
+// that loads but cannot be planned (more stages than layers, a schedule file that does not fit
+// it, a budget no cut meets) is an error naming the file: every value these steps read came from
+// it or from its --set.
+template <typename Step>
+auto NamingConfig(const std::string& config_path, Step step) -> decltype(step()) {
+  try {
+    return step();
+  } catch (const Error& e) {
+    throw Error(fmt::format("{}: plan: {}", config_path, e.what()));
+  }
+}
+
+// What both commands plan: `config` under --memory-budget (`budget`) and --fit.
+Plan PlanConfig(const Config& config, const std::string& config_path, int64_t budget,
+                const MemoryArgs& memory, FitResult* fit) {
+  return NamingConfig(config_path, [&] {
+    return PlanForBudget(config, budget, memory.fit, memory.max_stages,
+                         memory.fit ? MeasureStepRates(config) : StepRates(), fit);
+  });
+}
+
 json FitJson(const FitResult& fit) {
   json candidates = json::array();
   for (const FitCandidate& c : fit.candidates) {
@@ -460,9 +482,7 @@ int RunCommand(const RunOptions& options) {
   const LaunchEnvironment env = DetectLaunchEnvironment(ParseLauncherChoice(options.launcher));
   const int64_t budget = BudgetBytes(options.memory);
   FitResult fit;
-  const Plan plan =
-      PlanForBudget(loaded, budget, options.memory.fit, options.memory.max_stages,
-                    options.memory.fit ? MeasureStepRates(loaded) : StepRates(), &fit);
+  const Plan plan = PlanConfig(loaded, options.config.path, budget, options.memory, &fit);
   if (options.memory.fit && env.rank == 0) {
     spdlog::info("--fit considered:\n{}", FormatFitTable(fit, budget));
   }
@@ -484,10 +504,9 @@ int PlanCommand(const PlanOptions& options, std::ostream& out) {
   const Config config = LoadConfig(options.config.path, options.config.overrides);
   const int64_t budget = BudgetBytes(options.memory);
   FitResult fit;
-  const Plan plan =
-      PlanForBudget(config, budget, options.memory.fit, options.memory.max_stages,
-                    options.memory.fit ? MeasureStepRates(config) : StepRates(), &fit);
-  const std::vector<RankMemory> predicted = PredictMemory(plan);
+  const Plan plan = PlanConfig(config, options.config.path, budget, options.memory, &fit);
+  const std::vector<RankMemory> predicted =
+      NamingConfig(options.config.path, [&] { return PredictMemory(plan); });
   if (options.format == "json") {
     json j = {{"schedule", plan.schedule.name},
               {"memory_budget", plan.memory_budget},
