@@ -273,6 +273,7 @@ TEST(ConfigFuzzTest, MutatedConfigsPlanOrFailNamingTheFileAndTheLineOrKey) {
     bases.push_back(text);
   }
   fuzz::AddressSpaceCap cap(fuzz::kAddressSpaceCap);
+  const fuzz::QuietLog quiet;
   int planned = 0, refused = 0;
   for (const int index : fuzz::Cases()) {
     const CaseId id{"config", kSeed, index};

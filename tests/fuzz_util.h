@@ -14,6 +14,7 @@
 
 #include <cxxabi.h>
 #include <gtest/gtest.h>
+#include <spdlog/spdlog.h>
 #include <sys/resource.h>
 
 #include <chrono>
@@ -163,6 +164,19 @@ class AddressSpaceCap {
   bool active_ = false;
 };
 inline constexpr uint64_t kAddressSpaceCap = uint64_t{8} << 30;
+
+// Logs only errors while it lives: readers warn about what they skip, commands report progress,
+// and a fuzzer's hundreds of cases would bury its failures.
+class QuietLog {
+ public:
+  QuietLog() : saved_(spdlog::get_level()) { spdlog::set_level(spdlog::level::err); }
+  ~QuietLog() { spdlog::set_level(saved_); }
+  QuietLog(const QuietLog&) = delete;
+  QuietLog& operator=(const QuietLog&) = delete;
+
+ private:
+  spdlog::level::level_enum saved_;
+};
 
 // Random choices of one case.
 class Mutator {
