@@ -290,7 +290,7 @@ void SafetensorsFile::CopyTo(const std::string& name, Tensor& dst, Backend& back
   const std::span<const std::byte> bytes = Bytes(entry);
   const void* source = bytes.data();
   std::vector<uint64_t> aligned;  // I/O staging for a file whose writer did not align its data
-  if (reinterpret_cast<uintptr_t>(source) % SizeOf(dtype) != 0) {
+  if (!bytes.empty() && reinterpret_cast<uintptr_t>(source) % SizeOf(dtype) != 0) {
     aligned.resize((bytes.size() + 7) / 8);
     std::memcpy(aligned.data(), bytes.data(), bytes.size());
     source = aligned.data();

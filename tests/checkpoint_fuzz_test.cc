@@ -11,10 +11,11 @@
 #include <cmath>
 
 #include "checkpoint/checkpoint.h"
-#include "checkpoint/checkpoint_export.h"
 #include "checkpoint/checkpoint_test_util.h"
+#include "config/config.h"
 #include "core/files.h"
 #include "core/hash.h"
+#include "launcher/export.h"
 #include "tests/fuzz_util.h"
 
 namespace baton {
@@ -44,6 +45,11 @@ Saved SaveCheckpoint(Fixture& f, DType dtype, const std::string& root) {
   state.step = kStep;
   state.seed = 1337;
   state.loss_scaler = {32768.0, 5, 1};
+  // The run's config, as the worker stores it: `baton export` reads it back (data.tokenizer).
+  state.config = ToJson(ParseConfigString(
+      "model:\n  vocab_size: 11\n  context: 5\n  num_layers: 2\n  num_heads: 2\n  width: 8\n"
+      "data:\n  path: data.bin\n",
+      "tiny.yaml"));
   writer.WriteManifest(kStep,
                        writer.WriteLayers(kStep, 0, saved.rank.checkpoint_tensors(), *f.backend),
                        state, f.dims, f.graph);
@@ -198,8 +204,9 @@ void ExpectManifestReadExactly(const CheckpointReader& reader) {
   EXPECT_GE(scaler.skipped, 0);
 }
 
-// Resume as the worker runs it (every rank of a partition loads what it holds), `baton export`, or
-// both. `original`: the rank that saved, for the exactness of a success.
+// Resume as the worker runs it (every rank of a partition loads what it holds), `baton export`
+// (ExportCommand: the reader, the stored config, the GPT-2 files), or both. `original`: the rank
+// that saved, for the exactness of a success.
 void ReadBack(Mutator& m, Fixture& f, const std::string& case_dir, Saved& original,
               const Damage& damage) {
   const std::string root = case_dir + "/" + kCheckpointsDirName;
@@ -226,8 +233,11 @@ void ReadBack(Mutator& m, Fixture& f, const std::string& case_dir, Saved& origin
     }
   }
   if (paths != 0) {
-    ExportCheckpointToHf(reader, case_dir + "/export",
-                         m.Pick(std::vector<DType>{DType::kF32, DType::kBF16, DType::kF16}));
+    ExportOptions options;
+    options.checkpoint = target;
+    options.output = case_dir + "/export";
+    options.dtype = m.Pick(std::vector<std::string>{"f32", "bf16", "f16"});
+    EXPECT_EQ(ExportCommand(options), 0);
   }
 }
 
@@ -238,6 +248,7 @@ TEST(CheckpointFuzzTest, MutatedCheckpointsLoadExactlyOrFailNamingTheFile) {
   bases.push_back(SaveCheckpoint(f, DType::kF32, dir / "base-f32"));
   bases.push_back(SaveCheckpoint(f, DType::kBF16, dir / "base-bf16"));
   fuzz::AddressSpaceCap cap(fuzz::kAddressSpaceCap);
+  const fuzz::QuietLog quiet;  // the reader's warnings about skipped steps, export's progress
   int loaded = 0, refused = 0;
   for (const int index : fuzz::Cases()) {
     const CaseId id{"checkpoint", kSeed, index};

@@ -60,45 +60,18 @@ struct Files {
 
 // Values of every type, odd and valid, for any key.
 std::string RandomValue(Mutator& m, const Files& files) {
-  static const std::vector<std::string> odd = {"nan",
-                                               ".nan",
-                                               ".inf",
-                                               "-.inf",
-                                               "inf",
-                                               "1e",
-                                               "0x10",
-                                               "1_000",
-                                               "[1, 2]",
-                                               "{a: 1}",
-                                               "''",
-                                               "\"\"",
-                                               "~",
-                                               "null",
-                                               "true",
-                                               "yes",
-                                               "[]",
-                                               "{}",
-                                               "every:0",
-                                               "every:-1",
-                                               "every:1",
-                                               "every:2",
-                                               "every:4294967297",
-                                               "selective",
-                                               "none",
-                                               "\"\\xff\"",
-                                               "!!binary aGVsbG8=",
-                                               "&a 5",
-                                               "*a",
-                                               "|\n  text",
-                                               "[embedding, head]",
-                                               "[embedding, block, block, head]",
-                                               "[embedding, mlp_block, head]",
-                                               "[head, embedding]",
-                                               "[embedding, [block], head]"};
+  // clang-format off
+  static const std::vector<std::string> odd = {
+      "nan", ".nan", ".inf", "-.inf", "inf", "1e", "0x10", "1_000", "[1, 2]", "{a: 1}", "''",
+      "\"\"", "~", "null", "true", "yes", "[]", "{}", "every:0", "every:-1", "every:1", "every:2",
+      "every:4294967297", "selective", "none", "\"\\xff\"", "!!binary aGVsbG8=", "&a 5", "*a",
+      "|\n  text", "[embedding, head]", "[embedding, block, block, head]",
+      "[embedding, mlp_block, head]", "[head, embedding]", "[embedding, [block], head]"};
   static const std::vector<std::string> names = {
-      "gpt",      "mlp",   "custom", "text",        "bin",   "auto",    "cosine",
-      "constant", "gpipe", "1f1b",   "interleaved", "zb-h1", "uniform", "parameters",
-      "flops",    "fp32",  "bf16",   "fp16",        "cpu",   "cuda",    "false"};
+      "gpt", "mlp", "custom", "text", "bin", "auto", "cosine", "constant", "gpipe", "1f1b",
+      "interleaved", "zb-h1", "uniform", "parameters", "flops", "fp32", "bf16", "fp16", "cpu",
+      "cuda", "false"};
+  // clang-format on
   switch (m.Below(10)) {
     case 0:
     case 1:
@@ -273,6 +246,7 @@ TEST(ConfigFuzzTest, MutatedConfigsPlanOrFailNamingTheFileAndTheLineOrKey) {
     bases.push_back(text);
   }
   fuzz::AddressSpaceCap cap(fuzz::kAddressSpaceCap);
+  const fuzz::QuietLog quiet;
   int planned = 0, refused = 0;
   for (const int index : fuzz::Cases()) {
     const CaseId id{"config", kSeed, index};

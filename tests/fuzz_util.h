@@ -14,6 +14,7 @@
 
 #include <cxxabi.h>
 #include <gtest/gtest.h>
+#include <spdlog/spdlog.h>
 #include <sys/resource.h>
 
 #include <chrono>
@@ -164,6 +165,19 @@ class AddressSpaceCap {
 };
 inline constexpr uint64_t kAddressSpaceCap = uint64_t{8} << 30;
 
+// Logs only errors while it lives: readers warn about what they skip, commands report progress,
+// and a fuzzer's hundreds of cases would bury its failures.
+class QuietLog {
+ public:
+  QuietLog() : saved_(spdlog::get_level()) { spdlog::set_level(spdlog::level::err); }
+  ~QuietLog() { spdlog::set_level(saved_); }
+  QuietLog(const QuietLog&) = delete;
+  QuietLog& operator=(const QuietLog&) = delete;
+
+ private:
+  spdlog::level::level_enum saved_;
+};
+
 // Random choices of one case.
 class Mutator {
  public:
@@ -226,41 +240,15 @@ class Mutator {
 
 // Numbers at the edges of the types readers convert to, as text (YAML and JSON both read them).
 inline const std::vector<std::string>& BoundaryNumbers() {
+  // clang-format off
   static const std::vector<std::string> numbers = {
-      "0",
-      "-1",
-      "1",
-      "2",
-      "7",
-      "127",
-      "255",
-      "256",
-      "65535",
-      "65536",
-      "65537",
-      "2147483647",
-      "2147483648",
-      "-2147483648",
-      "-2147483649",
-      "4294967295",
-      "4294967296",
-      "4294967424",
-      "9223372036854775807",
-      "9223372036854775808",
-      "-9223372036854775808",
-      "-9223372036854775809",
-      "18446744073709551615",
-      "18446744073709551616",
-      "340282366920938463463374607431768211456",
-      "1e308",
-      "1e309",
-      "-1e308",
-      "1e-320",
-      "0.5",
-      "-0.0",
-      "1.0",
-      "3.999999999",
-  };
+      "0", "-1", "1", "2", "7", "127", "255", "256", "65535", "65536", "65537",
+      "2147483647", "2147483648", "-2147483648", "-2147483649", "4294967295", "4294967296",
+      "4294967424", "9223372036854775807", "9223372036854775808", "-9223372036854775808",
+      "-9223372036854775809", "18446744073709551615", "18446744073709551616",
+      "340282366920938463463374607431768211456", "1e308", "1e309", "-1e308", "1e-320", "0.5",
+      "-0.0", "1.0", "3.999999999"};
+  // clang-format on
   return numbers;
 }
 
