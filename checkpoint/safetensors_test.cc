@@ -73,6 +73,13 @@ class HostAsDeviceBackend final : public Backend {
   void GeluForward(const Tensor&, Tensor&) override { BATON_FAIL("unused"); }
   void GeluBackward(const Tensor&, const Tensor&, Tensor&) override { BATON_FAIL("unused"); }
   void AttentionForward(const Tensor&, int, Tensor&, Tensor&) override { BATON_FAIL("unused"); }
+  void FlashAttentionForward(const Tensor&, int, Tensor&, Tensor&) override {
+    BATON_FAIL("unused");
+  }
+  void FlashAttentionBackward(const Tensor&, const Tensor&, const Tensor&, const Tensor&, int,
+                              Tensor&) override {
+    BATON_FAIL("unused");
+  }
   void AttentionBackward(const Tensor&, const Tensor&, const Tensor&, int, Tensor&) override {
     BATON_FAIL("unused");
   }

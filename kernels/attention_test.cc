@@ -1,6 +1,10 @@
-// CPU backend causal self-attention: forward against a naive per-head softmax, causality, and the
-// backward by finite differences and accumulation.
+// CPU backend causal self-attention, materialized and flash-style: forward against a naive
+// per-head softmax, causality, the backward by finite differences and accumulation, and flash
+// against materialized on shapes that cross the flash block size.
+#include <fmt/format.h>
+
 #include <cmath>
+#include <string>
 
 #include "kernels/kernels_test_util.h"
 
@@ -152,6 +156,135 @@ TEST_F(AttentionTest, HeadsMustDivideChannels) {
   Tensor out = Zeros({1, 4, 10});
   Tensor probs = Zeros({1, 3, 4, 4});
   EXPECT_THROW(Forward(qkv, 3, out, probs), Error);
+}
+
+// ---- flash-style
+
+// log sum_s exp(score) per (b, h, t), in double, straight from the definition.
+std::vector<float> NaiveLogSumExp(const std::vector<float>& qkv, int64_t batch, int64_t seq,
+                                  int64_t channels, int64_t heads) {
+  const int64_t dim = channels / heads;
+  std::vector<float> lse(static_cast<size_t>(batch * heads * seq));
+  const auto at = [&](int64_t b, int64_t t, int64_t col) {
+    return static_cast<double>(qkv[(b * seq + t) * 3 * channels + col]);
+  };
+  for (int64_t b = 0; b < batch; ++b) {
+    for (int64_t h = 0; h < heads; ++h) {
+      for (int64_t t = 0; t < seq; ++t) {
+        double sum = 0.0;
+        for (int64_t s = 0; s <= t; ++s) {
+          double dot = 0.0;
+          for (int64_t d = 0; d < dim; ++d) {
+            dot += at(b, t, h * dim + d) * at(b, s, channels + h * dim + d);
+          }
+          sum += std::exp(dot / std::sqrt(static_cast<double>(dim)));
+        }
+        lse[static_cast<size_t>((b * heads + h) * seq + t)] = static_cast<float>(std::log(sum));
+      }
+    }
+  }
+  return lse;
+}
+
+struct FlashShape {
+  int64_t batch, seq, channels, heads;
+};
+
+// T = 1; T below, at and across the 64-query block and the 256-key block, not multiples of
+// them; many heads; a wide head.
+constexpr FlashShape kFlashShapes[] = {
+    {1, 1, 8, 2},     {2, 5, 8, 2},     {1, 64, 16, 2},  {2, 70, 12, 3},  {1, 130, 32, 8},
+    {1, 200, 64, 16}, {1, 129, 128, 1}, {1, 256, 16, 2}, {2, 300, 16, 2}, {1, 577, 24, 3}};
+
+std::string Describe(const FlashShape& s) {
+  return fmt::format("B={} T={} C={} NH={}", s.batch, s.seq, s.channels, s.heads);
+}
+
+TEST_F(AttentionTest, FlashForwardMatchesNaiveSoftmaxAndLogSumExp) {
+  for (const FlashShape& s : kFlashShapes) {
+    SCOPED_TRACE(Describe(s));
+    Tensor qkv = Random({s.batch, s.seq, 3 * s.channels}, 2.0f);
+    Tensor out = Random({s.batch, s.seq, s.channels});  // stale values must be overwritten
+    Tensor lse = Random({s.batch, s.heads, s.seq});
+    backend().FlashAttentionForward(qkv, static_cast<int>(s.heads), out, lse);
+    const std::vector<float> x = Floats(qkv);
+    const Reference ref = NaiveAttention(x, s.batch, s.seq, s.channels, s.heads);
+    EXPECT_LT(NormalisedError(Floats(out), ref.out), 1e-6);
+    EXPECT_LT(NormalisedError(Floats(lse), NaiveLogSumExp(x, s.batch, s.seq, s.channels, s.heads)),
+              1e-6);
+  }
+}
+
+TEST_F(AttentionTest, FlashMatchesMaterializedForwardAndBackward) {
+  for (const FlashShape& s : kFlashShapes) {
+    SCOPED_TRACE(Describe(s));
+    const int heads = static_cast<int>(s.heads);
+    Tensor qkv = Random({s.batch, s.seq, 3 * s.channels}, 2.0f);
+    Tensor dout = Random({s.batch, s.seq, s.channels});
+    Tensor out = Zeros(dout.shape()), probs = Zeros({s.batch, s.heads, s.seq, s.seq});
+    backend().AttentionForward(qkv, heads, out, probs);
+    Tensor dqkv = Random(qkv.shape());  // both accumulate onto the same values
+    Tensor flash_dqkv = Zeros(qkv.shape());
+    backend().Copy(dqkv, flash_dqkv);
+    backend().AttentionBackward(dout, qkv, probs, heads, dqkv);
+
+    Tensor flash_out = Zeros(dout.shape()), lse = Zeros({s.batch, s.heads, s.seq});
+    backend().FlashAttentionForward(qkv, heads, flash_out, lse);
+    backend().FlashAttentionBackward(dout, qkv, flash_out, lse, heads, flash_dqkv);
+    EXPECT_LT(NormalisedError(Floats(flash_out), Floats(out)), 1e-5);
+    EXPECT_LT(NormalisedError(Floats(flash_dqkv), Floats(dqkv)), 1e-5);
+  }
+}
+
+TEST_F(AttentionTest, FlashOutputAtPositionIgnoresLaterPositions) {
+  const int64_t batch = 1, seq = 150, channels = 16, heads = 4, cut = 70;
+  Tensor qkv = Random({batch, seq, 3 * channels});
+  Tensor out = Zeros({batch, seq, channels}), lse = Zeros({batch, heads, seq});
+  backend().FlashAttentionForward(qkv, heads, out, lse);
+  const std::vector<float> before = Floats(out);
+  for (int64_t i = (cut + 1) * 3 * channels; i < qkv.numel(); ++i) qkv.data<float>()[i] += 1.0f;
+  backend().FlashAttentionForward(qkv, heads, out, lse);
+  const std::vector<float> after = Floats(out);
+  for (int64_t i = 0; i < (cut + 1) * channels; ++i) EXPECT_EQ(after[i], before[i]) << i;
+}
+
+TEST_F(AttentionTest, FlashBackwardMatchesFiniteDifferences) {
+  for (const FlashShape& s :
+       {FlashShape{2, 5, 8, 2}, FlashShape{1, 70, 8, 2}, FlashShape{1, 270, 4, 1}}) {
+    SCOPED_TRACE(Describe(s));
+    const int heads = static_cast<int>(s.heads);
+    Tensor qkv = Random({s.batch, s.seq, 3 * s.channels});
+    Tensor dout = Random({s.batch, s.seq, s.channels});
+    Tensor out = Zeros(dout.shape()), lse = Zeros({s.batch, s.heads, s.seq});
+    const auto loss = [&] {
+      backend().FlashAttentionForward(qkv, heads, out, lse);
+      return ProjectedSum(out, dout);
+    };
+    loss();
+    Tensor dqkv = Zeros(qkv.shape());
+    backend().FlashAttentionBackward(dout, qkv, out, lse, heads, dqkv);
+    ExpectGradient(qkv, loss, dqkv, 2e-3, 1e-3);
+  }
+}
+
+TEST_F(AttentionTest, FlashBackwardAccumulatesAndChecksShapes) {
+  const int64_t batch = 2, seq = 9, channels = 12, heads = 3;
+  Tensor qkv = Random({batch, seq, 3 * channels});
+  Tensor out = Zeros({batch, seq, channels}), lse = Zeros({batch, heads, seq});
+  backend().FlashAttentionForward(qkv, heads, out, lse);
+  Tensor dout = Random(out.shape());
+  Tensor dqkv = Zeros(qkv.shape());
+  backend().FlashAttentionBackward(dout, qkv, out, lse, heads, dqkv);
+  const std::vector<float> once = Floats(dqkv);
+  backend().FlashAttentionBackward(dout, qkv, out, lse, heads, dqkv);
+  const std::vector<float> twice = Floats(dqkv);
+  for (size_t i = 0; i < once.size(); ++i) EXPECT_NEAR(twice[i], 2 * once[i], 1e-6) << i;
+
+  Tensor wrong_lse = Zeros({batch, heads, seq + 1});
+  EXPECT_THROW(backend().FlashAttentionForward(qkv, heads, out, wrong_lse), Error);
+  EXPECT_THROW(backend().FlashAttentionBackward(dout, qkv, out, wrong_lse, heads, dqkv), Error);
+  Tensor half_lse = Zeros({batch, heads, seq}, DType::kBF16);
+  EXPECT_THROW(backend().FlashAttentionForward(qkv, heads, out, half_lse), Error);
 }
 
 }  // namespace

@@ -80,6 +80,15 @@ class Backend {
   // dqkv (B,T,3C) accumulates, given dout (B,T,C) and the forward's qkv and probs.
   virtual void AttentionBackward(const Tensor& dout, const Tensor& qkv, const Tensor& probs,
                                  int num_heads, Tensor& dqkv) = 0;
+  // The same attention computed flash-style (FlashAttention-2): key blocks streamed with an
+  // online softmax, no T x T matrix held. out as AttentionForward's (equal up to rounding);
+  // lse (B,NH,T) f32 = log sum_s exp(q_t k_s / sqrt(D)) over s <= t, written for backward.
+  virtual void FlashAttentionForward(const Tensor& qkv, int num_heads, Tensor& out,
+                                     Tensor& lse) = 0;
+  // dqkv (B,T,3C) accumulates, given dout (B,T,C) and the forward's qkv, out and lse; each
+  // block's probabilities are recomputed as exp(S - lse).
+  virtual void FlashAttentionBackward(const Tensor& dout, const Tensor& qkv, const Tensor& out,
+                                      const Tensor& lse, int num_heads, Tensor& dqkv) = 0;
   // loss (1) f32 = mean over rows of -log softmax(logits)[target]; logits (N,V); targets (N) i32.
   virtual void CrossEntropyForward(const Tensor& logits, const Tensor& targets, Tensor& loss) = 0;
   // dlogits = grad_scale * (softmax(logits) - onehot(targets)) / N. WRITES, and dlogits may be

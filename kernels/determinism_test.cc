@@ -114,6 +114,20 @@ TEST_F(DeterminismTest, AttentionForwardAndBackward) {
   });
 }
 
+TEST_F(DeterminismTest, FlashAttentionForwardAndBackward) {
+  const int64_t batch = 2, seq = 300, channels = 64, heads = 4;  // two key blocks
+  Tensor qkv = Random({batch, seq, 3 * channels});
+  Tensor dout = Random({batch, seq, channels});
+  ExpectSameBits([&](Backend& be) {
+    Tensor out = Zeros({batch, seq, channels});
+    Tensor lse = Zeros({batch, heads, seq});
+    be.FlashAttentionForward(qkv, heads, out, lse);
+    Tensor dqkv = Zeros(qkv.shape());
+    be.FlashAttentionBackward(dout, qkv, out, lse, heads, dqkv);
+    return std::vector<Tensor>{out, lse, dqkv};
+  });
+}
+
 TEST_F(DeterminismTest, CrossEntropyForwardAndBackward) {
   Tensor logits = Random({64, 1000}, 3.0f);
   Tensor targets = Ids({64}, 1000);

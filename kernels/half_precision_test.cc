@@ -107,6 +107,21 @@ TEST_P(HalfPrecisionTest, AttentionForwardAndBackward) {
   ExpectClose(dqkv16, dqkv32, "dqkv");
 }
 
+TEST_P(HalfPrecisionTest, FlashAttentionForwardAndBackward) {
+  auto [qkv16, qkv32] = Input({2, 70, 24});  // two blocks of queries and keys
+  auto [dout16, dout32] = Input({2, 70, 8});
+  Tensor out16 = Zeros({2, 70, 8}, half()), out32 = Zeros({2, 70, 8});
+  Tensor lse16 = Zeros({2, 2, 70}), lse32 = Zeros({2, 2, 70});
+  backend().FlashAttentionForward(qkv16, 2, out16, lse16);
+  backend().FlashAttentionForward(qkv32, 2, out32, lse32);
+  ExpectClose(out16, out32, "out");
+  EXPECT_EQ(Floats(lse16), Floats(lse32));  // same inputs, f32 arithmetic
+  Tensor dqkv16 = Zeros(qkv16.shape(), half()), dqkv32 = Zeros(qkv32.shape());
+  backend().FlashAttentionBackward(dout16, qkv16, out16, lse16, 2, dqkv16);
+  backend().FlashAttentionBackward(dout32, qkv32, out32, lse32, 2, dqkv32);
+  ExpectClose(dqkv16, dqkv32, "dqkv");
+}
+
 TEST_P(HalfPrecisionTest, CrossEntropyIncludingInPlaceBackward) {
   auto [logits16, logits32] = Input({6, 30}, 2.0f);
   Tensor targets = Ids({6}, 30);

@@ -48,6 +48,12 @@ TEST_F(LedgerTest, KernelsWithScratchReleaseItBeforeReturning) {
   Tensor dqkv = Zeros(qkv.shape());
   EXPECT_EQ(WorkspacePeakOf([&] { backend().AttentionBackward(attention, qkv, probs, 2, dqkv); }),
             2 * 4 * 6 * 6);  // one T x T block per thread
+  Tensor lse = Zeros({2, 2, 6});
+  EXPECT_EQ(WorkspacePeakOf([&] { backend().FlashAttentionForward(qkv, 2, attention, lse); }),
+            2 * 4 * (64 * 256 + 2 * 64));  // per thread: a block of scores, row max and sum
+  EXPECT_EQ(WorkspacePeakOf(
+                [&] { backend().FlashAttentionBackward(attention, qkv, attention, lse, 2, dqkv); }),
+            2 * 4 * (2 * 64 * 256 + 6));  // per thread: P and dS blocks, rowsum(dO O)
 
   Tensor logits = Random({9, 7});
   Tensor targets = Ids({9}, 7);

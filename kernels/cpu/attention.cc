@@ -127,4 +127,160 @@ void AttentionBackward(const float* dout, const float* qkv, const float* probs, 
   });
 }
 
+// ---- flash-style
+
+namespace {
+
+// Scratch blocks of scores are kFlashRows x kFlashKeys, row-major with this leading dimension.
+constexpr int64_t kLd = kFlashKeys;
+
+// One query block's online-softmax step over a block of scores s (rows x cols), rows
+// [r0, r0 + rows) against keys [c0, c0 + cols): masks s > t, updates each row's running max m and
+// sum l, turns s into exp(s - m_new) and rescales the row's accumulator by exp(m_old - m_new).
+BATON_SIMD_CLONES void OnlineSoftmaxBlock(float* s, int64_t rows, int64_t cols, int64_t r0,
+                                          int64_t c0, float* m, float* l, float* acc,
+                                          int64_t acc_ld, int64_t dim) {
+  for (int64_t i = 0; i < rows; ++i) {
+    float* row = s + i * kLd;
+    const int64_t valid = std::min(cols, r0 + i - c0 + 1);  // keys c0 .. t; >= 1 (c0 <= r0)
+    const float m_new = std::max(m[i], MaxF(row, valid));
+    const float rescale = ExpF(m[i] - m_new);  // 0 on the first block (m = -inf)
+    const float sum = SumLanes(valid, [row, m_new](int64_t k) {
+      const float e = ExpF(row[k] - m_new);
+      row[k] = e;
+      return e;
+    });
+    std::fill(row + valid, row + cols, 0.0f);
+    l[i] = l[i] * rescale + sum;
+    m[i] = m_new;
+    float* a = acc + i * acc_ld;
+    for (int64_t d = 0; d < dim; ++d) a[d] *= rescale;
+  }
+}
+
+// In place on a block of recomputed scores (rows x cols): p = exp(s - lse_t), zero above the
+// diagonal.
+BATON_SIMD_CLONES void RecomputeProbsBlock(float* s, int64_t rows, int64_t cols, int64_t r0,
+                                           int64_t c0, const float* lse) {
+  for (int64_t i = 0; i < rows; ++i) {
+    float* row = s + i * kLd;
+    const int64_t valid = std::max<int64_t>(0, std::min(cols, r0 + i - c0 + 1));
+    const float shift = lse[i];
+    for (int64_t k = 0; k < valid; ++k) row[k] = ExpF(row[k] - shift);
+    std::fill(row + valid, row + cols, 0.0f);
+  }
+}
+
+// In place on a block of dP (rows x cols): ds = p * (dp - delta_t).
+BATON_SIMD_CLONES void SoftmaxBackwardBlock(const float* p, float* dp, int64_t rows, int64_t cols,
+                                            const float* delta) {
+  for (int64_t i = 0; i < rows; ++i) {
+    const float* pr = p + i * kLd;
+    float* dr = dp + i * kLd;
+    const float di = delta[i];
+    for (int64_t k = 0; k < cols; ++k) dr[k] = pr[k] * (dr[k] - di);
+  }
+}
+
+}  // namespace
+
+int64_t FlashAttentionForwardScratch(const AttentionShape& shape, int threads) {
+  (void)shape;
+  return threads * (kFlashRows * kFlashKeys + 2 * kFlashRows);
+}
+
+void FlashAttentionForward(const float* qkv, float* out, float* lse, float* scratch,
+                           const AttentionShape& shape, ThreadPool* pool) {
+  const int64_t seq = shape.seq;
+  const int64_t dim = shape.head_dim();
+  const int64_t heads = shape.heads;
+  const int64_t c = shape.channels;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(dim));
+  const int64_t per_thread = kFlashRows * kFlashKeys + 2 * kFlashRows;
+  ParallelForWithSlot(shape.batch * heads, pool, seq * seq * dim, [&](int64_t bh, int slot) {
+    const int64_t b = bh / heads;
+    const HeadView head = ViewHead(qkv, shape, b, bh % heads);
+    const int64_t ld = head.qkv_stride;
+    float* s = scratch + slot * per_thread;
+    float* m = s + kFlashRows * kFlashKeys;
+    float* l = m + kFlashRows;
+    float* o = out + b * seq * c + (bh % heads) * dim;
+    float* lse_h = lse + bh * seq;
+    for (int64_t r0 = 0; r0 < seq; r0 += kFlashRows) {
+      const int64_t rows = std::min(kFlashRows, seq - r0);
+      float* o_block = o + r0 * c;  // the accumulator: out's own rows
+      std::fill(m, m + rows, -INFINITY);
+      std::fill(l, l + rows, 0.0f);
+      for (int64_t i = 0; i < rows; ++i) std::fill(o_block + i * c, o_block + i * c + dim, 0.0f);
+      // Key blocks [c0, c0 + cols) up to the block's last query r0 + rows - 1.
+      for (int64_t c0 = 0; c0 < r0 + rows; c0 += kFlashKeys) {
+        const int64_t cols = std::min(kFlashKeys, r0 + rows - c0);
+        Sgemm(false, true, rows, cols, dim, scale, head.q + r0 * ld, ld, head.k + c0 * ld, ld, 0.0f,
+              s, kLd);
+        OnlineSoftmaxBlock(s, rows, cols, r0, c0, m, l, o_block, c, dim);
+        Sgemm(false, false, rows, dim, cols, 1.0f, s, kLd, head.v + c0 * ld, ld, 1.0f, o_block, c);
+      }
+      for (int64_t i = 0; i < rows; ++i) {
+        const float inv = 1.0f / l[i];
+        float* row = o_block + i * c;
+        for (int64_t d = 0; d < dim; ++d) row[d] *= inv;
+        lse_h[r0 + i] = m[i] + std::log(l[i]);
+      }
+    }
+  });
+}
+
+int64_t FlashAttentionBackwardScratch(const AttentionShape& shape, int threads) {
+  return threads * (2 * kFlashRows * kFlashKeys + shape.seq);
+}
+
+void FlashAttentionBackward(const float* dout, const float* qkv, const float* out, const float* lse,
+                            float* dqkv, float* scratch, const AttentionShape& shape,
+                            ThreadPool* pool) {
+  const int64_t seq = shape.seq;
+  const int64_t dim = shape.head_dim();
+  const int64_t heads = shape.heads;
+  const int64_t c = shape.channels;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(dim));
+  const int64_t per_thread = 2 * kFlashRows * kFlashKeys + seq;
+  ParallelForWithSlot(shape.batch * heads, pool, 2 * seq * seq * dim, [&](int64_t bh, int slot) {
+    const int64_t b = bh / heads;
+    const int64_t h = bh % heads;
+    const HeadView head = ViewHead(qkv, shape, b, h);
+    const int64_t ld = head.qkv_stride;
+    const float* dout_h = dout + b * seq * c + h * dim;
+    const float* out_h = out + b * seq * c + h * dim;
+    const float* lse_h = lse + bh * seq;
+    float* dq = dqkv + b * seq * 3 * c + h * dim;
+    float* dk = dq + c;
+    float* dv = dq + 2 * c;
+    float* p = scratch + slot * per_thread;
+    float* ds = p + kFlashRows * kFlashKeys;
+    float* delta = ds + kFlashRows * kFlashKeys;  // rowsum(dO * O), T
+    for (int64_t t = 0; t < seq; ++t) delta[t] = DotF(dout_h + t * c, out_h + t * c, dim);
+    for (int64_t c0 = 0; c0 < seq; c0 += kFlashKeys) {
+      // Query blocks that see keys from c0 on: those from the one starting at c0.
+      for (int64_t r0 = c0; r0 < seq; r0 += kFlashRows) {
+        const int64_t rows = std::min(kFlashRows, seq - r0);
+        // Keys [c0, c0 + cols): the key block, cut at the query block's last row.
+        const int64_t cols = std::min({kFlashKeys, seq - c0, r0 + rows - c0});
+        const float* q_block = head.q + r0 * ld;
+        const float* dout_block = dout_h + r0 * c;
+        // P = exp(scale Q K^T - lse)
+        Sgemm(false, true, rows, cols, dim, scale, q_block, ld, head.k + c0 * ld, ld, 0.0f, p, kLd);
+        RecomputeProbsBlock(p, rows, cols, r0, c0, lse_h + r0);
+        // dV[c0:] += P^T dO;  dP = dO V^T;  dS = P (dP - delta)
+        Sgemm(true, false, cols, dim, rows, 1.0f, p, kLd, dout_block, c, 1.0f, dv + c0 * ld, ld);
+        Sgemm(false, true, rows, cols, dim, 1.0f, dout_block, c, head.v + c0 * ld, ld, 0.0f, ds,
+              kLd);
+        SoftmaxBackwardBlock(p, ds, rows, cols, delta + r0);
+        // dK[c0:] += scale dS^T Q;  dQ[r0:] += scale dS K
+        Sgemm(true, false, cols, dim, rows, scale, ds, kLd, q_block, ld, 1.0f, dk + c0 * ld, ld);
+        Sgemm(false, false, rows, dim, cols, scale, ds, kLd, head.k + c0 * ld, ld, 1.0f,
+              dq + r0 * ld, ld);
+      }
+    }
+  });
+}
+
 }  // namespace baton::cpu

@@ -33,4 +33,34 @@ int64_t AttentionBackwardScratch(const AttentionShape& shape, int threads);
 void AttentionBackward(const float* dout, const float* qkv, const float* probs, float* dqkv,
                        float* scratch, const AttentionShape& shape, ThreadPool* pool);
 
+// Flash-style (FlashAttention-2) causal attention: no T x T matrix. Per (batch, head) pair, on
+// one thread, queries are cut into blocks of kFlashRows and keys into blocks of kFlashKeys; the
+// forward streams over key blocks with an online softmax (running max and sum per row),
+// accumulating straight into out, and keeps only lse (B,NH,T), each row's log-sum-exp; the
+// backward walks key blocks in the outer loop and query blocks in the inner one, recomputing
+// P = exp(S - lse) per block pair, so dK and dV of a key block are finished in one pass and dQ
+// accumulates in a fixed order. Every product is a single-threaded sgemm on a block, so bits
+// depend on the shape only. Wide key blocks make fewer, larger sgemm calls; a key block is cut
+// at the query block's diagonal, so the masked triangle costs at most kFlashRows^2 / 2 per
+// query block.
+inline constexpr int64_t kFlashRows = 64;
+inline constexpr int64_t kFlashKeys = 256;
+
+// Floats of scratch FlashAttentionForward needs: a block of scores and two row vectors per
+// thread.
+int64_t FlashAttentionForwardScratch(const AttentionShape& shape, int threads);
+
+// qkv (B,T,3C) -> out (B,T,C), lse (B,NH,T).
+void FlashAttentionForward(const float* qkv, float* out, float* lse, float* scratch,
+                           const AttentionShape& shape, ThreadPool* pool);
+
+// Floats of scratch FlashAttentionBackward needs: two blocks of scores and a row of
+// rowsum(dO * O) per thread.
+int64_t FlashAttentionBackwardScratch(const AttentionShape& shape, int threads);
+
+// dqkv (B,T,3C) += gradient, given dout (B,T,C), qkv, out and lse from the forward.
+void FlashAttentionBackward(const float* dout, const float* qkv, const float* out, const float* lse,
+                            float* dqkv, float* scratch, const AttentionShape& shape,
+                            ThreadPool* pool);
+
 }  // namespace baton::cpu

@@ -54,6 +54,9 @@ class CpuBackend final : public Backend {
   void AttentionForward(const Tensor& qkv, int num_heads, Tensor& out, Tensor& probs) override;
   void AttentionBackward(const Tensor& dout, const Tensor& qkv, const Tensor& probs, int num_heads,
                          Tensor& dqkv) override;
+  void FlashAttentionForward(const Tensor& qkv, int num_heads, Tensor& out, Tensor& lse) override;
+  void FlashAttentionBackward(const Tensor& dout, const Tensor& qkv, const Tensor& out,
+                              const Tensor& lse, int num_heads, Tensor& dqkv) override;
   void CrossEntropyForward(const Tensor& logits, const Tensor& targets, Tensor& loss) override;
   void CrossEntropyBackward(const Tensor& logits, const Tensor& targets, float grad_scale,
                             Tensor& dlogits) override;

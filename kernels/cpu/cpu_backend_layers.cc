@@ -205,6 +205,46 @@ void CpuBackend::AttentionBackward(const Tensor& dout, const Tensor& qkv, const 
   staging.Commit();
 }
 
+void CpuBackend::FlashAttentionForward(const Tensor& qkv, int num_heads, Tensor& out, Tensor& lse) {
+  const AttentionShape shape = CheckAttention(qkv, num_heads);
+  CheckFloat(out, "out");
+  CheckF32(lse, "lse");
+  CheckShape(out, {shape.batch, shape.seq, shape.channels}, "out");
+  CheckShape(lse, {shape.batch, shape.heads, shape.seq}, "lse");
+  Tensor scratch = Workspace(FlashAttentionForwardScratch(shape, threads_));
+  F32Staging staging(*allocator_, &pool_);
+  const float* pqkv = staging.In(qkv);
+  float* pout = staging.Out(out);
+  if (meta_) return;
+  SetSingleThreadedBlas();
+  cpu::FlashAttentionForward(pqkv, pout, lse.data<float>(), scratch.data<float>(), shape, &pool_);
+  staging.Commit();
+}
+
+void CpuBackend::FlashAttentionBackward(const Tensor& dout, const Tensor& qkv, const Tensor& out,
+                                        const Tensor& lse, int num_heads, Tensor& dqkv) {
+  const AttentionShape shape = CheckAttention(qkv, num_heads);
+  CheckFloat(dout, "dout");
+  CheckFloat(out, "out");
+  CheckF32(lse, "lse");
+  CheckFloat(dqkv, "dqkv");
+  CheckShape(dout, {shape.batch, shape.seq, shape.channels}, "dout");
+  CheckShape(out, {shape.batch, shape.seq, shape.channels}, "out");
+  CheckShape(lse, {shape.batch, shape.heads, shape.seq}, "lse");
+  CheckShape(dqkv, qkv.shape(), "dqkv");
+  Tensor scratch = Workspace(FlashAttentionBackwardScratch(shape, threads_));
+  F32Staging staging(*allocator_, &pool_);
+  const float* pdout = staging.In(dout);
+  const float* pqkv = staging.In(qkv);
+  const float* pout = staging.In(out);
+  float* pdqkv = staging.InOut(dqkv);
+  if (meta_) return;
+  SetSingleThreadedBlas();
+  cpu::FlashAttentionBackward(pdout, pqkv, pout, lse.data<float>(), pdqkv, scratch.data<float>(),
+                              shape, &pool_);
+  staging.Commit();
+}
+
 void CpuBackend::CrossEntropyForward(const Tensor& logits, const Tensor& targets, Tensor& loss) {
   CheckFloat(logits, "logits");
   CheckI32(targets, "targets");

@@ -1,9 +1,13 @@
 // CUDA causal attention against the CPU backend: out and probs forward, dqkv backward
 // (accumulating), in f32/bf16/f16, for sequence lengths that are and are not multiples of the
 // warp size, with an out dtype differing from qkv's (the f32 path), and bit-for-bit repeatable.
+// The same for flash attention (out and lse forward, dqkv backward), against the CPU's flash
+// kernels and its materialised forward, plus what a meta backend books for it (nothing).
 #include <algorithm>
+#include <memory>
 #include <tuple>
 
+#include "core/error.h"
 #include "kernels/cuda/cuda_test_util.h"
 
 namespace baton::cuda_test {
@@ -71,6 +75,114 @@ TEST_F(CudaVsCpuTest, AttentionIsRepeatableBitForBit) {
     gpu().AttentionBackward(dout, qkv, probs, heads, dqkv);
   }
   EXPECT_EQ(ErrorVsCpu(results[0], ToCpu(results[1])), 0.0);
+}
+
+class CudaFlashAttentionTest : public CudaVsCpuDTypeTest {
+ protected:
+  void CompareForwardAndBackward(const AttentionCase& c, DType out_dtype) {
+    const Shape qkv_shape{c.batch, c.seq, 3 * c.channels};
+    const Shape out_shape{c.batch, c.seq, c.channels};
+    const Shape lse_shape{c.batch, c.heads, c.seq};
+    const Tensor qkv = Random(qkv_shape, 1.0f, dtype());
+    Tensor cpu_out = HostZeros(out_shape, out_dtype);
+    Tensor cpu_lse = HostZeros(lse_shape);
+    cpu().FlashAttentionForward(qkv, c.heads, cpu_out, cpu_lse);
+    const Tensor gpu_qkv = ToGpu(qkv);
+    Tensor gpu_out = GpuZeros(out_shape, out_dtype);
+    Tensor gpu_lse = GpuZeros(lse_shape);
+    gpu().FlashAttentionForward(gpu_qkv, c.heads, gpu_out, gpu_lse);
+    const std::string where =
+        ::testing::PrintToString(std::tuple{c.batch, c.seq, c.channels, c.heads}) + " out " +
+        std::string(Name(out_dtype));
+    const double tolerance = std::max(Tolerance(dtype()), Tolerance(out_dtype));
+    EXPECT_LT(ErrorVsCpu(gpu_out, cpu_out), tolerance) << where;
+    EXPECT_LT(ErrorVsCpu(gpu_lse, cpu_lse), dtype() == DType::kF32 ? 1e-5 : 1e-3) << where;
+
+    // The same attention as the materialised kernels compute.
+    Tensor materialized_out = HostZeros(out_shape, out_dtype);
+    Tensor probs = HostZeros({c.batch, c.heads, c.seq, c.seq});
+    cpu().AttentionForward(qkv, c.heads, materialized_out, probs);
+    EXPECT_LT(ErrorVsCpu(gpu_out, materialized_out), tolerance) << where << " vs materialized";
+
+    // Backward from the CPU forward's out and lse on both sides, onto random gradients.
+    const Tensor dout = Random(out_shape, 1.0f, out_dtype);
+    Tensor cpu_dqkv = Random(qkv_shape, 1.0f, dtype());
+    Tensor gpu_dqkv = ToGpu(cpu_dqkv);
+    cpu().FlashAttentionBackward(dout, qkv, cpu_out, cpu_lse, c.heads, cpu_dqkv);
+    gpu().FlashAttentionBackward(ToGpu(dout), gpu_qkv, ToGpu(cpu_out), ToGpu(cpu_lse), c.heads,
+                                 gpu_dqkv);
+    EXPECT_LT(ErrorVsCpu(gpu_dqkv, cpu_dqkv), 2 * tolerance) << where;
+  }
+};
+
+// T = 1; 3 heads of 8; T a multiple of the 32-row tile; T past a tile boundary; many heads with
+// D = 64 (GPT-2's) and T not a multiple of the tile.
+TEST_P(CudaFlashAttentionTest, MatchesCpu) {
+  for (const AttentionCase& c :
+       {AttentionCase{1, 1, 8, 2}, AttentionCase{2, 13, 24, 3}, AttentionCase{2, 64, 64, 4},
+        AttentionCase{1, 130, 96, 2}, AttentionCase{1, 200, 512, 8}}) {
+    CompareForwardAndBackward(c, dtype());
+  }
+}
+
+TEST_P(CudaFlashAttentionTest, OutInAnotherDtype) {
+  CompareForwardAndBackward({2, 40, 32, 4}, dtype() == DType::kF32 ? DType::kBF16 : DType::kF32);
+}
+
+// The widest head the kernels take (D = 256: more than 48 KiB of shared memory per block) and an
+// odd one (D = 33: two chunks per lane, the second mostly idle).
+TEST_P(CudaFlashAttentionTest, WideAndOddHeads) {
+  for (const AttentionCase& c : {AttentionCase{1, 70, 512, 2}, AttentionCase{2, 45, 66, 2}}) {
+    CompareForwardAndBackward(c, dtype());
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Dtypes, CudaFlashAttentionTest, BATON_ALL_FLOAT_DTYPES, DTypeName);
+
+TEST_F(CudaVsCpuTest, FlashAttentionIsRepeatableBitForBit) {
+  const int64_t batch = 2, seq = 100, channels = 64;
+  const int heads = 4;
+  const Tensor qkv = ToGpu(Random({batch, seq, 3 * channels}));
+  const Tensor dout = ToGpu(Random({batch, seq, channels}));
+  const Tensor dqkv_init = Random({batch, seq, 3 * channels});
+  Tensor outs[2], lses[2], dqkvs[2];
+  for (int run = 0; run < 2; ++run) {
+    outs[run] = GpuZeros({batch, seq, channels});
+    lses[run] = GpuZeros({batch, heads, seq});
+    dqkvs[run] = ToGpu(dqkv_init);
+    gpu().FlashAttentionForward(qkv, heads, outs[run], lses[run]);
+    gpu().FlashAttentionBackward(dout, qkv, outs[run], lses[run], heads, dqkvs[run]);
+  }
+  EXPECT_EQ(ErrorVsCpu(outs[0], ToCpu(outs[1])), 0.0);
+  EXPECT_EQ(ErrorVsCpu(lses[0], ToCpu(lses[1])), 0.0);
+  EXPECT_EQ(ErrorVsCpu(dqkvs[0], ToCpu(dqkvs[1])), 0.0);
+}
+
+// Meta mode needs no GPU: the calls validate, book no workspace (no T x T scratch: the point of
+// flash attention) and refuse heads wider than the kernels take.
+TEST(CudaMetaFlashAttention, BooksNoWorkspaceAndRefusesHeadsWiderThan256) {
+  MemoryLedger ledger;
+  const std::unique_ptr<Backend> meta = MakeCudaMetaBackend(ledger, 0);
+  const auto make = [&](const Shape& shape, DType dtype) {
+    return Tensor::Empty(meta->allocator(), shape, dtype, MemCategory::kActivations);
+  };
+  const int64_t batch = 2, seq = 1024, channels = 768;
+  const Tensor qkv = make({batch, seq, 3 * channels}, DType::kBF16);
+  const Tensor dout = make({batch, seq, channels}, DType::kBF16);
+  Tensor out = make({batch, seq, channels}, DType::kBF16);
+  Tensor lse = make({batch, 12, seq}, DType::kF32);
+  Tensor dqkv = make({batch, seq, 3 * channels}, DType::kBF16);
+  const int64_t workspace = ledger.current(MemCategory::kWorkspace);
+  ledger.ResetPeaks();
+  meta->FlashAttentionForward(qkv, 12, out, lse);
+  meta->FlashAttentionBackward(dout, qkv, out, lse, 12, dqkv);
+  EXPECT_EQ(ledger.peak(MemCategory::kWorkspace), workspace);
+
+  Tensor transposed_lse = make({batch, seq, 12}, DType::kF32);
+  EXPECT_THROW(meta->FlashAttentionForward(qkv, 12, out, transposed_lse), Error);
+  Tensor one_head_lse = make({batch, 1, seq}, DType::kF32);  // D = 768
+  EXPECT_THROW(meta->FlashAttentionForward(qkv, 1, out, one_head_lse), Error);
+  EXPECT_THROW(meta->FlashAttentionBackward(dout, qkv, out, one_head_lse, 1, dqkv), Error);
 }
 
 }  // namespace

@@ -1,6 +1,6 @@
 // CudaBackend: the GPT layer methods. Each validates its arguments as the CPU backend does and
-// queues the kernels of launch.h; attention runs its four products through cuBLASLt with the
-// causal softmax kernel in between.
+// queues the kernels of launch.h; materialised attention runs its four products through cuBLASLt
+// with the causal softmax kernel in between, flash attention is one kernel each way.
 #include <cmath>
 
 #include "core/error.h"
@@ -24,6 +24,17 @@ AttentionShape CheckAttention(const Tensor& qkv, int num_heads, Device device) {
   BATON_CHECK(num_heads >= 1 && shape.channels % num_heads == 0,
               "{} heads do not divide {} channels", num_heads, shape.channels);
   return shape;
+}
+
+// What the flash kernels can take (launch.h): the head dimension and the grid size.
+void CheckFlashShape(const AttentionShape& shape, int64_t grid_blocks) {
+  BATON_CHECK(shape.head_dim() <= kFlashMaxHeadDim,
+              "flash attention takes head dimensions up to {}, got {} ({} channels / {} heads); "
+              "use model.attention: materialized",
+              kFlashMaxHeadDim, shape.head_dim(), shape.channels, shape.heads);
+  BATON_CHECK(shape.seq <= (int64_t{1} << 30) && grid_blocks <= 0x7fffffff,
+              "flash attention of batch {} x {} heads x {} positions is too large for one grid",
+              shape.batch, shape.heads, shape.seq);
 }
 
 // `offset` elements into t's memory.
@@ -319,6 +330,47 @@ void CudaBackend::AttentionBackward(const Tensor& dout, const Tensor& qkv, const
   if (dq.raw() != dqkv.raw()) {
     LaunchCast(dq.raw(), io, dqkv.raw(), dqkv.dtype(), dqkv.numel(), stream_);
   }
+}
+
+// One kernel (flash_attention.cu): per (query tile, b, h) block, key tiles streamed with an
+// online softmax; no T x T scores, no workspace.
+void CudaBackend::FlashAttentionForward(const Tensor& qkv, int num_heads, Tensor& out,
+                                        Tensor& lse) {
+  Activate();
+  const AttentionShape shape = CheckAttention(qkv, num_heads, device());
+  CheckFloat(out, device(), "out");
+  CheckF32(lse, device(), "lse");
+  CheckShape(out, {shape.batch, shape.seq, shape.channels}, "out");
+  CheckShape(lse, {shape.batch, shape.heads, shape.seq}, "lse");
+  CheckFlashShape(shape, FlashForwardBlocks(shape.batch, shape.seq, shape.heads));
+  if (shape.batch * shape.seq == 0) return;
+  if (meta_) return;
+  LaunchFlashAttentionForward(qkv.raw(), qkv.dtype(), out.raw(), out.dtype(),
+                              static_cast<float*>(lse.raw()), shape.batch, shape.seq,
+                              shape.channels, shape.heads, stream_);
+}
+
+// One kernel: key blocks (dK, dV) and query blocks (dQ) in one grid, P recomputed from lse, each
+// element of dqkv accumulated by one thread in a fixed order (deterministic, no atomics).
+void CudaBackend::FlashAttentionBackward(const Tensor& dout, const Tensor& qkv, const Tensor& out,
+                                         const Tensor& lse, int num_heads, Tensor& dqkv) {
+  Activate();
+  const AttentionShape shape = CheckAttention(qkv, num_heads, device());
+  CheckFloat(dout, device(), "dout");
+  CheckFloat(out, device(), "out");
+  CheckF32(lse, device(), "lse");
+  CheckFloat(dqkv, device(), "dqkv");
+  CheckShape(dout, {shape.batch, shape.seq, shape.channels}, "dout");
+  CheckShape(out, {shape.batch, shape.seq, shape.channels}, "out");
+  CheckShape(lse, {shape.batch, shape.heads, shape.seq}, "lse");
+  CheckShape(dqkv, qkv.shape(), "dqkv");
+  CheckFlashShape(shape, FlashBackwardBlocks(shape.batch, shape.seq, shape.heads));
+  if (shape.batch * shape.seq == 0) return;
+  if (meta_) return;
+  LaunchFlashAttentionBackward(dout.raw(), dout.dtype(), qkv.raw(), qkv.dtype(), out.raw(),
+                               out.dtype(), static_cast<const float*>(lse.raw()), dqkv.raw(),
+                               dqkv.dtype(), shape.batch, shape.seq, shape.channels, shape.heads,
+                               stream_);
 }
 
 void CudaBackend::CrossEntropyForward(const Tensor& logits, const Tensor& targets, Tensor& loss) {

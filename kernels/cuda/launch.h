@@ -131,4 +131,34 @@ void LaunchCrossEntropyBackward(const void* logits, DType logits_dtype, const in
                                 float factor, void* dlogits, DType dlogits_dtype, int64_t rows,
                                 int64_t vocab, IdError* id_error, cudaStream_t stream);
 
+// ---- flash_attention.cu
+// Causal attention without a T x T matrix (Backend::FlashAttentionForward/Backward): qkv
+// (B,T,3C), out and dout (B,T,C), lse (B,NH,T) f32, D = C/NH. Each is ONE kernel over tiles of
+// kFlashTile rows staged in shared memory as f32. The caller checks D <= kFlashMaxHeadDim and
+// grids of FlashForwardBlocks / FlashBackwardBlocks blocks (at most 2^31 - 1). Large D needs more
+// than 48 KiB of shared memory per block (3 or 4 tiles of 32 x (D|1) floats): the launch raises
+// the kernel's limit and fails with CUDA's error on a GPU that has less.
+inline constexpr int64_t kFlashTile = 32;
+inline constexpr int64_t kFlashMaxHeadDim = 256;
+inline int64_t FlashForwardBlocks(int64_t batch, int64_t seq, int64_t heads) {
+  return (seq + kFlashTile - 1) / kFlashTile * batch * heads;
+}
+inline int64_t FlashBackwardBlocks(int64_t batch, int64_t seq, int64_t heads) {
+  return 2 * FlashForwardBlocks(batch, seq, heads);
+}
+// out = softmax(scale Q K^T, causal) V in out_dtype, scale = 1/sqrt(D);
+// lse[b,h,t] = log sum_{s<=t} exp(scale q_t.k_s). One block per (query tile, b, h), streaming the
+// key tiles up to the diagonal with an online softmax.
+void LaunchFlashAttentionForward(const void* qkv, DType qkv_dtype, void* out, DType out_dtype,
+                                 float* lse, int64_t batch, int64_t seq, int64_t channels,
+                                 int64_t heads, cudaStream_t stream);
+// dqkv += the gradient through that forward, P recomputed as exp(scale Q K^T - lse) and
+// Delta_t = dO_t . O_t formed in the kernel. Key blocks (dK, dV of one key tile) and query blocks
+// (dQ of one query tile) share one grid: every element of dqkv has one writer, no atomics.
+void LaunchFlashAttentionBackward(const void* dout, DType dout_dtype, const void* qkv,
+                                  DType qkv_dtype, const void* out, DType out_dtype,
+                                  const float* lse, void* dqkv, DType dqkv_dtype, int64_t batch,
+                                  int64_t seq, int64_t channels, int64_t heads,
+                                  cudaStream_t stream);
+
 }  // namespace baton::cuda
