@@ -24,6 +24,9 @@
 namespace baton {
 
 enum class ModelPreset { kGpt, kMlp, kCustom };
+// How attention is computed (docs/model.md): flash-style, keeping only each row's log-sum-exp
+// for backward, or with the T x T probabilities materialised and stashed.
+enum class AttentionKind { kFlash, kMaterialized };
 enum class DataFormat { kAuto, kText, kBin };
 enum class LrSchedule { kConstant, kCosine };
 enum class ScheduleKind { kGpipe, k1F1B, kInterleaved, kZbH1 };
@@ -48,6 +51,7 @@ CheckpointPolicy ParseCheckpointPolicy(std::string_view text);
 
 // The names used in YAML: "gpt", "embedding", "bin", "cosine", "1f1b", "flops", ...
 std::string_view Name(ModelPreset preset);
+std::string_view Name(AttentionKind attention);
 std::string_view Name(DataFormat format);
 std::string_view Name(LrSchedule schedule);
 std::string_view Name(ScheduleKind schedule);
@@ -62,6 +66,7 @@ struct ModelConfig {
   int64_t width = 128;            // the residual stream's channels C
   std::vector<LayerKind> layers;  // the graph, for preset custom only (empty otherwise)
   std::string init_from;          // a safetensors file to start from; "" = random init
+  AttentionKind attention = AttentionKind::kFlash;
   bool operator==(const ModelConfig&) const = default;
 };
 

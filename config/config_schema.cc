@@ -26,6 +26,7 @@ void VisitModel(ModelConfig& m, FieldVisitor& v) {
   v.Int("width", m.width, IntRule{1, kMaxWidth});
   v.VisitLayers("layers", m.layers);
   v.VisitString("init_from", m.init_from);
+  v.Enum("attention", m.attention, kAttentionNames);
 }
 
 void VisitData(DataConfig& d, FieldVisitor& v) {
@@ -221,6 +222,7 @@ void ConfigError(std::string_view where, std::string_view key, std::string_view 
 using namespace config_internal;
 
 std::string_view Name(ModelPreset preset) { return LookUpName(kPresetNames, preset); }
+std::string_view Name(AttentionKind attention) { return LookUpName(kAttentionNames, attention); }
 std::string_view Name(DataFormat format) { return LookUpName(kDataFormatNames, format); }
 std::string_view Name(LrSchedule schedule) { return LookUpName(kLrScheduleNames, schedule); }
 std::string_view Name(ScheduleKind schedule) { return LookUpName(kScheduleNames, schedule); }

@@ -60,6 +60,8 @@ using NameTable = std::array<std::pair<std::string_view, E>, N>;
 
 inline constexpr NameTable<ModelPreset, 3> kPresetNames{
     {{"gpt", ModelPreset::kGpt}, {"mlp", ModelPreset::kMlp}, {"custom", ModelPreset::kCustom}}};
+inline constexpr NameTable<AttentionKind, 2> kAttentionNames{
+    {{"flash", AttentionKind::kFlash}, {"materialized", AttentionKind::kMaterialized}}};
 inline constexpr NameTable<LayerKind, 4> kLayerKindNames{{{"embedding", LayerKind::kEmbedding},
                                                           {"block", LayerKind::kBlock},
                                                           {"mlp_block", LayerKind::kMlpBlock},

@@ -48,6 +48,7 @@ TEST(ConfigTest, MissingKeysTakeTheSchemaDefaults) {
   EXPECT_EQ(config.precision.dtype, DType::kF32);
   EXPECT_EQ(config.output.dir, "out");
   EXPECT_EQ(config.data.tokenizer, "");  // byte-level
+  EXPECT_EQ(config.model.attention, AttentionKind::kFlash);
   EXPECT_EQ(SequenceLength(config), 128);
   EXPECT_EQ(MicroBatchSize(config), 4);
 }
@@ -153,6 +154,12 @@ TEST(ConfigTest, UnknownEnumNameListsTheChoices) {
             "'1f2b'");
   EXPECT_THAT(ParseError(std::string(kMinimal) + "precision:\n  dtype: fp8\n"),
               HasSubstr("precision.dtype: expected one of fp32, bf16, fp16, got 'fp8'"));
+  EXPECT_EQ(ParseError(std::string(kMinimal) + "model:\n  attention: sparse\n"),
+            "x.yaml:4: model.attention: expected one of flash, materialized, got 'sparse'");
+  EXPECT_EQ(
+      ParseConfigString(std::string(kMinimal) + "model:\n  attention: materialized\n", "x.yaml")
+          .model.attention,
+      AttentionKind::kMaterialized);
 }
 
 TEST(ConfigTest, DuplicateKeyIsAnError) {

@@ -74,7 +74,7 @@ BlockLayer::BlockLayer(Backend& backend, const ModelDims& dims, DType param_dtyp
   AppendMlpDefs(defs, prefix, c);
   params_ = NewParams(backend, defs, param_dtype, seed, layer_index, dims.num_layers);
   attn_ = {Norm{&params_[0], &params_[1]}, Linear{&params_[2], &params_[3]},
-           Linear{&params_[4], &params_[5]}, dims.num_heads};
+           Linear{&params_[4], &params_[5]}, dims.num_heads, /*flash=*/true};
   mlp_ = MlpView(params_, 6);
 }
 

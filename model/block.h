@@ -13,10 +13,11 @@
 // MlpBlockLayer (the `mlp` preset): y = x + mlp.c_proj(gelu(mlp.c_fc(ln_2(x)))), with the six
 // "h.{i}.ln_2.*" / "h.{i}.mlp.*" parameters above.
 //
-// Stash: see model/sublayers.h; under selective recompute the attention probabilities
-// (B,NH,T,T) and the GELU input and output (B,T,4C) are not stashed and Backward recomputes them
-// (bit-identical results). BackwardInput leaves, per weight matrix W, the operands of
-// dW += lhs^T @ rhs as "<W's name>.lhs"/".rhs".
+// Stash: see model/sublayers.h; under selective recompute the GELU input and output (B,T,4C)
+// and, with materialized attention, the attention probabilities (B,NH,T,T) are not stashed and
+// Backward recomputes them (bit-identical results). Flash attention (the default) stashes only
+// each row's log-sum-exp (B,NH,T), so selective recompute leaves attention alone. BackwardInput
+// leaves, per weight matrix W, the operands of dW += lhs^T @ rhs as "<W's name>.lhs"/".rhs".
 #pragma once
 
 #include <string>
@@ -39,6 +40,8 @@ class BlockLayer final : public Layer {
   std::vector<Param*> params() override;
   void set_selective_recompute(bool on) override { selective_recompute_ = on; }
   bool selective_recompute() const override { return selective_recompute_; }
+  void set_flash_attention(bool on) override { attn_.flash = on; }
+  bool flash_attention() const override { return attn_.flash; }
 
   Tensor Forward(const Tensor& x, const MicroBatch& batch, Stash& stash) override;
   Tensor Backward(const Tensor& dy, const MicroBatch& batch, Stash& stash,

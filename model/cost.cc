@@ -14,6 +14,7 @@ struct Terms {
   int64_t b, t, n;          // micro-batch: n = b*t rows
   int64_t a;                // bytes per activation element
   bool selective;
+  bool flash;
 };
 
 Terms MakeTerms(const ModelDims& dims, const MicroBatchShape& shape) {
@@ -30,7 +31,8 @@ Terms MakeTerms(const ModelDims& dims, const MicroBatchShape& shape) {
           shape.seq_len,
           shape.batch_size * shape.seq_len,
           static_cast<int64_t>(SizeOf(shape.act_dtype)),
-          shape.selective_recompute};
+          shape.selective_recompute,
+          shape.flash_attention};
 }
 
 void CheckRange(const std::vector<LayerSpec>& graph, int first, int last) {
@@ -95,15 +97,16 @@ int64_t BackwardFlops(const LayerSpec& spec, const ModelDims& dims, const MicroB
 
 int64_t RecomputeFlops(const LayerSpec& spec, const ModelDims& dims, const MicroBatchShape& shape) {
   const Terms x = MakeTerms(dims, shape);
-  if (!x.selective) return 0;
+  const int64_t c_fc = x.selective ? 8 * x.n * x.c * x.c : 0;
   switch (spec.kind) {
     case LayerKind::kEmbedding:
     case LayerKind::kHead:
       return 0;
-    case LayerKind::kBlock:  // attention's QK^T and PV, and c_fc
-      return 4 * x.b * x.t * x.t * x.c + 8 * x.n * x.c * x.c;
+    case LayerKind::kBlock:  // c_fc; QK^T (flash) or QK^T and PV (materialized, selective)
+      if (x.flash) return c_fc + 2 * x.b * x.t * x.t * x.c;
+      return c_fc + (x.selective ? 4 * x.b * x.t * x.t * x.c : 0);
     case LayerKind::kMlpBlock:
-      return 8 * x.n * x.c * x.c;
+      return c_fc;
   }
   BATON_FAIL("unknown layer kind {}", static_cast<int>(spec.kind));
 }

@@ -27,6 +27,7 @@ struct MicroBatchShape {
   int64_t seq_len = 1;     // T <= context
   DType act_dtype = DType::kF32;
   bool selective_recompute = false;
+  bool flash_attention = false;  // model.attention: flash (false: materialized)
 };
 
 // ---- parameters
@@ -36,7 +37,9 @@ int64_t StoredParamCount(const LayerSpec& spec, const ModelDims& dims);
 // ---- per layer, per micro-batch
 int64_t ForwardFlops(const LayerSpec& spec, const ModelDims& dims, const MicroBatchShape& shape);
 int64_t BackwardFlops(const LayerSpec& spec, const ModelDims& dims, const MicroBatchShape& shape);
-// The forward work Backward redoes under selective recompute (attention QK^T and PV, c_fc).
+// The forward work Backward redoes, not counted in BackwardFlops: under selective recompute c_fc
+// and, with materialized attention, attention's QK^T and PV; with flash attention its QK^T
+// (the backward recomputes the probabilities block by block), selective or not.
 int64_t RecomputeFlops(const LayerSpec& spec, const ModelDims& dims, const MicroBatchShape& shape);
 
 // ---- sums over graph[first..last] (inclusive, positions in the graph)

@@ -70,6 +70,16 @@ TEST(Flops, SelectiveRecomputeRedoesAttentionAndCFc) {
   EXPECT_EQ(RecomputeFlops(SpecOf(LayerKind::kHead, d), d, shape), 0);
 }
 
+TEST(Flops, FlashAttentionBackwardRedoesQKTransposeSelectiveOrNot) {
+  const ModelDims d = model_test::TinyDims();
+  MicroBatchShape shape{2, 5, DType::kF32, false, /*flash_attention=*/true};
+  const int64_t scores = 2 * 2 * 5 * 5 * 8;  // 2 B T T C
+  EXPECT_EQ(RecomputeFlops(SpecOf(LayerKind::kBlock, d), d, shape), scores);
+  shape.selective_recompute = true;  // then c_fc as well, but not PV
+  EXPECT_EQ(RecomputeFlops(SpecOf(LayerKind::kBlock, d), d, shape), scores + 2 * 10 * 8 * 32);
+  EXPECT_EQ(RecomputeFlops(SpecOf(LayerKind::kMlpBlock, d), d, shape), 2 * 10 * 8 * 32);
+}
+
 TEST(Flops, Gpt2SmallModelFlopsPerTokenIs6NPlus12LTC) {
   const int64_t l = 12, c = 768, v = 50257, t = 1024;
   const int64_t gemm_params = 12 * l * c * c + v * c;

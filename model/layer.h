@@ -76,6 +76,10 @@ class Layer {
   // it. Off by default.
   virtual void set_selective_recompute(bool on) { (void)on; }
   virtual bool selective_recompute() const { return false; }
+  // Attention computed flash-style (on by default): the stash keeps each row's log-sum-exp
+  // instead of the T x T probabilities (model/sublayers.h). Layers without attention ignore it.
+  virtual void set_flash_attention(bool on) { (void)on; }
+  virtual bool flash_attention() const { return false; }
 
   // Returns the output activation, or for the head the loss (1). Fills `stash` with what
   // backward needs (under selective recompute, less; see the layer).

@@ -1,5 +1,6 @@
 // Layer tests: every backward against finite differences, the zero-bubble split and selective
-// recompute against the plain backward bit for bit, bf16 against f32, and the Stash.
+// recompute against the plain backward bit for bit, flash against materialized attention, bf16
+// against f32, and the Stash.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -71,9 +72,10 @@ struct LayerCase {
   }
 };
 
-void ExpectGradientsMatchFiniteDifferences(LayerKind kind, bool selective) {
+void ExpectGradientsMatchFiniteDifferences(LayerKind kind, bool selective, bool flash = true) {
   LayerCase c(kind);
   c.layer->set_selective_recompute(selective);
+  c.layer->set_flash_attention(flash);
   Rng rng(99);
   model_test::RandomizeParams(*c.layer, rng, 0.3f);
   model_test::ZeroGrads(*c.fx.backend, *c.layer);
@@ -107,6 +109,11 @@ TEST(LayerGradient, BlockBackwardUnderSelectiveRecomputeMatchesFiniteDifferences
   ExpectGradientsMatchFiniteDifferences(LayerKind::kBlock, true);
 }
 
+TEST(LayerGradient, BlockWithMaterializedAttentionMatchesFiniteDifferences) {
+  ExpectGradientsMatchFiniteDifferences(LayerKind::kBlock, false, /*flash=*/false);
+  ExpectGradientsMatchFiniteDifferences(LayerKind::kBlock, true, /*flash=*/false);
+}
+
 TEST(LayerGradient, MlpBlockBackwardMatchesFiniteDifferences) {
   ExpectGradientsMatchFiniteDifferences(LayerKind::kMlpBlock, false);
 }
@@ -129,9 +136,10 @@ TEST(LayerGradient, HeadScalesItsGradientByLossGradScale) {
 }
 
 // Backward, and BackwardInput then BackwardWeight, from the same Forward: same dx, same grads.
-void ExpectSplitBackwardEqualsBackward(LayerKind kind, bool selective, DType dtype) {
+void ExpectSplitBackwardEqualsBackward(LayerKind kind, bool selective, DType dtype, bool flash) {
   LayerCase c(kind, dtype, dtype);
   c.layer->set_selective_recompute(selective);
+  c.layer->set_flash_attention(flash);
   Stash stash;
   const std::string y = Bits(c.layer->Forward(c.x, c.batch, stash));
   const std::string dx_full = Bits(c.Backward(stash));
@@ -154,8 +162,11 @@ TEST(ZeroBubbleSplit, BackwardInputThenBackwardWeightEqualsBackwardBitForBit) {
   for (LayerKind kind : kAllKinds) {
     for (DType dtype : {DType::kF32, DType::kBF16}) {
       for (bool selective : {false, true}) {
-        SCOPED_TRACE(fmt::format("{} {} selective={}", Name(kind), Name(dtype), selective));
-        ExpectSplitBackwardEqualsBackward(kind, selective, dtype);
+        for (bool flash : {true, false}) {
+          SCOPED_TRACE(fmt::format("{} {} selective={} flash={}", Name(kind), Name(dtype),
+                                   selective, flash));
+          ExpectSplitBackwardEqualsBackward(kind, selective, dtype, flash);
+        }
       }
     }
   }
@@ -184,8 +195,9 @@ TEST(ZeroBubbleSplit, BackwardWeightWithoutBackwardInputIsAnError) {
 }
 
 // Selective recompute on vs off: same output, dx and grads, bit for bit; a smaller stash.
-void ExpectSelectiveEqualsFull(LayerKind kind, DType dtype) {
+void ExpectSelectiveEqualsFull(LayerKind kind, DType dtype, bool flash = true) {
   LayerCase c(kind, dtype, dtype);
+  c.layer->set_flash_attention(flash);
   Stash stash;
   const std::string y_full = Bits(c.layer->Forward(c.x, c.batch, stash));
   const int64_t stash_full = stash.bytes();
@@ -198,13 +210,42 @@ void ExpectSelectiveEqualsFull(LayerKind kind, DType dtype) {
   EXPECT_EQ(Bits(c.layer->Forward(c.x, c.batch, stash)), y_full);
   EXPECT_LT(stash.bytes(), stash_full);
   EXPECT_FALSE(stash.Has("mlp.fc") || stash.Has("mlp.gelu") || stash.Has("attn.probs"));
+  // Flash attention keeps its row log-sum-exps: selective recompute has nothing to redo there.
+  EXPECT_EQ(stash.Has("attn.lse"), kind == LayerKind::kBlock && flash);
   EXPECT_EQ(Bits(c.Backward(stash)), dx_full);
   EXPECT_EQ(GradBits(*c.layer), grads_full);
 }
 
 TEST(SelectiveRecompute, BlockGivesTheSameBitsAsFullStash) {
-  ExpectSelectiveEqualsFull(LayerKind::kBlock, DType::kF32);
-  ExpectSelectiveEqualsFull(LayerKind::kBlock, DType::kBF16);
+  for (bool flash : {true, false}) {
+    SCOPED_TRACE(flash ? "flash" : "materialized");
+    ExpectSelectiveEqualsFull(LayerKind::kBlock, DType::kF32, flash);
+    ExpectSelectiveEqualsFull(LayerKind::kBlock, DType::kBF16, flash);
+  }
+}
+
+// Flash attention against materialized in a block: the same output, dx and grads up to
+// rounding, and a stash that holds lse (B,NH,T) f32 where materialized holds probs (B,NH,T,T).
+TEST(FlashAttention, BlockMatchesMaterializedAndStashesOnlyTheLogSumExp) {
+  LayerCase flash(LayerKind::kBlock);
+  LayerCase materialized(LayerKind::kBlock);    // same seeds: same params and data
+  EXPECT_TRUE(flash.layer->flash_attention());  // the default
+  materialized.layer->set_flash_attention(false);
+  EXPECT_FALSE(materialized.layer->flash_attention());
+  Stash fs, ms;
+  const Tensor fy = flash.layer->Forward(flash.x, flash.batch, fs);
+  const Tensor my = materialized.layer->Forward(materialized.x, materialized.batch, ms);
+  EXPECT_LT(numeric_check::NormalisedError(fy, my), 1e-6);
+  EXPECT_TRUE(fs.Has("attn.lse") && !fs.Has("attn.probs"));
+  EXPECT_TRUE(ms.Has("attn.probs") && !ms.Has("attn.lse"));
+  const int64_t heads = flash.dims.num_heads;
+  EXPECT_EQ(ms.bytes() - fs.bytes(), 4 * kBatch * heads * (kSeq * kSeq - kSeq));
+  EXPECT_LT(numeric_check::NormalisedError(flash.Backward(fs), materialized.Backward(ms)), 1e-5);
+  const std::vector<Param*> fp = flash.layer->params();
+  const std::vector<Param*> mp = materialized.layer->params();
+  for (size_t i = 0; i < fp.size(); ++i) {
+    EXPECT_LT(numeric_check::NormalisedError(fp[i]->grad, mp[i]->grad), 1e-5) << fp[i]->name;
+  }
 }
 
 TEST(SelectiveRecompute, MlpBlockGivesTheSameBitsAsFullStash) {

@@ -83,12 +83,18 @@ Tensor AttentionSublayerForward(Backend& backend, const AttentionParams& params,
   Tensor qkv = LinearForward(backend, params.c_attn, ln, kActivations);  // (B,T,3C)
   stash.Put("attn.qkv", qkv);
   Tensor out = NewTensor(backend, x.shape(), x.dtype(), kActivations);  // (B,T,C)
-  Tensor probs = NewTensor(backend, ProbsShape(x, params.num_heads), DType::kF32,
-                           selective_recompute ? kWorkspace : kActivations);
-  backend.AttentionForward(qkv, params.num_heads, out, probs);
+  if (params.flash) {  // the row log-sum-exps are all backward needs: kept under selective too
+    Tensor lse =
+        NewTensor(backend, {x.size(0), params.num_heads, x.size(1)}, DType::kF32, kActivations);
+    backend.FlashAttentionForward(qkv, params.num_heads, out, lse);
+    stash.Put("attn.lse", std::move(lse));
+  } else {
+    Tensor probs = NewTensor(backend, ProbsShape(x, params.num_heads), DType::kF32,
+                             selective_recompute ? kWorkspace : kActivations);
+    backend.AttentionForward(qkv, params.num_heads, out, probs);
+    if (!selective_recompute) stash.Put("attn.probs", std::move(probs));
+  }
   stash.Put("attn.out", out);
-  if (!selective_recompute) stash.Put("attn.probs", probs);
-  probs = Tensor();
   const Tensor proj = LinearForward(backend, params.c_proj, out, kWorkspace);
   return AddResidual(backend, x, proj);
 }
@@ -97,17 +103,23 @@ Tensor AttentionSublayerBackward(Backend& backend, const AttentionParams& params
                                  const Stash& stash, WeightGradSink& sink,
                                  MemCategory dx_category) {
   const Tensor& qkv = stash.Get("attn.qkv");
+  const bool flash = stash.Has("attn.lse");  // the forward's kind decides
   Tensor probs;
   if (stash.Has("attn.probs")) {
     probs = stash.Get("attn.probs");
-  } else {  // selective recompute: the same kernel on the same qkv gives the same probs
+  } else if (!flash) {  // selective recompute: the same kernel on the same qkv gives the same probs
     probs = NewTensor(backend, ProbsShape(dy, params.num_heads), DType::kF32, kWorkspace);
     Tensor scratch = NewTensor(backend, dy.shape(), dy.dtype(), kWorkspace);
     backend.AttentionForward(qkv, params.num_heads, scratch, probs);
   }
   Tensor dout = LinearBackward(backend, params.c_proj, stash.Get("attn.out"), dy, sink);
   Tensor dqkv = NewZeros(backend, qkv.shape(), qkv.dtype(), sink.operand_category());
-  backend.AttentionBackward(dout, qkv, probs, params.num_heads, dqkv);
+  if (flash) {
+    backend.FlashAttentionBackward(dout, qkv, stash.Get("attn.out"), stash.Get("attn.lse"),
+                                   params.num_heads, dqkv);
+  } else {
+    backend.AttentionBackward(dout, qkv, probs, params.num_heads, dqkv);
+  }
   dout = Tensor();
   probs = Tensor();
   Tensor dln = LinearBackward(backend, params.c_attn, stash.Get("attn.ln"), dqkv, sink);

@@ -5,7 +5,8 @@
 // ("attn.", "mlp."), so a block holds both in one Stash. Stash entries (sizes in elements,
 // N = B*T; mean/rstd and probs f32, the rest the activation dtype):
 //   attn.x (N,C)  attn.ln (N,C)  attn.mean (N)  attn.rstd (N)  attn.qkv (N,3C)  attn.out (N,C)
-//   attn.probs (B,NH,T,T)                                   -- not under selective recompute
+//   attn.lse (B,NH,T)                                       -- flash attention, always
+//   attn.probs (B,NH,T,T)                  -- materialized attention, not under selective recompute
 //   mlp.x (N,C)   mlp.ln (N,C)   mlp.mean (N)   mlp.rstd (N)
 //   mlp.fc (N,4C) mlp.gelu (N,4C)                           -- not under selective recompute
 // Backward recomputes whatever the stash lacks, with the same kernels, so the bits agree. The
@@ -23,6 +24,7 @@ struct AttentionParams {
   Linear c_attn;  // (C, 3C)
   Linear c_proj;  // (C, C)
   int num_heads = 1;
+  bool flash = true;  // flash-style attention (stash lse) or materialized (stash probs)
 };
 
 struct MlpParams {

@@ -74,6 +74,7 @@ int64_t StashBytesPerMicroBatch(const Plan& plan, const LayerRange& range) {
     layers.push_back(BuildLayer(plan.graph[static_cast<size_t>(i)], plan.dims, *backend, dtype,
                                 dtype, plan.config.train.seed));
     layers.back()->set_selective_recompute(shape.selective_recompute);
+    layers.back()->set_flash_attention(shape.flash_attention);
   }
   MicroBatch batch;
   const Shape tokens = {shape.batch_size, shape.seq_len};

@@ -80,6 +80,25 @@ TEST(MemoryPlannerTest, PredictsTheLedgerAtFullSequenceLength) {
       "bf16 every:2 1f1b, T=256");
 }
 
+// Materialized attention (flash is the default everywhere above) at full length, where its
+// T x T probabilities dominate (stashed, or recomputed into workspace under selective):
+// predicted = measured, and a higher total peak than flash's.
+TEST(MemoryPlannerTest, PredictsTheLedgerForMaterializedAttention) {
+  for (const char* setting : {"fp32 none", "bf16 selective"}) {
+    const std::string text = setting;
+    const std::string dtype = text.substr(0, 4), policy = text.substr(5);
+    const std::vector<std::string> common = {"precision.dtype=" + dtype,
+                                             "parallel.checkpoint=" + policy};
+    std::vector<std::string> materialized = common;
+    materialized.push_back("model.attention=materialized");
+    const Plan plan = MakePlan(SmallCpu(materialized, true));
+    ExpectPredictedEqualsMeasured(plan, 0.02, std::string("materialized ") + setting);
+    const std::vector<RankMemory> flash = PredictMemory(MakePlan(SmallCpu(common, true)));
+    const std::vector<RankMemory> probs = PredictMemory(plan);
+    EXPECT_LT(flash[0].peak.total, probs[0].peak.total) << setting;
+  }
+}
+
 TEST(MemoryPlannerTest, PredictsTheLedgerForZeroBubbleAndInterleavedSchedules) {
   ExpectPredictedEqualsMeasured(MakePlan(Tiny({"parallel.stages=2", "parallel.schedule=zb-h1"})),
                                 0.02, "zb-h1");
@@ -223,17 +242,25 @@ TEST(MemoryPlannerGpuTest, PredictsTheGpuLedger) {
   }
 }
 
-// docs/memory.md's worked example: a gpt-small-cpu block stashes 16u + 16N + P per micro-batch
-// (u = N C 4, P the f32 attention probabilities), the embedding nothing.
+// docs/memory.md's worked example: a gpt-small-cpu block stashes 16u + 16N + L per micro-batch
+// under flash attention (u = N C 4, L the f32 lse, B NH T 4), 16u + 16N + P under materialized
+// (P the f32 attention probabilities, B NH T T 4); the embedding nothing.
 TEST(MemoryPlannerTest, StashPerMicroBatchIsMeasuredFromTheRealLayers) {
   const Plan plan = MakePlan(SmallCpu({}, /*full_length=*/true));
-  const int64_t n = 256, c = 256, u = n * c * 4, probs = 8 * 256 * 256 * 4;
-  EXPECT_EQ(StashBytesPerMicroBatch(plan, {1, 1}), 16 * u + 16 * n + probs);
-  EXPECT_EQ(StashBytesPerMicroBatch(plan, {1, 1}), 6'295'552);
+  const int64_t n = 256, c = 256, u = n * c * 4, lse = 8 * 256 * 4, probs = 8 * 256 * 256 * 4;
+  EXPECT_EQ(StashBytesPerMicroBatch(plan, {1, 1}), 16 * u + 16 * n + lse);
+  EXPECT_EQ(StashBytesPerMicroBatch(plan, {1, 1}), 4'206'592);
   EXPECT_EQ(StashBytesPerMicroBatch(plan, {0, 0}), 0);
-  EXPECT_EQ(StashBytesPerMicroBatch(plan, {0, 2}), 2 * 6'295'552);
+  EXPECT_EQ(StashBytesPerMicroBatch(plan, {0, 2}), 2 * 4'206'592);
   const Plan selective = MakePlan(SmallCpu({"parallel.checkpoint=selective"}, true));
-  EXPECT_EQ(StashBytesPerMicroBatch(selective, {1, 1}), 8 * u + 16 * n);
+  EXPECT_EQ(StashBytesPerMicroBatch(selective, {1, 1}), 8 * u + 16 * n + lse);
+
+  const Plan materialized = MakePlan(SmallCpu({"model.attention=materialized"}, true));
+  EXPECT_EQ(StashBytesPerMicroBatch(materialized, {1, 1}), 16 * u + 16 * n + probs);
+  EXPECT_EQ(StashBytesPerMicroBatch(materialized, {1, 1}), 6'295'552);
+  const Plan materialized_selective =
+      MakePlan(SmallCpu({"model.attention=materialized", "parallel.checkpoint=selective"}, true));
+  EXPECT_EQ(StashBytesPerMicroBatch(materialized_selective, {1, 1}), 8 * u + 16 * n);
 }
 
 TEST(ByteSizeTest, ParsesBinaryDecimalAndPlainSizes) {

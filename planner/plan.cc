@@ -29,6 +29,7 @@ MicroBatchShape Plan::micro_batch_shape() const {
   shape.seq_len = SequenceLength(config);
   shape.act_dtype = config.precision.dtype;
   shape.selective_recompute = config.parallel.checkpoint.kind == CheckpointPolicy::Kind::kSelective;
+  shape.flash_attention = config.model.attention == AttentionKind::kFlash;
   return shape;
 }
 

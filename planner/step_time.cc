@@ -24,9 +24,7 @@ Costs FlopCosts(const Plan& plan, const std::vector<LayerRange>& virtual_stages)
                                        static_cast<double>(plan.dims.width);
       forward += layer_forward;
       if (policy.kind == CheckpointPolicy::Kind::kEvery) recompute += layer_forward;
-      if (policy.kind == CheckpointPolicy::Kind::kSelective) {
-        recompute += static_cast<double>(RecomputeFlops(spec, plan.dims, shape));
-      }
+      recompute += static_cast<double>(RecomputeFlops(spec, plan.dims, shape));
     }
     ActionCosts c;
     c.forward = forward;

@@ -32,6 +32,9 @@ Trainer::Trainer(TrainerSetup setup, Backend& backend)
   if (config.parallel.checkpoint.kind == CheckpointPolicy::Kind::kSelective) {
     for (auto& [index, layer] : model_->layers()) layer->set_selective_recompute(true);
   }
+  for (auto& [index, layer] : model_->layers()) {
+    layer->set_flash_attention(config.model.attention == AttentionKind::kFlash);
+  }
   AdamWConfig hyper;
   hyper.beta1 = static_cast<float>(config.train.beta1);
   hyper.beta2 = static_cast<float>(config.train.beta2);
