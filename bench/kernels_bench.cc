@@ -122,6 +122,55 @@ void BM_AttentionBackward(benchmark::State& state) {
               4.0 * (2 * qkv.numel() + dout.numel() + probs.numel()));
 }
 
+// ---- attention's forward + backward at length T, materialized vs flash; args: flash, T.
+// One sequence, C = 512, 8 heads of D = 64 (GPT-2's head size), one thread. Counters: the
+// GFLOP/s of the causal products (forward + backward as AttentionForward/Backward count them),
+// held_MiB = what the forward keeps for the backward (probs, or lse), peak_MiB = the ledger's
+// peak above the inputs and outputs (held + workspace).
+void BM_AttentionStep(benchmark::State& state) {
+  constexpr int64_t kStepChannels = 512, kStepHeads = 8;
+  const bool flash = state.range(0) != 0;
+  const int64_t seq = state.range(1);
+  Bench bench(1);
+  Tensor qkv = bench.Random({1, seq, 3 * kStepChannels});
+  Tensor dout = bench.Random({1, seq, kStepChannels});
+  Tensor out = bench.Zeros(dout.shape()), dqkv = bench.Zeros(qkv.shape());
+  const int64_t base = bench.ledger.Current().total;
+  bench.ledger.ResetPeaks();
+  const auto step = [&] {
+    if (flash) {
+      Tensor lse = bench.Zeros({1, kStepHeads, seq});
+      bench.backend->FlashAttentionForward(qkv, kStepHeads, out, lse);
+      bench.backend->FlashAttentionBackward(dout, qkv, out, lse, kStepHeads, dqkv);
+      return lse.nbytes();
+    }
+    Tensor probs = bench.Zeros({1, kStepHeads, seq, seq});
+    bench.backend->AttentionForward(qkv, kStepHeads, out, probs);
+    bench.backend->AttentionBackward(dout, qkv, probs, kStepHeads, dqkv);
+    return probs.nbytes();
+  };
+  const int64_t held = step();
+  const int64_t peak = bench.ledger.Peak().total - base;
+  // Check: the query at t=0 sees one key, so its output is its v and its dq is zero (up to
+  // rounding in flash's rowsum(dO O) - dO v).
+  bool ok = bench.backend->AllFinite(dqkv);
+  for (int64_t c = 0; c < kStepChannels; ++c) {
+    ok = ok && std::abs(dqkv.data<float>()[c]) <= 1e-5f &&
+         std::abs(out.data<float>()[c] - qkv.data<float>()[2 * kStepChannels + c]) <= 1e-6f;
+  }
+  if (!ok) {
+    state.SkipWithError("attention at t=0: out is not v, or dq is not zero");
+    return;
+  }
+  for (auto _ : state) step();
+  const double live = seq * (seq + 1) / 2.0;
+  SetCounters(state, 3.0 * 2.0 * 2.0 * live * kStepChannels, 0.0);
+  state.counters.erase("GB/s");
+  state.counters["held_MiB"] = static_cast<double>(held) / (1 << 20);
+  state.counters["peak_MiB"] = static_cast<double>(peak) / (1 << 20);
+  state.SetLabel(flash ? "flash" : "materialized");
+}
+
 // ---- LayerNorm (N,C): nominal 8 flops per element forward, 14 backward (README).
 void BM_LayerNormForward(benchmark::State& state) {
   Bench bench(Threads(state));
@@ -256,6 +305,11 @@ BENCHMARK(BM_AttentionBackward)
     ->Arg(1)
     ->Arg(2)
     ->Unit(benchmark::kMicrosecond)
+    ->UseRealTime();
+BENCHMARK(BM_AttentionStep)
+    ->ArgNames({"flash", "T"})
+    ->ArgsProduct({{0, 1}, {256, 1024, 2048}})
+    ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 BENCHMARK(BM_LayerNormForward)
     ->ArgName("threads")

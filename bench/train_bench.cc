@@ -9,6 +9,7 @@
 // kernels' results do not depend on the thread count). A failed check exits 1.
 //
 //   train_bench [--models gpt-tiny,gpt-small-cpu] [--threads 1,2] [--steps N] [--json FILE]
+//               [--set section.key=value ...]   (e.g. --set model.attention=materialized)
 #include <fmt/format.h>
 
 #include <CLI/CLI.hpp>
@@ -36,7 +37,8 @@ struct Options {
   std::string config_dir = BATON_SOURCE_DIR "/configs";
   std::vector<std::string> models = {"gpt-tiny", "gpt-small-cpu"};
   std::vector<int> threads = {1, 2};
-  int64_t steps = 0;  // 0: per model, kDefaultSteps
+  std::vector<std::string> overrides;  // --set, applied after the fixed settings below
+  int64_t steps = 0;                   // 0: per model, kDefaultSteps
   int gemm_repeats = 10;
   std::string json_path;
 };
@@ -64,10 +66,11 @@ RunResult RunOne(const Options& options, const std::string& model, int threads) 
   r.model = model;
   r.threads = threads;
   // One stage, fp32, no recompute: the model's own training step, nothing else.
-  r.config =
-      LoadConfig(options.config_dir + "/" + model + ".yaml",
-                 {"parallel.stages=1", "parallel.checkpoint=none", "precision.dtype=fp32",
-                  fmt::format("device.threads={}", threads), fmt::format("train.steps={}", steps)});
+  std::vector<std::string> settings = {
+      "parallel.stages=1", "parallel.checkpoint=none", "precision.dtype=fp32",
+      fmt::format("device.threads={}", threads), fmt::format("train.steps={}", steps)};
+  settings.insert(settings.end(), options.overrides.begin(), options.overrides.end());
+  r.config = LoadConfig(options.config_dir + "/" + model + ".yaml", settings);
   const Plan plan = MakePlan(r.config);
   const int64_t seq_len = SequenceLength(r.config);
 
@@ -181,6 +184,7 @@ int main(int argc, char** argv) {
                  "steps per run, step 1 unmeasured (0: 12 tiny, 5 small)");
   app.add_option("--gemm-repeats", options.gemm_repeats, "timed GEMM calls for the peak");
   app.add_option("--json", options.json_path, "also write the figures and losses here");
+  app.add_option("--set", options.overrides, "override a config field: section.key=value");
   CLI11_PARSE(app, argc, argv);
   try {
     return baton::bench::Main(options);
