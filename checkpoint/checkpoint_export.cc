@@ -16,9 +16,9 @@ namespace baton {
 namespace {
 
 // The parameter an optimizer-state tensor belongs to ("h.0.ln_1.weight.adam_m" ->
-// "h.0.ln_1.weight"); nullopt for a parameter's own tensor.
+// "h.0.ln_1.weight"; 8-bit state's absmax too); nullopt for a parameter's own tensor.
 std::optional<std::string> OptimizerStateOf(const std::string& name) {
-  for (const char* suffix : {".master", ".adam_m", ".adam_v"}) {
+  for (const char* suffix : {".master", ".adam_m", ".adam_v", ".adam_m_absmax", ".adam_v_absmax"}) {
     const std::string s = suffix;
     if (name.size() > s.size() && name.compare(name.size() - s.size(), s.size(), s) == 0) {
       return name.substr(0, name.size() - s.size());

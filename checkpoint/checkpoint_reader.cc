@@ -2,6 +2,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <cstring>
 #include <filesystem>
 #include <map>
 #include <set>
@@ -10,6 +11,7 @@
 #include "core/error.h"
 #include "core/files.h"
 #include "core/hash.h"
+#include "kernels/quantize.h"
 
 namespace baton {
 namespace {
@@ -96,6 +98,67 @@ std::string ResolveRoot(const std::string& root, std::vector<std::string>& skipp
   return *chosen;
 }
 
+// The f32 values of F32 tensor `entry` (a copy: the mapping may not be aligned).
+std::vector<float> ReadF32(const SafetensorsFile& file, const SafetensorsEntry& entry) {
+  BATON_CHECK(entry.dtype == "F32", "{}: tensor {} is {}, not F32", file.path(), entry.name,
+              entry.dtype);
+  const std::span<const std::byte> bytes = file.Bytes(entry);
+  std::vector<float> values(bytes.size() / sizeof(float));
+  std::memcpy(values.data(), bytes.data(), bytes.size());
+  return values;
+}
+
+// Copies host values into `dst` (any device) through `backend`.
+void CopyFromHost(const void* data, DType dtype, const Shape& shape, Tensor& dst,
+                  Backend& backend) {
+  const Tensor view = Tensor::Wrap(const_cast<void*>(data), shape, dtype);
+  backend.Copy(view, dst);
+  backend.Synchronize();
+}
+
+// Fills one moment (Adam's m or v) from `name` in `file`. The stored form (f32, or 8-bit codes
+// with "<name>_absmax") and the run's form (whether `absmax` is defined) may differ: a run
+// resumed with another optimizer.state converts, quantising or dequantising on the host.
+void LoadMoment(const SafetensorsFile& file, const std::string& name, const Tensor& moment,
+                const Tensor& absmax, const QuantMap& map, Backend& backend,
+                std::set<std::string>& used) {
+  const std::string absmax_name = name + "_absmax";
+  const bool stored_quantized = file.Has(absmax_name);
+  const SafetensorsEntry& entry = file.Get(name);
+  BATON_CHECK(entry.shape == moment.shape(), "{}: tensor {} has shape {} but {} was expected",
+              file.path(), name, ToString(entry.shape), ToString(moment.shape()));
+  const int64_t n = moment.numel();
+  Tensor m = moment;  // a handle: the copies land in the caller's storage
+  if (stored_quantized == absmax.defined()) {
+    file.CopyTo(name, m, backend);
+    if (stored_quantized) {
+      Tensor a = absmax;
+      file.CopyTo(absmax_name, a, backend);
+    }
+  } else if (stored_quantized) {  // 8-bit in the file, f32 in the run
+    const SafetensorsEntry& scales = file.Get(absmax_name);
+    BATON_CHECK(entry.dtype == "U8" && scales.shape == Shape{QuantBlocks(n)},
+                "{}: tensor {} ({} {}) with {} {} is not 8-bit optimizer state", file.path(), name,
+                entry.dtype, ToString(entry.shape), absmax_name, ToString(scales.shape));
+    const std::span<const std::byte> codes = file.Bytes(entry);
+    const std::vector<float> block_max = ReadF32(file, scales);
+    std::vector<float> values(static_cast<size_t>(n));
+    DequantizeBlocks(reinterpret_cast<const uint8_t*>(codes.data()), block_max.data(), n, map,
+                     values.data());
+    CopyFromHost(values.data(), DType::kF32, moment.shape(), m, backend);
+  } else {  // f32 in the file, 8-bit in the run
+    const std::vector<float> values = ReadF32(file, entry);
+    std::vector<uint8_t> codes(static_cast<size_t>(n));
+    std::vector<float> block_max(static_cast<size_t>(QuantBlocks(n)));
+    QuantizeBlocks(values.data(), n, map, codes.data(), block_max.data());
+    CopyFromHost(codes.data(), DType::kU8, moment.shape(), m, backend);
+    Tensor a = absmax;
+    CopyFromHost(block_max.data(), DType::kF32, absmax.shape(), a, backend);
+  }
+  used.insert(name);
+  if (stored_quantized) used.insert(absmax_name);
+}
+
 // Fills one param and its optimizer state from `file`, recording the tensor names it used.
 void LoadParam(const SafetensorsFile& file, const ParamTensors& param, Backend& backend,
                std::set<std::string>& used) {
@@ -109,10 +172,11 @@ void LoadParam(const SafetensorsFile& file, const ParamTensors& param, Backend& 
     Tensor master = param.master;
     file.CopyTo(has_master ? name + ".master" : name, master, backend);
   }
-  Tensor m = param.adam_m, v = param.adam_v;
-  file.CopyTo(name + ".adam_m", m, backend);
-  file.CopyTo(name + ".adam_v", v, backend);
-  used.insert({name, name + ".adam_m", name + ".adam_v"});
+  LoadMoment(file, name + ".adam_m", param.adam_m, param.adam_m_absmax, SignedQuantMap(), backend,
+             used);
+  LoadMoment(file, name + ".adam_v", param.adam_v, param.adam_v_absmax, UnsignedQuantMap(), backend,
+             used);
+  used.insert(name);
   if (has_master) used.insert(name + ".master");
 }
 

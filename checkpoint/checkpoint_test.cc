@@ -12,6 +12,7 @@
 #include "core/error.h"
 #include "core/files.h"
 #include "core/hash.h"
+#include "kernels/quantize.h"
 
 namespace baton {
 namespace {
@@ -121,6 +122,76 @@ TEST(CheckpointTest, ResumingOnAnotherPartitionContinuesBitwiseLikeNeverStopping
     checkpoint_test::FakeStep({&first, &second}, step);
   }
   checkpoint_test::ExpectSameState({&straight}, {&first, &second});
+}
+
+// 8-bit optimizer state (optimizer.state: int8) is stored as it is held, u8 codes and f32 block
+// maxima, and resumes bit for bit on another partition; a run with the other form of state
+// converts: f32 moments are quantised, 8-bit ones decoded.
+TEST(CheckpointTest, Int8OptimizerStateResumesBitwiseAndConvertsBothWays) {
+  Fixture f;
+  f.dims = {100, 5, 2, 2, 48};  // wte and the block matrices >= 4096 elements: quantised
+  f.graph = GptGraph(f.dims);
+  TempDir dir;
+  Rank straight = f.MakeRank({{0, 3}}, 0, 1, DType::kF32, 7, /*quantized_state=*/true);
+  for (int step = 1; step <= 6; ++step) checkpoint_test::FakeStep({&straight}, step);
+
+  Rank before = f.MakeRank({{0, 3}}, 0, 1, DType::kF32, 7, true);
+  for (int step = 1; step <= 3; ++step) checkpoint_test::FakeStep({&before}, step);
+  Save(f, dir.path(), 3, {&before});
+  const SafetensorsFile block = CheckpointReader::Open(dir.path()).OpenLayer(1);
+  EXPECT_EQ(block.Get("h.0.attn.c_attn.weight.adam_m").dtype, "U8");
+  EXPECT_EQ(block.Get("h.0.attn.c_attn.weight.adam_v_absmax").shape, Shape{27});  // 6912 / 256
+  EXPECT_EQ(block.Get("h.0.attn.c_proj.weight.adam_m").dtype, "F32");             // 2304 < 4096
+  EXPECT_FALSE(block.Has("h.0.attn.c_proj.weight.adam_m_absmax"));
+
+  Rank first = f.MakeRank({{0, 0}}, 0, 2, DType::kF32, 99, true);
+  Rank second = f.MakeRank({{1, 3}}, 1, 2, DType::kF32, 99, true);
+  Load(f, dir.path(), {&first, &second});
+  for (int step = 4; step <= 6; ++step) checkpoint_test::FakeStep({&first, &second}, step);
+  checkpoint_test::ExpectSameState({&straight}, {&first, &second});
+
+  // 8-bit file -> f32 run: every moment is its decoded codes.
+  Rank plain = f.MakeRank({{0, 3}}, 0, 1, DType::kF32, 99, false);
+  Load(f, dir.path(), {&plain});
+  int quantized = 0;
+  for (const Optimizer::Slot& slot : before.optimizer->slots()) {
+    const Optimizer::Slot& other = plain.optimizer->slots()[&slot - &before.optimizer->slots()[0]];
+    ASSERT_EQ(slot.param->name, other.param->name);
+    EXPECT_EQ(other.m.dtype(), DType::kF32);
+    if (!slot.quantized()) {
+      EXPECT_EQ(checkpoint_test::Bytes(slot.m), checkpoint_test::Bytes(other.m));
+      continue;
+    }
+    ++quantized;
+    const int64_t n = slot.m.numel();
+    std::vector<float> m(n), v(n);
+    DequantizeBlocks(slot.m.data<uint8_t>(), slot.m_absmax.data<float>(), n, SignedQuantMap(),
+                     m.data());
+    DequantizeBlocks(slot.v.data<uint8_t>(), slot.v_absmax.data<float>(), n, UnsignedQuantMap(),
+                     v.data());
+    EXPECT_EQ(std::vector<float>(other.m.data<float>(), other.m.data<float>() + n), m);
+    EXPECT_EQ(std::vector<float>(other.v.data<float>(), other.v.data<float>() + n), v);
+  }
+  EXPECT_EQ(quantized, 7);  // wte (4800) and 3 of the 4 matrices of each block
+
+  // f32 file -> 8-bit run: the codes are those the host quantiser gives.
+  TempDir plain_dir;
+  Save(f, plain_dir.path(), 3, {&plain});
+  Rank requantized = f.MakeRank({{0, 3}}, 0, 1, DType::kF32, 99, true);
+  Load(f, plain_dir.path(), {&requantized});
+  for (const Optimizer::Slot& slot : requantized.optimizer->slots()) {
+    const Optimizer::Slot& source =
+        plain.optimizer->slots()[&slot - &requantized.optimizer->slots()[0]];
+    if (!slot.quantized()) continue;
+    const int64_t n = slot.m.numel();
+    std::vector<uint8_t> codes(n);
+    std::vector<float> absmax(QuantBlocks(n));
+    QuantizeBlocks(source.v.data<float>(), n, UnsignedQuantMap(), codes.data(), absmax.data());
+    EXPECT_EQ(std::vector<uint8_t>(slot.v.data<uint8_t>(), slot.v.data<uint8_t>() + n), codes);
+    EXPECT_EQ(std::vector<float>(slot.v_absmax.data<float>(),
+                                 slot.v_absmax.data<float>() + absmax.size()),
+              absmax);
+  }
 }
 
 TEST(CheckpointTest, TrainingStateAndModelDescriptionRoundTrip) {

@@ -52,13 +52,13 @@ class Fixture {
 
   // chunk_ranges as in StageModel; `seed` draws the initial weights.
   Rank MakeRank(std::vector<LayerRange> chunk_ranges, int rank, int num_ranks,
-                DType dtype = DType::kF32, uint64_t seed = 7) {
+                DType dtype = DType::kF32, uint64_t seed = 7, bool quantized_state = false) {
     Rank r;
     r.model = std::make_unique<StageModel>(graph, dims, chunk_ranges, rank, num_ranks, *backend,
                                            dtype, dtype, seed);
     AdamWConfig hyper;
     hyper.weight_decay = 0.1f;
-    r.optimizer = std::make_unique<Optimizer>(*backend, r.model->params(), hyper);
+    r.optimizer = std::make_unique<Optimizer>(*backend, r.model->params(), hyper, quantized_state);
     return r;
   }
   int last_layer() const { return static_cast<int>(graph.size()) - 1; }
@@ -92,6 +92,10 @@ inline std::vector<std::vector<char>> ParamState(Optimizer& optimizer, const Par
     if (slot.param->value.raw() != p.value.raw()) continue;
     std::vector<std::vector<char>> state = {Bytes(p.value), Bytes(slot.m), Bytes(slot.v)};
     if (slot.master.defined()) state.push_back(Bytes(slot.master));
+    if (slot.quantized()) {
+      state.push_back(Bytes(slot.m_absmax));
+      state.push_back(Bytes(slot.v_absmax));
+    }
     return state;
   }
   ADD_FAILURE() << "no optimizer slot for " << p.name;

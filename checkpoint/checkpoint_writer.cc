@@ -34,6 +34,10 @@ NamedTensors FileTensors(const LayerTensors& layer) {
     if (p.master.defined()) tensors.emplace_back(p.name + ".master", p.master);
     tensors.emplace_back(p.name + ".adam_m", p.adam_m);
     tensors.emplace_back(p.name + ".adam_v", p.adam_v);
+    if (p.adam_m_absmax.defined()) {
+      tensors.emplace_back(p.name + ".adam_m_absmax", p.adam_m_absmax);
+      tensors.emplace_back(p.name + ".adam_v_absmax", p.adam_v_absmax);
+    }
   }
   return tensors;
 }

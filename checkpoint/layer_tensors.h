@@ -15,13 +15,16 @@
 namespace baton {
 
 // One parameter and its optimizer state, stored in a layer file as "<name>", "<name>.master",
-// "<name>.adam_m" and "<name>.adam_v" (docs/checkpoints.md).
+// "<name>.adam_m" and "<name>.adam_v", and for 8-bit state "<name>.adam_m_absmax" and
+// "<name>.adam_v_absmax" (docs/checkpoints.md).
 struct ParamTensors {
-  std::string name;  // Hugging Face GPT-2 style, as Param::name: "h.3.attn.c_attn.weight"
-  Tensor value;      // the parameter, in its own dtype
-  Tensor master;     // f32 master copy of a 16-bit parameter; undefined when there is none
-  Tensor adam_m;     // f32 AdamW moments; undefined when there is no optimizer state (GPT-2
-  Tensor adam_v;     // import and export need none; a checkpoint needs both)
+  std::string name;      // Hugging Face GPT-2 style, as Param::name: "h.3.attn.c_attn.weight"
+  Tensor value;          // the parameter, in its own dtype
+  Tensor master;         // f32 master copy of a 16-bit parameter; undefined when there is none
+  Tensor adam_m;         // f32 AdamW moments; undefined when there is no optimizer state (GPT-2
+  Tensor adam_v;         // import and export need none; a checkpoint needs both); u8 codes when
+  Tensor adam_m_absmax;  // 8-bit: f32 per block of kQuantBlock (kernels/quantize.h); else
+  Tensor adam_v_absmax;  // undefined
   // A copy of layer 0's parameter of the same name (the head's tied "wte.weight"): a checkpoint
   // stores it only in layer 0's file and loads it from there.
   bool tied = false;

@@ -34,7 +34,8 @@ DType BatonDType(const SafetensorsFile& file, const SafetensorsEntry& entry) {
   if (entry.dtype == "F16") return DType::kF16;
   if (entry.dtype == "BF16") return DType::kBF16;
   if (entry.dtype == "I32") return DType::kI32;
-  BATON_FAIL("{}: tensor {} has dtype {}, which Baton cannot load (F32, F16, BF16, I32)",
+  if (entry.dtype == "U8") return DType::kU8;
+  BATON_FAIL("{}: tensor {} has dtype {}, which Baton cannot load (F32, F16, BF16, I32, U8)",
              file.path(), entry.name, entry.dtype);
 }
 
@@ -155,6 +156,8 @@ std::string SafetensorsDType(DType dtype) {
       return "BF16";
     case DType::kI32:
       return "I32";
+    case DType::kU8:
+      return "U8";
   }
   BATON_FAIL("unknown dtype {}", static_cast<int>(dtype));
 }

@@ -73,6 +73,7 @@ const char* TorchDTypeName(DType dtype) {
     case DType::kBF16:
       return "bfloat16";
     case DType::kI32:
+    case DType::kU8:
       break;
   }
   BATON_FAIL("GPT-2 weights must be f32, f16 or bf16, not {}", Name(dtype));

@@ -73,6 +73,10 @@ class HostAsDeviceBackend final : public Backend {
   void GeluForward(const Tensor&, Tensor&) override { BATON_FAIL("unused"); }
   void GeluBackward(const Tensor&, const Tensor&, Tensor&) override { BATON_FAIL("unused"); }
   void AttentionForward(const Tensor&, int, Tensor&, Tensor&) override { BATON_FAIL("unused"); }
+  void AdamW8bit(Tensor&, const Tensor&, Tensor&, Tensor&, Tensor&, Tensor&, const AdamWConfig&,
+                 float) override {
+    BATON_FAIL("unused");
+  }
   void FlashAttentionForward(const Tensor&, int, Tensor&, Tensor&) override {
     BATON_FAIL("unused");
   }

@@ -17,6 +17,7 @@ float LoadFloat(const void* base, DType dtype, int64_t i) {
     case DType::kBF16:
       return BFloat16ToFloat(static_cast<const uint16_t*>(base)[i]);
     case DType::kI32:
+    case DType::kU8:
       break;
   }
   BATON_FAIL("LoadFloat of {}", Name(dtype));
@@ -34,6 +35,7 @@ void StoreFloat(void* base, DType dtype, int64_t i, float value) {
       static_cast<uint16_t*>(base)[i] = FloatToBFloat16(value);
       return;
     case DType::kI32:
+    case DType::kU8:
       break;
   }
   BATON_FAIL("StoreFloat of {}", Name(dtype));

@@ -53,6 +53,8 @@ ncclDataType_t NcclType(DType dtype) {
       return ncclBfloat16;
     case DType::kI32:
       return ncclInt32;
+    case DType::kU8:
+      return ncclUint8;
   }
   BATON_FAIL("no NCCL type for {}", Name(dtype));
 }

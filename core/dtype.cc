@@ -20,6 +20,8 @@ size_t SizeOf(DType dtype) {
     case DType::kF16:
     case DType::kBF16:
       return 2;
+    case DType::kU8:
+      return 1;
   }
   BATON_FAIL("unknown dtype {}", static_cast<int>(dtype));
 }
@@ -34,6 +36,8 @@ std::string_view Name(DType dtype) {
       return "bf16";
     case DType::kI32:
       return "i32";
+    case DType::kU8:
+      return "u8";
   }
   BATON_FAIL("unknown dtype {}", static_cast<int>(dtype));
 }
@@ -43,10 +47,11 @@ DType ParseDType(std::string_view name) {
   if (name == "f16" || name == "fp16" || name == "float16") return DType::kF16;
   if (name == "bf16" || name == "bfloat16") return DType::kBF16;
   if (name == "i32" || name == "int32") return DType::kI32;
-  BATON_FAIL("unknown dtype '{}' (expected fp32, bf16, fp16 or i32)", name);
+  if (name == "u8" || name == "uint8") return DType::kU8;
+  BATON_FAIL("unknown dtype '{}' (expected fp32, bf16, fp16, i32 or u8)", name);
 }
 
-bool IsFloating(DType dtype) { return dtype != DType::kI32; }
+bool IsFloating(DType dtype) { return dtype != DType::kI32 && dtype != DType::kU8; }
 
 uint16_t FloatToHalf(float value) {
   const uint32_t bits = std::bit_cast<uint32_t>(value);
@@ -158,6 +163,7 @@ void ToF32(const void* src, DType dtype, float* dst, size_t n) {
       for (size_t i = 0; i < n; ++i) dst[i] = HalfToFloat(in[i]);
       return;
     case DType::kI32:
+    case DType::kU8:
       break;
   }
   BATON_FAIL("cannot convert {} to f32", Name(dtype));
@@ -179,6 +185,7 @@ void FromF32(const float* src, void* dst, DType dtype, size_t n) {
       for (size_t i = 0; i < n; ++i) out[i] = FloatToHalf(src[i]);
       return;
     case DType::kI32:
+    case DType::kU8:
       break;
   }
   BATON_FAIL("cannot convert f32 to {}", Name(dtype));

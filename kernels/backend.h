@@ -113,6 +113,12 @@ class Backend {
   // (PyTorch's torch.optim.AdamW order of operations, so an independent reference agrees.)
   virtual void AdamW(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v,
                      const AdamWConfig& config, float grad_scale) = 0;
+  // The same step with m and v stored block-wise in 8 bits (kernels/quantize.h): m, v (u8 codes,
+  // param's shape) into SignedQuantMap / UnsignedQuantMap, m_absmax, v_absmax (f32,
+  // QuantBlocks(numel)). Per block of kQuantBlock elements: dequantise m and v, update them and
+  // param exactly as AdamW does (in f32), then requantise both with the block's new absmax.
+  virtual void AdamW8bit(Tensor& param, const Tensor& grad, Tensor& m, Tensor& m_absmax, Tensor& v,
+                         Tensor& v_absmax, const AdamWConfig& config, float grad_scale) = 0;
 };
 
 // The CPU backend: OpenBLAS sgemm and plain C++ loops, `num_threads` threads for both.

@@ -6,6 +6,7 @@
 #include <functional>
 
 #include "kernels/kernels_test_util.h"
+#include "kernels/quantize.h"
 
 namespace baton::kernels_test {
 namespace {
@@ -125,6 +126,23 @@ TEST_F(DeterminismTest, FlashAttentionForwardAndBackward) {
     Tensor dqkv = Zeros(qkv.shape());
     be.FlashAttentionBackward(dout, qkv, out, lse, heads, dqkv);
     return std::vector<Tensor>{out, lse, dqkv};
+  });
+}
+
+TEST_F(DeterminismTest, AdamW8bit) {
+  const int64_t n = 3 * 4096 + 300;  // several chunks, a short last block
+  Tensor start = Random({n});
+  Tensor grad = Random({n});
+  ExpectSameBits([&](Backend& be) {
+    Tensor p = Zeros({n}), m = Zeros({n}, DType::kU8), v = Zeros({n}, DType::kU8);
+    Tensor am = Zeros({QuantBlocks(n)}), av = Zeros({QuantBlocks(n)});
+    be.Copy(start, p);
+    AdamWConfig config;
+    for (int64_t step = 1; step <= 3; ++step) {
+      config.step = step;
+      be.AdamW8bit(p, grad, m, am, v, av, config, 0.5f);
+    }
+    return std::vector<Tensor>{p, m, am, v, av};
   });
 }
 

@@ -24,6 +24,7 @@ std::string PrecisionName(DType dtype) {
     case DType::kF16:
       return "fp16";
     case DType::kI32:
+    case DType::kU8:
       break;
   }
   BATON_FAIL("{} is not a training precision", Name(dtype));

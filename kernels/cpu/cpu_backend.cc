@@ -13,6 +13,7 @@
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/layer_kernels.h"
 #include "kernels/cpu/parallel.h"
+#include "kernels/quantize.h"
 
 namespace baton {
 
@@ -243,6 +244,39 @@ bool CpuBackend::AllFinite(const Tensor& t) {
   return all_finite.load();
 }
 
+namespace {
+
+// AdamW's per-call scalars, formed as PyTorch forms them: in double, then used as float.
+struct AdamWScalars {
+  float b1, b2, one_minus_b1, one_minus_b2, decay, step_size, bias_correction2_sqrt, eps;
+};
+
+AdamWScalars ScalarsOf(const AdamWConfig& config) {
+  const auto step = static_cast<double>(config.step);
+  AdamWScalars s;
+  s.b1 = config.beta1;
+  s.b2 = config.beta2;
+  s.one_minus_b1 = static_cast<float>(1.0 - s.b1);
+  s.one_minus_b2 = static_cast<float>(1.0 - s.b2);
+  s.decay = static_cast<float>(1.0 - static_cast<double>(config.lr) * config.weight_decay);
+  s.step_size = static_cast<float>(config.lr / (1.0 - std::pow(static_cast<double>(s.b1), step)));
+  s.bias_correction2_sqrt =
+      static_cast<float>(std::sqrt(1.0 - std::pow(static_cast<double>(s.b2), step)));
+  s.eps = config.eps;
+  return s;
+}
+
+// One element's AdamW update of m, v and p, in the order torch.optim.AdamW applies it.
+inline void AdamWElement(const AdamWScalars& s, float g, float& m, float& v, float& p) {
+  m = s.b1 * m + s.one_minus_b1 * g;
+  v = s.b2 * v + s.one_minus_b2 * g * g;
+  p *= s.decay;
+  const float denom = std::sqrt(v) / s.bias_correction2_sqrt + s.eps;
+  p += -s.step_size * (m / denom);
+}
+
+}  // namespace
+
 void CpuBackend::AdamW(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v,
                        const AdamWConfig& config, float grad_scale) {
   CheckF32(param, "param");
@@ -254,19 +288,7 @@ void CpuBackend::AdamW(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v,
   CheckSameShape(param, v, "param", "v");
   BATON_CHECK(config.step >= 1, "AdamW step is 1-based, got {}", config.step);
   if (meta_) return;
-  // Scalars as PyTorch forms them: in double, then used as float.
-  const auto step = static_cast<double>(config.step);
-  const float b1 = config.beta1;
-  const float b2 = config.beta2;
-  const float one_minus_b1 = static_cast<float>(1.0 - b1);
-  const float one_minus_b2 = static_cast<float>(1.0 - b2);
-  const float decay =
-      static_cast<float>(1.0 - static_cast<double>(config.lr) * config.weight_decay);
-  const float step_size =
-      static_cast<float>(config.lr / (1.0 - std::pow(static_cast<double>(b1), step)));
-  const float bias_correction2_sqrt =
-      static_cast<float>(std::sqrt(1.0 - std::pow(static_cast<double>(b2), step)));
-  const float eps = config.eps;
+  const AdamWScalars s = ScalarsOf(config);
   float* pp = param.data<float>();
   float* pm = m.data<float>();
   float* pv = v.data<float>();
@@ -274,12 +296,64 @@ void CpuBackend::AdamW(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v,
     float buffer[kChunk];
     const float* g = LoadChunk(grad, begin, end - begin, buffer);
     for (int64_t i = begin; i < end; ++i) {
-      const float gi = g[i - begin] * grad_scale;
-      pm[i] = b1 * pm[i] + one_minus_b1 * gi;
-      pv[i] = b2 * pv[i] + one_minus_b2 * gi * gi;
-      pp[i] *= decay;
-      const float denom = std::sqrt(pv[i]) / bias_correction2_sqrt + eps;
-      pp[i] += -step_size * (pm[i] / denom);
+      AdamWElement(s, g[i - begin] * grad_scale, pm[i], pv[i], pp[i]);
+    }
+  });
+}
+
+void CpuBackend::AdamW8bit(Tensor& param, const Tensor& grad, Tensor& m, Tensor& m_absmax,
+                           Tensor& v, Tensor& v_absmax, const AdamWConfig& config,
+                           float grad_scale) {
+  CheckF32(param, "param");
+  CheckFloat(grad, "grad");
+  CheckU8(m, "m");
+  CheckU8(v, "v");
+  CheckF32(m_absmax, "m_absmax");
+  CheckF32(v_absmax, "v_absmax");
+  CheckSameShape(param, grad, "param", "grad");
+  CheckSameShape(param, m, "param", "m");
+  CheckSameShape(param, v, "param", "v");
+  const int64_t blocks = QuantBlocks(param.numel());
+  BATON_CHECK(m_absmax.numel() == blocks && v_absmax.numel() == blocks,
+              "absmax {} and {} must hold {} blocks of {} elements of {}", m_absmax.ToString(),
+              v_absmax.ToString(), blocks, kQuantBlock, param.ToString());
+  BATON_CHECK(config.step >= 1, "AdamW step is 1-based, got {}", config.step);
+  if (meta_) return;
+  static_assert(kChunk % kQuantBlock == 0, "a quantisation block never straddles two chunks");
+  const AdamWScalars s = ScalarsOf(config);
+  const QuantMap& m_map = SignedQuantMap();
+  const QuantMap& v_map = UnsignedQuantMap();
+  float* pp = param.data<float>();
+  uint8_t* pm = m.data<uint8_t>();
+  uint8_t* pv = v.data<uint8_t>();
+  float* am = m_absmax.data<float>();
+  float* av = v_absmax.data<float>();
+  ParallelChunks(param.numel(), kChunk, &pool_, [&](int64_t begin, int64_t end) {
+    float buffer[kChunk];
+    const float* g = LoadChunk(grad, begin, end - begin, buffer);
+    for (int64_t b0 = begin; b0 < end; b0 += kQuantBlock) {
+      const int64_t n = std::min(kQuantBlock, end - b0);
+      const int64_t block = b0 / kQuantBlock;
+      float block_m[kQuantBlock], block_v[kQuantBlock];
+      float max_m = 0.0f, max_v = 0.0f;
+      for (int64_t j = 0; j < n; ++j) {
+        const int64_t i = b0 + j;
+        float mi = m_map[pm[i]] * am[block];
+        float vi = v_map[pv[i]] * av[block];
+        AdamWElement(s, g[i - begin] * grad_scale, mi, vi, pp[i]);
+        block_m[j] = mi;
+        block_v[j] = vi;
+        max_m = std::max(max_m, std::abs(mi));
+        max_v = std::max(max_v, vi);
+      }
+      am[block] = max_m;
+      av[block] = max_v;
+      const float inv_m = max_m > 0.0f ? 1.0f / max_m : 0.0f;
+      const float inv_v = max_v > 0.0f ? 1.0f / max_v : 0.0f;
+      for (int64_t j = 0; j < n; ++j) {
+        pm[b0 + j] = Quantize(block_m[j] * inv_m, m_map);
+        pv[b0 + j] = Quantize(block_v[j] * inv_v, v_map);
+      }
     }
   });
 }

@@ -37,4 +37,9 @@ inline void CheckI32(const Tensor& t, Device device, const char* name) {
   BATON_CHECK(t.dtype() == DType::kI32, "{} must be i32, got {}", name, t.ToString());
 }
 
+inline void CheckU8(const Tensor& t, Device device, const char* name) {
+  CheckOnDevice(t, device, name);
+  BATON_CHECK(t.dtype() == DType::kU8, "{} must be u8, got {}", name, t.ToString());
+}
+
 }  // namespace baton::cuda

@@ -1,5 +1,5 @@
 // CudaBackend: construction, the stream and id-error plumbing, memory, GEMM, elementwise ops,
-// reductions and AdamW (the GPT layer methods are in cuda_backend_layers.cc).
+// reductions and AdamW, f32 or 8-bit state (the GPT layer methods are in cuda_backend_layers.cc).
 #include "kernels/cuda/cuda_backend.h"
 
 #include <cmath>
@@ -9,6 +9,7 @@
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/gemm.h"
 #include "kernels/cuda/launch.h"
+#include "kernels/quantize.h"
 
 namespace baton {
 
@@ -342,19 +343,11 @@ bool CudaBackend::AllFinite(const Tensor& t) {
   return bad == 0;
 }
 
-void CudaBackend::AdamW(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v,
-                        const AdamWConfig& config, float grad_scale) {
-  Activate();
-  CheckF32(param, device(), "param");
-  CheckFloat(grad, device(), "grad");
-  CheckF32(m, device(), "m");
-  CheckF32(v, device(), "v");
-  CheckSameShape(param, grad, "param", "grad");
-  CheckSameShape(param, m, "param", "m");
-  CheckSameShape(param, v, "param", "v");
-  BATON_CHECK(config.step >= 1, "AdamW step is 1-based, got {}", config.step);
-  if (meta_) return;
-  // Scalars as the CPU backend (and PyTorch) forms them: in double, then used as float.
+namespace {
+
+// AdamW's per-call scalars as the CPU backend (and PyTorch) forms them: in double, then used as
+// float.
+AdamWScalars ScalarsOf(const AdamWConfig& config, float grad_scale) {
   const auto step = static_cast<double>(config.step);
   AdamWScalars s;
   s.beta1 = config.beta1;
@@ -368,9 +361,51 @@ void CudaBackend::AdamW(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v,
       static_cast<float>(std::sqrt(1.0 - std::pow(static_cast<double>(config.beta2), step)));
   s.eps = config.eps;
   s.grad_scale = grad_scale;
+  return s;
+}
+
+}  // namespace
+
+void CudaBackend::AdamW(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v,
+                        const AdamWConfig& config, float grad_scale) {
+  Activate();
+  CheckF32(param, device(), "param");
+  CheckFloat(grad, device(), "grad");
+  CheckF32(m, device(), "m");
+  CheckF32(v, device(), "v");
+  CheckSameShape(param, grad, "param", "grad");
+  CheckSameShape(param, m, "param", "m");
+  CheckSameShape(param, v, "param", "v");
+  BATON_CHECK(config.step >= 1, "AdamW step is 1-based, got {}", config.step);
+  if (meta_) return;
   LaunchAdamW(static_cast<float*>(param.raw()), grad.raw(), grad.dtype(),
-              static_cast<float*>(m.raw()), static_cast<float*>(v.raw()), param.numel(), s,
-              stream_);
+              static_cast<float*>(m.raw()), static_cast<float*>(v.raw()), param.numel(),
+              ScalarsOf(config, grad_scale), stream_);
+}
+
+void CudaBackend::AdamW8bit(Tensor& param, const Tensor& grad, Tensor& m, Tensor& m_absmax,
+                            Tensor& v, Tensor& v_absmax, const AdamWConfig& config,
+                            float grad_scale) {
+  Activate();
+  CheckF32(param, device(), "param");
+  CheckFloat(grad, device(), "grad");
+  CheckU8(m, device(), "m");
+  CheckU8(v, device(), "v");
+  CheckF32(m_absmax, device(), "m_absmax");
+  CheckF32(v_absmax, device(), "v_absmax");
+  CheckSameShape(param, grad, "param", "grad");
+  CheckSameShape(param, m, "param", "m");
+  CheckSameShape(param, v, "param", "v");
+  const int64_t blocks = QuantBlocks(param.numel());
+  BATON_CHECK(m_absmax.numel() == blocks && v_absmax.numel() == blocks,
+              "absmax {} and {} must hold {} blocks of {} elements of {}", m_absmax.ToString(),
+              v_absmax.ToString(), blocks, kQuantBlock, param.ToString());
+  BATON_CHECK(config.step >= 1, "AdamW step is 1-based, got {}", config.step);
+  if (meta_) return;
+  LaunchAdamW8bit(static_cast<float*>(param.raw()), grad.raw(), grad.dtype(),
+                  static_cast<uint8_t*>(m.raw()), static_cast<float*>(m_absmax.raw()),
+                  static_cast<uint8_t*>(v.raw()), static_cast<float*>(v_absmax.raw()),
+                  param.numel(), ScalarsOf(config, grad_scale), stream_);
 }
 
 }  // namespace cuda

@@ -96,6 +96,8 @@ class CudaBackend final : public Backend {
   bool AllFinite(const Tensor& t) override;
   void AdamW(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const AdamWConfig& config,
              float grad_scale) override;
+  void AdamW8bit(Tensor& param, const Tensor& grad, Tensor& m, Tensor& m_absmax, Tensor& v,
+                 Tensor& v_absmax, const AdamWConfig& config, float grad_scale) override;
 
  private:
   // Makes this backend's GPU current on the calling thread.

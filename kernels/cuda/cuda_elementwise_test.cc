@@ -1,14 +1,31 @@
 // CUDA memory, elementwise, reduction and optimizer methods against the CPU backend: Zero, Copy
-// in every direction and dtype, Add/Accumulate/Scale, SumOfSquares, AllFinite and AdamW (bit for
-// bit, since both run the same f32 operations without contraction).
+// in every direction and dtype, Add/Accumulate/Scale, SumOfSquares, AllFinite, and AdamW with f32
+// or 8-bit state (bit for bit, since both run the same f32 operations without contraction), plus
+// the 8-bit step's argument checks on a meta backend.
 #include <cmath>
+#include <cstring>
 #include <limits>
+#include <memory>
 
 #include "core/error.h"
 #include "kernels/cuda/cuda_test_util.h"
+#include "kernels/quantize.h"
 
 namespace baton::cuda_test {
 namespace {
+
+// The first element of two same-shaped host tensors whose bytes differ, or -1 (bit for bit,
+// where a normalised error would equate -0 and +0).
+int64_t FirstDifference(const Tensor& a, const Tensor& b) {
+  const size_t element = SizeOf(a.dtype());
+  const auto* pa = static_cast<const unsigned char*>(a.raw());
+  const auto* pb = static_cast<const unsigned char*>(b.raw());
+  for (int64_t i = 0; i < a.numel(); ++i) {
+    const size_t offset = static_cast<size_t>(i) * element;
+    if (std::memcmp(pa + offset, pb + offset, element) != 0) return i;
+  }
+  return -1;
+}
 
 using CudaElementwiseTest = CudaVsCpuDTypeTest;
 
@@ -89,7 +106,80 @@ TEST_P(CudaElementwiseTest, AdamWMatchesCpuBitForBit) {
   EXPECT_EQ(ErrorVsCpu(gpu_v, cpu_v), 0.0);
 }
 
+// Three steps (different step numbers and grad scales) from quantised random moments, on a tensor
+// whose last block is short and on one of several full blocks: param, codes and absmax agree.
+TEST_P(CudaElementwiseTest, AdamW8bitMatchesCpuBitForBit) {
+  for (const int64_t n : {3 * kQuantBlock + 17, int64_t{5000}}) {
+    const int64_t blocks = QuantBlocks(n);
+    Tensor cpu_param = Random({n});
+    Tensor cpu_m = HostZeros({n}, DType::kU8), cpu_v = HostZeros({n}, DType::kU8);
+    Tensor cpu_m_absmax = HostZeros({blocks}), cpu_v_absmax = HostZeros({blocks});
+    const Tensor m_values = Random({n}, 0.01f);
+    Tensor v_values = Random({n}, 0.01f);
+    for (int64_t i = 0; i < n; ++i) v_values.data<float>()[i] *= v_values.data<float>()[i];
+    QuantizeBlocks(m_values.data<float>(), n, SignedQuantMap(), cpu_m.data<uint8_t>(),
+                   cpu_m_absmax.data<float>());
+    QuantizeBlocks(v_values.data<float>(), n, UnsignedQuantMap(), cpu_v.data<uint8_t>(),
+                   cpu_v_absmax.data<float>());
+    Tensor gpu_param = ToGpu(cpu_param), gpu_m = ToGpu(cpu_m), gpu_v = ToGpu(cpu_v);
+    Tensor gpu_m_absmax = ToGpu(cpu_m_absmax), gpu_v_absmax = ToGpu(cpu_v_absmax);
+    AdamWConfig config;
+    config.lr = 3e-4f;
+    config.weight_decay = 0.1f;
+    const struct {
+      int64_t step;
+      float grad_scale;
+    } steps[] = {{1, 0.5f}, {2, 1.0f}, {10, 0.25f}};
+    for (const auto& [step, grad_scale] : steps) {
+      config.step = step;
+      const Tensor grad = Random({n}, 0.1f, dtype());
+      const Tensor gpu_grad = ToGpu(grad);
+      cpu().AdamW8bit(cpu_param, grad, cpu_m, cpu_m_absmax, cpu_v, cpu_v_absmax, config,
+                      grad_scale);
+      gpu().AdamW8bit(gpu_param, gpu_grad, gpu_m, gpu_m_absmax, gpu_v, gpu_v_absmax, config,
+                      grad_scale);
+    }
+    EXPECT_GT(cpu_m_absmax.data<float>()[blocks - 1], 0.0f) << n;  // the state is not all zero
+    EXPECT_GT(cpu_v_absmax.data<float>()[blocks - 1], 0.0f) << n;
+    EXPECT_EQ(ErrorVsCpu(gpu_param, cpu_param), 0.0) << n;
+    EXPECT_EQ(FirstDifference(ToCpu(gpu_param), cpu_param), -1) << n;
+    EXPECT_EQ(FirstDifference(ToCpu(gpu_m), cpu_m), -1) << n;
+    EXPECT_EQ(FirstDifference(ToCpu(gpu_v), cpu_v), -1) << n;
+    EXPECT_EQ(FirstDifference(ToCpu(gpu_m_absmax), cpu_m_absmax), -1) << n;
+    EXPECT_EQ(FirstDifference(ToCpu(gpu_v_absmax), cpu_v_absmax), -1) << n;
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Dtypes, CudaElementwiseTest, BATON_ALL_FLOAT_DTYPES, DTypeName);
+
+// Meta mode needs no GPU: the 8-bit step validates like the CPU's (one absmax per block of
+// kQuantBlock elements, u8 codes) and books no workspace.
+TEST(CudaMetaAdamW8bit, RejectsAbsmaxOfTheWrongLengthAndBooksNoWorkspace) {
+  MemoryLedger ledger;
+  const std::unique_ptr<Backend> meta = MakeCudaMetaBackend(ledger, 0);
+  const auto make = [&](const Shape& shape, DType dtype) {
+    return Tensor::Empty(meta->allocator(), shape, dtype, MemCategory::kActivations);
+  };
+  const int64_t n = 3 * kQuantBlock + 17;  // 4 blocks, the last short
+  Tensor param = make({n}, DType::kF32);
+  const Tensor grad = make({n}, DType::kBF16);
+  Tensor m = make({n}, DType::kU8), v = make({n}, DType::kU8);
+  Tensor m_absmax = make({4}, DType::kF32), v_absmax = make({4}, DType::kF32);
+  AdamWConfig config;
+  config.step = 1;
+  const int64_t workspace = ledger.current(MemCategory::kWorkspace);
+  ledger.ResetPeaks();
+  meta->AdamW8bit(param, grad, m, m_absmax, v, v_absmax, config, 1.0f);
+  EXPECT_EQ(ledger.peak(MemCategory::kWorkspace), workspace);
+
+  Tensor too_few = make({3}, DType::kF32), too_many = make({5}, DType::kF32);
+  EXPECT_THROW(meta->AdamW8bit(param, grad, m, too_few, v, v_absmax, config, 1.0f), Error);
+  EXPECT_THROW(meta->AdamW8bit(param, grad, m, m_absmax, v, too_many, config, 1.0f), Error);
+  Tensor f32_state = make({n}, DType::kF32);
+  EXPECT_THROW(meta->AdamW8bit(param, grad, f32_state, m_absmax, v, v_absmax, config, 1.0f), Error);
+  config.step = 0;
+  EXPECT_THROW(meta->AdamW8bit(param, grad, m, m_absmax, v, v_absmax, config, 1.0f), Error);
+}
 
 TEST_F(CudaVsCpuTest, CopyOfIdsAndIntoSameTensor) {
   const Tensor ids = Ids({3, 5}, 1000);

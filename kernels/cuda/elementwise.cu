@@ -1,7 +1,11 @@
 // CUDA kernels for casts, elementwise arithmetic, the reductions (sum of squares, finiteness)
-// and AdamW (see launch.h for the contracts).
+// and AdamW, with f32 or 8-bit state (see launch.h for the contracts).
+#include <algorithm>
+#include <tuple>
+
 #include "kernels/cuda/device_util.cuh"
 #include "kernels/cuda/launch.h"
+#include "kernels/quantize.h"
 
 namespace baton::cuda {
 namespace {
@@ -88,22 +92,115 @@ __global__ void NonFiniteKernel(const void* t, DType dtype, int64_t n, int* flag
   if (bad) *flag = 1;  // every writer writes the same value
 }
 
-// The CPU backend's sequence of f32 operations, each rounded on its own (no FMA).
+// One element's AdamW step on m, v and p: torch.optim.AdamW's f32 operations in the CPU
+// backend's order, each rounded on its own (no FMA contraction, IEEE sqrt and division).
+__device__ __forceinline__ void AdamWElement(const AdamWScalars& s, float g, float& m, float& v,
+                                             float& p) {
+  m = __fadd_rn(__fmul_rn(s.beta1, m), __fmul_rn(s.one_minus_beta1, g));
+  v = __fadd_rn(__fmul_rn(s.beta2, v), __fmul_rn(__fmul_rn(s.one_minus_beta2, g), g));
+  p = __fmul_rn(p, s.decay);
+  const float denom = __fadd_rn(__fdiv_rn(__fsqrt_rn(v), s.bias_correction2_sqrt), s.eps);
+  p = __fadd_rn(p, __fmul_rn(-s.step_size, __fdiv_rn(m, denom)));
+}
+
 __global__ void AdamWKernel(float* param, const void* grad, DType grad_dtype, float* m, float* v,
                             int64_t n, AdamWScalars s) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
        i += int64_t{gridDim.x} * blockDim.x) {
     const float g = __fmul_rn(LoadF(grad, grad_dtype, i), s.grad_scale);
-    const float mi = __fadd_rn(__fmul_rn(s.beta1, m[i]), __fmul_rn(s.one_minus_beta1, g));
-    const float vi =
-        __fadd_rn(__fmul_rn(s.beta2, v[i]), __fmul_rn(__fmul_rn(s.one_minus_beta2, g), g));
+    float mi = m[i], vi = v[i], p = param[i];
+    AdamWElement(s, g, mi, vi, p);
     m[i] = mi;
     v[i] = vi;
-    float p = __fmul_rn(param[i], s.decay);
-    const float denom = __fadd_rn(__fdiv_rn(__fsqrt_rn(vi), s.bias_correction2_sqrt), s.eps);
-    p = __fadd_rn(p, __fmul_rn(-s.step_size, __fdiv_rn(mi, denom)));
     param[i] = p;
   }
+}
+
+// ---- 8-bit AdamW (kernels/quantize.h)
+
+constexpr int kCodes = static_cast<int>(std::tuple_size<QuantMap>::value);  // 256
+static_assert(kQuantBlock == kCodes, "one thread per element of a block loads one code each");
+
+// Both code books, passed by value as a __grid_constant__ parameter (2 KiB, read in place).
+struct QuantMaps {
+  float m[kCodes];  // SignedQuantMap
+  float v[kCodes];  // UnsignedQuantMap
+};
+
+// x if x > 0, else +0: drops NaN and -0 so that fmaxf trees give the CPU's running std::max
+// from 0 whatever their order.
+__device__ __forceinline__ float PositivePart(float x) { return x > 0.0f ? x : 0.0f; }
+
+// Quantize (kernels/quantize.cc) on an ascending map: std::lower_bound's search for the first
+// value >= x (none for NaN: code 0), then the nearer neighbour, the lower one on a tie.
+__device__ __forceinline__ uint8_t NearestCode(float x, const float* map) {
+  int upper = 0, count = kCodes;
+  while (count > 0) {
+    const int half = count / 2;
+    if (map[upper + half] < x) {
+      upper += half + 1;
+      count -= half + 1;
+    } else {
+      count = half;
+    }
+  }
+  if (upper == 0) return 0;
+  if (upper == kCodes) return kCodes - 1;
+  const bool take_upper = __fsub_rn(map[upper], x) < __fsub_rn(x, map[upper - 1]);
+  return static_cast<uint8_t>(take_upper ? upper : upper - 1);
+}
+
+// One kCodes-thread block per quantisation block (grid-stride over blocks), thread j owning
+// element j of it: dequantise, step, block absmax by a max tree (exact, so the order does not
+// matter), requantise. Every thread reads its block's absmax before thread 0 rewrites it (the
+// tree's __syncthreads lie in between).
+__global__ void __launch_bounds__(kCodes)
+    AdamW8bitKernel(float* param, const void* grad, DType grad_dtype, uint8_t* m, float* m_absmax,
+                    uint8_t* v, float* v_absmax, int64_t n, AdamWScalars s,
+                    const __grid_constant__ QuantMaps maps) {
+  // The binary searches diverge across a warp: they read the maps from shared memory, not from
+  // the constant bank the parameter lives in.
+  __shared__ float m_map[kCodes], v_map[kCodes];
+  __shared__ float reduce[kWarp];
+  m_map[threadIdx.x] = maps.m[threadIdx.x];
+  v_map[threadIdx.x] = maps.v[threadIdx.x];
+  __syncthreads();
+  const int64_t blocks = (n + kQuantBlock - 1) / kQuantBlock;
+  for (int64_t block = blockIdx.x; block < blocks; block += gridDim.x) {
+    const int64_t i = block * kQuantBlock + threadIdx.x;
+    const bool active = i < n;  // the last block may be short
+    float mi = 0.0f, vi = 0.0f;
+    if (active) {
+      mi = __fmul_rn(m_map[m[i]], m_absmax[block]);
+      vi = __fmul_rn(v_map[v[i]], v_absmax[block]);
+      float p = param[i];
+      AdamWElement(s, __fmul_rn(LoadF(grad, grad_dtype, i), s.grad_scale), mi, vi, p);
+      param[i] = p;
+    }
+    const float max_m = BlockMax(PositivePart(fabsf(mi)), reduce);
+    const float max_v = BlockMax(PositivePart(vi), reduce);
+    if (threadIdx.x == 0) {
+      m_absmax[block] = max_m;
+      v_absmax[block] = max_v;
+    }
+    if (active) {
+      const float inv_m = max_m > 0.0f ? __fdiv_rn(1.0f, max_m) : 0.0f;
+      const float inv_v = max_v > 0.0f ? __fdiv_rn(1.0f, max_v) : 0.0f;
+      m[i] = NearestCode(__fmul_rn(mi, inv_m), m_map);
+      v[i] = NearestCode(__fmul_rn(vi, inv_v), v_map);
+    }
+  }
+}
+
+// The kernel's copy of kernels/quantize.h's code books, built on first use.
+const QuantMaps& Maps() {
+  static const QuantMaps maps = [] {
+    QuantMaps built;
+    std::copy(SignedQuantMap().begin(), SignedQuantMap().end(), built.m);
+    std::copy(UnsignedQuantMap().begin(), UnsignedQuantMap().end(), built.v);
+    return built;
+  }();
+  return maps;
 }
 
 }  // namespace
@@ -167,6 +264,15 @@ void LaunchAdamW(float* param, const void* grad, DType grad_dtype, float* m, flo
   if (n == 0) return;
   AdamWKernel<<<GridFor(n, kThreads), kThreads, 0, stream>>>(param, grad, grad_dtype, m, v, n,
                                                              scalars);
+  BATON_CUDA_CHECK_LAUNCH();
+}
+
+void LaunchAdamW8bit(float* param, const void* grad, DType grad_dtype, uint8_t* m, float* m_absmax,
+                     uint8_t* v, float* v_absmax, int64_t n, const AdamWScalars& scalars,
+                     cudaStream_t stream) {
+  if (n == 0) return;
+  AdamW8bitKernel<<<GridFor(n, kCodes), kCodes, 0, stream>>>(param, grad, grad_dtype, m, m_absmax,
+                                                             v, v_absmax, n, scalars, Maps());
   BATON_CUDA_CHECK_LAUNCH();
 }
 

@@ -21,6 +21,7 @@ cudaDataType_t CudaType(DType dtype) {
     case DType::kBF16:
       return CUDA_R_16BF;
     case DType::kI32:
+    case DType::kU8:
       break;
   }
   BATON_FAIL("GEMM on {} tensors", Name(dtype));
@@ -117,6 +118,7 @@ bool CublasLtGemm::Supports(DType a, DType b, DType out) {
     case DType::kF16:
       return out == a || out == DType::kF32;
     case DType::kI32:
+    case DType::kU8:
       return false;
   }
   return false;

@@ -70,6 +70,14 @@ struct AdamWScalars {
 // contraction), so it matches the CPU backend bit for bit.
 void LaunchAdamW(float* param, const void* grad, DType grad_dtype, float* m, float* v, int64_t n,
                  const AdamWScalars& scalars, cudaStream_t stream);
+// The same step with m and v stored block-wise in 8 bits (Backend::AdamW8bit, kernels/quantize.h):
+// m, v are n u8 codes into SignedQuantMap / UnsignedQuantMap, m_absmax, v_absmax QuantBlocks(n)
+// floats. One 256-thread block per quantisation block: dequantise, the AdamW step as above, the
+// block's absmax by a max tree, then requantise to the nearest code (the code books are a kernel
+// parameter); bit for bit the CPU backend's result.
+void LaunchAdamW8bit(float* param, const void* grad, DType grad_dtype, uint8_t* m, float* m_absmax,
+                     uint8_t* v, float* v_absmax, int64_t n, const AdamWScalars& scalars,
+                     cudaStream_t stream);
 
 // ---- layers.cu
 // out (B*T,C) = wte[tokens] + wpe[t].
