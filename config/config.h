@@ -27,6 +27,8 @@ enum class ModelPreset { kGpt, kMlp, kCustom };
 // How attention is computed (docs/model.md): flash-style, keeping only each row's log-sum-exp
 // for backward, or with the T x T probabilities materialised and stashed.
 enum class AttentionKind { kFlash, kMaterialized };
+// How AdamW keeps m and v: f32, or block-wise quantised to 8 bits (kernels/quantize.h).
+enum class OptimizerState { kF32, kInt8 };
 enum class DataFormat { kAuto, kText, kBin };
 enum class LrSchedule { kConstant, kCosine };
 enum class ScheduleKind { kGpipe, k1F1B, kInterleaved, kZbH1 };
@@ -52,6 +54,7 @@ CheckpointPolicy ParseCheckpointPolicy(std::string_view text);
 // The names used in YAML: "gpt", "embedding", "bin", "cosine", "1f1b", "flops", ...
 std::string_view Name(ModelPreset preset);
 std::string_view Name(AttentionKind attention);
+std::string_view Name(OptimizerState state);
 std::string_view Name(DataFormat format);
 std::string_view Name(LrSchedule schedule);
 std::string_view Name(ScheduleKind schedule);
@@ -123,6 +126,13 @@ struct ParallelConfig {
   bool operator==(const ParallelConfig&) const = default;
 };
 
+struct OptimizerConfig {
+  // int8: m and v of every tensor of >= kMinQuantizedElements elements in 8 bits per value plus
+  // an f32 absmax per block of 256 (docs/memory.md); smaller tensors keep f32.
+  OptimizerState state = OptimizerState::kF32;
+  bool operator==(const OptimizerConfig&) const = default;
+};
+
 struct PrecisionConfig {
   DType dtype = DType::kF32;  // kF32, kBF16 or kF16 ("fp32", "bf16", "fp16")
   double initial_loss_scale = 65536.0;
@@ -149,6 +159,7 @@ struct Config {
   DataConfig data;
   TrainConfig train;
   ParallelConfig parallel;
+  OptimizerConfig optimizer;
   PrecisionConfig precision;
   DeviceConfig device;
   OutputConfig output;

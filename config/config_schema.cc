@@ -73,6 +73,11 @@ void VisitParallel(ParallelConfig& p, FieldVisitor& v) {
   v.VisitFloat("heartbeat_timeout_s", p.heartbeat_timeout_s, kTimeoutSeconds);
 }
 
+void VisitOptimizer(OptimizerConfig& o, FieldVisitor& v) {
+  v.BeginSection("optimizer");
+  v.Enum("state", o.state, kOptimizerStateNames);
+}
+
 void VisitPrecision(PrecisionConfig& p, FieldVisitor& v) {
   v.BeginSection("precision");
   v.Enum("dtype", p.dtype, kDTypeNames);
@@ -186,6 +191,7 @@ void VisitConfig(Config& config, FieldVisitor& visitor) {
   VisitData(config.data, visitor);
   VisitTrain(config.train, visitor);
   VisitParallel(config.parallel, visitor);
+  VisitOptimizer(config.optimizer, visitor);
   VisitPrecision(config.precision, visitor);
   VisitDevice(config.device, visitor);
   VisitOutput(config.output, visitor);
@@ -223,6 +229,7 @@ using namespace config_internal;
 
 std::string_view Name(ModelPreset preset) { return LookUpName(kPresetNames, preset); }
 std::string_view Name(AttentionKind attention) { return LookUpName(kAttentionNames, attention); }
+std::string_view Name(OptimizerState state) { return LookUpName(kOptimizerStateNames, state); }
 std::string_view Name(DataFormat format) { return LookUpName(kDataFormatNames, format); }
 std::string_view Name(LrSchedule schedule) { return LookUpName(kLrScheduleNames, schedule); }
 std::string_view Name(ScheduleKind schedule) { return LookUpName(kScheduleNames, schedule); }

@@ -75,7 +75,7 @@ TEST(ConfigTest, UnknownKeyFromAFileNamesThatFile) {
 TEST(ConfigTest, UnknownSectionIsAnError) {
   EXPECT_EQ(ParseError(std::string(kMinimal) + "trian:\n  steps: 5\n"),
             "x.yaml:3: trian: unknown section (did you mean train?); sections are model, data, "
-            "train, parallel, precision, device, output");
+            "train, parallel, optimizer, precision, device, output");
 }
 
 TEST(ConfigTest, StringForIntegerIsAnError) {
@@ -156,6 +156,11 @@ TEST(ConfigTest, UnknownEnumNameListsTheChoices) {
               HasSubstr("precision.dtype: expected one of fp32, bf16, fp16, got 'fp8'"));
   EXPECT_EQ(ParseError(std::string(kMinimal) + "model:\n  attention: sparse\n"),
             "x.yaml:4: model.attention: expected one of flash, materialized, got 'sparse'");
+  EXPECT_EQ(ParseError(std::string(kMinimal) + "optimizer:\n  state: int4\n"),
+            "x.yaml:4: optimizer.state: expected one of f32, int8, got 'int4'");
+  EXPECT_EQ(ParseConfigString(std::string(kMinimal) + "optimizer:\n  state: int8\n", "x.yaml")
+                .optimizer.state,
+            OptimizerState::kInt8);
   EXPECT_EQ(
       ParseConfigString(std::string(kMinimal) + "model:\n  attention: materialized\n", "x.yaml")
           .model.attention,

@@ -80,6 +80,26 @@ TEST(OperationsTest, TwentyStepsEqualTenThenResumeTenOntoAnotherStageCount) {
   }
 }
 
+// 8-bit optimizer state resumes exactly too, onto another stage count: the checkpoint holds the
+// codes and block maxima the run held.
+TEST(OperationsTest, Int8OptimizerStateResumesExactlyOntoAnotherStageCount) {
+  const std::string root = TempDir("resume-int8");
+  const std::vector<std::string> common = {"--set", "train.steps=8", "--set",
+                                           "optimizer.state=int8"};
+  std::vector<std::string> first = common;
+  first.insert(first.end(), {"--set", "parallel.stages=2", "--set", "output.checkpoint_every=4"});
+  const nlohmann::json straight = Train(root + "/first", first);
+  ASSERT_TRUE(fs::exists(root + "/first/checkpoints/step-4/manifest.json"));
+  std::vector<std::string> again = common;
+  again.insert(again.end(),
+               {"--set", "parallel.stages=1", "--resume", root + "/first/checkpoints/step-4"});
+  const nlohmann::json resumed = Train(root + "/resumed", again);
+  const std::vector<double> all = Losses(straight);
+  ASSERT_EQ(all.size(), 8u);
+  EXPECT_EQ(Losses(resumed), std::vector<double>(all.begin() + 4, all.end()));
+  EXPECT_EQ(resumed.at("param_checksum"), straight.at("param_checksum"));
+}
+
 TEST(OperationsTest, FlippedByteInACheckpointIsRejectedNamingTheFile) {
   const std::string root = TempDir("flip");
   Train(root, {"--set", "train.steps=2", "--set", "parallel.stages=1", "--set",

@@ -5,6 +5,7 @@
 #include <set>
 
 #include "core/error.h"
+#include "kernels/quantize.h"
 
 namespace baton {
 
@@ -20,22 +21,33 @@ float LearningRateSchedule::At(int64_t step) const {
   return static_cast<float>(min_lr + coeff * (lr - min_lr));
 }
 
-Optimizer::Optimizer(Backend& backend, std::vector<Param*> params, AdamWConfig hyper)
+Optimizer::Optimizer(Backend& backend, std::vector<Param*> params, AdamWConfig hyper,
+                     bool quantized_state)
     : backend_(backend), hyper_(hyper) {
   Allocator& allocator = backend.allocator();
   std::set<const void*> seen;
   for (Param* p : params) {
     if (!seen.insert(p->value.raw()).second) continue;  // a tied copy sharing storage
-    Slot slot{p, {}, {}, {}};
+    Slot slot{p, {}, {}, {}, {}, {}};
     if (p->value.dtype() != DType::kF32) {
       slot.master =
           Tensor::Empty(allocator, p->value.shape(), DType::kF32, MemCategory::kOptimizer);
       backend.Copy(p->value, slot.master);
     }
-    slot.m = Tensor::Empty(allocator, p->value.shape(), DType::kF32, MemCategory::kOptimizer);
-    slot.v = Tensor::Empty(allocator, p->value.shape(), DType::kF32, MemCategory::kOptimizer);
+    // Zero codes with a zero absmax decode to zero moments, as f32 state starts.
+    const bool quantized = quantized_state && p->value.numel() >= kMinQuantizedElements;
+    const DType state = quantized ? DType::kU8 : DType::kF32;
+    slot.m = Tensor::Empty(allocator, p->value.shape(), state, MemCategory::kOptimizer);
+    slot.v = Tensor::Empty(allocator, p->value.shape(), state, MemCategory::kOptimizer);
     backend.Zero(slot.m);
     backend.Zero(slot.v);
+    if (quantized) {
+      const Shape blocks = {QuantBlocks(p->value.numel())};
+      slot.m_absmax = Tensor::Empty(allocator, blocks, DType::kF32, MemCategory::kOptimizer);
+      slot.v_absmax = Tensor::Empty(allocator, blocks, DType::kF32, MemCategory::kOptimizer);
+      backend.Zero(slot.m_absmax);
+      backend.Zero(slot.v_absmax);
+    }
     slots_.push_back(std::move(slot));
   }
 }
@@ -48,7 +60,12 @@ void Optimizer::Step(float lr, int64_t step, float grad_scale) {
     config.step = step;
     if (!slot.param->weight_decay) config.weight_decay = 0.0f;
     Tensor& target = slot.master.defined() ? slot.master : slot.param->value;
-    backend_.AdamW(target, slot.param->grad, slot.m, slot.v, config, grad_scale);
+    if (slot.quantized()) {
+      backend_.AdamW8bit(target, slot.param->grad, slot.m, slot.m_absmax, slot.v, slot.v_absmax,
+                         config, grad_scale);
+    } else {
+      backend_.AdamW(target, slot.param->grad, slot.m, slot.v, config, grad_scale);
+    }
     if (slot.master.defined()) backend_.Copy(slot.master, slot.param->value);
   }
 }

@@ -1,9 +1,12 @@
 // AdamW over one stage's parameters, with the learning-rate schedule and fp32 master weights.
 //
 // Parameters stored in a 16-bit type get an fp32 master copy here (booked as optimizer, with
-// the two moment tensors); the optimizer steps the master and casts it back into the model's
-// tensor. A parameter that appears twice (a tied weight shared by two layers of this stage) is
-// stepped once. Decoupled weight decay applies only to tensors of rank >= 2 (Param::weight_decay).
+// the two moment tensors). With 8-bit state (`optimizer.state: int8`) the moments of every tensor
+// of >= kMinQuantizedElements elements are u8 codes plus an f32 absmax per block of kQuantBlock
+// (kernels/quantize.h), stepped by Backend::AdamW8bit; smaller tensors keep f32 moments. the
+// optimizer steps the master and casts it back into the model's tensor. A parameter that appears
+// twice (a tied weight shared by two layers of this stage) is stepped once. Decoupled weight decay
+// applies only to tensors of rank >= 2 (Param::weight_decay).
 //
 // Not thread-safe; owned by the stage engine.
 #pragma once
@@ -30,7 +33,8 @@ struct LearningRateSchedule {
 
 class Optimizer {
  public:
-  Optimizer(Backend& backend, std::vector<Param*> params, AdamWConfig hyper);
+  Optimizer(Backend& backend, std::vector<Param*> params, AdamWConfig hyper,
+            bool quantized_state = false);
   Optimizer(const Optimizer&) = delete;
   Optimizer& operator=(const Optimizer&) = delete;
 
@@ -41,7 +45,9 @@ class Optimizer {
   struct Slot {
     Param* param;
     Tensor master;  // f32 copy for 16-bit params; undefined when the param itself is f32
-    Tensor m, v;    // f32 first and second moments
+    Tensor m, v;    // first and second moments: f32, or u8 codes when quantised
+    Tensor m_absmax, v_absmax;  // f32 per block of kQuantBlock when quantised; else undefined
+    bool quantized() const { return m_absmax.defined(); }
   };
   const std::vector<Slot>& slots() const { return slots_; }
   std::vector<Slot>& slots() { return slots_; }

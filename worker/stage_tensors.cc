@@ -32,6 +32,8 @@ std::vector<ParamTensors> ParamTensorsOf(const std::vector<Param*>& params,
       t.master = slot.master;
       t.adam_m = slot.m;
       t.adam_v = slot.v;
+      t.adam_m_absmax = slot.m_absmax;
+      t.adam_v_absmax = slot.v_absmax;
     }
     tensors.push_back(std::move(t));
   }

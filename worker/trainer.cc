@@ -40,7 +40,8 @@ Trainer::Trainer(TrainerSetup setup, Backend& backend)
   hyper.beta2 = static_cast<float>(config.train.beta2);
   hyper.eps = static_cast<float>(config.train.eps);
   hyper.weight_decay = static_cast<float>(config.train.weight_decay);
-  optimizer_ = std::make_unique<Optimizer>(backend_, model_->params(), hyper);
+  optimizer_ = std::make_unique<Optimizer>(backend_, model_->params(), hyper,
+                                           config.optimizer.state == OptimizerState::kInt8);
 
   lr_.lr = static_cast<float>(config.train.lr);
   lr_.min_lr = static_cast<float>(config.train.min_lr);
