@@ -99,6 +99,27 @@ TEST(MemoryPlannerTest, PredictsTheLedgerForMaterializedAttention) {
   }
 }
 
+// 8-bit optimizer state: predicted = measured, and the optimizer's bytes are about a quarter of
+// f32 state's (2 bytes of codes + 8/256 of absmax per element, small tensors at 8 bytes).
+TEST(MemoryPlannerTest, PredictsTheLedgerForInt8OptimizerState) {
+  for (const char* dtype : {"fp32", "bf16"}) {
+    const std::vector<std::string> common = {std::string("precision.dtype=") + dtype};
+    std::vector<std::string> int8 = common;
+    int8.push_back("optimizer.state=int8");
+    const Plan plan = MakePlan(SmallCpu(int8));
+    ExpectPredictedEqualsMeasured(plan, 0.02, std::string("int8 state ") + dtype);
+    const std::vector<RankMemory> f32 = PredictMemory(MakePlan(SmallCpu(common)));
+    const std::vector<RankMemory> q = PredictMemory(plan);
+    for (size_t r = 0; r < q.size(); ++r) {
+      const double ratio = static_cast<double>(q[r].peak[MemCategory::kOptimizer]) /
+                           static_cast<double>(f32[r].peak[MemCategory::kOptimizer]);
+      // fp32: m and v only (8 bytes -> ~2.03); bf16 keeps its f32 master (12 -> ~6.03).
+      EXPECT_LT(ratio, std::string(dtype) == "fp32" ? 0.27 : 0.51) << dtype << " rank " << r;
+      RecordProperty(fmt::format("optimizer_ratio_{}_rank{}", dtype, r), std::to_string(ratio));
+    }
+  }
+}
+
 TEST(MemoryPlannerTest, PredictsTheLedgerForZeroBubbleAndInterleavedSchedules) {
   ExpectPredictedEqualsMeasured(MakePlan(Tiny({"parallel.stages=2", "parallel.schedule=zb-h1"})),
                                 0.02, "zb-h1");
