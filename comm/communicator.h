@@ -67,6 +67,10 @@ class Communicator {
 
   // Makes pending and later operations throw baton::Error carrying `reason`. Thread-safe.
   virtual void Abort(const std::string& reason) = 0;
+  // Abort(reason), and returns only once no pending operation holds a tensor any more: after
+  // Close, the memory of every tensor ever handed in may go, whoever still holds the
+  // communicator. For owners whose allocators die before the communicator does.
+  virtual void Close(const std::string& reason) { Abort(reason); }
 };
 
 // Checks shared by the implementations (throw baton::Error with a clear message).

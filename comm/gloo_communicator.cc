@@ -628,4 +628,14 @@ void GlooCommunicator::Abort(const std::string& reason) {
   impl_->AbortPending();
 }
 
+void GlooCommunicator::Close(const std::string& reason) {
+  {
+    std::lock_guard lock(impl_->mutex);
+    if (impl_->abort_reason.empty()) impl_->abort_reason = reason;
+  }
+  // Post refuses new operations from here on, so the pending ones are all there will be.
+  impl_->AbortPending();
+  impl_->waiters.Stop();
+}
+
 }  // namespace baton

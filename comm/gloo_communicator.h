@@ -72,6 +72,9 @@ class GlooCommunicator final : public Communicator {
   void AllReduceSum(Tensor& tensor, const std::vector<int>& group, CommTimeout timeout) override;
   void Barrier(CommTimeout timeout) override;
   void Abort(const std::string& reason) override;
+  // Aborts, then joins the threads that wait on point-to-point operations: each releases its
+  // tensor as its wait ends.
+  void Close(const std::string& reason) override;
 
   struct Impl;
 

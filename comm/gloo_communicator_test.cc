@@ -270,5 +270,26 @@ TEST_F(GlooPairTest, AbortDuringACollectiveIsTheReasonItFails) {
   aborter.join();
 }
 
+// A receive nobody sends to holds its tensor until its wait ends; Close ends it and returns only
+// once the tensor is released, so its allocator may go (a worker's backend dies before the
+// communicator its abort callback keeps).
+TEST_F(GlooPairTest, CloseReleasesTheTensorsOfPendingOperations) {
+  {
+    Tensor t = Tensor::Empty(allocator_, {1024}, DType::kF32, MemCategory::kComm);
+    std::unique_ptr<Work> work = comms_[0]->Irecv(t, 1);  // rank 1 never sends
+    EXPECT_THROW(work->Wait(milliseconds(50)), Error);
+  }
+  EXPECT_EQ(ledger_.current(MemCategory::kComm), 4096);  // the pending receive holds it
+  comms_[0]->Close("the worker is leaving");
+  EXPECT_EQ(ledger_.current(MemCategory::kComm), 0);
+  try {
+    comms_[0]->Isend(Tensor::Wrap(nullptr, {0}, DType::kF32), 1);
+  } catch (const Error& e) {
+    ADD_FAILURE() << "an empty send needs no connection: " << e.what();
+  }
+  float value = 1;
+  EXPECT_THROW(comms_[0]->Isend(Tensor::Wrap(&value, {1}, DType::kF32), 1), Error);
+}
+
 }  // namespace
 }  // namespace baton

@@ -30,6 +30,7 @@ class HostStagedCommunicator final : public Communicator {
   void AllReduceSum(Tensor& tensor, const std::vector<int>& group, CommTimeout timeout) override;
   void Barrier(CommTimeout timeout) override { inner_->Barrier(timeout); }
   void Abort(const std::string& reason) override { inner_->Abort(reason); }
+  void Close(const std::string& reason) override { inner_->Close(reason); }
 
  private:
   Tensor ToHost(const Tensor& device_tensor);

@@ -67,6 +67,33 @@ TEST(FailureTest, AWorkerThatStopsAnsweringIsDeclaredDeadAndTheJobStops) {
   EXPECT_NE(text.find("stage 1 (rank 1) sent no heartbeat"), std::string::npos) << text;
 }
 
+// The other way a frozen peer shows: its neighbour's receive times out (timeout_s) before the
+// heartbeat does. The neighbour reports the timeout and exits 1, cleanly: its pending Gloo
+// receive is closed before its memory goes (it used to die of SIGSEGV when the job's abort
+// later woke that receive).
+TEST(FailureTest, ATimedOutReceiveFailsTheJobWithoutACrash) {
+  const std::string dir = TempDir("receive-timeout");
+  const std::string log = dir + "/log";
+  const int shell =
+      Background("'" + BatonBinary() +
+                     "' run configs/gpt-tiny.yaml --set train.steps=100000 --set train.log_every=1"
+                     " --set parallel.stages=2 --set parallel.heartbeat_timeout_s=600"
+                     " --set parallel.timeout_s=5 --set output.dir=" +
+                     dir,
+                 log);
+  ASSERT_TRUE(WaitFor(log, "step     2/", 120)) << ReadFile(log);
+  const int victim = WorkerPid(shell, 1);
+  ASSERT_GT(victim, 0);
+  kill(victim, SIGSTOP);
+  const bool ended = WaitFor(log, "exit=", 120);
+  kill(victim, SIGKILL);
+  ASSERT_TRUE(ended) << ReadFile(log);
+  const std::string text = ReadFile(log);
+  EXPECT_NE(text.find("exit=1"), std::string::npos) << text;
+  EXPECT_NE(text.find("timed out after 5.0 s waiting for the receive"), std::string::npos) << text;
+  EXPECT_EQ(text.find("killed by signal"), std::string::npos) << text;
+}
+
 TEST(FailureTest, UnreadableDataIsAClearErrorNamingTheFile) {
   const CommandResult result =
       RunBaton({"run", "configs/gpt-tiny.yaml", "--set", "data.path=/nonexistent/corpus.txt",

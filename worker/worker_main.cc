@@ -260,6 +260,15 @@ void TrainRank(const WorkerArgs& args, CoordinatorClient& client, const Plan& pl
     comm = MakeCommunicator(args, plan, launch, device, store, *backend, host_allocator);
     client.OnAbort([comm](const std::string& reason) { comm->Abort(reason); });
   }
+  // The tensors of pending operations (a receive whose wait timed out) belong to `backend` and
+  // `host_allocator`, which go when this function returns, while the abort callback keeps
+  // `comm` alive: close it first, so that no later abort frees a tensor into a dead allocator.
+  struct CloseOnReturn {
+    Communicator* comm;
+    ~CloseOnReturn() {
+      if (comm != nullptr) comm->Close("the worker is leaving");
+    }
+  } close_on_return{comm.get()};
 
   Trainer trainer(plan.TrainerSetupFor(args.rank, comm.get()), *backend);
   trainer.set_stop_flag(&g_stop_requested);
