@@ -42,27 +42,39 @@ TEST(FailureTest, StalledPeerTimesOutWithATableNamingStageActionAndPeer) {
   EXPECT_TRUE(std::regex_search(result.output, stalled)) << result.output;
 }
 
-TEST(FailureTest, AWorkerThatStopsAnsweringIsDeclaredDeadAndTheJobStops) {
-  // SIGSTOP freezes stage 1 whole (its heartbeats too): the coordinator declares it dead after
-  // parallel.heartbeat_timeout_s and the job aborts everywhere. Live workers heartbeat every
-  // 0.5 s, so 5 s of silence is no live worker on a loaded machine.
-  const std::string dir = TempDir("frozen");
+// Trains gpt-tiny on 2 stages with `settings` ("--set k=v ..."), freezes stage 1 whole (SIGSTOP,
+// its heartbeats too) after step 2, and returns the launcher's output once the job has ended.
+std::string FreezeStageOneAndWaitForTheEnd(const std::string& name, const std::string& settings) {
+  const std::string dir = TempDir(name);
   const std::string log = dir + "/log";
   const int shell =
       Background("'" + BatonBinary() +
                      "' run configs/gpt-tiny.yaml --set train.steps=100000 --set train.log_every=1"
-                     " --set parallel.stages=2 --set parallel.heartbeat_timeout_s=5"
-                     " --set parallel.timeout_s=600 --set output.dir=" +
-                     dir,
+                     " --set parallel.stages=2 " +
+                     settings + " --set output.dir=" + dir,
                  log);
-  ASSERT_TRUE(WaitFor(log, "step     2/", 120)) << ReadFile(log);
+  if (!WaitFor(log, "step     2/", 120)) {
+    ADD_FAILURE() << ReadFile(log);
+    return "";
+  }
   const int victim = WorkerPid(shell, 1);
-  ASSERT_GT(victim, 0);
+  if (victim <= 0) {
+    ADD_FAILURE() << "no stage 1 worker";
+    return "";
+  }
   kill(victim, SIGSTOP);
   const bool ended = WaitFor(log, "exit=", 120);
   kill(victim, SIGKILL);
-  ASSERT_TRUE(ended) << ReadFile(log);
-  const std::string text = ReadFile(log);
+  EXPECT_TRUE(ended) << ReadFile(log);
+  return ReadFile(log);
+}
+
+TEST(FailureTest, AWorkerThatStopsAnsweringIsDeclaredDeadAndTheJobStops) {
+  // The coordinator declares the frozen stage dead after parallel.heartbeat_timeout_s and the job
+  // aborts everywhere. Live workers heartbeat every 0.5 s, so 5 s of silence is no live worker
+  // on a loaded machine.
+  const std::string text = FreezeStageOneAndWaitForTheEnd(
+      "frozen", "--set parallel.heartbeat_timeout_s=5 --set parallel.timeout_s=600");
   EXPECT_NE(text.find("exit=1"), std::string::npos) << text;
   EXPECT_NE(text.find("stage 1 (rank 1) sent no heartbeat"), std::string::npos) << text;
 }
@@ -72,23 +84,8 @@ TEST(FailureTest, AWorkerThatStopsAnsweringIsDeclaredDeadAndTheJobStops) {
 // receive is closed before its memory goes (it used to die of SIGSEGV when the job's abort
 // later woke that receive).
 TEST(FailureTest, ATimedOutReceiveFailsTheJobWithoutACrash) {
-  const std::string dir = TempDir("receive-timeout");
-  const std::string log = dir + "/log";
-  const int shell =
-      Background("'" + BatonBinary() +
-                     "' run configs/gpt-tiny.yaml --set train.steps=100000 --set train.log_every=1"
-                     " --set parallel.stages=2 --set parallel.heartbeat_timeout_s=600"
-                     " --set parallel.timeout_s=5 --set output.dir=" +
-                     dir,
-                 log);
-  ASSERT_TRUE(WaitFor(log, "step     2/", 120)) << ReadFile(log);
-  const int victim = WorkerPid(shell, 1);
-  ASSERT_GT(victim, 0);
-  kill(victim, SIGSTOP);
-  const bool ended = WaitFor(log, "exit=", 120);
-  kill(victim, SIGKILL);
-  ASSERT_TRUE(ended) << ReadFile(log);
-  const std::string text = ReadFile(log);
+  const std::string text = FreezeStageOneAndWaitForTheEnd(
+      "receive-timeout", "--set parallel.heartbeat_timeout_s=600 --set parallel.timeout_s=5");
   EXPECT_NE(text.find("exit=1"), std::string::npos) << text;
   EXPECT_NE(text.find("timed out after 5.0 s waiting for the receive"), std::string::npos) << text;
   EXPECT_EQ(text.find("killed by signal"), std::string::npos) << text;
