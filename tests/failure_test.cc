@@ -79,15 +79,17 @@ TEST(FailureTest, AWorkerThatStopsAnsweringIsDeclaredDeadAndTheJobStops) {
   EXPECT_NE(text.find("stage 1 (rank 1) sent no heartbeat"), std::string::npos) << text;
 }
 
-// The other way a frozen peer shows: its neighbour's receive times out (timeout_s) before the
-// heartbeat does. The neighbour reports the timeout and exits 1, cleanly: its pending Gloo
-// receive is closed before its memory goes (it used to die of SIGSEGV when the job's abort
-// later woke that receive).
-TEST(FailureTest, ATimedOutReceiveFailsTheJobWithoutACrash) {
+// The other way a frozen peer shows: a neighbour's wait on it (a receive, a send it does not
+// take, the step-end all-reduce: which one depends on where it froze) times out (timeout_s)
+// before the heartbeat does. The neighbour reports the timeout and exits 1, cleanly: its pending
+// Gloo operations are closed before its memory goes (it used to die of SIGSEGV when the job's
+// abort later woke a pending receive).
+TEST(FailureTest, ATimedOutWaitFailsTheJobWithoutACrash) {
   const std::string text = FreezeStageOneAndWaitForTheEnd(
-      "receive-timeout", "--set parallel.heartbeat_timeout_s=600 --set parallel.timeout_s=5");
+      "wait-timeout", "--set parallel.heartbeat_timeout_s=600 --set parallel.timeout_s=5");
   EXPECT_NE(text.find("exit=1"), std::string::npos) << text;
-  EXPECT_NE(text.find("timed out after 5.0 s waiting for the receive"), std::string::npos) << text;
+  EXPECT_NE(text.find("stage 0 failed"), std::string::npos) << text;
+  EXPECT_NE(text.find("timed out after 5.0 s"), std::string::npos) << text;
   EXPECT_EQ(text.find("killed by signal"), std::string::npos) << text;
 }
 
