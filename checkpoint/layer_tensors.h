@@ -19,7 +19,9 @@ namespace baton {
 // "<name>.adam_v_absmax" (docs/checkpoints.md).
 struct ParamTensors {
   std::string name;      // Hugging Face GPT-2 style, as Param::name: "h.3.attn.c_attn.weight"
-  Tensor value;          // the parameter, in its own dtype
+  Tensor value;          // the parameter, in its own dtype (i8 for INT8 weights)
+  Tensor scale;          // INT8 weights: f32 per-column scales, stored as "<name>.scale"
+  Tensor mask;           // pruning: u8, 1 = kept; the param is then stored sparsely (sparse.h)
   Tensor master;         // f32 master copy of a 16-bit parameter; undefined when there is none
   Tensor adam_m;         // f32 AdamW moments; undefined when there is no optimizer state (GPT-2
   Tensor adam_v;         // import and export need none; a checkpoint needs both); u8 codes when

@@ -9,6 +9,7 @@
 #include <set>
 
 #include "core/error.h"
+#include "kernels/quantize.h"
 
 namespace baton {
 namespace {
@@ -35,7 +36,8 @@ DType BatonDType(const SafetensorsFile& file, const SafetensorsEntry& entry) {
   if (entry.dtype == "BF16") return DType::kBF16;
   if (entry.dtype == "I32") return DType::kI32;
   if (entry.dtype == "U8") return DType::kU8;
-  BATON_FAIL("{}: tensor {} has dtype {}, which Baton cannot load (F32, F16, BF16, I32, U8)",
+  if (entry.dtype == "I8") return DType::kI8;
+  BATON_FAIL("{}: tensor {} has dtype {}, which Baton cannot load (F32, F16, BF16, I32, U8, I8)",
              file.path(), entry.name, entry.dtype);
 }
 
@@ -158,6 +160,8 @@ std::string SafetensorsDType(DType dtype) {
       return "I32";
     case DType::kU8:
       return "U8";
+    case DType::kI8:
+      return "I8";
   }
   BATON_FAIL("unknown dtype {}", static_cast<int>(dtype));
 }
@@ -279,7 +283,25 @@ const SafetensorsEntry& SafetensorsFile::Get(const std::string& name) const {
 }
 
 std::span<const std::byte> SafetensorsFile::Bytes(const SafetensorsEntry& entry) const {
+  if (entry.replaced >= 0) return replaced_.at(static_cast<size_t>(entry.replaced));
   return {file_.data() + data_start_ + entry.begin, entry.nbytes()};
+}
+
+void SafetensorsFile::Replace(const std::string& name, const std::string& dtype, const Shape& shape,
+                              std::vector<std::byte> bytes) {
+  const SafetensorsEntry& found = Get(name);
+  SafetensorsEntry& entry = entries_[static_cast<size_t>(&found - entries_.data())];
+  uint64_t expected = SafetensorsDTypeSize(dtype);
+  for (int64_t d : shape) expected *= static_cast<uint64_t>(d);
+  BATON_CHECK(SafetensorsDTypeSize(dtype) > 0 && expected == bytes.size(),
+              "{}: replacing {} with {} {} needs {} bytes, got {}", path(), name, dtype,
+              ToString(shape), expected, bytes.size());
+  entry.dtype = dtype;
+  entry.shape = shape;
+  entry.begin = 0;
+  entry.end = bytes.size();
+  entry.replaced = static_cast<int>(replaced_.size());
+  replaced_.push_back(std::move(bytes));
 }
 
 void SafetensorsFile::CopyTo(const std::string& name, Tensor& dst, Backend& backend) const {
@@ -302,6 +324,63 @@ void SafetensorsFile::CopyTo(const std::string& name, Tensor& dst, Backend& back
   const Tensor view = Tensor::Wrap(const_cast<void*>(source), entry.shape, dtype);
   backend.Copy(view, dst);
   backend.Synchronize();  // `aligned` and the mapping must outlive an asynchronous copy
+}
+
+std::vector<std::string> CopyWeightTo(const SafetensorsFile& file, const std::string& name,
+                                      Tensor& value, Tensor& scale, Backend& backend) {
+  const SafetensorsEntry& entry = file.Get(name);
+  const std::string scale_name = name + ".scale";
+  const bool stored_int8 = entry.dtype == "I8";
+  const bool wants_int8 = value.dtype() == DType::kI8;
+  if (!stored_int8 && !wants_int8) {
+    file.CopyTo(name, value, backend);
+    return {name};
+  }
+  BATON_CHECK(entry.shape.size() == 2 && entry.shape == value.shape(),
+              "{}: tensor {} has shape {} but {} was expected", file.path(), name,
+              ToString(entry.shape), ToString(value.shape()));
+  const int64_t rows = entry.shape[0], cols = entry.shape[1];
+  const size_t n = static_cast<size_t>(rows * cols);
+  if (stored_int8) {
+    BATON_CHECK(file.Has(scale_name), "{}: INT8 tensor {} comes without its scales {}", file.path(),
+                name, scale_name);
+    const SafetensorsEntry& scales = file.Get(scale_name);
+    BATON_CHECK(scales.dtype == "F32" && scales.shape == Shape{cols},
+                "{}: {} is {} {}, but the INT8 tensor {} needs F32 [{}]", file.path(), scale_name,
+                scales.dtype, ToString(scales.shape), name, cols);
+    if (wants_int8) {
+      file.CopyTo(name, value, backend);
+      file.CopyTo(scale_name, scale, backend);
+      return {name, scale_name};
+    }
+    std::vector<int8_t> codes(n);
+    std::vector<float> column_scales(static_cast<size_t>(cols));
+    std::memcpy(codes.data(), file.Bytes(entry).data(), n);
+    std::memcpy(column_scales.data(), file.Bytes(scales).data(), column_scales.size() * 4);
+    std::vector<float> dense(n);
+    DequantizeColumnsInt8(codes.data(), column_scales.data(), rows, cols, dense.data());
+    std::vector<std::byte> converted(n * SizeOf(value.dtype()));
+    ConvertFloats(dense.data(), DType::kF32, converted.data(), value.dtype(), n);
+    backend.Copy(Tensor::Wrap(converted.data(), value.shape(), value.dtype()), value);
+    backend.Synchronize();
+    return {name, scale_name};
+  }
+  BATON_CHECK(scale.defined() && scale.dtype() == DType::kF32 && scale.shape() == Shape{cols},
+              "the INT8 parameter {} needs f32 scales [{}], got {}", name, cols, scale.ToString());
+  const DType stored = BatonDType(file, entry);
+  BATON_CHECK(IsFloating(stored), "{}: tensor {} is {}, not a float or INT8 weight", file.path(),
+              name, entry.dtype);
+  const std::span<const std::byte> bytes = file.Bytes(entry);
+  std::vector<std::byte> raw(bytes.begin(), bytes.end());  // aligned for the conversion
+  std::vector<float> dense(n);
+  ConvertFloats(raw.data(), stored, dense.data(), DType::kF32, n);
+  std::vector<int8_t> codes(n);
+  std::vector<float> column_scales(static_cast<size_t>(cols));
+  QuantizeColumnsInt8(dense.data(), rows, cols, codes.data(), column_scales.data());
+  backend.Copy(Tensor::Wrap(codes.data(), value.shape(), DType::kI8), value);
+  backend.Copy(Tensor::Wrap(column_scales.data(), scale.shape(), DType::kF32), scale);
+  backend.Synchronize();
+  return {name};
 }
 
 }  // namespace baton

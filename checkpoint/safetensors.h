@@ -58,6 +58,7 @@ struct SafetensorsEntry {
   Shape shape;
   uint64_t begin = 0;  // byte offsets into the data region
   uint64_t end = 0;
+  int replaced = -1;  // >= 0: the bytes are held in memory (SafetensorsFile::Replace), not mapped
   uint64_t nbytes() const { return end - begin; }
 };
 
@@ -79,6 +80,11 @@ class SafetensorsFile {
   const SafetensorsEntry& Get(const std::string& name) const;
   std::span<const std::byte> Bytes(const SafetensorsEntry& entry) const;
 
+  // Replaces tensor `name`'s dtype, shape and bytes by ones held in memory from now on (a reader
+  // that unpacks a stored form, e.g. a checkpoint's sparse tensors). The file is not touched.
+  void Replace(const std::string& name, const std::string& dtype, const Shape& shape,
+               std::vector<std::byte> bytes);
+
   // Copies tensor `name` into `dst` (any device), converting between float dtypes through
   // `backend`. The shape must match; an error names the file, the tensor and both shapes.
   void CopyTo(const std::string& name, Tensor& dst, Backend& backend) const;
@@ -88,6 +94,7 @@ class SafetensorsFile {
   uint64_t data_start_ = 0;
   SafetensorsMetadata metadata_;
   std::vector<SafetensorsEntry> entries_;
+  std::vector<std::vector<std::byte>> replaced_;  // SafetensorsEntry::replaced indexes these
 };
 
 inline SafetensorsFile ReadSafetensors(const std::string& path) {
@@ -98,5 +105,15 @@ inline SafetensorsFile ReadSafetensors(const std::string& path) {
 // names the file in errors. Exposed for tests and fuzzing.
 void ParseSafetensorsHeader(const std::string& path, std::string_view header, uint64_t data_bytes,
                             SafetensorsMetadata& metadata, std::vector<SafetensorsEntry>& entries);
+
+// A weight matrix from `file`, stored densely (any float dtype) or as INT8 ("I8" codes under
+// `name`, f32 per-column scales under `name` + ".scale"; kernels/quantize.h), into `value`:
+// - a float `value` takes the dense values, or the INT8 codes dequantised (float(q) * scale, in
+//   f32, then rounded to its dtype: the bits the kernels' DequantizeInt8 gives);
+// - an i8 `value` (with its f32 `scale`, one per column) takes the stored codes and scales, or
+//   quantises the dense values (QuantizeColumnsInt8, from f32).
+// Returns the names it read. Conversions happen on the host.
+std::vector<std::string> CopyWeightTo(const SafetensorsFile& file, const std::string& name,
+                                      Tensor& value, Tensor& scale, Backend& backend);
 
 }  // namespace baton

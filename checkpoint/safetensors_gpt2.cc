@@ -74,6 +74,7 @@ const char* TorchDTypeName(DType dtype) {
       return "bfloat16";
     case DType::kI32:
     case DType::kU8:
+    case DType::kI8:
       break;
   }
   BATON_FAIL("GPT-2 weights must be f32, f16 or bf16, not {}", Name(dtype));
@@ -100,8 +101,9 @@ void LoadParamsFromSafetensors(const SafetensorsFile& file, const std::vector<Pa
     BATON_CHECK(entry != nullptr, "{}: no tensor {} (nor {}) for parameter {}{}", file.path(),
                 Gpt2HfName(p.name), p.name, p.name,
                 p.tied ? " (the LM head's tied copy of wte)" : "");
-    Tensor value = p.value;  // a handle: the copy lands in the param's storage
-    file.CopyTo(entry->name, value, backend);
+    Tensor value = p.value;  // handles: the copies land in the param's storage
+    Tensor scale = p.scale;
+    CopyWeightTo(file, entry->name, value, scale, backend);  // quantised for an INT8 param
   }
   for (const ParamTensors& p : params) {
     if (!p.master.defined() || !loaded.insert(p.master.raw()).second) continue;

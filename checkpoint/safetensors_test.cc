@@ -70,6 +70,8 @@ class HostAsDeviceBackend final : public Backend {
                          Tensor&, Tensor&, Tensor&) override {
     BATON_FAIL("unused");
   }
+  void DequantizeInt8(const Tensor&, const Tensor&, Tensor&) override { BATON_FAIL("unused"); }
+  void ApplyMask(Tensor&, const Tensor&) override { BATON_FAIL("unused"); }
   void GeluForward(const Tensor&, Tensor&) override { BATON_FAIL("unused"); }
   void GeluBackward(const Tensor&, const Tensor&, Tensor&) override { BATON_FAIL("unused"); }
   void AttentionForward(const Tensor&, int, Tensor&, Tensor&) override { BATON_FAIL("unused"); }

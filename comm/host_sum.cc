@@ -18,6 +18,7 @@ float LoadFloat(const void* base, DType dtype, int64_t i) {
       return BFloat16ToFloat(static_cast<const uint16_t*>(base)[i]);
     case DType::kI32:
     case DType::kU8:
+    case DType::kI8:
       break;
   }
   BATON_FAIL("LoadFloat of {}", Name(dtype));
@@ -36,6 +37,7 @@ void StoreFloat(void* base, DType dtype, int64_t i, float value) {
       return;
     case DType::kI32:
     case DType::kU8:
+    case DType::kI8:
       break;
   }
   BATON_FAIL("StoreFloat of {}", Name(dtype));

@@ -55,6 +55,8 @@ ncclDataType_t NcclType(DType dtype) {
       return ncclInt32;
     case DType::kU8:
       return ncclUint8;
+    case DType::kI8:
+      return ncclInt8;
   }
   BATON_FAIL("no NCCL type for {}", Name(dtype));
 }

@@ -21,6 +21,7 @@ size_t SizeOf(DType dtype) {
     case DType::kBF16:
       return 2;
     case DType::kU8:
+    case DType::kI8:
       return 1;
   }
   BATON_FAIL("unknown dtype {}", static_cast<int>(dtype));
@@ -38,6 +39,8 @@ std::string_view Name(DType dtype) {
       return "i32";
     case DType::kU8:
       return "u8";
+    case DType::kI8:
+      return "i8";
   }
   BATON_FAIL("unknown dtype {}", static_cast<int>(dtype));
 }
@@ -48,10 +51,13 @@ DType ParseDType(std::string_view name) {
   if (name == "bf16" || name == "bfloat16") return DType::kBF16;
   if (name == "i32" || name == "int32") return DType::kI32;
   if (name == "u8" || name == "uint8") return DType::kU8;
-  BATON_FAIL("unknown dtype '{}' (expected fp32, bf16, fp16, i32 or u8)", name);
+  if (name == "i8" || name == "int8") return DType::kI8;
+  BATON_FAIL("unknown dtype '{}' (expected fp32, bf16, fp16, i32, u8 or i8)", name);
 }
 
-bool IsFloating(DType dtype) { return dtype != DType::kI32 && dtype != DType::kU8; }
+bool IsFloating(DType dtype) {
+  return dtype == DType::kF32 || dtype == DType::kF16 || dtype == DType::kBF16;
+}
 
 uint16_t FloatToHalf(float value) {
   const uint32_t bits = std::bit_cast<uint32_t>(value);
@@ -164,6 +170,7 @@ void ToF32(const void* src, DType dtype, float* dst, size_t n) {
       return;
     case DType::kI32:
     case DType::kU8:
+    case DType::kI8:
       break;
   }
   BATON_FAIL("cannot convert {} to f32", Name(dtype));
@@ -186,6 +193,7 @@ void FromF32(const float* src, void* dst, DType dtype, size_t n) {
       return;
     case DType::kI32:
     case DType::kU8:
+    case DType::kI8:
       break;
   }
   BATON_FAIL("cannot convert f32 to {}", Name(dtype));

@@ -11,10 +11,12 @@
 namespace baton {
 
 // kU8: raw bytes (the codes of 8-bit optimizer state, kernels/quantize.h); not a number type.
-enum class DType : uint8_t { kF32, kF16, kBF16, kI32, kU8 };
+// kI8: signed 8-bit integers (INT8 weights: codes times a per-column f32 scale,
+// kernels/quantize.h).
+enum class DType : uint8_t { kF32, kF16, kBF16, kI32, kU8, kI8 };
 
 size_t SizeOf(DType dtype);
-std::string_view Name(DType dtype);       // "f32", "f16", "bf16", "i32", "u8"
+std::string_view Name(DType dtype);       // "f32", "f16", "bf16", "i32", "u8", "i8"
 DType ParseDType(std::string_view name);  // accepts the names above and fp32/fp16/float32...
 bool IsFloating(DType dtype);
 

@@ -110,6 +110,8 @@ T* Tensor::data() const {
                 Name(dtype_));
   } else if constexpr (std::is_same_v<T, uint8_t>) {
     BATON_CHECK(dtype_ == DType::kU8, "tensor is {}, not u8", Name(dtype_));
+  } else if constexpr (std::is_same_v<T, int8_t>) {
+    BATON_CHECK(dtype_ == DType::kI8, "tensor is {}, not i8", Name(dtype_));
   } else {
     static_assert(sizeof(T) == 0, "unsupported element type");
   }
@@ -121,6 +123,7 @@ template float* Tensor::data<float>() const;
 template int32_t* Tensor::data<int32_t>() const;
 template uint16_t* Tensor::data<uint16_t>() const;
 template uint8_t* Tensor::data<uint8_t>() const;
+template int8_t* Tensor::data<int8_t>() const;
 
 Tensor Tensor::View(Shape shape) const {
   BATON_CHECK(is_contiguous(), "View of a non-contiguous tensor {}", ToString());

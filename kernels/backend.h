@@ -52,6 +52,15 @@ class Backend {
   // dbias (C) += column sums of dout (N,C)
   virtual void BiasBackward(const Tensor& dout, Tensor& dbias) = 0;
 
+  // INT8 weights (kernels/quantize.h): out (K,N), any float dtype, = float(q[k][n]) * scale[n]
+  // computed in f32 and rounded to out's dtype; q (K,N) i8, scale (N) f32. The Linear layers of
+  // an INT8 model dequantise each weight into workspace just before its GEMM.
+  virtual void DequantizeInt8(const Tensor& q, const Tensor& scale, Tensor& out) = 0;
+
+  // Pruning masks: t (any float dtype) = 0 where mask (u8, t's shape) is 0; elsewhere t keeps
+  // its bits.
+  virtual void ApplyMask(Tensor& t, const Tensor& mask) = 0;
+
   // ---- GPT layers
   // out (B,T,C) = wte[tokens[b,t]] + wpe[t]; tokens (B,T) i32; wte (V,C); wpe (maxT,C), T <= maxT.
   virtual void EmbeddingForward(const Tensor& tokens, const Tensor& wte, const Tensor& wpe,

@@ -66,4 +66,31 @@ void DequantizeBlocks(const uint8_t* codes, const float* absmax, int64_t n, cons
   for (int64_t i = 0; i < n; ++i) x[i] = map[codes[i]] * absmax[i / kQuantBlock];
 }
 
+void QuantizeColumnsInt8(const float* w, int64_t rows, int64_t cols, int8_t* codes, float* scale) {
+  std::vector<float> max(static_cast<size_t>(cols), 0.0f);
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c = 0; c < cols; ++c) {
+      max[static_cast<size_t>(c)] =
+          std::max(max[static_cast<size_t>(c)], std::abs(w[r * cols + c]));
+    }
+  }
+  for (int64_t c = 0; c < cols; ++c) scale[c] = max[static_cast<size_t>(c)] / kInt8Max;
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c = 0; c < cols; ++c) {
+      const float s = scale[c];
+      const float q = s > 0.0f ? std::nearbyint(w[r * cols + c] / s) : 0.0f;
+      codes[r * cols + c] = static_cast<int8_t>(std::clamp(q, -kInt8Max, kInt8Max));
+    }
+  }
+}
+
+void DequantizeColumnsInt8(const int8_t* codes, const float* scale, int64_t rows, int64_t cols,
+                           float* w) {
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c = 0; c < cols; ++c) {
+      w[r * cols + c] = static_cast<float>(codes[r * cols + c]) * scale[c];
+    }
+  }
+}
+
 }  // namespace baton

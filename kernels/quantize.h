@@ -39,4 +39,15 @@ void QuantizeBlocks(const float* x, int64_t n, const QuantMap& map, uint8_t* cod
 void DequantizeBlocks(const uint8_t* codes, const float* absmax, int64_t n, const QuantMap& map,
                       float* x);
 
+// INT8 weights (`baton compress --int8`, `model.weights: int8`; docs/checkpoints.md): a weight
+// matrix w (rows, cols) in Hugging Face Conv1D layout (in, out) gets one f32 scale per column
+// (output channel), scale = max |w| over the column / 127, and codes q = round-half-even(w / scale)
+// in [-127, 127], so w ~ q * scale within scale / 2. An all-zero column has scale 0 and codes 0.
+inline constexpr float kInt8Max = 127.0f;
+void QuantizeColumnsInt8(const float* w, int64_t rows, int64_t cols, int8_t* codes, float* scale);
+// w[r][c] = float(q[r][c]) * scale[c], the product in f32: every backend's DequantizeInt8
+// computes exactly this before rounding to its output dtype.
+void DequantizeColumnsInt8(const int8_t* codes, const float* scale, int64_t rows, int64_t cols,
+                           float* w);
+
 }  // namespace baton

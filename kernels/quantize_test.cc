@@ -1,5 +1,6 @@
 // 8-bit optimizer state: the code books, the nearest-value quantiser, block-wise round trips and
-// the CPU backend's AdamW8bit against f32 AdamW.
+// the CPU backend's AdamW8bit against f32 AdamW. INT8 weights: the per-column quantiser and the
+// CPU backend's DequantizeInt8.
 #include "kernels/quantize.h"
 
 #include <algorithm>
@@ -130,6 +131,72 @@ TEST_F(AdamW8bitTest, ChecksCodesAndBlockCounts) {
   EXPECT_THROW(backend().AdamW8bit(p, g, m, short_absmax, v, av, Config(2), 1.0f), Error);
   EXPECT_THROW(backend().AdamW8bit(p, g, f32_m, am, v, av, Config(2), 1.0f), Error);
   EXPECT_THROW(backend().AdamW8bit(p, g, m, am, v, av, Config(0), 1.0f), Error);
+}
+
+TEST(Int8WeightsTest, ColumnsQuantiseToTheirAbsmaxOver127WithinHalfAStep) {
+  const int64_t rows = 37, cols = 5;
+  Rng rng(11);
+  std::vector<float> w(static_cast<size_t>(rows * cols));
+  for (float& x : w) x = static_cast<float>(rng.NextNormal());
+  for (int64_t r = 0; r < rows; ++r) w[static_cast<size_t>(r * cols + 3)] = 0.0f;  // a zero column
+  w[2 * cols + 1] = -9.0f;                                                         // column 1's max
+  std::vector<int8_t> q(w.size());
+  std::vector<float> scale(static_cast<size_t>(cols));
+  QuantizeColumnsInt8(w.data(), rows, cols, q.data(), scale.data());
+  EXPECT_EQ(scale[1], 9.0f / 127.0f);
+  EXPECT_EQ(q[2 * cols + 1], -127);
+  EXPECT_EQ(scale[3], 0.0f);
+  std::vector<float> back(w.size());
+  DequantizeColumnsInt8(q.data(), scale.data(), rows, cols, back.data());
+  for (int64_t c = 0; c < cols; ++c) {
+    float max = 0;
+    for (int64_t r = 0; r < rows; ++r) max = std::max(max, std::abs(w[r * cols + c]));
+    EXPECT_EQ(scale[c], max / 127.0f) << c;
+    for (int64_t r = 0; r < rows; ++r) {
+      const size_t i = static_cast<size_t>(r * cols + c);
+      EXPECT_LE(std::abs(back[i] - w[i]), scale[c] * 0.5f * (1 + 1e-5f)) << r << "," << c;
+      EXPECT_LE(std::abs(static_cast<int>(q[i])), 127);
+    }
+  }
+  // Halfway between two codes rounds to the even one.
+  const float tie[] = {2.5f, 127.0f, -3.5f, 1.0f};
+  int8_t tie_q[4];
+  float tie_scale[1];
+  QuantizeColumnsInt8(tie, 4, 1, tie_q, tie_scale);
+  EXPECT_EQ(tie_scale[0], 1.0f);
+  EXPECT_EQ(tie_q[0], 2);
+  EXPECT_EQ(tie_q[2], -4);
+}
+
+class DequantizeInt8Test : public CpuBackendTest {};
+
+TEST_F(DequantizeInt8Test, EqualsTheHostDequantiserRoundedToTheOutputDtype) {
+  const int64_t rows = 70, cols = 90;  // more than one chunk of the CPU backend
+  std::vector<int8_t> codes(static_cast<size_t>(rows * cols));
+  Rng rng(3);
+  for (int8_t& c : codes) c = static_cast<int8_t>(static_cast<int>(rng.NextDouble() * 255) - 127);
+  std::vector<float> scales(static_cast<size_t>(cols));
+  for (float& s : scales) s = static_cast<float>(rng.NextDouble() * 0.01);
+  Tensor q = Zeros({rows, cols}, DType::kI8), scale = Zeros({cols});
+  backend().Copy(Tensor::Wrap(codes.data(), {rows, cols}, DType::kI8), q);
+  backend().Copy(Tensor::Wrap(scales.data(), {cols}, DType::kF32), scale);
+  std::vector<float> expected(codes.size());
+  DequantizeColumnsInt8(codes.data(), scales.data(), rows, cols, expected.data());
+  for (DType dtype : {DType::kF32, DType::kBF16, DType::kF16}) {
+    Tensor out = Zeros({rows, cols}, dtype);
+    backend().DequantizeInt8(q, scale, out);
+    std::vector<uint16_t> rounded(expected.size());
+    std::vector<float> want = expected;
+    if (dtype != DType::kF32) {
+      ConvertFloats(expected.data(), DType::kF32, rounded.data(), dtype, expected.size());
+      ConvertFloats(rounded.data(), dtype, want.data(), DType::kF32, expected.size());
+    }
+    EXPECT_EQ(Floats(out), want) << Name(dtype);
+  }
+  Tensor wrong_scale = Zeros({rows}), out = Zeros({rows, cols});
+  EXPECT_THROW(backend().DequantizeInt8(q, wrong_scale, out), Error);
+  Tensor not_codes = Zeros({rows, cols});
+  EXPECT_THROW(backend().DequantizeInt8(not_codes, scale, out), Error);
 }
 
 }  // namespace

@@ -25,6 +25,7 @@ std::string PrecisionName(DType dtype) {
       return "fp16";
     case DType::kI32:
     case DType::kU8:
+    case DType::kI8:
       break;
   }
   BATON_FAIL("{} is not a training precision", Name(dtype));

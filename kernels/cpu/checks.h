@@ -43,4 +43,9 @@ inline void CheckU8(const Tensor& t, const char* name) {
   BATON_CHECK(t.dtype() == DType::kU8, "{} must be u8, got {}", name, t.ToString());
 }
 
+inline void CheckI8(const Tensor& t, const char* name) {
+  CheckHostContiguous(t, name);
+  BATON_CHECK(t.dtype() == DType::kI8, "{} must be i8, got {}", name, t.ToString());
+}
+
 }  // namespace baton::cpu

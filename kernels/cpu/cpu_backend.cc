@@ -207,6 +207,44 @@ void CpuBackend::Scale(Tensor& t, float factor) {
   });
 }
 
+void CpuBackend::DequantizeInt8(const Tensor& q, const Tensor& scale, Tensor& out) {
+  CheckI8(q, "q");
+  CheckF32(scale, "scale");
+  CheckFloat(out, "out");
+  BATON_CHECK(q.dim() == 2 && scale.dim() == 1 && scale.size(0) == q.size(1),
+              "DequantizeInt8: q {} needs one scale per column, got {}", q.ToString(),
+              scale.ToString());
+  CheckSameShape(q, out, "q", "out");
+  if (meta_) return;
+  const int64_t cols = q.size(1);
+  const int8_t* codes = q.data<int8_t>();
+  const float* scales = scale.data<float>();
+  ParallelChunks(q.numel(), kChunk, &pool_, [&](int64_t begin, int64_t end) {
+    float buffer[kChunk];
+    const int64_t n = end - begin;
+    float* values = ChunkTarget(out, begin, buffer);
+    for (int64_t i = 0; i < n; ++i) {
+      values[i] = static_cast<float>(codes[begin + i]) * scales[(begin + i) % cols];
+    }
+    StoreChunk(values, out, begin, n);
+  });
+}
+
+void CpuBackend::ApplyMask(Tensor& t, const Tensor& mask) {
+  CheckFloat(t, "t");
+  CheckU8(mask, "mask");
+  CheckSameShape(t, mask, "t", "mask");
+  if (meta_) return;
+  const size_t element = SizeOf(t.dtype());
+  char* values = static_cast<char*>(t.raw());
+  const uint8_t* keep = mask.data<uint8_t>();
+  ParallelChunks(t.numel(), kChunk, &pool_, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      if (keep[i] == 0) std::memset(values + static_cast<size_t>(i) * element, 0, element);
+    }
+  });
+}
+
 double CpuBackend::SumOfSquares(const Tensor& t) {
   CheckFloat(t, "t");
   const int64_t blocks = (t.numel() + kChunk - 1) / kChunk;

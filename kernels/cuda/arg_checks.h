@@ -37,6 +37,11 @@ inline void CheckI32(const Tensor& t, Device device, const char* name) {
   BATON_CHECK(t.dtype() == DType::kI32, "{} must be i32, got {}", name, t.ToString());
 }
 
+inline void CheckI8(const Tensor& t, Device device, const char* name) {
+  CheckOnDevice(t, device, name);
+  BATON_CHECK(t.dtype() == DType::kI8, "{} must be i8, got {}", name, t.ToString());
+}
+
 inline void CheckU8(const Tensor& t, Device device, const char* name) {
   CheckOnDevice(t, device, name);
   BATON_CHECK(t.dtype() == DType::kU8, "{} must be u8, got {}", name, t.ToString());

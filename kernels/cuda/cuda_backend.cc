@@ -313,6 +313,29 @@ void CudaBackend::Scale(Tensor& t, float factor) {
   LaunchScale(t.raw(), t.dtype(), factor, t.numel(), stream_);
 }
 
+void CudaBackend::ApplyMask(Tensor& t, const Tensor& mask) {
+  Activate();
+  CheckFloat(t, device(), "t");
+  CheckU8(mask, device(), "mask");
+  CheckSameShape(t, mask, "t", "mask");
+  if (meta_) return;
+  LaunchApplyMask(t.raw(), t.dtype(), static_cast<const uint8_t*>(mask.raw()), t.numel(), stream_);
+}
+
+void CudaBackend::DequantizeInt8(const Tensor& q, const Tensor& scale, Tensor& out) {
+  Activate();
+  CheckI8(q, device(), "q");
+  CheckF32(scale, device(), "scale");
+  CheckFloat(out, device(), "out");
+  BATON_CHECK(q.dim() == 2 && scale.dim() == 1 && scale.size(0) == q.size(1),
+              "DequantizeInt8: q {} needs one scale per column, got {}", q.ToString(),
+              scale.ToString());
+  CheckSameShape(q, out, "q", "out");
+  if (meta_) return;
+  LaunchDequantizeInt8(static_cast<const int8_t*>(q.raw()), static_cast<const float*>(scale.raw()),
+                       out.raw(), out.dtype(), q.size(0), q.size(1), stream_);
+}
+
 double CudaBackend::SumOfSquares(const Tensor& t) {
   Activate();
   CheckFloat(t, device(), "t");

@@ -96,6 +96,8 @@ class CudaBackend final : public Backend {
   bool AllFinite(const Tensor& t) override;
   void AdamW(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const AdamWConfig& config,
              float grad_scale) override;
+  void DequantizeInt8(const Tensor& q, const Tensor& scale, Tensor& out) override;
+  void ApplyMask(Tensor& t, const Tensor& mask) override;
   void AdamW8bit(Tensor& param, const Tensor& grad, Tensor& m, Tensor& m_absmax, Tensor& v,
                  Tensor& v_absmax, const AdamWConfig& config, float grad_scale) override;
 

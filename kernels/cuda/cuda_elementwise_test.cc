@@ -1,7 +1,7 @@
 // CUDA memory, elementwise, reduction and optimizer methods against the CPU backend: Zero, Copy
 // in every direction and dtype, Add/Accumulate/Scale, SumOfSquares, AllFinite, and AdamW with f32
-// or 8-bit state (bit for bit, since both run the same f32 operations without contraction), plus
-// the 8-bit step's argument checks on a meta backend.
+// or 8-bit state (bit for bit, since both run the same f32 operations without contraction),
+// DequantizeInt8 (INT8 weights), plus the 8-bit step's argument checks on a meta backend.
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -148,6 +148,21 @@ TEST_P(CudaElementwiseTest, AdamW8bitMatchesCpuBitForBit) {
     EXPECT_EQ(FirstDifference(ToCpu(gpu_m_absmax), cpu_m_absmax), -1) << n;
     EXPECT_EQ(FirstDifference(ToCpu(gpu_v_absmax), cpu_v_absmax), -1) << n;
   }
+}
+
+TEST_P(CudaElementwiseTest, DequantizeInt8MatchesCpuBitForBit) {
+  const int64_t rows = 300, cols = 77;
+  Tensor cpu_q = HostZeros({rows, cols}, DType::kI8);
+  for (int64_t i = 0; i < cpu_q.numel(); ++i) {
+    cpu_q.data<int8_t>()[i] = static_cast<int8_t>(i % 255 - 127);
+  }
+  Tensor cpu_scale = Random({cols}, 0.01f);
+  Tensor cpu_out = HostZeros({rows, cols}, dtype());
+  cpu().DequantizeInt8(cpu_q, cpu_scale, cpu_out);
+  Tensor gpu_out = GpuZeros({rows, cols}, dtype());
+  gpu().DequantizeInt8(ToGpu(cpu_q), ToGpu(cpu_scale), gpu_out);
+  EXPECT_EQ(ErrorVsCpu(gpu_out, cpu_out), 0.0);
+  EXPECT_EQ(FirstDifference(ToCpu(gpu_out), cpu_out), -1);
 }
 
 INSTANTIATE_TEST_SUITE_P(Dtypes, CudaElementwiseTest, BATON_ALL_FLOAT_DTYPES, DTypeName);

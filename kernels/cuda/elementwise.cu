@@ -43,6 +43,21 @@ __global__ void ScaleKernel(void* t, DType dtype, float factor, int64_t n) {
   }
 }
 
+__global__ void ApplyMaskKernel(void* t, DType dtype, const uint8_t* mask, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    if (mask[i] == 0) StoreF(t, dtype, i, 0.0f);
+  }
+}
+
+__global__ void DequantizeInt8Kernel(const int8_t* q, const float* scale, void* out,
+                                     DType out_dtype, int64_t n, int64_t cols) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    StoreF(out, out_dtype, i, __fmul_rn(static_cast<float>(q[i]), scale[i % cols]));
+  }
+}
+
 __global__ void BroadcastRowsKernel(const void* row, DType row_dtype, void* out, DType out_dtype,
                                     int64_t rows, int64_t cols, bool accumulate) {
   const int64_t n = rows * cols;
@@ -224,6 +239,21 @@ void LaunchAccumulate(const void* x, DType x_dtype, void* acc, DType acc_dtype, 
                       cudaStream_t stream) {
   if (n == 0) return;
   AccumulateKernel<<<GridFor(n, kThreads), kThreads, 0, stream>>>(x, x_dtype, acc, acc_dtype, n);
+  BATON_CUDA_CHECK_LAUNCH();
+}
+
+void LaunchApplyMask(void* t, DType dtype, const uint8_t* mask, int64_t n, cudaStream_t stream) {
+  if (n == 0) return;
+  ApplyMaskKernel<<<GridFor(n, kThreads), kThreads, 0, stream>>>(t, dtype, mask, n);
+  BATON_CUDA_CHECK_LAUNCH();
+}
+
+void LaunchDequantizeInt8(const int8_t* q, const float* scale, void* out, DType out_dtype,
+                          int64_t rows, int64_t cols, cudaStream_t stream) {
+  const int64_t n = rows * cols;
+  if (n == 0) return;
+  DequantizeInt8Kernel<<<GridFor(n, kThreads), kThreads, 0, stream>>>(q, scale, out, out_dtype, n,
+                                                                      cols);
   BATON_CUDA_CHECK_LAUNCH();
 }
 

@@ -22,6 +22,7 @@ cudaDataType_t CudaType(DType dtype) {
       return CUDA_R_16BF;
     case DType::kI32:
     case DType::kU8:
+    case DType::kI8:
       break;
   }
   BATON_FAIL("GEMM on {} tensors", Name(dtype));
@@ -119,6 +120,7 @@ bool CublasLtGemm::Supports(DType a, DType b, DType out) {
       return out == a || out == DType::kF32;
     case DType::kI32:
     case DType::kU8:
+    case DType::kI8:
       return false;
   }
   return false;

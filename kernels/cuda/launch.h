@@ -42,6 +42,12 @@ void LaunchAccumulate(const void* x, DType x_dtype, void* acc, DType acc_dtype, 
                       cudaStream_t stream);
 // t *= factor
 void LaunchScale(void* t, DType dtype, float factor, int64_t n, cudaStream_t stream);
+// out[r][c] = float(q[r][c]) * scale[c] (one f32 multiply), stored as out_dtype (INT8 weights,
+// Backend::DequantizeInt8): bit for bit the CPU backend's result.
+// t[i] = 0 where mask[i] == 0 (a pruning mask, Backend::ApplyMask); other elements untouched.
+void LaunchApplyMask(void* t, DType dtype, const uint8_t* mask, int64_t n, cudaStream_t stream);
+void LaunchDequantizeInt8(const int8_t* q, const float* scale, void* out, DType out_dtype,
+                          int64_t rows, int64_t cols, cudaStream_t stream);
 // out (rows,cols) = row (cols) broadcast, or out += row when accumulate.
 void LaunchBroadcastRows(const void* row, DType row_dtype, void* out, DType out_dtype, int64_t rows,
                          int64_t cols, bool accumulate, cudaStream_t stream);
