@@ -27,8 +27,14 @@ enum class ModelPreset { kGpt, kMlp, kCustom };
 // How attention is computed (docs/model.md): flash-style, keeping only each row's log-sum-exp
 // for backward, or with the T x T probabilities materialised and stashed.
 enum class AttentionKind { kFlash, kMaterialized };
+// How the blocks' weight matrices are held: dense in precision.dtype, or INT8 codes with f32
+// per-column scales (model/int8_weights.h), for inference only (baton eval, baton generate).
+enum class WeightFormat { kDense, kInt8 };
 // How AdamW keeps m and v: f32, or block-wise quantised to 8 bits (kernels/quantize.h).
 enum class OptimizerState { kF32, kInt8 };
+// Which weights magnitude pruning removes (prune.pattern): the smallest of each matrix, or the two
+// smallest of every four consecutive inputs of each output channel (NVIDIA's 2:4 sparsity).
+enum class PrunePattern { kUnstructured, k2of4 };
 enum class DataFormat { kAuto, kText, kBin };
 enum class LrSchedule { kConstant, kCosine };
 enum class ScheduleKind { kGpipe, k1F1B, kInterleaved, kZbH1 };
@@ -54,7 +60,9 @@ CheckpointPolicy ParseCheckpointPolicy(std::string_view text);
 // The names used in YAML: "gpt", "embedding", "bin", "cosine", "1f1b", "flops", ...
 std::string_view Name(ModelPreset preset);
 std::string_view Name(AttentionKind attention);
+std::string_view Name(WeightFormat weights);
 std::string_view Name(OptimizerState state);
+std::string_view Name(PrunePattern pattern);
 std::string_view Name(DataFormat format);
 std::string_view Name(LrSchedule schedule);
 std::string_view Name(ScheduleKind schedule);
@@ -70,6 +78,7 @@ struct ModelConfig {
   std::vector<LayerKind> layers;  // the graph, for preset custom only (empty otherwise)
   std::string init_from;          // a safetensors file to start from; "" = random init
   AttentionKind attention = AttentionKind::kFlash;
+  WeightFormat weights = WeightFormat::kDense;
   bool operator==(const ModelConfig&) const = default;
 };
 
@@ -133,6 +142,17 @@ struct OptimizerConfig {
   bool operator==(const OptimizerConfig&) const = default;
 };
 
+// Magnitude pruning during training (docs/memory.md, "Pruning"): at the end of step at_step the
+// blocks' weight matrices lose their `sparsity` smallest weights (by `pattern`), and masks keep
+// them at zero from then on (gradients masked before, weights after every optimizer step).
+struct PruneConfig {
+  int64_t at_step = 0;  // 0: no pruning
+  double sparsity = 0.5;
+  PrunePattern pattern = PrunePattern::kUnstructured;
+  bool enabled() const { return at_step > 0; }
+  bool operator==(const PruneConfig&) const = default;
+};
+
 struct PrecisionConfig {
   DType dtype = DType::kF32;  // kF32, kBF16 or kF16 ("fp32", "bf16", "fp16")
   double initial_loss_scale = 65536.0;
@@ -160,6 +180,7 @@ struct Config {
   TrainConfig train;
   ParallelConfig parallel;
   OptimizerConfig optimizer;
+  PruneConfig prune;
   PrecisionConfig precision;
   DeviceConfig device;
   OutputConfig output;

@@ -27,6 +27,7 @@ void VisitModel(ModelConfig& m, FieldVisitor& v) {
   v.VisitLayers("layers", m.layers);
   v.VisitString("init_from", m.init_from);
   v.Enum("attention", m.attention, kAttentionNames);
+  v.Enum("weights", m.weights, kWeightFormatNames);
 }
 
 void VisitData(DataConfig& d, FieldVisitor& v) {
@@ -76,6 +77,13 @@ void VisitParallel(ParallelConfig& p, FieldVisitor& v) {
 void VisitOptimizer(OptimizerConfig& o, FieldVisitor& v) {
   v.BeginSection("optimizer");
   v.Enum("state", o.state, kOptimizerStateNames);
+}
+
+void VisitPrune(PruneConfig& p, FieldVisitor& v) {
+  v.BeginSection("prune");
+  v.Int("at_step", p.at_step, kNonNegativeInt);
+  v.VisitFloat("sparsity", p.sparsity, kUnitInterval);
+  v.Enum("pattern", p.pattern, kPrunePatternNames);
 }
 
 void VisitPrecision(PrecisionConfig& p, FieldVisitor& v) {
@@ -192,6 +200,7 @@ void VisitConfig(Config& config, FieldVisitor& visitor) {
   VisitTrain(config.train, visitor);
   VisitParallel(config.parallel, visitor);
   VisitOptimizer(config.optimizer, visitor);
+  VisitPrune(config.prune, visitor);
   VisitPrecision(config.precision, visitor);
   VisitDevice(config.device, visitor);
   VisitOutput(config.output, visitor);
@@ -229,7 +238,9 @@ using namespace config_internal;
 
 std::string_view Name(ModelPreset preset) { return LookUpName(kPresetNames, preset); }
 std::string_view Name(AttentionKind attention) { return LookUpName(kAttentionNames, attention); }
+std::string_view Name(WeightFormat weights) { return LookUpName(kWeightFormatNames, weights); }
 std::string_view Name(OptimizerState state) { return LookUpName(kOptimizerStateNames, state); }
+std::string_view Name(PrunePattern pattern) { return LookUpName(kPrunePatternNames, pattern); }
 std::string_view Name(DataFormat format) { return LookUpName(kDataFormatNames, format); }
 std::string_view Name(LrSchedule schedule) { return LookUpName(kLrScheduleNames, schedule); }
 std::string_view Name(ScheduleKind schedule) { return LookUpName(kScheduleNames, schedule); }

@@ -62,8 +62,12 @@ inline constexpr NameTable<ModelPreset, 3> kPresetNames{
     {{"gpt", ModelPreset::kGpt}, {"mlp", ModelPreset::kMlp}, {"custom", ModelPreset::kCustom}}};
 inline constexpr NameTable<AttentionKind, 2> kAttentionNames{
     {{"flash", AttentionKind::kFlash}, {"materialized", AttentionKind::kMaterialized}}};
+inline constexpr NameTable<WeightFormat, 2> kWeightFormatNames{
+    {{"dense", WeightFormat::kDense}, {"int8", WeightFormat::kInt8}}};
 inline constexpr NameTable<OptimizerState, 2> kOptimizerStateNames{
     {{"f32", OptimizerState::kF32}, {"int8", OptimizerState::kInt8}}};
+inline constexpr NameTable<PrunePattern, 2> kPrunePatternNames{
+    {{"unstructured", PrunePattern::kUnstructured}, {"2:4", PrunePattern::k2of4}}};
 inline constexpr NameTable<LayerKind, 4> kLayerKindNames{{{"embedding", LayerKind::kEmbedding},
                                                           {"block", LayerKind::kBlock},
                                                           {"mlp_block", LayerKind::kMlpBlock},

@@ -75,7 +75,7 @@ TEST(ConfigTest, UnknownKeyFromAFileNamesThatFile) {
 TEST(ConfigTest, UnknownSectionIsAnError) {
   EXPECT_EQ(ParseError(std::string(kMinimal) + "trian:\n  steps: 5\n"),
             "x.yaml:3: trian: unknown section (did you mean train?); sections are model, data, "
-            "train, parallel, optimizer, precision, device, output");
+            "train, parallel, optimizer, prune, precision, device, output");
 }
 
 TEST(ConfigTest, StringForIntegerIsAnError) {
@@ -298,6 +298,21 @@ TEST(ConfigTest, CrossFieldRulesAreChecked) {
               HasSubstr("byte-level text data needs model.vocab_size >= 256"));
   EXPECT_THAT(ParseError(kMinimal, {"train.min_lr=0.1"}),
               HasSubstr("train.min_lr 0.1 exceeds train.lr 0.001"));
+  EXPECT_THAT(ParseError(kMinimal, {"prune.at_step=101"}),
+              HasSubstr("prune.at_step 101 is after the last step (train.steps 100)"));
+  EXPECT_THAT(
+      ParseError(kMinimal, {"prune.at_step=5", "prune.sparsity=0.3", "prune.pattern=2:4"}),
+      HasSubstr("prune.pattern 2:4 keeps 2 of every 4 weights: prune.sparsity must be 0.5"));
+  EXPECT_THAT(ParseError(kMinimal, {"prune.at_step=5", "prune.pattern=2:4", "model.width=130",
+                                    "model.num_heads=2"}),
+              HasSubstr("model.width 130 is not divisible by 4"));
+  EXPECT_THAT(ParseError(kMinimal, {"prune.at_step=5", "model.weights=int8"}),
+              HasSubstr("pruning trains: it needs model.weights: dense"));
+  const Config pruned = ParseConfigString(
+      std::string(kMinimal) + "prune:\n  at_step: 5\n  pattern: \"2:4\"\n", "x.yaml");
+  EXPECT_EQ(pruned.prune.pattern, PrunePattern::k2of4);
+  EXPECT_EQ(pruned.prune.sparsity, 0.5);
+  EXPECT_EQ(ParseConfigString(ToYaml(pruned), "dump.yaml"), pruned);
 }
 
 TEST(ConfigTest, TokenizerMustLoadAndFitTheModelVocabulary) {

@@ -105,6 +105,27 @@ void ValidateTrain(const TrainConfig& t, const Reporter& r) {
             fmt::format("train.min_lr {} exceeds train.lr {}", t.min_lr, t.lr));
 }
 
+void ValidatePrune(const Config& c, const Reporter& r) {
+  const PruneConfig& p = c.prune;
+  if (!p.enabled()) return;
+  r.Require(p.at_step <= c.train.steps, {"prune.at_step", "train.steps"},
+            fmt::format("prune.at_step {} is after the last step (train.steps {})", p.at_step,
+                        c.train.steps));
+  r.Require(p.sparsity > 0.0, {"prune.sparsity"}, "pruning needs prune.sparsity > 0");
+  r.Require(c.model.weights == WeightFormat::kDense, {"prune.at_step", "model.weights"},
+            "pruning trains: it needs model.weights: dense");
+  if (p.pattern == PrunePattern::k2of4) {
+    r.Require(p.sparsity == 0.5, {"prune.sparsity", "prune.pattern"},
+              fmt::format("prune.pattern 2:4 keeps 2 of every 4 weights: prune.sparsity must be "
+                          "0.5, got {}",
+                          p.sparsity));
+    r.Require(c.model.width % 4 == 0, {"prune.pattern", "model.width"},
+              fmt::format("prune.pattern 2:4 groups a matrix's inputs by 4: model.width {} is not "
+                          "divisible by 4",
+                          c.model.width));
+  }
+}
+
 void ValidateEval(const DataConfig& d, const TrainConfig& t, const Reporter& r) {
   r.Require(d.eval_path.empty() || d.eval_fraction == 0.0, {"data.eval_fraction", "data.eval_path"},
             "held-out data is data.eval_path or data.eval_fraction, not both");
@@ -158,6 +179,7 @@ void ValidateConfig(const Config& config, const WhereFn& where, const std::strin
   ValidateModel(config.model, config.data, reporter);
   ValidateTrain(config.train, reporter);
   ValidateParallel(config.parallel, reporter);
+  ValidatePrune(config, reporter);
   reporter.Require(!config.output.dir.empty(), {"output.dir"}, "must not be empty");
 }
 

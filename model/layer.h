@@ -61,6 +61,12 @@ struct Param {
   // to the embedding's). Its value equals the original bit for bit (and after TieEmbedding shares
   // its storage); its grad is always separate, to be summed with the original's at step end.
   bool tied = false;
+  // INT8 weights only (model.weights: int8, model/int8_weights.h): value is i8 codes and scale
+  // (cols) f32 its per-column scales, both booked as params; grad is undefined (inference only).
+  Tensor scale;
+  // Pruning only (prune.*, model/prune.h): u8, value's shape, 1 = kept; booked as params. The
+  // trainer masks the gradient before and the value after every optimizer step.
+  Tensor mask;
 };
 
 class Layer {

@@ -54,13 +54,24 @@ Tensor LinearForward(Backend& backend, const Linear& linear, const Tensor& x,
   shape.back() = linear.weight->value.size(1);
   Tensor y = NewTensor(backend, shape, x.dtype(), category);
   Tensor y_rows = Rows(y);
-  backend.Matmul(Rows(x), false, linear.weight->value, false, y_rows, false, &linear.bias->value);
+  const Tensor& w = linear.weight->value;
+  if (w.dtype() == DType::kI8) {  // INT8 weights (model/int8_weights.h): dequantised just in time
+    Tensor dense = NewTensor(backend, w.shape(), x.dtype(), kWorkspace);
+    backend.DequantizeInt8(w, linear.weight->scale, dense);
+    backend.Matmul(Rows(x), false, dense, false, y_rows, false, &linear.bias->value);
+    return y;
+  }
+  backend.Matmul(Rows(x), false, w, false, y_rows, false, &linear.bias->value);
   return y;
 }
 
 // Returns dx = dy @ W^T (booked as workspace); db += column sums of dy; dW += x^T dy via `sink`.
 Tensor LinearBackward(Backend& backend, const Linear& linear, const Tensor& x, const Tensor& dy,
                       WeightGradSink& sink) {
+  BATON_CHECK(linear.weight->value.dtype() != DType::kI8,
+              "{} holds INT8 weights, which are for inference (baton eval, baton generate): "
+              "training needs the dense checkpoint",
+              linear.weight->name);
   Shape shape = dy.shape();
   shape.back() = linear.weight->value.size(0);
   Tensor dx = NewTensor(backend, shape, dy.dtype(), kWorkspace);

@@ -40,8 +40,11 @@ TEST(OptimizerTest, KeepsF32MasterForBf16ParamsAndStepsTiedStorageOnce) {
   MemoryLedger ledger;
   auto backend = MakeCpuBackend(ledger, 1);
   Allocator& a = backend->allocator();
-  Param w{"w", Tensor::Empty(a, {2, 2}, DType::kBF16, MemCategory::kParams),
-          Tensor::Zeros(a, {2, 2}, DType::kF32, MemCategory::kGrads), true};
+  Param w;
+  w.name = "w";
+  w.value = Tensor::Empty(a, {2, 2}, DType::kBF16, MemCategory::kParams);
+  w.grad = Tensor::Zeros(a, {2, 2}, DType::kF32, MemCategory::kGrads);
+  w.weight_decay = true;
   Param tied = w;  // a second handle on the same storage, like the head's wte
   tied.grad = Tensor::Zeros(a, {2, 2}, DType::kF32, MemCategory::kGrads);
   tied.tied = true;

@@ -1,0 +1,53 @@
+// INT8 weights (see int8_weights.h).
+#include "model/int8_weights.h"
+
+#include <vector>
+
+#include "core/error.h"
+#include "kernels/quantize.h"
+
+namespace baton {
+
+bool TakesInt8Weights(const Param& param) {
+  return param.value.dim() == 2 && param.name != "wte.weight" && param.name != "wpe.weight";
+}
+
+void QuantizeParamInt8(Backend& backend, Param& param) {
+  BATON_CHECK(TakesInt8Weights(param) && IsFloating(param.value.dtype()),
+              "parameter {} ({}) cannot take INT8 weights", param.name, param.value.ToString());
+  const int64_t rows = param.value.size(0), cols = param.value.size(1);
+  Tensor codes =
+      Tensor::Empty(backend.allocator(), param.value.shape(), DType::kI8, MemCategory::kParams);
+  Tensor scale = Tensor::Empty(backend.allocator(), {cols}, DType::kF32, MemCategory::kParams);
+  if (!IsMeta(backend)) {
+    // Host staging is transient setup memory outside any device ledger.
+    const size_t n = static_cast<size_t>(rows * cols);
+    std::vector<std::byte> raw(n * SizeOf(param.value.dtype()));
+    Tensor host = Tensor::Wrap(raw.data(), param.value.shape(), param.value.dtype());
+    backend.Copy(param.value, host);
+    backend.Synchronize();
+    std::vector<float> dense(n);
+    ConvertFloats(raw.data(), param.value.dtype(), dense.data(), DType::kF32, n);
+    std::vector<int8_t> q(n);
+    std::vector<float> s(static_cast<size_t>(cols));
+    QuantizeColumnsInt8(dense.data(), rows, cols, q.data(), s.data());
+    backend.Copy(Tensor::Wrap(q.data(), codes.shape(), DType::kI8), codes);
+    backend.Copy(Tensor::Wrap(s.data(), scale.shape(), DType::kF32), scale);
+    backend.Synchronize();
+  }
+  param.value = std::move(codes);
+  param.scale = std::move(scale);
+  param.grad = Tensor();
+}
+
+void MakeInt8InferenceLayer(Backend& backend, Layer& layer) {
+  for (Param* p : layer.params()) {
+    if (TakesInt8Weights(*p)) {
+      QuantizeParamInt8(backend, *p);
+    } else {
+      p->grad = Tensor();
+    }
+  }
+}
+
+}  // namespace baton
