@@ -36,6 +36,10 @@
 
 namespace baton {
 
+// What a checkpoint's layer files hold: everything training needs to resume, or the weights only
+// (`baton compress`: enough for baton eval, baton generate and export, not to resume).
+enum class CheckpointContents { kTraining, kWeightsOnly };
+
 class CheckpointWriter {
  public:
   explicit CheckpointWriter(std::string root) : root_(std::move(root)) {}
@@ -46,11 +50,12 @@ class CheckpointWriter {
   // Every rank: writes one file per layer of `layers` (the layers rank `rank` holds) into
   // step_dir(step) (created if needed; a manifest already there is removed first, since its files
   // are about to change). Each param is stored with its master (when defined) and both moments;
-  // tied copies are not stored. Device tensors are staged through `backend`. Returns the entries
-  // for WriteManifest.
-  std::vector<CheckpointFileEntry> WriteLayers(int64_t step, int rank,
-                                               const std::vector<LayerTensors>& layers,
-                                               Backend& backend) const;
+  // tied copies are not stored; INT8 weights come with "<name>.scale". Device tensors are staged
+  // through `backend`. Returns the entries for WriteManifest. kWeightsOnly stores no optimizer
+  // state and marks each file's metadata "contents": "weights".
+  std::vector<CheckpointFileEntry> WriteLayers(
+      int64_t step, int rank, const std::vector<LayerTensors>& layers, Backend& backend,
+      CheckpointContents contents = CheckpointContents::kTraining) const;
 
   // Rank 0, once every rank's WriteLayers has returned: checks that the entries cover each of the
   // graph's layers exactly once, writes state.json, removes stale temporary files, writes
@@ -93,7 +98,10 @@ class CheckpointReader {
   // params' dtype; a 16-bit param's master comes from "<name>.master" when stored, else from the
   // stored value; an f32 param takes a stored master over the stored (rounded) value. A tied copy
   // comes from layer 0's file, unless it shares its storage with a param of `layers` (then that
-  // param fills it). Every tensor of a layer's file must belong to one of its params.
+  // param fills it). Every tensor of a layer's file must belong to one of its params. INT8 weights
+  // load into INT8 params as stored, and dequantise into dense ones; dense weights quantise into
+  // INT8 params (CopyWeightTo). Params without optimizer state (an INT8 inference model) load
+  // their values only; params with state refuse a weights-only file, naming it.
   void LoadLayers(const std::vector<LayerTensors>& layers, Backend& backend) const;
 
  private:

@@ -16,9 +16,11 @@ namespace baton {
 namespace {
 
 // The parameter an optimizer-state tensor belongs to ("h.0.ln_1.weight.adam_m" ->
-// "h.0.ln_1.weight"; 8-bit state's absmax too); nullopt for a parameter's own tensor.
+// "h.0.ln_1.weight"; 8-bit state's absmax, INT8 scales and pruning masks too); nullopt for a
+// parameter's own tensor.
 std::optional<std::string> OptimizerStateOf(const std::string& name) {
-  for (const char* suffix : {".master", ".adam_m", ".adam_v", ".adam_m_absmax", ".adam_v_absmax"}) {
+  for (const char* suffix :
+       {".master", ".adam_m", ".adam_v", ".adam_m_absmax", ".adam_v_absmax", ".scale", ".mask"}) {
     const std::string s = suffix;
     if (name.size() > s.size() && name.compare(name.size() - s.size(), s.size(), s) == 0) {
       return name.substr(0, name.size() - s.size());
@@ -73,7 +75,8 @@ void ExportCheckpointToHf(const CheckpointReader& checkpoint, const std::string&
       const bool use_master = dtype == DType::kF32 && file.Has(entry.name + ".master");
       const std::string source = use_master ? entry.name + ".master" : entry.name;
       Tensor t = Tensor::Empty(cpu->allocator(), entry.shape, dtype, MemCategory::kWorkspace);
-      file.CopyTo(source, t, *cpu);
+      Tensor no_scale;
+      CopyWeightTo(file, source, t, no_scale, *cpu);  // INT8 weights dequantised
       tensors.emplace_back(Gpt2HfName(entry.name), std::move(t));
     }
   }

@@ -8,6 +8,7 @@
 #include <set>
 
 #include "checkpoint/checkpoint.h"
+#include "checkpoint/sparse.h"
 #include "core/error.h"
 #include "core/files.h"
 #include "core/hash.h"
@@ -159,25 +160,61 @@ void LoadMoment(const SafetensorsFile& file, const std::string& name, const Tens
   if (stored_quantized) used.insert(absmax_name);
 }
 
-// Fills one param and its optimizer state from `file`, recording the tensor names it used.
+// Fills one param and its optimizer state from `file`, recording the tensor names it used. A
+// param without optimizer state (an INT8 inference model) takes its value only; the state stored
+// beside it is passed over.
 void LoadParam(const SafetensorsFile& file, const ParamTensors& param, Backend& backend,
                std::set<std::string>& used) {
   const std::string& name = param.name;
   const bool has_master = file.Has(name + ".master");
   Tensor value = param.value;  // handles: the copies land in the caller's storage
-  file.CopyTo(has_master && value.dtype() == DType::kF32 ? name + ".master" : name, value, backend);
+  Tensor scale = param.scale;
+  // An f32 or INT8 param is best made from the f32 master, when stored.
+  const bool from_master = has_master && (value.dtype() == DType::kF32 || scale.defined());
+  for (std::string& read :
+       CopyWeightTo(file, from_master ? name + ".master" : name, value, scale, backend)) {
+    used.insert(std::move(read));
+  }
+  used.insert(name);
+  if (file.Has(name + ".scale")) used.insert(name + ".scale");
+  if (has_master) used.insert(name + ".master");
+  // A pruned param's mask: restored where the run keeps masks (its dense tensors hold the zeros
+  // either way); a run keeping masks starts from ones where the file has none.
+  const std::string mask_name = name + kSparseMaskSuffix;
+  if (file.Has(mask_name)) used.insert(mask_name);
+  if (param.mask.defined()) {
+    std::vector<uint8_t> keep(static_cast<size_t>(param.mask.numel()), 1);
+    if (file.Has(mask_name))
+      keep = UnpackMaskBits(file.Bytes(file.Get(mask_name)), param.mask.numel());
+    Tensor mask = param.mask;
+    CopyFromHost(keep.data(), DType::kU8, mask.shape(), mask, backend);
+  }
+  const bool wants_state = param.adam_m.defined() || param.adam_v.defined();
+  if (!wants_state) {
+    for (const char* suffix : {".adam_m", ".adam_v", ".adam_m_absmax", ".adam_v_absmax"}) {
+      if (file.Has(name + suffix)) used.insert(name + suffix);
+    }
+    return;
+  }
   BATON_CHECK(param.adam_m.defined() && param.adam_v.defined(),
-              "parameter {} comes without its optimizer state", name);
+              "parameter {} comes with only part of its optimizer state", name);
+  const auto contents = file.metadata().find("contents");
+  BATON_CHECK(file.Has(name + ".adam_m") && file.Has(name + ".adam_v"),
+              "{}: no optimizer state for {}{}: this checkpoint cannot be resumed", file.path(),
+              name,
+              contents != file.metadata().end() && contents->second == "weights"
+                  ? " (it holds weights only, as baton compress writes them, for baton eval, "
+                    "generate and export)"
+                  : "");
   if (param.master.defined()) {
     Tensor master = param.master;
-    file.CopyTo(has_master ? name + ".master" : name, master, backend);
+    Tensor no_scale;
+    CopyWeightTo(file, has_master ? name + ".master" : name, master, no_scale, backend);
   }
   LoadMoment(file, name + ".adam_m", param.adam_m, param.adam_m_absmax, SignedQuantMap(), backend,
              used);
   LoadMoment(file, name + ".adam_v", param.adam_v, param.adam_v_absmax, UnsignedQuantMap(), backend,
              used);
-  used.insert(name);
-  if (has_master) used.insert(name + ".master");
 }
 
 }  // namespace
@@ -272,6 +309,7 @@ SafetensorsFile CheckpointReader::OpenLayer(int index) const {
   BATON_CHECK(layer != file.metadata().end() && layer->second == expected,
               "{}: holds layer \"{}\", the manifest says \"{}\"", file.path(),
               layer == file.metadata().end() ? "" : layer->second, expected);
+  UnpackSparseTensors(file);  // pruned params come back dense
   return file;
 }
 

@@ -194,6 +194,77 @@ TEST(CheckpointTest, Int8OptimizerStateResumesBitwiseAndConvertsBothWays) {
   }
 }
 
+// INT8 weights (baton compress --int8): dense weights quantise as they load into an INT8 model;
+// its weights-only checkpoint stores codes and scales and no optimizer state, loads back exactly,
+// dequantises into a dense model, and refuses to resume training, saying why.
+TEST(CheckpointTest, Int8WeightsQuantiseOnLoadAndSaveAWeightsOnlyCheckpoint) {
+  Fixture f;
+  TempDir dir;
+  const std::string dense_dir = dir.path() + "/dense", int8_dir = dir.path() + "/int8";
+  Rank whole = f.MakeRank({{0, 3}}, 0, 1);
+  for (int step = 1; step <= 3; ++step) checkpoint_test::FakeStep({&whole}, step);
+  Save(f, dense_dir, 3, {&whole});
+
+  auto make_model = [&](bool int8, uint64_t seed) {
+    return std::make_unique<StageModel>(f.graph, f.dims, std::vector<LayerRange>{{0, 3}}, 0, 1,
+                                        *f.backend, DType::kF32, DType::kF32, seed, int8);
+  };
+  std::unique_ptr<StageModel> int8 = make_model(true, 99);
+  CheckpointReader::Open(dense_dir).LoadLayers(CheckpointTensors(*int8, nullptr), *f.backend);
+  std::vector<Param*> dense_params = whole.model->params(), int8_params = int8->params();
+  ASSERT_EQ(dense_params.size(), int8_params.size());
+  int matrices = 0;
+  for (size_t i = 0; i < dense_params.size(); ++i) {
+    const Param& d = *dense_params[i];
+    const Param& q = *int8_params[i];
+    if (q.value.dtype() != DType::kI8) {
+      EXPECT_EQ(checkpoint_test::Bytes(q.value), checkpoint_test::Bytes(d.value)) << d.name;
+      continue;
+    }
+    ++matrices;
+    const int64_t rows = d.value.size(0), cols = d.value.size(1);
+    std::vector<int8_t> codes(static_cast<size_t>(rows * cols));
+    std::vector<float> scale(static_cast<size_t>(cols));
+    QuantizeColumnsInt8(d.value.data<float>(), rows, cols, codes.data(), scale.data());
+    EXPECT_EQ(std::memcmp(q.value.raw(), codes.data(), codes.size()), 0) << d.name;
+    EXPECT_EQ(std::memcmp(q.scale.raw(), scale.data(), scale.size() * 4), 0) << d.name;
+  }
+  EXPECT_EQ(matrices, 8);  // 4 per block
+
+  CheckpointWriter writer(int8_dir);
+  writer.WriteManifest(3,
+                       writer.WriteLayers(3, 0, CheckpointTensors(*int8, nullptr), *f.backend,
+                                          CheckpointContents::kWeightsOnly),
+                       StateAt(3), f.dims, f.graph);
+  const CheckpointReader reader = CheckpointReader::Open(int8_dir);
+  const SafetensorsFile block = reader.OpenLayer(1);
+  EXPECT_EQ(block.Get("h.0.attn.c_attn.weight").dtype, "I8");
+  EXPECT_EQ(block.Get("h.0.attn.c_attn.weight.scale").dtype, "F32");
+  EXPECT_FALSE(block.Has("h.0.attn.c_attn.weight.adam_m"));
+  EXPECT_FALSE(block.Has("h.0.ln_1.weight.adam_m"));
+  EXPECT_EQ(block.metadata().at("contents"), "weights");
+
+  std::unique_ptr<StageModel> again = make_model(true, 5);
+  reader.LoadLayers(CheckpointTensors(*again, nullptr), *f.backend);
+  std::unique_ptr<StageModel> dense = make_model(false, 5);
+  reader.LoadLayers(CheckpointTensors(*dense, nullptr), *f.backend);
+  std::vector<Param*> again_params = again->params(), dense_again = dense->params();
+  for (size_t i = 0; i < int8_params.size(); ++i) {
+    const Param& q = *int8_params[i];
+    EXPECT_EQ(checkpoint_test::Bytes(again_params[i]->value), checkpoint_test::Bytes(q.value));
+    if (q.value.dtype() != DType::kI8) continue;
+    EXPECT_EQ(checkpoint_test::Bytes(again_params[i]->scale), checkpoint_test::Bytes(q.scale));
+    std::vector<float> restored(static_cast<size_t>(q.value.numel()));
+    DequantizeColumnsInt8(q.value.data<int8_t>(), q.scale.data<float>(), q.value.size(0),
+                          q.value.size(1), restored.data());
+    EXPECT_EQ(ToFloatVector(dense_again[i]->value), restored) << q.name;
+  }
+
+  Rank training = f.MakeRank({{0, 3}}, 0, 1);
+  EXPECT_THAT(ErrorOf([&] { reader.LoadLayers(training.checkpoint_tensors(), *f.backend); }),
+              HasSubstr("it holds weights only, as baton compress writes them"));
+}
+
 TEST(CheckpointTest, TrainingStateAndModelDescriptionRoundTrip) {
   Fixture f;
   TempDir dir;

@@ -38,7 +38,7 @@ struct Rank {
   // What the worker hands checkpoint/ (worker/stage_tensors.h): the layers with their optimizer
   // state, and the params alone (GPT-2 import and export).
   std::vector<LayerTensors> checkpoint_tensors() const {
-    return CheckpointTensors(*model, *optimizer);
+    return CheckpointTensors(*model, optimizer.get());
   }
   std::vector<ParamTensors> param_tensors() const { return ParamTensorsOf(model->params()); }
 };

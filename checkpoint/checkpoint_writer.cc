@@ -10,6 +10,7 @@
 #include <set>
 
 #include "checkpoint/checkpoint.h"
+#include "checkpoint/sparse.h"
 #include "core/error.h"
 #include "core/files.h"
 
@@ -22,24 +23,78 @@ std::string Join(const std::string& dir, const std::string& name) {
   return (fs::path(dir) / name).string();
 }
 
-// The tensors of one layer's file: each stored param with its optimizer state.
-NamedTensors FileTensors(const LayerTensors& layer) {
+// One layer's file before it is written: the tensors, and the host buffers that packed (sparse)
+// tensors point into.
+struct LayerFileContents {
   NamedTensors tensors;
+  SafetensorsMetadata metadata;
+  std::vector<std::vector<std::byte>> buffers;
+};
+
+// `t` (any device) as a host tensor holding only the elements `keep` marks, in order.
+Tensor Packed(const Tensor& t, const std::vector<uint8_t>& keep, int64_t kept, Backend& backend,
+              std::vector<std::vector<std::byte>>& buffers) {
+  const size_t element = SizeOf(t.dtype());
+  std::vector<std::byte> dense(t.nbytes());
+  Tensor host = Tensor::Wrap(dense.data(), t.shape(), t.dtype());
+  backend.Copy(t, host);
+  backend.Synchronize();
+  std::vector<std::byte>& packed = buffers.emplace_back(static_cast<size_t>(kept) * element);
+  size_t j = 0;
+  for (size_t i = 0; i < keep.size(); ++i) {
+    if (keep[i] == 0) continue;
+    std::memcpy(packed.data() + j * element, dense.data() + i * element, element);
+    ++j;
+  }
+  return Tensor::Wrap(packed.data(), {kept}, t.dtype());
+}
+
+// The tensors of one layer's file: each stored param with its optimizer state (or, for a
+// weights-only checkpoint, without); a param with a pruning mask stored sparsely
+// (checkpoint/sparse.h).
+LayerFileContents FileTensors(const LayerTensors& layer, CheckpointContents contents,
+                              Backend& backend) {
+  LayerFileContents file;
   for (const ParamTensors& p : layer.params) {
     if (p.tied) continue;  // the embedding's file carries wte
-    BATON_CHECK(p.adam_m.defined() && p.adam_v.defined(),
-                "layer {} ({}): parameter {} comes without its optimizer state", layer.index,
-                layer.name, p.name);
-    tensors.emplace_back(p.name, p.value);
-    if (p.master.defined()) tensors.emplace_back(p.name + ".master", p.master);
-    tensors.emplace_back(p.name + ".adam_m", p.adam_m);
-    tensors.emplace_back(p.name + ".adam_v", p.adam_v);
-    if (p.adam_m_absmax.defined()) {
-      tensors.emplace_back(p.name + ".adam_m_absmax", p.adam_m_absmax);
-      tensors.emplace_back(p.name + ".adam_v_absmax", p.adam_v_absmax);
+    NamedTensors own;
+    own.emplace_back(p.name, p.value);
+    if (p.scale.defined()) own.emplace_back(p.name + ".scale", p.scale);
+    if (contents == CheckpointContents::kTraining) {
+      BATON_CHECK(p.adam_m.defined() && p.adam_v.defined(),
+                  "layer {} ({}): parameter {} comes without its optimizer state", layer.index,
+                  layer.name, p.name);
+      if (p.master.defined()) own.emplace_back(p.name + ".master", p.master);
+      own.emplace_back(p.name + ".adam_m", p.adam_m);
+      own.emplace_back(p.name + ".adam_v", p.adam_v);
+      if (p.adam_m_absmax.defined()) {
+        own.emplace_back(p.name + ".adam_m_absmax", p.adam_m_absmax);
+        own.emplace_back(p.name + ".adam_v_absmax", p.adam_v_absmax);
+      }
     }
+    if (p.mask.defined()) {
+      BATON_CHECK(!p.scale.defined(), "parameter {}: pruned INT8 weights are not stored", p.name);
+      std::vector<uint8_t> keep(static_cast<size_t>(p.mask.numel()));
+      Tensor host = Tensor::Wrap(keep.data(), p.mask.shape(), DType::kU8);
+      backend.Copy(p.mask, host);
+      backend.Synchronize();
+      int64_t kept = 0;
+      for (uint8_t k : keep) kept += k != 0 ? 1 : 0;
+      const std::vector<std::string> packed = PackedTensorNames(p.name);
+      for (auto& [name, tensor] : own) {
+        if (std::find(packed.begin(), packed.end(), name) == packed.end()) continue;
+        tensor = Packed(tensor, keep, kept, backend, file.buffers);
+      }
+      std::vector<std::byte>& bits = file.buffers.emplace_back(PackMaskBits(keep));
+      own.emplace_back(p.name + kSparseMaskSuffix,
+                       Tensor::Wrap(bits.data(), {static_cast<int64_t>(bits.size())}, DType::kU8));
+      std::string shape;
+      for (int64_t d : p.value.shape()) shape += (shape.empty() ? "" : ",") + std::to_string(d);
+      file.metadata[p.name + kDenseShapeSuffix] = shape;
+    }
+    for (auto& named : own) file.tensors.push_back(std::move(named));
   }
-  return tensors;
+  return file;
 }
 
 void RemoveIfPresent(const std::string& path) {
@@ -82,7 +137,8 @@ std::string CheckpointWriter::step_dir(int64_t step) const {
 }
 
 std::vector<CheckpointFileEntry> CheckpointWriter::WriteLayers(
-    int64_t step, int rank, const std::vector<LayerTensors>& layers, Backend& backend) const {
+    int64_t step, int rank, const std::vector<LayerTensors>& layers, Backend& backend,
+    CheckpointContents contents) const {
   const std::string dir = step_dir(step);
   MakeDirectories(dir);
   // A complete checkpoint of this step from an earlier attempt: its manifest must not vouch for
@@ -91,13 +147,15 @@ std::vector<CheckpointFileEntry> CheckpointWriter::WriteLayers(
   SyncDirectory(dir);
   std::vector<CheckpointFileEntry> entries;
   for (const LayerTensors& layer : layers) {
-    const SafetensorsMetadata metadata = {{"format", "baton-checkpoint-layer"},
-                                          {"layer", layer.name},
-                                          {"layer_index", std::to_string(layer.index)},
-                                          {"step", std::to_string(step)}};
+    LayerFileContents file = FileTensors(layer, contents, backend);
+    SafetensorsMetadata& metadata = file.metadata;
+    metadata["format"] = "baton-checkpoint-layer";
+    metadata["layer"] = layer.name;
+    metadata["layer_index"] = std::to_string(layer.index);
+    metadata["step"] = std::to_string(step);
+    if (contents == CheckpointContents::kWeightsOnly) metadata["contents"] = "weights";
     const std::string name = LayerFileName(layer.index);
-    const WrittenFile written =
-        WriteSafetensors(Join(dir, name), FileTensors(layer), metadata, &backend);
+    const WrittenFile written = WriteSafetensors(Join(dir, name), file.tensors, metadata, &backend);
     entries.push_back({name, written.bytes, written.checksum, layer.index, rank});
   }
   return entries;

@@ -123,7 +123,7 @@ TEST(SafetensorsGpt2Test, ImportConvertsToBf16AndInitSetsMastersFromTheFile) {
   ExportHfGpt2(dir.path(), source.param_tensors(), f.dims, *f.backend);
   const SafetensorsFile file = ReadSafetensors(dir / "model.safetensors");
   Rank bf16 = f.MakeRank({{0, 3}}, 0, 1, DType::kBF16, /*seed=*/99);
-  InitFromSafetensors(file, bf16.model->params(), *bf16.optimizer, *f.backend);
+  InitFromSafetensors(file, bf16.model->params(), bf16.optimizer.get(), *f.backend);
   for (const Optimizer::Slot& slot : bf16.optimizer->slots()) {
     const Param* original = checkpoint_test::FindParam({&source}, 0, "wpe.weight").second;
     if (slot.param->name != "wpe.weight") continue;

@@ -13,7 +13,6 @@
 #include "data/tokenizer.h"
 #include "kernels/backend_factory.h"
 #include "model/from_config.h"
-#include "worker/optimizer.h"
 #include "worker/stage_model.h"
 #include "worker/stage_tensors.h"
 
@@ -94,12 +93,13 @@ std::string Generate(const GenerateOptions& options) {
       MakeBackend(DeviceForLocalRank(config.device.type, 0), ledger, config.device.threads);
   const DType dtype = config.precision.dtype;
   const int num_layers = static_cast<int>(graph.size());
+  // Inference: no optimizer state (loading passes over what the checkpoint stores of it).
+  const bool int8_weights = config.model.weights == WeightFormat::kInt8;
   StageModel model(graph, dims, {{0, num_layers - 1}}, /*rank=*/0, /*num_ranks=*/1, *backend, dtype,
-                   dtype, config.train.seed);
-  Optimizer optimizer(*backend, model.params(), AdamWConfig{});  // its state is loaded, unused
-  checkpoint.LoadLayers(CheckpointTensors(model, optimizer), *backend);
-  spdlog::info("generating from {} (step {}, {} on {})", checkpoint.step_dir(), checkpoint.step(),
-               ToString(dims), backend->device().ToString());
+                   dtype, config.train.seed, int8_weights);
+  checkpoint.LoadLayers(CheckpointTensors(model, nullptr), *backend);
+  spdlog::info("generating from {} (step {}, {}{} on {})", checkpoint.step_dir(), checkpoint.step(),
+               ToString(dims), int8_weights ? ", INT8 weights" : "", backend->device().ToString());
 
   // An empty prompt starts a new document: <|endoftext|> (as between training files) when the
   // tokenizer has it, else a newline.

@@ -1,6 +1,6 @@
-// baton: the command line. Subcommands: run, eval, plan, generate, export, schedule, data prepare,
-// and the internal `worker` that the launcher spawns. CLI11 stays in this file (it is slow to
-// compile).
+// baton: the command line. Subcommands: run, eval, plan, generate, compress, export, schedule,
+// data prepare, and the internal `worker` that the launcher spawns. CLI11 stays in this file (it
+// is slow to compile).
 #include <spdlog/spdlog.h>
 
 #include <CLI/CLI.hpp>
@@ -11,6 +11,7 @@
 #include "core/log.h"
 #include "data/data.h"
 #include "data/tokenizer.h"
+#include "launcher/compress.h"
 #include "launcher/export.h"
 #include "launcher/generate.h"
 #include "launcher/run.h"
@@ -96,6 +97,26 @@ int main(int argc, char** argv) {
   export_cmd->add_option("--dtype", export_options.dtype, "f32, bf16 or f16");
   export_cmd->add_option("--set", export_options.overrides,
                          "override a field of the stored config, e.g. data.tokenizer=PATH");
+
+  baton::CompressOptions compress;
+  CLI::App* compress_cmd = app.add_subcommand(
+      "compress",
+      "a smaller checkpoint for inference: --int8 weights or --prune (prints bytes, eval loss)");
+  compress_cmd
+      ->add_option("checkpoint", compress.checkpoint, "step dir, checkpoints root or output dir")
+      ->required();
+  compress_cmd->add_option("output", compress.output, "a new output directory to write")
+      ->required();
+  compress_cmd->add_flag("--int8", compress.int8,
+                         "INT8 block weights, one f32 scale per output channel");
+  compress_cmd->add_option("--prune", compress.prune,
+                           "zero this fraction of the block weights by magnitude (sparse storage)");
+  compress_cmd->add_option("--pattern", compress.pattern, "--prune's pattern: unstructured or 2:4")
+      ->check(CLI::IsMember({"unstructured", "2:4"}));
+  compress_cmd->add_flag("!--no-eval", compress.eval,
+                         "skip the eval loss before and after (two baton eval runs)");
+  compress_cmd->add_option("--set", compress.overrides,
+                           "override a field of the stored config, e.g. data.eval_path=PATH");
 
   baton::GenerateOptions generate;
   CLI::App* generate_cmd =
@@ -183,6 +204,10 @@ int main(int argc, char** argv) {
     if (generate_cmd->parsed()) {
       baton::SetupLogging("generate", log_level);
       return baton::GenerateCommand(generate, std::cout);
+    }
+    if (compress_cmd->parsed()) {
+      baton::SetupLogging("compress", log_level);
+      return baton::CompressCommand(compress, std::cout);
     }
     if (export_cmd->parsed()) {
       baton::SetupLogging("export", log_level);

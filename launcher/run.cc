@@ -471,14 +471,21 @@ void LogStartup(const Plan& plan, const std::string& config_path) {
                ToYaml(plan.config));
   spdlog::info("model: {} parameters, {} layers ({})", ParamCount(plan.graph, plan.dims),
                plan.graph.size(), ToString(plan.dims));
+  // The memory plan is a training step's; an INT8 model only evaluates.
+  const bool trains = plan.config.model.weights == WeightFormat::kDense;
   spdlog::info("plan: {} stage(s), schedule {}, {} micro-batches\n{}\n{}", plan.num_ranks(),
                plan.schedule.name, plan.schedule.microbatches, FormatPartitionTable(plan),
-               FormatMemoryTable(plan, PredictMemory(plan)));
+               trains ? FormatMemoryTable(plan, PredictMemory(plan))
+                      : std::string("memory: not predicted for INT8 inference weights"));
 }
 }  // namespace
 
 int RunCommand(const RunOptions& options) {
   const Config loaded = LoadConfig(options.config.path, options.config.overrides);
+  BATON_CHECK(options.evaluate_only || loaded.model.weights == WeightFormat::kDense,
+              "{}: model.weights: int8 is for inference (baton eval, baton generate); baton run "
+              "trains dense weights",
+              options.config.path);
   const LaunchEnvironment env = DetectLaunchEnvironment(ParseLauncherChoice(options.launcher));
   const int64_t budget = BudgetBytes(options.memory);
   FitResult fit;

@@ -120,6 +120,28 @@ TEST(MemoryPlannerTest, PredictsTheLedgerForInt8OptimizerState) {
   }
 }
 
+// Pruning masks: one u8 per element of each block matrix, booked as params from the start:
+// predicted = measured (pruning at step 1, the step the planner runs), and exactly 12 C^2 bytes
+// per block more params than without.
+TEST(MemoryPlannerTest, PredictsTheLedgerForPruningMasks) {
+  const Plan plan = MakePlan(SmallCpu({"prune.at_step=1", "prune.pattern=2:4"}));
+  ExpectPredictedEqualsMeasured(plan, 0.02, "prune 2:4 at step 1");
+  const std::vector<RankMemory> dense = PredictMemory(MakePlan(SmallCpu({})));
+  const std::vector<RankMemory> masked = PredictMemory(plan);
+  const int64_t c = plan.dims.width;
+  for (size_t r = 0; r < masked.size(); ++r) {
+    int64_t blocks = 0;
+    for (const LayerRange& range : plan.ChunkRanges(static_cast<int>(r))) {
+      for (int i = range.first; i <= range.last; ++i) {
+        blocks += plan.graph[static_cast<size_t>(i)].kind == LayerKind::kBlock ? 1 : 0;
+      }
+    }
+    EXPECT_EQ(masked[r].peak[MemCategory::kParams] - dense[r].peak[MemCategory::kParams],
+              blocks * 12 * c * c)
+        << "rank " << r;
+  }
+}
+
 TEST(MemoryPlannerTest, PredictsTheLedgerForZeroBubbleAndInterleavedSchedules) {
   ExpectPredictedEqualsMeasured(MakePlan(Tiny({"parallel.stages=2", "parallel.schedule=zb-h1"})),
                                 0.02, "zb-h1");

@@ -7,12 +7,16 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <regex>
 #include <thread>
 
+#include "checkpoint/safetensors.h"
+#include "checkpoint/sparse.h"
 #include "data/tokenizer.h"
 #include "tests/baton_process.h"
 
@@ -98,6 +102,105 @@ TEST(OperationsTest, Int8OptimizerStateResumesExactlyOntoAnotherStageCount) {
   ASSERT_EQ(all.size(), 8u);
   EXPECT_EQ(Losses(resumed), std::vector<double>(all.begin() + 4, all.end()));
   EXPECT_EQ(resumed.at("param_checksum"), straight.at("param_checksum"));
+}
+
+// Every pruned matrix of a checkpoint's block files: its keep-mask (1 kept) and dense shape.
+std::vector<std::pair<Shape, std::vector<uint8_t>>> StoredMasks(const std::string& step_dir,
+                                                                int blocks) {
+  std::vector<std::pair<Shape, std::vector<uint8_t>>> masks;
+  for (int layer = 1; layer <= blocks; ++layer) {
+    const SafetensorsFile file =
+        SafetensorsFile::Open(fmt::format("{}/layer-{}.safetensors", step_dir, layer));
+    for (const SafetensorsEntry& entry : file.entries()) {
+      const std::string suffix = kSparseMaskSuffix;
+      if (entry.name.size() <= suffix.size() ||
+          entry.name.compare(entry.name.size() - suffix.size(), suffix.size(), suffix) != 0) {
+        continue;
+      }
+      const std::string param = entry.name.substr(0, entry.name.size() - suffix.size());
+      const std::string shape_text = file.metadata().at(param + kDenseShapeSuffix);
+      const Shape shape = {std::stoll(shape_text),
+                           std::stoll(shape_text.substr(shape_text.find(',') + 1))};
+      std::vector<uint8_t> keep = UnpackMaskBits(file.Bytes(entry), shape[0] * shape[1]);
+      int64_t kept = 0;
+      for (uint8_t k : keep) kept += k;
+      // The value and both moments are stored packed: the kept elements only.
+      for (const std::string& name : {param, param + ".adam_m", param + ".adam_v"}) {
+        EXPECT_EQ(file.Get(name).shape, Shape{kept}) << name;
+      }
+      masks.emplace_back(shape, std::move(keep));
+    }
+  }
+  return masks;
+}
+
+// The zeros of `name` in an exported (dense) model.safetensors.
+int64_t ExportedZeros(const std::string& checkpoint, const std::string& out,
+                      const std::string& name) {
+  const CommandResult exported = RunBaton({"export", checkpoint, out, "--log-level", "warn"});
+  EXPECT_EQ(exported.exit_code, 0) << exported.output;
+  const SafetensorsFile file = SafetensorsFile::Open(out + "/model.safetensors");
+  const std::span<const std::byte> bytes = file.Bytes(file.Get(name));
+  std::vector<float> values(bytes.size() / sizeof(float));
+  std::memcpy(values.data(), bytes.data(), bytes.size());
+  return std::count(values.begin(), values.end(), 0.0f);
+}
+
+// Pruning while training (prune.*): from prune.at_step on, every block matrix keeps exactly 2 of
+// each 4 weights (2:4), or exactly half of its weights; checkpoints store them sparsely and
+// resume exactly onto another stage count, with f32 or 8-bit optimizer state; 1 and 2 stages
+// train bit-identically.
+TEST(OperationsTest, PrunedRunsKeepTheirZerosStoreThemSparselyAndResumeExactly) {
+  const std::string root = TempDir("prune");
+  const int64_t c = 128;  // gpt-tiny's width: c_fc is (C, 4C)
+  for (const std::string pattern : {"2:4", "unstructured"}) {
+    const std::string dir = root + "/" + (pattern == "2:4" ? "two-of-four" : "unstructured");
+    std::vector<std::string> common = {
+        "--set", "train.steps=8", "--set", "prune.at_step=3", "--set", "prune.pattern=" + pattern};
+    if (pattern == "unstructured") common.insert(common.end(), {"--set", "optimizer.state=int8"});
+    std::vector<std::string> first = common;
+    first.insert(first.end(), {"--set", "parallel.stages=2", "--set", "output.checkpoint_every=4"});
+    const nlohmann::json straight = Train(dir + "/first", first);
+    ASSERT_TRUE(fs::exists(dir + "/first/checkpoints/step-4/manifest.json"));
+    std::vector<std::string> again = common;
+    again.insert(again.end(),
+                 {"--set", "parallel.stages=1", "--resume", dir + "/first/checkpoints/step-4"});
+    const nlohmann::json resumed = Train(dir + "/resumed", again);
+    const std::vector<double> all = Losses(straight);
+    ASSERT_EQ(all.size(), 8u);
+    EXPECT_EQ(Losses(resumed), std::vector<double>(all.begin() + 4, all.end())) << pattern;
+    EXPECT_EQ(resumed.at("param_checksum"), straight.at("param_checksum")) << pattern;
+
+    for (const char* step : {"step-4", "step-8"}) {
+      const auto masks = StoredMasks(dir + "/first/checkpoints/" + step, 4);
+      ASSERT_EQ(masks.size(), 16u) << step;  // 4 matrices in each of 4 blocks
+      for (const auto& [shape, keep] : masks) {
+        const int64_t kept = std::count(keep.begin(), keep.end(), uint8_t{1});
+        EXPECT_EQ(kept * 2, shape[0] * shape[1]) << step;
+        if (pattern != "2:4") continue;
+        for (int64_t col = 0; col < shape[1]; ++col) {
+          for (int64_t r = 0; r < shape[0]; r += 4) {
+            int group = 0;
+            for (int64_t k = r; k < r + 4; ++k)
+              group += keep[static_cast<size_t>(k * shape[1] + col)];
+            ASSERT_EQ(group, 2) << step << " column " << col << " rows " << r;
+          }
+        }
+      }
+      // The weights themselves are zero where pruned: exactly half of each matrix.
+      EXPECT_EQ(ExportedZeros(dir + "/first/checkpoints/" + step, dir + "/hf-" + step,
+                              "transformer.h.1.mlp.c_fc.weight"),
+                c * 4 * c / 2)
+          << pattern << " " << step;
+    }
+  }
+  // 1 stage trains the pruned model bit for bit as 2 stages do.
+  const nlohmann::json two = ReadJson(root + "/two-of-four/first/report.json");
+  const nlohmann::json one =
+      Train(root + "/one", {"--set", "train.steps=8", "--set", "prune.at_step=3", "--set",
+                            "prune.pattern=2:4", "--set", "parallel.stages=1"});
+  EXPECT_EQ(Losses(one), Losses(two));
+  EXPECT_EQ(one.at("param_checksum"), two.at("param_checksum"));
 }
 
 TEST(OperationsTest, FlippedByteInACheckpointIsRejectedNamingTheFile) {

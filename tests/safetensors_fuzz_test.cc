@@ -201,7 +201,7 @@ void ReadFile(Mutator& m, Fixture& f, const std::string& path) {
   ValidateGpt2File(file, f.dims);
   Rank rank = f.MakeRank({{0, f.last_layer()}}, 0, 1,
                          m.Pick(std::vector<DType>{DType::kF32, DType::kBF16, DType::kF16}));
-  InitFromSafetensors(file, rank.model->params(), *rank.optimizer, *f.backend);
+  InitFromSafetensors(file, rank.model->params(), rank.optimizer.get(), *f.backend);
 }
 
 TEST(SafetensorsFuzzTest, MutatedFilesLoadOrFailNamingTheFileAndTheTensor) {

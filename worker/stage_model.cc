@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "model/int8_weights.h"
 
 namespace baton {
 namespace {
@@ -16,8 +17,12 @@ Param* FindParam(Layer& layer, const std::string& name) {
 
 StageModel::StageModel(const std::vector<LayerSpec>& graph, const ModelDims& dims,
                        const std::vector<LayerRange>& chunk_ranges, int rank, int num_ranks,
-                       Backend& backend, DType param_dtype, DType act_dtype, uint64_t seed)
-    : rank_(rank), num_ranks_(num_ranks), num_graph_layers_(static_cast<int>(graph.size())) {
+                       Backend& backend, DType param_dtype, DType act_dtype, uint64_t seed,
+                       bool int8_weights)
+    : rank_(rank),
+      num_ranks_(num_ranks),
+      num_graph_layers_(static_cast<int>(graph.size())),
+      int8_weights_(int8_weights) {
   BATON_CHECK(!chunk_ranges.empty(), "rank {} has no model chunks", rank);
   for (size_t c = 0; c < chunk_ranges.size(); ++c) {
     const LayerRange& range = chunk_ranges[c];
@@ -31,6 +36,7 @@ StageModel::StageModel(const std::vector<LayerSpec>& graph, const ModelDims& dim
     for (int i = range.first; i <= range.last; ++i) {
       chunk.layers.push_back(
           BuildLayer(graph[static_cast<size_t>(i)], dims, backend, param_dtype, act_dtype, seed));
+      if (int8_weights) MakeInt8InferenceLayer(backend, *chunk.layers.back());
     }
     chunks_.push_back(std::move(chunk));
   }

@@ -34,14 +34,17 @@ struct Chunk {
 
 class StageModel {
  public:
-  // chunk_ranges[c] is the layer range of chunk c (virtual stage c*num_ranks + rank).
+  // chunk_ranges[c] is the layer range of chunk c (virtual stage c*num_ranks + rank). With
+  // `int8_weights` every layer is made an INT8 inference layer as soon as it is built
+  // (model/int8_weights.h): weight matrices in INT8, no gradients.
   StageModel(const std::vector<LayerSpec>& graph, const ModelDims& dims,
              const std::vector<LayerRange>& chunk_ranges, int rank, int num_ranks, Backend& backend,
-             DType param_dtype, DType act_dtype, uint64_t seed);
+             DType param_dtype, DType act_dtype, uint64_t seed, bool int8_weights = false);
 
   int rank() const { return rank_; }
   int num_ranks() const { return num_ranks_; }
   int num_layers_in_graph() const { return num_graph_layers_; }
+  bool int8_weights() const { return int8_weights_; }
   int num_virtual_stages() const { return num_ranks_ * static_cast<int>(chunks_.size()); }
   std::vector<Chunk>& chunks() { return chunks_; }
   Chunk& chunk(int c) { return chunks_.at(static_cast<size_t>(c)); }
@@ -62,6 +65,7 @@ class StageModel {
   int rank_;
   int num_ranks_;
   int num_graph_layers_;
+  bool int8_weights_;
   std::vector<Chunk> chunks_;
   Param* embedding_wte_ = nullptr;
   Param* head_wte_ = nullptr;

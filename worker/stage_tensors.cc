@@ -26,6 +26,8 @@ std::vector<ParamTensors> ParamTensorsOf(const std::vector<Param*>& params,
     ParamTensors t;
     t.name = p->name;
     t.value = p->value;
+    t.scale = p->scale;
+    t.mask = p->mask;
     t.tied = p->tied;
     if (optimizer != nullptr) {
       const Optimizer::Slot& slot = SlotOf(*optimizer, *p);
@@ -40,17 +42,17 @@ std::vector<ParamTensors> ParamTensorsOf(const std::vector<Param*>& params,
   return tensors;
 }
 
-std::vector<LayerTensors> CheckpointTensors(StageModel& model, const Optimizer& optimizer) {
+std::vector<LayerTensors> CheckpointTensors(StageModel& model, const Optimizer* optimizer) {
   std::vector<LayerTensors> layers;
   for (auto& [index, layer] : model.layers()) {
-    layers.push_back({index, layer->name(), ParamTensorsOf(layer->params(), &optimizer)});
+    layers.push_back({index, layer->name(), ParamTensorsOf(layer->params(), optimizer)});
   }
   return layers;
 }
 
 void InitFromSafetensors(const SafetensorsFile& file, const std::vector<Param*>& params,
-                         Optimizer& optimizer, Backend& backend) {
-  LoadParamsFromSafetensors(file, ParamTensorsOf(params, &optimizer), backend);
+                         Optimizer* optimizer, Backend& backend) {
+  LoadParamsFromSafetensors(file, ParamTensorsOf(params, optimizer), backend);
 }
 
 }  // namespace baton

@@ -26,13 +26,15 @@ std::vector<ParamTensors> ParamTensorsOf(const std::vector<Param*>& params,
 
 // Every layer `model` holds, graph order, each param with its optimizer state (tied copies
 // included, marked tied): what CheckpointWriter::WriteLayers stores and CheckpointReader::
-// LoadLayers fills. CheckpointWriter/Reader's model-and-optimizer overloads call this.
-std::vector<LayerTensors> CheckpointTensors(StageModel& model, const Optimizer& optimizer);
+// LoadLayers fills. CheckpointWriter/Reader's model-and-optimizer overloads call this. Without an
+// optimizer (an INT8 inference model, `baton compress`), the weights only.
+std::vector<LayerTensors> CheckpointTensors(StageModel& model, const Optimizer* optimizer);
 
 // model.init_from after the Optimizer exists: loads the params from a GPT-2 file, then sets each
 // fp32 master copy from the file's values (not from the rounded 16-bit param), and leaves the
-// moments at zero (LoadParamsFromSafetensors with the params' masters).
+// moments at zero (LoadParamsFromSafetensors with the params' masters). `optimizer` is null for
+// an INT8 inference model (its weights are quantised as they load).
 void InitFromSafetensors(const SafetensorsFile& file, const std::vector<Param*>& params,
-                         Optimizer& optimizer, Backend& backend);
+                         Optimizer* optimizer, Backend& backend);
 
 }  // namespace baton

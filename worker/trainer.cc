@@ -9,10 +9,16 @@
 #include "core/error.h"
 #include "core/hash.h"
 #include "data/tokenizer.h"
+#include "model/prune.h"
+#include "worker/pruning.h"
 
 namespace baton {
 namespace {
 using Clock = std::chrono::steady_clock;
+
+constexpr const char* kInt8IsForInference =
+    "model.weights: int8 holds the weights for inference only (baton eval, baton generate); "
+    "training and its memory plan need model.weights: dense";
 
 }  // namespace
 
@@ -26,9 +32,10 @@ Trainer::Trainer(TrainerSetup setup, Backend& backend)
       timeout_(setup_.timeout) {
   const Config& config = setup_.config;
   const DType dtype = config.precision.dtype;
-  model_ =
-      std::make_unique<StageModel>(setup_.graph, setup_.dims, setup_.chunk_ranges, setup_.rank,
-                                   setup_.num_ranks, backend_, dtype, dtype, config.train.seed);
+  const bool int8_weights = config.model.weights == WeightFormat::kInt8;
+  model_ = std::make_unique<StageModel>(setup_.graph, setup_.dims, setup_.chunk_ranges, setup_.rank,
+                                        setup_.num_ranks, backend_, dtype, dtype, config.train.seed,
+                                        int8_weights);
   if (config.parallel.checkpoint.kind == CheckpointPolicy::Kind::kSelective) {
     for (auto& [index, layer] : model_->layers()) layer->set_selective_recompute(true);
   }
@@ -40,8 +47,11 @@ Trainer::Trainer(TrainerSetup setup, Backend& backend)
   hyper.beta2 = static_cast<float>(config.train.beta2);
   hyper.eps = static_cast<float>(config.train.eps);
   hyper.weight_decay = static_cast<float>(config.train.weight_decay);
-  optimizer_ = std::make_unique<Optimizer>(backend_, model_->params(), hyper,
-                                           config.optimizer.state == OptimizerState::kInt8);
+  if (config.prune.enabled()) AllocatePruneMasks(backend_, model_->params());
+  if (!int8_weights) {  // an INT8 model only evaluates: it has no gradients, no optimizer state
+    optimizer_ = std::make_unique<Optimizer>(backend_, model_->params(), hyper,
+                                             config.optimizer.state == OptimizerState::kInt8);
+  }
 
   lr_.lr = static_cast<float>(config.train.lr);
   lr_.min_lr = static_cast<float>(config.train.min_lr);
@@ -153,6 +163,7 @@ EvalRecord Trainer::Evaluate() {
 StepRecord Trainer::Step(int64_t step) {
   const Clock::time_point start = Clock::now();
   const Config& config = setup_.config;
+  BATON_CHECK(optimizer_ != nullptr, "{}", kInt8IsForInference);
   for (Param* p : model_->params()) backend_.Zero(p->grad);
   FillMicroBatches(step);
 
@@ -162,6 +173,7 @@ StepRecord Trainer::Step(int64_t step) {
       setup_.schedule.per_rank[static_cast<size_t>(setup_.rank)], batches_, loss_grad_scale);
 
   const auto step_end_start = Clock::now();
+  if (config.prune.enabled()) MaskGradients(backend_, model_->params());
   CombineTiedGradients();
   const bool loss_finite =
       std::all_of(losses.begin(), losses.end(), [](float l) { return std::isfinite(l); });
@@ -195,6 +207,16 @@ StepRecord Trainer::Step(int64_t step) {
   } else {
     spdlog::warn("step {}: gradient overflow at loss scale {}; step skipped, scale now {}", step,
                  record.loss_scale, scaler_.scale());
+  }
+  if (config.prune.enabled()) {
+    MaskWeights(backend_, *optimizer_);
+    if (step == config.prune.at_step) {
+      const PruneCount count = PruneByMagnitude(backend_, *optimizer_, config.prune);
+      if (!IsMeta(backend_)) {  // the planner's run prunes nothing
+        spdlog::info("step {}: pruned {} of the {} weights of {} matrices ({}), masked from now on",
+                     step, count.pruned, count.total, count.matrices, Name(config.prune.pattern));
+      }
+    }
   }
   backend_.Synchronize();
   if (!losses.empty()) {

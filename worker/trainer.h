@@ -101,7 +101,8 @@ class Trainer {
   bool holds_head() const { return model_->holds_last_layer(); }
   int peak_stashed_microbatches() const { return engine_->peak_stashed(); }
   StageModel& model() { return *model_; }
-  Optimizer& optimizer() { return *optimizer_; }
+  // Null for an INT8 inference model (model.weights: int8), which has no optimizer state.
+  Optimizer* optimizer() { return optimizer_.get(); }
   void set_loss_scaler_state(const LossScaler::State& state) { scaler_.set_state(state); }
   // A flag (set from a signal handler) that asks this rank to stop; reduced across ranks at
   // every step end so that all ranks stop after the same step. May be null.

@@ -152,7 +152,10 @@ int64_t LoadInitialState(const Plan& plan, const Launch& launch, Trainer& traine
   if (!launch.resume_dir.empty()) {
     const CheckpointReader checkpoint = CheckpointReader::Open(launch.resume_dir);
     checkpoint.CheckCompatible(plan.dims, plan.graph);
-    checkpoint.LoadLayers(CheckpointTensors(trainer.model(), trainer.optimizer()), backend);
+    // An evaluation reads the weights only (a weights-only checkpoint of baton compress too).
+    checkpoint.LoadLayers(
+        CheckpointTensors(trainer.model(), launch.evaluate_only ? nullptr : trainer.optimizer()),
+        backend);
     trainer.set_loss_scaler_state(checkpoint.state().loss_scaler);
     spdlog::info("resumed from {} (step {})", checkpoint.step_dir(), checkpoint.step());
     return checkpoint.step() + 1;

@@ -1,0 +1,249 @@
+#include "launcher/compress.h"
+
+#include <spdlog/spdlog.h>
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "checkpoint/checkpoint.h"
+#include "config/config.h"
+#include "core/error.h"
+#include "core/files.h"
+#include "kernels/backend_factory.h"
+#include "kernels/quantize.h"
+#include "launcher/run.h"
+#include "model/from_config.h"
+#include "model/prune.h"
+#include "worker/stage_model.h"
+#include "worker/stage_tensors.h"
+
+namespace baton {
+namespace {
+
+namespace fs = std::filesystem;
+
+// What compressing one weight matrix did.
+struct MatrixResult {
+  std::string name;
+  int64_t elements = 0;
+  int64_t zeros = 0;         // after
+  int64_t bytes_before = 0;  // as the source stores the value
+  int64_t bytes_after = 0;   // codes and scales, or kept values and the mask's bits
+  double relative_error = 0;
+};
+
+// `t` (any device, float or i8) as host bytes.
+std::vector<std::byte> HostBytes(const Tensor& t, Backend& backend) {
+  std::vector<std::byte> bytes(t.nbytes());
+  Tensor host = Tensor::Wrap(bytes.data(), t.shape(), t.dtype());
+  backend.Copy(t, host);
+  backend.Synchronize();
+  return bytes;
+}
+
+// The dense f32 values `name` held in the source checkpoint (its master when stored).
+std::vector<float> StoredDense(const SafetensorsFile& file, const std::string& name) {
+  const std::string source = file.Has(name + ".master") ? name + ".master" : name;
+  const SafetensorsEntry& entry = file.Get(source);
+  DType dtype = DType::kF32;
+  if (entry.dtype == "BF16") dtype = DType::kBF16;
+  if (entry.dtype == "F16") dtype = DType::kF16;
+  BATON_CHECK(dtype != DType::kF32 || entry.dtype == "F32",
+              "{}: tensor {} is {}: compress reads dense F32, BF16 or F16 weights", file.path(),
+              source, entry.dtype);
+  const std::span<const std::byte> bytes = file.Bytes(entry);
+  std::vector<std::byte> aligned(bytes.begin(), bytes.end());
+  std::vector<float> values(aligned.size() / SizeOf(dtype));
+  ConvertFloats(aligned.data(), dtype, values.data(), DType::kF32, values.size());
+  return values;
+}
+
+// What the compressed matrix holds, dense f32.
+std::vector<float> CompressedDense(const ParamTensors& p, Backend& backend) {
+  if (!p.scale.defined()) return HostValues(backend, p.value);
+  const int64_t rows = p.value.size(0), cols = p.value.size(1);
+  const std::vector<std::byte> codes = HostBytes(p.value, backend);
+  const std::vector<float> scales = HostValues(backend, p.scale);
+  std::vector<float> restored(static_cast<size_t>(rows * cols));
+  DequantizeColumnsInt8(reinterpret_cast<const int8_t*>(codes.data()), scales.data(), rows, cols,
+                        restored.data());
+  return restored;
+}
+
+// Compares every compressed matrix of `layers` (INT8 or masked) with the source checkpoint's.
+std::vector<MatrixResult> MeasureMatrices(const CheckpointReader& source,
+                                          const std::vector<LayerTensors>& layers,
+                                          Backend& backend) {
+  std::vector<MatrixResult> results;
+  for (const LayerTensors& layer : layers) {
+    const SafetensorsFile file = source.OpenLayer(layer.index);
+    for (const ParamTensors& p : layer.params) {
+      if (!p.scale.defined() && !p.mask.defined()) continue;
+      const std::vector<float> dense = StoredDense(file, p.name);
+      const std::vector<float> now = CompressedDense(p, backend);
+      MatrixResult r;
+      r.name = p.name;
+      r.elements = p.value.numel();
+      double diff = 0, norm = 0;
+      for (size_t i = 0; i < dense.size(); ++i) {
+        const double d = static_cast<double>(dense[i]) - now[i];
+        diff += d * d;
+        norm += static_cast<double>(dense[i]) * dense[i];
+        r.zeros += now[i] == 0.0f ? 1 : 0;
+      }
+      r.relative_error = norm > 0 ? std::sqrt(diff / norm) : 0.0;
+      r.bytes_before = static_cast<int64_t>(file.Bytes(file.Get(p.name)).size());
+      if (p.scale.defined()) {
+        r.bytes_after = static_cast<int64_t>(p.value.nbytes() + p.scale.nbytes());
+      } else {
+        const std::vector<std::byte> keep = HostBytes(p.mask, backend);
+        int64_t kept = 0;
+        for (std::byte k : keep) kept += k != std::byte{0} ? 1 : 0;
+        r.bytes_after = kept * static_cast<int64_t>(SizeOf(p.value.dtype())) + (r.elements + 7) / 8;
+      }
+      results.push_back(std::move(r));
+    }
+  }
+  return results;
+}
+
+uint64_t CheckpointBytes(const CheckpointReader& reader) {
+  uint64_t bytes = 0;
+  for (const CheckpointFileEntry& entry : reader.files()) bytes += entry.bytes;
+  return bytes;
+}
+
+// `baton eval` of `resume` with the config at `config_path`, on local worker processes.
+double EvalLoss(const std::string& config_path, std::vector<std::string> overrides,
+                const std::string& resume) {
+  RunOptions options;
+  options.config = {config_path, std::move(overrides)};
+  options.resume = resume;
+  options.launcher = "local";
+  options.eval_json = true;
+  std::ostringstream text;
+  BATON_CHECK(EvalCommand(options, text) == 0, "baton eval of {} failed", resume);
+  return nlohmann::json::parse(text.str()).at("loss").get<double>();
+}
+
+}  // namespace
+
+int CompressCommand(const CompressOptions& options, std::ostream& out) {
+  const bool prune = options.prune > 0.0;
+  BATON_CHECK(
+      options.int8 != prune,
+      "baton compress: give --int8 or --prune SPARSITY (one at a time; see docs/memory.md)");
+  BATON_CHECK(!prune || options.prune < 1.0, "--prune {}: the sparsity must be in (0, 1)",
+              options.prune);
+  const PrunePattern pattern =
+      options.pattern == "2:4" ? PrunePattern::k2of4 : PrunePattern::kUnstructured;
+  BATON_CHECK(options.pattern == "2:4" || options.pattern == "unstructured",
+              "--pattern {}: expected unstructured or 2:4", options.pattern);
+  BATON_CHECK(pattern != PrunePattern::k2of4 || options.prune == 0.5,
+              "--pattern 2:4 keeps 2 of every 4 weights: --prune must be 0.5, got {}",
+              options.prune);
+  const CheckpointReader source = CheckpointReader::Open(options.checkpoint);
+  BATON_CHECK(!source.state().config.is_null(),
+              "{}: the checkpoint stores no config to compress the model of", source.step_dir());
+  const std::string out_dir = options.output;
+  BATON_CHECK(!fs::exists(out_dir) || (fs::is_directory(out_dir) && fs::is_empty(out_dir)),
+              "{}: exists and is not an empty directory (baton compress writes a new output "
+              "directory and overwrites nothing)",
+              out_dir);
+  Config config = ParseConfigString(source.state().config.dump(2),
+                                    source.step_dir() + "/state.json", options.overrides);
+  const ModelDims dims = DimsOf(config.model);
+  const std::vector<LayerSpec> graph = GraphOf(config.model);
+  source.CheckCompatible(dims, graph);
+  const Config source_config = config;
+  if (options.int8) config.model.weights = WeightFormat::kInt8;
+  config.output.dir = out_dir;
+  config.prune = PruneConfig{};  // what the result holds, not how to train it
+
+  // One process holds every layer, on the host: INT8 params quantise as they load.
+  MemoryLedger ledger;
+  std::unique_ptr<Backend> backend = MakeCpuBackend(ledger, config.device.threads);
+  const DType dtype = config.precision.dtype;
+  StageModel model(graph, dims, {{0, static_cast<int>(graph.size()) - 1}}, /*rank=*/0,
+                   /*num_ranks=*/1, *backend, dtype, dtype, config.train.seed, options.int8);
+  if (prune) AllocatePruneMasks(*backend, model.params());
+  const std::vector<LayerTensors> tensors = CheckpointTensors(model, nullptr);
+  source.LoadLayers(tensors, *backend);
+  if (prune) {
+    for (Param* p : model.params()) {
+      if (!p->mask.defined()) continue;
+      const std::vector<float> w = HostValues(*backend, p->value);
+      const std::vector<uint8_t> keep =
+          MagnitudeMask(w.data(), p->value.size(0), p->value.size(1), options.prune, pattern);
+      backend->Copy(Tensor::Wrap(const_cast<uint8_t*>(keep.data()), p->mask.shape(), DType::kU8),
+                    p->mask);
+      backend->ApplyMask(p->value, p->mask);
+      backend->Synchronize();
+    }
+  }
+  const std::vector<MatrixResult> matrices = MeasureMatrices(source, tensors, *backend);
+
+  MakeDirectories(out_dir);
+  const CheckpointWriter writer(CheckpointsRoot(out_dir));
+  std::vector<CheckpointFileEntry> entries = writer.WriteLayers(
+      source.step(), /*rank=*/0, tensors, *backend, CheckpointContents::kWeightsOnly);
+  TrainingState state = source.state();
+  state.config = ToJson(config);
+  writer.WriteManifest(source.step(), std::move(entries), state, dims, graph);
+  const std::string config_path = (fs::path(out_dir) / "config.yaml").string();
+  WriteFileAtomically(config_path, ToYaml(config));
+  const CheckpointReader written = CheckpointReader::Open(out_dir);
+
+  int64_t before = 0, after = 0, zeros = 0, elements = 0;
+  double worst = 0, mean = 0;
+  std::string worst_name;
+  for (const MatrixResult& m : matrices) {
+    before += m.bytes_before;
+    after += m.bytes_after;
+    zeros += m.zeros;
+    elements += m.elements;
+    mean += m.relative_error / static_cast<double>(matrices.size());
+    if (m.relative_error >= worst) {
+      worst = m.relative_error;
+      worst_name = m.name;
+    }
+  }
+  const double ratio = before > 0 ? static_cast<double>(after) / static_cast<double>(before) : 0.0;
+  if (options.int8) {
+    out << fmt::format("INT8 weights: {} matrices, {} -> {} bytes ({:.3f}x)", matrices.size(),
+                       before, after, ratio);
+  } else {
+    out << fmt::format("pruned ({}): {} matrices, {:.2f}% zeros, {} -> {} bytes stored ({:.3f}x)",
+                       Name(pattern), matrices.size(),
+                       100.0 * static_cast<double>(zeros) / static_cast<double>(elements), before,
+                       after, ratio);
+  }
+  out << fmt::format("; relative error ||W - W'||/||W|| mean {:.5f}, max {:.5f} ({})\n", mean,
+                     worst, worst_name);
+  const uint64_t source_bytes = CheckpointBytes(source), written_bytes = CheckpointBytes(written);
+  out << fmt::format("checkpoint: {} -> {} bytes ({:.3f}x; weights only, no optimizer state)\n",
+                     source_bytes, written_bytes,
+                     static_cast<double>(written_bytes) / static_cast<double>(source_bytes));
+  if (!options.eval) {
+    out << "eval loss: not measured (--no-eval)\n";
+  } else if (!HasEvalData(config.data)) {
+    out << "eval loss: not measured (the config has no data.eval_path or data.eval_fraction; "
+           "--set one)\n";
+  } else {
+    const double loss_before =
+        EvalLoss(config_path, {fmt::format("model.weights={}", Name(source_config.model.weights))},
+                 source.step_dir());
+    const double loss_after = EvalLoss(config_path, {}, out_dir);
+    out << fmt::format("eval loss: {:.6f} -> {:.6f} ({:+.3f}%)\n", loss_before, loss_after,
+                       100.0 * (loss_after - loss_before) / loss_before);
+  }
+  out << fmt::format(
+      "wrote {} (step {}): baton eval {} --resume {}; baton generate {}; baton export {} DIR\n",
+      out_dir, source.step(), config_path, out_dir, out_dir, out_dir);
+  return 0;
+}
+
+}  // namespace baton

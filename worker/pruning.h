@@ -1,0 +1,35 @@
+// Magnitude pruning while training (`prune.*`, docs/memory.md "Pruning"), after NVIDIA's ASP
+// recipe: train dense to step prune.at_step, prune once by magnitude, then keep the pruned weights
+// at zero with masks while training goes on.
+//
+// The trainer gives the pruned matrices (model/prune.h TakesPruneMask) a mask of ones at the start
+// (so the memory plan books them), masks the gradients after every backward, and the weights
+// after every optimizer step. At the end of step at_step, PruneByMagnitude picks the weights
+// (from the f32 master where there is one) and zeroes them together with their master and Adam
+// moments, so the optimizer keeps them exactly zero (a zero gradient on zero moments is a zero
+// update, and decay keeps zero) and a checkpoint may drop them (docs/checkpoints.md).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "config/config.h"
+#include "kernels/backend.h"
+#include "worker/optimizer.h"
+
+namespace baton {
+
+struct PruneCount {
+  int matrices = 0;
+  int64_t pruned = 0;  // weights set to zero
+  int64_t total = 0;   // weights of the pruned matrices
+};
+
+// grad = 0 where the param's mask is 0, for every param with a mask.
+void MaskGradients(Backend& backend, const std::vector<Param*>& params);
+// value (and its f32 master) = 0 where the mask is 0.
+void MaskWeights(Backend& backend, const Optimizer& optimizer);
+// Prunes every masked param of `optimizer` as prune.* says (see above).
+PruneCount PruneByMagnitude(Backend& backend, Optimizer& optimizer, const PruneConfig& prune);
+
+}  // namespace baton
