@@ -134,6 +134,18 @@ void Summarise(const json& report, const std::string& report_path) {
   if (!report_path.empty()) spdlog::info("report written to {}", report_path);
 }
 
+// Each category's largest peak over the ranks, and the largest total.
+MemoryFigures PeakOverRanks(const std::vector<RankResult>& results) {
+  MemoryFigures peak;
+  for (const RankResult& r : results) {
+    for (size_t c = 0; c < peak.bytes.size(); ++c) {
+      peak.bytes[c] = std::max(peak.bytes[c], r.memory_peak.bytes[c]);
+    }
+    peak.total = std::max(peak.total, r.memory_peak.total);
+  }
+  return peak;
+}
+
 // `baton eval`'s answer, from the head rank's result: one line, or a JSON object.
 int PrintEval(const Plan& plan, const RunOptions& options, const std::string& weights,
               const std::vector<RankResult>& results) {
@@ -154,7 +166,8 @@ int PrintEval(const Plan& plan, const RunOptions& options, const std::string& we
                     {"data", source},
                     {"weights", weights},
                     {"stages", plan.num_ranks()},
-                    {"seconds", eval.seconds}};
+                    {"seconds", eval.seconds},
+                    {"memory_peak", MemoryJson(PeakOverRanks(results))}};
     out << j.dump(-1, ' ', false, json::error_handler_t::replace) << "\n";
   } else {
     out << fmt::format(

@@ -102,7 +102,15 @@ TEST(LearningTest, TinyGptStartsNearLn256AndEndsBelow2Point5After300Steps) {
                                      "warn"};
     const CommandResult r = RunBaton(eval);
     EXPECT_EQ(r.exit_code, 0) << r.output;
-    return nlohmann::json::parse(r.output.substr(r.output.rfind('{'))).at("loss").get<double>();
+    // The JSON object is the output's last line.
+    const size_t line = r.output.rfind("\n{");
+    const nlohmann::json j =
+        nlohmann::json::parse(r.output.substr(line == std::string::npos ? 0 : line + 1));
+    // An evaluation keeps the weights only: no optimizer state, and each layer's gradients
+    // only while it is built, so never more than a fraction of the params.
+    EXPECT_EQ(j.at("memory_peak").at("optimizer"), 0) << weights;
+    EXPECT_LT(j.at("memory_peak").at("grads"), j.at("memory_peak").at("params")) << weights;
+    return j.at("loss").get<double>();
   };
   EXPECT_EQ(eval_loss("int8"), eval_loss("dense"));
   const CommandResult int8_text =

@@ -18,7 +18,7 @@ Param* FindParam(Layer& layer, const std::string& name) {
 StageModel::StageModel(const std::vector<LayerSpec>& graph, const ModelDims& dims,
                        const std::vector<LayerRange>& chunk_ranges, int rank, int num_ranks,
                        Backend& backend, DType param_dtype, DType act_dtype, uint64_t seed,
-                       bool int8_weights)
+                       bool int8_weights, bool inference)
     : rank_(rank),
       num_ranks_(num_ranks),
       num_graph_layers_(static_cast<int>(graph.size())),
@@ -36,7 +36,11 @@ StageModel::StageModel(const std::vector<LayerSpec>& graph, const ModelDims& dim
     for (int i = range.first; i <= range.last; ++i) {
       chunk.layers.push_back(
           BuildLayer(graph[static_cast<size_t>(i)], dims, backend, param_dtype, act_dtype, seed));
-      if (int8_weights) MakeInt8InferenceLayer(backend, *chunk.layers.back());
+      if (int8_weights) {
+        MakeInt8InferenceLayer(backend, *chunk.layers.back());
+      } else if (inference) {
+        for (Param* p : chunk.layers.back()->params()) p->grad = Tensor();
+      }
     }
     chunks_.push_back(std::move(chunk));
   }

@@ -36,10 +36,12 @@ class StageModel {
  public:
   // chunk_ranges[c] is the layer range of chunk c (virtual stage c*num_ranks + rank). With
   // `int8_weights` every layer is made an INT8 inference layer as soon as it is built
-  // (model/int8_weights.h): weight matrices in INT8, no gradients.
+  // (model/int8_weights.h): weight matrices in INT8, no gradients. With `inference` (implied by
+  // int8_weights) each layer drops its gradients as soon as it is built.
   StageModel(const std::vector<LayerSpec>& graph, const ModelDims& dims,
              const std::vector<LayerRange>& chunk_ranges, int rank, int num_ranks, Backend& backend,
-             DType param_dtype, DType act_dtype, uint64_t seed, bool int8_weights = false);
+             DType param_dtype, DType act_dtype, uint64_t seed, bool int8_weights = false,
+             bool inference = false);
 
   int rank() const { return rank_; }
   int num_ranks() const { return num_ranks_; }

@@ -35,7 +35,7 @@ Trainer::Trainer(TrainerSetup setup, Backend& backend)
   const bool int8_weights = config.model.weights == WeightFormat::kInt8;
   model_ = std::make_unique<StageModel>(setup_.graph, setup_.dims, setup_.chunk_ranges, setup_.rank,
                                         setup_.num_ranks, backend_, dtype, dtype, config.train.seed,
-                                        int8_weights);
+                                        int8_weights, setup_.inference_only);
   if (config.parallel.checkpoint.kind == CheckpointPolicy::Kind::kSelective) {
     for (auto& [index, layer] : model_->layers()) layer->set_selective_recompute(true);
   }
@@ -47,8 +47,8 @@ Trainer::Trainer(TrainerSetup setup, Backend& backend)
   hyper.beta2 = static_cast<float>(config.train.beta2);
   hyper.eps = static_cast<float>(config.train.eps);
   hyper.weight_decay = static_cast<float>(config.train.weight_decay);
-  if (config.prune.enabled()) AllocatePruneMasks(backend_, model_->params());
-  if (!int8_weights) {  // an INT8 model only evaluates: it has no gradients, no optimizer state
+  if (!int8_weights && !setup_.inference_only) {  // evaluation keeps no optimizer state
+    if (config.prune.enabled()) AllocatePruneMasks(backend_, model_->params());
     optimizer_ = std::make_unique<Optimizer>(backend_, model_->params(), hyper,
                                              config.optimizer.state == OptimizerState::kInt8);
   }
@@ -163,7 +163,10 @@ EvalRecord Trainer::Evaluate() {
 StepRecord Trainer::Step(int64_t step) {
   const Clock::time_point start = Clock::now();
   const Config& config = setup_.config;
-  BATON_CHECK(optimizer_ != nullptr, "{}", kInt8IsForInference);
+  BATON_CHECK(optimizer_ != nullptr, "{}",
+              config.model.weights == WeightFormat::kInt8
+                  ? kInt8IsForInference
+                  : "this trainer was set up to evaluate only (baton eval): it cannot train");
   for (Param* p : model_->params()) backend_.Zero(p->grad);
   FillMicroBatches(step);
 

@@ -56,6 +56,9 @@ struct TrainerSetup {
   std::vector<TiedGroup> tied;               // every tied group of the graph
   std::chrono::milliseconds timeout{60000};  // any wait on a peer (Timeouts::wait)
   Communicator* comm = nullptr;              // null for a one-rank pipeline
+  // `baton eval`: the trainer only evaluates, so it keeps no gradients and no optimizer state
+  // (Step throws). An INT8 model (model.weights: int8) is always so.
+  bool inference_only = false;
 };
 
 // One evaluation of the held-out data (docs/data.md, "Evaluation").
@@ -101,7 +104,8 @@ class Trainer {
   bool holds_head() const { return model_->holds_last_layer(); }
   int peak_stashed_microbatches() const { return engine_->peak_stashed(); }
   StageModel& model() { return *model_; }
-  // Null for an INT8 inference model (model.weights: int8), which has no optimizer state.
+  // Null for an inference-only trainer (TrainerSetup::inference_only, or INT8 weights), which
+  // keeps no optimizer state.
   Optimizer* optimizer() { return optimizer_.get(); }
   void set_loss_scaler_state(const LossScaler::State& state) { scaler_.set_state(state); }
   // A flag (set from a signal handler) that asks this rank to stop; reduced across ranks at

@@ -273,7 +273,9 @@ void TrainRank(const WorkerArgs& args, CoordinatorClient& client, const Plan& pl
     }
   } close_on_return{comm.get()};
 
-  Trainer trainer(plan.TrainerSetupFor(args.rank, comm.get()), *backend);
+  TrainerSetup setup = plan.TrainerSetupFor(args.rank, comm.get());
+  setup.inference_only = launch.evaluate_only;
+  Trainer trainer(std::move(setup), *backend);
   trainer.set_stop_flag(&g_stop_requested);
   trainer.set_status_callback([&client, &blocked](const EngineStatus& status) {
     if (status.peer >= 0) {
