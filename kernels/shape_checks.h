@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "core/tensor.h"
+#include "kernels/quantize.h"
 
 namespace baton {
 
@@ -30,6 +31,21 @@ inline void CheckNumel(const Tensor& t, int64_t numel, const char* name) {
 inline void CheckShape(const Tensor& t, const Shape& shape, const char* name) {
   BATON_CHECK(t.shape() == shape, "{} {} must have shape {}", name, t.ToString(),
               baton::ToString(shape));
+}
+
+// DequantizeInt8's operands: q (K,N), one scale per column, out (K,N).
+inline void CheckInt8WeightShapes(const Tensor& q, const Tensor& scale, const Tensor& out) {
+  BATON_CHECK(q.dim() == 2, "q {} must be a matrix", q.ToString());
+  CheckShape(scale, {q.size(1)}, "scale");
+  CheckShape(out, q.shape(), "out");
+}
+
+// AdamW8bit's block maxima: one per block of kQuantBlock elements of `param`.
+inline void CheckQuantBlocks(const Tensor& param, const Tensor& m_absmax, const Tensor& v_absmax) {
+  const int64_t blocks = QuantBlocks(param.numel());
+  BATON_CHECK(m_absmax.numel() == blocks && v_absmax.numel() == blocks,
+              "absmax {} and {} must hold {} blocks of {} elements of {}", m_absmax.ToString(),
+              v_absmax.ToString(), blocks, kQuantBlock, param.ToString());
 }
 
 }  // namespace baton

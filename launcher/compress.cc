@@ -16,6 +16,7 @@
 #include "kernels/quantize.h"
 #include "launcher/run.h"
 #include "model/from_config.h"
+#include "model/init.h"
 #include "model/prune.h"
 #include "worker/stage_model.h"
 #include "worker/stage_tensors.h"
@@ -45,19 +46,15 @@ std::vector<std::byte> HostBytes(const Tensor& t, Backend& backend) {
 }
 
 // The dense f32 values `name` held in the source checkpoint (its master when stored).
-std::vector<float> StoredDense(const SafetensorsFile& file, const std::string& name) {
+std::vector<float> StoredDense(const SafetensorsFile& file, const std::string& name,
+                               Backend& backend) {
   const std::string source = file.Has(name + ".master") ? name + ".master" : name;
-  const SafetensorsEntry& entry = file.Get(source);
-  DType dtype = DType::kF32;
-  if (entry.dtype == "BF16") dtype = DType::kBF16;
-  if (entry.dtype == "F16") dtype = DType::kF16;
-  BATON_CHECK(dtype != DType::kF32 || entry.dtype == "F32",
-              "{}: tensor {} is {}: compress reads dense F32, BF16 or F16 weights", file.path(),
-              source, entry.dtype);
-  const std::span<const std::byte> bytes = file.Bytes(entry);
-  std::vector<std::byte> aligned(bytes.begin(), bytes.end());
-  std::vector<float> values(aligned.size() / SizeOf(dtype));
-  ConvertFloats(aligned.data(), dtype, values.data(), DType::kF32, values.size());
+  const Shape& shape = file.Get(source).shape;
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  std::vector<float> values(static_cast<size_t>(n));
+  Tensor host = Tensor::Wrap(values.data(), shape, DType::kF32);
+  file.CopyTo(source, host, backend);  // any float dtype; anything else is refused, named
   return values;
 }
 
@@ -82,7 +79,7 @@ std::vector<MatrixResult> MeasureMatrices(const CheckpointReader& source,
     const SafetensorsFile file = source.OpenLayer(layer.index);
     for (const ParamTensors& p : layer.params) {
       if (!p.scale.defined() && !p.mask.defined()) continue;
-      const std::vector<float> dense = StoredDense(file, p.name);
+      const std::vector<float> dense = StoredDense(file, p.name, backend);
       const std::vector<float> now = CompressedDense(p, backend);
       MatrixResult r;
       r.name = p.name;

@@ -41,6 +41,17 @@ Param NewParam(Backend& backend, std::string name, Shape shape, DType dtype) {
   return param;
 }
 
+std::vector<float> HostValues(Backend& backend, const Tensor& value) {
+  const size_t n = static_cast<size_t>(value.numel());
+  std::vector<std::byte> raw(n * SizeOf(value.dtype()));
+  Tensor host = Tensor::Wrap(raw.data(), value.shape(), value.dtype());
+  backend.Copy(value, host);
+  backend.Synchronize();
+  std::vector<float> values(n);
+  ConvertFloats(raw.data(), value.dtype(), values.data(), DType::kF32, n);
+  return values;
+}
+
 void InitNormal(Backend& backend, Tensor& value, uint64_t seed, int layer_index, int param_index,
                 double std) {
   BATON_CHECK(layer_index >= 0 && param_index >= 0, "stream ids ({}, {}) must be non-negative",

@@ -31,6 +31,9 @@ double OutputProjectionStd(int num_layers);  // 0.02 / sqrt(2 L)
 // (booked as grads); weight_decay is set for rank >= 2.
 Param NewParam(Backend& backend, std::string name, Shape shape, DType dtype);
 
+// `value` (any device, any float dtype) as host f32 values.
+std::vector<float> HostValues(Backend& backend, const Tensor& value);
+
 // value ~ N(0, std^2) from the stream (seed, layer_index, param_index), as above.
 void InitNormal(Backend& backend, Tensor& value, uint64_t seed, int layer_index, int param_index,
                 double std);

@@ -5,6 +5,7 @@
 
 #include "core/error.h"
 #include "kernels/quantize.h"
+#include "model/init.h"
 
 namespace baton {
 
@@ -21,14 +22,8 @@ void QuantizeParamInt8(Backend& backend, Param& param) {
   Tensor scale = Tensor::Empty(backend.allocator(), {cols}, DType::kF32, MemCategory::kParams);
   if (!IsMeta(backend)) {
     // Host staging is transient setup memory outside any device ledger.
-    const size_t n = static_cast<size_t>(rows * cols);
-    std::vector<std::byte> raw(n * SizeOf(param.value.dtype()));
-    Tensor host = Tensor::Wrap(raw.data(), param.value.shape(), param.value.dtype());
-    backend.Copy(param.value, host);
-    backend.Synchronize();
-    std::vector<float> dense(n);
-    ConvertFloats(raw.data(), param.value.dtype(), dense.data(), DType::kF32, n);
-    std::vector<int8_t> q(n);
+    const std::vector<float> dense = HostValues(backend, param.value);
+    std::vector<int8_t> q(dense.size());
     std::vector<float> s(static_cast<size_t>(cols));
     QuantizeColumnsInt8(dense.data(), rows, cols, q.data(), s.data());
     backend.Copy(Tensor::Wrap(q.data(), codes.shape(), DType::kI8), codes);

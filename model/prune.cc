@@ -58,15 +58,4 @@ void AllocatePruneMasks(Backend& backend, const std::vector<Param*>& params) {
   }
 }
 
-std::vector<float> HostValues(Backend& backend, const Tensor& value) {
-  const size_t n = static_cast<size_t>(value.numel());
-  std::vector<std::byte> raw(n * SizeOf(value.dtype()));
-  Tensor host = Tensor::Wrap(raw.data(), value.shape(), value.dtype());
-  backend.Copy(value, host);
-  backend.Synchronize();
-  std::vector<float> values(n);
-  ConvertFloats(raw.data(), value.dtype(), values.data(), DType::kF32, n);
-  return values;
-}
-
 }  // namespace baton

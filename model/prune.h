@@ -28,7 +28,4 @@ bool TakesPruneMask(const Param& param);
 // Gives every parameter TakesPruneMask picks a mask of ones (u8, booked as params).
 void AllocatePruneMasks(Backend& backend, const std::vector<Param*>& params);
 
-// `param`'s value as host f32 (from any device and float dtype).
-std::vector<float> HostValues(Backend& backend, const Tensor& value);
-
 }  // namespace baton

@@ -3,6 +3,7 @@
 
 #include "core/error.h"
 #include "kernels/quantize.h"
+#include "model/init.h"
 #include "model/prune.h"
 
 namespace baton {

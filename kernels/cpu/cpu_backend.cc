@@ -211,10 +211,7 @@ void CpuBackend::DequantizeInt8(const Tensor& q, const Tensor& scale, Tensor& ou
   CheckI8(q, "q");
   CheckF32(scale, "scale");
   CheckFloat(out, "out");
-  BATON_CHECK(q.dim() == 2 && scale.dim() == 1 && scale.size(0) == q.size(1),
-              "DequantizeInt8: q {} needs one scale per column, got {}", q.ToString(),
-              scale.ToString());
-  CheckSameShape(q, out, "q", "out");
+  CheckInt8WeightShapes(q, scale, out);
   if (meta_) return;
   const int64_t cols = q.size(1);
   const int8_t* codes = q.data<int8_t>();
@@ -351,10 +348,7 @@ void CpuBackend::AdamW8bit(Tensor& param, const Tensor& grad, Tensor& m, Tensor&
   CheckSameShape(param, grad, "param", "grad");
   CheckSameShape(param, m, "param", "m");
   CheckSameShape(param, v, "param", "v");
-  const int64_t blocks = QuantBlocks(param.numel());
-  BATON_CHECK(m_absmax.numel() == blocks && v_absmax.numel() == blocks,
-              "absmax {} and {} must hold {} blocks of {} elements of {}", m_absmax.ToString(),
-              v_absmax.ToString(), blocks, kQuantBlock, param.ToString());
+  CheckQuantBlocks(param, m_absmax, v_absmax);
   BATON_CHECK(config.step >= 1, "AdamW step is 1-based, got {}", config.step);
   if (meta_) return;
   static_assert(kChunk % kQuantBlock == 0, "a quantisation block never straddles two chunks");

@@ -327,10 +327,7 @@ void CudaBackend::DequantizeInt8(const Tensor& q, const Tensor& scale, Tensor& o
   CheckI8(q, device(), "q");
   CheckF32(scale, device(), "scale");
   CheckFloat(out, device(), "out");
-  BATON_CHECK(q.dim() == 2 && scale.dim() == 1 && scale.size(0) == q.size(1),
-              "DequantizeInt8: q {} needs one scale per column, got {}", q.ToString(),
-              scale.ToString());
-  CheckSameShape(q, out, "q", "out");
+  CheckInt8WeightShapes(q, scale, out);
   if (meta_) return;
   LaunchDequantizeInt8(static_cast<const int8_t*>(q.raw()), static_cast<const float*>(scale.raw()),
                        out.raw(), out.dtype(), q.size(0), q.size(1), stream_);
@@ -419,10 +416,7 @@ void CudaBackend::AdamW8bit(Tensor& param, const Tensor& grad, Tensor& m, Tensor
   CheckSameShape(param, grad, "param", "grad");
   CheckSameShape(param, m, "param", "m");
   CheckSameShape(param, v, "param", "v");
-  const int64_t blocks = QuantBlocks(param.numel());
-  BATON_CHECK(m_absmax.numel() == blocks && v_absmax.numel() == blocks,
-              "absmax {} and {} must hold {} blocks of {} elements of {}", m_absmax.ToString(),
-              v_absmax.ToString(), blocks, kQuantBlock, param.ToString());
+  CheckQuantBlocks(param, m_absmax, v_absmax);
   BATON_CHECK(config.step >= 1, "AdamW step is 1-based, got {}", config.step);
   if (meta_) return;
   LaunchAdamW8bit(static_cast<float*>(param.raw()), grad.raw(), grad.dtype(),
