@@ -175,16 +175,25 @@ std::optional<int64_t> ParseStepDirName(const std::string& name) {
 nlohmann::json ToJson(const CheckpointManifest& m) {
   nlohmann::json files = nlohmann::json::array();
   for (const CheckpointFileEntry& e : m.files) files.push_back(EntryJson(e));
+  nlohmann::json model = {{"vocab_size", m.dims.vocab_size},
+                          {"context", m.dims.context},
+                          {"num_layers", m.dims.num_layers},
+                          {"num_heads", m.dims.num_heads},
+                          {"width", m.dims.width}};
+  // The model's structure, written only when it has any, so dense checkpoints read as before.
+  if (m.dims.shares()) {
+    model["share"] = {{"group", m.dims.share_group},
+                      {"attention", m.dims.share_attention},
+                      {"mlp", m.dims.share_mlp}};
+  }
+  if (m.dims.low_rank_attn > 0 || m.dims.low_rank_mlp > 0) {
+    model["low_rank"] = {{"attn", m.dims.low_rank_attn}, {"mlp", m.dims.low_rank_mlp}};
+  }
+  model["layers"] = m.layer_names;
   return {{"format", kManifestFormat},
           {"version", kVersion},
           {"step", m.step},
-          {"model",
-           {{"vocab_size", m.dims.vocab_size},
-            {"context", m.dims.context},
-            {"num_layers", m.dims.num_layers},
-            {"num_heads", m.dims.num_heads},
-            {"width", m.dims.width},
-            {"layers", m.layer_names}}},
+          {"model", model},
           {"files", files}};
 }
 
@@ -203,6 +212,17 @@ CheckpointManifest ManifestFromJson(const nlohmann::json& j, const std::string& 
     m.dims.num_layers = dim("num_layers");
     m.dims.num_heads = dim("num_heads");
     m.dims.width = dim("width");
+    if (model.contains("share")) {
+      const nlohmann::json& share = model.at("share");
+      m.dims.share_group = GetInteger<int>(share.at("group"), "model.share.group", source);
+      m.dims.share_attention = share.at("attention").get<bool>();
+      m.dims.share_mlp = share.at("mlp").get<bool>();
+    }
+    if (model.contains("low_rank")) {
+      const nlohmann::json& low_rank = model.at("low_rank");
+      m.dims.low_rank_attn = GetInteger<int>(low_rank.at("attn"), "model.low_rank.attn", source);
+      m.dims.low_rank_mlp = GetInteger<int>(low_rank.at("mlp"), "model.low_rank.mlp", source);
+    }
     try {
       Validate(m.dims);  // positive sizes, width a multiple of num_heads
     } catch (const Error& e) {

@@ -6,6 +6,7 @@
 #include <yaml-cpp/eventhandler.h>
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <filesystem>
@@ -75,6 +76,34 @@ std::string KeyName(const YAML::Node& key, const std::string& where) {
   return key.Scalar();
 }
 
+// True when the schema has keys "<key>.<sub>" in `section`.
+bool HasNestedKeys(const Schema& schema, const std::string& section, const std::string& key) {
+  const std::vector<std::string>* keys = FindSection(schema, section);
+  if (keys == nullptr) return false;
+  const std::string prefix = key + ".";
+  return std::any_of(keys->begin(), keys->end(),
+                     [&](const std::string& k) { return k.starts_with(prefix); });
+}
+
+void AddRaw(const std::string& section, const std::string& key, RawEntry entry, RawConfig& raw) {
+  const std::string where = entry.where;
+  auto [it, inserted] = raw[section].emplace(key, std::move(entry));
+  if (!inserted) {
+    ConfigError(where, section + "." + key,
+                fmt::format("duplicate key (first set at {})", it->second.where));
+  }
+}
+
+void ReadNested(const Schema& schema, const std::string& file, const std::string& section,
+                const std::string& group, const YAML::Node& body, RawConfig& raw) {
+  for (const auto& pair : body) {
+    const std::string where = Where(file, pair.first.Mark());
+    const std::string key = group + "." + KeyName(pair.first, where);
+    CheckKnown(schema, where, section, key);
+    AddRaw(section, key, RawEntry{pair.second, where, file}, raw);
+  }
+}
+
 void ReadSection(const Schema& schema, const std::string& file, const std::string& section,
                  const YAML::Node& body, RawConfig& raw) {
   if (body.IsNull()) return;
@@ -84,12 +113,13 @@ void ReadSection(const Schema& schema, const std::string& file, const std::strin
   for (const auto& pair : body) {
     const std::string where = Where(file, pair.first.Mark());
     const std::string key = KeyName(pair.first, where);
-    CheckKnown(schema, where, section, key);
-    auto [it, inserted] = raw[section].emplace(key, RawEntry{pair.second, where, file});
-    if (!inserted) {
-      ConfigError(where, section + "." + key,
-                  fmt::format("duplicate key (first set at {})", it->second.where));
+    if (pair.second.IsMap() && HasNestedKeys(schema, section, key)) {
+      // A nested group (model: {share: {group: 2}}): its keys are "share.group" in the schema.
+      ReadNested(schema, file, section, key, pair.second, raw);
+      continue;
     }
+    CheckKnown(schema, where, section, key);
+    AddRaw(section, key, RawEntry{pair.second, where, file}, raw);
   }
 }
 

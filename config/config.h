@@ -30,6 +30,9 @@ enum class AttentionKind { kFlash, kMaterialized };
 // How the blocks' weight matrices are held: dense in precision.dtype, or INT8 codes with f32
 // per-column scales (model/int8_weights.h), for inference only (baton eval, baton generate).
 enum class WeightFormat { kDense, kInt8 };
+// Which sublayers of a block cross-layer sharing (model.share) shares: both (ALBERT), the
+// attention sublayer (ln_1, attn.*) or the MLP sublayer (ln_2, mlp.*).
+enum class ShareWhat { kAll, kAttention, kMlp };
 // How AdamW keeps m and v: f32, or block-wise quantised to 8 bits (kernels/quantize.h).
 enum class OptimizerState { kF32, kInt8 };
 // Which weights magnitude pruning removes (prune.pattern): the smallest of each matrix, or the two
@@ -61,6 +64,7 @@ CheckpointPolicy ParseCheckpointPolicy(std::string_view text);
 std::string_view Name(ModelPreset preset);
 std::string_view Name(AttentionKind attention);
 std::string_view Name(WeightFormat weights);
+std::string_view Name(ShareWhat what);
 std::string_view Name(OptimizerState state);
 std::string_view Name(PrunePattern pattern);
 std::string_view Name(DataFormat format);
@@ -79,6 +83,14 @@ struct ModelConfig {
   std::string init_from;          // a safetensors file to start from; "" = random init
   AttentionKind attention = AttentionKind::kFlash;
   WeightFormat weights = WeightFormat::kDense;
+  // ALBERT-style sharing (docs/model.md, "Sharing and low rank"): consecutive groups of
+  // share.group blocks use one parameter set for the shared sublayers; 1 = no sharing.
+  int share_group = 1;
+  ShareWhat share_what = ShareWhat::kAll;
+  // Low-rank layers: W (in, out) = U (in, r) V (r, out) for attention's c_attn and c_proj
+  // (low_rank.attn) and the MLP's c_fc and c_proj (low_rank.mlp); 0 = dense.
+  int64_t low_rank_attn = 0;
+  int64_t low_rank_mlp = 0;
   bool operator==(const ModelConfig&) const = default;
 };
 

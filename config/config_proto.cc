@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <string>
 
 #include "config/config_schema.h"
@@ -32,7 +33,7 @@ class ProtoVisitor : public FieldVisitor {
   // The field `key` of the current section, checked to be of `type` (and repeated or not).
   const FieldDescriptor* Field(std::string_view key, FieldDescriptor::CppType type,
                                bool repeated = false) const {
-    const FieldDescriptor* field = section_->GetDescriptor()->FindFieldByName(std::string(key));
+    const FieldDescriptor* field = section_->GetDescriptor()->FindFieldByName(ProtoFieldName(key));
     BATON_CHECK(field != nullptr && field->cpp_type() == type && field->is_repeated() == repeated,
                 "pb.RunConfig has no {} field {}.{}", field == nullptr ? "" : "matching",
                 section_name_, key);
@@ -138,6 +139,12 @@ Config FromProto(const pb::RunConfig& message) {
   VisitConfig(config, reader);
   Validate(config);
   return config;
+}
+
+std::string ProtoFieldName(std::string_view key) {
+  std::string name(key);
+  std::replace(name.begin(), name.end(), '.', '_');
+  return name;
 }
 
 }  // namespace baton

@@ -6,6 +6,9 @@
 // config_test checks for every key.
 #pragma once
 
+#include <string>
+#include <string_view>
+
 #include "config/config.h"
 #include "proto/baton.pb.h"
 
@@ -15,5 +18,9 @@ void ToProto(const Config& config, pb::RunConfig* out);
 // Throws baton::Error naming the key when a value is out of its range or names no choice; the
 // result is validated (Validate()).
 Config FromProto(const pb::RunConfig& message);
+
+// The RunConfig field of a schema key: a nested key's dot becomes '_' ("share.group" ->
+// share_group).
+std::string ProtoFieldName(std::string_view key);
 
 }  // namespace baton

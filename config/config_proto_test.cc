@@ -42,7 +42,7 @@ TEST(ConfigProtoTest, EverySchemaKeyHasItsFieldAndNoFieldIsExtra) {
     ASSERT_NE(message, nullptr) << section;
     EXPECT_EQ(message->field_count(), static_cast<int>(keys.size())) << section;
     for (const std::string& key : keys) {
-      EXPECT_NE(message->FindFieldByName(key), nullptr) << section << "." << key;
+      EXPECT_NE(message->FindFieldByName(ProtoFieldName(key)), nullptr) << section << "." << key;
     }
   }
 }

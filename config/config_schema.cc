@@ -28,6 +28,11 @@ void VisitModel(ModelConfig& m, FieldVisitor& v) {
   v.VisitString("init_from", m.init_from);
   v.Enum("attention", m.attention, kAttentionNames);
   v.Enum("weights", m.weights, kWeightFormatNames);
+  // Nested keys (model: {share: {group: 2}}) are written with a dot here and in --set.
+  v.Int("share.group", m.share_group, IntRule{1, kMaxLayers});
+  v.Enum("share.what", m.share_what, kShareWhatNames);
+  v.Int("low_rank.attn", m.low_rank_attn, IntRule{0, kMaxWidth});
+  v.Int("low_rank.mlp", m.low_rank_mlp, IntRule{0, kMaxWidth});
 }
 
 void VisitData(DataConfig& d, FieldVisitor& v) {
@@ -239,6 +244,7 @@ using namespace config_internal;
 std::string_view Name(ModelPreset preset) { return LookUpName(kPresetNames, preset); }
 std::string_view Name(AttentionKind attention) { return LookUpName(kAttentionNames, attention); }
 std::string_view Name(WeightFormat weights) { return LookUpName(kWeightFormatNames, weights); }
+std::string_view Name(ShareWhat what) { return LookUpName(kShareWhatNames, what); }
 std::string_view Name(OptimizerState state) { return LookUpName(kOptimizerStateNames, state); }
 std::string_view Name(PrunePattern pattern) { return LookUpName(kPrunePatternNames, pattern); }
 std::string_view Name(DataFormat format) { return LookUpName(kDataFormatNames, format); }

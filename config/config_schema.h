@@ -64,6 +64,8 @@ inline constexpr NameTable<AttentionKind, 2> kAttentionNames{
     {{"flash", AttentionKind::kFlash}, {"materialized", AttentionKind::kMaterialized}}};
 inline constexpr NameTable<WeightFormat, 2> kWeightFormatNames{
     {{"dense", WeightFormat::kDense}, {"int8", WeightFormat::kInt8}}};
+inline constexpr NameTable<ShareWhat, 3> kShareWhatNames{
+    {{"all", ShareWhat::kAll}, {"attention", ShareWhat::kAttention}, {"mlp", ShareWhat::kMlp}}};
 inline constexpr NameTable<OptimizerState, 2> kOptimizerStateNames{
     {{"f32", OptimizerState::kF32}, {"int8", OptimizerState::kInt8}}};
 inline constexpr NameTable<PrunePattern, 2> kPrunePatternNames{

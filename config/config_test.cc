@@ -315,6 +315,51 @@ TEST(ConfigTest, CrossFieldRulesAreChecked) {
   EXPECT_EQ(ParseConfigString(ToYaml(pruned), "dump.yaml"), pruned);
 }
 
+TEST(ConfigTest, ShareAndLowRankAreNestedGroupsOfModel) {
+  const Config c = ParseConfigString(std::string(kMinimal) +
+                                         "model:\n"
+                                         "  num_layers: 8\n"
+                                         "  share:\n"
+                                         "    group: 4\n"
+                                         "    what: mlp\n"
+                                         "  low_rank: {attn: 16, mlp: 32}\n",
+                                     "x.yaml");
+  EXPECT_EQ(c.model.share_group, 4);
+  EXPECT_EQ(c.model.share_what, ShareWhat::kMlp);
+  EXPECT_EQ(c.model.low_rank_attn, 16);
+  EXPECT_EQ(c.model.low_rank_mlp, 32);
+  // --set reaches them with the dotted key; the dump reads back to an equal config.
+  const Config set = ParseConfigString(kMinimal, "x.yaml", {"model.share.group=2"});
+  EXPECT_EQ(set.model.share_group, 2);
+  EXPECT_EQ(ParseConfigString(ToYaml(c), "dump.yaml"), c);
+  EXPECT_EQ(ToJson(c)["model"]["share.what"], "mlp");
+  // A misspelt nested key is named with its file, line and full key.
+  EXPECT_THAT(ParseError(std::string(kMinimal) + "model:\n  share:\n    gruop: 2\n"),
+              AllOf(HasSubstr("x.yaml:5: model.share.gruop: unknown key"),
+                    HasSubstr("did you mean share.group?")));
+  EXPECT_THAT(ParseError(std::string(kMinimal) + "model:\n  share: 2\n"),
+              HasSubstr("model.share: unknown key"));
+}
+
+TEST(ConfigTest, ShareAndLowRankRulesAreChecked) {
+  EXPECT_THAT(ParseError(kMinimal, {"model.share.group=5"}),
+              HasSubstr("model.share.group 5 exceeds model.num_layers 4"));
+  EXPECT_THAT(ParseError(kMinimal,
+                         {"model.share.group=2", "model.preset=mlp", "model.share.what=attention"}),
+              HasSubstr("model.share.what attention needs attention: preset mlp has none"));
+  EXPECT_THAT(ParseError(kMinimal, {"model.low_rank.mlp=129"}),
+              HasSubstr("model.low_rank.mlp 129 exceeds model.width 128"));
+  EXPECT_THAT(ParseError(kMinimal, {"model.low_rank.attn=8", "model.preset=mlp"}),
+              HasSubstr("model.low_rank.attn needs attention blocks"));
+  EXPECT_THAT(ParseError(kMinimal, {"model.share.group=2", "model.weights=int8"}),
+              HasSubstr("does not combine with model.share or model.low_rank"));
+  EXPECT_THAT(ParseError(kMinimal, {"model.low_rank.mlp=8", "prune.at_step=5"}),
+              HasSubstr("does not combine with model.share or model.low_rank"));
+  EXPECT_THAT(ParseError(kMinimal, {"model.share.group=2", "model.preset=custom",
+                                    "model.layers=[embedding, block, block, head]"}),
+              HasSubstr("model.share needs preset gpt or mlp"));
+}
+
 TEST(ConfigTest, TokenizerMustLoadAndFitTheModelVocabulary) {
   const std::string fixture = BATON_SOURCE_DIR "/tests/fixtures/bpe/tokenizer.json";  // 640 ids
   const std::string yaml = std::string(kMinimal) + "  tokenizer: " + fixture + "\n";

@@ -126,6 +126,48 @@ void ValidatePrune(const Config& c, const Reporter& r) {
   }
 }
 
+// Sharing and low rank (model.share.*, model.low_rank.*).
+void ValidateStructure(const Config& c, const Reporter& r) {
+  const ModelConfig& m = c.model;
+  const bool shares = m.share_group > 1;
+  const bool low_rank = m.low_rank_attn > 0 || m.low_rank_mlp > 0;
+  if (shares) {
+    r.Require(m.preset != ModelPreset::kCustom, {"model.share.group", "model.preset"},
+              "model.share needs preset gpt or mlp: a custom graph's blocks may differ in kind");
+    r.Require(m.preset == ModelPreset::kCustom || m.share_group <= m.num_layers,
+              {"model.share.group", "model.num_layers"},
+              fmt::format("model.share.group {} exceeds model.num_layers {}", m.share_group,
+                          m.num_layers));
+    r.Require(m.preset != ModelPreset::kMlp || m.share_what != ShareWhat::kAttention,
+              {"model.share.what", "model.preset"},
+              "model.share.what attention needs attention: preset mlp has none");
+  }
+  const bool attention =
+      m.preset == ModelPreset::kGpt ||
+      (m.preset == ModelPreset::kCustom && std::ranges::count(m.layers, LayerKind::kBlock) > 0);
+  r.Require(m.low_rank_attn == 0 || attention, {"model.low_rank.attn", "model.preset"},
+            "model.low_rank.attn needs attention blocks: this model has none");
+  // A linear's rank is at most min(in, out) = C (full rank, which saves nothing: what baton
+  // compress --low-rank C writes to check the factorisation).
+  r.Require(m.low_rank_attn <= m.width, {"model.low_rank.attn", "model.width"},
+            fmt::format("model.low_rank.attn {} exceeds model.width {}, the largest rank of "
+                        "attention's matrices",
+                        m.low_rank_attn, m.width));
+  r.Require(m.low_rank_mlp <= m.width, {"model.low_rank.mlp", "model.width"},
+            fmt::format("model.low_rank.mlp {} exceeds model.width {}, the largest rank of the "
+                        "MLP's matrices",
+                        m.low_rank_mlp, m.width));
+  if (shares || low_rank) {
+    const char* key = shares ? "model.share.group" : "model.low_rank.mlp";
+    r.Require(m.weights == WeightFormat::kDense, {"model.weights", key},
+              "model.weights int8 holds dense block matrices: it does not combine with "
+              "model.share or model.low_rank");
+    r.Require(!c.prune.enabled(), {"prune.at_step", key},
+              "pruning masks dense block matrices: it does not combine with model.share or "
+              "model.low_rank");
+  }
+}
+
 void ValidateEval(const DataConfig& d, const TrainConfig& t, const Reporter& r) {
   r.Require(d.eval_path.empty() || d.eval_fraction == 0.0, {"data.eval_fraction", "data.eval_path"},
             "held-out data is data.eval_path or data.eval_fraction, not both");
@@ -180,6 +222,7 @@ void ValidateConfig(const Config& config, const WhereFn& where, const std::strin
   ValidateTrain(config.train, reporter);
   ValidateParallel(config.parallel, reporter);
   ValidatePrune(config, reporter);
+  ValidateStructure(config, reporter);
   reporter.Require(!config.output.dir.empty(), {"output.dir"}, "must not be empty");
 }
 

@@ -15,11 +15,25 @@ void Validate(const ModelDims& dims) {
   BATON_CHECK(dims.width > 0, "width must be positive, got {}", dims.width);
   BATON_CHECK(dims.width % dims.num_heads == 0, "width {} must be a multiple of num_heads {}",
               dims.width, dims.num_heads);
+  BATON_CHECK(dims.share_group >= 1, "share_group must be positive, got {}", dims.share_group);
+  BATON_CHECK(dims.low_rank_attn >= 0 && dims.low_rank_attn <= dims.width &&
+                  dims.low_rank_mlp >= 0 && dims.low_rank_mlp <= dims.width,
+              "low ranks (attn {}, mlp {}) must be in [0, width {}]", dims.low_rank_attn,
+              dims.low_rank_mlp, dims.width);
 }
 
 std::string ToString(const ModelDims& dims) {
-  return fmt::format("V={} T={} L={} NH={} C={}", dims.vocab_size, dims.context, dims.num_layers,
-                     dims.num_heads, dims.width);
+  std::string out = fmt::format("V={} T={} L={} NH={} C={}", dims.vocab_size, dims.context,
+                                dims.num_layers, dims.num_heads, dims.width);
+  if (dims.shares()) {
+    out += fmt::format(" share={}x{}", dims.share_group,
+                       dims.share_attention && dims.share_mlp ? "all"
+                       : dims.share_attention                 ? "attention"
+                                                              : "mlp");
+  }
+  if (dims.low_rank_attn > 0) out += fmt::format(" low_rank.attn={}", dims.low_rank_attn);
+  if (dims.low_rank_mlp > 0) out += fmt::format(" low_rank.mlp={}", dims.low_rank_mlp);
+  return out;
 }
 
 }  // namespace baton

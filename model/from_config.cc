@@ -11,6 +11,13 @@ ModelDims DimsOf(const ModelConfig& model) {
   dims.num_heads = model.num_heads;
   dims.width = static_cast<int>(model.width);
   dims.num_layers = model.num_layers;
+  dims.share_group = model.share_group;
+  dims.share_attention = model.share_what != ShareWhat::kMlp;
+  dims.share_mlp = model.share_what != ShareWhat::kAttention;
+  if (model.preset == ModelPreset::kMlp) dims.share_attention = false;
+  if (model.share_group <= 1) dims.share_attention = dims.share_mlp = false;  // one form for none
+  dims.low_rank_attn = static_cast<int>(model.low_rank_attn);
+  dims.low_rank_mlp = static_cast<int>(model.low_rank_mlp);
   if (model.preset == ModelPreset::kCustom) {
     int blocks = 0;
     for (LayerKind kind : model.layers)

@@ -1,5 +1,7 @@
 #include "planner/codec.h"
 
+#include <algorithm>
+
 #include "config/config_proto.h"
 #include "core/error.h"
 #include "proto/baton.pb.h"
@@ -88,6 +90,11 @@ std::string EncodeJobPlan(const Plan& plan, const Launch& launch) {
   dims->set_num_layers(plan.dims.num_layers);
   dims->set_num_heads(plan.dims.num_heads);
   dims->set_width(plan.dims.width);
+  dims->set_share_group(plan.dims.share_group);
+  dims->set_share_attention(plan.dims.share_attention);
+  dims->set_share_mlp(plan.dims.share_mlp);
+  dims->set_low_rank_attn(plan.dims.low_rank_attn);
+  dims->set_low_rank_mlp(plan.dims.low_rank_mlp);
   for (size_t i = 0; i < plan.graph.size(); ++i) {
     const LayerSpec& spec = plan.graph[i];
     pb::Layer* layer = m.add_graph();
@@ -148,6 +155,11 @@ Plan DecodeJobPlan(const std::string& bytes, Launch* launch) {
   const pb::ModelDims& dims = m.dims();
   plan.dims = {dims.vocab_size(), dims.context(), dims.num_layers(), dims.num_heads(),
                dims.width()};
+  plan.dims.share_group = std::max(1, dims.share_group());
+  plan.dims.share_attention = dims.share_attention();
+  plan.dims.share_mlp = dims.share_mlp();
+  plan.dims.low_rank_attn = dims.low_rank_attn();
+  plan.dims.low_rank_mlp = dims.low_rank_mlp();
   Validate(plan.dims);
   for (const pb::Layer& layer : m.graph()) {
     BATON_CHECK(layer.index() == static_cast<int>(plan.graph.size()),
