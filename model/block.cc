@@ -3,6 +3,9 @@
 
 #include <fmt/format.h>
 
+#include <cmath>
+#include <initializer_list>
+
 #include "core/error.h"
 #include "model/init.h"
 
@@ -12,21 +15,100 @@ namespace {
 using model_ops::Linear;
 using model_ops::Norm;
 
-// The MLP sublayer's parameters "h.{i}.ln_2.*", "h.{i}.mlp.*", in params() order.
-void AppendMlpDefs(std::vector<ParamDef>& defs, const std::string& prefix, int64_t width) {
-  const int64_t c = width;
-  defs.push_back({prefix + "ln_2.weight", {c}, ParamInit::kOnes});
-  defs.push_back({prefix + "ln_2.bias", {c}, ParamInit::kZeros});
-  defs.push_back({prefix + "mlp.c_fc.weight", {c, 4 * c}, ParamInit::kNormal});
-  defs.push_back({prefix + "mlp.c_fc.bias", {4 * c}, ParamInit::kZeros});
-  defs.push_back({prefix + "mlp.c_proj.weight", {4 * c, c}, ParamInit::kOutputProjection});
-  defs.push_back({prefix + "mlp.c_proj.bias", {c}, ParamInit::kZeros});
+// Where a sublayer's parameters come from: its own block, or (model.share) the first block of
+// its share group, whose names it takes and from whose init stream it draws.
+struct SublayerSource {
+  std::string prefix;     // "h.{i}."
+  int source_layer = -1;  // the group leader's graph index; -1 for the block's own
+};
+
+SublayerSource SourceOf(const ModelDims& dims, bool shared, int layer_index, int block_index) {
+  if (!shared || !dims.shares()) return {fmt::format("h.{}.", block_index), -1};
+  const int leader = dims.share_leader(block_index);
+  return {fmt::format("h.{}.", leader), layer_index - (block_index - leader)};
 }
 
-// The MLP sublayer's view of six consecutive params starting at `first`.
-model_ops::MlpParams MlpView(std::vector<Param>& p, size_t first) {
-  return {Norm{&p[first], &p[first + 1]}, Linear{&p[first + 2], &p[first + 3]},
-          Linear{&p[first + 4], &p[first + 5]}};
+// A linear's weight (in, out) and bias (out); at rank r > 0 the weight is "weight_u" (in, r) and
+// "weight_v" (r, out), each N(0, sqrt(std / sqrt(r))^2) so that their product's entries have the
+// dense weight's std.
+void AppendLinearDefs(std::vector<ParamDef>& defs, const SublayerSource& source,
+                      const std::string& name, int64_t in, int64_t out, bool output_projection,
+                      int rank, int num_layers) {
+  const std::string base = source.prefix + name;
+  if (rank == 0) {
+    defs.push_back({base + ".weight",
+                    {in, out},
+                    output_projection ? ParamInit::kOutputProjection : ParamInit::kNormal,
+                    0.0,
+                    source.source_layer});
+  } else {
+    const double dense_std = output_projection ? OutputProjectionStd(num_layers) : kInitStd;
+    const double std = std::sqrt(dense_std / std::sqrt(static_cast<double>(rank)));
+    defs.push_back(
+        {base + ".weight_u", {in, rank}, ParamInit::kNormalStd, std, source.source_layer});
+    defs.push_back(
+        {base + ".weight_v", {rank, out}, ParamInit::kNormalStd, std, source.source_layer});
+  }
+  defs.push_back({base + ".bias", {out}, ParamInit::kZeros, 0.0, source.source_layer});
+}
+
+void AppendAttentionDefs(std::vector<ParamDef>& defs, const SublayerSource& source,
+                         const ModelDims& dims) {
+  const int64_t c = dims.width;
+  defs.push_back({source.prefix + "ln_1.weight", {c}, ParamInit::kOnes, 0.0, source.source_layer});
+  defs.push_back({source.prefix + "ln_1.bias", {c}, ParamInit::kZeros, 0.0, source.source_layer});
+  AppendLinearDefs(defs, source, "attn.c_attn", c, 3 * c, false, dims.low_rank_attn,
+                   dims.num_layers);
+  AppendLinearDefs(defs, source, "attn.c_proj", c, c, true, dims.low_rank_attn, dims.num_layers);
+}
+
+// The MLP sublayer's parameters "h.{i}.ln_2.*", "h.{i}.mlp.*", in params() order.
+void AppendMlpDefs(std::vector<ParamDef>& defs, const SublayerSource& source,
+                   const ModelDims& dims) {
+  const int64_t c = dims.width;
+  defs.push_back({source.prefix + "ln_2.weight", {c}, ParamInit::kOnes, 0.0, source.source_layer});
+  defs.push_back({source.prefix + "ln_2.bias", {c}, ParamInit::kZeros, 0.0, source.source_layer});
+  AppendLinearDefs(defs, source, "mlp.c_fc", c, 4 * c, false, dims.low_rank_mlp, dims.num_layers);
+  AppendLinearDefs(defs, source, "mlp.c_proj", 4 * c, c, true, dims.low_rank_mlp, dims.num_layers);
+}
+
+Param* Find(std::vector<Param>& params, const std::string& name) {
+  for (Param& p : params) {
+    if (p.name == name) return &p;
+  }
+  return nullptr;
+}
+
+Norm NormView(std::vector<Param>& p, const std::string& base) {
+  Norm norm{Find(p, base + ".weight"), Find(p, base + ".bias")};
+  BATON_CHECK(norm.weight != nullptr && norm.bias != nullptr, "no LayerNorm {}", base);
+  return norm;
+}
+
+Linear LinearView(std::vector<Param>& p, const std::string& base) {
+  Linear linear{Find(p, base + ".weight"), Find(p, base + ".bias")};
+  if (linear.weight == nullptr) {  // low rank
+    linear.weight = Find(p, base + ".weight_u");
+    linear.weight_v = Find(p, base + ".weight_v");
+    BATON_CHECK(linear.weight_v != nullptr, "linear {} has weight_u but no weight_v", base);
+  }
+  BATON_CHECK(linear.weight != nullptr && linear.bias != nullptr, "no linear {}", base);
+  return linear;
+}
+
+model_ops::MlpParams MlpView(std::vector<Param>& p, const SublayerSource& source) {
+  return {NormView(p, source.prefix + "ln_2"), LinearView(p, source.prefix + "mlp.c_fc"),
+          LinearView(p, source.prefix + "mlp.c_proj")};
+}
+
+// Every weight matrix (dense, or both low-rank factors) of `linears`, in order.
+std::vector<Param*> WeightMatrices(std::initializer_list<Linear> linears) {
+  std::vector<Param*> out;
+  for (const Linear& l : linears) {
+    out.push_back(l.weight);
+    if (l.weight_v != nullptr) out.push_back(l.weight_v);
+  }
+  return out;
 }
 
 std::vector<Param*> Pointers(std::vector<Param>& params) {
@@ -49,33 +131,46 @@ void CheckGradient(const Tensor& dy, const ModelDims& dims, DType act_dtype,
               "{} needs dy (B,T,C={}) {}, got {}", who, dims.width, Name(act_dtype), dy.ToString());
 }
 
+// The defs of a block of `kind` (block or mlp_block).
+std::vector<ParamDef> BlockDefs(LayerKind kind, const ModelDims& dims, int layer_index,
+                                int block_index) {
+  std::vector<ParamDef> defs;
+  if (kind == LayerKind::kBlock) {
+    AppendAttentionDefs(defs, SourceOf(dims, dims.share_attention, layer_index, block_index), dims);
+  }
+  AppendMlpDefs(defs, SourceOf(dims, dims.share_mlp, layer_index, block_index), dims);
+  return defs;
+}
+
 }  // namespace
+
+std::vector<std::string> SharedParamNames(LayerKind kind, const ModelDims& dims, int layer_index,
+                                          int block_index) {
+  std::vector<std::string> names;
+  for (const ParamDef& def : BlockDefs(kind, dims, layer_index, block_index)) {
+    if (def.source_layer >= 0 && def.source_layer != layer_index) names.push_back(def.name);
+  }
+  return names;
+}
 
 // ---- BlockLayer
 
 BlockLayer::BlockLayer(Backend& backend, const ModelDims& dims, DType param_dtype, DType act_dtype,
-                       uint64_t seed, int layer_index, int block_index)
+                       uint64_t seed, int layer_index, int block_index, const LocalParams& local)
     : backend_(backend),
       dims_(dims),
       act_dtype_(act_dtype),
       name_(fmt::format("block.{}", block_index)) {
   Validate(dims);
   BATON_CHECK(block_index >= 0, "block index {} must be non-negative", block_index);
-  const std::string prefix = fmt::format("h.{}.", block_index);
-  const int64_t c = dims.width;
-  std::vector<ParamDef> defs = {
-      {prefix + "ln_1.weight", {c}, ParamInit::kOnes},
-      {prefix + "ln_1.bias", {c}, ParamInit::kZeros},
-      {prefix + "attn.c_attn.weight", {c, 3 * c}, ParamInit::kNormal},
-      {prefix + "attn.c_attn.bias", {3 * c}, ParamInit::kZeros},
-      {prefix + "attn.c_proj.weight", {c, c}, ParamInit::kOutputProjection},
-      {prefix + "attn.c_proj.bias", {c}, ParamInit::kZeros},
-  };
-  AppendMlpDefs(defs, prefix, c);
-  params_ = NewParams(backend, defs, param_dtype, seed, layer_index, dims.num_layers);
-  attn_ = {Norm{&params_[0], &params_[1]}, Linear{&params_[2], &params_[3]},
-           Linear{&params_[4], &params_[5]}, dims.num_heads, /*flash=*/true};
-  mlp_ = MlpView(params_, 6);
+  const SublayerSource attn = SourceOf(dims, dims.share_attention, layer_index, block_index);
+  const SublayerSource mlp = SourceOf(dims, dims.share_mlp, layer_index, block_index);
+  const std::vector<ParamDef> defs = BlockDefs(LayerKind::kBlock, dims, layer_index, block_index);
+  params_ = NewParams(backend, defs, param_dtype, seed, layer_index, dims.num_layers, local);
+  attn_ = {NormView(params_, attn.prefix + "ln_1"),
+           LinearView(params_, attn.prefix + "attn.c_attn"),
+           LinearView(params_, attn.prefix + "attn.c_proj"), dims.num_heads, /*flash=*/true};
+  mlp_ = MlpView(params_, mlp);
 }
 
 std::vector<Param*> BlockLayer::params() { return Pointers(params_); }
@@ -113,24 +208,25 @@ Tensor BlockLayer::BackwardInput(const Tensor& dy, const MicroBatch& /*batch*/, 
 
 void BlockLayer::BackwardWeight(Stash& stash) {
   model_ops::RunDeferredWeightGrads(
-      backend_, {attn_.c_attn.weight, attn_.c_proj.weight, mlp_.c_fc.weight, mlp_.c_proj.weight},
-      stash);
+      backend_, WeightMatrices({attn_.c_attn, attn_.c_proj, mlp_.c_fc, mlp_.c_proj}), stash);
 }
 
 // ---- MlpBlockLayer
 
 MlpBlockLayer::MlpBlockLayer(Backend& backend, const ModelDims& dims, DType param_dtype,
-                             DType act_dtype, uint64_t seed, int layer_index, int block_index)
+                             DType act_dtype, uint64_t seed, int layer_index, int block_index,
+                             const LocalParams& local)
     : backend_(backend),
       dims_(dims),
       act_dtype_(act_dtype),
       name_(fmt::format("mlp_block.{}", block_index)) {
   Validate(dims);
   BATON_CHECK(block_index >= 0, "block index {} must be non-negative", block_index);
-  std::vector<ParamDef> defs;
-  AppendMlpDefs(defs, fmt::format("h.{}.", block_index), dims.width);
-  params_ = NewParams(backend, defs, param_dtype, seed, layer_index, dims.num_layers);
-  mlp_ = MlpView(params_, 0);
+  const SublayerSource mlp = SourceOf(dims, dims.share_mlp, layer_index, block_index);
+  const std::vector<ParamDef> defs =
+      BlockDefs(LayerKind::kMlpBlock, dims, layer_index, block_index);
+  params_ = NewParams(backend, defs, param_dtype, seed, layer_index, dims.num_layers, local);
+  mlp_ = MlpView(params_, mlp);
 }
 
 std::vector<Param*> MlpBlockLayer::params() { return Pointers(params_); }
@@ -161,7 +257,7 @@ Tensor MlpBlockLayer::BackwardInput(const Tensor& dy, const MicroBatch& /*batch*
 }
 
 void MlpBlockLayer::BackwardWeight(Stash& stash) {
-  model_ops::RunDeferredWeightGrads(backend_, {mlp_.c_fc.weight, mlp_.c_proj.weight}, stash);
+  model_ops::RunDeferredWeightGrads(backend_, WeightMatrices({mlp_.c_fc, mlp_.c_proj}), stash);
 }
 
 }  // namespace baton

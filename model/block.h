@@ -13,6 +13,12 @@
 // MlpBlockLayer (the `mlp` preset): y = x + mlp.c_proj(gelu(mlp.c_fc(ln_2(x)))), with the six
 // "h.{i}.ln_2.*" / "h.{i}.mlp.*" parameters above.
 //
+// Structure (docs/model.md, "Sharing and low rank"): with dims.low_rank_attn / low_rank_mlp = r
+// each affected "<linear>.weight" (in, out) is "<linear>.weight_u" (in, r) and ".weight_v" (r,
+// out), in that place of params(). With model.share a block after its group's first takes that
+// block's shared sublayer parameters: named "h.{first}.*", drawn from its stream, Param::tied,
+// and held once per process when `local` finds them.
+//
 // Stash: see model/sublayers.h; under selective recompute the GELU input and output (B,T,4C)
 // and, with materialized attention, the attention probabilities (B,NH,T,T) are not stashed and
 // Backward recomputes them (bit-identical results). Flash attention (the default) stashes only
@@ -23,18 +29,26 @@
 #include <string>
 #include <vector>
 
+#include "config/layer_kind.h"
 #include "kernels/backend.h"
 #include "model/dims.h"
+#include "model/init.h"
 #include "model/layer.h"
 #include "model/sublayers.h"
 
 namespace baton {
 
+// The names of the parameters a block of `kind` at graph index layer_index (block block_index)
+// takes from its share group's first block (model.share); empty for that block itself.
+std::vector<std::string> SharedParamNames(LayerKind kind, const ModelDims& dims, int layer_index,
+                                          int block_index);
+
 class BlockLayer final : public Layer {
  public:
   // layer_index: position in the graph (keys the init streams); block_index: i of "h.{i}".
+  // `local` finds this process's shared originals (model.share; see init.h's NewParams).
   BlockLayer(Backend& backend, const ModelDims& dims, DType param_dtype, DType act_dtype,
-             uint64_t seed, int layer_index, int block_index);
+             uint64_t seed, int layer_index, int block_index, const LocalParams& local = nullptr);
 
   const std::string& name() const override { return name_; }
   std::vector<Param*> params() override;
@@ -66,7 +80,8 @@ class BlockLayer final : public Layer {
 class MlpBlockLayer final : public Layer {
  public:
   MlpBlockLayer(Backend& backend, const ModelDims& dims, DType param_dtype, DType act_dtype,
-                uint64_t seed, int layer_index, int block_index);
+                uint64_t seed, int layer_index, int block_index,
+                const LocalParams& local = nullptr);
 
   const std::string& name() const override { return name_; }
   std::vector<Param*> params() override;

@@ -52,39 +52,97 @@ int64_t SumRange(const std::vector<LayerSpec>& graph, int first, int last, Fn fn
 
 // ---- parameters
 
-int64_t ParamCount(const LayerSpec& spec, const ModelDims& dims) {
+namespace {
+
+// Weight-matrix entries of a linear (in, out): dense in*out, low rank r*(in + out).
+int64_t WeightCount(int64_t in, int64_t out, int64_t rank) {
+  return rank > 0 ? rank * (in + out) : in * out;
+}
+
+// The attention sublayer: ln_1 2C, c_attn weight + 3C, c_proj weight + C.
+int64_t AttentionParams(const ModelDims& dims) {
+  const int64_t c = dims.width, r = dims.low_rank_attn;
+  return 2 * c + WeightCount(c, 3 * c, r) + 3 * c + WeightCount(c, c, r) + c;
+}
+
+// The MLP sublayer: ln_2 2C, c_fc weight + 4C, c_proj weight + C.
+int64_t MlpParams(const ModelDims& dims) {
+  const int64_t c = dims.width, r = dims.low_rank_mlp;
+  return 2 * c + WeightCount(c, 4 * c, r) + 4 * c + WeightCount(4 * c, c, r) + c;
+}
+
+// The block's parameters its share group's first block holds (model.share); 0 for that block.
+int64_t SharedParams(const LayerSpec& spec, const ModelDims& dims) {
+  if (spec.block_index < 0 || dims.share_leader(spec.block_index) == spec.block_index) return 0;
+  int64_t shared = dims.share_mlp ? MlpParams(dims) : 0;
+  if (spec.kind == LayerKind::kBlock && dims.share_attention) shared += AttentionParams(dims);
+  return shared;
+}
+
+}  // namespace
+
+int64_t StoredParamCount(const LayerSpec& spec, const ModelDims& dims) {
   Validate(dims);
   const int64_t v = dims.vocab_size, c = dims.width;
   switch (spec.kind) {
     case LayerKind::kEmbedding:
       return v * c + int64_t{dims.context} * c;  // wte, wpe
-    case LayerKind::kBlock:
-      return 12 * c * c + 13 * c;  // ln 2C+2C, c_attn 3C^2+3C, c_proj C^2+C, mlp 8C^2+5C
-    case LayerKind::kMlpBlock:
-      return 8 * c * c + 7 * c;  // ln 2C, c_fc 4C^2+4C, c_proj 4C^2+C
+    case LayerKind::kBlock:                      // dense: 12C^2 + 13C
+      return AttentionParams(dims) + MlpParams(dims);
+    case LayerKind::kMlpBlock:  // dense: 8C^2 + 7C
+      return MlpParams(dims);
     case LayerKind::kHead:
-      return 2 * c;  // ln_f; the tied wte is the embedding's
+      return 2 * c + v * c;  // ln_f and the tied copy of wte
   }
   BATON_FAIL("unknown layer kind {}", static_cast<int>(spec.kind));
 }
 
-int64_t StoredParamCount(const LayerSpec& spec, const ModelDims& dims) {
-  const int64_t own = ParamCount(spec, dims);
-  if (spec.kind == LayerKind::kHead) return own + int64_t{dims.vocab_size} * dims.width;
-  return own;
+int64_t ParamCount(const LayerSpec& spec, const ModelDims& dims) {
+  const int64_t stored = StoredParamCount(spec, dims);
+  if (spec.kind == LayerKind::kHead) return stored - int64_t{dims.vocab_size} * dims.width;
+  return stored - SharedParams(spec, dims);
+}
+
+int64_t StoredParamCount(const std::vector<LayerSpec>& graph, int first, int last,
+                         const ModelDims& dims) {
+  CheckRange(graph, first, last);
+  int64_t total = 0;
+  for (int i = first; i <= last; ++i) {
+    const LayerSpec& spec = graph[static_cast<size_t>(i)];
+    total += StoredParamCount(spec, dims);
+    // A shared copy whose group has a block earlier in the range shares that one's storage.
+    if (spec.block_index > 0 && i > first &&
+        dims.share_leader(spec.block_index) != spec.block_index)
+      total -= SharedParams(spec, dims);
+  }
+  return total;
 }
 
 // ---- per micro-batch
+
+namespace {
+
+// Forward GEMM FLOPs of the attention sublayer's and the MLP sublayer's linears.
+int64_t AttentionLinearFlops(const Terms& x, const ModelDims& dims) {
+  const int64_t r = dims.low_rank_attn;
+  return 2 * x.n * (WeightCount(x.c, 3 * x.c, r) + WeightCount(x.c, x.c, r));
+}
+int64_t MlpLinearFlops(const Terms& x, const ModelDims& dims) {
+  const int64_t r = dims.low_rank_mlp;
+  return 2 * x.n * (WeightCount(x.c, 4 * x.c, r) + WeightCount(4 * x.c, x.c, r));
+}
+
+}  // namespace
 
 int64_t ForwardFlops(const LayerSpec& spec, const ModelDims& dims, const MicroBatchShape& shape) {
   const Terms x = MakeTerms(dims, shape);
   switch (spec.kind) {
     case LayerKind::kEmbedding:
       return 0;
-    case LayerKind::kBlock:  // GEMMs 2N(3C^2 + C^2 + 4C^2 + 4C^2); QK^T and PV 2*2*B*T*T*C
-      return 24 * x.n * x.c * x.c + 4 * x.b * x.t * x.t * x.c;
+    case LayerKind::kBlock:  // dense GEMMs 2N(3C^2 + C^2 + 4C^2 + 4C^2); QK^T and PV 2*2*B*T*T*C
+      return AttentionLinearFlops(x, dims) + MlpLinearFlops(x, dims) + 4 * x.b * x.t * x.t * x.c;
     case LayerKind::kMlpBlock:
-      return 16 * x.n * x.c * x.c;
+      return MlpLinearFlops(x, dims);
     case LayerKind::kHead:
       return 2 * x.n * x.c * x.v;
   }
@@ -97,16 +155,22 @@ int64_t BackwardFlops(const LayerSpec& spec, const ModelDims& dims, const MicroB
 
 int64_t RecomputeFlops(const LayerSpec& spec, const ModelDims& dims, const MicroBatchShape& shape) {
   const Terms x = MakeTerms(dims, shape);
-  const int64_t c_fc = x.selective ? 8 * x.n * x.c * x.c : 0;
+  // Selective recompute redoes c_fc's forward; a low-rank linear's backward redoes x @ U.
+  const int64_t r_mlp = dims.low_rank_mlp, r_attn = dims.low_rank_attn;
+  const int64_t c_fc = x.selective ? 2 * x.n * WeightCount(x.c, 4 * x.c, r_mlp) : 0;
+  const int64_t mlp_low_rank = r_mlp > 0 ? 2 * x.n * r_mlp * (x.c + 4 * x.c) : 0;
+  const int64_t attn_low_rank = r_attn > 0 ? 2 * x.n * r_attn * (x.c + x.c) : 0;
   switch (spec.kind) {
     case LayerKind::kEmbedding:
     case LayerKind::kHead:
       return 0;
-    case LayerKind::kBlock:  // c_fc; QK^T (flash) or QK^T and PV (materialized, selective)
-      if (x.flash) return c_fc + 2 * x.b * x.t * x.t * x.c;
-      return c_fc + (x.selective ? 4 * x.b * x.t * x.t * x.c : 0);
+    case LayerKind::kBlock: {  // c_fc; QK^T (flash) or QK^T and PV (materialized, selective)
+      const int64_t linears = c_fc + mlp_low_rank + attn_low_rank;
+      if (x.flash) return linears + 2 * x.b * x.t * x.t * x.c;
+      return linears + (x.selective ? 4 * x.b * x.t * x.t * x.c : 0);
+    }
     case LayerKind::kMlpBlock:
-      return c_fc;
+      return c_fc + mlp_low_rank;
   }
   BATON_FAIL("unknown layer kind {}", static_cast<int>(spec.kind));
 }

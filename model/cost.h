@@ -6,9 +6,12 @@
 // T tokens, N = B*T rows.
 //
 // - Parameters. ParamCount counts each model parameter once: the head's tied copy of wte is the
-//   embedding's parameter, so ParamCount(head) = 2C (ln_f) and GPT-2 124M sums to 124,439,808.
+//   embedding's parameter, so ParamCount(head) = 2C (ln_f) and GPT-2 124M sums to 124,439,808;
+//   a shared block (model.share) counts only what its group's first block does not hold.
 //   StoredParamCount is what a layer allocates on its own: the head's includes its V*C copy.
-// - FLOPs: 2 per multiply-add of every matrix product (GEMMs, and attention's QK^T and PV counted
+//   A low-rank linear (model.low_rank) holds r(in + out) weights instead of in*out.
+// - FLOPs: 2 per multiply-add of every matrix product (a low-rank linear's two) (GEMMs, and
+// attention's QK^T and PV counted
 //   for the full TxT, not halved for the causal mask: the PaLM / Megatron MFU convention);
 //   elementwise work, LayerNorm, softmax and the loss are not counted. Backward = 2 x forward.
 #pragma once
@@ -33,6 +36,10 @@ struct MicroBatchShape {
 // ---- parameters
 int64_t ParamCount(const LayerSpec& spec, const ModelDims& dims);
 int64_t StoredParamCount(const LayerSpec& spec, const ModelDims& dims);
+// What a process holding graph[first..last] allocates: each layer's stored parameters, a share
+// group's shared parameters once (model.share).
+int64_t StoredParamCount(const std::vector<LayerSpec>& graph, int first, int last,
+                         const ModelDims& dims);
 
 // ---- per layer, per micro-batch
 int64_t ForwardFlops(const LayerSpec& spec, const ModelDims& dims, const MicroBatchShape& shape);

@@ -75,7 +75,7 @@ ScopedLayerWrapperForTesting::Wrap* layer_wrapper = nullptr;
 
 std::unique_ptr<Layer> BuildUnwrapped(const LayerSpec& spec, const ModelDims& dims,
                                       Backend& backend, DType param_dtype, DType act_dtype,
-                                      uint64_t seed) {
+                                      uint64_t seed, const LocalParams& local) {
   BATON_CHECK(IsFloating(act_dtype), "the activation dtype must be f32, bf16 or f16, got {}",
               Name(act_dtype));
   switch (spec.kind) {
@@ -84,10 +84,10 @@ std::unique_ptr<Layer> BuildUnwrapped(const LayerSpec& spec, const ModelDims& di
                                               spec.index);
     case LayerKind::kBlock:
       return std::make_unique<BlockLayer>(backend, dims, param_dtype, act_dtype, seed, spec.index,
-                                          spec.block_index);
+                                          spec.block_index, local);
     case LayerKind::kMlpBlock:
       return std::make_unique<MlpBlockLayer>(backend, dims, param_dtype, act_dtype, seed,
-                                             spec.index, spec.block_index);
+                                             spec.index, spec.block_index, local);
     case LayerKind::kHead:
       return std::make_unique<HeadLayer>(backend, dims, param_dtype, act_dtype, seed, spec.index);
   }
@@ -97,8 +97,10 @@ std::unique_ptr<Layer> BuildUnwrapped(const LayerSpec& spec, const ModelDims& di
 }  // namespace
 
 std::unique_ptr<Layer> BuildLayer(const LayerSpec& spec, const ModelDims& dims, Backend& backend,
-                                  DType param_dtype, DType act_dtype, uint64_t seed) {
-  std::unique_ptr<Layer> layer = BuildUnwrapped(spec, dims, backend, param_dtype, act_dtype, seed);
+                                  DType param_dtype, DType act_dtype, uint64_t seed,
+                                  const LocalParams& local) {
+  std::unique_ptr<Layer> layer =
+      BuildUnwrapped(spec, dims, backend, param_dtype, act_dtype, seed, local);
   if (layer_wrapper != nullptr) layer = (*layer_wrapper)(std::move(layer), backend);
   return layer;
 }
@@ -113,15 +115,41 @@ ScopedLayerWrapperForTesting::~ScopedLayerWrapperForTesting() {
   layer_wrapper = nullptr;
 }
 
-std::vector<TiedParameter> TiedParameters(const std::vector<LayerSpec>& graph) {
+std::vector<std::vector<int>> ShareGroups(const std::vector<LayerSpec>& graph,
+                                          const ModelDims& dims) {
+  std::vector<std::vector<int>> groups;
+  if (!dims.shares()) return groups;
+  int leader = -1;
+  for (const LayerSpec& spec : graph) {
+    if (spec.block_index < 0) continue;
+    const int l = dims.share_leader(spec.block_index);
+    if (l != leader) {
+      groups.emplace_back();
+      leader = l;
+    }
+    groups.back().push_back(spec.index);
+  }
+  std::erase_if(groups, [](const std::vector<int>& g) { return g.size() < 2; });
+  return groups;
+}
+
+std::vector<TiedParameter> TiedParameters(const std::vector<LayerSpec>& graph,
+                                          const ModelDims& dims) {
+  std::vector<TiedParameter> tied;
   TiedParameter wte{"wte.weight", {}};
   for (const LayerSpec& spec : graph) {
     if (spec.kind == LayerKind::kEmbedding || spec.kind == LayerKind::kHead) {
       wte.layers.push_back(spec.index);
     }
   }
-  if (wte.layers.size() < 2) return {};
-  return {wte};
+  if (wte.layers.size() >= 2) tied.push_back(std::move(wte));
+  for (const std::vector<int>& group : ShareGroups(graph, dims)) {
+    // The leader's parameters that its group's copies take.
+    const LayerSpec& copy = graph[static_cast<size_t>(group[1])];
+    for (const std::string& name : SharedParamNames(copy.kind, dims, copy.index, copy.block_index))
+      tied.push_back({name, group});
+  }
+  return tied;
 }
 
 }  // namespace baton

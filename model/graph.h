@@ -16,6 +16,7 @@
 #include "core/dtype.h"
 #include "kernels/backend.h"
 #include "model/dims.h"
+#include "model/init.h"
 #include "model/layer.h"
 
 namespace baton {
@@ -34,8 +35,16 @@ struct TiedParameter {
   std::vector<int> layers;
   bool operator==(const TiedParameter&) const = default;
 };
-// The graph's tied parameters: the head's "wte.weight" copies the embedding's (model/head.h).
-std::vector<TiedParameter> TiedParameters(const std::vector<LayerSpec>& graph);
+// The graph's tied parameters: the head's "wte.weight" copies the embedding's (model/head.h);
+// with model.share, every shared parameter of a share group of two or more blocks, held by the
+// group's blocks (model/block.h).
+std::vector<TiedParameter> TiedParameters(const std::vector<LayerSpec>& graph,
+                                          const ModelDims& dims);
+
+// The share groups of the graph's blocks (model.share) with two or more blocks: each the graph
+// indices of its blocks, ascending. Empty without sharing.
+std::vector<std::vector<int>> ShareGroups(const std::vector<LayerSpec>& graph,
+                                          const ModelDims& dims);
 
 // embedding, num_layers x block, head: GPT-2.
 std::vector<LayerSpec> GptGraph(const ModelDims& dims);
@@ -46,9 +55,11 @@ std::vector<LayerSpec> MlpGraph(const ModelDims& dims);
 std::vector<LayerSpec> CustomGraph(const ModelDims& dims, const std::vector<std::string>& kinds);
 
 // Builds one layer with its parameters initialised (see model/init.h for the rule). The
-// result's name() is spec.name.
+// result's name() is spec.name. `local` finds the shared originals this process already holds
+// (model.share): a block's shared parameters then share their storage (init.h's NewParams).
 std::unique_ptr<Layer> BuildLayer(const LayerSpec& spec, const ModelDims& dims, Backend& backend,
-                                  DType param_dtype, DType act_dtype, uint64_t seed);
+                                  DType param_dtype, DType act_dtype, uint64_t seed,
+                                  const LocalParams& local = nullptr);
 
 // For tests: while one is alive, BuildLayer passes every layer it builds through `wrap`, which
 // returns the layer to use (e.g. one that delegates to it but allocates differently). One at a

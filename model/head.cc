@@ -25,6 +25,7 @@ HeadLayer::HeadLayer(Backend& backend, const ModelDims& dims, DType param_dtype,
   // Drawn from the embedding's stream (its layer, its param 0), not this layer's.
   wte_ = NewParam(backend, "wte.weight", {dims.vocab_size, c}, param_dtype);
   wte_.tied = true;
+  wte_.source_layer = kEmbeddingLayerIndex;
   InitNormal(backend, wte_.value, seed, kEmbeddingLayerIndex, 0, kInitStd);
 }
 

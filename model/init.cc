@@ -8,23 +8,6 @@
 #include "core/random.h"
 
 namespace baton {
-namespace {
-
-// Writes host f32 values into `value` (any float dtype, any device). The conversion happens
-// here, on the host, so every backend ends with the same bits; the backend only moves bytes.
-void Upload(Backend& backend, const std::vector<float>& host, Tensor& value) {
-  BATON_CHECK(static_cast<int64_t>(host.size()) == value.numel(), "{} values for {}", host.size(),
-              value.ToString());
-  // Host staging is transient setup memory outside any device ledger.
-  std::vector<char> bytes(host.size() * SizeOf(value.dtype()));
-  ConvertFloats(host.data(), DType::kF32, bytes.data(), value.dtype(), host.size());
-  const Tensor staged = Tensor::Wrap(bytes.data(), value.shape(), value.dtype());
-  backend.Copy(staged, value);
-  backend.Synchronize();  // `bytes` dies on return
-}
-
-}  // namespace
-
 double OutputProjectionStd(int num_layers) {
   BATON_CHECK(num_layers > 0, "num_layers must be positive, got {}", num_layers);
   return kInitStd / std::sqrt(2.0 * num_layers);
@@ -39,6 +22,19 @@ Param NewParam(Backend& backend, std::string name, Shape shape, DType dtype) {
   backend.Zero(param.grad);
   param.weight_decay = shape.size() >= 2;
   return param;
+}
+
+// Writes host f32 values into `value` (any float dtype, any device). The conversion happens
+// here, on the host, so every backend ends with the same bits; the backend only moves bytes.
+void UploadValues(Backend& backend, const std::vector<float>& host, Tensor& value) {
+  BATON_CHECK(static_cast<int64_t>(host.size()) == value.numel(), "{} values for {}", host.size(),
+              value.ToString());
+  // Host staging is transient setup memory outside any device ledger.
+  std::vector<char> bytes(host.size() * SizeOf(value.dtype()));
+  ConvertFloats(host.data(), DType::kF32, bytes.data(), value.dtype(), host.size());
+  const Tensor staged = Tensor::Wrap(bytes.data(), value.shape(), value.dtype());
+  backend.Copy(staged, value);
+  backend.Synchronize();  // `bytes` dies on return
 }
 
 std::vector<float> HostValues(Backend& backend, const Tensor& value) {
@@ -61,7 +57,7 @@ void InitNormal(Backend& backend, Tensor& value, uint64_t seed, int layer_index,
       seed, {static_cast<uint64_t>(layer_index), static_cast<uint64_t>(param_index)});
   std::vector<float> host(static_cast<size_t>(value.numel()));
   for (float& v : host) v = static_cast<float>(rng.NextNormal() * std);
-  Upload(backend, host, value);
+  UploadValues(backend, host, value);
 }
 
 void InitConstant(Backend& backend, Tensor& value, float constant) {
@@ -69,23 +65,43 @@ void InitConstant(Backend& backend, Tensor& value, float constant) {
     backend.Zero(value);
     return;
   }
-  Upload(backend, std::vector<float>(static_cast<size_t>(value.numel()), constant), value);
+  UploadValues(backend, std::vector<float>(static_cast<size_t>(value.numel()), constant), value);
 }
 
 std::vector<Param> NewParams(Backend& backend, const std::vector<ParamDef>& defs, DType dtype,
-                             uint64_t seed, int layer_index, int num_layers) {
+                             uint64_t seed, int layer_index, int num_layers,
+                             const LocalParams& local) {
   std::vector<Param> params;
   params.reserve(defs.size());
   for (const ParamDef& def : defs) {
     const int param_index = static_cast<int>(params.size());
+    const bool copy = def.source_layer >= 0 && def.source_layer != layer_index;
+    const Param* original = copy && local ? local(def.name) : nullptr;
+    if (original != nullptr) {  // the group's parameter already lives here: hold it once
+      BATON_CHECK(original->value.shape() == def.shape && original->value.dtype() == dtype,
+                  "shared parameter {}: {} here, {} where it lives", def.name, ToString(def.shape),
+                  original->value.ToString());
+      Param& param = params.emplace_back(*original);
+      param.tied = true;
+      param.source_layer = def.source_layer;
+      continue;
+    }
     Param& param = params.emplace_back(NewParam(backend, def.name, def.shape, dtype));
+    if (copy) {
+      param.tied = true;
+      param.source_layer = def.source_layer;
+    }
+    const int stream_layer = def.source_layer >= 0 ? def.source_layer : layer_index;
     switch (def.init) {
       case ParamInit::kNormal:
-        InitNormal(backend, param.value, seed, layer_index, param_index, kInitStd);
+        InitNormal(backend, param.value, seed, stream_layer, param_index, kInitStd);
         break;
       case ParamInit::kOutputProjection:
-        InitNormal(backend, param.value, seed, layer_index, param_index,
+        InitNormal(backend, param.value, seed, stream_layer, param_index,
                    OutputProjectionStd(num_layers));
+        break;
+      case ParamInit::kNormalStd:
+        InitNormal(backend, param.value, seed, stream_layer, param_index, def.std);
         break;
       case ParamInit::kZeros:
         InitConstant(backend, param.value, 0.0f);

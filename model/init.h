@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -33,6 +34,9 @@ Param NewParam(Backend& backend, std::string name, Shape shape, DType dtype);
 
 // `value` (any device, any float dtype) as host f32 values.
 std::vector<float> HostValues(Backend& backend, const Tensor& value);
+// Writes host f32 values into `value` (any float dtype, any device), rounding to nearest even on
+// the host so every backend ends with the same bits.
+void UploadValues(Backend& backend, const std::vector<float>& host, Tensor& value);
 
 // value ~ N(0, std^2) from the stream (seed, layer_index, param_index), as above.
 void InitNormal(Backend& backend, Tensor& value, uint64_t seed, int layer_index, int param_index,
@@ -45,16 +49,27 @@ enum class ParamInit {
   kOutputProjection,  // N(0, 0.02 / sqrt(2 L))
   kZeros,
   kOnes,
+  kNormalStd,  // N(0, ParamDef::std^2): the factors of a low-rank matrix (model/block.h)
 };
 
 struct ParamDef {
   std::string name;
   Shape shape;
   ParamInit init;
+  double std = 0.0;  // kNormalStd only
+  // A copy of the parameter `name` of graph layer `source_layer` (a shared block's, model.share):
+  // drawn from that layer's stream, marked Param::tied (when source_layer is not this layer).
+  int source_layer = -1;
 };
 
+// Finds a parameter of this process by name (the shared originals already built here), or null.
+using LocalParams = std::function<Param*(const std::string& name)>;
+
 // Allocates and initialises `defs` in order; a parameter's param_index is its position there.
+// A def with a source layer whose parameter `local` finds is not allocated: the new Param shares
+// that one's value and grad (so the memory is held once).
 std::vector<Param> NewParams(Backend& backend, const std::vector<ParamDef>& defs, DType dtype,
-                             uint64_t seed, int layer_index, int num_layers);
+                             uint64_t seed, int layer_index, int num_layers,
+                             const LocalParams& local = nullptr);
 
 }  // namespace baton

@@ -57,10 +57,15 @@ struct Param {
   Tensor value;               // booked as params, in the layer's param dtype
   Tensor grad;                // same shape, f32, booked as grads; zeroed at the start of every step
   bool weight_decay = false;  // AdamW decay applies to tensors of rank >= 2
-  // True for a copy of another layer's parameter of the same name (the head's "wte.weight", tied
-  // to the embedding's). Its value equals the original bit for bit (and after TieEmbedding shares
-  // its storage); its grad is always separate, to be summed with the original's at step end.
+  // True for a copy of another layer's parameter of the same name: the head's "wte.weight", tied
+  // to the embedding's, and a shared block's copy of its group leader's parameter (model.share).
+  // Its value equals the original bit for bit. The head's copy shares the embedding's storage
+  // after TieEmbedding, its grad always separate, summed with the original's at step end; a
+  // shared block copy built where the original lives shares both its value and its grad.
   bool tied = false;
+  // For a tied copy: the graph index of the layer holding the original (the embedding, 0, for
+  // the head's wte; the group's first block for a shared block parameter, model/block.h).
+  int source_layer = -1;
   // INT8 weights only (model.weights: int8, model/int8_weights.h): value is i8 codes and scale
   // (cols) f32 its per-column scales, both booked as params; grad is undefined (inference only).
   Tensor scale;

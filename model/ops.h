@@ -25,10 +25,12 @@ struct Norm {
   Param* bias = nullptr;
 };
 
-// A Hugging Face Conv1D: y = x @ weight + bias, weight (in, out).
+// A Hugging Face Conv1D: y = x @ weight + bias, weight (in, out); or, low rank (model.low_rank),
+// y = (x @ weight) @ weight_v + bias with weight = U (in, r) and weight_v = V (r, out).
 struct Linear {
   Param* weight = nullptr;
   Param* bias = nullptr;
+  Param* weight_v = nullptr;  // low rank only
 };
 
 // The weight-gradient GEMMs of one backward pass, each `weight.grad += lhs^T @ rhs`: run at once

@@ -51,10 +51,16 @@ Tensor AddResidual(Backend& backend, const Tensor& x, const Tensor& branch) {
 Tensor LinearForward(Backend& backend, const Linear& linear, const Tensor& x,
                      MemCategory category) {
   Shape shape = x.shape();
-  shape.back() = linear.weight->value.size(1);
+  shape.back() = (linear.weight_v != nullptr ? linear.weight_v : linear.weight)->value.size(1);
   Tensor y = NewTensor(backend, shape, x.dtype(), category);
   Tensor y_rows = Rows(y);
   const Tensor& w = linear.weight->value;
+  if (linear.weight_v != nullptr) {  // low rank: h = x @ U (N, r), y = h @ V + b
+    Tensor h = NewTensor(backend, {Rows(x).size(0), w.size(1)}, x.dtype(), kWorkspace);
+    backend.Matmul(Rows(x), false, w, false, h, false);
+    backend.Matmul(h, false, linear.weight_v->value, false, y_rows, false, &linear.bias->value);
+    return y;
+  }
   if (w.dtype() == DType::kI8) {  // INT8 weights (model/int8_weights.h): dequantised just in time
     Tensor dense = NewTensor(backend, w.shape(), x.dtype(), kWorkspace);
     backend.DequantizeInt8(w, linear.weight->scale, dense);
@@ -76,6 +82,21 @@ Tensor LinearBackward(Backend& backend, const Linear& linear, const Tensor& x, c
   shape.back() = linear.weight->value.size(0);
   Tensor dx = NewTensor(backend, shape, dy.dtype(), kWorkspace);
   Tensor dx_rows = Rows(dx);
+  if (linear.weight_v != nullptr) {
+    // Low rank: h = x @ U is recomputed (the forward keeps nothing of it); dV += h^T dy,
+    // dh = dy @ V^T, dU += x^T dh, dx = dh @ U^T. h and dh are weight-GEMM operands.
+    const Tensor& u = linear.weight->value;
+    const int64_t rows = Rows(x).size(0);
+    Tensor h = NewTensor(backend, {rows, u.size(1)}, x.dtype(), sink.operand_category());
+    backend.Matmul(Rows(x), false, u, false, h, false);
+    Tensor dh = NewTensor(backend, {rows, u.size(1)}, dy.dtype(), sink.operand_category());
+    backend.Matmul(Rows(dy), false, linear.weight_v->value, true, dh, false);
+    backend.Matmul(dh, false, u, true, dx_rows, false);
+    sink.Add(*linear.weight_v, h, Rows(dy));
+    sink.Add(*linear.weight, Rows(x), dh);
+    backend.BiasBackward(Rows(dy), linear.bias->grad);
+    return dx;
+  }
   backend.Matmul(Rows(dy), false, linear.weight->value, true, dx_rows, false);
   sink.Add(*linear.weight, Rows(x), Rows(dy));
   backend.BiasBackward(Rows(dy), linear.bias->grad);
