@@ -137,6 +137,60 @@ std::string ChosenFlags(const Config& c, const Config& base) {
   return flags;
 }
 
+// When nothing fits: the structural changes (they change the model, so --fit never applies
+// them) that would, each on top of the leanest candidate's levers: the smallest share group
+// (model.share.group, all sublayers shared) and the largest low rank (model.low_rank) of C/2,
+// C/4, C/8 whose predicted peak fits. Lines "  --set ... fits at X per stage (with ...)".
+std::string StructuralSuggestions(const Config& config, const FitCandidate& leanest,
+                                  const FitOptions& options) {
+  const Lever lever{leanest.dtype, leanest.checkpoint, leanest.micro_batches, leanest.stages};
+  std::vector<std::pair<std::string, Config>> tries;
+  const ModelConfig& m = config.model;
+  const bool structured = m.share_group > 1 || m.low_rank_attn > 0 || m.low_rank_mlp > 0;
+  if (m.preset != ModelPreset::kCustom && !structured) {
+    std::vector<int> groups;
+    for (int g = 2; g < m.num_layers; g *= 2) groups.push_back(g);
+    groups.push_back(m.num_layers);
+    for (int g : groups) {
+      if (g < 2) continue;
+      Config c = config;
+      c.model.share_group = g;
+      c.model.share_what = ShareWhat::kAll;
+      tries.emplace_back(fmt::format("--set model.share.group={}", g), std::move(c));
+    }
+  }
+  if (!structured) {
+    for (int64_t divisor : {2, 4, 8}) {
+      const int64_t r = m.width / divisor;
+      if (r < 1) continue;
+      Config c = config;
+      if (m.preset == ModelPreset::kGpt) c.model.low_rank_attn = r;
+      c.model.low_rank_mlp = r;
+      tries.emplace_back(
+          m.preset == ModelPreset::kGpt
+              ? fmt::format("--set model.low_rank.attn={} --set model.low_rank.mlp={}", r, r)
+              : fmt::format("--set model.low_rank.mlp={}", r),
+          std::move(c));
+    }
+  }
+  std::string lines;
+  bool share_found = false, low_rank_found = false;
+  for (const auto& [flags, structural] : tries) {
+    const bool share = flags.find("share") != std::string::npos;
+    if ((share && share_found) || (!share && low_rank_found)) continue;
+    const FitCandidate c = Evaluate(structural, lever, options);
+    if (!c.fits) continue;
+    (share ? share_found : low_rank_found) = true;
+    const std::string levers = ChosenFlags(Apply(structural, lever), structural);
+    lines += fmt::format("\n  {} fits at {} per stage{}", flags, FormatBytes(c.peak),
+                         levers.empty() ? "" : fmt::format(" (with {})", levers));
+  }
+  if (lines.empty()) return "";
+  return "; structural changes that would fit (they change the model, so --fit does not apply "
+         "them; docs/memory.md):" +
+         lines;
+}
+
 }  // namespace
 
 FitResult FitToBudget(const Config& config, const FitOptions& options) {
@@ -175,9 +229,10 @@ FitResult FitToBudget(const Config& config, const FitOptions& options) {
     BATON_FAIL(
         "no configuration fits the memory budget of {}: the smallest peak reachable is {} ({} "
         "stages, {} micro-batches, {}, checkpoint {}); raise the budget or allow more stages "
-        "(--max-stages)",
+        "(--max-stages){}",
         FormatBytes(options.budget), FormatBytes(leanest->peak), leanest->stages,
-        leanest->micro_batches, PrecisionName(leanest->dtype), leanest->checkpoint.ToString());
+        leanest->micro_batches, PrecisionName(leanest->dtype), leanest->checkpoint.ToString(),
+        StructuralSuggestions(config, *leanest, options));
   }
   const FitCandidate& chosen = all[static_cast<size_t>(result.chosen)];
   result.config =

@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <regex>
+#include <string>
 
 #include "core/error.h"
 #include "planner/in_process.h"
@@ -128,6 +130,52 @@ TEST(FitTest, AnImpossibleBudgetFailsNamingTheSmallestPeakReachable) {
                         "reachable is"),
               std::string::npos)
         << what;
+  }
+}
+
+// Nothing fits the dense model, but sharing every block would: the error says so, with the
+// flag and its predicted peak, and applies nothing.
+TEST(FitTest, WhenNothingFitsItNamesTheStructuralChangesThatWould) {
+  const FitOptions probe{1, 1e9, 4};
+  std::string leanest;
+  try {
+    FitToBudget(SmallCpu(), probe);
+    FAIL() << "a one-byte budget fits";
+  } catch (const Error& e) {
+    leanest = e.what();
+  }
+  // "... is 12.34 MiB (4 stages, 8 micro-batches, bf16, checkpoint every:1); ..."
+  const std::smatch m = [&] {
+    std::smatch match;
+    EXPECT_TRUE(std::regex_search(
+        leanest, match,
+        std::regex(
+            R"(is ([0-9.]+) MiB \((\d+) stages, (\d+) micro-batches, (\w+), checkpoint ([\w:]+)\))")))
+        << leanest;
+    return match;
+  }();
+  ASSERT_EQ(m.size(), 6u);
+  const double dense_mib = std::stod(m[1].str());
+  const std::vector<std::string> lever = {
+      "parallel.stages=" + m[2].str(), "train.micro_batches=" + m[3].str(),
+      "precision.dtype=" + m[4].str(), "parallel.checkpoint=" + m[5].str()};
+  std::vector<std::string> shared = lever;
+  shared.push_back("model.share.group=8");
+  int64_t shared_peak = 0;
+  for (const RankMemory& r : PredictMemory(MakePlan(SmallCpu(shared))))
+    shared_peak = std::max(shared_peak, r.peak.total);
+  ASSERT_LT(static_cast<double>(shared_peak), (dense_mib - 0.01) * (1 << 20)) << leanest;
+  try {
+    FitToBudget(SmallCpu(), {shared_peak, 1e9, 4});
+    FAIL() << "the dense model fits " << shared_peak << " bytes";
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("structural changes that would fit (they change the model, so --fit does "
+                        "not apply them"),
+              std::string::npos)
+        << what;
+    EXPECT_NE(what.find("--set model.share.group="), std::string::npos) << what;
+    EXPECT_NE(what.find(" fits at "), std::string::npos) << what;
   }
 }
 

@@ -38,6 +38,7 @@ InProcessResult RunInProcess(const Plan& plan) {
                 std::max(out.peak_stashed_microbatches, trainer.peak_stashed_microbatches());
           }
           out.digests = trainer.LayerDigests();
+          out.tied_digests = trainer.TiedParamDigests();
         }
         out.peak = ledger.Peak();
       } catch (...) {

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -17,7 +18,8 @@ struct InProcessRank {
   std::vector<StepRecord> steps;
   MemoryFigures peak;  // the rank's ledger peaks over the whole run (setup included)
   std::vector<std::pair<int, uint64_t>> digests;
-  int peak_stashed_microbatches = 0;  // most (micro-batch, chunk) stashes alive at once
+  std::map<std::string, uint64_t> tied_digests;  // Trainer::TiedParamDigests after the last step
+  int peak_stashed_microbatches = 0;             // most (micro-batch, chunk) stashes alive at once
 };
 
 struct InProcessResult {

@@ -142,6 +142,39 @@ TEST(MemoryPlannerTest, PredictsTheLedgerForPruningMasks) {
   }
 }
 
+// Cross-layer sharing, all 8 blocks in one group (ALBERT): on one stage the blocks' params,
+// grads and optimizer state are exactly 1/8 of unshared (predicted = measured); with 2 stages
+// each stage holds one copy. Low rank C/4 on the MLP: its bytes drop by 8C^2 - 2.5C^2 per block.
+TEST(MemoryPlannerTest, PredictsTheLedgerForSharedAndLowRankBlocks) {
+  const std::vector<std::string> one = {"parallel.stages=1"};
+  const Plan dense = MakePlan(SmallCpu(one));
+  const Plan shared = MakePlan(SmallCpu({"parallel.stages=1", "model.share.group=8"}));
+  ExpectPredictedEqualsMeasured(shared, 0.02, "all-shared, 1 stage");
+  const MemoryFigures d = PredictMemory(dense)[0].peak, s = PredictMemory(shared)[0].peak;
+  const std::vector<LayerSpec>& graph = dense.graph;
+  // The embedding's and the head's bytes (f32: params and grads 4 bytes, AdamW m and v 8).
+  const int64_t ends =
+      StoredParamCount(graph.front(), dense.dims) + StoredParamCount(graph.back(), dense.dims);
+  const int64_t distinct_ends =
+      ParamCount(graph.front(), dense.dims) + ParamCount(graph.back(), dense.dims);
+  for (auto [category, ends_bytes] : {std::pair{MemCategory::kParams, 4 * ends},
+                                      {MemCategory::kGrads, 4 * ends},
+                                      {MemCategory::kOptimizer, 8 * distinct_ends}}) {
+    const int64_t dense_blocks = d[category] - ends_bytes, shared_blocks = s[category] - ends_bytes;
+    EXPECT_EQ(dense_blocks, 8 * shared_blocks) << Name(category);
+    RecordProperty(std::string("blocks_") + std::string(Name(category)) + "_ratio",
+                   std::to_string(static_cast<double>(shared_blocks) / dense_blocks));
+  }
+  ExpectPredictedEqualsMeasured(
+      MakePlan(SmallCpu({"parallel.stages=2", "model.share.group=8", "precision.dtype=bf16"})),
+      0.02, "all-shared, split over 2 stages, bf16");
+  const Plan low = MakePlan(SmallCpu({"parallel.stages=1", "model.low_rank.mlp=64"}));
+  ExpectPredictedEqualsMeasured(low, 0.02, "low rank");
+  const int64_t c = dense.dims.width;
+  EXPECT_EQ(d[MemCategory::kParams] - PredictMemory(low)[0].peak[MemCategory::kParams],
+            8 * 4 * (8 * c * c - 10 * c * (c / 4)));
+}
+
 TEST(MemoryPlannerTest, PredictsTheLedgerForZeroBubbleAndInterleavedSchedules) {
   ExpectPredictedEqualsMeasured(MakePlan(Tiny({"parallel.stages=2", "parallel.schedule=zb-h1"})),
                                 0.02, "zb-h1");

@@ -81,4 +81,30 @@ std::vector<LayerRange> PartitionLayers(const std::vector<double>& costs, int pa
   return *MinMaxPartition(static_cast<int>(costs.size()), parts, sum);
 }
 
+std::vector<LayerRange> PartitionKeepingGroups(const std::vector<double>& costs, int parts,
+                                               const std::vector<std::vector<int>>& groups) {
+  const std::vector<LayerRange> best = PartitionLayers(costs, parts);
+  if (groups.empty()) return best;
+  std::vector<double> prefix(costs.size() + 1, 0.0);
+  for (size_t i = 0; i < costs.size(); ++i) prefix[i + 1] = prefix[i] + costs[i];
+  const auto sum = [&](const LayerRange& r) {
+    return prefix[static_cast<size_t>(r.last) + 1] - prefix[static_cast<size_t>(r.first)];
+  };
+  // A part may not start inside a group (after its first layer).
+  std::vector<bool> inside(costs.size(), false);
+  for (const std::vector<int>& group : groups) {
+    for (size_t k = 1; k < group.size(); ++k) inside[static_cast<size_t>(group[k])] = true;
+  }
+  const auto keeping = [&](int, const LayerRange& r) {
+    return inside[static_cast<size_t>(r.first)] ? std::numeric_limits<double>::infinity() : sum(r);
+  };
+  const std::optional<std::vector<LayerRange>> kept =
+      MinMaxPartition(static_cast<int>(costs.size()), parts, keeping);
+  if (!kept) return best;
+  double best_max = 0, kept_max = 0;
+  for (const LayerRange& r : best) best_max = std::max(best_max, sum(r));
+  for (const LayerRange& r : *kept) kept_max = std::max(kept_max, sum(r));
+  return kept_max <= (1.0 + kShareSplitTolerance) * best_max ? *kept : best;
+}
+
 }  // namespace baton

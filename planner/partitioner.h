@@ -27,6 +27,14 @@ std::vector<double> LayerCosts(const std::vector<LayerSpec>& graph, const ModelD
 // sum of costs. Throws baton::Error when parts > n or parts < 1.
 std::vector<LayerRange> PartitionLayers(const std::vector<double>& costs, int parts);
 
+// Sharing (model.share) saves memory only where a share group's blocks live in one process, so
+// the cut keeps every group (graph indices, ascending, as model/graph.h's ShareGroups) within
+// one part unless that makes the slowest part cost more than (1 + kShareSplitTolerance) times
+// the best cut's; then it is the best cut, and the groups it splits keep one copy per stage.
+inline constexpr double kShareSplitTolerance = 0.25;
+std::vector<LayerRange> PartitionKeepingGroups(const std::vector<double>& costs, int parts,
+                                               const std::vector<std::vector<int>>& groups);
+
 // The cost of part `part` spanning `range`; +infinity forbids it (e.g. over a memory budget).
 using PartCost = std::function<double(int part, const LayerRange& range)>;
 

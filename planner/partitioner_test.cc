@@ -52,6 +52,21 @@ TEST(PartitionLayersTest, HeavyEndsGetFewerLayers) {
   EXPECT_EQ(ranges.back(), (LayerRange{7, 7}));
 }
 
+TEST(PartitionLayersTest, ShareGroupsStayWholeWhenBalanceAllows) {
+  // embedding, 4 blocks in groups {1,2} {3,4}, head.
+  const std::vector<double> costs = {0.1, 1, 1, 1, 1, 1};
+  const std::vector<std::vector<int>> groups = {{1, 2}, {3, 4}};
+  // The best cut without groups is [0-2][3-5]: 2.1 vs 3, kept whole too.
+  EXPECT_EQ(PartitionKeepingGroups(costs, 2, groups), (std::vector<LayerRange>{{0, 2}, {3, 5}}));
+  // Three parts: the best cut [0-1][2-3][4-5] (max 2) splits both groups; the best whole one,
+  // [0-2][3-4][5] (max 2.1), is within the 25% tolerance.
+  EXPECT_EQ(PartitionKeepingGroups(costs, 3, groups),
+            (std::vector<LayerRange>{{0, 2}, {3, 4}, {5, 5}}));
+  // One group of all four blocks on two stages: whole costs 4.1 against 3: the best cut wins.
+  EXPECT_EQ(PartitionKeepingGroups(costs, 2, {{1, 2, 3, 4}}), PartitionLayers(costs, 2));
+  EXPECT_EQ(PartitionKeepingGroups(costs, 2, {}), PartitionLayers(costs, 2));
+}
+
 TEST(PartitionLayersTest, MoreStagesThanLayersIsAClearError) {
   try {
     PartitionLayers({1, 1, 1}, 4);

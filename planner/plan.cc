@@ -44,7 +44,8 @@ TrainerSetup Plan::TrainerSetupFor(int rank, Communicator* comm) const {
   setup.schedule = schedule;
   setup.eval_schedule = eval_schedule;
   setup.eval_batches = eval_batches;
-  setup.tied = tied;
+  // From this plan's cut (the memory planner tries others): shared groups follow the cut.
+  setup.tied = TiedGroupsFor(graph, dims, virtual_stages, num_ranks());
   setup.timeout = timeouts.wait;
   setup.comm = comm;
   return setup;
@@ -64,12 +65,10 @@ Timeouts TimeoutsFor(const ParallelConfig& parallel) {
   return t;
 }
 
-namespace {
-// Each tied parameter with the ranks holding its layers.
-std::vector<TiedGroup> TiedGroupsOf(const std::vector<LayerSpec>& graph,
-                                    const std::vector<LayerRange>& virtual_stages, int num_ranks) {
+std::vector<TiedGroup> TiedGroupsFor(const std::vector<LayerSpec>& graph, const ModelDims& dims,
+                                     const std::vector<LayerRange>& virtual_stages, int num_ranks) {
   std::vector<TiedGroup> groups;
-  for (const TiedParameter& tied : TiedParameters(graph)) {
+  for (const TiedParameter& tied : TiedParameters(graph, dims)) {
     TiedGroup group{tied.name, tied.layers, {}};
     for (int layer : tied.layers) {
       for (int j = 0; j < static_cast<int>(virtual_stages.size()); ++j) {
@@ -85,6 +84,7 @@ std::vector<TiedGroup> TiedGroupsOf(const std::vector<LayerSpec>& graph,
   return groups;
 }
 
+namespace {
 Schedule MakeComputeSchedule(const Config& config) {
   const ParallelConfig& parallel = config.parallel;
   if (!parallel.schedule_file.empty()) {
@@ -129,18 +129,41 @@ Plan MakePlan(const Config& config, int64_t memory_budget) {
   plan.eval_batches = EvalBatchesFor(config);
   plan.layer_costs =
       LayerCosts(plan.graph, plan.dims, config.parallel.partition, plan.micro_batch_shape());
-  plan.virtual_stages = PartitionLayers(plan.layer_costs, plan.schedule.num_virtual_stages());
-  // Every cut keeps the first layer on rank 0 and the last on rank p-1, so the groups hold for
-  // the cuts a memory budget tries too.
-  plan.tied = TiedGroupsOf(plan.graph, plan.virtual_stages, plan.num_ranks());
+  plan.virtual_stages = PartitionKeepingGroups(plan.layer_costs, plan.schedule.num_virtual_stages(),
+                                               ShareGroups(plan.graph, plan.dims));
+  plan.tied = TiedGroupsFor(plan.graph, plan.dims, plan.virtual_stages, plan.num_ranks());
   if (memory_budget > 0) {
     const BudgetedPartition cut = PartitionWithinBudget(plan, memory_budget);
     BATON_CHECK(cut.fits, "memory budget {}: {}", FormatBytes(memory_budget), cut.bound);
     plan.virtual_stages = cut.virtual_stages;
     plan.memory_budget = memory_budget;
     plan.partition_bound = cut.bound;
+    plan.tied = TiedGroupsFor(plan.graph, plan.dims, plan.virtual_stages, plan.num_ranks());
   }
   return plan;
+}
+
+std::vector<std::string> SplitShareGroups(const Plan& plan) {
+  std::vector<std::string> split;
+  for (const std::vector<int>& group : ShareGroups(plan.graph, plan.dims)) {
+    std::vector<int> ranks;
+    for (int layer : group) {
+      for (int j = 0; j < static_cast<int>(plan.virtual_stages.size()); ++j) {
+        const LayerRange& r = plan.virtual_stages[static_cast<size_t>(j)];
+        if (layer >= r.first && layer <= r.last)
+          ranks.push_back(RankOfVirtualStage(j, plan.num_ranks()));
+      }
+    }
+    std::sort(ranks.begin(), ranks.end());
+    ranks.erase(std::unique(ranks.begin(), ranks.end()), ranks.end());
+    if (ranks.size() < 2) continue;
+    const LayerSpec& first = plan.graph[static_cast<size_t>(group.front())];
+    const LayerSpec& last = plan.graph[static_cast<size_t>(group.back())];
+    split.push_back(fmt::format("blocks {}-{} (layers {}-{}) on stages {}", first.block_index,
+                                last.block_index, group.front(), group.back(),
+                                fmt::join(ranks, ", ")));
+  }
+  return split;
 }
 
 std::string FormatPartitionTable(const Plan& plan) {
@@ -149,16 +172,20 @@ std::string FormatPartitionTable(const Plan& plan) {
                                 "layers", "parameters", "fwd+bwd FLOPs", "stash B/mbatch");
   for (int j = 0; j < static_cast<int>(plan.virtual_stages.size()); ++j) {
     const LayerRange& r = plan.virtual_stages[static_cast<size_t>(j)];
-    int64_t params = 0, flops = 0;
+    const int64_t params = StoredParamCount(plan.graph, r.first, r.last, plan.dims);
+    int64_t flops = 0;
     for (int i = r.first; i <= r.last; ++i) {
       const LayerSpec& spec = plan.graph[static_cast<size_t>(i)];
-      params += StoredParamCount(spec, plan.dims);
       flops += ForwardFlops(spec, plan.dims, shape) + BackwardFlops(spec, plan.dims, shape);
     }
     out += fmt::format(
         "{:>5} {:>5} {:>9} {:>14} {:>14} {:>16}\n", RankOfVirtualStage(j, plan.num_ranks()),
         ChunkOfVirtualStage(j, plan.num_ranks()), fmt::format("{}-{}", r.first, r.last), params,
         flops, StashBytesPerMicroBatch(plan, r));
+  }
+  for (const std::string& group : SplitShareGroups(plan)) {
+    out += fmt::format("share group split: {}: each holds a copy, gradients summed across them\n",
+                       group);
   }
   return out;
 }

@@ -60,10 +60,19 @@ struct Plan {
   bool operator==(const Plan&) const = default;
 };
 
+// Each tied parameter (model/graph.h's TiedParameters) with the ranks holding its layers.
+std::vector<TiedGroup> TiedGroupsFor(const std::vector<LayerSpec>& graph, const ModelDims& dims,
+                                     const std::vector<LayerRange>& virtual_stages, int num_ranks);
+
 // With `memory_budget` > 0 the cut also keeps every rank's predicted memory total within it
 // (the Gloo transport's figures: what `baton run` measures); throws baton::Error naming the
 // smallest peak any cut reaches when none fits.
 Plan MakePlan(const Config& config, int64_t memory_budget = 0);
+
+// The share groups (model.share) that the cut spreads over more than one rank, each as
+// "blocks 0-7 (layers 1-8) on stages 0, 1": every such stage holds a copy of the group's shared
+// parameters, their gradients summed across those stages at every step end.
+std::vector<std::string> SplitShareGroups(const Plan& plan);
 
 // The table `baton plan` prints: stage, layers, parameters, FLOPs, activation bytes per
 // micro-batch.

@@ -1,6 +1,8 @@
 #include "worker/stage_model.h"
 
 #include <algorithm>
+#include <map>
+#include <string>
 
 #include "core/error.h"
 #include "model/int8_weights.h"
@@ -24,6 +26,12 @@ StageModel::StageModel(const std::vector<LayerSpec>& graph, const ModelDims& dim
       num_graph_layers_(static_cast<int>(graph.size())),
       int8_weights_(int8_weights) {
   BATON_CHECK(!chunk_ranges.empty(), "rank {} has no model chunks", rank);
+  // Shared block parameters (model.share) built here once, by name: later copies hold them.
+  std::map<std::string, Param*> built;
+  const LocalParams local = [&built](const std::string& name) -> Param* {
+    const auto it = built.find(name);
+    return it == built.end() ? nullptr : it->second;
+  };
   for (size_t c = 0; c < chunk_ranges.size(); ++c) {
     const LayerRange& range = chunk_ranges[c];
     BATON_CHECK(0 <= range.first && range.first <= range.last &&
@@ -34,8 +42,11 @@ StageModel::StageModel(const std::vector<LayerSpec>& graph, const ModelDims& dim
     chunk.virtual_stage = static_cast<int>(c) * num_ranks + rank;
     chunk.range = range;
     for (int i = range.first; i <= range.last; ++i) {
-      chunk.layers.push_back(
-          BuildLayer(graph[static_cast<size_t>(i)], dims, backend, param_dtype, act_dtype, seed));
+      chunk.layers.push_back(BuildLayer(graph[static_cast<size_t>(i)], dims, backend, param_dtype,
+                                        act_dtype, seed, local));
+      if (dims.shares()) {
+        for (Param* p : chunk.layers.back()->params()) built.emplace(p->name, p);
+      }
       if (int8_weights) {
         MakeInt8InferenceLayer(backend, *chunk.layers.back());
       } else if (inference) {

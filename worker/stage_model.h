@@ -4,6 +4,8 @@
 // Only those layers are built (their parameters initialised exactly as a single-process run
 // would). When the graph's embedding and head both live here, the head's tied "wte.weight"
 // shares the embedding's storage; their gradients stay separate until CombineTiedGradients().
+// A share group's blocks (model.share) built here hold the first one built's shared parameters,
+// value and gradient (model/init.h's LocalParams): a stage holds each group's set once.
 //
 // Owned by the stage engine; not thread-safe.
 #pragma once

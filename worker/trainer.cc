@@ -254,7 +254,12 @@ void Trainer::CombineTiedGradients() {
         continue;
       }
       for (Param* p : layer->params()) {
-        if (p->name == group.param) copies.push_back(p);
+        if (p->name != group.param) continue;
+        // A shared block copy built beside its original holds the original's grad: once.
+        const bool held = std::any_of(copies.begin(), copies.end(), [&](const Param* q) {
+          return q->grad.raw() == p->grad.raw();
+        });
+        if (!held) copies.push_back(p);
       }
     }
     if (copies.empty()) continue;
@@ -325,6 +330,29 @@ std::vector<std::pair<int, uint64_t>> Trainer::LayerDigests() {
       hash.Update(host.data(), host.size());
     }
     digests.emplace_back(index, hash.digest());
+  }
+  return digests;
+}
+
+std::map<std::string, uint64_t> Trainer::TiedParamDigests() {
+  backend_.Synchronize();
+  std::map<std::string, uint64_t> digests;
+  for (const TiedGroup& group : setup_.tied) {
+    for (auto& [index, layer] : model_->layers()) {
+      if (std::find(group.layers.begin(), group.layers.end(), index) == group.layers.end() ||
+          digests.count(group.param) == 1) {
+        continue;
+      }
+      for (Param* p : layer->params()) {
+        if (p->name != group.param) continue;
+        std::vector<char> host(p->value.nbytes());
+        Tensor view = Tensor::Wrap(host.data(), p->value.shape(), p->value.dtype());
+        backend_.Copy(p->value, view);
+        Fnv1a64 hash;
+        hash.Update(host.data(), host.size());
+        digests[group.param] = hash.digest();
+      }
+    }
   }
   return digests;
 }

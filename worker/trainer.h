@@ -2,8 +2,10 @@
 // that every rank runs identically (DESIGN.md, "data flow of one training step", 4-6).
 //
 // Step end, in order:
-//   1. the tied token-embedding gradient is summed between the ranks holding the first and the
-//      last layer (or locally when one rank holds both): both then hold emb + head;
+//   1. every tied parameter's gradient is summed across the ranks holding its copies: the token
+//      embedding between the ranks holding the first and the last layer (or locally when one
+//      rank holds both), and a shared block parameter (model.share) between the stages its
+//      share group spans (within a stage its copies hold one gradient); all then hold the sum;
 //   2. each rank computes per-layer sums of squared gradients for its layers (a tied copy counts
 //      once, at the embedding); all ranks exchange them and add them in layer order, so the
 //      global norm has the same bits however the graph is cut; the fp16 overflow flag rides along;
@@ -15,6 +17,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -101,6 +104,9 @@ class Trainer {
 
   // FNV-1a digest of each local layer's parameter bytes (tied copies excluded), by graph index.
   std::vector<std::pair<int, uint64_t>> LayerDigests();
+  // FNV-1a digest of every tied parameter this rank holds (original or copy), by name: every
+  // rank holding one must hold the same bytes.
+  std::map<std::string, uint64_t> TiedParamDigests();
   bool holds_head() const { return model_->holds_last_layer(); }
   int peak_stashed_microbatches() const { return engine_->peak_stashed(); }
   StageModel& model() { return *model_; }

@@ -9,6 +9,7 @@
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <optional>
 #include <thread>
 
@@ -160,7 +161,20 @@ int64_t LoadInitialState(const Plan& plan, const Launch& launch, Trainer& traine
     spdlog::info("resumed from {} (step {})", checkpoint.step_dir(), checkpoint.step());
     return checkpoint.step() + 1;
   }
-  if (!config.model.init_from.empty()) {
+  if (!config.model.init_from.empty() && std::filesystem::is_directory(config.model.init_from)) {
+    // A Baton checkpoint (e.g. baton compress --low-rank's): its weights, with fresh moments.
+    const CheckpointReader checkpoint = CheckpointReader::Open(config.model.init_from);
+    checkpoint.CheckCompatible(plan.dims, plan.graph);
+    std::vector<LayerTensors> layers = CheckpointTensors(trainer.model(), trainer.optimizer());
+    for (LayerTensors& layer : layers) {
+      for (ParamTensors& p : layer.params) {
+        p.adam_m = p.adam_v = p.adam_m_absmax = p.adam_v_absmax = Tensor();
+      }
+    }
+    checkpoint.LoadLayers(layers, backend);
+    spdlog::info("initialised from the weights of {} (step {})", checkpoint.step_dir(),
+                 checkpoint.step());
+  } else if (!config.model.init_from.empty()) {
     const SafetensorsFile weights = ReadSafetensors(config.model.init_from);
     ValidateGpt2File(weights, plan.dims);
     InitFromSafetensors(weights, trainer.model().params(), trainer.optimizer(), backend);
