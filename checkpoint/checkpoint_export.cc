@@ -2,6 +2,7 @@
 #include "checkpoint/checkpoint_export.h"
 
 #include <filesystem>
+#include <map>
 #include <memory>
 #include <optional>
 #include <set>
@@ -54,35 +55,54 @@ void ExportCheckpointToHf(const CheckpointReader& checkpoint, const std::string&
   for (int i = 0; i < static_cast<int>(checkpoint.layer_names().size()); ++i) {
     files.push_back(checkpoint.OpenLayer(i));
   }
-  // Only the GPT-2's own parameters, each once: a tensor the checkpoint should not hold is
-  // refused, not exported (a layer file may match its manifest's checksum and still be wrong).
-  const int blocks = checkpoint.dims().num_layers;
-  const std::vector<std::string> expected = Gpt2ParamNames(blocks);
-  const std::set<std::string> known(expected.begin(), expected.end());
-  std::set<std::string> exported;
-  NamedTensors tensors;
+  // Only the GPT-2's own parameters (in the checkpoint's compact form), each once: a tensor the
+  // checkpoint should not hold is refused, not exported (a layer file may match its manifest's
+  // checksum and still be wrong).
+  const ModelDims& dims = checkpoint.dims();
+  const std::vector<std::string> expected = Gpt2ParamNames(dims.num_layers);
+  const std::vector<std::string> stored_names = StoredGpt2ParamNames(dims);
+  const std::set<std::string> known(stored_names.begin(), stored_names.end());
+  std::map<std::string, Tensor> stored;  // f32, on the host
   for (const SafetensorsFile& file : files) {
     for (const SafetensorsEntry& entry : file.entries()) {
       const std::optional<std::string> state_of = OptimizerStateOf(entry.name);
       BATON_CHECK(known.count(state_of.value_or(entry.name)) == 1,
-                  "{}: tensor {} is not a parameter of a {}-block GPT-2 (or its optimizer "
-                  "state); refusing to export it",
-                  file.path(), entry.name, blocks);
+                  "{}: tensor {} is not a parameter of this {} GPT-2 (or its optimizer state); "
+                  "refusing to export it",
+                  file.path(), entry.name, ToString(dims));
       if (state_of) continue;
-      BATON_CHECK(exported.insert(entry.name).second,
-                  "{}: tensor {} is also in another layer's file; refusing to export it twice",
-                  file.path(), entry.name);
       const bool use_master = dtype == DType::kF32 && file.Has(entry.name + ".master");
       const std::string source = use_master ? entry.name + ".master" : entry.name;
-      Tensor t = Tensor::Empty(cpu->allocator(), entry.shape, dtype, MemCategory::kWorkspace);
+      Tensor t = Tensor::Empty(cpu->allocator(), entry.shape, DType::kF32, MemCategory::kWorkspace);
       Tensor no_scale;
       CopyWeightTo(file, source, t, no_scale, *cpu);  // INT8 weights dequantised
-      tensors.emplace_back(Gpt2HfName(entry.name), std::move(t));
+      BATON_CHECK(stored.emplace(entry.name, std::move(t)).second,
+                  "{}: tensor {} is also in another layer's file; refusing to export it twice",
+                  file.path(), entry.name);
     }
   }
-  for (const std::string& name : expected) {
-    BATON_CHECK(exported.count(name) == 1, "{}: no tensor {} in the checkpoint's layer files",
+  for (const std::string& name : stored_names) {
+    BATON_CHECK(stored.count(name) == 1, "{}: no tensor {} in the checkpoint's layer files",
                 checkpoint.step_dir(), name);
+  }
+  // Every GPT-2 tensor, dense: a shared block's from its group's first block, a low-rank
+  // weight as U @ V (f32, on the CPU backend).
+  NamedTensors tensors;
+  for (const std::string& name : expected) {
+    const std::string source = StoredGpt2Name(name, dims);
+    Tensor dense;
+    if (const auto it = stored.find(source); it != stored.end()) {
+      dense = it->second;
+    } else {
+      const Tensor& u = stored.at(source + "_u");
+      const Tensor& v = stored.at(source + "_v");
+      dense = Tensor::Empty(cpu->allocator(), {u.size(0), v.size(1)}, DType::kF32,
+                            MemCategory::kWorkspace);
+      cpu->Matmul(u, false, v, false, dense, false);
+    }
+    Tensor out = Tensor::Empty(cpu->allocator(), dense.shape(), dtype, MemCategory::kWorkspace);
+    ConvertFloats(dense.raw(), DType::kF32, out.raw(), dtype, static_cast<size_t>(dense.numel()));
+    tensors.emplace_back(Gpt2HfName(name), std::move(out));
   }
   MakeDirectories(out_dir);
   WriteSafetensors((std::filesystem::path(out_dir) / kHfWeightsFileName).string(), tensors,

@@ -190,6 +190,11 @@ void LoadParam(const SafetensorsFile& file, const ParamTensors& param, Backend& 
     CopyFromHost(keep.data(), DType::kU8, mask.shape(), mask, backend);
   }
   const bool wants_state = param.adam_m.defined() || param.adam_v.defined();
+  if (param.master.defined()) {  // the stored master, or the stored value widened
+    Tensor master = param.master;
+    Tensor no_scale;
+    CopyWeightTo(file, has_master ? name + ".master" : name, master, no_scale, backend);
+  }
   if (!wants_state) {
     for (const char* suffix : {".adam_m", ".adam_v", ".adam_m_absmax", ".adam_v_absmax"}) {
       if (file.Has(name + suffix)) used.insert(name + suffix);
@@ -206,11 +211,6 @@ void LoadParam(const SafetensorsFile& file, const ParamTensors& param, Backend& 
                   ? " (it holds weights only, as baton compress writes them, for baton eval, "
                     "generate and export)"
                   : "");
-  if (param.master.defined()) {
-    Tensor master = param.master;
-    Tensor no_scale;
-    CopyWeightTo(file, has_master ? name + ".master" : name, master, no_scale, backend);
-  }
   LoadMoment(file, name + ".adam_m", param.adam_m, param.adam_m_absmax, SignedQuantMap(), backend,
              used);
   LoadMoment(file, name + ".adam_v", param.adam_v, param.adam_v_absmax, UnsignedQuantMap(), backend,
@@ -321,7 +321,7 @@ void CheckpointReader::LoadLayers(const std::vector<LayerTensors>& layers, Backe
       if (!p.tied) filled.insert(p.value.raw());
     }
   }
-  std::optional<SafetensorsFile> embedding_file;  // wte for a head without the embedding
+  std::map<int, SafetensorsFile> source_files;  // the originals of tied copies held apart
   for (const LayerTensors& layer : layers) {
     BATON_CHECK(layer.index >= 0 && layer.index < static_cast<int>(layer_names_.size()) &&
                     layer.name == layer_names_[static_cast<size_t>(layer.index)],
@@ -334,10 +334,13 @@ void CheckpointReader::LoadLayers(const std::vector<LayerTensors>& layers, Backe
         LoadParam(file, p, backend, used);
         continue;
       }
-      if (filled.count(p.value.raw()) == 1) continue;  // shared with the embedding's
-      if (!embedding_file) embedding_file = OpenLayer(0);
+      if (filled.count(p.value.raw()) == 1) continue;  // shares the original's storage
+      auto source = source_files.find(p.source_layer);
+      if (source == source_files.end())
+        source = source_files.emplace(p.source_layer, OpenLayer(p.source_layer)).first;
       std::set<std::string> ignored;
-      LoadParam(*embedding_file, p, backend, ignored);
+      LoadParam(source->second, p, backend, ignored);
+      filled.insert(p.value.raw());  // a second copy of it here shares this storage
     }
     for (const SafetensorsEntry& entry : file.entries()) {
       BATON_CHECK(used.count(entry.name) == 1, "{}: tensor {} belongs to no parameter of {}",

@@ -27,9 +27,11 @@ struct ParamTensors {
   Tensor adam_v;         // import and export need none; a checkpoint needs both); u8 codes when
   Tensor adam_m_absmax;  // 8-bit: f32 per block of kQuantBlock (kernels/quantize.h); else
   Tensor adam_v_absmax;  // undefined
-  // A copy of layer 0's parameter of the same name (the head's tied "wte.weight"): a checkpoint
-  // stores it only in layer 0's file and loads it from there.
+  // A copy of another layer's parameter of the same name (the head's tied "wte.weight", a
+  // shared block's parameter): a checkpoint stores it only in the file of `source_layer` (the
+  // graph index of the layer holding the original) and loads it from there.
   bool tied = false;
+  int source_layer = 0;
 };
 
 // One graph layer's parameters, in the layer's order.

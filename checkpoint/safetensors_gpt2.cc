@@ -123,6 +123,39 @@ std::vector<std::string> Gpt2ParamNames(int num_layers) {
   return names;
 }
 
+std::string StoredGpt2Name(const std::string& name, const ModelDims& dims) {
+  const auto [block, rest] = SplitBlockName(name);
+  if (block < 0) return name;
+  const bool attention = rest.starts_with("ln_1.") || rest.starts_with("attn.");
+  const bool shared = attention ? dims.share_attention : dims.share_mlp;
+  const int holder = shared ? dims.share_leader(block) : block;
+  return fmt::format("h.{}.{}", holder, rest);
+}
+
+namespace {
+bool IsLowRank(const std::string& rest, const ModelDims& dims) {
+  if (rest == "attn.c_attn.weight" || rest == "attn.c_proj.weight") return dims.low_rank_attn > 0;
+  if (rest == "mlp.c_fc.weight" || rest == "mlp.c_proj.weight") return dims.low_rank_mlp > 0;
+  return false;
+}
+}  // namespace
+
+std::vector<std::string> StoredGpt2ParamNames(const ModelDims& dims) {
+  std::vector<std::string> names;
+  std::set<std::string> seen;
+  for (const std::string& name : Gpt2ParamNames(dims.num_layers)) {
+    const std::string stored = StoredGpt2Name(name, dims);
+    if (!seen.insert(stored).second) continue;
+    if (IsLowRank(SplitBlockName(stored).second, dims)) {
+      names.push_back(stored + "_u");
+      names.push_back(stored + "_v");
+    } else {
+      names.push_back(stored);
+    }
+  }
+  return names;
+}
+
 void ValidateGpt2File(const SafetensorsFile& file, const ModelDims& dims) {
   const int64_t v = dims.vocab_size, t = dims.context, c = dims.width;
   CheckShape(file, "wte.weight", {v, c});

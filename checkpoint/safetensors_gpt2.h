@@ -44,6 +44,14 @@ void LoadParamsFromSafetensors(const SafetensorsFile& file, const std::vector<Pa
 // h.{i}.* in order, ln_f (the tied LM head has no name of its own).
 std::vector<std::string> Gpt2ParamNames(int num_layers);
 
+// Where a checkpoint of a model with `dims` keeps GPT-2 parameter `name` (one of
+// Gpt2ParamNames): a shared block's (model.share) under its group's first block's name; a
+// low-rank weight as "<the name>_u" and "<the name>_v", its factors (returned without the
+// suffix; the caller looks for them when the name itself is not stored).
+std::string StoredGpt2Name(const std::string& name, const ModelDims& dims);
+// The names a checkpoint of a GPT-2 with `dims` stores its parameters under, each once.
+std::vector<std::string> StoredGpt2ParamNames(const ModelDims& dims);
+
 // Checks that `file` describes a GPT-2 with these dims as a whole: wte (V,C) and wpe (maxT,C)
 // present, blocks h.0 .. h.{L-1} and no others, no tensor Baton does not know. A pipeline rank
 // only sees its own layers' names, so rank 0 (or the launcher) runs this once for the whole model.

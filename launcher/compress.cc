@@ -13,6 +13,7 @@
 #include "core/error.h"
 #include "core/files.h"
 #include "kernels/backend_factory.h"
+#include "kernels/low_rank.h"
 #include "kernels/quantize.h"
 #include "launcher/run.h"
 #include "model/from_config.h"
@@ -126,13 +127,73 @@ double EvalLoss(const std::string& config_path, std::vector<std::string> overrid
   return nlohmann::json::parse(text.str()).at("loss").get<double>();
 }
 
+// --low-rank: fills the factors of every low-rank linear of `target` from the SVD of the dense
+// weight `source` holds, and every other parameter from `source` as stored. Returns what each
+// factored matrix became.
+std::vector<MatrixResult> FactorMatrices(const CheckpointReader& source, StageModel& target,
+                                         int64_t rank, Backend& backend) {
+  std::vector<MatrixResult> results;
+  for (auto& [index, layer] : target.layers()) {
+    const SafetensorsFile file = source.OpenLayer(index);
+    for (Param* p : layer->params()) {
+      if (p->tied) continue;  // filled from its original below (shared storage) or by its layer
+      const std::string& name = p->name;
+      const bool u = name.ends_with(".weight_u"), v = name.ends_with(".weight_v");
+      if (v) continue;  // with its U
+      if (!u) {
+        Tensor value = p->value;
+        Tensor no_scale;
+        CopyWeightTo(file, file.Has(name + ".master") ? name + ".master" : name, value, no_scale,
+                     backend);
+        continue;
+      }
+      const std::string dense_name = name.substr(0, name.size() - 2);  // "<linear>.weight"
+      const std::vector<float> w = StoredDense(file, dense_name, backend);
+      const int64_t in = p->value.size(0);
+      const int64_t out = static_cast<int64_t>(w.size()) / in;
+      const LowRankFactors f = FactorLowRank(w.data(), in, out, rank);
+      Param* pv = nullptr;
+      for (Param* q : layer->params()) {
+        if (q->name == dense_name + "_v") pv = q;
+      }
+      BATON_CHECK(pv != nullptr, "{} has no {}_v", layer->name(), dense_name);
+      UploadValues(backend, f.u, p->value);
+      UploadValues(backend, f.v, pv->value);
+      // The error of what is stored (in the param dtype), against the stored dense weight.
+      const std::vector<float> su = HostValues(backend, p->value),
+                               sv = HostValues(backend, pv->value);
+      double diff = 0, norm = 0;
+      for (int64_t i = 0; i < in; ++i) {
+        for (int64_t j = 0; j < out; ++j) {
+          double uv = 0;
+          for (int64_t l = 0; l < rank; ++l)
+            uv += static_cast<double>(su[static_cast<size_t>(i * rank + l)]) *
+                  sv[static_cast<size_t>(l * out + j)];
+          const double x = w[static_cast<size_t>(i * out + j)];
+          diff += (x - uv) * (x - uv);
+          norm += x * x;
+        }
+      }
+      MatrixResult r;
+      r.name = dense_name;
+      r.elements = in * out;
+      r.relative_error = norm > 0 ? std::sqrt(diff / norm) : 0.0;
+      r.bytes_before = static_cast<int64_t>(file.Bytes(file.Get(dense_name)).size());
+      r.bytes_after = static_cast<int64_t>(p->value.nbytes() + pv->value.nbytes());
+      results.push_back(std::move(r));
+    }
+  }
+  return results;
+}
+
 }  // namespace
 
 int CompressCommand(const CompressOptions& options, std::ostream& out) {
   const bool prune = options.prune > 0.0;
-  BATON_CHECK(
-      options.int8 != prune,
-      "baton compress: give --int8 or --prune SPARSITY (one at a time; see docs/memory.md)");
+  const bool low_rank = options.low_rank > 0;
+  BATON_CHECK(int{options.int8} + int{prune} + int{low_rank} == 1,
+              "baton compress: give --int8, --prune SPARSITY or --low-rank RANK (one at a time; "
+              "see docs/memory.md)");
   BATON_CHECK(!prune || options.prune < 1.0, "--prune {}: the sparsity must be in (0, 1)",
               options.prune);
   const PrunePattern pattern =
@@ -157,6 +218,19 @@ int CompressCommand(const CompressOptions& options, std::ostream& out) {
   source.CheckCompatible(dims, graph);
   const Config source_config = config;
   if (options.int8) config.model.weights = WeightFormat::kInt8;
+  BATON_CHECK((!options.int8 && !prune) ||
+                  (!dims.shares() && dims.low_rank_attn == 0 && dims.low_rank_mlp == 0),
+              "{}: --int8 and --prune need a dense, unshared model; this one is {}",
+              source.step_dir(), ToString(dims));
+  if (low_rank) {
+    BATON_CHECK(dims.low_rank_attn == 0 && dims.low_rank_mlp == 0,
+                "{}: the model is low-rank already ({})", source.step_dir(), ToString(dims));
+    BATON_CHECK(options.low_rank <= config.model.width,
+                "--low-rank {}: a block matrix's rank is at most model.width {}", options.low_rank,
+                config.model.width);
+    if (config.model.preset != ModelPreset::kMlp) config.model.low_rank_attn = options.low_rank;
+    config.model.low_rank_mlp = options.low_rank;
+  }
   config.output.dir = out_dir;
   config.prune = PruneConfig{};  // what the result holds, not how to train it
 
@@ -164,11 +238,18 @@ int CompressCommand(const CompressOptions& options, std::ostream& out) {
   MemoryLedger ledger;
   std::unique_ptr<Backend> backend = MakeCpuBackend(ledger, config.device.threads);
   const DType dtype = config.precision.dtype;
-  StageModel model(graph, dims, {{0, static_cast<int>(graph.size()) - 1}}, /*rank=*/0,
-                   /*num_ranks=*/1, *backend, dtype, dtype, config.train.seed, options.int8);
+  const ModelDims out_dims = DimsOf(config.model);
+  StageModel model(graph, out_dims, {{0, static_cast<int>(graph.size()) - 1}}, /*rank=*/0,
+                   /*num_ranks=*/1, *backend, dtype, dtype, config.train.seed, options.int8,
+                   /*inference=*/true);
   if (prune) AllocatePruneMasks(*backend, model.params());
   const std::vector<LayerTensors> tensors = CheckpointTensors(model, nullptr);
-  source.LoadLayers(tensors, *backend);
+  std::vector<MatrixResult> matrices;
+  if (low_rank) {
+    matrices = FactorMatrices(source, model, options.low_rank, *backend);
+  } else {
+    source.LoadLayers(tensors, *backend);
+  }
   if (prune) {
     for (Param* p : model.params()) {
       if (!p->mask.defined()) continue;
@@ -181,7 +262,7 @@ int CompressCommand(const CompressOptions& options, std::ostream& out) {
       backend->Synchronize();
     }
   }
-  const std::vector<MatrixResult> matrices = MeasureMatrices(source, tensors, *backend);
+  if (!low_rank) matrices = MeasureMatrices(source, tensors, *backend);
 
   MakeDirectories(out_dir);
   const CheckpointWriter writer(CheckpointsRoot(out_dir));
@@ -189,7 +270,7 @@ int CompressCommand(const CompressOptions& options, std::ostream& out) {
       source.step(), /*rank=*/0, tensors, *backend, CheckpointContents::kWeightsOnly);
   TrainingState state = source.state();
   state.config = ToJson(config);
-  writer.WriteManifest(source.step(), std::move(entries), state, dims, graph);
+  writer.WriteManifest(source.step(), std::move(entries), state, out_dims, graph);
   const std::string config_path = (fs::path(out_dir) / "config.yaml").string();
   WriteFileAtomically(config_path, ToYaml(config));
   const CheckpointReader written = CheckpointReader::Open(out_dir);
@@ -212,6 +293,9 @@ int CompressCommand(const CompressOptions& options, std::ostream& out) {
   if (options.int8) {
     out << fmt::format("INT8 weights: {} matrices, {} -> {} bytes ({:.3f}x)", matrices.size(),
                        before, after, ratio);
+  } else if (low_rank) {
+    out << fmt::format("low rank {}: {} matrices, {} -> {} bytes ({:.3f}x)", options.low_rank,
+                       matrices.size(), before, after, ratio);
   } else {
     out << fmt::format("pruned ({}): {} matrices, {:.2f}% zeros, {} -> {} bytes stored ({:.3f}x)",
                        Name(pattern), matrices.size(),
@@ -231,7 +315,10 @@ int CompressCommand(const CompressOptions& options, std::ostream& out) {
            "--set one)\n";
   } else {
     const double loss_before =
-        EvalLoss(config_path, {fmt::format("model.weights={}", Name(source_config.model.weights))},
+        EvalLoss(config_path,
+                 {fmt::format("model.weights={}", Name(source_config.model.weights)),
+                  fmt::format("model.low_rank.attn={}", source_config.model.low_rank_attn),
+                  fmt::format("model.low_rank.mlp={}", source_config.model.low_rank_mlp)},
                  source.step_dir());
     const double loss_after = EvalLoss(config_path, {}, out_dir);
     out << fmt::format("eval loss: {:.6f} -> {:.6f} ({:+.3f}%)\n", loss_before, loss_after,
@@ -240,6 +327,10 @@ int CompressCommand(const CompressOptions& options, std::ostream& out) {
   out << fmt::format(
       "wrote {} (step {}): baton eval {} --resume {}; baton generate {}; baton export {} DIR\n",
       out_dir, source.step(), config_path, out_dir, out_dir, out_dir);
+  if (low_rank) {
+    out << fmt::format("train on from it: baton run {} --set model.init_from={}\n", config_path,
+                       out_dir);
+  }
   return 0;
 }
 

@@ -101,7 +101,7 @@ int main(int argc, char** argv) {
   baton::CompressOptions compress;
   CLI::App* compress_cmd = app.add_subcommand(
       "compress",
-      "a smaller checkpoint for inference: --int8 weights or --prune (prints bytes, eval loss)");
+      "a smaller checkpoint: --int8 weights, --prune or --low-rank (prints bytes, eval loss)");
   compress_cmd
       ->add_option("checkpoint", compress.checkpoint, "step dir, checkpoints root or output dir")
       ->required();
@@ -111,6 +111,8 @@ int main(int argc, char** argv) {
                          "INT8 block weights, one f32 scale per output channel");
   compress_cmd->add_option("--prune", compress.prune,
                            "zero this fraction of the block weights by magnitude (sparse storage)");
+  compress_cmd->add_option("--low-rank", compress.low_rank,
+                           "rank R: every block matrix W as U (in,R) V (R,out) by truncated SVD");
   compress_cmd->add_option("--pattern", compress.pattern, "--prune's pattern: unstructured or 2:4")
       ->check(CLI::IsMember({"unstructured", "2:4"}));
   compress_cmd->add_flag("!--no-eval", compress.eval,

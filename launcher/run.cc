@@ -529,6 +529,8 @@ int PlanCommand(const PlanOptions& options, std::ostream& out) {
       NamingConfig(options.config.path, [&] { return PredictMemory(plan); });
   if (options.format == "json") {
     json j = {{"schedule", plan.schedule.name},
+              {"parameters", ParamCount(plan.graph, plan.dims)},
+              {"split_share_groups", SplitShareGroups(plan)},
               {"memory_budget", plan.memory_budget},
               {"partition_bound", plan.partition_bound},
               {"stages", json::array()}};
@@ -546,7 +548,10 @@ int PlanCommand(const PlanOptions& options, std::ostream& out) {
     out << j.dump(2) << "\n";
   } else {
     if (options.memory.fit) out << FormatFitTable(fit, budget) << "\n";
-    out << FormatPartitionTable(plan) << "\n" << FormatMemoryTable(plan, predicted);
+    out << fmt::format("model: {} parameters ({})\n", ParamCount(plan.graph, plan.dims),
+                       ToString(plan.dims))
+        << FormatPartitionTable(plan) << "\n"
+        << FormatMemoryTable(plan, predicted);
   }
   return 0;
 }
