@@ -10,18 +10,21 @@
 #   planner         seconds for `baton plan` of gpt2-124m at 8 stages and for its --fit search
 #   compress        gpt-small-cpu with f32/8-bit optimizer state, dense/pruned, and INT8: bytes,
 #                   tokens/s, train and eval loss (bench/compress_bench.py)
+#   structure       gpt-small-cpu dense, shared (all / attention / MLP) and low-rank C/4, and SVD
+#                   after training: parameters, stage peaks, train and eval loss
+#                   (bench/structure_bench.py)
 #   train_gpt.py    PyTorch CPU eager on the same models and threads (Debian's python3-torch),
 #                   and its losses against Baton's for gpt-tiny
 #
 # Environment: BENCH_REPEATS (default 1) runs pipeline_bench and memory_bench that many times
 # over, alternating, keeping each figure's fastest; BENCH_ONLY="train pipeline" runs a subset
-# (kernels train pipeline memory planner compress pytorch). Time it on an idle machine: every figure is a speed.
+# (kernels train pipeline memory planner compress structure pytorch). Time it on an idle machine: every figure is a speed.
 set -uo pipefail
 
 build=${1:-build}
 root=$(cd "$(dirname "$0")/.." && pwd)
 repeats=${BENCH_REPEATS:-1}
-only=${BENCH_ONLY:-kernels train pipeline memory planner compress pytorch}
+only=${BENCH_ONLY:-kernels train pipeline memory planner compress structure pytorch}
 python=/usr/bin/python3  # Debian's, which sees python3-torch (TOOLCHAIN.md)
 
 wanted() { [[ " $only " == *" $1 "* ]]; }
@@ -75,6 +78,7 @@ planner_bench() {
 }
 wanted planner && run planner planner_bench
 wanted compress && run compress_bench "$python" "$root/bench/compress_bench.py" "$build/baton"
+wanted structure && run structure_bench "$python" "$root/bench/structure_bench.py" "$build/baton"
 
 if wanted pytorch; then
   if ! "$python" -c 'import torch' 2>/dev/null; then
