@@ -175,6 +175,11 @@ int64_t LoadInitialState(const Plan& plan, const Launch& launch, Trainer& traine
     spdlog::info("initialised from the weights of {} (step {})", checkpoint.step_dir(),
                  checkpoint.step());
   } else if (!config.model.init_from.empty()) {
+    BATON_CHECK(plan.dims.low_rank_attn == 0 && plan.dims.low_rank_mlp == 0,
+                "model.init_from {}: a GPT-2 file holds dense matrices, and this model is low-rank "
+                "({}); factor a Baton checkpoint with baton compress --low-rank R and start from "
+                "that directory",
+                config.model.init_from, ToString(plan.dims));
     const SafetensorsFile weights = ReadSafetensors(config.model.init_from);
     ValidateGpt2File(weights, plan.dims);
     InitFromSafetensors(weights, trainer.model().params(), trainer.optimizer(), backend);
