@@ -126,7 +126,7 @@ void SpawnWorker(ProcessGroup& group, const WorkerArgs& worker) {
               {SelfExecutable(), "--log-level", worker.log_level, "worker", "--coordinator",
                worker.coordinator, "--rank", std::to_string(worker.rank), "--world-size",
                std::to_string(worker.world_size), "--local-rank", std::to_string(worker.local_rank),
-               "--attempt", std::to_string(worker.attempt)},
+               "--attempt", std::to_string(worker.attempt), "--listen-host", worker.listen_host},
               {"BATON_TOKEN=" + worker.token, "BATON_JOB_ID=" + worker.job_id});
 }
 

@@ -171,6 +171,7 @@ int main(int argc, char** argv) {
   worker_cmd->add_option("--world-size", worker.world_size)->required();
   worker_cmd->add_option("--local-rank", worker.local_rank);
   worker_cmd->add_option("--attempt", worker.attempt);
+  worker_cmd->add_option("--listen-host", worker.listen_host);
 
   CLI11_PARSE(app, argc, argv);
 

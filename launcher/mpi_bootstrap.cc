@@ -1,8 +1,15 @@
 #include "launcher/mpi_bootstrap.h"
 
+#include <arpa/inet.h>
 #include <mpi.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
 #include <sstream>
 
 #include "coordinator/coordinator_server.h"
@@ -27,6 +34,38 @@ std::string Broadcast(std::string value, int rank) {
 }
 
 }  // namespace
+
+std::string ListenHostFor(const std::string& coordinator_address) {
+  const char* explicit_host = std::getenv("BATON_HOST");
+  if (explicit_host != nullptr && *explicit_host != '\0') return explicit_host;
+  const std::string host = HostOf(coordinator_address);
+  addrinfo hints{};
+  hints.ai_family = AF_INET;
+  hints.ai_socktype = SOCK_DGRAM;
+  addrinfo* found = nullptr;
+  const int error = getaddrinfo(host.c_str(), "9", &hints, &found);
+  BATON_CHECK(error == 0 && found != nullptr,
+              "the coordinator's host {} does not resolve ({}); set BATON_HOST to this node's "
+              "address",
+              host, error == 0 ? "no IPv4 address" : gai_strerror(error));
+  // A UDP "connect" sends nothing: it asks the kernel which local address routes there.
+  const int fd = socket(AF_INET, SOCK_DGRAM, 0);
+  BATON_CHECK(fd >= 0, "socket(): {}", std::strerror(errno));
+  const bool routed = connect(fd, found->ai_addr, found->ai_addrlen) == 0;
+  const int route_errno = errno;
+  freeaddrinfo(found);
+  sockaddr_in local{};
+  socklen_t length = sizeof(local);
+  const bool named = routed && getsockname(fd, reinterpret_cast<sockaddr*>(&local), &length) == 0;
+  close(fd);
+  BATON_CHECK(routed && named,
+              "no route from this node to the coordinator's host {} ({}); set BATON_HOST to this "
+              "node's address",
+              host, std::strerror(route_errno));
+  char text[INET_ADDRSTRLEN] = {};
+  inet_ntop(AF_INET, &local.sin_addr, text, sizeof(text));
+  return text;
+}
 
 JobRendezvous ShareCoordinator(const LaunchEnvironment& env, const std::string& coordinator_flag) {
   JobRendezvous r;

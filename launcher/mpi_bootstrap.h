@@ -20,6 +20,12 @@ struct JobRendezvous {
   std::string job_id;
 };
 
+// The address this rank's transport listens on, which its peers dial: BATON_HOST when set (an
+// address or a name of this node), else the local address of the interface that routes to the
+// coordinator's host (a loopback coordinator means one node: 127.0.0.1). Throws, naming both,
+// when the coordinator's host does not resolve or no route reaches it.
+std::string ListenHostFor(const std::string& coordinator_address);
+
 // Step 1, on every rank: decide what can be decided before rank 0 has bound its port.
 JobRendezvous ShareCoordinator(const LaunchEnvironment& env, const std::string& coordinator_flag);
 // Step 2, on every rank, after rank 0 started the coordinator on `bound_port` (ignored elsewhere):

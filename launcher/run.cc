@@ -328,9 +328,9 @@ int RunLocal(const Plan& plan, const RunOptions& options, const std::string& rep
 // place of child processes. After a failure every agent stops its worker and reports its exit;
 // once all have, the job restarts from the newest checkpoint while restarts remain, else ends.
 // The agents learn what comes next from the coordinator (ResetJob, EndJob).
-int SuperviseJob(CoordinatorServer& server, const Plan& plan, const RunOptions& options,
-                 Launch launch, MetricsLog& metrics, const std::string& token,
-                 const std::string& report_path) {
+int SuperviseJob(CoordinatorServer& server, const std::string& connect_address, const Plan& plan,
+                 const RunOptions& options, Launch launch, MetricsLog& metrics,
+                 const std::string& token, const std::string& report_path) {
   RunSteps run_steps;
   for (int attempt = 0;; ++attempt) {
     std::optional<std::string> failure =
@@ -355,8 +355,10 @@ int SuperviseJob(CoordinatorServer& server, const Plan& plan, const RunOptions& 
                  options.max_restarts, launch.resume_dir.empty() ? "the start" : launch.resume_dir);
     server.ResetJob(EncodeJobPlan(plan, launch));
   }
-  const int code = Finish(plan, "127.0.0.1:" + std::to_string(server.port()), token, report_path,
-                          run_steps, options, launch.resume_dir);
+  // The address the workers dial: the coordinator binds only that one (another node's, not
+  // loopback, in a multi-node job).
+  const int code =
+      Finish(plan, connect_address, token, report_path, run_steps, options, launch.resume_dir);
   server.EndJob(/*succeeded=*/true, "");
   return code;
 }
@@ -398,6 +400,9 @@ int RunUnderLauncher(const Plan& plan, const RunOptions& options, const LaunchEn
   worker.world_size = env.world_size;
   worker.local_rank = env.local_rank;
   worker.log_level = options.log_level;
+  worker.listen_host = ListenHostFor(rendezvous.connect_address);
+  spdlog::info("rank {} listens for its peers on {} (BATON_HOST overrides)", env.rank,
+               worker.listen_host);
   if (env.rank != 0) {
     SetupLogging(fmt::format("agent {}", env.rank), options.log_level);
     return RunAgent(worker);
@@ -406,8 +411,8 @@ int RunUnderLauncher(const Plan& plan, const RunOptions& options, const LaunchEn
   int supervisor_code = 1;
   std::thread supervisor([&] {
     try {
-      supervisor_code =
-          SuperviseJob(*server, plan, options, launch, *metrics, rendezvous.token, report_path);
+      supervisor_code = SuperviseJob(*server, rendezvous.connect_address, plan, options, launch,
+                                     *metrics, rendezvous.token, report_path);
     } catch (const std::exception& e) {
       spdlog::error("{}", e.what());
       LogOrigin(e);

@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# ctest multinode_netns: a job that spans two "nodes" on one machine: two Linux network namespaces
+# joined by a veth pair (10.231.0.1 and 10.231.0.2, nothing else reachable), one Slurm task in
+# each (SLURM_* and BATON_COORDINATOR / BATON_TOKEN set as deploy/slurm/train.sbatch sets them).
+# Rank 0 hosts the coordinator on its node's address; each rank's transport listens on the
+# address that routes to the coordinator (launcher/mpi_bootstrap.h, ListenHostFor). The 2-stage
+# job must end with the parameter checksum of the same job on one node (local launcher).
+# Skipped (77), saying why, where network namespaces cannot be made (not root, no CAP_NET_ADMIN).
+#
+#   tests/multinode_netns.sh BUILD_DIR
+set -uo pipefail
+
+root=$(cd "$(dirname "$0")/.." && pwd)
+build=$(cd "${1:?usage: multinode_netns.sh BUILD_DIR}" && pwd)
+cd "$root" || exit 1
+work=$(mktemp -d "${TMPDIR:-/tmp}/multinode-netns.XXXXXX") || exit 1
+n0="baton-n0-$$"
+n1="baton-n1-$$"
+cleanup() {
+  ip netns del "$n0" 2>/dev/null
+  ip netns del "$n1" 2>/dev/null
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
+fail() {
+  echo "FAIL: $*"
+  exit 1
+}
+skip() {
+  echo "skipped: $*"
+  exit 77
+}
+checksum() { sed -n 's/.*param checksum \([0-9a-f]*\).*/\1/p' "$1" | tail -n 1; }
+
+data=/usr/share/common-licenses
+[ -d "$data" ] || skip "$data is absent"
+command -v ip > /dev/null || skip "no ip command (iproute2)"
+[ "$(id -u)" = 0 ] || skip "network namespaces need root"
+ip netns add "$n0" 2> "$work/netns.err" || skip "cannot make a network namespace: $(cat "$work/netns.err")"
+ip netns add "$n1" || skip "cannot make a second network namespace"
+ip link add "bv0-$$" type veth peer name "bv1-$$" 2> "$work/veth.err" ||
+  skip "cannot make a veth pair: $(cat "$work/veth.err")"
+ip link set "bv0-$$" netns "$n0" || fail "moving a veth end"
+ip link set "bv1-$$" netns "$n1" || fail "moving a veth end"
+ip -n "$n0" addr add 10.231.0.1/24 dev "bv0-$$" || fail "addressing node 0"
+ip -n "$n1" addr add 10.231.0.2/24 dev "bv1-$$" || fail "addressing node 1"
+for ns in "$n0" "$n1"; do ip -n "$ns" link set lo up || fail "lo up in $ns"; done
+ip -n "$n0" link set "bv0-$$" up || fail "node 0's veth up"
+ip -n "$n1" link set "bv1-$$" up || fail "node 1's veth up"
+
+args=(configs/gpt-tiny.yaml --set device.type=cpu --set parallel.stages=2 --set train.steps=6
+      --set train.log_every=1)
+
+# The same job on one node.
+"$build/baton" run "${args[@]}" --set output.dir="$work/one" > "$work/one.log" 2>&1 ||
+  { tail -n 20 "$work/one.log"; fail "the one-node job failed"; }
+one=$(checksum "$work/one.log")
+[ -n "$one" ] || fail "no checksum from the one-node job"
+
+# Two nodes: task 1 on node 1 in the background, task 0 (the coordinator) on node 0.
+token=$(python3 -c 'import secrets; print(secrets.token_hex(16))')
+task() {
+  local ns=$1 rank=$2
+  shift 2
+  ip netns exec "$ns" env SLURM_PROCID="$rank" SLURM_NTASKS=2 SLURM_LOCALID=0 SLURM_JOB_ID=4343 \
+    BATON_COORDINATOR=10.231.0.1:29500 BATON_TOKEN="$token" \
+    timeout 300 "$build/baton" run --launcher slurm "${args[@]}" --set output.dir="$work/two" "$@"
+}
+task "$n1" 1 > "$work/node1.log" 2>&1 &
+node1=$!
+task "$n0" 0 > "$work/node0.log" 2>&1
+code0=$?
+wait "$node1"
+code1=$?
+[ "$code0" = 0 ] || { tail -n 30 "$work/node0.log"; fail "node 0's task exited $code0"; }
+[ "$code1" = 0 ] || { tail -n 30 "$work/node1.log"; fail "node 1's task exited $code1"; }
+grep -q "rank 1 listens for its peers on 10.231.0.2" "$work/node1.log" ||
+  { grep listens "$work/node1.log"; fail "node 1 did not listen on its veth address"; }
+two=$(checksum "$work/node0.log")
+echo "one node: $one, two nodes: $two"
+[ "$one" = "$two" ] || fail "the two-node job ended with another checksum"
+echo "PASS"
