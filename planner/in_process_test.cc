@@ -191,6 +191,11 @@ TEST(InProcessShareTest, GroupsKeptWithinStagesAreBitIdenticalToOneStage) {
     EXPECT_EQ(other.losses, one.losses) << what;
     EXPECT_EQ(other.param_checksum, one.param_checksum) << what;
     EXPECT_LT(one.losses.back(), one.losses.front()) << what;  // it learns
+    // Zero-bubble: the weight-gradient GEMMs run later, in the same order per stage.
+    const InProcessResult zb = RunInProcess(MakePlan(
+        ShareConfig({w, "train.steps=10", "parallel.stages=2", "parallel.schedule=zb-h1"})));
+    EXPECT_EQ(zb.losses, one.losses) << what << " zb-h1";
+    EXPECT_EQ(zb.param_checksum, one.param_checksum) << what << " zb-h1";
   }
 }
 
