@@ -59,6 +59,18 @@ std::vector<float> StoredDense(const SafetensorsFile& file, const std::string& n
   return values;
 }
 
+// ||W - W'|| / ||W|| (Frobenius, in double); 0 for a zero W.
+template <typename T>
+double RelativeError(const std::vector<float>& w, const std::vector<T>& approx) {
+  double diff = 0, norm = 0;
+  for (size_t i = 0; i < w.size(); ++i) {
+    const double d = static_cast<double>(w[i]) - static_cast<double>(approx[i]);
+    diff += d * d;
+    norm += static_cast<double>(w[i]) * w[i];
+  }
+  return norm > 0 ? std::sqrt(diff / norm) : 0.0;
+}
+
 // What the compressed matrix holds, dense f32.
 std::vector<float> CompressedDense(const ParamTensors& p, Backend& backend) {
   if (!p.scale.defined()) return HostValues(backend, p.value);
@@ -85,14 +97,8 @@ std::vector<MatrixResult> MeasureMatrices(const CheckpointReader& source,
       MatrixResult r;
       r.name = p.name;
       r.elements = p.value.numel();
-      double diff = 0, norm = 0;
-      for (size_t i = 0; i < dense.size(); ++i) {
-        const double d = static_cast<double>(dense[i]) - now[i];
-        diff += d * d;
-        norm += static_cast<double>(dense[i]) * dense[i];
-        r.zeros += now[i] == 0.0f ? 1 : 0;
-      }
-      r.relative_error = norm > 0 ? std::sqrt(diff / norm) : 0.0;
+      for (float x : now) r.zeros += x == 0.0f ? 1 : 0;
+      r.relative_error = RelativeError(dense, now);
       r.bytes_before = static_cast<int64_t>(file.Bytes(file.Get(p.name)).size());
       if (p.scale.defined()) {
         r.bytes_after = static_cast<int64_t>(p.value.nbytes() + p.scale.nbytes());
@@ -162,22 +168,18 @@ std::vector<MatrixResult> FactorMatrices(const CheckpointReader& source, StageMo
       // The error of what is stored (in the param dtype), against the stored dense weight.
       const std::vector<float> su = HostValues(backend, p->value),
                                sv = HostValues(backend, pv->value);
-      double diff = 0, norm = 0;
+      std::vector<double> uv(w.size(), 0.0);
       for (int64_t i = 0; i < in; ++i) {
-        for (int64_t j = 0; j < out; ++j) {
-          double uv = 0;
-          for (int64_t l = 0; l < rank; ++l)
-            uv += static_cast<double>(su[static_cast<size_t>(i * rank + l)]) *
-                  sv[static_cast<size_t>(l * out + j)];
-          const double x = w[static_cast<size_t>(i * out + j)];
-          diff += (x - uv) * (x - uv);
-          norm += x * x;
+        for (int64_t l = 0; l < rank; ++l) {
+          const double a = su[static_cast<size_t>(i * rank + l)];
+          for (int64_t j = 0; j < out; ++j)
+            uv[static_cast<size_t>(i * out + j)] += a * sv[static_cast<size_t>(l * out + j)];
         }
       }
       MatrixResult r;
       r.name = dense_name;
       r.elements = in * out;
-      r.relative_error = norm > 0 ? std::sqrt(diff / norm) : 0.0;
+      r.relative_error = RelativeError(w, uv);
       r.bytes_before = static_cast<int64_t>(file.Bytes(file.Get(dense_name)).size());
       r.bytes_after = static_cast<int64_t>(p->value.nbytes() + pv->value.nbytes());
       results.push_back(std::move(r));

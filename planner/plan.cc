@@ -65,21 +65,29 @@ Timeouts TimeoutsFor(const ParallelConfig& parallel) {
   return t;
 }
 
+namespace {
+// The ranks holding any of `layers` under the cut `virtual_stages`: ascending, distinct.
+std::vector<int> RanksHolding(const std::vector<int>& layers,
+                              const std::vector<LayerRange>& virtual_stages, int num_ranks) {
+  std::vector<int> ranks;
+  for (int layer : layers) {
+    for (int j = 0; j < static_cast<int>(virtual_stages.size()); ++j) {
+      const LayerRange& r = virtual_stages[static_cast<size_t>(j)];
+      if (layer >= r.first && layer <= r.last) ranks.push_back(RankOfVirtualStage(j, num_ranks));
+    }
+  }
+  std::sort(ranks.begin(), ranks.end());
+  ranks.erase(std::unique(ranks.begin(), ranks.end()), ranks.end());
+  return ranks;
+}
+}  // namespace
+
 std::vector<TiedGroup> TiedGroupsFor(const std::vector<LayerSpec>& graph, const ModelDims& dims,
                                      const std::vector<LayerRange>& virtual_stages, int num_ranks) {
   std::vector<TiedGroup> groups;
   for (const TiedParameter& tied : TiedParameters(graph, dims)) {
-    TiedGroup group{tied.name, tied.layers, {}};
-    for (int layer : tied.layers) {
-      for (int j = 0; j < static_cast<int>(virtual_stages.size()); ++j) {
-        const LayerRange& r = virtual_stages[static_cast<size_t>(j)];
-        if (layer >= r.first && layer <= r.last)
-          group.ranks.push_back(RankOfVirtualStage(j, num_ranks));
-      }
-    }
-    std::sort(group.ranks.begin(), group.ranks.end());
-    group.ranks.erase(std::unique(group.ranks.begin(), group.ranks.end()), group.ranks.end());
-    groups.push_back(std::move(group));
+    groups.push_back(
+        {tied.name, tied.layers, RanksHolding(tied.layers, virtual_stages, num_ranks)});
   }
   return groups;
 }
@@ -146,16 +154,7 @@ Plan MakePlan(const Config& config, int64_t memory_budget) {
 std::vector<std::string> SplitShareGroups(const Plan& plan) {
   std::vector<std::string> split;
   for (const std::vector<int>& group : ShareGroups(plan.graph, plan.dims)) {
-    std::vector<int> ranks;
-    for (int layer : group) {
-      for (int j = 0; j < static_cast<int>(plan.virtual_stages.size()); ++j) {
-        const LayerRange& r = plan.virtual_stages[static_cast<size_t>(j)];
-        if (layer >= r.first && layer <= r.last)
-          ranks.push_back(RankOfVirtualStage(j, plan.num_ranks()));
-      }
-    }
-    std::sort(ranks.begin(), ranks.end());
-    ranks.erase(std::unique(ranks.begin(), ranks.end()), ranks.end());
+    const std::vector<int> ranks = RanksHolding(group, plan.virtual_stages, plan.num_ranks());
     if (ranks.size() < 2) continue;
     const LayerSpec& first = plan.graph[static_cast<size_t>(group.front())];
     const LayerSpec& last = plan.graph[static_cast<size_t>(group.back())];
