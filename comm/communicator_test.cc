@@ -10,6 +10,7 @@
 #include "comm/fake_communicator.h"
 #include "comm/gloo_communicator.h"
 #include "comm/kv_store.h"
+#include "comm/subgroup_communicator.h"
 #include "core/error.h"
 #include "core/random.h"
 
@@ -202,6 +203,43 @@ TEST_P(CommunicatorTest, SubgroupAllReduceSumsInRankOrderOnMembersOnly) {
     ASSERT_EQ(pair[1].data<float>()[i], x1.data<float>()[i]) << "rank 1 is no member";
     for (int rank = 0; rank < 3; ++rank) ASSERT_EQ(trio[rank].data<float>()[i], trio_sum) << i;
   }
+}
+
+// 2 stages x 2 replicas: world rank = replica * 2 + stage. Each replica's pipeline is a view of
+// its two ranks, and each stage's replicas another; both map ranks and sum only their members.
+TEST_P(CommunicatorTest, SubgroupViewsMapRanksAndReduceOverTheirMembersOnly) {
+  Comms comms = Make(4);
+  RunRanks(4, [&](int rank) {
+    const int stage = rank % 2, replica = rank / 2;
+    SubgroupCommunicator pipeline(*comms[rank], {replica * 2, replica * 2 + 1});
+    SubgroupCommunicator replicas(*comms[rank], {stage, stage + 2});
+    BATON_CHECK(pipeline.rank() == stage && pipeline.size() == 2, "pipeline rank {} of {}",
+                pipeline.rank(), pipeline.size());
+    BATON_CHECK(replicas.rank() == replica, "replica rank {}", replicas.rank());
+    // Stage 0 of each replica sends its world rank to stage 1 of the same replica.
+    Tensor message = Filled(static_cast<float>(rank));
+    if (stage == 0) {
+      pipeline.Isend(message, 1)->Wait(kGenerous);
+    } else {
+      Tensor in = Filled(-1);
+      pipeline.Irecv(in, 0)->Wait(kGenerous);
+      BATON_CHECK(in.data<float>()[0] == static_cast<float>(rank - 1),
+                  "stage 1 of replica {} "
+                  "got {}",
+                  replica, in.data<float>()[0]);
+    }
+    Tensor across_stages = Filled(static_cast<float>(rank));
+    pipeline.AllReduceSum(across_stages, kGenerous);
+    const float pipeline_sum = static_cast<float>(4 * replica + 1);
+    BATON_CHECK(across_stages.data<float>()[3] == pipeline_sum, "pipeline sum {}",
+                across_stages.data<float>()[3]);
+    Tensor across_replicas = Filled(static_cast<float>(rank));
+    replicas.AllReduceSum(across_replicas, {0, 1}, kGenerous);
+    BATON_CHECK(across_replicas.data<float>()[0] == static_cast<float>(2 * stage + 2),
+                "replica sum {}", across_replicas.data<float>()[0]);
+    replicas.Barrier(kGenerous);
+  });
+  EXPECT_THROW(SubgroupCommunicator(*comms[0], {1, 2}), Error);  // rank 0 is not a member
 }
 
 TEST_P(CommunicatorTest, BarrierReturnsOnlyOnceEveryRankEntered) {

@@ -507,6 +507,10 @@ int MicroBatchSize(const Config& config) {
   return config.train.batch_size / config.train.micro_batches;
 }
 
+int MicroBatchesPerReplica(const Config& config) {
+  return config.train.micro_batches / config.parallel.replicas;
+}
+
 DataFormat ResolvedDataFormat(const DataConfig& data) {
   if (data.format != DataFormat::kAuto) return data.format;
   return std::filesystem::path(data.path).extension() == ".bin" ? DataFormat::kBin

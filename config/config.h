@@ -141,7 +141,7 @@ struct ParallelConfig {
   int chunks = 1;             // model chunks per stage (interleaved, or a schedule file)
   PartitionPolicy partition = PartitionPolicy::kFlops;
   CheckpointPolicy checkpoint;
-  int replicas = 1;                   // data-parallel replicas; must be 1 for now
+  int replicas = 1;                   // data-parallel replicas of the whole pipeline
   double timeout_s = 60.0;            // longest any blocking wait may take
   double heartbeat_timeout_s = 10.0;  // a silent worker is declared dead after this
   bool operator==(const ParallelConfig&) const = default;
@@ -222,6 +222,8 @@ nlohmann::json ToJson(const Config& config);
 // Derived values.
 int64_t SequenceLength(const Config& config);  // data.seq_len, or model.context when 0
 int MicroBatchSize(const Config& config);      // train.batch_size / train.micro_batches
+// The micro-batches each data-parallel replica runs per step: train.micro_batches / replicas.
+int MicroBatchesPerReplica(const Config& config);
 // data.format with auto resolved: a path ending in ".bin" is kBin, anything else kText.
 DataFormat ResolvedDataFormat(const DataConfig& data);
 

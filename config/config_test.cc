@@ -291,7 +291,12 @@ TEST(ConfigTest, CrossFieldRulesAreChecked) {
               HasSubstr("parallel.chunks 2 > 1 needs parallel.schedule interleaved"));
   EXPECT_THAT(ParseError(kMinimal, {"parallel.schedule=interleaved"}),
               HasSubstr("needs parallel.chunks >= 2"));
-  EXPECT_THAT(ParseError(kMinimal, {"parallel.replicas=2"}), HasSubstr("replicas must be 1"));
+  EXPECT_THAT(ParseError(kMinimal, {"parallel.replicas=3", "train.micro_batches=4"}),
+              HasSubstr("train.micro_batches 4 is not divisible by parallel.replicas 3"));
+  EXPECT_THAT(ParseError(kMinimal, {"parallel.replicas=2", "model.weights=int8"}),
+              HasSubstr("data-parallel replicas train"));
+  EXPECT_NO_THROW(
+      ParseConfigString(kMinimal, "x.yaml", {"parallel.replicas=2", "train.micro_batches=4"}));
   EXPECT_THAT(ParseError(kMinimal, {"data.seq_len=129"}),
               HasSubstr("data.seq_len 129 exceeds model.context 128"));
   EXPECT_THAT(ParseError(kMinimal, {"model.vocab_size=100"}),

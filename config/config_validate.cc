@@ -177,7 +177,8 @@ void ValidateEval(const DataConfig& d, const TrainConfig& t, const Reporter& r) 
                         t.eval_every));
 }
 
-void ValidateParallel(const ParallelConfig& p, const Reporter& r) {
+void ValidateParallel(const Config& c, const Reporter& r) {
+  const ParallelConfig& p = c.parallel;
   const bool interleaved = p.schedule == ScheduleKind::kInterleaved;
   if (p.schedule_file.empty()) {
     r.Require(p.chunks == 1 || interleaved, {"parallel.chunks", "parallel.schedule"},
@@ -187,11 +188,14 @@ void ValidateParallel(const ParallelConfig& p, const Reporter& r) {
     r.Require(!interleaved || p.chunks >= 2, {"parallel.chunks", "parallel.schedule"},
               "parallel.schedule interleaved needs parallel.chunks >= 2 (model chunks per stage)");
   }
-  r.Require(
-      p.replicas == 1, {"parallel.replicas"},
-      fmt::format(
-          "data-parallel replicas are not supported by this version: replicas must be 1, got {}",
-          p.replicas));
+  // Each replica runs an equal share of every step's micro-batches (docs/parallel.md).
+  r.Require(c.train.micro_batches % p.replicas == 0, {"parallel.replicas", "train.micro_batches"},
+            fmt::format("train.micro_batches {} is not divisible by parallel.replicas {}: each "
+                        "replica runs an equal share of a step's micro-batches",
+                        c.train.micro_batches, p.replicas));
+  r.Require(p.replicas == 1 || c.model.weights == WeightFormat::kDense,
+            {"parallel.replicas", "model.weights"},
+            "data-parallel replicas train: they need model.weights: dense");
 }
 
 }  // namespace
@@ -220,7 +224,7 @@ void ValidateConfig(const Config& config, const WhereFn& where, const std::strin
   ValidateEval(config.data, config.train, reporter);
   ValidateModel(config.model, config.data, reporter);
   ValidateTrain(config.train, reporter);
-  ValidateParallel(config.parallel, reporter);
+  ValidateParallel(config, reporter);
   ValidatePrune(config, reporter);
   ValidateStructure(config, reporter);
   reporter.Require(!config.output.dir.empty(), {"output.dir"}, "must not be empty");

@@ -54,6 +54,7 @@ JoinInfo FromProto(const pb::JoinRequest& request) {
 void ToProto(const WorkerReport& report, pb::ReportRequest* out) {
   out->set_rank(report.rank);
   out->set_stage(report.stage);
+  out->set_replica(report.replica);
   out->set_step(report.step);
   out->set_loss(report.loss);
   out->mutable_metrics()->insert(report.metrics.begin(), report.metrics.end());
@@ -74,6 +75,7 @@ WorkerReport FromProto(const pb::ReportRequest& request) {
   WorkerReport report;
   report.rank = request.rank();
   report.stage = request.stage();
+  report.replica = request.replica();
   report.step = request.step();
   report.loss = request.loss();
   report.metrics.insert(request.metrics().begin(), request.metrics().end());

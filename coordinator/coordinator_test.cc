@@ -268,6 +268,23 @@ TEST_F(CoordinatorTest, ReportsCarryTheBlockedActionToTheServer) {
   EXPECT_NE(FormatRankTable(server_.Ranks()).find("RECV_F"), std::string::npos);
 }
 
+TEST(RankTableTest, ReplicasGetAColumnAndTheirNames) {
+  RankState a;
+  a.rank = 3;
+  a.joined = true;
+  a.has_report = true;
+  a.report.stage = 1;
+  a.report.replica = 1;
+  a.report.blocked = BlockedAction{"ALLREDUCE", -1, 1, 2.5};
+  const std::string table = FormatRankTable({a});
+  EXPECT_NE(table.find("replica"), std::string::npos) << table;
+  EXPECT_NE(table.find("ALLREDUCE"), std::string::npos) << table;
+  a.report.replica = -1;
+  EXPECT_EQ(FormatRankTable({a}).find("replica"), std::string::npos);
+  EXPECT_EQ(DescribeRank(3, 1, 1), "stage 1 replica 1 (rank 3)");
+  EXPECT_EQ(DescribeRank(1, 1), "stage 1 (rank 1)");
+}
+
 TEST_F(CoordinatorTest, StepReportsKeepEachNewStepOnceInArrivalOrderUntilTaken) {
   StartServer(2, /*heartbeat_timeout_s=*/0, /*keep_step_reports=*/true);
   auto head = ConnectAndJoin(1, 2);

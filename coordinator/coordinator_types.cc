@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstring>
 
 namespace baton {
@@ -32,17 +33,27 @@ std::string WorkerExit::Describe() const {
   return fmt::format("exited with code {}", exit_code);
 }
 
-std::string DescribeRank(int rank, int stage) {
+std::string DescribeRank(int rank, int stage, int replica) {
   if (stage < 0) return fmt::format("rank {}", rank);
+  if (replica >= 0) return fmt::format("stage {} replica {} (rank {})", stage, replica, rank);
   return fmt::format("stage {} (rank {})", stage, rank);
 }
 
 std::string FormatRankTable(const std::vector<RankState>& ranks) {
-  std::string out =
-      fmt::format("{:>5} {:>5} {:<8} {:<12} {:>4} {:>5} {:>9} {:>9}  {}\n", "rank", "stage",
-                  "status", "blocked on", "mb", "peer", "waiting_s", "silent_s", "note");
+  // A replica column when the job has data-parallel replicas; "peer" is a stage of the same one.
+  const bool replicas = std::any_of(ranks.begin(), ranks.end(), [](const RankState& r) {
+    return r.has_report && r.report.replica >= 0;
+  });
+  std::string out = fmt::format("{:>5} {:>5} {}{:<8} {:<12} {:>4} {:>5} {:>9} {:>9}  {}\n", "rank",
+                                "stage", replicas ? "replica " : "", "status", "blocked on", "mb",
+                                "peer", "waiting_s", "silent_s", "note");
   for (const RankState& r : ranks) {
     std::string stage = r.has_report && r.report.stage >= 0 ? std::to_string(r.report.stage) : "-";
+    std::string replica;
+    if (replicas) {
+      replica = fmt::format(
+          "{:>7} ", r.has_report && r.report.replica >= 0 ? std::to_string(r.report.replica) : "-");
+    }
     std::string status = !r.joined ? "absent"
                          : r.dead  ? "dead"
                                    : std::string(Name(r.report.status));
@@ -55,8 +66,8 @@ std::string FormatRankTable(const std::vector<RankState>& ranks) {
       waiting = fmt::format("{:.1f}", b.waiting_s);
     }
     std::string note = r.report.status == WorkerStatus::kFailed ? r.report.error : "";
-    out += fmt::format("{:>5} {:>5} {:<8} {:<12} {:>4} {:>5} {:>9} {:>9.1f}  {}\n", r.rank, stage,
-                       status, action, mb, peer, waiting, r.seconds_since_heard, note);
+    out += fmt::format("{:>5} {:>5} {}{:<8} {:<12} {:>4} {:>5} {:>9} {:>9.1f}  {}\n", r.rank, stage,
+                       replica, status, action, mb, peer, waiting, r.seconds_since_heard, note);
   }
   return out;
 }

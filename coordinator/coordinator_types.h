@@ -40,7 +40,8 @@ struct BlockedAction {
 // One worker's report; the latest one per rank is kept by the coordinator. Also a heartbeat.
 struct WorkerReport {
   int rank = 0;
-  int stage = -1;  // -1 until the worker knows its stage
+  int stage = -1;    // -1 until the worker knows its stage
+  int replica = -1;  // data-parallel replica; -1 when the job has none (parallel.replicas 1)
   int64_t step = 0;
   double loss = std::nan("");                  // NaN when the stage computes no loss
   std::map<std::string, double> metrics;       // "lr", "grad_norm", "tokens_per_s", ...
@@ -85,7 +86,7 @@ struct JobNext {
 };
 
 // "stage 2 (rank 2)" or "rank 2" when the stage is not known yet.
-std::string DescribeRank(int rank, int stage);
+std::string DescribeRank(int rank, int stage, int replica = -1);
 
 // A table for hang diagnosis: one line per rank with stage, status, blocked action, peer, waiting
 // time and time since last heard.

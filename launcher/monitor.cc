@@ -137,12 +137,12 @@ std::string JobMonitor::DescribeDeadChild(const std::vector<WorkerExit>& failed)
       const auto exit = std::find_if(failed.begin(), failed.end(),
                                      [&](const WorkerExit& e) { return e.rank == first->rank; });
       const std::string how = exit == failed.end() ? "still exiting" : exit->Describe();
-      return fmt::format("stage {} failed ({}): {}\n{}", first->rank, how, first->report.error,
+      return fmt::format("{} failed ({}): {}\n{}", Who(first->rank), how, first->report.error,
                          FormatRankTable(ranks));
     }
   }
   if (const RankState* r = ReportedFailure(ranks, cause->rank)) {
-    return fmt::format("stage {} failed ({}): {}\n{}", r->rank, cause->Describe(), r->report.error,
+    return fmt::format("{} failed ({}): {}\n{}", Who(r->rank), cause->Describe(), r->report.error,
                        FormatRankTable(ranks));
   }
   std::string doing = "not started";
@@ -151,8 +151,14 @@ std::string JobMonitor::DescribeDeadChild(const std::vector<WorkerExit>& failed)
     doing = r.report.blocked ? "blocked on " + r.report.blocked->ToString()
                              : fmt::format("last finished step {}", r.report.step);
   }
-  return fmt::format("stage {} worker process {} ({})\n{}", cause->rank, cause->Describe(), doing,
+  return fmt::format("{} worker process {} ({})\n{}", Who(cause->rank), cause->Describe(), doing,
                      FormatRankTable(ranks));
+}
+
+std::string JobMonitor::Who(int rank) const {
+  const int stages = options_.stages > 0 ? options_.stages : options_.num_ranks;
+  if (stages >= options_.num_ranks) return fmt::format("stage {}", rank);
+  return fmt::format("stage {} replica {} (rank {})", rank % stages, rank / stages, rank);
 }
 
 std::optional<std::string> JobMonitor::CheckFailure(const std::vector<RankState>& ranks) {
@@ -164,7 +170,7 @@ std::optional<std::string> JobMonitor::CheckFailure(const std::vector<RankState>
     if (first == nullptr && r.has_report && r.report.status == WorkerStatus::kFailed) first = &r;
   }
   if (first != nullptr) {
-    failure = fmt::format("stage {} failed: {}\n{}", first->rank, first->report.error,
+    failure = fmt::format("{} failed: {}\n{}", Who(first->rank), first->report.error,
                           FormatRankTable(ranks));
   }
   if (!failure && server_.aborted()) {

@@ -20,7 +20,8 @@
 namespace baton {
 
 struct MonitorOptions {
-  int num_ranks = 1;
+  int num_ranks = 1;  // every rank of the job: stages x replicas
+  int stages = 0;     // of one pipeline (world rank = replica * stages + stage); 0: num_ranks
   int head_rank = 0;  // the rank whose reports carry the loss
   int64_t total_steps = 0;
   int64_t log_every = 10;
@@ -47,6 +48,8 @@ class JobMonitor {
   void LogNewSteps(bool flush);
   void LogStep(const JobStep& step);
   void MaybePrintProgress(const JobStep& step);
+  // "stage 1", or "stage 1 replica 0 (rank 1)" when the job has data-parallel replicas.
+  std::string Who(int rank) const;
   std::optional<std::string> CheckFailure(const std::vector<RankState>& ranks);
   // A worker that exited abnormally within `grace`, described; counts those that exited well.
   std::optional<std::string> DeadChild(std::chrono::milliseconds grace);

@@ -27,7 +27,11 @@ std::string ChromeTrace(const Plan& plan, const std::vector<RankResult>& results
                       {"ph", "M"},
                       {"pid", 0},
                       {"tid", r.rank},
-                      {"args", {{"name", fmt::format("stage {}", r.rank)}}}});
+                      {"args",
+                       {{"name", plan.num_replicas() > 1
+                                     ? fmt::format("stage {} replica {}", plan.StageOf(r.rank),
+                                                   plan.ReplicaOf(r.rank))
+                                     : fmt::format("stage {}", r.rank)}}}});
     for (const StepTrace& step : r.trace) {
       for (const TraceSpan& span : step.spans) {
         json args = {{"step", step.step}};
@@ -131,7 +135,10 @@ void WriteRunOutputs(const std::string& dir, const Plan& plan,
                      const std::vector<RankResult>& results) {
   MakeDirectories(dir);
   WriteFileAtomically(dir + "/trace.json", ChromeTrace(plan, results));
-  const std::string svg = MeasuredTimelineSvg(plan, results);
+  // The timeline is one pipeline's: replica 0's (every replica runs the same schedule).
+  const std::vector<RankResult> pipeline(
+      results.begin(), results.begin() + std::min<ptrdiff_t>(plan.num_ranks(), results.size()));
+  const std::string svg = MeasuredTimelineSvg(plan, pipeline);
   if (!svg.empty()) WriteFileAtomically(dir + "/timeline.svg", svg);
 }
 

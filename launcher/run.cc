@@ -64,13 +64,23 @@ json BuildReport(const Plan& plan, const std::vector<RankResult>& results,
   json job_peak = json::object();
   double wall_s = 0;
   for (const RankResult& r : results) {
-    digests.insert(digests.end(), r.digests.begin(), r.digests.end());
+    const int replica = plan.ReplicaOf(r.rank);
+    if (replica == 0) {
+      digests.insert(digests.end(), r.digests.begin(), r.digests.end());
+    } else {
+      // Every replica takes the identical step: its layers must hold replica 0's bits.
+      const RankResult& first = results.at(static_cast<size_t>(plan.StageOf(r.rank)));
+      BATON_CHECK(r.digests == first.digests,
+                  "replica {} of stage {} ends with parameters that differ from replica 0's: the "
+                  "replicas diverged (a bug; please report it with this run's config)",
+                  replica, plan.StageOf(r.rank));
+    }
     const double stage_wall = r.wall_s;
     const double busy = stage_wall > 0 ? r.compute_s / stage_wall : 0.0;
-    const std::vector<LayerRange> ranges = plan.ChunkRanges(r.rank);
+    const std::vector<LayerRange> ranges = plan.ChunkRanges(plan.StageOf(r.rank));
     json chunks = json::array();
     for (const LayerRange& range : ranges) chunks.push_back({range.first, range.last});
-    json stage = {{"stage", r.rank},
+    json stage = {{"stage", plan.StageOf(r.rank)},
                   {"layers", {ranges.front().first, ranges.back().last}},
                   {"chunks", chunks},
                   {"memory",
@@ -78,6 +88,10 @@ json BuildReport(const Plan& plan, const std::vector<RankResult>& results,
                     {"predicted", MemoryJson(predicted.at(static_cast<size_t>(r.rank)).peak)}}},
                   {"busy_fraction", busy},
                   {"bubble_fraction", 1.0 - busy}};
+    if (plan.num_replicas() > 1) {
+      stage["replica"] = replica;
+      stage["rank"] = r.rank;
+    }
     stages.push_back(stage);
     for (const auto& [key, bytes] : MemoryEntries(r.memory_peak)) {
       job_peak[key] = std::max(job_peak.value(key, int64_t{0}), bytes);
@@ -116,7 +130,7 @@ std::vector<RankResult> CollectResults(const Plan& plan, const std::string& addr
                                        const std::string& token) {
   CoordinatorClient client(address, token);
   std::vector<RankResult> results;
-  for (int r = 0; r < plan.num_ranks(); ++r) {
+  for (int r = 0; r < plan.world_size(); ++r) {
     results.push_back(DecodeRankResult(client.KvGet(ResultKey(r), plan.timeouts.wait)));
     BATON_CHECK(results.back().rank == r, "the result under rank {}'s key is rank {}'s", r,
                 results.back().rank);
@@ -201,8 +215,9 @@ int Finish(const Plan& plan, const std::string& address, const std::string& toke
 
 MonitorOptions MonitorOptionsFor(const Plan& plan, int attempt) {
   MonitorOptions m;
-  m.num_ranks = plan.num_ranks();
-  m.head_rank = plan.num_ranks() - 1;
+  m.num_ranks = plan.world_size();
+  m.stages = plan.num_ranks();
+  m.head_rank = plan.num_ranks() - 1;  // replica 0's head: every replica's head has the loss
   m.total_steps = plan.config.train.steps;
   m.log_every = plan.config.train.log_every;
   m.attempt = attempt;
@@ -253,13 +268,13 @@ std::string RestartPoint(const Plan& plan, const std::string& previous) {
 void SpawnWorkers(ProcessGroup& children, const Plan& plan, const RunOptions& options,
                   const std::string& address, const std::string& token, const std::string& job_id,
                   int attempt) {
-  for (int r = 0; r < plan.num_ranks(); ++r) {
+  for (int r = 0; r < plan.world_size(); ++r) {
     WorkerArgs worker;
     worker.coordinator = address;
     worker.token = token;
     worker.job_id = job_id;
     worker.rank = r;
-    worker.world_size = plan.num_ranks();
+    worker.world_size = plan.world_size();
     worker.local_rank = r;
     worker.attempt = attempt;
     worker.log_level = options.log_level;
@@ -297,7 +312,7 @@ int RunLocal(const Plan& plan, const RunOptions& options, const std::string& rep
   coordinator.address = "127.0.0.1:0";
   coordinator.token = token;
   coordinator.job_id = job_id;
-  coordinator.world_size = plan.num_ranks();
+  coordinator.world_size = plan.world_size();
   coordinator.plan = EncodeJobPlan(plan, launch);
   coordinator.heartbeat_timeout_s = plan.config.parallel.heartbeat_timeout_s;
   coordinator.keep_step_reports = true;
@@ -367,9 +382,11 @@ int SuperviseJob(CoordinatorServer& server, const std::string& connect_address, 
 // and supervises the job (SuperviseJob) from a second thread.
 int RunUnderLauncher(const Plan& plan, const RunOptions& options, const LaunchEnvironment& env,
                      const std::string& report_path) {
-  BATON_CHECK(env.world_size == plan.num_ranks(),
-              "{} started {} processes but the plan has {} stages (parallel.stages)",
-              Name(env.mode), env.world_size, plan.num_ranks());
+  BATON_CHECK(env.world_size == plan.world_size(),
+              "{} started {} processes but the plan has {} stage(s) x {} replica(s) = {} ranks "
+              "(parallel.stages x parallel.replicas)",
+              Name(env.mode), env.world_size, plan.num_ranks(), plan.num_replicas(),
+              plan.world_size());
   JobRendezvous rendezvous = ShareCoordinator(env, options.coordinator);
   std::unique_ptr<CoordinatorServer> server;
   std::unique_ptr<MetricsLog> metrics;
@@ -384,7 +401,7 @@ int RunUnderLauncher(const Plan& plan, const RunOptions& options, const LaunchEn
     coordinator.address = rendezvous.bind_address;
     coordinator.token = rendezvous.token;
     coordinator.job_id = rendezvous.job_id;
-    coordinator.world_size = plan.num_ranks();
+    coordinator.world_size = plan.world_size();
     coordinator.plan = EncodeJobPlan(plan, launch);
     coordinator.heartbeat_timeout_s = plan.config.parallel.heartbeat_timeout_s;
     coordinator.keep_step_reports = true;
@@ -491,8 +508,12 @@ void LogStartup(const Plan& plan, const std::string& config_path) {
                plan.graph.size(), ToString(plan.dims));
   // The memory plan is a training step's; an INT8 model only evaluates.
   const bool trains = plan.config.model.weights == WeightFormat::kDense;
-  spdlog::info("plan: {} stage(s), schedule {}, {} micro-batches\n{}\n{}", plan.num_ranks(),
-               plan.schedule.name, plan.schedule.microbatches, FormatPartitionTable(plan),
+  spdlog::info("plan: {} stage(s){}, schedule {}, {} micro-batches{}\n{}\n{}", plan.num_ranks(),
+               plan.num_replicas() > 1 ? fmt::format(" x {} data-parallel replicas = {} processes",
+                                                     plan.num_replicas(), plan.world_size())
+                                       : std::string(),
+               plan.schedule.name, plan.schedule.microbatches,
+               plan.num_replicas() > 1 ? " per replica" : "", FormatPartitionTable(plan),
                trains ? FormatMemoryTable(plan, PredictMemory(plan))
                       : std::string("memory: not predicted for INT8 inference weights"));
 }
@@ -539,11 +560,15 @@ int PlanCommand(const PlanOptions& options, std::ostream& out) {
               {"memory_budget", plan.memory_budget},
               {"partition_bound", plan.partition_bound},
               {"stages", json::array()}};
-    for (int r = 0; r < plan.num_ranks(); ++r) {
+    for (int r = 0; r < plan.world_size(); ++r) {
       json chunks = json::array();
-      for (const LayerRange& c : plan.ChunkRanges(r)) chunks.push_back({c.first, c.last});
+      for (const LayerRange& c : plan.ChunkRanges(plan.StageOf(r))) {
+        chunks.push_back({c.first, c.last});
+      }
       j["stages"].push_back(
-          {{"stage", r},
+          {{"stage", plan.StageOf(r)},
+           {"replica", plan.ReplicaOf(r)},
+           {"rank", r},
            {"layers", {chunks.front()[0], chunks.back()[1]}},
            {"chunks", chunks},
            {"peak_in_flight", predicted[static_cast<size_t>(r)].peak_in_flight},

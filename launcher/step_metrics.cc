@@ -46,6 +46,8 @@ std::vector<JobStep> StepAssembler::Add(const std::vector<WorkerReport>& reports
     p.step.step = r.step;
     p.step.attempt = attempt_;
     p.step.memory_peak[r.rank] = r.memory_peak;
+    p.step.rank_keys[r.rank] = r.replica >= 0 ? fmt::format("stage{}_replica{}", r.stage, r.replica)
+                                              : fmt::format("stage{}", r.rank);
     p.reported.insert(r.rank);
     if (r.rank == head_rank_) {
       p.step.head = r;
@@ -97,6 +99,7 @@ json ReportStepJson(const JobStep& step) {
   j["step_s"] = Metric(h.timings_s, "step");
   j["compute_s"] = Metric(h.timings_s, "compute");
   j["wait_s"] = Metric(h.timings_s, "wait");
+  if (h.timings_s.count("allreduce") > 0) j["allreduce_s"] = h.timings_s.at("allreduce");
   j["memory_peak"] = h.memory_peak;
   return j;
 }
@@ -104,7 +107,10 @@ json ReportStepJson(const JobStep& step) {
 json MetricsLine(const JobStep& step, std::chrono::system_clock::time_point time,
                  double elapsed_s) {
   json memory = json::object();
-  for (const auto& [rank, peaks] : step.memory_peak) memory[fmt::format("stage{}", rank)] = peaks;
+  for (const auto& [rank, peaks] : step.memory_peak) {
+    const auto key = step.rank_keys.find(rank);
+    memory[key != step.rank_keys.end() ? key->second : fmt::format("stage{}", rank)] = peaks;
+  }
   json j = HeadFields(step);
   j["attempt"] = step.attempt;
   j["time"] = IsoUtc(time);

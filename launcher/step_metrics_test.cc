@@ -90,6 +90,27 @@ TEST(StepMetricsTest, MetricsLineCarriesTimeElapsedAttemptAndEveryStagesMemory) 
   EXPECT_EQ(j.at("memory_peak").at("stage1").at("total"), 2007);
 }
 
+TEST(StepMetricsTest, WithReplicasEachRankIsKeyedByStageAndReplica) {
+  // 1 stage x 2 replicas: rank 1 is stage 0 of replica 1; the head (rank 0) reports the loss and
+  // its all-reduce time.
+  StepAssembler assembler(2, 0, 0);
+  WorkerReport head = StepOf(1, 5);
+  head.rank = 0;
+  head.stage = 0;
+  head.replica = 0;
+  head.timings_s["allreduce"] = 0.03125;
+  WorkerReport other = StepOf(0, 5);
+  other.rank = 1;
+  other.stage = 0;
+  other.replica = 1;
+  const JobStep step = assembler.Add({head, other}).at(0);
+  const nlohmann::json line = MetricsLine(step, std::chrono::system_clock::now(), 1.0);
+  EXPECT_EQ(line.at("memory_peak").at("stage0_replica0").at("total"), 2005);
+  EXPECT_EQ(line.at("memory_peak").at("stage0_replica1").at("total"), 1005);
+  EXPECT_FALSE(line.at("memory_peak").contains("stage1"));
+  EXPECT_EQ(ReportStepJson(step).at("allreduce_s"), 0.03125);
+}
+
 TEST(MetricsLogTest, EachStepIsOnDiskAtOnceAndAResumeAppends) {
   const std::string dir =
       (std::filesystem::temp_directory_path() / ("baton-metrics-log-" + std::to_string(getpid())))

@@ -12,7 +12,7 @@
 namespace baton {
 
 InProcessResult RunInProcess(const Plan& plan) {
-  const int p = plan.num_ranks();
+  const int p = plan.world_size();  // stages x replicas
   FakeHub hub(p);
   InProcessResult result;
   result.ranks.resize(static_cast<size_t>(p));
@@ -52,7 +52,8 @@ InProcessResult RunInProcess(const Plan& plan) {
     if (e) std::rethrow_exception(e);
   }
   std::vector<std::pair<int, uint64_t>> digests;
-  for (const InProcessRank& rank : result.ranks) {
+  for (int r = 0; r < plan.num_ranks(); ++r) {  // replica 0's: the others hold the same
+    const InProcessRank& rank = result.ranks[static_cast<size_t>(r)];
     digests.insert(digests.end(), rank.digests.begin(), rank.digests.end());
   }
   result.param_checksum = CombineLayerDigests(digests);

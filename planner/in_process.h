@@ -23,9 +23,9 @@ struct InProcessRank {
 };
 
 struct InProcessResult {
-  std::vector<InProcessRank> ranks;
-  std::vector<float> losses;  // per step, from the rank holding the head
-  std::string param_checksum;
+  std::vector<InProcessRank> ranks;  // by world rank (replica * stages + stage)
+  std::vector<float> losses;         // per step, from the rank holding the head
+  std::string param_checksum;        // of replica 0's layers
 };
 
 // Trains `plan` for plan.config.train.steps steps. Throws the first rank's error, if any. GPU

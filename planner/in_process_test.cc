@@ -1,5 +1,7 @@
 #include "planner/in_process.h"
 
+#include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -220,6 +222,100 @@ TEST(InProcessShareTest, AGroupSplitAcrossStagesStaysWithinOneInAMillionAndIsDet
   const InProcessResult again = RunInProcess(plan);
   EXPECT_EQ(again.losses, split.losses);
   EXPECT_EQ(again.param_checksum, split.param_checksum);
+}
+
+// ---- Data-parallel replicas (parallel.replicas) ----
+
+double WorstRelativeDifference(const std::vector<float>& a, const std::vector<float>& b) {
+  EXPECT_EQ(a.size(), b.size());
+  double worst = 0;
+  for (size_t s = 0; s < std::min(a.size(), b.size()); ++s) {
+    worst = std::max(
+        worst, std::abs(static_cast<double>(a[s]) - b[s]) / std::abs(static_cast<double>(b[s])));
+  }
+  return worst;
+}
+
+// Every replica of a stage holds replica 0's bits: its layers and its tied copies.
+void ExpectReplicasIdentical(const Plan& plan, const InProcessResult& result,
+                             const std::string& what) {
+  ASSERT_EQ(static_cast<int>(result.ranks.size()), plan.world_size()) << what;
+  for (int r = plan.num_ranks(); r < plan.world_size(); ++r) {
+    const InProcessRank& first = result.ranks[static_cast<size_t>(plan.StageOf(r))];
+    const InProcessRank& other = result.ranks[static_cast<size_t>(r)];
+    EXPECT_FALSE(other.digests.empty()) << what;
+    EXPECT_EQ(other.digests, first.digests) << what << ", rank " << r;
+    EXPECT_EQ(other.tied_digests, first.tied_digests) << what << ", rank " << r;
+  }
+}
+
+TEST(InProcessReplicaTest, TwoReplicasTrainLikeOneOnTheSameGlobalBatch) {
+  // The check: P=2,R=2 against P=2,R=1 over 50 steps, and P=1,R=2 against P=1,R=1.
+  for (const char* stages : {"parallel.stages=2", "parallel.stages=1"}) {
+    const std::vector<std::string> base = {stages, "train.steps=50", "train.batch_size=8",
+                                           "train.micro_batches=4"};
+    const InProcessResult one = RunInProcess(MakePlan(TinyConfig(base)));
+    std::vector<std::string> two_replicas = base;
+    two_replicas.push_back("parallel.replicas=2");
+    const Plan plan = MakePlan(TinyConfig(two_replicas));
+    ASSERT_EQ(plan.world_size(), 2 * plan.num_ranks());
+    ASSERT_EQ(plan.schedule.microbatches, 2);  // each replica runs half the step
+    const InProcessResult two = RunInProcess(plan);
+    const double worst = WorstRelativeDifference(two.losses, one.losses);
+    EXPECT_LE(worst, 1e-5) << stages;
+    RecordProperty(std::string(stages) + "_worst_relative_loss_difference", std::to_string(worst));
+    EXPECT_LT(two.losses.back(), two.losses.front()) << stages;  // it learns
+    ExpectReplicasIdentical(plan, two, stages);
+    // Every replica's head reports the whole step's loss.
+    for (int r = 0; r < plan.world_size(); ++r) {
+      if (plan.StageOf(r) != plan.num_ranks() - 1) continue;
+      EXPECT_EQ(two.ranks[static_cast<size_t>(r)].steps.back().loss, two.losses.back()) << r;
+    }
+    const InProcessResult again = RunInProcess(plan);
+    EXPECT_EQ(again.losses, two.losses) << stages;
+    EXPECT_EQ(again.param_checksum, two.param_checksum) << stages;
+  }
+}
+
+TEST(InProcessReplicaTest, FourReplicasOfOneMicroBatchEachMatchOneReplica) {
+  // More than two members: the all-reduce gathers at the lowest member and sends back.
+  const std::vector<std::string> base = {"parallel.stages=2", "train.steps=10"};
+  const InProcessResult one = RunInProcess(MakePlan(TinyConfig(base)));
+  const Plan plan =
+      MakePlan(TinyConfig({"parallel.stages=2", "train.steps=10", "parallel.replicas=4"}));
+  const InProcessResult four = RunInProcess(plan);
+  EXPECT_LE(WorstRelativeDifference(four.losses, one.losses), 1e-5);
+  ExpectReplicasIdentical(plan, four, "4 replicas");
+}
+
+TEST(InProcessReplicaTest, SchedulesSharingAndEvaluationWorkWithReplicas) {
+  const std::vector<std::string> eval = {"data.eval_fraction=0.01", "train.eval_every=2",
+                                         "train.eval_batches=2",    "train.steps=4",
+                                         "model.num_layers=4",      "train.batch_size=8"};
+  for (const std::vector<std::string>& variant : std::vector<std::vector<std::string>>{
+           {"parallel.schedule=zb-h1"},
+           {"parallel.schedule=gpipe"},
+           {"parallel.schedule=interleaved", "parallel.chunks=2", "train.micro_batches=8"},
+           {"model.share.group=4"},
+           {"precision.dtype=bf16"}}) {
+    std::vector<std::string> one_config = eval;
+    one_config.push_back("parallel.stages=2");
+    one_config.insert(one_config.end(), variant.begin(), variant.end());
+    std::vector<std::string> two_config = one_config;
+    two_config.push_back("parallel.replicas=2");
+    const std::string what = fmt::format("{}", fmt::join(variant, " "));
+    const InProcessResult one = RunInProcess(MakePlan(TinyConfig(one_config)));
+    const Plan plan = MakePlan(TinyConfig(two_config));
+    const InProcessResult two = RunInProcess(plan);
+    const double tolerance = variant[0] == "precision.dtype=bf16" ? 1e-2 : 1e-5;
+    EXPECT_LE(WorstRelativeDifference(two.losses, one.losses), tolerance) << what;
+    ExpectReplicasIdentical(plan, two, what);
+    const std::vector<double> eval_one = EvalLosses(one), eval_two = EvalLosses(two);
+    ASSERT_EQ(eval_two.size(), 2u) << what;
+    for (size_t k = 0; k < eval_one.size(); ++k) {
+      EXPECT_NEAR(eval_two[k], eval_one[k], tolerance * eval_one[k]) << what;
+    }
+  }
 }
 
 }  // namespace

@@ -32,9 +32,10 @@ Device PlannedDevice(const Config& config) {
   return config.device.type == DeviceType::kCpu ? Device::Cpu() : Device::Cuda(0);
 }
 
+// `rank`: a world rank (replica * stages + stage).
 RankMemory PredictRank(const Plan& plan, int rank, const std::vector<LayerRange>& virtual_stages,
                        const MemoryPlanOptions& options) {
-  const int p = plan.num_ranks();
+  const int p = plan.world_size();
   BATON_CHECK(0 <= rank && rank < p, "rank {} of a {}-rank plan", rank, p);
   BATON_CHECK(static_cast<int>(virtual_stages.size()) == plan.schedule.num_virtual_stages(),
               "{} layer ranges for {} virtual stages", virtual_stages.size(),
@@ -102,7 +103,7 @@ RankMemory PredictRankMemory(const Plan& plan, int rank,
 
 std::vector<RankMemory> PredictMemory(const Plan& plan, const MemoryPlanOptions& options) {
   std::vector<RankMemory> ranks;
-  for (int r = 0; r < plan.num_ranks(); ++r) {
+  for (int r = 0; r < plan.world_size(); ++r) {
     ranks.push_back(PredictRank(plan, r, plan.virtual_stages, options));
   }
   return ranks;
@@ -184,17 +185,19 @@ BudgetedPartition PartitionWithinBudget(const Plan& plan, int64_t budget,
 }
 
 std::string FormatMemoryTable(const Plan& plan, const std::vector<RankMemory>& predicted) {
-  std::string out = fmt::format("{:>5} {:>9}", "stage", "layers");
+  const bool replicas = plan.num_replicas() > 1;
+  std::string out = fmt::format("{:>5} {}{:>9}", "stage", replicas ? "replica " : "", "layers");
   for (const auto& [key, bytes] : MemoryEntries(MemoryFigures{}))
     out += fmt::format(" {:>12}", key);
   out += fmt::format(" {:>9}\n", "in flight");
-  for (int r = 0; r < plan.num_ranks(); ++r) {
-    const std::vector<LayerRange> chunks = plan.ChunkRanges(r);
+  for (int r = 0; r < static_cast<int>(predicted.size()); ++r) {
+    const std::vector<LayerRange> chunks = plan.ChunkRanges(plan.StageOf(r));
     std::string layers;
     for (const LayerRange& c : chunks) {
       layers += fmt::format("{}{}-{}", layers.empty() ? "" : ",", c.first, c.last);
     }
-    out += fmt::format("{:>5} {:>9}", r, layers);
+    out += fmt::format("{:>5} {}{:>9}", plan.StageOf(r),
+                       replicas ? fmt::format("{:>7} ", plan.ReplicaOf(r)) : "", layers);
     for (const auto& [key, bytes] : MemoryEntries(predicted.at(static_cast<size_t>(r)).peak)) {
       out += fmt::format(" {:>12}", FormatBytes(bytes));
     }

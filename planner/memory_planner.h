@@ -36,10 +36,11 @@ struct RankMemory {
   int peak_in_flight = 0;  // most (micro-batch, chunk) stashes alive at once
 };
 
-// One entry per rank.
+// One entry per world rank (replica * stages + stage). With data-parallel replicas a rank also
+// holds the gradient bucket (comm) and the staging of the replicas' all-reduce.
 std::vector<RankMemory> PredictMemory(const Plan& plan, const MemoryPlanOptions& options = {});
 
-// Rank `rank` of `plan` if its virtual stages were `virtual_stages` (p*v ranges, the cut a
+// World rank `rank` of `plan` if its virtual stages were `virtual_stages` (p*v ranges, the cut a
 // partitioner is considering); the plan's schedule and config are used as they are.
 RankMemory PredictRankMemory(const Plan& plan, int rank,
                              const std::vector<LayerRange>& virtual_stages,
@@ -53,6 +54,8 @@ int64_t StashBytesPerMicroBatch(const Plan& plan, const LayerRange& range);
 // the smallest largest-stage cost such that every rank's predicted total fits. Under 1F1B stage
 // s keeps min(p - s, m) micro-batches in flight, so early stages may take fewer layers. Memory
 // aware cutting needs one chunk per rank; with interleaving only the balanced cut is checked.
+// With replicas the cut is checked on replica 0's ranks: the lowest member of each all-reduce
+// group stages the most (comm/gloo_communicator.h), so no other replica needs more.
 struct BudgetedPartition {
   bool fits = false;
   std::vector<LayerRange> virtual_stages;  // the cut; when nothing fits, the one using least memory

@@ -214,6 +214,46 @@ TEST(MemoryPlannerTest, GlooStagesTheTiedGradientOnTheFirstAndLastStage) {
   }
 }
 
+TEST(MemoryPlannerTest, PredictsTheLedgerOfEveryReplica) {
+  for (const char* dtype : {"fp32", "bf16"}) {
+    for (const char* schedule : {"1f1b", "zb-h1"}) {
+      ExpectPredictedEqualsMeasured(MakePlan(Tiny({"parallel.stages=2", "parallel.replicas=2",
+                                                   std::string("precision.dtype=") + dtype,
+                                                   std::string("parallel.schedule=") + schedule})),
+                                    0.02, fmt::format("2 replicas {} {}", dtype, schedule));
+    }
+  }
+  ExpectPredictedEqualsMeasured(MakePlan(Tiny({"parallel.stages=1", "parallel.replicas=4"})), 0.0,
+                                "1 stage x 4 replicas");
+}
+
+TEST(MemoryPlannerTest, ReplicasBookTheGradientBucketAndGloosStagingAsComm) {
+  // Tiny's gradients fit one bucket: each rank books it (a copy of its gradients), and Gloo's
+  // two-member all-reduce stages the other replica's bucket; both are comm. Replica 1's ranks
+  // book what replica 0's do, and params, grads and optimizer state do not change with R.
+  const Plan one = MakePlan(Tiny({"parallel.stages=2"}));
+  const Plan plan = MakePlan(Tiny({"parallel.stages=2", "parallel.replicas=2"}));
+  const std::vector<RankMemory> r1 = PredictMemory(one);
+  const std::vector<RankMemory> r2 = PredictMemory(plan);
+  ASSERT_EQ(r2.size(), 4u);
+  for (int r = 0; r < 4; ++r) {
+    const MemoryFigures& peak = r2[static_cast<size_t>(r)].peak;
+    const MemoryFigures& same_stage = r1[static_cast<size_t>(plan.StageOf(r))].peak;
+    EXPECT_EQ(peak[MemCategory::kComm], 2 * peak[MemCategory::kGrads]) << r;
+    EXPECT_EQ(peak[MemCategory::kParams], same_stage[MemCategory::kParams]) << r;
+    EXPECT_EQ(peak[MemCategory::kGrads], same_stage[MemCategory::kGrads]) << r;
+    EXPECT_EQ(peak[MemCategory::kOptimizer], same_stage[MemCategory::kOptimizer]) << r;
+    EXPECT_EQ(peak.total, r2[static_cast<size_t>(plan.StageOf(r))].peak.total) << r;
+  }
+  // A model larger than a bucket reuses one kGradBucketBytes buffer, plus one staged bucket.
+  const Plan small = MakePlan(SmallCpu({"parallel.stages=2", "parallel.replicas=2"}));
+  const RankMemory last = PredictMemory(small)[1];
+  ASSERT_GT(last.peak[MemCategory::kGrads], 2 * kGradBucketBytes);
+  EXPECT_EQ(last.peak[MemCategory::kComm],
+            std::max(2 * kGradBucketBytes,
+                     kGradBucketBytes + int64_t{small.dims.vocab_size} * small.dims.width * 4));
+}
+
 TEST(MemoryPlannerTest, OneFOneBHoldsStagesMinusRankMicroBatchesAndGpipeAll) {
   const std::vector<RankMemory> one_f_one_b = PredictMemory(MakePlan(SmallCpu({})));
   const std::vector<RankMemory> gpipe =

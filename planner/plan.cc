@@ -33,14 +33,19 @@ MicroBatchShape Plan::micro_batch_shape() const {
   return shape;
 }
 
-TrainerSetup Plan::TrainerSetupFor(int rank, Communicator* comm) const {
+TrainerSetup Plan::TrainerSetupFor(int world_rank, Communicator* comm) const {
+  BATON_CHECK(0 <= world_rank && world_rank < world_size(),
+              "rank {} of a job of {} stage(s) x {} replica(s)", world_rank, num_ranks(),
+              num_replicas());
   TrainerSetup setup;
   setup.config = config;
   setup.dims = dims;
   setup.graph = graph;
-  setup.rank = rank;
+  setup.rank = StageOf(world_rank);
   setup.num_ranks = num_ranks();
-  setup.chunk_ranges = ChunkRanges(rank);
+  setup.replica = ReplicaOf(world_rank);
+  setup.num_replicas = num_replicas();
+  setup.chunk_ranges = ChunkRanges(setup.rank);
   setup.schedule = schedule;
   setup.eval_schedule = eval_schedule;
   setup.eval_batches = eval_batches;
@@ -100,12 +105,16 @@ Schedule MakeComputeSchedule(const Config& config) {
     BATON_CHECK(loaded.stages == parallel.stages,
                 "{}: the schedule has {} ranks but parallel.stages is {}", parallel.schedule_file,
                 loaded.stages, parallel.stages);
-    BATON_CHECK(loaded.microbatches == config.train.micro_batches,
-                "{}: the schedule has {} micro-batches but train.micro_batches is {}",
-                parallel.schedule_file, loaded.microbatches, config.train.micro_batches);
+    BATON_CHECK(loaded.microbatches == MicroBatchesPerReplica(config),
+                "{}: the schedule has {} micro-batches but train.micro_batches is {}{}",
+                parallel.schedule_file, loaded.microbatches, config.train.micro_batches,
+                parallel.replicas > 1
+                    ? fmt::format(" ({} per replica of {})", MicroBatchesPerReplica(config),
+                                  parallel.replicas)
+                    : std::string());
     return loaded;
   }
-  return MakeSchedule(Name(parallel.schedule), parallel.stages, config.train.micro_batches,
+  return MakeSchedule(Name(parallel.schedule), parallel.stages, MicroBatchesPerReplica(config),
                       parallel.chunks);
 }
 }  // namespace

@@ -37,7 +37,7 @@ struct Plan {
   std::vector<LayerSpec> graph;
   std::vector<double> layer_costs;         // under config.parallel.partition
   std::vector<LayerRange> virtual_stages;  // p*v contiguous ranges; j runs on rank j % p
-  Schedule schedule;                       // with SEND/RECV actions, validated
+  Schedule schedule;  // one pipeline's, of MicroBatchesPerReplica; SEND/RECV actions, validated
   // Evaluation (docs/data.md): the forward-only schedule of the same ranks, chunks and
   // micro-batches, with SEND/RECV actions, validated; and the batches each evaluation reads
   // (EvalBatchesFor), 0 when the config names no held-out data.
@@ -50,13 +50,20 @@ struct Plan {
   // budget made early stages take fewer layers (planner/memory_planner.h).
   std::string partition_bound = "compute balance";
 
+  // The ranks of one pipeline (stages): the schedule's ranks. A job of R data-parallel replicas
+  // runs R such pipelines, world rank = replica * num_ranks() + stage (docs/parallel.md).
   int num_ranks() const { return config.parallel.stages; }
+  int num_replicas() const { return config.parallel.replicas; }
+  int world_size() const { return num_ranks() * num_replicas(); }
+  int StageOf(int world_rank) const { return world_rank % num_ranks(); }
+  int ReplicaOf(int world_rank) const { return world_rank / num_ranks(); }
   int num_chunks() const { return schedule.chunks; }
   // The layer ranges of rank `rank`'s chunks, chunk 0 first.
   std::vector<LayerRange> ChunkRanges(int rank) const;
   MicroBatchShape micro_batch_shape() const;
-  // What rank `rank`'s Trainer is built from: everything here, nothing re-derived.
-  TrainerSetup TrainerSetupFor(int rank, Communicator* comm) const;
+  // What world rank `world_rank`'s Trainer is built from: everything here, nothing re-derived.
+  // `comm` spans the world (all world_size() ranks); null when that is one rank.
+  TrainerSetup TrainerSetupFor(int world_rank, Communicator* comm) const;
   bool operator==(const Plan&) const = default;
 };
 

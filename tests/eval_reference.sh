@@ -36,7 +36,8 @@ grep -q "step    30/30 | loss [0-9.]* | eval [0-9.]*" "$work/train.log" ||
 logged=$(tail -n 1 "$work/out/metrics.jsonl" | json_field eval_loss) || fail "metrics.jsonl has no eval_loss"
 before=$(md5sum < "$work/out/metrics.jsonl")
 
-# 1 and 2: the same held-out windows on 1 and 4 stages, from the final checkpoint.
+# 1 and 2: the same held-out windows on 1 and 4 stages (and 2 x 2 replicas), from the final
+# checkpoint.
 for stages in 1 4; do
   "$build/baton" eval "${common[@]}" --set parallel.stages=$stages --resume auto --json \
     > "$work/eval$stages.json" 2> "$work/eval$stages.log" || { cat "$work/eval$stages.log"; fail "eval on $stages stage(s) failed"; }
@@ -45,6 +46,11 @@ one=$(json_field loss < "$work/eval1.json")
 four=$(json_field loss < "$work/eval4.json")
 echo "eval loss: 1 stage $one, 4 stages $four, logged by training $logged"
 [ "$one" = "$four" ] || fail "1 and 4 stages differ: $one vs $four"
+# 2 stages x 2 data-parallel replicas: each replica evaluates half of every batch.
+"$build/baton" eval "${common[@]}" --set parallel.stages=2 --set parallel.replicas=2 --resume auto \
+  --json > "$work/eval2x2.json" 2> "$work/eval2x2.log" || { cat "$work/eval2x2.log"; fail "eval on 2 stages x 2 replicas failed"; }
+replicated=$(json_field loss < "$work/eval2x2.json")
+[ "$one" = "$replicated" ] || fail "1 stage and 2 stages x 2 replicas differ: $one vs $replicated"
 [ "$one" = "$logged" ] || fail "baton eval $one differs from the eval_loss training logged, $logged"
 [ "$(md5sum < "$work/out/metrics.jsonl")" = "$before" ] || fail "baton eval changed metrics.jsonl"
 

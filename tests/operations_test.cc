@@ -570,7 +570,8 @@ TEST(OperationsTest, LauncherFlagOverridesTheEnvironmentAndNamesWhatIsMissing) {
   const CommandResult slurm =
       RunShell("cd '" + SourceDir() + "' && SLURM_PROCID=0 SLURM_NTASKS=1 " + run);
   EXPECT_NE(slurm.exit_code, 0);
-  EXPECT_NE(slurm.output.find("slurm started 1 processes but the plan has 2 stages"),
+  EXPECT_NE(slurm.output.find(
+                "slurm started 1 processes but the plan has 2 stage(s) x 1 replica(s) = 2 ranks"),
             std::string::npos)
       << slurm.output;
   // ...and --launcher local spawns the workers itself.

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <optional>
 
+#include "comm/subgroup_communicator.h"
 #include "core/error.h"
 #include "core/hash.h"
 #include "data/tokenizer.h"
@@ -33,6 +34,25 @@ Trainer::Trainer(TrainerSetup setup, Backend& backend)
   const Config& config = setup_.config;
   const DType dtype = config.precision.dtype;
   const bool int8_weights = config.model.weights == WeightFormat::kInt8;
+  const int world_size = setup_.num_ranks * setup_.num_replicas;
+  BATON_CHECK(setup_.comm != nullptr || world_size == 1,
+              "a job of {} stage(s) x {} replica(s) needs a communicator", setup_.num_ranks,
+              setup_.num_replicas);
+  if (setup_.num_replicas > 1) {
+    std::vector<int> pipeline;
+    for (int s = 0; s < setup_.num_ranks; ++s) {
+      pipeline.push_back(setup_.replica * setup_.num_ranks + s);
+    }
+    for (int r = 0; r < setup_.num_replicas; ++r) {
+      replica_group_.push_back(r * setup_.num_ranks + setup_.rank);
+    }
+    if (setup_.num_ranks > 1) {
+      pipeline_view_ = std::make_unique<SubgroupCommunicator>(*setup_.comm, pipeline);
+      pipeline_ = pipeline_view_.get();
+    }
+  } else {
+    pipeline_ = setup_.comm;
+  }
   model_ = std::make_unique<StageModel>(setup_.graph, setup_.dims, setup_.chunk_ranges, setup_.rank,
                                         setup_.num_ranks, backend_, dtype, dtype, config.train.seed,
                                         int8_weights, setup_.inference_only);
@@ -51,6 +71,7 @@ Trainer::Trainer(TrainerSetup setup, Backend& backend)
     if (config.prune.enabled()) AllocatePruneMasks(backend_, model_->params());
     optimizer_ = std::make_unique<Optimizer>(backend_, model_->params(), hyper,
                                              config.optimizer.state == OptimizerState::kInt8);
+    if (setup_.num_replicas > 1) BuildGradBuckets();
   }
 
   lr_.lr = static_cast<float>(config.train.lr);
@@ -62,7 +83,7 @@ Trainer::Trainer(TrainerSetup setup, Backend& backend)
   const int micro_batch_size = MicroBatchSize(config);
   const int64_t seq_len = SequenceLength(config);
   EngineOptions options;
-  options.num_microbatches = config.train.micro_batches;
+  options.num_microbatches = MicroBatchesPerReplica(config);
   options.checkpoint_every = config.parallel.checkpoint.kind == CheckpointPolicy::Kind::kEvery
                                  ? config.parallel.checkpoint.every
                                  : 0;
@@ -70,14 +91,14 @@ Trainer::Trainer(TrainerSetup setup, Backend& backend)
   options.activation_shape = {micro_batch_size, seq_len, setup_.dims.width};
   options.activation_dtype = dtype;
   options.complete_sends_before_compute = RendezvousSafeSends(setup_.schedule);
-  engine_ = std::make_unique<StageEngine>(backend_, *model_, setup_.comm, options);
+  engine_ = std::make_unique<StageEngine>(backend_, *model_, pipeline_, options);
 
   const bool first = model_->holds_first_layer();
   const bool last = model_->holds_last_layer();
   if ((first || last) && !IsMeta(backend_)) {  // the memory planner reads no data
     data_ = std::make_unique<RunData>(OpenRunData(config));
   }
-  for (int k = 0; k < config.train.micro_batches; ++k) {
+  for (int k = 0; k < MicroBatchesPerReplica(config); ++k) {
     MicroBatch batch;
     const Shape shape = {micro_batch_size, seq_len};
     if (first) {
@@ -93,6 +114,84 @@ Trainer::Trainer(TrainerSetup setup, Backend& backend)
 }
 
 Trainer::~Trainer() = default;
+
+int Trainer::first_microbatch() const {
+  return setup_.replica * MicroBatchesPerReplica(setup_.config);
+}
+
+// Packs every distinct gradient (a shared block's aliases once), in parameter order, into
+// buckets of one dtype and at most kGradBucketBytes; a larger gradient spans buckets in pieces.
+void Trainer::BuildGradBuckets() {
+  std::vector<const void*> seen;
+  std::map<DType, int64_t> largest;
+  for (Param* p : model_->params()) {
+    if (std::find(seen.begin(), seen.end(), p->grad.raw()) != seen.end()) continue;
+    seen.push_back(p->grad.raw());
+    const DType dtype = p->grad.dtype();
+    const int64_t capacity = kGradBucketBytes / static_cast<int64_t>(SizeOf(dtype));
+    const Tensor flat = p->grad.View({-1});
+    for (int64_t begin = 0; begin < flat.numel();) {
+      GradBucket* bucket = nullptr;
+      for (GradBucket& b : buckets_) {
+        if (b.dtype == dtype && b.numel < capacity) bucket = &b;
+      }
+      if (bucket == nullptr) {
+        buckets_.push_back({dtype, 0, {}});
+        bucket = &buckets_.back();
+      }
+      const int64_t count = std::min(flat.numel() - begin, capacity - bucket->numel);
+      bucket->pieces.push_back({flat.Slice(0, begin, begin + count), bucket->numel});
+      bucket->numel += count;
+      begin += count;
+      largest[dtype] = std::max(largest[dtype], bucket->numel);
+    }
+  }
+  for (const auto& [dtype, numel] : largest) {
+    bucket_buffers_[dtype] =
+        Tensor::Empty(backend_.allocator(), {numel}, dtype, MemCategory::kComm);
+  }
+}
+
+void Trainer::AllReduceReplicaGradients(int64_t step) {
+  const int me = setup_.replica * setup_.num_ranks + setup_.rank;
+  const int peer = replica_group_[0] != me ? replica_group_[0] : replica_group_[1];
+  if (on_status_) on_status_({"ALLREDUCE", -1, peer, Clock::now()});
+  for (size_t i = 0; i < buckets_.size(); ++i) {
+    GradBucket& bucket = buckets_[i];
+    Tensor flat = bucket_buffers_.at(bucket.dtype).Slice(0, 0, bucket.numel);
+    for (GradBucket::Piece& piece : bucket.pieces) {
+      Tensor into = flat.Slice(0, piece.at, piece.at + piece.grad.numel());
+      backend_.Copy(piece.grad, into);
+    }
+    try {
+      setup_.comm->AllReduceSum(flat, replica_group_, timeout_);
+    } catch (const Error& e) {
+      BATON_FAIL(
+          "step {}: the data-parallel all-reduce of stage {}'s gradients (bucket {} of {}) with "
+          "its other replicas failed; a replica of stage {} is dead or hung: {}",
+          step, setup_.rank, i + 1, buckets_.size(), setup_.rank, e.what());
+    }
+    for (GradBucket::Piece& piece : bucket.pieces) {
+      backend_.Copy(flat.Slice(0, piece.at, piece.at + piece.grad.numel()), piece.grad);
+    }
+  }
+  if (on_status_) on_status_({"idle", -1, -1, Clock::now()});
+}
+
+void Trainer::AllReduceOverJob(std::vector<float>& values) {
+  Tensor host = Tensor::Wrap(values.data(), {static_cast<int64_t>(values.size())}, DType::kF32);
+  if (backend_.device().is_cpu()) {
+    setup_.comm->AllReduceSum(host, timeout_);
+    return;
+  }
+  // NCCL reduces device memory.
+  Tensor on_device =
+      Tensor::Empty(backend_.allocator(), host.shape(), DType::kF32, MemCategory::kComm);
+  backend_.Copy(host, on_device);
+  setup_.comm->AllReduceSum(on_device, timeout_);
+  backend_.Copy(on_device, host);
+  backend_.Synchronize();
+}
 
 // Copies a micro-batch's host rows into the tensors this rank holds (tokens on the first
 // layer's rank, targets on the last's).
@@ -114,9 +213,10 @@ void Trainer::FillMicroBatches(int64_t step) {
   const int b = MicroBatchSize(config);
   const int t = static_cast<int>(SequenceLength(config));
   std::vector<int32_t> tokens(static_cast<size_t>(b) * t), targets(tokens.size());
-  for (int k = 0; k < config.train.micro_batches; ++k) {
-    FillBatch(data_->train, config.train.seed, step - 1, k * b, b, t, tokens.data(),
-              targets.data());
+  for (int k = 0; k < MicroBatchesPerReplica(config); ++k) {
+    // Micro-batch k of this replica is the step's micro-batch first_microbatch() + k.
+    FillBatch(data_->train, config.train.seed, step - 1, (first_microbatch() + k) * b, b, t,
+              tokens.data(), targets.data());
     CopyIn(batches_[static_cast<size_t>(k)], tokens, targets);
   }
 }
@@ -128,8 +228,9 @@ void Trainer::FillEvalMicroBatches(int64_t batch) {
   const int b = MicroBatchSize(config);
   const int t = static_cast<int>(SequenceLength(config));
   std::vector<int32_t> tokens(static_cast<size_t>(b) * t), targets(tokens.size());
-  for (int k = 0; k < config.train.micro_batches; ++k) {
-    const int64_t first_window = batch * config.train.batch_size + int64_t{k} * b;
+  for (int k = 0; k < MicroBatchesPerReplica(config); ++k) {
+    const int64_t first_window =
+        batch * config.train.batch_size + int64_t{first_microbatch() + k} * b;
     FillEvalWindows(*data_->eval, first_window, b, t, tokens.data(), targets.data());
     CopyIn(batches_[static_cast<size_t>(k)], tokens, targets);
   }
@@ -143,16 +244,27 @@ EvalRecord Trainer::Evaluate() {
   const std::vector<Action>& program =
       setup_.eval_schedule.per_rank.at(static_cast<size_t>(setup_.rank));
   EvalRecord record;
-  double sum = 0;  // of micro-batch mean losses, in (batch, micro-batch) order on every cut
-  int64_t count = 0;
+  // Micro-batch mean losses by (batch, micro-batch of the step): this replica's share, then,
+  // with replicas, every head's, so that the sum below has the same order on every layout.
+  const int m = config.train.micro_batches;
+  std::vector<float> losses(static_cast<size_t>(setup_.eval_batches * m), 0.0f);
   for (int64_t batch = 0; batch < setup_.eval_batches; ++batch) {
     FillEvalMicroBatches(batch);
-    for (float loss : engine_->RunForward(program, batches_)) {
+    const std::vector<float> local = engine_->RunForward(program, batches_);
+    for (size_t k = 0; k < local.size(); ++k) {
+      losses[static_cast<size_t>(batch * m + first_microbatch()) + k] = local[k];
+    }
+  }
+  backend_.Synchronize();
+  if (setup_.num_replicas > 1) AllReduceOverJob(losses);
+  double sum = 0;
+  int64_t count = 0;
+  if (model_->holds_last_layer()) {
+    for (float loss : losses) {
       sum += loss;
       ++count;
     }
   }
-  backend_.Synchronize();
   record.batches = setup_.eval_batches;
   record.tokens = setup_.eval_batches * config.train.batch_size * SequenceLength(config);
   record.loss = count > 0 ? sum / static_cast<double>(count) : 0.0;
@@ -170,17 +282,23 @@ StepRecord Trainer::Step(int64_t step) {
   for (Param* p : model_->params()) backend_.Zero(p->grad);
   FillMicroBatches(step);
 
+  // The mean over all the step's micro-batches, whichever replica runs them.
   const float loss_grad_scale =
       static_cast<float>(scaler_.scale() / static_cast<double>(config.train.micro_batches));
-  const std::vector<float> losses = engine_->RunStep(
+  std::vector<float> losses = engine_->RunStep(
       setup_.schedule.per_rank[static_cast<size_t>(setup_.rank)], batches_, loss_grad_scale);
 
   const auto step_end_start = Clock::now();
+  double allreduce_s = 0;
+  if (setup_.num_replicas > 1) {
+    AllReduceReplicaGradients(step);
+    allreduce_s = std::chrono::duration<double>(Clock::now() - step_end_start).count();
+  }
   if (config.prune.enabled()) MaskGradients(backend_, model_->params());
   CombineTiedGradients();
   const bool loss_finite =
       std::all_of(losses.begin(), losses.end(), [](float l) { return std::isfinite(l); });
-  const auto [norm, overflow, stop, all_losses_finite] = ReduceStepEnd(loss_finite);
+  const auto [norm, overflow, stop, all_losses_finite] = ReduceStepEnd(loss_finite, losses);
   // fp32 and bf16 have no loss scale to back off: a non-finite loss or gradient cannot recover,
   // so every rank stops at this step (they all see the same reduced flags) rather than train on
   // NaNs. fp16 skips the step and lowers the scale instead (below).
@@ -230,6 +348,7 @@ StepRecord Trainer::Step(int64_t step) {
   record.step_s = std::chrono::duration<double>(Clock::now() - start).count();
   record.compute_s = engine_->last_timings().compute_s;
   record.wait_s = engine_->last_timings().wait_s;
+  record.allreduce_s = allreduce_s;
   record.trace = engine_->last_trace();
   const double end_us =
       std::chrono::duration<double, std::micro>(std::chrono::system_clock::now().time_since_epoch())
@@ -270,22 +389,32 @@ void Trainer::CombineTiedGradients() {
     if (group.ranks.size() > 1) {
       BATON_CHECK(setup_.comm != nullptr, "tied group {} spans ranks but there is no transport",
                   group.param);
-      setup_.comm->AllReduceSum(copies[0]->grad, group.ranks, timeout_);
+      pipeline_->AllReduceSum(copies[0]->grad, group.ranks, timeout_);
     }
   }
 }
 
-Trainer::StepEnd Trainer::ReduceStepEnd(bool local_loss_finite) {
+Trainer::StepEnd Trainer::ReduceStepEnd(bool local_loss_finite, std::vector<float>& losses) {
   const int num_layers = model_->num_layers_in_graph();
+  const bool replicated = setup_.num_replicas > 1;
   // Slot i: layer i's sum of squares (f32; written by the one rank holding it, zero elsewhere, so
-  // the all-reduce sum is exact); then this rank's overflow flag, its stop request and whether
-  // its loss was not finite.
-  std::vector<float> partial(static_cast<size_t>(num_layers) + 3, 0.0f);
+  // the all-reduce sum is exact; with replicas, whose gradients are equal by now, by replica 0's
+  // rank); then this rank's overflow flag, its stop request and whether its loss was not finite;
+  // then, with replicas, the loss of each of the step's micro-batches (written by the head of
+  // the replica that ran it).
   const size_t overflow_slot = static_cast<size_t>(num_layers);
   const size_t stop_slot = overflow_slot + 1;
   const size_t bad_loss_slot = overflow_slot + 2;
+  const size_t loss_slots = bad_loss_slot + 1;
+  std::vector<float> partial(
+      loss_slots + (replicated ? static_cast<size_t>(setup_.config.train.micro_batches) : 0), 0.0f);
   if (stop_flag_ != nullptr && stop_flag_->load()) partial[stop_slot] = 1.0f;
   if (!local_loss_finite) partial[bad_loss_slot] = 1.0f;
+  if (replicated) {
+    for (size_t k = 0; k < losses.size(); ++k) {
+      partial[loss_slots + static_cast<size_t>(first_microbatch()) + k] = losses[k];
+    }
+  }
   for (auto& [index, layer] : model_->layers()) {
     double sum = 0;
     bool finite = true;
@@ -294,21 +423,12 @@ Trainer::StepEnd Trainer::ReduceStepEnd(bool local_loss_finite) {
       sum += backend_.SumOfSquares(p->grad);
       if (scaler_.enabled()) finite = finite && backend_.AllFinite(p->grad);
     }
-    partial[static_cast<size_t>(index)] = static_cast<float>(sum);
+    if (setup_.replica == 0) partial[static_cast<size_t>(index)] = static_cast<float>(sum);
     if (!finite) partial[overflow_slot] = 1.0f;
   }
-  if (setup_.comm != nullptr && setup_.num_ranks > 1) {
-    Tensor host = Tensor::Wrap(partial.data(), {num_layers + 3}, DType::kF32);
-    if (backend_.device().is_cpu()) {
-      setup_.comm->AllReduceSum(host, timeout_);
-    } else {  // NCCL reduces device memory
-      Tensor on_device =
-          Tensor::Empty(backend_.allocator(), host.shape(), DType::kF32, MemCategory::kComm);
-      backend_.Copy(host, on_device);
-      setup_.comm->AllReduceSum(on_device, timeout_);
-      backend_.Copy(on_device, host);
-      backend_.Synchronize();
-    }
+  if (setup_.num_ranks * setup_.num_replicas > 1) AllReduceOverJob(partial);
+  if (replicated && model_->holds_last_layer()) {
+    losses.assign(partial.begin() + static_cast<std::ptrdiff_t>(loss_slots), partial.end());
   }
   double total = 0;
   for (int i = 0; i < num_layers; ++i) total += partial[static_cast<size_t>(i)];

@@ -2,6 +2,10 @@
 // that every rank runs identically (DESIGN.md, "data flow of one training step", 4-6).
 //
 // Step end, in order:
+//   0. with data-parallel replicas (parallel.replicas R > 1), as soon as this rank's program of
+//      the step is done (its last backward), its gradients are summed across the R replicas of
+//      its stage, in buckets of at most kGradBucketBytes, while other stages may still be in
+//      their cooldown; every replica then holds the same bits;
 //   1. every tied parameter's gradient is summed across the ranks holding its copies: the token
 //      embedding between the ranks holding the first and the last layer (or locally when one
 //      rank holds both), and a shared block parameter (model.share) between the stages its
@@ -46,19 +50,25 @@ struct TiedGroup {
   bool operator==(const TiedGroup&) const = default;
 };
 
+// The most bytes one data-parallel gradient all-reduce carries (larger tensors go in pieces).
+inline constexpr int64_t kGradBucketBytes = int64_t{4} << 20;
+
 struct TrainerSetup {
   Config config;
   std::vector<LayerSpec> graph;
   ModelDims dims;
-  int rank = 0;
-  int num_ranks = 1;
+  int rank = 0;       // the stage: this rank's place in its pipeline (the schedule's rank)
+  int num_ranks = 1;  // stages
+  int replica = 0;    // data-parallel replica; world rank = replica * num_ranks + rank
+  int num_replicas = 1;
   std::vector<LayerRange> chunk_ranges;      // this rank's layers, one range per chunk
   Schedule schedule;                         // with communication actions; validated
   Schedule eval_schedule;                    // forward-only, with communication; validated
   int64_t eval_batches = 0;                  // per evaluation (EvalBatchesFor); 0: no eval data
   std::vector<TiedGroup> tied;               // every tied group of the graph
   std::chrono::milliseconds timeout{60000};  // any wait on a peer (Timeouts::wait)
-  Communicator* comm = nullptr;              // null for a one-rank pipeline
+  // All num_ranks x num_replicas ranks, by world rank; null when that is one rank.
+  Communicator* comm = nullptr;
   // `baton eval`: the trainer only evaluates, so it keeps no gradients and no optimizer state
   // (Step throws). An INT8 model (model.weights: int8) is always so.
   bool inference_only = false;
@@ -82,8 +92,9 @@ struct StepRecord {
   bool skipped = false;  // fp16 overflow: no update this step
   bool stop = false;     // some rank was asked to stop (SIGTERM/SIGINT): all stop after this step
   double step_s = 0;
-  double compute_s = 0;  // inside F/B/I/W
-  double wait_s = 0;     // blocked on peers
+  double compute_s = 0;    // inside F/B/I/W
+  double wait_s = 0;       // blocked on peers
+  double allreduce_s = 0;  // summing gradients across data-parallel replicas (step end)
   double tokens_per_s = 0;
   std::vector<TraceSpan> trace;  // the engine's spans, then "optimizer" (step end)
   // After the step, when train.eval_every says so (every eval_every steps, and the last step).
@@ -118,7 +129,10 @@ class Trainer {
   // every step end so that all ranks stop after the same step. May be null.
   void set_stop_flag(const std::atomic<bool>* flag) { stop_flag_ = flag; }
   EngineStatus engine_status() const { return engine_->status(); }
+  // Told whenever this rank starts or stops waiting on a peer: the engine's waits, and the
+  // replicas' gradient all-reduce ("ALLREDUCE", peer: another replica of this stage).
   void set_status_callback(StatusCallback callback) {
+    on_status_ = callback;
     engine_->set_status_callback(std::move(callback));
   }
   const LossScaler& loss_scaler() const { return scaler_; }
@@ -127,18 +141,45 @@ class Trainer {
   void FillMicroBatches(int64_t step);
   void FillEvalMicroBatches(int64_t batch);
   void CopyIn(MicroBatch& batch, std::vector<int32_t>& tokens, std::vector<int32_t>& targets);
+  void BuildGradBuckets();
   void CombineTiedGradients();
+  // Step end 0: sums every gradient across this stage's replicas, bucket by bucket.
+  void AllReduceReplicaGradients(int64_t step);
+  // Sums `values` over every rank of the job (host memory; staged through the device on GPUs).
+  void AllReduceOverJob(std::vector<float>& values);
   struct StepEnd {
     double norm;       // global gradient norm of the unscaled gradients
     bool overflow;     // some gradient was not finite
     bool stop;         // some rank was asked to stop
     bool loss_finite;  // the head's loss was finite (every rank learns it)
   };
-  StepEnd ReduceStepEnd(bool local_loss_finite);
+  // `losses`: this rank's per-micro-batch losses (the head's); with replicas every head gets
+  // back the whole step's, in micro-batch order.
+  StepEnd ReduceStepEnd(bool local_loss_finite, std::vector<float>& losses);
+  // This replica's first micro-batch of a step, of the step's train.micro_batches.
+  int first_microbatch() const;
+
+  // Pieces of gradients packed into one all-reduce.
+  struct GradBucket {
+    struct Piece {
+      Tensor grad;     // a flat slice of a gradient
+      int64_t at = 0;  // its first element in the bucket
+    };
+    DType dtype = DType::kF32;
+    int64_t numel = 0;
+    std::vector<Piece> pieces;
+  };
 
   TrainerSetup setup_;
   Backend& backend_;
-  std::unique_ptr<RunData> data_;  // on the ranks holding the first or the last layer
+  // The engine's and the tied sums' communicator: this replica's pipeline (a view of the world
+  // communicator when there are replicas), or null for a one-stage pipeline.
+  std::unique_ptr<Communicator> pipeline_view_;
+  Communicator* pipeline_ = nullptr;
+  std::vector<int> replica_group_;  // world ranks of this stage's replicas
+  std::vector<GradBucket> buckets_;
+  std::map<DType, Tensor> bucket_buffers_;  // one per gradient dtype, booked as comm
+  std::unique_ptr<RunData> data_;           // on the ranks holding the first or the last layer
   std::unique_ptr<StageModel> model_;
   std::unique_ptr<Optimizer> optimizer_;
   std::unique_ptr<StageEngine> engine_;
@@ -147,6 +188,7 @@ class Trainer {
   LossScaler scaler_;
   std::chrono::milliseconds timeout_;
   const std::atomic<bool>* stop_flag_ = nullptr;
+  StatusCallback on_status_;
 };
 
 // Combines per-layer digests (graph order) into the job's param_checksum.

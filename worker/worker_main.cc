@@ -118,17 +118,21 @@ bool StopRequested() { return g_stop_requested.load(); }
 
 namespace {
 
-// Writes this rank's layers of step `step`; rank 0 gathers every rank's file list through the
-// store and writes the manifest last; the barrier tells every rank the checkpoint is complete.
+// Writes this rank's layers of step `step` (replica 0's ranks only: the replicas hold the same
+// bits, so the checkpoint has one copy of the model); rank 0 gathers those ranks' file lists
+// through the store and writes the manifest last; the barrier, over every rank of the job, tells
+// each that the checkpoint is complete.
 void SaveCheckpoint(const Plan& plan, const Launch& launch, int rank, CoordinatorClient& client,
                     Trainer& trainer, Backend& backend, int64_t step) {
   const Config& config = plan.config;
   const auto timeout = plan.timeouts.checkpoint;
   CheckpointWriter writer(CheckpointsRoot(config.output.dir));
   const auto key = [&](int r) { return fmt::format("ckpt/{}/{}/{}", launch.attempt, step, r); };
-  client.KvSet(key(rank),
-               EncodeFileEntries(writer.WriteLayers(
-                   step, rank, CheckpointTensors(trainer.model(), trainer.optimizer()), backend)));
+  if (plan.ReplicaOf(rank) == 0) {
+    client.KvSet(key(rank), EncodeFileEntries(writer.WriteLayers(
+                                step, rank, CheckpointTensors(trainer.model(), trainer.optimizer()),
+                                backend)));
+  }
   if (rank == 0) {
     std::vector<CheckpointFileEntry> all;
     for (int r = 0; r < plan.num_ranks(); ++r) {
@@ -188,10 +192,16 @@ int64_t LoadInitialState(const Plan& plan, const Launch& launch, Trainer& traine
   return 1;
 }
 
-WorkerReport StepReport(int rank, const StepRecord& record, bool holds_head,
+// Who a world rank is in reports: its stage, and its replica when the job has several.
+void SetPlace(const Plan& plan, int rank, WorkerReport& report) {
+  report.stage = plan.StageOf(rank);
+  report.replica = plan.num_replicas() > 1 ? plan.ReplicaOf(rank) : -1;
+}
+
+WorkerReport StepReport(const Plan& plan, int rank, const StepRecord& record, bool holds_head,
                         const MemoryLedger& ledger) {
   WorkerReport report;
-  report.stage = rank;
+  SetPlace(plan, rank, report);
   report.step = record.step;
   if (holds_head) report.loss = record.loss;
   report.metrics = {{"lr", record.lr},
@@ -202,17 +212,19 @@ WorkerReport StepReport(int rank, const StepRecord& record, bool holds_head,
   if (record.eval && holds_head) report.metrics["eval_loss"] = record.eval->loss;
   report.timings_s = {
       {"step", record.step_s}, {"compute", record.compute_s}, {"wait", record.wait_s}};
+  if (plan.num_replicas() > 1) report.timings_s["allreduce"] = record.allreduce_s;
   if (record.eval) report.timings_s["eval"] = record.eval->seconds;
   for (const auto& [key, bytes] : MemoryEntries(ledger.Peak())) report.memory_peak[key] = bytes;
   return report;
 }
 
 // Gloo over TCP for CPU stages; NCCL for GPU stages, set up for the links and groups this
-// rank's step uses (its pipeline neighbours, and first + last stage for the tied embedding).
+// rank's step uses (its pipeline neighbours, the stages holding a tied parameter's copies, and
+// its stage's replicas). Ranks are world ranks: replica * stages + stage.
 std::shared_ptr<Communicator> MakeCommunicator(const WorkerArgs& args, const Plan& plan,
                                                const Launch& launch, Device device, KvStore& store,
                                                Backend& backend, Allocator& host_allocator) {
-  const int p = plan.num_ranks();
+  const int p = plan.world_size();
   GlooOptions gloo;
   gloo.rank = args.rank;
   gloo.size = p;
@@ -224,7 +236,7 @@ std::shared_ptr<Communicator> MakeCommunicator(const WorkerArgs& args, const Pla
   // NCCL refuses two ranks on one GPU: stages sharing GPUs (more stages than GPUs here) talk
   // through the host instead.
   if (p > CudaDevicesVisible()) {
-    spdlog::warn("{} stages share {} GPU(s): stage traffic goes through host memory (Gloo)", p,
+    spdlog::warn("{} ranks share {} GPU(s): their traffic goes through host memory (Gloo)", p,
                  CudaDevicesVisible());
     return std::make_shared<HostStagedCommunicator>(
         std::make_shared<GlooCommunicator>(store, host_allocator, gloo), backend, host_allocator);
@@ -235,7 +247,10 @@ std::shared_ptr<Communicator> MakeCommunicator(const WorkerArgs& args, const Pla
   nccl.size = p;
   nccl.device = device.index;
   nccl.compute_stream = static_cast<cudaStream_t>(NativeStream(backend));
-  for (int peer : {(args.rank + p - 1) % p, (args.rank + 1) % p}) {
+  const int stages = plan.num_ranks();
+  const int stage = plan.StageOf(args.rank);
+  const int first = args.rank - stage;  // this replica's stage 0
+  for (int peer : {first + (stage + stages - 1) % stages, first + (stage + 1) % stages}) {
     if (peer != args.rank &&
         std::find(nccl.peers.begin(), nccl.peers.end(), peer) == nccl.peers.end()) {
       nccl.peers.push_back(peer);
@@ -243,8 +258,16 @@ std::shared_ptr<Communicator> MakeCommunicator(const WorkerArgs& args, const Pla
   }
   for (const TiedGroup& group : plan.tied) {
     const bool member =
-        std::find(group.ranks.begin(), group.ranks.end(), args.rank) != group.ranks.end();
-    if (member && group.ranks.size() > 1) nccl.groups.push_back(group.ranks);
+        std::find(group.ranks.begin(), group.ranks.end(), stage) != group.ranks.end();
+    if (!member || group.ranks.size() < 2) continue;
+    std::vector<int> ranks;
+    for (int s : group.ranks) ranks.push_back(first + s);
+    nccl.groups.push_back(ranks);
+  }
+  if (plan.num_replicas() > 1) {
+    std::vector<int> replicas;
+    for (int r = 0; r < plan.num_replicas(); ++r) replicas.push_back(r * stages + stage);
+    nccl.groups.push_back(replicas);
   }
   nccl.store_prefix = fmt::format("nccl/{}", launch.attempt);
   nccl.timeout = plan.timeouts.startup;
@@ -264,8 +287,9 @@ struct BlockedState {
 void TrainRank(const WorkerArgs& args, CoordinatorClient& client, const Plan& plan,
                const Launch& launch, BlockedState& blocked) {
   const Config& config = plan.config;
-  BATON_CHECK(0 <= args.rank && args.rank < plan.num_ranks(), "rank {} of a {}-stage plan",
-              args.rank, plan.num_ranks());
+  BATON_CHECK(0 <= args.rank && args.rank < plan.world_size(),
+              "rank {} of a plan of {} stage(s) x {} replica(s)", args.rank, plan.num_ranks(),
+              plan.num_replicas());
   MemoryLedger ledger;
   const Device device = DeviceForLocalRank(config.device.type, args.local_rank);
   std::unique_ptr<Backend> backend = MakeBackend(device, ledger, config.device.threads);
@@ -278,7 +302,7 @@ void TrainRank(const WorkerArgs& args, CoordinatorClient& client, const Plan& pl
   }
   KvStore& store = gated ? static_cast<KvStore&>(*gated) : coordinator_store;
   std::shared_ptr<Communicator> comm;  // shared with the abort callback, which may outlive us
-  if (plan.num_ranks() > 1) {
+  if (plan.world_size() > 1) {
     comm = MakeCommunicator(args, plan, launch, device, store, *backend, host_allocator);
     client.OnAbort([comm](const std::string& reason) { comm->Abort(reason); });
   }
@@ -322,7 +346,7 @@ void TrainRank(const WorkerArgs& args, CoordinatorClient& client, const Plan& pl
     result.compute_s += record.compute_s;
     result.wall_s += record.step_s;
     if (step > config.train.steps - kTracedSteps) result.trace.push_back({step, record.trace});
-    client.Report(StepReport(args.rank, record, trainer.holds_head(), ledger));
+    client.Report(StepReport(plan, args.rank, record, trainer.holds_head(), ledger));
     // Every run ends with its last step saved (output.final_checkpoint), a stop too, so that
     // `latest` always names where the run got to; checkpoint_every adds intermediate ones.
     const bool last = step == config.train.steps && config.output.final_checkpoint;
@@ -353,6 +377,8 @@ int RunWorker(const WorkerArgs& args) {
   const std::string job_id = EnvOr(args.job_id, "BATON_JOB_ID");
   std::unique_ptr<CoordinatorClient> client;
   BlockedState blocked;
+  int stage = args.rank;  // until the plan says otherwise (replicas)
+  int replica = -1;
   InstallStopHandlers();
   try {
     client = std::make_unique<CoordinatorClient>(args.coordinator, token);
@@ -369,11 +395,20 @@ int RunWorker(const WorkerArgs& args) {
     BATON_CHECK(launch.attempt == args.attempt,
                 "started for attempt {}, this worker got the plan of attempt {}", args.attempt,
                 launch.attempt);
+    if (plan.num_replicas() > 1) {  // name the replica too, from here on
+      const std::string place =
+          fmt::format("stage {} replica {}", plan.StageOf(args.rank), plan.ReplicaOf(args.rank));
+      SetupLogging(place, args.log_level);
+      SetErrorContext(place);
+      stage = plan.StageOf(args.rank);
+      replica = plan.ReplicaOf(args.rank);
+    }
     client->Watch();
     client->StartHeartbeat(plan.timeouts.heartbeat_interval);
     TrainRank(args, *client, plan, launch, blocked);
     WorkerReport done;
-    done.stage = args.rank;
+    done.stage = stage;
+    done.replica = replica;
     done.status = WorkerStatus::kDone;
     client->Report(done);
     return 0;
@@ -382,7 +417,8 @@ int RunWorker(const WorkerArgs& args) {
     LogOrigin(e);
     if (client) {
       WorkerReport failed;
-      failed.stage = args.rank;
+      failed.stage = stage;
+      failed.replica = replica;
       failed.status = WorkerStatus::kFailed;
       failed.error = ValidUtf8(e.what());  // a std::exception may hold any bytes
       failed.blocked = blocked.action;

@@ -1,0 +1,116 @@
+#!/usr/bin/env python3
+"""parallel_bench: pipeline stages x data-parallel replicas on gpt-small-cpu (bench/README.md).
+
+Trains configs/gpt-small-cpu.yaml the same steps at (P, R) = (1,1), (2,1), (1,2), (2,2) as real
+processes under the local launcher, one thread each. Prints per layout: processes, tokens/s of
+the whole job (the same global batch every time), its ratio to (1,1), the seconds per step the
+head rank spent in its replicas' gradient all-reduce (mean over steps), and every rank's ledger
+peak beside the planner's prediction. P*R processes on a machine with fewer cores oversubscribe
+it: the tokens/s of those layouts measure the machine, not the layout, and the table says so.
+
+Checks (exit 1 if one fails): every loss finite; every layout's losses within 1e-4 relative of
+(1,1)'s (the same global batch; rounding differs with the order of additions); every rank's
+measured peak equals the prediction within 2%; replicas' ranks book the same peak as replica 0's.
+
+usage: bench/parallel_bench.py BATON [--steps N] [--json FILE]
+"""
+import argparse
+import json
+import math
+import os
+import subprocess
+import sys
+import tempfile
+
+CONFIG = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "configs",
+                      "gpt-small-cpu.yaml")
+LAYOUTS = [(1, 1), (2, 1), (1, 2), (2, 2)]
+
+
+def run(cmd):
+    result = subprocess.run(cmd, capture_output=True, text=True)
+    if result.returncode != 0:
+        sys.exit(f"parallel_bench: {' '.join(cmd)} failed:\n{result.stdout}\n{result.stderr}")
+    return result.stdout + result.stderr
+
+
+def train(baton, work, stages, replicas, steps):
+    out = os.path.join(work, f"p{stages}r{replicas}")
+    report = os.path.join(out, "report.json")
+    common = ["--set", f"parallel.stages={stages}", "--set", f"parallel.replicas={replicas}",
+              "--set", "device.threads=1"]
+    plan = json.loads(run([baton, "plan", CONFIG, "--format", "json", "--log-level", "warn"] +
+                          common))
+    run([baton, "run", CONFIG, "--set", f"train.steps={steps}", "--set", f"output.dir={out}",
+         "--set", "output.final_checkpoint=false", "--report", report, "--log-level", "warn"] +
+        common)
+    with open(report) as f:
+        r = json.load(f)
+    allreduce = [s.get("allreduce_s", 0.0) for s in r["steps"]]
+    return {
+        "stages": stages,
+        "replicas": replicas,
+        "processes": stages * replicas,
+        "losses": [s["loss"] for s in r["steps"]],
+        "tokens_per_s": r["tokens_per_s"],
+        "peaks": [s["memory"]["peak"]["total"] for s in r["stages"]],
+        "predicted": [s["memory"]["predicted"]["total"] for s in plan["stages"]],
+        "allreduce_s": sum(allreduce) / len(allreduce) if allreduce else 0.0,
+    }
+
+
+def mib(n):
+    return f"{n / 2**20:.2f}"
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("baton")
+    parser.add_argument("--steps", type=int, default=30)
+    parser.add_argument("--json")
+    args = parser.parse_args()
+    cores = os.cpu_count() or 1
+    load = os.getloadavg()[0]
+    results = []
+    with tempfile.TemporaryDirectory(prefix="parallel_bench.") as work:
+        for stages, replicas in LAYOUTS:
+            results.append(train(args.baton, work, stages, replicas, args.steps))
+    base = results[0]
+    failures = []
+    print(f"parallel_bench: gpt-small-cpu, {args.steps} steps, 1 thread per process, "
+          f"{cores} cores, load average {load:.2f} at start")
+    print(f"{'P':>2} {'R':>2} {'procs':>5} {'tokens/s':>9} {'vs 1x1':>7} {'allreduce s':>11}  "
+          f"rank peaks MiB (predicted)")
+    for r in results:
+        peaks = " ".join(f"{mib(m)}({mib(p)})" for m, p in zip(r["peaks"], r["predicted"]))
+        note = "  oversubscribed" if r["processes"] > cores else ""
+        print(f"{r['stages']:>2} {r['replicas']:>2} {r['processes']:>5} {r['tokens_per_s']:>9.0f} "
+              f"{r['tokens_per_s'] / base['tokens_per_s']:>6.2f}x {r['allreduce_s']:>11.4f}  "
+              f"{peaks}{note}")
+        if not all(math.isfinite(x) for x in r["losses"]):
+            failures.append(f"P={r['stages']} R={r['replicas']}: a loss is not finite")
+        worst = max(abs(a - b) / abs(b) for a, b in zip(r["losses"], base["losses"]))
+        if worst > 1e-4:
+            failures.append(f"P={r['stages']} R={r['replicas']}: losses differ from 1x1 by "
+                            f"{worst:.2e} relative")
+        for k, (m, p) in enumerate(zip(r["peaks"], r["predicted"])):
+            if abs(m - p) > 0.02 * p:
+                failures.append(f"P={r['stages']} R={r['replicas']} rank {k}: measured "
+                                f"{mib(m)} MiB, predicted {mib(p)} MiB")
+        for k in range(r["stages"], r["processes"]):
+            if r["peaks"][k] != r["peaks"][k % r["stages"]]:
+                failures.append(f"P={r['stages']} R={r['replicas']} rank {k}: peak differs from "
+                                f"replica 0's")
+    if any(r["processes"] > cores for r in results):
+        print(f"note: layouts of more than {cores} processes oversubscribe this {cores}-core "
+              "machine; their tokens/s say little about the layout itself")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(results, f, indent=2)
+    for failure in failures:
+        print(f"FAIL: {failure}")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,145 @@
+// Data-parallel replicas (parallel.replicas) as real processes: P stages x R replicas under the
+// local launcher and mpirun, checkpoints that hold one copy of the model and resume onto any P
+// and R, and a killed replica that stops the job naming it.
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <cmath>
+#include <filesystem>
+
+#include "tests/baton_process.h"
+
+namespace baton::testing {
+namespace {
+
+namespace fs = std::filesystem;
+
+nlohmann::json Train(const std::string& dir, const std::vector<std::string>& extra) {
+  std::vector<std::string> args = {"run",      "configs/gpt-tiny.yaml",
+                                   "--report", dir + "/report.json",
+                                   "--set",    "output.dir=" + dir};
+  args.insert(args.end(), extra.begin(), extra.end());
+  const CommandResult result = RunBaton(args);
+  EXPECT_EQ(result.exit_code, 0) << result.output;
+  return result.exit_code == 0 ? ReadJson(dir + "/report.json") : nlohmann::json();
+}
+
+std::vector<std::string> Layout(int stages, int replicas, int64_t steps) {
+  return {"--set", fmt::format("parallel.stages={}", stages),
+          "--set", fmt::format("parallel.replicas={}", replicas),
+          "--set", fmt::format("train.steps={}", steps)};
+}
+
+std::vector<std::string> Plus(std::vector<std::string> a, const std::vector<std::string>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
+double WorstRelativeDifference(const std::vector<double>& a, const std::vector<double>& b) {
+  EXPECT_EQ(a.size(), b.size());
+  double worst = 0;
+  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) {
+    worst = std::max(worst, std::abs(a[i] - b[i]) / std::abs(b[i]));
+  }
+  return worst;
+}
+
+// Layer files of a checkpoint step directory (one per layer, whoever wrote it).
+size_t LayerFiles(const std::string& step_dir) {
+  size_t count = 0;
+  for (const auto& entry : fs::directory_iterator(step_dir)) {
+    if (entry.path().filename().string().rfind("layer", 0) == 0) ++count;
+  }
+  return count;
+}
+
+TEST(ReplicaTest, TwoByTwoResumesOntoFourByOneAndBackAndKeepsOneCopyOfTheModel) {
+  const std::string root = TempDir("replicas-resume");
+  const nlohmann::json straight = Train(root + "/straight", Layout(2, 2, 20));
+  ASSERT_EQ(straight.at("stages").size(), 4u);
+  EXPECT_EQ(straight.at("stages")[3].at("replica"), 1);
+  EXPECT_EQ(straight.at("stages")[3].at("stage"), 1);
+  // Replicas book their gradient bucket as comm.
+  EXPECT_GT(straight.at("stages")[2].at("memory").at("peak").at("comm").get<int64_t>(), 0);
+  const nlohmann::json one_replica = Train(root + "/one", Layout(2, 1, 20));
+  const double worst = WorstRelativeDifference(Losses(straight), Losses(one_replica));
+  EXPECT_LE(worst, 1e-5);
+  RecordProperty("worst_relative_loss_difference_2x2_vs_2x1", std::to_string(worst));
+
+  Train(root + "/first", Plus(Layout(2, 2, 20), {"--set", "output.checkpoint_every=10"}));
+  const std::string step10 = root + "/first/checkpoints/step-10";
+  ASSERT_TRUE(fs::exists(step10 + "/manifest.json"));
+  // One copy: as many layer files as the 1-replica run writes.
+  Train(root + "/first-r1", Plus(Layout(2, 1, 10), {}));
+  EXPECT_EQ(LayerFiles(step10), LayerFiles(root + "/first-r1/checkpoints/step-10"));
+
+  const std::vector<double> all = Losses(straight);
+  const std::vector<double> rest(all.begin() + 10, all.end());
+  // The same layout continues bit for bit; another P and R continues within 1e-5.
+  const nlohmann::json same = Train(root + "/same", Plus(Layout(2, 2, 20), {"--resume", step10}));
+  EXPECT_EQ(Losses(same), rest);
+  EXPECT_EQ(same.at("param_checksum"), straight.at("param_checksum"));
+  const nlohmann::json four =
+      Train(root + "/four",
+            Plus(Layout(4, 1, 20), {"--resume", step10, "--set", "output.checkpoint_every=15"}));
+  EXPECT_LE(WorstRelativeDifference(Losses(four), rest), 1e-5);
+  // ... and back: P=4,R=1's step 15 onto P=2,R=2.
+  const nlohmann::json back = Train(
+      root + "/back", Plus(Layout(2, 2, 20), {"--resume", root + "/four/checkpoints/step-15"}));
+  EXPECT_LE(WorstRelativeDifference(Losses(back), std::vector<double>(all.begin() + 15, all.end())),
+            1e-5);
+}
+
+TEST(ReplicaTest, MpirunRunsTheSameJobAsTheLocalLauncher) {
+  if (RunShell("command -v mpirun").exit_code != 0) GTEST_SKIP() << "mpirun is not installed";
+  const std::string root = TempDir("replicas-mpi");
+  const nlohmann::json local = Train(root + "/local", Layout(2, 2, 6));
+  const std::string dir = root + "/mpi";
+  const CommandResult mpi = RunShell(
+      "cd '" + SourceDir() + "' && mpirun --allow-run-as-root --oversubscribe -np 4 '" +
+      BatonBinary() +
+      "' run configs/gpt-tiny.yaml --set parallel.stages=2 --set parallel.replicas=2" +
+      " --set train.steps=6 --set output.dir=" + dir + " --report " + dir + "/report.json");
+  ASSERT_EQ(mpi.exit_code, 0) << mpi.output;
+  const nlohmann::json report = ReadJson(dir + "/report.json");
+  EXPECT_EQ(Losses(report), Losses(local));
+  EXPECT_EQ(report.at("param_checksum"), local.at("param_checksum"));
+  // A world of the wrong size is refused, saying what the plan needs.
+  const CommandResult wrong =
+      RunShell("cd '" + SourceDir() + "' && mpirun --allow-run-as-root --oversubscribe -np 2 '" +
+               BatonBinary() +
+               "' run configs/gpt-tiny.yaml --set parallel.stages=2 --set parallel.replicas=2" +
+               " --set train.steps=2 --set output.dir=" + root + "/wrong 2>&1");
+  EXPECT_NE(wrong.exit_code, 0);
+  EXPECT_NE(wrong.output.find("2 stage(s) x 2 replica(s) = 4 ranks"), std::string::npos)
+      << wrong.output;
+}
+
+TEST(ReplicaTest, ASigkilledReplicaStopsTheJobNamingItAndLeavesNoProcess) {
+  const std::string root = TempDir("replicas-kill");
+  const std::string log = root + "/log";
+  const int shell = Background("'" + BatonBinary() +
+                                   "' run configs/gpt-tiny.yaml --set parallel.stages=2 --set "
+                                   "parallel.replicas=2 --set train.steps=100000 --set "
+                                   "train.log_every=1 --set output.dir=" +
+                                   root + "/out",
+                               log);
+  ASSERT_TRUE(WaitFor(log, "step     2/", 300)) << ReadFile(log);
+  const std::vector<int> processes = DescendantPids(shell);
+  const int victim = WorkerPid(shell, 3);  // stage 1 of replica 1
+  ASSERT_GT(victim, 0) << ReadFile(log);
+  kill(victim, SIGKILL);
+  ASSERT_TRUE(WaitFor(log, "exit=", 300)) << ReadFile(log);
+  const std::string text = ReadFile(log);
+  EXPECT_EQ(text.find("exit=0"), std::string::npos) << text;
+  EXPECT_NE(text.find("stage 1 replica 1 (rank 3) worker process killed by signal 9"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("replica"), std::string::npos) << text;  // the rank table's column
+  EXPECT_GE(processes.size(), 4u) << text;
+  for (int pid : processes) EXPECT_FALSE(Running(pid)) << "process " << pid << " outlived the job";
+}
+
+}  // namespace
+}  // namespace baton::testing
