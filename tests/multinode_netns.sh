@@ -3,8 +3,9 @@
 # joined by a veth pair (10.231.0.1 and 10.231.0.2, nothing else reachable), one Slurm task in
 # each (SLURM_* and BATON_COORDINATOR / BATON_TOKEN set as deploy/slurm/train.sbatch sets them).
 # Rank 0 hosts the coordinator on its node's address; each rank's transport listens on the
-# address that routes to the coordinator (launcher/mpi_bootstrap.h, ListenHostFor). The 2-stage
-# job must end with the parameter checksum of the same job on one node (local launcher).
+# address that routes to the coordinator (launcher/mpi_bootstrap.h, ListenHostFor). A 2-stage job
+# and a 1-stage x 2-replica job must each end with the parameter checksum of the same job on one
+# node (local launcher).
 # Skipped (77), saying why, where network namespaces cannot be made (not root, no CAP_NET_ADMIN).
 #
 #   tests/multinode_netns.sh BUILD_DIR
@@ -49,35 +50,41 @@ for ns in "$n0" "$n1"; do ip -n "$ns" link set lo up || fail "lo up in $ns"; don
 ip -n "$n0" link set "bv0-$$" up || fail "node 0's veth up"
 ip -n "$n1" link set "bv1-$$" up || fail "node 1's veth up"
 
-args=(configs/gpt-tiny.yaml --set device.type=cpu --set parallel.stages=2 --set train.steps=6
-      --set train.log_every=1)
-
-# The same job on one node.
-"$build/baton" run "${args[@]}" --set output.dir="$work/one" > "$work/one.log" 2>&1 ||
-  { tail -n 20 "$work/one.log"; fail "the one-node job failed"; }
-one=$(checksum "$work/one.log")
-[ -n "$one" ] || fail "no checksum from the one-node job"
-
-# Two nodes: task 1 on node 1 in the background, task 0 (the coordinator) on node 0.
+# Each layout on one node (the local launcher), then as two Slurm tasks, one per node: 2 stages x
+# 1 replica (the pipeline spans the nodes), then 1 stage x 2 replicas (the gradient all-reduce
+# spans them).
 token=$(python3 -c 'import secrets; print(secrets.token_hex(16))')
-task() {
-  local ns=$1 rank=$2
-  shift 2
-  ip netns exec "$ns" env SLURM_PROCID="$rank" SLURM_NTASKS=2 SLURM_LOCALID=0 SLURM_JOB_ID=4343 \
-    BATON_COORDINATOR=10.231.0.1:29500 BATON_TOKEN="$token" \
-    timeout 300 "$build/baton" run --launcher slurm "${args[@]}" --set output.dir="$work/two" "$@"
-}
-task "$n1" 1 > "$work/node1.log" 2>&1 &
-node1=$!
-task "$n0" 0 > "$work/node0.log" 2>&1
-code0=$?
-wait "$node1"
-code1=$?
-[ "$code0" = 0 ] || { tail -n 30 "$work/node0.log"; fail "node 0's task exited $code0"; }
-[ "$code1" = 0 ] || { tail -n 30 "$work/node1.log"; fail "node 1's task exited $code1"; }
-grep -q "rank 1 listens for its peers on 10.231.0.2" "$work/node1.log" ||
-  { grep listens "$work/node1.log"; fail "node 1 did not listen on its veth address"; }
-two=$(checksum "$work/node0.log")
-echo "one node: $one, two nodes: $two"
-[ "$one" = "$two" ] || fail "the two-node job ended with another checksum"
+for layout in "2 1" "1 2"; do
+  read -r stages replicas <<< "$layout"
+  name="${stages}x${replicas}"
+  args=(configs/gpt-tiny.yaml --set device.type=cpu --set parallel.stages="$stages"
+        --set parallel.replicas="$replicas" --set train.steps=6 --set train.log_every=1)
+
+  "$build/baton" run "${args[@]}" --set output.dir="$work/one-$name" > "$work/one-$name.log" 2>&1 ||
+    { tail -n 20 "$work/one-$name.log"; fail "the one-node $name job failed"; }
+  one=$(checksum "$work/one-$name.log")
+  [ -n "$one" ] || fail "no checksum from the one-node $name job"
+
+  # Task 1 on node 1 in the background, task 0 (the coordinator) on node 0.
+  task() {
+    local ns=$1 rank=$2
+    shift 2
+    ip netns exec "$ns" env SLURM_PROCID="$rank" SLURM_NTASKS=2 SLURM_LOCALID=0 SLURM_JOB_ID=4343 \
+      BATON_COORDINATOR=10.231.0.1:29500 BATON_TOKEN="$token" \
+      timeout 300 "$build/baton" run --launcher slurm "${args[@]}" --set output.dir="$work/two-$name" "$@"
+  }
+  task "$n1" 1 > "$work/node1-$name.log" 2>&1 &
+  node1=$!
+  task "$n0" 0 > "$work/node0-$name.log" 2>&1
+  code0=$?
+  wait "$node1"
+  code1=$?
+  [ "$code0" = 0 ] || { tail -n 30 "$work/node0-$name.log"; fail "node 0's $name task exited $code0"; }
+  [ "$code1" = 0 ] || { tail -n 30 "$work/node1-$name.log"; fail "node 1's $name task exited $code1"; }
+  grep -q "rank 1 listens for its peers on 10.231.0.2" "$work/node1-$name.log" ||
+    { grep listens "$work/node1-$name.log"; fail "node 1 did not listen on its veth address ($name)"; }
+  two=$(checksum "$work/node0-$name.log")
+  echo "$stages stage(s) x $replicas replica(s): one node $one, two nodes $two"
+  [ "$one" = "$two" ] || fail "the two-node $name job ended with another checksum"
+done
 echo "PASS"
