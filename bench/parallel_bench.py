@@ -1,16 +1,18 @@
 #!/usr/bin/env python3
 """parallel_bench: pipeline stages x data-parallel replicas on gpt-small-cpu (bench/README.md).
 
-Trains configs/gpt-small-cpu.yaml the same steps at (P, R) = (1,1), (2,1), (1,2), (2,2) as real
-processes under the local launcher, one thread each. Prints per layout: processes, tokens/s of
-the whole job (the same global batch every time), its ratio to (1,1), the seconds per step the
-head rank spent in its replicas' gradient all-reduce (mean over steps), and every rank's ledger
-peak beside the planner's prediction. P*R processes on a machine with fewer cores oversubscribe
+Trains configs/gpt-small-cpu.yaml the same steps at (P, R) = (1,1), (2,1), (1,2), (2,2), and
+(1,2), (2,2) with ZeRO-1, as real processes under the local launcher, one thread each. Prints per
+layout: processes, tokens/s of the whole job (the same global batch every time), its ratio to
+(1,1), the seconds per step the head rank spent in its replicas' gradient exchange (all-reduce,
+or ZeRO-1's reduce-scatter and all-gather; mean over steps), every rank's ledger peak beside
+the planner's prediction, and every rank's optimizer bytes. P*R processes on a machine with fewer cores oversubscribe
 it: the tokens/s of those layouts measure the machine, not the layout, and the table says so.
 
 Checks (exit 1 if one fails): every loss finite; every layout's losses within 1e-4 relative of
 (1,1)'s (the same global batch; rounding differs with the order of additions); every rank's
-measured peak equals the prediction within 2%; replicas' ranks book the same peak as replica 0's.
+measured peak equals the prediction within 2%; without ZeRO replicas' ranks book the same peak
+as replica 0's; with ZeRO-1 each stage's replicas hold together its unsharded optimizer bytes.
 
 usage: bench/parallel_bench.py BATON [--steps N] [--json FILE]
 """
@@ -24,7 +26,7 @@ import tempfile
 
 CONFIG = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "configs",
                       "gpt-small-cpu.yaml")
-LAYOUTS = [(1, 1), (2, 1), (1, 2), (2, 2)]
+LAYOUTS = [(1, 1, 0), (2, 1, 0), (1, 2, 0), (2, 2, 0), (1, 2, 1), (2, 2, 1)]
 
 
 def run(cmd):
@@ -34,11 +36,11 @@ def run(cmd):
     return result.stdout + result.stderr
 
 
-def train(baton, work, stages, replicas, steps):
-    out = os.path.join(work, f"p{stages}r{replicas}")
+def train(baton, work, stages, replicas, zero, steps):
+    out = os.path.join(work, f"p{stages}r{replicas}z{zero}")
     report = os.path.join(out, "report.json")
     common = ["--set", f"parallel.stages={stages}", "--set", f"parallel.replicas={replicas}",
-              "--set", "device.threads=1"]
+              "--set", f"parallel.zero={zero}", "--set", "device.threads=1"]
     plan = json.loads(run([baton, "plan", CONFIG, "--format", "json", "--log-level", "warn"] +
                           common))
     run([baton, "run", CONFIG, "--set", f"train.steps={steps}", "--set", f"output.dir={out}",
@@ -50,6 +52,8 @@ def train(baton, work, stages, replicas, steps):
     return {
         "stages": stages,
         "replicas": replicas,
+        "zero": zero,
+        "optimizer": [s["memory"]["peak"]["optimizer"] for s in r["stages"]],
         "processes": stages * replicas,
         "losses": [s["loss"] for s in r["steps"]],
         "tokens_per_s": r["tokens_per_s"],
@@ -73,20 +77,21 @@ def main():
     load = os.getloadavg()[0]
     results = []
     with tempfile.TemporaryDirectory(prefix="parallel_bench.") as work:
-        for stages, replicas in LAYOUTS:
-            results.append(train(args.baton, work, stages, replicas, args.steps))
+        for stages, replicas, zero in LAYOUTS:
+            results.append(train(args.baton, work, stages, replicas, zero, args.steps))
     base = results[0]
     failures = []
     print(f"parallel_bench: gpt-small-cpu, {args.steps} steps, 1 thread per process, "
           f"{cores} cores, load average {load:.2f} at start")
-    print(f"{'P':>2} {'R':>2} {'procs':>5} {'tokens/s':>9} {'vs 1x1':>7} {'allreduce s':>11}  "
-          f"rank peaks MiB (predicted)")
+    print(f"{'P':>2} {'R':>2} {'zero':>4} {'procs':>5} {'tokens/s':>9} {'vs 1x1':>7} "
+          f"{'comm s':>7}  rank peaks MiB (predicted) | optimizer MiB per rank")
     for r in results:
         peaks = " ".join(f"{mib(m)}({mib(p)})" for m, p in zip(r["peaks"], r["predicted"]))
+        optimizer = " ".join(mib(o) for o in r["optimizer"])
         note = "  oversubscribed" if r["processes"] > cores else ""
-        print(f"{r['stages']:>2} {r['replicas']:>2} {r['processes']:>5} {r['tokens_per_s']:>9.0f} "
-              f"{r['tokens_per_s'] / base['tokens_per_s']:>6.2f}x {r['allreduce_s']:>11.4f}  "
-              f"{peaks}{note}")
+        print(f"{r['stages']:>2} {r['replicas']:>2} {r['zero']:>4} {r['processes']:>5} "
+              f"{r['tokens_per_s']:>9.0f} {r['tokens_per_s'] / base['tokens_per_s']:>6.2f}x "
+              f"{r['allreduce_s']:>7.4f}  {peaks} | {optimizer}{note}")
         if not all(math.isfinite(x) for x in r["losses"]):
             failures.append(f"P={r['stages']} R={r['replicas']}: a loss is not finite")
         worst = max(abs(a - b) / abs(b) for a, b in zip(r["losses"], base["losses"]))
@@ -98,9 +103,20 @@ def main():
                 failures.append(f"P={r['stages']} R={r['replicas']} rank {k}: measured "
                                 f"{mib(m)} MiB, predicted {mib(p)} MiB")
         for k in range(r["stages"], r["processes"]):
-            if r["peaks"][k] != r["peaks"][k % r["stages"]]:
+            if not r["zero"] and r["peaks"][k] != r["peaks"][k % r["stages"]]:
                 failures.append(f"P={r['stages']} R={r['replicas']} rank {k}: peak differs from "
                                 f"replica 0's")
+    for r in results:
+        if not r["zero"]:
+            continue
+        plain = next(q for q in results
+                     if (q["stages"], q["replicas"], q["zero"]) == (r["stages"], r["replicas"], 0))
+        for s in range(r["stages"]):
+            together = sum(r["optimizer"][k] for k in range(s, r["processes"], r["stages"]))
+            if together != plain["optimizer"][s]:
+                failures.append(f"P={r['stages']} R={r['replicas']} ZeRO-1 stage {s}: optimizer "
+                                f"{together} bytes over the replicas, {plain['optimizer'][s]} "
+                                "without ZeRO")
     if any(r["processes"] > cores for r in results):
         print(f"note: layouts of more than {cores} processes oversubscribe this {cores}-core "
               "machine; their tokens/s say little about the layout itself")

@@ -141,7 +141,8 @@ struct ParallelConfig {
   int chunks = 1;             // model chunks per stage (interleaved, or a schedule file)
   PartitionPolicy partition = PartitionPolicy::kFlops;
   CheckpointPolicy checkpoint;
-  int replicas = 1;                   // data-parallel replicas of the whole pipeline
+  int replicas = 1;  // data-parallel replicas of the whole pipeline
+  int zero = 0;      // 1: ZeRO-1, optimizer state and fp32 masters sharded across the replicas
   double timeout_s = 60.0;            // longest any blocking wait may take
   double heartbeat_timeout_s = 10.0;  // a silent worker is declared dead after this
   bool operator==(const ParallelConfig&) const = default;

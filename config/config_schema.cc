@@ -74,6 +74,7 @@ void VisitParallel(ParallelConfig& p, FieldVisitor& v) {
   v.Enum("partition", p.partition, kPartitionNames);
   v.VisitCheckpoint("checkpoint", p.checkpoint);
   v.Int("replicas", p.replicas, IntRule{1, kMaxStages});
+  v.Int("zero", p.zero, IntRule{0, 1});
   // Seconds that still fit the milliseconds the waits count in, with room to spare (a week).
   v.VisitFloat("timeout_s", p.timeout_s, kTimeoutSeconds);
   v.VisitFloat("heartbeat_timeout_s", p.heartbeat_timeout_s, kTimeoutSeconds);

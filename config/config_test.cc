@@ -297,6 +297,11 @@ TEST(ConfigTest, CrossFieldRulesAreChecked) {
               HasSubstr("data-parallel replicas train"));
   EXPECT_NO_THROW(
       ParseConfigString(kMinimal, "x.yaml", {"parallel.replicas=2", "train.micro_batches=4"}));
+  EXPECT_THAT(ParseError(kMinimal, {"parallel.zero=1"}), HasSubstr("needs parallel.replicas >= 2"));
+  EXPECT_THAT(
+      ParseError(kMinimal, {"parallel.zero=1", "parallel.replicas=2", "optimizer.state=int8"}),
+      HasSubstr("optimizer.state int8 is not sharded"));
+  EXPECT_THAT(ParseError(kMinimal, {"parallel.zero=2"}), HasSubstr("parallel.zero"));
   EXPECT_THAT(ParseError(kMinimal, {"data.seq_len=129"}),
               HasSubstr("data.seq_len 129 exceeds model.context 128"));
   EXPECT_THAT(ParseError(kMinimal, {"model.vocab_size=100"}),

@@ -196,6 +196,15 @@ void ValidateParallel(const Config& c, const Reporter& r) {
   r.Require(p.replicas == 1 || c.model.weights == WeightFormat::kDense,
             {"parallel.replicas", "model.weights"},
             "data-parallel replicas train: they need model.weights: dense");
+  if (p.zero == 1) {
+    r.Require(p.replicas >= 2, {"parallel.zero", "parallel.replicas"},
+              "parallel.zero 1 shards the optimizer state across data-parallel replicas: it "
+              "needs parallel.replicas >= 2");
+    r.Require(c.optimizer.state == OptimizerState::kF32, {"parallel.zero", "optimizer.state"},
+              "parallel.zero 1 shards f32 optimizer state; optimizer.state int8 is not sharded");
+    r.Require(!c.prune.enabled(), {"parallel.zero", "prune.at_step"},
+              "parallel.zero 1 does not combine with pruning (the masks are not sharded)");
+  }
 }
 
 }  // namespace

@@ -34,6 +34,9 @@ void AddMemoryOptions(CLI::App* command, baton::MemoryArgs& args) {
                     "fastest configuration that fits --memory-budget");
   command->add_option("--max-stages", args.max_stages,
                       "--fit's upper bound on stages (default: twice parallel.stages)");
+  command->add_option("--max-processes", args.max_processes,
+                      "lets --fit add data-parallel replicas with ZeRO-1 after more stages, up "
+                      "to this many processes (stages x replicas; default: no replicas added)");
 }
 
 }  // namespace

@@ -475,7 +475,8 @@ Plan PlanConfig(const Config& config, const std::string& config_path, int64_t bu
                 const MemoryArgs& memory, FitResult* fit) {
   return NamingConfig(config_path, [&] {
     return PlanForBudget(config, budget, memory.fit, memory.max_stages,
-                         memory.fit ? MeasureStepRates(config) : StepRates(), fit);
+                         memory.fit ? MeasureStepRates(config) : StepRates(), fit,
+                         memory.max_processes);
   });
 }
 

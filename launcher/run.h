@@ -29,6 +29,7 @@ struct MemoryArgs {
   std::string budget;  // bytes per stage, as "24GiB", "512MiB", "1.5GB" or plain bytes; empty: none
   bool fit = false;    // search precision x checkpointing x micro-batches x stages to fit it
   int max_stages = 0;  // --fit's upper bound on stages; 0: twice the configured
+  int max_processes = 0;  // --fit may add replicas (ZeRO-1) up to stages x replicas; 0: none
 };
 
 struct RunOptions {

@@ -52,9 +52,10 @@ struct Lever {
   CheckpointPolicy checkpoint;
   int micro_batches;
   int stages;
+  int replicas;
 };
 
-std::vector<Lever> Levers(const Config& config, int max_stages, int num_layers) {
+std::vector<Lever> Levers(const Config& config, int max_stages, int num_layers, int max_processes) {
   std::vector<DType> dtypes = {config.precision.dtype};
   if (config.precision.dtype == DType::kF32) dtypes.push_back(DType::kBF16);
   std::vector<int> micro_batches;
@@ -62,11 +63,16 @@ std::vector<Lever> Levers(const Config& config, int max_stages, int num_layers) 
     if (config.train.batch_size % m == 0) micro_batches.push_back(m);
   }
   std::vector<Lever> levers;
-  for (int p = config.parallel.stages; p <= max_stages; ++p) {
-    const int stage_layers = (num_layers + p - 1) / p;
-    for (int m : micro_batches) {
-      for (const CheckpointPolicy& policy : Policies(config.parallel.checkpoint, stage_layers)) {
-        for (DType dtype : dtypes) levers.push_back({dtype, policy, m, p});
+  const int configured = config.parallel.replicas;
+  for (int r = configured; r == configured || r * config.parallel.stages <= max_processes; ++r) {
+    for (int p = config.parallel.stages; p <= max_stages; ++p) {
+      if (r != configured && p * r > max_processes) break;
+      const int stage_layers = (num_layers + p - 1) / p;
+      for (int m : micro_batches) {
+        if (m % r != 0) continue;
+        for (const CheckpointPolicy& policy : Policies(config.parallel.checkpoint, stage_layers)) {
+          for (DType dtype : dtypes) levers.push_back({dtype, policy, m, p, r});
+        }
       }
     }
   }
@@ -74,6 +80,7 @@ std::vector<Lever> Levers(const Config& config, int max_stages, int num_layers) 
 }
 
 int LevelOf(const Lever& lever, const Config& config) {
+  if (lever.replicas != config.parallel.replicas) return 5;
   if (lever.stages != config.parallel.stages) return 4;
   if (lever.micro_batches != config.train.micro_batches) return 3;
   if (!(lever.checkpoint == config.parallel.checkpoint)) return 2;
@@ -87,6 +94,14 @@ Config Apply(const Config& base, const Lever& lever) {
   config.parallel.checkpoint = lever.checkpoint;
   config.train.micro_batches = lever.micro_batches;
   config.parallel.stages = lever.stages;
+  if (lever.replicas != base.parallel.replicas) {
+    config.parallel.replicas = lever.replicas;
+    // ZeRO-1 where it applies (f32 optimizer state, no pruning): the replicas then divide the
+    // optimizer state too.
+    if (config.optimizer.state == OptimizerState::kF32 && !config.prune.enabled()) {
+      config.parallel.zero = 1;
+    }
+  }
   Validate(config);
   return config;
 }
@@ -97,6 +112,7 @@ FitCandidate Evaluate(const Config& base, const Lever& lever, const FitOptions& 
   c.checkpoint = lever.checkpoint;
   c.micro_batches = lever.micro_batches;
   c.stages = lever.stages;
+  c.replicas = lever.replicas;
   c.level = LevelOf(lever, base);
   Plan plan;
   try {
@@ -134,6 +150,12 @@ std::string ChosenFlags(const Config& c, const Config& base) {
   if (c.parallel.stages != base.parallel.stages) {
     add(fmt::format("--set parallel.stages={}", c.parallel.stages));
   }
+  if (c.parallel.replicas != base.parallel.replicas) {
+    add(fmt::format("--set parallel.replicas={}", c.parallel.replicas));
+  }
+  if (c.parallel.zero != base.parallel.zero) {
+    add(fmt::format("--set parallel.zero={}", c.parallel.zero));
+  }
   return flags;
 }
 
@@ -143,7 +165,8 @@ std::string ChosenFlags(const Config& c, const Config& base) {
 // C/4, C/8 whose predicted peak fits. Lines "  --set ... fits at X per stage (with ...)".
 std::string StructuralSuggestions(const Config& config, const FitCandidate& leanest,
                                   const FitOptions& options) {
-  const Lever lever{leanest.dtype, leanest.checkpoint, leanest.micro_batches, leanest.stages};
+  const Lever lever{leanest.dtype, leanest.checkpoint, leanest.micro_batches, leanest.stages,
+                    leanest.replicas};
   std::vector<std::pair<std::string, Config>> tries;
   const ModelConfig& m = config.model;
   const bool structured = m.share_group > 1 || m.low_rank_attn > 0 || m.low_rank_mlp > 0;
@@ -199,13 +222,14 @@ FitResult FitToBudget(const Config& config, const FitOptions& options) {
   const int max_stages = options.max_stages > 0 ? options.max_stages
                                                 : std::min(2 * config.parallel.stages, num_layers);
   FitResult result;
-  for (const Lever& lever : Levers(config, max_stages, num_layers)) {
+  for (const Lever& lever : Levers(config, max_stages, num_layers, options.max_processes)) {
     result.candidates.push_back(Evaluate(config, lever, options));
   }
   std::vector<FitCandidate>& all = result.candidates;
-  // Tiers of levels: as configured; precision and checkpointing, by time; micro-batches; stages.
+  // Tiers of levels: as configured; precision and checkpointing, by time; micro-batches; stages;
+  // replicas.
   const auto tier = [](int level) { return level == 0 ? 0 : level <= 2 ? 1 : level - 1; };
-  for (int t = 0; t <= 3 && result.chosen < 0; ++t) {
+  for (int t = 0; t <= 4 && result.chosen < 0; ++t) {
     for (size_t i = 0; i < all.size(); ++i) {
       if (!all[i].fits || tier(all[i].level) != t) continue;
       if (result.chosen < 0) {
@@ -228,23 +252,26 @@ FitResult FitToBudget(const Config& config, const FitOptions& options) {
     BATON_CHECK(leanest != nullptr, "--fit: no candidate configuration could be planned");
     BATON_FAIL(
         "no configuration fits the memory budget of {}: the smallest peak reachable is {} ({} "
-        "stages, {} micro-batches, {}, checkpoint {}); raise the budget or allow more stages "
-        "(--max-stages){}",
+        "stages{}, {} micro-batches, {}, checkpoint {}); raise the budget or allow more stages "
+        "(--max-stages){}{}",
         FormatBytes(options.budget), FormatBytes(leanest->peak), leanest->stages,
+        leanest->replicas > 1 ? fmt::format(" x {} replicas", leanest->replicas) : "",
         leanest->micro_batches, PrecisionName(leanest->dtype), leanest->checkpoint.ToString(),
+        options.max_processes > 0 ? " or processes (--max-processes)"
+                                  : " or data-parallel replicas with ZeRO-1 (--max-processes)",
         StructuralSuggestions(config, *leanest, options));
   }
   const FitCandidate& chosen = all[static_cast<size_t>(result.chosen)];
-  result.config =
-      Apply(config, {chosen.dtype, chosen.checkpoint, chosen.micro_batches, chosen.stages});
+  result.config = Apply(config, {chosen.dtype, chosen.checkpoint, chosen.micro_batches,
+                                 chosen.stages, chosen.replicas});
   result.set_flags = ChosenFlags(result.config, config);
   return result;
 }
 
 Plan PlanForBudget(const Config& config, int64_t budget, bool fit, int max_stages,
-                   const StepRates& rates, FitResult* search) {
+                   const StepRates& rates, FitResult* search, int max_processes) {
   if (!fit) return MakePlan(config, budget);
-  FitResult result = FitToBudget(config, {budget, rates, max_stages});
+  FitResult result = FitToBudget(config, {budget, rates, max_stages, max_processes});
   Plan plan = MakePlan(result.config, budget);
   if (search != nullptr) *search = std::move(result);
   return plan;
@@ -295,37 +322,44 @@ StepRates MeasureStepRates(const Config& config) {
 }
 
 std::string FormatFitTable(const FitResult& result, int64_t budget) {
-  static const char* kLevels[] = {"as configured", "precision", "checkpointing", "micro-batches",
-                                  "stages"};
+  static const char* kLevels[] = {"as configured", "precision", "checkpointing",
+                                  "micro-batches", "stages",    "replicas"};
   static const char* kWhy[] = {"the configuration as it is fits",
                                "the fastest predicted step among precision and checkpointing",
                                "the fastest predicted step among precision and checkpointing",
                                "nothing fits without more micro-batches",
-                               "nothing fits without more stages"};
-  std::string out =
-      fmt::format("{:>1} {:>6} {:>5} {:>11} {:>7} {:>13} {:>12} {:>4}  {}\n", "", "stages", "mbs",
-                  "checkpoint", "dtype", "peak", "step (s)", "fits", "lever / bound");
+                               "nothing fits without more stages",
+                               "nothing fits without data-parallel replicas (ZeRO-1)"};
+  const bool replicas = std::any_of(result.candidates.begin(), result.candidates.end(),
+                                    [](const FitCandidate& c) { return c.replicas > 1; });
+  const auto stages_of = [&](const FitCandidate& c) {
+    return replicas ? fmt::format("{}x{}", c.stages, c.replicas) : std::to_string(c.stages);
+  };
+  std::string out = fmt::format("{:>1} {:>6} {:>5} {:>11} {:>7} {:>13} {:>12} {:>4}  {}\n", "",
+                                replicas ? "PxR" : "stages", "mbs", "checkpoint", "dtype", "peak",
+                                "step (s)", "fits", "lever / bound");
   for (size_t i = 0; i < result.candidates.size(); ++i) {
     const FitCandidate& c = result.candidates[i];
     const bool chosen = static_cast<int>(i) == result.chosen;
     if (!c.valid) {
-      out += fmt::format("  {:>6} {:>5} {:>11} {:>7} {:>13} {:>12} {:>4}  {}\n", c.stages,
+      out += fmt::format("  {:>6} {:>5} {:>11} {:>7} {:>13} {:>12} {:>4}  {}\n", stages_of(c),
                          c.micro_batches, c.checkpoint.ToString(), PrecisionName(c.dtype), "-", "-",
                          "-", c.note);
       continue;
     }
     out += fmt::format("{:>1} {:>6} {:>5} {:>11} {:>7} {:>13} {:>12.4f} {:>4}  {}: {}\n",
-                       chosen ? "*" : "", c.stages, c.micro_batches, c.checkpoint.ToString(),
+                       chosen ? "*" : "", stages_of(c), c.micro_batches, c.checkpoint.ToString(),
                        PrecisionName(c.dtype), FormatBytes(c.peak), c.step_seconds,
                        c.fits ? "yes" : "no", kLevels[c.level], c.note);
   }
   if (result.chosen >= 0) {
     const FitCandidate& c = result.candidates[static_cast<size_t>(result.chosen)];
     out += fmt::format(
-        "chosen: {} stages, {} micro-batches, checkpoint {}, {}: peak {} within {}, predicted "
+        "chosen: {} stages{}, {} micro-batches, checkpoint {}, {}: peak {} within {}, predicted "
         "{:.4f} s/step ({})\n",
-        c.stages, c.micro_batches, c.checkpoint.ToString(), PrecisionName(c.dtype),
-        FormatBytes(c.peak), FormatBytes(budget), c.step_seconds, kWhy[c.level]);
+        c.stages, c.replicas > 1 ? fmt::format(" x {} replicas", c.replicas) : "", c.micro_batches,
+        c.checkpoint.ToString(), PrecisionName(c.dtype), FormatBytes(c.peak), FormatBytes(budget),
+        c.step_seconds, kWhy[c.level]);
     out += fmt::format("apply with: {}\n",
                        result.set_flags.empty() ? "(no change)" : result.set_flags);
   }

@@ -7,7 +7,10 @@
 //   2. activation checkpointing: selective, every:K for K = 1, 2, 4, ... up to a stage's layers;
 //   3. more micro-batches (a divisor of the batch size above the configured count): smaller
 //      micro-batches, fewer bytes in flight under 1F1B;
-//   4. more stages (up to `max_stages`), each cut under the budget (PartitionWithinBudget).
+//   4. more stages (up to `max_stages`), each cut under the budget (PartitionWithinBudget);
+//   5. data-parallel replicas with ZeRO-1 (parallel.zero 1: each replica keeps 1/R of the
+//      optimizer state and runs 1/R of the micro-batches), only when `max_processes` allows
+//      stages x replicas processes; replicas must divide the micro-batches.
 // Every combination is a candidate; its level is the costliest lever it pulls. The configuration
 // as it is wins when it fits. Otherwise precision and checkpointing compete on predicted step
 // time on this machine (step_time.h: the simulator with FLOP costs, recompute included, at the
@@ -31,6 +34,7 @@ struct FitOptions {
   int64_t budget = 0;  // bytes per rank
   StepRates rates;     // FLOP/s per precision on the machine that runs the job (MeasureStepRates)
   int max_stages = 0;  // 0: twice the configured stages, at most the graph's layers
+  int max_processes = 0;  // > 0: replicas may be added while stages x replicas <= this
 };
 
 struct FitCandidate {
@@ -38,7 +42,9 @@ struct FitCandidate {
   CheckpointPolicy checkpoint;
   int micro_batches = 1;
   int stages = 1;
-  int level = 0;       // 0 as configured, 1 precision, 2 checkpointing, 3 micro-batches, 4 stages
+  int replicas = 1;
+  int level = 0;       // 0 as configured, 1 precision, 2 checkpointing, 3 micro-batches, 4 stages,
+                       // 5 replicas
   bool valid = false;  // a plan could be made; else `note` says why not
   bool fits = false;
   int64_t peak = 0;         // largest predicted total over ranks (of the budgeted cut when it fits)
@@ -60,7 +66,7 @@ FitResult FitToBudget(const Config& config, const FitOptions& options);
 // `fit`, the configuration FitToBudget chooses at FLOP rates `rates` (the search is
 // returned in `*search` when given). Throws baton::Error when the budget cannot be met.
 Plan PlanForBudget(const Config& config, int64_t budget, bool fit, int max_stages,
-                   const StepRates& rates, FitResult* search);
+                   const StepRates& rates, FitResult* search, int max_processes = 0);
 
 // The rates predicted step times are quoted at: for CPU stages the CPU backend's own Matmul timed
 // here in f32 and in bf16 on the config's threads (a 512 x 512 x 512 product, alternately, best of

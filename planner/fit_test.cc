@@ -179,5 +179,34 @@ TEST(FitTest, WhenNothingFitsItNamesTheStructuralChangesThatWould) {
   }
 }
 
+TEST(FitTest, ReplicasWithZeroOneComeAfterStagesWhenMoreProcessesAreAllowed) {
+  // Two stages at most: the leanest two-stage configuration's peak, then a budget below it.
+  const Config config = SmallCpu({"parallel.stages=2"});
+  std::string text;
+  try {
+    FitToBudget(config, {1, StepRates(1e9), 2});
+    FAIL() << "a one-byte budget fits";
+  } catch (const Error& e) {
+    text = e.what();
+  }
+  EXPECT_NE(text.find("--max-processes"), std::string::npos) << text;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(text, m, std::regex(R"(reachable is ([0-9.]+) MiB)"))) << text;
+  const int64_t budget =
+      static_cast<int64_t>(std::stod(m[1].str()) * (1 << 20)) - (int64_t{1} << 20);
+  EXPECT_THROW(FitToBudget(config, {budget, StepRates(1e9), 2}), Error);
+  const FitResult result = FitToBudget(config, {budget, StepRates(1e9), 2, 4});
+  const FitCandidate& chosen = result.candidates[static_cast<size_t>(result.chosen)];
+  EXPECT_EQ(chosen.level, 5);
+  EXPECT_GE(chosen.replicas, 2);
+  EXPECT_LE(chosen.stages * chosen.replicas, 4);
+  EXPECT_EQ(result.config.parallel.zero, 1);
+  EXPECT_NE(result.set_flags.find("--set parallel.zero=1"), std::string::npos) << result.set_flags;
+  EXPECT_NE(FormatFitTable(result, budget).find("replicas"), std::string::npos);
+  // Every rank of the chosen plan fits the budget.
+  const Plan plan = MakePlan(result.config, budget);
+  for (const RankMemory& rank : PredictMemory(plan)) EXPECT_LE(rank.peak.total, budget);
+}
+
 }  // namespace
 }  // namespace baton

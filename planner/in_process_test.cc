@@ -318,5 +318,52 @@ TEST(InProcessReplicaTest, SchedulesSharingAndEvaluationWorkWithReplicas) {
   }
 }
 
+TEST(InProcessReplicaTest, ZeroOneShardsTheOptimizerAndTrainsLikeTheReplicasWithoutIt) {
+  for (const char* dtype : {"precision.dtype=fp32", "precision.dtype=bf16"}) {
+    for (const char* stages : {"parallel.stages=2", "parallel.stages=1"}) {
+      const std::vector<std::string> base = {stages, dtype, "train.steps=30", "train.batch_size=8",
+                                             "parallel.replicas=2"};
+      const std::string what = std::string(stages) + " " + dtype;
+      const InProcessResult plain = RunInProcess(MakePlan(TinyConfig(base)));
+      std::vector<std::string> zero = base;
+      zero.push_back("parallel.zero=1");
+      const Plan plan = MakePlan(TinyConfig(zero));
+      const InProcessResult sharded = RunInProcess(plan);
+      // fp32: the 1e-6. bf16 rounds the parameters after each step, so a last-bit
+      // difference in a sum (the tied sums come before the reduce-scatter) can flip a rounding.
+      const double worst = WorstRelativeDifference(sharded.losses, plain.losses);
+      EXPECT_LE(worst, std::string(dtype) == "precision.dtype=fp32" ? 1e-6 : 1e-3) << what;
+      RecordProperty(what + " worst_relative_loss_difference", std::to_string(worst));
+      ExpectReplicasIdentical(plan, sharded, what);
+      // Each replica keeps its half of the stage's optimizer state: together exactly the
+      // unsharded bytes, each at most half of them rounded up to an element's state.
+      const int64_t per_element = std::string(dtype) == "precision.dtype=fp32" ? 8 : 12;
+      for (int s = 0; s < plan.num_ranks(); ++s) {
+        const int64_t whole = plain.ranks[static_cast<size_t>(s)].peak[MemCategory::kOptimizer];
+        const int64_t a = sharded.ranks[static_cast<size_t>(s)].peak[MemCategory::kOptimizer];
+        const int64_t b =
+            sharded.ranks[static_cast<size_t>(s + plan.num_ranks())].peak[MemCategory::kOptimizer];
+        EXPECT_EQ(a + b, whole) << what << " stage " << s;
+        EXPECT_LE(std::max(a, b), whole / 2 + per_element) << what << " stage " << s;
+      }
+      const InProcessResult again = RunInProcess(plan);
+      EXPECT_EQ(again.losses, sharded.losses) << what;
+      EXPECT_EQ(again.param_checksum, sharded.param_checksum) << what;
+    }
+  }
+}
+
+TEST(InProcessReplicaTest, ZeroOneOverFourReplicasAndZeroBubble) {
+  const std::vector<std::string> base = {"parallel.stages=2", "train.steps=10",
+                                         "parallel.replicas=4", "parallel.schedule=zb-h1"};
+  const InProcessResult plain = RunInProcess(MakePlan(TinyConfig(base)));
+  std::vector<std::string> zero = base;
+  zero.push_back("parallel.zero=1");
+  const Plan plan = MakePlan(TinyConfig(zero));
+  const InProcessResult sharded = RunInProcess(plan);
+  EXPECT_LE(WorstRelativeDifference(sharded.losses, plain.losses), 1e-6);
+  ExpectReplicasIdentical(plan, sharded, "4 replicas zb-h1");
+}
+
 }  // namespace
 }  // namespace baton

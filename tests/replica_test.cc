@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <filesystem>
+#include <regex>
 
 #include "tests/baton_process.h"
 
@@ -91,6 +92,41 @@ TEST(ReplicaTest, TwoByTwoResumesOntoFourByOneAndBackAndKeepsOneCopyOfTheModel) 
             1e-5);
 }
 
+TEST(ReplicaTest, ZeroOneCheckpointsHoldTheWholeStateAndResumeOntoAnyLayout) {
+  const std::string root = TempDir("replicas-zero");
+  const std::vector<std::string> zero = {"--set", "parallel.zero=1"};
+  const nlohmann::json straight = Train(root + "/straight", Plus(Layout(2, 2, 20), zero));
+  const nlohmann::json plain = Train(root + "/plain", Layout(2, 2, 20));
+  EXPECT_LE(WorstRelativeDifference(Losses(straight), Losses(plain)), 1e-6);
+  // Each replica's optimizer bytes are half of the unsharded run's (rounded to an element).
+  for (int r = 0; r < 4; ++r) {
+    const int64_t sharded =
+        straight.at("stages")[r].at("memory").at("peak").at("optimizer").get<int64_t>();
+    const int64_t whole =
+        plain.at("stages")[r].at("memory").at("peak").at("optimizer").get<int64_t>();
+    EXPECT_LE(std::abs(2 * sharded - whole), 16) << "rank " << r;
+  }
+  Train(root + "/first",
+        Plus(Plus(Layout(2, 2, 20), zero), {"--set", "output.checkpoint_every=10"}));
+  const std::string step10 = root + "/first/checkpoints/step-10";
+  const std::vector<double> all = Losses(straight);
+  const std::vector<double> rest(all.begin() + 10, all.end());
+  // The checkpoint holds the whole optimizer state: the same layout continues bit for bit, one
+  // without ZeRO or replicas within 1e-5.
+  const nlohmann::json same =
+      Train(root + "/same", Plus(Plus(Layout(2, 2, 20), zero), {"--resume", step10}));
+  EXPECT_EQ(Losses(same), rest);
+  EXPECT_EQ(same.at("param_checksum"), straight.at("param_checksum"));
+  const nlohmann::json four = Train(root + "/four", Plus(Layout(4, 1, 20), {"--resume", step10}));
+  EXPECT_LE(WorstRelativeDifference(Losses(four), rest), 1e-5);
+  // And a checkpoint without ZeRO resumes into one with it.
+  Train(root + "/plain-first", Plus(Layout(4, 1, 10), {}));
+  const nlohmann::json into = Train(
+      root + "/into",
+      Plus(Plus(Layout(2, 2, 20), zero), {"--resume", root + "/plain-first/checkpoints/step-10"}));
+  EXPECT_LE(WorstRelativeDifference(Losses(into), rest), 1e-5);
+}
+
 TEST(ReplicaTest, MpirunRunsTheSameJobAsTheLocalLauncher) {
   if (RunShell("command -v mpirun").exit_code != 0) GTEST_SKIP() << "mpirun is not installed";
   const std::string root = TempDir("replicas-mpi");
@@ -114,6 +150,26 @@ TEST(ReplicaTest, MpirunRunsTheSameJobAsTheLocalLauncher) {
   EXPECT_NE(wrong.exit_code, 0);
   EXPECT_NE(wrong.output.find("2 stage(s) x 2 replica(s) = 4 ranks"), std::string::npos)
       << wrong.output;
+}
+
+TEST(ReplicaTest, AStalledReplicaTimesOutNamingTheStageGroupAndTheTableShowsReplicas) {
+  // 1 stage x 2 replicas: rank 1 (replica 1) stops answering at step 2 (heartbeats go on), so
+  // replica 0 waits in its stage's gradient all-reduce and gives up after parallel.timeout_s.
+  const CommandResult result =
+      RunShell("cd '" + SourceDir() + "' && BATON_TEST_STALL=1:2 '" + BatonBinary() +
+               "' run configs/gpt-tiny.yaml --set train.steps=4 --set parallel.stages=1"
+               " --set parallel.replicas=2 --set parallel.timeout_s=5");
+  EXPECT_NE(result.exit_code, 0) << result.output;
+  EXPECT_NE(result.output.find("stage 0 replica 0 (rank 0) failed"), std::string::npos)
+      << result.output;
+  EXPECT_NE(result.output.find("the data-parallel all-reduce of stage 0's gradients"),
+            std::string::npos)
+      << result.output;
+  // The table: rank, stage, replica, status, blocked on, micro-batch, peer, waiting seconds.
+  const std::regex row(R"(\n\s+0\s+0\s+0\s+failed\s+ALLREDUCE\s+-\s+1\s+[0-9.]+\s)");
+  EXPECT_TRUE(std::regex_search(result.output, row)) << result.output;
+  const std::regex stalled(R"(\n\s+1\s+0\s+1\s+running\s)");
+  EXPECT_TRUE(std::regex_search(result.output, stalled)) << result.output;
 }
 
 TEST(ReplicaTest, ASigkilledReplicaStopsTheJobNamingItAndLeavesNoProcess) {

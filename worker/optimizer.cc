@@ -1,5 +1,6 @@
 #include "worker/optimizer.h"
 
+#include <algorithm>
 #include <cmath>
 #include <numbers>
 #include <set>
@@ -21,24 +22,38 @@ float LearningRateSchedule::At(int64_t step) const {
   return static_cast<float>(min_lr + coeff * (lr - min_lr));
 }
 
+Tensor FlatSlice(const Tensor& t, int64_t begin, int64_t end) {
+  return t.View({-1}).Slice(0, begin, end);
+}
+
 Optimizer::Optimizer(Backend& backend, std::vector<Param*> params, AdamWConfig hyper,
-                     bool quantized_state)
-    : backend_(backend), hyper_(hyper) {
+                     bool quantized_state, std::optional<OptimizerShard> shard)
+    : backend_(backend), hyper_(hyper), sharded_(shard.has_value()) {
+  BATON_CHECK(!shard || !quantized_state, "a sharded optimizer (ZeRO-1) keeps f32 state only");
   Allocator& allocator = backend.allocator();
   std::set<const void*> seen;
+  int64_t offset = 0;  // of the parameter in the flat space
   for (Param* p : params) {
     if (!seen.insert(p->value.raw()).second) continue;  // a tied copy sharing storage
-    Slot slot{p, {}, {}, {}, {}, {}};
+    const int64_t numel = p->value.numel();
+    Slot slot{p, 0, numel, {}, {}, {}, {}, {}};
+    if (shard) {
+      slot.begin = std::clamp(shard->begin - offset, int64_t{0}, numel);
+      slot.end = std::clamp(shard->end - offset, int64_t{0}, numel);
+    }
+    offset += numel;
+    if (slot.begin >= slot.end) continue;  // another replica's
+    const Shape shape = slot.whole() ? p->value.shape() : Shape{slot.end - slot.begin};
     if (p->value.dtype() != DType::kF32) {
-      slot.master =
-          Tensor::Empty(allocator, p->value.shape(), DType::kF32, MemCategory::kOptimizer);
-      backend.Copy(p->value, slot.master);
+      slot.master = Tensor::Empty(allocator, shape, DType::kF32, MemCategory::kOptimizer);
+      backend.Copy(slot.whole() ? p->value : FlatSlice(p->value, slot.begin, slot.end),
+                   slot.master);
     }
     // Zero codes with a zero absmax decode to zero moments, as f32 state starts.
     const bool quantized = quantized_state && p->value.numel() >= kMinQuantizedElements;
     const DType state = quantized ? DType::kU8 : DType::kF32;
-    slot.m = Tensor::Empty(allocator, p->value.shape(), state, MemCategory::kOptimizer);
-    slot.v = Tensor::Empty(allocator, p->value.shape(), state, MemCategory::kOptimizer);
+    slot.m = Tensor::Empty(allocator, shape, state, MemCategory::kOptimizer);
+    slot.v = Tensor::Empty(allocator, shape, state, MemCategory::kOptimizer);
     backend.Zero(slot.m);
     backend.Zero(slot.v);
     if (quantized) {
@@ -59,6 +74,14 @@ void Optimizer::Step(float lr, int64_t step, float grad_scale) {
     config.lr = lr;
     config.step = step;
     if (!slot.param->weight_decay) config.weight_decay = 0.0f;
+    if (!slot.whole()) {  // a shard: flat views of its elements
+      Tensor value = FlatSlice(slot.param->value, slot.begin, slot.end);
+      const Tensor grad = FlatSlice(slot.param->grad, slot.begin, slot.end);
+      Tensor& target = slot.master.defined() ? slot.master : value;
+      backend_.AdamW(target, grad, slot.m, slot.v, config, grad_scale);
+      if (slot.master.defined()) backend_.Copy(slot.master, value);
+      continue;
+    }
     Tensor& target = slot.master.defined() ? slot.master : slot.param->value;
     if (slot.quantized()) {
       backend_.AdamW8bit(target, slot.param->grad, slot.m, slot.m_absmax, slot.v, slot.v_absmax,

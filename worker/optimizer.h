@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "kernels/backend.h"
@@ -31,10 +32,20 @@ struct LearningRateSchedule {
   float At(int64_t step) const;
 };
 
+// ZeRO-1 (parallel.zero: 1): the stage's distinct parameters laid end to end (in `params`
+// order, a tied copy sharing storage once) form a flat space of elements; this optimizer keeps
+// state for, and steps, only the elements [begin, end) of it.
+struct OptimizerShard {
+  int64_t begin = 0;
+  int64_t end = 0;
+};
+
 class Optimizer {
  public:
+  // Without `shard`, state for every parameter. With one, a slot for each parameter overlapping
+  // the shard, holding state for its overlap only (f32 state only: no quantized_state).
   Optimizer(Backend& backend, std::vector<Param*> params, AdamWConfig hyper,
-            bool quantized_state = false);
+            bool quantized_state = false, std::optional<OptimizerShard> shard = std::nullopt);
   Optimizer(const Optimizer&) = delete;
   Optimizer& operator=(const Optimizer&) = delete;
 
@@ -44,6 +55,10 @@ class Optimizer {
 
   struct Slot {
     Param* param;
+    // The elements of the parameter (flat) this slot steps: all of them unless sharded.
+    int64_t begin = 0;
+    int64_t end = 0;
+    bool whole() const { return begin == 0 && end == param->value.numel(); }
     Tensor master;  // f32 copy for 16-bit params; undefined when the param itself is f32
     Tensor m, v;    // first and second moments: f32, or u8 codes when quantised
     Tensor m_absmax, v_absmax;  // f32 per block of kQuantBlock when quantised; else undefined
@@ -51,11 +66,16 @@ class Optimizer {
   };
   const std::vector<Slot>& slots() const { return slots_; }
   std::vector<Slot>& slots() { return slots_; }
+  bool sharded() const { return sharded_; }
 
  private:
   Backend& backend_;
   AdamWConfig hyper_;
   std::vector<Slot> slots_;
+  bool sharded_ = false;
 };
+
+// The flat elements [begin, end) of `t` (contiguous), as a 1-D view.
+Tensor FlatSlice(const Tensor& t, int64_t begin, int64_t end);
 
 }  // namespace baton

@@ -63,5 +63,50 @@ TEST(OptimizerTest, KeepsF32MasterForBf16ParamsAndStepsTiedStorageOnce) {
   EXPECT_NEAR(optimizer.slots()[0].master.data<float>()[0], expected, 1e-6);
 }
 
+// ZeRO-1: optimizers over complementary shards of the flat space step exactly the elements one
+// unsharded optimizer steps, each holding state for its own elements only.
+TEST(OptimizerTest, ShardsOfTheFlatSpaceTogetherStepLikeOneOptimizer) {
+  MemoryLedger ledger;
+  auto backend = MakeCpuBackend(ledger, 1);
+  Allocator& a = backend->allocator();
+  const auto make = [&](const std::string& name, const Shape& shape, DType dtype) {
+    Param p;
+    p.name = name;
+    p.value = Tensor::Empty(a, shape, dtype, MemCategory::kParams);
+    p.grad = Tensor::Zeros(a, shape, DType::kF32, MemCategory::kGrads);
+    p.weight_decay = shape.size() >= 2;
+    std::vector<float> values(static_cast<size_t>(p.value.numel()));
+    for (size_t i = 0; i < values.size(); ++i) {
+      values[i] = 0.01f * static_cast<float>(i % 17) - 0.05f;
+      p.grad.data<float>()[i] = 0.003f * static_cast<float>(i % 7) - 0.01f;
+    }
+    ConvertFloats(values.data(), DType::kF32, p.value.raw(), dtype, values.size());
+    return p;
+  };
+  for (DType dtype : {DType::kF32, DType::kBF16}) {
+    // Flat space: a (3 x 5) then b (7): 22 elements; shards [0, 11) and [11, 22) split a.
+    Param a1 = make("a", {3, 5}, dtype), b1 = make("b", {7}, dtype);
+    Param a2 = make("a", {3, 5}, dtype), b2 = make("b", {7}, dtype);
+    Optimizer whole(*backend, {&a1, &b1}, AdamWConfig{});
+    const int64_t before = ledger.current(MemCategory::kOptimizer);
+    Optimizer first(*backend, {&a2, &b2}, AdamWConfig{}, false, OptimizerShard{0, 11});
+    Optimizer second(*backend, {&a2, &b2}, AdamWConfig{}, false, OptimizerShard{11, 22});
+    const int64_t per_element = dtype == DType::kF32 ? 8 : 12;
+    EXPECT_EQ(ledger.current(MemCategory::kOptimizer) - before, 22 * per_element);
+    ASSERT_EQ(first.slots().size(), 1u);   // a's first 11 elements
+    ASSERT_EQ(second.slots().size(), 2u);  // a's last 4, and b
+    EXPECT_EQ(second.slots()[0].begin, 11);
+    EXPECT_EQ(second.slots()[0].m.numel(), 4);
+    EXPECT_TRUE(second.slots()[1].whole());
+    for (int step = 1; step <= 3; ++step) {
+      whole.Step(1e-2f, step, 0.5f);
+      first.Step(1e-2f, step, 0.5f);
+      second.Step(1e-2f, step, 0.5f);
+    }
+    EXPECT_EQ(ToFloatVector(a2.value), ToFloatVector(a1.value)) << Name(dtype);
+    EXPECT_EQ(ToFloatVector(b2.value), ToFloatVector(b1.value)) << Name(dtype);
+  }
+}
+
 }  // namespace
 }  // namespace baton

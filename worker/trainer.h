@@ -6,6 +6,11 @@
 //      the step is done (its last backward), its gradients are summed across the R replicas of
 //      its stage, in buckets of at most kGradBucketBytes, while other stages may still be in
 //      their cooldown; every replica then holds the same bits;
+//      With ZeRO-1 (parallel.zero 1) the tied sums (1) come first, then a reduce-scatter in
+//      place of the all-reduce: the stage's distinct parameters laid end to end form a flat
+//      space cut into R equal shards; replica r gets the replicas' sum (rank order) of shard r
+//      only, steps only shard r (its optimizer holds state for it alone) and, after the step,
+//      every replica gathers the others' updated shards of the parameters;
 //   1. every tied parameter's gradient is summed across the ranks holding its copies: the token
 //      embedding between the ranks holding the first and the last layer (or locally when one
 //      rank holds both), and a shared block parameter (model.share) between the stages its
@@ -27,6 +32,7 @@
 #include <string>
 #include <vector>
 
+#include "checkpoint/layer_tensors.h"
 #include "comm/communicator.h"
 #include "config/config.h"
 #include "data/data.h"
@@ -113,6 +119,22 @@ class Trainer {
   // every rank calls it at the same point. The weights and the optimizer are untouched.
   EvalRecord Evaluate();
 
+  // ZeRO-1 (parallel.zero 1 with replicas): this trainer's optimizer holds only its replica's
+  // shard of the stage's optimizer state.
+  bool zero() const { return !flat_.empty(); }
+  // ZeRO-1 checkpoints, every replica of the stage calling it for each local layer in the same
+  // order: replica 0 gets the layer's tensors with its full optimizer state, gathered from the
+  // replicas' shards into temporaries (booked as workspace while they live); the others send
+  // their shards and get nothing.
+  std::optional<LayerTensors> GatherLayerState(int layer_index);
+  // ZeRO-1 loading: the layer's tensors with full-size temporaries for its optimizer state, for
+  // a CheckpointReader to fill; then KeepOwnState copies this replica's shard into the optimizer.
+  LayerTensors LayerStateToLoad(int layer_index);
+  void KeepOwnState(const LayerTensors& loaded);
+  // After the params were set from values only (model.init_from): every fp32 master from its
+  // param's (rounded) value.
+  void ResetMastersFromValues();
+
   // FNV-1a digest of each local layer's parameter bytes (tied copies excluded), by graph index.
   std::vector<std::pair<int, uint64_t>> LayerDigests();
   // FNV-1a digest of every tied parameter this rank holds (original or copy), by name: every
@@ -145,6 +167,20 @@ class Trainer {
   void CombineTiedGradients();
   // Step end 0: sums every gradient across this stage's replicas, bucket by bucket.
   void AllReduceReplicaGradients(int64_t step);
+  // ZeRO-1: sums the gradients' shards across the replicas (each gets its own), and gathers
+  // the updated parameters' shards after the optimizer step.
+  void ReduceScatterGradients(int64_t step);
+  void AllGatherParameters(int64_t step);
+  void BuildFlatSpace();
+  // Calls fn(param, param_begin, param_end, at) for each parameter's part of the flat elements
+  // [begin, end): its flat elements [param_begin, param_end), starting at flat `at`.
+  template <typename Fn>
+  void ForEachFlatPart(int64_t begin, int64_t end, Fn fn);
+  // The flat elements of replica j's chunk in round k: [first, first + count).
+  std::pair<int64_t, int64_t> ZeroChunk(int j, int64_t k) const;
+  int WorldRankOfReplica(int replica) const { return replica * setup_.num_ranks + setup_.rank; }
+  // Waits for every posted operation, naming what failed.
+  void WaitAll(std::vector<std::unique_ptr<Work>>& works, const std::string& what);
   // Sums `values` over every rank of the job (host memory; staged through the device on GPUs).
   void AllReduceOverJob(std::vector<float>& values);
   struct StepEnd {
@@ -179,7 +215,19 @@ class Trainer {
   std::vector<int> replica_group_;  // world ranks of this stage's replicas
   std::vector<GradBucket> buckets_;
   std::map<DType, Tensor> bucket_buffers_;  // one per gradient dtype, booked as comm
-  std::unique_ptr<RunData> data_;           // on the ranks holding the first or the last layer
+  // ZeRO-1: each distinct parameter (by storage) and its first element in the flat space.
+  struct FlatPiece {
+    Param* param;
+    int64_t at;
+  };
+  std::vector<FlatPiece> flat_;
+  int64_t flat_numel_ = 0;
+  int64_t shard_size_ = 0;         // S = ceil(N / R): replica r owns [r S, min((r + 1) S, N))
+  int64_t zero_chunk_ = 0;         // B: each member's elements per round of the collectives
+  Tensor zero_buffer_;             // R x B f32 (the gradients), comm
+  Tensor zero_received_;           // (R - 1) x B f32: the other replicas' chunks of mine, comm
+  Tensor zero_values_;             // R x B in the parameters' dtype when that is not f32, comm
+  std::unique_ptr<RunData> data_;  // on the ranks holding the first or the last layer
   std::unique_ptr<StageModel> model_;
   std::unique_ptr<Optimizer> optimizer_;
   std::unique_ptr<StageEngine> engine_;

@@ -128,7 +128,19 @@ void SaveCheckpoint(const Plan& plan, const Launch& launch, int rank, Coordinato
   const auto timeout = plan.timeouts.checkpoint;
   CheckpointWriter writer(CheckpointsRoot(config.output.dir));
   const auto key = [&](int r) { return fmt::format("ckpt/{}/{}/{}", launch.attempt, step, r); };
-  if (plan.ReplicaOf(rank) == 0) {
+  if (trainer.zero()) {
+    // ZeRO-1: layer by layer, replica 0 gathers the layer's optimizer state from the replicas'
+    // shards and writes it; one layer's full state is held at a time.
+    std::vector<CheckpointFileEntry> entries;
+    for (auto& [index, layer] : trainer.model().layers()) {
+      std::optional<LayerTensors> gathered = trainer.GatherLayerState(index);
+      if (!gathered) continue;
+      for (CheckpointFileEntry& e : writer.WriteLayers(step, rank, {*gathered}, backend)) {
+        entries.push_back(std::move(e));
+      }
+    }
+    if (plan.ReplicaOf(rank) == 0) client.KvSet(key(rank), EncodeFileEntries(entries));
+  } else if (plan.ReplicaOf(rank) == 0) {
     client.KvSet(key(rank), EncodeFileEntries(writer.WriteLayers(
                                 step, rank, CheckpointTensors(trainer.model(), trainer.optimizer()),
                                 backend)));
@@ -157,10 +169,19 @@ int64_t LoadInitialState(const Plan& plan, const Launch& launch, Trainer& traine
   if (!launch.resume_dir.empty()) {
     const CheckpointReader checkpoint = CheckpointReader::Open(launch.resume_dir);
     checkpoint.CheckCompatible(plan.dims, plan.graph);
-    // An evaluation reads the weights only (a weights-only checkpoint of baton compress too).
-    checkpoint.LoadLayers(
-        CheckpointTensors(trainer.model(), launch.evaluate_only ? nullptr : trainer.optimizer()),
-        backend);
+    if (trainer.zero()) {
+      // ZeRO-1: each layer's full state into temporaries, this replica's shard kept.
+      for (auto& [index, layer] : trainer.model().layers()) {
+        const LayerTensors loaded = trainer.LayerStateToLoad(index);
+        checkpoint.LoadLayers({loaded}, backend);
+        trainer.KeepOwnState(loaded);
+      }
+    } else {
+      // An evaluation reads the weights only (a weights-only checkpoint of baton compress too).
+      checkpoint.LoadLayers(
+          CheckpointTensors(trainer.model(), launch.evaluate_only ? nullptr : trainer.optimizer()),
+          backend);
+    }
     trainer.set_loss_scaler_state(checkpoint.state().loss_scaler);
     spdlog::info("resumed from {} (step {})", checkpoint.step_dir(), checkpoint.step());
     return checkpoint.step() + 1;
@@ -169,13 +190,16 @@ int64_t LoadInitialState(const Plan& plan, const Launch& launch, Trainer& traine
     // A Baton checkpoint (e.g. baton compress --low-rank's): its weights, with fresh moments.
     const CheckpointReader checkpoint = CheckpointReader::Open(config.model.init_from);
     checkpoint.CheckCompatible(plan.dims, plan.graph);
-    std::vector<LayerTensors> layers = CheckpointTensors(trainer.model(), trainer.optimizer());
+    // ZeRO-1's masters are shards: the values load alone and the masters follow them.
+    std::vector<LayerTensors> layers =
+        CheckpointTensors(trainer.model(), trainer.zero() ? nullptr : trainer.optimizer());
     for (LayerTensors& layer : layers) {
       for (ParamTensors& p : layer.params) {
         p.adam_m = p.adam_v = p.adam_m_absmax = p.adam_v_absmax = Tensor();
       }
     }
     checkpoint.LoadLayers(layers, backend);
+    if (trainer.zero()) trainer.ResetMastersFromValues();
     spdlog::info("initialised from the weights of {} (step {})", checkpoint.step_dir(),
                  checkpoint.step());
   } else if (!config.model.init_from.empty()) {
@@ -186,7 +210,9 @@ int64_t LoadInitialState(const Plan& plan, const Launch& launch, Trainer& traine
                 config.model.init_from, ToString(plan.dims));
     const SafetensorsFile weights = ReadSafetensors(config.model.init_from);
     ValidateGpt2File(weights, plan.dims);
-    InitFromSafetensors(weights, trainer.model().params(), trainer.optimizer(), backend);
+    InitFromSafetensors(weights, trainer.model().params(),
+                        trainer.zero() ? nullptr : trainer.optimizer(), backend);
+    if (trainer.zero()) trainer.ResetMastersFromValues();
     spdlog::info("initialised from {}", config.model.init_from);
   }
   return 1;
@@ -268,6 +294,12 @@ std::shared_ptr<Communicator> MakeCommunicator(const WorkerArgs& args, const Pla
     std::vector<int> replicas;
     for (int r = 0; r < plan.num_replicas(); ++r) replicas.push_back(r * stages + stage);
     nccl.groups.push_back(replicas);
+    // ZeRO-1's reduce-scatter and all-gather are point-to-point between a stage's replicas.
+    if (plan.config.parallel.zero == 1) {
+      for (int peer : replicas) {
+        if (peer != args.rank) nccl.peers.push_back(peer);
+      }
+    }
   }
   nccl.store_prefix = fmt::format("nccl/{}", launch.attempt);
   nccl.timeout = plan.timeouts.startup;
