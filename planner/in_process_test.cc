@@ -217,7 +217,7 @@ TEST(InProcessShareTest, AGroupSplitAcrossStagesStaysWithinOneInAMillionAndIsDet
                                 std::abs(static_cast<double>(one.losses[s])));
   }
   EXPECT_LE(worst, 1e-6);
-  RecordProperty("worst_relative_loss_difference", std::to_string(worst));
+  RecordProperty("worst_relative_loss_difference", fmt::format("{:.3g}", worst));
   ExpectCopiesAgree(split, "split");
   const InProcessResult again = RunInProcess(plan);
   EXPECT_EQ(again.losses, split.losses);
@@ -263,7 +263,8 @@ TEST(InProcessReplicaTest, TwoReplicasTrainLikeOneOnTheSameGlobalBatch) {
     const InProcessResult two = RunInProcess(plan);
     const double worst = WorstRelativeDifference(two.losses, one.losses);
     EXPECT_LE(worst, 1e-5) << stages;
-    RecordProperty(std::string(stages) + "_worst_relative_loss_difference", std::to_string(worst));
+    RecordProperty(std::string(stages) + "_worst_relative_loss_difference",
+                   fmt::format("{:.3g}", worst));
     EXPECT_LT(two.losses.back(), two.losses.front()) << stages;  // it learns
     ExpectReplicasIdentical(plan, two, stages);
     // Every replica's head reports the whole step's loss.
@@ -333,7 +334,7 @@ TEST(InProcessReplicaTest, ZeroOneShardsTheOptimizerAndTrainsLikeTheReplicasWith
       // difference in a sum (the tied sums come before the reduce-scatter) can flip a rounding.
       const double worst = WorstRelativeDifference(sharded.losses, plain.losses);
       EXPECT_LE(worst, std::string(dtype) == "precision.dtype=fp32" ? 1e-6 : 1e-3) << what;
-      RecordProperty(what + " worst_relative_loss_difference", std::to_string(worst));
+      RecordProperty(what + " worst_relative_loss_difference", fmt::format("{:.3g}", worst));
       ExpectReplicasIdentical(plan, sharded, what);
       // Each replica keeps its half of the stage's optimizer state: together exactly the
       // unsharded bytes, each at most half of them rounded up to an element's state.

@@ -7,8 +7,10 @@
 #   2. the CUDA unit tests (allocator on a fake device, backend factory, run-report figures);
 #      these also run without a GPU;
 #   3. the device, its dense bf16 peak, and the bf16 GEMM rate the CUDA backend reaches;
-#   4. configs/gpt-tiny.yaml on one GPU, 1 stage and 2 stages sharing it, against the CPU run:
-#      step-by-step losses must agree (fp32, exact f32 GEMMs) to a relative 2e-3;
+#   4. configs/gpt-tiny.yaml on one GPU, 1 stage, 2 stages sharing it, and 1 stage x 2
+#      data-parallel replicas sharing it (with and without ZeRO-1; the replicas' exchange goes
+#      through the host on one GPU, over NCCL on two), against the CPU run: step-by-step losses
+#      must agree (fp32, exact f32 GEMMs) to a relative 2e-3;
 #   5. the benchmark: configs/gpt2-124m.yaml in bf16, 1 stage and 2 stages sharing the GPU:
 #      tokens/s, MFU and per-stage peak memory (bench/README.md, GPU section).
 #
@@ -246,10 +248,11 @@ run_baton() {
 
 # ---- 4. the GPU against the CPU, end to end: 1 stage, and 2 stages sharing the GPU
 # The CPU reference runs 2 stages: on the CPU, 1 and 2 stages give bit-identical losses.
-check "4. gpt-tiny fp32: CPU vs one GPU, 1 stage and 2 stages ($tiny_steps steps)"
+check "4. gpt-tiny fp32: CPU vs one GPU, 1 and 2 stages, 2 replicas ($tiny_steps steps)"
 cuda_runs=0
 if may_run gpu "baton run configs/gpt-tiny.yaml on the CPU (2 stages), then device.type=cuda" \
-  "with 1 and 2 stages; gpu_bench compare-losses, relative tolerance 2e-3"; then
+  "with 1 and 2 stages, and 1 stage x 2 replicas with and without ZeRO-1; gpu_bench" \
+  "compare-losses, relative tolerance 2e-3"; then
   corpus_ready
   cuda_runs=1
   tiny=(configs/gpt-tiny.yaml --set "data.path=$corpus" --set data.format=text
@@ -257,9 +260,12 @@ if may_run gpu "baton run configs/gpt-tiny.yaml on the CPU (2 stages), then devi
   lines=()
   if run_baton tiny-cpu 120 "${tiny[@]}" --set parallel.stages=2 --set device.type=cpu \
     --set device.threads=4; then
-    for stages in 1 2; do
+    for layout in "1 1 0" "2 1 0" "1 2 0" "1 2 1"; do
+      read -r stages replicas zero <<< "$layout"
       name="tiny-cuda-${stages}stage"
+      [ "$replicas" = 1 ] || name="tiny-cuda-${stages}x${replicas}-zero${zero}"
       if run_baton "$name" 120 "${tiny[@]}" --set "parallel.stages=$stages" \
+        --set "parallel.replicas=$replicas" --set "parallel.zero=$zero" \
         --set device.type=cuda; then
         # Exit 3: the run gave the CPU's exact bits, so it ran on the CPU.
         "$gpu_bench" compare-losses "$out/tiny-cpu.json" "$out/$name.json" --tolerance 2e-3 \
@@ -273,7 +279,7 @@ if may_run gpu "baton run configs/gpt-tiny.yaml on the CPU (2 stages), then devi
           *) fail "$name: GPU losses differ from the CPU's" ;;
         esac
         cat "$out/$name.compare"
-        lines+=("$stages stage(s): $(sed "s|$out/||g" "$out/$name.compare" | tr '\n' ' ')")
+        lines+=("$stages stage(s) x $replicas replica(s), zero $zero: $(sed "s|$out/||g" "$out/$name.compare" | tr '\n' ' ')")
       else
         fail "$name (see $name.log)"
       fi

@@ -66,7 +66,7 @@ TEST(ReplicaTest, TwoByTwoResumesOntoFourByOneAndBackAndKeepsOneCopyOfTheModel) 
   const nlohmann::json one_replica = Train(root + "/one", Layout(2, 1, 20));
   const double worst = WorstRelativeDifference(Losses(straight), Losses(one_replica));
   EXPECT_LE(worst, 1e-5);
-  RecordProperty("worst_relative_loss_difference_2x2_vs_2x1", std::to_string(worst));
+  RecordProperty("worst_relative_loss_difference_2x2_vs_2x1", fmt::format("{:.3g}", worst));
 
   Train(root + "/first", Plus(Layout(2, 2, 20), {"--set", "output.checkpoint_every=10"}));
   const std::string step10 = root + "/first/checkpoints/step-10";
