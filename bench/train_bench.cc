@@ -1,14 +1,17 @@
 // train_bench: single-process training throughput of gpt-tiny and gpt-small-cpu at 1 and 2
-// threads (`device.threads`), and model FLOPs utilisation against the GEMM peak measured in the
-// same run, at the model's own MLP up-projection shape and the same thread count.
+// threads (`device.threads`) in fp32 and bf16, and model FLOPs utilisation against the GEMM peak
+// measured in the same run, at the model's own MLP up-projection shape, the same thread count and
+// the run's dtype.
 //
 // The runs go through RunInProcess (planner/in_process.h): the real trainer and engine, one
 // rank, no coordinator. Every printed figure is defined in bench/README.md ("train_bench").
 // Before printing, it checks that every loss is finite, the first is near ln(vocab), and the
-// runs at every thread count are bit-identical to the first (losses and param_checksum: the CPU
-// kernels' results do not depend on the thread count). A failed check exits 1.
+// runs at every thread count are bit-identical to the first of their dtype (losses and
+// param_checksum: the CPU kernels' results do not depend on the thread count), and every bf16
+// loss is within 2% of fp32's at the same step. A failed check exits 1.
 //
-//   train_bench [--models gpt-tiny,gpt-small-cpu] [--threads 1,2] [--steps N] [--json FILE]
+//   train_bench [--models gpt-tiny,gpt-small-cpu] [--threads 1,2] [--dtypes fp32,bf16]
+//               [--steps N] [--json FILE]
 //               [--set section.key=value ...]   (e.g. --set model.attention=materialized)
 #include <fmt/format.h>
 
@@ -37,6 +40,7 @@ struct Options {
   std::string config_dir = BATON_SOURCE_DIR "/configs";
   std::vector<std::string> models = {"gpt-tiny", "gpt-small-cpu"};
   std::vector<int> threads = {1, 2};
+  std::vector<std::string> dtypes = {"fp32", "bf16"};
   std::vector<std::string> overrides;  // --set, applied after the fixed settings below
   int64_t steps = 0;                   // 0: per model, kDefaultSteps
   int gemm_repeats = 10;
@@ -48,8 +52,10 @@ int64_t DefaultSteps(const std::string& model) { return model == "gpt-tiny" ? 12
 
 struct RunResult {
   std::string model;
+  std::string dtype;
   Config config;
   int threads = 1;
+  int64_t activation_peak = 0;  // bytes, the ledger's activation peak over the run
   int64_t gemm_m = 0, gemm_n = 0, gemm_k = 0;
   double gemm_peak_gflops = 0;
   Throughput throughput;
@@ -60,27 +66,30 @@ struct RunResult {
   std::string param_checksum;
 };
 
-RunResult RunOne(const Options& options, const std::string& model, int threads) {
+RunResult RunOne(const Options& options, const std::string& model, const std::string& dtype,
+                 int threads) {
   const int64_t steps = options.steps > 0 ? options.steps : DefaultSteps(model);
   RunResult r;
   r.model = model;
+  r.dtype = dtype;
   r.threads = threads;
-  // One stage, fp32, no recompute: the model's own training step, nothing else.
+  // One stage, no recompute: the model's own training step, nothing else.
   std::vector<std::string> settings = {
-      "parallel.stages=1", "parallel.checkpoint=none", "precision.dtype=fp32",
+      "parallel.stages=1", "parallel.checkpoint=none", "precision.dtype=" + dtype,
       fmt::format("device.threads={}", threads), fmt::format("train.steps={}", steps)};
   settings.insert(settings.end(), options.overrides.begin(), options.overrides.end());
   r.config = LoadConfig(options.config_dir + "/" + model + ".yaml", settings);
   const Plan plan = MakePlan(r.config);
   const int64_t seq_len = SequenceLength(r.config);
 
-  // The GEMM peak: the model's MLP up-projection of one micro-batch, (b*T, C) x (C, 4C).
+  // The GEMM peak: the model's MLP up-projection of one micro-batch, (b*T, C) x (C, 4C), in the
+  // run's dtype (its 4C columns split into blocks for every thread: gemm.h).
   r.gemm_m = MicroBatchSize(r.config) * seq_len;
   r.gemm_k = r.config.model.width;
   r.gemm_n = 4 * r.config.model.width;
-  r.gemm_peak_gflops =
-      MeasureSgemmGflops(static_cast<int>(r.gemm_m), static_cast<int>(r.gemm_n),
-                         static_cast<int>(r.gemm_k), options.gemm_repeats, threads);
+  r.gemm_peak_gflops = MeasureGemmGflops(static_cast<int>(r.gemm_m), static_cast<int>(r.gemm_n),
+                                         static_cast<int>(r.gemm_k), options.gemm_repeats, threads,
+                                         r.config.precision.dtype);
 
   const InProcessResult result = RunInProcess(plan);
   BATON_CHECK(result.ranks.size() == 1, "{} ranks for a 1-stage plan", result.ranks.size());
@@ -89,31 +98,73 @@ RunResult RunOne(const Options& options, const std::string& model, int threads) 
     r.step_seconds.push_back(s.step_s);
   }
   r.param_checksum = result.param_checksum;
+  r.activation_peak = result.ranks[0].peak[MemCategory::kActivations];
   r.throughput = MeasureThroughput(TokensPerStep(r.config), r.step_seconds);
   r.model_flops_per_token = ModelFlopsPerToken(plan.graph, plan.dims, seq_len);
   r.mfu = Mfu(r.throughput.tokens_per_s, r.model_flops_per_token, r.gemm_peak_gflops);
   return r;
 }
 
-// The checks before any figure: sane losses, and every thread count computing the same bits.
+// The checks before any figure: sane losses, every thread count computing the same bits within
+// a dtype, and bf16 training like fp32 (within 2% at every step).
 void Check(const std::vector<RunResult>& runs) {
   for (const RunResult& r : runs) {
-    const std::string what = fmt::format("{} at {} thread(s)", r.model, r.threads);
+    const std::string what = fmt::format("{} {} at {} thread(s)", r.model, r.dtype, r.threads);
     CheckLossesSane(r.losses, r.config.model.vocab_size, what);
     for (const RunResult& first : runs) {
-      if (first.model != r.model) continue;
-      CheckIdentical(first.losses, r.losses,
-                     fmt::format("{}: {} vs {} thread(s)", r.model, first.threads, r.threads));
+      if (first.model != r.model || first.dtype != r.dtype) continue;
+      CheckIdentical(
+          first.losses, r.losses,
+          fmt::format("{} {}: {} vs {} thread(s)", r.model, r.dtype, first.threads, r.threads));
       BATON_CHECK(first.param_checksum == r.param_checksum,
-                  "{}: param_checksum {} at {} thread(s) vs {} at {}", r.model,
+                  "{} {}: param_checksum {} at {} thread(s) vs {} at {}", r.model, r.dtype,
                   first.param_checksum, first.threads, r.param_checksum, r.threads);
+      break;
+    }
+    if (r.dtype == "fp32") continue;
+    for (const RunResult& fp32 : runs) {
+      if (fp32.model != r.model || fp32.dtype != "fp32" || fp32.losses.size() != r.losses.size()) {
+        continue;
+      }
+      for (size_t i = 0; i < r.losses.size(); ++i) {
+        BATON_CHECK(std::abs(r.losses[i] - fp32.losses[i]) <= 0.02 * std::abs(fp32.losses[i]),
+                    "{}: step {} loss {} is not within 2% of fp32's {}", what, i + 1, r.losses[i],
+                    fp32.losses[i]);
+      }
       break;
     }
   }
 }
 
+// Each model's dtype against its fp32 run at the same thread count: tokens/s and activation peak.
+std::string Ratios(const std::vector<RunResult>& runs) {
+  std::string out;
+  for (const RunResult& r : runs) {
+    if (r.dtype == "fp32") continue;
+    for (const RunResult& fp32 : runs) {
+      if (fp32.model != r.model || fp32.dtype != "fp32" || fp32.threads != r.threads) continue;
+      out += fmt::format(
+          "{} at {} thread(s): {} / fp32 tokens/s {:.2f}x, activation peak {:.2f} / {:.2f} MiB "
+          "= {:.2f}x\n",
+          r.model, r.threads, r.dtype, r.throughput.tokens_per_s / fp32.throughput.tokens_per_s,
+          r.activation_peak / 1048576.0, fp32.activation_peak / 1048576.0,
+          static_cast<double>(r.activation_peak) / static_cast<double>(fp32.activation_peak));
+    }
+  }
+  for (const RunResult& r : runs) {
+    if (r.threads == 1) continue;
+    for (const RunResult& one : runs) {
+      if (one.model != r.model || one.dtype != r.dtype || one.threads != 1) continue;
+      out += fmt::format("{} {}: {} threads / 1 thread tokens/s {:.2f}x\n", r.model, r.dtype,
+                         r.threads, r.throughput.tokens_per_s / one.throughput.tokens_per_s);
+    }
+  }
+  return out;
+}
+
 json ToJson(const RunResult& r) {
   return {{"model", r.model},
+          {"dtype", r.dtype},
           {"config", baton::ToJson(r.config)},
           {"threads", r.threads},
           {"steps", r.losses.size()},
@@ -125,41 +176,47 @@ json ToJson(const RunResult& r) {
           {"gemm_shape", {r.gemm_m, r.gemm_n, r.gemm_k}},
           {"gemm_peak_gflops", r.gemm_peak_gflops},
           {"mfu", r.mfu},
+          {"activation_peak_bytes", r.activation_peak},
           {"losses", r.losses},
           {"step_s", r.step_seconds},
           {"param_checksum", r.param_checksum}};
 }
 
 int Main(const Options& options) {
-  std::cout << "train_bench: single-process training, fp32, no recompute (" << LoadAverage()
-            << ")\n";
+  std::cout << "train_bench: single-process training, no recompute (" << LoadAverage() << ")\n";
   std::vector<RunResult> runs;
   for (const std::string& model : options.models) {
-    for (int threads : options.threads) {
-      runs.push_back(RunOne(options, model, threads));
-      const RunResult& r = runs.back();
-      std::cout << fmt::format("  ran {} at {} thread(s): {} steps, {:.0f} tokens/s\n", r.model,
-                               r.threads, r.losses.size(), r.throughput.tokens_per_s)
-                << std::flush;
+    for (const std::string& dtype : options.dtypes) {
+      for (int threads : options.threads) {
+        runs.push_back(RunOne(options, model, dtype, threads));
+        const RunResult& r = runs.back();
+        std::cout << fmt::format("  ran {} {} at {} thread(s): {} steps, {:.0f} tokens/s\n",
+                                 r.model, r.dtype, r.threads, r.losses.size(),
+                                 r.throughput.tokens_per_s)
+                  << std::flush;
+      }
     }
   }
   Check(runs);
   std::cout << "checks passed: losses finite, first near ln(vocab); every thread count "
-               "bit-identical (losses, param_checksum)\n\n";
+               "bit-identical (losses, param_checksum); bf16 within 2% of fp32\n\n";
 
-  Table table({"model", "threads", "steps", "tokens/s", "model GFLOP/s", "GEMM shape m·n·k",
-               "GEMM peak GFLOP/s", "MFU", "first loss", "last loss"});
+  Table table({"model", "dtype", "threads", "steps", "tokens/s", "model GFLOP/s",
+               "GEMM shape m·n·k", "GEMM peak GFLOP/s", "MFU", "activations MiB", "first loss",
+               "last loss"});
   for (const RunResult& r : runs) {
-    table.AddRow({r.model, std::to_string(r.threads),
+    table.AddRow({r.model, r.dtype, std::to_string(r.threads),
                   fmt::format("{}+{}", r.losses.size() - r.throughput.steps_measured,
                               r.throughput.steps_measured),
                   fmt::format("{:.0f}", r.throughput.tokens_per_s),
                   fmt::format("{:.1f}", r.throughput.tokens_per_s * r.model_flops_per_token / 1e9),
                   fmt::format("{}·{}·{}", r.gemm_m, r.gemm_n, r.gemm_k),
                   fmt::format("{:.1f}", r.gemm_peak_gflops), fmt::format("{:.1f}%", 100 * r.mfu),
+                  fmt::format("{:.2f}", r.activation_peak / 1048576.0),
                   fmt::format("{:.4f}", r.losses.front()), fmt::format("{:.4f}", r.losses.back())});
   }
-  std::cout << table.ToString() << "(steps: warm-up + measured; " << LoadAverage() << ")\n";
+  std::cout << table.ToString() << "(steps: warm-up + measured; " << LoadAverage() << ")\n"
+            << Ratios(runs);
 
   if (!options.json_path.empty()) {
     json out = {{"bench", "train_bench"}, {"load", LoadAverage()}, {"runs", json::array()}};
@@ -180,6 +237,7 @@ int main(int argc, char** argv) {
   app.add_option("--config-dir", options.config_dir, "folder holding <model>.yaml");
   app.add_option("--models", options.models, "configs to run")->delimiter(',');
   app.add_option("--threads", options.threads, "device.threads values")->delimiter(',');
+  app.add_option("--dtypes", options.dtypes, "precision.dtype values (fp32 first)")->delimiter(',');
   app.add_option("--steps", options.steps,
                  "steps per run, step 1 unmeasured (0: 12 tiny, 5 small)");
   app.add_option("--gemm-repeats", options.gemm_repeats, "timed GEMM calls for the peak");

@@ -130,7 +130,7 @@ class Backend {
                          Tensor& v_absmax, const AdamWConfig& config, float grad_scale) = 0;
 };
 
-// The CPU backend: OpenBLAS sgemm and plain C++ loops, `num_threads` threads for both.
+// The CPU backend: oneDNN matmuls and plain C++ loops, `num_threads` threads for both.
 std::unique_ptr<Backend> MakeCpuBackend(MemoryLedger& ledger, int num_threads);
 
 // The CPU backend in meta mode (a ledger-only backend): tensors made through its allocator are

@@ -1,7 +1,7 @@
 // The CPU backend's results do not depend on its thread count: every kernel, run by a 1-thread
 // and a 2-thread backend on the same inputs, gives bit-identical outputs. Shapes are large enough
-// that the 2-thread backend really splits the work (parallel.h's kMinParallelWork, OpenBLAS's
-// threading threshold).
+// that the 2-thread backend really splits the work (parallel.h's kMinParallelWork, gemm.h's
+// blocks).
 #include <cstring>
 #include <functional>
 

@@ -1,5 +1,5 @@
-// Truncated SVD through LAPACK's dgesdd (see low_rank.h). OpenBLAS, which Baton links for its
-// BLAS, carries LAPACK.
+// Truncated SVD through LAPACK's dgesdd (see low_rank.h), from OpenBLAS, which carries
+// LAPACK (the GEMMs are oneDNN's, gemm.h).
 #include "kernels/low_rank.h"
 
 #include <algorithm>

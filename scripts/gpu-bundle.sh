@@ -18,7 +18,7 @@
 #                     rehearsal packs build/ (RelWithDebInfo; the binaries are stripped copies)
 #   --dest DIR        where the archive and the runner go (default .gpu-bundle, ignored by git)
 #
-# Environment: JOBS (default 2), GZIP_LEVEL (default 9; the rehearsal uses 1).
+# Environment: JOBS (default 2), GZIP_LEVEL (default 9; the rehearsal uses 6).
 # The bundle's binaries find its libraries through LD_LIBRARY_PATH, which the runner sets (no
 # RPATH rewriting, so no patchelf); it must stay under 48 MiB (the tree that travels: 64 MiB).
 set -euo pipefail

@@ -14,7 +14,7 @@ cd "$root"
 packages=(
   build-essential cmake ninja-build pkg-config git
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
-  libspdlog-dev libyaml-cpp-dev libopenblas-dev libcli11-dev nlohmann-json3-dev
+  libspdlog-dev libyaml-cpp-dev libopenblas-dev libdnnl-dev libcli11-dev nlohmann-json3-dev
   libopenmpi-dev openmpi-bin libgloo-dev
   libgtest-dev libgmock-dev googletest libbenchmark-dev
 )

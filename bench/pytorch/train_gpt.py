@@ -174,8 +174,10 @@ def load_runs(args):
     if args.baton_json:
         with open(args.baton_json) as f:
             bench = json.load(f)
-        # Baton's step count, which its cosine schedule spans too.
-        return [(r["model"], r["config"], r["threads"], r["steps"], r) for r in bench["runs"]]
+        # Baton's fp32 runs (the reference is fp32), with Baton's step count, which its cosine
+        # schedule spans too.
+        return [(r["model"], r["config"], r["threads"], r["steps"], r) for r in bench["runs"]
+                if r.get("dtype", "fp32") == "fp32"]
     import yaml  # only for standalone runs; Debian's python3-yaml
 
     runs = []

@@ -2,7 +2,7 @@
 // and AttentionBackward in kernels/backend.h.
 //
 // (batch, head) pairs run in parallel, each on one thread: the products Q K^T, P V and their
-// gradients are single-threaded OpenBLAS sgemm calls on strided views of qkv (no copies), cut
+// gradients are single-threaded oneDNN matmul calls on strided views of qkv (no copies), cut
 // into row blocks so that most of the causal zeros above the diagonal are skipped; the softmax
 // and its backward are plain row loops. Each pair is computed the same way on any thread, so
 // results do not depend on the thread count. Internal to kernels/cpu; callers validate shapes.

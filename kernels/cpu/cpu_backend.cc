@@ -2,10 +2,15 @@
 // methods are in cpu_backend_layers.cc).
 #include "kernels/cpu/cpu_backend.h"
 
+#include <malloc.h>
+
 #include <atomic>
 #include <bit>
 #include <cmath>
 #include <cstring>
+#include <limits>
+#include <mutex>
+#include <vector>
 
 #include "core/error.h"
 #include "kernels/cpu/checks.h"
@@ -70,6 +75,41 @@ bool ChunkAllFinite(const void* data, DType dtype, int64_t n) {
   return bad == 0;
 }
 
+// A step's activations are allocated and freed again every step. glibc would hand the pages of
+// large freed blocks back to the OS (munmap, or trimming the heap top) and the next step would
+// fault them in again, zeroed by the kernel: measured, the first micro-batches of each step ran
+// ~1.7x slower (bench/README.md, "Where the bubble went"). So every process with a computing CPU
+// backend keeps its freed memory for reuse: blocks up to 32 MiB (glibc's largest threshold) come
+// from the heap and the heap is never trimmed. Resident memory then stays at its peak, as with
+// any caching allocator; the ledger still books live tensors only.
+void KeepFreedMemory() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    mallopt(M_MMAP_THRESHOLD, 32 << 20);
+    mallopt(M_TRIM_THRESHOLD, std::numeric_limits<int>::max());
+  });
+}
+
+// out = bias broadcast to every row (or out += it), in out's dtype: the bias term of a bf16
+// product that oneDNN then accumulates onto (beta = 1).
+void BroadcastBiasRows(const Tensor& bias, Tensor& out, int64_t m, int64_t n, bool accumulate) {
+  std::vector<float> bias_f32(static_cast<size_t>(n));
+  std::vector<float> row(static_cast<size_t>(n));
+  ConvertFloats(bias.raw(), bias.dtype(), bias_f32.data(), DType::kF32, static_cast<size_t>(n));
+  char* base = static_cast<char*>(out.raw());
+  const size_t row_bytes = static_cast<size_t>(n) * SizeOf(out.dtype());
+  for (int64_t i = 0; i < m; ++i) {
+    void* target = base + static_cast<size_t>(i) * row_bytes;
+    if (accumulate) {
+      ConvertFloats(target, out.dtype(), row.data(), DType::kF32, static_cast<size_t>(n));
+      for (int64_t j = 0; j < n; ++j) row[j] += bias_f32[j];
+    } else {
+      row = bias_f32;
+    }
+    ConvertFloats(row.data(), DType::kF32, target, out.dtype(), static_cast<size_t>(n));
+  }
+}
+
 }  // namespace
 
 CpuBackend::CpuBackend(MemoryLedger& ledger, int num_threads, bool meta)
@@ -78,7 +118,7 @@ CpuBackend::CpuBackend(MemoryLedger& ledger, int num_threads, bool meta)
       meta_(meta),
       threads_(num_threads),
       pool_(meta ? 1 : num_threads) {
-  SetSingleThreadedBlas();
+  if (!meta) KeepFreedMemory();
 }
 
 Tensor CpuBackend::Workspace(int64_t floats) {
@@ -133,6 +173,19 @@ void CpuBackend::Matmul(const Tensor& a, bool trans_a, const Tensor& b, bool tra
     CheckFloat(*bias, "bias");
     CheckNumel(*bias, n, "bias");
   }
+  if (a.dtype() == DType::kBF16 && b.dtype() == DType::kBF16 &&
+      (out.dtype() == DType::kF32 || out.dtype() == DType::kBF16) && Bf16GemmSupported()) {
+    // bf16 x bf16 with f32 accumulation in oneDNN: no f32 copy of the operands.
+    if (meta_) return;
+    float beta = accumulate ? 1.0f : 0.0f;
+    if (bias != nullptr) {
+      BroadcastBiasRows(*bias, out, m, n, accumulate);
+      beta = 1.0f;
+    }
+    Bf16Gemm(trans_a, trans_b, m, n, k, 1.0f, a.raw(), am.cols, b.raw(), bm.cols, beta, out.raw(),
+             out.dtype(), n, &pool_);
+    return;
+  }
   F32Staging staging(*allocator_, &pool_);
   const float* pa = staging.In(a);
   const float* pb = staging.In(b);
@@ -144,7 +197,6 @@ void CpuBackend::Matmul(const Tensor& a, bool trans_a, const Tensor& b, bool tra
     BroadcastRows(pbias, po, m, n, accumulate, &pool_);
     beta = 1.0f;
   }
-  SetSingleThreadedBlas();  // in case anything else in the process changed it
   Sgemm(trans_a, trans_b, m, n, k, 1.0f, pa, am.cols, pb, bm.cols, beta, po, n, &pool_);
   staging.Commit();
 }

@@ -1,13 +1,15 @@
 // CpuBackend: the Backend of kernels/backend.h on the host, made by MakeCpuBackend.
 //
-// GEMMs go to OpenBLAS sgemm; everything else is plain C++ loops, parallel over independent rows
-// (a ThreadPool of `num_threads` threads) with cross-row sums in a fixed order, so the result bits
-// do not depend on the thread count. Kernels compute in f32: 16-bit tensors are staged through f32
-// workspace booked in the ledger (F32Staging) or converted chunk by chunk on the stack.
+// GEMMs go to oneDNN matmul primitives (gemm.h); everything else is plain C++ loops, parallel
+// over independent rows (a ThreadPool of `num_threads` threads) with cross-row sums in a fixed
+// order, so the result bits do not depend on the thread count. Kernels compute in f32: 16-bit
+// tensors are staged through f32 workspace booked in the ledger (F32Staging) or converted chunk by
+// chunk on the stack. The exception is Matmul of bf16 operands on a CPU that multiplies bf16
+// (Bf16GemmSupported): oneDNN reads them as they are and accumulates in f32.
 // All tensors must be contiguous host tensors. Every call runs to completion before returning.
 //
-// Threads: the backend's pool does all the work, GEMMs included (OpenBLAS itself is set
-// single-threaded, process-wide, and called once per fixed block of c; see gemm.h).
+// Threads: the backend's pool does all the work, GEMMs included (each oneDNN call runs on
+// one thread, once per fixed block of c; see gemm.h).
 // Meta mode (MakeMetaBackend for the CPU): the allocator is a MetaAllocator and every method
 // validates its arguments and books its workspace and staging exactly as it would, then returns
 // before computing anything. The memory planner runs the real stage code on it.

@@ -179,7 +179,6 @@ void CpuBackend::AttentionForward(const Tensor& qkv, int num_heads, Tensor& out,
   const float* pqkv = staging.In(qkv);
   float* pout = staging.Out(out);
   if (meta_) return;
-  SetSingleThreadedBlas();
   cpu::AttentionForward(pqkv, pout, probs.data<float>(), shape, &pool_);
   staging.Commit();
 }
@@ -199,7 +198,6 @@ void CpuBackend::AttentionBackward(const Tensor& dout, const Tensor& qkv, const 
   const float* pqkv = staging.In(qkv);
   float* pdqkv = staging.InOut(dqkv);
   if (meta_) return;
-  SetSingleThreadedBlas();
   cpu::AttentionBackward(pdout, pqkv, probs.data<float>(), pdqkv, scratch.data<float>(), shape,
                          &pool_);
   staging.Commit();
@@ -216,7 +214,6 @@ void CpuBackend::FlashAttentionForward(const Tensor& qkv, int num_heads, Tensor&
   const float* pqkv = staging.In(qkv);
   float* pout = staging.Out(out);
   if (meta_) return;
-  SetSingleThreadedBlas();
   cpu::FlashAttentionForward(pqkv, pout, lse.data<float>(), scratch.data<float>(), shape, &pool_);
   staging.Commit();
 }
@@ -239,7 +236,6 @@ void CpuBackend::FlashAttentionBackward(const Tensor& dout, const Tensor& qkv, c
   const float* pout = staging.In(out);
   float* pdqkv = staging.InOut(dqkv);
   if (meta_) return;
-  SetSingleThreadedBlas();
   cpu::FlashAttentionBackward(pdout, pqkv, pout, lse.data<float>(), pdqkv, scratch.data<float>(),
                               shape, &pool_);
   staging.Commit();

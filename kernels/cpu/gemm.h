@@ -1,27 +1,53 @@
-// Row-major single-precision GEMM through OpenBLAS, threaded by the caller, not by OpenBLAS.
+// Row-major GEMMs through oneDNN matmul primitives (or OpenBLAS sgemm), threaded by the caller,
+// not by the library.
 //
-// OpenBLAS runs single-threaded (SetSingleThreadedBlas; its pthread pool would fight the kernels'
-// threads for the same cores). Sgemm instead cuts c into blocks of rows (or of columns,
-// when c is wider than tall) and runs one single-threaded sgemm per block on the kernels'
-// threads. The blocks depend on the shape only, so the calls, and the result bits, are the same
-// for any thread count. Internal to kernels/cpu.
+// Each library call runs on one thread (oneDNN's OpenMP team size is set to 1 in every thread
+// that calls it; OpenBLAS is set single-threaded). Gemm instead cuts c into blocks of rows (or of
+// columns, when c is wider than tall) and runs one single-threaded matmul per block on the kernels'
+// threads. The blocks depend on the shape only, so the calls, and the result bits, are the same for
+// any thread count.
+//
+// A primitive is created once per problem (shape, transposes, leading dimensions, alpha, beta,
+// dtypes) and per calling thread, and cached: creating one JIT-compiles its kernel, executing it
+// only binds the pointers. oneDNN's own packing buffers (its scratchpad) are not in the ledger,
+// like any BLAS's.
+//
+// f32 engine, one per process (GemmEngineInUse): oneDNN where its f32 matmul is its brgemm
+// (AVX-512 and newer); OpenBLAS on older x86 (AVX2), where oneDNN 2.6's jit sgemm is as fast as
+// OpenBLAS on one thread but loses ~40% of its speed when two threads of a process call it at
+// once (measured: bench/README.md, "GEMM engines"), while OpenBLAS keeps its speed. bf16 operands
+// always go to oneDNN. The environment variable BATON_CPU_GEMM=onednn|openblas overrides the
+// choice. Results are bit-identical for any thread count with either engine, not across engines.
+// Internal to kernels/cpu.
 #pragma once
 
 #include <cstdint>
+#include <string>
+
+#include "core/dtype.h"
 
 namespace baton::cpu {
 
 class ThreadPool;
 
-// Smallest block of c's rows (or columns) given its own sgemm call: smaller blocks repack the
-// other operand too often (each call packs it again).
-inline constexpr int64_t kGemmMinBlock = 256;
-// At most this many blocks: enough for 8 threads.
-inline constexpr int64_t kGemmMaxBlocks = 8;
+enum class GemmEngine { kOneDnn, kOpenBlas };
 
-// Sets OpenBLAS's process-wide thread count to 1 (idempotent, cheap). Call it from the calling
-// thread before Sgemm, not from inside a parallel region.
-void SetSingleThreadedBlas();
+// "onednn" or "openblas".
+const char* Name(GemmEngine engine);
+
+// The engine Sgemm uses: BATON_CPU_GEMM if set (anything but onednn/openblas throws), else by
+// the CPU as above. Decided on the first call.
+GemmEngine GemmEngineInUse();
+
+// Makes Sgemm use `engine` from now on (tests and benchmarks compare the two in one process). Not
+// while another thread multiplies.
+void SetGemmEngine(GemmEngine engine);
+
+// Smallest block of c's rows (or columns) given its own matmul call: each call packs the other
+// operand again, and smaller blocks make thinner kernels.
+inline constexpr int64_t kGemmMinBlock = 128;
+// At most this many blocks: enough for 8 threads, and several per thread at 2.
+inline constexpr int64_t kGemmMaxBlocks = 8;
 
 // c = alpha * op(a) @ op(b) + beta * c, all row-major with leading dimensions in elements.
 // op(a) is (m,k), op(b) is (k,n), c is (m,n). Empty shapes are fine (k == 0 scales c by beta).
@@ -29,5 +55,21 @@ void SetSingleThreadedBlas();
 void Sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
            int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc,
            ThreadPool* pool = nullptr);
+
+// As Sgemm for 16-bit operands: a and b bf16, products accumulated in f32, c f32 or bf16 (with
+// beta != 0, a bf16 c is read back as bf16). Only where Bf16GemmSupported(); callers stage the
+// operands to f32 elsewhere.
+void Bf16Gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+              const void* a, int64_t lda, const void* b, int64_t ldb, float beta, void* c,
+              DType c_dtype, int64_t ldc, ThreadPool* pool = nullptr);
+
+// Whether this CPU multiplies bf16 in hardware through oneDNN (AVX512_BF16 or AMX): a bf16
+// matmul primitive that is not oneDNN's reference loop exists for every transpose form. Decided
+// once per process from the CPU alone.
+bool Bf16GemmSupported();
+
+// oneDNN's implementation name for an f32 (or bf16) problem of this shape, e.g. "gemm:jit" or
+// "brg:avx512_core" (benchmarks print it beside their figures).
+std::string GemmImplementation(int64_t m, int64_t n, int64_t k, DType dtype = DType::kF32);
 
 }  // namespace baton::cpu

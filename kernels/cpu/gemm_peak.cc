@@ -1,34 +1,36 @@
-// MeasureSgemmGflops (see gemm_peak.h).
+// MeasureGemmGflops (see gemm_peak.h).
 #include "kernels/cpu/gemm_peak.h"
 
 #include <algorithm>
 #include <chrono>
 #include <limits>
+#include <vector>
 
 #include "core/error.h"
 #include "core/tensor.h"
-#include "kernels/cpu/gemm.h"
-#include "kernels/cpu/thread_pool.h"
+#include "kernels/backend.h"
 
 namespace baton {
 
-double MeasureSgemmGflops(int m, int n, int k, int repeats, int threads) {
+double MeasureGemmGflops(int m, int n, int k, int repeats, int threads, DType dtype) {
   BATON_CHECK(m > 0 && n > 0 && k > 0 && repeats > 0 && threads > 0,
-              "MeasureSgemmGflops({}, {}, {}, {}, {})", m, n, k, repeats, threads);
+              "MeasureGemmGflops({}, {}, {}, {}, {})", m, n, k, repeats, threads);
+  BATON_CHECK(dtype == DType::kF32 || dtype == DType::kBF16,
+              "MeasureGemmGflops: f32 or bf16, not {}", Name(dtype));
   MemoryLedger ledger;
-  CpuAllocator allocator(ledger);
-  Tensor a = Tensor::Empty(allocator, {m, k}, DType::kF32, MemCategory::kWorkspace);
-  Tensor b = Tensor::Empty(allocator, {k, n}, DType::kF32, MemCategory::kWorkspace);
-  Tensor c = Tensor::Empty(allocator, {m, n}, DType::kF32, MemCategory::kWorkspace);
+  const std::unique_ptr<Backend> backend = MakeCpuBackend(ledger, threads);
+  Tensor a = Tensor::Empty(backend->allocator(), {m, k}, dtype, MemCategory::kWorkspace);
+  Tensor b = Tensor::Empty(backend->allocator(), {k, n}, dtype, MemCategory::kWorkspace);
+  Tensor c = Tensor::Empty(backend->allocator(), {m, n}, dtype, MemCategory::kWorkspace);
   // Small exact values: no denormals or overflow to slow anything down.
-  for (int64_t i = 0; i < a.numel(); ++i) a.data<float>()[i] = static_cast<float>(i % 7) * 0.125f;
-  for (int64_t i = 0; i < b.numel(); ++i) b.data<float>()[i] = static_cast<float>(i % 5) * 0.25f;
-  cpu::SetSingleThreadedBlas();
-  cpu::ThreadPool pool(threads);
-  const auto run = [&] {
-    cpu::Sgemm(false, false, m, n, k, 1.0f, a.data<float>(), k, b.data<float>(), n, 0.0f,
-               c.data<float>(), n, &pool);
+  const auto fill = [](Tensor& t, int period, float step) {
+    std::vector<float> values(static_cast<size_t>(t.numel()));
+    for (size_t i = 0; i < values.size(); ++i) values[i] = static_cast<float>(i % period) * step;
+    ConvertFloats(values.data(), DType::kF32, t.raw(), t.dtype(), values.size());
   };
+  fill(a, 7, 0.125f);
+  fill(b, 5, 0.25f);
+  const auto run = [&] { backend->Matmul(a, false, b, false, c, false, nullptr); };
   run();
   double best_seconds = std::numeric_limits<double>::infinity();
   for (int r = 0; r < repeats; ++r) {
