@@ -122,11 +122,28 @@ std::vector<float> StageEngine::RunStep(const std::vector<Action>& actions,
   step_start_us_ =
       std::chrono::duration<double, std::micro>(std::chrono::system_clock::now().time_since_epoch())
           .count();
-  for (const Action& action : actions) {
+  // RECVs posted ahead of their place in the program (below).
+  std::vector<bool> posted(actions.size(), false);
+  for (size_t i = 0; i < actions.size(); ++i) {
+    const Action& action = actions[i];
     BATON_CHECK(action.stage == model_.rank(), "rank {} was given {}", model_.rank(),
                 ToString(action, model_.num_ranks()));
+    if (posted[i]) continue;
     if (options_.complete_sends_before_compute && IsCompute(action.kind)) {
       ReapSends(/*wait_all=*/true);
+    }
+    if (IsCompute(action.kind)) {
+      // The receives between this compute action and the next are posted now, so a peer's send
+      // completes while this rank computes instead of waiting for it to reach its RECV (a send
+      // completes only once its receive is posted). Their buffers are booked from here: one
+      // compute action earlier than the program's order, whatever the peers' speed.
+      for (size_t j = i + 1; j < actions.size() && !IsCompute(actions[j].kind); ++j) {
+        const ActionKind kind = actions[j].kind;
+        if (kind == ActionKind::kRecvForward || kind == ActionKind::kRecvBackward) {
+          PostRecv(actions[j]);
+          posted[j] = true;
+        }
+      }
     }
     const Clock::time_point t0 = Clock::now();
     last_wait_end_ = t0;

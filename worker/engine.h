@@ -2,6 +2,8 @@
 //
 // The engine interprets; it never decides. Each action is dispatched by one switch:
 //   RECV_F / RECV_B  post an asynchronous receive into a fresh buffer for (micro-batch, chunk);
+//                    a RECV that follows a compute action (before the next one) is posted when
+//                    that compute action starts, so the peer's send need not wait for it;
 //   F                waits for that input (or takes the local one), runs the chunk's layers
 //                    forward and stashes what backward needs (under checkpointing, only each
 //                    segment's input);

@@ -223,23 +223,31 @@ StepRecord Trainer::Step(int64_t step) {
 
   const auto step_end_start = Clock::now();
   double allreduce_s = 0;
+  // The step end's collectives (where a rank waits for its peers), timed apart from the update.
+  double exchange_s = 0;
+  const auto exchange = [&exchange_s](const auto& collective) {
+    const auto start_exchange = Clock::now();
+    collective();
+    const double seconds = std::chrono::duration<double>(Clock::now() - start_exchange).count();
+    exchange_s += seconds;
+    return seconds;
+  };
   if (zero()) {
     // The tied sums first: after the reduce-scatter a replica holds only its shard's sums.
-    CombineTiedGradients();
-    const auto start_reduce = Clock::now();
-    ReduceScatterGradients(step);
-    allreduce_s = std::chrono::duration<double>(Clock::now() - start_reduce).count();
+    exchange([&] { CombineTiedGradients(); });
+    allreduce_s = exchange([&] { ReduceScatterGradients(step); });
   } else {
     if (setup_.num_replicas > 1) {
-      AllReduceReplicaGradients(step);
-      allreduce_s = std::chrono::duration<double>(Clock::now() - step_end_start).count();
+      allreduce_s = exchange([&] { AllReduceReplicaGradients(step); });
     }
     if (config.prune.enabled()) MaskGradients(backend_, model_->params());
-    CombineTiedGradients();
+    exchange([&] { CombineTiedGradients(); });
   }
   const bool loss_finite =
       std::all_of(losses.begin(), losses.end(), [](float l) { return std::isfinite(l); });
-  const auto [norm, overflow, stop, all_losses_finite] = ReduceStepEnd(loss_finite, losses);
+  StepEnd flags{};
+  exchange([&] { flags = ReduceStepEnd(loss_finite, losses); });
+  const auto [norm, overflow, stop, all_losses_finite] = flags;
   // fp32 and bf16 have no loss scale to back off: a non-finite loss or gradient cannot recover,
   // so every rank stops at this step (they all see the same reduced flags) rather than train on
   // NaNs. fp16 skips the step and lowers the scale instead (below).
@@ -267,11 +275,7 @@ StepRecord Trainer::Step(int64_t step) {
     const double coef = clip > 0 ? std::min(1.0, clip / (norm + 1e-6)) : 1.0;
     optimizer_->Step(record.lr, step - scaler_.skipped_steps(),
                      static_cast<float>(coef / record.loss_scale));
-    if (zero()) {
-      const auto start_gather = Clock::now();
-      AllGatherParameters(step);
-      record_allgather_s = std::chrono::duration<double>(Clock::now() - start_gather).count();
-    }
+    if (zero()) record_allgather_s = exchange([&] { AllGatherParameters(step); });
   } else {
     spdlog::warn("step {}: gradient overflow at loss scale {}; step skipped, scale now {}", step,
                  record.loss_scale, scaler_.scale());
@@ -293,7 +297,10 @@ StepRecord Trainer::Step(int64_t step) {
     record.loss = static_cast<float>(sum / static_cast<double>(losses.size()));
   }
   record.step_s = std::chrono::duration<double>(Clock::now() - start).count();
-  record.compute_s = engine_->last_timings().compute_s;
+  // Busy time: the forward and backward actions, and the update (the step end but its
+  // collectives).
+  const double step_end_s = std::chrono::duration<double>(Clock::now() - step_end_start).count();
+  record.compute_s = engine_->last_timings().compute_s + std::max(0.0, step_end_s - exchange_s);
   record.wait_s = engine_->last_timings().wait_s;
   record.allreduce_s = allreduce_s + record_allgather_s;
   record.trace = engine_->last_trace();

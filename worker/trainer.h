@@ -98,7 +98,7 @@ struct StepRecord {
   bool skipped = false;  // fp16 overflow: no update this step
   bool stop = false;     // some rank was asked to stop (SIGTERM/SIGINT): all stop after this step
   double step_s = 0;
-  double compute_s = 0;    // inside F/B/I/W
+  double compute_s = 0;    // inside F/B/I/W, and the update (the step end but its collectives)
   double wait_s = 0;       // blocked on peers
   double allreduce_s = 0;  // summing gradients across data-parallel replicas (step end)
   double tokens_per_s = 0;
