@@ -151,6 +151,49 @@ bool HasF16c() {
   static const bool has = __builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx");
   return has;
 }
+
+// bf16 <-> f32 eight at a time (AVX2 integer ops), the same bits as BFloat16ToFloat and
+// FloatToBFloat16: the staging of every bf16 kernel operand goes through these, and one element
+// at a time they took a fifth of a bf16 training step on the CPU.
+__attribute__((target("avx2"))) void BFloat16ToFloatAvx2(const uint16_t* src, float* dst,
+                                                         size_t n) {
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i));
+    const __m256i bits = _mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i), bits);
+  }
+  for (; i < n; ++i) dst[i] = BFloat16ToFloat(src[i]);
+}
+
+__attribute__((target("avx2"))) void FloatToBFloat16Avx2(const float* src, uint16_t* dst,
+                                                         size_t n) {
+  const __m256i one = _mm256_set1_epi32(1);
+  const __m256i half_ulp = _mm256_set1_epi32(0x7fff);
+  const __m256i abs_mask = _mm256_set1_epi32(0x7fffffff);
+  const __m256i infinity = _mm256_set1_epi32(0x7f800000);
+  const __m256i quiet = _mm256_set1_epi32(0x40);
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256i bits = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i));
+    const __m256i high = _mm256_srli_epi32(bits, 16);
+    // Round to nearest even: add 0x7fff plus the kept part's lowest bit, keep the top half.
+    const __m256i rounding = _mm256_add_epi32(half_ulp, _mm256_and_si256(high, one));
+    const __m256i rounded = _mm256_srli_epi32(_mm256_add_epi32(bits, rounding), 16);
+    // NaN (|bits| > infinity, a signed compare of non-negative values): sign kept, quiet bit set.
+    const __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(bits, abs_mask), infinity);
+    const __m256i result = _mm256_blendv_epi8(rounded, _mm256_or_si256(high, quiet), nan);
+    // Every lane is below 2^16: pack to 16 bits, then undo the pack's per-lane interleave.
+    const __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(result, result), 0x08);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i), _mm256_castsi256_si128(packed));
+  }
+  for (; i < n; ++i) dst[i] = FloatToBFloat16(src[i]);
+}
+
+bool HasAvx2() {
+  static const bool has = __builtin_cpu_supports("avx2");
+  return has;
+}
 #endif
 
 void ToF32(const void* src, DType dtype, float* dst, size_t n) {
@@ -160,6 +203,9 @@ void ToF32(const void* src, DType dtype, float* dst, size_t n) {
       std::memmove(dst, src, n * sizeof(float));
       return;
     case DType::kBF16:
+#if defined(__x86_64__)
+      if (HasAvx2()) return BFloat16ToFloatAvx2(in, dst, n);
+#endif
       for (size_t i = 0; i < n; ++i) dst[i] = BFloat16ToFloat(in[i]);
       return;
     case DType::kF16:
@@ -183,6 +229,9 @@ void FromF32(const float* src, void* dst, DType dtype, size_t n) {
       std::memmove(dst, src, n * sizeof(float));
       return;
     case DType::kBF16:
+#if defined(__x86_64__)
+      if (HasAvx2()) return FloatToBFloat16Avx2(src, out, n);
+#endif
       for (size_t i = 0; i < n; ++i) out[i] = FloatToBFloat16(src[i]);
       return;
     case DType::kF16:

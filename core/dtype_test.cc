@@ -104,5 +104,29 @@ TEST(ConvertFloatsTest, BulkConversionsMatchTheScalarOnesBitForBit) {
   }
 }
 
+TEST(ConvertFloatsTest, Bf16BulkConversionsMatchTheScalarOnesIncludingNaNsAndTies) {
+  // Every bf16 to f32 (a vector path and its scalar tail: 0x10000 + 3 elements).
+  std::vector<uint16_t> all(0x10003);
+  for (size_t i = 0; i < all.size(); ++i) all[i] = static_cast<uint16_t>(i);
+  std::vector<float> widened(all.size());
+  ConvertFloats(all.data(), DType::kBF16, widened.data(), DType::kF32, all.size());
+  for (size_t i = 0; i < all.size(); ++i) {
+    ASSERT_EQ(std::bit_cast<uint32_t>(widened[i]), static_cast<uint32_t>(all[i]) << 16) << i;
+  }
+  // f32 to bf16, bit for bit, NaN payloads too: ties both ways, the largest finite values
+  // rounding to infinity, signalling and quiet NaNs of both signs, subnormals.
+  std::vector<uint32_t> bits = {0x3f808000u, 0x3f818000u, 0xbf808000u, 0x7f7fffffu, 0xff7fffffu,
+                                0x7f800000u, 0xff800000u, 0x7f800001u, 0xff800001u, 0x7fc00000u,
+                                0x7fffffffu, 0xffffffffu, 0x00008000u, 0x00018000u, 0x80000001u};
+  for (uint32_t b = 0; b < 0xffffffffu - 0x7fff1u; b += 0x7fff1u) bits.push_back(b);
+  std::vector<float> inputs(bits.size());
+  for (size_t i = 0; i < bits.size(); ++i) inputs[i] = std::bit_cast<float>(bits[i]);
+  std::vector<uint16_t> out(inputs.size());
+  ConvertFloats(inputs.data(), DType::kF32, out.data(), DType::kBF16, inputs.size());
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    ASSERT_EQ(out[i], FloatToBFloat16(inputs[i])) << std::hex << bits[i];
+  }
+}
+
 }  // namespace
 }  // namespace baton
