@@ -28,26 +28,6 @@ class GemmEngineTest : public CpuBackendTest {
   GemmEngine saved_;
 };
 
-// c (m x n, leading dimension ldc) = alpha op(a) op(b) + beta c in double.
-std::vector<float> Reference(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
-                             float alpha, const std::vector<float>& a, int64_t lda,
-                             const std::vector<float>& b, int64_t ldb, float beta,
-                             std::vector<float> c, int64_t ldc) {
-  for (int64_t i = 0; i < m; ++i) {
-    for (int64_t j = 0; j < n; ++j) {
-      double sum = 0;
-      for (int64_t p = 0; p < k; ++p) {
-        const double av = trans_a ? a[p * lda + i] : a[i * lda + p];
-        const double bv = trans_b ? b[j * ldb + p] : b[p * ldb + j];
-        sum += av * bv;
-      }
-      float& out = c[i * ldc + j];
-      out = static_cast<float>(alpha * sum + beta * static_cast<double>(out));
-    }
-  }
-  return c;
-}
-
 std::vector<float> Filled(size_t n, Rng& rng) {
   std::vector<float> v(n);
   for (float& x : v) x = static_cast<float>(rng.NextNormal());
@@ -74,7 +54,7 @@ TEST_F(GemmEngineTest, EachEngineMatchesADoubleProductWithAlphaBetaAndStrides) {
           cpu::Sgemm(trans_a, trans_b, m, n, k, alpha, a.data(), lda, b.data(), ldb, beta, c.data(),
                      ldc, &pool);
           const std::vector<float> expected =
-              Reference(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c0, ldc);
+              ReferenceGemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c0, ldc);
           EXPECT_LT(NormalisedError(c, expected), 1e-6)
               << cpu::Name(engine) << " trans_a " << trans_a << " trans_b " << trans_b << " alpha "
               << alpha << " beta " << beta;

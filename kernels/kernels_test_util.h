@@ -65,4 +65,25 @@ class CpuBackendTest : public ::testing::Test {
 
 inline std::vector<float> Floats(const Tensor& t) { return ToFloatVector(t); }
 
+// c (m x n, leading dimension ldc) = alpha op(a) op(b) + beta c, summed in double; a and b are
+// row-major with leading dimensions lda and ldb, op(a) (m,k) and op(b) (k,n).
+inline std::vector<float> ReferenceGemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
+                                        float alpha, const std::vector<float>& a, int64_t lda,
+                                        const std::vector<float>& b, int64_t ldb, float beta,
+                                        std::vector<float> c, int64_t ldc) {
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t j = 0; j < n; ++j) {
+      double sum = 0;
+      for (int64_t p = 0; p < k; ++p) {
+        const double av = trans_a ? a[p * lda + i] : a[i * lda + p];
+        const double bv = trans_b ? b[j * ldb + p] : b[p * ldb + j];
+        sum += av * bv;
+      }
+      float& out = c[i * ldc + j];
+      out = static_cast<float>(alpha * sum + beta * static_cast<double>(out));
+    }
+  }
+  return c;
+}
+
 }  // namespace baton::kernels_test

@@ -14,19 +14,8 @@ using numeric_check::ProjectedSum;
 std::vector<float> NaiveMatmul(const std::vector<float>& a, bool trans_a,
                                const std::vector<float>& b, bool trans_b, int64_t m, int64_t n,
                                int64_t k) {
-  std::vector<float> out(static_cast<size_t>(m * n));
-  for (int64_t i = 0; i < m; ++i) {
-    for (int64_t j = 0; j < n; ++j) {
-      double sum = 0.0;
-      for (int64_t p = 0; p < k; ++p) {
-        const float av = trans_a ? a[p * m + i] : a[i * k + p];
-        const float bv = trans_b ? b[j * k + p] : b[p * n + j];
-        sum += static_cast<double>(av) * bv;
-      }
-      out[i * n + j] = static_cast<float>(sum);
-    }
-  }
-  return out;
+  return ReferenceGemm(trans_a, trans_b, m, n, k, 1.0f, a, trans_a ? m : k, b, trans_b ? k : n,
+                       0.0f, std::vector<float>(static_cast<size_t>(m * n)), n);
 }
 
 class MatmulTest : public CpuBackendTest,
