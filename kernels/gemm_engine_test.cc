@@ -106,6 +106,27 @@ TEST_F(GemmEngineTest, AttentionAgreesAcrossEngines) {
   }
 }
 
+// oneDNN's reference loop is correct but ~1000x slower, so the accuracy tests above would not
+// notice a form that falls to it (oneDNN 3.x did for alpha and beta together when alpha was an
+// eltwise post-op: attention's backward took seconds).
+TEST_F(GemmEngineTest, EveryF32FormHasAnImplementationOtherThanOneDnnsReferenceLoop) {
+  for (const bool trans_a : {false, true}) {
+    for (const bool trans_b : {false, true}) {
+      for (const auto& [alpha, beta] : {std::pair{1.0f, 0.0f}, std::pair{0.125f, 0.0f},
+                                        std::pair{1.0f, 1.0f}, std::pair{0.125f, 1.0f}}) {
+        const cpu::GemmForm form{trans_a, trans_b, alpha, beta};
+        for (const int64_t m : {int64_t{32}, int64_t{128}}) {
+          const std::string impl = cpu::GemmImplementation(m, 96, 64, DType::kF32, form);
+          EXPECT_NE(impl, "none");
+          EXPECT_FALSE(impl.starts_with("ref"))
+              << impl << " for m " << m << " trans_a " << trans_a << " trans_b " << trans_b
+              << " alpha " << alpha << " beta " << beta;
+        }
+      }
+    }
+  }
+}
+
 TEST_F(GemmEngineTest, Bf16MatmulIsWithinBf16RoundingOfF32AndStagesNothing) {
   if (!cpu::Bf16GemmSupported()) {
     GTEST_SKIP() << "this CPU has no bf16 matmul in oneDNN (needs AVX512_BF16 or AMX; "

@@ -81,7 +81,9 @@ dnnl::matmul::primitive_desc Describe(const Problem& p) {
   dnnl::primitive_attr attr;
   dnnl::post_ops ops;
 #if DNNL_VERSION_MAJOR >= 3  // Ubuntu 24.04's oneDNN: no output scales, no op descriptors
-  if (p.alpha != 1.0f) ops.append_eltwise(dnnl::algorithm::eltwise_linear, p.alpha, 0.0f);
+  // alpha as a scale of a (one value, bound at execution): an eltwise post-op before the sum
+  // would send every alpha-and-beta problem to oneDNN's reference loop.
+  if (p.alpha != 1.0f) attr.set_scales_mask(DNNL_ARG_SRC, 0);
   if (p.beta != 0.0f) ops.append_sum(p.beta);
   attr.set_post_ops(ops);
   return dnnl::matmul::primitive_desc(Engine(), a_md, b_md, c_md, attr);
@@ -123,6 +125,13 @@ Prepared& Prepare(const Problem& p) {
     prepared.c = memory(pd.dst_desc(), Engine(), DNNL_MEMORY_NONE);
     prepared.args = {
         {DNNL_ARG_SRC, prepared.a}, {DNNL_ARG_WEIGHTS, prepared.b}, {DNNL_ARG_DST, prepared.c}};
+#if DNNL_VERSION_MAJOR >= 3
+    if (p.alpha != 1.0f) {
+      const memory alpha({{1}, memory::data_type::f32, memory::format_tag::x}, Engine());
+      *static_cast<float*>(alpha.get_data_handle()) = p.alpha;
+      prepared.args.emplace(DNNL_ARG_ATTR_SCALES | DNNL_ARG_SRC, alpha);
+    }
+#endif
     return state.cache.emplace(p, std::move(prepared)).first->second;
   } catch (const dnnl::error& e) {
     throw Error(fmt::format("oneDNN cannot multiply ({} x {}) by ({} x {}) ({} -> {}): {}", p.m,
@@ -287,8 +296,23 @@ bool Bf16GemmSupported() {
   return supported;
 }
 
-std::string GemmImplementation(int64_t m, int64_t n, int64_t k, DType dtype) {
-  const Problem p{false, false, m, n, k, k, n, n, 1.0f, 0.0f, dtype, DType::kF32};
+std::string OneDnnVersion() {
+  const dnnl_version_t* v = dnnl::version();
+  return fmt::format("{}.{}.{}", v->major, v->minor, v->patch);
+}
+
+std::string GemmImplementation(int64_t m, int64_t n, int64_t k, DType dtype, GemmForm form) {
+  const Problem p{.trans_a = form.trans_a,
+                  .trans_b = form.trans_b,
+                  .m = m,
+                  .n = n,
+                  .k = k,
+                  .lda = form.trans_a ? m : k,
+                  .ldb = form.trans_b ? k : n,
+                  .ldc = n,
+                  .alpha = form.alpha,
+                  .beta = form.beta,
+                  .ab = dtype};
   try {
     return Describe(p).impl_info_str();
   } catch (const dnnl::error&) {

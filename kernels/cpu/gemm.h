@@ -68,8 +68,21 @@ void Bf16Gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float
 // once per process from the CPU alone.
 bool Bf16GemmSupported();
 
-// oneDNN's implementation name for an f32 (or bf16) problem of this shape, e.g. "gemm:jit" or
-// "brg:avx512_core" (benchmarks print it beside their figures).
-std::string GemmImplementation(int64_t m, int64_t n, int64_t k, DType dtype = DType::kF32);
+// The oneDNN library loaded at run time, e.g. "2.6.3" (Debian 12's libdnnl-dev).
+std::string OneDnnVersion();
+
+// What a GEMM does besides its shape and dtype.
+struct GemmForm {
+  bool trans_a = false;
+  bool trans_b = false;
+  float alpha = 1.0f;
+  float beta = 0.0f;
+};
+
+// oneDNN's implementation name for an f32 (or bf16) problem of this shape and form on packed
+// operands, e.g. "gemm:jit" or "brg:avx512_core" (benchmarks print it beside their figures;
+// "ref:any" is oneDNN's reference loop, orders of magnitude slower).
+std::string GemmImplementation(int64_t m, int64_t n, int64_t k, DType dtype = DType::kF32,
+                               GemmForm form = {});
 
 }  // namespace baton::cpu
