@@ -13,6 +13,7 @@
 #include "core/random.h"
 #include "core/tensor.h"
 #include "kernels/backend.h"
+#include "kernels/cpu/gemm.h"
 #include "kernels/testing/numeric_check.h"
 
 namespace baton {
@@ -45,6 +46,15 @@ void SetCounters(benchmark::State& state, double flops, double bytes) {
   state.counters["GB/s"] =
       benchmark::Counter(bytes / 1e9, benchmark::Counter::kIsIterationInvariantRate);
 }
+
+// The GEMM engine and oneDNN's implementations, in the header above the figures.
+const bool kGemmContext = [] {
+  benchmark::AddCustomContext("gemm_engine", cpu::Name(cpu::GemmEngineInUse()));
+  benchmark::AddCustomContext(
+      "onednn", cpu::OneDnnVersion() + " (f32 " + cpu::GemmImplementation(256, 256, 256) +
+                    ", bf16 " + cpu::GemmImplementation(256, 256, 256, DType::kBF16) + ")");
+  return true;
+}();
 
 int Threads(const benchmark::State& state) { return static_cast<int>(state.range(0)); }
 

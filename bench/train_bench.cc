@@ -26,6 +26,7 @@
 #include "bench/bench_util.h"
 #include "config/config.h"
 #include "core/error.h"
+#include "kernels/cpu/gemm.h"
 #include "kernels/cpu/gemm_peak.h"
 #include "model/cost.h"
 #include "planner/in_process.h"
@@ -184,6 +185,11 @@ json ToJson(const RunResult& r) {
 
 int Main(const Options& options) {
   std::cout << "train_bench: single-process training, no recompute (" << LoadAverage() << ")\n";
+  std::cout << fmt::format(
+      "CPU GEMMs: {} for f32 (oneDNN {}: f32 {}, bf16 {}); bf16 operands {}\n",
+      cpu::Name(cpu::GemmEngineInUse()), cpu::OneDnnVersion(),
+      cpu::GemmImplementation(256, 256, 256), cpu::GemmImplementation(256, 256, 256, DType::kBF16),
+      cpu::Bf16GemmSupported() ? "multiplied by oneDNN in bf16" : "staged to f32");
   std::vector<RunResult> runs;
   for (const std::string& model : options.models) {
     for (const std::string& dtype : options.dtypes) {
@@ -219,7 +225,11 @@ int Main(const Options& options) {
             << Ratios(runs);
 
   if (!options.json_path.empty()) {
-    json out = {{"bench", "train_bench"}, {"load", LoadAverage()}, {"runs", json::array()}};
+    json out = {{"bench", "train_bench"},
+                {"load", LoadAverage()},
+                {"gemm_engine", cpu::Name(cpu::GemmEngineInUse())},
+                {"onednn_version", cpu::OneDnnVersion()},
+                {"runs", json::array()}};
     for (const RunResult& r : runs) out["runs"].push_back(ToJson(r));
     std::ofstream file(options.json_path);
     file << out.dump(2) << "\n";
