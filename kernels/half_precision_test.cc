@@ -137,6 +137,56 @@ TEST_P(HalfPrecisionTest, CrossEntropyIncludingInPlaceBackward) {
   EXPECT_EQ(Floats(logits16), Floats(d16));
 }
 
+// The row kernels convert 16-bit tensors one piece at a time (a chunk, a row, a block of rows)
+// on 2 threads; the result must be exactly the f32 kernel's on the same values, rounded once.
+// Shapes span several pieces; gradients accumulate into non-zero 16-bit values.
+TEST_P(HalfPrecisionTest, RowKernelsAreTheF32KernelRoundedOnce) {
+  const auto rounded = [&](const Tensor& f32) { return Floats(As(f32, half())); };
+  {
+    auto [x16, x32] = Input({70, 40}, 2.0f);  // 3 blocks of LayerNorm backward's 32 rows
+    auto [w16, w32] = Input({40});
+    auto [b16, b32] = Input({40});
+    auto [dout16, dout32] = Input({70, 40});
+    Tensor out16 = Zeros(x16.shape(), half()), out32 = Zeros(x32.shape());
+    Tensor mean16 = Zeros({70}), rstd16 = Zeros({70}), mean32 = Zeros({70}), rstd32 = Zeros({70});
+    backend().LayerNormForward(x16, w16, b16, out16, mean16, rstd16);
+    backend().LayerNormForward(x32, w32, b32, out32, mean32, rstd32);
+    EXPECT_EQ(Floats(out16), rounded(out32));
+    EXPECT_EQ(Floats(mean16), Floats(mean32));
+    EXPECT_EQ(Floats(rstd16), Floats(rstd32));
+    auto [dx16, dx32] = Input(x16.shape());
+    auto [dw16, dw32] = Input({40});
+    auto [db16, db32] = Input({40});
+    backend().LayerNormBackward(dout16, x16, w16, mean16, rstd16, dx16, dw16, db16);
+    backend().LayerNormBackward(dout32, x32, w32, mean32, rstd32, dx32, dw32, db32);
+    EXPECT_EQ(Floats(dx16), rounded(dx32));
+    EXPECT_EQ(Floats(dw16), rounded(dw32));
+    EXPECT_EQ(Floats(db16), rounded(db32));
+  }
+  {
+    auto [x16, x32] = Input({3, 5000}, 2.0f);  // 4 chunks of 4096
+    auto [dout16, dout32] = Input(x16.shape());
+    Tensor out16 = Zeros(x16.shape(), half()), out32 = Zeros(x32.shape());
+    backend().GeluForward(x16, out16);
+    backend().GeluForward(x32, out32);
+    EXPECT_EQ(Floats(out16), rounded(out32));
+    auto [dx16, dx32] = Input(x16.shape());
+    backend().GeluBackward(x16, dout16, dx16);
+    backend().GeluBackward(x32, dout32, dx32);
+    EXPECT_EQ(Floats(dx16), rounded(dx32));
+  }
+  {
+    auto [logits16, logits32] = Input({9, 300}, 2.0f);
+    Tensor targets = Ids({9}, 300);
+    Tensor d16 = Zeros(logits16.shape(), half()), d32 = Zeros(logits32.shape());
+    backend().CrossEntropyBackward(logits16, targets, 3.0f, d16);
+    backend().CrossEntropyBackward(logits32, targets, 3.0f, d32);
+    EXPECT_EQ(Floats(d16), rounded(d32));
+    backend().CrossEntropyBackward(logits16, targets, 3.0f, logits16);  // in place
+    EXPECT_EQ(Floats(logits16), rounded(d32));
+  }
+}
+
 TEST_P(HalfPrecisionTest, ElementwiseOpsAndReductions) {
   auto [a16, a32] = Input({5000});
   auto [b16, b32] = Input({5000});

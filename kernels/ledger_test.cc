@@ -61,9 +61,18 @@ TEST_F(LedgerTest, KernelsWithScratchReleaseItBeforeReturning) {
   EXPECT_EQ(WorkspacePeakOf([&] { backend().CrossEntropyForward(logits, targets, loss); }), 4 * 9);
   EXPECT_GT(WorkspacePeakOf([&] { backend().SumOfSquares(logits); }), 0);
 
+  // 16-bit row kernels convert a piece at a time, never a whole tensor: GELU's chunks on the
+  // stack, rows in per-thread buffers (2 threads here).
   Tensor half = Random({3, 5}, 1.0f, DType::kBF16);
   Tensor gelu = Zeros({3, 5}, DType::kBF16);
-  EXPECT_EQ(WorkspacePeakOf([&] { backend().GeluForward(half, gelu); }), 2 * 4 * 15);
+  EXPECT_EQ(WorkspacePeakOf([&] { backend().GeluForward(half, gelu); }), 0);
+  Tensor half_logits = Random({9, 7}, 1.0f, DType::kBF16);
+  EXPECT_EQ(WorkspacePeakOf([&] { backend().CrossEntropyForward(half_logits, targets, loss); }),
+            4 * 9 + 2 * 4 * 7);  // row losses, and one f32 row per thread
+  Tensor half_x = Random({40, 16}, 1.0f, DType::kBF16), half_out = Zeros({40, 16}, DType::kBF16);
+  EXPECT_EQ(WorkspacePeakOf(
+                [&] { backend().LayerNormForward(half_x, weight, bias, half_out, mean, rstd); }),
+            2 * 2 * 4 * 16);  // x's and out's rows, per thread
 }
 
 TEST_F(LedgerTest, F32KernelsWithoutScratchBookNothing) {

@@ -37,25 +37,6 @@ namespace {
 // block sums do not depend on the thread count); 16-bit chunks are converted on the stack.
 constexpr int64_t kChunk = 4096;
 
-// n f32 values of t from `offset`: t's own memory when it is f32, else converted into `buffer`.
-const float* LoadChunk(const Tensor& t, int64_t offset, int64_t n, float* buffer) {
-  if (t.dtype() == DType::kF32) return static_cast<const float*>(t.raw()) + offset;
-  ConvertFloats(static_cast<const char*>(t.raw()) + offset * 2 /* 16-bit */, t.dtype(), buffer,
-                DType::kF32, static_cast<size_t>(n));
-  return buffer;
-}
-
-// Where to compute a chunk of t: t's memory when f32, else `buffer` (then StoreChunk).
-float* ChunkTarget(Tensor& t, int64_t offset, float* buffer) {
-  return t.dtype() == DType::kF32 ? static_cast<float*>(t.raw()) + offset : buffer;
-}
-
-void StoreChunk(const float* values, Tensor& t, int64_t offset, int64_t n) {
-  if (t.dtype() == DType::kF32) return;  // computed in place
-  ConvertFloats(values, DType::kF32, static_cast<char*>(t.raw()) + offset * 2, t.dtype(),
-                static_cast<size_t>(n));
-}
-
 void CheckSameShape(const Tensor& a, const Tensor& b, const char* name_a, const char* name_b) {
   BATON_CHECK(a.shape() == b.shape(), "{} {} and {} {} differ in shape", name_a, a.ToString(),
               name_b, b.ToString());
@@ -241,7 +222,7 @@ void CpuBackend::Accumulate(const Tensor& x, Tensor& acc) {
     float x_buffer[kChunk], acc_buffer[kChunk];
     const int64_t n = end - begin;
     const float* px = LoadChunk(x, begin, n, x_buffer);
-    float* pacc = const_cast<float*>(LoadChunk(acc, begin, n, acc_buffer));
+    float* pacc = LoadChunkInOut(acc, begin, n, acc_buffer);
     for (int64_t i = 0; i < n; ++i) pacc[i] += px[i];
     StoreChunk(pacc, acc, begin, n);
   });
@@ -253,7 +234,7 @@ void CpuBackend::Scale(Tensor& t, float factor) {
   ParallelChunks(t.numel(), kChunk, &pool_, [&](int64_t begin, int64_t end) {
     float buffer[kChunk];
     const int64_t n = end - begin;
-    float* p = const_cast<float*>(LoadChunk(t, begin, n, buffer));
+    float* p = LoadChunkInOut(t, begin, n, buffer);
     for (int64_t i = 0; i < n; ++i) p[i] *= factor;
     StoreChunk(p, t, begin, n);
   });

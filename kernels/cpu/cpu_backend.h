@@ -3,10 +3,12 @@
 // GEMMs go to oneDNN matmul primitives (gemm.h); everything else is plain C++ loops, parallel
 // over independent rows (a ThreadPool of `num_threads` threads) with cross-row sums in a fixed
 // order, so the result bits do not depend on the thread count. Kernels compute in f32: 16-bit
-// tensors are staged through f32 workspace booked in the ledger (F32Staging) or converted chunk by
-// chunk on the stack. The exception is Matmul of bf16 operands on a CPU that multiplies bf16
-// (Bf16GemmSupported): oneDNN reads them as they are and accumulates in f32.
-// All tensors must be contiguous host tensors. Every call runs to completion before returning.
+// tensors are staged through f32 workspace booked in the ledger (F32Staging), or, in elementwise
+// ops and the row kernels, converted a piece at a time (chunks on the stack, rows or blocks of
+// rows in per-thread buffers booked as workspace), so no f32 copy of them exists. The exception is
+// Matmul of bf16 operands on a CPU that multiplies bf16 (Bf16GemmSupported): oneDNN reads them as
+// they are and accumulates in f32. All tensors must be contiguous host tensors. Every call runs to
+// completion before returning.
 //
 // Threads: the backend's pool does all the work, GEMMs included (each oneDNN call runs on
 // one thread, once per fixed block of c; see gemm.h).
@@ -17,6 +19,7 @@
 // Thread safety: one backend serves one thread; several backends may run concurrently.
 #pragma once
 
+#include <initializer_list>
 #include <memory>
 
 #include "kernels/backend.h"
@@ -79,6 +82,9 @@ class CpuBackend final : public Backend {
  private:
   // Uninitialised f32 scratch of `floats` elements, booked as workspace.
   Tensor Workspace(int64_t floats);
+  // Per-thread buffers for a row kernel that converts its 16-bit tensors one piece at a time:
+  // `floats` per tensor per pool thread, as workspace. Undefined when every tensor is f32.
+  Tensor PieceBuffers(std::initializer_list<const Tensor*> tensors, int64_t floats);
 
   std::unique_ptr<Allocator> allocator_;  // CpuAllocator, or MetaAllocator in meta mode
   bool meta_;

@@ -1,5 +1,11 @@
-// CpuBackend: the GPT layer methods. Each validates its arguments, stages 16-bit tensors as f32
-// (F32Staging) and runs the f32 kernel from layer_kernels.h or attention.h.
+// CpuBackend: the GPT layer methods. Each validates its arguments and runs the f32 kernel from
+// layer_kernels.h or attention.h. 16-bit tensors are converted to f32 for it: the row kernels
+// (LayerNorm, GELU, cross-entropy) convert one piece (chunk, row, block of rows) at a time into
+// the running thread's buffer and back, so no f32 copy of an activation exists; the others stage
+// whole tensors (F32Staging). Either way the f32 arithmetic is the same, and so are the bits.
+#include <algorithm>
+#include <initializer_list>
+
 #include "core/error.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/checks.h"
@@ -7,6 +13,7 @@
 #include "kernels/cpu/f32_staging.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/layer_kernels.h"
+#include "kernels/cpu/parallel.h"
 
 namespace baton::cpu {
 namespace {
@@ -29,7 +36,29 @@ AttentionShape CheckAttention(const Tensor& qkv, int num_heads) {
   return shape;
 }
 
+// Elements per piece of the elementwise row kernels (GELU): buffers on the stack.
+constexpr int64_t kChunk = 4096;
+
+bool AnyHalf(std::initializer_list<const Tensor*> tensors) {
+  for (const Tensor* t : tensors) {
+    if (t->dtype() != DType::kF32) return true;
+  }
+  return false;
+}
+
+// Buffer `index` (of `count`, `floats` each) of pool slot `slot` in PieceBuffers' tensor; null
+// when there is none (every tensor f32, so none is needed).
+float* PieceBuffer(const Tensor& buffers, int slot, int count, int index, int64_t floats) {
+  if (!buffers.defined()) return nullptr;
+  return static_cast<float*>(buffers.raw()) + (slot * count + index) * floats;
+}
+
 }  // namespace
+
+Tensor CpuBackend::PieceBuffers(std::initializer_list<const Tensor*> tensors, int64_t floats) {
+  if (!AnyHalf(tensors)) return Tensor();  // every tensor is used in place
+  return Workspace(pool_.threads() * static_cast<int64_t>(tensors.size()) * floats);
+}
 
 void CpuBackend::EmbeddingForward(const Tensor& tokens, const Tensor& wte, const Tensor& wpe,
                                   Tensor& out) {
@@ -96,15 +125,21 @@ void CpuBackend::LayerNormForward(const Tensor& x, const Tensor& weight, const T
   CheckShape(out, x.shape(), "out");
   CheckNumel(mean, xm.rows, "mean");
   CheckNumel(rstd, xm.rows, "rstd");
+  // One row at a time: x and out through the slot's buffers; weight and bias staged whole.
+  const int64_t cols = xm.cols;
+  Tensor buffers = PieceBuffers({&x, &out}, cols);
   F32Staging staging(*allocator_, &pool_);
-  const float* px = staging.In(x);
   const float* pw = staging.In(weight);
   const float* pb = staging.In(bias);
-  float* pout = staging.Out(out);
   if (meta_) return;
-  cpu::LayerNormForward(px, pw, pb, pout, mean.data<float>(), rstd.data<float>(), xm.rows, xm.cols,
-                        &pool_);
-  staging.Commit();
+  float* pmean = mean.data<float>();
+  float* prstd = rstd.data<float>();
+  ParallelForWithSlot(xm.rows, &pool_, cols, [&](int64_t r, int slot) {
+    const float* px = LoadChunk(x, r * cols, cols, PieceBuffer(buffers, slot, 2, 0, cols));
+    float* po = ChunkTarget(out, r * cols, PieceBuffer(buffers, slot, 2, 1, cols));
+    cpu::LayerNormForward(px, pw, pb, po, pmean + r, prstd + r, 1, cols, nullptr);
+    StoreChunk(po, out, r * cols, cols);
+  });
 }
 
 void CpuBackend::LayerNormBackward(const Tensor& dout, const Tensor& x, const Tensor& weight,
@@ -128,17 +163,32 @@ void CpuBackend::LayerNormBackward(const Tensor& dout, const Tensor& x, const Te
   CheckNumel(dbias, xm.cols, "dbias");
   CheckNumel(mean, xm.rows, "mean");
   CheckNumel(rstd, xm.rows, "rstd");
-  Tensor scratch = Workspace(LayerNormBackwardScratch(xm.rows, xm.cols));
+  // One block of rows at a time: dout, x and dx through the slot's buffers; weight and the
+  // weight/bias gradients staged whole.
+  const int64_t cols = xm.cols;
+  const int64_t blocks = (xm.rows + kLayerNormRowBlock - 1) / kLayerNormRowBlock;
+  const int64_t block_floats = kLayerNormRowBlock * cols;
+  Tensor partials = Workspace(LayerNormBackwardScratch(xm.rows, cols));
+  Tensor buffers = PieceBuffers({&dout, &x, &dx}, block_floats);
   F32Staging staging(*allocator_, &pool_);
-  const float* pdout = staging.In(dout);
-  const float* px = staging.In(x);
   const float* pw = staging.In(weight);
-  float* pdx = staging.InOut(dx);
   float* pdw = staging.InOut(dweight);
   float* pdb = staging.InOut(dbias);
   if (meta_) return;
-  cpu::LayerNormBackward(pdout, px, pw, mean.data<float>(), rstd.data<float>(), pdx, pdw, pdb,
-                         scratch.data<float>(), xm.rows, xm.cols, &pool_);
+  const float* pmean = mean.data<float>();
+  const float* prstd = rstd.data<float>();
+  ParallelForWithSlot(blocks, &pool_, block_floats, [&](int64_t block, int slot) {
+    const int64_t r0 = block * kLayerNormRowBlock;
+    const int64_t begin = r0 * cols;
+    const int64_t n = std::min(xm.rows - r0, kLayerNormRowBlock) * cols;
+    const float* pdout = LoadChunk(dout, begin, n, PieceBuffer(buffers, slot, 3, 0, block_floats));
+    const float* px = LoadChunk(x, begin, n, PieceBuffer(buffers, slot, 3, 1, block_floats));
+    float* pdx = LoadChunkInOut(dx, begin, n, PieceBuffer(buffers, slot, 3, 2, block_floats));
+    LayerNormBackwardBlock(pdout, px, pw, pmean + r0, prstd + r0, pdx,
+                           partials.data<float>() + block * 2 * cols, n / cols, cols);
+    StoreChunk(pdx, dx, begin, n);
+  });
+  LayerNormBackwardReduce(partials.data<float>(), blocks, pdw, pdb, cols, &pool_);
   staging.Commit();
 }
 
@@ -146,12 +196,15 @@ void CpuBackend::GeluForward(const Tensor& x, Tensor& out) {
   CheckFloat(x, "x");
   CheckFloat(out, "out");
   CheckShape(out, x.shape(), "out");
-  F32Staging staging(*allocator_, &pool_);
-  const float* px = staging.In(x);
-  float* pout = staging.Out(out);
   if (meta_) return;
-  cpu::GeluForward(px, pout, x.numel(), &pool_);
-  staging.Commit();
+  ParallelChunks(x.numel(), kChunk, &pool_, [&](int64_t begin, int64_t end) {
+    float x_buffer[kChunk], out_buffer[kChunk];
+    const int64_t n = end - begin;
+    const float* px = LoadChunk(x, begin, n, x_buffer);
+    float* po = ChunkTarget(out, begin, out_buffer);
+    cpu::GeluForward(px, po, n, nullptr);
+    StoreChunk(po, out, begin, n);
+  });
 }
 
 void CpuBackend::GeluBackward(const Tensor& x, const Tensor& dout, Tensor& dx) {
@@ -160,13 +213,16 @@ void CpuBackend::GeluBackward(const Tensor& x, const Tensor& dout, Tensor& dx) {
   CheckFloat(dx, "dx");
   CheckShape(dout, x.shape(), "dout");
   CheckShape(dx, x.shape(), "dx");
-  F32Staging staging(*allocator_, &pool_);
-  const float* px = staging.In(x);
-  const float* pdout = staging.In(dout);
-  float* pdx = staging.InOut(dx);
   if (meta_) return;
-  cpu::GeluBackward(px, pdout, pdx, x.numel(), &pool_);
-  staging.Commit();
+  ParallelChunks(x.numel(), kChunk, &pool_, [&](int64_t begin, int64_t end) {
+    float x_buffer[kChunk], dout_buffer[kChunk], dx_buffer[kChunk];
+    const int64_t n = end - begin;
+    const float* px = LoadChunk(x, begin, n, x_buffer);
+    const float* pdout = LoadChunk(dout, begin, n, dout_buffer);
+    float* pdx = LoadChunkInOut(dx, begin, n, dx_buffer);
+    cpu::GeluBackward(px, pdout, pdx, n, nullptr);
+    StoreChunk(pdx, dx, begin, n);
+  });
 }
 
 void CpuBackend::AttentionForward(const Tensor& qkv, int num_heads, Tensor& out, Tensor& probs) {
@@ -251,11 +307,15 @@ void CpuBackend::CrossEntropyForward(const Tensor& logits, const Tensor& targets
   CheckNumel(loss, 1, "loss");
   CheckIdsBelow(targets, lm.cols, "targets");
   Tensor row_losses = Workspace(lm.rows);
-  F32Staging staging(*allocator_, &pool_);
-  const float* plogits = staging.In(logits);
+  Tensor buffers = PieceBuffers({&logits}, lm.cols);  // one row at a time
   if (meta_) return;
-  cpu::CrossEntropyRowLosses(plogits, targets.data<int32_t>(), row_losses.data<float>(), lm.rows,
-                             lm.cols, &pool_);
+  const int32_t* ptargets = targets.data<int32_t>();
+  float* plosses = row_losses.data<float>();
+  ParallelForWithSlot(lm.rows, &pool_, lm.cols, [&](int64_t r, int slot) {
+    const float* prow =
+        LoadChunk(logits, r * lm.cols, lm.cols, PieceBuffer(buffers, slot, 1, 0, lm.cols));
+    cpu::CrossEntropyRowLosses(prow, ptargets + r, plosses + r, 1, lm.cols, nullptr);
+  });
   double sum = 0.0;  // in row order
   const float* p = row_losses.data<float>();
   for (int64_t r = 0; r < lm.rows; ++r) sum += p[r];
@@ -272,14 +332,20 @@ void CpuBackend::CrossEntropyBackward(const Tensor& logits, const Tensor& target
   CheckNumel(targets, lm.rows, "targets");
   CheckShape(dlogits, logits.shape(), "dlogits");
   CheckIdsBelow(targets, lm.cols, "targets");
-  F32Staging staging(*allocator_, &pool_);
-  const float* plogits = staging.In(logits);
-  float* pdlogits = staging.Out(dlogits);  // may be plogits: the kernel works in place
+  // One row at a time. dlogits may be logits: the kernel works in place, and each row is read
+  // (into its own buffer when 16-bit) before it is written.
+  Tensor buffers = PieceBuffers({&logits, &dlogits}, lm.cols);
   if (meta_) return;
   const float factor = grad_scale / static_cast<float>(lm.rows);
-  cpu::CrossEntropyBackward(plogits, targets.data<int32_t>(), factor, pdlogits, lm.rows, lm.cols,
-                            &pool_);
-  staging.Commit();
+  const int32_t* ptargets = targets.data<int32_t>();
+  ParallelForWithSlot(lm.rows, &pool_, lm.cols, [&](int64_t r, int slot) {
+    const int64_t begin = r * lm.cols;
+    const float* prow =
+        LoadChunk(logits, begin, lm.cols, PieceBuffer(buffers, slot, 2, 0, lm.cols));
+    float* pout = ChunkTarget(dlogits, begin, PieceBuffer(buffers, slot, 2, 1, lm.cols));
+    cpu::CrossEntropyBackward(prow, ptargets + r, factor, pout, 1, lm.cols, nullptr);
+    StoreChunk(pout, dlogits, begin, lm.cols);
+  });
 }
 
 }  // namespace baton::cpu

@@ -17,6 +17,27 @@ void ConvertFloatsParallel(const void* src, DType src_dtype, void* dst, DType ds
   });
 }
 
+const float* LoadChunk(const Tensor& t, int64_t offset, int64_t n, float* buffer) {
+  if (t.dtype() == DType::kF32) return static_cast<const float*>(t.raw()) + offset;
+  ConvertFloats(static_cast<const char*>(t.raw()) + offset * 2 /* 16-bit */, t.dtype(), buffer,
+                DType::kF32, static_cast<size_t>(n));
+  return buffer;
+}
+
+float* ChunkTarget(Tensor& t, int64_t offset, float* buffer) {
+  return t.dtype() == DType::kF32 ? static_cast<float*>(t.raw()) + offset : buffer;
+}
+
+float* LoadChunkInOut(Tensor& t, int64_t offset, int64_t n, float* buffer) {
+  return const_cast<float*>(LoadChunk(t, offset, n, buffer));  // t's own memory, or buffer
+}
+
+void StoreChunk(const float* values, Tensor& t, int64_t offset, int64_t n) {
+  if (t.dtype() == DType::kF32) return;  // computed in place
+  ConvertFloats(values, DType::kF32, static_cast<char*>(t.raw()) + offset * 2, t.dtype(),
+                static_cast<size_t>(n));
+}
+
 float* F32Staging::Stage(const Tensor& t, bool load, bool write) {
   if (!t.defined()) return nullptr;
   BATON_CHECK(IsFloating(t.dtype()), "expected a float tensor, got {}", t.ToString());

@@ -46,6 +46,19 @@ class F32Staging {
   std::vector<Entry> entries_;  // a handful per call
 };
 
+// Staging a piece at a time, for kernels that work on independent pieces (chunks of elements,
+// rows, blocks of rows) and convert each into a small f32 buffer of the running thread instead
+// of the whole tensor (F32Staging). t must be contiguous; offsets and counts are in elements.
+//
+// n f32 values of t from `offset`: t's own memory when it is f32, else converted into `buffer`.
+const float* LoadChunk(const Tensor& t, int64_t offset, int64_t n, float* buffer);
+// Where to compute a piece of t: t's memory when f32, else `buffer` (then StoreChunk).
+float* ChunkTarget(Tensor& t, int64_t offset, float* buffer);
+// As LoadChunk for a piece that is read and written (then StoreChunk).
+float* LoadChunkInOut(Tensor& t, int64_t offset, int64_t n, float* buffer);
+// Converts a computed piece back into t (nothing when t is f32: it was computed in place).
+void StoreChunk(const float* values, Tensor& t, int64_t offset, int64_t n);
+
 // Converts n floats between dtypes in fixed-size chunks on `pool` (null: serially).
 void ConvertFloatsParallel(const void* src, DType src_dtype, void* dst, DType dst_dtype, int64_t n,
                            ThreadPool* pool);

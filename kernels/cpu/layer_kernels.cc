@@ -14,9 +14,6 @@ namespace {
 
 // Columns per chunk in cross-row sums: a chunk's running sums stay in registers/L1.
 constexpr int64_t kColumnChunk = 64;
-// Rows per block of LayerNorm backward's partial weight/bias sums (fixed, so results don't
-// depend on the thread count).
-constexpr int64_t kLayerNormRowBlock = 32;
 constexpr float kLayerNormEps = 1e-5f;
 
 // Runs body(c0, c1) over column chunks of [0, cols) in parallel; each chunk touches `rows` rows.
@@ -173,22 +170,20 @@ int64_t LayerNormBackwardScratch(int64_t rows, int64_t cols) {
   return blocks * 2 * cols;
 }
 
-void LayerNormBackward(const float* dout, const float* x, const float* weight, const float* mean,
-                       const float* rstd, float* dx, float* dweight, float* dbias, float* scratch,
-                       int64_t rows, int64_t cols, ThreadPool* pool) {
-  const int64_t blocks = (rows + kLayerNormRowBlock - 1) / kLayerNormRowBlock;
-  // Pass 1, per block of rows: dx for each row, and the block's partial dweight and dbias.
-  ParallelFor(blocks, pool, kLayerNormRowBlock * cols, [&](int64_t block) {
-    float* partial_dweight = scratch + block * 2 * cols;
-    float* partial_dbias = partial_dweight + cols;
-    std::fill(partial_dweight, partial_dweight + 2 * cols, 0.0f);
-    const int64_t end = std::min(rows, (block + 1) * kLayerNormRowBlock);
-    for (int64_t r = block * kLayerNormRowBlock; r < end; ++r) {
-      LayerNormBackwardRow(dout + r * cols, x + r * cols, weight, mean[r], rstd[r], dx + r * cols,
-                           partial_dweight, partial_dbias, cols);
-    }
-  });
-  // Pass 2, per column: the blocks' partials in block order.
+void LayerNormBackwardBlock(const float* dout, const float* x, const float* weight,
+                            const float* mean, const float* rstd, float* dx, float* partials,
+                            int64_t rows, int64_t cols) {
+  float* partial_dweight = partials;
+  float* partial_dbias = partials + cols;
+  std::fill(partials, partials + 2 * cols, 0.0f);
+  for (int64_t r = 0; r < rows; ++r) {
+    LayerNormBackwardRow(dout + r * cols, x + r * cols, weight, mean[r], rstd[r], dx + r * cols,
+                         partial_dweight, partial_dbias, cols);
+  }
+}
+
+void LayerNormBackwardReduce(const float* scratch, int64_t blocks, float* dweight, float* dbias,
+                             int64_t cols, ThreadPool* pool) {
   ForColumnChunks(blocks * 2, cols, pool, [&](int64_t c0, int64_t c1) {
     for (int64_t c = c0; c < c1; ++c) {
       float sum_dweight = 0.0f;

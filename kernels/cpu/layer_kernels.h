@@ -28,11 +28,20 @@ void EmbeddingBackward(const int32_t* tokens, const float* dout, float* dwte, fl
 
 void LayerNormForward(const float* x, const float* weight, const float* bias, float* out,
                       float* mean, float* rstd, int64_t rows, int64_t cols, ThreadPool* pool);
-// Floats of scratch LayerNormBackward needs for its per-block partial weight/bias gradients.
+// LayerNorm backward runs in blocks of this many rows: each block's partial weight/bias
+// gradients, then their sums in block order (fixed, so results don't depend on the threads).
+inline constexpr int64_t kLayerNormRowBlock = 32;
+// Floats of scratch for the blocks' partial weight/bias gradients (2 * cols per block).
 int64_t LayerNormBackwardScratch(int64_t rows, int64_t cols);
-void LayerNormBackward(const float* dout, const float* x, const float* weight, const float* mean,
-                       const float* rstd, float* dx, float* dweight, float* dbias, float* scratch,
-                       int64_t rows, int64_t cols, ThreadPool* pool);
+// The two passes, the first run by the caller block by block (in parallel), then the second.
+// Block: dx of its rows (pointers at the block's first row; at most kLayerNormRowBlock rows)
+// accumulated, and its partials written to `partials` (its 2 * cols floats of the scratch).
+// Reduce: the `blocks` partials of `scratch` summed in block order, added to dweight and dbias.
+void LayerNormBackwardBlock(const float* dout, const float* x, const float* weight,
+                            const float* mean, const float* rstd, float* dx, float* partials,
+                            int64_t rows, int64_t cols);
+void LayerNormBackwardReduce(const float* scratch, int64_t blocks, float* dweight, float* dbias,
+                             int64_t cols, ThreadPool* pool);
 
 void GeluForward(const float* x, float* out, int64_t n, ThreadPool* pool);
 void GeluBackward(const float* x, const float* dout, float* dx, int64_t n, ThreadPool* pool);
