@@ -187,6 +187,33 @@ TEST_P(HalfPrecisionTest, RowKernelsAreTheF32KernelRoundedOnce) {
   }
 }
 
+// A 16-bit Matmul converts the operand that varies across Sgemm's blocks, and out, one block at
+// a time; each block is the f32 call Sgemm makes, so for every transpose, c cut by rows or by
+// columns (3 blocks, the last one short), bias and accumulation, and mixed dtypes, the result is
+// the f32 Matmul's on the same values, rounded once.
+TEST_P(HalfPrecisionTest, MatmulByBlocksIsTheF32MatmulRoundedOnce) {
+  for (const bool tall : {true, false}) {
+    const int64_t m = tall ? 300 : 24, n = tall ? 24 : 300, k = 40;
+    for (const bool trans_a : {false, true}) {
+      for (const bool trans_b : {false, true}) {
+        for (const DType b_dtype : {half(), DType::kF32}) {
+          auto [a16, a32] = Input(trans_a ? Shape{k, m} : Shape{m, k});
+          Tensor b32 = Random(trans_b ? Shape{n, k} : Shape{k, n}, 1.0f, half());
+          b32 = As(b32, DType::kF32);  // values a 16-bit b can hold
+          Tensor b = As(b32, b_dtype);
+          auto [bias16, bias32] = Input({n});
+          auto [out16, out32] = Input({m, n});
+          backend().Matmul(a16, trans_a, b, trans_b, out16, /*accumulate=*/true, &bias16);
+          backend().Matmul(a32, trans_a, b32, trans_b, out32, /*accumulate=*/true, &bias32);
+          EXPECT_EQ(Floats(out16), Floats(As(out32, half())))
+              << "m " << m << " n " << n << " trans_a " << trans_a << " trans_b " << trans_b
+              << " b " << Name(b_dtype);
+        }
+      }
+    }
+  }
+}
+
 TEST_P(HalfPrecisionTest, ElementwiseOpsAndReductions) {
   auto [a16, a32] = Input({5000});
   auto [b16, b32] = Input({5000});

@@ -28,7 +28,21 @@ TEST_F(LedgerTest, SixteenBitMatmulStagesExactlyItsOperandsAsF32Workspace) {
   Tensor b = Random({20, 10}, 1.0f, DType::kF16);
   Tensor out = Zeros({30, 10}, DType::kBF16);
   const int64_t peak = WorkspacePeakOf([&] { backend().Matmul(a, false, b, false, out, true); });
-  EXPECT_EQ(peak, 4 * (30 * 20 + 20 * 10 + 30 * 10));
+  EXPECT_EQ(peak, 4 * (30 * 20 + 20 * 10 + 30 * 10));  // one block of c: each operand once
+}
+
+// A 16-bit Matmul cut into blocks stages the operand all blocks share whole, and the other
+// operand and out one block per thread: no f32 copy of either. Here c (1000, 24) is cut into 8
+// blocks of 128 rows (kernels/cpu/gemm.h); 2 threads.
+TEST_F(LedgerTest, SixteenBitMatmulStagesTheOtherOperandAndOutABlockPerThread) {
+  Tensor a = Random({1000, 40}, 1.0f, DType::kBF16);
+  Tensor b = Random({24, 40}, 1.0f, DType::kBF16);
+  Tensor out = Zeros({1000, 24}, DType::kBF16);
+  const int64_t peak = WorkspacePeakOf([&] { backend().Matmul(a, false, b, true, out, false); });
+  EXPECT_EQ(peak, 4 * (24 * 40 + 2 * 128 * (40 + 24)));
+  Tensor wide = Zeros({24, 1000}, DType::kBF16);  // cut by columns: a shared, b's columns
+  EXPECT_EQ(WorkspacePeakOf([&] { backend().Matmul(b, false, a, true, wide, false); }),
+            4 * (24 * 40 + 2 * 128 * (40 + 24)));
 }
 
 TEST_F(LedgerTest, KernelsWithScratchReleaseItBeforeReturning) {

@@ -37,6 +37,44 @@ namespace {
 // block sums do not depend on the thread count); 16-bit chunks are converted on the stack.
 constexpr int64_t kChunk = 4096;
 
+// A row-major f32 matrix: element (r, c) at data[r * ld + c].
+struct MatrixView {
+  float* data = nullptr;
+  int64_t ld = 0;
+};
+
+// Rows [row0, row0 + rows) and columns [col0, col0 + cols) of t, a row-major matrix with ld
+// columns: t's own memory when it is f32, else converted into `buffer` (ld = cols).
+MatrixView LoadSubMatrix(const Tensor& t, int64_t ld, int64_t row0, int64_t rows, int64_t col0,
+                         int64_t cols, float* buffer) {
+  if (t.dtype() == DType::kF32) {
+    return {const_cast<float*>(static_cast<const float*>(t.raw())) + row0 * ld + col0, ld};
+  }
+  for (int64_t r = 0; r < rows; ++r) {
+    ConvertFloats(static_cast<const char*>(t.raw()) + ((row0 + r) * ld + col0) * 2, t.dtype(),
+                  buffer + r * cols, DType::kF32, static_cast<size_t>(cols));
+  }
+  return {buffer, cols};
+}
+
+// Where to compute that part of t: t's memory when f32, else `buffer` (then StoreSubMatrix).
+MatrixView SubMatrixTarget(const Tensor& t, int64_t ld, int64_t row0, int64_t col0, int64_t cols,
+                           float* buffer) {
+  if (t.dtype() == DType::kF32) return {static_cast<float*>(t.raw()) + row0 * ld + col0, ld};
+  return {buffer, cols};
+}
+
+// Converts a computed part back into t (nothing when t is f32: it was computed in place).
+void StoreSubMatrix(const MatrixView& values, Tensor& t, int64_t ld, int64_t row0, int64_t rows,
+                    int64_t col0, int64_t cols) {
+  if (t.dtype() == DType::kF32) return;
+  for (int64_t r = 0; r < rows; ++r) {
+    ConvertFloats(values.data + r * values.ld, DType::kF32,
+                  static_cast<char*>(t.raw()) + ((row0 + r) * ld + col0) * 2, t.dtype(),
+                  static_cast<size_t>(cols));
+  }
+}
+
 void CheckSameShape(const Tensor& a, const Tensor& b, const char* name_a, const char* name_b) {
   BATON_CHECK(a.shape() == b.shape(), "{} {} and {} {} differ in shape", name_a, a.ToString(),
               name_b, b.ToString());
@@ -167,6 +205,12 @@ void CpuBackend::Matmul(const Tensor& a, bool trans_a, const Tensor& b, bool tra
              out.dtype(), n, &pool_);
     return;
   }
+  const bool any_half =
+      a.dtype() != DType::kF32 || b.dtype() != DType::kF32 || out.dtype() != DType::kF32;
+  if (any_half && m > 0 && n > 0 && k > 0) {
+    MatmulByBlocks(a, trans_a, b, trans_b, out, accumulate, bias, m, n, k);
+    return;
+  }
   F32Staging staging(*allocator_, &pool_);
   const float* pa = staging.In(a);
   const float* pb = staging.In(b);
@@ -180,6 +224,64 @@ void CpuBackend::Matmul(const Tensor& a, bool trans_a, const Tensor& b, bool tra
   }
   Sgemm(trans_a, trans_b, m, n, k, 1.0f, pa, am.cols, pb, bm.cols, beta, po, n, &pool_);
   staging.Commit();
+}
+
+void CpuBackend::MatmulByBlocks(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b,
+                                Tensor& out, bool accumulate, const Tensor* bias, int64_t m,
+                                int64_t n, int64_t k) {
+  // Sgemm's blocks of c: rows [begin, begin + size) of c and of op(a), with all of op(b); or
+  // columns of c and of op(b), with all of op(a).
+  const GemmBlocking g = BlockingOf(m, n);
+  const Tensor& varying = g.split_rows ? a : b;
+  const int64_t c_cross = g.split_rows ? n : m;                   // c's other side
+  const int64_t block = std::min(g.block, g.split_rows ? m : n);  // one short block: its size
+  const int64_t varying_floats = varying.dtype() == DType::kF32 ? 0 : block * k;
+  const int64_t c_floats = out.dtype() == DType::kF32 ? 0 : block * c_cross;
+  const int64_t slot_floats = varying_floats + c_floats;
+  const int64_t slots = g.blocks == 1 ? 1 : pool_.threads();  // a single block runs inline
+  Tensor buffers = slot_floats > 0 ? Workspace(slots * slot_floats) : Tensor();
+  F32Staging staging(*allocator_, &pool_);
+  const float* shared = staging.In(g.split_rows ? b : a);  // weights, mostly: small
+  const float* pbias = bias != nullptr ? staging.In(*bias) : nullptr;
+  if (meta_) return;
+  const float beta = accumulate || pbias != nullptr ? 1.0f : 0.0f;
+  ParallelForWithSlot(g.blocks, &pool_, g.block * c_cross * k, [&](int64_t index, int slot) {
+    const int64_t begin = index * g.block;
+    const int64_t size = std::min(g.block, (g.split_rows ? m : n) - begin);
+    float* varying_buffer =
+        varying_floats > 0 ? buffers.data<float>() + slot * slot_floats : nullptr;
+    float* c_buffer =
+        c_floats > 0 ? buffers.data<float>() + slot * slot_floats + varying_floats : nullptr;
+    // The block of the varying operand, as stored: op(a)'s rows are a's rows, or its columns
+    // when transposed; op(b)'s columns are b's columns, or its rows when transposed.
+    MatrixView part;
+    if (g.split_rows) {
+      part = trans_a ? LoadSubMatrix(a, m, 0, k, begin, size, varying_buffer)
+                     : LoadSubMatrix(a, k, begin, size, 0, k, varying_buffer);
+    } else {
+      part = trans_b ? LoadSubMatrix(b, k, begin, size, 0, k, varying_buffer)
+                     : LoadSubMatrix(b, n, 0, k, begin, size, varying_buffer);
+    }
+    const int64_t row0 = g.split_rows ? begin : 0, rows = g.split_rows ? size : m;
+    const int64_t col0 = g.split_rows ? 0 : begin, cols = g.split_rows ? n : size;
+    const MatrixView c = accumulate ? LoadSubMatrix(out, n, row0, rows, col0, cols, c_buffer)
+                                    : SubMatrixTarget(out, n, row0, col0, cols, c_buffer);
+    if (pbias != nullptr) {
+      for (int64_t r = 0; r < rows; ++r) {
+        float* row = c.data + r * c.ld;
+        for (int64_t j = 0; j < cols; ++j)
+          row[j] = accumulate ? row[j] + pbias[col0 + j] : pbias[col0 + j];
+      }
+    }
+    if (g.split_rows) {
+      SgemmBlock(trans_a, trans_b, size, n, k, 1.0f, part.data, part.ld, shared, trans_b ? k : n,
+                 beta, c.data, c.ld);
+    } else {
+      SgemmBlock(trans_a, trans_b, m, size, k, 1.0f, shared, trans_a ? m : k, part.data, part.ld,
+                 beta, c.data, c.ld);
+    }
+    StoreSubMatrix(c, out, n, row0, rows, col0, cols);
+  });
 }
 
 void CpuBackend::BiasBackward(const Tensor& dout, Tensor& dbias) {

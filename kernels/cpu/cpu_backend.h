@@ -82,6 +82,12 @@ class CpuBackend final : public Backend {
  private:
   // Uninitialised f32 scratch of `floats` elements, booked as workspace.
   Tensor Workspace(int64_t floats);
+  // Matmul with a 16-bit operand or out, m, n, k > 0, on a CPU that multiplies f32 only: the
+  // operand every block of Sgemm shares (op(b) when c is cut by rows, op(a) by columns) and the
+  // bias are staged whole; the other operand and out are converted block by block in per-thread
+  // buffers, so neither has an f32 copy. Each block is the call Sgemm makes (gemm.h).
+  void MatmulByBlocks(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, Tensor& out,
+                      bool accumulate, const Tensor* bias, int64_t m, int64_t n, int64_t k);
   // Per-thread buffers for a row kernel that converts its 16-bit tensors one piece at a time:
   // `floats` per tensor per pool thread, as workspace. Undefined when every tensor is f32.
   Tensor PieceBuffers(std::initializer_list<const Tensor*> tensors, int64_t floats);

@@ -192,12 +192,11 @@ void BlockedGemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, fl
     ScaleOnly(m, n, beta, c, c_dtype, ldc);
     return;
   }
-  // Split the longer side of c: each call packs the operand along the other side again.
-  const bool split_rows = m >= n;
+  const GemmBlocking blocking = BlockingOf(m, n);
+  const bool split_rows = blocking.split_rows;
+  const int64_t block = blocking.block;
+  const int64_t blocks = blocking.blocks;
   const int64_t extent = split_rows ? m : n;
-  const int64_t per_block = (extent + kGemmMaxBlocks - 1) / kGemmMaxBlocks;
-  const int64_t block = std::max(kGemmMinBlock, (per_block + 15) / 16 * 16);
-  const int64_t blocks = (extent + block - 1) / block;
   const auto problem = [&](int64_t size) {
     Problem p{trans_a, trans_b, m, n, k, lda, ldb, ldc, alpha, beta, ab, c_dtype};
     (split_rows ? p.m : p.n) = size;
@@ -237,6 +236,32 @@ void BlockedGemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, fl
 }
 
 }  // namespace
+
+GemmBlocking BlockingOf(int64_t m, int64_t n) {
+  // Split the longer side of c: each call packs the operand along the other side again.
+  GemmBlocking g;
+  g.split_rows = m >= n;
+  const int64_t extent = g.split_rows ? m : n;
+  const int64_t per_block = (extent + kGemmMaxBlocks - 1) / kGemmMaxBlocks;
+  g.block = std::max(kGemmMinBlock, (per_block + 15) / 16 * 16);
+  g.blocks = (extent + g.block - 1) / g.block;
+  return g;
+}
+
+void SgemmBlock(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
+                int64_t ldc) {
+  BATON_CHECK(m > 0 && n > 0 && k > 0, "SgemmBlock of ({} x {} x {})", m, n, k);
+  const Problem p{trans_a, trans_b, m, n, k, lda, ldb, ldc, alpha, beta};
+  if (GemmEngineInUse() == GemmEngine::kOpenBlas) {
+    BATON_CHECK(m <= INT_MAX && n <= INT_MAX && k <= INT_MAX && lda <= INT_MAX && ldb <= INT_MAX &&
+                    ldc <= INT_MAX,
+                "GEMM ({} x {} x {}) exceeds BLAS's 32-bit sizes", m, n, k);
+    OpenBlasCall(p, a, b, c);
+  } else {
+    Execute(Prepare(p), a, b, c);
+  }
+}
 
 const char* Name(GemmEngine engine) {
   return engine == GemmEngine::kOneDnn ? "onednn" : "openblas";

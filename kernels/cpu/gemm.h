@@ -56,6 +56,22 @@ void Sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float al
            int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc,
            ThreadPool* pool = nullptr);
 
+// How Sgemm cuts an (m, n) c: along its rows when m >= n, else its columns; `blocks` blocks of
+// `block` (the last one shorter). Depends on the shape only.
+struct GemmBlocking {
+  bool split_rows = true;
+  int64_t block = 0;
+  int64_t blocks = 0;
+};
+GemmBlocking BlockingOf(int64_t m, int64_t n);
+
+// One block of Sgemm: a single library call on the calling thread, not cut further. Callers that
+// stage operands block by block (CpuBackend's 16-bit Matmul) run the blocks of BlockingOf through
+// it, so each call is the one Sgemm would make. k must be positive.
+void SgemmBlock(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
+                int64_t ldc);
+
 // As Sgemm for 16-bit operands: a and b bf16, products accumulated in f32, c f32 or bf16 (with
 // beta != 0, a bf16 c is read back as bf16). Only where Bf16GemmSupported(); callers stage the
 // operands to f32 elsewhere.
