@@ -84,7 +84,7 @@ void Bf16Gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float
 // once per process from the CPU alone.
 bool Bf16GemmSupported();
 
-// The oneDNN library loaded at run time, e.g. "2.6.3" (Debian 12's libdnnl-dev).
+// The oneDNN library loaded at run time, e.g. "2.6.3" (Debian 12) or "3.1.1" (Ubuntu 24.04).
 std::string OneDnnVersion();
 
 // What a GEMM does besides its shape and dtype.
