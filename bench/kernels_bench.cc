@@ -47,12 +47,9 @@ void SetCounters(benchmark::State& state, double flops, double bytes) {
       benchmark::Counter(bytes / 1e9, benchmark::Counter::kIsIterationInvariantRate);
 }
 
-// The GEMM engine and oneDNN's implementations, in the header above the figures.
+// The GEMM engines, in the header above the figures.
 const bool kGemmContext = [] {
-  benchmark::AddCustomContext("gemm_engine", cpu::Name(cpu::GemmEngineInUse()));
-  benchmark::AddCustomContext(
-      "onednn", cpu::OneDnnVersion() + " (f32 " + cpu::GemmImplementation(256, 256, 256) +
-                    ", bf16 " + cpu::GemmImplementation(256, 256, 256, DType::kBF16) + ")");
+  benchmark::AddCustomContext("cpu_gemms", cpu::GemmEnginesSummary());
   return true;
 }();
 

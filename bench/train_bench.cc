@@ -192,11 +192,7 @@ json ToJson(const RunResult& r) {
 
 int Main(const Options& options) {
   std::cout << "train_bench: single-process training, no recompute (" << LoadAverage() << ")\n";
-  std::cout << fmt::format(
-      "CPU GEMMs: {} for f32 (oneDNN {}: f32 {}, bf16 {}); bf16 operands {}\n",
-      cpu::Name(cpu::GemmEngineInUse()), cpu::OneDnnVersion(),
-      cpu::GemmImplementation(256, 256, 256), cpu::GemmImplementation(256, 256, 256, DType::kBF16),
-      cpu::Bf16GemmSupported() ? "multiplied by oneDNN in bf16" : "staged to f32");
+  std::cout << "CPU GEMMs: " << cpu::GemmEnginesSummary() << "\n";
   std::vector<RunResult> runs;
   for (const std::string& model : options.models) {
     for (const std::string& dtype : options.dtypes) {

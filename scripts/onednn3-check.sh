@@ -2,8 +2,8 @@
 # Builds and runs the kernel tests against oneDNN 3.x, the API that Ubuntu 24.04 (the Docker
 # image's base) ships (libdnnl-dev 3.1.1), on a Debian 12 machine whose own libdnnl-dev is 2.6.
 # oneDNN comes from Intel's PyPI wheels (headers and library), downloaded once into the cache
-# folder; nothing is installed. Both GEMM engines run every kernel test, including the check that no f32 GEMM form
-# falls to oneDNN's reference loop. Not part of CI (it downloads).
+# folder; nothing is installed. Both GEMM engines run every kernel test, including the check that
+# no f32 GEMM form falls to oneDNN's reference loop. Not part of CI (it downloads).
 #
 #   scripts/onednn3-check.sh [BUILD_DIR]     (default: build-onednn3)
 #

@@ -33,48 +33,6 @@ std::unique_ptr<Backend> MakeCpuMetaBackend(MemoryLedger& ledger, int num_thread
 namespace cpu {
 namespace {
 
-// Elementwise ops and reductions walk tensors in chunks of this many elements (fixed, so that
-// block sums do not depend on the thread count); 16-bit chunks are converted on the stack.
-constexpr int64_t kChunk = 4096;
-
-// A row-major f32 matrix: element (r, c) at data[r * ld + c].
-struct MatrixView {
-  float* data = nullptr;
-  int64_t ld = 0;
-};
-
-// Rows [row0, row0 + rows) and columns [col0, col0 + cols) of t, a row-major matrix with ld
-// columns: t's own memory when it is f32, else converted into `buffer` (ld = cols).
-MatrixView LoadSubMatrix(const Tensor& t, int64_t ld, int64_t row0, int64_t rows, int64_t col0,
-                         int64_t cols, float* buffer) {
-  if (t.dtype() == DType::kF32) {
-    return {const_cast<float*>(static_cast<const float*>(t.raw())) + row0 * ld + col0, ld};
-  }
-  for (int64_t r = 0; r < rows; ++r) {
-    ConvertFloats(static_cast<const char*>(t.raw()) + ((row0 + r) * ld + col0) * 2, t.dtype(),
-                  buffer + r * cols, DType::kF32, static_cast<size_t>(cols));
-  }
-  return {buffer, cols};
-}
-
-// Where to compute that part of t: t's memory when f32, else `buffer` (then StoreSubMatrix).
-MatrixView SubMatrixTarget(const Tensor& t, int64_t ld, int64_t row0, int64_t col0, int64_t cols,
-                           float* buffer) {
-  if (t.dtype() == DType::kF32) return {static_cast<float*>(t.raw()) + row0 * ld + col0, ld};
-  return {buffer, cols};
-}
-
-// Converts a computed part back into t (nothing when t is f32: it was computed in place).
-void StoreSubMatrix(const MatrixView& values, Tensor& t, int64_t ld, int64_t row0, int64_t rows,
-                    int64_t col0, int64_t cols) {
-  if (t.dtype() == DType::kF32) return;
-  for (int64_t r = 0; r < rows; ++r) {
-    ConvertFloats(values.data + r * values.ld, DType::kF32,
-                  static_cast<char*>(t.raw()) + ((row0 + r) * ld + col0) * 2, t.dtype(),
-                  static_cast<size_t>(cols));
-  }
-}
-
 void CheckSameShape(const Tensor& a, const Tensor& b, const char* name_a, const char* name_b) {
   BATON_CHECK(a.shape() == b.shape(), "{} {} and {} {} differ in shape", name_a, a.ToString(),
               name_b, b.ToString());
@@ -241,9 +199,10 @@ void CpuBackend::MatmulByBlocks(const Tensor& a, bool trans_a, const Tensor& b, 
   const int64_t slots = g.blocks == 1 ? 1 : pool_.threads();  // a single block runs inline
   Tensor buffers = slot_floats > 0 ? Workspace(slots * slot_floats) : Tensor();
   F32Staging staging(*allocator_, &pool_);
-  const float* shared = staging.In(g.split_rows ? b : a);  // weights, mostly: small
+  const float* shared = staging.In(g.split_rows ? b : a);  // mostly a weight
   const float* pbias = bias != nullptr ? staging.In(*bias) : nullptr;
   if (meta_) return;
+  CheckGemmSizes(m, n, k);  // before the parallel loop: its tasks must not throw
   const float beta = accumulate || pbias != nullptr ? 1.0f : 0.0f;
   ParallelForWithSlot(g.blocks, &pool_, g.block * c_cross * k, [&](int64_t index, int slot) {
     const int64_t begin = index * g.block;
@@ -268,9 +227,7 @@ void CpuBackend::MatmulByBlocks(const Tensor& a, bool trans_a, const Tensor& b, 
                                     : SubMatrixTarget(out, n, row0, col0, cols, c_buffer);
     if (pbias != nullptr) {
       for (int64_t r = 0; r < rows; ++r) {
-        float* row = c.data + r * c.ld;
-        for (int64_t j = 0; j < cols; ++j)
-          row[j] = accumulate ? row[j] + pbias[col0 + j] : pbias[col0 + j];
+        BroadcastRows(pbias + col0, c.data + r * c.ld, 1, cols, accumulate, nullptr);
       }
     }
     if (g.split_rows) {

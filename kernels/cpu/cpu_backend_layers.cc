@@ -36,9 +36,6 @@ AttentionShape CheckAttention(const Tensor& qkv, int num_heads) {
   return shape;
 }
 
-// Elements per piece of the elementwise row kernels (GELU): buffers on the stack.
-constexpr int64_t kChunk = 4096;
-
 bool AnyHalf(std::initializer_list<const Tensor*> tensors) {
   for (const Tensor* t : tensors) {
     if (t->dtype() != DType::kF32) return true;

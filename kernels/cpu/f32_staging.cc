@@ -17,25 +17,49 @@ void ConvertFloatsParallel(const void* src, DType src_dtype, void* dst, DType ds
   });
 }
 
+MatrixView LoadSubMatrix(const Tensor& t, int64_t ld, int64_t row0, int64_t rows, int64_t col0,
+                         int64_t cols, float* buffer) {
+  if (t.dtype() == DType::kF32) {
+    return {const_cast<float*>(static_cast<const float*>(t.raw())) + row0 * ld + col0, ld};
+  }
+  for (int64_t r = 0; r < rows; ++r) {
+    ConvertFloats(static_cast<const char*>(t.raw()) + ((row0 + r) * ld + col0) * 2 /* 16-bit */,
+                  t.dtype(), buffer + r * cols, DType::kF32, static_cast<size_t>(cols));
+  }
+  return {buffer, cols};
+}
+
+MatrixView SubMatrixTarget(const Tensor& t, int64_t ld, int64_t row0, int64_t col0, int64_t cols,
+                           float* buffer) {
+  if (t.dtype() == DType::kF32) return {static_cast<float*>(t.raw()) + row0 * ld + col0, ld};
+  return {buffer, cols};
+}
+
+void StoreSubMatrix(const MatrixView& values, Tensor& t, int64_t ld, int64_t row0, int64_t rows,
+                    int64_t col0, int64_t cols) {
+  if (t.dtype() == DType::kF32) return;  // computed in place
+  for (int64_t r = 0; r < rows; ++r) {
+    ConvertFloats(values.data + r * values.ld, DType::kF32,
+                  static_cast<char*>(t.raw()) + ((row0 + r) * ld + col0) * 2, t.dtype(),
+                  static_cast<size_t>(cols));
+  }
+}
+
+// A chunk is row 0, columns [offset, offset + n), of t read as one row.
 const float* LoadChunk(const Tensor& t, int64_t offset, int64_t n, float* buffer) {
-  if (t.dtype() == DType::kF32) return static_cast<const float*>(t.raw()) + offset;
-  ConvertFloats(static_cast<const char*>(t.raw()) + offset * 2 /* 16-bit */, t.dtype(), buffer,
-                DType::kF32, static_cast<size_t>(n));
-  return buffer;
+  return LoadSubMatrix(t, 0, 0, 1, offset, n, buffer).data;
 }
 
 float* ChunkTarget(Tensor& t, int64_t offset, float* buffer) {
-  return t.dtype() == DType::kF32 ? static_cast<float*>(t.raw()) + offset : buffer;
+  return SubMatrixTarget(t, 0, 0, offset, 0, buffer).data;
 }
 
 float* LoadChunkInOut(Tensor& t, int64_t offset, int64_t n, float* buffer) {
-  return const_cast<float*>(LoadChunk(t, offset, n, buffer));  // t's own memory, or buffer
+  return LoadSubMatrix(t, 0, 0, 1, offset, n, buffer).data;
 }
 
 void StoreChunk(const float* values, Tensor& t, int64_t offset, int64_t n) {
-  if (t.dtype() == DType::kF32) return;  // computed in place
-  ConvertFloats(values, DType::kF32, static_cast<char*>(t.raw()) + offset * 2, t.dtype(),
-                static_cast<size_t>(n));
+  StoreSubMatrix({const_cast<float*>(values), n}, t, 0, 0, 1, offset, n);
 }
 
 float* F32Staging::Stage(const Tensor& t, bool load, bool write) {

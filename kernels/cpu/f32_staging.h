@@ -47,16 +47,36 @@ class F32Staging {
 };
 
 // Staging a piece at a time, for kernels that work on independent pieces (chunks of elements,
-// rows, blocks of rows) and convert each into a small f32 buffer of the running thread instead
-// of the whole tensor (F32Staging). t must be contiguous; offsets and counts are in elements.
-//
-// n f32 values of t from `offset`: t's own memory when it is f32, else converted into `buffer`.
+// rows, blocks of rows, GEMM blocks) and convert each into a small f32 buffer of the running
+// thread instead of the whole tensor (F32Staging). t must be contiguous; offsets, counts and
+// leading dimensions are in elements.
+
+// Elements per chunk of the elementwise ops (and of their reductions' fixed blocks, so that block
+// sums do not depend on the thread count); 16-bit chunks are converted on the stack.
+inline constexpr int64_t kChunk = 4096;
+
+// A row-major f32 matrix: element (r, c) at data[r * ld + c].
+struct MatrixView {
+  float* data = nullptr;
+  int64_t ld = 0;
+};
+
+// Rows [row0, row0 + rows) and columns [col0, col0 + cols) of t, read as a row-major matrix with
+// ld columns: t's own memory when it is f32, else converted into `buffer` (ld = cols).
+MatrixView LoadSubMatrix(const Tensor& t, int64_t ld, int64_t row0, int64_t rows, int64_t col0,
+                         int64_t cols, float* buffer);
+// Where to compute that part of t: t's memory when f32, else `buffer` (then StoreSubMatrix).
+MatrixView SubMatrixTarget(const Tensor& t, int64_t ld, int64_t row0, int64_t col0, int64_t cols,
+                           float* buffer);
+// Converts a computed part back into t (nothing when t is f32: it was computed in place).
+void StoreSubMatrix(const MatrixView& values, Tensor& t, int64_t ld, int64_t row0, int64_t rows,
+                    int64_t col0, int64_t cols);
+
+// The same for n consecutive elements from `offset` (a one-row part).
 const float* LoadChunk(const Tensor& t, int64_t offset, int64_t n, float* buffer);
-// Where to compute a piece of t: t's memory when f32, else `buffer` (then StoreChunk).
 float* ChunkTarget(Tensor& t, int64_t offset, float* buffer);
 // As LoadChunk for a piece that is read and written (then StoreChunk).
 float* LoadChunkInOut(Tensor& t, int64_t offset, int64_t n, float* buffer);
-// Converts a computed piece back into t (nothing when t is f32: it was computed in place).
 void StoreChunk(const float* values, Tensor& t, int64_t offset, int64_t n);
 
 // Converts n floats between dtypes in fixed-size chunks on `pool` (null: serially).

@@ -155,6 +155,21 @@ void OpenBlasCall(const Problem& p, const float* a, const float* b, float* c) {
               static_cast<int>(p.k), p.alpha, a, ld(p.lda), b, ld(p.ldb), p.beta, c, ld(p.ldc));
 }
 
+// One library call; a, b, c hold f32 for OpenBLAS.
+void RunProblem(const Problem& p, bool openblas, const void* a, const void* b, void* c) {
+  if (openblas) {
+    OpenBlasCall(p, static_cast<const float*>(a), static_cast<const float*>(b),
+                 static_cast<float*>(c));
+  } else {
+    Execute(Prepare(p), a, b, c);
+  }
+}
+
+void CheckBlasSizes(int64_t m, int64_t n, int64_t k, int64_t max_ld) {
+  BATON_CHECK(m <= INT_MAX && n <= INT_MAX && k <= INT_MAX && max_ld <= INT_MAX,
+              "GEMM ({} x {} x {}) exceeds BLAS's 32-bit sizes", m, n, k);
+}
+
 // 0: not decided yet; else 1 + GemmEngine.
 std::atomic<int> g_engine{0};
 
@@ -206,9 +221,7 @@ void BlockedGemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, fl
   const Problem last = problem(extent - (blocks - 1) * block);
   const bool openblas = ab == DType::kF32 && GemmEngineInUse() == GemmEngine::kOpenBlas;
   if (openblas) {
-    BATON_CHECK(m <= INT_MAX && n <= INT_MAX && k <= INT_MAX && lda <= INT_MAX && ldb <= INT_MAX &&
-                    ldc <= INT_MAX,
-                "GEMM ({} x {} x {}) exceeds BLAS's 32-bit sizes", m, n, k);
+    CheckBlasSizes(m, n, k, std::max({lda, ldb, ldc}));
   } else {  // at most two problems (full blocks and the last one), prepared where errors can throw
     Prepare(full);
     Prepare(last);
@@ -226,12 +239,7 @@ void BlockedGemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, fl
     const void* a_block = split_rows ? a_bytes + (trans_a ? begin : begin * lda) * ab_size : a;
     const void* b_block = split_rows ? b : b_bytes + (trans_b ? begin * ldb : begin) * ab_size;
     void* c_block = c_bytes + (split_rows ? begin * ldc : begin) * c_size;
-    if (openblas) {
-      OpenBlasCall(p, static_cast<const float*>(a_block), static_cast<const float*>(b_block),
-                   static_cast<float*>(c_block));
-    } else {
-      Execute(Prepare(p), a_block, b_block, c_block);
-    }
+    RunProblem(p, openblas, a_block, b_block, c_block);
   });
 }
 
@@ -251,16 +259,12 @@ GemmBlocking BlockingOf(int64_t m, int64_t n) {
 void SgemmBlock(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
                 const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
                 int64_t ldc) {
-  BATON_CHECK(m > 0 && n > 0 && k > 0, "SgemmBlock of ({} x {} x {})", m, n, k);
   const Problem p{trans_a, trans_b, m, n, k, lda, ldb, ldc, alpha, beta};
-  if (GemmEngineInUse() == GemmEngine::kOpenBlas) {
-    BATON_CHECK(m <= INT_MAX && n <= INT_MAX && k <= INT_MAX && lda <= INT_MAX && ldb <= INT_MAX &&
-                    ldc <= INT_MAX,
-                "GEMM ({} x {} x {}) exceeds BLAS's 32-bit sizes", m, n, k);
-    OpenBlasCall(p, a, b, c);
-  } else {
-    Execute(Prepare(p), a, b, c);
-  }
+  RunProblem(p, GemmEngineInUse() == GemmEngine::kOpenBlas, a, b, c);
+}
+
+void CheckGemmSizes(int64_t m, int64_t n, int64_t k) {
+  if (GemmEngineInUse() == GemmEngine::kOpenBlas) CheckBlasSizes(m, n, k, std::max({m, n, k}));
 }
 
 const char* Name(GemmEngine engine) {
@@ -324,6 +328,13 @@ bool Bf16GemmSupported() {
 std::string OneDnnVersion() {
   const dnnl_version_t* v = dnnl::version();
   return fmt::format("{}.{}.{}", v->major, v->minor, v->patch);
+}
+
+std::string GemmEnginesSummary() {
+  return fmt::format("{} for f32 (oneDNN {}: f32 {}, bf16 {}); bf16 operands {}",
+                     Name(GemmEngineInUse()), OneDnnVersion(), GemmImplementation(256, 256, 256),
+                     GemmImplementation(256, 256, 256, DType::kBF16),
+                     Bf16GemmSupported() ? "multiplied by oneDNN in bf16" : "staged to f32");
 }
 
 std::string GemmImplementation(int64_t m, int64_t n, int64_t k, DType dtype, GemmForm form) {

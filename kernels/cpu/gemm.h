@@ -65,9 +65,14 @@ struct GemmBlocking {
 };
 GemmBlocking BlockingOf(int64_t m, int64_t n);
 
-// One block of Sgemm: a single library call on the calling thread, not cut further. Callers that
+// Throws unless the engine in use can multiply an (m, k) by (k, n) product with leading
+// dimensions up to the largest of m, n and k (OpenBLAS: 32-bit sizes). Sgemm checks for itself.
+void CheckGemmSizes(int64_t m, int64_t n, int64_t k);
+
+// One block of Sgemm: a single library call on the calling thread, not cut further, and no
+// checks (it runs inside parallel tasks): m, n, k > 0, and CheckGemmSizes passed. Callers that
 // stage operands block by block (CpuBackend's 16-bit Matmul) run the blocks of BlockingOf through
-// it, so each call is the one Sgemm would make. k must be positive.
+// it, so each call is the one Sgemm would make.
 void SgemmBlock(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
                 const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
                 int64_t ldc);
@@ -86,6 +91,11 @@ bool Bf16GemmSupported();
 
 // The oneDNN library loaded at run time, e.g. "2.6.3" (Debian 12) or "3.1.1" (Ubuntu 24.04).
 std::string OneDnnVersion();
+
+// For benchmark headers: the f32 engine, oneDNN's version and implementations, and where bf16
+// goes, e.g. "openblas for f32 (oneDNN 2.6.3: f32 gemm:jit, bf16 none); bf16 operands staged to
+// f32".
+std::string GemmEnginesSummary();
 
 // What a GEMM does besides its shape and dtype.
 struct GemmForm {
