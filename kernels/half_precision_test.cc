@@ -1,6 +1,11 @@
 // 16-bit activations and parameters on the CPU backend: for each kernel, bf16 or f16 tensors give
 // the f32 result (on the same, already rounded, input values) within the 16-bit format's
 // rounding.
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "kernels/cpu/gemm.h"
 #include "kernels/kernels_test_util.h"
 
 namespace baton::kernels_test {
@@ -190,8 +195,16 @@ TEST_P(HalfPrecisionTest, RowKernelsAreTheF32KernelRoundedOnce) {
 // A 16-bit Matmul converts the operand that varies across Sgemm's blocks, and out, one block at
 // a time; each block is the f32 call Sgemm makes, so for every transpose, c cut by rows or by
 // columns (3 blocks, the last one short), bias and accumulation, and mixed dtypes, the result is
-// the f32 Matmul's on the same values, rounded once.
+// the f32 Matmul's on the same values, rounded once: the same bits.
+//
+// Where bf16 x bf16 goes to oneDNN's bf16 matmul instead (Bf16GemmInUse), oneDNN promises f32
+// accumulation of exact bf16 products, not Sgemm's order: there each entry is checked against
+// the exact sum, within the roundings that path makes (out + bias rounded to bf16, the f32 sum,
+// the result rounded to bf16: 2^-8 of the magnitudes involved, with room to spare for the sum).
 TEST_P(HalfPrecisionTest, MatmulByBlocksIsTheF32MatmulRoundedOnce) {
+  RecordProperty("path", cpu::GemmEnginesSummary());
+  SCOPED_TRACE(cpu::GemmEnginesSummary());
+  int bounded = 0;
   for (const bool tall : {true, false}) {
     const int64_t m = tall ? 300 : 24, n = tall ? 24 : 300, k = 40;
     for (const bool trans_a : {false, true}) {
@@ -203,15 +216,38 @@ TEST_P(HalfPrecisionTest, MatmulByBlocksIsTheF32MatmulRoundedOnce) {
           Tensor b = As(b32, b_dtype);
           auto [bias16, bias32] = Input({n});
           auto [out16, out32] = Input({m, n});
+          const std::vector<float> init = Floats(out32);
           backend().Matmul(a16, trans_a, b, trans_b, out16, /*accumulate=*/true, &bias16);
           backend().Matmul(a32, trans_a, b32, trans_b, out32, /*accumulate=*/true, &bias32);
-          EXPECT_EQ(Floats(out16), Floats(As(out32, half())))
-              << "m " << m << " n " << n << " trans_a " << trans_a << " trans_b " << trans_b
-              << " b " << Name(b_dtype);
+          const std::string where = fmt::format("m {} n {} trans_a {} trans_b {} b {}", m, n,
+                                                trans_a, trans_b, Name(b_dtype));
+          if (!(cpu::Bf16GemmInUse() && half() == DType::kBF16 && b_dtype == DType::kBF16)) {
+            EXPECT_EQ(Floats(out16), Floats(As(out32, half()))) << where;
+            continue;
+          }
+          ++bounded;
+          const std::vector<float> av = Floats(a32), bv = Floats(b32), biasv = Floats(bias32);
+          const std::vector<float> got = Floats(out16);
+          int outside = 0;
+          for (int64_t i = 0; i < m; ++i) {
+            for (int64_t j = 0; j < n; ++j) {
+              double exact = static_cast<double>(init[i * n + j]) + biasv[j];
+              double magnitude = std::abs(exact);
+              for (int64_t p = 0; p < k; ++p) {
+                const double product = static_cast<double>(av[trans_a ? p * m + i : i * k + p]) *
+                                       bv[trans_b ? j * k + p : p * n + j];
+                exact += product;
+                magnitude += std::abs(product);
+              }
+              if (std::abs(got[i * n + j] - exact) > std::ldexp(magnitude, -8)) ++outside;
+            }
+          }
+          EXPECT_EQ(outside, 0) << where << ": entries outside the bf16 rounding bound";
         }
       }
     }
   }
+  EXPECT_EQ(bounded, cpu::Bf16GemmInUse() && half() == DType::kBF16 ? 8 : 0);
 }
 
 TEST_P(HalfPrecisionTest, ElementwiseOpsAndReductions) {

@@ -2,6 +2,7 @@
 // f32 kernels without scratch book nothing.
 #include <functional>
 
+#include "kernels/cpu/gemm.h"
 #include "kernels/kernels_test_util.h"
 
 namespace baton::kernels_test {
@@ -33,16 +34,25 @@ TEST_F(LedgerTest, SixteenBitMatmulStagesExactlyItsOperandsAsF32Workspace) {
 
 // A 16-bit Matmul cut into blocks stages the operand all blocks share whole, and the other
 // operand and out one block per thread: no f32 copy of either. Here c (1000, 24) is cut into 8
-// blocks of 128 rows (kernels/cpu/gemm.h); 2 threads.
+// blocks of 128 rows (kernels/cpu/gemm.h); 2 threads. Where bf16 x bf16 goes to oneDNN's bf16
+// matmul (Bf16GemmInUse: AVX512_BF16 or AMX, with BATON_CPU_GEMM=onednn, the default there), it
+// reads the operands as stored and stages nothing; a mixed product (bf16 x f16) is staged on
+// every path.
 TEST_F(LedgerTest, SixteenBitMatmulStagesTheOtherOperandAndOutABlockPerThread) {
+  RecordProperty("path", cpu::GemmEnginesSummary());
+  SCOPED_TRACE(cpu::GemmEnginesSummary());
+  const int64_t staged = 4 * (24 * 40 + 2 * 128 * (40 + 24));
+  const int64_t bf16_expected = cpu::Bf16GemmInUse() ? 0 : staged;
   Tensor a = Random({1000, 40}, 1.0f, DType::kBF16);
   Tensor b = Random({24, 40}, 1.0f, DType::kBF16);
   Tensor out = Zeros({1000, 24}, DType::kBF16);
   const int64_t peak = WorkspacePeakOf([&] { backend().Matmul(a, false, b, true, out, false); });
-  EXPECT_EQ(peak, 4 * (24 * 40 + 2 * 128 * (40 + 24)));
+  EXPECT_EQ(peak, bf16_expected);
   Tensor wide = Zeros({24, 1000}, DType::kBF16);  // cut by columns: a shared, b's columns
   EXPECT_EQ(WorkspacePeakOf([&] { backend().Matmul(b, false, a, true, wide, false); }),
-            4 * (24 * 40 + 2 * 128 * (40 + 24)));
+            bf16_expected);
+  Tensor b16 = Random({24, 40}, 1.0f, DType::kF16);  // mixed: staged wherever it runs
+  EXPECT_EQ(WorkspacePeakOf([&] { backend().Matmul(a, false, b16, true, out, false); }), staged);
 }
 
 TEST_F(LedgerTest, KernelsWithScratchReleaseItBeforeReturning) {

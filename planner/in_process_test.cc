@@ -94,6 +94,31 @@ TEST(InProcessTest, NonFiniteLossStopsEveryRankAtThatStepNamingIt) {
   }
 }
 
+// bf16 is as deterministic as fp32 on whichever 16-bit GEMM path this machine takes (oneDNN's
+// bf16 matmul where the CPU multiplies bf16, else bf16 staged to f32; kernels/cpu/gemm.h): the
+// GEMM blocks depend on the shape only, so losses and parameters are the same bits for any
+// thread count and any stage count. 256-row GEMMs here, two blocks each.
+TEST(InProcessTest, Bf16IsBitIdenticalAcrossThreadAndStageCounts) {
+  const std::vector<std::string> base = {
+      "precision.dtype=bf16", "model.num_layers=4",    "model.width=64", "model.context=64",
+      "train.batch_size=8",   "train.micro_batches=2", "train.steps=2"};
+  const auto run = [&](int stages, int threads) {
+    std::vector<std::string> overrides = base;
+    overrides.push_back(fmt::format("parallel.stages={}", stages));
+    overrides.push_back(fmt::format("device.threads={}", threads));
+    return RunInProcess(MakePlan(TinyConfig(overrides)));
+  };
+  const InProcessResult reference = run(1, 1);
+  ASSERT_EQ(reference.losses.size(), 2u);
+  for (const auto& [stages, threads] :
+       std::vector<std::pair<int, int>>{{1, 2}, {2, 1}, {2, 2}, {4, 1}}) {
+    const InProcessResult other = run(stages, threads);
+    EXPECT_EQ(other.losses, reference.losses) << stages << " stage(s), " << threads << " thread(s)";
+    EXPECT_EQ(other.param_checksum, reference.param_checksum)
+        << stages << " stage(s), " << threads << " thread(s)";
+  }
+}
+
 TEST(InProcessTest, OneFOneBStashesAtMostStagesMinusRankMicroBatches) {
   const InProcessResult r =
       RunInProcess(MakePlan(TinyConfig({"parallel.stages=4", "model.num_layers=6"})));

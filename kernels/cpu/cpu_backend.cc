@@ -151,7 +151,7 @@ void CpuBackend::Matmul(const Tensor& a, bool trans_a, const Tensor& b, bool tra
     CheckNumel(*bias, n, "bias");
   }
   if (a.dtype() == DType::kBF16 && b.dtype() == DType::kBF16 &&
-      (out.dtype() == DType::kF32 || out.dtype() == DType::kBF16) && Bf16GemmSupported()) {
+      (out.dtype() == DType::kF32 || out.dtype() == DType::kBF16) && Bf16GemmInUse()) {
     // bf16 x bf16 with f32 accumulation in oneDNN: no f32 copy of the operands.
     if (meta_) return;
     float beta = accumulate ? 1.0f : 0.0f;

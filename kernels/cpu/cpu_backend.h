@@ -6,7 +6,7 @@
 // tensors are staged through f32 workspace booked in the ledger (F32Staging), or, in elementwise
 // ops and the row kernels, converted a piece at a time (chunks on the stack, rows or blocks of
 // rows in per-thread buffers booked as workspace), so no f32 copy of them exists. The exception is
-// Matmul of bf16 operands on a CPU that multiplies bf16 (Bf16GemmSupported): oneDNN reads them as
+// Matmul of bf16 operands on a CPU that multiplies bf16 (Bf16GemmInUse): oneDNN reads them as
 // they are and accumulates in f32. All tensors must be contiguous host tensors. Every call runs to
 // completion before returning.
 //

@@ -325,6 +325,8 @@ bool Bf16GemmSupported() {
   return supported;
 }
 
+bool Bf16GemmInUse() { return GemmEngineInUse() == GemmEngine::kOneDnn && Bf16GemmSupported(); }
+
 std::string OneDnnVersion() {
   const dnnl_version_t* v = dnnl::version();
   return fmt::format("{}.{}.{}", v->major, v->minor, v->patch);
@@ -334,7 +336,7 @@ std::string GemmEnginesSummary() {
   return fmt::format("{} for f32 (oneDNN {}: f32 {}, bf16 {}); bf16 operands {}",
                      Name(GemmEngineInUse()), OneDnnVersion(), GemmImplementation(256, 256, 256),
                      GemmImplementation(256, 256, 256, DType::kBF16),
-                     Bf16GemmSupported() ? "multiplied by oneDNN in bf16" : "staged to f32");
+                     Bf16GemmInUse() ? "multiplied by oneDNN in bf16" : "staged to f32");
 }
 
 std::string GemmImplementation(int64_t m, int64_t n, int64_t k, DType dtype, GemmForm form) {

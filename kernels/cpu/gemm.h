@@ -16,7 +16,8 @@
 // (AVX-512 and newer); OpenBLAS on older x86 (AVX2), where oneDNN 2.6's jit sgemm is as fast as
 // OpenBLAS on one thread but loses ~40% of its speed when two threads of a process call it at
 // once (measured: bench/README.md, "GEMM engines"), while OpenBLAS keeps its speed. bf16 operands
-// always go to oneDNN. The environment variable BATON_CPU_GEMM=onednn|openblas overrides the
+// go to oneDNN where the CPU multiplies bf16 and the f32 engine is oneDNN (Bf16GemmInUse), else
+// they are staged to f32. The environment variable BATON_CPU_GEMM=onednn|openblas overrides the
 // choice. Results are bit-identical for any thread count with either engine, not across engines.
 // Internal to kernels/cpu.
 #pragma once
@@ -88,6 +89,11 @@ void Bf16Gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float
 // matmul primitive that is not oneDNN's reference loop exists for every transpose form. Decided
 // once per process from the CPU alone.
 bool Bf16GemmSupported();
+
+// Whether CpuBackend's Matmul sends bf16 x bf16 products to Bf16Gemm: Bf16GemmSupported() and the
+// f32 engine in use is oneDNN. With BATON_CPU_GEMM=openblas bf16 operands are staged to f32 too,
+// so one machine runs both 16-bit paths (make test does: kernels_test_openblas, _onednn).
+bool Bf16GemmInUse();
 
 // The oneDNN library loaded at run time, e.g. "2.6.3" (Debian 12) or "3.1.1" (Ubuntu 24.04).
 std::string OneDnnVersion();
