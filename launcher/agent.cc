@@ -12,6 +12,7 @@
 
 #include "coordinator/coordinator_client.h"
 #include "core/error.h"
+#include "core/stop_signals.h"
 
 namespace baton {
 namespace {
@@ -79,6 +80,7 @@ WorkerExit WaitForExit(ProcessGroup& child, const AbortWatch& watch, const Worke
   std::optional<Clock::time_point> kill_at;
   while (true) {
     if (std::optional<WorkerExit> exit = child.Poll()) return *exit;
+    if (!StopRequested() && OutputClosed()) RequestStop();  // as the launcher: core/stop_signals.h
     if (!stop_forwarded && StopRequested()) {
       spdlog::warn("stop requested: stage {} finishes its step and writes a checkpoint",
                    worker.rank);
@@ -131,7 +133,6 @@ void SpawnWorker(ProcessGroup& group, const WorkerArgs& worker) {
 }
 
 int RunAgent(const WorkerArgs& first) {
-  InstallStopHandlers();
   WorkerArgs worker = first;
   worker.attempt = 0;
   try {

@@ -28,8 +28,8 @@ namespace baton {
 void SpawnWorker(ProcessGroup& group, const WorkerArgs& worker);
 
 // Runs `worker.rank`'s agent from attempt 0 until the job ends (see above); returns the process
-// exit code. Installs the stop handlers (SIGTERM, SIGINT). Call it from the thread that lives as
-// long as the agent: children die with the thread that started them (PR_SET_PDEATHSIG).
+// exit code. Stop signals (core/stop_signals.h) go on to the worker. Call it from the thread that
+// lives as long as the agent: children die with the thread that started them (PR_SET_PDEATHSIG).
 int RunAgent(const WorkerArgs& worker);
 
 }  // namespace baton

@@ -9,6 +9,7 @@
 
 #include "core/error.h"
 #include "core/log.h"
+#include "core/stop_signals.h"
 #include "data/data.h"
 #include "data/tokenizer.h"
 #include "launcher/compress.h"
@@ -42,6 +43,9 @@ void AddMemoryOptions(CLI::App* command, baton::MemoryArgs& args) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // Before any thread exists: every thread inherits the blocked stop signals, and one thread
+  // receives them (core/stop_signals.h), so no signal lands in a compute thread.
+  baton::InstallStopSignals();
   CLI::App app{"Baton: pipeline-parallel training runtime"};
   app.require_subcommand(1);
   app.set_version_flag("--version", std::string("baton ") + BATON_VERSION);

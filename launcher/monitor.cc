@@ -7,7 +7,7 @@
 #include <cmath>
 #include <thread>
 
-#include "worker/worker_main.h"
+#include "core/stop_signals.h"
 
 namespace baton {
 namespace {
@@ -43,6 +43,10 @@ std::optional<std::string> JobMonitor::Run() {
   uint64_t seen = 0;
   while (true) {
     seen = server_.WaitForUpdate(seen, std::chrono::milliseconds(100));
+    if (!StopRequested() && OutputClosed()) {
+      RequestStop();  // logged below; the log may have nowhere to go
+      log_->warn("the launcher's output was closed (a pipe whose reader exited): stopping");
+    }
     if (children_ != nullptr && !stop_forwarded_ && StopRequested()) {
       log_->warn("stop requested: every stage finishes its step and writes a checkpoint");
       children_->SignalAll(SIGTERM);

@@ -306,7 +306,6 @@ int RunLocal(const Plan& plan, const RunOptions& options, const std::string& rep
   // writes none).
   MetricsLog metrics(plan.config.output.dir,
                      /*append=*/!launch.resume_dir.empty() || options.evaluate_only);
-  InstallStopHandlers();
   CoordinatorServer server;
   CoordinatorOptions coordinator;
   coordinator.address = "127.0.0.1:0";

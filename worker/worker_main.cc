@@ -6,7 +6,6 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
-#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -24,6 +23,7 @@
 #include "core/error.h"
 #include "core/files.h"
 #include "core/log.h"
+#include "core/stop_signals.h"
 #include "kernels/backend_factory.h"
 #include "planner/codec.h"
 #include "worker/stage_tensors.h"
@@ -102,21 +102,6 @@ class MeshGateStore final : public KvStore {
   const std::string prefix_;
   const int rank_;
 };
-
-// A signal (SIGTERM from Slurm preemption or the launcher, SIGINT from Ctrl-C) asks this rank to
-// stop: the request is reduced across ranks at the next step end, so every rank finishes the
-// same step, writes the checkpoint and exits cleanly.
-std::atomic<bool> g_stop_requested{false};
-extern "C" void RequestStop(int) { g_stop_requested.store(true); }
-}  // namespace
-
-void InstallStopHandlers() {
-  std::signal(SIGTERM, RequestStop);
-  std::signal(SIGINT, RequestStop);
-}
-bool StopRequested() { return g_stop_requested.load(); }
-
-namespace {
 
 // Writes this rank's layers of step `step` (replica 0's ranks only: the replicas hold the same
 // bits, so the checkpoint has one copy of the model); rank 0 gathers those ranks' file lists
@@ -351,7 +336,10 @@ void TrainRank(const WorkerArgs& args, CoordinatorClient& client, const Plan& pl
   TrainerSetup setup = plan.TrainerSetupFor(args.rank, comm.get());
   setup.inference_only = launch.evaluate_only;
   Trainer trainer(std::move(setup), *backend);
-  trainer.set_stop_flag(&g_stop_requested);
+  // A stop signal (core/stop_signals.h: SIGTERM from Slurm preemption or the launcher, SIGINT
+  // from Ctrl-C) is reduced across ranks at the next step end, so every rank finishes the same
+  // step, writes the checkpoint and exits cleanly.
+  trainer.set_stop_flag(&StopFlag());
   trainer.set_status_callback([&client, &blocked](const EngineStatus& status) {
     if (status.peer >= 0) {
       client.SetBlocked(status.action, status.microbatch, status.peer);
@@ -411,7 +399,6 @@ int RunWorker(const WorkerArgs& args) {
   BlockedState blocked;
   int stage = args.rank;  // until the plan says otherwise (replicas)
   int replica = -1;
-  InstallStopHandlers();
   try {
     client = std::make_unique<CoordinatorClient>(args.coordinator, token);
     JoinInfo info;

@@ -26,9 +26,4 @@ int RunWorker(const WorkerArgs& args);
 // Key under which rank r leaves its final results (JSON) in the coordinator's store.
 std::string ResultKey(int rank);
 
-// SIGTERM / SIGINT set this process's stop flag (see RunWorker): workers finish the current step,
-// write a checkpoint and exit cleanly; the launcher forwards the signal to its workers.
-void InstallStopHandlers();
-bool StopRequested();
-
 }  // namespace baton
