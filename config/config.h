@@ -170,6 +170,7 @@ struct PrecisionConfig {
   DType dtype = DType::kF32;  // kF32, kBF16 or kF16 ("fp32", "bf16", "fp16")
   double initial_loss_scale = 65536.0;
   int64_t loss_scale_growth_interval = 2000;
+  double max_loss_scale = 16777216.0;  // 2^24: growth stops here (a scale at f32's limit is inf)
   bool operator==(const PrecisionConfig&) const = default;
 };
 

@@ -97,6 +97,7 @@ void VisitPrecision(PrecisionConfig& p, FieldVisitor& v) {
   v.Enum("dtype", p.dtype, kDTypeNames);
   v.VisitFloat("initial_loss_scale", p.initial_loss_scale, kPositiveFloat);
   v.Int("loss_scale_growth_interval", p.loss_scale_growth_interval, kPositiveInt);
+  v.VisitFloat("max_loss_scale", p.max_loss_scale, kPositiveFloat);
 }
 
 void VisitDevice(DeviceConfig& d, FieldVisitor& v) {

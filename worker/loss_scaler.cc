@@ -4,8 +4,12 @@
 
 namespace baton {
 
-LossScaler::LossScaler(double initial_scale, int64_t growth_interval, bool enabled)
-    : scale_(enabled ? initial_scale : 1.0), growth_interval_(growth_interval), enabled_(enabled) {}
+LossScaler::LossScaler(double initial_scale, int64_t growth_interval, double max_scale,
+                       bool enabled)
+    : scale_(enabled ? initial_scale : 1.0),
+      growth_interval_(growth_interval),
+      max_scale_(max_scale),
+      enabled_(enabled) {}
 
 bool LossScaler::Update(bool found_overflow) {
   if (!enabled_) return false;
@@ -16,7 +20,9 @@ bool LossScaler::Update(bool found_overflow) {
     return true;
   }
   ++clean_;
-  if (growth_interval_ > 0 && clean_ % growth_interval_ == 0) scale_ *= 2.0;
+  if (growth_interval_ > 0 && clean_ % growth_interval_ == 0 && scale_ * 2.0 <= max_scale_) {
+    scale_ *= 2.0;
+  }
   return false;
 }
 

@@ -2,7 +2,8 @@
 //
 // The loss gradient is multiplied by `scale()` so small fp16 gradients don't flush to zero.
 // After a step whose gradients were all finite the count of clean steps grows, and every
-// `growth_interval` clean steps the scale doubles; a step with any inf/NaN gradient (on any
+// `growth_interval` clean steps the scale doubles, up to `max_scale` (an initial scale above it
+// only halves); a step with any inf/NaN gradient (on any
 // rank: the flag is reduced first) is skipped and the scale halves.
 #pragma once
 
@@ -15,8 +16,9 @@ namespace baton {
 class LossScaler {
  public:
   // A disabled scaler always has scale 1 and never skips.
-  static LossScaler Disabled() { return LossScaler(1.0, 0, false); }
-  LossScaler(double initial_scale, int64_t growth_interval, bool enabled = true);
+  static LossScaler Disabled() { return LossScaler(1.0, 0, 1.0, false); }
+  LossScaler(double initial_scale, int64_t growth_interval, double max_scale = 16777216.0,
+             bool enabled = true);
 
   double scale() const { return scale_; }
   bool enabled() const { return enabled_; }
@@ -36,6 +38,7 @@ class LossScaler {
  private:
   double scale_;
   int64_t growth_interval_;
+  double max_scale_;
   bool enabled_;
   int64_t clean_ = 0;
   int64_t skipped_ = 0;

@@ -30,6 +30,21 @@ TEST(LossScalerTest, HalvesAndSkipsOnOverflowDoublesAfterCleanInterval) {
   EXPECT_EQ(scaler.skipped_steps(), 1);
 }
 
+TEST(LossScalerTest, GrowthStopsAtTheCapAndAScaleAboveItOnlyHalves) {
+  LossScaler scaler(4.0, 1, /*max_scale=*/16.0);
+  for (int i = 0; i < 10; ++i) EXPECT_FALSE(scaler.Update(false));
+  EXPECT_EQ(scaler.scale(), 16.0);  // 4, 8, 16, then no further
+  LossScaler above(64.0, 1, /*max_scale=*/16.0);
+  EXPECT_FALSE(above.Update(false));
+  EXPECT_EQ(above.scale(), 64.0);
+  EXPECT_TRUE(above.Update(true));
+  EXPECT_EQ(above.scale(), 32.0);
+  // The default cap: 2^24.
+  LossScaler defaults(65536.0, 1);
+  for (int i = 0; i < 1000; ++i) defaults.Update(false);
+  EXPECT_EQ(defaults.scale(), 16777216.0);
+}
+
 TEST(LossScalerTest, DisabledNeverSkips) {
   LossScaler scaler = LossScaler::Disabled();
   EXPECT_FALSE(scaler.Update(true));

@@ -29,7 +29,8 @@ Trainer::Trainer(TrainerSetup setup, Backend& backend)
       backend_(backend),
       scaler_(setup_.config.precision.dtype == DType::kF16
                   ? LossScaler(setup_.config.precision.initial_loss_scale,
-                               setup_.config.precision.loss_scale_growth_interval)
+                               setup_.config.precision.loss_scale_growth_interval,
+                               setup_.config.precision.max_loss_scale)
                   : LossScaler::Disabled()),
       timeout_(setup_.timeout) {
   const Config& config = setup_.config;
