@@ -380,6 +380,25 @@ TEST(OperationsTest, MpirunResumeAutoCarriesOnToTheUninterruptedChecksum) {
   EXPECT_EQ(StepsOf(MetricsLines(dir)), Range(1, 8));
 }
 
+// SIGUSR1 to mpirun: Open MPI forwards it to every rank (its agent) and leaves the job alone, so
+// every stage finishes its step, the checkpoint is written and mpirun itself exits 0
+// (deploy/README.md: SIGTERM to mpirun is Open MPI's own and exits 1).
+TEST(OperationsTest, SigusrOneToMpirunStopsWithACheckpointAndExitsZero) {
+  if (!HaveMpirun()) GTEST_SKIP() << "mpirun is not installed";
+  const std::string root = TempDir("mpi-usr1");
+  const std::string log = root + "/log";
+  const int shell = Background(MpirunCommand(root, "--set train.steps=100000"), log);
+  ASSERT_TRUE(WaitFor(log, "step     3/", 180)) << ReadFile(log);
+  const std::vector<int> mpirun = ChildPids(shell);
+  ASSERT_EQ(mpirun.size(), 1u);
+  kill(mpirun.front(), SIGUSR1);
+  ASSERT_TRUE(WaitFor(log, "exit=", 180)) << ReadFile(log);
+  const std::string text = ReadFile(log);
+  EXPECT_NE(text.find("exit=0"), std::string::npos) << text;
+  EXPECT_NE(text.find("as asked (signal); checkpoint written"), std::string::npos) << text;
+  EXPECT_TRUE(fs::exists(root + "/checkpoints/latest")) << text;
+}
+
 TEST(OperationsTest, MpirunKilledWorkerWithMaxRestartsFinishesWithTheUninterruptedChecksum) {
   if (!HaveMpirun()) GTEST_SKIP() << "mpirun is not installed";
   const std::string root = TempDir("mpi-restart");

@@ -4,7 +4,8 @@
 #   - SIGTERM to the batch shell mid-run: the tasks finish their step, checkpoint and exit 0, the
 #     script requeues the job and exits 0;
 #   - the requeued script resumes (--resume auto) and ends with the parameter checksum of an
-#     uninterrupted run.
+#     uninterrupted run;
+#   - SIGTERM to tasks that exit 0 without writing a checkpoint: no requeue, the script fails.
 #
 #   tests/slurm_rehearsal.sh BUILD_DIR
 set -uo pipefail
@@ -61,3 +62,29 @@ if [ -z "$straight" ] || [ "$resumed" != "$straight" ]; then
   fail "checksum after requeue $resumed, uninterrupted $straight"
 fi
 echo "requeued run resumed from step $stopped; checksum $resumed equals the uninterrupted run's"
+
+# 3. Tasks that exit 0 on SIGTERM without writing a checkpoint (a stand-in binary): the script
+# must not requeue (the requeued job would start over) and must fail, saying why.
+cat > "$work/no-checkpoint" <<'EOF2'
+#!/usr/bin/env bash
+trap 'exit 0' TERM
+touch "$STUB_STARTED.$SLURM_PROCID"
+while :; do sleep 0.05; done
+EOF2
+chmod +x "$work/no-checkpoint"
+: > "$STUB_REQUEUE_LOG"
+BATON="$work/no-checkpoint" STUB_STARTED="$work/started" \
+  bash deploy/slurm/train.sbatch "${args[@]}" > "$work/third.log" 2>&1 &
+batch=$!
+for _ in $(seq 1 1200); do
+  [ -e "$work/started.0" ] && [ -e "$work/started.1" ] && break
+  sleep 0.05
+done
+kill -TERM "$batch"
+wait "$batch"
+code=$?
+[ "$code" != 0 ] || fail "the batch script exited 0 though no checkpoint was written"
+grep -q "requeue" "$STUB_REQUEUE_LOG" && fail "the job was requeued without a new checkpoint"
+grep -q "no new checkpoint was written" "$work/third.log" ||
+  fail "the script did not say why it failed: $(tail -n 5 "$work/third.log")"
+echo "no checkpoint after SIGTERM: not requeued, exit $code"
