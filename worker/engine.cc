@@ -296,8 +296,11 @@ Tensor StageEngine::AwaitInput(const Action& action) {
     try {
       s.input_work->Wait(options_.timeout);
     } catch (const Error& e) {
-      BATON_FAIL("{}: timed out waiting for the activation from stage {}: {}", Describe(action),
-                 previous_rank, e.what());
+      // The communicator's error says whether it timed out, the peer went away or the job was
+      // aborted; this only adds what was awaited, and for how long.
+      BATON_FAIL("{}: waiting {:.1f} s for the activation from stage {}: {}", Describe(action),
+                 std::chrono::duration<double>(Clock::now() - from).count(), previous_rank,
+                 e.what());
     }
     s.input_work.reset();
     Waited({action.stage, ActionKind::kRecvForward, action.microbatch, action.chunk}, from);
@@ -324,8 +327,10 @@ Tensor StageEngine::AwaitGradient(const Action& action) {
     try {
       s.grad_work->Wait(options_.timeout);
     } catch (const Error& e) {
-      BATON_FAIL("{}: timed out waiting for the gradient from stage {}: {}", Describe(action),
-                 next_rank, e.what());
+      // The communicator's error says whether it timed out, the peer went away or the job was
+      // aborted; this only adds what was awaited, and for how long.
+      BATON_FAIL("{}: waiting {:.1f} s for the gradient from stage {}: {}", Describe(action),
+                 std::chrono::duration<double>(Clock::now() - from).count(), next_rank, e.what());
     }
     s.grad_work.reset();
     Waited({action.stage, ActionKind::kRecvBackward, action.microbatch, action.chunk}, from);
