@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "core/temp_dir.h"
 #include "scheduler/communication.h"
 #include "scheduler/generators.h"
 #include "scheduler/schedule.h"
@@ -37,7 +38,8 @@ ScheduleCommandOptions Options(const std::string& schedule, int p, int m, int v 
 }
 
 std::string WriteTemp(const std::string& name, const std::string& text) {
-  const std::string path = testing::TempDir() + "/" + name;
+  static const test_util::TempDir dir;  // removed at exit
+  const std::string path = dir / name;
   std::ofstream(path) << text;
   return path;
 }

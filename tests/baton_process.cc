@@ -9,12 +9,14 @@
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <thread>
+#include <vector>
 
 #include "core/error.h"
 
@@ -86,11 +88,32 @@ CommandResult RunBaton(const std::vector<std::string>& args) {
   return RunShell("cd " + Quote(SourceDir()) + " && " + command);
 }
 
+namespace {
+// The directories TempDir made, removed at exit (ctest runs each test in its own process).
+class TempDirs {
+ public:
+  ~TempDirs() {
+    const char* keep = std::getenv("BATON_KEEP_TEST_DIRS");
+    if (keep != nullptr && std::string(keep) == "1") return;
+    for (const std::filesystem::path& dir : dirs_) {
+      std::error_code ignored;
+      std::filesystem::remove_all(dir, ignored);
+    }
+  }
+  void Add(const std::filesystem::path& dir) { dirs_.push_back(dir); }
+
+ private:
+  std::vector<std::filesystem::path> dirs_;
+};
+}  // namespace
+
 std::string TempDir(const std::string& name) {
+  static TempDirs made;
   const auto dir = std::filesystem::temp_directory_path() /
                    ("baton-test-" + name + "-" + std::to_string(getpid()));
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
+  made.Add(dir);
   return dir.string();
 }
 

@@ -25,7 +25,8 @@ int RunLogged(const std::vector<std::string>& argv, const std::string& log_path)
 std::string LastLines(const std::string& path, size_t count);
 // Runs `baton ARGS...`; args are shell-quoted.
 CommandResult RunBaton(const std::vector<std::string>& args);
-// A fresh temporary directory for one test.
+// A fresh temporary directory for one test, removed with everything in it when the test process
+// exits (BATON_KEEP_TEST_DIRS=1 keeps them, to look at a failure).
 std::string TempDir(const std::string& name);
 nlohmann::json ReadJson(const std::string& path);
 // Losses of every step of a report, in order.
