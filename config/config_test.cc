@@ -306,6 +306,11 @@ TEST(ConfigTest, CrossFieldRulesAreChecked) {
               HasSubstr("data.seq_len 129 exceeds model.context 128"));
   EXPECT_THAT(ParseError(kMinimal, {"model.vocab_size=100"}),
               HasSubstr("byte-level text data needs model.vocab_size >= 256"));
+  EXPECT_THAT(ParseError(kMinimal, {"data.format=text", "data.path=ids.bin"}),
+              HasSubstr("data.path ids.bin is a token file (.bin) but data.format is text"));
+  EXPECT_THAT(ParseError(kMinimal, {"data.format=text", "data.eval_path=held/out.bin"}),
+              HasSubstr("data.eval_path held/out.bin is a token file (.bin)"));
+  EXPECT_NO_THROW(ParseConfigString(kMinimal, "x.yaml", {"data.format=bin", "data.path=ids.bin"}));
   EXPECT_THAT(ParseError(kMinimal, {"train.min_lr=0.1"}),
               HasSubstr("train.min_lr 0.1 exceeds train.lr 0.001"));
   EXPECT_THAT(ParseError(kMinimal, {"prune.at_step=101"}),

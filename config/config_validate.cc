@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <initializer_list>
 
 #include "config/config_schema.h"
@@ -95,6 +96,15 @@ void ValidateModel(const ModelConfig& m, const DataConfig& d, const Reporter& r)
       ResolvedDataFormat(d) != DataFormat::kText || !d.tokenizer.empty() || m.vocab_size >= 256,
       {"model.vocab_size", "data.format", "data.path"},
       fmt::format("byte-level text data needs model.vocab_size >= 256, got {}", m.vocab_size));
+  // A .bin file read as text would train on its raw bytes (token ids as pairs of bytes), rc 0.
+  for (const auto& [key, path] :
+       {std::pair{"data.path", d.path}, {"data.eval_path", d.eval_path}}) {
+    r.Require(d.format != DataFormat::kText || std::filesystem::path(path).extension() != ".bin",
+              {"data.format", key},
+              fmt::format("{} {} is a token file (.bin) but data.format is text: set data.format "
+                          "to bin or auto",
+                          key, path));
+  }
 }
 
 void ValidateTrain(const TrainConfig& t, const Reporter& r) {

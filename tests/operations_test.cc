@@ -551,9 +551,9 @@ TEST(OperationsTest, TokenizerGoesThroughPrepareTrainGenerateAndExport) {
   EXPECT_FALSE(fs::exists(root + "/hf-pair/tokenizer.json"));
 
   // A tokenizer with more ids than the model has rows is refused before anything runs.
-  const CommandResult too_small =
-      RunBaton({"run", "configs/gpt-tiny.yaml", "--set", "data.path=" + root + "/corpus.bin",
-                "--set", "data.tokenizer=" + fixture, "--set", "model.vocab_size=600"});
+  const CommandResult too_small = RunBaton(
+      {"run", "configs/gpt-tiny.yaml", "--set", "data.path=" + root + "/corpus.bin", "--set",
+       "data.format=auto", "--set", "data.tokenizer=" + fixture, "--set", "model.vocab_size=600"});
   EXPECT_NE(too_small.exit_code, 0);
   EXPECT_NE(too_small.output.find("has 640 tokens, more than model.vocab_size 600"),
             std::string::npos)
