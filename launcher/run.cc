@@ -141,9 +141,16 @@ std::vector<RankResult> CollectResults(const Plan& plan, const std::string& addr
 void Summarise(const json& report, const std::string& report_path) {
   const json& steps = report["steps"];
   if (!steps.empty()) {
-    spdlog::info("done: {} steps, final loss {:.4f}, {:.0f} tokens/s, param checksum {}",
-                 steps.size(), steps.back()["loss"].get<double>(),
-                 report["tokens_per_s"].get<double>(), report["param_checksum"].get<std::string>());
+    const std::string line = fmt::format(
+        "done: {} steps, final loss {:.4f}, {:.0f} tokens/s, param checksum {}", steps.size(),
+        steps.back()["loss"].get<double>(), report["tokens_per_s"].get<double>(),
+        report["param_checksum"].get<std::string>());
+    // The run's result: printed at any --log-level (quieter levels get it plain, on stdout).
+    if (spdlog::should_log(spdlog::level::info)) {
+      spdlog::info("{}", line);
+    } else {
+      std::cout << line << std::endl;
+    }
   }
   if (!report_path.empty()) spdlog::info("report written to {}", report_path);
 }

@@ -226,6 +226,20 @@ TEST(OperationsTest, FlippedByteInACheckpointIsRejectedNamingTheFile) {
   EXPECT_NE(result.output.find("checksum"), std::string::npos) << result.output;
 }
 
+// --log-level warn (or error) silences progress, not the result: the summary line stays.
+TEST(OperationsTest, QuietLogLevelsStillPrintTheFinalSummary) {
+  const std::string root = TempDir("quiet");
+  for (const char* level : {"warn", "error"}) {
+    const CommandResult result =
+        RunBaton({"--log-level", level, "run", "configs/gpt-tiny.yaml", "--set", "train.steps=2",
+                  "--set", "parallel.stages=2", "--set", "output.dir=" + root + "/" + level});
+    ASSERT_EQ(result.exit_code, 0) << result.output;
+    EXPECT_NE(result.output.find("done: 2 steps, final loss "), std::string::npos) << level << ":\n"
+                                                                                   << result.output;
+    EXPECT_EQ(result.output.find("[info]"), std::string::npos) << level << ":\n" << result.output;
+  }
+}
+
 TEST(OperationsTest, SigtermToTheLauncherLeavesALoadableCheckpointAndExitsZero) {
   const std::string root = TempDir("sigterm");
   const std::string log = root + "/log";
