@@ -103,6 +103,7 @@ std::string ResolveRoot(const std::string& root, std::vector<std::string>& skipp
 std::vector<float> ReadF32(const SafetensorsFile& file, const SafetensorsEntry& entry) {
   BATON_CHECK(entry.dtype == "F32", "{}: tensor {} is {}, not F32", file.path(), entry.name,
               entry.dtype);
+  CheckFinite(file, entry);
   const std::span<const std::byte> bytes = file.Bytes(entry);
   std::vector<float> values(bytes.size() / sizeof(float));
   std::memcpy(values.data(), bytes.data(), bytes.size());

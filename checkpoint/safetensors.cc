@@ -304,8 +304,38 @@ void SafetensorsFile::Replace(const std::string& name, const std::string& dtype,
   replaced_.push_back(std::move(bytes));
 }
 
+void CheckFinite(const SafetensorsFile& file, const SafetensorsEntry& entry) {
+  const std::span<const std::byte> bytes = file.Bytes(entry);
+  int64_t count = 0, first = -1;
+  const auto note = [&](bool finite, int64_t i) {
+    if (finite) return;
+    if (count++ == 0) first = i;
+  };
+  if (entry.dtype == "F32") {
+    const int64_t n = static_cast<int64_t>(bytes.size() / 4);
+    for (int64_t i = 0; i < n; ++i) {
+      uint32_t bits = 0;
+      std::memcpy(&bits, bytes.data() + i * 4, 4);
+      note((bits & 0x7f800000u) != 0x7f800000u, i);
+    }
+  } else if (entry.dtype == "F16" || entry.dtype == "BF16") {
+    const uint16_t exponent = entry.dtype == "F16" ? 0x7c00 : 0x7f80;
+    const int64_t n = static_cast<int64_t>(bytes.size() / 2);
+    for (int64_t i = 0; i < n; ++i) {
+      uint16_t bits = 0;
+      std::memcpy(&bits, bytes.data() + i * 2, 2);
+      note((bits & exponent) != exponent, i);
+    }
+  }
+  BATON_CHECK(count == 0,
+              "{}: tensor {} holds {} non-finite value(s) (NaN or Inf; the first at flat index "
+              "{}): refusing to load it",
+              file.path(), entry.name, count, first);
+}
+
 void SafetensorsFile::CopyTo(const std::string& name, Tensor& dst, Backend& backend) const {
   const SafetensorsEntry& entry = Get(name);
+  CheckFinite(*this, entry);
   const DType dtype = BatonDType(*this, entry);
   BATON_CHECK(entry.shape == dst.shape(), "{}: tensor {} has shape {} but {} was expected", path(),
               name, ToString(entry.shape), ToString(dst.shape()));
@@ -348,6 +378,7 @@ std::vector<std::string> CopyWeightTo(const SafetensorsFile& file, const std::st
     BATON_CHECK(scales.dtype == "F32" && scales.shape == Shape{cols},
                 "{}: {} is {} {}, but the INT8 tensor {} needs F32 [{}]", file.path(), scale_name,
                 scales.dtype, ToString(scales.shape), name, cols);
+    CheckFinite(file, scales);
     if (wants_int8) {
       file.CopyTo(name, value, backend);
       file.CopyTo(scale_name, scale, backend);

@@ -86,7 +86,8 @@ class SafetensorsFile {
                std::vector<std::byte> bytes);
 
   // Copies tensor `name` into `dst` (any device), converting between float dtypes through
-  // `backend`. The shape must match; an error names the file, the tensor and both shapes.
+  // `backend`. The shape must match; an error names the file, the tensor and both shapes. A
+  // float tensor holding NaN or Inf is refused (CheckFinite).
   void CopyTo(const std::string& name, Tensor& dst, Backend& backend) const;
 
  private:
@@ -105,6 +106,11 @@ inline SafetensorsFile ReadSafetensors(const std::string& path) {
 // names the file in errors. Exposed for tests and fuzzing.
 void ParseSafetensorsHeader(const std::string& path, std::string_view header, uint64_t data_bytes,
                             SafetensorsMetadata& metadata, std::vector<SafetensorsEntry>& entries);
+
+// Throws, naming the file and the tensor, when float tensor `entry` (F32, F16 or BF16) holds NaN
+// or Inf: a model or optimizer state that diverged, or a damaged file with a valid checksum. No
+// reader loads such a value (eval printed "loss nan", generate sampled garbage).
+void CheckFinite(const SafetensorsFile& file, const SafetensorsEntry& entry);
 
 // A weight matrix from `file`, stored densely (any float dtype) or as INT8 ("I8" codes under
 // `name`, f32 per-column scales under `name` + ".scale"; kernels/quantize.h), into `value`:

@@ -7,7 +7,9 @@
 
 #include <cstring>
 #include <fstream>
+#include <limits>
 #include <nlohmann/json.hpp>
+#include <tuple>
 
 #include "checkpoint/checkpoint_test_util.h"
 #include "core/error.h"
@@ -220,6 +222,39 @@ TEST(SafetensorsTest, CopyToConvertsDTypeAndCopesWithMisalignedData) {
     ADD_FAILURE() << "shape mismatch accepted";
   } catch (const Error& e) {
     EXPECT_THAT(e.what(), HasSubstr(path + ": tensor f has shape (1) but (2) was expected"));
+  }
+}
+
+TEST(SafetensorsTest, NonFiniteValuesAreRefusedNamingTheFileTheTensorAndTheIndex) {
+  TempDir dir;
+  const std::string path = dir / "nan.safetensors";
+  const float values[3] = {1.0f, std::numeric_limits<float>::quiet_NaN(),
+                           std::numeric_limits<float>::infinity()};
+  const uint16_t half[2] = {FloatToHalf(0.5f), 0x7c00};  // 0.5, +Inf in f16
+  std::string data(reinterpret_cast<const char*>(values), 12);
+  data += std::string(reinterpret_cast<const char*>(half), 4);
+  WriteRaw(path,
+           R"({"f":{"dtype":"F32","shape":[3],"data_offsets":[0,12]},)"
+           R"("h":{"dtype":"F16","shape":[2],"data_offsets":[12,16]}})",
+           data);
+  MemoryLedger ledger;
+  auto backend = MakeCpuBackend(ledger, 1);
+  const SafetensorsFile file = ReadSafetensors(path);
+  Tensor f = Tensor::Zeros(backend->allocator(), {3}, DType::kF32, MemCategory::kParams);
+  Tensor h = Tensor::Zeros(backend->allocator(), {2}, DType::kF32, MemCategory::kParams);
+  for (const auto& [name, tensor, message] :
+       {std::tuple{"f", &f,
+                   "tensor f holds 2 non-finite value(s) (NaN or Inf; the first at flat "
+                   "index 1)"},
+        std::tuple{"h", &h,
+                   "tensor h holds 1 non-finite value(s) (NaN or Inf; the first at flat "
+                   "index 1)"}}) {
+    try {
+      file.CopyTo(name, *tensor, *backend);
+      ADD_FAILURE() << name << ": non-finite values accepted";
+    } catch (const Error& e) {
+      EXPECT_THAT(e.what(), HasSubstr(path + ": " + message));
+    }
   }
 }
 
