@@ -46,15 +46,15 @@ std::vector<std::byte> HostBytes(const Tensor& t, Backend& backend) {
   return bytes;
 }
 
-// The dense f32 values `name` held in the source checkpoint (its master when stored).
+// The dense f32 values `name` held in the source checkpoint (its master when stored), which must
+// have the model's shape `expected` (a file's own shape is never taken on trust).
 std::vector<float> StoredDense(const SafetensorsFile& file, const std::string& name,
-                               Backend& backend) {
+                               const Shape& expected, Backend& backend) {
   const std::string source = file.Has(name + ".master") ? name + ".master" : name;
-  const Shape& shape = file.Get(source).shape;
   int64_t n = 1;
-  for (int64_t d : shape) n *= d;
+  for (int64_t d : expected) n *= d;
   std::vector<float> values(static_cast<size_t>(n));
-  Tensor host = Tensor::Wrap(values.data(), shape, DType::kF32);
+  Tensor host = Tensor::Wrap(values.data(), expected, DType::kF32);  // CopyTo checks the shape
   file.CopyTo(source, host, backend);  // any float dtype; anything else is refused, named
   return values;
 }
@@ -92,7 +92,7 @@ std::vector<MatrixResult> MeasureMatrices(const CheckpointReader& source,
     const SafetensorsFile file = source.OpenLayer(layer.index);
     for (const ParamTensors& p : layer.params) {
       if (!p.scale.defined() && !p.mask.defined()) continue;
-      const std::vector<float> dense = StoredDense(file, p.name, backend);
+      const std::vector<float> dense = StoredDense(file, p.name, p.value.shape(), backend);
       const std::vector<float> now = CompressedDense(p, backend);
       MatrixResult r;
       r.name = p.name;
@@ -154,15 +154,21 @@ std::vector<MatrixResult> FactorMatrices(const CheckpointReader& source, StageMo
         continue;
       }
       const std::string dense_name = name.substr(0, name.size() - 2);  // "<linear>.weight"
-      const std::vector<float> w = StoredDense(file, dense_name, backend);
-      const int64_t in = p->value.size(0);
-      const int64_t out = static_cast<int64_t>(w.size()) / in;
-      const LowRankFactors f = FactorLowRank(w.data(), in, out, rank);
       Param* pv = nullptr;
       for (Param* q : layer->params()) {
         if (q->name == dense_name + "_v") pv = q;
       }
       BATON_CHECK(pv != nullptr, "{} has no {}_v", layer->name(), dense_name);
+      // U is (in, R) and V (R, out): the dense weight the model has is (in, out).
+      const int64_t in = p->value.size(0);
+      const int64_t out = pv->value.size(1);
+      const std::vector<float> w = StoredDense(file, dense_name, Shape{in, out}, backend);
+      LowRankFactors f;
+      try {
+        f = FactorLowRank(w.data(), in, out, rank);
+      } catch (const Error& e) {
+        BATON_FAIL("{}: tensor {}: {}", file.path(), dense_name, e.what());
+      }
       UploadValues(backend, f.u, p->value);
       UploadValues(backend, f.v, pv->value);
       // The error of what is stored (in the param dtype), against the stored dense weight.
