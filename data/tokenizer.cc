@@ -79,9 +79,25 @@ std::string Unmapped(std::string_view token) {
   return out;
 }
 
-Json ReadJson(const std::string& path) {
+// Fails unless `path` is a regular file (a symlink to one is fine): "no such file" only when
+// nothing is there, else what it is (a FIFO would block the reader, a device never ends).
+void CheckRegularFile(const std::string& path, std::string_view what = "") {
   std::error_code error;
-  if (!fs::is_regular_file(path, error)) Fail(path, "no such file");
+  const fs::file_status status = fs::status(path, error);
+  if (status.type() == fs::file_type::regular) return;
+  if (status.type() == fs::file_type::not_found || error) {
+    Fail(path, "no such file{}", what);
+  }
+  Fail(path, "not a regular file (a {}){}",
+       status.type() == fs::file_type::fifo        ? "FIFO"
+       : status.type() == fs::file_type::directory ? "folder"
+       : status.type() == fs::file_type::socket    ? "socket"
+                                                   : "device",
+       what);
+}
+
+Json ReadJson(const std::string& path) {
+  CheckRegularFile(path);
   try {
     return Json::parse(ReadFileToString(path));
   } catch (const Json::exception& e) {
@@ -100,8 +116,7 @@ std::pair<std::string, std::string> SplitMerge(std::string_view line, const std:
 }
 
 MergeList ReadMergesTxt(const std::string& path) {
-  std::error_code error;
-  if (!fs::is_regular_file(path, error)) Fail(path, "no such file (the merges for vocab.json)");
+  CheckRegularFile(path, " (the merges for vocab.json)");
   const std::string text = ReadFileToString(path);
   MergeList merges;
   size_t line_number = 0;
@@ -121,6 +136,10 @@ MergeList ReadMergesTxt(const std::string& path) {
 int64_t IdOf(const Json& value, const std::string& token, const std::string& source) {
   if (!value.is_number_integer())
     Fail(source, "token '{}' has id {}, not an integer", token, value.dump());
+  if (value.is_number_unsigned() && value.get<uint64_t>() > uint64_t{kMaxTokenId}) {
+    Fail(source, "token '{}' has id {}, more than a uint16 token id can hold ({})", token,
+         value.dump(), kMaxTokenId);  // as the unsigned text: 2^63 must not print negative
+  }
   return value.get<int64_t>();
 }
 
@@ -200,7 +219,9 @@ Tokenizer Tokenizer::Load(const std::string& path) {
       for (const auto& [token, id] : model["vocab"].items()) {
         tokenizer.AddToken(token, IdOf(id, token, file), file);
       }
-      const Json& list = model.contains("merges") ? model["merges"] : Json::array();
+      // Without merges a BPE tokenizer gives one id per byte: not what the file's author meant.
+      if (!model.contains("merges")) Fail(file, "model.merges is missing (BPE needs its merges)");
+      const Json& list = model["merges"];
       if (!list.is_array()) Fail(file, "model.merges is not a list");
       for (size_t i = 0; i < list.size(); ++i) {
         const Json& merge = list[i];
@@ -223,6 +244,13 @@ Tokenizer Tokenizer::Load(const std::string& path) {
       }
     } else {  // GPT-2's vocab.json, with merges.txt beside it
       const std::string name = json_path.filename().string();
+      // A tokenizer.json that lost its "model" is no flat token -> id map: say so, rather than
+      // reading "added_tokens" as a token.
+      for (const char* key : {"added_tokens", "pre_tokenizer", "normalizer", "decoder"}) {
+        if (root.contains(key)) {
+          Fail(file, "a Hugging Face tokenizer.json (it has \"{}\") without its \"model\"", key);
+        }
+      }
       const std::string merges_name =
           name.ends_with("vocab.json")
               ? name.substr(0, name.size() - std::string_view("vocab.json").size()) + "merges.txt"

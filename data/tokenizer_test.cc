@@ -5,6 +5,7 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -255,6 +256,31 @@ TEST_F(TokenizerTest, ErrorsNameTheFile) {
   root["model"]["merges"][3] = 17;
   EXPECT_THAT(ErrorOf([&] { Tokenizer::Load(Write("merge17.json", root.dump())); }),
               HasSubstr("model.merges[3] is 17"));
+
+  root = nlohmann::json::parse(ReadText(kFixture + "/tokenizer.json"));
+  root["model"]["vocab"]["huge"] = 9223372036854775808ull;  // 2^63: printed as given
+  EXPECT_THAT(ErrorOf([&] { Tokenizer::Load(Write("huge.json", root.dump())); }),
+              HasSubstr("'huge' has id 9223372036854775808, more than a uint16"));
+
+  root = nlohmann::json::parse(ReadText(kFixture + "/tokenizer.json"));
+  root["model"].erase("merges");
+  EXPECT_THAT(ErrorOf([&] { Tokenizer::Load(Write("nomerges.json", root.dump())); }),
+              AllOf(HasSubstr("nomerges.json"), HasSubstr("model.merges is missing")));
+
+  root = nlohmann::json::parse(ReadText(kFixture + "/tokenizer.json"));
+  root.erase("model");
+  EXPECT_THAT(ErrorOf([&] { Tokenizer::Load(Write("nomodel.json", root.dump())); }),
+              AllOf(HasSubstr("nomodel.json"), HasSubstr("tokenizer.json"),
+                    HasSubstr("without its \"model\"")));
+
+  const std::string fifo = (dir_ / "fifo.json").string();
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  EXPECT_THAT(ErrorOf([&] { Tokenizer::Load(fifo); }),
+              AllOf(HasSubstr(fifo), HasSubstr("not a regular file (a FIFO)")));
+  const std::string zero = (dir_ / "zero.json").string();
+  fs::create_symlink("/dev/zero", zero);
+  EXPECT_THAT(ErrorOf([&] { Tokenizer::Load(zero); }),
+              AllOf(HasSubstr(zero), HasSubstr("not a regular file (a device)")));
 
   root = nlohmann::json::parse(ReadText(kFixture + "/tokenizer.json"));
   root["model"]["vocab"]["big"] = 70000;
