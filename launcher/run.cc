@@ -303,12 +303,27 @@ void CheckEvaluable(const Plan& plan, const RunOptions& options, const std::stri
   }
 }
 
+// `baton run` resumed at or past train.steps would train nothing and exit 0 (it used to, silently):
+// an error that says how to go on. Checked before any worker starts.
+void CheckStepsLeft(const Plan& plan, const RunOptions& options, const std::string& resume_dir) {
+  if (options.evaluate_only || resume_dir.empty()) return;
+  const int64_t step = CheckpointReader::Open(resume_dir).step();
+  const int64_t steps = plan.config.train.steps;
+  BATON_CHECK(step < steps,
+              "{} is step {}, and train.steps is {}: nothing left to train. To train further, "
+              "raise train.steps above {} (--set train.steps=N; the learning-rate schedule is "
+              "planned over train.steps, so its cosine stretches to the new end), or evaluate, "
+              "generate or export this checkpoint",
+              resume_dir, step, steps, step);
+}
+
 int RunLocal(const Plan& plan, const RunOptions& options, const std::string& report_path) {
   const std::string token = MakeJobToken();
   const std::string job_id = MakeJobToken().substr(0, 12);
   Launch launch{job_id, "", 0, options.evaluate_only};
   launch.resume_dir = ResumePoint(plan, options.resume);
   CheckEvaluable(plan, options, launch.resume_dir);
+  CheckStepsLeft(plan, options, launch.resume_dir);
   // A resumed run and every restart append to the metrics of what came before (an evaluation
   // writes none).
   MetricsLog metrics(plan.config.output.dir,
@@ -400,6 +415,7 @@ int RunUnderLauncher(const Plan& plan, const RunOptions& options, const LaunchEn
   if (env.rank == 0) {
     launch.resume_dir = ResumePoint(plan, options.resume);
     CheckEvaluable(plan, options, launch.resume_dir);
+    CheckStepsLeft(plan, options, launch.resume_dir);
     metrics = std::make_unique<MetricsLog>(plan.config.output.dir,
                                            !launch.resume_dir.empty() || options.evaluate_only);
     server = std::make_unique<CoordinatorServer>();

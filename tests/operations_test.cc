@@ -588,6 +588,21 @@ TEST(OperationsTest, EveryRunEndsWithItsLastStepSavedAndResumeAutoMovesLatestOn)
   const std::vector<double> all = Losses(straight);
   EXPECT_EQ(Losses(resumed), std::vector<double>(all.begin() + 5, all.end()));
   EXPECT_EQ(resumed.at("param_checksum"), straight.at("param_checksum"));
+  // Resuming the finished run trains nothing: an error that says how to go on, before any
+  // worker starts, and `latest` stays.
+  for (const std::string steps : {"8", "6"}) {
+    const CommandResult again =
+        RunBaton({"run", "configs/gpt-tiny.yaml", "--set", "train.steps=" + steps, "--set",
+                  "output.dir=" + root + "/run", "--resume", "auto"});
+    EXPECT_NE(again.exit_code, 0) << again.output;
+    EXPECT_NE(again.output.find("is step 8, and train.steps is " + steps +
+                                ": nothing left to train. To train further, raise train.steps "
+                                "above 8"),
+              std::string::npos)
+        << again.output;
+    EXPECT_EQ(again.output.find("[stage 0]"), std::string::npos) << again.output;
+  }
+  EXPECT_EQ(ReadFile(root + "/run/checkpoints/latest"), "step-8\n");
   // Opting out leaves no checkpoint.
   Train(root + "/none", {"--set", "train.steps=2", "--set", "output.final_checkpoint=false"});
   EXPECT_FALSE(fs::exists(root + "/none/checkpoints"));
