@@ -215,10 +215,16 @@ void JobMonitor::MaybePrintProgress(const JobStep& job_step) {
     timing += fmt::format(", ETA {}",
                           Duration(per_step * static_cast<double>(options_.total_steps - step)));
   }
+  // Each rank's peak: s<stage>, or s<stage>r<replica> with data-parallel replicas.
+  const int stages = options_.stages > 0 ? options_.stages : options_.num_ranks;
   std::string memory;
   for (const auto& [rank, peaks] : job_step.memory_peak) {
     const auto total = peaks.find("total");
-    if (total != peaks.end()) memory += fmt::format(" s{}={}", rank, Bytes(total->second));
+    if (total == peaks.end()) continue;
+    const std::string place = stages >= options_.num_ranks
+                                  ? fmt::format("s{}", rank)
+                                  : fmt::format("s{}r{}", rank % stages, rank / stages);
+    memory += fmt::format(" {}={}", place, Bytes(total->second));
   }
   const std::string eval_part = evaluated ? fmt::format(" | eval {:.4f}", eval->second) : "";
   log_->info(
