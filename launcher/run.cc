@@ -542,8 +542,40 @@ void LogStartup(const Plan& plan, const std::string& config_path) {
 }
 }  // namespace
 
+// The files the config names, checked before anything is planned or started (a missing one was
+// found only inside the workers, once per stage, without naming the key). A Hugging Face folder
+// as model.init_from (what `baton export` writes, or a hub download) is read through its
+// model.safetensors.
+Config CheckNamedFiles(Config config, const std::string& config_path, bool evaluate_only) {
+  namespace fs = std::filesystem;
+  std::error_code error;
+  const auto require = [&](const char* key, const std::string& path) {
+    BATON_CHECK(path.empty() || fs::exists(path, error), "{}: {} {}: no such file or folder",
+                config_path, key, path);
+  };
+  // `baton eval` with its own held-out file reads nothing else.
+  if (!evaluate_only || config.data.eval_path.empty()) require("data.path", config.data.path);
+  require("data.eval_path", config.data.eval_path);
+  std::string& init = config.model.init_from;
+  require("model.init_from", init);
+  if (!init.empty() && fs::is_directory(init, error)) {
+    try {
+      CheckpointReader::Open(init);
+    } catch (const Error& e) {
+      const fs::path weights = fs::path(init) / "model.safetensors";
+      BATON_CHECK(fs::is_regular_file(weights, error), "{}: model.init_from {}: {}", config_path,
+                  init, e.what());
+      spdlog::info("model.init_from {}: a Hugging Face folder, read through its {}", init,
+                   weights.filename().string());
+      init = weights.string();
+    }
+  }
+  return config;
+}
+
 int RunCommand(const RunOptions& options) {
-  const Config loaded = LoadConfig(options.config.path, options.config.overrides);
+  const Config loaded = CheckNamedFiles(LoadConfig(options.config.path, options.config.overrides),
+                                        options.config.path, options.evaluate_only);
   BATON_CHECK(options.evaluate_only || loaded.model.weights == WeightFormat::kDense,
               "{}: model.weights: int8 is for inference (baton eval, baton generate); baton run "
               "trains dense weights",

@@ -99,6 +99,19 @@ TEST(FailureTest, UnreadableDataIsAClearErrorNamingTheFile) {
                 "--set", "train.steps=1", "--set", "parallel.stages=2"});
   EXPECT_NE(result.exit_code, 0);
   EXPECT_NE(result.output.find("/nonexistent/corpus.txt"), std::string::npos) << result.output;
+  // Found by the launcher, naming the key, before any worker starts.
+  EXPECT_NE(result.output.find("data.path /nonexistent/corpus.txt: no such file or folder"),
+            std::string::npos)
+      << result.output;
+  EXPECT_EQ(result.output.find("[stage 0]"), std::string::npos) << result.output;
+  const CommandResult init =
+      RunBaton({"run", "configs/gpt-tiny.yaml", "--set", "model.init_from=/nonexistent/gpt2",
+                "--set", "train.steps=1"});
+  EXPECT_NE(init.exit_code, 0);
+  EXPECT_NE(init.output.find("model.init_from /nonexistent/gpt2: no such file or folder"),
+            std::string::npos)
+      << init.output;
+  EXPECT_EQ(init.output.find("[stage 0]"), std::string::npos) << init.output;
 }
 
 // The line of the launcher's output that says why the job failed.

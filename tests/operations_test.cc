@@ -496,6 +496,11 @@ TEST(OperationsTest, ExportedCheckpointIsStandardSafetensorsThatInitFromLoads) {
       Train(root + "/warm", {"--set", "train.steps=1", "--set", "parallel.stages=2", "--set",
                              "model.init_from=" + root + "/hf/model.safetensors"});
   EXPECT_LT(Losses(warm).front(), 4.5);
+  // The folder itself (as export writes it, or as Hugging Face ships a model) reads the same.
+  const nlohmann::json folder =
+      Train(root + "/folder", {"--set", "train.steps=1", "--set", "parallel.stages=2", "--set",
+                               "model.init_from=" + root + "/hf"});
+  EXPECT_EQ(Losses(folder), Losses(warm));
 }
 
 // A BPE tokenizer through every command: data prepare, training on its .bin (and on the text
