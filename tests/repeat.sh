@@ -22,12 +22,9 @@ mapfile -t tests < <(ctest --test-dir "$build" -N "${select[@]}" |
 [ ${#tests[@]} -gt 0 ] || { echo "repeat: no test matches ${select[*]}" >&2; exit 2; }
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/baton-repeat.XXXXXX")
-burners=()
-for _ in $(seq "$(nproc)"); do
-  (while :; do :; done) &
-  burners+=($!)
-done
-trap 'kill "${burners[@]}" 2>/dev/null; rm -rf "$work"' EXIT
+# shellcheck source=tests/cpu_burners.sh
+. "$root/tests/cpu_burners.sh"
+start_burners "$work"
 
 echo "repeat: ${#tests[@]} test(s) x $runs run(s) beside $(nproc) CPU burner(s)"
 total_failed=0

@@ -13,12 +13,9 @@ case "$build" in /*) baton="$build/baton" ;; *) baton="$root/$build/baton" ;; es
 [ -x "$baton" ] || { echo "no $baton: build first"; exit 2; }
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/baton_stress.XXXXXX")
-burners=()
-for _ in $(seq "$(nproc)"); do
-  (while :; do :; done) &
-  burners+=($!)
-done
-trap 'kill "${burners[@]}" 2>/dev/null; rm -rf "$work"' EXIT
+# shellcheck source=tests/cpu_burners.sh
+. "$root/tests/cpu_burners.sh"
+start_burners "$work"
 
 failed=0
 start=$(date +%s)
