@@ -116,6 +116,10 @@ nlohmann::json ToJson(const TrainingState& state) {
                 {"has_spare", r.has_spare},
                 {"spare_bits", HexDigest(std::bit_cast<uint64_t>(r.spare))}};
   }
+  if (!state.lr_segments.empty()) {
+    nlohmann::json& extensions = j["lr_segments"] = nlohmann::json::array();
+    for (const LrSegment& s : state.lr_segments) extensions.push_back({s.from, s.to});
+  }
   return j;
 }
 
@@ -145,6 +149,23 @@ TrainingState TrainingStateFromJson(const nlohmann::json& j, const std::string& 
       r.has_spare = rng.at("has_spare").get<bool>();
       r.spare = std::bit_cast<double>(ParseHex64(rng.at("spare_bits"), "rng.spare_bits", source));
       state.rng = r;
+    }
+    if (j.contains("lr_segments")) {
+      const nlohmann::json& extensions = j.at("lr_segments");
+      BATON_CHECK(extensions.is_array(), "{}: lr_segments must be an array of [from, to]", source);
+      for (const nlohmann::json& e : extensions) {
+        BATON_CHECK(e.is_array() && e.size() == 2, "{}: lr_segments: expected [from, to], got {}",
+                    source, e.dump());
+        const LrSegment segment{GetInteger<int64_t>(e.at(0), "lr_segments[].from", source),
+                                GetInteger<int64_t>(e.at(1), "lr_segments[].to", source)};
+        // The first is the run as first planned, [0, train.steps]; each later one starts after it.
+        const bool first = state.lr_segments.empty();
+        const int64_t last = first ? 0 : state.lr_segments.back().from;
+        BATON_CHECK((first ? segment.from == 0 : segment.from > last) && segment.to > segment.from,
+                    "{}: lr_segments: [{}, {}] must start {} {} and end after it starts", source,
+                    segment.from, segment.to, first ? "at" : "after", last);
+        state.lr_segments.push_back(segment);
+      }
     }
     state.config = j.value("config", nlohmann::json());
     return state;

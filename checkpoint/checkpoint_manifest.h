@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "checkpoint/loss_scaler_state.h"
+#include "core/lr_segment.h"
 #include "core/random.h"
 #include "model/dims.h"
 
@@ -36,7 +37,11 @@ struct TrainingState {
   uint64_t seed = 0;  // train.seed; with the step it fixes every later batch (docs/data.md)
   LossScalerState loss_scaler{1.0, 0, 0};
   std::optional<Rng::State> rng;  // a stateful generator's state, when the run has one
-  nlohmann::json config;          // the writing run's config (ToJson(Config)): informational
+  // The learning-rate schedule of an extended run (--steps-more): [0, the first train.steps], then
+  // one segment per extension; a resumed run keeps them ("lr_segments": [[from, to], ...],
+  // absent when the run was never extended).
+  std::vector<LrSegment> lr_segments;
+  nlohmann::json config;  // the writing run's config (ToJson(Config)): informational
 };
 nlohmann::json ToJson(const TrainingState& state);
 TrainingState TrainingStateFromJson(const nlohmann::json& json, const std::string& source);

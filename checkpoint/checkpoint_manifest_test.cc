@@ -49,6 +49,32 @@ TEST(CheckpointManifestTest, TrainingStateRoundTripsBitExactly) {
   EXPECT_EQ(a.NextU64(), b.NextU64());
   EXPECT_EQ(back.config, state.config);
   EXPECT_EQ(ToJson(state)["data"]["next_step"], 124);
+  EXPECT_TRUE(back.lr_segments.empty());
+  EXPECT_FALSE(ToJson(state).contains("lr_segments"));
+}
+
+TEST(CheckpointManifestTest, LrExtensionsRoundTripAndOutOfOrderOnesAreRefused) {
+  TrainingState state;
+  state.step = 150;
+  state.lr_segments = {{0, 100}, {100, 160}, {150, 400}};
+  const nlohmann::json j = ToJson(state);
+  EXPECT_EQ(TrainingStateFromJson(j, "state.json").lr_segments, state.lr_segments);
+  for (const char* bad : {"[[0, 100], [100, 90]]", "[[0, 100], [100, 160], [100, 200]]",
+                          "[[0, 100], [100]]", "{}", "[[5, 100]]", "[[0, 0]]"}) {
+    nlohmann::json broken = j;
+    broken["lr_segments"] = nlohmann::json::parse(bad);
+    EXPECT_THROW(
+        {
+          try {
+            TrainingStateFromJson(broken, "state.json");
+          } catch (const Error& e) {
+            EXPECT_NE(std::string(e.what()).find("lr_segments"), std::string::npos) << e.what();
+            throw;
+          }
+        },
+        Error)
+        << bad;
+  }
 }
 
 TEST(CheckpointManifestTest, ManifestRoundTripsAndRefusesOtherFormats) {

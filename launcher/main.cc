@@ -65,6 +65,11 @@ int main(int argc, char** argv) {
                       "continue from a checkpoint: a step dir, checkpoints root or output dir; "
                       "auto: output.dir's latest checkpoint if there is one");
   run_cmd
+      ->add_option("--steps-more", run.steps_more,
+                   "with --resume: train N steps past the checkpoint's, the learning rate "
+                   "decaying on from where it is (not a train.steps change, which reshapes it)")
+      ->check(CLI::PositiveNumber);
+  run_cmd
       ->add_option("--launcher", run.launcher,
                    "who starts the workers: auto (from the environment), local, mpi, slurm")
       ->check(CLI::IsMember({"auto", "local", "mpi", "slurm"}));

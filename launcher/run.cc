@@ -310,18 +310,55 @@ void CheckStepsLeft(const Plan& plan, const RunOptions& options, const std::stri
   const int64_t step = CheckpointReader::Open(resume_dir).step();
   const int64_t steps = plan.config.train.steps;
   BATON_CHECK(step < steps,
-              "{} is step {}, and train.steps is {}: nothing left to train. To train further, "
-              "raise train.steps above {} (--set train.steps=N; the learning-rate schedule is "
-              "planned over train.steps, so its cosine stretches to the new end), or evaluate, "
-              "generate or export this checkpoint",
-              resume_dir, step, steps, step);
+              "{} is step {}, and train.steps is {}: nothing left to train. To train N more "
+              "steps with the learning rate going on from where it is, add --steps-more N "
+              "(docs/checkpoints.md); or evaluate, generate or export this checkpoint",
+              resume_dir, step, steps);
 }
 
-int RunLocal(const Plan& plan, const RunOptions& options, const std::string& report_path) {
+// The learning-rate extensions a launch trains under, resolved once before any worker starts
+// (restarts keep them): a resumed run keeps those its checkpoint recorded, and --steps-more N
+// adds one from the checkpoint's step to N steps later. train.steps becomes the last one's end.
+Plan ExtendSchedule(Plan plan, const RunOptions& options, Launch& launch) {
+  if (options.evaluate_only) return plan;
+  if (launch.resume_dir.empty()) {
+    BATON_CHECK(options.steps_more == 0,
+                "--steps-more extends a resumed run, and there is no checkpoint to resume: add "
+                "--resume DIR (or auto, with a checkpoint in {}), or set train.steps",
+                plan.config.output.dir);
+    return plan;
+  }
+  const CheckpointReader checkpoint = CheckpointReader::Open(launch.resume_dir);
+  launch.lr_segments = checkpoint.state().lr_segments;
+  int64_t& steps = plan.config.train.steps;
+  if (!launch.lr_segments.empty() && launch.lr_segments.back().to != steps) {
+    spdlog::info(
+        "{} is of a run extended by --steps-more: it trains to step {} (train.steps {} "
+        "is ignored)",
+        launch.resume_dir, launch.lr_segments.back().to, steps);
+  }
+  if (options.steps_more > 0) {
+    const int64_t from = checkpoint.step();
+    if (launch.lr_segments.empty()) launch.lr_segments.push_back({0, steps});
+    while (launch.lr_segments.size() > 1 && launch.lr_segments.back().from >= from) {
+      launch.lr_segments.pop_back();  // an extension made later than this checkpoint
+    }
+    launch.lr_segments.push_back({from, from + options.steps_more});
+    spdlog::info(
+        "--steps-more {}: from step {} to {}, the learning rate decaying from its step-{} "
+        "value to train.min_lr",
+        options.steps_more, from, from + options.steps_more, from);
+  }
+  if (!launch.lr_segments.empty()) steps = launch.lr_segments.back().to;
+  return plan;
+}
+
+int RunLocal(const Plan& planned, const RunOptions& options, const std::string& report_path) {
   const std::string token = MakeJobToken();
   const std::string job_id = MakeJobToken().substr(0, 12);
-  Launch launch{job_id, "", 0, options.evaluate_only};
-  launch.resume_dir = ResumePoint(plan, options.resume);
+  Launch launch{job_id, "", 0, options.evaluate_only, {}};
+  launch.resume_dir = ResumePoint(planned, options.resume);
+  const Plan plan = ExtendSchedule(planned, options, launch);
   CheckEvaluable(plan, options, launch.resume_dir);
   CheckStepsLeft(plan, options, launch.resume_dir);
   // A resumed run and every restart append to the metrics of what came before (an evaluation
@@ -401,8 +438,9 @@ int SuperviseJob(CoordinatorServer& server, const std::string& connect_address, 
 
 // mpirun / srun: every rank is an agent (launcher/agent.h); rank 0 also hosts the coordinator
 // and supervises the job (SuperviseJob) from a second thread.
-int RunUnderLauncher(const Plan& plan, const RunOptions& options, const LaunchEnvironment& env,
+int RunUnderLauncher(const Plan& planned, const RunOptions& options, const LaunchEnvironment& env,
                      const std::string& report_path) {
+  Plan plan = planned;
   BATON_CHECK(env.world_size == plan.world_size(),
               "{} started {} processes but the plan has {} stage(s) x {} replica(s) = {} ranks "
               "(parallel.stages x parallel.replicas)",
@@ -411,9 +449,10 @@ int RunUnderLauncher(const Plan& plan, const RunOptions& options, const LaunchEn
   JobRendezvous rendezvous = ShareCoordinator(env, options.coordinator);
   std::unique_ptr<CoordinatorServer> server;
   std::unique_ptr<MetricsLog> metrics;
-  Launch launch{rendezvous.job_id, "", 0, options.evaluate_only};
+  Launch launch{rendezvous.job_id, "", 0, options.evaluate_only, {}};
   if (env.rank == 0) {
     launch.resume_dir = ResumePoint(plan, options.resume);
+    plan = ExtendSchedule(std::move(plan), options, launch);
     CheckEvaluable(plan, options, launch.resume_dir);
     CheckStepsLeft(plan, options, launch.resume_dir);
     metrics = std::make_unique<MetricsLog>(plan.config.output.dir,

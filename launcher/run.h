@@ -40,6 +40,9 @@ struct RunOptions {
   // A checkpoint (step dir, checkpoints root or output dir), or "auto": output.dir's latest
   // checkpoint when there is one, else a fresh start.
   std::string resume;
+  // With a resume: train this many steps past the checkpoint's, the learning rate decaying on
+  // from the rate it had reached (Launch::lr_segments); the checkpoints keep the extension.
+  int64_t steps_more = 0;
   std::string launcher = "auto";  // auto | local | mpi | slurm (launcher/environment.h)
   // Restarts of every worker from the newest checkpoint after a failure (any launcher).
   int max_restarts = 0;

@@ -144,6 +144,11 @@ std::string EncodeJobPlan(const Plan& plan, const Launch& launch) {
   m.set_resume_dir(launch.resume_dir);
   m.set_attempt(launch.attempt);
   m.set_evaluate_only(launch.evaluate_only);
+  for (const LrSegment& segment : launch.lr_segments) {
+    pb::LrSegment* out = m.add_lr_segments();
+    out->set_from(segment.from);
+    out->set_to(segment.to);
+  }
   return m.SerializeAsString();
 }
 
@@ -214,7 +219,12 @@ Plan DecodeJobPlan(const std::string& bytes, Launch* launch) {
               "the job plan has no timeouts");
   plan.memory_budget = m.memory_budget();
   plan.partition_bound = m.partition_bound();
-  if (launch != nullptr) *launch = {m.job_id(), m.resume_dir(), m.attempt(), m.evaluate_only()};
+  if (launch != nullptr) {
+    *launch = {m.job_id(), m.resume_dir(), m.attempt(), m.evaluate_only(), {}};
+    for (const pb::LrSegment& segment : m.lr_segments()) {
+      launch->lr_segments.push_back({segment.from(), segment.to()});
+    }
+  }
   return plan;
 }
 

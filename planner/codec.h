@@ -12,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/lr_segment.h"
 #include "core/memory.h"
 #include "planner/plan.h"
 #include "worker/engine.h"
@@ -28,6 +29,9 @@ struct Launch {
   // `baton eval`: every rank loads the weights, evaluates the held-out data once and stops;
   // nothing is trained or saved.
   bool evaluate_only = false;
+  // The learning-rate schedule of an extended run (--steps-more; TrainingState::lr_segments),
+  // resolved once by the launcher and kept by every restart; train.steps is the last one's end.
+  std::vector<LrSegment> lr_segments;
   bool operator==(const Launch&) const = default;
 };
 

@@ -22,7 +22,7 @@ Config TinyConfig(const std::vector<std::string>& overrides) {
 }
 
 TEST(CodecTest, JobPlanComesBackEqualForEverySchedule) {
-  const Launch launch{"job-1", "/ckpt/step-00000007", 2, true};
+  const Launch launch{"job-1", "/ckpt/step-00000007", 2, true, {{0, 50}, {40, 60}, {55, 90}}};
   for (const std::vector<std::string>& overrides : std::vector<std::vector<std::string>>{
            {"parallel.stages=1"},
            {"parallel.stages=4", "parallel.schedule=gpipe"},

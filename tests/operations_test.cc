@@ -12,6 +12,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <regex>
 #include <thread>
 
@@ -601,8 +602,8 @@ TEST(OperationsTest, EveryRunEndsWithItsLastStepSavedAndResumeAutoMovesLatestOn)
                   "output.dir=" + root + "/run", "--resume", "auto"});
     EXPECT_NE(again.exit_code, 0) << again.output;
     EXPECT_NE(again.output.find("is step 8, and train.steps is " + steps +
-                                ": nothing left to train. To train further, raise train.steps "
-                                "above 8"),
+                                ": nothing left to train. To train N more steps with the "
+                                "learning rate going on from where it is, add --steps-more N"),
               std::string::npos)
         << again.output;
     EXPECT_EQ(again.output.find("[stage 0]"), std::string::npos) << again.output;
@@ -611,6 +612,68 @@ TEST(OperationsTest, EveryRunEndsWithItsLastStepSavedAndResumeAutoMovesLatestOn)
   // Opting out leaves no checkpoint.
   Train(root + "/none", {"--set", "train.steps=2", "--set", "output.final_checkpoint=false"});
   EXPECT_FALSE(fs::exists(root + "/none/checkpoints"));
+}
+
+// --steps-more: the learning rate goes on from the rate the checkpoint had reached (raising
+// train.steps instead reshapes the cosine and jumps back up), the checkpoints keep the extension,
+// and a plain resume of the extended run trains exactly as the extended run did.
+TEST(OperationsTest, StepsMoreContinuesTheLearningRateAndItsCheckpointsKeepTheExtension) {
+  const std::string root = TempDir("steps-more");
+  const std::vector<std::string> common = {"--set", "train.warmup_steps=2",
+                                           "--set", "train.log_every=1",
+                                           "--set", "output.checkpoint_every=6"};
+  auto with = [&](std::vector<std::string> extra) {
+    extra.insert(extra.end(), common.begin(), common.end());
+    return extra;
+  };
+  const std::string first = root + "/first";
+  Train(first, with({"--set", "train.steps=12"}));
+  const auto lr_of = [](const std::string& dir) {
+    std::map<int64_t, double> lr;
+    for (const nlohmann::json& line : MetricsLines(dir)) {
+      if (line.contains("lr")) lr[line.at("step").get<int64_t>()] = line.at("lr").get<double>();
+    }
+    return lr;
+  };
+  const std::map<int64_t, double> planned = lr_of(first);
+  ASSERT_EQ(planned.size(), 12u);
+
+  const std::string extended = root + "/extended";
+  const nlohmann::json report =
+      Train(extended, with({"--set", "train.steps=12", "--resume", first + "/checkpoints/step-6",
+                            "--steps-more", "10"}));
+  EXPECT_EQ(Losses(report).size(), 10u);
+  const std::map<int64_t, double> lr = lr_of(extended);
+  ASSERT_EQ(lr.size(), 10u);
+  ASSERT_EQ(lr.begin()->first, 7);
+  // Continuous at step 6 (a tenth of the decay, not a jump) and decaying slower than planned...
+  EXPECT_LT(lr.at(7), planned.at(6));
+  EXPECT_GT(lr.at(7), planned.at(7));
+  EXPECT_GT(lr.at(7), 0.9 * planned.at(6));
+  for (int64_t step = 8; step <= 16; ++step) EXPECT_LT(lr.at(step), lr.at(step - 1)) << step;
+  // ...to train.min_lr at the new end.
+  EXPECT_NEAR(lr.at(16), 1e-4, 1e-10);
+  EXPECT_EQ(ReadFile(extended + "/checkpoints/latest"), "step-16\n");
+  const nlohmann::json state = ReadJson(extended + "/checkpoints/step-12/state.json");
+  EXPECT_EQ(state.at("lr_segments"), nlohmann::json::parse("[[0, 12], [6, 16]]"));
+
+  // A plain resume mid-extension (a restart, a requeued job) keeps the extended schedule, though
+  // the config still says train.steps=12: steps 13..16 as the extended run trained them.
+  const std::string again = root + "/again";
+  const nlohmann::json resumed = Train(
+      again, with({"--set", "train.steps=12", "--resume", extended + "/checkpoints/step-12"}));
+  const std::vector<double> all = Losses(report);
+  EXPECT_EQ(Losses(resumed), std::vector<double>(all.begin() + 6, all.end()));
+  EXPECT_EQ(resumed.at("param_checksum"), report.at("param_checksum"));
+
+  // Without a checkpoint there is nothing to extend: an error before any worker starts.
+  const CommandResult fresh = RunBaton({"run", "configs/gpt-tiny.yaml", "--set",
+                                        "output.dir=" + root + "/fresh", "--steps-more", "3"});
+  EXPECT_NE(fresh.exit_code, 0);
+  EXPECT_NE(fresh.output.find("--steps-more extends a resumed run, and there is no checkpoint"),
+            std::string::npos)
+      << fresh.output;
+  EXPECT_EQ(fresh.output.find("[stage 0]"), std::string::npos) << fresh.output;
 }
 
 TEST(OperationsTest, LauncherFlagOverridesTheEnvironmentAndNamesWhatIsMissing) {

@@ -10,16 +10,33 @@
 
 namespace baton {
 
+namespace {
+
+// Cosine from `start` at step `from` to `floor` at step `to`, and `floor` after it.
+double CosineDecay(double start, double floor, int64_t from, int64_t to, int64_t step) {
+  const int64_t decay_steps = std::max<int64_t>(1, to - from);
+  const double progress =
+      std::min(1.0, static_cast<double>(step - from) / static_cast<double>(decay_steps));
+  return floor + 0.5 * (1.0 + std::cos(std::numbers::pi * progress)) * (start - floor);
+}
+
+}  // namespace
+
 float LearningRateSchedule::At(int64_t step) const {
+  for (size_t k = extensions.size(); k-- > 0;) {
+    const LrSegment& segment = extensions[k];
+    if (step <= segment.from) continue;
+    LearningRateSchedule before = *this;
+    before.extensions.resize(k);
+    const float start = before.At(segment.from);
+    if (!cosine) return start;
+    return static_cast<float>(CosineDecay(start, min_lr, segment.from, segment.to, step));
+  }
   if (warmup_steps > 0 && step <= warmup_steps) {
     return lr * static_cast<float>(step) / static_cast<float>(warmup_steps);
   }
   if (!cosine) return lr;
-  const int64_t decay_steps = std::max<int64_t>(1, total_steps - warmup_steps);
-  const double progress =
-      std::min(1.0, static_cast<double>(step - warmup_steps) / static_cast<double>(decay_steps));
-  const double coeff = 0.5 * (1.0 + std::cos(std::numbers::pi * progress));
-  return static_cast<float>(min_lr + coeff * (lr - min_lr));
+  return static_cast<float>(CosineDecay(lr, min_lr, warmup_steps, total_steps, step));
 }
 
 Tensor FlatSlice(const Tensor& t, int64_t begin, int64_t end) {

@@ -8,7 +8,12 @@ namespace baton {
 namespace {
 
 TEST(LearningRateScheduleTest, WarmsUpLinearlyThenDecaysToTheFloor) {
-  LearningRateSchedule lr{.lr = 1e-3f, .min_lr = 1e-4f, .warmup_steps = 10, .total_steps = 110};
+  LearningRateSchedule lr{.lr = 1e-3f,
+                          .min_lr = 1e-4f,
+                          .warmup_steps = 10,
+                          .total_steps = 110,
+                          .cosine = true,
+                          .extensions = {}};
   EXPECT_FLOAT_EQ(lr.At(1), 1e-4f);
   EXPECT_FLOAT_EQ(lr.At(10), 1e-3f);
   EXPECT_NEAR(lr.At(60), 0.5f * (1e-3f + 1e-4f), 1e-9);
@@ -16,6 +21,50 @@ TEST(LearningRateScheduleTest, WarmsUpLinearlyThenDecaysToTheFloor) {
   EXPECT_FLOAT_EQ(lr.At(500), 1e-4f);
   lr.cosine = false;
   EXPECT_FLOAT_EQ(lr.At(60), 1e-3f);
+}
+
+// --steps-more: the extended schedule equals the original up to the extension's step, then
+// decays from the rate reached there (continuous: no jump, as raising train.steps gives) to the
+// floor at the new end.
+TEST(LearningRateScheduleTest, AnExtensionContinuesFromTheRateReachedAndDecaysToTheNewEnd) {
+  const LearningRateSchedule original{.lr = 1e-3f,
+                                      .min_lr = 1e-4f,
+                                      .warmup_steps = 10,
+                                      .total_steps = 110,
+                                      .cosine = true,
+                                      .extensions = {}};
+  LearningRateSchedule extended = original;
+  extended.extensions = {{.from = 60, .to = 160}};
+  for (int64_t step = 1; step <= 60; ++step) EXPECT_EQ(extended.At(step), original.At(step));
+  const float at_60 = original.At(60);
+  EXPECT_LT(extended.At(61), at_60);
+  EXPECT_GT(extended.At(61), original.At(61));  // slower: 100 steps left instead of 50
+  EXPECT_NEAR(extended.At(61), at_60, 1e-3 * at_60);
+  EXPECT_NEAR(extended.At(110), 0.5f * (at_60 + 1e-4f), 1e-9);
+  EXPECT_FLOAT_EQ(extended.At(160), 1e-4f);
+  EXPECT_FLOAT_EQ(extended.At(999), 1e-4f);
+  for (int64_t step = 61; step <= 160; ++step) EXPECT_LE(extended.At(step), extended.At(step - 1));
+
+  // A finished run extended holds the floor it reached; a second extension of an extended run
+  // starts from the first extension's rate at its step.
+  LearningRateSchedule finished = original;
+  finished.extensions = {{.from = 110, .to = 150}};
+  EXPECT_FLOAT_EQ(finished.At(130), 1e-4f);
+  extended.extensions.push_back({.from = 100, .to = 120});
+  const float at_100 =
+      LearningRateSchedule{
+          extended.lr, extended.min_lr, extended.warmup_steps, extended.total_steps,
+          true,        {{60, 160}}}
+          .At(100);
+  EXPECT_EQ(extended.At(100), at_100);
+  EXPECT_NEAR(extended.At(110), 0.5f * (at_100 + 1e-4f), 1e-9);
+  EXPECT_FLOAT_EQ(extended.At(120), 1e-4f);
+
+  // A constant schedule keeps its rate.
+  LearningRateSchedule constant = original;
+  constant.cosine = false;
+  constant.extensions = {{.from = 60, .to = 160}};
+  EXPECT_EQ(constant.At(100), 1e-3f);
 }
 
 TEST(LossScalerTest, HalvesAndSkipsOnOverflowDoublesAfterCleanInterval) {

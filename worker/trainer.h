@@ -147,6 +147,13 @@ class Trainer {
   // keeps no optimizer state.
   Optimizer* optimizer() { return optimizer_.get(); }
   void set_loss_scaler_state(const LossScaler::State& state) { scaler_.set_state(state); }
+  // An extended run's learning-rate schedule (Launch::lr_segments): the first segment's end is
+  // the schedule's total, the others its extensions. Empty: train.steps, as configured.
+  void set_lr_segments(const std::vector<LrSegment>& segments) {
+    if (segments.empty()) return;
+    lr_.total_steps = segments.front().to;
+    lr_.extensions.assign(segments.begin() + 1, segments.end());
+  }
   // A flag (set from a signal handler) that asks this rank to stop; reduced across ranks at
   // every step end so that all ranks stop after the same step. May be null.
   void set_stop_flag(const std::atomic<bool>* flag) { stop_flag_ = flag; }

@@ -140,6 +140,7 @@ void SaveCheckpoint(const Plan& plan, const Launch& launch, int rank, Coordinato
     state.step = step;
     state.seed = config.train.seed;
     state.loss_scaler = trainer.loss_scaler().state();
+    state.lr_segments = launch.lr_segments;
     state.config = ToJson(config);
     writer.WriteManifest(step, all, state, plan.dims, plan.graph);
     spdlog::info("checkpoint of step {} written to {}", step, writer.step_dir(step));
@@ -336,6 +337,7 @@ void TrainRank(const WorkerArgs& args, CoordinatorClient& client, const Plan& pl
   TrainerSetup setup = plan.TrainerSetupFor(args.rank, comm.get());
   setup.inference_only = launch.evaluate_only;
   Trainer trainer(std::move(setup), *backend);
+  trainer.set_lr_segments(launch.lr_segments);
   // A stop signal (core/stop_signals.h: SIGTERM from Slurm preemption or the launcher, SIGINT
   // from Ctrl-C) is reduced across ranks at the next step end, so every rank finishes the same
   // step, writes the checkpoint and exits cleanly.
