@@ -548,6 +548,8 @@ json FitJson(const FitResult& fit) {
                           {"micro_batches", c.micro_batches},
                           {"checkpoint", c.checkpoint.ToString()},
                           {"dtype", std::string(Name(c.dtype))},
+                          {"replicas", c.replicas},
+                          {"optimizer_state", c.state == OptimizerState::kInt8 ? "int8" : "f32"},
                           {"level", c.level},
                           {"valid", c.valid},
                           {"fits", c.fits},

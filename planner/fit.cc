@@ -31,6 +31,10 @@ std::string PrecisionName(DType dtype) {
   BATON_FAIL("{} is not a training precision", Name(dtype));
 }
 
+const char* StateName(OptimizerState state) {
+  return state == OptimizerState::kInt8 ? "int8" : "f32";
+}
+
 // Every checkpoint policy worth trying for stages of up to `max_layers` layers: none, selective,
 // then every:K for K = 1, 2, 4, ... (one segment per stage at the last).
 std::vector<CheckpointPolicy> Policies(const CheckpointPolicy& configured, int max_layers) {
@@ -53,6 +57,7 @@ struct Lever {
   int micro_batches;
   int stages;
   int replicas;
+  OptimizerState state;
 };
 
 std::vector<Lever> Levers(const Config& config, int max_stages, int num_layers, int max_processes) {
@@ -62,6 +67,8 @@ std::vector<Lever> Levers(const Config& config, int max_stages, int num_layers, 
   for (int m = config.train.micro_batches; m <= config.train.batch_size; ++m) {
     if (config.train.batch_size % m == 0) micro_batches.push_back(m);
   }
+  std::vector<OptimizerState> states = {config.optimizer.state};
+  if (config.optimizer.state == OptimizerState::kF32) states.push_back(OptimizerState::kInt8);
   std::vector<Lever> levers;
   const int configured = config.parallel.replicas;
   for (int r = configured; r == configured || r * config.parallel.stages <= max_processes; ++r) {
@@ -70,8 +77,11 @@ std::vector<Lever> Levers(const Config& config, int max_stages, int num_layers, 
       const int stage_layers = (num_layers + p - 1) / p;
       for (int m : micro_batches) {
         if (m % r != 0) continue;
-        for (const CheckpointPolicy& policy : Policies(config.parallel.checkpoint, stage_layers)) {
-          for (DType dtype : dtypes) levers.push_back({dtype, policy, m, p, r});
+        for (OptimizerState state : states) {
+          for (const CheckpointPolicy& policy :
+               Policies(config.parallel.checkpoint, stage_layers)) {
+            for (DType dtype : dtypes) levers.push_back({dtype, policy, m, p, r, state});
+          }
         }
       }
     }
@@ -80,8 +90,9 @@ std::vector<Lever> Levers(const Config& config, int max_stages, int num_layers, 
 }
 
 int LevelOf(const Lever& lever, const Config& config) {
-  if (lever.replicas != config.parallel.replicas) return 5;
-  if (lever.stages != config.parallel.stages) return 4;
+  if (lever.replicas != config.parallel.replicas) return 6;
+  if (lever.stages != config.parallel.stages) return 5;
+  if (lever.state != config.optimizer.state) return 4;
   if (lever.micro_batches != config.train.micro_batches) return 3;
   if (!(lever.checkpoint == config.parallel.checkpoint)) return 2;
   if (lever.dtype != config.precision.dtype) return 1;
@@ -94,6 +105,7 @@ Config Apply(const Config& base, const Lever& lever) {
   config.parallel.checkpoint = lever.checkpoint;
   config.train.micro_batches = lever.micro_batches;
   config.parallel.stages = lever.stages;
+  config.optimizer.state = lever.state;
   if (lever.replicas != base.parallel.replicas) {
     config.parallel.replicas = lever.replicas;
     // ZeRO-1 where it applies (f32 optimizer state, no pruning): the replicas then divide the
@@ -113,6 +125,7 @@ FitCandidate Evaluate(const Config& base, const Lever& lever, const FitOptions& 
   c.micro_batches = lever.micro_batches;
   c.stages = lever.stages;
   c.replicas = lever.replicas;
+  c.state = lever.state;
   c.level = LevelOf(lever, base);
   Plan plan;
   try {
@@ -147,6 +160,9 @@ std::string ChosenFlags(const Config& c, const Config& base) {
   if (c.train.micro_batches != base.train.micro_batches) {
     add(fmt::format("--set train.micro_batches={}", c.train.micro_batches));
   }
+  if (c.optimizer.state != base.optimizer.state) {
+    add(fmt::format("--set optimizer.state={}", StateName(c.optimizer.state)));
+  }
   if (c.parallel.stages != base.parallel.stages) {
     add(fmt::format("--set parallel.stages={}", c.parallel.stages));
   }
@@ -165,8 +181,8 @@ std::string ChosenFlags(const Config& c, const Config& base) {
 // C/4, C/8 whose predicted peak fits. Lines "  --set ... fits at X per stage (with ...)".
 std::string StructuralSuggestions(const Config& config, const FitCandidate& leanest,
                                   const FitOptions& options) {
-  const Lever lever{leanest.dtype, leanest.checkpoint, leanest.micro_batches, leanest.stages,
-                    leanest.replicas};
+  const Lever lever{leanest.dtype,  leanest.checkpoint, leanest.micro_batches,
+                    leanest.stages, leanest.replicas,   leanest.state};
   std::vector<std::pair<std::string, Config>> tries;
   const ModelConfig& m = config.model;
   const bool structured = m.share_group > 1 || m.low_rank_attn > 0 || m.low_rank_mlp > 0;
@@ -226,10 +242,10 @@ FitResult FitToBudget(const Config& config, const FitOptions& options) {
     result.candidates.push_back(Evaluate(config, lever, options));
   }
   std::vector<FitCandidate>& all = result.candidates;
-  // Tiers of levels: as configured; precision and checkpointing, by time; micro-batches; stages;
-  // replicas.
+  // Tiers of levels: as configured; precision and checkpointing, by time; micro-batches; 8-bit
+  // optimizer state; stages; replicas.
   const auto tier = [](int level) { return level == 0 ? 0 : level <= 2 ? 1 : level - 1; };
-  for (int t = 0; t <= 4 && result.chosen < 0; ++t) {
+  for (int t = 0; t <= 5 && result.chosen < 0; ++t) {
     for (size_t i = 0; i < all.size(); ++i) {
       if (!all[i].fits || tier(all[i].level) != t) continue;
       if (result.chosen < 0) {
@@ -252,18 +268,19 @@ FitResult FitToBudget(const Config& config, const FitOptions& options) {
     BATON_CHECK(leanest != nullptr, "--fit: no candidate configuration could be planned");
     BATON_FAIL(
         "no configuration fits the memory budget of {}: the smallest peak reachable is {} ({} "
-        "stages{}, {} micro-batches, {}, checkpoint {}); raise the budget or allow more stages "
-        "(--max-stages){}{}",
+        "stages{}, {} micro-batches, {}, checkpoint {}, {} optimizer state); raise the budget or "
+        "allow more stages (--max-stages){}{}",
         FormatBytes(options.budget), FormatBytes(leanest->peak), leanest->stages,
         leanest->replicas > 1 ? fmt::format(" x {} replicas", leanest->replicas) : "",
         leanest->micro_batches, PrecisionName(leanest->dtype), leanest->checkpoint.ToString(),
+        StateName(leanest->state),
         options.max_processes > 0 ? " or processes (--max-processes)"
                                   : " or data-parallel replicas with ZeRO-1 (--max-processes)",
         StructuralSuggestions(config, *leanest, options));
   }
   const FitCandidate& chosen = all[static_cast<size_t>(result.chosen)];
   result.config = Apply(config, {chosen.dtype, chosen.checkpoint, chosen.micro_batches,
-                                 chosen.stages, chosen.replicas});
+                                 chosen.stages, chosen.replicas, chosen.state});
   result.set_flags = ChosenFlags(result.config, config);
   return result;
 }
@@ -322,44 +339,47 @@ StepRates MeasureStepRates(const Config& config) {
 }
 
 std::string FormatFitTable(const FitResult& result, int64_t budget) {
-  static const char* kLevels[] = {"as configured", "precision", "checkpointing",
-                                  "micro-batches", "stages",    "replicas"};
-  static const char* kWhy[] = {"the configuration as it is fits",
-                               "the fastest predicted step among precision and checkpointing",
-                               "the fastest predicted step among precision and checkpointing",
-                               "nothing fits without more micro-batches",
-                               "nothing fits without more stages",
-                               "nothing fits without data-parallel replicas (ZeRO-1)"};
+  static const char* kLevels[] = {"as configured", "precision", "checkpointing", "micro-batches",
+                                  "8-bit state",   "stages",    "replicas"};
+  static const char* kWhy[] = {
+      "the configuration as it is fits",
+      "the fastest predicted step among precision and checkpointing",
+      "the fastest predicted step among precision and checkpointing",
+      "nothing fits without more micro-batches",
+      "nothing fits without 8-bit optimizer state, which costs no device (AdamW's moments "
+      "quantized: a small change to the updates)",
+      "nothing fits without more stages, even with 8-bit optimizer state",
+      "nothing fits without data-parallel replicas (ZeRO-1)"};
   const bool replicas = std::any_of(result.candidates.begin(), result.candidates.end(),
                                     [](const FitCandidate& c) { return c.replicas > 1; });
   const auto stages_of = [&](const FitCandidate& c) {
     return replicas ? fmt::format("{}x{}", c.stages, c.replicas) : std::to_string(c.stages);
   };
-  std::string out = fmt::format("{:>1} {:>6} {:>5} {:>11} {:>7} {:>13} {:>12} {:>4}  {}\n", "",
-                                replicas ? "PxR" : "stages", "mbs", "checkpoint", "dtype", "peak",
-                                "step (s)", "fits", "lever / bound");
+  std::string out = fmt::format("{:>1} {:>6} {:>5} {:>11} {:>7} {:>5} {:>13} {:>12} {:>4}  {}\n",
+                                "", replicas ? "PxR" : "stages", "mbs", "checkpoint", "dtype",
+                                "state", "peak", "step (s)", "fits", "lever / bound");
   for (size_t i = 0; i < result.candidates.size(); ++i) {
     const FitCandidate& c = result.candidates[i];
     const bool chosen = static_cast<int>(i) == result.chosen;
     if (!c.valid) {
-      out += fmt::format("  {:>6} {:>5} {:>11} {:>7} {:>13} {:>12} {:>4}  {}\n", stages_of(c),
-                         c.micro_batches, c.checkpoint.ToString(), PrecisionName(c.dtype), "-", "-",
-                         "-", c.note);
+      out += fmt::format("  {:>6} {:>5} {:>11} {:>7} {:>5} {:>13} {:>12} {:>4}  {}\n", stages_of(c),
+                         c.micro_batches, c.checkpoint.ToString(), PrecisionName(c.dtype),
+                         StateName(c.state), "-", "-", "-", c.note);
       continue;
     }
-    out += fmt::format("{:>1} {:>6} {:>5} {:>11} {:>7} {:>13} {:>12.4f} {:>4}  {}: {}\n",
+    out += fmt::format("{:>1} {:>6} {:>5} {:>11} {:>7} {:>5} {:>13} {:>12.4f} {:>4}  {}: {}\n",
                        chosen ? "*" : "", stages_of(c), c.micro_batches, c.checkpoint.ToString(),
-                       PrecisionName(c.dtype), FormatBytes(c.peak), c.step_seconds,
-                       c.fits ? "yes" : "no", kLevels[c.level], c.note);
+                       PrecisionName(c.dtype), StateName(c.state), FormatBytes(c.peak),
+                       c.step_seconds, c.fits ? "yes" : "no", kLevels[c.level], c.note);
   }
   if (result.chosen >= 0) {
     const FitCandidate& c = result.candidates[static_cast<size_t>(result.chosen)];
     out += fmt::format(
-        "chosen: {} stages{}, {} micro-batches, checkpoint {}, {}: peak {} within {}, predicted "
-        "{:.4f} s/step ({})\n",
+        "chosen: {} stages{}, {} micro-batches, checkpoint {}, {}, {} optimizer state: peak {} "
+        "within {}, predicted {:.4f} s/step ({})\n",
         c.stages, c.replicas > 1 ? fmt::format(" x {} replicas", c.replicas) : "", c.micro_batches,
-        c.checkpoint.ToString(), PrecisionName(c.dtype), FormatBytes(c.peak), FormatBytes(budget),
-        c.step_seconds, kWhy[c.level]);
+        c.checkpoint.ToString(), PrecisionName(c.dtype), StateName(c.state), FormatBytes(c.peak),
+        FormatBytes(budget), c.step_seconds, kWhy[c.level]);
     out += fmt::format("apply with: {}\n",
                        result.set_flags.empty() ? "(no change)" : result.set_flags);
   }

@@ -7,17 +7,20 @@
 //   2. activation checkpointing: selective, every:K for K = 1, 2, 4, ... up to a stage's layers;
 //   3. more micro-batches (a divisor of the batch size above the configured count): smaller
 //      micro-batches, fewer bytes in flight under 1F1B;
-//   4. more stages (up to `max_stages`), each cut under the budget (PartitionWithinBudget);
-//   5. data-parallel replicas with ZeRO-1 (parallel.zero 1: each replica keeps 1/R of the
+//   4. 8-bit optimizer state (optimizer.state int8, when it is f32): AdamW's moments quantized,
+//      a quarter of their bytes, at no device's cost;
+//   5. more stages (up to `max_stages`), each cut under the budget (PartitionWithinBudget);
+//   6. data-parallel replicas with ZeRO-1 (parallel.zero 1: each replica keeps 1/R of the
 //      optimizer state and runs 1/R of the micro-batches), only when `max_processes` allows
 //      stages x replicas processes; replicas must divide the micro-batches.
 // Every combination is a candidate; its level is the costliest lever it pulls. The configuration
 // as it is wins when it fits. Otherwise precision and checkpointing compete on predicted step
 // time on this machine (step_time.h: the simulator with FLOP costs, recompute included, at the
 // machine's rate for each precision), so that bf16 is not chosen where it is slower than an fp32
-// checkpointed candidate that fits (CPUs); more micro-batches come next, then more stages, each
-// only when nothing cheaper fits, again the fastest within the level. Ties go to fewer changes. No
-// candidate fitting is an error naming the smallest peak any of them reaches.
+// checkpointed candidate that fits (CPUs); more micro-batches come next, then 8-bit optimizer
+// state, then more stages, then replicas, each only when nothing cheaper fits, again the fastest
+// within the level. Ties go to fewer changes. No candidate fitting is an error naming the
+// smallest peak any of them reaches.
 #pragma once
 
 #include <cstdint>
@@ -43,8 +46,9 @@ struct FitCandidate {
   int micro_batches = 1;
   int stages = 1;
   int replicas = 1;
-  int level = 0;       // 0 as configured, 1 precision, 2 checkpointing, 3 micro-batches, 4 stages,
-                       // 5 replicas
+  OptimizerState state = OptimizerState::kF32;  // optimizer.state
+  int level = 0;       // 0 as configured, 1 precision, 2 checkpointing, 3 micro-batches, 4 8-bit
+                       // optimizer state, 5 stages, 6 replicas
   bool valid = false;  // a plan could be made; else `note` says why not
   bool fits = false;
   int64_t peak = 0;         // largest predicted total over ranks (of the budgeted cut when it fits)

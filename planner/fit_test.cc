@@ -144,21 +144,23 @@ TEST(FitTest, WhenNothingFitsItNamesTheStructuralChangesThatWould) {
   } catch (const Error& e) {
     leanest = e.what();
   }
-  // "... is 12.34 MiB (4 stages, 8 micro-batches, bf16, checkpoint every:1); ..."
+  // "... is 12.34 MiB (4 stages, 8 micro-batches, bf16, checkpoint every:1, int8 optimizer
+  // state); ..."
   const std::smatch m = [&] {
     std::smatch match;
     EXPECT_TRUE(std::regex_search(
         leanest, match,
         std::regex(
-            R"(is ([0-9.]+) MiB \((\d+) stages, (\d+) micro-batches, (\w+), checkpoint ([\w:]+)\))")))
+            R"(is ([0-9.]+) MiB \((\d+) stages, (\d+) micro-batches, (\w+), checkpoint ([\w:]+), (\w+) optimizer state\))")))
         << leanest;
     return match;
   }();
-  ASSERT_EQ(m.size(), 6u);
+  ASSERT_EQ(m.size(), 7u);
   const double dense_mib = std::stod(m[1].str());
   const std::vector<std::string> lever = {
       "parallel.stages=" + m[2].str(), "train.micro_batches=" + m[3].str(),
-      "precision.dtype=" + m[4].str(), "parallel.checkpoint=" + m[5].str()};
+      "precision.dtype=" + m[4].str(), "parallel.checkpoint=" + m[5].str(),
+      "optimizer.state=" + m[6].str()};
   std::vector<std::string> shared = lever;
   shared.push_back("model.share.group=8");
   int64_t shared_peak = 0;
@@ -179,6 +181,35 @@ TEST(FitTest, WhenNothingFitsItNamesTheStructuralChangesThatWould) {
   }
 }
 
+// gpt-small-cpu on one stage at 100 MiB: checkpointing and bf16 do not reach it, 8-bit optimizer
+// state does (a quarter of AdamW's moments' bytes), and it comes before a second device.
+TEST(FitTest, EightBitOptimizerStateComesBeforeAnotherStage) {
+  const Config config = SmallCpu({"parallel.stages=1"});
+  const int64_t budget = int64_t{100} << 20;
+  const FitResult fit = FitToBudget(config, {budget, StepRates(1e9), 0});
+  const FitCandidate& chosen = fit.candidates.at(static_cast<size_t>(fit.chosen));
+  const std::string table = FormatFitTable(fit, budget);
+  EXPECT_EQ(chosen.level, 4) << table;
+  EXPECT_EQ(chosen.stages, 1) << table;
+  EXPECT_EQ(fit.config.optimizer.state, OptimizerState::kInt8);
+  EXPECT_NE(fit.set_flags.find("--set optimizer.state=int8"), std::string::npos) << fit.set_flags;
+  EXPECT_NE(table.find("nothing fits without 8-bit optimizer state"), std::string::npos) << table;
+  // Nothing cheaper fits, and the choice does: predicted and measured.
+  for (const FitCandidate& c : fit.candidates) {
+    if (c.level < 4) {
+      EXPECT_FALSE(c.fits) << table;
+    }
+  }
+  const Plan plan = MakePlan(fit.config, budget);
+  const InProcessResult measured = RunInProcess(plan);
+  EXPECT_LE(PredictMemory(plan).at(0).peak.total, budget);
+  EXPECT_LE(measured.ranks.at(0).peak.total, budget);
+  // Already 8-bit: the lever is not offered again.
+  const FitResult again =
+      FitToBudget(SmallCpu({"parallel.stages=1", "optimizer.state=int8"}), {budget, 1e9, 0});
+  for (const FitCandidate& c : again.candidates) EXPECT_EQ(c.state, OptimizerState::kInt8);
+}
+
 TEST(FitTest, ReplicasWithZeroOneComeAfterStagesWhenMoreProcessesAreAllowed) {
   // Two stages at most: the leanest two-stage configuration's peak, then a budget below it.
   const Config config = SmallCpu({"parallel.stages=2"});
@@ -195,11 +226,14 @@ TEST(FitTest, ReplicasWithZeroOneComeAfterStagesWhenMoreProcessesAreAllowed) {
   const int64_t budget =
       static_cast<int64_t>(std::stod(m[1].str()) * (1 << 20)) - (int64_t{1} << 20);
   EXPECT_THROW(FitToBudget(config, {budget, StepRates(1e9), 2}), Error);
-  const FitResult result = FitToBudget(config, {budget, StepRates(1e9), 2, 4});
+  // Below 8-bit optimizer state's leanest peak, ZeRO-1 must shard the f32 state 8 ways (two
+  // replicas leave more of it than 8-bit state does): 16 processes.
+  EXPECT_THROW(FitToBudget(config, {budget, StepRates(1e9), 2, 4}), Error);
+  const FitResult result = FitToBudget(config, {budget, StepRates(1e9), 2, 16});
   const FitCandidate& chosen = result.candidates[static_cast<size_t>(result.chosen)];
-  EXPECT_EQ(chosen.level, 5);
+  EXPECT_EQ(chosen.level, 6);
   EXPECT_GE(chosen.replicas, 2);
-  EXPECT_LE(chosen.stages * chosen.replicas, 4);
+  EXPECT_LE(chosen.stages * chosen.replicas, 16);
   EXPECT_EQ(result.config.parallel.zero, 1);
   EXPECT_NE(result.set_flags.find("--set parallel.zero=1"), std::string::npos) << result.set_flags;
   EXPECT_NE(FormatFitTable(result, budget).find("replicas"), std::string::npos);
