@@ -160,7 +160,9 @@ int main(int argc, char** argv) {
   schedule_cmd->add_option("--microbatches", schedule.microbatches, "micro-batches M");
   schedule_cmd->add_option("--schedule", schedule.schedule, "gpipe, 1f1b, interleaved, zb-h1");
   schedule_cmd->add_option("--chunks", schedule.chunks, "model chunks per rank (interleaved)");
-  schedule_cmd->add_option("--costs", schedule.costs, "action costs, e.g. F=1,B=2,I=1,W=1");
+  schedule_cmd->add_option(
+      "--costs", schedule.costs,
+      "action costs in any unit, e.g. F=1,B=2,I=1,W=1 (the default); the makespan is in it");
   schedule_cmd->add_option("--file", schedule.file, "a schedule CSV to load instead");
   schedule_cmd->add_option("--format", schedule.format, "text, csv, json, svg or chrome");
   schedule_cmd->add_option("--comm", schedule.comm, "async or rendezvous send semantics");

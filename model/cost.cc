@@ -107,9 +107,13 @@ int64_t StoredParamCount(const std::vector<LayerSpec>& graph, int first, int las
                          const ModelDims& dims) {
   CheckRange(graph, first, last);
   int64_t total = 0;
+  bool embedding = false;
   for (int i = first; i <= last; ++i) {
     const LayerSpec& spec = graph[static_cast<size_t>(i)];
     total += StoredParamCount(spec, dims);
+    if (spec.kind == LayerKind::kEmbedding) embedding = true;
+    // The head's wte is the embedding's own tensor when both are in the range (TieEmbedding).
+    if (spec.kind == LayerKind::kHead && embedding) total -= int64_t{dims.vocab_size} * dims.width;
     // A shared copy whose group has a block earlier in the range shares that one's storage.
     if (spec.block_index > 0 && i > first &&
         dims.share_leader(spec.block_index) != spec.block_index)

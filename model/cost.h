@@ -8,7 +8,8 @@
 // - Parameters. ParamCount counts each model parameter once: the head's tied copy of wte is the
 //   embedding's parameter, so ParamCount(head) = 2C (ln_f) and GPT-2 124M sums to 124,439,808;
 //   a shared block (model.share) counts only what its group's first block does not hold.
-//   StoredParamCount is what a layer allocates on its own: the head's includes its V*C copy.
+//   StoredParamCount is what a layer allocates on its own: the head's includes its V*C copy,
+//   which a range holding the embedding too shares (one stage: GPT-2 124M stores 124,439,808).
 //   A low-rank linear (model.low_rank) holds r(in + out) weights instead of in*out.
 // - FLOPs: 2 per multiply-add of every matrix product (a low-rank linear's two) (GEMMs, and
 // attention's QK^T and PV counted

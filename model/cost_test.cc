@@ -34,6 +34,11 @@ TEST(ParamCount, Gpt2SmallHas124439808Parameters) {
   EXPECT_EQ(ParamCount(graph.back(), kGpt2Small), 2 * 768);
   // ... but a head built on its own stage stores a copy of it.
   EXPECT_EQ(StoredParamCount(graph.back(), kGpt2Small), 2 * 768 + 50257 * 768);
+  // One stage holding both stores wte once (the partition table printed 163M for GPT-2 124M)...
+  const int last = static_cast<int>(graph.size()) - 1;
+  EXPECT_EQ(StoredParamCount(graph, 0, last, kGpt2Small), 124'439'808);
+  // ...a stage of the head without the embedding, its own copy.
+  EXPECT_EQ(StoredParamCount(graph, last - 1, last, kGpt2Small), 7'087'872 + 2 * 768 + 50257 * 768);
 }
 
 TEST(ParamCount, TinyLayersMatchHandCounts) {

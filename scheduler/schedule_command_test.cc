@@ -48,7 +48,7 @@ TEST(ScheduleCommandTest, TextPrintsTheGridAndTheFigures) {
   const Outcome outcome = RunCommand(Options("1f1b", 4, 8));
   EXPECT_EQ(outcome.code, kScheduleCommandOk) << outcome.err;
   EXPECT_TRUE(outcome.err.empty());
-  EXPECT_NE(outcome.out.find("makespan 33, bubble fraction 0.272727"), std::string::npos)
+  EXPECT_NE(outcome.out.find("makespan 33 cost units, bubble fraction 0.272727"), std::string::npos)
       << outcome.out;
   EXPECT_NE(outcome.out.find("stage 3   .  .  .  F0 B0---"), std::string::npos) << outcome.out;
   EXPECT_NE(outcome.out.find("peak_in_flight"), std::string::npos);

@@ -24,8 +24,8 @@ std::string Headline(const Schedule& schedule, const SimulationResult& simulatio
   return "schedule " + schedule.name + ": " + std::to_string(schedule.stages) + " stages, " +
          std::to_string(schedule.microbatches) + " micro-batches, " +
          std::to_string(schedule.chunks) + " chunk(s) per stage; makespan " +
-         Number(simulation.makespan) + ", bubble fraction " + Number(simulation.bubble_fraction) +
-         " (" + Percent(simulation.bubble_fraction) + ")";
+         Number(simulation.makespan) + " cost units, bubble fraction " +
+         Number(simulation.bubble_fraction) + " (" + Percent(simulation.bubble_fraction) + ")";
 }
 
 std::string_view KindCategory(ActionKind kind) {

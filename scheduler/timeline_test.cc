@@ -27,17 +27,18 @@ size_t ComputeActions(const SimulationResult& result) {
 TEST(TimelineTest, TextGridHasARowPerStageWithTimeToTheRight) {
   const Schedule schedule = InsertCommunication(GPipe(2, 2));
   const std::string text = RenderText(schedule, Simulate(schedule));
-  EXPECT_EQ(text,
-            "schedule gpipe: 2 stages, 2 micro-batches, 1 chunk(s) per stage; makespan 9, bubble "
-            "fraction 0.333333 (33.33%)\n"
-            "time      0              5\n"
-            "stage 0   F0 F1 .  .  .  B0--- B1---\n"
-            "stage 1   .  F0 F1 B0--- B1--- .  .\n"
-            "(one cell = 1 time unit(s); '.' = idle)\n"
-            "\n"
-            "stage  busy        idle        peak_in_flight\n"
-            "0      6           3           2\n"
-            "1      6           3           2\n");
+  EXPECT_EQ(
+      text,
+      "schedule gpipe: 2 stages, 2 micro-batches, 1 chunk(s) per stage; makespan 9 cost units, "
+      "bubble fraction 0.333333 (33.33%)\n"
+      "time      0              5\n"
+      "stage 0   F0 F1 .  .  .  B0--- B1---\n"
+      "stage 1   .  F0 F1 B0--- B1--- .  .\n"
+      "(one cell = 1 time unit(s); '.' = idle)\n"
+      "\n"
+      "stage  busy        idle        peak_in_flight\n"
+      "0      6           3           2\n"
+      "1      6           3           2\n");
 }
 
 TEST(TimelineTest, TextGridNamesLaterChunksByVirtualStage) {
