@@ -322,6 +322,25 @@ int CompressCommand(const CompressOptions& options, std::ostream& out) {
     out << "eval loss: not measured (the config has no data.eval_path or data.eval_fraction; "
            "--set one)\n";
   } else {
+    // The held-out data must be held out from the run that trained the checkpoint, or the losses
+    // measure memory, not generalisation: say so when it was not.
+    const DataConfig trained =
+        ParseConfigString(source.state().config.dump(2), source.step_dir() + "/state.json", {})
+            .data;
+    const DataConfig& now = config.data;
+    const bool tail_trained = now.eval_path.empty() && now.path == trained.path &&
+                              trained.eval_path.empty() &&
+                              trained.eval_fraction < now.eval_fraction;
+    const bool file_trained = !now.eval_path.empty() && now.eval_path == trained.path;
+    if (tail_trained || file_trained) {
+      out << fmt::format(
+          "note: the run that wrote {} trained on this eval data ({}), so both losses below are "
+          "on seen data; evaluate on held-out data (data.eval_path) for a fair comparison\n",
+          source.step_dir(),
+          tail_trained ? fmt::format("the last {:g}% of {}, its data.eval_fraction was {:g}",
+                                     100 * now.eval_fraction, now.path, trained.eval_fraction)
+                       : fmt::format("data.eval_path {} was its data.path", now.eval_path));
+    }
     const double loss_before =
         EvalLoss(config_path,
                  {fmt::format("model.weights={}", Name(source_config.model.weights)),
