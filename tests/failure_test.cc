@@ -112,6 +112,14 @@ TEST(FailureTest, UnreadableDataIsAClearErrorNamingTheFile) {
             std::string::npos)
       << init.output;
   EXPECT_EQ(init.output.find("[stage 0]"), std::string::npos) << init.output;
+  const CommandResult tokenizer =
+      RunBaton({"run", "configs/gpt-tiny.yaml", "--set", "data.tokenizer=/nonexistent/tok.json",
+                "--set", "train.steps=1", "--set", "model.vocab_size=50257"});
+  EXPECT_NE(tokenizer.exit_code, 0);
+  EXPECT_NE(tokenizer.output.find("data.tokenizer: /nonexistent/tok.json: no such file or folder"),
+            std::string::npos)
+      << tokenizer.output;
+  EXPECT_EQ(tokenizer.output.find("[stage 0]"), std::string::npos) << tokenizer.output;
 }
 
 // The line of the launcher's output that says why the job failed.
