@@ -11,6 +11,12 @@ namespace baton {
 // The gRPC metadata key that carries the job token on every call.
 inline constexpr char kTokenMetadataKey[] = "x-baton-token";
 
+// The largest metadata either side accepts (GRPC_ARG_MAX_METADATA_SIZE; gRPC's default is 8 KiB).
+// An error answered without a message travels as metadata, its status text included, and the
+// coordinator's texts carry a rank table: a line per rank, over 8 KiB from about 80 ranks on
+// ("gRPC status 8: received initial metadata size exceeds limit" at 256 processes).
+inline constexpr int kMaxMetadataBytes = 4 << 20;
+
 void ToProto(const JoinInfo& info, pb::JoinRequest* out);
 JoinInfo FromProto(const pb::JoinRequest& request);
 

@@ -244,6 +244,7 @@ CoordinatorClient::CoordinatorClient(const std::string& address, const std::stri
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
   args.SetMaxReceiveMessageSize(64 << 20);
   args.SetMaxSendMessageSize(64 << 20);
+  args.SetInt(GRPC_ARG_MAX_METADATA_SIZE, kMaxMetadataBytes);
   impl_->channel = grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
   bool connected =
       impl_->channel->WaitForConnected(std::chrono::system_clock::now() + options.connect_timeout);

@@ -207,6 +207,7 @@ int CoordinatorServer::Start(const CoordinatorOptions& options) {
   builder.RegisterService(impl_->service.get());
   builder.SetMaxReceiveMessageSize(64 << 20);
   builder.SetMaxSendMessageSize(64 << 20);
+  builder.AddChannelArgument(GRPC_ARG_MAX_METADATA_SIZE, kMaxMetadataBytes);
   impl_->server = builder.BuildAndStart();
   BATON_CHECK(impl_->server && port_ > 0, "the coordinator could not bind {}", options.address);
 

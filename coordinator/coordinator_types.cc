@@ -39,7 +39,8 @@ std::string DescribeRank(int rank, int stage, int replica) {
   return fmt::format("stage {} (rank {})", stage, rank);
 }
 
-std::string FormatRankTable(const std::vector<RankState>& ranks) {
+std::string FormatRankTable(const std::vector<RankState>& ranks,
+                            const std::map<int, std::string>& exited) {
   // A replica column when the job has data-parallel replicas; "peer" is a stage of the same one.
   const bool replicas = std::any_of(ranks.begin(), ranks.end(), [](const RankState& r) {
     return r.has_report && r.report.replica >= 0;
@@ -54,9 +55,11 @@ std::string FormatRankTable(const std::vector<RankState>& ranks) {
       replica = fmt::format(
           "{:>7} ", r.has_report && r.report.replica >= 0 ? std::to_string(r.report.replica) : "-");
     }
-    std::string status = !r.joined ? "absent"
-                         : r.dead  ? "dead"
-                                   : std::string(Name(r.report.status));
+    const auto exit = exited.find(r.rank);
+    std::string status = exit != exited.end() ? "exited"
+                         : !r.joined          ? "absent"
+                         : r.dead             ? "dead"
+                                              : std::string(Name(r.report.status));
     std::string action = "-", mb = "-", peer = "-", waiting = "-";
     if (r.has_report && r.report.blocked) {
       const BlockedAction& b = *r.report.blocked;
@@ -66,6 +69,7 @@ std::string FormatRankTable(const std::vector<RankState>& ranks) {
       waiting = fmt::format("{:.1f}", b.waiting_s);
     }
     std::string note = r.report.status == WorkerStatus::kFailed ? r.report.error : "";
+    if (note.empty() && exit != exited.end()) note = "worker process " + exit->second;
     out += fmt::format("{:>5} {:>5} {}{:<8} {:<12} {:>4} {:>5} {:>9} {:>9.1f}  {}\n", r.rank, stage,
                        replica, status, action, mb, peer, waiting, r.seconds_since_heard, note);
   }

@@ -94,23 +94,6 @@ std::vector<WorkerExit> JobMonitor::NewExits() {
   return exits;
 }
 
-std::optional<std::string> JobMonitor::DeadChild(std::chrono::milliseconds grace) {
-  const auto deadline = std::chrono::steady_clock::now() + grace;
-  while (true) {
-    std::vector<WorkerExit> failed;
-    for (const WorkerExit& exit : NewExits()) {
-      if (exit.ok()) {
-        ++exited_ok_;
-      } else {
-        failed.push_back(exit);
-      }
-    }
-    if (!failed.empty()) return DescribeDeadChild(failed);
-    if (std::chrono::steady_clock::now() >= deadline) return std::nullopt;
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-}
-
 namespace {
 
 const RankState* ReportedFailure(const std::vector<RankState>& ranks, int rank) {
@@ -120,34 +103,67 @@ const RankState* ReportedFailure(const std::vector<RankState>& ranks, int rank) 
   return nullptr;
 }
 
+// 0: killed by a signal; 1: died without reporting an error (both causes); 2: reported its own
+// failure, often a peer's consequence ("connection reset", "job aborted").
+int Priority(const WorkerExit& e, const std::vector<RankState>& ranks) {
+  if (e.signal != 0) return 0;
+  return ReportedFailure(ranks, e.rank) == nullptr ? 1 : 2;
+}
+
 }  // namespace
+
+bool JobMonitor::CauseExited(const std::vector<RankState>& ranks) const {
+  return std::any_of(failed_.begin(), failed_.end(),
+                     [&](const WorkerExit& e) { return Priority(e, ranks) < 2; });
+}
+
+std::optional<std::string> JobMonitor::DeadChild(std::chrono::milliseconds grace) {
+  const auto deadline = std::chrono::steady_clock::now() + grace;
+  while (true) {
+    for (const WorkerExit& exit : NewExits()) {
+      if (exit.ok()) {
+        ++exited_ok_;
+      } else {
+        failed_.push_back(exit);
+        exits_[exit.rank] = exit.Describe();
+      }
+    }
+    if (!failed_.empty()) {
+      // A peer's failure can be in before the exit of the worker whose death caused it (it died
+      // first, its agent or the launcher saw it later): wait for a cause while others may come.
+      const bool all_exited = exited_ok_ + static_cast<int>(failed_.size()) >= options_.num_ranks;
+      if (all_exited || CauseExited(server_.Ranks()) ||
+          std::chrono::steady_clock::now() >= deadline) {
+        return DescribeDeadChild();
+      }
+    }
+    if (std::chrono::steady_clock::now() >= deadline) return std::nullopt;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+}
 
 // When one worker dies, its peers fail too ("connection reset", "job aborted") and may exit
 // before the launcher looks: the cause is the one killed by a signal, else one that died without
 // reporting an error, else the rank whose failure aborted the job first (the coordinator saw it
 // first; it may not have exited yet), else the first that reported its own.
-std::string JobMonitor::DescribeDeadChild(const std::vector<WorkerExit>& failed) {
+std::string JobMonitor::DescribeDeadChild() {
   const std::vector<RankState> ranks = server_.Ranks();  // fresher than the caller's
-  const WorkerExit* cause = &failed.front();
-  const auto priority = [&](const WorkerExit& e) {
-    if (e.signal != 0) return 0;
-    return ReportedFailure(ranks, e.rank) == nullptr ? 1 : 2;
-  };
-  for (const WorkerExit& e : failed) {
-    if (priority(e) < priority(*cause)) cause = &e;
+  const WorkerExit* cause = &failed_.front();
+  for (const WorkerExit& e : failed_) {
+    if (Priority(e, ranks) < Priority(*cause, ranks)) cause = &e;
   }
-  if (priority(*cause) == 2) {
+  if (Priority(*cause, ranks) == 2) {
     if (const RankState* first = ReportedFailure(ranks, server_.abort_rank())) {
-      const auto exit = std::find_if(failed.begin(), failed.end(),
+      const auto exit = std::find_if(failed_.begin(), failed_.end(),
                                      [&](const WorkerExit& e) { return e.rank == first->rank; });
-      const std::string how = exit == failed.end() ? "still exiting" : exit->Describe();
+      const std::string how = exit == failed_.end() ? "still exiting" : exit->Describe();
       return fmt::format("{} failed ({}): {}\n{}", Who(first->rank), how, first->report.error,
-                         FormatRankTable(ranks));
+                         RankTable(ranks));
     }
   }
   if (const RankState* r = ReportedFailure(ranks, cause->rank)) {
     return fmt::format("{} failed ({}): {}\n{}", Who(r->rank), cause->Describe(), r->report.error,
-                       FormatRankTable(ranks));
+                       RankTable(ranks));
   }
   std::string doing = "not started";
   for (const RankState& r : ranks) {
@@ -156,7 +172,11 @@ std::string JobMonitor::DescribeDeadChild(const std::vector<WorkerExit>& failed)
                              : fmt::format("last finished step {}", r.report.step);
   }
   return fmt::format("{} worker process {} ({})\n{}", Who(cause->rank), cause->Describe(), doing,
-                     FormatRankTable(ranks));
+                     RankTable(ranks));
+}
+
+std::string JobMonitor::RankTable(const std::vector<RankState>& ranks) const {
+  return FormatRankTable(ranks, exits_);
 }
 
 std::string JobMonitor::Who(int rank) const {
@@ -166,7 +186,13 @@ std::string JobMonitor::Who(int rank) const {
 }
 
 std::optional<std::string> JobMonitor::CheckFailure(const std::vector<RankState>& ranks) {
-  if (auto dead = DeadChild(std::chrono::milliseconds(0))) return dead;
+  if (auto dead = DeadChild(std::chrono::milliseconds(0))) {
+    // In at once only if it names a cause (or every worker is gone); else wait for one below.
+    if (CauseExited(server_.Ranks()) ||
+        exited_ok_ + static_cast<int>(failed_.size()) >= options_.num_ranks) {
+      return dead;
+    }
+  }
   std::optional<std::string> failure;
   // The rank whose failure aborted the job came first; the others failed because of it.
   const RankState* first = ReportedFailure(ranks, server_.abort_rank());
@@ -174,17 +200,17 @@ std::optional<std::string> JobMonitor::CheckFailure(const std::vector<RankState>
     if (first == nullptr && r.has_report && r.report.status == WorkerStatus::kFailed) first = &r;
   }
   if (first != nullptr) {
-    failure = fmt::format("{} failed: {}\n{}", Who(first->rank), first->report.error,
-                          FormatRankTable(ranks));
+    failure =
+        fmt::format("{} failed: {}\n{}", Who(first->rank), first->report.error, RankTable(ranks));
   }
   if (!failure && server_.aborted()) {
-    failure = fmt::format("job aborted: {}\n{}", server_.abort_reason(), FormatRankTable(ranks));
+    failure = fmt::format("job aborted: {}\n{}", server_.abort_reason(), RankTable(ranks));
   }
-  if (!failure) return std::nullopt;
+  if (!failure && failed_.empty()) return std::nullopt;
   // A peer's "connection reset" can reach the coordinator before the launcher sees the child
   // whose death caused it (it is dead by then, just not yet reaped): the dead child is the
-  // cause to name. A bound only; the wait ends as soon as a child has exited.
-  if (auto dead = DeadChild(std::chrono::milliseconds(2000))) return dead;
+  // cause to name. A bound only; the wait ends as soon as a cause has exited.
+  if (auto dead = DeadChild(options_.cause_wait)) return dead;
   return failure;
 }
 

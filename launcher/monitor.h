@@ -9,6 +9,7 @@
 #include <spdlog/logger.h>
 
 #include <chrono>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -26,6 +27,9 @@ struct MonitorOptions {
   int64_t total_steps = 0;
   int64_t log_every = 10;
   int attempt = 0;  // restarts so far (--max-restarts), recorded with every step
+  // After a failure, how long to wait for the exit of the worker that caused it (it ends as soon
+  // as a cause has exited, or every worker).
+  std::chrono::milliseconds cause_wait{2000};
 };
 
 class JobMonitor {
@@ -51,9 +55,15 @@ class JobMonitor {
   // "stage 1", or "stage 1 replica 0 (rank 1)" when the job has data-parallel replicas.
   std::string Who(int rank) const;
   std::optional<std::string> CheckFailure(const std::vector<RankState>& ranks);
-  // A worker that exited abnormally within `grace`, described; counts those that exited well.
+  // The worker exits that name the job's failure, described, once one of them is a cause (killed
+  // by a signal, or died without reporting an error), every worker has exited, or `grace` is
+  // over with one of them in; else nullopt. Counts those that exited well.
   std::optional<std::string> DeadChild(std::chrono::milliseconds grace);
-  std::string DescribeDeadChild(const std::vector<WorkerExit>& failed);
+  // Whether some failed exit is a cause, not a consequence of a peer's failure.
+  bool CauseExited(const std::vector<RankState>& ranks) const;
+  std::string DescribeDeadChild();
+  // FormatRankTable with each exited rank's exit.
+  std::string RankTable(const std::vector<RankState>& ranks) const;
   // Worker exits not seen before: reaped children, or the exits the agents reported.
   std::vector<WorkerExit> NewExits();
 
@@ -70,6 +80,8 @@ class JobMonitor {
   int64_t printed_step_ = 0;
   bool stop_forwarded_ = false;
   int exited_ok_ = 0;
+  std::vector<WorkerExit> failed_;    // abnormal exits seen, in order
+  std::map<int, std::string> exits_;  // rank -> how its worker exited, for the rank table
   size_t reported_exits_seen_ = 0;
 };
 

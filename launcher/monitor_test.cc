@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <memory>
+#include <thread>
 
 #include "coordinator/coordinator_client.h"
 #include "coordinator/coordinator_server.h"
@@ -37,19 +38,24 @@ class MonitorTest : public ::testing::Test {
     report.error = error;
     clients_[rank]->Report(report);
   }
-  void Exit(int rank, int code) {
+  void Exit(int rank, int code, int signal = 0) {
     WorkerExit exit;
     exit.rank = rank;
     exit.exit_code = code;
+    exit.signal = signal;
     clients_[rank]->ReportWorkerExit(0, exit, milliseconds(0));  // recorded; no need to wait
   }
-  std::string Headline() {
+  std::string Failure(milliseconds cause_wait = MonitorOptions().cause_wait) {
     MonitorOptions options;
     options.num_ranks = 2;
+    options.cause_wait = cause_wait;
     JobMonitor monitor(server_, nullptr, options, nullptr);
     std::optional<std::string> failure = monitor.Run();
     EXPECT_TRUE(failure.has_value());
-    const std::string text = failure.value_or("");
+    return failure.value_or("");
+  }
+  std::string Headline() {
+    const std::string text = Failure();
     return text.substr(0, text.find('\n'));
   }
 
@@ -79,6 +85,25 @@ TEST_F(MonitorTest, TheFirstFailureIsNamedBeforeAnyWorkerHasExited) {
   Fail(1, "writing the checkpoint: No space left on device");
   Fail(0, "job aborted: stage 1 (rank 1) failed: writing the checkpoint: No space left on device");
   EXPECT_EQ(Headline(), "stage 1 failed: writing the checkpoint: No space left on device");
+}
+
+// The crash: rank 0 dies of SIGABRT; rank 1's "connection reset" report, which aborts the
+// job, and its exit reach rank 0 (the monitor) before rank 0's agent reports the signal. The
+// headline is the rank that died, and the table shows both as exited, not rank 0 as running.
+TEST_F(MonitorTest, TheRankKilledByASignalIsNamedThoughAPeersFailureAndExitCameFirst) {
+  Fail(1, "receiving the activation of micro-batch 3 from rank 0: Connection reset by peer");
+  Exit(1, 1);
+  std::thread late([&] {
+    std::this_thread::sleep_for(milliseconds(200));  // any moment: the monitor waits for a cause
+    Exit(0, 0, 6);
+  });
+  const std::string text = Failure(std::chrono::minutes(5));  // ends at rank 0's exit
+  late.join();
+  EXPECT_EQ(text.substr(0, text.find('\n')),
+            "stage 0 worker process killed by signal 6 (Aborted) (not started)")
+      << text;
+  EXPECT_NE(text.find("exited"), std::string::npos) << text;
+  EXPECT_EQ(text.find("running"), std::string::npos) << text;
 }
 
 }  // namespace
