@@ -56,15 +56,21 @@ TrainerSetup Plan::TrainerSetupFor(int world_rank, Communicator* comm) const {
   return setup;
 }
 
+std::chrono::milliseconds StartupPerProcess(int64_t processes) {
+  return std::chrono::milliseconds(500 * std::max<int64_t>(processes, 0));
+}
+
 Timeouts TimeoutsFor(const ParallelConfig& parallel) {
   // Start-up waits also cover peers that are still starting (process start, joining, building
   // and loading their stage), which a loaded machine or a slow job scheduler stretches: they wait
-  // at least a minute, whatever timeout_s says. Writing a large checkpoint may take longer than
-  // a pipeline wait: ten times as long.
+  // at least a minute, whatever timeout_s says, and half a second more per process beyond 120
+  // (256 processes starting on 2 cores took over a minute). Writing a large checkpoint may take
+  // longer than a pipeline wait: ten times as long.
   constexpr std::chrono::milliseconds kStartupFloor{60000};
   Timeouts t;
   t.wait = std::chrono::milliseconds(static_cast<int64_t>(parallel.timeout_s * 1000.0));
-  t.startup = std::max(t.wait, kStartupFloor);
+  t.startup =
+      std::max({t.wait, kStartupFloor, StartupPerProcess(parallel.stages * parallel.replicas)});
   t.checkpoint = 10 * t.wait;
   t.heartbeat_interval = std::chrono::milliseconds(500);
   return t;

@@ -30,6 +30,10 @@ struct Timeouts {
   bool operator==(const Timeouts&) const = default;
 };
 Timeouts TimeoutsFor(const ParallelConfig& parallel);
+// Half a second per process: the part of start-up waits (Timeouts::startup, and a worker's wait
+// to reach the coordinator) that grows with the job, so that hundreds of processes starting on a
+// few cores do not time out.
+std::chrono::milliseconds StartupPerProcess(int64_t processes);
 
 struct Plan {
   Config config;

@@ -402,7 +402,11 @@ int RunWorker(const WorkerArgs& args) {
   int stage = args.rank;  // until the plan says otherwise (replicas)
   int replica = -1;
   try {
-    client = std::make_unique<CoordinatorClient>(args.coordinator, token);
+    // Hundreds of workers starting at once on few cores take a while to reach the coordinator.
+    CoordinatorClientOptions client_options;
+    client_options.connect_timeout =
+        std::max(client_options.connect_timeout, StartupPerProcess(args.world_size));
+    client = std::make_unique<CoordinatorClient>(args.coordinator, token, client_options);
     JoinInfo info;
     info.rank = args.rank;
     info.world_size = args.world_size;
