@@ -53,6 +53,13 @@ TEST(CodecTest, PlanCarriesTheTiedGroupAndTheTimeouts) {
   const Plan one = MakePlan(TinyConfig({"parallel.stages=1", "parallel.timeout_s=90"}));
   EXPECT_EQ(one.tied[0].ranks, (std::vector<int>{0}));
   EXPECT_EQ(one.timeouts.startup, std::chrono::milliseconds(90000));
+  // Hundreds of processes take longer to start: 4 stages x 64 replicas wait 0.5 s per process.
+  ParallelConfig many;
+  many.stages = 4;
+  many.replicas = 64;
+  many.timeout_s = 2;
+  EXPECT_EQ(TimeoutsFor(many).startup, std::chrono::milliseconds(128000));
+  EXPECT_EQ(TimeoutsFor(many).wait, std::chrono::milliseconds(2000));
 }
 
 TEST(CodecTest, PlanCountsEvalBatchesFromTheHeldOutTailAndNamesAShortOne) {
