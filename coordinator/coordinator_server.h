@@ -28,6 +28,11 @@ struct CoordinatorOptions {
   // A joined rank that neither reported nor heartbeat for this long is declared dead and the job
   // aborts. <= 0 disables the check.
   double heartbeat_timeout_s = 10;
+  // The same bound for a rank that has not reported a step yet (still starting: building and
+  // loading its stage, meeting its peers), when larger: hundreds of processes starting on few
+  // cores go silent for longer than a training step does (`baton run` passes the start-up
+  // timeout). <= heartbeat_timeout_s: heartbeat_timeout_s throughout.
+  double startup_silence_s = 0;
   // A rank still running whose Watch stream drops (its process died) is declared dead at once.
   bool abort_on_disconnect = true;
   // Keep the first report of every new step of every rank until TakeStepReports() drains them

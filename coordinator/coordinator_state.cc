@@ -209,6 +209,7 @@ Status CoordinatorState::Report(const WorkerReport& report, std::string* abort_r
   }
   entry.report = report;
   entry.has_report = true;
+  if (!report.metrics.empty()) entry.stepped = true;
   if (options_.keep_step_reports && report.status == WorkerStatus::kRunning &&
       report.step > entry.last_kept_step) {
     entry.last_kept_step = report.step;
@@ -420,10 +421,14 @@ void CoordinatorState::CheckLiveness() {
     const Rank& entry = ranks_[rank];
     if (!entry.joined || entry.dead) continue;
     if (entry.has_report && entry.report.status != WorkerStatus::kRunning) continue;
-    double silent_s = std::chrono::duration<double>(now - entry.last_heard).count();
-    if (silent_s > options_.heartbeat_timeout_s) {
-      DeclareDeadLocked(rank, fmt::format("sent no heartbeat for {:.1f} s (timeout {:.1f} s)",
-                                          silent_s, options_.heartbeat_timeout_s));
+    const double silent_s = std::chrono::duration<double>(now - entry.last_heard).count();
+    const double bound = entry.stepped
+                             ? options_.heartbeat_timeout_s
+                             : std::max(options_.heartbeat_timeout_s, options_.startup_silence_s);
+    if (silent_s > bound) {
+      DeclareDeadLocked(
+          rank, fmt::format("sent no heartbeat for {:.1f} s (timeout {:.1f} s{})", silent_s, bound,
+                            entry.stepped ? "" : ", while starting"));
     }
   }
 }

@@ -90,6 +90,7 @@ class CoordinatorState {
     bool dead = false;
     int watches = 0;             // live Watch streams
     int64_t last_kept_step = 0;  // keep_step_reports: the step of the last report kept
+    bool stepped = false;        // it reported a step (metrics): start-up is behind it
   };
   struct BarrierState {
     uint64_t generation = 0;

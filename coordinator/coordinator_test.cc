@@ -21,8 +21,10 @@ constexpr milliseconds kGenerous{20000};  // safety limit only: tests pass far s
 
 class CoordinatorTest : public ::testing::Test {
  protected:
-  void StartServer(int world_size, double heartbeat_timeout_s = 0, bool keep_step_reports = false) {
+  void StartServer(int world_size, double heartbeat_timeout_s = 0, bool keep_step_reports = false,
+                   double startup_silence_s = 0) {
     CoordinatorOptions options;
+    options.startup_silence_s = startup_silence_s;
     options.keep_step_reports = keep_step_reports;
     options.token = token_;
     options.job_id = "job-1";
@@ -236,6 +238,33 @@ TEST_F(CoordinatorTest, SilentRankIsDeclaredDeadAndTheAbortNamesItsStage) {
   EXPECT_NE(alive->abort_reason().find("RECV_B mb 4"), std::string::npos) << alive->abort_reason();
   EXPECT_TRUE(server_.Ranks()[1].dead);
   EXPECT_FALSE(server_.Ranks()[0].dead);
+}
+
+// Before its first step a rank may be silent for the start-up bound (hundreds of processes
+// starting on few cores); after it, the heartbeat timeout applies.
+TEST_F(CoordinatorTest, ARankStillStartingIsJudgedByTheStartUpSilenceBound) {
+  StartServer(3, /*heartbeat_timeout_s=*/2.0, /*keep_step_reports=*/false,
+              /*startup_silence_s=*/4.0);
+  auto alive = ConnectAndJoin(0, 3);
+  auto stepped = ConnectAndJoin(1, 3);
+  auto starting = ConnectAndJoin(2, 3);
+  WorkerReport report;
+  report.stage = 2;
+  starting->Report(report);  // a start-up report, then silence
+  report.stage = 0;
+  alive->Report(report);
+  alive->StartHeartbeat(milliseconds(20));
+  report.stage = 1;
+  report.step = 1;
+  report.metrics = {{"lr", 1e-3}};
+  stepped->Report(report);
+  stepped->StartHeartbeat(milliseconds(20));
+  ASSERT_TRUE(alive->WaitForAbort(kGenerous));
+  EXPECT_NE(alive->abort_reason().find("stage 2 (rank 2) sent no heartbeat for"), std::string::npos)
+      << alive->abort_reason();
+  EXPECT_NE(alive->abort_reason().find("(timeout 4.0 s, while starting)"), std::string::npos)
+      << alive->abort_reason();
+  EXPECT_FALSE(server_.Ranks()[1].dead);
 }
 
 TEST_F(CoordinatorTest, ReportsCarryTheBlockedActionToTheServer) {

@@ -373,6 +373,7 @@ int RunLocal(const Plan& planned, const RunOptions& options, const std::string& 
   coordinator.world_size = plan.world_size();
   coordinator.plan = EncodeJobPlan(plan, launch);
   coordinator.heartbeat_timeout_s = plan.config.parallel.heartbeat_timeout_s;
+  coordinator.startup_silence_s = std::chrono::duration<double>(plan.timeouts.startup).count();
   coordinator.keep_step_reports = true;
   server.Start(coordinator);
   spdlog::info("coordinator on {}", server.address());
@@ -465,6 +466,7 @@ int RunUnderLauncher(const Plan& planned, const RunOptions& options, const Launc
     coordinator.world_size = plan.world_size();
     coordinator.plan = EncodeJobPlan(plan, launch);
     coordinator.heartbeat_timeout_s = plan.config.parallel.heartbeat_timeout_s;
+    coordinator.startup_silence_s = std::chrono::duration<double>(plan.timeouts.startup).count();
     coordinator.keep_step_reports = true;
     server->Start(coordinator);
   }
