@@ -73,7 +73,10 @@ void ExportCheckpointToHf(const CheckpointReader& checkpoint, const std::string&
       if (state_of) continue;
       const bool use_master = dtype == DType::kF32 && file.Has(entry.name + ".master");
       const std::string source = use_master ? entry.name + ".master" : entry.name;
-      Tensor t = Tensor::Empty(cpu->allocator(), entry.shape, DType::kF32, MemCategory::kWorkspace);
+      // The model's shape, not the file's: a layer file may match its checksum and still hold a
+      // tensor of another shape (CopyWeightTo refuses the mismatch, naming file and tensor).
+      const Shape shape = Gpt2ParamShape(entry.name, dims);
+      Tensor t = Tensor::Empty(cpu->allocator(), shape, DType::kF32, MemCategory::kWorkspace);
       Tensor no_scale;
       CopyWeightTo(file, source, t, no_scale, *cpu);  // INT8 weights dequantised
       BATON_CHECK(stored.emplace(entry.name, std::move(t)).second,

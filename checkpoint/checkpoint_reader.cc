@@ -182,7 +182,14 @@ void LoadParam(const SafetensorsFile& file, const ParamTensors& param, Backend& 
   // A pruned param's mask: restored where the run keeps masks (its dense tensors hold the zeros
   // either way); a run keeping masks starts from ones where the file has none.
   const std::string mask_name = name + kSparseMaskSuffix;
-  if (file.Has(mask_name)) used.insert(mask_name);
+  if (file.Has(mask_name)) {
+    used.insert(mask_name);
+    const SafetensorsEntry& mask = file.Get(mask_name);
+    const int64_t n = param.value.numel();
+    BATON_CHECK(mask.dtype == "U8" && mask.shape == Shape{(n + 7) / 8},
+                "{}: {} is {} {}, but the mask of {} {} is U8 [{}]", file.path(), mask_name,
+                mask.dtype, ToString(mask.shape), name, ToString(param.value.shape()), (n + 7) / 8);
+  }
   if (param.mask.defined()) {
     std::vector<uint8_t> keep(static_cast<size_t>(param.mask.numel()), 1);
     if (file.Has(mask_name))

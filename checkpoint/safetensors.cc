@@ -291,11 +291,11 @@ void SafetensorsFile::Replace(const std::string& name, const std::string& dtype,
                               std::vector<std::byte> bytes) {
   const SafetensorsEntry& found = Get(name);
   SafetensorsEntry& entry = entries_[static_cast<size_t>(&found - entries_.data())];
-  uint64_t expected = SafetensorsDTypeSize(dtype);
-  for (int64_t d : shape) expected *= static_cast<uint64_t>(d);
-  BATON_CHECK(SafetensorsDTypeSize(dtype) > 0 && expected == bytes.size(),
-              "{}: replacing {} with {} {} needs {} bytes, got {}", path(), name, dtype,
-              ToString(shape), expected, bytes.size());
+  BATON_CHECK(SafetensorsDTypeSize(dtype) > 0, "{}: replacing {} with unknown dtype {}", path(),
+              name, dtype);
+  const uint64_t expected = CheckedProduct(path(), name, shape, SafetensorsDTypeSize(dtype));
+  BATON_CHECK(expected == bytes.size(), "{}: replacing {} with {} {} needs {} bytes, got {}",
+              path(), name, dtype, ToString(shape), expected, bytes.size());
   entry.dtype = dtype;
   entry.shape = shape;
   entry.begin = 0;
@@ -401,6 +401,7 @@ std::vector<std::string> CopyWeightTo(const SafetensorsFile& file, const std::st
   const DType stored = BatonDType(file, entry);
   BATON_CHECK(IsFloating(stored), "{}: tensor {} is {}, not a float or INT8 weight", file.path(),
               name, entry.dtype);
+  CheckFinite(file, entry);  // a NaN or Inf would poison its column's scale
   const std::span<const std::byte> bytes = file.Bytes(entry);
   std::vector<std::byte> raw(bytes.begin(), bytes.end());  // aligned for the conversion
   std::vector<float> dense(n);

@@ -5,6 +5,7 @@
 #include <charconv>
 #include <cstring>
 #include <filesystem>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <set>
 
@@ -154,6 +155,40 @@ std::vector<std::string> StoredGpt2ParamNames(const ModelDims& dims) {
     }
   }
   return names;
+}
+
+Shape Gpt2ParamShape(const std::string& name, const ModelDims& dims) {
+  const int64_t v = dims.vocab_size, t = dims.context, c = dims.width;
+  if (name == "wte.weight") return {v, c};
+  if (name == "wpe.weight") return {t, c};
+  if (name == "ln_f.weight" || name == "ln_f.bias") return {c};
+  const auto [block, rest] = SplitBlockName(name);
+  BATON_CHECK(block >= 0, "{} is not a GPT-2 parameter", name);
+  std::string base = rest;
+  int factor = 0;  // 1: U, 2: V
+  if (base.ends_with("_u") || base.ends_with("_v")) {
+    factor = base.ends_with("_u") ? 1 : 2;
+    base.resize(base.size() - 2);
+  }
+  const std::map<std::string, Shape> shapes = {{"ln_1.weight", {c}},
+                                               {"ln_1.bias", {c}},
+                                               {"ln_2.weight", {c}},
+                                               {"ln_2.bias", {c}},
+                                               {"attn.c_attn.weight", {c, 3 * c}},
+                                               {"attn.c_attn.bias", {3 * c}},
+                                               {"attn.c_proj.weight", {c, c}},
+                                               {"attn.c_proj.bias", {c}},
+                                               {"mlp.c_fc.weight", {c, 4 * c}},
+                                               {"mlp.c_fc.bias", {4 * c}},
+                                               {"mlp.c_proj.weight", {4 * c, c}},
+                                               {"mlp.c_proj.bias", {c}}};
+  const auto it = shapes.find(base);
+  BATON_CHECK(it != shapes.end() && (factor == 0 || it->second.size() == 2),
+              "{} is not a GPT-2 parameter", name);
+  if (factor == 0) return it->second;
+  const int64_t rank = base.starts_with("attn.") ? dims.low_rank_attn : dims.low_rank_mlp;
+  BATON_CHECK(rank > 0, "{}: the model has no low rank for {}", name, base);
+  return factor == 1 ? Shape{it->second[0], rank} : Shape{rank, it->second[1]};
 }
 
 void ValidateGpt2File(const SafetensorsFile& file, const ModelDims& dims) {

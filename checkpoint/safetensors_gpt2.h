@@ -51,6 +51,10 @@ std::vector<std::string> Gpt2ParamNames(int num_layers);
 std::string StoredGpt2Name(const std::string& name, const ModelDims& dims);
 // The names a checkpoint of a GPT-2 with `dims` stores its parameters under, each once.
 std::vector<std::string> StoredGpt2ParamNames(const ModelDims& dims);
+// The shape of a GPT-2 parameter (one of Gpt2ParamNames; linears as [in, out], as Hugging Face's
+// Conv1D keeps them) or of a stored name (StoredGpt2ParamNames: a low-rank factor "<name>_u" is
+// [in, R], "<name>_v" [R, out], R the model's low rank for it). Throws for another name.
+Shape Gpt2ParamShape(const std::string& name, const ModelDims& dims);
 
 // Checks that `file` describes a GPT-2 with these dims as a whole: wte (V,C) and wpe (maxT,C)
 // present, blocks h.0 .. h.{L-1} and no others, no tensor Baton does not know. A pipeline rank

@@ -258,6 +258,27 @@ TEST(SafetensorsTest, NonFiniteValuesAreRefusedNamingTheFileTheTensorAndTheIndex
   }
 }
 
+// Quantising a stored dense weight to INT8 (model.weights: int8, compress --int8) refuses a NaN
+// or Inf too: it would have set its column's scale to Inf (or been skipped) silently.
+TEST(SafetensorsTest, ADenseWeightQuantisedToInt8IsCheckedForNonFiniteValues) {
+  TempDir dir;
+  const std::string path = dir / "w.safetensors";
+  const float values[4] = {1.0f, 2.0f, std::numeric_limits<float>::infinity(), 4.0f};
+  WriteRaw(path, R"({"w":{"dtype":"F32","shape":[2,2],"data_offsets":[0,16]}})",
+           std::string(reinterpret_cast<const char*>(values), 16));
+  MemoryLedger ledger;
+  auto backend = MakeCpuBackend(ledger, 1);
+  const SafetensorsFile file = ReadSafetensors(path);
+  Tensor codes = Tensor::Zeros(backend->allocator(), {2, 2}, DType::kI8, MemCategory::kParams);
+  Tensor scale = Tensor::Zeros(backend->allocator(), {2}, DType::kF32, MemCategory::kParams);
+  try {
+    CopyWeightTo(file, "w", codes, scale, *backend);
+    ADD_FAILURE() << "an Inf was quantised";
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr(path + ": tensor w holds 1 non-finite value(s)"));
+  }
+}
+
 TEST(SafetensorsTest, DeviceTensorsAreStagedThroughTheBackendBothWays) {
   TempDir dir;
   HostAsDeviceBackend gpu;

@@ -69,7 +69,10 @@ void UnpackSparseTensors(SafetensorsFile& file) {
                 kSparseMaskSuffix, shape_key);
     const Shape shape = ParseDenseShape(file.path(), shape_key, shape_text->second);
     int64_t n = 1;
-    for (int64_t d : shape) n *= d;
+    for (int64_t d : shape) {
+      BATON_CHECK(d >= 0 && !__builtin_mul_overflow(n, d, &n), "{}: {} {} overflows", file.path(),
+                  shape_key, shape_text->second);
+    }
     const SafetensorsEntry& mask = file.Get(param + kSparseMaskSuffix);
     BATON_CHECK(mask.dtype == "U8" && mask.shape == Shape{(n + 7) / 8},
                 "{}: {} is {} {}, but a mask of {} elements is U8 [{}]", file.path(), mask.name,

@@ -12,10 +12,12 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <regex>
 #include <sstream>
 #include <thread>
 
+#include "core/hash.h"
 #include "tests/baton_process.h"
 
 namespace baton::testing {
@@ -133,6 +135,73 @@ std::string Headline(const std::string& output) {
 
 // Files an adversary (or an accident) hands over: each fails at once, the cause named in the
 // launcher's headline, in the user's words (no source paths, no "check failed").
+// Rewrites the safetensors header of `path` with `edit` applied (the data bytes kept), then sets
+// the manifest's entry to the file's new size and checksum, as someone crafting a file would.
+void CraftLayerFile(const std::string& step_dir, const std::string& name,
+                    const std::function<void(nlohmann::json&)>& edit) {
+  const std::string path = step_dir + "/" + name;
+  const std::string bytes = ReadFile(path);
+  uint64_t header_size = 0;
+  std::memcpy(&header_size, bytes.data(), 8);
+  nlohmann::json header = nlohmann::json::parse(bytes.substr(8, header_size));
+  edit(header);
+  const std::string text = header.dump();
+  const uint64_t size = text.size();
+  std::string crafted(reinterpret_cast<const char*>(&size), 8);
+  crafted += text + bytes.substr(8 + header_size);
+  std::ofstream(path, std::ios::binary | std::ios::trunc) << crafted;
+  nlohmann::json manifest = ReadJson(step_dir + "/manifest.json");
+  Fnv1a64 hash;
+  hash.Update(crafted.data(), crafted.size());
+  for (nlohmann::json& entry : manifest["files"]) {
+    if (entry["name"] == name) {
+      entry["bytes"] = crafted.size();
+      entry["fnv1a64"] = hash.hex();
+    }
+  }
+  std::ofstream(step_dir + "/manifest.json", std::ios::trunc) << manifest.dump(2);
+}
+
+// A weight stored at another shape (same bytes, a re-checksummed manifest: the checksum cannot
+// catch it) is refused by every command that reads it, naming the tensor and both shapes.
+TEST(FailureTest, AWeightStoredAtAnotherShapeIsRefusedByEveryReader) {
+  const std::string root = TempDir("shape");
+  const std::string run = root + "/run";
+  ASSERT_EQ(RunBaton({"run", "configs/gpt-tiny.yaml", "--set", "train.steps=1", "--set",
+                      "parallel.stages=1", "--set", "output.dir=" + run})
+                .exit_code,
+            0);
+  const std::string step_dir = run + "/checkpoints/step-1";
+  std::string transposed;
+  CraftLayerFile(step_dir, "layer-1.safetensors", [&](nlohmann::json& header) {
+    for (auto& [key, entry] : header.items()) {
+      if (!key.ends_with("attn.c_attn.weight")) continue;
+      nlohmann::json& shape = entry["shape"];
+      std::swap(shape[0], shape[1]);
+      transposed = shape.dump();
+    }
+  });
+  ASSERT_EQ(transposed, "[384,128]");
+  const std::vector<std::vector<std::string>> commands = {
+      {"export", run, root + "/hf"},
+      {"compress", run, root + "/low-rank", "--low-rank", "16"},
+      {"compress", run, root + "/int8", "--int8", "--no-eval"},
+      {"generate", run, "--prompt", "The", "--tokens", "2"},
+      {"eval", "configs/gpt-tiny.yaml", "--resume", run, "--set", "data.eval_fraction=0.05"},
+      {"run", "configs/gpt-tiny.yaml", "--resume", run, "--set", "train.steps=2", "--set",
+       "parallel.stages=1", "--set", "output.dir=" + run},
+  };
+  for (const std::vector<std::string>& command : commands) {
+    const CommandResult result = RunBaton(command);
+    EXPECT_NE(result.exit_code, 0) << command.front() << "\n" << result.output;
+    for (const char* text : {"c_attn.weight", "(384, 128)", "(128, 384)", "layer-1.safetensors"}) {
+      EXPECT_NE(result.output.find(text), std::string::npos)
+          << text << " in " << command.front() << " " << command.at(1) << ":\n"
+          << result.output;
+    }
+  }
+}
+
 TEST(FailureTest, HostileFilesFailAtOnceNamingTheFile) {
   const std::string dir = TempDir("hostile-files");
   // A FIFO as the data: opening it must not block (it would, forever, with a plain open).
