@@ -1,5 +1,6 @@
 // Tests of the coordinator service through real gRPC on loopback: join, token, key-value store,
 // barriers, reports, heartbeats and abort.
+#include <fmt/format.h>
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
@@ -137,6 +138,20 @@ TEST_F(CoordinatorTest, KvGetBlocksUntilALaterSet) {
   EXPECT_EQ(value, std::string("\0\1\2", 3));
   later.join();
   reader->KvWait({"nccl/id"}, kGenerous);
+}
+
+// An error's status text travels as gRPC metadata; the coordinator's carry rank tables that pass
+// gRPC's default 8 KiB limit from about 80 ranks ("gRPC status 8: received initial metadata size
+// exceeds limit" at 256 processes). A 200 KiB reason arrives whole.
+TEST_F(CoordinatorTest, AnErrorTextLargerThanGrpcsDefaultMetadataLimitArrivesWhole) {
+  StartServer(1);
+  auto client = ConnectAndJoin(0, 1);
+  std::string reason = "a rank table:";
+  while (reason.size() < 200 * 1024) reason += fmt::format(" rank {} running;", reason.size());
+  server_.RequestAbort(reason);
+  const std::string error = ErrorOf([&] { client->KvGet("never/set", kGenerous); });
+  EXPECT_NE(error.find(reason), std::string::npos) << error.substr(0, 300);
+  EXPECT_EQ(error.find("metadata size exceeds limit"), std::string::npos) << error.substr(0, 300);
 }
 
 TEST_F(CoordinatorTest, KvGetTimeoutNamesTheKey) {

@@ -45,8 +45,11 @@ class DataTest : public ::testing::Test {
   std::string WriteTokens(const std::string& name, const std::vector<uint16_t>& tokens,
                           const std::vector<int32_t>& header = {}) {
     std::string bytes(header.size() * 4 + tokens.size() * 2, '\0');
-    std::memcpy(bytes.data(), header.data(), header.size() * 4);
-    std::memcpy(bytes.data() + header.size() * 4, tokens.data(), tokens.size() * 2);
+    // memcpy from an empty vector's data() (null) is undefined, even for 0 bytes (UBSan).
+    if (!header.empty()) std::memcpy(bytes.data(), header.data(), header.size() * 4);
+    if (!tokens.empty()) {
+      std::memcpy(bytes.data() + header.size() * 4, tokens.data(), tokens.size() * 2);
+    }
     return Write(name, bytes);
   }
 
