@@ -140,6 +140,11 @@ std::string ReadFile(const std::string& path) {
   return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
 }
 
+bool AnyWorkerLogged(const std::string& output) {
+  return output.find("] [stage ") != std::string::npos ||
+         output.find("] [rank ") != std::string::npos;
+}
+
 bool WaitFor(const std::string& path, const std::string& text, int seconds) {
   for (int i = 0; i < seconds * 10; ++i) {
     if (ReadFile(path).find(text) != std::string::npos) return true;

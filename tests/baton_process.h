@@ -36,6 +36,9 @@ std::vector<double> Losses(const nlohmann::json& report);
 // a line "exit=CODE"; returns the pid of the subshell whose child is the command.
 int Background(const std::string& command, const std::string& log);
 std::string ReadFile(const std::string& path);
+// Whether `output` holds a worker's log line ("[rank 3]" before it knows its stage, "[stage 1]"
+// or "[stage 1 replica 0]" after): a check that the launcher refused before any worker started.
+bool AnyWorkerLogged(const std::string& output);
 // Waits up to `seconds` for `text` to appear in the file.
 bool WaitFor(const std::string& path, const std::string& text, int seconds);
 std::vector<int> ChildPids(int parent);

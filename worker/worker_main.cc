@@ -393,8 +393,9 @@ void TrainRank(const WorkerArgs& args, CoordinatorClient& client, const Plan& pl
 std::string ResultKey(int rank) { return fmt::format("result/rank{}", rank); }
 
 int RunWorker(const WorkerArgs& args) {
-  SetupLogging(fmt::format("stage {}", args.rank), args.log_level);
-  SetErrorContext(fmt::format("stage {}", args.rank));
+  // "rank R" until the plan says which stage (and replica) this rank is.
+  SetupLogging(fmt::format("rank {}", args.rank), args.log_level);
+  SetErrorContext(fmt::format("rank {}", args.rank));
   const std::string token = EnvOr(args.token, "BATON_TOKEN");
   const std::string job_id = EnvOr(args.job_id, "BATON_JOB_ID");
   std::unique_ptr<CoordinatorClient> client;
@@ -420,13 +421,14 @@ int RunWorker(const WorkerArgs& args) {
     BATON_CHECK(launch.attempt == args.attempt,
                 "started for attempt {}, this worker got the plan of attempt {}", args.attempt,
                 launch.attempt);
-    if (plan.num_replicas() > 1) {  // name the replica too, from here on
-      const std::string place =
-          fmt::format("stage {} replica {}", plan.StageOf(args.rank), plan.ReplicaOf(args.rank));
+    {  // the stage, and the replica when there are several, from here on
+      stage = plan.StageOf(args.rank);
+      const std::string place = plan.num_replicas() > 1 ? fmt::format("stage {} replica {}", stage,
+                                                                      plan.ReplicaOf(args.rank))
+                                                        : fmt::format("stage {}", stage);
       SetupLogging(place, args.log_level);
       SetErrorContext(place);
-      stage = plan.StageOf(args.rank);
-      replica = plan.ReplicaOf(args.rank);
+      if (plan.num_replicas() > 1) replica = plan.ReplicaOf(args.rank);
     }
     client->Watch();
     client->StartHeartbeat(plan.timeouts.heartbeat_interval);
