@@ -56,10 +56,11 @@ std::string FormatRankTable(const std::vector<RankState>& ranks,
           "{:>7} ", r.has_report && r.report.replica >= 0 ? std::to_string(r.report.replica) : "-");
     }
     const auto exit = exited.find(r.rank);
-    std::string status = exit != exited.end() ? "exited"
-                         : !r.joined          ? "absent"
-                         : r.dead             ? "dead"
-                                              : std::string(Name(r.report.status));
+    const bool reported_failure = r.has_report && r.report.status == WorkerStatus::kFailed;
+    std::string status = exit != exited.end() && !reported_failure ? "exited"
+                         : !r.joined                               ? "absent"
+                         : r.dead                                  ? "dead"
+                                  : std::string(Name(r.report.status));
     std::string action = "-", mb = "-", peer = "-", waiting = "-";
     if (r.has_report && r.report.blocked) {
       const BlockedAction& b = *r.report.blocked;

@@ -91,7 +91,8 @@ std::string DescribeRank(int rank, int stage, int replica = -1);
 // A table for hang diagnosis: one line per rank with stage, status, blocked action, peer, waiting
 // time and time since last heard.
 // `exited`: the ranks whose worker process has exited and how ("killed by signal 6 (Aborted)"):
-// their status reads "exited", and the note says how unless the rank reported its own error.
+// unless the rank reported its own failure (status "failed", the note its error), its status
+// reads "exited" and the note says how.
 std::string FormatRankTable(const std::vector<RankState>& ranks,
                             const std::map<int, std::string>& exited = {});
 
