@@ -3,7 +3,7 @@ BUILD ?= build
 JOBS ?= 2
 CONFIG ?= configs/gpt-tiny.yaml
 
-.PHONY: all setup build test demo bench gpu-check gpu-bundle format clean
+.PHONY: all setup build test demo bench sanitize gpu-check gpu-bundle format clean
 
 all: build
 
@@ -21,6 +21,11 @@ demo: build
 
 bench: build
 	bench/run.sh $(BUILD)
+
+# ASan+UBSan (build-asan: unit and process-starting integration tests) and TSan (build-tsan: the
+# communicator, coordinator and in-process pipeline tests), CUDA off; scripts/sanitize.sh.
+sanitize:
+	JOBS=$(JOBS) scripts/sanitize.sh all
 
 format:
 	git ls-files '*.cc' '*.h' '*.cu' '*.cuh' | xargs clang-format -i

@@ -1,5 +1,7 @@
 #include "planner/in_process.h"
 
+#include <spdlog/spdlog.h>
+
 #include <exception>
 #include <mutex>
 #include <thread>
@@ -18,6 +20,10 @@ InProcessResult RunInProcess(const Plan& plan) {
   result.ranks.resize(static_cast<size_t>(p));
   std::vector<std::exception_ptr> errors(static_cast<size_t>(p));
   std::vector<std::thread> threads;
+  // spdlog's registry is made on first use: here, not by the first of the stage threads to log
+  // (a thread-safe static, but inside uninstrumented libspdlog, so TSan saw its construction race
+  // the others' logging).
+  spdlog::default_logger_raw();
   for (int r = 0; r < p; ++r) {
     threads.emplace_back([&, r] {
       try {

@@ -12,7 +12,9 @@
 // and for AVX2, and pick one per CPU at load time. Both give the same bits: ISO C++ mode means
 // no FMA contraction, vectorisation keeps the source's order of operations (the sums below fix
 // theirs explicitly), and each lane of an SSE or AVX instruction rounds exactly as a scalar one.
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+// Not under TSan: the clones' resolver runs while the dynamic loader relocates, before TSan's
+// runtime is up, and its instrumented code crashes there (make sanitize).
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_THREAD__)
 #define BATON_SIMD_CLONES __attribute__((target_clones("avx2", "default")))
 #else
 #define BATON_SIMD_CLONES
