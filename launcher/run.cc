@@ -551,7 +551,7 @@ json FitJson(const FitResult& fit) {
                           {"checkpoint", c.checkpoint.ToString()},
                           {"dtype", std::string(Name(c.dtype))},
                           {"replicas", c.replicas},
-                          {"optimizer_state", c.state == OptimizerState::kInt8 ? "int8" : "f32"},
+                          {"optimizer_state", std::string(Name(c.state))},
                           {"level", c.level},
                           {"valid", c.valid},
                           {"fits", c.fits},

@@ -31,10 +31,6 @@ std::string PrecisionName(DType dtype) {
   BATON_FAIL("{} is not a training precision", Name(dtype));
 }
 
-const char* StateName(OptimizerState state) {
-  return state == OptimizerState::kInt8 ? "int8" : "f32";
-}
-
 // Every checkpoint policy worth trying for stages of up to `max_layers` layers: none, selective,
 // then every:K for K = 1, 2, 4, ... (one segment per stage at the last).
 std::vector<CheckpointPolicy> Policies(const CheckpointPolicy& configured, int max_layers) {
@@ -161,7 +157,7 @@ std::string ChosenFlags(const Config& c, const Config& base) {
     add(fmt::format("--set train.micro_batches={}", c.train.micro_batches));
   }
   if (c.optimizer.state != base.optimizer.state) {
-    add(fmt::format("--set optimizer.state={}", StateName(c.optimizer.state)));
+    add(fmt::format("--set optimizer.state={}", Name(c.optimizer.state)));
   }
   if (c.parallel.stages != base.parallel.stages) {
     add(fmt::format("--set parallel.stages={}", c.parallel.stages));
@@ -273,7 +269,7 @@ FitResult FitToBudget(const Config& config, const FitOptions& options) {
         FormatBytes(options.budget), FormatBytes(leanest->peak), leanest->stages,
         leanest->replicas > 1 ? fmt::format(" x {} replicas", leanest->replicas) : "",
         leanest->micro_batches, PrecisionName(leanest->dtype), leanest->checkpoint.ToString(),
-        StateName(leanest->state),
+        Name(leanest->state),
         options.max_processes > 0 ? " or processes (--max-processes)"
                                   : " or data-parallel replicas with ZeRO-1 (--max-processes)",
         StructuralSuggestions(config, *leanest, options));
@@ -364,13 +360,13 @@ std::string FormatFitTable(const FitResult& result, int64_t budget) {
     if (!c.valid) {
       out += fmt::format("  {:>6} {:>5} {:>11} {:>7} {:>5} {:>13} {:>12} {:>4}  {}\n", stages_of(c),
                          c.micro_batches, c.checkpoint.ToString(), PrecisionName(c.dtype),
-                         StateName(c.state), "-", "-", "-", c.note);
+                         Name(c.state), "-", "-", "-", c.note);
       continue;
     }
     out += fmt::format("{:>1} {:>6} {:>5} {:>11} {:>7} {:>5} {:>13} {:>12.4f} {:>4}  {}: {}\n",
                        chosen ? "*" : "", stages_of(c), c.micro_batches, c.checkpoint.ToString(),
-                       PrecisionName(c.dtype), StateName(c.state), FormatBytes(c.peak),
-                       c.step_seconds, c.fits ? "yes" : "no", kLevels[c.level], c.note);
+                       PrecisionName(c.dtype), Name(c.state), FormatBytes(c.peak), c.step_seconds,
+                       c.fits ? "yes" : "no", kLevels[c.level], c.note);
   }
   if (result.chosen >= 0) {
     const FitCandidate& c = result.candidates[static_cast<size_t>(result.chosen)];
@@ -378,7 +374,7 @@ std::string FormatFitTable(const FitResult& result, int64_t budget) {
         "chosen: {} stages{}, {} micro-batches, checkpoint {}, {}, {} optimizer state: peak {} "
         "within {}, predicted {:.4f} s/step ({})\n",
         c.stages, c.replicas > 1 ? fmt::format(" x {} replicas", c.replicas) : "", c.micro_batches,
-        c.checkpoint.ToString(), PrecisionName(c.dtype), StateName(c.state), FormatBytes(c.peak),
+        c.checkpoint.ToString(), PrecisionName(c.dtype), Name(c.state), FormatBytes(c.peak),
         FormatBytes(budget), c.step_seconds, kWhy[c.level]);
     out += fmt::format("apply with: {}\n",
                        result.set_flags.empty() ? "(no change)" : result.set_flags);
