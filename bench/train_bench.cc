@@ -31,7 +31,7 @@
 #include "kernels/cpu/gemm_peak.h"
 #include "model/cost.h"
 #include "planner/in_process.h"
-#include "planner/plan.h"
+#include "planner/planner.h"
 
 namespace baton::bench {
 namespace {

@@ -14,7 +14,7 @@
 #include <thread>
 
 #include "comm/kv_store.h"
-#include "coordinator/coordinator_client.h"
+#include "coordinator/coordinator_kv_store.h"
 #include "coordinator/coordinator_server.h"
 #include "core/error.h"
 

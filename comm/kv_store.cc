@@ -3,7 +3,6 @@
 
 #include <fmt/format.h>
 
-#include "coordinator/coordinator_client.h"
 #include "core/error.h"
 
 namespace baton {
@@ -34,19 +33,6 @@ void MemoryKvStore::Wait(const std::vector<std::string>& keys, std::chrono::mill
   });
   BATON_CHECK(found, "keys {} were not all set within {:.1f} s", fmt::join(keys, ", "),
               std::chrono::duration<double>(timeout).count());
-}
-
-void CoordinatorKvStore::Set(const std::string& key, const std::string& value) {
-  client_.KvSet(key, value);
-}
-
-std::string CoordinatorKvStore::Get(const std::string& key, std::chrono::milliseconds timeout) {
-  return client_.KvGet(key, timeout);
-}
-
-void CoordinatorKvStore::Wait(const std::vector<std::string>& keys,
-                              std::chrono::milliseconds timeout) {
-  client_.KvWait(keys, timeout);
 }
 
 }  // namespace baton

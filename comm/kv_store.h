@@ -1,5 +1,6 @@
 // A small key-value store interface for rendezvous (Gloo's address exchange, NCCL's unique ids),
-// with an in-memory implementation for tests and one backed by the coordinator.
+// with an in-memory implementation for tests. The transports see only this interface; the
+// coordinator's store implements it above them (coordinator/coordinator_kv_store.h).
 //
 // Keys are set once per job attempt; Get blocks until the key is set. Implementations are
 // thread-safe.
@@ -13,8 +14,6 @@
 #include <vector>
 
 namespace baton {
-
-class CoordinatorClient;
 
 class KvStore {
  public:
@@ -37,18 +36,6 @@ class MemoryKvStore final : public KvStore {
   std::mutex mutex_;
   std::condition_variable changed_;
   std::map<std::string, std::string> values_;
-};
-
-// The coordinator's key-value store, through a client the caller owns (it must outlive this).
-class CoordinatorKvStore final : public KvStore {
- public:
-  explicit CoordinatorKvStore(CoordinatorClient& client) : client_(client) {}
-  void Set(const std::string& key, const std::string& value) override;
-  std::string Get(const std::string& key, std::chrono::milliseconds timeout) override;
-  void Wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) override;
-
- private:
-  CoordinatorClient& client_;
 };
 
 }  // namespace baton

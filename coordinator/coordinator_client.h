@@ -78,7 +78,7 @@ class CoordinatorClient {
   // Asks the coordinator to abort the job for everyone.
   void RequestAbort(const std::string& reason, int stage = -1);
 
-  // Agents (mpirun / srun, launcher/agent.h), which supervise `rank`'s worker process and need
+  // Agents (mpirun / srun, job/agent.h), which supervise `rank`'s worker process and need
   // no Join:
   // Blocks until attempt `attempt` is aborted or over (returns why), the exit of `rank`'s worker
   // of that attempt has been reported, or `timeout` passes (both nullopt).

@@ -89,7 +89,7 @@ class CoordinatorServer {
   // 0, then one more for every ResetJob().
   int attempt() const;
 
-  // mpirun / srun: every rank's agent (launcher/agent.h) reports how its worker of the current
+  // mpirun / srun: every rank's agent (job/agent.h) reports how its worker of the current
   // attempt exited, and waits for what comes next: the next attempt (ResetJob) or the job's end.
   // The exits reported for this attempt, in arrival order.
   std::vector<WorkerExit> WorkerExits() const;

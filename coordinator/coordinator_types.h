@@ -66,7 +66,7 @@ struct RankState {
   bool watching = false;           // its abort watch is connected (so a crash is seen at once)
 };
 
-// How a worker process ended: seen by the local launcher (launcher/process.h), or reported by
+// How a worker process ended: seen by the local launcher (job/process.h), or reported by
 // its agent under mpirun / srun (CoordinatorClient::ReportWorkerExit).
 struct WorkerExit {
   int rank = -1;

@@ -12,12 +12,12 @@
 #include "core/stop_signals.h"
 #include "data/data.h"
 #include "data/tokenizer.h"
+#include "job/worker_main.h"
 #include "launcher/compress.h"
 #include "launcher/export.h"
 #include "launcher/generate.h"
 #include "launcher/run.h"
 #include "scheduler/schedule_command.h"
-#include "worker/worker_main.h"
 
 namespace {
 

@@ -15,7 +15,7 @@
 #include <string>
 
 #include "coordinator/coordinator_server.h"
-#include "launcher/process.h"
+#include "job/process.h"
 #include "launcher/step_metrics.h"
 
 namespace baton {

@@ -4,15 +4,15 @@
 //                  the F/B/I/W spans, the waits on peers and the optimizer step;
 //   timeline.svg   the last traced step drawn like `baton schedule --format svg`, with each
 //                  stage's measured bubble fraction beside the simulator's prediction.
-// Both are built from the ranks' final results (planner/codec.h RankResult) and written
+// Both are built from the ranks' final results (plan/codec.h RankResult) and written
 // atomically.
 #pragma once
 
 #include <string>
 #include <vector>
 
-#include "planner/codec.h"
-#include "planner/plan.h"
+#include "plan/codec.h"
+#include "planner/planner.h"
 #include "scheduler/simulator.h"
 
 namespace baton {

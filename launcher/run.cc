@@ -17,20 +17,20 @@
 #include "core/error.h"
 #include "core/files.h"
 #include "core/log.h"
-#include "launcher/agent.h"
+#include "job/agent.h"
+#include "job/process.h"
+#include "job/worker_main.h"
 #include "launcher/environment.h"
 #include "launcher/monitor.h"
 #include "launcher/mpi_bootstrap.h"
 #include "launcher/outputs.h"
-#include "launcher/process.h"
 #include "launcher/step_metrics.h"
 #include "model/cost.h"
-#include "planner/codec.h"
+#include "plan/codec.h"
 #include "planner/fit.h"
 #include "planner/memory_planner.h"
-#include "planner/plan.h"
+#include "planner/planner.h"
 #include "worker/trainer.h"
-#include "worker/worker_main.h"
 
 namespace baton {
 namespace {
@@ -398,7 +398,7 @@ int RunLocal(const Plan& planned, const RunOptions& options, const std::string& 
   return Finish(plan, server.address(), token, report_path, run_steps, options, launch.resume_dir);
 }
 
-// Rank 0 under mpirun / srun: RunLocal's loop with the ranks' agents (launcher/agent.h) in
+// Rank 0 under mpirun / srun: RunLocal's loop with the ranks' agents (job/agent.h) in
 // place of child processes. After a failure every agent stops its worker and reports its exit;
 // once all have, the job restarts from the newest checkpoint while restarts remain, else ends.
 // The agents learn what comes next from the coordinator (ResetJob, EndJob).
@@ -437,7 +437,7 @@ int SuperviseJob(CoordinatorServer& server, const std::string& connect_address, 
   return code;
 }
 
-// mpirun / srun: every rank is an agent (launcher/agent.h); rank 0 also hosts the coordinator
+// mpirun / srun: every rank is an agent (job/agent.h); rank 0 also hosts the coordinator
 // and supervises the job (SuperviseJob) from a second thread.
 int RunUnderLauncher(const Plan& planned, const RunOptions& options, const LaunchEnvironment& env,
                      const std::string& report_path) {

@@ -6,7 +6,7 @@
 // --max-restarts N, restart every worker from the newest checkpoint up to N times first.
 // eval: the same launch with every rank only evaluating the held-out data (docs/data.md).
 // run under mpirun / srun: every rank runs the same command and becomes its rank's agent, which
-// runs the rank's worker as a child process (launcher/agent.h); rank 0 also hosts the coordinator
+// runs the rank's worker as a child process (job/agent.h); rank 0 also hosts the coordinator
 // (its address and the job token reach the others through MPI, or BATON_COORDINATOR /
 // BATON_TOKEN under Slurm), watches the job as the local launcher does and decides, after a
 // failure, whether every agent restarts its worker (--max-restarts, the same on every rank) or

@@ -29,6 +29,14 @@ struct LayerSpec {
   bool operator==(const LayerSpec&) const = default;
 };
 
+// A contiguous run of the graph's layers: a pipeline stage's chunk, a virtual stage of a cut.
+struct LayerRange {
+  int first = 0;  // layer indices in the graph, inclusive
+  int last = 0;
+  int size() const { return last - first + 1; }
+  bool operator==(const LayerRange&) const = default;
+};
+
 // A parameter of which several layers hold a copy, and those layers (graph indices, ascending).
 struct TiedParameter {
   std::string name;

@@ -10,6 +10,7 @@
 #include "kernels/backend.h"
 #include "model/from_config.h"
 #include "planner/memory_planner.h"
+#include "planner/planner.h"
 #include "planner/step_time.h"
 
 namespace baton {
@@ -132,7 +133,7 @@ FitCandidate Evaluate(const Config& base, const Lever& lever, const FitOptions& 
   }
   c.valid = true;
   const BudgetedPartition cut = PartitionWithinBudget(plan, options.budget);
-  if (cut.fits) plan.virtual_stages = cut.virtual_stages;  // else time the balanced cut
+  if (cut.fits) plan.SetCut(cut.virtual_stages);  // else time the balanced cut
   c.fits = cut.fits;
   c.peak = *std::max_element(cut.totals.begin(), cut.totals.end());
   c.step_seconds = PredictStepSeconds(plan, options.rates);

@@ -28,7 +28,7 @@
 #include <vector>
 
 #include "config/config.h"
-#include "planner/plan.h"
+#include "plan/plan.h"
 #include "planner/step_time.h"
 
 namespace baton {

@@ -10,6 +10,7 @@
 #include "core/error.h"
 #include "planner/in_process.h"
 #include "planner/memory_planner.h"
+#include "planner/planner.h"
 
 namespace baton {
 namespace {

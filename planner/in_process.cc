@@ -37,7 +37,7 @@ InProcessResult RunInProcess(const Plan& plan) {
             DeviceForLocalRank(plan.config.device.type, 0), ledger, plan.config.device.threads);
         InProcessRank& out = result.ranks[static_cast<size_t>(r)];
         {
-          Trainer trainer(plan.TrainerSetupFor(r, comm.get()), *backend);
+          Trainer trainer(TrainerSetupFor(plan, r, comm.get()), *backend);
           for (int64_t step = 1; step <= plan.config.train.steps; ++step) {
             out.steps.push_back(trainer.Step(step));
             out.peak_stashed_microbatches =

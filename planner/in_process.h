@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "core/memory.h"
-#include "planner/plan.h"
+#include "plan/plan.h"
 #include "worker/trainer.h"
 
 namespace baton {

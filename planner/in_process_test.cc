@@ -12,7 +12,7 @@
 
 #include "config/config.h"
 #include "core/error.h"
-#include "planner/plan.h"
+#include "planner/planner.h"
 
 namespace baton {
 namespace {

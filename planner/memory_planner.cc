@@ -49,8 +49,8 @@ RankMemory PredictRank(const Plan& plan, int rank, const std::vector<LayerRange>
         p > 1 ? MakeMetaCommunicator(rank, p, TransportFor(plan, options), backend->allocator())
               : nullptr;
     Plan cut = plan;
-    cut.virtual_stages = virtual_stages;
-    Trainer trainer(cut.TrainerSetupFor(rank, comm.get()), *backend);
+    cut.SetCut(virtual_stages);
+    Trainer trainer(TrainerSetupFor(cut, rank, comm.get()), *backend);
     trainer.Step(1);
     result.peak_in_flight = trainer.peak_stashed_microbatches();
   }

@@ -20,8 +20,8 @@
 
 #include "comm/meta_communicator.h"
 #include "core/memory.h"
-#include "planner/plan.h"
-#include "worker/stage_model.h"
+#include "model/graph.h"
+#include "plan/plan.h"
 
 namespace baton {
 

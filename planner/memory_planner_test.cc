@@ -11,6 +11,7 @@
 #include "model/cost.h"
 #include "model/layer.h"
 #include "planner/in_process.h"
+#include "planner/planner.h"
 
 namespace baton {
 namespace {

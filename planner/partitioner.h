@@ -13,7 +13,6 @@
 #include "config/config.h"
 #include "model/cost.h"
 #include "model/graph.h"
-#include "worker/stage_model.h"
 
 namespace baton {
 

@@ -10,9 +10,9 @@
 
 #include <vector>
 
-#include "planner/plan.h"
+#include "model/graph.h"
+#include "plan/plan.h"
 #include "scheduler/costs.h"
-#include "worker/stage_model.h"
 
 namespace baton {
 

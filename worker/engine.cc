@@ -28,18 +28,6 @@ struct StageEngine::PendingSend {
   int peer;
 };
 
-std::string TraceSpan::Name(int num_ranks) const {
-  switch (kind) {
-    case Kind::kCompute:
-      return ToString(action, num_ranks);
-    case Kind::kWait:
-      return "wait " + ToString(action, num_ranks);
-    case Kind::kOptimizer:
-      return "optimizer";
-  }
-  BATON_FAIL("unknown trace span kind {}", static_cast<int>(kind));
-}
-
 bool RendezvousSafeSends(const Schedule& schedule) {
   return HasCommunication(schedule) &&
          static_cast<bool>(Validate(schedule, CommSemantics::kRendezvous));

@@ -26,6 +26,7 @@
 
 #include "comm/communicator.h"
 #include "kernels/backend.h"
+#include "plan/result.h"
 #include "scheduler/action.h"
 #include "scheduler/schedule.h"
 #include "worker/stage_model.h"
@@ -67,20 +68,6 @@ struct StepTimings {
   double wall_s = 0;     // from the first action to the last completion
   double compute_s = 0;  // time inside F/B/I/W, waits for their inputs excluded
   double wait_s = 0;     // time blocked on receives and on sends completing
-};
-
-// One interval of a rank's time, for traces: a compute action it ran, an action it waited on (a
-// RECV for its data, a SEND to complete), or the step end. Times are microseconds of the system
-// clock (comparable across processes on one host).
-struct TraceSpan {
-  enum class Kind { kCompute, kWait, kOptimizer };
-  Kind kind = Kind::kCompute;
-  Action action;  // unused for kOptimizer
-  double start_us = 0;
-  double end_us = 0;
-  // "F3", "5B2"; "wait RECV_F3", "wait SEND_B1"; "optimizer".
-  std::string Name(int num_ranks) const;
-  bool operator==(const TraceSpan&) const = default;
 };
 
 class StageEngine {

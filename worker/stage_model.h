@@ -21,13 +21,6 @@
 
 namespace baton {
 
-struct LayerRange {
-  int first = 0;  // layer indices in the graph, inclusive
-  int last = 0;
-  int size() const { return last - first + 1; }
-  bool operator==(const LayerRange&) const = default;
-};
-
 struct Chunk {
   int virtual_stage = 0;
   LayerRange range;

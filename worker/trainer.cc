@@ -15,6 +15,28 @@
 #include "worker/stage_tensors.h"
 
 namespace baton {
+
+TrainerSetup TrainerSetupFor(const Plan& plan, int world_rank, Communicator* comm) {
+  BATON_CHECK(0 <= world_rank && world_rank < plan.world_size(),
+              "rank {} of a job of {} stage(s) x {} replica(s)", world_rank, plan.num_ranks(),
+              plan.num_replicas());
+  TrainerSetup setup;
+  setup.config = plan.config;
+  setup.dims = plan.dims;
+  setup.graph = plan.graph;
+  setup.rank = plan.StageOf(world_rank);
+  setup.num_ranks = plan.num_ranks();
+  setup.replica = plan.ReplicaOf(world_rank);
+  setup.num_replicas = plan.num_replicas();
+  setup.chunk_ranges = plan.ChunkRanges(setup.rank);
+  setup.schedule = plan.schedule;
+  setup.eval_schedule = plan.eval_schedule;
+  setup.eval_batches = plan.eval_batches;
+  setup.tied = plan.tied;
+  setup.timeout = plan.timeouts.wait;
+  setup.comm = comm;
+  return setup;
+}
 namespace {
 using Clock = std::chrono::steady_clock;
 

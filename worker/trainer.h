@@ -38,6 +38,8 @@
 #include "data/data.h"
 #include "kernels/backend.h"
 #include "model/graph.h"
+#include "plan/plan.h"
+#include "plan/result.h"
 #include "scheduler/schedule.h"
 #include "worker/engine.h"
 #include "worker/loss_scaler.h"
@@ -46,15 +48,6 @@
 #include "worker/stage_model.h"
 
 namespace baton {
-
-// A parameter several layers hold copies of (the head's "wte.weight" copies the embedding's), and
-// the ranks holding those layers: they sum its gradient at every step end (planner/plan.h).
-struct TiedGroup {
-  std::string param;
-  std::vector<int> layers;  // graph indices, ascending
-  std::vector<int> ranks;   // ascending, distinct
-  bool operator==(const TiedGroup&) const = default;
-};
 
 // The most bytes one data-parallel gradient all-reduce carries (larger tensors go in pieces).
 inline constexpr int64_t kGradBucketBytes = int64_t{4} << 20;
@@ -80,14 +73,9 @@ struct TrainerSetup {
   bool inference_only = false;
 };
 
-// One evaluation of the held-out data (docs/data.md, "Evaluation").
-struct EvalRecord {
-  double loss = 0;      // mean over every micro-batch of every batch; valid on the head's rank
-  int64_t batches = 0;  // of train.batch_size windows
-  int64_t tokens = 0;   // predicted tokens: batches x batch_size x seq_len
-  double seconds = 0;
-  bool operator==(const EvalRecord&) const = default;
-};
+// What world rank `world_rank`'s Trainer is built from: the plan's own figures, nothing
+// re-derived. `comm` spans the world (all plan.world_size() ranks); null when that is one rank.
+TrainerSetup TrainerSetupFor(const Plan& plan, int world_rank, Communicator* comm);
 
 struct StepRecord {
   int64_t step = 0;  // 1-based

@@ -1,6 +1,6 @@
 // The job's messages between its own processes, typed end to end (proto/baton.proto):
 //   - the plan in (pb.JobPlan): the launcher encodes its Plan, every worker decodes the same Plan
-//     and builds its rank from it (Plan::TrainerSetupFor), re-deriving nothing;
+//     and builds its rank from it (worker/trainer.h's TrainerSetupFor), re-deriving nothing;
 //   - each rank's result out (pb.RankResult): digests, memory peaks, times, trace spans that
 //     carry their actions.
 // Generated protobuf headers stay inside codec.cc.
@@ -14,8 +14,8 @@
 
 #include "core/lr_segment.h"
 #include "core/memory.h"
-#include "planner/plan.h"
-#include "worker/engine.h"
+#include "plan/plan.h"
+#include "plan/result.h"
 
 namespace baton {
 
@@ -38,26 +38,6 @@ struct Launch {
 std::string EncodeJobPlan(const Plan& plan, const Launch& launch);
 // Throws baton::Error when the bytes are not a well-formed, self-consistent plan.
 Plan DecodeJobPlan(const std::string& bytes, Launch* launch);
-
-// The spans of one traced step.
-struct StepTrace {
-  int64_t step = 0;
-  std::vector<TraceSpan> spans;
-  bool operator==(const StepTrace&) const = default;
-};
-
-// What a rank hands back when it finishes (under the store key ResultKey(rank)).
-struct RankResult {
-  int rank = 0;
-  std::vector<std::pair<int, uint64_t>> digests;  // (graph layer, FNV-1a of its parameters)
-  MemoryFigures memory_peak;                      // the ledger's peaks
-  double compute_s = 0;                           // inside F/B/I/W, over the steps run
-  double wall_s = 0;                              // the steps' wall time
-  bool holds_head = false;
-  std::vector<StepTrace> trace;    // the last few steps (steady state)
-  std::optional<EvalRecord> eval;  // `baton eval`'s evaluation (its loss valid on the head's rank)
-  bool operator==(const RankResult&) const = default;
-};
 
 std::string EncodeRankResult(const RankResult& result);
 // Throws baton::Error when the bytes are not a well-formed result.

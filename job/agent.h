@@ -19,8 +19,8 @@
 // its own. Protocol: docs/protocol.md, "Agents".
 #pragma once
 
-#include "launcher/process.h"
-#include "worker/worker_main.h"
+#include "job/process.h"
+#include "job/worker_main.h"
 
 namespace baton {
 

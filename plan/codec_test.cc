@@ -1,11 +1,12 @@
 // The job's wire messages: a plan and a rank's result come back equal, bad bytes are errors.
-#include "planner/codec.h"
+#include "plan/codec.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include "config/config.h"
 #include "core/error.h"
+#include "planner/planner.h"
 #include "proto/baton.pb.h"
 
 namespace baton {

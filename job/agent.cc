@@ -1,4 +1,4 @@
-#include "launcher/agent.h"
+#include "job/agent.h"
 
 #include <signal.h>
 #include <spdlog/spdlog.h>

@@ -1,4 +1,4 @@
-#include "worker/worker_main.h"
+#include "job/worker_main.h"
 
 #include <spdlog/spdlog.h>
 #include <unistd.h>
@@ -20,12 +20,14 @@
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/safetensors_gpt2.h"
 #include "coordinator/coordinator_client.h"
+#include "coordinator/coordinator_kv_store.h"
 #include "core/error.h"
 #include "core/files.h"
 #include "core/log.h"
 #include "core/stop_signals.h"
 #include "kernels/backend_factory.h"
-#include "planner/codec.h"
+#include "plan/codec.h"
+#include "planner/planner.h"
 #include "worker/stage_tensors.h"
 #include "worker/trainer.h"
 
@@ -334,7 +336,7 @@ void TrainRank(const WorkerArgs& args, CoordinatorClient& client, const Plan& pl
     }
   } close_on_return{comm.get()};
 
-  TrainerSetup setup = plan.TrainerSetupFor(args.rank, comm.get());
+  TrainerSetup setup = TrainerSetupFor(plan, args.rank, comm.get());
   setup.inference_only = launch.evaluate_only;
   Trainer trainer(std::move(setup), *backend);
   trainer.set_lr_segments(launch.lr_segments);

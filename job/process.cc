@@ -1,4 +1,4 @@
-#include "launcher/process.h"
+#include "job/process.h"
 
 #include <signal.h>
 #include <sys/prctl.h>

@@ -1,9 +1,9 @@
-// The job plan: what the launcher decides before any worker starts.
+// The job plan: what the launcher decides before any worker starts (planner/planner.h makes it),
+// as every process receives it (plan/codec.h: proto JobPlan). Workers build their stage from it
+// (worker/trainer.h's TrainerSetupFor) and decide none of it themselves.
 //
-// From a validated Config it builds the layer graph, cuts it into p*v virtual stages
-// (planner/partitioner.h), generates the schedule, inserts its communication and validates it
-// (an invalid schedule is an error with the marked rank x time grid). Workers receive the plan
-// (proto JobPlan) and never decide any of it themselves.
+// Below the worker and the planner: the vocabulary both speak (the cut, its tied groups, the
+// timeouts), with nothing here that plans or runs anything.
 #pragma once
 
 #include <chrono>
@@ -15,13 +15,11 @@
 #include "model/cost.h"
 #include "model/graph.h"
 #include "scheduler/schedule.h"
-#include "worker/stage_model.h"
-#include "worker/trainer.h"
 
 namespace baton {
 
 // How long each kind of wait may take (docs/protocol.md, "Timeouts"), decided once from the
-// config by the launcher.
+// config by the launcher (planner/planner.h's TimeoutsFor).
 struct Timeouts {
   std::chrono::milliseconds wait{0};                // any wait on a peer: parallel.timeout_s
   std::chrono::milliseconds startup{0};             // rendezvous, ready barrier: max(wait, 60 s)
@@ -29,11 +27,15 @@ struct Timeouts {
   std::chrono::milliseconds heartbeat_interval{0};  // how often a worker reports: 0.5 s
   bool operator==(const Timeouts&) const = default;
 };
-Timeouts TimeoutsFor(const ParallelConfig& parallel);
-// Half a second per process: the part of start-up waits (Timeouts::startup, and a worker's wait
-// to reach the coordinator) that grows with the job, so that hundreds of processes starting on a
-// few cores do not time out.
-std::chrono::milliseconds StartupPerProcess(int64_t processes);
+
+// A parameter several layers hold copies of (the head's "wte.weight" copies the embedding's), and
+// the stages holding those layers: they sum its gradient at every step end.
+struct TiedGroup {
+  std::string param;
+  std::vector<int> layers;  // graph indices, ascending
+  std::vector<int> ranks;   // stages, ascending, distinct
+  bool operator==(const TiedGroup&) const = default;
+};
 
 struct Plan {
   Config config;
@@ -47,7 +49,8 @@ struct Plan {
   // (EvalBatchesFor), 0 when the config names no held-out data.
   Schedule eval_schedule;
   int64_t eval_batches = 0;
-  std::vector<TiedGroup> tied;  // tied parameters and the ranks holding them
+  // Tied parameters and the stages holding them, under virtual_stages (TiedGroupsFor).
+  std::vector<TiedGroup> tied;
   Timeouts timeouts;
   int64_t memory_budget = 0;  // bytes per rank; 0: none
   // Which constraint set the cut: "compute balance", or "memory on stage K (...)" when a
@@ -65,28 +68,17 @@ struct Plan {
   // The layer ranges of rank `rank`'s chunks, chunk 0 first.
   std::vector<LayerRange> ChunkRanges(int rank) const;
   MicroBatchShape micro_batch_shape() const;
-  // What world rank `world_rank`'s Trainer is built from: everything here, nothing re-derived.
-  // `comm` spans the world (all world_size() ranks); null when that is one rank.
-  TrainerSetup TrainerSetupFor(int world_rank, Communicator* comm) const;
+  // Cuts the graph at `cut` (virtual_stages), and the tied groups with it.
+  void SetCut(std::vector<LayerRange> cut);
   bool operator==(const Plan&) const = default;
 };
 
-// Each tied parameter (model/graph.h's TiedParameters) with the ranks holding its layers.
+// The stages holding any of `layers` under the cut `virtual_stages`: ascending, distinct.
+std::vector<int> RanksHolding(const std::vector<int>& layers,
+                              const std::vector<LayerRange>& virtual_stages, int num_ranks);
+
+// Each tied parameter (model/graph.h's TiedParameters) with the stages holding its layers.
 std::vector<TiedGroup> TiedGroupsFor(const std::vector<LayerSpec>& graph, const ModelDims& dims,
                                      const std::vector<LayerRange>& virtual_stages, int num_ranks);
-
-// With `memory_budget` > 0 the cut also keeps every rank's predicted memory total within it
-// (the Gloo transport's figures: what `baton run` measures); throws baton::Error naming the
-// smallest peak any cut reaches when none fits.
-Plan MakePlan(const Config& config, int64_t memory_budget = 0);
-
-// The share groups (model.share) that the cut spreads over more than one rank, each as
-// "blocks 0-7 (layers 1-8) on stages 0, 1": every such stage holds a copy of the group's shared
-// parameters, their gradients summed across those stages at every step end.
-std::vector<std::string> SplitShareGroups(const Plan& plan);
-
-// The table `baton plan` prints: stage, layers, parameters, FLOPs, activation bytes per
-// micro-batch.
-std::string FormatPartitionTable(const Plan& plan);
 
 }  // namespace baton

@@ -1,4 +1,4 @@
-#include "planner/plan.h"
+#include "planner/planner.h"
 
 #include <fmt/format.h>
 
@@ -14,47 +14,6 @@
 #include "worker/run_data.h"
 
 namespace baton {
-
-std::vector<LayerRange> Plan::ChunkRanges(int rank) const {
-  std::vector<LayerRange> ranges;
-  for (int c = 0; c < num_chunks(); ++c) {
-    ranges.push_back(virtual_stages.at(static_cast<size_t>(VirtualStage(rank, c, num_ranks()))));
-  }
-  return ranges;
-}
-
-MicroBatchShape Plan::micro_batch_shape() const {
-  MicroBatchShape shape;
-  shape.batch_size = MicroBatchSize(config);
-  shape.seq_len = SequenceLength(config);
-  shape.act_dtype = config.precision.dtype;
-  shape.selective_recompute = config.parallel.checkpoint.kind == CheckpointPolicy::Kind::kSelective;
-  shape.flash_attention = config.model.attention == AttentionKind::kFlash;
-  return shape;
-}
-
-TrainerSetup Plan::TrainerSetupFor(int world_rank, Communicator* comm) const {
-  BATON_CHECK(0 <= world_rank && world_rank < world_size(),
-              "rank {} of a job of {} stage(s) x {} replica(s)", world_rank, num_ranks(),
-              num_replicas());
-  TrainerSetup setup;
-  setup.config = config;
-  setup.dims = dims;
-  setup.graph = graph;
-  setup.rank = StageOf(world_rank);
-  setup.num_ranks = num_ranks();
-  setup.replica = ReplicaOf(world_rank);
-  setup.num_replicas = num_replicas();
-  setup.chunk_ranges = ChunkRanges(setup.rank);
-  setup.schedule = schedule;
-  setup.eval_schedule = eval_schedule;
-  setup.eval_batches = eval_batches;
-  // From this plan's cut (the memory planner tries others): shared groups follow the cut.
-  setup.tied = TiedGroupsFor(graph, dims, virtual_stages, num_ranks());
-  setup.timeout = timeouts.wait;
-  setup.comm = comm;
-  return setup;
-}
 
 std::chrono::milliseconds StartupPerProcess(int64_t processes) {
   return std::chrono::milliseconds(500 * std::max<int64_t>(processes, 0));
@@ -74,33 +33,6 @@ Timeouts TimeoutsFor(const ParallelConfig& parallel) {
   t.checkpoint = 10 * t.wait;
   t.heartbeat_interval = std::chrono::milliseconds(500);
   return t;
-}
-
-namespace {
-// The ranks holding any of `layers` under the cut `virtual_stages`: ascending, distinct.
-std::vector<int> RanksHolding(const std::vector<int>& layers,
-                              const std::vector<LayerRange>& virtual_stages, int num_ranks) {
-  std::vector<int> ranks;
-  for (int layer : layers) {
-    for (int j = 0; j < static_cast<int>(virtual_stages.size()); ++j) {
-      const LayerRange& r = virtual_stages[static_cast<size_t>(j)];
-      if (layer >= r.first && layer <= r.last) ranks.push_back(RankOfVirtualStage(j, num_ranks));
-    }
-  }
-  std::sort(ranks.begin(), ranks.end());
-  ranks.erase(std::unique(ranks.begin(), ranks.end()), ranks.end());
-  return ranks;
-}
-}  // namespace
-
-std::vector<TiedGroup> TiedGroupsFor(const std::vector<LayerSpec>& graph, const ModelDims& dims,
-                                     const std::vector<LayerRange>& virtual_stages, int num_ranks) {
-  std::vector<TiedGroup> groups;
-  for (const TiedParameter& tied : TiedParameters(graph, dims)) {
-    groups.push_back(
-        {tied.name, tied.layers, RanksHolding(tied.layers, virtual_stages, num_ranks)});
-  }
-  return groups;
 }
 
 namespace {
@@ -152,16 +84,14 @@ Plan MakePlan(const Config& config, int64_t memory_budget) {
   plan.eval_batches = EvalBatchesFor(config);
   plan.layer_costs =
       LayerCosts(plan.graph, plan.dims, config.parallel.partition, plan.micro_batch_shape());
-  plan.virtual_stages = PartitionKeepingGroups(plan.layer_costs, plan.schedule.num_virtual_stages(),
-                                               ShareGroups(plan.graph, plan.dims));
-  plan.tied = TiedGroupsFor(plan.graph, plan.dims, plan.virtual_stages, plan.num_ranks());
+  plan.SetCut(PartitionKeepingGroups(plan.layer_costs, plan.schedule.num_virtual_stages(),
+                                     ShareGroups(plan.graph, plan.dims)));
   if (memory_budget > 0) {
     const BudgetedPartition cut = PartitionWithinBudget(plan, memory_budget);
     BATON_CHECK(cut.fits, "memory budget {}: {}", FormatBytes(memory_budget), cut.bound);
-    plan.virtual_stages = cut.virtual_stages;
+    plan.SetCut(cut.virtual_stages);
     plan.memory_budget = memory_budget;
     plan.partition_bound = cut.bound;
-    plan.tied = TiedGroupsFor(plan.graph, plan.dims, plan.virtual_stages, plan.num_ranks());
   }
   return plan;
 }

@@ -1,4 +1,4 @@
-#include "planner/codec.h"
+#include "plan/codec.h"
 
 #include <algorithm>
 

@@ -1,5 +1,5 @@
 // Child worker processes: spawn, poll, and stop them all. The local launcher holds one child per
-// stage; under mpirun / srun each rank's agent holds its one worker (launcher/agent.h).
+// stage; under mpirun / srun each rank's agent holds its one worker (job/agent.h).
 //
 // Children run in the launcher's process group's care: each gets PR_SET_PDEATHSIG(SIGKILL), so a
 // launcher that dies (even by SIGKILL) takes its workers with it, and StopAll() sends SIGTERM, then

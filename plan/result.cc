@@ -1,0 +1,19 @@
+#include "plan/result.h"
+
+#include "core/error.h"
+
+namespace baton {
+
+std::string TraceSpan::Name(int num_ranks) const {
+  switch (kind) {
+    case Kind::kCompute:
+      return ToString(action, num_ranks);
+    case Kind::kWait:
+      return "wait " + ToString(action, num_ranks);
+    case Kind::kOptimizer:
+      return "optimizer";
+  }
+  BATON_FAIL("unknown trace span kind {}", static_cast<int>(kind));
+}
+
+}  // namespace baton
