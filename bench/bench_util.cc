@@ -99,15 +99,6 @@ double MaxRelativeDifference(const std::vector<double>& a, const std::vector<dou
   return worst;
 }
 
-std::string MakeWorkDir(const std::string& prefix) {
-  const char* tmp = std::getenv("TMPDIR");
-  std::string pattern =
-      (std::filesystem::path(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp") / (prefix + ".XXXXXX"))
-          .string();
-  BATON_CHECK(mkdtemp(pattern.data()) != nullptr, "mkdtemp({}) failed", pattern);
-  return pattern;
-}
-
 json RunBaton(const std::string& baton, const std::string& config_path,
               const std::vector<std::string>& overrides, const std::string& work_dir,
               const std::string& name) {

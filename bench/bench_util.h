@@ -4,7 +4,7 @@
 // `baton` binary (on the process harness the integration tests use, tests/baton_process.h);
 // plain-text tables.
 //
-// Everything here is a pure function of its arguments except RunBaton and MakeWorkDir (processes
+// Everything here is a pure function of its arguments except RunBaton (processes
 // and files). Checks throw baton::Error with what differed; a benchmark's main() turns that into
 // a non-zero exit.
 #pragma once
@@ -75,9 +75,6 @@ void CheckIdentical(const std::vector<double>& a, const std::vector<double>& b,
 double MaxRelativeDifference(const std::vector<double>& a, const std::vector<double>& b);
 
 // ---- running the real binary
-
-// A fresh folder under $TMPDIR (or /tmp), named after `prefix`.
-std::string MakeWorkDir(const std::string& prefix);
 
 // Runs `baton run CONFIG --set k=v... --set output.dir=WORK/NAME --report WORK/NAME.json`, its
 // output going to WORK/NAME.log, and returns the parsed report. Throws (with the log's last

@@ -26,6 +26,7 @@
 #include "bench/bench_util.h"
 #include "config/config.h"
 #include "core/error.h"
+#include "core/temp_dir.h"
 
 namespace baton::bench {
 namespace {
@@ -193,7 +194,8 @@ int Main(const Options& options) {
               options.checkpoints.end(),
       "the baseline fp32 / none must be among the runs");
   const Config config = LoadConfig(options.config);
-  const std::string work_dir = MakeWorkDir("baton_memory_bench");
+  TempDir work("baton_memory_bench");
+  const std::string work_dir = work.path();
   std::cout << fmt::format(
       "memory_bench: {}, {} stages, {}, m = {}, 1 thread per process, {} steps per run ({})\n",
       std::filesystem::path(options.config).filename().string(), options.stages, options.schedule,
@@ -230,9 +232,8 @@ int Main(const Options& options) {
   std::cout << "(" << options.steps - 1 << " measured steps per run after 1 warm-up; best of "
             << options.repeats << " repeat(s); " << LoadAverage() << ")\n";
   if (options.keep) {
+    work.Keep();
     std::cout << "reports and logs kept in " << work_dir << "\n";
-  } else {
-    std::filesystem::remove_all(work_dir);
   }
   return 0;
 }

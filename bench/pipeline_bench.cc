@@ -20,6 +20,7 @@
 #include "bench/bench_util.h"
 #include "config/config.h"
 #include "core/error.h"
+#include "core/temp_dir.h"
 
 namespace baton::bench {
 namespace {
@@ -71,7 +72,8 @@ void CheckSame(const Run& reference, const Run& run, int64_t vocab_size) {
 int Main(const Options& options) {
   const Config config =
       LoadConfig(options.config, {fmt::format("train.micro_batches={}", options.microbatches)});
-  const std::string work_dir = MakeWorkDir("baton_pipeline_bench");
+  TempDir work("baton_pipeline_bench");
+  const std::string work_dir = work.path();
   std::cout << fmt::format(
       "pipeline_bench: {}, 1 vs {} stages, 1f1b, m = {}, 1 thread per process, {} steps ({})\n",
       std::filesystem::path(options.config).filename().string(), options.stages,
@@ -129,9 +131,8 @@ int Main(const Options& options) {
   std::cout << "(steps: warm-up + measured; best of " << options.repeats << " repeat(s); "
             << LoadAverage() << ")\n";
   if (options.keep) {
+    work.Keep();
     std::cout << "reports and logs kept in " << work_dir << "\n";
-  } else {
-    std::filesystem::remove_all(work_dir);
   }
   return 0;
 }

@@ -12,11 +12,10 @@
 
 #include "comm/host_sum.h"
 #include "core/error.h"
+#include "core/units.h"
 
 namespace baton {
 namespace {
-
-double Seconds(CommTimeout timeout) { return std::chrono::duration<double>(timeout).count(); }
 
 struct FakeOp {
   Tensor tensor;  // dropped on completion, so the caller alone decides when memory goes
@@ -139,6 +138,22 @@ class FakeCommunicator final : public Communicator {
  public:
   FakeCommunicator(std::shared_ptr<FakeHub::State> state, int rank)
       : state_(std::move(state)), rank_(rank) {}
+  // This rank's unmatched messages go with it: their tensors' memory belongs to its backend, which
+  // may go next (an engine that failed mid-step leaves a send posted), while the hub lives on.
+  ~FakeCommunicator() override {
+    std::lock_guard lock(state_->mutex);
+    for (int peer = 0; peer < state_->size; ++peer) {
+      for (auto* ops : {&state_->Link(rank_, peer).sends, &state_->Link(peer, rank_).recvs}) {
+        for (const std::shared_ptr<FakeOp>& op : *ops) {
+          op->done = true;
+          op->error = fmt::format("rank {} left with {} unmatched", rank_, op->Describe());
+          op->tensor = Tensor();
+        }
+        ops->clear();
+      }
+    }
+    state_->changed.notify_all();
+  }
 
   int rank() const override { return rank_; }
   int size() const override { return state_->size; }

@@ -25,6 +25,7 @@
 
 #include "comm/host_sum.h"
 #include "core/error.h"
+#include "core/units.h"
 
 namespace baton {
 namespace {
@@ -42,8 +43,6 @@ constexpr int64_t kHelloBytes = 128;
 constexpr int kKnockWaitMs = 1000;
 // Waiter threads wait on Gloo "forever"; our own timeouts and Abort() end waits instead.
 constexpr auto kWaitForever = std::chrono::hours(24 * 7);
-
-double Seconds(CommTimeout timeout) { return std::chrono::duration<double>(timeout).count(); }
 
 // The Gloo slot of message `index` on the link src -> dst. Gloo's collectives use slot prefixes
 // 0x01..0x08 in the top byte; 0xBA is ours.

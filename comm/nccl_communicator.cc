@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "core/error.h"
+#include "core/units.h"
 
 // Every CUDA and NCCL call goes through these: the error names the call, file:line and the
 // thread's ErrorContext() (added by ThrowError).
@@ -40,8 +41,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 constexpr auto kPollInterval = std::chrono::microseconds(20);
-
-double Seconds(CommTimeout timeout) { return std::chrono::duration<double>(timeout).count(); }
 
 ncclDataType_t NcclType(DType dtype) {
   switch (dtype) {

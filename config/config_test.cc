@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/temp_dir.h"
 
 namespace baton {
 namespace {
@@ -59,8 +60,8 @@ TEST(ConfigTest, UnknownKeyNamesFileLineDottedKeyAndSuggestion) {
 }
 
 TEST(ConfigTest, UnknownKeyFromAFileNamesThatFile) {
-  const std::filesystem::path path =
-      std::filesystem::temp_directory_path() / "baton_config_test_unknown.yaml";
+  const TempDir temp("baton-config-test");
+  const std::filesystem::path path = temp / "unknown.yaml";
   std::ofstream(path) << "model:\n  widht: 64\ndata:\n  path: corpus.txt\n";
   try {
     LoadConfig(path.string(), {});
@@ -69,7 +70,6 @@ TEST(ConfigTest, UnknownKeyFromAFileNamesThatFile) {
     EXPECT_EQ(std::string(e.what()),
               path.string() + ":2: model.widht: unknown key (did you mean width?)");
   }
-  std::filesystem::remove(path);
 }
 
 TEST(ConfigTest, UnknownSectionIsAnError) {

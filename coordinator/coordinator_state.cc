@@ -515,9 +515,4 @@ void CoordinatorState::Shutdown() {
   ChangedLocked();
 }
 
-bool CoordinatorState::shutting_down() const {
-  std::lock_guard lock(mutex_);
-  return shutting_down_;
-}
-
 }  // namespace baton

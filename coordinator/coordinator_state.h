@@ -78,7 +78,6 @@ class CoordinatorState {
   // Starts the next attempt (attempt() grows by one) with `plan`.
   void Reset(const std::string& plan);
   void Shutdown();
-  bool shutting_down() const;
 
  private:
   struct Rank {

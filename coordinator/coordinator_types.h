@@ -45,7 +45,7 @@ struct WorkerReport {
   int64_t step = 0;
   double loss = std::nan("");                  // NaN when the stage computes no loss
   std::map<std::string, double> metrics;       // "lr", "grad_norm", "tokens_per_s", ...
-  std::map<std::string, double> timings_s;     // "forward", "backward", "step", ...
+  std::map<std::string, double> timings_s;     // "step", "compute", "wait", "allreduce", "eval"
   std::map<std::string, int64_t> memory_peak;  // ledger peaks per category, bytes
   WorkerStatus status = WorkerStatus::kRunning;
   std::string error;                     // with kFailed

@@ -18,6 +18,4 @@ struct Device {
   std::string ToString() const;  // "cpu" or "cuda:1"
 };
 
-Device ParseDevice(const std::string& text);  // "cpu", "cuda", "cuda:N"
-
 }  // namespace baton

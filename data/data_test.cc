@@ -15,6 +15,7 @@
 
 #include "core/error.h"
 #include "core/random.h"
+#include "core/temp_dir.h"
 #include "data/tokenizer.h"
 
 namespace baton {
@@ -27,15 +28,6 @@ using ::testing::HasSubstr;
 
 class DataTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    dir_ = fs::temp_directory_path() /
-           ("baton_data_test_" + std::to_string(::getpid()) + "_" + info->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-
   std::string Write(const std::string& name, const std::string& bytes) {
     const fs::path path = dir_ / name;
     fs::create_directories(path.parent_path());
@@ -53,7 +45,8 @@ class DataTest : public ::testing::Test {
     return Write(name, bytes);
   }
 
-  fs::path dir_;
+  TempDir temp_{"baton-data-test"};
+  fs::path dir_{temp_.path()};
 };
 
 // Token i is i % 251, so any window identifies its start.

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/temp_dir.h"
 #include "data/pretokenize.h"
 
 namespace baton {
@@ -50,15 +51,6 @@ std::string ErrorOf(const std::function<void()>& action) {
 
 class TokenizerTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    dir_ = fs::temp_directory_path() /
-           ("baton_tokenizer_test_" + std::to_string(::getpid()) + "_" + info->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-
   std::string Write(const std::string& name, const std::string& bytes) {
     const fs::path path = dir_ / name;
     fs::create_directories(path.parent_path());
@@ -81,7 +73,8 @@ class TokenizerTest : public ::testing::Test {
     EXPECT_GT(checked, 1000u);
   }
 
-  fs::path dir_;
+  TempDir temp_{"baton-tokenizer-test"};
+  fs::path dir_{temp_.path()};
 };
 
 TEST_F(TokenizerTest, TokenizerJsonGivesTheReferenceIds) {

@@ -6,7 +6,6 @@
 #include <cstring>
 #include <filesystem>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
 #include "checkpoint/checkpoint.h"
 #include "config/config.h"
@@ -127,10 +126,9 @@ double EvalLoss(const std::string& config_path, std::vector<std::string> overrid
   options.config = {config_path, std::move(overrides)};
   options.resume = resume;
   options.launcher = "local";
-  options.eval_json = true;
-  std::ostringstream text;
-  BATON_CHECK(EvalCommand(options, text) == 0, "baton eval of {} failed", resume);
-  return nlohmann::json::parse(text.str()).at("loss").get<double>();
+  const std::optional<EvalRecord> eval = Evaluate(options);
+  BATON_CHECK(eval.has_value(), "baton eval of {} failed", resume);
+  return eval->loss;
 }
 
 // --low-rank: fills the factors of every low-rank linear of `target` from the SVD of the dense

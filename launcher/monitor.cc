@@ -8,14 +8,10 @@
 #include <thread>
 
 #include "core/stop_signals.h"
+#include "core/units.h"
 
 namespace baton {
 namespace {
-std::string Bytes(int64_t bytes) {
-  const double mib = static_cast<double>(bytes) / (1024.0 * 1024.0);
-  return mib >= 1024.0 ? fmt::format("{:.2f}GiB", mib / 1024.0) : fmt::format("{:.1f}MiB", mib);
-}
-
 // "45s", "12m05s", "3h07m".
 std::string Duration(double seconds) {
   const int64_t s = static_cast<int64_t>(std::llround(std::max(0.0, seconds)));
@@ -250,7 +246,7 @@ void JobMonitor::MaybePrintProgress(const JobStep& job_step) {
     const std::string place = stages >= options_.num_ranks
                                   ? fmt::format("s{}", rank)
                                   : fmt::format("s{}r{}", rank % stages, rank / stages);
-    memory += fmt::format(" {}={}", place, Bytes(total->second));
+    memory += fmt::format(" {}={}", place, CompactBytes(total->second));
   }
   const std::string eval_part = evaluated ? fmt::format(" | eval {:.4f}", eval->second) : "";
   log_->info(

@@ -24,6 +24,8 @@
 #include "launcher/monitor.h"
 #include "launcher/mpi_bootstrap.h"
 #include "launcher/outputs.h"
+#include "launcher/plan_command.h"
+#include "launcher/report.h"
 #include "launcher/step_metrics.h"
 #include "model/cost.h"
 #include "plan/codec.h"
@@ -36,93 +38,6 @@ namespace baton {
 namespace {
 
 using nlohmann::json;
-
-json MemoryJson(const MemoryFigures& figures) {
-  json j = json::object();
-  for (const auto& [key, bytes] : MemoryEntries(figures)) j[key] = bytes;
-  return j;
-}
-
-// The steps of every attempt, as the launcher's monitors logged them (report_steps()), and how
-// many of them the final attempt ran.
-struct RunSteps {
-  json steps = json::array();
-  size_t in_final_attempt = 0;
-};
-
-// Assembles the run report from every rank's final results (worker_main.cc, TrainRank) and the
-// steps the monitors logged.
-json BuildReport(const Plan& plan, const std::vector<RankResult>& results,
-                 const RunSteps& run_steps) {
-  json report;
-  const std::vector<RankMemory> predicted = PredictMemory(plan);
-  json job_predicted = json::object();
-  report["schedule"] = plan.schedule.name;
-  report["config"] = ToJson(plan.config);
-  std::vector<std::pair<int, uint64_t>> digests;
-  json stages = json::array();
-  json job_peak = json::object();
-  double wall_s = 0;
-  for (const RankResult& r : results) {
-    const int replica = plan.ReplicaOf(r.rank);
-    if (replica == 0) {
-      digests.insert(digests.end(), r.digests.begin(), r.digests.end());
-    } else {
-      // Every replica takes the identical step: its layers must hold replica 0's bits.
-      const RankResult& first = results.at(static_cast<size_t>(plan.StageOf(r.rank)));
-      BATON_CHECK(r.digests == first.digests,
-                  "replica {} of stage {} ends with parameters that differ from replica 0's: the "
-                  "replicas diverged (a bug; please report it with this run's config)",
-                  replica, plan.StageOf(r.rank));
-    }
-    const double stage_wall = r.wall_s;
-    const double busy = stage_wall > 0 ? r.compute_s / stage_wall : 0.0;
-    const std::vector<LayerRange> ranges = plan.ChunkRanges(plan.StageOf(r.rank));
-    json chunks = json::array();
-    for (const LayerRange& range : ranges) chunks.push_back({range.first, range.last});
-    json stage = {{"stage", plan.StageOf(r.rank)},
-                  {"layers", {ranges.front().first, ranges.back().last}},
-                  {"chunks", chunks},
-                  {"memory",
-                   {{"peak", MemoryJson(r.memory_peak)},
-                    {"predicted", MemoryJson(predicted.at(static_cast<size_t>(r.rank)).peak)}}},
-                  {"busy_fraction", busy},
-                  {"bubble_fraction", 1.0 - busy}};
-    if (plan.num_replicas() > 1) {
-      stage["replica"] = replica;
-      stage["rank"] = r.rank;
-    }
-    stages.push_back(stage);
-    for (const auto& [key, bytes] : MemoryEntries(r.memory_peak)) {
-      job_peak[key] = std::max(job_peak.value(key, int64_t{0}), bytes);
-    }
-    for (const auto& [key, bytes] : stage["memory"]["predicted"].items()) {
-      job_predicted[key] = std::max(job_predicted.value(key, int64_t{0}), bytes.get<int64_t>());
-    }
-    wall_s = std::max(wall_s, stage_wall);
-  }
-  report["steps"] = run_steps.steps;
-  const Config& config = plan.config;
-  // wall_s is the final attempt's: its steps are the ones that count here.
-  const double steps_run = static_cast<double>(run_steps.in_final_attempt);
-  const double tokens = static_cast<double>(config.train.batch_size) *
-                        static_cast<double>(SequenceLength(config)) * steps_run;
-  report["tokens_per_s"] = wall_s > 0 ? tokens / wall_s : 0.0;
-  report["param_checksum"] = CombineLayerDigests(digests);
-  report["memory"] = {{"peak", job_peak}, {"predicted", job_predicted}};
-  if (plan.memory_budget > 0) {
-    report["memory"]["budget"] = plan.memory_budget;
-    report["memory"]["partition_bound"] = plan.partition_bound;
-  }
-  report["stages"] = stages;
-  return report;
-}
-
-void WriteReport(const json& report, const std::string& path) {
-  const std::filesystem::path parent = std::filesystem::path(path).parent_path();
-  if (!parent.empty()) MakeDirectories(parent.string());
-  WriteFileAtomically(path, report.dump(2, ' ', false, json::error_handler_t::replace) + "\n");
-}
 
 // Every worker sets its result before it reports done, so they are there already once the
 // monitor saw the job done; parallel.timeout_s bounds the wait anyway.
@@ -138,69 +53,6 @@ std::vector<RankResult> CollectResults(const Plan& plan, const std::string& addr
   return results;
 }
 
-void Summarise(const json& report, const std::string& report_path) {
-  const json& steps = report["steps"];
-  if (!steps.empty()) {
-    const std::string line = fmt::format(
-        "done: {} steps, final loss {:.4f}, {:.0f} tokens/s, param checksum {}", steps.size(),
-        steps.back()["loss"].get<double>(), report["tokens_per_s"].get<double>(),
-        report["param_checksum"].get<std::string>());
-    // The run's result: printed at any --log-level (quieter levels get it plain, on stdout).
-    if (spdlog::should_log(spdlog::level::info)) {
-      spdlog::info("{}", line);
-    } else {
-      std::cout << line << std::endl;
-    }
-  }
-  if (!report_path.empty()) spdlog::info("report written to {}", report_path);
-}
-
-// Each category's largest peak over the ranks, and the largest total.
-MemoryFigures PeakOverRanks(const std::vector<RankResult>& results) {
-  MemoryFigures peak;
-  for (const RankResult& r : results) {
-    for (size_t c = 0; c < peak.bytes.size(); ++c) {
-      peak.bytes[c] = std::max(peak.bytes[c], r.memory_peak.bytes[c]);
-    }
-    peak.total = std::max(peak.total, r.memory_peak.total);
-  }
-  return peak;
-}
-
-// `baton eval`'s answer, from the head rank's result: one line, or a JSON object.
-int PrintEval(const Plan& plan, const RunOptions& options, const std::string& weights,
-              const std::vector<RankResult>& results) {
-  const RankResult& head = results.back();
-  BATON_CHECK(head.holds_head && head.eval.has_value(), "rank {} returned no evaluation",
-              head.rank);
-  const EvalRecord& eval = *head.eval;
-  const Config& config = plan.config;
-  const std::string source = EvalSource(config.data);
-  std::ostream& out = options.eval_out != nullptr ? *options.eval_out : std::cout;
-  if (options.eval_json) {
-    const json j = {{"loss", eval.loss},
-                    {"perplexity", std::exp(eval.loss)},
-                    {"batches", eval.batches},
-                    {"windows_per_batch", config.train.batch_size},
-                    {"seq_len", SequenceLength(config)},
-                    {"tokens", eval.tokens},
-                    {"data", source},
-                    {"weights", weights},
-                    {"stages", plan.num_ranks()},
-                    {"seconds", eval.seconds},
-                    {"memory_peak", MemoryJson(PeakOverRanks(results))}};
-    out << j.dump(-1, ' ', false, json::error_handler_t::replace) << "\n";
-  } else {
-    out << fmt::format(
-        "eval loss {:.6f} | perplexity {:.4f} | {} batches x {} windows x {} tokens = {} tokens "
-        "of {} | weights {} | {} stage(s), {:.2f} s\n",
-        eval.loss, std::exp(eval.loss), eval.batches, config.train.batch_size,
-        SequenceLength(config), eval.tokens, source, weights, plan.num_ranks(), eval.seconds);
-  }
-  out.flush();
-  return 0;
-}
-
 // What `baton eval` evaluates, for its output: the resume checkpoint, or model.init_from.
 std::string WeightsOf(const Plan& plan, const std::string& resume_dir) {
   return resume_dir.empty() ? plan.config.model.init_from : resume_dir;
@@ -210,8 +62,14 @@ int Finish(const Plan& plan, const std::string& address, const std::string& toke
            const std::string& report_path, const RunSteps& run_steps, const RunOptions& options,
            const std::string& resume_dir) {
   const std::vector<RankResult> results = CollectResults(plan, address, token);
+  if (options.evaluate_only && options.eval_into != nullptr) {
+    *options.eval_into = HeadEval(results);
+    return 0;
+  }
   if (options.evaluate_only) {
-    return PrintEval(plan, options, WeightsOf(plan, resume_dir), results);
+    PrintEval(plan, WeightsOf(plan, resume_dir), results, options.eval_json,
+              options.eval_out != nullptr ? *options.eval_out : std::cout);
+    return 0;
   }
   const json report = BuildReport(plan, results, run_steps);
   if (!report_path.empty()) WriteReport(report, report_path);
@@ -353,6 +211,33 @@ Plan ExtendSchedule(Plan plan, const RunOptions& options, Launch& launch) {
   return plan;
 }
 
+// The job's coordinator, serving `plan` as `launch` starts it, on `address` ("host:0": any port).
+void StartCoordinator(CoordinatorServer& server, const Plan& plan, const Launch& launch,
+                      const std::string& address, const std::string& token) {
+  CoordinatorOptions coordinator;
+  coordinator.address = address;
+  coordinator.token = token;
+  coordinator.job_id = launch.job_id;
+  coordinator.world_size = plan.world_size();
+  coordinator.plan = EncodeJobPlan(plan, launch);
+  coordinator.heartbeat_timeout_s = plan.config.parallel.heartbeat_timeout_s;
+  coordinator.startup_silence_s = std::chrono::duration<double>(plan.timeouts.startup).count();
+  coordinator.keep_step_reports = true;
+  server.Start(coordinator);
+}
+
+// The restart policy, once the failed attempt's workers are gone and a restart remains
+// (--max-restarts): the next attempt resumes from the newest checkpoint of this run (or the one
+// it resumed from, or the start), and the coordinator serves the plan again under its number.
+void ResetForRestart(CoordinatorServer& server, const Plan& plan, const RunOptions& options,
+                     Launch& launch) {
+  ++launch.attempt;
+  launch.resume_dir = RestartPoint(plan, launch.resume_dir);
+  spdlog::warn("restarting every worker (restart {} of {}) from {}", launch.attempt,
+               options.max_restarts, launch.resume_dir.empty() ? "the start" : launch.resume_dir);
+  server.ResetJob(EncodeJobPlan(plan, launch));
+}
+
 int RunLocal(const Plan& planned, const RunOptions& options, const std::string& report_path) {
   const std::string token = MakeJobToken();
   const std::string job_id = MakeJobToken().substr(0, 12);
@@ -366,16 +251,7 @@ int RunLocal(const Plan& planned, const RunOptions& options, const std::string& 
   MetricsLog metrics(plan.config.output.dir,
                      /*append=*/!launch.resume_dir.empty() || options.evaluate_only);
   CoordinatorServer server;
-  CoordinatorOptions coordinator;
-  coordinator.address = "127.0.0.1:0";
-  coordinator.token = token;
-  coordinator.job_id = job_id;
-  coordinator.world_size = plan.world_size();
-  coordinator.plan = EncodeJobPlan(plan, launch);
-  coordinator.heartbeat_timeout_s = plan.config.parallel.heartbeat_timeout_s;
-  coordinator.startup_silence_s = std::chrono::duration<double>(plan.timeouts.startup).count();
-  coordinator.keep_step_reports = true;
-  server.Start(coordinator);
+  StartCoordinator(server, plan, launch, "127.0.0.1:0", token);
   spdlog::info("coordinator on {}", server.address());
 
   RunSteps run_steps;
@@ -389,11 +265,7 @@ int RunLocal(const Plan& planned, const RunOptions& options, const std::string& 
     children.StopAll();
     spdlog::error("{}", *failure);
     if (attempt >= options.max_restarts) return 1;
-    launch.attempt = attempt + 1;
-    launch.resume_dir = RestartPoint(plan, launch.resume_dir);
-    spdlog::warn("restarting every worker (restart {} of {}) from {}", attempt + 1,
-                 options.max_restarts, launch.resume_dir.empty() ? "the start" : launch.resume_dir);
-    server.ResetJob(EncodeJobPlan(plan, launch));
+    ResetForRestart(server, plan, options, launch);
   }
   return Finish(plan, server.address(), token, report_path, run_steps, options, launch.resume_dir);
 }
@@ -423,11 +295,7 @@ int SuperviseJob(CoordinatorServer& server, const std::string& connect_address, 
       server.EndJob(/*succeeded=*/false, *failure);
       return 1;
     }
-    launch.attempt = attempt + 1;
-    launch.resume_dir = RestartPoint(plan, launch.resume_dir);
-    spdlog::warn("restarting every worker (restart {} of {}) from {}", attempt + 1,
-                 options.max_restarts, launch.resume_dir.empty() ? "the start" : launch.resume_dir);
-    server.ResetJob(EncodeJobPlan(plan, launch));
+    ResetForRestart(server, plan, options, launch);
   }
   // The address the workers dial: the coordinator binds only that one (another node's, not
   // loopback, in a multi-node job).
@@ -459,16 +327,7 @@ int RunUnderLauncher(const Plan& planned, const RunOptions& options, const Launc
     metrics = std::make_unique<MetricsLog>(plan.config.output.dir,
                                            !launch.resume_dir.empty() || options.evaluate_only);
     server = std::make_unique<CoordinatorServer>();
-    CoordinatorOptions coordinator;
-    coordinator.address = rendezvous.bind_address;
-    coordinator.token = rendezvous.token;
-    coordinator.job_id = rendezvous.job_id;
-    coordinator.world_size = plan.world_size();
-    coordinator.plan = EncodeJobPlan(plan, launch);
-    coordinator.heartbeat_timeout_s = plan.config.parallel.heartbeat_timeout_s;
-    coordinator.startup_silence_s = std::chrono::duration<double>(plan.timeouts.startup).count();
-    coordinator.keep_step_reports = true;
-    server->Start(coordinator);
+    StartCoordinator(*server, plan, launch, rendezvous.bind_address, rendezvous.token);
   }
   rendezvous = PublishCoordinator(env, rendezvous, server ? server->port() : 0);
 
@@ -511,60 +370,6 @@ int RunUnderLauncher(const Plan& planned, const RunOptions& options, const Launc
   return agent_code != 0 ? agent_code : supervisor_code;
 }
 
-}  // namespace
-
-namespace {
-
-int64_t BudgetBytes(const MemoryArgs& args) {
-  if (args.fit && args.budget.empty()) BATON_FAIL("--fit needs --memory-budget");
-  return args.budget.empty() ? 0 : ParseByteSize(args.budget);
-}
-
-// Runs `step` (planning, predicting memory) on the config loaded from `config_path`. A config
-// that loads but cannot be planned (more stages than layers, a schedule file that does not fit
-// it, a budget no cut meets) is an error naming the file: every value these steps read came from
-// it or from its --set.
-template <typename Step>
-auto NamingConfig(const std::string& config_path, Step step) -> decltype(step()) {
-  try {
-    return step();
-  } catch (const Error& e) {
-    throw Error(fmt::format("{}: plan: {}", config_path, e.what()));
-  }
-}
-
-// What both commands plan: `config` under --memory-budget (`budget`) and --fit.
-Plan PlanConfig(const Config& config, const std::string& config_path, int64_t budget,
-                const MemoryArgs& memory, FitResult* fit) {
-  return NamingConfig(config_path, [&] {
-    return PlanForBudget(config, budget, memory.fit, memory.max_stages,
-                         memory.fit ? MeasureStepRates(config) : StepRates(), fit,
-                         memory.max_processes);
-  });
-}
-
-json FitJson(const FitResult& fit) {
-  json candidates = json::array();
-  for (const FitCandidate& c : fit.candidates) {
-    candidates.push_back({{"stages", c.stages},
-                          {"micro_batches", c.micro_batches},
-                          {"checkpoint", c.checkpoint.ToString()},
-                          {"dtype", std::string(Name(c.dtype))},
-                          {"replicas", c.replicas},
-                          {"optimizer_state", std::string(Name(c.state))},
-                          {"level", c.level},
-                          {"valid", c.valid},
-                          {"fits", c.fits},
-                          {"peak", c.peak},
-                          {"step_s", c.step_seconds},
-                          {"note", c.note}});
-  }
-  return {{"candidates", candidates}, {"chosen", fit.chosen}, {"set_flags", fit.set_flags}};
-}
-
-}  // namespace
-
-namespace {
 // What a run is about to do, before any worker starts: the resolved config, the model's size, the
 // partition and each stage's predicted memory.
 void LogStartup(const Plan& plan, const std::string& config_path) {
@@ -644,44 +449,12 @@ int EvalCommand(RunOptions options, std::ostream& out) {
   return RunCommand(options);
 }
 
-int PlanCommand(const PlanOptions& options, std::ostream& out) {
-  const Config config = LoadConfig(options.config.path, options.config.overrides);
-  const int64_t budget = BudgetBytes(options.memory);
-  FitResult fit;
-  const Plan plan = PlanConfig(config, options.config.path, budget, options.memory, &fit);
-  const std::vector<RankMemory> predicted =
-      NamingConfig(options.config.path, [&] { return PredictMemory(plan); });
-  if (options.format == "json") {
-    json j = {{"schedule", plan.schedule.name},
-              {"parameters", ParamCount(plan.graph, plan.dims)},
-              {"split_share_groups", SplitShareGroups(plan)},
-              {"memory_budget", plan.memory_budget},
-              {"partition_bound", plan.partition_bound},
-              {"stages", json::array()}};
-    for (int r = 0; r < plan.world_size(); ++r) {
-      json chunks = json::array();
-      for (const LayerRange& c : plan.ChunkRanges(plan.StageOf(r))) {
-        chunks.push_back({c.first, c.last});
-      }
-      j["stages"].push_back(
-          {{"stage", plan.StageOf(r)},
-           {"replica", plan.ReplicaOf(r)},
-           {"rank", r},
-           {"layers", {chunks.front()[0], chunks.back()[1]}},
-           {"chunks", chunks},
-           {"peak_in_flight", predicted[static_cast<size_t>(r)].peak_in_flight},
-           {"memory", {{"predicted", MemoryJson(predicted[static_cast<size_t>(r)].peak)}}}});
-    }
-    if (options.memory.fit) j["fit"] = FitJson(fit);
-    out << j.dump(2) << "\n";
-  } else {
-    if (options.memory.fit) out << FormatFitTable(fit, budget) << "\n";
-    out << fmt::format("model: {} parameters ({})\n", ParamCount(plan.graph, plan.dims),
-                       ToString(plan.dims))
-        << FormatPartitionTable(plan) << "\n"
-        << FormatMemoryTable(plan, predicted);
-  }
-  return 0;
+std::optional<EvalRecord> Evaluate(RunOptions options) {
+  EvalRecord record;
+  options.evaluate_only = true;
+  options.eval_into = &record;
+  if (RunCommand(options) != 0) return std::nullopt;
+  return record;
 }
 
 }  // namespace baton

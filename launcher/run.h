@@ -13,9 +13,12 @@
 // the job ends.
 #pragma once
 
+#include <optional>
 #include <ostream>
 #include <string>
 #include <vector>
+
+#include "plan/result.h"
 
 namespace baton {
 
@@ -52,6 +55,8 @@ struct RunOptions {
   bool evaluate_only = false;
   bool eval_json = false;
   std::ostream* eval_out = nullptr;
+  // Set: the evaluation (the head rank's record) lands here instead of being printed (Evaluate).
+  EvalRecord* eval_into = nullptr;
 };
 
 struct PlanOptions {
@@ -64,6 +69,8 @@ struct PlanOptions {
 int RunCommand(const RunOptions& options);
 // `baton eval`: RunCommand with options.evaluate_only set.
 int EvalCommand(RunOptions options, std::ostream& out);
+// `baton eval` as a function: the evaluation, or nullopt when the job failed (its failure logged).
+std::optional<EvalRecord> Evaluate(RunOptions options);
 int PlanCommand(const PlanOptions& options, std::ostream& out);
 
 }  // namespace baton

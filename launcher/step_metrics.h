@@ -4,7 +4,7 @@
 //
 // Who writes metrics.jsonl: the process that hosts the coordinator and runs the JobMonitor (the
 // launcher of a local run; rank 0 under mpirun / srun), so it lands beside the report under every
-// launch mode. Formats: docs/checkpoints.md, "Run outputs".
+// launch mode. Formats: docs/outputs.md.
 #pragma once
 
 #include <chrono>
@@ -56,7 +56,8 @@ class StepAssembler {
   std::map<int64_t, Pending> pending_;  // by step
 };
 
-// The run report's entry for one step (the head rank's figures; keys as in docs/checkpoints.md).
+// The run report's entry for one step (the head rank's figures; keys as in docs/outputs.md, "The
+// report").
 nlohmann::json ReportStepJson(const JobStep& step);
 
 // One metrics.jsonl line: the step, its attempt, the wall-clock `time` (UTC, ISO 8601, when the

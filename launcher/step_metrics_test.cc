@@ -8,6 +8,8 @@
 #include <filesystem>
 #include <fstream>
 
+#include "core/temp_dir.h"
+
 namespace baton {
 namespace {
 
@@ -112,10 +114,8 @@ TEST(StepMetricsTest, WithReplicasEachRankIsKeyedByStageAndReplica) {
 }
 
 TEST(MetricsLogTest, EachStepIsOnDiskAtOnceAndAResumeAppends) {
-  const std::string dir =
-      (std::filesystem::temp_directory_path() / ("baton-metrics-log-" + std::to_string(getpid())))
-          .string();
-  std::filesystem::remove_all(dir);
+  const TempDir temp("baton-metrics-log");
+  const std::string dir = temp.path();
   StepAssembler assembler(2, 1, 0);
   const std::vector<JobStep> steps =
       assembler.Add({StepOf(0, 1), StepOf(1, 1), StepOf(0, 2), StepOf(1, 2)});
@@ -137,7 +137,6 @@ TEST(MetricsLogTest, EachStepIsOnDiskAtOnceAndAResumeAppends) {
     MetricsLog fresh(dir + "/out", /*append=*/false);  // a new run starts a new file
   }
   EXPECT_TRUE(Lines(dir + "/out/metrics.jsonl").empty());
-  std::filesystem::remove_all(dir);
 }
 
 TEST(MetricsLogTest, UnwritableDirectoryIsAnErrorNamingThePath) {

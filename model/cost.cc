@@ -10,9 +10,8 @@ namespace {
 
 // The quantities every formula uses, in int64.
 struct Terms {
-  int64_t v, max_t, c, nh;  // model
-  int64_t b, t, n;          // micro-batch: n = b*t rows
-  int64_t a;                // bytes per activation element
+  int64_t v, c;     // model: vocabulary, width
+  int64_t b, t, n;  // micro-batch: n = b*t rows
   bool selective;
   bool flash;
 };
@@ -24,13 +23,10 @@ Terms MakeTerms(const ModelDims& dims, const MicroBatchShape& shape) {
   BATON_CHECK(shape.seq_len <= dims.context, "sequence length {} exceeds the context {}",
               shape.seq_len, dims.context);
   return {dims.vocab_size,
-          dims.context,
           dims.width,
-          dims.num_heads,
           shape.batch_size,
           shape.seq_len,
           shape.batch_size * shape.seq_len,
-          static_cast<int64_t>(SizeOf(shape.act_dtype)),
           shape.selective_recompute,
           shape.flash_attention};
 }

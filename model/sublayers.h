@@ -10,7 +10,8 @@
 //   mlp.x (N,C)   mlp.ln (N,C)   mlp.mean (N)   mlp.rstd (N)
 //   mlp.fc (N,4C) mlp.gelu (N,4C)                           -- not under selective recompute
 // Backward recomputes whatever the stash lacks, with the same kernels, so the bits agree. The
-// order of allocations and frees below is what model/cost.cc's workspace formulas describe.
+// order of allocations and frees in sublayers.cc is what model/cost.cc's workspace formulas
+// describe.
 #pragma once
 
 #include "kernels/backend.h"

@@ -1,7 +1,7 @@
 // Fit to a budget: search precision x checkpoint policy x micro-batches x stages for the
 // fastest configuration whose predicted peak (memory_planner.h) fits a memory budget.
 //
-// The levers, cheapest first (docs/memory.md, "Fit to a budget"):
+// The levers, cheapest first (docs/memory.md, "Fitting a budget"):
 //   1. precision: bf16 storage when the config is fp32 (fp16 has bf16's footprint and also needs
 //      loss scaling, so it is not searched separately);
 //   2. activation checkpointing: selective, every:K for K = 1, 2, 4, ... up to a stage's layers;

@@ -20,6 +20,7 @@
 
 #include "comm/meta_communicator.h"
 #include "core/memory.h"
+#include "core/units.h"
 #include "model/graph.h"
 #include "plan/plan.h"
 
@@ -39,12 +40,6 @@ struct RankMemory {
 // One entry per world rank (replica * stages + stage). With data-parallel replicas a rank also
 // holds the gradient bucket (comm) and the staging of the replicas' all-reduce.
 std::vector<RankMemory> PredictMemory(const Plan& plan, const MemoryPlanOptions& options = {});
-
-// World rank `rank` of `plan` if its virtual stages were `virtual_stages` (p*v ranges, the cut a
-// partitioner is considering); the plan's schedule and config are used as they are.
-RankMemory PredictRankMemory(const Plan& plan, int rank,
-                             const std::vector<LayerRange>& virtual_stages,
-                             const MemoryPlanOptions& options = {});
 
 // Bytes one micro-batch leaves stashed in layers [range]: their forward run on a meta backend
 // (the input counted when a layer keeps it), as `baton plan`'s partition table prints them.
@@ -70,11 +65,5 @@ BudgetedPartition PartitionWithinBudget(const Plan& plan, int64_t budget,
 // The table `baton plan` prints: per rank its layers, the predicted peak bytes of each category
 // and in total, and the micro-batches it keeps in flight; then the budget and what bound the cut.
 std::string FormatMemoryTable(const Plan& plan, const std::vector<RankMemory>& predicted);
-
-// Byte sizes as people write them: "24GiB", "512MiB", "1.5GB", "4096", "64 KiB" (binary units
-// KiB MiB GiB TiB; decimal KB MB GB TB; B or none for bytes). Throws baton::Error otherwise.
-int64_t ParseByteSize(const std::string& text);
-// 1536 -> "1.50 KiB"; exact below 1 KiB.
-std::string FormatBytes(int64_t bytes);
 
 }  // namespace baton

@@ -14,11 +14,13 @@
 #include <deque>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <sstream>
 #include <thread>
 #include <vector>
 
 #include "core/error.h"
+#include "core/temp_dir.h"
 
 extern char** environ;
 
@@ -88,33 +90,11 @@ CommandResult RunBaton(const std::vector<std::string>& args) {
   return RunShell("cd " + Quote(SourceDir()) + " && " + command);
 }
 
-namespace {
-// The directories TempDir made, removed at exit (ctest runs each test in its own process).
-class TempDirs {
- public:
-  ~TempDirs() {
-    const char* keep = std::getenv("BATON_KEEP_TEST_DIRS");
-    if (keep != nullptr && std::string(keep) == "1") return;
-    for (const std::filesystem::path& dir : dirs_) {
-      std::error_code ignored;
-      std::filesystem::remove_all(dir, ignored);
-    }
-  }
-  void Add(const std::filesystem::path& dir) { dirs_.push_back(dir); }
-
- private:
-  std::vector<std::filesystem::path> dirs_;
-};
-}  // namespace
-
 std::string TempDir(const std::string& name) {
-  static TempDirs made;
-  const auto dir = std::filesystem::temp_directory_path() /
-                   ("baton-test-" + name + "-" + std::to_string(getpid()));
-  std::filesystem::remove_all(dir);
-  std::filesystem::create_directories(dir);
-  made.Add(dir);
-  return dir.string();
+  // Removed at exit (ctest runs each test in its own process).
+  static std::vector<std::unique_ptr<baton::TempDir>> made;
+  made.push_back(std::make_unique<baton::TempDir>("baton-test-" + name));
+  return made.back()->path();
 }
 
 nlohmann::json ReadJson(const std::string& path) {

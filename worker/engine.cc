@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "core/units.h"
 #include "scheduler/validator.h"
 
 namespace baton {
@@ -35,7 +36,6 @@ bool RendezvousSafeSends(const Schedule& schedule) {
 
 namespace {
 using Clock = std::chrono::steady_clock;
-double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
 }  // namespace
 
 StageEngine::StageEngine(Backend& backend, StageModel& model, Communicator* comm,

@@ -7,7 +7,7 @@
 // A share group's blocks (model.share) built here hold the first one built's shared parameters,
 // value and gradient (model/init.h's LocalParams): a stage holds each group's set once.
 //
-// Owned by the stage engine; not thread-safe.
+// Owned by the rank's Trainer (its engine and optimizer hold references); not thread-safe.
 #pragma once
 
 #include <memory>

@@ -20,7 +20,7 @@
 //      global norm has the same bits however the graph is cut; the fp16 overflow flag rides along;
 //   3. every rank clips by that norm, skips the step on overflow, and steps AdamW.
 //
-// Not thread-safe; `engine_status()` may be read from another thread (heartbeats).
+// Not thread-safe.
 #pragma once
 
 #include <atomic>
@@ -145,7 +145,6 @@ class Trainer {
   // A flag (set from a signal handler) that asks this rank to stop; reduced across ranks at
   // every step end so that all ranks stop after the same step. May be null.
   void set_stop_flag(const std::atomic<bool>* flag) { stop_flag_ = flag; }
-  EngineStatus engine_status() const { return engine_->status(); }
   // Told whenever this rank starts or stops waiting on a peer: the engine's waits, and the
   // replicas' gradient all-reduce ("ALLREDUCE", peer: another replica of this stage).
   void set_status_callback(StatusCallback callback) {

@@ -8,6 +8,7 @@
 #include <limits>
 
 #include "core/error.h"
+#include "core/units.h"
 #include "model/cost.h"
 #include "model/from_config.h"
 
@@ -94,13 +95,6 @@ LossComparison CompareLosses(const nlohmann::json& reference, const nlohmann::js
   }
   c.ok = c.max_relative_diff <= tolerance;
   return c;
-}
-
-std::string FormatBytes(int64_t bytes) {
-  const double b = static_cast<double>(bytes);
-  if (bytes >= (int64_t{1} << 30)) return fmt::format("{:.2f} GiB", b / (1 << 30));
-  if (bytes >= (int64_t{1} << 20)) return fmt::format("{:.1f} MiB", b / (1 << 20));
-  return fmt::format("{:.1f} KiB", b / (1 << 10));
 }
 
 }  // namespace baton::gpu_bench

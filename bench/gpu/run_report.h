@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "config/config.h"
+#include "core/units.h"
 
 namespace baton::gpu_bench {
 
@@ -57,8 +58,5 @@ struct LossComparison {
 // number of steps.
 LossComparison CompareLosses(const nlohmann::json& reference, const nlohmann::json& candidate,
                              double tolerance);
-
-// "1.23 GiB"
-std::string FormatBytes(int64_t bytes);
 
 }  // namespace baton::gpu_bench

@@ -9,6 +9,7 @@
 #include <bit>
 
 #include "core/error.h"
+#include "core/units.h"
 
 namespace baton::cuda {
 namespace {
@@ -16,14 +17,6 @@ namespace {
 constexpr size_t kMinBlock = 512;
 constexpr size_t kSmallLimit = size_t{1} << 20;  // 1 MiB
 constexpr int kClassesPerDoubling = 8;
-
-std::string Bytes(int64_t bytes) {
-  const double b = static_cast<double>(bytes);
-  if (bytes >= (int64_t{1} << 30)) return fmt::format("{:.2f} GiB", b / (1 << 30));
-  if (bytes >= (int64_t{1} << 20)) return fmt::format("{:.1f} MiB", b / (1 << 20));
-  if (bytes >= (int64_t{1} << 10)) return fmt::format("{:.1f} KiB", b / (1 << 10));
-  return fmt::format("{} B", bytes);
-}
 
 size_t RoundUp(size_t value, size_t multiple) {
   return (value + multiple - 1) / multiple * multiple;
@@ -35,8 +28,8 @@ std::string CacheStats::ToString() const {
   return fmt::format(
       "reserved {} (peak {}), in use {}, cached {}, fragmentation {}; {} device mallocs, {} "
       "frees, {} cache hits",
-      Bytes(reserved), Bytes(peak_reserved), Bytes(in_use), Bytes(cached), Bytes(fragmentation()),
-      device_mallocs, device_frees, cache_hits);
+      FormatBytes(reserved), FormatBytes(peak_reserved), FormatBytes(in_use), FormatBytes(cached),
+      FormatBytes(fragmentation()), device_mallocs, device_frees, cache_hits);
 }
 
 size_t CachingAllocator::BlockBytes(size_t bytes) {
@@ -54,7 +47,7 @@ CachingAllocator::~CachingAllocator() {
   std::lock_guard lock(mutex_);
   if (!live_.empty()) {
     spdlog::warn("CachingAllocator on {} destroyed with {} blocks ({}) still in use; leaving them",
-                 device_.ToString(), live_.size(), Bytes(stats_.in_use));
+                 device_.ToString(), live_.size(), FormatBytes(stats_.in_use));
   }
   try {
     EmptyCacheLocked();
@@ -79,7 +72,8 @@ void* CachingAllocator::Allocate(size_t bytes, MemCategory category) {
       ptr = provider_->Malloc(block_bytes);
       if (ptr == nullptr && stats_.cached > 0) {  // out of memory: give the cache back, retry
         spdlog::warn("out of memory on {} allocating {}: emptying the cache ({}) and retrying",
-                     device_.ToString(), Bytes(static_cast<int64_t>(bytes)), Bytes(stats_.cached));
+                     device_.ToString(), FormatBytes(static_cast<int64_t>(bytes)),
+                     FormatBytes(stats_.cached));
         EmptyCacheLocked();
         ptr = provider_->Malloc(block_bytes);
       }
@@ -87,12 +81,12 @@ void* CachingAllocator::Allocate(size_t bytes, MemCategory category) {
         const MemoryFigures booked = ledger().Current();
         std::string by_category;
         for (MemCategory c : kAllMemCategories) {
-          by_category += fmt::format(" {} {},", Name(c), Bytes(booked[c]));
+          by_category += fmt::format(" {} {},", Name(c), FormatBytes(booked[c]));
         }
         BATON_FAIL("out of memory on {} allocating {} ({} block) of {}; booked:{} total {}; {}",
-                   device_.ToString(), Bytes(static_cast<int64_t>(bytes)),
-                   Bytes(static_cast<int64_t>(block_bytes)), Name(category), by_category,
-                   Bytes(booked.total), stats_.ToString());
+                   device_.ToString(), FormatBytes(static_cast<int64_t>(bytes)),
+                   FormatBytes(static_cast<int64_t>(block_bytes)), Name(category), by_category,
+                   FormatBytes(booked.total), stats_.ToString());
       }
       ++stats_.device_mallocs;
       stats_.reserved += static_cast<int64_t>(block_bytes);

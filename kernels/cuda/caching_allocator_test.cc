@@ -172,8 +172,8 @@ TEST_F(CachingAllocatorTest, OutOfMemoryWithNothingCachedThrowsWithTheFigures) {
   } catch (const Error& e) {
     EXPECT_THAT(e.what(), ::testing::HasSubstr("out of memory on cuda:3"));
     EXPECT_THAT(e.what(), ::testing::HasSubstr("of activations"));
-    EXPECT_THAT(e.what(), ::testing::HasSubstr("params 1.0 MiB"));
-    EXPECT_THAT(e.what(), ::testing::HasSubstr("reserved 1.0 MiB"));
+    EXPECT_THAT(e.what(), ::testing::HasSubstr("params 1.00 MiB"));
+    EXPECT_THAT(e.what(), ::testing::HasSubstr("reserved 1.00 MiB"));
   }
   EXPECT_EQ(ledger_.current(MemCategory::kActivations), 0);  // nothing booked for the failure
   allocator_.Deallocate(a, 1 << 20, MemCategory::kParams);
