@@ -37,7 +37,7 @@ void Save(Fixture& f, const std::string& root, int64_t step, const std::vector<R
   std::vector<CheckpointFileEntry> all;
   for (Rank* r : ranks) {
     const std::string sent = EncodeFileEntries(
-        writer.WriteLayers(step, r->model->rank(), r->checkpoint_tensors(), *f.backend));
+        writer.WriteLayers(step, r->model->stage(), r->checkpoint_tensors(), *f.backend));
     for (CheckpointFileEntry& e : DecodeFileEntries(sent)) all.push_back(e);
   }
   writer.WriteManifest(step, all, StateAt(step), f.dims, f.graph);
@@ -367,7 +367,7 @@ TEST(CheckpointTest, RootWithoutNewestManifestFallsBackToPreviousCompleteCheckpo
   Load(f, dir.path(), {&at_step_1});
   checkpoint_test::FakeStep({&whole}, 2);
   CheckpointWriter(dir.path())
-      .WriteLayers(2, whole.model->rank(), whole.checkpoint_tensors(), *f.backend);
+      .WriteLayers(2, whole.model->stage(), whole.checkpoint_tensors(), *f.backend);
 
   for (bool with_latest : {true, false}) {
     if (!with_latest) std::filesystem::remove(dir / "latest");
@@ -419,7 +419,7 @@ TEST(CheckpointTest, RewritingAStepRemovesItsManifestBeforeTouchingFiles) {
   Rank whole = f.MakeRank({{0, 3}}, 0, 1);
   Save(f, dir.path(), 1, {&whole});
   CheckpointWriter(dir.path())
-      .WriteLayers(1, whole.model->rank(), whole.checkpoint_tensors(), *f.backend);
+      .WriteLayers(1, whole.model->stage(), whole.checkpoint_tensors(), *f.backend);
   EXPECT_FALSE(std::filesystem::exists(dir / "step-1/manifest.json"));
 }
 
@@ -477,7 +477,7 @@ TEST(CheckpointTest, ManifestRequiresEveryLayerFromSomeRank) {
   Rank first = f.MakeRank({{0, 1}}, 0, 2);
   CheckpointWriter writer(dir.path());
   const auto entries =
-      writer.WriteLayers(1, first.model->rank(), first.checkpoint_tensors(), *f.backend);
+      writer.WriteLayers(1, first.model->stage(), first.checkpoint_tensors(), *f.backend);
   EXPECT_THAT(ErrorOf([&] { writer.WriteManifest(1, entries, StateAt(1), f.dims, f.graph); }),
               HasSubstr("no rank wrote layer 2 (block.1)"));
   EXPECT_FALSE(std::filesystem::exists(dir / "step-1/manifest.json"));

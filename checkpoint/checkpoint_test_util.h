@@ -51,10 +51,10 @@ class Fixture {
   std::vector<LayerSpec> graph = GptGraph(dims);
 
   // chunk_ranges as in StageModel; `seed` draws the initial weights.
-  Rank MakeRank(std::vector<LayerRange> chunk_ranges, int rank, int num_ranks,
+  Rank MakeRank(std::vector<LayerRange> chunk_ranges, int rank, int num_stages,
                 DType dtype = DType::kF32, uint64_t seed = 7, bool quantized_state = false) {
     Rank r;
-    r.model = std::make_unique<StageModel>(graph, dims, chunk_ranges, rank, num_ranks, *backend,
+    r.model = std::make_unique<StageModel>(graph, dims, chunk_ranges, rank, num_stages, *backend,
                                            dtype, dtype, seed);
     AdamWConfig hyper;
     hyper.weight_decay = 0.1f;

@@ -204,7 +204,7 @@ TEST(SafetensorsGpt2Test, CheckpointExportsAsHfGpt2WhateverPartitionWroteIt) {
   CheckpointWriter writer(dir / "checkpoints");
   std::vector<CheckpointFileEntry> entries;
   for (Rank* r : {&first, &second}) {
-    for (auto& e : writer.WriteLayers(1, r->model->rank(), r->checkpoint_tensors(), *f.backend))
+    for (auto& e : writer.WriteLayers(1, r->model->stage(), r->checkpoint_tensors(), *f.backend))
       entries.push_back(e);
   }
   TrainingState state;
@@ -235,7 +235,7 @@ TEST(SafetensorsGpt2Test, ExportRefusesATensorTheCheckpointShouldNotHold) {
   CheckpointWriter writer(dir.path());
   TrainingState state;
   state.step = 1;
-  writer.WriteManifest(1, writer.WriteLayers(1, whole.model->rank(), layers, *f.backend), state,
+  writer.WriteManifest(1, writer.WriteLayers(1, whole.model->stage(), layers, *f.backend), state,
                        f.dims, f.graph);
   EXPECT_THAT(
       ErrorOf([&] { ExportCheckpointToHf(CheckpointReader::Open(dir.path()), dir / "hf"); }),
@@ -269,7 +269,7 @@ TEST(SafetensorsGpt2Test, OnlyTheGptGraphExportsAsGpt2) {
   TrainingState state;
   state.step = 1;
   writer.WriteManifest(
-      1, writer.WriteLayers(1, whole.model->rank(), whole.checkpoint_tensors(), *f.backend), state,
+      1, writer.WriteLayers(1, whole.model->stage(), whole.checkpoint_tensors(), *f.backend), state,
       f.dims, f.graph);
   EXPECT_THAT(
       ErrorOf([&] { ExportCheckpointToHf(CheckpointReader::Open(dir.path()), dir / "hf"); }),

@@ -34,6 +34,7 @@
 #include "comm/communicator.h"
 #include "comm/kv_store.h"
 #include "core/memory.h"
+#include "core/timeouts.h"
 
 namespace baton {
 
@@ -50,7 +51,7 @@ struct NcclOptions {
   std::vector<std::vector<int>> groups;
   // Rendezvous keys are "<store_prefix>/..."; use a fresh prefix per job attempt.
   std::string store_prefix = "nccl";
-  CommTimeout timeout{120000};  // rendezvous and communicator setup
+  CommTimeout timeout{kDefaultSetupWait};  // rendezvous and communicator setup
 };
 
 class NcclCommunicator final : public Communicator {

@@ -20,6 +20,8 @@
 #include "config/layer_kind.h"
 #include "core/device.h"
 #include "core/dtype.h"
+#include "core/timeouts.h"
+#include "core/units.h"
 
 namespace baton {
 
@@ -143,8 +145,9 @@ struct ParallelConfig {
   CheckpointPolicy checkpoint;
   int replicas = 1;  // data-parallel replicas of the whole pipeline
   int zero = 0;      // 1: ZeRO-1, optimizer state and fp32 masters sharded across the replicas
-  double timeout_s = 60.0;            // longest any blocking wait may take
-  double heartbeat_timeout_s = 10.0;  // a silent worker is declared dead after this
+  double timeout_s = Seconds(kDefaultWait);  // longest any blocking wait may take
+  double heartbeat_timeout_s =
+      Seconds(kDefaultHeartbeatTimeout);  // a silent worker is dead after this
   bool operator==(const ParallelConfig&) const = default;
 };
 

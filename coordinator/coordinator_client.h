@@ -22,17 +22,18 @@
 #include <vector>
 
 #include "coordinator/coordinator_types.h"
+#include "core/timeouts.h"
 
 namespace baton {
 
 struct CoordinatorClientOptions {
   // How long the constructor tries to reach the coordinator (it may still be starting).
-  std::chrono::milliseconds connect_timeout{30000};
+  std::chrono::milliseconds connect_timeout{kDefaultCoordinatorWait};
   // Added to each call's own timeout to form its gRPC deadline.
-  std::chrono::milliseconds rpc_timeout{30000};
+  std::chrono::milliseconds rpc_timeout{kDefaultCoordinatorWait};
   // With no successful heartbeat or watch for this long, the client gives up on the coordinator
   // and aborts locally ("lost contact with the coordinator").
-  std::chrono::milliseconds lost_coordinator_timeout{30000};
+  std::chrono::milliseconds lost_coordinator_timeout{kDefaultCoordinatorWait};
 };
 
 class CoordinatorClient {

@@ -14,6 +14,8 @@
 #include <vector>
 
 #include "coordinator/coordinator_types.h"
+#include "core/timeouts.h"
+#include "core/units.h"
 
 namespace baton {
 
@@ -27,7 +29,7 @@ struct CoordinatorOptions {
   std::string plan;  // bytes handed to every joiner (a serialized baton.pb.JobPlan)
   // A joined rank that neither reported nor heartbeat for this long is declared dead and the job
   // aborts. <= 0 disables the check.
-  double heartbeat_timeout_s = 10;
+  double heartbeat_timeout_s = Seconds(kDefaultHeartbeatTimeout);
   // The same bound for a rank that has not reported a step yet (still starting: building and
   // loading its stage, meeting its peers), when larger: hundreds of processes starting on few
   // cores go silent for longer than a training step does (`baton run` passes the start-up

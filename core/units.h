@@ -17,7 +17,7 @@ std::string FormatBytes(int64_t bytes);
 std::string CompactBytes(int64_t bytes);
 
 template <typename Rep, typename Period>
-double Seconds(std::chrono::duration<Rep, Period> d) {
+constexpr double Seconds(std::chrono::duration<Rep, Period> d) {
   return std::chrono::duration<double>(d).count();
 }
 

@@ -25,6 +25,7 @@
 #include "core/files.h"
 #include "core/log.h"
 #include "core/stop_signals.h"
+#include "job/fault_injection.h"
 #include "kernels/backend_factory.h"
 #include "plan/codec.h"
 #include "planner/planner.h"
@@ -48,62 +49,6 @@ std::string HostName() {
 
 // Steps whose timeline goes into the trace: the last few (steady state, not warm-up).
 constexpr int64_t kTracedSteps = 8;
-
-// Fault injection for tests of hang diagnosis: BATON_TEST_STALL=RANK:STEP makes that rank stop
-// answering its peers (it sleeps, heartbeats still running) at the start of that step.
-void MaybeStall(int rank, int64_t step) {
-  const char* spec = std::getenv("BATON_TEST_STALL");
-  if (spec == nullptr) return;
-  int stall_rank = -1;
-  long long stall_step = -1;
-  if (std::sscanf(spec, "%d:%lld", &stall_rank, &stall_step) != 2) return;
-  if (stall_rank != rank || stall_step != step) return;
-  spdlog::warn("BATON_TEST_STALL: stage {} stalls at step {}", rank, step);
-  std::this_thread::sleep_for(std::chrono::hours(1));
-}
-
-// BATON_TEST_MESH_GATE=DIR (tests only): the rank writes DIR/published-<rank> with the Gloo
-// addresses it published for the first mesh round, and reads no other rank's addresses of that
-// round before DIR/open exists. A test thus gets to connect to the ranks' listening ports while
-// they wait (tests/failure_test.cc).
-class MeshGateStore final : public KvStore {
- public:
-  MeshGateStore(KvStore& inner, std::string dir, std::string prefix, int rank)
-      : inner_(inner), dir_(std::move(dir)), prefix_(std::move(prefix) + "/"), rank_(rank) {}
-  void Set(const std::string& key, const std::string& value) override {
-    inner_.Set(key, value);
-    if (key == prefix_ + std::to_string(rank_)) {
-      WriteFileAtomically(fmt::format("{}/published-{}", dir_, rank_), value);
-    }
-  }
-  std::string Get(const std::string& key, std::chrono::milliseconds timeout) override {
-    Gate(key, timeout);
-    return inner_.Get(key, timeout);
-  }
-  void Wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) override {
-    for (const std::string& key : keys) Gate(key, timeout);
-    inner_.Wait(keys, timeout);
-  }
-
- private:
-  void Gate(const std::string& key, std::chrono::milliseconds timeout) {
-    const std::string rest =
-        key.substr(0, prefix_.size()) == prefix_ ? key.substr(prefix_.size()) : "";
-    const bool peer_address = !rest.empty() && rest != std::to_string(rank_) &&
-                              rest.find_first_not_of("0123456789") == std::string::npos;
-    if (!peer_address) return;
-    const auto deadline = std::chrono::steady_clock::now() + timeout;
-    while (!FileExists(dir_ + "/open")) {
-      BATON_CHECK(std::chrono::steady_clock::now() < deadline,
-                  "BATON_TEST_MESH_GATE: {}/open did not appear", dir_);
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-  }
-  KvStore& inner_;
-  const std::string dir_;
-  const std::string prefix_;
-  const int rank_;
-};
 
 // Writes this rank's layers of step `step` (replica 0's ranks only: the replicas hold the same
 // bits, so the checkpoint has one copy of the model); rank 0 gathers those ranks' file lists
@@ -134,7 +79,7 @@ void SaveCheckpoint(const Plan& plan, const Launch& launch, int rank, Coordinato
   }
   if (rank == 0) {
     std::vector<CheckpointFileEntry> all;
-    for (int r = 0; r < plan.num_ranks(); ++r) {
+    for (int r = 0; r < plan.num_stages(); ++r) {
       std::vector<CheckpointFileEntry> entries = DecodeFileEntries(client.KvGet(key(r), timeout));
       all.insert(all.end(), entries.begin(), entries.end());
     }
@@ -261,34 +206,8 @@ std::shared_ptr<Communicator> MakeCommunicator(const WorkerArgs& args, const Pla
   nccl.size = p;
   nccl.device = device.index;
   nccl.compute_stream = static_cast<cudaStream_t>(NativeStream(backend));
-  const int stages = plan.num_ranks();
-  const int stage = plan.StageOf(args.rank);
-  const int first = args.rank - stage;  // this replica's stage 0
-  for (int peer : {first + (stage + stages - 1) % stages, first + (stage + 1) % stages}) {
-    if (peer != args.rank &&
-        std::find(nccl.peers.begin(), nccl.peers.end(), peer) == nccl.peers.end()) {
-      nccl.peers.push_back(peer);
-    }
-  }
-  for (const TiedGroup& group : plan.tied) {
-    const bool member =
-        std::find(group.ranks.begin(), group.ranks.end(), stage) != group.ranks.end();
-    if (!member || group.ranks.size() < 2) continue;
-    std::vector<int> ranks;
-    for (int s : group.ranks) ranks.push_back(first + s);
-    nccl.groups.push_back(ranks);
-  }
-  if (plan.num_replicas() > 1) {
-    std::vector<int> replicas;
-    for (int r = 0; r < plan.num_replicas(); ++r) replicas.push_back(r * stages + stage);
-    nccl.groups.push_back(replicas);
-    // ZeRO-1's reduce-scatter and all-gather are point-to-point between a stage's replicas.
-    if (plan.config.parallel.zero == 1) {
-      for (int peer : replicas) {
-        if (peer != args.rank) nccl.peers.push_back(peer);
-      }
-    }
-  }
+  nccl.peers = plan.Peers(args.rank);
+  nccl.groups = plan.CollectiveGroups(args.rank);
   nccl.store_prefix = fmt::format("nccl/{}", launch.attempt);
   nccl.timeout = plan.timeouts.startup;
   return std::make_shared<NcclCommunicator>(store, backend.allocator(), nccl);
@@ -308,7 +227,7 @@ void TrainRank(const WorkerArgs& args, CoordinatorClient& client, const Plan& pl
                const Launch& launch, BlockedState& blocked) {
   const Config& config = plan.config;
   BATON_CHECK(0 <= args.rank && args.rank < plan.world_size(),
-              "rank {} of a plan of {} stage(s) x {} replica(s)", args.rank, plan.num_ranks(),
+              "rank {} of a plan of {} stage(s) x {} replica(s)", args.rank, plan.num_stages(),
               plan.num_replicas());
   MemoryLedger ledger;
   const Device device = DeviceForLocalRank(config.device.type, args.local_rank);
@@ -316,11 +235,9 @@ void TrainRank(const WorkerArgs& args, CoordinatorClient& client, const Plan& pl
   CpuAllocator host_allocator(ledger);  // host staging for device tensors (booked as comm)
 
   CoordinatorKvStore coordinator_store(client);
-  std::optional<MeshGateStore> gated;
-  if (const char* gate = std::getenv("BATON_TEST_MESH_GATE")) {
-    gated.emplace(coordinator_store, gate, fmt::format("gloo/{}", launch.attempt), args.rank);
-  }
-  KvStore& store = gated ? static_cast<KvStore&>(*gated) : coordinator_store;
+  std::unique_ptr<KvStore> gated =
+      MaybeGateMesh(coordinator_store, fmt::format("gloo/{}", launch.attempt), args.rank);
+  KvStore& store = gated ? *gated : coordinator_store;
   std::shared_ptr<Communicator> comm;  // shared with the abort callback, which may outlive us
   if (plan.world_size() > 1) {
     comm = MakeCommunicator(args, plan, launch, device, store, *backend, host_allocator);

@@ -32,7 +32,7 @@ JobMonitor::JobMonitor(CoordinatorServer& server, ProcessGroup* children, Monito
       children_(children),
       options_(options),
       metrics_(metrics),
-      assembler_(options.num_ranks, options.head_rank, options.attempt),
+      assembler_(options.world_size, options.head_rank, options.attempt),
       log_(spdlog::default_logger()) {}
 
 std::optional<std::string> JobMonitor::Run() {
@@ -55,7 +55,7 @@ std::optional<std::string> JobMonitor::Run() {
     }
     // Done is decided before the last reports are taken: a rank reports its last step before
     // it reports done, so nothing comes after.
-    const bool children_done = children_ == nullptr || exited_ok_ == options_.num_ranks;
+    const bool children_done = children_ == nullptr || exited_ok_ == options_.world_size;
     const bool done = server_.AllDone() && children_done;
     LogNewSteps(/*flush=*/done);
     if (done) return std::nullopt;
@@ -127,7 +127,7 @@ std::optional<std::string> JobMonitor::DeadChild(std::chrono::milliseconds grace
     if (!failed_.empty()) {
       // A peer's failure can be in before the exit of the worker whose death caused it (it died
       // first, its agent or the launcher saw it later): wait for a cause while others may come.
-      const bool all_exited = exited_ok_ + static_cast<int>(failed_.size()) >= options_.num_ranks;
+      const bool all_exited = exited_ok_ + static_cast<int>(failed_.size()) >= options_.world_size;
       if (all_exited || CauseExited(server_.Ranks()) ||
           std::chrono::steady_clock::now() >= deadline) {
         return DescribeDeadChild();
@@ -176,8 +176,8 @@ std::string JobMonitor::RankTable(const std::vector<RankState>& ranks) const {
 }
 
 std::string JobMonitor::Who(int rank) const {
-  const int stages = options_.stages > 0 ? options_.stages : options_.num_ranks;
-  if (stages >= options_.num_ranks) return fmt::format("stage {}", rank);
+  const int stages = options_.stages > 0 ? options_.stages : options_.world_size;
+  if (stages >= options_.world_size) return fmt::format("stage {}", rank);
   return fmt::format("stage {} replica {} (rank {})", rank % stages, rank / stages, rank);
 }
 
@@ -185,7 +185,7 @@ std::optional<std::string> JobMonitor::CheckFailure(const std::vector<RankState>
   if (auto dead = DeadChild(std::chrono::milliseconds(0))) {
     // In at once only if it names a cause (or every worker is gone); else wait for one below.
     if (CauseExited(server_.Ranks()) ||
-        exited_ok_ + static_cast<int>(failed_.size()) >= options_.num_ranks) {
+        exited_ok_ + static_cast<int>(failed_.size()) >= options_.world_size) {
       return dead;
     }
   }
@@ -238,12 +238,12 @@ void JobMonitor::MaybePrintProgress(const JobStep& job_step) {
                           Duration(per_step * static_cast<double>(options_.total_steps - step)));
   }
   // Each rank's peak: s<stage>, or s<stage>r<replica> with data-parallel replicas.
-  const int stages = options_.stages > 0 ? options_.stages : options_.num_ranks;
+  const int stages = options_.stages > 0 ? options_.stages : options_.world_size;
   std::string memory;
   for (const auto& [rank, peaks] : job_step.memory_peak) {
     const auto total = peaks.find("total");
     if (total == peaks.end()) continue;
-    const std::string place = stages >= options_.num_ranks
+    const std::string place = stages >= options_.world_size
                                   ? fmt::format("s{}", rank)
                                   : fmt::format("s{}r{}", rank % stages, rank / stages);
     memory += fmt::format(" {}={}", place, CompactBytes(total->second));

@@ -21,9 +21,9 @@
 namespace baton {
 
 struct MonitorOptions {
-  int num_ranks = 1;  // every rank of the job: stages x replicas
-  int stages = 0;     // of one pipeline (world rank = replica * stages + stage); 0: num_ranks
-  int head_rank = 0;  // the rank whose reports carry the loss
+  int world_size = 1;  // every rank of the job: stages x replicas
+  int stages = 0;      // of one pipeline (world rank = replica * stages + stage); 0: world_size
+  int head_rank = 0;   // the rank whose reports carry the loss
   int64_t total_steps = 0;
   int64_t log_every = 10;
   int attempt = 0;  // restarts so far (--max-restarts), recorded with every step

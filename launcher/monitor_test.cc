@@ -48,7 +48,7 @@ class MonitorTest : public ::testing::Test {
   }
   std::string Failure(milliseconds cause_wait = MonitorOptions().cause_wait) {
     MonitorOptions options;
-    options.num_ranks = 2;
+    options.world_size = 2;
     options.cause_wait = cause_wait;
     JobMonitor monitor(server_, nullptr, options, nullptr);
     std::optional<std::string> failure = monitor.Run();

@@ -36,7 +36,7 @@ std::string ChromeTrace(const Plan& plan, const std::vector<RankResult>& results
       for (const TraceSpan& span : step.spans) {
         json args = {{"step", step.step}};
         if (span.kind != TraceSpan::Kind::kOptimizer) args["microbatch"] = span.action.microbatch;
-        events.push_back({{"name", span.Name(plan.num_ranks())},
+        events.push_back({{"name", span.Name(plan.num_stages())},
                           {"cat", span.kind == TraceSpan::Kind::kWait ? "wait" : "compute"},
                           {"ph", "X"},
                           {"ts", span.start_us - origin},
@@ -81,7 +81,7 @@ std::string MeasuredTimelineSvg(const Plan& plan, const std::vector<RankResult>&
       end = std::max(end, span.end_us);
     }
   }
-  const int p = plan.num_ranks();
+  const int p = plan.num_stages();
   for (const RankResult& r : results) {
     StageFigures figures;
     figures.stage = r.rank;
@@ -137,7 +137,7 @@ void WriteRunOutputs(const std::string& dir, const Plan& plan,
   WriteFileAtomically(dir + "/trace.json", ChromeTrace(plan, results));
   // The timeline is one pipeline's: replica 0's (every replica runs the same schedule).
   const std::vector<RankResult> pipeline(
-      results.begin(), results.begin() + std::min<ptrdiff_t>(plan.num_ranks(), results.size()));
+      results.begin(), results.begin() + std::min<ptrdiff_t>(plan.num_stages(), results.size()));
   const std::string svg = MeasuredTimelineSvg(plan, pipeline);
   if (!svg.empty()) WriteFileAtomically(dir + "/timeline.svg", svg);
 }

@@ -153,7 +153,7 @@ void PrintEval(const Plan& plan, const std::string& weights, const std::vector<R
                     {"tokens", eval.tokens},
                     {"data", source},
                     {"weights", weights},
-                    {"stages", plan.num_ranks()},
+                    {"stages", plan.num_stages()},
                     {"seconds", eval.seconds},
                     {"memory_peak", MemoryJson(PeakOverRanks(results))}};
     out << j.dump(-1, ' ', false, json::error_handler_t::replace) << "\n";
@@ -162,7 +162,7 @@ void PrintEval(const Plan& plan, const std::string& weights, const std::vector<R
         "eval loss {:.6f} | perplexity {:.4f} | {} batches x {} windows x {} tokens = {} tokens "
         "of {} | weights {} | {} stage(s), {:.2f} s\n",
         eval.loss, std::exp(eval.loss), eval.batches, config.train.batch_size,
-        SequenceLength(config), eval.tokens, source, weights, plan.num_ranks(), eval.seconds);
+        SequenceLength(config), eval.tokens, source, weights, plan.num_stages(), eval.seconds);
   }
   out.flush();
 }

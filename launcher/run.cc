@@ -80,9 +80,9 @@ int Finish(const Plan& plan, const std::string& address, const std::string& toke
 
 MonitorOptions MonitorOptionsFor(const Plan& plan, int attempt) {
   MonitorOptions m;
-  m.num_ranks = plan.world_size();
-  m.stages = plan.num_ranks();
-  m.head_rank = plan.num_ranks() - 1;  // replica 0's head: every replica's head has the loss
+  m.world_size = plan.world_size();
+  m.stages = plan.num_stages();
+  m.head_rank = plan.num_stages() - 1;  // replica 0's head: every replica's head has the loss
   m.total_steps = plan.config.train.steps;
   m.log_every = plan.config.train.log_every;
   m.attempt = attempt;
@@ -313,7 +313,7 @@ int RunUnderLauncher(const Plan& planned, const RunOptions& options, const Launc
   BATON_CHECK(env.world_size == plan.world_size(),
               "{} started {} processes but the plan has {} stage(s) x {} replica(s) = {} ranks "
               "(parallel.stages x parallel.replicas)",
-              Name(env.mode), env.world_size, plan.num_ranks(), plan.num_replicas(),
+              Name(env.mode), env.world_size, plan.num_stages(), plan.num_replicas(),
               plan.world_size());
   JobRendezvous rendezvous = ShareCoordinator(env, options.coordinator);
   std::unique_ptr<CoordinatorServer> server;
@@ -379,7 +379,7 @@ void LogStartup(const Plan& plan, const std::string& config_path) {
                plan.graph.size(), ToString(plan.dims));
   // The memory plan is a training step's; an INT8 model only evaluates.
   const bool trains = plan.config.model.weights == WeightFormat::kDense;
-  spdlog::info("plan: {} stage(s){}, schedule {}, {} micro-batches{}\n{}\n{}", plan.num_ranks(),
+  spdlog::info("plan: {} stage(s){}, schedule {}, {} micro-batches{}\n{}\n{}", plan.num_stages(),
                plan.num_replicas() > 1 ? fmt::format(" x {} data-parallel replicas = {} processes",
                                                      plan.num_replicas(), plan.world_size())
                                        : std::string(),

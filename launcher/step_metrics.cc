@@ -37,8 +37,8 @@ std::string IsoUtc(std::chrono::system_clock::time_point time) {
 
 }  // namespace
 
-StepAssembler::StepAssembler(int num_ranks, int head_rank, int attempt)
-    : num_ranks_(num_ranks), head_rank_(head_rank), attempt_(attempt) {}
+StepAssembler::StepAssembler(int world_size, int head_rank, int attempt)
+    : world_size_(world_size), head_rank_(head_rank), attempt_(attempt) {}
 
 std::vector<JobStep> StepAssembler::Add(const std::vector<WorkerReport>& reports) {
   for (const WorkerReport& r : reports) {
@@ -58,7 +58,7 @@ std::vector<JobStep> StepAssembler::Add(const std::vector<WorkerReport>& reports
   std::vector<JobStep> complete;
   while (!pending_.empty()) {
     Pending& first = pending_.begin()->second;
-    if (!first.has_head || static_cast<int>(first.reported.size()) < num_ranks_) break;
+    if (!first.has_head || static_cast<int>(first.reported.size()) < world_size_) break;
     complete.push_back(std::move(first.step));
     pending_.erase(pending_.begin());
   }

@@ -36,7 +36,7 @@ struct JobStep {
 // Not thread-safe.
 class StepAssembler {
  public:
-  StepAssembler(int num_ranks, int head_rank, int attempt);
+  StepAssembler(int world_size, int head_rank, int attempt);
 
   // Adds reports; returns the steps they completed, in order.
   std::vector<JobStep> Add(const std::vector<WorkerReport>& reports);
@@ -50,7 +50,7 @@ class StepAssembler {
     bool has_head = false;
     std::set<int> reported;  // ranks
   };
-  int num_ranks_;
+  int world_size_;
   int head_rank_;
   int attempt_;
   std::map<int64_t, Pending> pending_;  // by step

@@ -39,7 +39,7 @@ std::vector<std::string> Lines(const std::string& path) {
 }
 
 TEST(StepAssemblerTest, AStepIsCompleteOnceEveryRankReportedItAndStepsComeOutInOrder) {
-  StepAssembler assembler(/*num_ranks=*/2, /*head_rank=*/1, /*attempt=*/3);
+  StepAssembler assembler(/*world_size=*/2, /*head_rank=*/1, /*attempt=*/3);
   EXPECT_TRUE(assembler.Add({StepOf(1, 1), StepOf(1, 2)}).empty());  // rank 0 has not reported
   const std::vector<JobStep> done = assembler.Add({StepOf(0, 1), StepOf(0, 2), StepOf(0, 3)});
   ASSERT_EQ(done.size(), 2u);

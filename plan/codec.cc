@@ -107,7 +107,7 @@ std::string EncodeJobPlan(const Plan& plan, const Launch& launch) {
   m.set_schedule(plan.schedule.name);
   m.set_micro_batches(plan.schedule.microbatches);
   m.set_chunks(plan.schedule.chunks);
-  const int p = plan.num_ranks();
+  const int p = plan.num_stages();
   for (int r = 0; r < p; ++r) {
     pb::StagePlan* stage = m.add_stages();
     stage->set_stage(r);
@@ -173,7 +173,7 @@ Plan DecodeJobPlan(const std::string& bytes, Launch* launch) {
                           layer.block_index(), layer.name()});
     plan.layer_costs.push_back(layer.cost());
   }
-  const int p = plan.num_ranks();
+  const int p = plan.num_stages();
   const int v = m.chunks();
   BATON_CHECK(v >= 1 && m.stages_size() == p,
               "the job plan has {} stages and {} chunks for {} ranks", m.stages_size(), v, p);

@@ -35,8 +35,8 @@ TEST(CodecTest, JobPlanComesBackEqualForEverySchedule) {
     const Plan decoded = DecodeJobPlan(EncodeJobPlan(plan, launch), &decoded_launch);
     EXPECT_EQ(decoded, plan) << overrides.front();
     EXPECT_EQ(decoded_launch, launch);
-    EXPECT_EQ(decoded.eval_schedule.per_rank.size(), static_cast<size_t>(plan.num_ranks()));
-    for (int r = 0; r < plan.num_ranks(); ++r) {
+    EXPECT_EQ(decoded.eval_schedule.per_rank.size(), static_cast<size_t>(plan.num_stages()));
+    for (int r = 0; r < plan.num_stages(); ++r) {
       EXPECT_EQ(decoded.ChunkRanges(r), plan.ChunkRanges(r));
     }
   }

@@ -7,10 +7,10 @@
 
 namespace baton {
 
-std::vector<LayerRange> Plan::ChunkRanges(int rank) const {
+std::vector<LayerRange> Plan::ChunkRanges(int stage) const {
   std::vector<LayerRange> ranges;
   for (int c = 0; c < num_chunks(); ++c) {
-    ranges.push_back(virtual_stages.at(static_cast<size_t>(VirtualStage(rank, c, num_ranks()))));
+    ranges.push_back(virtual_stages.at(static_cast<size_t>(VirtualStage(stage, c, num_stages()))));
   }
   return ranges;
 }
@@ -25,18 +25,61 @@ MicroBatchShape Plan::micro_batch_shape() const {
   return shape;
 }
 
+std::vector<int> Plan::PipelineGroup(int world_rank) const {
+  std::vector<int> group;
+  for (int s = 0; s < num_stages(); ++s) group.push_back(ReplicaOf(world_rank) * num_stages() + s);
+  return group;
+}
+
+std::vector<int> Plan::ReplicaGroup(int world_rank) const {
+  std::vector<int> group;
+  for (int r = 0; r < num_replicas(); ++r) group.push_back(r * num_stages() + StageOf(world_rank));
+  return group;
+}
+
+std::vector<std::vector<int>> Plan::CollectiveGroups(int world_rank) const {
+  const int stage = StageOf(world_rank);
+  const int first = world_rank - stage;  // its replica's stage 0
+  std::vector<std::vector<int>> groups;
+  for (const TiedGroup& group : tied) {
+    const bool member =
+        std::find(group.ranks.begin(), group.ranks.end(), stage) != group.ranks.end();
+    if (!member || group.ranks.size() < 2) continue;
+    std::vector<int> ranks;
+    for (int s : group.ranks) ranks.push_back(first + s);
+    groups.push_back(ranks);
+  }
+  if (num_replicas() > 1) groups.push_back(ReplicaGroup(world_rank));
+  return groups;
+}
+
+std::vector<int> Plan::Peers(int world_rank) const {
+  const int stage = StageOf(world_rank);
+  const int first = world_rank - stage;
+  std::vector<int> peers = {first + (stage + num_stages() - 1) % num_stages(),
+                            first + (stage + 1) % num_stages()};
+  if (num_replicas() > 1 && config.parallel.zero == 1) {
+    // ZeRO-1's reduce-scatter and all-gather are point-to-point between a stage's replicas.
+    for (int peer : ReplicaGroup(world_rank)) peers.push_back(peer);
+  }
+  std::sort(peers.begin(), peers.end());
+  peers.erase(std::unique(peers.begin(), peers.end()), peers.end());
+  peers.erase(std::remove(peers.begin(), peers.end(), world_rank), peers.end());
+  return peers;
+}
+
 void Plan::SetCut(std::vector<LayerRange> cut) {
   virtual_stages = std::move(cut);
-  tied = TiedGroupsFor(graph, dims, virtual_stages, num_ranks());
+  tied = TiedGroupsFor(graph, dims, virtual_stages, num_stages());
 }
 
 std::vector<int> RanksHolding(const std::vector<int>& layers,
-                              const std::vector<LayerRange>& virtual_stages, int num_ranks) {
+                              const std::vector<LayerRange>& virtual_stages, int num_stages) {
   std::vector<int> ranks;
   for (int layer : layers) {
     for (int j = 0; j < static_cast<int>(virtual_stages.size()); ++j) {
       const LayerRange& r = virtual_stages[static_cast<size_t>(j)];
-      if (layer >= r.first && layer <= r.last) ranks.push_back(RankOfVirtualStage(j, num_ranks));
+      if (layer >= r.first && layer <= r.last) ranks.push_back(StageOfVirtualStage(j, num_stages));
     }
   }
   std::sort(ranks.begin(), ranks.end());
@@ -45,11 +88,12 @@ std::vector<int> RanksHolding(const std::vector<int>& layers,
 }
 
 std::vector<TiedGroup> TiedGroupsFor(const std::vector<LayerSpec>& graph, const ModelDims& dims,
-                                     const std::vector<LayerRange>& virtual_stages, int num_ranks) {
+                                     const std::vector<LayerRange>& virtual_stages,
+                                     int num_stages) {
   std::vector<TiedGroup> groups;
   for (const TiedParameter& tied : TiedParameters(graph, dims)) {
     groups.push_back(
-        {tied.name, tied.layers, RanksHolding(tied.layers, virtual_stages, num_ranks)});
+        {tied.name, tied.layers, RanksHolding(tied.layers, virtual_stages, num_stages)});
   }
   return groups;
 }

@@ -42,7 +42,7 @@ struct Plan {
   ModelDims dims;
   std::vector<LayerSpec> graph;
   std::vector<double> layer_costs;         // under config.parallel.partition
-  std::vector<LayerRange> virtual_stages;  // p*v contiguous ranges; j runs on rank j % p
+  std::vector<LayerRange> virtual_stages;  // p*v contiguous ranges; j runs on stage j % p
   Schedule schedule;  // one pipeline's, of MicroBatchesPerReplica; SEND/RECV actions, validated
   // Evaluation (docs/data.md): the forward-only schedule of the same ranks, chunks and
   // micro-batches, with SEND/RECV actions, validated; and the batches each evaluation reads
@@ -57,17 +57,28 @@ struct Plan {
   // budget made early stages take fewer layers (planner/memory_planner.h).
   std::string partition_bound = "compute balance";
 
-  // The ranks of one pipeline (stages): the schedule's ranks. A job of R data-parallel replicas
-  // runs R such pipelines, world rank = replica * num_ranks() + stage (docs/parallel.md).
-  int num_ranks() const { return config.parallel.stages; }
+  // The stages of one pipeline: the schedule's rows. A job of R data-parallel replicas runs R
+  // such pipelines, world rank = replica * num_stages() + stage (docs/parallel.md).
+  int num_stages() const { return config.parallel.stages; }
   int num_replicas() const { return config.parallel.replicas; }
-  int world_size() const { return num_ranks() * num_replicas(); }
-  int StageOf(int world_rank) const { return world_rank % num_ranks(); }
-  int ReplicaOf(int world_rank) const { return world_rank / num_ranks(); }
+  int world_size() const { return num_stages() * num_replicas(); }
+  int StageOf(int world_rank) const { return world_rank % num_stages(); }
+  int ReplicaOf(int world_rank) const { return world_rank / num_stages(); }
   int num_chunks() const { return schedule.chunks; }
-  // The layer ranges of rank `rank`'s chunks, chunk 0 first.
-  std::vector<LayerRange> ChunkRanges(int rank) const;
+  // The layer ranges of stage `stage`'s chunks, chunk 0 first.
+  std::vector<LayerRange> ChunkRanges(int stage) const;
   MicroBatchShape micro_batch_shape() const;
+  // The groups and peers of world rank `world_rank`, as world ranks (docs/parallel.md, "Rank
+  // layout"): the workers build their communicators from these and derive none of their own.
+  std::vector<int> PipelineGroup(int world_rank) const;  // its replica's stages, stage order
+  std::vector<int> ReplicaGroup(int world_rank) const;   // its stage's replicas, replica order
+  // Every group of two or more ranks it sums over besides its pipeline: each tied group that
+  // spans stages it is one of (in its replica), then its replica group.
+  std::vector<std::vector<int>> CollectiveGroups(int world_rank) const;
+  // The ranks it exchanges tensors with point to point, ascending: its pipeline neighbours
+  // (stage 0 and the last are neighbours: an interleaved schedule's chunks wrap around), and
+  // with ZeRO-1 its stage's other replicas.
+  std::vector<int> Peers(int world_rank) const;
   // Cuts the graph at `cut` (virtual_stages), and the tied groups with it.
   void SetCut(std::vector<LayerRange> cut);
   bool operator==(const Plan&) const = default;
@@ -75,10 +86,10 @@ struct Plan {
 
 // The stages holding any of `layers` under the cut `virtual_stages`: ascending, distinct.
 std::vector<int> RanksHolding(const std::vector<int>& layers,
-                              const std::vector<LayerRange>& virtual_stages, int num_ranks);
+                              const std::vector<LayerRange>& virtual_stages, int num_stages);
 
 // Each tied parameter (model/graph.h's TiedParameters) with the stages holding its layers.
 std::vector<TiedGroup> TiedGroupsFor(const std::vector<LayerSpec>& graph, const ModelDims& dims,
-                                     const std::vector<LayerRange>& virtual_stages, int num_ranks);
+                                     const std::vector<LayerRange>& virtual_stages, int num_stages);
 
 }  // namespace baton

@@ -4,12 +4,12 @@
 
 namespace baton {
 
-std::string TraceSpan::Name(int num_ranks) const {
+std::string TraceSpan::Name(int num_stages) const {
   switch (kind) {
     case Kind::kCompute:
-      return ToString(action, num_ranks);
+      return ToString(action, num_stages);
     case Kind::kWait:
-      return "wait " + ToString(action, num_ranks);
+      return "wait " + ToString(action, num_stages);
     case Kind::kOptimizer:
       return "optimizer";
   }

@@ -58,7 +58,7 @@ InProcessResult RunInProcess(const Plan& plan) {
     if (e) std::rethrow_exception(e);
   }
   std::vector<std::pair<int, uint64_t>> digests;
-  for (int r = 0; r < plan.num_ranks(); ++r) {  // replica 0's: the others hold the same
+  for (int r = 0; r < plan.num_stages(); ++r) {  // replica 0's: the others hold the same
     const InProcessRank& rank = result.ranks[static_cast<size_t>(r)];
     digests.insert(digests.end(), rank.digests.begin(), rank.digests.end());
   }

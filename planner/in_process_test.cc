@@ -265,7 +265,7 @@ double WorstRelativeDifference(const std::vector<float>& a, const std::vector<fl
 void ExpectReplicasIdentical(const Plan& plan, const InProcessResult& result,
                              const std::string& what) {
   ASSERT_EQ(static_cast<int>(result.ranks.size()), plan.world_size()) << what;
-  for (int r = plan.num_ranks(); r < plan.world_size(); ++r) {
+  for (int r = plan.num_stages(); r < plan.world_size(); ++r) {
     const InProcessRank& first = result.ranks[static_cast<size_t>(plan.StageOf(r))];
     const InProcessRank& other = result.ranks[static_cast<size_t>(r)];
     EXPECT_FALSE(other.digests.empty()) << what;
@@ -283,7 +283,7 @@ TEST(InProcessReplicaTest, TwoReplicasTrainLikeOneOnTheSameGlobalBatch) {
     std::vector<std::string> two_replicas = base;
     two_replicas.push_back("parallel.replicas=2");
     const Plan plan = MakePlan(TinyConfig(two_replicas));
-    ASSERT_EQ(plan.world_size(), 2 * plan.num_ranks());
+    ASSERT_EQ(plan.world_size(), 2 * plan.num_stages());
     ASSERT_EQ(plan.schedule.microbatches, 2);  // each replica runs half the step
     const InProcessResult two = RunInProcess(plan);
     const double worst = WorstRelativeDifference(two.losses, one.losses);
@@ -294,7 +294,7 @@ TEST(InProcessReplicaTest, TwoReplicasTrainLikeOneOnTheSameGlobalBatch) {
     ExpectReplicasIdentical(plan, two, stages);
     // Every replica's head reports the whole step's loss.
     for (int r = 0; r < plan.world_size(); ++r) {
-      if (plan.StageOf(r) != plan.num_ranks() - 1) continue;
+      if (plan.StageOf(r) != plan.num_stages() - 1) continue;
       EXPECT_EQ(two.ranks[static_cast<size_t>(r)].steps.back().loss, two.losses.back()) << r;
     }
     const InProcessResult again = RunInProcess(plan);
@@ -364,11 +364,11 @@ TEST(InProcessReplicaTest, ZeroOneShardsTheOptimizerAndTrainsLikeTheReplicasWith
       // Each replica keeps its half of the stage's optimizer state: together exactly the
       // unsharded bytes, each at most half of them rounded up to an element's state.
       const int64_t per_element = std::string(dtype) == "precision.dtype=fp32" ? 8 : 12;
-      for (int s = 0; s < plan.num_ranks(); ++s) {
+      for (int s = 0; s < plan.num_stages(); ++s) {
         const int64_t whole = plain.ranks[static_cast<size_t>(s)].peak[MemCategory::kOptimizer];
         const int64_t a = sharded.ranks[static_cast<size_t>(s)].peak[MemCategory::kOptimizer];
         const int64_t b =
-            sharded.ranks[static_cast<size_t>(s + plan.num_ranks())].peak[MemCategory::kOptimizer];
+            sharded.ranks[static_cast<size_t>(s + plan.num_stages())].peak[MemCategory::kOptimizer];
         EXPECT_EQ(a + b, whole) << what << " stage " << s;
         EXPECT_LE(std::max(a, b), whole / 2 + per_element) << what << " stage " << s;
       }

@@ -108,7 +108,7 @@ namespace {
 std::vector<int64_t> RankTotals(const Plan& plan, const std::vector<LayerRange>& virtual_stages,
                                 const MemoryPlanOptions& options) {
   std::vector<int64_t> totals;
-  for (int r = 0; r < plan.num_ranks(); ++r) {
+  for (int r = 0; r < plan.num_stages(); ++r) {
     totals.push_back(PredictRank(plan, r, virtual_stages, options).peak.total);
   }
   return totals;
@@ -158,7 +158,7 @@ BudgetedPartition PartitionWithinBudget(const Plan& plan, int64_t budget,
   }
   const int n = static_cast<int>(plan.graph.size());
   const std::optional<std::vector<LayerRange>> cut =
-      MinMaxPartition(n, plan.num_ranks(), [&](int k, const LayerRange& r) {
+      MinMaxPartition(n, plan.num_stages(), [&](int k, const LayerRange& r) {
         if (total(k, r) > budget) return std::numeric_limits<double>::infinity();
         return prefix[static_cast<size_t>(r.last) + 1] - prefix[static_cast<size_t>(r.first)];
       });
@@ -167,14 +167,14 @@ BudgetedPartition PartitionWithinBudget(const Plan& plan, int64_t budget,
             RankTotals(plan, *cut, options)};
   }
   const std::vector<LayerRange> leanest = *MinMaxPartition(
-      n, plan.num_ranks(),
+      n, plan.num_stages(),
       [&](int k, const LayerRange& r) { return static_cast<double>(total(k, r)); });
   result.virtual_stages = leanest;
   result.totals = RankTotals(plan, leanest, options);
   const auto worst = std::max_element(result.totals.begin(), result.totals.end());
   result.bound = fmt::format(
       "no cut into {} stages fits {}: the smallest peak any cut reaches is {} (stage {})",
-      plan.num_ranks(), FormatBytes(budget), FormatBytes(*worst), worst - result.totals.begin());
+      plan.num_stages(), FormatBytes(budget), FormatBytes(*worst), worst - result.totals.begin());
   return result;
 }
 

@@ -99,7 +99,7 @@ Plan MakePlan(const Config& config, int64_t memory_budget) {
 std::vector<std::string> SplitShareGroups(const Plan& plan) {
   std::vector<std::string> split;
   for (const std::vector<int>& group : ShareGroups(plan.graph, plan.dims)) {
-    const std::vector<int> ranks = RanksHolding(group, plan.virtual_stages, plan.num_ranks());
+    const std::vector<int> ranks = RanksHolding(group, plan.virtual_stages, plan.num_stages());
     if (ranks.size() < 2) continue;
     const LayerSpec& first = plan.graph[static_cast<size_t>(group.front())];
     const LayerSpec& last = plan.graph[static_cast<size_t>(group.back())];
@@ -123,8 +123,8 @@ std::string FormatPartitionTable(const Plan& plan) {
       flops += ForwardFlops(spec, plan.dims, shape) + BackwardFlops(spec, plan.dims, shape);
     }
     out += fmt::format(
-        "{:>5} {:>5} {:>9} {:>14} {:>14} {:>16}\n", RankOfVirtualStage(j, plan.num_ranks()),
-        ChunkOfVirtualStage(j, plan.num_ranks()), fmt::format("{}-{}", r.first, r.last), params,
+        "{:>5} {:>5} {:>9} {:>14} {:>14} {:>16}\n", StageOfVirtualStage(j, plan.num_stages()),
+        ChunkOfVirtualStage(j, plan.num_stages()), fmt::format("{}-{}", r.first, r.last), params,
         flops, StashBytesPerMicroBatch(plan, r));
   }
   for (const std::string& group : SplitShareGroups(plan)) {

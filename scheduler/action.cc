@@ -61,8 +61,8 @@ bool IsRecv(ActionKind kind) {
 
 bool IsCommunication(ActionKind kind) { return IsSend(kind) || IsRecv(kind); }
 
-int PeerVirtualStage(const Action& action, int num_ranks) {
-  const int virtual_stage = VirtualStage(action, num_ranks);
+int PeerVirtualStage(const Action& action, int num_stages) {
+  const int virtual_stage = VirtualStage(action, num_stages);
   switch (action.kind) {
     case ActionKind::kSendForward:
     case ActionKind::kRecvBackward:
@@ -76,29 +76,29 @@ int PeerVirtualStage(const Action& action, int num_ranks) {
     case ActionKind::kBackwardWeight:
       break;
   }
-  throw Error("PeerVirtualStage: " + ToString(action, num_ranks) +
+  throw Error("PeerVirtualStage: " + ToString(action, num_stages) +
               " is not a communication action");
 }
 
-int PeerRank(const Action& action, int num_ranks) {
-  return RankOfVirtualStage(PeerVirtualStage(action, num_ranks), num_ranks);
+int PeerStage(const Action& action, int num_stages) {
+  return StageOfVirtualStage(PeerVirtualStage(action, num_stages), num_stages);
 }
 
-std::string ToString(const Action& action, int num_ranks) {
+std::string ToString(const Action& action, int num_stages) {
   std::string text;
-  if (action.chunk != 0) text = std::to_string(VirtualStage(action, num_ranks));
+  if (action.chunk != 0) text = std::to_string(VirtualStage(action, num_stages));
   text += KindName(action.kind);
   text += std::to_string(action.microbatch);
   return text;
 }
 
-Action ParseAction(std::string_view text, int rank, int num_ranks) {
+Action ParseAction(std::string_view text, int rank, int num_stages) {
   const std::string_view body = Trim(text);
   auto fail = [&](const std::string& why) {
     return Error("bad action '" + std::string(text) + "' on rank " + std::to_string(rank) + ": " +
                  why);
   };
-  if (num_ranks < 1 || rank < 0 || rank >= num_ranks) throw fail("rank out of range");
+  if (num_stages < 1 || rank < 0 || rank >= num_stages) throw fail("rank out of range");
   size_t pos = 0;
   const int virtual_stage = ReadNumber(body, &pos);
   const size_t kind_begin = pos;
@@ -121,11 +121,11 @@ Action ParseAction(std::string_view text, int rank, int num_ranks) {
                "' (one of F B I W SEND_F RECV_F SEND_B RECV_B)");
   }
   if (virtual_stage >= 0) {
-    if (RankOfVirtualStage(virtual_stage, num_ranks) != rank) {
+    if (StageOfVirtualStage(virtual_stage, num_stages) != rank) {
       throw fail("virtual stage " + std::to_string(virtual_stage) + " is held by rank " +
-                 std::to_string(RankOfVirtualStage(virtual_stage, num_ranks)));
+                 std::to_string(StageOfVirtualStage(virtual_stage, num_stages)));
     }
-    action.chunk = ChunkOfVirtualStage(virtual_stage, num_ranks);
+    action.chunk = ChunkOfVirtualStage(virtual_stage, num_stages);
   }
   return action;
 }

@@ -60,24 +60,24 @@ TEST(ActionTest, VirtualStageHeldByAnotherRankIsRejected) {
 
 TEST(ActionTest, VirtualStagesFollowMegatronLayout) {
   EXPECT_EQ(VirtualStage(1, 2, 4), 9);
-  EXPECT_EQ(RankOfVirtualStage(9, 4), 1);
+  EXPECT_EQ(StageOfVirtualStage(9, 4), 1);
   EXPECT_EQ(ChunkOfVirtualStage(9, 4), 2);
   EXPECT_EQ(VirtualStage(Action{3, ActionKind::kForward, 0, 1}, 4), 7);
 }
 
 TEST(ActionTest, PeerRankFollowsTheDataAcrossChunkBoundaries) {
   // Rank 3 is the last of 4 ranks: its chunk-0 output goes to virtual stage 4, chunk 1 of rank 0.
-  EXPECT_EQ(PeerRank(Action{3, ActionKind::kSendForward, 0, 0}, 4), 0);
+  EXPECT_EQ(PeerStage(Action{3, ActionKind::kSendForward, 0, 0}, 4), 0);
   EXPECT_EQ(PeerVirtualStage(Action{3, ActionKind::kSendForward, 0, 0}, 4), 4);
-  EXPECT_EQ(PeerRank(Action{0, ActionKind::kRecvForward, 0, 1}, 4), 3);
-  EXPECT_EQ(PeerRank(Action{0, ActionKind::kSendBackward, 0, 1}, 4), 3);
-  EXPECT_EQ(PeerRank(Action{3, ActionKind::kRecvBackward, 0, 0}, 4), 0);
-  EXPECT_EQ(PeerRank(Action{1, ActionKind::kSendForward, 0, 0}, 4), 2);
-  EXPECT_EQ(PeerRank(Action{1, ActionKind::kSendBackward, 0, 0}, 4), 0);
+  EXPECT_EQ(PeerStage(Action{0, ActionKind::kRecvForward, 0, 1}, 4), 3);
+  EXPECT_EQ(PeerStage(Action{0, ActionKind::kSendBackward, 0, 1}, 4), 3);
+  EXPECT_EQ(PeerStage(Action{3, ActionKind::kRecvBackward, 0, 0}, 4), 0);
+  EXPECT_EQ(PeerStage(Action{1, ActionKind::kSendForward, 0, 0}, 4), 2);
+  EXPECT_EQ(PeerStage(Action{1, ActionKind::kSendBackward, 0, 0}, 4), 0);
 }
 
 TEST(ActionTest, PeerOfAComputeActionIsAnError) {
-  EXPECT_THROW(PeerRank(Action{0, ActionKind::kForward, 0, 0}, 2), Error);
+  EXPECT_THROW(PeerStage(Action{0, ActionKind::kForward, 0, 0}, 2), Error);
 }
 
 TEST(ActionTest, KindsAreClassified) {

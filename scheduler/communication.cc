@@ -13,40 +13,41 @@ namespace baton {
 namespace {
 
 // The RECV that a compute action needs on its own rank, if its input comes from another rank.
-std::optional<Action> RecvFor(const Action& compute, int num_ranks, int num_virtual_stages) {
-  const int stage = VirtualStage(compute, num_ranks);
+std::optional<Action> RecvFor(const Action& compute, int num_stages, int num_virtual_stages) {
+  const int stage = VirtualStage(compute, num_stages);
   if (compute.kind == ActionKind::kForward && stage > 0 &&
-      RankOfVirtualStage(stage - 1, num_ranks) != compute.stage) {
+      StageOfVirtualStage(stage - 1, num_stages) != compute.stage) {
     return Action{compute.stage, ActionKind::kRecvForward, compute.microbatch, compute.chunk};
   }
   if ((compute.kind == ActionKind::kBackward || compute.kind == ActionKind::kBackwardInput) &&
-      stage + 1 < num_virtual_stages && RankOfVirtualStage(stage + 1, num_ranks) != compute.stage) {
+      stage + 1 < num_virtual_stages &&
+      StageOfVirtualStage(stage + 1, num_stages) != compute.stage) {
     return Action{compute.stage, ActionKind::kRecvBackward, compute.microbatch, compute.chunk};
   }
   return std::nullopt;
 }
 
 // The SEND that follows a compute action, if another rank needs its output.
-std::optional<Action> SendAfter(const Action& compute, int num_ranks, int num_virtual_stages) {
-  const int stage = VirtualStage(compute, num_ranks);
+std::optional<Action> SendAfter(const Action& compute, int num_stages, int num_virtual_stages) {
+  const int stage = VirtualStage(compute, num_stages);
   if (compute.kind == ActionKind::kForward && stage + 1 < num_virtual_stages &&
-      RankOfVirtualStage(stage + 1, num_ranks) != compute.stage) {
+      StageOfVirtualStage(stage + 1, num_stages) != compute.stage) {
     return Action{compute.stage, ActionKind::kSendForward, compute.microbatch, compute.chunk};
   }
   if ((compute.kind == ActionKind::kBackward || compute.kind == ActionKind::kBackwardInput) &&
-      stage > 0 && RankOfVirtualStage(stage - 1, num_ranks) != compute.stage) {
+      stage > 0 && StageOfVirtualStage(stage - 1, num_stages) != compute.stage) {
     return Action{compute.stage, ActionKind::kSendBackward, compute.microbatch, compute.chunk};
   }
   return std::nullopt;
 }
 
 // The RECV on the peer that takes the message `send` posts.
-Action MatchingRecv(const Action& send, int num_ranks) {
-  const int peer_stage = PeerVirtualStage(send, num_ranks);
+Action MatchingRecv(const Action& send, int num_stages) {
+  const int peer_stage = PeerVirtualStage(send, num_stages);
   const ActionKind kind =
       send.kind == ActionKind::kSendForward ? ActionKind::kRecvForward : ActionKind::kRecvBackward;
-  return Action{RankOfVirtualStage(peer_stage, num_ranks), kind, send.microbatch,
-                ChunkOfVirtualStage(peer_stage, num_ranks)};
+  return Action{StageOfVirtualStage(peer_stage, num_stages), kind, send.microbatch,
+                ChunkOfVirtualStage(peer_stage, num_stages)};
 }
 
 Schedule JustInTime(const Schedule& compute) {
@@ -70,7 +71,7 @@ Schedule JustInTime(const Schedule& compute) {
     for (const Action& action : compute.per_rank[rank]) {
       if (auto recv = RecvFor(action, p, stages)) {
         // Post this link's RECVs up to and including ours, keeping the sender's order.
-        const int from = PeerRank(*recv, p);
+        const int from = PeerStage(*recv, p);
         const auto& link = links[from * p + rank];
         size_t& next = posted[from * p + rank];
         const size_t ours = std::find(link.begin() + next, link.end(), *recv) - link.begin();

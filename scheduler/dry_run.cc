@@ -119,7 +119,7 @@ DryRunResult Engine::Run() {
     FailAt(message.sender_rank, message.sender_step,
            "message is never received: rank " + std::to_string(message.sender_rank) +
                " sends it, but no RECV on rank " +
-               std::to_string(RankOfVirtualStage(
+               std::to_string(StageOfVirtualStage(
                    message.from_virtual_stage + (message.kind == ActionKind::kSendForward ? 1 : -1),
                    p_)) +
                " takes it");
@@ -190,7 +190,7 @@ Status Engine::Compute(int rank, const Action& action) {
 
 Status Engine::NeedInput(int rank, const Action& action, int producer_stage, bool activation,
                          double* ready) {
-  const int producer_rank = RankOfVirtualStage(producer_stage, p_);
+  const int producer_rank = StageOfVirtualStage(producer_stage, p_);
   const int mb = action.microbatch;
   const double produced = (activation ? forward_end_ : gradient_end_)[Index(producer_stage, mb)];
   const std::string what = std::string(activation ? "the activation of F" : "the gradient of B/I") +
@@ -224,7 +224,7 @@ Status Engine::CheckSend(int rank, const Action& action) {
     return Fail(rank, Name(action) + " has no receiver: virtual stage " + std::to_string(stage) +
                           (forward ? " is the last" : " is the first"));
   }
-  if (RankOfVirtualStage(peer_stage, p_) == rank) {
+  if (StageOfVirtualStage(peer_stage, p_) == rank) {
     return Fail(rank, Name(action) + " sends to its own rank: virtual stages " +
                           std::to_string(stage) + " and " + std::to_string(peer_stage) +
                           " share it, no message is needed");
@@ -246,7 +246,7 @@ Status Engine::CheckRecv(int rank, const Action& action) {
     return Fail(rank, Name(action) + " has no sender: virtual stage " + std::to_string(stage) +
                           (forward ? " is the first" : " is the last"));
   }
-  if (RankOfVirtualStage(peer_stage, p_) == rank) {
+  if (StageOfVirtualStage(peer_stage, p_) == rank) {
     return Fail(rank, Name(action) + " receives from its own rank: virtual stages " +
                           std::to_string(stage) + " and " + std::to_string(peer_stage) +
                           " share it, no message is needed");
@@ -288,7 +288,7 @@ Status Engine::Deliver(int rank, const Action& recv, const Message& message) {
 bool Engine::At(int rank, bool send, int peer) const {
   if (AtEnd(rank)) return false;
   const Action& action = Current(rank);
-  return (send ? IsSend(action.kind) : IsRecv(action.kind)) && PeerRank(action, p_) == peer;
+  return (send ? IsSend(action.kind) : IsRecv(action.kind)) && PeerStage(action, p_) == peer;
 }
 
 // kRendezvous: `rank` and `peer` both stand at the two ends of one message; complete both.
@@ -310,7 +310,7 @@ Status Engine::RendezvousWith(int peer, int rank) {
 
 Status Engine::Send(int rank, const Action& action) {
   if (Status status = CheckSend(rank, action); status != Status::kDone) return status;
-  const int peer = PeerRank(action, p_);
+  const int peer = PeerStage(action, p_);
   if (semantics_ == CommSemantics::kRendezvous) {
     return At(peer, /*send=*/false, rank) ? RendezvousWith(peer, rank) : Status::kBlocked;
   }
@@ -321,7 +321,7 @@ Status Engine::Send(int rank, const Action& action) {
 
 Status Engine::Recv(int rank, const Action& action) {
   if (Status status = CheckRecv(rank, action); status != Status::kDone) return status;
-  const int peer = PeerRank(action, p_);
+  const int peer = PeerStage(action, p_);
   if (semantics_ == CommSemantics::kRendezvous) {
     return At(peer, /*send=*/true, rank) ? RendezvousWith(peer, rank) : Status::kBlocked;
   }
@@ -355,11 +355,11 @@ std::string Engine::WaitReason(int rank, bool* hopeless) const {
   if (IsCompute(action.kind)) {  // compute-only schedules: a remote producer
     const int stage = VirtualStage(action, p_);
     const int producer = stage + (action.kind == ActionKind::kForward ? -1 : 1);
-    peer = RankOfVirtualStage(producer, p_);
+    peer = StageOfVirtualStage(producer, p_);
     reason += std::string(action.kind == ActionKind::kForward ? "F" : "B/I") + " of " +
               Where(producer, action.microbatch) + " on rank " + std::to_string(peer);
   } else {
-    peer = PeerRank(action, p_);
+    peer = PeerStage(action, p_);
     const bool send = IsSend(action.kind);
     reason +=
         semantics_ == CommSemantics::kAsync

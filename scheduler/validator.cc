@@ -86,7 +86,7 @@ ValidationResult CheckEachComputedOnce(const Schedule& schedule) {
     return cell[1].count + cell[2].count + cell[3].count == 0;
   });
   for (int stage = 0; stage < schedule.num_virtual_stages(); ++stage) {
-    const int rank = RankOfVirtualStage(stage, p);
+    const int rank = StageOfVirtualStage(stage, p);
     const int last_step = static_cast<int>(schedule.per_rank[rank].size()) - 1;
     for (int mb = 0; mb < m; ++mb) {
       const auto& [forward, backward, input, weight] = seen[stage * m + mb];
@@ -116,8 +116,8 @@ ValidationResult CheckEachComputedOnce(const Schedule& schedule) {
 // (Order, duplicates and direction are left to the dry run, which reports them in context.)
 ValidationResult CheckEveryMessagePaired(const Schedule& schedule) {
   const int p = schedule.stages;
-  const int num_stages = schedule.num_virtual_stages();
-  const size_t cells = static_cast<size_t>(num_stages) * schedule.microbatches;
+  const int num_virtual = schedule.num_virtual_stages();
+  const size_t cells = static_cast<size_t>(num_virtual) * schedule.microbatches;
   // Count per message (activation or gradient; micro-batch; virtual stage that sends it).
   std::vector<int> sends(2 * cells, 0);
   std::vector<int> recvs(2 * cells, 0);
@@ -125,7 +125,7 @@ ValidationResult CheckEveryMessagePaired(const Schedule& schedule) {
     const bool forward =
         action.kind == ActionKind::kSendForward || action.kind == ActionKind::kRecvForward;
     const int peer = PeerVirtualStage(action, p);
-    if (peer < 0 || peer >= num_stages) return -1;  // no peer; the dry run says so
+    if (peer < 0 || peer >= num_virtual) return -1;  // no peer; the dry run says so
     const int from = IsSend(action.kind) ? VirtualStage(action, p) : peer;
     return (forward ? 0 : static_cast<int>(cells)) + from * schedule.microbatches +
            action.microbatch;
@@ -144,7 +144,7 @@ ValidationResult CheckEveryMessagePaired(const Schedule& schedule) {
         if (!IsCommunication(action.kind) || IsRecv(action.kind) != check_recvs) continue;
         const int key = message(action);
         if (key < 0 || (check_recvs ? sends : recvs)[key] > 0) continue;
-        const std::string peer = std::to_string(PeerRank(action, p));
+        const std::string peer = std::to_string(PeerStage(action, p));
         return Invalid(schedule, rank, step,
                        check_recvs ? "receive without a send: rank " + peer + " never sends it"
                                    : "send without a receive: rank " + peer + " never receives it");
@@ -173,7 +173,7 @@ void CheckValid(const Schedule& schedule, CommSemantics semantics) {
 
 std::string FormatGrid(const Schedule& schedule, int mark_rank, int mark_step) {
   const int ranks = static_cast<int>(schedule.per_rank.size());
-  const int num_ranks = std::max(schedule.stages, 1);
+  const int num_stages = std::max(schedule.stages, 1);
   size_t steps = 0;
   std::vector<std::vector<std::string>> cells(ranks);
   size_t width = 9;  // "rank NN" plus two spaces
@@ -181,7 +181,7 @@ std::string FormatGrid(const Schedule& schedule, int mark_rank, int mark_step) {
     const auto& actions = schedule.per_rank[rank];
     steps = std::max(steps, actions.size());
     for (int step = 0; step < static_cast<int>(actions.size()); ++step) {
-      std::string text = ToString(actions[step], num_ranks);
+      std::string text = ToString(actions[step], num_stages);
       if (rank == mark_rank && step == mark_step) text = "[" + text + "]";
       width = std::max(width, text.size() + 3);
       cells[rank].push_back(std::move(text));

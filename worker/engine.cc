@@ -41,8 +41,8 @@ using Clock = std::chrono::steady_clock;
 StageEngine::StageEngine(Backend& backend, StageModel& model, Communicator* comm,
                          EngineOptions options)
     : backend_(backend), model_(model), comm_(comm), options_(std::move(options)) {
-  BATON_CHECK(comm_ != nullptr || model_.num_ranks() == 1,
-              "a {}-rank pipeline needs a communicator", model_.num_ranks());
+  BATON_CHECK(comm_ != nullptr || model_.num_stages() == 1,
+              "a {}-rank pipeline needs a communicator", model_.num_stages());
   BATON_CHECK(options_.num_microbatches >= 1, "need at least one micro-batch");
   const size_t num_slots = static_cast<size_t>(options_.num_microbatches) * model_.chunks().size();
   for (size_t i = 0; i < num_slots; ++i) slots_.push_back(std::make_unique<Slot>());
@@ -56,14 +56,14 @@ StageEngine::Slot& StageEngine::slot(int microbatch, int chunk) {
   BATON_CHECK(0 <= microbatch && microbatch < options_.num_microbatches, "micro-batch {} of {}",
               microbatch, options_.num_microbatches);
   BATON_CHECK(0 <= chunk && chunk < static_cast<int>(model_.chunks().size()),
-              "chunk {} not held by rank {}", chunk, model_.rank());
+              "chunk {} not held by rank {}", chunk, model_.stage());
   return *slots_[static_cast<size_t>(microbatch) * model_.chunks().size() +
                  static_cast<size_t>(chunk)];
 }
 
 std::string StageEngine::Describe(const Action& action) const {
-  return fmt::format("stage {} action {} (micro-batch {}, chunk {})", model_.rank(),
-                     ToString(action, model_.num_ranks()), action.microbatch, action.chunk);
+  return fmt::format("stage {} action {} (micro-batch {}, chunk {})", model_.stage(),
+                     ToString(action, model_.num_stages()), action.microbatch, action.chunk);
 }
 
 void StageEngine::SetStatus(const Action* action, int peer) {
@@ -114,8 +114,8 @@ std::vector<float> StageEngine::RunStep(const std::vector<Action>& actions,
   std::vector<bool> posted(actions.size(), false);
   for (size_t i = 0; i < actions.size(); ++i) {
     const Action& action = actions[i];
-    BATON_CHECK(action.stage == model_.rank(), "rank {} was given {}", model_.rank(),
-                ToString(action, model_.num_ranks()));
+    BATON_CHECK(action.stage == model_.stage(), "rank {} was given {}", model_.stage(),
+                ToString(action, model_.num_stages()));
     if (posted[i]) continue;
     if (options_.complete_sends_before_compute && IsCompute(action.kind)) {
       ReapSends(/*wait_all=*/true);
@@ -217,8 +217,8 @@ void StageEngine::Dispatch(const Action& action) {
 }
 
 void StageEngine::PostRecv(const Action& action) {
-  const int peer = PeerRank(action, model_.num_ranks());
-  BATON_CHECK(peer != model_.rank(), "{}: receive from itself", Describe(action));
+  const int peer = PeerStage(action, model_.num_stages());
+  BATON_CHECK(peer != model_.stage(), "{}: receive from itself", Describe(action));
   Slot& s = slot(action.microbatch, action.chunk);
   Tensor buffer = Tensor::Empty(backend_.allocator(), options_.activation_shape,
                                 options_.activation_dtype, MemCategory::kActivations);
@@ -235,8 +235,8 @@ void StageEngine::PostRecv(const Action& action) {
 }
 
 void StageEngine::PostSend(const Action& action) {
-  const int peer = PeerRank(action, model_.num_ranks());
-  BATON_CHECK(peer != model_.rank(), "{}: send to itself", Describe(action));
+  const int peer = PeerStage(action, model_.num_stages());
+  BATON_CHECK(peer != model_.stage(), "{}: send to itself", Describe(action));
   Slot& s = slot(action.microbatch, action.chunk);
   Tensor& tensor = action.kind == ActionKind::kSendForward ? s.output : s.grad_input;
   BATON_CHECK(tensor.defined(), "{}: nothing to send (its compute action has not run)",
@@ -268,10 +268,10 @@ void StageEngine::ReapSends(bool wait_all) {
 
 Tensor StageEngine::AwaitInput(const Action& action) {
   Slot& s = slot(action.microbatch, action.chunk);
-  const int virtual_stage = VirtualStage(action, model_.num_ranks());
+  const int virtual_stage = VirtualStage(action, model_.num_stages());
   if (virtual_stage == 0) return Tensor();  // the embedding reads tokens
-  const int previous_rank = RankOfVirtualStage(virtual_stage - 1, model_.num_ranks());
-  if (previous_rank == model_.rank()) {  // the previous chunk is ours: hand it on
+  const int previous_rank = StageOfVirtualStage(virtual_stage - 1, model_.num_stages());
+  if (previous_rank == model_.stage()) {  // the previous chunk is ours: hand it on
     Slot& previous = slot(action.microbatch, action.chunk - 1);
     BATON_CHECK(previous.output.defined(), "{}: the previous chunk's forward has not run",
                 Describe(action));
@@ -298,10 +298,10 @@ Tensor StageEngine::AwaitInput(const Action& action) {
 
 Tensor StageEngine::AwaitGradient(const Action& action) {
   Slot& s = slot(action.microbatch, action.chunk);
-  const int virtual_stage = VirtualStage(action, model_.num_ranks());
+  const int virtual_stage = VirtualStage(action, model_.num_stages());
   if (virtual_stage == model_.num_virtual_stages() - 1) return Tensor();  // the head's loss
-  const int next_rank = RankOfVirtualStage(virtual_stage + 1, model_.num_ranks());
-  if (next_rank == model_.rank()) {
+  const int next_rank = StageOfVirtualStage(virtual_stage + 1, model_.num_stages());
+  if (next_rank == model_.stage()) {
     Slot& next = slot(action.microbatch, action.chunk + 1);
     BATON_CHECK(next.grad_input.defined(), "{}: the next chunk's backward has not run",
                 Describe(action));

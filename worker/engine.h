@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "comm/communicator.h"
+#include "core/timeouts.h"
 #include "kernels/backend.h"
 #include "plan/result.h"
 #include "scheduler/action.h"
@@ -38,7 +39,7 @@ struct EngineOptions {
   // Activation checkpointing: segments of `checkpoint_every` layers keep only their input
   // (0 = off). Selective recompute is a layer setting (Layer::set_selective_recompute).
   int checkpoint_every = 0;
-  std::chrono::milliseconds timeout{60000};
+  std::chrono::milliseconds timeout{kDefaultWait};
   Shape activation_shape;  // (B,T,C) of the tensors passed between stages
   DType activation_dtype = DType::kF32;
   // Wait for every posted send to complete before starting a compute action, and free sent

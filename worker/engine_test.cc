@@ -39,10 +39,10 @@ struct Stage {
   std::unique_ptr<StageEngine> engine;
   int microbatches = 1;
 
-  Stage(const std::vector<LayerRange>& chunks, int rank, int num_ranks, FakeHub* hub,
+  Stage(const std::vector<LayerRange>& chunks, int rank, int num_stages, FakeHub* hub,
         int microbatches_, std::chrono::milliseconds timeout = std::chrono::seconds(120))
       : microbatches(microbatches_) {
-    model = std::make_unique<StageModel>(GptGraph(kDims), kDims, chunks, rank, num_ranks, *backend,
+    model = std::make_unique<StageModel>(GptGraph(kDims), kDims, chunks, rank, num_stages, *backend,
                                          DType::kF32, DType::kF32, /*seed=*/7);
     if (hub != nullptr) comm = hub->Make(rank);
     EngineOptions options;
@@ -71,10 +71,10 @@ std::vector<MicroBatch> Batches(Backend& backend, int count) {
   return batches;
 }
 
-std::vector<Action> Program(const std::string& text, int rank, int num_ranks) {
+std::vector<Action> Program(const std::string& text, int rank, int num_stages) {
   std::vector<Action> actions;
   std::istringstream in(text);
-  for (std::string word; in >> word;) actions.push_back(ParseAction(word, rank, num_ranks));
+  for (std::string word; in >> word;) actions.push_back(ParseAction(word, rank, num_stages));
   return actions;
 }
 
@@ -224,7 +224,7 @@ TEST(StageEngineTest, TheTraceHasOneComputeSpanPerComputeActionInProgramOrder) {
       EXPECT_LE(span.start_us, span.end_us);
     }
     std::vector<Action> program;
-    for (const Action& a : schedule.per_rank.at(static_cast<size_t>(stage->model->rank()))) {
+    for (const Action& a : schedule.per_rank.at(static_cast<size_t>(stage->model->stage()))) {
       if (IsCompute(a.kind)) program.push_back(a);
     }
     EXPECT_EQ(computed, program);

@@ -18,14 +18,14 @@ Param* FindParam(Layer& layer, const std::string& name) {
 }  // namespace
 
 StageModel::StageModel(const std::vector<LayerSpec>& graph, const ModelDims& dims,
-                       const std::vector<LayerRange>& chunk_ranges, int rank, int num_ranks,
+                       const std::vector<LayerRange>& chunk_ranges, int stage, int num_stages,
                        Backend& backend, DType param_dtype, DType act_dtype, uint64_t seed,
                        bool int8_weights, bool inference)
-    : rank_(rank),
-      num_ranks_(num_ranks),
+    : stage_(stage),
+      num_stages_(num_stages),
       num_graph_layers_(static_cast<int>(graph.size())),
       int8_weights_(int8_weights) {
-  BATON_CHECK(!chunk_ranges.empty(), "rank {} has no model chunks", rank);
+  BATON_CHECK(!chunk_ranges.empty(), "stage {} has no model chunks", stage);
   // Shared block parameters (model.share) built here once, by name: later copies hold them.
   std::map<std::string, Param*> built;
   const LocalParams local = [&built](const std::string& name) -> Param* {
@@ -36,10 +36,10 @@ StageModel::StageModel(const std::vector<LayerSpec>& graph, const ModelDims& dim
     const LayerRange& range = chunk_ranges[c];
     BATON_CHECK(0 <= range.first && range.first <= range.last &&
                     range.last < static_cast<int>(graph.size()),
-                "chunk {} of rank {}: bad layer range [{}, {}] for a {}-layer graph", c, rank,
+                "chunk {} of stage {}: bad layer range [{}, {}] for a {}-layer graph", c, stage,
                 range.first, range.last, graph.size());
     Chunk chunk;
-    chunk.virtual_stage = static_cast<int>(c) * num_ranks + rank;
+    chunk.virtual_stage = static_cast<int>(c) * num_stages + stage;
     chunk.range = range;
     for (int i = range.first; i <= range.last; ++i) {
       chunk.layers.push_back(BuildLayer(graph[static_cast<size_t>(i)], dims, backend, param_dtype,

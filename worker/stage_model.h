@@ -1,4 +1,4 @@
-// The layers one pipeline rank owns: one contiguous range of the layer graph per model chunk.
+// The layers one pipeline stage owns: one contiguous range of the layer graph per model chunk.
 //
 // Rank r of p holds chunks c = 0..v-1, chunk c being virtual stage c*p + r (scheduler/action.h).
 // Only those layers are built (their parameters initialised exactly as a single-process run
@@ -29,20 +29,20 @@ struct Chunk {
 
 class StageModel {
  public:
-  // chunk_ranges[c] is the layer range of chunk c (virtual stage c*num_ranks + rank). With
+  // chunk_ranges[c] is the layer range of chunk c (virtual stage c*num_stages + stage). With
   // `int8_weights` every layer is made an INT8 inference layer as soon as it is built
   // (model/int8_weights.h): weight matrices in INT8, no gradients. With `inference` (implied by
   // int8_weights) each layer drops its gradients as soon as it is built.
   StageModel(const std::vector<LayerSpec>& graph, const ModelDims& dims,
-             const std::vector<LayerRange>& chunk_ranges, int rank, int num_ranks, Backend& backend,
-             DType param_dtype, DType act_dtype, uint64_t seed, bool int8_weights = false,
-             bool inference = false);
+             const std::vector<LayerRange>& chunk_ranges, int stage, int num_stages,
+             Backend& backend, DType param_dtype, DType act_dtype, uint64_t seed,
+             bool int8_weights = false, bool inference = false);
 
-  int rank() const { return rank_; }
-  int num_ranks() const { return num_ranks_; }
+  int stage() const { return stage_; }
+  int num_stages() const { return num_stages_; }
   int num_layers_in_graph() const { return num_graph_layers_; }
   bool int8_weights() const { return int8_weights_; }
-  int num_virtual_stages() const { return num_ranks_ * static_cast<int>(chunks_.size()); }
+  int num_virtual_stages() const { return num_stages_ * static_cast<int>(chunks_.size()); }
   std::vector<Chunk>& chunks() { return chunks_; }
   Chunk& chunk(int c) { return chunks_.at(static_cast<size_t>(c)); }
 
@@ -51,16 +51,16 @@ class StageModel {
   // (graph layer index, layer) for every local layer, graph order.
   std::vector<std::pair<int, Layer*>> layers();
 
-  // The tied token embedding, where present on this rank: the embedding's "wte.weight" (if this
-  // rank holds layer 0) and the head's copy (if it holds the last layer).
+  // The tied token embedding, where present on this stage: the embedding's "wte.weight" (if this
+  // stage holds layer 0) and the head's copy (if it holds the last layer).
   Param* embedding_wte() { return embedding_wte_; }
   Param* head_wte() { return head_wte_; }
   bool holds_first_layer() const { return embedding_wte_ != nullptr; }
   bool holds_last_layer() const { return head_wte_ != nullptr; }
 
  private:
-  int rank_;
-  int num_ranks_;
+  int stage_;
+  int num_stages_;
   int num_graph_layers_;
   bool int8_weights_;
   std::vector<Chunk> chunks_;

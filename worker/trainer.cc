@@ -9,6 +9,7 @@
 #include "comm/subgroup_communicator.h"
 #include "core/error.h"
 #include "core/hash.h"
+#include "core/units.h"
 #include "data/tokenizer.h"
 #include "model/prune.h"
 #include "worker/pruning.h"
@@ -18,21 +19,23 @@ namespace baton {
 
 TrainerSetup TrainerSetupFor(const Plan& plan, int world_rank, Communicator* comm) {
   BATON_CHECK(0 <= world_rank && world_rank < plan.world_size(),
-              "rank {} of a job of {} stage(s) x {} replica(s)", world_rank, plan.num_ranks(),
+              "rank {} of a job of {} stage(s) x {} replica(s)", world_rank, plan.num_stages(),
               plan.num_replicas());
   TrainerSetup setup;
   setup.config = plan.config;
   setup.dims = plan.dims;
   setup.graph = plan.graph;
-  setup.rank = plan.StageOf(world_rank);
-  setup.num_ranks = plan.num_ranks();
+  setup.stage = plan.StageOf(world_rank);
+  setup.num_stages = plan.num_stages();
   setup.replica = plan.ReplicaOf(world_rank);
   setup.num_replicas = plan.num_replicas();
-  setup.chunk_ranges = plan.ChunkRanges(setup.rank);
+  setup.chunk_ranges = plan.ChunkRanges(setup.stage);
   setup.schedule = plan.schedule;
   setup.eval_schedule = plan.eval_schedule;
   setup.eval_batches = plan.eval_batches;
   setup.tied = plan.tied;
+  setup.pipeline_group = plan.PipelineGroup(world_rank);
+  setup.replica_group = plan.ReplicaGroup(world_rank);
   setup.timeout = plan.timeouts.wait;
   setup.comm = comm;
   return setup;
@@ -58,28 +61,27 @@ Trainer::Trainer(TrainerSetup setup, Backend& backend)
   const Config& config = setup_.config;
   const DType dtype = config.precision.dtype;
   const bool int8_weights = config.model.weights == WeightFormat::kInt8;
-  const int world_size = setup_.num_ranks * setup_.num_replicas;
+  const int world_size = setup_.num_stages * setup_.num_replicas;
   BATON_CHECK(setup_.comm != nullptr || world_size == 1,
-              "a job of {} stage(s) x {} replica(s) needs a communicator", setup_.num_ranks,
+              "a job of {} stage(s) x {} replica(s) needs a communicator", setup_.num_stages,
               setup_.num_replicas);
   if (setup_.num_replicas > 1) {
-    std::vector<int> pipeline;
-    for (int s = 0; s < setup_.num_ranks; ++s) {
-      pipeline.push_back(setup_.replica * setup_.num_ranks + s);
-    }
-    for (int r = 0; r < setup_.num_replicas; ++r) {
-      replica_group_.push_back(r * setup_.num_ranks + setup_.rank);
-    }
-    if (setup_.num_ranks > 1) {
-      pipeline_view_ = std::make_unique<SubgroupCommunicator>(*setup_.comm, pipeline);
+    BATON_CHECK(static_cast<int>(setup_.pipeline_group.size()) == setup_.num_stages &&
+                    static_cast<int>(setup_.replica_group.size()) == setup_.num_replicas,
+                "the setup names a pipeline of {} and {} replicas for {} stage(s) x {} replica(s)",
+                setup_.pipeline_group.size(), setup_.replica_group.size(), setup_.num_stages,
+                setup_.num_replicas);
+    replica_group_ = setup_.replica_group;
+    if (setup_.num_stages > 1) {
+      pipeline_view_ = std::make_unique<SubgroupCommunicator>(*setup_.comm, setup_.pipeline_group);
       pipeline_ = pipeline_view_.get();
     }
   } else {
     pipeline_ = setup_.comm;
   }
-  model_ = std::make_unique<StageModel>(setup_.graph, setup_.dims, setup_.chunk_ranges, setup_.rank,
-                                        setup_.num_ranks, backend_, dtype, dtype, config.train.seed,
-                                        int8_weights, setup_.inference_only);
+  model_ = std::make_unique<StageModel>(setup_.graph, setup_.dims, setup_.chunk_ranges,
+                                        setup_.stage, setup_.num_stages, backend_, dtype, dtype,
+                                        config.train.seed, int8_weights, setup_.inference_only);
   if (config.parallel.checkpoint.kind == CheckpointPolicy::Kind::kSelective) {
     for (auto& [index, layer] : model_->layers()) layer->set_selective_recompute(true);
   }
@@ -103,6 +105,10 @@ Trainer::Trainer(TrainerSetup setup, Backend& backend)
         backend_, model_->params(), hyper, config.optimizer.state == OptimizerState::kInt8, shard);
     if (setup_.num_replicas > 1 && !zero()) BuildGradBuckets();
   }
+  sync_ = zero()                    ? GradientSync::kZero1
+          : setup_.num_replicas > 1 ? GradientSync::kAllReduce
+                                    : GradientSync::kNone;
+  step_end_ = StepEndPasses();
 
   lr_.lr = static_cast<float>(config.train.lr);
   lr_.min_lr = static_cast<float>(config.train.min_lr);
@@ -198,7 +204,7 @@ EvalRecord Trainer::Evaluate() {
   BATON_CHECK(setup_.eval_batches > 0,
               "evaluation needs held-out data (data.eval_path or data.eval_fraction)");
   const std::vector<Action>& program =
-      setup_.eval_schedule.per_rank.at(static_cast<size_t>(setup_.rank));
+      setup_.eval_schedule.per_rank.at(static_cast<size_t>(setup_.stage));
   EvalRecord record;
   // Micro-batch mean losses by (batch, micro-batch of the step): this replica's share, then,
   // with replicas, every head's, so that the sum below has the same order on every layout.
@@ -228,8 +234,51 @@ EvalRecord Trainer::Evaluate() {
   return record;
 }
 
+namespace {
+// The step end's time, kept apart from its math: the passes that wait for peers (exchange) and,
+// among them, those between a stage's replicas.
+struct StepClock {
+  Clock::time_point start = Clock::now();
+  Clock::time_point step_end_start;
+  double exchange_s = 0;
+  double replicas_s = 0;
+};
+}  // namespace
+
+std::vector<Trainer::StepPass> Trainer::StepEndPasses() const {
+  const bool prune = setup_.config.prune.enabled();
+  std::vector<StepPass> passes;
+  const auto add = [&](const char* name, bool exchange, bool replicas,
+                       void (Trainer::*run)(StepState&)) {
+    passes.push_back({name, exchange, replicas, run});
+  };
+  switch (sync_) {
+    case GradientSync::kNone:
+      if (prune) add("mask gradients", false, false, &Trainer::MaskGradientsPass);
+      add("tied sums", true, false, &Trainer::TiedSumsPass);
+      break;
+    case GradientSync::kAllReduce:
+      add("all-reduce replicas", true, true, &Trainer::AllReducePass);
+      if (prune) add("mask gradients", false, false, &Trainer::MaskGradientsPass);
+      add("tied sums", true, false, &Trainer::TiedSumsPass);
+      break;
+    case GradientSync::kZero1:
+      // The tied sums first: after the reduce-scatter a replica holds only its shard's sums.
+      add("tied sums", true, false, &Trainer::TiedSumsPass);
+      add("reduce-scatter replicas", true, true, &Trainer::ReduceScatterPass);
+      break;
+  }
+  add("step-end flags", true, false, &Trainer::StepEndFlagsPass);
+  add("update", false, false, &Trainer::UpdatePass);
+  if (sync_ == GradientSync::kZero1) {
+    add("all-gather replicas", true, true, &Trainer::AllGatherPass);
+  }
+  if (prune) add("prune", false, false, &Trainer::PrunePass);
+  return passes;
+}
+
 StepRecord Trainer::Step(int64_t step) {
-  const Clock::time_point start = Clock::now();
+  StepClock clock;
   const Config& config = setup_.config;
   BATON_CHECK(optimizer_ != nullptr, "{}",
               config.model.weights == WeightFormat::kInt8
@@ -241,97 +290,42 @@ StepRecord Trainer::Step(int64_t step) {
   // The mean over all the step's micro-batches, whichever replica runs them.
   const float loss_grad_scale =
       static_cast<float>(scaler_.scale() / static_cast<double>(config.train.micro_batches));
-  std::vector<float> losses = engine_->RunStep(
-      setup_.schedule.per_rank[static_cast<size_t>(setup_.rank)], batches_, loss_grad_scale);
+  StepState state;
+  state.step = step;
+  state.losses = engine_->RunStep(setup_.schedule.per_rank[static_cast<size_t>(setup_.stage)],
+                                  batches_, loss_grad_scale);
 
-  const auto step_end_start = Clock::now();
-  double allreduce_s = 0;
-  // The step end's collectives (where a rank waits for its peers), timed apart from the update.
-  double exchange_s = 0;
-  const auto exchange = [&exchange_s](const auto& collective) {
-    const auto start_exchange = Clock::now();
-    collective();
-    const double seconds = std::chrono::duration<double>(Clock::now() - start_exchange).count();
-    exchange_s += seconds;
-    return seconds;
-  };
-  if (zero()) {
-    // The tied sums first: after the reduce-scatter a replica holds only its shard's sums.
-    exchange([&] { CombineTiedGradients(); });
-    allreduce_s = exchange([&] { ReduceScatterGradients(step); });
-  } else {
-    if (setup_.num_replicas > 1) {
-      allreduce_s = exchange([&] { AllReduceReplicaGradients(step); });
-    }
-    if (config.prune.enabled()) MaskGradients(backend_, model_->params());
-    exchange([&] { CombineTiedGradients(); });
-  }
-  const bool loss_finite =
-      std::all_of(losses.begin(), losses.end(), [](float l) { return std::isfinite(l); });
-  StepEnd flags{};
-  exchange([&] { flags = ReduceStepEnd(loss_finite, losses); });
-  const auto [norm, overflow, stop, all_losses_finite] = flags;
-  // fp32 and bf16 have no loss scale to back off: a non-finite loss or gradient cannot recover,
-  // so every rank stops at this step (they all see the same reduced flags) rather than train on
-  // NaNs. fp16 skips the step and lowers the scale instead (below).
-  if (!scaler_.enabled() && (!all_losses_finite || !std::isfinite(norm))) {
-    const std::string what = all_losses_finite
-                                 ? fmt::format("the gradient norm is not finite ({})", norm)
-                                 : std::string("the loss is not finite (NaN or Inf)");
-    BATON_FAIL(
-        "step {}: {}; training stops here. Likely causes: a learning rate too high for this model "
-        "(train.lr {}, warmup {} steps), no gradient clipping (train.grad_clip {}), or bad input "
-        "data",
-        step, what, config.train.lr, config.train.warmup_steps, config.train.grad_clip);
-  }
-
-  StepRecord record;
-  double record_allgather_s = 0;
-  record.step = step;
-  record.loss_scale = scaler_.scale();
-  record.lr = lr_.At(step);
-  record.grad_norm = norm;
-  record.stop = stop;
-  record.skipped = scaler_.Update(overflow);
-  if (!record.skipped) {
-    const double clip = config.train.grad_clip;
-    const double coef = clip > 0 ? std::min(1.0, clip / (norm + 1e-6)) : 1.0;
-    optimizer_->Step(record.lr, step - scaler_.skipped_steps(),
-                     static_cast<float>(coef / record.loss_scale));
-    if (zero()) record_allgather_s = exchange([&] { AllGatherParameters(step); });
-  } else {
-    spdlog::warn("step {}: gradient overflow at loss scale {}; step skipped, scale now {}", step,
-                 record.loss_scale, scaler_.scale());
-  }
-  if (config.prune.enabled()) {
-    MaskWeights(backend_, *optimizer_);
-    if (step == config.prune.at_step) {
-      const PruneCount count = PruneByMagnitude(backend_, *optimizer_, config.prune);
-      if (!IsMeta(backend_)) {  // the planner's run prunes nothing
-        spdlog::info("step {}: pruned {} of the {} weights of {} matrices ({}), masked from now on",
-                     step, count.pruned, count.total, count.matrices, Name(config.prune.pattern));
-      }
-    }
+  clock.step_end_start = Clock::now();
+  for (const StepPass& pass : step_end_) {
+    const Clock::time_point pass_start = Clock::now();
+    (this->*pass.run)(state);
+    if (!pass.exchange) continue;
+    const double seconds = Seconds(Clock::now() - pass_start);
+    clock.exchange_s += seconds;
+    if (pass.replicas) clock.replicas_s += seconds;
   }
   backend_.Synchronize();
-  if (!losses.empty()) {
+
+  StepRecord& record = state.record;
+  if (!state.losses.empty()) {
     double sum = 0;
-    for (float l : losses) sum += l;
-    record.loss = static_cast<float>(sum / static_cast<double>(losses.size()));
+    for (float l : state.losses) sum += l;
+    record.loss = static_cast<float>(sum / static_cast<double>(state.losses.size()));
   }
-  record.step_s = std::chrono::duration<double>(Clock::now() - start).count();
+  record.step_s = Seconds(Clock::now() - clock.start);
   // Busy time: the forward and backward actions, and the update (the step end but its
   // collectives).
-  const double step_end_s = std::chrono::duration<double>(Clock::now() - step_end_start).count();
-  record.compute_s = engine_->last_timings().compute_s + std::max(0.0, step_end_s - exchange_s);
+  const double step_end_s = Seconds(Clock::now() - clock.step_end_start);
+  record.compute_s =
+      engine_->last_timings().compute_s + std::max(0.0, step_end_s - clock.exchange_s);
   record.wait_s = engine_->last_timings().wait_s;
-  record.allreduce_s = allreduce_s + record_allgather_s;
+  record.allreduce_s = clock.replicas_s;
   record.trace = engine_->last_trace();
   const double end_us =
       std::chrono::duration<double, std::micro>(std::chrono::system_clock::now().time_since_epoch())
           .count();
   const double optimizer_us =
-      std::chrono::duration<double, std::micro>(Clock::now() - step_end_start).count();
+      std::chrono::duration<double, std::micro>(Clock::now() - clock.step_end_start).count();
   record.trace.push_back({TraceSpan::Kind::kOptimizer, {}, end_us - optimizer_us, end_us});
   record.tokens_per_s = static_cast<double>(config.train.batch_size) *
                         static_cast<double>(SequenceLength(config)) / record.step_s;
@@ -340,6 +334,69 @@ StepRecord Trainer::Step(int64_t step) {
     record.eval = Evaluate();
   }
   return record;
+}
+
+void Trainer::AllReducePass(StepState& state) { AllReduceReplicaGradients(state.step); }
+
+void Trainer::MaskGradientsPass(StepState&) { MaskGradients(backend_, model_->params()); }
+
+void Trainer::TiedSumsPass(StepState&) { CombineTiedGradients(); }
+
+void Trainer::ReduceScatterPass(StepState& state) { ReduceScatterGradients(state.step); }
+
+void Trainer::StepEndFlagsPass(StepState& state) {
+  const bool loss_finite = std::all_of(state.losses.begin(), state.losses.end(),
+                                       [](float l) { return std::isfinite(l); });
+  state.flags = ReduceStepEnd(loss_finite, state.losses);
+  const StepEnd& flags = state.flags;
+  // fp32 and bf16 have no loss scale to back off: a non-finite loss or gradient cannot recover,
+  // so every rank stops at this step (they all see the same reduced flags) rather than train on
+  // NaNs. fp16 skips the step and lowers the scale instead (UpdatePass).
+  if (!scaler_.enabled() && (!flags.loss_finite || !std::isfinite(flags.norm))) {
+    const Config& config = setup_.config;
+    const std::string what = flags.loss_finite
+                                 ? fmt::format("the gradient norm is not finite ({})", flags.norm)
+                                 : std::string("the loss is not finite (NaN or Inf)");
+    BATON_FAIL(
+        "step {}: {}; training stops here. Likely causes: a learning rate too high for this model "
+        "(train.lr {}, warmup {} steps), no gradient clipping (train.grad_clip {}), or bad input "
+        "data",
+        state.step, what, config.train.lr, config.train.warmup_steps, config.train.grad_clip);
+  }
+}
+
+void Trainer::UpdatePass(StepState& state) {
+  StepRecord& record = state.record;
+  record.step = state.step;
+  record.loss_scale = scaler_.scale();
+  record.lr = lr_.At(state.step);
+  record.grad_norm = state.flags.norm;
+  record.stop = state.flags.stop;
+  record.skipped = scaler_.Update(state.flags.overflow);
+  if (record.skipped) {
+    spdlog::warn("step {}: gradient overflow at loss scale {}; step skipped, scale now {}",
+                 state.step, record.loss_scale, scaler_.scale());
+    return;
+  }
+  const double clip = setup_.config.train.grad_clip;
+  const double coef = clip > 0 ? std::min(1.0, clip / (state.flags.norm + 1e-6)) : 1.0;
+  optimizer_->Step(record.lr, state.step - scaler_.skipped_steps(),
+                   static_cast<float>(coef / record.loss_scale));
+}
+
+void Trainer::AllGatherPass(StepState& state) {
+  if (!state.record.skipped) AllGatherParameters(state.step);
+}
+
+void Trainer::PrunePass(StepState& state) {
+  const PruneConfig& prune = setup_.config.prune;
+  MaskWeights(backend_, *optimizer_);
+  if (state.step != prune.at_step) return;
+  const PruneCount count = PruneByMagnitude(backend_, *optimizer_, prune);
+  if (!IsMeta(backend_)) {  // the planner's run prunes nothing
+    spdlog::info("step {}: pruned {} of the {} weights of {} matrices ({}), masked from now on",
+                 state.step, count.pruned, count.total, count.matrices, Name(prune.pattern));
+  }
 }
 
 void Trainer::CombineTiedGradients() {
@@ -420,7 +477,7 @@ Trainer::StepEnd Trainer::ReduceStepEnd(bool local_loss_finite, std::vector<floa
     }
     if (!finite) partial[overflow_slot] = 1.0f;
   }
-  if (setup_.num_ranks * setup_.num_replicas > 1) AllReduceOverJob(partial);
+  if (setup_.num_stages * setup_.num_replicas > 1) AllReduceOverJob(partial);
   if (replicated && model_->holds_last_layer()) {
     losses.assign(partial.begin() + static_cast<std::ptrdiff_t>(loss_slots), partial.end());
   }

@@ -35,6 +35,7 @@
 #include "checkpoint/layer_tensors.h"
 #include "comm/communicator.h"
 #include "config/config.h"
+#include "core/timeouts.h"
 #include "data/data.h"
 #include "kernels/backend.h"
 #include "model/graph.h"
@@ -56,17 +57,21 @@ struct TrainerSetup {
   Config config;
   std::vector<LayerSpec> graph;
   ModelDims dims;
-  int rank = 0;       // the stage: this rank's place in its pipeline (the schedule's rank)
-  int num_ranks = 1;  // stages
-  int replica = 0;    // data-parallel replica; world rank = replica * num_ranks + rank
+  int stage = 0;       // this rank's place in its pipeline (the schedule's stage)
+  int num_stages = 1;  // stages
+  int replica = 0;     // data-parallel replica; world rank = replica * num_stages + stage
   int num_replicas = 1;
-  std::vector<LayerRange> chunk_ranges;      // this rank's layers, one range per chunk
-  Schedule schedule;                         // with communication actions; validated
-  Schedule eval_schedule;                    // forward-only, with communication; validated
-  int64_t eval_batches = 0;                  // per evaluation (EvalBatchesFor); 0: no eval data
-  std::vector<TiedGroup> tied;               // every tied group of the graph
-  std::chrono::milliseconds timeout{60000};  // any wait on a peer (Timeouts::wait)
-  // All num_ranks x num_replicas ranks, by world rank; null when that is one rank.
+  std::vector<LayerRange> chunk_ranges;  // this rank's layers, one range per chunk
+  Schedule schedule;                     // with communication actions; validated
+  Schedule eval_schedule;                // forward-only, with communication; validated
+  int64_t eval_batches = 0;              // per evaluation (EvalBatchesFor); 0: no eval data
+  std::vector<TiedGroup> tied;           // every tied group of the graph
+  // World ranks (Plan::PipelineGroup, ReplicaGroup): this rank's pipeline, stage order, and its
+  // stage's replicas, replica order.
+  std::vector<int> pipeline_group;
+  std::vector<int> replica_group;
+  std::chrono::milliseconds timeout{kDefaultWait};  // any wait on a peer (Timeouts::wait)
+  // All num_stages x num_replicas ranks, by world rank; null when that is one rank.
   Communicator* comm = nullptr;
   // `baton eval`: the trainer only evaluates, so it keeps no gradients and no optimizer state
   // (Step throws). An INT8 model (model.weights: int8) is always so.
@@ -172,7 +177,7 @@ class Trainer {
   void ForEachFlatPart(int64_t begin, int64_t end, Fn fn);
   // The flat elements of replica j's chunk in round k: [first, first + count).
   std::pair<int64_t, int64_t> ZeroChunk(int j, int64_t k) const;
-  int WorldRankOfReplica(int replica) const { return replica * setup_.num_ranks + setup_.rank; }
+  int WorldRankOfReplica(int replica) const { return replica * setup_.num_stages + setup_.stage; }
   // Waits for every posted operation, naming what failed.
   void WaitAll(std::vector<std::unique_ptr<Work>>& works, const std::string& what);
   // Sums `values` over every rank of the job (host memory; staged through the device on GPUs).
@@ -188,6 +193,35 @@ class Trainer {
   StepEnd ReduceStepEnd(bool local_loss_finite, std::vector<float>& losses);
   // This replica's first micro-batch of a step, of the step's train.micro_batches.
   int first_microbatch() const;
+
+  // How a stage's replicas make their gradients one (DESIGN.md, "data flow", step end 0): not at
+  // all (one replica), an all-reduce in buckets, or ZeRO-1's reduce-scatter and all-gather.
+  enum class GradientSync { kNone, kAllReduce, kZero1 };
+  // What the step end's passes hand on: the engine's losses, the reduced flags, the record.
+  struct StepState {
+    int64_t step = 0;
+    std::vector<float> losses;
+    StepEnd flags{};
+    StepRecord record;
+  };
+  // One named pass of the step end. `exchange`: it waits for peers (timed apart from the update);
+  // `replicas`: between this stage's replicas (StepRecord::allreduce_s).
+  struct StepPass {
+    const char* name;
+    bool exchange;
+    bool replicas;
+    void (Trainer::*run)(StepState&);
+  };
+  // The step end in order (the file comment's 0-3), for this trainer's GradientSync and config.
+  std::vector<StepPass> StepEndPasses() const;
+  void AllReducePass(StepState& state);
+  void MaskGradientsPass(StepState& state);
+  void TiedSumsPass(StepState& state);
+  void ReduceScatterPass(StepState& state);
+  void StepEndFlagsPass(StepState& state);  // also stops the job on a non-finite fp32/bf16 step
+  void UpdatePass(StepState& state);        // clip, step AdamW, or skip on fp16 overflow
+  void AllGatherPass(StepState& state);
+  void PrunePass(StepState& state);  // the masks, and the magnitude pruning at prune.at_step
 
   // Pieces of gradients packed into one all-reduce.
   struct GradBucket {
@@ -231,6 +265,8 @@ class Trainer {
   std::chrono::milliseconds timeout_;
   const std::atomic<bool>* stop_flag_ = nullptr;
   StatusCallback on_status_;
+  GradientSync sync_ = GradientSync::kNone;
+  std::vector<StepPass> step_end_;
 };
 
 // Combines per-layer digests (graph order) into the job's param_checksum.

@@ -96,7 +96,7 @@ void Trainer::WaitAll(std::vector<std::unique_ptr<Work>>& works, const std::stri
     BATON_FAIL(
         "{} of stage {} with its other replicas failed; a replica of stage {} is dead or "
         "hung: {}",
-        what, setup_.rank, setup_.rank, e.what());
+        what, setup_.stage, setup_.stage, e.what());
   }
   works.clear();
 }
@@ -299,7 +299,7 @@ void Trainer::ResetMastersFromValues() {
 }
 
 void Trainer::AllReduceReplicaGradients(int64_t step) {
-  const int me = setup_.replica * setup_.num_ranks + setup_.rank;
+  const int me = setup_.replica * setup_.num_stages + setup_.stage;
   const int peer = replica_group_[0] != me ? replica_group_[0] : replica_group_[1];
   if (on_status_) on_status_({"ALLREDUCE", -1, peer, Clock::now()});
   for (size_t i = 0; i < buckets_.size(); ++i) {
@@ -315,7 +315,7 @@ void Trainer::AllReduceReplicaGradients(int64_t step) {
       BATON_FAIL(
           "step {}: the data-parallel all-reduce of stage {}'s gradients (bucket {} of {}) with "
           "its other replicas failed; a replica of stage {} is dead or hung: {}",
-          step, setup_.rank, i + 1, buckets_.size(), setup_.rank, e.what());
+          step, setup_.stage, i + 1, buckets_.size(), setup_.stage, e.what());
     }
     for (GradBucket::Piece& piece : bucket.pieces) {
       backend_.Copy(flat.Slice(0, piece.at, piece.at + piece.grad.numel()), piece.grad);

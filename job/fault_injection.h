@@ -1,0 +1,29 @@
+// Fault injection for the integration tests, in one place and out of the worker's own code: each
+// hook does nothing unless its environment variable is set, which only tests do.
+//
+//   BATON_TEST_STALL=RANK:STEP  that rank stops answering its peers (it sleeps, heartbeats still
+//                               running) at the start of that step: hang diagnosis
+//                               (tests/failure_test.cc, tests/replica_test.cc).
+//   BATON_TEST_MESH_GATE=DIR    each rank writes DIR/published-<rank> with the Gloo addresses it
+//                               published for the first mesh round, and reads no other rank's
+//                               addresses of that round before DIR/open exists: a test gets to
+//                               connect to the ranks' listening ports while they wait
+//                               (tests/failure_test.cc).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "comm/kv_store.h"
+
+namespace baton {
+
+// BATON_TEST_STALL: called by world rank `rank` at the start of step `step`.
+void MaybeStall(int rank, int64_t step);
+
+// BATON_TEST_MESH_GATE: `inner` behind the gate for the mesh round whose keys start with
+// `prefix` ("gloo/<attempt>"); null when the variable is not set.
+std::unique_ptr<KvStore> MaybeGateMesh(KvStore& inner, const std::string& prefix, int rank);
+
+}  // namespace baton
