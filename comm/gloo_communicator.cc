@@ -24,6 +24,7 @@
 #include <thread>
 
 #include "comm/host_sum.h"
+#include "comm/staging.h"
 #include "core/error.h"
 #include "core/units.h"
 
@@ -323,22 +324,12 @@ void GlooCommunicator::Impl::RunCollective(const std::string& what,
   }
 }
 
-int GlooGroupAllReduceStagingCopies(size_t group_size, bool lowest_member) {
-  if (group_size == 2) return 1;
-  return lowest_member ? static_cast<int>(group_size) - 1 : 0;
-}
-
-bool GlooAllReduceStagesAsF32(DType dtype) { return dtype == DType::kF16 || dtype == DType::kBF16; }
-
 // Subgroup all-reduce in rank order: two members exchange; more send to the lowest member, which
 // sums and sends the result back.
 void GlooCommunicator::Impl::GroupAllReduce(Tensor& tensor, const std::vector<int>& group,
                                             Clock::time_point deadline) {
   const int rank = options.rank;
-  std::vector<Tensor> staged;
-  for (int i = 0; i < GlooGroupAllReduceStagingCopies(group.size(), rank == group[0]); ++i) {
-    staged.push_back(Tensor::Empty(allocator, tensor.shape(), tensor.dtype(), MemCategory::kComm));
-  }
+  std::vector<Tensor> staged = BookGlooGroupAllReduceStaging(allocator, tensor, group, rank);
   if (group.size() == 2) {
     const int peer = group[0] == rank ? group[1] : group[0];
     Tensor& theirs = staged.at(0);
@@ -569,10 +560,9 @@ void GlooCommunicator::AllReduceSum(Tensor& tensor, CommTimeout timeout) {
               tensor.ToString());
   if (size() == 1 || tensor.numel() == 0) return;
   const size_t n = tensor.numel();
-  Tensor staging;
+  Tensor staging = BookGlooAllReduceStaging(impl_->allocator, tensor);
   void* data = tensor.raw();
-  if (GlooAllReduceStagesAsF32(tensor.dtype())) {
-    staging = Tensor::Empty(impl_->allocator, {tensor.numel()}, DType::kF32, MemCategory::kComm);
+  if (staging.defined()) {
     ConvertFloats(tensor.raw(), tensor.dtype(), staging.raw(), DType::kF32, n);
     data = staging.raw();
   }

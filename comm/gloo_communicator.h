@@ -26,6 +26,7 @@
 #include "comm/communicator.h"
 #include "comm/kv_store.h"
 #include "core/memory.h"
+#include "core/timeouts.h"
 
 namespace baton {
 
@@ -38,19 +39,12 @@ struct GlooOptions {
   // Rendezvous keys are "<store_prefix>/<gloo's key>"; use a fresh prefix per job attempt.
   std::string store_prefix = "gloo";
   // Rendezvous timeout, and Gloo's own timeout for connections.
-  CommTimeout timeout{60000};
+  CommTimeout timeout{kDefaultWait};
   // The job's secret (the coordinator's token): before the mesh is used, every pair carries a
   // hello naming both ranks and this secret, so a connection that is not this job's peer is
   // found (docs/protocol.md, "The Gloo mesh").
   std::string secret;
 };
-
-// The staging the Gloo transport books as comm (shared with the memory planner's meta
-// communicator, comm/meta_communicator.h): in a subgroup all-reduce a member of a 2-member group
-// stages one copy of the tensor (the peer's), the lowest member of a larger group one per other
-// member, the others none; an all-reduce over all ranks stages a 16-bit tensor as f32.
-int GlooGroupAllReduceStagingCopies(size_t group_size, bool lowest_member);
-bool GlooAllReduceStagesAsF32(DType dtype);
 
 inline constexpr int kGlooMeshRounds = 4;
 

@@ -1,6 +1,6 @@
 #include "comm/meta_communicator.h"
 
-#include "comm/gloo_communicator.h"
+#include "comm/staging.h"
 #include "core/error.h"
 
 namespace baton {
@@ -23,7 +23,7 @@ class MetaCommunicator final : public Communicator {
     BATON_CHECK(size > 0 && rank >= 0 && rank < size, "rank {} is outside the world of {} ranks",
                 rank, size);
     if (transport_ == CommTransport::kNccl) {
-      barrier_scratch_ = Tensor::Empty(allocator_, {1}, DType::kF32, MemCategory::kComm);
+      barrier_scratch_ = BookNcclBarrierScratch(allocator_);
     }
   }
 
@@ -45,10 +45,7 @@ class MetaCommunicator final : public Communicator {
   void AllReduceSum(Tensor& tensor, CommTimeout /*timeout*/) override {
     CheckTransferable(tensor, "AllReduceSum");
     if (transport_ != CommTransport::kGloo || size_ == 1 || tensor.numel() == 0) return;
-    if (GlooAllReduceStagesAsF32(tensor.dtype())) {
-      const Tensor staging =  // booked for the duration of the call, as Gloo's
-          Tensor::Empty(allocator_, {tensor.numel()}, DType::kF32, MemCategory::kComm);
-    }
+    const Tensor staging = BookGlooAllReduceStaging(allocator_, tensor);  // for the call, as Gloo's
   }
 
   void AllReduceSum(Tensor& tensor, const std::vector<int>& group,
@@ -56,11 +53,8 @@ class MetaCommunicator final : public Communicator {
     CheckTransferable(tensor, "AllReduceSum");
     const std::vector<int> members = CheckedGroup(group, rank_, size_);
     if (transport_ != CommTransport::kGloo || members.size() < 2 || tensor.numel() == 0) return;
-    std::vector<Tensor> staged;
-    for (int i = 0; i < GlooGroupAllReduceStagingCopies(members.size(), rank_ == members[0]); ++i) {
-      staged.push_back(
-          Tensor::Empty(allocator_, tensor.shape(), tensor.dtype(), MemCategory::kComm));
-    }
+    const std::vector<Tensor> staged =
+        BookGlooGroupAllReduceStaging(allocator_, tensor, members, rank_);
   }
 
   void Barrier(CommTimeout /*timeout*/) override {}

@@ -12,6 +12,7 @@
 #include <set>
 #include <thread>
 
+#include "comm/staging.h"
 #include "core/error.h"
 #include "core/units.h"
 
@@ -379,7 +380,7 @@ NcclCommunicator::NcclCommunicator(KvStore& store, Allocator& device_allocator,
   BATON_CUDA_CALL(cudaSetDevice(options.device));
   impl_ = std::make_unique<Impl>(options, device_allocator);
   impl_->Setup(store);
-  impl_->barrier_scratch = Tensor::Empty(device_allocator, {1}, DType::kF32, MemCategory::kComm);
+  impl_->barrier_scratch = BookNcclBarrierScratch(device_allocator);
 }
 
 NcclCommunicator::~NcclCommunicator() = default;

@@ -192,27 +192,34 @@ std::vector<MatrixResult> FactorMatrices(const CheckpointReader& source, StageMo
   return results;
 }
 
-}  // namespace
+// What to write: the source checkpoint's config with the compression applied, checked.
+struct CompressPlan {
+  bool prune = false;
+  bool low_rank = false;
+  PrunePattern pattern = PrunePattern::kUnstructured;
+  Config source_config;  // as trained (with --set applied)
+  Config config;         // what the output holds
+  std::vector<LayerSpec> graph;
+};
 
-int CompressCommand(const CompressOptions& options, std::ostream& out) {
-  const bool prune = options.prune > 0.0;
-  const bool low_rank = options.low_rank > 0;
-  BATON_CHECK(int{options.int8} + int{prune} + int{low_rank} == 1,
+CompressPlan PlanCompression(const CompressOptions& options, const CheckpointReader& source) {
+  CompressPlan plan;
+  plan.prune = options.prune > 0.0;
+  plan.low_rank = options.low_rank > 0;
+  BATON_CHECK(int{options.int8} + int{plan.prune} + int{plan.low_rank} == 1,
               "baton compress: give --int8, --prune SPARSITY or --low-rank RANK (one at a time; "
               "see docs/memory.md)");
-  BATON_CHECK(!prune || options.prune < 1.0, "--prune {}: the sparsity must be in (0, 1)",
+  BATON_CHECK(!plan.prune || options.prune < 1.0, "--prune {}: the sparsity must be in (0, 1)",
               options.prune);
-  const PrunePattern pattern =
-      options.pattern == "2:4" ? PrunePattern::k2of4 : PrunePattern::kUnstructured;
   BATON_CHECK(options.pattern == "2:4" || options.pattern == "unstructured",
               "--pattern {}: expected unstructured or 2:4", options.pattern);
-  BATON_CHECK(pattern != PrunePattern::k2of4 || options.prune == 0.5,
+  plan.pattern = options.pattern == "2:4" ? PrunePattern::k2of4 : PrunePattern::kUnstructured;
+  BATON_CHECK(plan.pattern != PrunePattern::k2of4 || options.prune == 0.5,
               "--pattern 2:4 keeps 2 of every 4 weights: --prune must be 0.5, got {}",
               options.prune);
-  const CheckpointReader source = CheckpointReader::Open(options.checkpoint);
   BATON_CHECK(!source.state().config.is_null(),
               "{}: the checkpoint stores no config to compress the model of", source.step_dir());
-  const std::string out_dir = options.output;
+  const std::string& out_dir = options.output;
   BATON_CHECK(!fs::exists(out_dir) || (fs::is_directory(out_dir) && fs::is_empty(out_dir)),
               "{}: exists and is not an empty directory (baton compress writes a new output "
               "directory and overwrites nothing)",
@@ -220,15 +227,15 @@ int CompressCommand(const CompressOptions& options, std::ostream& out) {
   Config config = ParseConfigString(source.state().config.dump(2),
                                     source.step_dir() + "/state.json", options.overrides);
   const ModelDims dims = DimsOf(config.model);
-  const std::vector<LayerSpec> graph = GraphOf(config.model);
-  source.CheckCompatible(dims, graph);
-  const Config source_config = config;
+  plan.graph = GraphOf(config.model);
+  source.CheckCompatible(dims, plan.graph);
+  plan.source_config = config;
   if (options.int8) config.model.weights = WeightFormat::kInt8;
-  BATON_CHECK((!options.int8 && !prune) ||
+  BATON_CHECK((!options.int8 && !plan.prune) ||
                   (!dims.shares() && dims.low_rank_attn == 0 && dims.low_rank_mlp == 0),
               "{}: --int8 and --prune need a dense, unshared model; this one is {}",
               source.step_dir(), ToString(dims));
-  if (low_rank) {
+  if (plan.low_rank) {
     BATON_CHECK(dims.low_rank_attn == 0 && dims.low_rank_mlp == 0,
                 "{}: the model is low-rank already ({})", source.step_dir(), ToString(dims));
     BATON_CHECK(options.low_rank <= config.model.width,
@@ -239,37 +246,47 @@ int CompressCommand(const CompressOptions& options, std::ostream& out) {
   }
   config.output.dir = out_dir;
   config.prune = PruneConfig{};  // what the result holds, not how to train it
+  plan.config = std::move(config);
+  return plan;
+}
 
-  // One process holds every layer, on the host: INT8 params quantise as they load.
+// Builds the compressed model on one host process holding every layer (INT8 params quantise as
+// they load), writes it to options.output with its config.yaml, and measures every matrix.
+std::vector<MatrixResult> WriteCompressed(const CompressOptions& options,
+                                          const CheckpointReader& source,
+                                          const CompressPlan& plan) {
+  const Config& config = plan.config;
   MemoryLedger ledger;
   std::unique_ptr<Backend> backend = MakeCpuBackend(ledger, config.device.threads);
   const DType dtype = config.precision.dtype;
   const ModelDims out_dims = DimsOf(config.model);
-  StageModel model(graph, out_dims, {{0, static_cast<int>(graph.size()) - 1}}, /*rank=*/0,
-                   /*num_ranks=*/1, *backend, dtype, dtype, config.train.seed, options.int8,
+  const std::vector<LayerSpec>& graph = plan.graph;
+  StageModel model(graph, out_dims, {{0, static_cast<int>(graph.size()) - 1}}, /*stage=*/0,
+                   /*num_stages=*/1, *backend, dtype, dtype, config.train.seed, options.int8,
                    /*inference=*/true);
-  if (prune) AllocatePruneMasks(*backend, model.params());
+  if (plan.prune) AllocatePruneMasks(*backend, model.params());
   const std::vector<LayerTensors> tensors = CheckpointTensors(model, nullptr);
   std::vector<MatrixResult> matrices;
-  if (low_rank) {
+  if (plan.low_rank) {
     matrices = FactorMatrices(source, model, options.low_rank, *backend);
   } else {
     source.LoadLayers(tensors, *backend);
   }
-  if (prune) {
+  if (plan.prune) {
     for (Param* p : model.params()) {
       if (!p->mask.defined()) continue;
       const std::vector<float> w = HostValues(*backend, p->value);
       const std::vector<uint8_t> keep =
-          MagnitudeMask(w.data(), p->value.size(0), p->value.size(1), options.prune, pattern);
+          MagnitudeMask(w.data(), p->value.size(0), p->value.size(1), options.prune, plan.pattern);
       backend->Copy(Tensor::Wrap(const_cast<uint8_t*>(keep.data()), p->mask.shape(), DType::kU8),
                     p->mask);
       backend->ApplyMask(p->value, p->mask);
       backend->Synchronize();
     }
   }
-  if (!low_rank) matrices = MeasureMatrices(source, tensors, *backend);
+  if (!plan.low_rank) matrices = MeasureMatrices(source, tensors, *backend);
 
+  const std::string& out_dir = options.output;
   MakeDirectories(out_dir);
   const CheckpointWriter writer(CheckpointsRoot(out_dir));
   std::vector<CheckpointFileEntry> entries = writer.WriteLayers(
@@ -277,10 +294,13 @@ int CompressCommand(const CompressOptions& options, std::ostream& out) {
   TrainingState state = source.state();
   state.config = ToJson(config);
   writer.WriteManifest(source.step(), std::move(entries), state, out_dims, graph);
-  const std::string config_path = (fs::path(out_dir) / "config.yaml").string();
-  WriteFileAtomically(config_path, ToYaml(config));
-  const CheckpointReader written = CheckpointReader::Open(out_dir);
+  WriteFileAtomically((fs::path(out_dir) / "config.yaml").string(), ToYaml(config));
+  return matrices;
+}
 
+// "INT8 weights: 12 matrices, A -> B bytes (0.25x); relative error ...".
+void PrintMatrices(const CompressOptions& options, const CompressPlan& plan,
+                   const std::vector<MatrixResult>& matrices, std::ostream& out) {
   int64_t before = 0, after = 0, zeros = 0, elements = 0;
   double worst = 0, mean = 0;
   std::string worst_name;
@@ -299,60 +319,81 @@ int CompressCommand(const CompressOptions& options, std::ostream& out) {
   if (options.int8) {
     out << fmt::format("INT8 weights: {} matrices, {} -> {} bytes ({:.3f}x)", matrices.size(),
                        before, after, ratio);
-  } else if (low_rank) {
+  } else if (plan.low_rank) {
     out << fmt::format("low rank {}: {} matrices, {} -> {} bytes ({:.3f}x)", options.low_rank,
                        matrices.size(), before, after, ratio);
   } else {
     out << fmt::format("pruned ({}): {} matrices, {:.2f}% zeros, {} -> {} bytes stored ({:.3f}x)",
-                       Name(pattern), matrices.size(),
+                       Name(plan.pattern), matrices.size(),
                        100.0 * static_cast<double>(zeros) / static_cast<double>(elements), before,
                        after, ratio);
   }
   out << fmt::format("; relative error ||W - W'||/||W|| mean {:.5f}, max {:.5f} ({})\n", mean,
                      worst, worst_name);
+}
+
+// The held-out loss before and after, each through `baton eval` on local workers; a note first
+// when the run that wrote the source trained on that data.
+void PrintEvalLosses(const CheckpointReader& source, const CompressPlan& plan,
+                     const std::string& out_dir, std::ostream& out) {
+  const Config& config = plan.config;
+  // The held-out data must be held out from the run that trained the checkpoint, or the losses
+  // measure memory, not generalisation: say so when it was not.
+  const DataConfig trained =
+      ParseConfigString(source.state().config.dump(2), source.step_dir() + "/state.json", {}).data;
+  const DataConfig& now = config.data;
+  const bool tail_trained = now.eval_path.empty() && now.path == trained.path &&
+                            trained.eval_path.empty() && trained.eval_fraction < now.eval_fraction;
+  const bool file_trained = !now.eval_path.empty() && now.eval_path == trained.path;
+  if (tail_trained || file_trained) {
+    out << fmt::format(
+        "note: the run that wrote {} trained on this eval data ({}), so both losses below are "
+        "on seen data; evaluate on held-out data (data.eval_path) for a fair comparison\n",
+        source.step_dir(),
+        tail_trained ? fmt::format("the last {:g}% of {}, its data.eval_fraction was {:g}",
+                                   100 * now.eval_fraction, now.path, trained.eval_fraction)
+                     : fmt::format("data.eval_path {} was its data.path", now.eval_path));
+  }
+  const std::string config_path = (fs::path(out_dir) / "config.yaml").string();
+  const Config& trained_config = plan.source_config;
+  const double loss_before =
+      EvalLoss(config_path,
+               {fmt::format("model.weights={}", Name(trained_config.model.weights)),
+                fmt::format("model.low_rank.attn={}", trained_config.model.low_rank_attn),
+                fmt::format("model.low_rank.mlp={}", trained_config.model.low_rank_mlp)},
+               source.step_dir());
+  const double loss_after = EvalLoss(config_path, {}, out_dir);
+  out << fmt::format("eval loss: {:.6f} -> {:.6f} ({:+.3f}%)\n", loss_before, loss_after,
+                     100.0 * (loss_after - loss_before) / loss_before);
+}
+
+}  // namespace
+
+int CompressCommand(const CompressOptions& options, std::ostream& out) {
+  const CheckpointReader source = CheckpointReader::Open(options.checkpoint);
+  const CompressPlan plan = PlanCompression(options, source);
+  const std::vector<MatrixResult> matrices = WriteCompressed(options, source, plan);
+  const std::string& out_dir = options.output;
+  const CheckpointReader written = CheckpointReader::Open(out_dir);
+
+  PrintMatrices(options, plan, matrices, out);
   const uint64_t source_bytes = CheckpointBytes(source), written_bytes = CheckpointBytes(written);
   out << fmt::format("checkpoint: {} -> {} bytes ({:.3f}x; weights only, no optimizer state)\n",
                      source_bytes, written_bytes,
                      static_cast<double>(written_bytes) / static_cast<double>(source_bytes));
   if (!options.eval) {
     out << "eval loss: not measured (--no-eval)\n";
-  } else if (!HasEvalData(config.data)) {
+  } else if (!HasEvalData(plan.config.data)) {
     out << "eval loss: not measured (the config has no data.eval_path or data.eval_fraction; "
            "--set one)\n";
   } else {
-    // The held-out data must be held out from the run that trained the checkpoint, or the losses
-    // measure memory, not generalisation: say so when it was not.
-    const DataConfig trained =
-        ParseConfigString(source.state().config.dump(2), source.step_dir() + "/state.json", {})
-            .data;
-    const DataConfig& now = config.data;
-    const bool tail_trained = now.eval_path.empty() && now.path == trained.path &&
-                              trained.eval_path.empty() &&
-                              trained.eval_fraction < now.eval_fraction;
-    const bool file_trained = !now.eval_path.empty() && now.eval_path == trained.path;
-    if (tail_trained || file_trained) {
-      out << fmt::format(
-          "note: the run that wrote {} trained on this eval data ({}), so both losses below are "
-          "on seen data; evaluate on held-out data (data.eval_path) for a fair comparison\n",
-          source.step_dir(),
-          tail_trained ? fmt::format("the last {:g}% of {}, its data.eval_fraction was {:g}",
-                                     100 * now.eval_fraction, now.path, trained.eval_fraction)
-                       : fmt::format("data.eval_path {} was its data.path", now.eval_path));
-    }
-    const double loss_before =
-        EvalLoss(config_path,
-                 {fmt::format("model.weights={}", Name(source_config.model.weights)),
-                  fmt::format("model.low_rank.attn={}", source_config.model.low_rank_attn),
-                  fmt::format("model.low_rank.mlp={}", source_config.model.low_rank_mlp)},
-                 source.step_dir());
-    const double loss_after = EvalLoss(config_path, {}, out_dir);
-    out << fmt::format("eval loss: {:.6f} -> {:.6f} ({:+.3f}%)\n", loss_before, loss_after,
-                       100.0 * (loss_after - loss_before) / loss_before);
+    PrintEvalLosses(source, plan, out_dir, out);
   }
+  const std::string config_path = (fs::path(out_dir) / "config.yaml").string();
   out << fmt::format(
       "wrote {} (step {}): baton eval {} --resume {}; baton generate {}; baton export {} DIR\n",
       out_dir, source.step(), config_path, out_dir, out_dir, out_dir);
-  if (low_rank) {
+  if (plan.low_rank) {
     out << fmt::format("train on from it: baton run {} --set model.init_from={}\n", config_path,
                        out_dir);
   }

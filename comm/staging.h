@@ -1,0 +1,26 @@
+// What the transports book as comm for their own staging, in one place: the real transports
+// allocate through these, and the memory planner's meta communicator (comm/meta_communicator.h)
+// books the same tensors through them without sending anything (docs/memory.md).
+#pragma once
+
+#include <vector>
+
+#include "core/memory.h"
+#include "core/tensor.h"
+
+namespace baton {
+
+// Gloo's all-reduce over all ranks reduces 16-bit tensors as f32: an f32 copy of `tensor`'s
+// elements, or an undefined tensor when it reduces `tensor` in place.
+Tensor BookGlooAllReduceStaging(Allocator& allocator, const Tensor& tensor);
+
+// Gloo's subgroup all-reduce (in rank order: two members exchange, more send to the lowest member,
+// which sums and sends the result back): a member of a 2-member group stages one copy of the
+// tensor (the peer's), the lowest member of a larger group one per other member, the others none.
+std::vector<Tensor> BookGlooGroupAllReduceStaging(Allocator& allocator, const Tensor& tensor,
+                                                  const std::vector<int>& group, int rank);
+
+// NCCL's barrier: an all-reduce of one f32 kept for the communicator's life.
+Tensor BookNcclBarrierScratch(Allocator& allocator);
+
+}  // namespace baton
