@@ -188,6 +188,7 @@ struct OutputConfig {
   int64_t checkpoint_every = 0;  // steps between intermediate checkpoints; 0 = none
   bool final_checkpoint = true;  // every run ends with a checkpoint of its last step
   std::string report;            // JSON report path; "" = none
+  bool tensorboard = false;      // TensorBoard event files in dir/tensorboard
   bool operator==(const OutputConfig&) const = default;
 };
 

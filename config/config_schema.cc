@@ -112,6 +112,7 @@ void VisitOutput(OutputConfig& o, FieldVisitor& v) {
   v.Int("checkpoint_every", o.checkpoint_every, kNonNegativeInt);
   v.Enum("final_checkpoint", o.final_checkpoint, kBoolNames);
   v.VisitString("report", o.report);
+  v.Enum("tensorboard", o.tensorboard, kBoolNames);
 }
 
 // Collects section and key names.

@@ -1,4 +1,4 @@
-// A 64-bit FNV-1a digest, for parameter checksums and checkpoint file integrity.
+// A 64-bit FNV-1a digest, for parameter checksums and checkpoint file integrity; and CRC-32C.
 //
 // Not cryptographic: it detects accidental change (a flipped byte, a truncated file), which is
 // what Baton needs it for. Digests print as 16 lowercase hex digits.
@@ -22,5 +22,9 @@ class Fnv1a64 {
 };
 
 std::string HexDigest(uint64_t digest);
+
+// CRC-32C (Castagnoli, reflected polynomial 0x82F63B78), as TFRecord framing uses it:
+// Crc32c("123456789", 9) == 0xE3069283.
+uint32_t Crc32c(const void* data, size_t bytes);
 
 }  // namespace baton

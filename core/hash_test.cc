@@ -24,5 +24,11 @@ TEST(Fnv1a64Test, SplitUpdatesEqualOneUpdate) {
   EXPECT_EQ(whole.digest(), parts.digest());
 }
 
+TEST(Crc32cTest, MatchesTheCheckValueAndSeesEveryByte) {
+  EXPECT_EQ(Crc32c("123456789", 9), 0xE3069283u);
+  EXPECT_EQ(Crc32c("", 0), 0u);
+  EXPECT_NE(Crc32c("123456780", 9), Crc32c("123456789", 9));
+}
+
 }  // namespace
 }  // namespace baton

@@ -249,7 +249,8 @@ int RunLocal(const Plan& planned, const RunOptions& options, const std::string& 
   // A resumed run and every restart append to the metrics of what came before (an evaluation
   // writes none).
   MetricsLog metrics(plan.config.output.dir,
-                     /*append=*/!launch.resume_dir.empty() || options.evaluate_only);
+                     /*append=*/!launch.resume_dir.empty() || options.evaluate_only,
+                     plan.config.output.tensorboard && !options.evaluate_only);
   CoordinatorServer server;
   StartCoordinator(server, plan, launch, "127.0.0.1:0", token);
   spdlog::info("coordinator on {}", server.address());
@@ -324,8 +325,9 @@ int RunUnderLauncher(const Plan& planned, const RunOptions& options, const Launc
     plan = ExtendSchedule(std::move(plan), options, launch);
     CheckEvaluable(plan, options, launch.resume_dir);
     CheckStepsLeft(plan, options, launch.resume_dir);
-    metrics = std::make_unique<MetricsLog>(plan.config.output.dir,
-                                           !launch.resume_dir.empty() || options.evaluate_only);
+    metrics = std::make_unique<MetricsLog>(
+        plan.config.output.dir, !launch.resume_dir.empty() || options.evaluate_only,
+        plan.config.output.tensorboard && !options.evaluate_only);
     server = std::make_unique<CoordinatorServer>();
     StartCoordinator(*server, plan, launch, rendezvous.bind_address, rendezvous.token);
   }

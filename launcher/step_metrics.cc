@@ -119,7 +119,7 @@ json MetricsLine(const JobStep& step, std::chrono::system_clock::time_point time
   return j;
 }
 
-MetricsLog::MetricsLog(const std::string& dir, bool append)
+MetricsLog::MetricsLog(const std::string& dir, bool append, bool tensorboard)
     : path_(dir + "/metrics.jsonl"), start_(std::chrono::steady_clock::now()) {
   std::error_code error;
   std::filesystem::create_directories(dir, error);
@@ -127,6 +127,7 @@ MetricsLog::MetricsLog(const std::string& dir, bool append)
   const int flags = O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | (append ? 0 : O_TRUNC);
   fd_ = open(path_.c_str(), flags, 0644);
   BATON_CHECK(fd_ >= 0, "cannot open {} for writing: {}", path_, std::strerror(errno));
+  if (tensorboard) tensorboard_ = std::make_unique<TensorBoardLog>(dir + "/tensorboard");
 }
 
 MetricsLog::~MetricsLog() {
@@ -147,6 +148,7 @@ void MetricsLog::Write(const JobStep& step) {
     BATON_CHECK(n > 0, "writing {} failed: {}", path_, std::strerror(errno));
     written += static_cast<size_t>(n);
   }
+  if (tensorboard_) tensorboard_->Write(step);
 }
 
 }  // namespace baton

@@ -10,12 +10,14 @@
 #include <chrono>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <string>
 #include <vector>
 
 #include "coordinator/coordinator_types.h"
+#include "launcher/tensorboard.h"
 
 namespace baton {
 
@@ -72,7 +74,9 @@ class MetricsLog {
  public:
   // Creates DIR if needed. A fresh run (`append` false) starts the file empty; a resumed run
   // appends to it. Throws naming the path when it cannot be opened.
-  MetricsLog(const std::string& dir, bool append);
+  // With `tensorboard`, every step also goes to TensorBoard event files in DIR/tensorboard
+  // (launcher/tensorboard.h; a resumed run starts a new file there).
+  MetricsLog(const std::string& dir, bool append, bool tensorboard = false);
   ~MetricsLog();
   MetricsLog(const MetricsLog&) = delete;
   MetricsLog& operator=(const MetricsLog&) = delete;
@@ -84,6 +88,7 @@ class MetricsLog {
   std::string path_;
   int fd_ = -1;
   std::chrono::steady_clock::time_point start_;
+  std::unique_ptr<TensorBoardLog> tensorboard_;
 };
 
 }  // namespace baton
