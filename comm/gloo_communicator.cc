@@ -31,8 +31,6 @@
 namespace baton {
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
 // Channels keep the caller's messages and the subgroup collectives' messages in separate FIFOs.
 constexpr int kUserChannel = 0;
 constexpr int kGroupChannel = 1;

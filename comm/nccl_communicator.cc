@@ -40,7 +40,6 @@
 namespace baton {
 namespace {
 
-using Clock = std::chrono::steady_clock;
 constexpr auto kPollInterval = std::chrono::microseconds(20);
 
 ncclDataType_t NcclType(DType dtype) {

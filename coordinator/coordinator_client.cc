@@ -10,12 +10,12 @@
 
 #include "coordinator/convert.h"
 #include "core/error.h"
+#include "core/units.h"
 #include "proto/baton.grpc.pb.h"
 
 namespace baton {
 namespace {
 
-using Clock = std::chrono::steady_clock;
 using grpc::StatusCode;
 
 constexpr char kAbortedPrefix[] = "job aborted: ";

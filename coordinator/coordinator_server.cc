@@ -10,6 +10,7 @@
 #include "coordinator/convert.h"
 #include "coordinator/coordinator_state.h"
 #include "core/error.h"
+#include "core/units.h"
 #include "proto/baton.grpc.pb.h"
 
 namespace baton {
@@ -18,7 +19,6 @@ namespace {
 using grpc::ServerContext;
 using grpc::Status;
 using grpc::StatusCode;
-using Clock = std::chrono::steady_clock;
 
 Clock::time_point DeadlineAfterMs(int64_t timeout_ms) {
   return Clock::now() + std::chrono::milliseconds(std::max<int64_t>(timeout_ms, 0));

@@ -1,4 +1,6 @@
-// Units in one place: byte sizes as people write and read them, and seconds from any duration.
+// Units in one place: byte sizes as people write and read them, seconds from any duration, and
+// the clocks: `Clock` (steady) for every interval, the system clock only for wall times that other
+// processes and tools compare (traces, TensorBoard).
 #pragma once
 
 #include <chrono>
@@ -15,6 +17,14 @@ std::string FormatBytes(int64_t bytes);
 // 1536 -> "0.0MiB", 3 << 30 -> "3.00GiB": no space, for key=value lists (the rank table's
 // memory column).
 std::string CompactBytes(int64_t bytes);
+
+using Clock = std::chrono::steady_clock;
+
+// Wall-clock time since the Unix epoch: seconds, and microseconds (trace spans).
+inline double WallSeconds() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+inline double WallMicros() { return WallSeconds() * 1e6; }
 
 template <typename Rep, typename Period>
 constexpr double Seconds(std::chrono::duration<Rep, Period> d) {

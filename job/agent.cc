@@ -13,12 +13,12 @@
 #include "coordinator/coordinator_client.h"
 #include "core/error.h"
 #include "core/stop_signals.h"
+#include "core/units.h"
 
 namespace baton {
 namespace {
 
 using std::chrono::milliseconds;
-using Clock = std::chrono::steady_clock;
 
 // How often the agent looks at its worker process and the stop flag.
 constexpr milliseconds kPollInterval{20};

@@ -34,10 +34,6 @@ bool RendezvousSafeSends(const Schedule& schedule) {
          static_cast<bool>(Validate(schedule, CommSemantics::kRendezvous));
 }
 
-namespace {
-using Clock = std::chrono::steady_clock;
-}  // namespace
-
 StageEngine::StageEngine(Backend& backend, StageModel& model, Communicator* comm,
                          EngineOptions options)
     : backend_(backend), model_(model), comm_(comm), options_(std::move(options)) {
@@ -107,9 +103,7 @@ std::vector<float> StageEngine::RunStep(const std::vector<Action>& actions,
   peak_stashed_ = 0;
   const Clock::time_point start = Clock::now();
   step_start_ = start;
-  step_start_us_ =
-      std::chrono::duration<double, std::micro>(std::chrono::system_clock::now().time_since_epoch())
-          .count();
+  step_start_us_ = WallMicros();
   // RECVs posted ahead of their place in the program (below).
   std::vector<bool> posted(actions.size(), false);
   for (size_t i = 0; i < actions.size(); ++i) {

@@ -40,8 +40,8 @@ TrainerSetup TrainerSetupFor(const Plan& plan, int world_rank, Communicator* com
   setup.comm = comm;
   return setup;
 }
+
 namespace {
-using Clock = std::chrono::steady_clock;
 
 constexpr const char* kInt8IsForInference =
     "model.weights: int8 holds the weights for inference only (baton eval, baton generate); "
@@ -321,9 +321,7 @@ StepRecord Trainer::Step(int64_t step) {
   record.wait_s = engine_->last_timings().wait_s;
   record.allreduce_s = clock.replicas_s;
   record.trace = engine_->last_trace();
-  const double end_us =
-      std::chrono::duration<double, std::micro>(std::chrono::system_clock::now().time_since_epoch())
-          .count();
+  const double end_us = WallMicros();
   const double optimizer_us =
       std::chrono::duration<double, std::micro>(Clock::now() - clock.step_end_start).count();
   record.trace.push_back({TraceSpan::Kind::kOptimizer, {}, end_us - optimizer_us, end_us});
@@ -449,32 +447,20 @@ Trainer::StepEnd Trainer::ReduceStepEnd(bool local_loss_finite, std::vector<floa
       partial[loss_slots + static_cast<size_t>(first_microbatch()) + k] = losses[k];
     }
   }
-  // ZeRO-1: each replica holds the reduced gradients of its shard only: its part of each
-  // layer's sum, added across the replicas by the all-reduce below.
-  const int64_t own_begin = setup_.replica * shard_size_, own_end = own_begin + shard_size_;
+  // Under ZeRO-1 each replica holds the reduced gradients of its shard only: its part of each
+  // layer's sum, added across the replicas by the all-reduce below; otherwise replica 0 writes it.
+  const bool writes_layer_sums = setup_.replica == 0 || sync_ == GradientSync::kZero1;
   for (auto& [index, layer] : model_->layers()) {
     double sum = 0;
     bool finite = true;
     for (Param* p : layer->params()) {
       if (p->tied) continue;
-      if (zero()) {
-        for (const FlatPiece& piece : flat_) {
-          if (piece.param->value.raw() != p->value.raw()) continue;
-          const int64_t lo = std::max(own_begin, piece.at) - piece.at;
-          const int64_t hi = std::min(own_end, piece.at + p->value.numel()) - piece.at;
-          if (lo >= hi) continue;
-          const Tensor grad = FlatSlice(piece.param->grad, lo, hi);
-          sum += backend_.SumOfSquares(grad);
-          if (scaler_.enabled()) finite = finite && backend_.AllFinite(grad);
-        }
-        continue;
+      for (const Tensor& grad : ReducedGradient(*p)) {
+        sum += backend_.SumOfSquares(grad);
+        if (scaler_.enabled()) finite = finite && backend_.AllFinite(grad);
       }
-      sum += backend_.SumOfSquares(p->grad);
-      if (scaler_.enabled()) finite = finite && backend_.AllFinite(p->grad);
     }
-    if (setup_.replica == 0 || zero()) {
-      partial[static_cast<size_t>(index)] = static_cast<float>(sum);
-    }
+    if (writes_layer_sums) partial[static_cast<size_t>(index)] = static_cast<float>(sum);
     if (!finite) partial[overflow_slot] = 1.0f;
   }
   if (setup_.num_stages * setup_.num_replicas > 1) AllReduceOverJob(partial);

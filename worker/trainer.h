@@ -193,6 +193,9 @@ class Trainer {
   StepEnd ReduceStepEnd(bool local_loss_finite, std::vector<float>& losses);
   // This replica's first micro-batch of a step, of the step's train.micro_batches.
   int first_microbatch() const;
+  // The parts of `p`'s gradient that hold this rank's reduced sums, for the norm: all of it, or
+  // under ZeRO-1 its part in this replica's shard (none when it lies in other shards).
+  std::vector<Tensor> ReducedGradient(Param& p) const;
 
   // How a stage's replicas make their gradients one (DESIGN.md, "data flow", step end 0): not at
   // all (one replica), an all-reduce in buckets, or ZeRO-1's reduce-scatter and all-gather.

@@ -5,14 +5,11 @@
 #include <optional>
 
 #include "core/error.h"
+#include "core/units.h"
 #include "worker/stage_tensors.h"
 #include "worker/trainer.h"
 
 namespace baton {
-namespace {
-using Clock = std::chrono::steady_clock;
-}  // namespace
-
 // Packs every distinct gradient (a shared block's aliases once), in parameter order, into
 // buckets of one dtype and at most kGradBucketBytes; a larger gradient spans buckets in pieces.
 void Trainer::BuildGradBuckets() {
@@ -337,6 +334,19 @@ void Trainer::AllReduceOverJob(std::vector<float>& values) {
   setup_.comm->AllReduceSum(on_device, timeout_);
   backend_.Copy(on_device, host);
   backend_.Synchronize();
+}
+
+std::vector<Tensor> Trainer::ReducedGradient(Param& p) const {
+  if (sync_ != GradientSync::kZero1) return {p.grad};
+  std::vector<Tensor> parts;
+  const int64_t own_begin = setup_.replica * shard_size_, own_end = own_begin + shard_size_;
+  for (const FlatPiece& piece : flat_) {
+    if (piece.param->value.raw() != p.value.raw()) continue;
+    const int64_t lo = std::max(own_begin, piece.at) - piece.at;
+    const int64_t hi = std::min(own_end, piece.at + p.value.numel()) - piece.at;
+    if (lo < hi) parts.push_back(FlatSlice(piece.param->grad, lo, hi));
+  }
+  return parts;
 }
 
 }  // namespace baton
