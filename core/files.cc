@@ -36,17 +36,21 @@ AtomicFileWriter::~AtomicFileWriter() {
   if (!committed_) ::unlink(temp_path_.c_str());
 }
 
-void AtomicFileWriter::Write(const void* data, size_t bytes) {
-  BATON_CHECK(fd_ >= 0 && !committed_, "{}: write after commit", path_);
+void WriteAll(int fd, const void* data, size_t bytes, const std::string& path) {
   const char* p = static_cast<const char*>(data);
   size_t left = bytes;
   while (left > 0) {
-    const ssize_t n = ::write(fd_, p, left);
+    const ssize_t n = ::write(fd, p, left);
     if (n < 0 && errno == EINTR) continue;
-    BATON_CHECK(n > 0, "{}: write failed: {}", temp_path_, n < 0 ? Errno() : "no progress");
+    BATON_CHECK(n > 0, "{}: write failed: {}", path, n < 0 ? Errno() : "no progress");
     p += n;
     left -= static_cast<size_t>(n);
   }
+}
+
+void AtomicFileWriter::Write(const void* data, size_t bytes) {
+  BATON_CHECK(fd_ >= 0 && !committed_, "{}: write after commit", path_);
+  WriteAll(fd_, data, bytes, temp_path_);
   hash_.Update(data, bytes);
   bytes_written_ += bytes;
 }

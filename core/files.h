@@ -48,6 +48,10 @@ class AtomicFileWriter {
   Fnv1a64 hash_;
 };
 
+// write(2) until all of `bytes` went to `fd` (a short write or EINTR retries); throws naming
+// `path` when it fails.
+void WriteAll(int fd, const void* data, size_t bytes, const std::string& path);
+
 // Writes `content` to `path` atomically (AtomicFileWriter).
 void WriteFileAtomically(const std::string& path, std::string_view content);
 

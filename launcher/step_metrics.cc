@@ -11,6 +11,7 @@
 #include <filesystem>
 
 #include "core/error.h"
+#include "core/files.h"
 
 namespace baton {
 namespace {
@@ -140,14 +141,8 @@ void MetricsLog::Write(const JobStep& step) {
   const std::string line = MetricsLine(step, std::chrono::system_clock::now(), elapsed_s)
                                .dump(-1, ' ', false, json::error_handler_t::replace) +
                            "\n";
-  // O_APPEND: each write lands at the end as one piece; loop only for a short write.
-  size_t written = 0;
-  while (written < line.size()) {
-    const ssize_t n = write(fd_, line.data() + written, line.size() - written);
-    if (n < 0 && errno == EINTR) continue;
-    BATON_CHECK(n > 0, "writing {} failed: {}", path_, std::strerror(errno));
-    written += static_cast<size_t>(n);
-  }
+  // O_APPEND: each write lands at the end as one piece; WriteAll loops only for a short write.
+  WriteAll(fd_, line.data(), line.size(), path_);
   if (tensorboard_) tensorboard_->Write(step);
 }
 

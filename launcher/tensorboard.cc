@@ -12,6 +12,7 @@
 #include "core/error.h"
 #include "core/files.h"
 #include "core/hash.h"
+#include "core/units.h"
 #include "launcher/step_metrics.h"
 
 namespace baton {
@@ -46,10 +47,6 @@ void PutBytes(std::string& out, int number, std::string_view bytes) {
 uint32_t MaskedCrc(std::string_view bytes) {
   const uint32_t crc = Crc32c(bytes.data(), bytes.size());
   return ((crc >> 15) | (crc << 17)) + 0xA282EAD8u;
-}
-
-double WallTime() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
 }  // namespace
@@ -96,7 +93,7 @@ TensorBoardLog::TensorBoardLog(const std::string& dir) {
   MakeDirectories(dir);
   char host[256] = {};
   gethostname(host, sizeof(host) - 1);
-  const double now = WallTime();
+  const double now = WallSeconds();
   path_ = fmt::format("{}/events.out.tfevents.{}.{}.{}", dir, static_cast<int64_t>(now), host,
                       getpid());
   fd_ = open(path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
@@ -126,17 +123,11 @@ void TensorBoardLog::Write(const JobStep& step) {
     add("memory_peak/" + (key != step.rank_keys.end() ? key->second : fmt::format("stage{}", rank)),
         static_cast<double>(total->second) / (1024.0 * 1024.0));
   }
-  Append(FrameRecord(EncodeScalarEvent(WallTime(), step.step, scalars)));
+  Append(FrameRecord(EncodeScalarEvent(WallSeconds(), step.step, scalars)));
 }
 
 void TensorBoardLog::Append(const std::string& record) {
-  size_t written = 0;
-  while (written < record.size()) {
-    const ssize_t n = write(fd_, record.data() + written, record.size() - written);
-    if (n < 0 && errno == EINTR) continue;
-    BATON_CHECK(n > 0, "writing {} failed: {}", path_, std::strerror(errno));
-    written += static_cast<size_t>(n);
-  }
+  WriteAll(fd_, record.data(), record.size(), path_);
 }
 
 }  // namespace baton
