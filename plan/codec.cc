@@ -120,19 +120,20 @@ std::string EncodeJobPlan(const Plan& plan, const Launch& launch) {
       chunk->set_first_layer(ranges[static_cast<size_t>(c)].first);
       chunk->set_last_layer(ranges[static_cast<size_t>(c)].last);
     }
-    for (const Action& a : plan.schedule.per_rank.at(static_cast<size_t>(r))) {
+    for (const Action& a : plan.schedule.per_stage.at(static_cast<size_t>(r))) {
       ToProto(a, stage->add_actions());
     }
-    for (const Action& a : plan.eval_schedule.per_rank.at(static_cast<size_t>(r))) {
+    for (const Action& a : plan.eval_schedule.per_stage.at(static_cast<size_t>(r))) {
       ToProto(a, stage->add_eval_actions());
     }
   }
   m.set_eval_batches(plan.eval_batches);
+  m.set_sends_complete_before_compute(plan.sends_complete_before_compute);
   for (const TiedGroup& group : plan.tied) {
     pb::TiedGroup* tied = m.add_tied();
     tied->set_param(group.param);
     for (int layer : group.layers) tied->add_layers(layer);
-    for (int rank : group.ranks) tied->add_ranks(rank);
+    for (int stage : group.stages) tied->add_stages(stage);
   }
   pb::Timeouts* timeouts = m.mutable_timeouts();
   timeouts->set_wait_ms(plan.timeouts.wait.count());
@@ -197,9 +198,9 @@ Plan DecodeJobPlan(const std::string& bytes, Launch* launch) {
       plan.virtual_stages[static_cast<size_t>(VirtualStage(r, c, p))] = {chunk.first_layer(),
                                                                          chunk.last_layer()};
     }
-    std::vector<Action>& program = plan.schedule.per_rank.emplace_back();
+    std::vector<Action>& program = plan.schedule.per_stage.emplace_back();
     for (const pb::Action& a : stage.actions()) program.push_back(FromProto(a, r));
-    std::vector<Action>& eval_program = plan.eval_schedule.per_rank.emplace_back();
+    std::vector<Action>& eval_program = plan.eval_schedule.per_stage.emplace_back();
     for (const pb::Action& a : stage.eval_actions()) eval_program.push_back(FromProto(a, r));
   }
   plan.eval_schedule.name = "forward";
@@ -207,10 +208,11 @@ Plan DecodeJobPlan(const std::string& bytes, Launch* launch) {
   plan.eval_schedule.microbatches = m.micro_batches();
   plan.eval_schedule.chunks = v;
   plan.eval_batches = m.eval_batches();
+  plan.sends_complete_before_compute = m.sends_complete_before_compute();
   for (const pb::TiedGroup& tied : m.tied()) {
     plan.tied.push_back({tied.param(),
                          {tied.layers().begin(), tied.layers().end()},
-                         {tied.ranks().begin(), tied.ranks().end()}});
+                         {tied.stages().begin(), tied.stages().end()}});
   }
   const pb::Timeouts& t = m.timeouts();
   plan.timeouts = {Ms(t.wait_ms()), Ms(t.startup_ms()), Ms(t.checkpoint_ms()),

@@ -35,7 +35,7 @@ TEST(CodecTest, JobPlanComesBackEqualForEverySchedule) {
     const Plan decoded = DecodeJobPlan(EncodeJobPlan(plan, launch), &decoded_launch);
     EXPECT_EQ(decoded, plan) << overrides.front();
     EXPECT_EQ(decoded_launch, launch);
-    EXPECT_EQ(decoded.eval_schedule.per_rank.size(), static_cast<size_t>(plan.num_stages()));
+    EXPECT_EQ(decoded.eval_schedule.per_stage.size(), static_cast<size_t>(plan.num_stages()));
     for (int r = 0; r < plan.num_stages(); ++r) {
       EXPECT_EQ(decoded.ChunkRanges(r), plan.ChunkRanges(r));
     }
@@ -47,12 +47,12 @@ TEST(CodecTest, PlanCarriesTheTiedGroupAndTheTimeouts) {
   ASSERT_EQ(four.tied.size(), 1u);
   EXPECT_EQ(four.tied[0].param, "wte.weight");
   EXPECT_EQ(four.tied[0].layers, (std::vector<int>{0, 5}));
-  EXPECT_EQ(four.tied[0].ranks, (std::vector<int>{0, 3}));
+  EXPECT_EQ(four.tied[0].stages, (std::vector<int>{0, 3}));
   EXPECT_EQ(four.timeouts.wait, std::chrono::milliseconds(2000));
   EXPECT_EQ(four.timeouts.startup, std::chrono::milliseconds(60000));  // the start-up floor
   EXPECT_EQ(four.timeouts.checkpoint, std::chrono::milliseconds(20000));
   const Plan one = MakePlan(TinyConfig({"parallel.stages=1", "parallel.timeout_s=90"}));
-  EXPECT_EQ(one.tied[0].ranks, (std::vector<int>{0}));
+  EXPECT_EQ(one.tied[0].stages, (std::vector<int>{0}));
   EXPECT_EQ(one.timeouts.startup, std::chrono::milliseconds(90000));
   // Hundreds of processes take longer to start: 4 stages x 64 replicas wait 0.5 s per process.
   ParallelConfig many;

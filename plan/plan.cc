@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <utility>
 
+#include "core/timeouts.h"
 #include "scheduler/action.h"
 
 namespace baton {
@@ -43,10 +44,10 @@ std::vector<std::vector<int>> Plan::CollectiveGroups(int world_rank) const {
   std::vector<std::vector<int>> groups;
   for (const TiedGroup& group : tied) {
     const bool member =
-        std::find(group.ranks.begin(), group.ranks.end(), stage) != group.ranks.end();
-    if (!member || group.ranks.size() < 2) continue;
+        std::find(group.stages.begin(), group.stages.end(), stage) != group.stages.end();
+    if (!member || group.stages.size() < 2) continue;
     std::vector<int> ranks;
-    for (int s : group.ranks) ranks.push_back(first + s);
+    for (int s : group.stages) ranks.push_back(first + s);
     groups.push_back(ranks);
   }
   if (num_replicas() > 1) groups.push_back(ReplicaGroup(world_rank));
@@ -73,18 +74,18 @@ void Plan::SetCut(std::vector<LayerRange> cut) {
   tied = TiedGroupsFor(graph, dims, virtual_stages, num_stages());
 }
 
-std::vector<int> RanksHolding(const std::vector<int>& layers,
-                              const std::vector<LayerRange>& virtual_stages, int num_stages) {
-  std::vector<int> ranks;
+std::vector<int> StagesHolding(const std::vector<int>& layers,
+                               const std::vector<LayerRange>& virtual_stages, int num_stages) {
+  std::vector<int> stages;
   for (int layer : layers) {
     for (int j = 0; j < static_cast<int>(virtual_stages.size()); ++j) {
       const LayerRange& r = virtual_stages[static_cast<size_t>(j)];
-      if (layer >= r.first && layer <= r.last) ranks.push_back(StageOfVirtualStage(j, num_stages));
+      if (layer >= r.first && layer <= r.last) stages.push_back(StageOfVirtualStage(j, num_stages));
     }
   }
-  std::sort(ranks.begin(), ranks.end());
-  ranks.erase(std::unique(ranks.begin(), ranks.end()), ranks.end());
-  return ranks;
+  std::sort(stages.begin(), stages.end());
+  stages.erase(std::unique(stages.begin(), stages.end()), stages.end());
+  return stages;
 }
 
 std::vector<TiedGroup> TiedGroupsFor(const std::vector<LayerSpec>& graph, const ModelDims& dims,
@@ -93,9 +94,28 @@ std::vector<TiedGroup> TiedGroupsFor(const std::vector<LayerSpec>& graph, const 
   std::vector<TiedGroup> groups;
   for (const TiedParameter& tied : TiedParameters(graph, dims)) {
     groups.push_back(
-        {tied.name, tied.layers, RanksHolding(tied.layers, virtual_stages, num_stages)});
+        {tied.name, tied.layers, StagesHolding(tied.layers, virtual_stages, num_stages)});
   }
   return groups;
+}
+
+std::chrono::milliseconds StartupPerProcess(int64_t processes) {
+  return kStartupWaitPerProcess * std::max<int64_t>(processes, 0);
+}
+
+Timeouts TimeoutsFor(const ParallelConfig& parallel) {
+  // Start-up waits also cover peers that are still starting (process start, joining, building
+  // and loading their stage), which a loaded machine or a slow job scheduler stretches: they wait
+  // at least a minute, whatever timeout_s says, and half a second more per process beyond 120
+  // (256 processes starting on 2 cores took over a minute). Writing a large checkpoint may take
+  // longer than a pipeline wait: ten times as long.
+  Timeouts t;
+  t.wait = std::chrono::milliseconds(static_cast<int64_t>(parallel.timeout_s * 1000.0));
+  t.startup =
+      std::max({t.wait, kStartupFloorWait, StartupPerProcess(parallel.stages * parallel.replicas)});
+  t.checkpoint = 10 * t.wait;
+  t.heartbeat_interval = kHeartbeatInterval;
+  return t;
 }
 
 }  // namespace baton

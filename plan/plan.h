@@ -19,7 +19,7 @@
 namespace baton {
 
 // How long each kind of wait may take (docs/protocol.md, "Timeouts"), decided once from the
-// config by the launcher (planner/planner.h's TimeoutsFor).
+// config by the launcher (TimeoutsFor).
 struct Timeouts {
   std::chrono::milliseconds wait{0};                // any wait on a peer: parallel.timeout_s
   std::chrono::milliseconds startup{0};             // rendezvous, ready barrier: max(wait, 60 s)
@@ -28,12 +28,19 @@ struct Timeouts {
   bool operator==(const Timeouts&) const = default;
 };
 
+// The job's timeouts from parallel.timeout_s and the job's size.
+Timeouts TimeoutsFor(const ParallelConfig& parallel);
+// Half a second per process: the part of start-up waits (Timeouts::startup, and a worker's wait
+// to reach the coordinator) that grows with the job, so that hundreds of processes starting on a
+// few cores do not time out.
+std::chrono::milliseconds StartupPerProcess(int64_t processes);
+
 // A parameter several layers hold copies of (the head's "wte.weight" copies the embedding's), and
 // the stages holding those layers: they sum its gradient at every step end.
 struct TiedGroup {
   std::string param;
   std::vector<int> layers;  // graph indices, ascending
-  std::vector<int> ranks;   // stages, ascending, distinct
+  std::vector<int> stages;  // the stages holding those layers, ascending, distinct
   bool operator==(const TiedGroup&) const = default;
 };
 
@@ -49,6 +56,10 @@ struct Plan {
   // (EvalBatchesFor), 0 when the config names no held-out data.
   Schedule eval_schedule;
   int64_t eval_batches = 0;
+  // Whether both programs dry-run deadlock-free when every send completes only once its receive
+  // is posted (CommSemantics::kRendezvous): then every rank completes its sends before each
+  // compute action, and its memory peaks do not depend on its peers' speed (worker/engine.h).
+  bool sends_complete_before_compute = false;
   // Tied parameters and the stages holding them, under virtual_stages (TiedGroupsFor).
   std::vector<TiedGroup> tied;
   Timeouts timeouts;
@@ -64,6 +75,7 @@ struct Plan {
   int world_size() const { return num_stages() * num_replicas(); }
   int StageOf(int world_rank) const { return world_rank % num_stages(); }
   int ReplicaOf(int world_rank) const { return world_rank / num_stages(); }
+  int WorldRank(int stage, int replica) const { return replica * num_stages() + stage; }
   int num_chunks() const { return schedule.chunks; }
   // The layer ranges of stage `stage`'s chunks, chunk 0 first.
   std::vector<LayerRange> ChunkRanges(int stage) const;
@@ -85,8 +97,8 @@ struct Plan {
 };
 
 // The stages holding any of `layers` under the cut `virtual_stages`: ascending, distinct.
-std::vector<int> RanksHolding(const std::vector<int>& layers,
-                              const std::vector<LayerRange>& virtual_stages, int num_stages);
+std::vector<int> StagesHolding(const std::vector<int>& layers,
+                               const std::vector<LayerRange>& virtual_stages, int num_stages);
 
 // Each tied parameter (model/graph.h's TiedParameters) with the stages holding its layers.
 std::vector<TiedGroup> TiedGroupsFor(const std::vector<LayerSpec>& graph, const ModelDims& dims,

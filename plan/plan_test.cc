@@ -33,7 +33,7 @@ TEST(PlanTest, EveryRankIsToldItsPipelineReplicasAndPeers) {
   // The tied embedding spans stages 0 and 2 (embedding and head), within each replica; then the
   // stage's replicas.
   ASSERT_EQ(plan.tied.size(), 1u);
-  EXPECT_THAT(plan.tied[0].ranks, ElementsAre(0, 2));
+  EXPECT_THAT(plan.tied[0].stages, ElementsAre(0, 2));
   EXPECT_THAT(plan.CollectiveGroups(5), ElementsAre(ElementsAre(3, 5), ElementsAre(2, 5)));
   EXPECT_THAT(plan.CollectiveGroups(4), ElementsAre(ElementsAre(1, 4)));  // holds neither copy
 }
@@ -57,7 +57,7 @@ TEST(PlanTest, ACutMovesTheTiedGroupsWithIt) {
   const auto shared_ranks = [&] {
     std::vector<std::vector<int>> ranks;
     for (const TiedGroup& group : plan.tied) {
-      if (group.param != "wte.weight") ranks.push_back(group.ranks);
+      if (group.param != "wte.weight") ranks.push_back(group.stages);
     }
     return ranks;
   };
@@ -70,7 +70,7 @@ TEST(PlanTest, ACutMovesTheTiedGroupsWithIt) {
   EXPECT_THAT(plan.ChunkRanges(1), ElementsAre(LayerRange{5, 5}));
   for (const TiedGroup& group : plan.tied) {
     if (group.param == "wte.weight") {
-      EXPECT_THAT(group.ranks, ElementsAre(0, 1));
+      EXPECT_THAT(group.stages, ElementsAre(0, 1));
     }
   }
 }

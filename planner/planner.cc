@@ -15,26 +15,6 @@
 
 namespace baton {
 
-std::chrono::milliseconds StartupPerProcess(int64_t processes) {
-  return std::chrono::milliseconds(500 * std::max<int64_t>(processes, 0));
-}
-
-Timeouts TimeoutsFor(const ParallelConfig& parallel) {
-  // Start-up waits also cover peers that are still starting (process start, joining, building
-  // and loading their stage), which a loaded machine or a slow job scheduler stretches: they wait
-  // at least a minute, whatever timeout_s says, and half a second more per process beyond 120
-  // (256 processes starting on 2 cores took over a minute). Writing a large checkpoint may take
-  // longer than a pipeline wait: ten times as long.
-  constexpr std::chrono::milliseconds kStartupFloor{60000};
-  Timeouts t;
-  t.wait = std::chrono::milliseconds(static_cast<int64_t>(parallel.timeout_s * 1000.0));
-  t.startup =
-      std::max({t.wait, kStartupFloor, StartupPerProcess(parallel.stages * parallel.replicas)});
-  t.checkpoint = 10 * t.wait;
-  t.heartbeat_interval = std::chrono::milliseconds(500);
-  return t;
-}
-
 namespace {
 Schedule MakeComputeSchedule(const Config& config) {
   const ParallelConfig& parallel = config.parallel;
@@ -67,20 +47,27 @@ Plan MakePlan(const Config& config, int64_t memory_budget) {
   Schedule schedule;
   try {
     schedule = MakeComputeSchedule(config);
-    // RECVs posted when their data is produced: safe for sends that complete before the next
-    // compute (worker/engine.h), which makes every rank's memory peak deterministic.
+    // RECVs placed when their data is produced, then posted one compute action earlier: safe for
+    // sends that complete before the next compute (worker/engine.h), which makes every rank's
+    // memory peak deterministic.
     if (!HasCommunication(schedule)) {
       schedule = InsertCommunication(schedule, CommPlacement::kRendezvousSafe);
     }
+    CheckValid(schedule);
+    schedule = PostReceivesEarly(schedule);
     CheckValid(schedule);
   } catch (const Error& e) {
     BATON_FAIL("schedule: {}", e.what());
   }
   plan.schedule = std::move(schedule);
-  plan.eval_schedule = InsertCommunication(
+  plan.eval_schedule = PostReceivesEarly(InsertCommunication(
       ForwardOnly(plan.schedule.stages, plan.schedule.microbatches, plan.schedule.chunks),
-      CommPlacement::kRendezvousSafe);
+      CommPlacement::kRendezvousSafe));
   CheckValid(plan.eval_schedule);
+  plan.sends_complete_before_compute =
+      plan.num_stages() > 1 &&
+      static_cast<bool>(Validate(plan.schedule, CommSemantics::kRendezvous)) &&
+      static_cast<bool>(Validate(plan.eval_schedule, CommSemantics::kRendezvous));
   plan.eval_batches = EvalBatchesFor(config);
   plan.layer_costs =
       LayerCosts(plan.graph, plan.dims, config.parallel.partition, plan.micro_batch_shape());
@@ -99,7 +86,7 @@ Plan MakePlan(const Config& config, int64_t memory_budget) {
 std::vector<std::string> SplitShareGroups(const Plan& plan) {
   std::vector<std::string> split;
   for (const std::vector<int>& group : ShareGroups(plan.graph, plan.dims)) {
-    const std::vector<int> ranks = RanksHolding(group, plan.virtual_stages, plan.num_stages());
+    const std::vector<int> ranks = StagesHolding(group, plan.virtual_stages, plan.num_stages());
     if (ranks.size() < 2) continue;
     const LayerSpec& first = plan.graph[static_cast<size_t>(group.front())];
     const LayerSpec& last = plan.graph[static_cast<size_t>(group.back())];

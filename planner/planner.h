@@ -16,13 +16,6 @@
 
 namespace baton {
 
-// The job's timeouts (plan/plan.h's Timeouts) from parallel.timeout_s and the job's size.
-Timeouts TimeoutsFor(const ParallelConfig& parallel);
-// Half a second per process: the part of start-up waits (Timeouts::startup, and a worker's wait
-// to reach the coordinator) that grows with the job, so that hundreds of processes starting on a
-// few cores do not time out.
-std::chrono::milliseconds StartupPerProcess(int64_t processes);
-
 // With `memory_budget` > 0 the cut also keeps every rank's predicted memory total within it
 // (the Gloo transport's figures: what `baton run` measures); throws baton::Error naming the
 // smallest peak any cut reaches when none fits.

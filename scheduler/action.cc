@@ -95,10 +95,10 @@ std::string ToString(const Action& action, int num_stages) {
 Action ParseAction(std::string_view text, int rank, int num_stages) {
   const std::string_view body = Trim(text);
   auto fail = [&](const std::string& why) {
-    return Error("bad action '" + std::string(text) + "' on rank " + std::to_string(rank) + ": " +
+    return Error("bad action '" + std::string(text) + "' on stage " + std::to_string(rank) + ": " +
                  why);
   };
-  if (num_stages < 1 || rank < 0 || rank >= num_stages) throw fail("rank out of range");
+  if (num_stages < 1 || rank < 0 || rank >= num_stages) throw fail("stage out of range");
   size_t pos = 0;
   const int virtual_stage = ReadNumber(body, &pos);
   const size_t kind_begin = pos;
@@ -122,7 +122,7 @@ Action ParseAction(std::string_view text, int rank, int num_stages) {
   }
   if (virtual_stage >= 0) {
     if (StageOfVirtualStage(virtual_stage, num_stages) != rank) {
-      throw fail("virtual stage " + std::to_string(virtual_stage) + " is held by rank " +
+      throw fail("virtual stage " + std::to_string(virtual_stage) + " is held by stage " +
                  std::to_string(StageOfVirtualStage(virtual_stage, num_stages)));
     }
     action.chunk = ChunkOfVirtualStage(virtual_stage, num_stages);

@@ -54,7 +54,7 @@ TEST(ActionTest, VirtualStageHeldByAnotherRankIsRejected) {
     ParseAction("2F3", 1, 4);
     FAIL() << "expected an exception";
   } catch (const Error& error) {
-    EXPECT_NE(std::string(error.what()).find("held by rank 2"), std::string::npos) << error.what();
+    EXPECT_NE(std::string(error.what()).find("held by stage 2"), std::string::npos) << error.what();
   }
 }
 

@@ -12,7 +12,7 @@
 namespace baton {
 namespace {
 
-// The RECV that a compute action needs on its own rank, if its input comes from another rank.
+// The RECV that a compute action needs on its own stage, if its input comes from another stage.
 std::optional<Action> RecvFor(const Action& compute, int num_stages, int num_virtual_stages) {
   const int stage = VirtualStage(compute, num_stages);
   if (compute.kind == ActionKind::kForward && stage > 0 &&
@@ -27,7 +27,7 @@ std::optional<Action> RecvFor(const Action& compute, int num_stages, int num_vir
   return std::nullopt;
 }
 
-// The SEND that follows a compute action, if another rank needs its output.
+// The SEND that follows a compute action, if another stage needs its output.
 std::optional<Action> SendAfter(const Action& compute, int num_stages, int num_virtual_stages) {
   const int stage = VirtualStage(compute, num_stages);
   if (compute.kind == ActionKind::kForward && stage + 1 < num_virtual_stages &&
@@ -55,7 +55,7 @@ Schedule JustInTime(const Schedule& compute) {
   const int stages = compute.num_virtual_stages();
   // RECVs each link must deliver, in the sender's order.
   std::vector<std::vector<Action>> links(static_cast<size_t>(p) * p);
-  for (const auto& actions : compute.per_rank) {
+  for (const auto& actions : compute.per_stage) {
     for (const Action& action : actions) {
       if (auto send = SendAfter(action, p, stages)) {
         const Action recv = MatchingRecv(*send, p);
@@ -66,9 +66,9 @@ Schedule JustInTime(const Schedule& compute) {
   Schedule result = compute;
   std::vector<size_t> posted(links.size(), 0);  // RECVs already placed, per link
   for (int rank = 0; rank < p; ++rank) {
-    auto& out = result.per_rank[rank];
+    auto& out = result.per_stage[rank];
     out.clear();
-    for (const Action& action : compute.per_rank[rank]) {
+    for (const Action& action : compute.per_stage[rank]) {
       if (auto recv = RecvFor(action, p, stages)) {
         // Post this link's RECVs up to and including ours, keeping the sender's order.
         const int from = PeerStage(*recv, p);
@@ -90,7 +90,7 @@ Schedule RendezvousSafe(const Schedule& compute) {
   // The global order: the unit-cost timeline. Costs must be > 0 so starts are strictly increasing.
   const SimulationResult timing = Simulate(compute, Costs{});
   // Sort key: (time, 0 for a message exchanged when its producer ends / 1 for a compute starting,
-  // sender rank, sender step) -- the same for both ends of a message.
+  // sender stage, sender step) -- the same for both ends of a message.
   using Key = std::tuple<double, int, int, int>;
   std::vector<std::vector<std::pair<Key, Action>>> events(p);
   for (int rank = 0; rank < p; ++rank) {
@@ -111,7 +111,7 @@ Schedule RendezvousSafe(const Schedule& compute) {
     auto& rank_events = events[rank];
     std::sort(rank_events.begin(), rank_events.end(),
               [](const auto& a, const auto& b) { return a.first < b.first; });
-    auto& out = result.per_rank[rank];
+    auto& out = result.per_stage[rank];
     out.clear();
     for (const auto& [key, action] : rank_events) out.push_back(action);
   }
@@ -133,6 +133,36 @@ Schedule InsertCommunication(const Schedule& compute_only, CommPlacement placeme
       return RendezvousSafe(compute_only);
   }
   throw Error("unknown CommPlacement " + std::to_string(static_cast<int>(placement)));
+}
+
+Schedule PostReceivesEarly(const Schedule& with_communication) {
+  if (!HasCommunication(with_communication) && with_communication.stages > 1) {
+    throw Error("PostReceivesEarly: schedule '" + with_communication.name +
+                "' has no SEND/RECV actions; run InsertCommunication first");
+  }
+  Schedule result = with_communication;
+  for (auto& actions : result.per_stage) {
+    std::vector<Action> lowered;
+    lowered.reserve(actions.size());
+    size_t i = 0;
+    // Before the first compute action nothing runs that a RECV could overlap: keep the order.
+    for (; i < actions.size() && !IsCompute(actions[i].kind); ++i) lowered.push_back(actions[i]);
+    while (i < actions.size()) {
+      const Action& compute = actions[i];
+      size_t gap_end = i + 1;  // the gap: the actions up to the next compute
+      while (gap_end < actions.size() && !IsCompute(actions[gap_end].kind)) ++gap_end;
+      for (size_t j = i + 1; j < gap_end; ++j) {
+        if (IsRecv(actions[j].kind)) lowered.push_back(actions[j]);
+      }
+      lowered.push_back(compute);
+      for (size_t j = i + 1; j < gap_end; ++j) {
+        if (!IsRecv(actions[j].kind)) lowered.push_back(actions[j]);
+      }
+      i = gap_end;
+    }
+    actions = std::move(lowered);
+  }
+  return result;
 }
 
 }  // namespace baton

@@ -1,10 +1,10 @@
 // Send/receive insertion: turns a compute-only schedule (F/B/I/W) into the one a runtime executes,
-// with a SEND after every compute whose output another rank needs and a RECV on that rank before
+// with a SEND after every compute whose output another stage needs and a RECV on that stage before
 // its use. Pure: the compute actions keep their order; only SEND/RECV actions are added.
 //
-// What crosses ranks (virtual stage j, micro-batch k): F(j,k)'s activation to j+1, and B/I(j,k)'s
-// input gradient to j-1, whenever the other virtual stage lives on another rank. W sends nothing.
-// Each link (ordered rank pair) carries its messages in the sender's order, and the receiver posts
+// What crosses stages (virtual stage j, micro-batch k): F(j,k)'s activation to j+1, and B/I(j,k)'s
+// input gradient to j-1, whenever the other virtual stage lives on another stage. W sends nothing.
+// Each link (ordered stage pair) carries its messages in the sender's order, and the receiver posts
 // its RECVs in that same order (no tags, like NCCL).
 #pragma once
 
@@ -29,5 +29,17 @@ enum class CommPlacement {
 // (the message then carries the marked grid).
 Schedule InsertCommunication(const Schedule& compute_only,
                              CommPlacement placement = CommPlacement::kJustInTime);
+
+// Lowering for the runtime (worker/engine.h): every RECV that follows a compute action, before the
+// next compute action, moves to just before that compute action (the RECVs keep their order; the
+// SENDs stay after their producer). The engine posts a RECV where the program puts it, so each
+// receive is then posted while the compute before it runs, and a peer's send, which may complete
+// only once its receive is posted, need not wait for this stage to finish that compute. The dry
+// run and the simulator see the lowered program the engine runs.
+//
+// Applied once, by the planner, to the program every stage receives (a second application would
+// move the RECVs one compute action earlier again). Throws baton::Error when a schedule of more
+// than one stage has no SEND/RECV actions.
+Schedule PostReceivesEarly(const Schedule& with_communication);
 
 }  // namespace baton

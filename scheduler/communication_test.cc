@@ -13,14 +13,14 @@ namespace {
 
 std::string Row(const Schedule& schedule, int rank) {
   std::string text;
-  for (const Action& action : schedule.per_rank[rank]) {
+  for (const Action& action : schedule.per_stage[rank]) {
     text += (text.empty() ? "" : " ") + ToString(action, schedule.stages);
   }
   return text;
 }
 
 Schedule WithoutCommunication(Schedule schedule) {
-  for (auto& actions : schedule.per_rank) {
+  for (auto& actions : schedule.per_stage) {
     std::erase_if(actions, [](const Action& action) { return IsCommunication(action.kind); });
   }
   return schedule;
@@ -51,10 +51,10 @@ TEST(CommunicationTest, ReceiverPostsInTheSendersOrderWhenItConsumesInAnother) {
   // Rank 1 consumes micro-batch 1 first, but rank 0 sends 0 first: with no tags, rank 1 must post
   // RECV_F0 before RECV_F1.
   Schedule compute = GPipe(2, 2);
-  compute.per_rank[1] = {{1, ActionKind::kForward, 1, 0},
-                         {1, ActionKind::kForward, 0, 0},
-                         {1, ActionKind::kBackward, 1, 0},
-                         {1, ActionKind::kBackward, 0, 0}};
+  compute.per_stage[1] = {{1, ActionKind::kForward, 1, 0},
+                          {1, ActionKind::kForward, 0, 0},
+                          {1, ActionKind::kBackward, 1, 0},
+                          {1, ActionKind::kBackward, 0, 0}};
   const Schedule schedule = InsertCommunication(compute);
   EXPECT_EQ(Row(schedule, 1), "RECV_F0 RECV_F1 F1 F0 B1 SEND_B1 B0 SEND_B0");
   EXPECT_EQ(Row(schedule, 0), "F0 SEND_F0 F1 SEND_F1 RECV_B1 RECV_B0 B0 B1");
@@ -98,13 +98,32 @@ TEST(CommunicationTest, RendezvousSafePlacementSurvivesBlockingSends) {
   EXPECT_TRUE(Validate(schedule, CommSemantics::kAsync));
 }
 
+TEST(CommunicationTest, PostReceivesEarlyMovesEachReceiveBeforeTheComputeItFollows) {
+  const Schedule placed = InsertCommunication(OneFOneB(2, 2), CommPlacement::kRendezvousSafe);
+  const Schedule lowered = PostReceivesEarly(placed);
+  // Rank 0: RECV_B0 followed F1, RECV_B1 followed B0; rank 1: RECV_F1 followed F0. A RECV before
+  // the first compute (rank 1's RECV_F0) stays; SENDs stay after their producer.
+  EXPECT_EQ(Row(lowered, 0), "F0 SEND_F0 RECV_B0 F1 SEND_F1 RECV_B1 B0 B1");
+  EXPECT_EQ(Row(lowered, 1), "RECV_F0 RECV_F1 F0 B0 SEND_B0 F1 B1 SEND_B1");
+  // Posted receives never block their rank, so the lowered program survives blocking sends too.
+  EXPECT_TRUE(Validate(lowered, CommSemantics::kRendezvous))
+      << Validate(lowered, CommSemantics::kRendezvous).message;
+  EXPECT_TRUE(Validate(lowered, CommSemantics::kAsync));
+}
+
+TEST(CommunicationTest, PostReceivesEarlyNeedsCommunicationOnMoreThanOneRank) {
+  EXPECT_THROW(PostReceivesEarly(OneFOneB(2, 2)), Error);
+  const Schedule single = OneFOneB(1, 3);
+  EXPECT_EQ(Row(PostReceivesEarly(single), 0), Row(single, 0));
+}
+
 TEST(CommunicationTest, ScheduleThatAlreadyCommunicatesIsRefused) {
   EXPECT_THROW(InsertCommunication(InsertCommunication(OneFOneB(2, 2))), Error);
 }
 
 TEST(CommunicationTest, InvalidComputeScheduleIsRefusedWithTheMarkedGrid) {
   Schedule compute = OneFOneB(2, 2);
-  std::swap(compute.per_rank[1][0], compute.per_rank[1][1]);  // B0 before F0 on rank 1
+  std::swap(compute.per_stage[1][0], compute.per_stage[1][1]);  // B0 before F0 on rank 1
   try {
     InsertCommunication(compute);
     FAIL() << "expected an exception";

@@ -1,10 +1,10 @@
 // Per-action costs the simulator charges, in arbitrary time units, and their text form.
 //
-// Compute actions occupy their rank for their cost. Communication is a latency: a message posted at
-// time t is usable by its receiver at t + communication; posting and receiving occupy no rank time
-// (the runtime posts async sends/receives). Costs are per action, so an interleaved chunk action is
-// charged the full F/B: divide by v to compare schedules at equal work (the bubble fraction is
-// unchanged by scaling every cost).
+// Compute actions occupy their stage for their cost. Communication is a latency: a message posted
+// at time t is usable by its receiver at t + communication; posting and receiving occupy no stage
+// time (the runtime posts async sends/receives). Costs are per action, so an interleaved chunk
+// action is charged the full F/B: divide by v to compare schedules at equal work (the bubble
+// fraction is unchanged by scaling every cost).
 //
 // Text form: comma-separated KEY[@VIRTUAL_STAGE]=VALUE, keys F B I W COMM, e.g. "F=1,B=2,F@3=1.5"
 // (virtual stage 3's forwards cost 1.5; other stages use F=1). Values are finite and >= 0.
@@ -24,7 +24,7 @@ struct ActionCosts {
   double backward_weight = 1;  // W
   double communication = 0;    // latency of one SEND -> RECV message, charged to the sender's stage
 
-  // The rank time an action of this kind occupies (0 for SEND/RECV).
+  // The stage time an action of this kind occupies (0 for SEND/RECV).
   double Of(ActionKind kind) const;
   friend bool operator==(const ActionCosts&, const ActionCosts&) = default;
 };

@@ -19,15 +19,23 @@ struct Message {
   int sender_step;
 };
 
+// A receive posted on a link, waiting for its message.
+struct PostedRecv {
+  Action recv;
+  double posted_at;
+  int rank;
+  int step;
+};
+
 class Engine {
  public:
   Engine(const Schedule& schedule, CommSemantics semantics, const Costs& costs);
   DryRunResult Run();
 
  private:
-  int Size(int rank) const { return static_cast<int>(schedule_.per_rank[rank].size()); }
+  int Size(int rank) const { return static_cast<int>(schedule_.per_stage[rank].size()); }
   bool AtEnd(int rank) const { return pc_[rank] >= Size(rank); }
-  const Action& Current(int rank) const { return schedule_.per_rank[rank][pc_[rank]]; }
+  const Action& Current(int rank) const { return schedule_.per_stage[rank][pc_[rank]]; }
   int Index(int virtual_stage, int microbatch) const { return virtual_stage * m_ + microbatch; }
   std::string Name(const Action& action) const { return ToString(action, p_); }
   std::string Where(int virtual_stage, int microbatch) const {
@@ -44,9 +52,9 @@ class Engine {
   Status Send(int rank, const Action& action);
   Status Recv(int rank, const Action& action);
   Message Post(int rank, const Action& send, double sent_at);
-  Status Deliver(int rank, const Action& recv, const Message& message);
-  bool At(int rank, bool send, int peer) const;
-  Status RendezvousWith(int peer, int rank);
+  Status Match(int link);
+  Status Deliver(const PostedRecv& posted, const Message& message);
+  int Link(int from, int to) const { return from * p_ + to; }
   Status FailAt(int rank, int step, std::string reason);
   Status Fail(int rank, std::string reason) { return FailAt(rank, pc_[rank], std::move(reason)); }
   void Record(int rank, double start, double end);
@@ -65,10 +73,14 @@ class Engine {
   // Per (virtual stage, micro-batch) of the producer: when it finished, -1 until it ran.
   std::vector<double> forward_end_, gradient_end_, weight_end_;  // F; B or I; B or W
   std::vector<char> activation_sent_, gradient_sent_;
+  std::vector<char> activation_posted_, gradient_posted_;  // per consumer: its RECV is posted
   // Per (virtual stage, micro-batch) of the consumer: when its message is usable, -1 until
   // received.
   std::vector<double> activation_arrival_, gradient_arrival_;
-  std::vector<std::deque<Message>> links_;  // [from * p + to]; kAsync only
+  // Per link [Link(from, to)]: messages sent and not yet matched, receives posted and not yet
+  // matched. The n-th message of a link meets its n-th receive.
+  std::vector<std::deque<Message>> messages_;
+  std::vector<std::deque<PostedRecv>> posted_;
   DryRunResult result_;
 };
 
@@ -82,14 +94,16 @@ Engine::Engine(const Schedule& schedule, CommSemantics semantics, const Costs& c
       explicit_comm_(HasCommunication(schedule)),
       pc_(p_, 0),
       clock_(p_, 0.0),
-      links_(static_cast<size_t>(p_) * p_) {
+      messages_(static_cast<size_t>(p_) * p_),
+      posted_(static_cast<size_t>(p_) * p_) {
   const size_t cells = static_cast<size_t>(num_virtual_stages_) * m_;
   for (auto* times :
        {&forward_end_, &gradient_end_, &weight_end_, &activation_arrival_, &gradient_arrival_}) {
     times->assign(cells, -1.0);
   }
-  activation_sent_.assign(cells, 0);
-  gradient_sent_.assign(cells, 0);
+  for (auto* flags : {&activation_sent_, &gradient_sent_, &activation_posted_, &gradient_posted_}) {
+    flags->assign(cells, 0);
+  }
   for (int rank = 0; rank < p_; ++rank) {
     result_.start.emplace_back(Size(rank), 0.0);
     result_.end.emplace_back(Size(rank), 0.0);
@@ -113,16 +127,24 @@ DryRunResult Engine::Run() {
     if (finished) break;
     if (!progress) return Deadlock();
   }
-  for (const auto& link : links_) {
+  for (const auto& link : messages_) {
     if (link.empty()) continue;
     const Message& message = link.front();
     FailAt(message.sender_rank, message.sender_step,
-           "message is never received: rank " + std::to_string(message.sender_rank) +
-               " sends it, but no RECV on rank " +
+           "message is never received: stage " + std::to_string(message.sender_rank) +
+               " sends it, but no RECV on stage " +
                std::to_string(StageOfVirtualStage(
                    message.from_virtual_stage + (message.kind == ActionKind::kSendForward ? 1 : -1),
                    p_)) +
                " takes it");
+    return result_;
+  }
+  for (const auto& link : posted_) {
+    if (link.empty()) continue;
+    const PostedRecv& posted = link.front();
+    FailAt(posted.rank, posted.step,
+           "receive is never matched: stage " + std::to_string(PeerStage(posted.recv, p_)) +
+               " sends no message for it");
     return result_;
   }
   return result_;
@@ -203,13 +225,16 @@ Status Engine::NeedInput(int rank, const Action& action, int producer_stage, boo
     const double arrival =
         (activation ? activation_arrival_ : gradient_arrival_)[Index(consumer, mb)];
     if (arrival < 0) {
-      return Fail(rank, Name(action) + " needs " + what + " from rank " +
+      const bool posted =
+          (activation ? activation_posted_ : gradient_posted_)[Index(consumer, mb)] != 0;
+      if (posted) return Status::kBlocked;  // its RECV is posted: wait for the message
+      return Fail(rank, Name(action) + " needs " + what + " from stage " +
                             std::to_string(producer_rank) + ", but no " +
                             (activation ? "RECV_F" : "RECV_B") + " for it precedes it");
     }
     *ready = std::max(*ready, arrival);
   } else {
-    if (produced < 0) return Status::kBlocked;  // compute-only: wait for the producer's rank
+    if (produced < 0) return Status::kBlocked;  // compute-only: wait for the producer's stage
     *ready = std::max(*ready, produced + costs_.For(producer_stage).communication);
   }
   return Status::kDone;
@@ -225,7 +250,7 @@ Status Engine::CheckSend(int rank, const Action& action) {
                           (forward ? " is the last" : " is the first"));
   }
   if (StageOfVirtualStage(peer_stage, p_) == rank) {
-    return Fail(rank, Name(action) + " sends to its own rank: virtual stages " +
+    return Fail(rank, Name(action) + " sends to its own stage: virtual stages " +
                           std::to_string(stage) + " and " + std::to_string(peer_stage) +
                           " share it, no message is needed");
   }
@@ -247,11 +272,11 @@ Status Engine::CheckRecv(int rank, const Action& action) {
                           (forward ? " is the first" : " is the last"));
   }
   if (StageOfVirtualStage(peer_stage, p_) == rank) {
-    return Fail(rank, Name(action) + " receives from its own rank: virtual stages " +
+    return Fail(rank, Name(action) + " receives from its own stage: virtual stages " +
                           std::to_string(stage) + " and " + std::to_string(peer_stage) +
                           " share it, no message is needed");
   }
-  if ((forward ? activation_arrival_ : gradient_arrival_)[Index(stage, action.microbatch)] >= 0) {
+  if ((forward ? activation_posted_ : gradient_posted_)[Index(stage, action.microbatch)]) {
     return Fail(rank, Name(action) + " is received twice");
   }
   return Status::kDone;
@@ -264,7 +289,20 @@ Message Engine::Post(int rank, const Action& send, double sent_at) {
   return Message{send.kind, send.microbatch, stage, sent_at, rank, pc_[rank]};
 }
 
-Status Engine::Deliver(int rank, const Action& recv, const Message& message) {
+// Matches the link's sent messages with its posted receives, oldest first.
+Status Engine::Match(int link) {
+  while (!messages_[link].empty() && !posted_[link].empty()) {
+    const Message message = messages_[link].front();
+    const PostedRecv posted = posted_[link].front();
+    messages_[link].pop_front();
+    posted_[link].pop_front();
+    if (Status status = Deliver(posted, message); status != Status::kDone) return status;
+  }
+  return Status::kDone;
+}
+
+Status Engine::Deliver(const PostedRecv& posted, const Message& message) {
+  const Action& recv = posted.recv;
   const ActionKind expected_kind =
       recv.kind == ActionKind::kRecvForward ? ActionKind::kSendForward : ActionKind::kSendBackward;
   const int expected_from = PeerVirtualStage(recv, p_);
@@ -272,11 +310,12 @@ Status Engine::Deliver(int rank, const Action& recv, const Message& message) {
       message.from_virtual_stage != expected_from) {
     const Action sent{message.sender_rank, message.kind, message.microbatch,
                       ChunkOfVirtualStage(message.from_virtual_stage, p_)};
-    return Fail(rank, "link order mismatch on link " + std::to_string(message.sender_rank) + "->" +
-                          std::to_string(rank) + ": " + Name(recv) + " takes the next message, " +
-                          "which is " + Name(sent) + " (rank " +
-                          std::to_string(message.sender_rank) + " step " +
-                          std::to_string(message.sender_step) + ")");
+    return FailAt(posted.rank, posted.step,
+                  "link order mismatch on link " + std::to_string(message.sender_rank) + "->" +
+                      std::to_string(posted.rank) + ": " + Name(recv) +
+                      " takes the next message, which is " + Name(sent) + " (stage " +
+                      std::to_string(message.sender_rank) + " step " +
+                      std::to_string(message.sender_step) + ")");
   }
   const int stage = VirtualStage(recv, p_);
   auto& arrival = recv.kind == ActionKind::kRecvForward ? activation_arrival_ : gradient_arrival_;
@@ -285,58 +324,37 @@ Status Engine::Deliver(int rank, const Action& recv, const Message& message) {
   return Status::kDone;
 }
 
-bool Engine::At(int rank, bool send, int peer) const {
-  if (AtEnd(rank)) return false;
-  const Action& action = Current(rank);
-  return (send ? IsSend(action.kind) : IsRecv(action.kind)) && PeerStage(action, p_) == peer;
-}
-
-// kRendezvous: `rank` and `peer` both stand at the two ends of one message; complete both.
-Status Engine::RendezvousWith(int peer, int rank) {
-  const bool rank_sends = IsSend(Current(rank).kind);
-  const int sender = rank_sends ? rank : peer;
-  const int receiver = rank_sends ? peer : rank;
-  Status status = rank_sends ? CheckRecv(peer, Current(peer)) : CheckSend(peer, Current(peer));
-  if (status != Status::kDone) return status;
-  const double time = std::max(clock_[rank], clock_[peer]);
-  clock_[rank] = clock_[peer] = time;
-  status = Deliver(receiver, Current(receiver), Post(sender, Current(sender), time));
-  if (status != Status::kDone) return status;
-  Record(peer, time, time);
-  ++pc_[peer];
-  Record(rank, time, time);
-  return Status::kDone;
-}
-
+// A SEND posts its message; under kRendezvous it first waits until the receiver has posted the
+// matching RECV (the receive posted on the link ahead of every other), and completes then.
 Status Engine::Send(int rank, const Action& action) {
   if (Status status = CheckSend(rank, action); status != Status::kDone) return status;
-  const int peer = PeerStage(action, p_);
-  if (semantics_ == CommSemantics::kRendezvous) {
-    return At(peer, /*send=*/false, rank) ? RendezvousWith(peer, rank) : Status::kBlocked;
+  const int link = Link(rank, PeerStage(action, p_));
+  double sent_at = clock_[rank];
+  if (semantics_ == CommSemantics::kRendezvous) {  // messages never queue: each meets its RECV
+    if (posted_[link].empty()) return Status::kBlocked;
+    sent_at = std::max(sent_at, posted_[link].front().posted_at);
+    clock_[rank] = sent_at;
   }
-  links_[rank * p_ + peer].push_back(Post(rank, action, clock_[rank]));
-  Record(rank, clock_[rank], clock_[rank]);
-  return Status::kDone;
+  messages_[link].push_back(Post(rank, action, sent_at));
+  Record(rank, sent_at, sent_at);
+  return Match(link);
 }
 
+// A RECV posts its receive and never blocks: the compute that consumes the data waits for it.
 Status Engine::Recv(int rank, const Action& action) {
   if (Status status = CheckRecv(rank, action); status != Status::kDone) return status;
-  const int peer = PeerStage(action, p_);
-  if (semantics_ == CommSemantics::kRendezvous) {
-    return At(peer, /*send=*/true, rank) ? RendezvousWith(peer, rank) : Status::kBlocked;
-  }
-  auto& link = links_[peer * p_ + rank];
-  if (link.empty()) return Status::kBlocked;
-  const Message message = link.front();
-  link.pop_front();
-  if (Status status = Deliver(rank, action, message); status != Status::kDone) return status;
+  const int stage = VirtualStage(action, p_);
+  auto& posted = action.kind == ActionKind::kRecvForward ? activation_posted_ : gradient_posted_;
+  posted[Index(stage, action.microbatch)] = 1;
+  const int link = Link(PeerStage(action, p_), rank);
+  posted_[link].push_back({action, clock_[rank], rank, pc_[rank]});
   Record(rank, clock_[rank], clock_[rank]);
-  return Status::kDone;
+  return Match(link);
 }
 
 Status Engine::FailAt(int rank, int step, std::string reason) {
   result_.ok = false;
-  result_.rank = rank;
+  result_.stage = rank;
   result_.step = step;
   result_.reason = std::move(reason);
   return Status::kError;
@@ -349,25 +367,22 @@ void Engine::Record(int rank, double start, double end) {
 
 std::string Engine::WaitReason(int rank, bool* hopeless) const {
   const Action& action = Current(rank);
-  std::string reason = "rank " + std::to_string(rank) + " step " + std::to_string(pc_[rank]) +
+  std::string reason = "stage " + std::to_string(rank) + " step " + std::to_string(pc_[rank]) +
                        " (" + Name(action) + ") waits for ";
   int peer = 0;
-  if (IsCompute(action.kind)) {  // compute-only schedules: a remote producer
+  if (IsCompute(action.kind)) {  // a remote producer: its message, or (compute-only) its action
     const int stage = VirtualStage(action, p_);
     const int producer = stage + (action.kind == ActionKind::kForward ? -1 : 1);
     peer = StageOfVirtualStage(producer, p_);
     reason += std::string(action.kind == ActionKind::kForward ? "F" : "B/I") + " of " +
-              Where(producer, action.microbatch) + " on rank " + std::to_string(peer);
-  } else {
+              Where(producer, action.microbatch) + " on stage " + std::to_string(peer) +
+              (explicit_comm_ ? " to be sent" : "");
+  } else {  // a SEND under kRendezvous
     peer = PeerStage(action, p_);
-    const bool send = IsSend(action.kind);
-    reason +=
-        semantics_ == CommSemantics::kAsync
-            ? "a message from rank " + std::to_string(peer)
-            : "rank " + std::to_string(peer) + " to reach the matching " + (send ? "RECV" : "SEND");
+    reason += "stage " + std::to_string(peer) + " to post the matching RECV";
   }
   *hopeless = AtEnd(peer);
-  if (*hopeless) reason += ", but rank " + std::to_string(peer) + " has finished";
+  if (*hopeless) reason += ", but stage " + std::to_string(peer) + " has finished";
   return reason;
 }
 
@@ -384,7 +399,7 @@ DryRunResult Engine::Deadlock() {
       marked_hopeless = hopeless;
     }
   }
-  FailAt(marked, pc_[marked], "deadlock, no rank can proceed:" + reasons);
+  FailAt(marked, pc_[marked], "deadlock, no stage can proceed:" + reasons);
   return result_;
 }
 

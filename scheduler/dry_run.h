@@ -1,25 +1,30 @@
-// Dry run: executes every rank's action list against the others, without data, to find deadlocks,
+// Dry run: executes every stage's action list against the others, without data, to find deadlocks,
 // broken dependencies and mismatched messages, and (with costs) when each action runs.
 //
 // Shared engine of Validate() and Simulate(); callers normally use those. Preconditions, checked by
-// Validate() before it calls DryRun(): every action's stage is its row's rank and its chunk and
+// Validate() before it calls DryRun(): every action's stage is its row's stage and its chunk and
 // micro-batch are in range.
 //
 // Dependencies (virtual stage j, micro-batch k; V = stages * chunks):
 //   F(j,k)    needs the activation of F(j-1,k)            (none for j = 0)
-//   B/I(j,k)  needs F(j,k) on the same rank, and the input gradient of B/I(j+1,k) (none for j =
-//   V-1) W(j,k)    needs I(j,k) on the same rank
-// A producer on the same rank (interleaved with one rank) must simply come earlier in its list.
-// A producer on another rank is reached:
-//   - in a schedule with SEND/RECV actions, through a RECV on this rank before the consumer, whose
-//     message the producer's rank SENDs after the producer;
+//   B/I(j,k)  needs F(j,k) on the same stage, and the input gradient of B/I(j+1,k) (none for j =
+//   V-1) W(j,k)    needs I(j,k) on the same stage
+// A producer on the same stage (interleaved with one stage) must simply come earlier in its list.
+// A producer on another stage is reached:
+//   - in a schedule with SEND/RECV actions, through a RECV on this stage before the consumer, whose
+//     message the producer's stage SENDs after the producer;
 //   - in a compute-only schedule (no SEND/RECV anywhere), directly: the consumer waits until the
 //     producer has run (implicit, instant-to-post messaging).
-// Messages have no tags (like NCCL): on each ordered pair of ranks the n-th RECV takes the n-th
+// Messages have no tags (like NCCL): on each ordered pair of stages the n-th RECV takes the n-th
 // SEND, and must name the same message (kind, micro-batch, virtual stage).
 //
-// Timing: actions start as soon as their rank is free and their inputs are there; a compute takes
-// its cost; SEND and RECV take no rank time; a message is usable `communication` after it is sent.
+// A RECV posts a receive and never blocks its stage (the runtime's irecv: Gloo's recv into an
+// unbound buffer, NCCL's recv on the link's own stream); the compute that consumes the data waits
+// until its message has arrived. So a RECV placed early (PostReceivesEarly, communication.h) lets
+// a blocking SEND complete sooner without holding its own stage.
+//
+// Timing: actions start as soon as their stage is free and their inputs are there; a compute takes
+// its cost; SEND and RECV take no stage time; a message is usable `communication` after it is sent.
 #pragma once
 
 #include <string>
@@ -30,24 +35,23 @@
 
 namespace baton {
 
-// When a SEND or RECV blocks its rank during the dry run.
+// When a SEND or RECV blocks its stage during the dry run.
 enum class CommSemantics {
-  // A SEND is posted and never blocks (buffered / async isend); a RECV blocks until its message has
-  // been sent. What Baton's runtime does (async isend/irecv, wait when the data is needed).
+  // A SEND is posted and never blocks (buffered / async isend). What Baton's runtime does when
+  // sends complete asynchronously (isend/irecv, wait when the data is needed).
   kAsync,
-  // A SEND blocks until the peer reaches the matching RECV and vice versa; the two complete
-  // together
-  // (NCCL send/recv on one stream outside a group). Stricter: every schedule that passes it passes
-  // kAsync.
+  // A SEND blocks until the receiver has posted the matching RECV, and completes then (a send that
+  // completes only once its receive is posted: NCCL, large Gloo messages, and the engine's
+  // sends-complete-before-compute mode). Stricter: every schedule that passes it passes kAsync.
   kRendezvous,
 };
 
 struct DryRunResult {
   bool ok = true;
   std::string reason;  // why it failed; empty when ok
-  int rank = -1;       // the offending action, -1 when ok
+  int stage = -1;      // the offending action's stage, -1 when ok
   int step = -1;
-  // start[r][i] / end[r][i]: when action i of rank r ran (complete only when ok).
+  // start[r][i] / end[r][i]: when action i of stage r ran (complete only when ok).
   std::vector<std::vector<double>> start;
   std::vector<std::vector<double>> end;
 };

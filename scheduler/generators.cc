@@ -30,11 +30,11 @@ void CheckShape(int stages, int microbatches, int chunks) {
 Schedule EmptySchedule(std::string name, int stages, int microbatches, int chunks) {
   CheckShape(stages, microbatches, chunks);
   Schedule schedule{std::move(name), stages, microbatches, chunks, {}};
-  schedule.per_rank.resize(stages);
+  schedule.per_stage.resize(stages);
   return schedule;
 }
 
-// Appends actions of one rank, chunk 0.
+// Appends actions of one stage, chunk 0.
 struct RankProgram {
   std::vector<Action>* actions;
   int rank;
@@ -48,7 +48,7 @@ struct RankProgram {
 Schedule GPipe(int stages, int microbatches) {
   Schedule schedule = EmptySchedule("gpipe", stages, microbatches, 1);
   for (int rank = 0; rank < stages; ++rank) {
-    RankProgram program{&schedule.per_rank[rank], rank};
+    RankProgram program{&schedule.per_stage[rank], rank};
     for (int mb = 0; mb < microbatches; ++mb) program.Add(ActionKind::kForward, mb);
     for (int mb = 0; mb < microbatches; ++mb) program.Add(ActionKind::kBackward, mb);
   }
@@ -58,7 +58,7 @@ Schedule GPipe(int stages, int microbatches) {
 Schedule OneFOneB(int stages, int microbatches) {
   Schedule schedule = EmptySchedule("1f1b", stages, microbatches, 1);
   for (int rank = 0; rank < stages; ++rank) {
-    RankProgram program{&schedule.per_rank[rank], rank};
+    RankProgram program{&schedule.per_stage[rank], rank};
     const int warmup = std::min(stages - rank - 1, microbatches);
     const int steady = microbatches - warmup;
     // Warmup: fill the pipeline with forwards.
@@ -80,12 +80,12 @@ Schedule Interleaved1F1B(int stages, int microbatches, int chunks) {
   // micro-batch, then chunk 1, ...; backward visits the chunks in reverse.
   const int padded = (microbatches + stages - 1) / stages * stages;
   const int group_span = stages * chunks;
-  const int total = padded * chunks;  // (micro-batch, chunk) pairs per rank, padding included
+  const int total = padded * chunks;  // (micro-batch, chunk) pairs per stage, padding included
   auto microbatch_at = [&](int k) { return k / group_span * stages + k % group_span % stages; };
   auto forward_chunk_at = [&](int k) { return k % group_span / stages; };
   auto backward_chunk_at = [&](int k) { return chunks - 1 - forward_chunk_at(k); };
   for (int rank = 0; rank < stages; ++rank) {
-    auto& actions = schedule.per_rank[rank];
+    auto& actions = schedule.per_stage[rank];
     auto add = [&](ActionKind kind, int k, int chunk) {
       if (microbatch_at(k) < microbatches) actions.push_back({rank, kind, microbatch_at(k), chunk});
     };
@@ -108,10 +108,10 @@ Schedule Interleaved1F1B(int stages, int microbatches, int chunks) {
 Schedule ZeroBubbleH1(int stages, int microbatches) {
   Schedule schedule = EmptySchedule("zb-h1", stages, microbatches, 1);
   for (int rank = 0; rank < stages; ++rank) {
-    RankProgram program{&schedule.per_rank[rank], rank};
+    RankProgram program{&schedule.per_stage[rank], rank};
     const int warmup = std::min(stages - rank - 1, microbatches);
     const int steady = microbatches - warmup;
-    const int deferred_weights = rank;  // W's this rank holds back to fill its bubbles
+    const int deferred_weights = rank;  // W's this stage holds back to fill its bubbles
     int next_weight = 0;
     // Warmup: as 1F1B.
     for (int mb = 0; mb < warmup; ++mb) program.Add(ActionKind::kForward, mb);
@@ -135,11 +135,11 @@ Schedule ZeroBubbleH1(int stages, int microbatches) {
 Schedule ForwardOnly(int stages, int microbatches, int chunks) {
   Schedule schedule = EmptySchedule("forward", stages, microbatches, chunks);
   for (int rank = 0; rank < stages; ++rank) {
-    // Chunk-major: virtual stage c*p + r consumes what c*p + r - 1 made, and every rank finishes
-    // its chunk c before c + 1, so each rank's order is a topological order of the dependencies.
+    // Chunk-major: virtual stage c*p + r consumes what c*p + r - 1 made, and every stage finishes
+    // its chunk c before c + 1, so each stage's order is a topological order of the dependencies.
     for (int chunk = 0; chunk < chunks; ++chunk) {
       for (int mb = 0; mb < microbatches; ++mb) {
-        schedule.per_rank[static_cast<size_t>(rank)].push_back(
+        schedule.per_stage[static_cast<size_t>(rank)].push_back(
             Action{rank, ActionKind::kForward, mb, chunk});
       }
     }
@@ -155,7 +155,7 @@ const std::vector<std::string>& ScheduleNames() {
 Schedule MakeSchedule(std::string_view name, int stages, int microbatches, int chunks) {
   if (name != "interleaved" && chunks != 1) {
     throw Error("schedule '" + std::string(name) +
-                "' has one chunk per rank; chunks > 1 needs 'interleaved'");
+                "' has one chunk per stage; chunks > 1 needs 'interleaved'");
   }
   if (name == "gpipe") return GPipe(stages, microbatches);
   if (name == "1f1b") return OneFOneB(stages, microbatches);

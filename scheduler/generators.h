@@ -13,24 +13,24 @@
 
 namespace baton {
 
-// GPipe: every rank runs all m forwards, then all m backwards (micro-batch order).
+// GPipe: every stage runs all m forwards, then all m backwards (micro-batch order).
 Schedule GPipe(int stages, int microbatches);
 
-// 1F1B (PipeDream-flush, Megatron's non-interleaved schedule): rank s runs min(p-s-1, m) warmup
+// 1F1B (PipeDream-flush, Megatron's non-interleaved schedule): stage s runs min(p-s-1, m) warmup
 // forwards, then alternates one forward and one backward, then drains the remaining backwards.
 Schedule OneFOneB(int stages, int microbatches);
 
-// Megatron's interleaved 1F1B with v chunks per rank (virtual stage c*p + r on rank r). Works for
+// Megatron's interleaved 1F1B with v chunks per stage (virtual stage c*p + r on stage r). Works for
 // any m: Megatron needs m % p == 0, so this schedules m rounded up to a multiple of p and drops the
 // padding micro-batches, which keeps it deadlock-free (see docs/schedules.md).
 Schedule Interleaved1F1B(int stages, int microbatches, int chunks);
 
 // Zero-bubble H1 (Qi et al. 2023): backward split into I (input gradient) and W (weight gradient);
-// 1F1B order on F and I, with stage s deferring up to s W's to fill the bubbles. Every rank's peak
-// in-flight count is at most min(p, m), 1F1B's peak (that of rank 0).
+// 1F1B order on F and I, with stage s deferring up to s W's to fill the bubbles. Every stage's peak
+// in-flight count is at most min(p, m), 1F1B's peak (that of stage 0).
 Schedule ZeroBubbleH1(int stages, int microbatches);
 
-// Evaluation: forwards only, no backward. Rank r runs F of every micro-batch of its chunk 0, then
+// Evaluation: forwards only, no backward. Stage r runs F of every micro-batch of its chunk 0, then
 // of chunk 1, ... (virtual stage c*p + r); the head's forward computes the loss. Validate()
 // accepts it as a forward-only schedule; with communication inserted it is what `baton eval` and
 // train.eval_every run.

@@ -12,7 +12,7 @@ namespace {
 // Rank `rank`'s actions as space-separated text.
 std::string Row(const Schedule& schedule, int rank) {
   std::string text;
-  for (const Action& action : schedule.per_rank[rank]) {
+  for (const Action& action : schedule.per_stage[rank]) {
     text += (text.empty() ? "" : " ") + ToString(action, schedule.stages);
   }
   return text;
@@ -65,10 +65,10 @@ TEST(GeneratorsTest, InterleavedWithMicrobatchesNotAMultipleOfStagesDropsThePadd
   const Schedule padded = Interleaved1F1B(2, 4, 2);
   for (int rank = 0; rank < 2; ++rank) {
     std::vector<Action> expected;
-    for (const Action& action : padded.per_rank[rank]) {
+    for (const Action& action : padded.per_stage[rank]) {
       if (action.microbatch < 3) expected.push_back(action);
     }
-    EXPECT_EQ(schedule.per_rank[rank], expected);
+    EXPECT_EQ(schedule.per_stage[rank], expected);
   }
 }
 
@@ -82,7 +82,7 @@ TEST(GeneratorsTest, GeneratorsProduceComputeOnlySchedules) {
   for (const Schedule& schedule :
        {GPipe(3, 4), OneFOneB(3, 4), Interleaved1F1B(3, 4, 2), ZeroBubbleH1(3, 4)}) {
     EXPECT_FALSE(HasCommunication(schedule)) << schedule.name;
-    EXPECT_EQ(schedule.per_rank.size(), 3u);
+    EXPECT_EQ(schedule.per_stage.size(), 3u);
   }
 }
 

@@ -48,6 +48,32 @@ TEST(PropertiesTest, EveryRendezvousSafeScheduleDryRunsWithBlockingAndWithBuffer
   });
 }
 
+// The planner's lowering (PostReceivesEarly) keeps every rank's actions and its compute order,
+// survives blocking sends, and does not change the simulated timeline: a RECV takes no rank time
+// and never blocks, so posting it earlier only lets a blocking send complete sooner.
+TEST(PropertiesTest, ReceivesPostedEarlyKeepTheProgramValidAndItsTimeline) {
+  ForEachGeneratedSchedule([](const Schedule& compute) {
+    const Schedule placed = InsertCommunication(compute, CommPlacement::kRendezvousSafe);
+    const Schedule lowered = PostReceivesEarly(placed);
+    const ValidationResult strict = Validate(lowered, CommSemantics::kRendezvous);
+    ASSERT_TRUE(strict) << strict.message;
+    const SimulationResult before = Simulate(placed);
+    const SimulationResult after = Simulate(lowered);
+    ASSERT_EQ(after.makespan, before.makespan);
+    for (int rank = 0; rank < compute.stages; ++rank) {
+      const auto& actions = lowered.per_stage[static_cast<size_t>(rank)];
+      ASSERT_EQ(actions.size(), placed.per_stage[static_cast<size_t>(rank)].size());
+      const auto& a = after.timeline[static_cast<size_t>(rank)];
+      const auto& b = before.timeline[static_cast<size_t>(rank)];
+      ASSERT_EQ(a.size(), b.size());
+      for (size_t i = 0; i < a.size(); ++i) {
+        ASSERT_EQ(a[i].action, b[i].action);
+        ASSERT_EQ(a[i].start, b[i].start);
+      }
+    }
+  });
+}
+
 TEST(PropertiesTest, ForwardOnlySchedulesValidateAndDryRunWithBlockingAndBufferedSends) {
   for (int p = 1; p <= 8; ++p) {
     for (int m = 1; m <= 16; ++m) {

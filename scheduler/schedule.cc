@@ -55,7 +55,7 @@ void ParseHeader(std::string_view line, int line_number, Schedule* schedule) {
 }  // namespace
 
 bool HasCommunication(const Schedule& schedule) {
-  for (const auto& actions : schedule.per_rank) {
+  for (const auto& actions : schedule.per_stage) {
     for (const Action& action : actions) {
       if (IsCommunication(action.kind)) return true;
     }
@@ -74,7 +74,7 @@ std::string ScheduleToCsv(const Schedule& schedule) {
                     " stages=" + std::to_string(schedule.stages) +
                     " microbatches=" + std::to_string(schedule.microbatches) +
                     " chunks=" + std::to_string(schedule.chunks) + "\n";
-  for (const auto& actions : schedule.per_rank) {
+  for (const auto& actions : schedule.per_stage) {
     for (size_t i = 0; i < actions.size(); ++i) {
       if (i > 0) csv += ',';
       csv += ToString(actions[i], schedule.stages);
@@ -103,12 +103,12 @@ Schedule ScheduleFromCsv(std::string_view text) {
   if (!has_header) schedule.stages = num_rows;
   if (schedule.stages != num_rows || num_rows == 0) {
     throw Error("schedule CSV has " + std::to_string(num_rows) +
-                " rank rows but stages=" + std::to_string(schedule.stages));
+                " stage rows but stages=" + std::to_string(schedule.stages));
   }
   int max_chunk = 0;
   int max_microbatch = 0;
   for (int rank = 0; rank < num_rows; ++rank) {
-    auto& actions = schedule.per_rank.emplace_back();
+    auto& actions = schedule.per_stage.emplace_back();
     for (std::string_view cell : Split(rows[rank].second, ',')) {
       if (Trim(cell).empty()) continue;
       try {

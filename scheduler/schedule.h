@@ -1,14 +1,14 @@
-// A pipeline schedule as data: one action list per rank, and its CSV form.
+// A pipeline schedule as data: one action list per stage, and its CSV form.
 //
-// A worker on rank r runs per_rank[r] front to back, one action at a time; see action.h for what
-// each field of an Action means and how chunk maps to virtual stage and peer rank. Generators
+// A worker on stage r runs per_stage[r] front to back, one action at a time; see action.h for what
+// each field of an Action means and how chunk maps to virtual stage and peer stage. Generators
 // (generators.h) produce *compute-only* schedules (F/B/I/W); InsertCommunication()
 // (communication.h) adds the SEND/RECV actions a runtime executes; Validate() (validator.h) checks
 // either kind.
 //
 // CSV form (docs/schedules.md): an optional header line
 //   # baton schedule: name=1f1b stages=4 microbatches=8 chunks=1
-// then one line per rank, rank 0 first, each a comma-separated list of actions in text form
+// then one line per stage, stage 0 first, each a comma-separated list of actions in text form
 // ("F0,SEND_F0,F1,..."). Other lines starting with '#', blank lines and empty cells are ignored.
 // Without a header, stages is the number of rows, chunks and microbatches the smallest that hold
 // every action, and name "custom".
@@ -24,16 +24,16 @@ namespace baton {
 
 struct Schedule {
   std::string name;
-  int stages = 0;        // number of ranks p (pipeline processes), NOT virtual stages
+  int stages = 0;        // number of stages p (pipeline processes), NOT virtual stages
   int microbatches = 0;  // m
-  int chunks = 1;        // v: model chunks per rank; virtual stages = stages * chunks
-  std::vector<std::vector<Action>> per_rank;  // per_rank[r]: rank r's program, in order
+  int chunks = 1;        // v: model chunks per stage; virtual stages = stages * chunks
+  std::vector<std::vector<Action>> per_stage;  // per_stage[r]: stage r's program, in order
 
   int num_virtual_stages() const { return stages * chunks; }
   friend bool operator==(const Schedule&, const Schedule&) = default;
 };
 
-// True when any rank has a SEND or RECV action.
+// True when any stage has a SEND or RECV action.
 bool HasCommunication(const Schedule& schedule);
 
 std::string ScheduleToCsv(const Schedule& schedule);

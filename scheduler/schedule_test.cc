@@ -47,14 +47,14 @@ TEST(ScheduleCsvTest, WithoutHeaderTheShapeIsInferred) {
   EXPECT_EQ(schedule.stages, 2);
   EXPECT_EQ(schedule.chunks, 2);
   EXPECT_EQ(schedule.microbatches, 2);
-  ASSERT_EQ(schedule.per_rank.size(), 2u);
-  EXPECT_EQ(schedule.per_rank[1][1], (Action{1, ActionKind::kForward, 0, 1}));
+  ASSERT_EQ(schedule.per_stage.size(), 2u);
+  EXPECT_EQ(schedule.per_stage[1][1], (Action{1, ActionKind::kForward, 0, 1}));
 }
 
 TEST(ScheduleCsvTest, PyTorchStyleExplicitStagesLoad) {
   const Schedule schedule =
       ScheduleFromCsv("0F0,0SEND_F0,0RECV_B0,0B0\n1RECV_F0,1F0,1B0,1SEND_B0\n");
-  EXPECT_EQ(schedule.per_rank[1][0], (Action{1, ActionKind::kRecvForward, 0, 0}));
+  EXPECT_EQ(schedule.per_stage[1][0], (Action{1, ActionKind::kRecvForward, 0, 0}));
   EXPECT_TRUE(HasCommunication(schedule));
 }
 
@@ -74,7 +74,7 @@ TEST(ScheduleCsvTest, HeaderMustAgreeWithTheRows) {
   EXPECT_NE(ErrorOf("# baton schedule: name=x stages=0\nF0\n").find("positive"), std::string::npos);
   EXPECT_NE(ErrorOf("# baton schedule: colour=red\nF0\n").find("unknown header key"),
             std::string::npos);
-  EXPECT_NE(ErrorOf("").find("0 rank rows"), std::string::npos);
+  EXPECT_NE(ErrorOf("").find("0 stage rows"), std::string::npos);
 }
 
 TEST(ScheduleCsvTest, NamesThatCannotBeReadBackAreRefused) {

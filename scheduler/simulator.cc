@@ -46,7 +46,7 @@ SimulationResult Simulate(const Schedule& schedule, const Costs& costs) {
   const int p = schedule.stages;
   result.timeline.resize(p);
   for (int rank = 0; rank < p; ++rank) {
-    const auto& actions = schedule.per_rank[rank];
+    const auto& actions = schedule.per_stage[rank];
     for (size_t step = 0; step < actions.size(); ++step) {
       if (!IsCompute(actions[step].kind)) continue;
       result.timeline[rank].push_back({actions[step], run.start[rank][step], run.end[rank][step]});
@@ -55,7 +55,7 @@ SimulationResult Simulate(const Schedule& schedule, const Costs& costs) {
   }
   double total_idle = 0;
   for (int rank = 0; rank < p; ++rank) {
-    StageFigures figures{rank, 0, 0, PeakInFlight(schedule.per_rank[rank])};
+    StageFigures figures{rank, 0, 0, PeakInFlight(schedule.per_stage[rank])};
     for (const TimedAction& timed : result.timeline[rank]) figures.busy += timed.end - timed.start;
     figures.idle = result.makespan - figures.busy;
     total_idle += figures.idle;

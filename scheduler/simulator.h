@@ -1,17 +1,17 @@
 // Simulator: times a valid schedule under per-action costs and reports the figures that compare
-// schedules. Definitions (also in docs/schedules.md), for p ranks:
+// schedules. Definitions (also in docs/schedules.md), for p stages:
 //   makespan        time from 0 until the last compute action ends.
-//   busy(r)         total cost of rank r's compute actions.
+//   busy(r)         total cost of stage r's compute actions.
 //   idle(r)         makespan - busy(r).
-//   bubble fraction sum_r idle(r) / (p * makespan): the share of rank-time spent waiting.
-//   peak in-flight  the largest number of (micro-batch, chunk) pairs rank r holds activations for
+//   bubble fraction sum_r idle(r) / (p * makespan): the share of stage-time spent waiting.
+//   peak in-flight  the largest number of (micro-batch, chunk) pairs stage r holds activations for
 //   at
 //                   once: a pair enters with the start of its F and leaves with the end of its B,
 //                   or of its W when the backward is split (W needs the stashed input). Counted in
-//                   the rank's action order, which equals the maximum over time because a rank runs
-//                   one action at a time; so it does not depend on the costs.
+//                   the stage's action order, which equals the maximum over time because a stage
+//                   runs one action at a time; so it does not depend on the costs.
 // Timing follows the dry run (dry_run.h) with CommSemantics::kAsync: each action starts when its
-// rank is free and its inputs have arrived; SEND/RECV take no rank time; messages take
+// stage is free and its inputs have arrived; SEND/RECV take no stage time; messages take
 // `communication` to arrive. Compute-only schedules are timed as if messages were sent at once.
 #pragma once
 
@@ -29,25 +29,25 @@ struct TimedAction {
 };
 
 struct StageFigures {
-  int stage = 0;  // rank
+  int stage = 0;  // stage
   double busy = 0;
   double idle = 0;
   int peak_in_flight = 0;
 };
 
 struct SimulationResult {
-  // timeline[r]: rank r's compute actions (F/B/I/W) in execution order, with their times.
+  // timeline[r]: stage r's compute actions (F/B/I/W) in execution order, with their times.
   std::vector<std::vector<TimedAction>> timeline;
   double makespan = 0;
   double bubble_fraction = 0;
-  std::vector<StageFigures> per_stage;  // one per rank
+  std::vector<StageFigures> per_stage;  // one per stage
 };
 
 // Throws baton::Error (with the marked grid) when the schedule fails Validate(), or when
 // `costs` names a virtual stage the schedule doesn't have.
 SimulationResult Simulate(const Schedule& schedule, const Costs& costs = {});
 
-// Peak in-flight (micro-batch, chunk) pairs of one rank's action list; see the file comment.
+// Peak in-flight (micro-batch, chunk) pairs of one stage's action list; see the file comment.
 int PeakInFlight(const std::vector<Action>& actions);
 
 }  // namespace baton

@@ -206,7 +206,7 @@ TEST(SimulatorTest, TimelineHoldsComputeActionsAndBusyPlusIdleIsMakespan) {
 
 TEST(SimulatorTest, InvalidScheduleIsRefusedWithTheMarkedGrid) {
   Schedule schedule = GPipe(2, 2);
-  std::swap(schedule.per_rank[0][0], schedule.per_rank[0][3]);
+  std::swap(schedule.per_stage[0][0], schedule.per_stage[0][3]);
   try {
     Simulate(schedule);
     FAIL() << "expected an exception";

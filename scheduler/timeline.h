@@ -10,21 +10,21 @@
 
 namespace baton {
 
-// One row per rank, time to the right. Each cell is the shortest compute action's duration; an
-// action shows its text form ("F3", "5B2" for chunk 1 of rank 1 in a 4-rank pipeline) and fills the
-// cells it spans with '-'; '.' is idle. Then makespan, bubble fraction and a per-stage table.
+// One row per stage, time to the right. Each cell is the shortest compute action's duration; an
+// action shows its text form ("F3", "5B2" for chunk 1 of stage 1 in a 4-stage pipeline) and fills
+// the cells it spans with '-'; '.' is idle. Then makespan, bubble fraction and a per-stage table.
 std::string RenderText(const Schedule& schedule, const SimulationResult& simulation);
 
 // {"schedule", "stages", "microbatches", "makespan", "bubble_fraction",
 //  "per_stage": [{"stage", "busy", "idle", "peak_in_flight"}]}, in that order.
 std::string RenderJson(const Schedule& schedule, const SimulationResult& simulation);
 
-// A standalone SVG: one lane per rank, a box per compute action colored by kind (F, B, I, W; later
+// A standalone SVG: one lane per stage, a box per compute action colored by kind (F, B, I, W; later
 // chunks lighter) labelled with its micro-batch, a time axis, a legend and the figures.
 std::string RenderSvg(const Schedule& schedule, const SimulationResult& simulation);
 
 // Chrome trace-event JSON ({"traceEvents": [...]}, open in chrome://tracing or ui.perfetto.dev):
-// a complete event (ph "X") per compute action with pid = tid = rank; one cost unit is 1 ms.
+// a complete event (ph "X") per compute action with pid = tid = stage; one cost unit is 1 ms.
 std::string RenderChromeTrace(const Schedule& schedule, const SimulationResult& simulation);
 
 }  // namespace baton

@@ -12,8 +12,8 @@ namespace {
 ValidationResult Invalid(const Schedule& schedule, int rank, int step, const std::string& reason) {
   std::string where;
   if (rank >= 0 && step >= 0) {
-    where = "rank " + std::to_string(rank) + " step " + std::to_string(step) + " (" +
-            ToString(schedule.per_rank[rank][step], std::max(schedule.stages, 1)) + "): ";
+    where = "stage " + std::to_string(rank) + " step " + std::to_string(step) + " (" +
+            ToString(schedule.per_stage[rank][step], std::max(schedule.stages, 1)) + "): ";
   }
   return ValidationResult{false,
                           "schedule '" + schedule.name + "' is invalid: " + where + reason + "\n" +
@@ -25,18 +25,18 @@ ValidationResult CheckShape(const Schedule& schedule) {
   if (schedule.stages < 1 || schedule.microbatches < 1 || schedule.chunks < 1) {
     return Invalid(schedule, -1, -1, "stages, microbatches and chunks must be >= 1");
   }
-  if (static_cast<int>(schedule.per_rank.size()) != schedule.stages) {
+  if (static_cast<int>(schedule.per_stage.size()) != schedule.stages) {
     return Invalid(schedule, -1, -1,
-                   "has " + std::to_string(schedule.per_rank.size()) + " rank rows for " +
+                   "has " + std::to_string(schedule.per_stage.size()) + " stage rows for " +
                        std::to_string(schedule.stages) + " stages");
   }
   for (int rank = 0; rank < schedule.stages; ++rank) {
-    const auto& actions = schedule.per_rank[rank];
+    const auto& actions = schedule.per_stage[rank];
     for (int step = 0; step < static_cast<int>(actions.size()); ++step) {
       const Action& action = actions[step];
       if (action.stage != rank) {
         return Invalid(schedule, rank, step,
-                       "action of stage " + std::to_string(action.stage) + " in rank " +
+                       "action of stage " + std::to_string(action.stage) + " in stage " +
                            std::to_string(rank) + "'s list");
       }
       if (action.chunk < 0 || action.chunk >= schedule.chunks) {
@@ -67,7 +67,7 @@ ValidationResult CheckEachComputedOnce(const Schedule& schedule) {
   const int m = schedule.microbatches;
   std::vector<std::array<Seen, 4>> seen(static_cast<size_t>(schedule.num_virtual_stages()) * m);
   for (int rank = 0; rank < p; ++rank) {
-    const auto& actions = schedule.per_rank[rank];
+    const auto& actions = schedule.per_stage[rank];
     for (int step = 0; step < static_cast<int>(actions.size()); ++step) {
       const Action& action = actions[step];
       const auto kind = std::find(kKinds.begin(), kKinds.end(), action.kind);
@@ -87,7 +87,7 @@ ValidationResult CheckEachComputedOnce(const Schedule& schedule) {
   });
   for (int stage = 0; stage < schedule.num_virtual_stages(); ++stage) {
     const int rank = StageOfVirtualStage(stage, p);
-    const int last_step = static_cast<int>(schedule.per_rank[rank].size()) - 1;
+    const int last_step = static_cast<int>(schedule.per_stage[rank].size()) - 1;
     for (int mb = 0; mb < m; ++mb) {
       const auto& [forward, backward, input, weight] = seen[stage * m + mb];
       const std::string where =
@@ -105,7 +105,7 @@ ValidationResult CheckEachComputedOnce(const Schedule& schedule) {
       if (weight.count > 0 && input.count == 0) missing = "I";
       if (!missing.empty()) {
         return Invalid(schedule, rank, last_step,
-                       "missing: rank " + std::to_string(rank) + " never runs " + missing + where);
+                       "missing: stage " + std::to_string(rank) + " never runs " + missing + where);
       }
     }
   }
@@ -130,7 +130,7 @@ ValidationResult CheckEveryMessagePaired(const Schedule& schedule) {
     return (forward ? 0 : static_cast<int>(cells)) + from * schedule.microbatches +
            action.microbatch;
   };
-  for (const auto& actions : schedule.per_rank) {
+  for (const auto& actions : schedule.per_stage) {
     for (const Action& action : actions) {
       if (!IsCommunication(action.kind)) continue;
       if (const int key = message(action); key >= 0) ++(IsSend(action.kind) ? sends : recvs)[key];
@@ -138,7 +138,7 @@ ValidationResult CheckEveryMessagePaired(const Schedule& schedule) {
   }
   for (bool check_recvs : {true, false}) {
     for (int rank = 0; rank < p; ++rank) {
-      const auto& actions = schedule.per_rank[rank];
+      const auto& actions = schedule.per_stage[rank];
       for (int step = 0; step < static_cast<int>(actions.size()); ++step) {
         const Action& action = actions[step];
         if (!IsCommunication(action.kind) || IsRecv(action.kind) != check_recvs) continue;
@@ -146,8 +146,9 @@ ValidationResult CheckEveryMessagePaired(const Schedule& schedule) {
         if (key < 0 || (check_recvs ? sends : recvs)[key] > 0) continue;
         const std::string peer = std::to_string(PeerStage(action, p));
         return Invalid(schedule, rank, step,
-                       check_recvs ? "receive without a send: rank " + peer + " never sends it"
-                                   : "send without a receive: rank " + peer + " never receives it");
+                       check_recvs
+                           ? "receive without a send: stage " + peer + " never sends it"
+                           : "send without a receive: stage " + peer + " never receives it");
       }
     }
   }
@@ -161,7 +162,7 @@ ValidationResult Validate(const Schedule& schedule, CommSemantics semantics) {
   if (ValidationResult once = CheckEachComputedOnce(schedule); !once) return once;
   if (ValidationResult paired = CheckEveryMessagePaired(schedule); !paired) return paired;
   const DryRunResult run = DryRun(schedule, semantics);
-  if (!run.ok) return Invalid(schedule, run.rank, run.step, run.reason);
+  if (!run.ok) return Invalid(schedule, run.stage, run.step, run.reason);
   return {};
 }
 
@@ -172,13 +173,13 @@ void CheckValid(const Schedule& schedule, CommSemantics semantics) {
 }
 
 std::string FormatGrid(const Schedule& schedule, int mark_rank, int mark_step) {
-  const int ranks = static_cast<int>(schedule.per_rank.size());
+  const int ranks = static_cast<int>(schedule.per_stage.size());
   const int num_stages = std::max(schedule.stages, 1);
   size_t steps = 0;
   std::vector<std::vector<std::string>> cells(ranks);
-  size_t width = 9;  // "rank NN" plus two spaces
+  size_t width = 10;  // "stage NN" plus two spaces
   for (int rank = 0; rank < ranks; ++rank) {
-    const auto& actions = schedule.per_rank[rank];
+    const auto& actions = schedule.per_stage[rank];
     steps = std::max(steps, actions.size());
     for (int step = 0; step < static_cast<int>(actions.size()); ++step) {
       std::string text = ToString(actions[step], num_stages);
@@ -196,7 +197,7 @@ std::string FormatGrid(const Schedule& schedule, int mark_rank, int mark_step) {
     return line + '\n';
   };
   std::string header = pad("step", 6);
-  for (int rank = 0; rank < ranks; ++rank) header += pad("rank " + std::to_string(rank), width);
+  for (int rank = 0; rank < ranks; ++rank) header += pad("stage " + std::to_string(rank), width);
   std::string grid = end_line(header);
   for (size_t step = 0; step < steps; ++step) {
     std::string row = pad(std::to_string(step), 6);
@@ -204,7 +205,7 @@ std::string FormatGrid(const Schedule& schedule, int mark_rank, int mark_step) {
       row += pad(step < cells[rank].size() ? cells[rank][step] : "", width);
     }
     if (static_cast<int>(step) == mark_step && mark_rank >= 0) {
-      row += "<-- ERROR HERE (rank " + std::to_string(mark_rank) + ")";
+      row += "<-- ERROR HERE (stage " + std::to_string(mark_rank) + ")";
     }
     grid += end_line(row);
   }

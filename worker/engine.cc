@@ -6,7 +6,6 @@
 
 #include "core/error.h"
 #include "core/units.h"
-#include "scheduler/validator.h"
 
 namespace baton {
 
@@ -28,11 +27,6 @@ struct StageEngine::PendingSend {
   Action action;  // the SEND_F / SEND_B
   int peer;
 };
-
-bool RendezvousSafeSends(const Schedule& schedule) {
-  return HasCommunication(schedule) &&
-         static_cast<bool>(Validate(schedule, CommSemantics::kRendezvous));
-}
 
 StageEngine::StageEngine(Backend& backend, StageModel& model, Communicator* comm,
                          EngineOptions options)
@@ -104,28 +98,11 @@ std::vector<float> StageEngine::RunStep(const std::vector<Action>& actions,
   const Clock::time_point start = Clock::now();
   step_start_ = start;
   step_start_us_ = WallMicros();
-  // RECVs posted ahead of their place in the program (below).
-  std::vector<bool> posted(actions.size(), false);
-  for (size_t i = 0; i < actions.size(); ++i) {
-    const Action& action = actions[i];
-    BATON_CHECK(action.stage == model_.stage(), "rank {} was given {}", model_.stage(),
+  for (const Action& action : actions) {
+    BATON_CHECK(action.stage == model_.stage(), "stage {} was given {}", model_.stage(),
                 ToString(action, model_.num_stages()));
-    if (posted[i]) continue;
-    if (options_.complete_sends_before_compute && IsCompute(action.kind)) {
+    if (options_.complete_sends_before_compute && !IsSend(action.kind)) {
       ReapSends(/*wait_all=*/true);
-    }
-    if (IsCompute(action.kind)) {
-      // The receives between this compute action and the next are posted now, so a peer's send
-      // completes while this rank computes instead of waiting for it to reach its RECV (a send
-      // completes only once its receive is posted). Their buffers are booked from here: one
-      // compute action earlier than the program's order, whatever the peers' speed.
-      for (size_t j = i + 1; j < actions.size() && !IsCompute(actions[j].kind); ++j) {
-        const ActionKind kind = actions[j].kind;
-        if (kind == ActionKind::kRecvForward || kind == ActionKind::kRecvBackward) {
-          PostRecv(actions[j]);
-          posted[j] = true;
-        }
-      }
     }
     const Clock::time_point t0 = Clock::now();
     last_wait_end_ = t0;
@@ -281,8 +258,7 @@ Tensor StageEngine::AwaitInput(const Action& action) {
       // The communicator's error says whether it timed out, the peer went away or the job was
       // aborted; this only adds what was awaited, and for how long.
       BATON_FAIL("{}: waiting {:.1f} s for the activation from stage {}: {}", Describe(action),
-                 std::chrono::duration<double>(Clock::now() - from).count(), previous_rank,
-                 e.what());
+                 Seconds(Clock::now() - from), previous_rank, e.what());
     }
     s.input_work.reset();
     Waited({action.stage, ActionKind::kRecvForward, action.microbatch, action.chunk}, from);
@@ -312,7 +288,7 @@ Tensor StageEngine::AwaitGradient(const Action& action) {
       // The communicator's error says whether it timed out, the peer went away or the job was
       // aborted; this only adds what was awaited, and for how long.
       BATON_FAIL("{}: waiting {:.1f} s for the gradient from stage {}: {}", Describe(action),
-                 std::chrono::duration<double>(Clock::now() - from).count(), next_rank, e.what());
+                 Seconds(Clock::now() - from), next_rank, e.what());
     }
     s.grad_work.reset();
     Waited({action.stage, ActionKind::kRecvBackward, action.microbatch, action.chunk}, from);

@@ -1,9 +1,9 @@
 // The stage engine: runs one rank's action list for one training step (STYLE.md habit 2).
 //
 // The engine interprets; it never decides. Each action is dispatched by one switch:
-//   RECV_F / RECV_B  post an asynchronous receive into a fresh buffer for (micro-batch, chunk);
-//                    a RECV that follows a compute action (before the next one) is posted when
-//                    that compute action starts, so the peer's send need not wait for it;
+//   RECV_F / RECV_B  post an asynchronous receive into a fresh buffer for (micro-batch, chunk),
+//                    where the program puts it (the planner's PostReceivesEarly places each one
+//                    before the compute action it should overlap);
 //   F                waits for that input (or takes the local one), runs the chunk's layers
 //                    forward and stashes what backward needs (under checkpointing, only each
 //                    segment's input);
@@ -26,6 +26,7 @@
 
 #include "comm/communicator.h"
 #include "core/timeouts.h"
+#include "core/units.h"
 #include "kernels/backend.h"
 #include "plan/result.h"
 #include "scheduler/action.h"
@@ -42,24 +43,21 @@ struct EngineOptions {
   std::chrono::milliseconds timeout{kDefaultWait};
   Shape activation_shape;  // (B,T,C) of the tensors passed between stages
   DType activation_dtype = DType::kF32;
-  // Wait for every posted send to complete before starting a compute action, and free sent
-  // tensors only then, so a sent tensor lives exactly until the compute after its SEND and the
-  // ledger's peaks do not depend on how fast the peers run (docs/memory.md). Safe only for
-  // schedules that pass the dry run under rendezvous semantics (RendezvousSafeSends); otherwise
-  // sends complete asynchronously.
+  // Wait for every posted send to complete before posting a receive or starting a compute
+  // action, and free sent tensors only then, so a sent tensor lives exactly until the actions
+  // after its SEND and the ledger's peaks do not depend on how fast the peers run
+  // (docs/memory.md). Safe only for programs that pass the dry run under rendezvous semantics
+  // (the plan says so: Plan::sends_complete_before_compute); otherwise sends complete
+  // asynchronously.
   bool complete_sends_before_compute = false;
 };
-
-// True when `schedule` (with SEND/RECV actions) cannot deadlock even if every send blocks until
-// its receive is posted: then EngineOptions::complete_sends_before_compute is safe.
-bool RendezvousSafeSends(const Schedule& schedule);
 
 // What the engine is doing right now, for hang diagnosis.
 struct EngineStatus {
   std::string action;  // e.g. "RECV_F" or "idle"
   int microbatch = -1;
   int peer = -1;  // rank waited on, -1 if none
-  std::chrono::steady_clock::time_point since;
+  Clock::time_point since;
 };
 
 // Called (on the engine's thread) whenever the engine starts or stops waiting on a peer.
@@ -131,11 +129,11 @@ class StageEngine {
   std::vector<float> losses_;
   StepTimings timings_;
   double NowUs() const;
-  void Waited(const Action& on, std::chrono::steady_clock::time_point from);
+  void Waited(const Action& on, Clock::time_point from);
   std::vector<TraceSpan> trace_;
-  std::chrono::steady_clock::time_point step_start_;
+  Clock::time_point step_start_;
   double step_start_us_ = 0;
-  std::chrono::steady_clock::time_point last_wait_end_;
+  Clock::time_point last_wait_end_;
   int stashed_ = 0;
   int peak_stashed_ = 0;
   mutable std::mutex status_mutex_;

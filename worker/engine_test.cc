@@ -119,7 +119,7 @@ void RunAll(std::vector<Stage*> stages, const std::vector<std::vector<Action>>& 
 TEST(StageEngineTest, TwoStagesEndWithTheOneStageGradientsAndLossesBitForBit) {
   constexpr int kMicro = 3;
   Stage whole({{0, 3}}, 0, 1, nullptr, kMicro);
-  const std::vector<Action> one = MakeSchedule("gpipe", 1, kMicro).per_rank.at(0);
+  const std::vector<Action> one = MakeSchedule("gpipe", 1, kMicro).per_stage.at(0);
   const std::vector<float> expected =
       whole.engine->RunStep(one, Batches(*whole.backend, kMicro), 1.0f);
   ASSERT_EQ(expected.size(), static_cast<size_t>(kMicro));
@@ -129,7 +129,7 @@ TEST(StageEngineTest, TwoStagesEndWithTheOneStageGradientsAndLossesBitForBit) {
   Stage last({{2, 3}}, 1, 2, &hub, kMicro);
   const Schedule two = InsertCommunication(MakeSchedule("gpipe", 2, kMicro));
   std::vector<std::vector<float>> losses;
-  RunAll({&first, &last}, two.per_rank, &losses);
+  RunAll({&first, &last}, two.per_stage, &losses);
 
   EXPECT_TRUE(losses[0].empty());  // only the head's rank has losses
   EXPECT_EQ(losses[1], expected);
@@ -146,7 +146,7 @@ TEST(StageEngineTest, OneFOneBBoundsTheFirstStagesStashedMicroBatches) {
     Stage last({{2, 3}}, 1, 2, &hub, kMicro);
     const Schedule schedule = InsertCommunication(MakeSchedule(name, 2, kMicro));
     std::vector<std::vector<float>> losses;
-    RunAll({&first, &last}, schedule.per_rank, &losses);
+    RunAll({&first, &last}, schedule.per_stage, &losses);
     const bool gpipe = std::string(name) == "gpipe";
     EXPECT_EQ(first.engine->peak_stashed(), gpipe ? 3 : 2) << name;
     EXPECT_EQ(last.engine->peak_stashed(), gpipe ? 3 : 1) << name;
@@ -179,9 +179,9 @@ TEST(StageEngineTest, AProgramThatBreaksItsOwnOrderIsRefused) {
   try {
     first.engine->RunStep({Action{1, ActionKind::kForward, 0, 0}}, Batches(*first.backend, 1),
                           1.0f);
-    FAIL() << "ran another rank's action";
+    FAIL() << "ran another stage's action";
   } catch (const Error& e) {
-    EXPECT_THAT(e.what(), HasSubstr("rank 0 was given"));
+    EXPECT_THAT(e.what(), HasSubstr("stage 0 was given"));
   }
   // A send of what no compute action has produced.
   try {
@@ -216,7 +216,7 @@ TEST(StageEngineTest, TheTraceHasOneComputeSpanPerComputeActionInProgramOrder) {
   Stage last({{2, 3}}, 1, 2, &hub, 2);
   const Schedule schedule = InsertCommunication(MakeSchedule("1f1b", 2, 2));
   std::vector<std::vector<float>> losses;
-  RunAll({&first, &last}, schedule.per_rank, &losses);
+  RunAll({&first, &last}, schedule.per_stage, &losses);
   for (Stage* stage : {&first, &last}) {
     std::vector<Action> computed;
     for (const TraceSpan& span : stage->engine->last_trace()) {
@@ -224,7 +224,7 @@ TEST(StageEngineTest, TheTraceHasOneComputeSpanPerComputeActionInProgramOrder) {
       EXPECT_LE(span.start_us, span.end_us);
     }
     std::vector<Action> program;
-    for (const Action& a : schedule.per_rank.at(static_cast<size_t>(stage->model->stage()))) {
+    for (const Action& a : schedule.per_stage.at(static_cast<size_t>(stage->model->stage()))) {
       if (IsCompute(a.kind)) program.push_back(a);
     }
     EXPECT_EQ(computed, program);
