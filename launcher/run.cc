@@ -6,6 +6,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <thread>
@@ -17,6 +18,7 @@
 #include "core/error.h"
 #include "core/files.h"
 #include "core/log.h"
+#include "core/units.h"
 #include "job/agent.h"
 #include "job/process.h"
 #include "job/worker_main.h"
@@ -221,7 +223,7 @@ void StartCoordinator(CoordinatorServer& server, const Plan& plan, const Launch&
   coordinator.world_size = plan.world_size();
   coordinator.plan = EncodeJobPlan(plan, launch);
   coordinator.heartbeat_timeout_s = plan.config.parallel.heartbeat_timeout_s;
-  coordinator.startup_silence_s = std::chrono::duration<double>(plan.timeouts.startup).count();
+  coordinator.startup_silence_s = Seconds(plan.timeouts.startup);
   coordinator.keep_step_reports = true;
   server.Start(coordinator);
 }
@@ -238,65 +240,102 @@ void ResetForRestart(CoordinatorServer& server, const Plan& plan, const RunOptio
   server.ResetJob(EncodeJobPlan(plan, launch));
 }
 
+// What every launch does before its coordinator starts: where it resumes from, the learning-rate
+// schedule it extends, the checks that it can run at all.
+Plan PrepareLaunch(const Plan& planned, const RunOptions& options, Launch& launch) {
+  launch.resume_dir = ResumePoint(planned, options.resume);
+  Plan plan = ExtendSchedule(planned, options, launch);
+  CheckEvaluable(plan, options, launch.resume_dir);
+  CheckStepsLeft(plan, options, launch.resume_dir);
+  return plan;
+}
+
+// A resumed run and every restart append to the metrics of what came before (an evaluation
+// writes none).
+std::unique_ptr<MetricsLog> OpenMetrics(const Plan& plan, const RunOptions& options,
+                                        const Launch& launch) {
+  return std::make_unique<MetricsLog>(
+      plan.config.output.dir,
+      /*append=*/!launch.resume_dir.empty() || options.evaluate_only,
+      plan.config.output.tensorboard && !options.evaluate_only);
+}
+
+// How a launch mode runs one attempt's workers.
+struct Supervision {
+  std::function<void(int attempt)> start;  // starts its workers (local); agents start their own
+  ProcessGroup* children = nullptr;        // the local workers, watched by the monitor; or null
+  // After the attempt failed and the workers were told to abort: stops them, adding to `failure`
+  // what went wrong on the way; false when the job cannot restart whatever --max-restarts says.
+  std::function<bool(std::string& failure)> stop;
+};
+
+// Runs attempts until one succeeds (nullopt) or the last allowed one failed (its failure, logged):
+// the restart policy of every launch mode.
+std::optional<std::string> SuperviseAttempts(CoordinatorServer& server, const Plan& plan,
+                                             const RunOptions& options, Launch& launch,
+                                             MetricsLog& metrics, RunSteps& run_steps,
+                                             const Supervision& supervision) {
+  for (int attempt = 0;; ++attempt) {
+    if (supervision.start) supervision.start(attempt);
+    std::optional<std::string> failure =
+        MonitorAttempt(server, supervision.children, plan, attempt, metrics, run_steps);
+    if (!failure) return std::nullopt;
+    server.RequestAbort(*failure);
+    const bool can_restart = supervision.stop(*failure);
+    spdlog::error("{}", *failure);
+    if (!can_restart || attempt >= options.max_restarts) return failure;
+    ResetForRestart(server, plan, options, launch);
+  }
+}
+
 int RunLocal(const Plan& planned, const RunOptions& options, const std::string& report_path) {
   const std::string token = MakeJobToken();
   const std::string job_id = MakeJobToken().substr(0, 12);
   Launch launch{job_id, "", 0, options.evaluate_only, {}};
-  launch.resume_dir = ResumePoint(planned, options.resume);
-  const Plan plan = ExtendSchedule(planned, options, launch);
-  CheckEvaluable(plan, options, launch.resume_dir);
-  CheckStepsLeft(plan, options, launch.resume_dir);
-  // A resumed run and every restart append to the metrics of what came before (an evaluation
-  // writes none).
-  MetricsLog metrics(plan.config.output.dir,
-                     /*append=*/!launch.resume_dir.empty() || options.evaluate_only,
-                     plan.config.output.tensorboard && !options.evaluate_only);
+  const Plan plan = PrepareLaunch(planned, options, launch);
+  std::unique_ptr<MetricsLog> metrics = OpenMetrics(plan, options, launch);
   CoordinatorServer server;
   StartCoordinator(server, plan, launch, "127.0.0.1:0", token);
   spdlog::info("coordinator on {}", server.address());
 
   RunSteps run_steps;
   ProcessGroup children;
-  for (int attempt = 0;; ++attempt) {
+  Supervision local;
+  local.start = [&](int attempt) {
     SpawnWorkers(children, plan, options, server.address(), token, job_id, attempt);
-    const std::optional<std::string> failure =
-        MonitorAttempt(server, &children, plan, attempt, metrics, run_steps);
-    if (!failure) break;
-    server.RequestAbort(*failure);
+  };
+  local.children = &children;
+  local.stop = [&](std::string&) {
     children.StopAll();
-    spdlog::error("{}", *failure);
-    if (attempt >= options.max_restarts) return 1;
-    ResetForRestart(server, plan, options, launch);
-  }
+    return true;
+  };
+  if (SuperviseAttempts(server, plan, options, launch, *metrics, run_steps, local)) return 1;
   return Finish(plan, server.address(), token, report_path, run_steps, options, launch.resume_dir);
 }
 
-// Rank 0 under mpirun / srun: RunLocal's loop with the ranks' agents (job/agent.h) in
-// place of child processes. After a failure every agent stops its worker and reports its exit;
-// once all have, the job restarts from the newest checkpoint while restarts remain, else ends.
-// The agents learn what comes next from the coordinator (ResetJob, EndJob).
+// Rank 0 under mpirun / srun: the local launcher's attempts with the ranks' agents (job/agent.h)
+// in place of child processes. After a failure every agent stops its worker and reports its
+// exit; once all have, the job restarts from the newest checkpoint while restarts remain, else
+// ends. The agents learn what comes next from the coordinator (ResetJob, EndJob).
 int SuperviseJob(CoordinatorServer& server, const std::string& connect_address, const Plan& plan,
                  const RunOptions& options, Launch launch, MetricsLog& metrics,
                  const std::string& token, const std::string& report_path) {
   RunSteps run_steps;
-  for (int attempt = 0;; ++attempt) {
-    std::optional<std::string> failure =
-        MonitorAttempt(server, nullptr, plan, attempt, metrics, run_steps);
-    if (!failure) break;
-    server.RequestAbort(*failure);
-    spdlog::error("{}", *failure);
+  Supervision agents;
+  agents.stop = [&](std::string& failure) {
     // No worker of this attempt may still run when the next one starts (ResetJob).
     const std::vector<int> missing = server.WaitForWorkerExits(plan.timeouts.startup);
     if (!missing.empty() && !server.ended()) {
-      *failure += fmt::format(
+      failure += fmt::format(
           "\nthe agents of rank(s) {} did not report their worker's exit within {:.0f} s",
-          fmt::join(missing, ", "), std::chrono::duration<double>(plan.timeouts.startup).count());
+          fmt::join(missing, ", "), Seconds(plan.timeouts.startup));
     }
-    if (!missing.empty() || server.ended() || attempt >= options.max_restarts) {
-      server.EndJob(/*succeeded=*/false, *failure);
-      return 1;
-    }
-    ResetForRestart(server, plan, options, launch);
+    return missing.empty() && !server.ended();
+  };
+  if (const std::optional<std::string> failure =
+          SuperviseAttempts(server, plan, options, launch, metrics, run_steps, agents)) {
+    server.EndJob(/*succeeded=*/false, *failure);
+    return 1;
   }
   // The address the workers dial: the coordinator binds only that one (another node's, not
   // loopback, in a multi-node job).
@@ -321,13 +360,8 @@ int RunUnderLauncher(const Plan& planned, const RunOptions& options, const Launc
   std::unique_ptr<MetricsLog> metrics;
   Launch launch{rendezvous.job_id, "", 0, options.evaluate_only, {}};
   if (env.rank == 0) {
-    launch.resume_dir = ResumePoint(plan, options.resume);
-    plan = ExtendSchedule(std::move(plan), options, launch);
-    CheckEvaluable(plan, options, launch.resume_dir);
-    CheckStepsLeft(plan, options, launch.resume_dir);
-    metrics = std::make_unique<MetricsLog>(
-        plan.config.output.dir, !launch.resume_dir.empty() || options.evaluate_only,
-        plan.config.output.tensorboard && !options.evaluate_only);
+    plan = PrepareLaunch(plan, options, launch);
+    metrics = OpenMetrics(plan, options, launch);
     server = std::make_unique<CoordinatorServer>();
     StartCoordinator(*server, plan, launch, rendezvous.bind_address, rendezvous.token);
   }
@@ -367,7 +401,7 @@ int RunUnderLauncher(const Plan& planned, const RunOptions& options, const Launc
   // The coordinator goes with this process: every agent must have learned the outcome first.
   if (!server->WaitForAgentsToLearnTheEnd(plan.timeouts.wait)) {
     spdlog::warn("not every agent learned how the job ended within {:.0f} s",
-                 std::chrono::duration<double>(plan.timeouts.wait).count());
+                 Seconds(plan.timeouts.wait));
   }
   return agent_code != 0 ? agent_code : supervisor_code;
 }
