@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include "core/error.h"
+#include "core/units.h"
 
 namespace baton {
 
@@ -18,8 +19,7 @@ void MemoryKvStore::Set(const std::string& key, const std::string& value) {
 std::string MemoryKvStore::Get(const std::string& key, std::chrono::milliseconds timeout) {
   std::unique_lock lock(mutex_);
   bool found = changed_.wait_for(lock, timeout, [&] { return values_.count(key) > 0; });
-  BATON_CHECK(found, "key '{}' was not set within {:.1f} s", key,
-              std::chrono::duration<double>(timeout).count());
+  BATON_CHECK(found, "key '{}' was not set within {:.1f} s", key, Seconds(timeout));
   return values_.at(key);
 }
 
@@ -32,7 +32,7 @@ void MemoryKvStore::Wait(const std::vector<std::string>& keys, std::chrono::mill
     return true;
   });
   BATON_CHECK(found, "keys {} were not all set within {:.1f} s", fmt::join(keys, ", "),
-              std::chrono::duration<double>(timeout).count());
+              Seconds(timeout));
 }
 
 }  // namespace baton

@@ -127,8 +127,7 @@ struct CoordinatorClient::Impl {
     snapshot.rank = rank;
     if (!snapshot.blocked && blocked) {
       snapshot.blocked = *blocked;
-      snapshot.blocked->waiting_s =
-          std::chrono::duration<double>(Clock::now() - blocked_since).count();
+      snapshot.blocked->waiting_s = Seconds(Clock::now() - blocked_since);
     }
     pb::ReportRequest request;
     ToProto(snapshot, &request);
@@ -173,8 +172,7 @@ void CoordinatorClient::Impl::HeartbeatLoop(std::chrono::milliseconds interval) 
       HandleAbort(fmt::format("the coordinator refused a heartbeat: {}", status.error_message()));
     } else if (Clock::now() - last_ok > options.lost_coordinator_timeout) {
       HandleAbort(fmt::format("lost contact with the coordinator at {} for {:.1f} s: {}", address,
-                              std::chrono::duration<double>(Clock::now() - last_ok).count(),
-                              status.error_message()));
+                              Seconds(Clock::now() - last_ok), status.error_message()));
     }
   }
 }
@@ -249,7 +247,7 @@ CoordinatorClient::CoordinatorClient(const std::string& address, const std::stri
   bool connected =
       impl_->channel->WaitForConnected(std::chrono::system_clock::now() + options.connect_timeout);
   BATON_CHECK(connected, "cannot reach the coordinator at {} within {:.1f} s", address,
-              std::chrono::duration<double>(options.connect_timeout).count());
+              Seconds(options.connect_timeout));
   impl_->stub = pb::Coordinator::NewStub(impl_->channel);
 }
 

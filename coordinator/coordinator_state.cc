@@ -7,6 +7,7 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "core/units.h"
 
 namespace baton {
 namespace {
@@ -127,7 +128,7 @@ Status CoordinatorState::KvGet(const std::string& key, Clock::time_point deadlin
       lock, deadline, cancelled, [&] { return kv_.count(key) > 0; },
       [&] {
         return fmt::format("key '{}' was not set within {:.1f} s", key,
-                           std::chrono::duration<double>(Clock::now() - start).count());
+                           Seconds(Clock::now() - start));
       });
   if (status.ok()) *value = kv_.at(key);
   return status;
@@ -148,7 +149,7 @@ Status CoordinatorState::KvWait(const std::vector<std::string>& keys, Clock::tim
       lock, deadline, cancelled, [&] { return missing().empty(); },
       [&] {
         return fmt::format("keys {} were not set within {:.1f} s", fmt::join(missing(), ", "),
-                           std::chrono::duration<double>(Clock::now() - start).count());
+                           Seconds(Clock::now() - start));
       });
 }
 
@@ -183,8 +184,7 @@ Status CoordinatorState::Barrier(const std::string& name, int rank, Clock::time_
       lock, deadline, cancelled, [&] { return barrier.generation != generation; },
       [&] {
         return fmt::format("barrier '{}' timed out after {:.1f} s waiting for ranks {}", name,
-                           std::chrono::duration<double>(Clock::now() - start).count(),
-                           JoinRanks(missing()));
+                           Seconds(Clock::now() - start), JoinRanks(missing()));
       });
   // Leaving without completing: withdraw, so the next attempt of this barrier counts right.
   if (!status.ok() && barrier.generation == generation) barrier.arrived.erase(rank);
@@ -421,7 +421,7 @@ void CoordinatorState::CheckLiveness() {
     const Rank& entry = ranks_[rank];
     if (!entry.joined || entry.dead) continue;
     if (entry.has_report && entry.report.status != WorkerStatus::kRunning) continue;
-    const double silent_s = std::chrono::duration<double>(now - entry.last_heard).count();
+    const double silent_s = Seconds(now - entry.last_heard);
     const double bound = entry.stepped
                              ? options_.heartbeat_timeout_s
                              : std::max(options_.heartbeat_timeout_s, options_.startup_silence_s);
@@ -446,7 +446,7 @@ void CoordinatorState::WaitForAllJoined(std::chrono::milliseconds timeout) {
       lock, Clock::now() + timeout, nullptr, [&] { return missing().empty(); },
       [&] {
         return fmt::format("ranks {} did not join within {:.1f} s", JoinRanks(missing()),
-                           std::chrono::duration<double>(timeout).count());
+                           Seconds(timeout));
       });
   if (!status.ok()) BATON_FAIL("waiting for workers to join: {}", status.error_message());
 }
@@ -465,8 +465,7 @@ std::vector<RankState> CoordinatorState::Ranks() const {
     state.device = entry.info.device;
     state.has_report = entry.has_report;
     state.report = entry.report;
-    state.seconds_since_heard =
-        entry.joined ? std::chrono::duration<double>(now - entry.last_heard).count() : 0;
+    state.seconds_since_heard = entry.joined ? Seconds(now - entry.last_heard) : 0;
     state.dead = entry.dead;
     state.watching = entry.watches > 0;
     out.push_back(std::move(state));

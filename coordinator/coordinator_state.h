@@ -19,12 +19,12 @@
 
 #include "coordinator/coordinator_server.h"
 #include "coordinator/coordinator_types.h"
+#include "core/units.h"
 
 namespace baton {
 
 class CoordinatorState {
  public:
-  using Clock = std::chrono::steady_clock;
   using Cancelled = std::function<bool()>;
 
   explicit CoordinatorState(const CoordinatorOptions& options);

@@ -16,5 +16,11 @@ inline constexpr std::chrono::milliseconds kDefaultSetupWait{2 * kDefaultWait};
 inline constexpr std::chrono::milliseconds kDefaultCoordinatorWait{30000};
 // A silent worker is declared dead after this: parallel.heartbeat_timeout_s.
 inline constexpr std::chrono::milliseconds kDefaultHeartbeatTimeout{10000};
+// How often a worker reports to the coordinator (Timeouts::heartbeat_interval).
+inline constexpr std::chrono::milliseconds kHeartbeatInterval{500};
+// The least any start-up wait gets (Timeouts::startup), whatever parallel.timeout_s says.
+inline constexpr std::chrono::milliseconds kStartupFloorWait{60000};
+// Half a second per process of the job on top of start-up waits (StartupPerProcess).
+inline constexpr std::chrono::milliseconds kStartupWaitPerProcess{500};
 
 }  // namespace baton

@@ -13,6 +13,7 @@
 
 #include "core/error.h"
 #include "core/files.h"
+#include "core/units.h"
 
 namespace baton {
 
@@ -55,10 +56,9 @@ class MeshGateStore final : public KvStore {
     const bool peer_address = !rest.empty() && rest != std::to_string(rank_) &&
                               rest.find_first_not_of("0123456789") == std::string::npos;
     if (!peer_address) return;
-    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    const auto deadline = Clock::now() + timeout;
     while (!FileExists(dir_ + "/open")) {
-      BATON_CHECK(std::chrono::steady_clock::now() < deadline,
-                  "BATON_TEST_MESH_GATE: {}/open did not appear", dir_);
+      BATON_CHECK(Clock::now() < deadline, "BATON_TEST_MESH_GATE: {}/open did not appear", dir_);
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
   }

@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "core/error.h"
+#include "core/units.h"
 
 extern char** environ;
 
@@ -71,8 +72,8 @@ void ProcessGroup::SignalAll(int signal) {
 
 void ProcessGroup::StopAll(std::chrono::milliseconds grace) {
   for (const auto& [pid, index] : children_) kill(pid, SIGTERM);
-  const auto deadline = std::chrono::steady_clock::now() + grace;
-  while (!children_.empty() && std::chrono::steady_clock::now() < deadline) {
+  const auto deadline = Clock::now() + grace;
+  while (!children_.empty() && Clock::now() < deadline) {
     if (!Poll()) std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   for (const auto& [pid, index] : children_) kill(pid, SIGKILL);

@@ -25,10 +25,10 @@
 #include "core/files.h"
 #include "core/log.h"
 #include "core/stop_signals.h"
+#include "core/units.h"
 #include "job/fault_injection.h"
 #include "kernels/backend_factory.h"
 #include "plan/codec.h"
-#include "planner/planner.h"
 #include "worker/stage_tensors.h"
 #include "worker/trainer.h"
 
@@ -79,8 +79,9 @@ void SaveCheckpoint(const Plan& plan, const Launch& launch, int rank, Coordinato
   }
   if (rank == 0) {
     std::vector<CheckpointFileEntry> all;
-    for (int r = 0; r < plan.num_stages(); ++r) {
-      std::vector<CheckpointFileEntry> entries = DecodeFileEntries(client.KvGet(key(r), timeout));
+    for (int stage = 0; stage < plan.num_stages(); ++stage) {  // replica 0 writes the files
+      std::vector<CheckpointFileEntry> entries =
+          DecodeFileEntries(client.KvGet(key(plan.WorldRank(stage, 0)), timeout));
       all.insert(all.end(), entries.begin(), entries.end());
     }
     TrainingState state;
@@ -219,7 +220,7 @@ std::shared_ptr<Communicator> MakeCommunicator(const WorkerArgs& args, const Pla
 // Tracks what the engine waits on, for heartbeats and the failure report.
 struct BlockedState {
   std::optional<BlockedAction> action;
-  std::chrono::steady_clock::time_point since;
+  Clock::time_point since;
 };
 
 // Everything a rank does once it holds the plan; throws on failure.
@@ -369,8 +370,7 @@ int RunWorker(const WorkerArgs& args) {
       failed.error = ValidUtf8(e.what());  // a std::exception may hold any bytes
       failed.blocked = blocked.action;
       if (blocked.action) {
-        failed.blocked->waiting_s =
-            std::chrono::duration<double>(std::chrono::steady_clock::now() - blocked.since).count();
+        failed.blocked->waiting_s = Seconds(Clock::now() - blocked.since);
       }
       try {
         client->Report(failed);

@@ -114,7 +114,7 @@ bool JobMonitor::CauseExited(const std::vector<RankState>& ranks) const {
 }
 
 std::optional<std::string> JobMonitor::DeadChild(std::chrono::milliseconds grace) {
-  const auto deadline = std::chrono::steady_clock::now() + grace;
+  const auto deadline = Clock::now() + grace;
   while (true) {
     for (const WorkerExit& exit : NewExits()) {
       if (exit.ok()) {
@@ -128,12 +128,11 @@ std::optional<std::string> JobMonitor::DeadChild(std::chrono::milliseconds grace
       // A peer's failure can be in before the exit of the worker whose death caused it (it died
       // first, its agent or the launcher saw it later): wait for a cause while others may come.
       const bool all_exited = exited_ok_ + static_cast<int>(failed_.size()) >= options_.world_size;
-      if (all_exited || CauseExited(server_.Ranks()) ||
-          std::chrono::steady_clock::now() >= deadline) {
+      if (all_exited || CauseExited(server_.Ranks()) || Clock::now() >= deadline) {
         return DescribeDeadChild();
       }
     }
-    if (std::chrono::steady_clock::now() >= deadline) return std::nullopt;
+    if (Clock::now() >= deadline) return std::nullopt;
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
 }
@@ -221,7 +220,7 @@ void JobMonitor::MaybePrintProgress(const JobStep& job_step) {
   const bool due = printed_step_ == 0 || step / every > printed_step_ / every ||
                    step == options_.total_steps || evaluated;
   if (step <= printed_step_ || !due) return;
-  const auto now = std::chrono::steady_clock::now();
+  const auto now = Clock::now();
   if (printed_step_ == 0) {
     first_step_ = step;
     first_step_time_ = now;
@@ -229,11 +228,10 @@ void JobMonitor::MaybePrintProgress(const JobStep& job_step) {
   printed_step_ = step;
   // Elapsed since this attempt's monitor started (start-up included); the ETA extrapolates the
   // pace since the attempt's first step, so start-up does not inflate it.
-  std::string timing =
-      fmt::format("{} elapsed", Duration(std::chrono::duration<double>(now - start_).count()));
+  std::string timing = fmt::format("{} elapsed", Duration(Seconds(now - start_)));
   if (step > first_step_ && step < options_.total_steps) {
-    const double per_step = std::chrono::duration<double>(now - first_step_time_).count() /
-                            static_cast<double>(step - first_step_);
+    const double per_step =
+        Seconds(now - first_step_time_) / static_cast<double>(step - first_step_);
     timing += fmt::format(", ETA {}",
                           Duration(per_step * static_cast<double>(options_.total_steps - step)));
   }

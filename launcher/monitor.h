@@ -15,6 +15,7 @@
 #include <string>
 
 #include "coordinator/coordinator_server.h"
+#include "core/units.h"
 #include "job/process.h"
 #include "launcher/step_metrics.h"
 
@@ -74,9 +75,9 @@ class JobMonitor {
   StepAssembler assembler_;
   std::vector<nlohmann::json> report_steps_;
   std::shared_ptr<spdlog::logger> log_;
-  std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
+  Clock::time_point start_ = Clock::now();
   int64_t first_step_ = 0;  // the first step this attempt printed, and when
-  std::chrono::steady_clock::time_point first_step_time_;
+  Clock::time_point first_step_time_;
   int64_t printed_step_ = 0;
   bool stop_forwarded_ = false;
   int exited_ok_ = 0;

@@ -12,6 +12,7 @@
 
 #include "core/error.h"
 #include "core/files.h"
+#include "core/units.h"
 
 namespace baton {
 namespace {
@@ -121,7 +122,7 @@ json MetricsLine(const JobStep& step, std::chrono::system_clock::time_point time
 }
 
 MetricsLog::MetricsLog(const std::string& dir, bool append, bool tensorboard)
-    : path_(dir + "/metrics.jsonl"), start_(std::chrono::steady_clock::now()) {
+    : path_(dir + "/metrics.jsonl"), start_(Clock::now()) {
   std::error_code error;
   std::filesystem::create_directories(dir, error);
   BATON_CHECK(!error, "cannot create the output directory {}: {}", dir, error.message());
@@ -136,8 +137,7 @@ MetricsLog::~MetricsLog() {
 }
 
 void MetricsLog::Write(const JobStep& step) {
-  const double elapsed_s =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+  const double elapsed_s = Seconds(Clock::now() - start_);
   const std::string line = MetricsLine(step, std::chrono::system_clock::now(), elapsed_s)
                                .dump(-1, ' ', false, json::error_handler_t::replace) +
                            "\n";

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "coordinator/coordinator_types.h"
+#include "core/units.h"
 #include "launcher/tensorboard.h"
 
 namespace baton {
@@ -87,7 +88,7 @@ class MetricsLog {
  private:
   std::string path_;
   int fd_ = -1;
-  std::chrono::steady_clock::time_point start_;
+  Clock::time_point start_;
   std::unique_ptr<TensorBoardLog> tensorboard_;
 };
 

@@ -7,6 +7,7 @@
 #include <chrono>
 
 #include "core/error.h"
+#include "core/units.h"
 #include "kernels/backend.h"
 #include "model/from_config.h"
 #include "planner/memory_planner.h"
@@ -312,10 +313,9 @@ StepRates MeasureCpuRates(int threads, int64_t n, int repeats) {
   };
   Operands f32 = make(DType::kF32), bf16 = make(DType::kBF16);
   const auto time = [&](Operands& o) {
-    const auto start = std::chrono::steady_clock::now();
+    const auto start = Clock::now();
     backend->Matmul(o.a, false, o.b, false, o.out, false);
-    const double seconds =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    const double seconds = Seconds(Clock::now() - start);
     return 2.0 * static_cast<double>(n * n * n) / seconds;
   };
   StepRates best(0.0);

@@ -8,6 +8,7 @@
 
 #include "core/error.h"
 #include "core/tensor.h"
+#include "core/units.h"
 #include "kernels/backend.h"
 
 namespace baton {
@@ -34,10 +35,10 @@ double MeasureGemmGflops(int m, int n, int k, int repeats, int threads, DType dt
   run();
   double best_seconds = std::numeric_limits<double>::infinity();
   for (int r = 0; r < repeats; ++r) {
-    const auto start = std::chrono::steady_clock::now();
+    const auto start = Clock::now();
     run();
-    const std::chrono::duration<double> elapsed = std::chrono::steady_clock::now() - start;
-    best_seconds = std::min(best_seconds, elapsed.count());
+    const double elapsed_s = Seconds(Clock::now() - start);
+    best_seconds = std::min(best_seconds, elapsed_s);
   }
   const double flops = 2.0 * m * n * static_cast<double>(k);
   return flops / std::max(best_seconds, 1e-9) / 1e9;
