@@ -33,6 +33,7 @@ TrainerSetup TrainerSetupFor(const Plan& plan, int world_rank, Communicator* com
   setup.schedule = plan.schedule;
   setup.eval_schedule = plan.eval_schedule;
   setup.eval_batches = plan.eval_batches;
+  setup.sends_complete_before_compute = plan.sends_complete_before_compute;
   setup.tied = plan.tied;
   setup.pipeline_group = plan.PipelineGroup(world_rank);
   setup.replica_group = plan.ReplicaGroup(world_rank);
@@ -47,7 +48,29 @@ constexpr const char* kInt8IsForInference =
     "model.weights: int8 holds the weights for inference only (baton eval, baton generate); "
     "training and its memory plan need model.weights: dense";
 
+// This rank among its stage's replicas, as the plan names them.
+ReplicaContext ReplicaContextOf(const TrainerSetup& setup, Backend& backend,
+                                const StatusCallback* on_status) {
+  ReplicaContext context;
+  context.backend = &backend;
+  context.comm = setup.comm;
+  context.replica_group = setup.replica_group;
+  context.replica = setup.replica;
+  context.stage = setup.stage;
+  context.timeout = setup.timeout;
+  context.on_status = on_status;
+  return context;
+}
+
 }  // namespace
+
+void Trainer::ChooseGradientSync() {
+  if (setup_.config.parallel.zero != 1 || setup_.num_replicas < 2) return;
+  auto zero1 = std::make_unique<Zero1Sync>(ReplicaContextOf(setup_, backend_, &on_status_),
+                                           model_->params());
+  zero1_ = zero1.get();
+  sync_ = std::move(zero1);
+}
 
 Trainer::Trainer(TrainerSetup setup, Backend& backend)
     : setup_(std::move(setup)),
@@ -71,7 +94,6 @@ Trainer::Trainer(TrainerSetup setup, Backend& backend)
                 "the setup names a pipeline of {} and {} replicas for {} stage(s) x {} replica(s)",
                 setup_.pipeline_group.size(), setup_.replica_group.size(), setup_.num_stages,
                 setup_.num_replicas);
-    replica_group_ = setup_.replica_group;
     if (setup_.num_stages > 1) {
       pipeline_view_ = std::make_unique<SubgroupCommunicator>(*setup_.comm, setup_.pipeline_group);
       pipeline_ = pipeline_view_.get();
@@ -95,19 +117,17 @@ Trainer::Trainer(TrainerSetup setup, Backend& backend)
   hyper.weight_decay = static_cast<float>(config.train.weight_decay);
   if (!int8_weights && !setup_.inference_only) {  // evaluation keeps no optimizer state
     if (config.prune.enabled()) AllocatePruneMasks(backend_, model_->params());
-    std::optional<OptimizerShard> shard;
-    if (config.parallel.zero == 1 && setup_.num_replicas > 1) {
-      BuildFlatSpace();
-      const int64_t begin = std::min(flat_numel_, setup_.replica * shard_size_);
-      shard = OptimizerShard{begin, std::min(flat_numel_, begin + shard_size_)};
-    }
+    ChooseGradientSync();
     optimizer_ = std::make_unique<Optimizer>(
-        backend_, model_->params(), hyper, config.optimizer.state == OptimizerState::kInt8, shard);
-    if (setup_.num_replicas > 1 && !zero()) BuildGradBuckets();
+        backend_, model_->params(), hyper, config.optimizer.state == OptimizerState::kInt8,
+        zero() ? std::optional(zero1_->shard()) : std::nullopt);
+    // The all-reduce's buckets are booked after the optimizer state, as they always were.
+    if (setup_.num_replicas > 1 && !zero()) {
+      sync_ = std::make_unique<AllReduceSync>(ReplicaContextOf(setup_, backend_, &on_status_),
+                                              model_->params());
+    }
   }
-  sync_ = zero()                    ? GradientSync::kZero1
-          : setup_.num_replicas > 1 ? GradientSync::kAllReduce
-                                    : GradientSync::kNone;
+  if (sync_ == nullptr) sync_ = std::make_unique<NoSync>();
   step_end_ = StepEndPasses();
 
   lr_.lr = static_cast<float>(config.train.lr);
@@ -126,7 +146,7 @@ Trainer::Trainer(TrainerSetup setup, Backend& backend)
   options.timeout = timeout_;
   options.activation_shape = {micro_batch_size, seq_len, setup_.dims.width};
   options.activation_dtype = dtype;
-  options.complete_sends_before_compute = RendezvousSafeSends(setup_.schedule);
+  options.complete_sends_before_compute = setup_.sends_complete_before_compute;
   engine_ = std::make_unique<StageEngine>(backend_, *model_, pipeline_, options);
 
   const bool first = model_->holds_first_layer();
@@ -204,7 +224,7 @@ EvalRecord Trainer::Evaluate() {
   BATON_CHECK(setup_.eval_batches > 0,
               "evaluation needs held-out data (data.eval_path or data.eval_fraction)");
   const std::vector<Action>& program =
-      setup_.eval_schedule.per_rank.at(static_cast<size_t>(setup_.stage));
+      setup_.eval_schedule.per_stage.at(static_cast<size_t>(setup_.stage));
   EvalRecord record;
   // Micro-batch mean losses by (batch, micro-batch of the step): this replica's share, then,
   // with replicas, every head's, so that the sum below has the same order on every layout.
@@ -230,7 +250,7 @@ EvalRecord Trainer::Evaluate() {
   record.batches = setup_.eval_batches;
   record.tokens = setup_.eval_batches * config.train.batch_size * SequenceLength(config);
   record.loss = count > 0 ? sum / static_cast<double>(count) : 0.0;
-  record.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  record.seconds = Seconds(Clock::now() - start);
   return record;
 }
 
@@ -252,26 +272,20 @@ std::vector<Trainer::StepPass> Trainer::StepEndPasses() const {
                        void (Trainer::*run)(StepState&)) {
     passes.push_back({name, exchange, replicas, run});
   };
-  switch (sync_) {
-    case GradientSync::kNone:
-      if (prune) add("mask gradients", false, false, &Trainer::MaskGradientsPass);
-      add("tied sums", true, false, &Trainer::TiedSumsPass);
-      break;
-    case GradientSync::kAllReduce:
-      add("all-reduce replicas", true, true, &Trainer::AllReducePass);
-      if (prune) add("mask gradients", false, false, &Trainer::MaskGradientsPass);
-      add("tied sums", true, false, &Trainer::TiedSumsPass);
-      break;
-    case GradientSync::kZero1:
-      // The tied sums first: after the reduce-scatter a replica holds only its shard's sums.
-      add("tied sums", true, false, &Trainer::TiedSumsPass);
-      add("reduce-scatter replicas", true, true, &Trainer::ReduceScatterPass);
-      break;
+  const char* reduce = sync_->reduce_pass();
+  if (sync_->after_tied_sums()) {  // ZeRO-1: after it a replica holds only its shard's sums
+    add("tied sums", true, false, &Trainer::TiedSumsPass);
+    if (reduce != nullptr) add(reduce, true, true, &Trainer::ReducePass);
+    BATON_CHECK(!prune, "pruning does not combine with {}", reduce);
+  } else {
+    if (reduce != nullptr) add(reduce, true, true, &Trainer::ReducePass);
+    if (prune) add("mask gradients", false, false, &Trainer::MaskGradientsPass);
+    add("tied sums", true, false, &Trainer::TiedSumsPass);
   }
   add("step-end flags", true, false, &Trainer::StepEndFlagsPass);
   add("update", false, false, &Trainer::UpdatePass);
-  if (sync_ == GradientSync::kZero1) {
-    add("all-gather replicas", true, true, &Trainer::AllGatherPass);
+  if (const char* after = sync_->after_update_pass()) {
+    add(after, true, true, &Trainer::AfterUpdatePass);
   }
   if (prune) add("prune", false, false, &Trainer::PrunePass);
   return passes;
@@ -292,7 +306,7 @@ StepRecord Trainer::Step(int64_t step) {
       static_cast<float>(scaler_.scale() / static_cast<double>(config.train.micro_batches));
   StepState state;
   state.step = step;
-  state.losses = engine_->RunStep(setup_.schedule.per_rank[static_cast<size_t>(setup_.stage)],
+  state.losses = engine_->RunStep(setup_.schedule.per_stage[static_cast<size_t>(setup_.stage)],
                                   batches_, loss_grad_scale);
 
   clock.step_end_start = Clock::now();
@@ -334,13 +348,11 @@ StepRecord Trainer::Step(int64_t step) {
   return record;
 }
 
-void Trainer::AllReducePass(StepState& state) { AllReduceReplicaGradients(state.step); }
+void Trainer::ReducePass(StepState& state) { sync_->Reduce(state.step); }
 
 void Trainer::MaskGradientsPass(StepState&) { MaskGradients(backend_, model_->params()); }
 
 void Trainer::TiedSumsPass(StepState&) { CombineTiedGradients(); }
-
-void Trainer::ReduceScatterPass(StepState& state) { ReduceScatterGradients(state.step); }
 
 void Trainer::StepEndFlagsPass(StepState& state) {
   const bool loss_finite = std::all_of(state.losses.begin(), state.losses.end(),
@@ -382,8 +394,8 @@ void Trainer::UpdatePass(StepState& state) {
                    static_cast<float>(coef / record.loss_scale));
 }
 
-void Trainer::AllGatherPass(StepState& state) {
-  if (!state.record.skipped) AllGatherParameters(state.step);
+void Trainer::AfterUpdatePass(StepState& state) {
+  if (!state.record.skipped) sync_->AfterUpdate(state.step);
 }
 
 void Trainer::PrunePass(StepState& state) {
@@ -418,10 +430,10 @@ void Trainer::CombineTiedGradients() {
     // one addition of the same two numbers either way, so the bits agree however it is cut.
     for (size_t k = 1; k < copies.size(); ++k)
       backend_.Accumulate(copies[k]->grad, copies[0]->grad);
-    if (group.ranks.size() > 1) {
+    if (group.stages.size() > 1) {
       BATON_CHECK(setup_.comm != nullptr, "tied group {} spans ranks but there is no transport",
                   group.param);
-      pipeline_->AllReduceSum(copies[0]->grad, group.ranks, timeout_);
+      pipeline_->AllReduceSum(copies[0]->grad, group.stages, timeout_);
     }
   }
 }
@@ -449,13 +461,13 @@ Trainer::StepEnd Trainer::ReduceStepEnd(bool local_loss_finite, std::vector<floa
   }
   // Under ZeRO-1 each replica holds the reduced gradients of its shard only: its part of each
   // layer's sum, added across the replicas by the all-reduce below; otherwise replica 0 writes it.
-  const bool writes_layer_sums = setup_.replica == 0 || sync_ == GradientSync::kZero1;
+  const bool writes_layer_sums = sync_->writes_layer_sums(setup_.replica);
   for (auto& [index, layer] : model_->layers()) {
     double sum = 0;
     bool finite = true;
     for (Param* p : layer->params()) {
       if (p->tied) continue;
-      for (const Tensor& grad : ReducedGradient(*p)) {
+      for (const Tensor& grad : sync_->ReducedGradient(*p)) {
         sum += backend_.SumOfSquares(grad);
         if (scaler_.enabled()) finite = finite && backend_.AllFinite(grad);
       }

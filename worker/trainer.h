@@ -43,15 +43,13 @@
 #include "plan/result.h"
 #include "scheduler/schedule.h"
 #include "worker/engine.h"
+#include "worker/gradient_sync.h"
 #include "worker/loss_scaler.h"
 #include "worker/optimizer.h"
 #include "worker/run_data.h"
 #include "worker/stage_model.h"
 
 namespace baton {
-
-// The most bytes one data-parallel gradient all-reduce carries (larger tensors go in pieces).
-inline constexpr int64_t kGradBucketBytes = int64_t{4} << 20;
 
 struct TrainerSetup {
   Config config;
@@ -61,11 +59,12 @@ struct TrainerSetup {
   int num_stages = 1;  // stages
   int replica = 0;     // data-parallel replica; world rank = replica * num_stages + stage
   int num_replicas = 1;
-  std::vector<LayerRange> chunk_ranges;  // this rank's layers, one range per chunk
-  Schedule schedule;                     // with communication actions; validated
-  Schedule eval_schedule;                // forward-only, with communication; validated
-  int64_t eval_batches = 0;              // per evaluation (EvalBatchesFor); 0: no eval data
-  std::vector<TiedGroup> tied;           // every tied group of the graph
+  std::vector<LayerRange> chunk_ranges;        // this rank's layers, one range per chunk
+  Schedule schedule;                           // with communication actions; validated
+  Schedule eval_schedule;                      // forward-only, with communication; validated
+  int64_t eval_batches = 0;                    // per evaluation (EvalBatchesFor); 0: no eval data
+  bool sends_complete_before_compute = false;  // Plan::sends_complete_before_compute
+  std::vector<TiedGroup> tied;                 // every tied group of the graph
   // World ranks (Plan::PipelineGroup, ReplicaGroup): this rank's pipeline, stage order, and its
   // stage's replicas, replica order.
   std::vector<int> pipeline_group;
@@ -114,7 +113,7 @@ class Trainer {
 
   // ZeRO-1 (parallel.zero 1 with replicas): this trainer's optimizer holds only its replica's
   // shard of the stage's optimizer state.
-  bool zero() const { return !flat_.empty(); }
+  bool zero() const { return zero1_ != nullptr; }
   // ZeRO-1 checkpoints, every replica of the stage calling it for each local layer in the same
   // order: replica 0 gets the layer's tensors with its full optimizer state, gathered from the
   // replicas' shards into temporaries (booked as workspace while they live); the others send
@@ -162,24 +161,11 @@ class Trainer {
   void FillMicroBatches(int64_t step);
   void FillEvalMicroBatches(int64_t batch);
   void CopyIn(MicroBatch& batch, std::vector<int32_t>& tokens, std::vector<int32_t>& targets);
-  void BuildGradBuckets();
   void CombineTiedGradients();
-  // Step end 0: sums every gradient across this stage's replicas, bucket by bucket.
-  void AllReduceReplicaGradients(int64_t step);
-  // ZeRO-1: sums the gradients' shards across the replicas (each gets its own), and gathers
-  // the updated parameters' shards after the optimizer step.
-  void ReduceScatterGradients(int64_t step);
-  void AllGatherParameters(int64_t step);
-  void BuildFlatSpace();
-  // Calls fn(param, param_begin, param_end, at) for each parameter's part of the flat elements
-  // [begin, end): its flat elements [param_begin, param_end), starting at flat `at`.
-  template <typename Fn>
-  void ForEachFlatPart(int64_t begin, int64_t end, Fn fn);
-  // The flat elements of replica j's chunk in round k: [first, first + count).
-  std::pair<int64_t, int64_t> ZeroChunk(int j, int64_t k) const;
-  int WorldRankOfReplica(int replica) const { return replica * setup_.num_stages + setup_.stage; }
-  // Waits for every posted operation, naming what failed.
-  void WaitAll(std::vector<std::unique_ptr<Work>>& works, const std::string& what);
+  // The strategy of setup_'s replicas, before the optimizer exists (ZeRO-1 decides its shard).
+  void ChooseGradientSync();
+  // The tensors of local layer `layer_index` (no optimizer state).
+  LayerTensors LayerOf(int layer_index);
   // Sums `values` over every rank of the job (host memory; staged through the device on GPUs).
   void AllReduceOverJob(std::vector<float>& values);
   struct StepEnd {
@@ -193,13 +179,7 @@ class Trainer {
   StepEnd ReduceStepEnd(bool local_loss_finite, std::vector<float>& losses);
   // This replica's first micro-batch of a step, of the step's train.micro_batches.
   int first_microbatch() const;
-  // The parts of `p`'s gradient that hold this rank's reduced sums, for the norm: all of it, or
-  // under ZeRO-1 its part in this replica's shard (none when it lies in other shards).
-  std::vector<Tensor> ReducedGradient(Param& p) const;
 
-  // How a stage's replicas make their gradients one (DESIGN.md, "data flow", step end 0): not at
-  // all (one replica), an all-reduce in buckets, or ZeRO-1's reduce-scatter and all-gather.
-  enum class GradientSync { kNone, kAllReduce, kZero1 };
   // What the step end's passes hand on: the engine's losses, the reduced flags, the record.
   struct StepState {
     int64_t step = 0;
@@ -217,25 +197,13 @@ class Trainer {
   };
   // The step end in order (the file comment's 0-3), for this trainer's GradientSync and config.
   std::vector<StepPass> StepEndPasses() const;
-  void AllReducePass(StepState& state);
+  void ReducePass(StepState& state);  // GradientSync::Reduce
   void MaskGradientsPass(StepState& state);
   void TiedSumsPass(StepState& state);
-  void ReduceScatterPass(StepState& state);
   void StepEndFlagsPass(StepState& state);  // also stops the job on a non-finite fp32/bf16 step
   void UpdatePass(StepState& state);        // clip, step AdamW, or skip on fp16 overflow
-  void AllGatherPass(StepState& state);
-  void PrunePass(StepState& state);  // the masks, and the magnitude pruning at prune.at_step
-
-  // Pieces of gradients packed into one all-reduce.
-  struct GradBucket {
-    struct Piece {
-      Tensor grad;     // a flat slice of a gradient
-      int64_t at = 0;  // its first element in the bucket
-    };
-    DType dtype = DType::kF32;
-    int64_t numel = 0;
-    std::vector<Piece> pieces;
-  };
+  void AfterUpdatePass(StepState& state);   // GradientSync::AfterUpdate, unless skipped
+  void PrunePass(StepState& state);         // the masks, and the magnitude pruning at prune.at_step
 
   TrainerSetup setup_;
   Backend& backend_;
@@ -243,22 +211,9 @@ class Trainer {
   // communicator when there are replicas), or null for a one-stage pipeline.
   std::unique_ptr<Communicator> pipeline_view_;
   Communicator* pipeline_ = nullptr;
-  std::vector<int> replica_group_;  // world ranks of this stage's replicas
-  std::vector<GradBucket> buckets_;
-  std::map<DType, Tensor> bucket_buffers_;  // one per gradient dtype, booked as comm
-  // ZeRO-1: each distinct parameter (by storage) and its first element in the flat space.
-  struct FlatPiece {
-    Param* param;
-    int64_t at;
-  };
-  std::vector<FlatPiece> flat_;
-  int64_t flat_numel_ = 0;
-  int64_t shard_size_ = 0;         // S = ceil(N / R): replica r owns [r S, min((r + 1) S, N))
-  int64_t zero_chunk_ = 0;         // B: each member's elements per round of the collectives
-  Tensor zero_buffer_;             // R x B f32 (the gradients), comm
-  Tensor zero_received_;           // (R - 1) x B f32: the other replicas' chunks of mine, comm
-  Tensor zero_values_;             // R x B in the parameters' dtype when that is not f32, comm
-  std::unique_ptr<RunData> data_;  // on the ranks holding the first or the last layer
+  std::unique_ptr<GradientSync> sync_;  // how this stage's replicas make their gradients one
+  Zero1Sync* zero1_ = nullptr;          // sync_, when it is ZeRO-1
+  std::unique_ptr<RunData> data_;       // on the ranks holding the first or the last layer
   std::unique_ptr<StageModel> model_;
   std::unique_ptr<Optimizer> optimizer_;
   std::unique_ptr<StageEngine> engine_;
@@ -268,7 +223,6 @@ class Trainer {
   std::chrono::milliseconds timeout_;
   const std::atomic<bool>* stop_flag_ = nullptr;
   StatusCallback on_status_;
-  GradientSync sync_ = GradientSync::kNone;
   std::vector<StepPass> step_end_;
 };
 

@@ -1,0 +1,307 @@
+#include "worker/gradient_sync.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "core/error.h"
+#include "core/units.h"
+#include "worker/stage_tensors.h"
+
+namespace baton {
+namespace {
+
+// Tells the status callback that this rank waits on its replicas (`peer`: one of them), or no
+// longer does (peer -1).
+void Report(const ReplicaContext& context, const char* action, int peer) {
+  if (context.on_status != nullptr && *context.on_status) {
+    (*context.on_status)({action, -1, peer, Clock::now()});
+  }
+}
+
+// Another replica of this stage than this one, for the status line.
+int AnotherReplica(const ReplicaContext& context) {
+  return context.replica_group[context.replica == 0 ? 1 : 0];
+}
+
+}  // namespace
+
+AllReduceSync::AllReduceSync(ReplicaContext context, const std::vector<Param*>& params)
+    : context_(std::move(context)) {
+  std::vector<const void*> seen;
+  std::map<DType, int64_t> largest;
+  for (Param* p : params) {
+    if (std::find(seen.begin(), seen.end(), p->grad.raw()) != seen.end()) continue;
+    seen.push_back(p->grad.raw());
+    const DType dtype = p->grad.dtype();
+    const int64_t capacity = kGradBucketBytes / static_cast<int64_t>(SizeOf(dtype));
+    const Tensor flat = p->grad.View({-1});
+    for (int64_t begin = 0; begin < flat.numel();) {
+      Bucket* bucket = nullptr;
+      for (Bucket& b : buckets_) {
+        if (b.dtype == dtype && b.numel < capacity) bucket = &b;
+      }
+      if (bucket == nullptr) {
+        buckets_.push_back({dtype, 0, {}});
+        bucket = &buckets_.back();
+      }
+      const int64_t count = std::min(flat.numel() - begin, capacity - bucket->numel);
+      bucket->pieces.push_back({flat.Slice(0, begin, begin + count), bucket->numel});
+      bucket->numel += count;
+      begin += count;
+      largest[dtype] = std::max(largest[dtype], bucket->numel);
+    }
+  }
+  for (const auto& [dtype, numel] : largest) {
+    buffers_[dtype] =
+        Tensor::Empty(context_.backend->allocator(), {numel}, dtype, MemCategory::kComm);
+  }
+}
+
+void AllReduceSync::Reduce(int64_t step) {
+  Backend& backend = *context_.backend;
+  Report(context_, "ALLREDUCE", AnotherReplica(context_));
+  for (size_t i = 0; i < buckets_.size(); ++i) {
+    Bucket& bucket = buckets_[i];
+    Tensor flat = buffers_.at(bucket.dtype).Slice(0, 0, bucket.numel);
+    for (Bucket::Piece& piece : bucket.pieces) {
+      Tensor into = flat.Slice(0, piece.at, piece.at + piece.grad.numel());
+      backend.Copy(piece.grad, into);
+    }
+    try {
+      context_.comm->AllReduceSum(flat, context_.replica_group, context_.timeout);
+    } catch (const Error& e) {
+      BATON_FAIL(
+          "step {}: the data-parallel all-reduce of stage {}'s gradients (bucket {} of {}) with "
+          "its other replicas failed; a replica of stage {} is dead or hung: {}",
+          step, context_.stage, i + 1, buckets_.size(), context_.stage, e.what());
+    }
+    for (Bucket::Piece& piece : bucket.pieces) {
+      backend.Copy(flat.Slice(0, piece.at, piece.at + piece.grad.numel()), piece.grad);
+    }
+  }
+  Report(context_, "idle", -1);
+}
+
+Zero1Sync::Zero1Sync(ReplicaContext context, const std::vector<Param*>& params)
+    : context_(std::move(context)) {
+  std::vector<const void*> seen;
+  for (Param* p : params) {
+    if (std::find(seen.begin(), seen.end(), p->value.raw()) != seen.end()) continue;
+    seen.push_back(p->value.raw());
+    flat_.push_back({p, flat_numel_});
+    flat_numel_ += p->value.numel();
+  }
+  BATON_CHECK(!flat_.empty(), "ZeRO-1 needs parameters to shard");
+  const int64_t r = context_.num_replicas();
+  shard_size_ = (flat_numel_ + r - 1) / r;
+  chunk_ = std::max<int64_t>(1, std::min(shard_size_, kGradBucketBytes / 4 / r));
+  const DType dtype = flat_.front().param->value.dtype();
+  for (const FlatPiece& piece : flat_) {
+    BATON_CHECK(piece.param->value.dtype() == dtype && piece.param->grad.dtype() == DType::kF32,
+                "ZeRO-1 needs one parameter dtype and f32 gradients; {} is {}", piece.param->name,
+                piece.param->value.ToString());
+  }
+  Allocator& allocator = context_.backend->allocator();
+  buffer_ = Tensor::Empty(allocator, {r * chunk_}, DType::kF32, MemCategory::kComm);
+  received_ = Tensor::Empty(allocator, {(r - 1) * chunk_}, DType::kF32, MemCategory::kComm);
+  if (dtype != DType::kF32) {
+    values_ = Tensor::Empty(allocator, {r * chunk_}, dtype, MemCategory::kComm);
+  }
+}
+
+OptimizerShard Zero1Sync::shard() const {
+  const int64_t begin = std::min(flat_numel_, context_.replica * shard_size_);
+  return {begin, std::min(flat_numel_, begin + shard_size_)};
+}
+
+template <typename Fn>
+void Zero1Sync::ForEachFlatPart(int64_t begin, int64_t end, Fn fn) const {
+  for (const FlatPiece& piece : flat_) {
+    const int64_t numel = piece.param->value.numel();
+    const int64_t lo = std::max(begin, piece.at), hi = std::min(end, piece.at + numel);
+    if (lo < hi) fn(*piece.param, lo - piece.at, hi - piece.at, lo);
+  }
+}
+
+std::pair<int64_t, int64_t> Zero1Sync::Chunk(int j, int64_t k) const {
+  const int64_t first = j * shard_size_ + k * chunk_;
+  const int64_t last = std::min({first + chunk_, (j + 1) * shard_size_, flat_numel_});
+  return {first, std::max<int64_t>(0, last - first)};
+}
+
+void Zero1Sync::WaitAll(std::vector<std::unique_ptr<Work>>& works, const std::string& what) const {
+  try {
+    for (auto& work : works) work->Wait(context_.timeout);
+  } catch (const Error& e) {
+    BATON_FAIL(
+        "{} of stage {} with its other replicas failed; a replica of stage {} is dead or "
+        "hung: {}",
+        what, context_.stage, context_.stage, e.what());
+  }
+  works.clear();
+}
+
+void Zero1Sync::Reduce(int64_t step) {
+  Backend& backend = *context_.backend;
+  const int r = context_.num_replicas(), me = context_.replica;
+  Report(context_, "ALLREDUCE", AnotherReplica(context_));
+  const std::string what = fmt::format("step {}: the data-parallel reduce-scatter", step);
+  std::vector<std::unique_ptr<Work>> works;
+  for (int64_t k = 0; k < rounds(); ++k) {
+    std::vector<Tensor> chunks;  // chunk j: the elements replica j owns in this round
+    for (int j = 0; j < r; ++j) {
+      const auto [first, count] = Chunk(j, k);
+      Tensor chunk = buffer_.Slice(0, j * chunk_, j * chunk_ + count);
+      ForEachFlatPart(first, first + count, [&](Param& p, int64_t lo, int64_t hi, int64_t at) {
+        Tensor into = chunk.Slice(0, at - first, at - first + (hi - lo));
+        backend.Copy(FlatSlice(p.grad, lo, hi), into);
+      });
+      chunks.push_back(chunk);
+    }
+    const int64_t mine = chunks[static_cast<size_t>(me)].numel();
+    std::vector<Tensor> in_order;  // replica order: the terms of my chunk's sum
+    for (int i = 0; i < r; ++i) {
+      if (i == me) {
+        in_order.push_back(chunks[static_cast<size_t>(i)]);
+        continue;
+      }
+      const int64_t slot = i < me ? i : i - 1;
+      Tensor theirs = received_.Slice(0, slot * chunk_, slot * chunk_ + mine);
+      if (mine > 0) works.push_back(context_.comm->Irecv(theirs, WorldRank(i)));
+      in_order.push_back(theirs);
+    }
+    for (int j = 0; j < r; ++j) {
+      if (j != me && chunks[static_cast<size_t>(j)].numel() > 0) {
+        works.push_back(context_.comm->Isend(chunks[static_cast<size_t>(j)], WorldRank(j)));
+      }
+    }
+    WaitAll(works, what);
+    if (mine == 0) continue;
+    // ((x0 + x1) + x2) ...: replica order, accumulated in the first term's buffer (mine only
+    // when I am replica 0, so that my own term is intact until its turn).
+    Tensor& sum = chunks[static_cast<size_t>(me)];
+    Tensor& acc = in_order[0];
+    backend.Add(in_order[0], in_order[1], acc);
+    for (int i = 2; i < r; ++i) backend.Accumulate(in_order[static_cast<size_t>(i)], acc);
+    if (me != 0) backend.Copy(acc, sum);
+    const int64_t first = Chunk(me, k).first;
+    ForEachFlatPart(first, first + mine, [&](Param& p, int64_t lo, int64_t hi, int64_t at) {
+      Tensor grad = FlatSlice(p.grad, lo, hi);
+      backend.Copy(sum.Slice(0, at - first, at - first + (hi - lo)), grad);
+    });
+  }
+  Report(context_, "idle", -1);
+}
+
+void Zero1Sync::AfterUpdate(int64_t step) {
+  Backend& backend = *context_.backend;
+  const int r = context_.num_replicas(), me = context_.replica;
+  Tensor& buffer = values_.defined() ? values_ : buffer_;
+  const std::string what =
+      fmt::format("step {}: the data-parallel all-gather of the parameters", step);
+  std::vector<std::unique_ptr<Work>> works;
+  for (int64_t k = 0; k < rounds(); ++k) {
+    std::vector<Tensor> chunks;
+    for (int j = 0; j < r; ++j) {
+      const int64_t count = Chunk(j, k).second;
+      chunks.push_back(buffer.Slice(0, j * chunk_, j * chunk_ + count));
+    }
+    const auto [my_first, mine] = Chunk(me, k);
+    ForEachFlatPart(my_first, my_first + mine, [&](Param& p, int64_t lo, int64_t hi, int64_t at) {
+      Tensor into =
+          chunks[static_cast<size_t>(me)].Slice(0, at - my_first, at - my_first + hi - lo);
+      backend.Copy(FlatSlice(p.value, lo, hi), into);
+    });
+    for (int i = 0; i < r; ++i) {
+      if (i != me && chunks[static_cast<size_t>(i)].numel() > 0) {
+        works.push_back(context_.comm->Irecv(chunks[static_cast<size_t>(i)], WorldRank(i)));
+      }
+    }
+    for (int j = 0; j < r; ++j) {
+      if (j != me && mine > 0) {
+        works.push_back(context_.comm->Isend(chunks[static_cast<size_t>(me)], WorldRank(j)));
+      }
+    }
+    WaitAll(works, what);
+    for (int i = 0; i < r; ++i) {
+      if (i == me) continue;
+      const auto [first, count] = Chunk(i, k);
+      ForEachFlatPart(first, first + count, [&](Param& p, int64_t lo, int64_t hi, int64_t at) {
+        Tensor value = FlatSlice(p.value, lo, hi);
+        backend.Copy(chunks[static_cast<size_t>(i)].Slice(0, at - first, at - first + hi - lo),
+                     value);
+      });
+    }
+  }
+}
+
+std::vector<Tensor> Zero1Sync::ReducedGradient(Param& p) const {
+  std::vector<Tensor> parts;
+  const int64_t own_begin = context_.replica * shard_size_, own_end = own_begin + shard_size_;
+  for (const FlatPiece& piece : flat_) {
+    if (piece.param->value.raw() != p.value.raw()) continue;
+    const int64_t lo = std::max(own_begin, piece.at) - piece.at;
+    const int64_t hi = std::min(own_end, piece.at + p.value.numel()) - piece.at;
+    if (lo < hi) parts.push_back(FlatSlice(piece.param->grad, lo, hi));
+  }
+  return parts;
+}
+
+std::optional<LayerTensors> Zero1Sync::GatherLayerState(LayerTensors layer,
+                                                        const Optimizer& optimizer) {
+  Backend& backend = *context_.backend;
+  const int me = context_.replica;
+  const int holder = WorldRank(0);
+  std::vector<std::unique_ptr<Work>> works;
+  std::vector<Tensor> keep;  // temporaries in flight
+  for (ParamTensors& t : layer.params) {
+    if (t.tied) continue;  // stored with its original
+    const auto piece = std::find_if(flat_.begin(), flat_.end(), [&](const FlatPiece& f) {
+      return f.param->value.raw() == t.value.raw();
+    });
+    BATON_CHECK(piece != flat_.end(), "{} is not in the optimizer's flat space", t.name);
+    const Optimizer::Slot* own = nullptr;
+    for (const Optimizer::Slot& slot : optimizer.slots()) {
+      if (slot.param == piece->param) own = &slot;
+    }
+    const bool master = piece->param->value.dtype() != DType::kF32;
+    if (me == 0) {
+      Allocator& a = backend.allocator();
+      t.adam_m = Tensor::Empty(a, t.value.shape(), DType::kF32, MemCategory::kWorkspace);
+      t.adam_v = Tensor::Empty(a, t.value.shape(), DType::kF32, MemCategory::kWorkspace);
+      if (master) {
+        t.master = Tensor::Empty(a, t.value.shape(), DType::kF32, MemCategory::kWorkspace);
+      }
+    }
+    const int64_t numel = t.value.numel();
+    for (int i = 0; i < context_.num_replicas(); ++i) {
+      // Replica i's part of this parameter: its shard's overlap, the elements its slot holds.
+      const int64_t lo = std::clamp(i * shard_size_ - piece->at, int64_t{0}, numel);
+      const int64_t hi = std::clamp((i + 1) * shard_size_ - piece->at, int64_t{0}, numel);
+      if (lo >= hi || (i != me && me != 0)) continue;
+      std::vector<std::pair<Tensor, Tensor>> parts = {{t.adam_m, own ? own->m : Tensor()},
+                                                      {t.adam_v, own ? own->v : Tensor()}};
+      if (master) parts.push_back({t.master, own ? own->master : Tensor()});
+      for (auto& [full, shard] : parts) {
+        if (i == me && me == 0) {
+          Tensor into = FlatSlice(full, lo, hi);
+          backend.Copy(shard.View({-1}), into);
+        } else if (me == 0) {
+          Tensor into = FlatSlice(full, lo, hi);
+          keep.push_back(into);
+          works.push_back(context_.comm->Irecv(into, WorldRank(i)));
+        } else {
+          const Tensor flat = shard.View({-1});
+          keep.push_back(flat);
+          works.push_back(context_.comm->Isend(flat, holder));
+        }
+      }
+    }
+  }
+  WaitAll(works, fmt::format("gathering layer {}'s optimizer state for a checkpoint", layer.index));
+  if (me != 0) return std::nullopt;
+  return layer;
+}
+
+}  // namespace baton

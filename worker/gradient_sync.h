@@ -1,0 +1,144 @@
+// How a stage's data-parallel replicas make their gradients one (worker/trainer.h, step end 0;
+// docs/parallel.md): the strategy a Trainer holds, chosen once from the setup.
+//
+//   NoSync          one replica: nothing to do.
+//   AllReduceSync   every distinct gradient, packed in buckets of one dtype and at most
+//                   kGradBucketBytes, summed across the replicas (replica order); every replica
+//                   then holds the same bits. Runs before the tied sums.
+//   Zero1Sync       ZeRO-1: the stage's distinct parameters laid end to end form a flat space cut
+//                   into R equal shards; replica r gets the replicas' sum (replica order) of shard
+//                   r only and its optimizer steps only that shard; after the step every replica
+//                   gathers the others' updated shards. Runs after the tied sums (a replica then
+//                   holds only its shard's sums).
+//
+// A strategy's buffers are booked as comm in the backend's ledger for as long as it lives. Not
+// thread-safe: the Trainer's thread calls it.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "checkpoint/layer_tensors.h"
+#include "comm/communicator.h"
+#include "kernels/backend.h"
+#include "model/layer.h"
+#include "worker/engine.h"
+#include "worker/optimizer.h"
+
+namespace baton {
+
+// The most bytes one data-parallel gradient all-reduce carries (larger tensors go in pieces).
+inline constexpr int64_t kGradBucketBytes = int64_t{4} << 20;
+
+// What every strategy works with: this rank's place among its stage's replicas.
+struct ReplicaContext {
+  Backend* backend = nullptr;
+  Communicator* comm = nullptr;    // the job's (world ranks)
+  std::vector<int> replica_group;  // world ranks of this stage's replicas, replica order
+  int replica = 0;
+  int stage = 0;
+  std::chrono::milliseconds timeout{0};
+  // Told when this rank starts and stops waiting on its replicas ("ALLREDUCE"); may be empty.
+  const StatusCallback* on_status = nullptr;
+  int num_replicas() const { return static_cast<int>(replica_group.size()); }
+};
+
+class GradientSync {
+ public:
+  virtual ~GradientSync() = default;
+  // The step-end pass that makes the gradients one ("all-reduce replicas"), or null for none.
+  virtual const char* reduce_pass() const { return nullptr; }
+  // The pass after the optimizer step ("all-gather replicas"), or null for none.
+  virtual const char* after_update_pass() const { return nullptr; }
+  // True when the reduction runs after the tied sums rather than before them.
+  virtual bool after_tied_sums() const { return false; }
+  virtual void Reduce(int64_t /*step*/) {}
+  virtual void AfterUpdate(int64_t /*step*/) {}
+  // The parts of `p`'s gradient that hold this replica's reduced sums, for the norm: all of it,
+  // or under ZeRO-1 its part in this replica's shard (none when it lies in other shards).
+  virtual std::vector<Tensor> ReducedGradient(Param& p) const { return {p.grad}; }
+  // Whether replica `replica` adds its layers' sums of squares into the job-wide norm: replica 0
+  // alone when every replica holds the whole sums, every replica (its shard's part) under ZeRO-1.
+  virtual bool writes_layer_sums(int replica) const { return replica == 0; }
+};
+
+class NoSync final : public GradientSync {};
+
+class AllReduceSync final : public GradientSync {
+ public:
+  // Packs every distinct gradient of `params` (a shared block's aliases once), in order.
+  AllReduceSync(ReplicaContext context, const std::vector<Param*>& params);
+  const char* reduce_pass() const override { return "all-reduce replicas"; }
+  void Reduce(int64_t step) override;
+
+ private:
+  // Pieces of gradients packed into one all-reduce.
+  struct Bucket {
+    struct Piece {
+      Tensor grad;     // a flat slice of a gradient
+      int64_t at = 0;  // its first element in the bucket
+    };
+    DType dtype = DType::kF32;
+    int64_t numel = 0;
+    std::vector<Piece> pieces;
+  };
+
+  ReplicaContext context_;
+  std::vector<Bucket> buckets_;
+  std::map<DType, Tensor> buffers_;  // one per gradient dtype, booked as comm
+};
+
+class Zero1Sync final : public GradientSync {
+ public:
+  // Lays out the flat space of `params`' distinct values (by storage, in order: the optimizer's
+  // slots) and books the collectives' buffers. Needs one parameter dtype and f32 gradients.
+  Zero1Sync(ReplicaContext context, const std::vector<Param*>& params);
+  const char* reduce_pass() const override { return "reduce-scatter replicas"; }
+  const char* after_update_pass() const override { return "all-gather replicas"; }
+  bool after_tied_sums() const override { return true; }
+  void Reduce(int64_t step) override;       // the reduce-scatter of the gradients
+  void AfterUpdate(int64_t step) override;  // the all-gather of the updated parameters
+  std::vector<Tensor> ReducedGradient(Param& p) const override;
+  bool writes_layer_sums(int) const override { return true; }
+
+  // The flat elements this replica's optimizer holds state for.
+  OptimizerShard shard() const;
+  // Checkpoints, every replica of the stage calling it for each local layer in the same order:
+  // replica 0 gets `layer` with its full optimizer state, gathered from the replicas' shards
+  // (`optimizer`'s slots) into temporaries booked as workspace while they live; the others send
+  // their shards and get nothing.
+  std::optional<LayerTensors> GatherLayerState(LayerTensors layer, const Optimizer& optimizer);
+
+ private:
+  struct FlatPiece {
+    Param* param;
+    int64_t at;  // its first element in the flat space
+  };
+  // Calls fn(param, param_begin, param_end, at) for each parameter's part of the flat elements
+  // [begin, end): its flat elements [param_begin, param_end), starting at flat `at`.
+  template <typename Fn>
+  void ForEachFlatPart(int64_t begin, int64_t end, Fn fn) const;
+  // The flat elements of replica j's chunk in round k: [first, first + count).
+  std::pair<int64_t, int64_t> Chunk(int j, int64_t k) const;
+  int64_t rounds() const { return (shard_size_ + chunk_ - 1) / chunk_; }
+  int WorldRank(int replica) const {
+    return context_.replica_group.at(static_cast<size_t>(replica));
+  }
+  void WaitAll(std::vector<std::unique_ptr<Work>>& works, const std::string& what) const;
+
+  ReplicaContext context_;
+  std::vector<FlatPiece> flat_;
+  int64_t flat_numel_ = 0;
+  int64_t shard_size_ = 0;  // S = ceil(N / R): replica r owns [r S, min((r + 1) S, N))
+  int64_t chunk_ = 0;       // B: each member's elements per round of the collectives
+  Tensor buffer_;           // R x B f32 (the gradients), comm
+  Tensor received_;         // (R - 1) x B f32: the other replicas' chunks of mine, comm
+  Tensor values_;           // R x B in the parameters' dtype when that is not f32, comm
+};
+
+}  // namespace baton
