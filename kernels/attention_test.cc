@@ -359,7 +359,9 @@ class CachedAttentionTest : public CpuBackendTest {
 };
 
 // Prefill then one token at a time; chunks that start inside a key block of 256 (position 250:
-// the block from 256 is cut past some queries' diagonal); a single chunk (= the flash forward).
+// the block from 256 is cut past some queries' diagonal), also with fewer than 4 queries (two at
+// 255 and 256: dot-product loops, the first query seeing none of the second key block); single
+// queries past the first key block; a single chunk (= the flash forward).
 TEST_F(CachedAttentionTest, ChunksMatchTheFlashForwardAndFillTheCache) {
   struct Case {
     FlashShape shape;
@@ -369,6 +371,7 @@ TEST_F(CachedAttentionTest, ChunksMatchTheFlashForwardAndFillTheCache) {
                         {{2, 9, 12, 3}, {5, 6, 7, 8, 9}},
                         {{1, 70, 16, 4}, {70}},
                         {{2, 300, 16, 2}, {250, 251, 300}},
+                        {{1, 300, 16, 2}, {255, 257, 300}},
                         {{1, 577, 24, 3}, {100, 300, 301, 576, 577}}};
   for (const Case& c : cases) {
     SCOPED_TRACE(Describe(c.shape));

@@ -291,6 +291,38 @@ void FlashAttentionBackward(const float* dout, const float* qkv, const float* ou
 
 // ---- with a key-value cache
 
+namespace {
+
+// Query blocks of fewer rows than this (a decoding step's one) form their two products with
+// dot-product loops instead of sgemm: a new key count every token would otherwise make oneDNN
+// build a new primitive every token, which costs more than the product.
+constexpr int64_t kLoopRows = 4;
+
+// s (rows x cols, leading dimension kLd) = scale * q k^T over `dim` columns.
+BATON_SIMD_CLONES void ScoresByLoop(const float* q, int64_t q_ld, const float* k, int64_t k_ld,
+                                    int64_t rows, int64_t cols, int64_t dim, float scale,
+                                    float* s) {
+  for (int64_t i = 0; i < rows; ++i) {
+    for (int64_t j = 0; j < cols; ++j)
+      s[i * kLd + j] = scale * DotF(q + i * q_ld, k + j * k_ld, dim);
+  }
+}
+
+// o (rows x dim, leading dimension o_ld) += p v, keys in order.
+BATON_SIMD_CLONES void AccumulateByLoop(const float* p, const float* v, int64_t v_ld, int64_t rows,
+                                        int64_t cols, int64_t dim, float* o, int64_t o_ld) {
+  for (int64_t i = 0; i < rows; ++i) {
+    float* out = o + i * o_ld;
+    for (int64_t j = 0; j < cols; ++j) {
+      const float weight = p[i * kLd + j];
+      const float* value = v + j * v_ld;
+      for (int64_t d = 0; d < dim; ++d) out[d] += weight * value[d];
+    }
+  }
+}
+
+}  // namespace
+
 int64_t CachedAttentionScratch(int threads) {
   return threads * (kFlashRows * kFlashKeys + 2 * kFlashRows);
 }
@@ -324,11 +356,21 @@ void CachedAttentionForward(const CachedAttentionArgs& args, float* scratch, Thr
       // Key blocks [c0, c0 + cols) up to the block's last query position first + rows - 1.
       for (int64_t c0 = 0; c0 < first + rows; c0 += kFlashKeys) {
         const int64_t cols = std::min(kFlashKeys, first + rows - c0);
-        Sgemm(false, true, rows, cols, dim, scale, q + r0 * args.q_ld, args.q_ld,
-              k + c0 * args.kv_ld, args.kv_ld, 0.0f, s, kLd);
+        const float* q_block = q + r0 * args.q_ld;
+        const float* k_block = k + c0 * args.kv_ld;
+        const float* v_block = v + c0 * args.kv_ld;
+        if (rows < kLoopRows) {
+          ScoresByLoop(q_block, args.q_ld, k_block, args.kv_ld, rows, cols, dim, scale, s);
+        } else {
+          Sgemm(false, true, rows, cols, dim, scale, q_block, args.q_ld, k_block, args.kv_ld, 0.0f,
+                s, kLd);
+        }
         OnlineSoftmaxBlock(s, rows, cols, first, c0, m, l, o_block, c, dim);
-        Sgemm(false, false, rows, dim, cols, 1.0f, s, kLd, v + c0 * args.kv_ld, args.kv_ld, 1.0f,
-              o_block, c);
+        if (rows < kLoopRows) {
+          AccumulateByLoop(s, v_block, args.kv_ld, rows, cols, dim, o_block, c);
+        } else {
+          Sgemm(false, false, rows, dim, cols, 1.0f, s, kLd, v_block, args.kv_ld, 1.0f, o_block, c);
+        }
       }
       for (int64_t i = 0; i < rows; ++i) {
         const float inv = 1.0f / l[i];

@@ -66,8 +66,9 @@ void FlashAttentionBackward(const float* dout, const float* qkv, const float* ou
 // Attention of new queries over a key-value cache (Backend::CachedAttentionForward), f32. Query i
 // of a sequence sits at position past + i and sees keys 0 .. past + i. The flash forward's
 // algorithm and blocks (kFlashRows queries, kFlashKeys keys, online softmax), with the diagonal
-// moved by `past`; every product a single-threaded sgemm per (batch, head) pair, so bits depend
-// on the shape only. Pointers are to element 0 of head 0 of batch 0; rows and batches are
+// moved by `past`; every product a single-threaded sgemm per (batch, head) pair (dot-product
+// loops for blocks of under 4 queries, such as a decoding step's one), so bits depend on the
+// shape only. Pointers are to element 0 of head 0 of batch 0; rows and batches are
 // strided as given (elements), so q may be qkv's first third in place.
 struct CachedAttentionArgs {
   const float* q = nullptr;  // (B,Tq,C) rows at q + b * q_batch + i * q_ld
