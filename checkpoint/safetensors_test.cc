@@ -91,6 +91,9 @@ class HostAsDeviceBackend final : public Backend {
   void AttentionBackward(const Tensor&, const Tensor&, const Tensor&, int, Tensor&) override {
     BATON_FAIL("unused");
   }
+  void CachedAttentionForward(const Tensor&, int, int64_t, Tensor&, Tensor&, Tensor&) override {
+    BATON_FAIL("unused");
+  }
   void CrossEntropyForward(const Tensor&, const Tensor&, Tensor&) override { BATON_FAIL("unused"); }
   void CrossEntropyBackward(const Tensor&, const Tensor&, float, Tensor&) override {
     BATON_FAIL("unused");

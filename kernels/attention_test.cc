@@ -1,6 +1,7 @@
 // CPU backend causal self-attention, materialized and flash-style: forward against a naive
 // per-head softmax, causality, the backward by finite differences and accumulation, and flash
-// against materialized on shapes that cross the flash block size.
+// against materialized on shapes that cross the flash block size; attention over a key-value cache
+// (CachedAttentionForward) against the flash forward, chunk by chunk.
 #include <fmt/format.h>
 
 #include <cmath>
@@ -285,6 +286,114 @@ TEST_F(AttentionTest, FlashBackwardAccumulatesAndChecksShapes) {
   EXPECT_THROW(backend().FlashAttentionBackward(dout, qkv, out, wrong_lse, heads, dqkv), Error);
   Tensor half_lse = Zeros({batch, heads, seq}, DType::kBF16);
   EXPECT_THROW(backend().FlashAttentionForward(qkv, heads, out, half_lse), Error);
+}
+
+// ---- with a key-value cache
+
+class CachedAttentionTest : public CpuBackendTest {
+ protected:
+  // Rows [t0, t1) of every sequence of qkv (B,T,3C), as a new (B, t1 - t0, 3C) tensor.
+  Tensor Rows(const Tensor& qkv, int64_t t0, int64_t t1) {
+    const int64_t batch = qkv.size(0), seq = qkv.size(1), width = qkv.size(2);
+    const std::vector<float> all = Floats(qkv);
+    std::vector<float> part;
+    for (int64_t b = 0; b < batch; ++b) {
+      part.insert(part.end(), all.begin() + (b * seq + t0) * width,
+                  all.begin() + (b * seq + t1) * width);
+    }
+    return Values({batch, t1 - t0, width}, part, qkv.dtype());
+  }
+
+  // Runs s's sequence through CachedAttentionForward in chunks ending at `cuts` (the last must be
+  // T) and checks the outputs, stitched together, against FlashAttentionForward's, and the caches
+  // against qkv's key and value columns, bit for bit. Cache rows past the keys hold NaN: reading
+  // one would show.
+  void CompareChunks(const FlashShape& s, DType dtype, const std::vector<int64_t>& cuts,
+                     double tolerance) {
+    const int heads = static_cast<int>(s.heads);
+    const int64_t slots = s.seq + 3;
+    Tensor qkv = Random({s.batch, s.seq, 3 * s.channels}, 2.0f, dtype);
+    Tensor flash_out = Zeros({s.batch, s.seq, s.channels}, dtype);
+    Tensor lse = Zeros({s.batch, s.heads, s.seq});
+    backend().FlashAttentionForward(qkv, heads, flash_out, lse);
+    const std::vector<float> nan(static_cast<size_t>(s.batch * slots * s.channels), NAN);
+    Tensor k_cache = Values({s.batch, slots, s.channels}, nan, dtype);
+    Tensor v_cache = Values({s.batch, slots, s.channels}, nan, dtype);
+    std::vector<std::vector<float>> outs;  // per chunk, (B, chunk, C)
+    int64_t past = 0;
+    for (const int64_t cut : cuts) {
+      const Tensor chunk = Rows(qkv, past, cut);
+      Tensor out = Zeros({s.batch, cut - past, s.channels}, dtype);
+      backend().CachedAttentionForward(chunk, heads, past, k_cache, v_cache, out);
+      outs.push_back(Floats(out));
+      past = cut;
+    }
+    ASSERT_EQ(past, s.seq);
+    std::vector<float> stitched;  // (B,T,C)
+    for (int64_t b = 0; b < s.batch; ++b) {
+      int64_t t0 = 0;
+      for (size_t i = 0; i < cuts.size(); ++i) {
+        const int64_t rows = cuts[i] - t0;
+        stitched.insert(stitched.end(), outs[i].begin() + b * rows * s.channels,
+                        outs[i].begin() + (b + 1) * rows * s.channels);
+        t0 = cuts[i];
+      }
+    }
+    EXPECT_LT(NormalisedError(stitched, Floats(flash_out)), tolerance);
+    const std::vector<float> x = Floats(qkv), keys = Floats(k_cache), values = Floats(v_cache);
+    for (int64_t b = 0; b < s.batch; ++b) {
+      for (int64_t t = 0; t < slots; ++t) {
+        for (int64_t c = 0; c < s.channels; ++c) {
+          const size_t cached = static_cast<size_t>((b * slots + t) * s.channels + c);
+          if (t >= s.seq) {  // never written
+            ASSERT_TRUE(std::isnan(keys[cached]) && std::isnan(values[cached]));
+            continue;
+          }
+          const size_t column = static_cast<size_t>((b * s.seq + t) * 3 * s.channels + c);
+          ASSERT_EQ(keys[cached], x[column + s.channels]) << b << " " << t << " " << c;
+          ASSERT_EQ(values[cached], x[column + 2 * s.channels]) << b << " " << t << " " << c;
+        }
+      }
+    }
+  }
+};
+
+// Prefill then one token at a time; chunks that start inside a key block of 256 (position 250:
+// the block from 256 is cut past some queries' diagonal), also with fewer than 4 queries (two at
+// 255 and 256: dot-product loops, the first query seeing none of the second key block); single
+// queries past the first key block; a single chunk (= the flash forward).
+TEST_F(CachedAttentionTest, ChunksMatchTheFlashForwardAndFillTheCache) {
+  struct Case {
+    FlashShape shape;
+    std::vector<int64_t> cuts;
+  };
+  const Case cases[] = {{{1, 1, 8, 2}, {1}},
+                        {{2, 9, 12, 3}, {5, 6, 7, 8, 9}},
+                        {{1, 70, 16, 4}, {70}},
+                        {{2, 300, 16, 2}, {250, 251, 300}},
+                        {{1, 300, 16, 2}, {255, 257, 300}},
+                        {{1, 577, 24, 3}, {100, 300, 301, 576, 577}}};
+  for (const Case& c : cases) {
+    SCOPED_TRACE(Describe(c.shape));
+    CompareChunks(c.shape, DType::kF32, c.cuts, 1e-5);
+    // 16-bit: the caches hold qkv's bits; out is rounded once to bf16 on either side.
+    CompareChunks(c.shape, DType::kBF16, c.cuts, 1e-2);
+  }
+}
+
+TEST_F(CachedAttentionTest, ChecksTheCachesShapeDtypeAndRoom) {
+  const int64_t batch = 1, seq = 4, channels = 8;
+  const int heads = 2;
+  Tensor qkv = Random({batch, seq, 3 * channels});
+  Tensor out = Zeros({batch, seq, channels});
+  Tensor k_cache = Zeros({batch, 6, channels}), v_cache = Zeros({batch, 6, channels});
+  backend().CachedAttentionForward(qkv, heads, 2, k_cache, v_cache, out);  // rows 2..5: fits
+  EXPECT_THROW(backend().CachedAttentionForward(qkv, heads, 3, k_cache, v_cache, out), Error);
+  EXPECT_THROW(backend().CachedAttentionForward(qkv, heads, -1, k_cache, v_cache, out), Error);
+  Tensor half = Zeros({batch, 6, channels}, DType::kBF16);
+  EXPECT_THROW(backend().CachedAttentionForward(qkv, heads, 0, half, v_cache, out), Error);
+  Tensor narrow = Zeros({batch, 6, channels / 2});
+  EXPECT_THROW(backend().CachedAttentionForward(qkv, heads, 0, k_cache, narrow, out), Error);
 }
 
 }  // namespace

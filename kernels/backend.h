@@ -98,6 +98,15 @@ class Backend {
   // block's probabilities are recomputed as exp(S - lse).
   virtual void FlashAttentionBackward(const Tensor& dout, const Tensor& qkv, const Tensor& out,
                                       const Tensor& lse, int num_heads, Tensor& dqkv) = 0;
+  // Inference with a key-value cache (baton generate): causal attention of Tq new positions
+  // past .. past+Tq-1 over every position so far. qkv (B,Tq,3C) as AttentionForward's, for the new
+  // positions only; k_cache, v_cache (B,S,C) in qkv's dtype, S >= past + Tq, rows [0, past)
+  // holding the keys and values of the earlier positions. Writes the new keys and values (qkv's
+  // column thirds, bit for bit) into rows [past, past+Tq) of the caches, then out (B,Tq,C) =
+  // softmax(q k^T / sqrt(D)) v where new query i sees cached rows 0 .. past+i. With past = 0 and
+  // Tq = T this is AttentionForward's out (equal up to rounding). Rows past past+Tq are not read.
+  virtual void CachedAttentionForward(const Tensor& qkv, int num_heads, int64_t past,
+                                      Tensor& k_cache, Tensor& v_cache, Tensor& out) = 0;
   // loss (1) f32 = mean over rows of -log softmax(logits)[target]; logits (N,V); targets (N) i32.
   virtual void CrossEntropyForward(const Tensor& logits, const Tensor& targets, Tensor& loss) = 0;
   // dlogits = grad_scale * (softmax(logits) - onehot(targets)) / N. WRITES, and dlogits may be

@@ -10,8 +10,10 @@
 #include "checkpoint/checkpoint.h"
 #include "config/config.h"
 #include "core/error.h"
+#include "core/units.h"
 #include "data/tokenizer.h"
 #include "kernels/backend_factory.h"
+#include "model/decode.h"
 #include "model/from_config.h"
 #include "worker/stage_model.h"
 #include "worker/stage_tensors.h"
@@ -62,9 +64,52 @@ int Sample(std::vector<float> logits, double temperature, int top_k, SplitMix64&
   return order[static_cast<size_t>(k - 1)];
 }
 
+// The prompt's tokens. An empty prompt starts a new document: <|endoftext|> (as between training
+// files) when the tokenizer has it, else a newline.
+std::vector<int32_t> PromptTokens(const std::string& prompt,
+                                  const std::optional<Tokenizer>& tokenizer) {
+  std::vector<int32_t> tokens;
+  if (tokenizer.has_value()) {
+    const std::optional<uint32_t> end_of_text = tokenizer->TokenId(kEndOfText);
+    std::vector<uint32_t> ids = tokenizer->Encode(prompt);
+    if (ids.empty())
+      ids = end_of_text.has_value() ? std::vector{*end_of_text} : tokenizer->Encode("\n");
+    tokens.assign(ids.begin(), ids.end());
+    spdlog::info("prompt: {} tokens ({}, {} tokens)", tokens.size(),
+                 tokenizer->files().front().path, tokenizer->vocab_size());
+  } else {
+    tokens.assign(prompt.begin(), prompt.end());
+    for (int32_t& t : tokens) t &= 0xff;  // bytes, whatever char's signedness
+    if (tokens.empty()) tokens.push_back('\n');
+  }
+  return tokens;
+}
+
+// The generation loop: options.tokens draws, each from the decoder's logits for every token so
+// far (only the first drawn_vocab ids); returns them. Timed from the prefill to the last draw,
+// into `result` with the caches' size.
+std::vector<uint32_t> SampleTokens(const GenerateOptions& options, Decoder& decoder,
+                                   std::vector<int32_t> tokens, int64_t drawn_vocab,
+                                   GenerateResult& result) {
+  SplitMix64 rng(options.seed);
+  std::vector<uint32_t> generated;
+  const Clock::time_point begin = Clock::now();
+  for (int n = 0; n < options.tokens; ++n) {
+    std::vector<float> logits = decoder.NextLogits(tokens);
+    logits.resize(static_cast<size_t>(drawn_vocab));
+    const int next = Sample(std::move(logits), options.temperature, options.top_k, rng);
+    tokens.push_back(next);
+    generated.push_back(static_cast<uint32_t>(next));
+  }
+  result.seconds = Seconds(Clock::now() - begin);
+  result.tokens = options.tokens;
+  result.kv_cache_bytes = decoder.cache_bytes();
+  return generated;
+}
+
 }  // namespace
 
-std::string Generate(const GenerateOptions& options) {
+GenerateResult Generate(const GenerateOptions& options) {
   BATON_CHECK(options.tokens >= 0, "--tokens {}: must be >= 0", options.tokens);
   BATON_CHECK(options.temperature >= 0 && std::isfinite(options.temperature),
               "--temperature {}: must be >= 0", options.temperature);
@@ -101,63 +146,30 @@ std::string Generate(const GenerateOptions& options) {
   spdlog::info("generating from {} (step {}, {}{} on {})", checkpoint.step_dir(), checkpoint.step(),
                ToString(dims), int8_weights ? ", INT8 weights" : "", backend->device().ToString());
 
-  // An empty prompt starts a new document: <|endoftext|> (as between training files) when the
-  // tokenizer has it, else a newline.
-  std::vector<int32_t> tokens;
-  if (tokenizer.has_value()) {
-    const std::optional<uint32_t> end_of_text = tokenizer->TokenId(kEndOfText);
-    std::vector<uint32_t> ids = tokenizer->Encode(options.prompt);
-    if (ids.empty())
-      ids = end_of_text.has_value() ? std::vector{*end_of_text} : tokenizer->Encode("\n");
-    tokens.assign(ids.begin(), ids.end());
-    spdlog::info("prompt: {} tokens ({}, {} tokens)", tokens.size(),
-                 tokenizer->files().front().path, tokenizer->vocab_size());
-  } else {
-    tokens.assign(options.prompt.begin(), options.prompt.end());
-    for (int32_t& t : tokens) t &= 0xff;  // bytes, whatever char's signedness
-    if (tokens.empty()) tokens.push_back('\n');
-  }
-  SplitMix64 rng(options.seed);
-  std::vector<uint32_t> generated;
   std::vector<Layer*> layers;
   for (auto& [index, layer] : model.layers()) layers.push_back(layer);
-  for (int n = 0; n < options.tokens; ++n) {
-    const int64_t t = std::min<int64_t>(static_cast<int64_t>(tokens.size()), dims.context);
-    std::vector<int32_t> window(tokens.end() - t, tokens.end());
-    std::vector<int32_t> targets(static_cast<size_t>(t), 0);
-    MicroBatch batch;
-    batch.tokens =
-        Tensor::Empty(backend->allocator(), {1, t}, DType::kI32, MemCategory::kActivations);
-    batch.targets =
-        Tensor::Empty(backend->allocator(), {1, t}, DType::kI32, MemCategory::kActivations);
-    backend->Copy(Tensor::Wrap(window.data(), {1, t}, DType::kI32), batch.tokens);
-    backend->Copy(Tensor::Wrap(targets.data(), {1, t}, DType::kI32), batch.targets);
-    std::vector<Stash> stashes(layers.size());
-    Tensor x;
-    for (size_t i = 0; i < layers.size(); ++i) x = layers[i]->Forward(x, batch, stashes[i]);
-    // The head stashes logits (T, V): the last row predicts the next token.
-    const Tensor& logits = stashes.back().Get("logits");
-    std::vector<char> row(static_cast<size_t>(dims.vocab_size) * SizeOf(logits.dtype()));
-    const Tensor last = logits.Slice(0, t - 1, t);
-    Tensor host = Tensor::Wrap(row.data(), last.shape(), logits.dtype());
-    backend->Copy(last, host);
-    backend->Synchronize();
-    std::vector<float> values(static_cast<size_t>(dims.vocab_size));
-    ConvertFloats(row.data(), logits.dtype(), values.data(), DType::kF32, values.size());
-    values.resize(static_cast<size_t>(drawn_vocab));
-    const int next = Sample(std::move(values), options.temperature, options.top_k, rng);
-    tokens.push_back(next);
-    generated.push_back(static_cast<uint32_t>(next));
+  std::unique_ptr<Decoder> decoder = options.kv_cache
+                                         ? MakeCachedDecoder(layers, *backend, dims.context)
+                                         : MakeWindowDecoder(layers, *backend, dims.context);
+  GenerateResult result;
+  const std::vector<uint32_t> generated =
+      SampleTokens(options, *decoder, PromptTokens(options.prompt, tokenizer), drawn_vocab, result);
+  if (tokenizer.has_value()) {
+    result.text = tokenizer->Decode(generated);
+  } else {
+    for (const uint32_t id : generated) result.text.push_back(static_cast<char>(id));  // bytes
   }
-  if (tokenizer.has_value()) return tokenizer->Decode(generated);
-  std::string bytes;  // one byte per token
-  for (const uint32_t id : generated) bytes.push_back(static_cast<char>(id));
-  return bytes;
+  return result;
 }
 
 int GenerateCommand(const GenerateOptions& options, std::ostream& out) {
-  const std::string text = Generate(options);
-  out << options.prompt << text << "\n";
+  const GenerateResult result = Generate(options);
+  spdlog::info("generated {} tokens in {:.3f} s: {:.0f} tokens/s ({})", result.tokens,
+               result.seconds, result.tokens_per_second(),
+               options.kv_cache
+                   ? fmt::format("KV cache, {} as activations", FormatBytes(result.kv_cache_bytes))
+                   : "no KV cache: the window recomputed for every token");
+  out << options.prompt << result.text << "\n";
   return 0;
 }
 

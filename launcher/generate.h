@@ -3,8 +3,16 @@
 //
 // The whole model runs in this one process (one stage holding every layer, whatever the stage
 // count the checkpoint was trained with: its files are per layer), on the checkpoint's device
-// type unless --set says otherwise. Each new token recomputes the context window (the last
-// model.context tokens; no key-value cache): meant for models that fit one device.
+// type unless --set says otherwise: meant for models that fit one device.
+//
+// Key-value cache (the default; model/decode.h): the prompt is prefilled once, then each new
+// token runs every layer on its one position, attending over the cached keys and values of the
+// earlier ones. Positions are learned and absolute (GPT-2), so once prompt + continuation exceed
+// model.context the window slides, every cached key changes, and each further token recomputes
+// the whole window (a fresh prefill), as without the cache. `kv_cache = false`
+// (--no-kv-cache) recomputes the window (the last model.context tokens) for every token. Both
+// give the same logits up to float rounding, so the same text but where two tokens' logits tie
+// to within it.
 //
 // Sampling: logits / temperature, restricted to the top_k largest (0 = all), softmax, then one
 // draw from a 64-bit generator seeded with `seed` (temperature 0: the argmax). The same
@@ -31,11 +39,21 @@ struct GenerateOptions {
   int top_k = 40;            // 0 = every token
   uint64_t seed = 1;
   std::vector<std::string> overrides;  // --set for the config (e.g. device.type=cpu)
+  bool kv_cache = true;                // false: recompute the window for every token
 };
 
-// Returns the generated continuation (without the prompt).
-std::string Generate(const GenerateOptions& options);
-// The command: prints prompt + continuation to `out`; returns the exit code.
+struct GenerateResult {
+  std::string text;            // the continuation, without the prompt
+  int64_t tokens = 0;          // new tokens generated
+  double seconds = 0;          // wall time of the generation loop, prompt prefill included
+  int64_t kv_cache_bytes = 0;  // what the caches held (activations); 0 without them
+  // tokens / seconds (docs/outputs.md, "baton generate"); 0 when nothing was timed.
+  double tokens_per_second() const { return seconds > 0 ? tokens / seconds : 0.0; }
+};
+
+GenerateResult Generate(const GenerateOptions& options);
+// The command: prints prompt + continuation to `out` and the speed to the log ("generated 200
+// tokens in 0.21 s: 952 tokens/s (KV cache)"); returns the exit code.
 int GenerateCommand(const GenerateOptions& options, std::ostream& out);
 
 }  // namespace baton

@@ -145,6 +145,11 @@ int main(int argc, char** argv) {
   generate_cmd->add_option("--seed", generate.seed, "the same seed gives the same text");
   generate_cmd->add_option("--set", generate.overrides,
                            "override a config field, e.g. device.type=cpu");
+  bool no_kv_cache = false;
+  generate_cmd->add_flag("--no-kv-cache", no_kv_cache,
+                         "recompute the window for every token instead of caching keys and values "
+                         "(past model.context the cache recomputes the window anyway: positions "
+                         "are absolute)");
 
   baton::PlanOptions plan;
   CLI::App* plan_cmd = app.add_subcommand(
@@ -220,6 +225,7 @@ int main(int argc, char** argv) {
     }
     if (generate_cmd->parsed()) {
       baton::SetupLogging("generate", log_level);
+      generate.kv_cache = !no_kv_cache;
       return baton::GenerateCommand(generate, std::cout);
     }
     if (compress_cmd->parsed()) {

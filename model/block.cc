@@ -125,6 +125,14 @@ void CheckInput(const Tensor& x, const ModelDims& dims, DType act_dtype, const s
               x.size(1), dims.context);
 }
 
+// New positions start .. start+T-1 of x (B,T,C) fit the context.
+void CheckCachedPositions(const Tensor& x, int64_t start, const ModelDims& dims,
+                          const std::string& who) {
+  BATON_CHECK(start >= 0 && start + x.size(1) <= dims.context,
+              "{}: positions {}..{} exceed the context {}", who, start, start + x.size(1) - 1,
+              dims.context);
+}
+
 void CheckGradient(const Tensor& dy, const ModelDims& dims, DType act_dtype,
                    const std::string& who) {
   BATON_CHECK(dy.defined() && dy.dim() == 3 && dy.size(2) == dims.width && dy.dtype() == act_dtype,
@@ -183,6 +191,16 @@ Tensor BlockLayer::Forward(const Tensor& x, const MicroBatch& /*batch*/, Stash& 
   return model_ops::MlpSublayerForward(backend_, mlp_, x2, selective_recompute_, stash);
 }
 
+Tensor BlockLayer::ForwardCached(const Tensor& x, const MicroBatch& /*batch*/, int64_t start,
+                                 KvCache& cache) {
+  CheckInput(x, dims_, act_dtype_, name_);
+  CheckCachedPositions(x, start, dims_, name_);
+  BATON_CHECK(start == cache.length, "{}: new positions from {}, but the cache holds {}", name_,
+              start, cache.length);
+  const Tensor x2 = model_ops::AttentionSublayerCached(backend_, attn_, x, dims_.context, cache);
+  return model_ops::MlpSublayerInference(backend_, mlp_, x2);
+}
+
 Tensor BlockLayer::BackwardPass(const Tensor& dy, Stash& stash, bool defer_weights) {
   CheckGradient(dy, dims_, act_dtype_, name_);
   model_ops::WeightGradSink sink(backend_, defer_weights);
@@ -235,6 +253,13 @@ Tensor MlpBlockLayer::Forward(const Tensor& x, const MicroBatch& /*batch*/, Stas
   CheckInput(x, dims_, act_dtype_, name_);
   BATON_CHECK(stash.empty(), "{}: Forward into a stash that is in use", name_);
   return model_ops::MlpSublayerForward(backend_, mlp_, x, selective_recompute_, stash);
+}
+
+Tensor MlpBlockLayer::ForwardCached(const Tensor& x, const MicroBatch& /*batch*/, int64_t start,
+                                    KvCache& /*cache*/) {
+  CheckInput(x, dims_, act_dtype_, name_);
+  CheckCachedPositions(x, start, dims_, name_);
+  return model_ops::MlpSublayerInference(backend_, mlp_, x);
 }
 
 Tensor MlpBlockLayer::BackwardPass(const Tensor& dy, Stash& stash, bool defer_weights) {

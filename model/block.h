@@ -58,6 +58,10 @@ class BlockLayer final : public Layer {
   bool flash_attention() const override { return attn_.flash; }
 
   Tensor Forward(const Tensor& x, const MicroBatch& batch, Stash& stash) override;
+  // Attention over `cache` (Backend::CachedAttentionForward, whichever of flash or materialized
+  // Forward uses: the same attention up to rounding), then the MLP.
+  Tensor ForwardCached(const Tensor& x, const MicroBatch& batch, int64_t start,
+                       KvCache& cache) override;
   Tensor Backward(const Tensor& dy, const MicroBatch& batch, Stash& stash,
                   const BackwardArgs& args) override;
   Tensor BackwardInput(const Tensor& dy, const MicroBatch& batch, Stash& stash,
@@ -89,6 +93,9 @@ class MlpBlockLayer final : public Layer {
   bool selective_recompute() const override { return selective_recompute_; }
 
   Tensor Forward(const Tensor& x, const MicroBatch& batch, Stash& stash) override;
+  // The MLP of the new positions; `cache` is left alone (no attention, nothing to keep).
+  Tensor ForwardCached(const Tensor& x, const MicroBatch& batch, int64_t start,
+                       KvCache& cache) override;
   Tensor Backward(const Tensor& dy, const MicroBatch& batch, Stash& stash,
                   const BackwardArgs& args) override;
   Tensor BackwardInput(const Tensor& dy, const MicroBatch& batch, Stash& stash,

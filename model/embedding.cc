@@ -35,6 +35,21 @@ Tensor EmbeddingLayer::Forward(const Tensor& /*x*/, const MicroBatch& batch, Sta
   return out;
 }
 
+Tensor EmbeddingLayer::ForwardCached(const Tensor& /*x*/, const MicroBatch& batch, int64_t start,
+                                     KvCache& /*cache*/) {
+  const Tensor& tokens = batch.tokens;
+  BATON_CHECK(tokens.defined() && tokens.dtype() == DType::kI32 && tokens.dim() == 2,
+              "the embedding needs tokens (B,T) i32, got {}", tokens.ToString());
+  BATON_CHECK(start >= 0 && start + tokens.size(1) <= dims_.context,
+              "positions {}..{} exceed the context {}", start, start + tokens.size(1) - 1,
+              dims_.context);
+  Tensor out = model_ops::NewTensor(backend_, {tokens.size(0), tokens.size(1), dims_.width},
+                                    act_dtype_, MemCategory::kActivations);
+  backend_.EmbeddingForward(tokens, wte_.value, wpe_.value.Slice(0, start, start + tokens.size(1)),
+                            out);
+  return out;
+}
+
 Tensor EmbeddingLayer::Backward(const Tensor& dy, const MicroBatch& batch, Stash& stash,
                                 const BackwardArgs& args) {
   return BackwardInput(dy, batch, stash, args);

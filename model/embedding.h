@@ -26,6 +26,9 @@ class EmbeddingLayer final : public Layer {
   std::vector<Param*> params() override { return {&wte_, &wpe_}; }
 
   Tensor Forward(const Tensor& x, const MicroBatch& batch, Stash& stash) override;
+  // out (B,T,C) = wte[tokens] + wpe[start .. start+T): the new tokens at their absolute positions.
+  Tensor ForwardCached(const Tensor& x, const MicroBatch& batch, int64_t start,
+                       KvCache& cache) override;
   Tensor Backward(const Tensor& dy, const MicroBatch& batch, Stash& stash,
                   const BackwardArgs& args) override;
   Tensor BackwardInput(const Tensor& dy, const MicroBatch& batch, Stash& stash,

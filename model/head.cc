@@ -57,6 +57,22 @@ Tensor HeadLayer::Forward(const Tensor& x, const MicroBatch& batch, Stash& stash
   return loss;
 }
 
+Tensor HeadLayer::ForwardCached(const Tensor& x, const MicroBatch& /*batch*/, int64_t /*start*/,
+                                KvCache& /*cache*/) {
+  BATON_CHECK(x.defined() && x.dim() == 3 && x.size(2) == dims_.width && x.dtype() == act_dtype_,
+              "head needs an input (B,T,C={}) {}, got {}", dims_.width, Name(act_dtype_),
+              x.ToString());
+  const int64_t rows = x.size(0) * x.size(1);
+  Tensor ln = NewTensor(backend_, {rows, dims_.width}, act_dtype_, MemCategory::kWorkspace);
+  Tensor mean = NewTensor(backend_, {rows}, DType::kF32, MemCategory::kWorkspace);
+  Tensor rstd = NewTensor(backend_, {rows}, DType::kF32, MemCategory::kWorkspace);
+  backend_.LayerNormForward(Rows(x), ln_weight_.value, ln_bias_.value, ln, mean, rstd);
+  Tensor logits =
+      NewTensor(backend_, {rows, dims_.vocab_size}, act_dtype_, MemCategory::kActivations);
+  backend_.Matmul(ln, false, wte_.value, true, logits, false);
+  return logits;
+}
+
 Tensor HeadLayer::BackwardPass(const Tensor& dy, const MicroBatch& batch, Stash& stash,
                                const BackwardArgs& args, bool defer_weights) {
   BATON_CHECK(!dy.defined(), "the head starts backward from the loss; dy must be undefined");

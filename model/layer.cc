@@ -40,4 +40,17 @@ int64_t Stash::bytes() const {
   return total;
 }
 
+int64_t KvCache::bytes() const {
+  int64_t total = 0;
+  for (const Tensor* t : {&keys, &values}) {
+    if (t->defined()) total += static_cast<int64_t>(t->nbytes());
+  }
+  return total;
+}
+
+Tensor Layer::ForwardCached(const Tensor& /*x*/, const MicroBatch& /*batch*/, int64_t /*start*/,
+                            KvCache& /*cache*/) {
+  BATON_FAIL("{} cannot run with a key-value cache (the embedding, blocks and head can)", name());
+}
+
 }  // namespace baton

@@ -52,6 +52,21 @@ class Stash {
   std::vector<std::pair<std::string, Tensor>> entries_;
 };
 
+// One attention layer's keys and values of every position run so far, for inference with a
+// key-value cache (Layer::ForwardCached). keys, values (B,S,C) in the activation dtype, S =
+// model.context; rows [0, length) are filled. The layer allocates both on first use through the
+// backend's allocator, booked as activations; they are freed when the cache goes (or Release()).
+// Reset() empties it and keeps the memory. Owned by the caller, one per layer and sequence batch.
+struct KvCache {
+  Tensor keys;
+  Tensor values;
+  int64_t length = 0;
+
+  void Reset() { length = 0; }
+  void Release() { *this = KvCache(); }
+  int64_t bytes() const;  // of keys and values, 0 before first use
+};
+
 struct Param {
   std::string name;           // Hugging Face GPT-2 style: "h.3.attn.c_attn.weight", "wte.weight"
   Tensor value;               // booked as params, in the layer's param dtype
@@ -95,6 +110,17 @@ class Layer {
   // Returns the output activation, or for the head the loss (1). Fills `stash` with what
   // backward needs (under selective recompute, less; see the layer).
   virtual Tensor Forward(const Tensor& x, const MicroBatch& batch, Stash& stash) = 0;
+
+  // Inference with a key-value cache (baton generate): the forward of T new positions
+  // start .. start+T-1 of B sequences whose positions 0 .. start-1 went through earlier calls
+  // with the same `cache`. x (B,T,C) (the embedding ignores it and reads batch.tokens (B,T), the
+  // new positions' tokens); returns (B,T,C), or for the head the logits (B*T,V) in the activation
+  // dtype (batch.targets is not read). No stash, no gradients: every tensor but the result and
+  // the cache is freed on return. A layer with attention appends the new positions' keys and
+  // values to `cache` (allocating it on first use; cache.length must equal start); the others
+  // leave it alone. start + T <= context. Layers that cannot run this way throw (the default).
+  virtual Tensor ForwardCached(const Tensor& x, const MicroBatch& batch, int64_t start,
+                               KvCache& cache);
 
   // Full backward: accumulates every parameter gradient, returns dx (undefined for the first
   // layer) and clears the stash. `dy` is undefined for the head.

@@ -200,4 +200,53 @@ Tensor MlpSublayerBackward(Backend& backend, const MlpParams& params, const Tens
   return ResidualNormBackward(backend, params.ln, dy, dln, "mlp.", stash, dx_category);
 }
 
+namespace {
+
+// ln (B,T,C) = LayerNorm(x), its statistics and itself workspace (nothing is stashed).
+Tensor NormInference(Backend& backend, const Norm& norm, const Tensor& x) {
+  const int64_t rows = x.size(0) * x.size(1);
+  Tensor ln = NewTensor(backend, x.shape(), x.dtype(), kWorkspace);
+  Tensor mean = NewTensor(backend, {rows}, DType::kF32, kWorkspace);
+  Tensor rstd = NewTensor(backend, {rows}, DType::kF32, kWorkspace);
+  Tensor ln_rows = Rows(ln);
+  backend.LayerNormForward(Rows(x), norm.weight->value, norm.bias->value, ln_rows, mean, rstd);
+  return ln;
+}
+
+}  // namespace
+
+Tensor AttentionSublayerCached(Backend& backend, const AttentionParams& params, const Tensor& x,
+                               int64_t context, KvCache& cache) {
+  const int64_t batch = x.size(0), t = x.size(1), c = x.size(2);
+  if (!cache.keys.defined()) {
+    cache.keys = NewTensor(backend, {batch, context, c}, x.dtype(), kActivations);
+    cache.values = NewTensor(backend, {batch, context, c}, x.dtype(), kActivations);
+    cache.length = 0;
+  }
+  BATON_CHECK(cache.keys.size(0) == batch && cache.keys.dtype() == x.dtype() &&
+                  cache.length + t <= cache.keys.size(1),
+              "a key-value cache {} holding {} positions cannot take {} more of {}",
+              cache.keys.ToString(), cache.length, t, x.ToString());
+  Tensor qkv = LinearForward(backend, params.c_attn, NormInference(backend, params.ln, x),
+                             kWorkspace);                             // (B,T,3C)
+  Tensor out = NewTensor(backend, x.shape(), x.dtype(), kWorkspace);  // (B,T,C)
+  backend.CachedAttentionForward(qkv, params.num_heads, cache.length, cache.keys, cache.values,
+                                 out);
+  cache.length += t;
+  qkv = Tensor();
+  const Tensor proj = LinearForward(backend, params.c_proj, out, kWorkspace);
+  return AddResidual(backend, x, proj);
+}
+
+Tensor MlpSublayerInference(Backend& backend, const MlpParams& params, const Tensor& x) {
+  Tensor fc = LinearForward(backend, params.c_fc, NormInference(backend, params.ln, x),
+                            kWorkspace);  // (B,T,4C)
+  Tensor gelu = NewTensor(backend, fc.shape(), fc.dtype(), kWorkspace);
+  backend.GeluForward(fc, gelu);
+  fc = Tensor();
+  const Tensor proj = LinearForward(backend, params.c_proj, gelu, kWorkspace);
+  gelu = Tensor();
+  return AddResidual(backend, x, proj);
+}
+
 }  // namespace baton::model_ops

@@ -580,6 +580,49 @@ TEST(OperationsTest, TokenizerGoesThroughPrepareTrainGenerateAndExport) {
       << too_small.output;
 }
 
+// `baton generate ARGS` with stdout (the text) returned and stderr (the log) in `log`.
+std::string GenerateText(const std::vector<std::string>& args, const std::string& log) {
+  std::string command = BatonBinary() + " generate";
+  for (const std::string& arg : args) command += " '" + arg + "'";
+  // In a group: RunShell appends 2>&1 to the group, the command's own stderr goes to the log.
+  const CommandResult result = RunShell("{ " + command + " 2>'" + log + "'; }");
+  EXPECT_EQ(result.exit_code, 0) << ReadFile(log);
+  return result.output;
+}
+
+// The key-value cache changes the speed, not the text: for a seed, greedy and sampled, with
+// prompt + new tokens inside model.context (128) and past it (where every token re-prefills the
+// slid window), `generate` prints what `--no-kv-cache` prints. The log says the speed and what
+// the cache held: keys and values of 4 blocks x 128 positions x 128 channels in f32.
+TEST(OperationsTest, GenerateWithTheKvCacheWritesWhatRecomputingWrites) {
+  const std::string root = TempDir("kv-cache");
+  Train(root + "/run", {"--set", "train.steps=40", "--set", "parallel.stages=1"});
+  const std::string prompt = "The license";
+  for (const std::string temperature : {"0", "0.8"}) {
+    for (const std::string tokens : {"40", "150"}) {
+      SCOPED_TRACE("temperature " + temperature + ", " + tokens + " tokens");
+      const std::vector<std::string> args = {root + "/run", "--prompt",      prompt,
+                                             "--tokens",    tokens,          "--seed",
+                                             "3",           "--temperature", temperature};
+      const std::string cached = GenerateText(args, root + "/cached.log");
+      std::vector<std::string> recompute = args;
+      recompute.push_back("--no-kv-cache");
+      const std::string recomputed = GenerateText(recompute, root + "/recomputed.log");
+      ASSERT_EQ(cached.substr(0, prompt.size()), prompt) << cached;
+      EXPECT_EQ(cached.size(), prompt.size() + std::stoul(tokens) + 1);  // bytes, then "\n"
+      EXPECT_EQ(cached, recomputed);
+      const std::string cached_log = ReadFile(root + "/cached.log");
+      EXPECT_TRUE(std::regex_search(cached_log,
+                                    std::regex("generated " + tokens +
+                                               " tokens in [0-9.]+ s: [0-9]+ tokens/s \\(KV cache, "
+                                               "512.00 KiB as activations\\)")))
+          << cached_log;
+      EXPECT_NE(ReadFile(root + "/recomputed.log").find("tokens/s (no KV cache"),
+                std::string::npos);
+    }
+  }
+}
+
 TEST(OperationsTest, EveryRunEndsWithItsLastStepSavedAndResumeAutoMovesLatestOn) {
   const std::string root = TempDir("final");
   // No checkpoint settings at all: the last step is saved, so export works at once.

@@ -134,15 +134,21 @@ namespace {
 // Scratch blocks of scores are kFlashRows x kFlashKeys, row-major with this leading dimension.
 constexpr int64_t kLd = kFlashKeys;
 
-// One query block's online-softmax step over a block of scores s (rows x cols), rows
-// [r0, r0 + rows) against keys [c0, c0 + cols): masks s > t, updates each row's running max m and
-// sum l, turns s into exp(s - m_new) and rescales the row's accumulator by exp(m_old - m_new).
+// One query block's online-softmax step over a block of scores s (rows x cols), rows at
+// positions [r0, r0 + rows) against keys [c0, c0 + cols): masks s > t, updates each row's running
+// max m and sum l, turns s into exp(s - m_new) and rescales the row's accumulator by
+// exp(m_old - m_new). A row that sees none of the block's keys (t < c0: only with a cache's
+// offset, never in the training forward, where c0 <= r0) is zeroed and left alone.
 BATON_SIMD_CLONES void OnlineSoftmaxBlock(float* s, int64_t rows, int64_t cols, int64_t r0,
                                           int64_t c0, float* m, float* l, float* acc,
                                           int64_t acc_ld, int64_t dim) {
   for (int64_t i = 0; i < rows; ++i) {
     float* row = s + i * kLd;
-    const int64_t valid = std::min(cols, r0 + i - c0 + 1);  // keys c0 .. t; >= 1 (c0 <= r0)
+    const int64_t valid = std::min(cols, r0 + i - c0 + 1);  // keys c0 .. t
+    if (valid <= 0) {
+      std::fill(row, row + cols, 0.0f);
+      continue;
+    }
     const float m_new = std::max(m[i], MaxF(row, valid));
     const float rescale = ExpF(m[i] - m_new);  // 0 on the first block (m = -inf)
     const float sum = SumLanes(valid, [row, m_new](int64_t k) {
@@ -278,6 +284,98 @@ void FlashAttentionBackward(const float* dout, const float* qkv, const float* ou
         Sgemm(true, false, cols, dim, rows, scale, ds, kLd, q_block, ld, 1.0f, dk + c0 * ld, ld);
         Sgemm(false, false, rows, dim, cols, scale, ds, kLd, head.k + c0 * ld, ld, 1.0f,
               dq + r0 * ld, ld);
+      }
+    }
+  });
+}
+
+// ---- with a key-value cache
+
+namespace {
+
+// Query blocks of fewer rows than this (a decoding step's one) form their two products with
+// dot-product loops instead of sgemm: a new key count every token would otherwise make oneDNN
+// build a new primitive every token, which costs more than the product.
+constexpr int64_t kLoopRows = 4;
+
+// s (rows x cols, leading dimension kLd) = scale * q k^T over `dim` columns.
+BATON_SIMD_CLONES void ScoresByLoop(const float* q, int64_t q_ld, const float* k, int64_t k_ld,
+                                    int64_t rows, int64_t cols, int64_t dim, float scale,
+                                    float* s) {
+  for (int64_t i = 0; i < rows; ++i) {
+    for (int64_t j = 0; j < cols; ++j)
+      s[i * kLd + j] = scale * DotF(q + i * q_ld, k + j * k_ld, dim);
+  }
+}
+
+// o (rows x dim, leading dimension o_ld) += p v, keys in order.
+BATON_SIMD_CLONES void AccumulateByLoop(const float* p, const float* v, int64_t v_ld, int64_t rows,
+                                        int64_t cols, int64_t dim, float* o, int64_t o_ld) {
+  for (int64_t i = 0; i < rows; ++i) {
+    float* out = o + i * o_ld;
+    for (int64_t j = 0; j < cols; ++j) {
+      const float weight = p[i * kLd + j];
+      const float* value = v + j * v_ld;
+      for (int64_t d = 0; d < dim; ++d) out[d] += weight * value[d];
+    }
+  }
+}
+
+}  // namespace
+
+int64_t CachedAttentionScratch(int threads) {
+  return threads * (kFlashRows * kFlashKeys + 2 * kFlashRows);
+}
+
+void CachedAttentionForward(const CachedAttentionArgs& args, float* scratch, ThreadPool* pool) {
+  const AttentionShape& shape = args.shape;
+  const int64_t queries = shape.seq;
+  const int64_t dim = shape.head_dim();
+  const int64_t heads = shape.heads;
+  const int64_t c = shape.channels;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(dim));
+  const int64_t per_thread = kFlashRows * kFlashKeys + 2 * kFlashRows;
+  const int64_t keys = args.past + queries;
+  ParallelForWithSlot(shape.batch * heads, pool, queries * keys * dim, [&](int64_t bh, int slot) {
+    const int64_t b = bh / heads;
+    const int64_t column = (bh % heads) * dim;
+    const float* q = args.q + b * args.q_batch + column;
+    const float* k = args.k + b * args.kv_batch + column;
+    const float* v = args.v + b * args.kv_batch + column;
+    float* s = scratch + slot * per_thread;
+    float* m = s + kFlashRows * kFlashKeys;
+    float* l = m + kFlashRows;
+    float* o = args.out + b * queries * c + column;
+    for (int64_t r0 = 0; r0 < queries; r0 += kFlashRows) {
+      const int64_t rows = std::min(kFlashRows, queries - r0);
+      const int64_t first = args.past + r0;  // the block's first query position
+      float* o_block = o + r0 * c;
+      std::fill(m, m + rows, -INFINITY);
+      std::fill(l, l + rows, 0.0f);
+      for (int64_t i = 0; i < rows; ++i) std::fill(o_block + i * c, o_block + i * c + dim, 0.0f);
+      // Key blocks [c0, c0 + cols) up to the block's last query position first + rows - 1.
+      for (int64_t c0 = 0; c0 < first + rows; c0 += kFlashKeys) {
+        const int64_t cols = std::min(kFlashKeys, first + rows - c0);
+        const float* q_block = q + r0 * args.q_ld;
+        const float* k_block = k + c0 * args.kv_ld;
+        const float* v_block = v + c0 * args.kv_ld;
+        if (rows < kLoopRows) {
+          ScoresByLoop(q_block, args.q_ld, k_block, args.kv_ld, rows, cols, dim, scale, s);
+        } else {
+          Sgemm(false, true, rows, cols, dim, scale, q_block, args.q_ld, k_block, args.kv_ld, 0.0f,
+                s, kLd);
+        }
+        OnlineSoftmaxBlock(s, rows, cols, first, c0, m, l, o_block, c, dim);
+        if (rows < kLoopRows) {
+          AccumulateByLoop(s, v_block, args.kv_ld, rows, cols, dim, o_block, c);
+        } else {
+          Sgemm(false, false, rows, dim, cols, 1.0f, s, kLd, v_block, args.kv_ld, 1.0f, o_block, c);
+        }
+      }
+      for (int64_t i = 0; i < rows; ++i) {
+        const float inv = 1.0f / l[i];
+        float* row = o_block + i * c;
+        for (int64_t d = 0; d < dim; ++d) row[d] *= inv;
       }
     }
   });

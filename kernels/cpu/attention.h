@@ -63,4 +63,29 @@ void FlashAttentionBackward(const float* dout, const float* qkv, const float* ou
                             float* dqkv, float* scratch, const AttentionShape& shape,
                             ThreadPool* pool);
 
+// Attention of new queries over a key-value cache (Backend::CachedAttentionForward), f32. Query i
+// of a sequence sits at position past + i and sees keys 0 .. past + i. The flash forward's
+// algorithm and blocks (kFlashRows queries, kFlashKeys keys, online softmax), with the diagonal
+// moved by `past`; every product a single-threaded sgemm per (batch, head) pair (dot-product
+// loops for blocks of under 4 queries, such as a decoding step's one), so bits depend on the
+// shape only. Pointers are to element 0 of head 0 of batch 0; rows and batches are
+// strided as given (elements), so q may be qkv's first third in place.
+struct CachedAttentionArgs {
+  const float* q = nullptr;  // (B,Tq,C) rows at q + b * q_batch + i * q_ld
+  int64_t q_ld = 0;
+  int64_t q_batch = 0;
+  const float* k = nullptr;  // (B,past+Tq,C) rows at k + b * kv_batch + s * kv_ld
+  const float* v = nullptr;  // as k
+  int64_t kv_ld = 0;
+  int64_t kv_batch = 0;
+  float* out = nullptr;  // (B,Tq,C), dense
+  int64_t past = 0;
+  AttentionShape shape;  // seq = Tq, the new queries
+};
+
+// Scratch floats CachedAttentionForward needs: as FlashAttentionForwardScratch.
+int64_t CachedAttentionScratch(int threads);
+
+void CachedAttentionForward(const CachedAttentionArgs& args, float* scratch, ThreadPool* pool);
+
 }  // namespace baton::cpu

@@ -62,6 +62,8 @@ class CpuBackend final : public Backend {
   void FlashAttentionForward(const Tensor& qkv, int num_heads, Tensor& out, Tensor& lse) override;
   void FlashAttentionBackward(const Tensor& dout, const Tensor& qkv, const Tensor& out,
                               const Tensor& lse, int num_heads, Tensor& dqkv) override;
+  void CachedAttentionForward(const Tensor& qkv, int num_heads, int64_t past, Tensor& k_cache,
+                              Tensor& v_cache, Tensor& out) override;
   void CrossEntropyForward(const Tensor& logits, const Tensor& targets, Tensor& loss) override;
   void CrossEntropyBackward(const Tensor& logits, const Tensor& targets, float grad_scale,
                             Tensor& dlogits) override;

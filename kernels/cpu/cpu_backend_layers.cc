@@ -4,6 +4,7 @@
 // the running thread's buffer and back, so no f32 copy of an activation exists; the others stage
 // whole tensors (F32Staging). Either way the f32 arithmetic is the same, and so are the bits.
 #include <algorithm>
+#include <cstring>
 #include <initializer_list>
 
 #include "core/error.h"
@@ -34,6 +35,33 @@ AttentionShape CheckAttention(const Tensor& qkv, int num_heads) {
   BATON_CHECK(num_heads >= 1 && shape.channels % num_heads == 0,
               "{} heads do not divide {} channels", num_heads, shape.channels);
   return shape;
+}
+
+// A key-value cache for `shape`'s new queries after `past` positions: (B,S,C) in qkv's dtype,
+// S >= past + Tq, contiguous on the host.
+void CheckCache(const Tensor& cache, const Tensor& qkv, const AttentionShape& shape, int64_t past,
+                const char* name) {
+  CheckHostContiguous(cache, name);
+  BATON_CHECK(cache.dtype() == qkv.dtype() && cache.dim() == 3 && cache.size(0) == shape.batch &&
+                  cache.size(2) == shape.channels && past >= 0 && cache.size(1) >= past + shape.seq,
+              "{} {} must be (B={}, S >= {} + {}, C={}) {}", name, cache.ToString(), shape.batch,
+              past, shape.seq, shape.channels, Name(qkv.dtype()));
+}
+
+// Copies the column third `third` (1: keys, 2: values) of qkv (B,Tq,3C) into rows
+// [past, past + Tq) of cache (B,S,C): the same dtype, so the same bits.
+void AppendToCache(const Tensor& qkv, int third, int64_t past, Tensor& cache) {
+  const int64_t batch = qkv.size(0), queries = qkv.size(1), c = cache.size(2);
+  const int64_t slots = cache.size(1);
+  const size_t element = SizeOf(qkv.dtype());
+  const char* src = static_cast<const char*>(qkv.raw());
+  char* dst = static_cast<char*>(cache.raw());
+  for (int64_t b = 0; b < batch; ++b) {
+    for (int64_t i = 0; i < queries; ++i) {
+      std::memcpy(dst + ((b * slots + past + i) * c) * element,
+                  src + ((b * queries + i) * 3 * c + third * c) * element, c * element);
+    }
+  }
 }
 
 bool AnyHalf(std::initializer_list<const Tensor*> tensors) {
@@ -291,6 +319,52 @@ void CpuBackend::FlashAttentionBackward(const Tensor& dout, const Tensor& qkv, c
   if (meta_) return;
   cpu::FlashAttentionBackward(pdout, pqkv, pout, lse.data<float>(), pdqkv, scratch.data<float>(),
                               shape, &pool_);
+  staging.Commit();
+}
+
+// New keys and values are copied into the caches first; then the kernel reads f32: qkv and the
+// caches in place when f32, else qkv staged whole (F32Staging) and the caches' first past + Tq
+// rows converted into workspace.
+void CpuBackend::CachedAttentionForward(const Tensor& qkv, int num_heads, int64_t past,
+                                        Tensor& k_cache, Tensor& v_cache, Tensor& out) {
+  const AttentionShape shape = CheckAttention(qkv, num_heads);
+  CheckHostContiguous(qkv, "qkv");
+  CheckFloat(out, "out");
+  CheckShape(out, {shape.batch, shape.seq, shape.channels}, "out");
+  CheckCache(k_cache, qkv, shape, past, "k_cache");
+  CheckCache(v_cache, qkv, shape, past, "v_cache");
+  const int64_t keys = past + shape.seq;
+  const int64_t c = shape.channels;
+  const bool half = qkv.dtype() != DType::kF32;
+  Tensor scratch = Workspace(CachedAttentionScratch(threads_));
+  Tensor k_f32 = half ? Workspace(shape.batch * keys * c) : Tensor();
+  Tensor v_f32 = half ? Workspace(shape.batch * keys * c) : Tensor();
+  F32Staging staging(*allocator_, &pool_);
+  CachedAttentionArgs args;
+  args.q = staging.In(qkv);
+  args.q_ld = 3 * c;
+  args.q_batch = shape.seq * 3 * c;
+  args.out = staging.Out(out);
+  args.past = past;
+  args.shape = shape;
+  if (meta_) return;
+  AppendToCache(qkv, 1, past, k_cache);
+  AppendToCache(qkv, 2, past, v_cache);
+  const int64_t slots = k_cache.size(1);
+  if (half) {
+    for (int64_t b = 0; b < shape.batch; ++b) {
+      const size_t offset = b * slots * c * SizeOf(qkv.dtype());
+      ConvertFloatsParallel(static_cast<const char*>(k_cache.raw()) + offset, qkv.dtype(),
+                            k_f32.data<float>() + b * keys * c, DType::kF32, keys * c, &pool_);
+      ConvertFloatsParallel(static_cast<const char*>(v_cache.raw()) + offset, qkv.dtype(),
+                            v_f32.data<float>() + b * keys * c, DType::kF32, keys * c, &pool_);
+    }
+  }
+  args.k = half ? k_f32.data<float>() : k_cache.data<float>();
+  args.v = half ? v_f32.data<float>() : v_cache.data<float>();
+  args.kv_ld = c;
+  args.kv_batch = (half ? keys : slots) * c;
+  cpu::CachedAttentionForward(args, scratch.data<float>(), &pool_);
   staging.Commit();
 }
 

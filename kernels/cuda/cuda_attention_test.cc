@@ -2,7 +2,9 @@
 // (accumulating), in f32/bf16/f16, for sequence lengths that are and are not multiples of the
 // warp size, with an out dtype differing from qkv's (the f32 path), and bit-for-bit repeatable.
 // The same for flash attention (out and lse forward, dqkv backward), against the CPU's flash
-// kernels and its materialised forward, plus what a meta backend books for it (nothing).
+// kernels and its materialised forward, plus what a meta backend books for it (nothing). And
+// attention over a key-value cache (CachedAttentionForward): out against the CPU's, the caches bit
+// for bit.
 #include <algorithm>
 #include <memory>
 #include <tuple>
@@ -183,6 +185,68 @@ TEST(CudaMetaFlashAttention, BooksNoWorkspaceAndRefusesHeadsWiderThan256) {
   Tensor one_head_lse = make({batch, 1, seq}, DType::kF32);  // D = 768
   EXPECT_THROW(meta->FlashAttentionForward(qkv, 1, out, one_head_lse), Error);
   EXPECT_THROW(meta->FlashAttentionBackward(dout, qkv, out, one_head_lse, 1, dqkv), Error);
+}
+
+// ---- with a key-value cache
+
+struct CachedCase {
+  int64_t batch, past, queries, channels;
+  int heads;
+};
+
+class CudaCachedAttentionTest : public CudaVsCpuDTypeTest {
+ protected:
+  // Caches of past + queries + 2 rows whose first `past` hold random keys and values; the new
+  // positions' out and the caches after the call, GPU against CPU.
+  void Compare(const CachedCase& c) {
+    const int64_t slots = c.past + c.queries + 2;
+    const Shape cache_shape{c.batch, slots, c.channels};
+    const Tensor qkv = Random({c.batch, c.queries, 3 * c.channels}, 1.0f, dtype());
+    Tensor cpu_k = Random(cache_shape, 1.0f, dtype()), cpu_v = Random(cache_shape, 1.0f, dtype());
+    Tensor gpu_k = ToGpu(cpu_k), gpu_v = ToGpu(cpu_v);
+    Tensor cpu_out = HostZeros({c.batch, c.queries, c.channels}, dtype());
+    Tensor gpu_out = GpuZeros({c.batch, c.queries, c.channels}, dtype());
+    cpu().CachedAttentionForward(qkv, c.heads, c.past, cpu_k, cpu_v, cpu_out);
+    gpu().CachedAttentionForward(ToGpu(qkv), c.heads, c.past, gpu_k, gpu_v, gpu_out);
+    const std::string where =
+        ::testing::PrintToString(std::tuple{c.batch, c.past, c.queries, c.channels, c.heads});
+    EXPECT_LT(ErrorVsCpu(gpu_out, cpu_out), Tolerance(dtype())) << where;
+    EXPECT_EQ(ErrorVsCpu(gpu_k, cpu_k), 0.0) << where;
+    EXPECT_EQ(ErrorVsCpu(gpu_v, cpu_v), 0.0) << where;
+  }
+};
+
+// One token at position 0; a few tokens after a few; one token past the 512-key tile; a prefill
+// (past 0); the widest head (D = 256) and an odd one.
+TEST_P(CudaCachedAttentionTest, MatchesCpu) {
+  for (const CachedCase& c :
+       {CachedCase{1, 0, 1, 8, 2}, CachedCase{2, 5, 3, 24, 3}, CachedCase{1, 600, 1, 64, 2},
+        CachedCase{2, 0, 40, 32, 4}, CachedCase{1, 100, 1, 512, 2}, CachedCase{2, 45, 2, 66, 2}}) {
+    Compare(c);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Dtypes, CudaCachedAttentionTest, BATON_ALL_FLOAT_DTYPES, DTypeName);
+
+TEST(CudaMetaCachedAttention, BooksNoWorkspaceAndChecksTheCaches) {
+  MemoryLedger ledger;
+  const std::unique_ptr<Backend> meta = MakeCudaMetaBackend(ledger, 0);
+  const auto make = [&](const Shape& shape, DType dtype) {
+    return Tensor::Empty(meta->allocator(), shape, dtype, MemCategory::kActivations);
+  };
+  const int64_t batch = 1, context = 1024, channels = 768;
+  const Tensor qkv = make({batch, 1, 3 * channels}, DType::kBF16);
+  Tensor out = make({batch, 1, channels}, DType::kBF16);
+  Tensor k_cache = make({batch, context, channels}, DType::kBF16);
+  Tensor v_cache = make({batch, context, channels}, DType::kBF16);
+  const int64_t workspace = ledger.current(MemCategory::kWorkspace);
+  ledger.ResetPeaks();
+  meta->CachedAttentionForward(qkv, 12, context - 1, k_cache, v_cache, out);
+  EXPECT_EQ(ledger.peak(MemCategory::kWorkspace), workspace);
+  EXPECT_THROW(meta->CachedAttentionForward(qkv, 12, context, k_cache, v_cache, out), Error);
+  Tensor f32_cache = make({batch, context, channels}, DType::kF32);
+  EXPECT_THROW(meta->CachedAttentionForward(qkv, 12, 0, f32_cache, v_cache, out), Error);
+  EXPECT_THROW(meta->CachedAttentionForward(qkv, 1, 0, k_cache, v_cache, out), Error);  // D = 768
 }
 
 }  // namespace

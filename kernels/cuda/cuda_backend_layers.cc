@@ -373,6 +373,34 @@ void CudaBackend::FlashAttentionBackward(const Tensor& dout, const Tensor& qkv, 
                                stream_);
 }
 
+// Two copy kernels and one attention kernel (cached_attention.cu); no workspace.
+void CudaBackend::CachedAttentionForward(const Tensor& qkv, int num_heads, int64_t past,
+                                         Tensor& k_cache, Tensor& v_cache, Tensor& out) {
+  Activate();
+  const AttentionShape shape = CheckAttention(qkv, num_heads, device());
+  CheckFloat(out, device(), "out");
+  CheckShape(out, {shape.batch, shape.seq, shape.channels}, "out");
+  for (const Tensor* cache : {&k_cache, &v_cache}) {
+    CheckFloat(*cache, device(), "cache");
+    BATON_CHECK(cache->dtype() == qkv.dtype() && cache->dim() == 3 &&
+                    cache->size(0) == shape.batch && cache->size(2) == shape.channels &&
+                    past >= 0 && cache->size(1) >= past + shape.seq,
+                "cache {} must be (B={}, S >= {} + {}, C={}) {}", cache->ToString(), shape.batch,
+                past, shape.seq, shape.channels, Name(qkv.dtype()));
+  }
+  BATON_CHECK(shape.head_dim() <= kCachedMaxHeadDim,
+              "cached attention takes head dimensions up to {}, got {}", kCachedMaxHeadDim,
+              shape.head_dim());
+  BATON_CHECK(CachedAttentionBlocks(shape.batch, shape.seq, shape.heads) <= 0x7fffffff,
+              "cached attention of batch {} x {} heads x {} queries is too large for one grid",
+              shape.batch, shape.heads, shape.seq);
+  if (shape.batch * shape.seq == 0) return;
+  if (meta_) return;
+  LaunchCachedAttentionForward(qkv.raw(), qkv.dtype(), k_cache.raw(), v_cache.raw(), out.raw(),
+                               out.dtype(), shape.batch, shape.seq, past, k_cache.size(1),
+                               shape.channels, shape.heads, stream_);
+}
+
 void CudaBackend::CrossEntropyForward(const Tensor& logits, const Tensor& targets, Tensor& loss) {
   Activate();
   CheckFloat(logits, device(), "logits");

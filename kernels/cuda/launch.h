@@ -175,4 +175,19 @@ void LaunchFlashAttentionBackward(const void* dout, DType dout_dtype, const void
                                   int64_t seq, int64_t channels, int64_t heads,
                                   cudaStream_t stream);
 
+// ---- cached_attention.cu
+// Attention over a key-value cache (Backend::CachedAttentionForward): qkv (B,Tq,3C) of the new
+// positions, k_cache and v_cache (B,S,C) in qkv's dtype, out (B,Tq,C). Copies the new keys and
+// values into rows [past, past + Tq) of the caches, then one block per (query, b, h) computes
+// softmax(scale q K^T) V over keys 0 .. past + i with an online softmax over key tiles. The
+// caller checks D <= kCachedMaxHeadDim and a grid of CachedAttentionBlocks (at most 2^31 - 1).
+inline constexpr int64_t kCachedMaxHeadDim = 256;
+inline int64_t CachedAttentionBlocks(int64_t batch, int64_t queries, int64_t heads) {
+  return batch * queries * heads;
+}
+void LaunchCachedAttentionForward(const void* qkv, DType dtype, void* k_cache, void* v_cache,
+                                  void* out, DType out_dtype, int64_t batch, int64_t queries,
+                                  int64_t past, int64_t slots, int64_t channels, int64_t heads,
+                                  cudaStream_t stream);
+
 }  // namespace baton::cuda

@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# bench/generate_bench.sh [BUILD]: `baton generate` with and without the key-value cache
+# (bench/README.md, "generate_bench"). Trains a short gpt-tiny checkpoint with model.context=256
+# (so that prompt + 200 new tokens stay inside the context), then times 200 new tokens both ways,
+# sampled and greedy, each REPEATS times alternating, and prints each way's fastest tokens/s and
+# their ratio. Check: both ways print the same text every time; exits 1 if they differ or a
+# command fails.
+#
+# Environment: GENERATE_TOKENS (default 200), GENERATE_THREADS (device.threads, default 1),
+# BENCH_REPEATS (default 3).
+set -euo pipefail
+
+build=${1:-build}
+root=$(cd "$(dirname "$0")/.." && pwd)
+baton="$build/baton"
+tokens=${GENERATE_TOKENS:-200}
+threads=${GENERATE_THREADS:-1}
+repeats=${BENCH_REPEATS:-3}
+work=$(mktemp -d "${TMPDIR:-/tmp}/baton_generate_bench.XXXXXX")
+trap 'rm -rf "$work"' EXIT
+
+echo "generate_bench: $(nproc) CPUs, $(grep -o -m1 avx512_bf16 /proc/cpuinfo || echo 'no avx512_bf16'), load average $(cut -d' ' -f1-3 /proc/loadavg)"
+"$baton" run "$root/configs/gpt-tiny.yaml" --set model.context=256 --set parallel.stages=1 \
+  --set train.steps=50 --set output.dir="$work/run" >"$work/train.log" 2>&1 ||
+  { tail -20 "$work/train.log"; exit 1; }
+
+# generate_once MODE TEMPERATURE: the text on stdout into $work/MODE.txt, the log into
+# $work/MODE.log; echoes the log line's tokens/s recomputed from its token count and seconds.
+generate_once() {
+  local mode=$1 temperature=$2 flags=()
+  [[ $mode == recompute ]] && flags=(--no-kv-cache)
+  "$baton" generate "$work/run" --prompt "The license" --tokens "$tokens" --seed 1 \
+    --temperature "$temperature" --set device.threads="$threads" "${flags[@]}" \
+    >"$work/$mode.txt" 2>"$work/$mode.log"
+  sed -n 's/.*generated \([0-9]*\) tokens in \([0-9.]*\) s:.*/\1 \2/p' "$work/$mode.log" |
+    awk '{ printf "%.1f", $1 / $2 }'
+}
+
+faster() { awk -v a="$1" -v b="$2" 'BEGIN { print (a > b ? a : b) }'; }
+
+status=0
+for temperature in 0.8 0; do
+  cached=0
+  recomputed=0
+  for ((r = 0; r < repeats; ++r)); do
+    cached=$(faster "$cached" "$(generate_once cached "$temperature")")
+    recomputed=$(faster "$recomputed" "$(generate_once recompute "$temperature")")
+    if ! cmp -s "$work/cached.txt" "$work/recompute.txt"; then
+      echo "temperature $temperature: the KV cache printed other text than --no-kv-cache"
+      diff "$work/cached.txt" "$work/recompute.txt" | head -5
+      status=1
+    fi
+  done
+  printf 'temperature %-3s %d new tokens: KV cache %8.1f tokens/s, recompute %7.1f tokens/s, ratio %.1fx\n' \
+    "$temperature" "$tokens" "$cached" "$recomputed" "$(awk -v a="$cached" -v b="$recomputed" 'BEGIN { print a / b }')"
+done
+echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
+exit "$status"

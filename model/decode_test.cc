@@ -1,0 +1,225 @@
+// Inference with a key-value cache (model/decode.h, Layer::ForwardCached) against the training
+// forward over the whole window, for every kind of model the blocks support: flash and
+// materialized attention, f32 and bf16, MLP-only blocks, low rank with shared blocks, INT8
+// weights. Also: what the caches book in the ledger, and the errors of misuse.
+//
+// Tolerances are normalised errors of the logits. f32: the two paths run the same kernels on
+// rows in other groupings (GEMMs of 1 row vs T rows, attention key blocks cut at another
+// diagonal), so they differ by float rounding only: ~1e-7 per operation, a few 1e-7 after two
+// blocks; 1e-5 leaves margin yet fails on any real difference (a wrong position, a missing key:
+// errors of order 1). bf16: every activation is rounded to 8 significant bits (2^-9 = 2e-3
+// relative), and a different summation order flips some roundings by one unit, so 2e-2.
+#include "model/decode.h"
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "model/graph.h"
+#include "model/head.h"
+#include "model/int8_weights.h"
+#include "model/test_util.h"
+
+namespace baton {
+namespace {
+
+using numeric_check::NormalisedError;
+
+struct ModelCase {
+  std::string name;
+  bool mlp_only = false;
+  bool flash = true;
+  DType dtype = DType::kF32;
+  bool low_rank_and_shared = false;
+  bool int8 = false;
+  double tolerance = 1e-5;
+};
+
+// V=37, context 20, L=3, NH=2, C=16: small, with a context short enough to cross often.
+ModelDims CaseDims(const ModelCase& c) {
+  ModelDims dims{37, 20, 3, 2, 16};
+  if (c.low_rank_and_shared) {
+    dims.low_rank_attn = 4;
+    dims.low_rank_mlp = 6;
+    dims.share_group = 2;  // blocks 0 and 1 share every parameter
+    dims.share_attention = true;
+    dims.share_mlp = true;
+  }
+  return dims;
+}
+
+// A whole model in one process, as StageModel builds it for generate: shared parameters held
+// once, the head's wte tied to the embedding's; then every parameter drawn N(0, 0.3^2) (LayerNorm
+// weights around 1) so that attention is far from uniform.
+struct TinyModel {
+  model_test::CpuFixture fx;
+  ModelDims dims;
+  std::vector<std::unique_ptr<Layer>> owned;
+  std::vector<Layer*> layers;
+
+  explicit TinyModel(const ModelCase& c) : dims(CaseDims(c)) {
+    std::map<std::string, Param*> built;
+    const LocalParams local = [&built](const std::string& name) -> Param* {
+      const auto it = built.find(name);
+      return it == built.end() ? nullptr : it->second;
+    };
+    for (const LayerSpec& spec : c.mlp_only ? MlpGraph(dims) : GptGraph(dims)) {
+      owned.push_back(BuildLayer(spec, dims, *fx.backend, c.dtype, c.dtype, 5, local));
+      for (Param* p : owned.back()->params()) built.emplace(p->name, p);
+      owned.back()->set_flash_attention(c.flash);
+      layers.push_back(owned.back().get());
+    }
+    TieEmbedding(*owned.front(), *owned.back());
+    Rng rng(9);
+    for (Layer* layer : layers) {
+      for (Param* p : layer->params()) {
+        if (p->tied) continue;  // shares its original's storage, drawn there
+        const bool norm_weight = p->name.find("ln_") != std::string::npos &&
+                                 p->name.find(".weight") != std::string::npos;
+        numeric_check::FillNormal(p->value, rng, 0.3f, norm_weight ? 1.0f : 0.0f);
+      }
+      if (c.int8) MakeInt8InferenceLayer(*fx.backend, *layer);
+    }
+  }
+};
+
+std::vector<int32_t> RandomTokens(int count, int vocab, uint64_t seed) {
+  Rng rng(seed);
+  std::vector<int32_t> tokens;
+  for (int i = 0; i < count; ++i) {
+    tokens.push_back(static_cast<int32_t>(rng.NextBelow(static_cast<uint64_t>(vocab))));
+  }
+  return tokens;
+}
+
+std::vector<ModelCase> Cases() {
+  return {{"flash f32"},
+          {"materialized f32", false, false},
+          {"flash bf16", false, true, DType::kBF16, false, false, 1e-2},
+          {"materialized bf16", false, false, DType::kBF16, false, false, 1e-2},
+          {"mlp blocks f32", true},
+          {"low rank, shared f32", false, true, DType::kF32, true},
+          {"int8 weights f32", false, true, DType::kF32, false, true}};
+}
+
+// A 7-token prompt prefilled at once, then one token per call up to 2 * context + 5 tokens: past
+// the context every call re-prefills the slid window. At every length both decoders' logits
+// agree.
+TEST(DecodeTest, CachedLogitsEqualTheFullWindowForwardBeforeAndAfterTheContext) {
+  for (const ModelCase& c : Cases()) {
+    SCOPED_TRACE(c.name);
+    TinyModel model(c);
+    const std::unique_ptr<Decoder> window =
+        MakeWindowDecoder(model.layers, *model.fx.backend, model.dims.context);
+    const std::unique_ptr<Decoder> cached =
+        MakeCachedDecoder(model.layers, *model.fx.backend, model.dims.context);
+    const std::vector<int32_t> sequence =
+        RandomTokens(2 * model.dims.context + 5, model.dims.vocab_size, 3);
+    double worst = 0;
+    for (size_t n = 7; n <= sequence.size(); ++n) {
+      const std::span<const int32_t> prefix(sequence.data(), n);
+      const std::vector<float> expected = window->NextLogits(prefix);
+      const std::vector<float> got = cached->NextLogits(prefix);
+      ASSERT_EQ(got.size(), static_cast<size_t>(model.dims.vocab_size));
+      const double error = NormalisedError(got, expected);
+      EXPECT_LT(error, c.tolerance) << "after " << n << " tokens";
+      worst = std::max(worst, error);
+    }
+    // The logits are not trivially equal: a neighbouring position's differ by far more.
+    const std::vector<float> a = window->NextLogits({sequence.data(), 10});
+    const std::vector<float> b = window->NextLogits({sequence.data(), 11});
+    EXPECT_GT(NormalisedError(a, b), 10 * c.tolerance);
+    RecordProperty(c.name, fmt::format("{:.3g}", worst));
+  }
+}
+
+// Prefill in uneven chunks, the head on every row: each position's logits equal the training
+// forward's logits row (what the head stashes) for the whole sequence.
+TEST(DecodeTest, ChunkedPrefillGivesEveryRowOfTheForwardLogits) {
+  for (const ModelCase& c : Cases()) {
+    SCOPED_TRACE(c.name);
+    TinyModel model(c);
+    const int t = model.dims.context;
+    Rng rng(4);
+    const MicroBatch batch =
+        model_test::RandomBatch(model.fx.allocator(), 1, t, model.dims.vocab_size, rng);
+    std::vector<Stash> stashes(model.layers.size());
+    Tensor x;
+    for (size_t i = 0; i < model.layers.size(); ++i) {
+      x = model.layers[i]->Forward(x, batch, stashes[i]);
+    }
+    const std::vector<float> expected = ToFloatVector(stashes.back().Get("logits"));
+
+    std::vector<KvCache> caches(model.layers.size());
+    std::vector<float> got;
+    int64_t start = 0;
+    for (const int64_t end : {int64_t{6}, int64_t{7}, int64_t{13}, int64_t{t}}) {
+      const MicroBatch chunk{batch.tokens.View({t}).Slice(0, start, end).View({1, end - start}),
+                             Tensor()};
+      Tensor h;
+      for (size_t i = 0; i < model.layers.size(); ++i) {
+        h = model.layers[i]->ForwardCached(h, chunk, start, caches[i]);
+      }
+      const std::vector<float> rows = ToFloatVector(h);
+      got.insert(got.end(), rows.begin(), rows.end());
+      start = end;
+    }
+    EXPECT_LT(NormalisedError(got, expected), c.tolerance);
+  }
+}
+
+// The caches are the only activations kept between calls: exactly 2 (keys, values) x attention
+// blocks x context x C x the dtype's bytes, booked as activations on the first call, the same
+// after crossing the context (Reset keeps the memory), and freed with the decoder.
+TEST(DecodeTest, CachesAreBookedAsActivationsAndFreedWithTheDecoder) {
+  for (const ModelCase& c : Cases()) {
+    SCOPED_TRACE(c.name);
+    TinyModel model(c);
+    MemoryLedger& ledger = model.fx.ledger;
+    const int64_t before = ledger.current(MemCategory::kActivations);
+    const int64_t expected = c.mlp_only ? 0
+                                        : int64_t{2} * model.dims.num_layers * model.dims.context *
+                                              model.dims.width * SizeOf(c.dtype);
+    std::unique_ptr<Decoder> cached =
+        MakeCachedDecoder(model.layers, *model.fx.backend, model.dims.context);
+    EXPECT_EQ(cached->cache_bytes(), 0);
+    const std::vector<int32_t> sequence =
+        RandomTokens(model.dims.context + 3, model.dims.vocab_size, 8);
+    for (size_t n : {size_t{5}, size_t{6}, sequence.size()}) {
+      cached->NextLogits({sequence.data(), n});
+      EXPECT_EQ(cached->cache_bytes(), expected) << n;
+      EXPECT_EQ(ledger.current(MemCategory::kActivations) - before, expected) << n;
+    }
+    EXPECT_GE(ledger.peak(MemCategory::kActivations) - before, expected);
+    cached.reset();
+    EXPECT_EQ(ledger.current(MemCategory::kActivations), before);
+  }
+}
+
+TEST(DecodeTest, MisuseFailsWithTheReason) {
+  TinyModel model(Cases().front());
+  Layer& block = *model.layers[1];
+  Rng rng(2);
+  const Tensor x = model_test::RandomActivation(model.fx.allocator(), {1, 4, model.dims.width},
+                                                DType::kF32, rng);
+  KvCache cache;
+  block.ForwardCached(x, MicroBatch(), 0, cache);
+  EXPECT_EQ(cache.length, 4);
+  // New positions must follow the cached ones, and stay inside the context.
+  EXPECT_THROW(block.ForwardCached(x, MicroBatch(), 0, cache), Error);
+  cache.Reset();
+  EXPECT_THROW(block.ForwardCached(x, MicroBatch(), model.dims.context - 3, cache), Error);
+  EXPECT_THROW(model.layers.front()->ForwardCached(Tensor(), {Tensor(), Tensor()}, 0, cache),
+               Error);
+  const std::unique_ptr<Decoder> cached =
+      MakeCachedDecoder(model.layers, *model.fx.backend, model.dims.context);
+  EXPECT_THROW(cached->NextLogits({}), Error);
+}
+
+}  // namespace
+}  // namespace baton
