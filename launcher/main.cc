@@ -1,6 +1,6 @@
-// baton: the command line. Subcommands: run, eval, plan, generate, compress, export, schedule,
-// data prepare, and the internal `worker` that the launcher spawns. CLI11 stays in this file (it
-// is slow to compile).
+// baton: the command line. Subcommands: run, eval, report, plan, generate, compress, export,
+// schedule, data prepare, and the internal `worker` that the launcher spawns. CLI11 stays in this
+// file (it is slow to compile).
 #include <spdlog/spdlog.h>
 
 #include <CLI/CLI.hpp>
@@ -17,6 +17,7 @@
 #include "launcher/export.h"
 #include "launcher/generate.h"
 #include "launcher/run.h"
+#include "launcher/run_page.h"
 #include "scheduler/schedule_command.h"
 
 namespace {
@@ -151,6 +152,13 @@ int main(int argc, char** argv) {
                          "(past model.context the cache recomputes the window anyway: positions "
                          "are absolute)");
 
+  std::string report_dir, report_file;
+  CLI::App* report_cmd = app.add_subcommand(
+      "report", "write OUTPUT_DIR/report.html from what the run left there (also while it runs)");
+  report_cmd->add_option("output_dir", report_dir, "the run's output.dir")->required();
+  report_cmd->add_option("--report", report_file,
+                         "the run's --report JSON: adds the predicted memory and the config");
+
   baton::PlanOptions plan;
   CLI::App* plan_cmd = app.add_subcommand(
       "plan", "print the partition and each stage's predicted memory without training");
@@ -208,6 +216,10 @@ int main(int argc, char** argv) {
     if (plan_cmd->parsed()) {
       baton::SetupLogging("plan", log_level);
       return baton::PlanCommand(plan, std::cout);
+    }
+    if (report_cmd->parsed()) {
+      baton::SetupLogging("report", log_level);
+      return baton::ReportCommand(report_dir, report_file, std::cout);
     }
     if (schedule_cmd->parsed()) {
       return baton::RunScheduleCommand(schedule, std::cout, std::cerr);

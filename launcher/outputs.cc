@@ -69,19 +69,18 @@ SimulationResult PredictTimeline(const Plan& plan) {
   return Simulate(plan.schedule, costs);
 }
 
-std::string MeasuredTimelineSvg(const Plan& plan, const std::vector<RankResult>& results) {
+SimulationResult MeasuredTimeline(const Plan& plan, const std::vector<RankResult>& results) {
   // The last traced step, its compute spans as a timeline in milliseconds from its start.
   SimulationResult measured;
-  measured.timeline.resize(results.size());
   double start = std::numeric_limits<double>::infinity(), end = 0;
   for (const RankResult& r : results) {
-    if (r.trace.empty()) return "";
+    if (r.trace.empty()) return measured;
     for (const TraceSpan& span : r.trace.back().spans) {
       start = std::min(start, span.start_us);
       end = std::max(end, span.end_us);
     }
   }
-  const int p = plan.num_stages();
+  measured.timeline.resize(results.size());
   for (const RankResult& r : results) {
     StageFigures figures;
     figures.stage = r.rank;
@@ -102,7 +101,14 @@ std::string MeasuredTimelineSvg(const Plan& plan, const std::vector<RankResult>&
     f.idle = measured.makespan - f.busy;
     idle += f.idle;
   }
-  measured.bubble_fraction = idle / (static_cast<double>(p) * measured.makespan);
+  measured.bubble_fraction = idle / (static_cast<double>(plan.num_stages()) * measured.makespan);
+  return measured;
+}
+
+std::string MeasuredTimelineSvg(const Plan& plan, const std::vector<RankResult>& results) {
+  const SimulationResult measured = MeasuredTimeline(plan, results);
+  if (measured.timeline.empty()) return "";
+  const int p = plan.num_stages();
   std::string svg = RenderSvg(plan.schedule, measured);
   // Measured against predicted, per stage, under the picture.
   const SimulationResult predicted = PredictTimeline(plan);
@@ -131,6 +137,23 @@ std::string MeasuredTimelineSvg(const Plan& plan, const std::vector<RankResult>&
   return svg;
 }
 
+std::string SimulatedTimelineSvg(const Plan& plan, double makespan) {
+  SimulationResult simulated = PredictTimeline(plan);
+  const double factor = makespan / simulated.makespan;
+  for (std::vector<TimedAction>& stage : simulated.timeline) {
+    for (TimedAction& t : stage) {
+      t.start *= factor;
+      t.end *= factor;
+    }
+  }
+  for (StageFigures& f : simulated.per_stage) {
+    f.busy *= factor;
+    f.idle *= factor;
+  }
+  simulated.makespan = makespan;
+  return RenderSvg(plan.schedule, simulated);
+}
+
 void WriteRunOutputs(const std::string& dir, const Plan& plan,
                      const std::vector<RankResult>& results) {
   MakeDirectories(dir);
@@ -139,7 +162,10 @@ void WriteRunOutputs(const std::string& dir, const Plan& plan,
   const std::vector<RankResult> pipeline(
       results.begin(), results.begin() + std::min<ptrdiff_t>(plan.num_stages(), results.size()));
   const std::string svg = MeasuredTimelineSvg(plan, pipeline);
-  if (!svg.empty()) WriteFileAtomically(dir + "/timeline.svg", svg);
+  if (svg.empty()) return;
+  WriteFileAtomically(dir + "/timeline.svg", svg);
+  WriteFileAtomically(dir + "/timeline_simulated.svg",
+                      SimulatedTimelineSvg(plan, MeasuredTimeline(plan, pipeline).makespan));
 }
 
 }  // namespace baton

@@ -28,6 +28,7 @@
 #include "launcher/outputs.h"
 #include "launcher/plan_command.h"
 #include "launcher/report.h"
+#include "launcher/run_page.h"
 #include "launcher/step_metrics.h"
 #include "model/cost.h"
 #include "plan/codec.h"
@@ -76,6 +77,10 @@ int Finish(const Plan& plan, const std::string& address, const std::string& toke
   const json report = BuildReport(plan, results, run_steps);
   if (!report_path.empty()) WriteReport(report, report_path);
   WriteRunOutputs(plan.config.output.dir, plan, results);
+  // The run page, from the files just written and this run's report (also without --report).
+  RunPageInputs page = ReadRunPageInputs(plan.config.output.dir, "");
+  page.report = report;
+  WriteRunPage(page);
   Summarise(report, report_path);
   return 0;
 }

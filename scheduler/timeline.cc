@@ -66,6 +66,20 @@ std::string_view KindColor(ActionKind kind) {
   return "#000000";
 }
 
+// The grid's time step: the shortest compute action (1 for unit costs).
+double Quantum(const SimulationResult& simulation) {
+  double quantum = 0;
+  for (const auto& timeline : simulation.timeline) {
+    for (const TimedAction& timed : timeline) {
+      const double duration = timed.end - timed.start;
+      if (duration > 0 && (quantum == 0 || duration < quantum)) quantum = duration;
+    }
+  }
+  return quantum > 0 ? quantum : 1;
+}
+
+}  // namespace
+
 std::string XmlEscape(std::string_view text) {
   std::string escaped;
   for (char c : text) {
@@ -82,26 +96,15 @@ std::string XmlEscape(std::string_view text) {
       case '"':
         escaped += "&quot;";
         break;
+      case '\'':
+        escaped += "&#39;";
+        break;
       default:
         escaped += c;
     }
   }
   return escaped;
 }
-
-// The grid's time step: the shortest compute action (1 for unit costs).
-double Quantum(const SimulationResult& simulation) {
-  double quantum = 0;
-  for (const auto& timeline : simulation.timeline) {
-    for (const TimedAction& timed : timeline) {
-      const double duration = timed.end - timed.start;
-      if (duration > 0 && (quantum == 0 || duration < quantum)) quantum = duration;
-    }
-  }
-  return quantum > 0 ? quantum : 1;
-}
-
-}  // namespace
 
 std::string RenderText(const Schedule& schedule, const SimulationResult& simulation) {
   const double quantum = Quantum(simulation);

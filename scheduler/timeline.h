@@ -4,11 +4,16 @@
 #pragma once
 
 #include <string>
+#include <string_view>
 
 #include "scheduler/schedule.h"
 #include "scheduler/simulator.h"
 
 namespace baton {
+
+// `text` with < > & " ' as character references: safe as XML/HTML text and inside a quoted
+// attribute (the timeline's labels, the run page's every value).
+std::string XmlEscape(std::string_view text);
 
 // One row per stage, time to the right. Each cell is the shortest compute action's duration; an
 // action shows its text form ("F3", "5B2" for chunk 1 of stage 1 in a 4-stage pipeline) and fills

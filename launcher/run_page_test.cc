@@ -1,0 +1,226 @@
+// The run page (report.html) from a synthetic output.dir: every panel's SVG holds one point per
+// logged value and one bar segment per stage and category, restarts start new series, values
+// stay text, and missing files are named instead of failing.
+#include "launcher/run_page.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <regex>
+#include <string>
+#include <vector>
+
+#include "core/temp_dir.h"
+#include "launcher/svg_plot.h"
+
+namespace baton {
+namespace {
+
+using nlohmann::json;
+
+// clang-format off
+json Peaks(int64_t mib_per_category) {
+  const int64_t mib = 1 << 20;
+  return {{"params", 1 * mib_per_category * mib}, {"grads", 2 * mib_per_category * mib},
+          {"optimizer", 3 * mib_per_category * mib}, {"activations", 4 * mib_per_category * mib},
+          {"comm", 5 * mib_per_category * mib}, {"workspace", 6 * mib_per_category * mib},
+          {"total", 15 * mib_per_category * mib}};
+}
+// clang-format on
+
+json Line(int64_t step, int attempt) {
+  json j = {{"step", step},
+            {"attempt", attempt},
+            {"loss", 5.0 - 0.25 * static_cast<double>(step)},
+            {"lr", 1e-3},
+            {"grad_norm", 0.5},
+            {"tokens_per_s", 1000.0 + static_cast<double>(step)},
+            {"elapsed_s", static_cast<double>(step + 10 * attempt)},
+            {"memory_peak", {{"stage0", Peaks(2)}, {"stage1", Peaks(1)}}}};
+  if (step % 3 == 0) j["eval_loss"] = 4.5 - 0.25 * static_cast<double>(step);
+  return j;
+}
+
+// Attempt 0 runs steps 1-6 (step 2's grad norm not finite: null), attempt 1 restarts from a
+// step-3 checkpoint and runs 4-8; the last line is being written.
+std::string Metrics() {
+  std::string text;
+  for (int64_t step = 1; step <= 6; ++step) {
+    json line = Line(step, 0);
+    if (step == 2) line["grad_norm"] = nullptr;
+    text += line.dump() + "\n";
+  }
+  for (int64_t step = 4; step <= 8; ++step) text += Line(step, 1).dump() + "\n";
+  return text + "{\"step\": 9, \"lo";
+}
+
+json Report() {
+  json stages = json::array();
+  for (int stage = 0; stage < 2; ++stage) {
+    stages.push_back(
+        {{"stage", stage}, {"memory", {{"peak", Peaks(stage + 1)}, {"predicted", Peaks(2)}}}});
+  }
+  return {{"schedule", "1f1b"},
+          {"config", {{"data", {{"path", "<script>alert('x')</script> & more"}}}}},
+          {"stages", stages}};
+}
+
+// The <svg> element with this id, or "" when the page has none.
+std::string SvgById(const std::string& page, const std::string& id) {
+  const size_t start = page.find("<svg xmlns=\"http://www.w3.org/2000/svg\" id=\"" + id + "\"");
+  if (start == std::string::npos) return "";
+  return page.substr(start, page.find("</svg>", start) + 6 - start);
+}
+
+int Count(const std::string& text, const std::string& what) {
+  int n = 0;
+  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+  return n;
+}
+
+// The number of points of the polyline labelled `label` (-1 when there is none).
+int PolylinePoints(const std::string& svg, const std::string& label) {
+  const std::regex polyline("<polyline class=\"series\" data-label=\"" + label +
+                            "\"[^>]*points=\"([^\"]*)\"");
+  std::smatch match;
+  if (!std::regex_search(svg, match, polyline)) return -1;
+  return Count(match[1].str(), ",");
+}
+
+// The heights of the bar segments of one group, bar and category.
+double BarHeight(const std::string& svg, const std::string& group, const std::string& bar,
+                 const std::string& category) {
+  const std::regex rect("<rect class=\"bar\" data-group=\"" + group + "\" data-bar=\"" + bar +
+                        "\" data-category=\"" + category + "\"[^>]*height=\"([0-9.]+)\"");
+  std::smatch match;
+  if (!std::regex_search(svg, match, rect)) return -1;
+  return std::stod(match[1].str());
+}
+
+RunPageInputs Inputs() {
+  RunPageInputs inputs;
+  inputs.dir = "out/synthetic";
+  inputs.metrics = Metrics();
+  inputs.report = Report();
+  return inputs;
+}
+
+TEST(RunPage, EveryCurveHasOnePointPerLoggedValueAndARestartStartsNewSeries) {
+  const std::string page = RenderRunPage(Inputs());
+  const std::string loss = SvgById(page, "plot-loss");
+  ASSERT_FALSE(loss.empty());
+  EXPECT_EQ(PolylinePoints(loss, "loss, steps 1-6"), 6);
+  EXPECT_EQ(PolylinePoints(loss, "loss, steps 4-8 \\(attempt 1\\)"), 5);
+  EXPECT_EQ(PolylinePoints(loss, "eval loss, steps 1-6"), 2);  // steps 3 and 6
+  EXPECT_EQ(PolylinePoints(loss, "eval loss, steps 4-8 \\(attempt 1\\)"), 1);
+  EXPECT_EQ(Count(loss, "class=\"marker\""), 3);
+  EXPECT_EQ(Count(loss, "class=\"restart\""), 1);
+  EXPECT_EQ(Count(loss, ">restart 1</text>"), 1);
+  const std::string grad_norm = SvgById(page, "plot-grad-norm");
+  EXPECT_EQ(PolylinePoints(grad_norm, "grad norm, steps 1-6"), 5);  // step 2's null left out
+  for (const char* id : {"plot-lr", "plot-tokens-per-s"}) {
+    EXPECT_EQ(Count(SvgById(page, id), "<polyline"), 2) << id;
+  }
+  EXPECT_NE(page.find("1 line(s) that did not parse were skipped"), std::string::npos);
+}
+
+TEST(RunPage, AResumedRunStartsANewPartWhereItsElapsedTimeStartsOver) {
+  RunPageInputs inputs;
+  inputs.dir = "out/resumed";
+  inputs.metrics = "";
+  for (int64_t step = 1; step <= 6; ++step) {
+    json line = Line(step, 0);
+    if (step > 4) line["elapsed_s"] = static_cast<double>(step - 4) / 8;  // `--resume` at 4
+    *inputs.metrics += line.dump() + "\n";
+  }
+  const std::string loss = SvgById(RenderRunPage(inputs), "plot-loss");
+  EXPECT_EQ(PolylinePoints(loss, "loss, steps 1-4"), 4);
+  EXPECT_EQ(PolylinePoints(loss, "loss, steps 5-6"), 2);
+  EXPECT_EQ(Count(loss, ">resumed</text>"), 1);
+}
+
+TEST(RunPage, MemoryStacksEveryCategoryMeasuredBesidePredictedPerStage) {
+  const std::string memory = SvgById(RenderRunPage(Inputs()), "plot-memory");
+  ASSERT_FALSE(memory.empty());
+  EXPECT_EQ(Count(memory, "<rect class=\"bar\""), 2 * 2 * 6);
+  EXPECT_EQ(Count(memory, "class=\"total\""), 2 * 2);
+  // Heights follow the bytes: stage 1 measured twice stage 0's, workspace six times params.
+  const double params = BarHeight(memory, "stage 0", "measured", "params");
+  ASSERT_GT(params, 0);
+  EXPECT_NEAR(BarHeight(memory, "stage 1", "measured", "params"), 2 * params, 0.2);
+  EXPECT_NEAR(BarHeight(memory, "stage 0", "measured", "workspace"), 6 * params, 0.2);
+  EXPECT_NEAR(BarHeight(memory, "stage 0", "predicted", "params"), 2 * params, 0.2);
+}
+
+TEST(RunPage, WithoutTheReportMemoryIsTheLastStepsMeasuredPeaks) {
+  RunPageInputs inputs = Inputs();
+  inputs.report.reset();
+  const std::string page = RenderRunPage(inputs);
+  const std::string memory = SvgById(page, "plot-memory");
+  EXPECT_EQ(Count(memory, "<rect class=\"bar\""), 2 * 6);
+  EXPECT_EQ(Count(memory, "data-bar=\"predicted\""), 0);
+  EXPECT_NEAR(BarHeight(memory, "stage0", "measured", "params"),
+              2 * BarHeight(memory, "stage1", "measured", "params"), 0.2);
+  EXPECT_NE(page.find("after step 8"), std::string::npos);
+  EXPECT_NE(page.find("the run report: not given"), std::string::npos);
+}
+
+TEST(RunPage, ConfigValuesStayText) {
+  const std::string page = RenderRunPage(Inputs());
+  EXPECT_EQ(page.find("<script"), std::string::npos);
+  EXPECT_NE(page.find("&lt;script&gt;alert(&#39;x&#39;)&lt;/script&gt; &amp; more"),
+            std::string::npos);
+}
+
+TEST(RunPage, TimelineSvgsAreInlinedUnlessTheyCouldRunSomething) {
+  RunPageInputs inputs = Inputs();
+  inputs.timeline = "<?xml version=\"1.0\"?>\n<svg width=\"10\"><rect id=\"measured\"/></svg>\n";
+  inputs.timeline_simulated = "<svg><rect onload=\"alert(1)\"/></svg>";
+  const std::string page = RenderRunPage(inputs);
+  EXPECT_NE(page.find("<svg width=\"10\"><rect id=\"measured\"/></svg>"), std::string::npos);
+  EXPECT_EQ(page.find("<?xml"), std::string::npos);
+  EXPECT_EQ(page.find("onload"), std::string::npos);
+  EXPECT_NE(page.find("timeline_simulated.svg: not shown"), std::string::npos);
+}
+
+TEST(RunPage, MissingFilesAreNamedAndAnEmptyFolderIsAnError) {
+  TempDir dir("run-page");
+  EXPECT_THROW(ReadRunPageInputs(dir.path(), ""), Error);
+  EXPECT_THROW(ReadRunPageInputs(dir / "absent", ""), Error);
+  std::ofstream(dir / "metrics.jsonl") << Metrics();
+  const RunPageInputs inputs = ReadRunPageInputs(dir.path(), "");
+  ASSERT_TRUE(inputs.metrics.has_value());
+  EXPECT_FALSE(inputs.timeline.has_value());
+  const std::string path = WriteRunPage(inputs);
+  std::ifstream in(path);
+  const std::string page((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_NE(page.find("timeline.svg: not yet written"), std::string::npos);
+  EXPECT_NE(page.find("timeline_simulated.svg: not yet written"), std::string::npos);
+  EXPECT_FALSE(SvgById(page, "plot-loss").empty());
+  // A report that is not JSON is an error, not a page without it.
+  std::ofstream(dir / "report.json") << "{\"steps\": [";
+  EXPECT_THROW(ReadRunPageInputs(dir.path(), dir / "report.json"), Error);
+}
+
+TEST(SvgPlot, NiceTicksCoverTheRangeInRoundSteps) {
+  const std::pair<double, double> ranges[] = {{1, 300}, {0.0001, 0.001}, {2.31, 5.67}, {7, 7}};
+  for (const auto& [low, high] : ranges) {
+    const std::vector<double> ticks = NiceTicks(low, high, 5);
+    ASSERT_GE(ticks.size(), 3u) << low;
+    EXPECT_LE(ticks.front(), low);
+    EXPECT_GE(ticks.back(), high);
+    EXPECT_LE(ticks.size(), 12u);
+    const double step = ticks[1] - ticks[0];
+    const double mantissa = step / std::pow(10.0, std::floor(std::log10(step) + 1e-9));
+    EXPECT_TRUE(std::abs(mantissa - 1) < 1e-6 || std::abs(mantissa - 2) < 1e-6 ||
+                std::abs(mantissa - 5) < 1e-6)
+        << step;
+  }
+  EXPECT_EQ(TickLabel(0.001), "0.001");
+  EXPECT_EQ(TickLabel(250), "250");
+}
+
+}  // namespace
+}  // namespace baton
