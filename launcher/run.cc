@@ -76,11 +76,11 @@ int Finish(const Plan& plan, const std::string& address, const std::string& toke
   }
   const json report = BuildReport(plan, results, run_steps);
   if (!report_path.empty()) WriteReport(report, report_path);
-  WriteRunOutputs(plan.config.output.dir, plan, results);
-  // The run page, from the files just written and this run's report (also without --report).
-  RunPageInputs page = ReadRunPageInputs(plan.config.output.dir, "");
-  page.report = report;
-  WriteRunPage(page);
+  const std::string& dir = plan.config.output.dir;
+  // Its own copy, from which `baton report DIR` redraws the whole page later.
+  WriteReport(report, (std::filesystem::path(dir) / kRunReportName).string());
+  WriteRunOutputs(dir, plan, results);
+  WriteRunPage(ReadRunPageInputs(dir, ""));
   Summarise(report, report_path);
   return 0;
 }

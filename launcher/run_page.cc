@@ -324,9 +324,12 @@ RunPageInputs ReadRunPageInputs(const std::string& dir, const std::string& repor
   inputs.metrics = read("metrics.jsonl");
   inputs.timeline = read("timeline.svg");
   inputs.timeline_simulated = read("timeline_simulated.svg");
-  if (!report_path.empty()) {
-    json report = json::parse(ReadFileToString(report_path), nullptr, false);
-    BATON_CHECK(report.is_object(), "{}: not a run report (a JSON object)", report_path);
+  // The run's own copy (kRunReportName) unless another report is named.
+  const std::string own = (fs::path(dir) / kRunReportName).string();
+  const std::string path = !report_path.empty() ? report_path : fs::exists(own, error) ? own : "";
+  if (!path.empty()) {
+    json report = json::parse(ReadFileToString(path), nullptr, false);
+    BATON_CHECK(report.is_object(), "{}: not a run report (a JSON object)", path);
     inputs.report = std::move(report);
   }
   BATON_CHECK(inputs.metrics || inputs.timeline || inputs.timeline_simulated || inputs.report,

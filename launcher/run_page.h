@@ -23,8 +23,12 @@ struct RunPageInputs {
   std::optional<std::string> timeline_simulated;  // timeline_simulated.svg: the simulator's
 };
 
+// The copy of its report every finished `baton run` leaves in output.dir.
+inline constexpr const char* kRunReportName = "report.json";
+
 // Reads what `dir` holds: metrics.jsonl, timeline.svg, timeline_simulated.svg, and the report from
-// `report_path` when it is not empty (the page is drawn without the report otherwise). Throws when
+// `report_path`, or when that is empty from dir/report.json if there is one (the page is drawn
+// without the report otherwise). Throws when
 // `dir` is not a folder, when it holds none of the three files and there is no report, or when a
 // file that is there cannot be read or the report is not JSON.
 RunPageInputs ReadRunPageInputs(const std::string& dir, const std::string& report_path);

@@ -204,6 +204,18 @@ TEST(RunPage, MissingFilesAreNamedAndAnEmptyFolderIsAnError) {
   EXPECT_THROW(ReadRunPageInputs(dir.path(), dir / "report.json"), Error);
 }
 
+TEST(RunPage, TheRunsOwnReportJsonIsReadUnlessAnotherIsNamed) {
+  TempDir dir("run-page");
+  std::ofstream(dir / "metrics.jsonl") << Metrics();
+  EXPECT_FALSE(ReadRunPageInputs(dir.path(), "").report.has_value());
+  std::ofstream(dir / kRunReportName) << json{{"schedule", "own"}}.dump();
+  std::ofstream(dir / "other.json") << json{{"schedule", "other"}}.dump();
+  const RunPageInputs own = ReadRunPageInputs(dir.path(), "");
+  ASSERT_TRUE(own.report.has_value());
+  EXPECT_EQ((*own.report)["schedule"], "own");
+  EXPECT_EQ((*ReadRunPageInputs(dir.path(), dir / "other.json").report)["schedule"], "other");
+}
+
 TEST(SvgPlot, NiceTicksCoverTheRangeInRoundSteps) {
   const std::pair<double, double> ranges[] = {{1, 300}, {0.0001, 0.001}, {2.31, 5.67}, {7, 7}};
   for (const auto& [low, high] : ranges) {

@@ -43,6 +43,10 @@ cp "$page" "$work/at-end.html"
 "$build/baton" report "$work/out" --report "$work/report.json" > "$work/report.log" 2>&1 ||
   { cat "$work/report.log"; fail "baton report failed"; }
 cmp -s "$work/at-end.html" "$page" || fail "baton report DIR --report FILE wrote another page"
+# Without --report it reads the run's own report.json: the same page again.
+"$build/baton" report "$work/out" > "$work/report.log" 2>&1 ||
+  { cat "$work/report.log"; fail "baton report DIR failed"; }
+cmp -s "$work/at-end.html" "$page" || fail "baton report DIR (its report.json) wrote another page"
 
 render "$page" --dump-dom "$work/dom.html" "$work/chromium.log" ||
   fail "chromium failed on the page: $(tail -5 "$work/chromium.log")"
