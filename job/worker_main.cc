@@ -26,7 +26,7 @@
 #include "core/log.h"
 #include "core/stop_signals.h"
 #include "core/units.h"
-#include "job/fault_injection.h"
+#include "job/fault_hooks.h"
 #include "kernels/backend_factory.h"
 #include "plan/codec.h"
 #include "worker/stage_tensors.h"
@@ -236,8 +236,11 @@ void TrainRank(const WorkerArgs& args, CoordinatorClient& client, const Plan& pl
   CpuAllocator host_allocator(ledger);  // host staging for device tensors (booked as comm)
 
   CoordinatorKvStore coordinator_store(client);
+  const FaultHooks& faults = GetFaultHooks();
   std::unique_ptr<KvStore> gated =
-      MaybeGateMesh(coordinator_store, fmt::format("gloo/{}", launch.attempt), args.rank);
+      faults.mesh_store
+          ? faults.mesh_store(coordinator_store, fmt::format("gloo/{}", launch.attempt), args.rank)
+          : nullptr;
   KvStore& store = gated ? *gated : coordinator_store;
   std::shared_ptr<Communicator> comm;  // shared with the abort callback, which may outlive us
   if (plan.world_size() > 1) {
@@ -283,7 +286,7 @@ void TrainRank(const WorkerArgs& args, CoordinatorClient& client, const Plan& pl
   if (launch.evaluate_only) result.eval = trainer.Evaluate();
   for (int64_t step = first_step; step <= last_step; ++step) {
     BATON_CHECK(!client.aborted(), "the job was aborted: {}", client.abort_reason());
-    MaybeStall(args.rank, step);
+    if (faults.at_step_start) faults.at_step_start(args.rank, step);
     const StepRecord record = trainer.Step(step);
     result.compute_s += record.compute_s;
     result.wall_s += record.step_s;

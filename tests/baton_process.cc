@@ -27,6 +27,7 @@ extern char** environ;
 namespace baton::testing {
 
 std::string BatonBinary() { return BATON_BINARY; }
+std::string BatonFaultsBinary() { return BATON_FAULTS_BINARY; }
 std::string SourceDir() { return BATON_SOURCE_DIR; }
 
 CommandResult RunShell(const std::string& command) {

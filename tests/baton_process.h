@@ -15,6 +15,9 @@ struct CommandResult {
 
 // The baton binary under test (BATON_BINARY, set by CMake).
 std::string BatonBinary();
+// `baton` with the tests' fault hooks (tests/fault_injection.h: BATON_TEST_STALL,
+// BATON_TEST_MESH_GATE), which the `baton` binary does not have.
+std::string BatonFaultsBinary();
 std::string SourceDir();
 // Runs `command` (a shell command line) to completion and captures its output.
 CommandResult RunShell(const std::string& command);

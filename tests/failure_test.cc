@@ -23,13 +23,24 @@
 namespace baton::testing {
 namespace {
 
+// The fault hooks live in the tests' baton_faults binary only: the same stall asked of `baton`
+// does nothing, and the job trains to its end.
+TEST(FailureTest, TheBatonBinaryCarriesNoFaultHooks) {
+  const CommandResult result =
+      RunShell("cd '" + SourceDir() + "' && BATON_TEST_STALL=1:2 '" + BatonBinary() +
+               "' run configs/gpt-tiny.yaml --set train.steps=3 --set parallel.stages=2"
+               " --set parallel.timeout_s=5 --set output.final_checkpoint=false");
+  EXPECT_EQ(result.exit_code, 0) << result.output;
+  EXPECT_EQ(result.output.find("BATON_TEST_STALL"), std::string::npos) << result.output;
+}
+
 TEST(FailureTest, StalledPeerTimesOutWithATableNamingStageActionAndPeer) {
   // Stage 1 stops answering at step 2 (it sleeps; its heartbeats go on): stage 0 waits for the
   // gradient of its first backward and gives up after parallel.timeout_s. Start-up waits (Gloo's
   // rendezvous, the ready barrier) take at least 60 s whatever timeout_s says, so a slow start on
   // a loaded machine is no stall; 5 s is far longer than any wait of step 1 here.
   const CommandResult result =
-      RunShell("cd '" + SourceDir() + "' && BATON_TEST_STALL=1:2 '" + BatonBinary() +
+      RunShell("cd '" + SourceDir() + "' && BATON_TEST_STALL=1:2 '" + BatonFaultsBinary() +
                "' run configs/gpt-tiny.yaml --set train.steps=4 --set parallel.stages=2"
                " --set parallel.timeout_s=5");
   EXPECT_NE(result.exit_code, 0) << result.output;
@@ -263,7 +274,7 @@ bool WaitForFile(const std::string& path, int seconds) {
 // ports, and the job trains to exactly the parameters of an undisturbed run.
 TEST(FailureTest, JunkOnTheWorkersPortsDuringTheRendezvousChangesNothing) {
   const std::string dir = TempDir("junk-ports");
-  const std::string run = "'" + BatonBinary() +
+  const std::string run = "'" + BatonFaultsBinary() +
                           "' run configs/gpt-tiny.yaml --set train.steps=3 --set "
                           "parallel.stages=2 --set output.final_checkpoint=false";
   const CommandResult reference =

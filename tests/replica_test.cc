@@ -156,7 +156,7 @@ TEST(ReplicaTest, AStalledReplicaTimesOutNamingTheStageGroupAndTheTableShowsRepl
   // 1 stage x 2 replicas: rank 1 (replica 1) stops answering at step 2 (heartbeats go on), so
   // replica 0 waits in its stage's gradient all-reduce and gives up after parallel.timeout_s.
   const CommandResult result =
-      RunShell("cd '" + SourceDir() + "' && BATON_TEST_STALL=1:2 '" + BatonBinary() +
+      RunShell("cd '" + SourceDir() + "' && BATON_TEST_STALL=1:2 '" + BatonFaultsBinary() +
                "' run configs/gpt-tiny.yaml --set train.steps=4 --set parallel.stages=1"
                " --set parallel.replicas=2 --set parallel.timeout_s=5");
   EXPECT_NE(result.exit_code, 0) << result.output;

@@ -1,5 +1,5 @@
-// Fault injection for the integration tests (job/fault_injection.h).
-#include "job/fault_injection.h"
+// Fault injection for the integration tests (tests/fault_injection.h).
+#include "tests/fault_injection.h"
 
 #include <spdlog/spdlog.h>
 
@@ -74,6 +74,13 @@ std::unique_ptr<KvStore> MaybeGateMesh(KvStore& inner, const std::string& prefix
   const char* gate = std::getenv("BATON_TEST_MESH_GATE");
   if (gate == nullptr) return nullptr;
   return std::make_unique<MeshGateStore>(inner, gate, prefix, rank);
+}
+
+FaultHooks EnvironmentFaultHooks() {
+  FaultHooks hooks;
+  hooks.at_step_start = MaybeStall;
+  hooks.mesh_store = MaybeGateMesh;
+  return hooks;
 }
 
 }  // namespace baton

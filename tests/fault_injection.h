@@ -1,5 +1,6 @@
-// Fault injection for the integration tests, in one place and out of the worker's own code: each
-// hook does nothing unless its environment variable is set, which only tests do.
+// Fault injection for the integration tests, linked into the `baton_faults` binary only (the
+// `baton` binary has none): job/fault_hooks.h's hooks, each doing nothing unless its environment
+// variable is set.
 //
 //   BATON_TEST_STALL=RANK:STEP  that rank stops answering its peers (it sleeps, heartbeats still
 //                               running) at the start of that step: hang diagnosis
@@ -16,6 +17,7 @@
 #include <string>
 
 #include "comm/kv_store.h"
+#include "job/fault_hooks.h"
 
 namespace baton {
 
@@ -25,5 +27,8 @@ void MaybeStall(int rank, int64_t step);
 // BATON_TEST_MESH_GATE: `inner` behind the gate for the mesh round whose keys start with
 // `prefix` ("gloo/<attempt>"); null when the variable is not set.
 std::unique_ptr<KvStore> MaybeGateMesh(KvStore& inner, const std::string& prefix, int rank);
+
+// Both, as the worker process's fault hooks.
+FaultHooks EnvironmentFaultHooks();
 
 }  // namespace baton

@@ -1,0 +1,267 @@
+// baton: the command line (launcher/cli.h). Subcommands: run, eval, report, plan, generate,
+// compress, export, schedule, data prepare, and the internal `worker` that the launcher spawns.
+// CLI11 stays in this file (it is slow to compile).
+#include "launcher/cli.h"
+
+#include <spdlog/spdlog.h>
+
+#include <CLI/CLI.hpp>
+#include <iostream>
+#include <optional>
+
+#include "core/error.h"
+#include "core/log.h"
+#include "core/stop_signals.h"
+#include "data/data.h"
+#include "data/tokenizer.h"
+#include "job/worker_main.h"
+#include "launcher/compress.h"
+#include "launcher/export.h"
+#include "launcher/generate.h"
+#include "launcher/run.h"
+#include "launcher/run_page.h"
+#include "scheduler/schedule_command.h"
+
+namespace {
+
+void AddConfigOptions(CLI::App* command, baton::ConfigArgs& args) {
+  command->add_option("config", args.path, "YAML model/run config")->required();
+  command->add_option("--set", args.overrides, "override a config field: section.key=value");
+}
+
+void AddMemoryOptions(CLI::App* command, baton::MemoryArgs& args) {
+  command->add_option("--memory-budget", args.budget,
+                      "bytes per stage (24GiB, 512MiB, 1.5GB, 4096): cut the layers so every "
+                      "stage's predicted peak fits");
+  command->add_flag("--fit", args.fit,
+                    "search precision, checkpointing, micro-batches, then stages for the "
+                    "fastest configuration that fits --memory-budget");
+  command->add_option("--max-stages", args.max_stages,
+                      "--fit's upper bound on stages (default: twice parallel.stages)");
+  command->add_option("--max-processes", args.max_processes,
+                      "lets --fit add data-parallel replicas with ZeRO-1 after more stages, up "
+                      "to this many processes (stages x replicas; default: no replicas added)");
+}
+
+}  // namespace
+
+namespace baton {
+
+int BatonMain(int argc, char** argv) {
+  // Before any thread exists: every thread inherits the blocked stop signals, and one thread
+  // receives them (core/stop_signals.h), so no signal lands in a compute thread.
+  baton::InstallStopSignals();
+  CLI::App app{"Baton: pipeline-parallel training runtime"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", std::string("baton ") + BATON_VERSION);
+  // Options of `baton` itself (--log-level) may also follow the subcommand.
+  app.fallthrough();
+  std::string log_level = "info";
+  app.add_option("--log-level", log_level, "trace, debug, info, warn, error")
+      ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error"}));
+
+  baton::RunOptions run;
+  CLI::App* run_cmd = app.add_subcommand("run", "train a model (spawns one worker per stage)");
+  AddConfigOptions(run_cmd, run.config);
+  run_cmd->add_option("--report", run.report_path, "write a JSON report here");
+  run_cmd->add_option("--coordinator", run.coordinator,
+                      "HOST:PORT of the coordinator (rank 0 hosts it under mpirun/srun)");
+  run_cmd->add_option("--resume", run.resume,
+                      "continue from a checkpoint: a step dir, checkpoints root or output dir; "
+                      "auto: output.dir's latest checkpoint if there is one");
+  run_cmd
+      ->add_option("--steps-more", run.steps_more,
+                   "with --resume: train N steps past the checkpoint's, the learning rate "
+                   "decaying on from where it is (not a train.steps change, which reshapes it)")
+      ->check(CLI::PositiveNumber);
+  run_cmd
+      ->add_option("--launcher", run.launcher,
+                   "who starts the workers: auto (from the environment), local, mpi, slurm")
+      ->check(CLI::IsMember({"auto", "local", "mpi", "slurm"}));
+  run_cmd->add_option("--max-restarts", run.max_restarts,
+                      "after a failure, restart every worker from the last checkpoint (also "
+                      "under mpirun and srun: give every rank the same value)");
+  AddMemoryOptions(run_cmd, run.memory);
+
+  baton::RunOptions eval;
+  CLI::App* eval_cmd = app.add_subcommand(
+      "eval",
+      "mean loss and perplexity of a checkpoint on held-out data (data.eval_path or "
+      "data.eval_fraction)");
+  AddConfigOptions(eval_cmd, eval.config);
+  eval_cmd->add_option("--resume", eval.resume,
+                       "the weights: a step dir, checkpoints root or output dir; auto: "
+                       "output.dir's latest (or --set model.init_from=FILE)");
+  eval_cmd
+      ->add_option("--launcher", eval.launcher,
+                   "who starts the workers: auto (from the environment), local, mpi, slurm")
+      ->check(CLI::IsMember({"auto", "local", "mpi", "slurm"}));
+  eval_cmd->add_option("--coordinator", eval.coordinator,
+                       "HOST:PORT of the coordinator (rank 0 hosts it under mpirun/srun)");
+  eval_cmd->add_flag("--json", eval.eval_json, "print the result as one JSON object");
+
+  baton::ExportOptions export_options;
+  CLI::App* export_cmd = app.add_subcommand(
+      "export", "write a checkpoint as Hugging Face GPT-2 safetensors (and its tokenizer)");
+  export_cmd
+      ->add_option("checkpoint", export_options.checkpoint,
+                   "step dir, checkpoints root or output dir")
+      ->required();
+  export_cmd
+      ->add_option("output", export_options.output,
+                   "folder for model.safetensors + config.json (+ the tokenizer's files)")
+      ->required();
+  export_cmd->add_option("--dtype", export_options.dtype, "f32, bf16 or f16");
+  export_cmd->add_option("--set", export_options.overrides,
+                         "override a field of the stored config, e.g. data.tokenizer=PATH");
+
+  baton::CompressOptions compress;
+  CLI::App* compress_cmd = app.add_subcommand(
+      "compress",
+      "a smaller checkpoint: --int8 weights, --prune or --low-rank (prints bytes, eval loss)");
+  compress_cmd
+      ->add_option("checkpoint", compress.checkpoint, "step dir, checkpoints root or output dir")
+      ->required();
+  compress_cmd->add_option("output", compress.output, "a new output directory to write")
+      ->required();
+  compress_cmd->add_flag("--int8", compress.int8,
+                         "INT8 block weights, one f32 scale per output channel");
+  compress_cmd->add_option("--prune", compress.prune,
+                           "zero this fraction of the block weights by magnitude (sparse storage)");
+  compress_cmd->add_option("--low-rank", compress.low_rank,
+                           "rank R: every block matrix W as U (in,R) V (R,out) by truncated SVD");
+  compress_cmd->add_option("--pattern", compress.pattern, "--prune's pattern: unstructured or 2:4")
+      ->check(CLI::IsMember({"unstructured", "2:4"}));
+  compress_cmd->add_flag("!--no-eval", compress.eval,
+                         "skip the eval loss before and after (two baton eval runs)");
+  compress_cmd->add_option("--set", compress.overrides,
+                           "override a field of the stored config, e.g. data.eval_path=PATH");
+
+  baton::GenerateOptions generate;
+  CLI::App* generate_cmd =
+      app.add_subcommand("generate", "sample text from a checkpoint (bytes, or its tokenizer's)");
+  generate_cmd
+      ->add_option("checkpoint", generate.checkpoint, "step dir, checkpoints root or output dir")
+      ->required();
+  generate_cmd->add_option("--prompt", generate.prompt, "text to continue");
+  generate_cmd->add_option("--tokens", generate.tokens, "new tokens to sample");
+  generate_cmd->add_option("--temperature", generate.temperature, "0 = greedy");
+  generate_cmd->add_option("--top-k", generate.top_k, "sample from the K likeliest; 0 = all");
+  generate_cmd->add_option("--seed", generate.seed, "the same seed gives the same text");
+  generate_cmd->add_option("--set", generate.overrides,
+                           "override a config field, e.g. device.type=cpu");
+  bool no_kv_cache = false;
+  generate_cmd->add_flag("--no-kv-cache", no_kv_cache,
+                         "recompute the window for every token instead of caching keys and values "
+                         "(past model.context the cache recomputes the window anyway: positions "
+                         "are absolute)");
+
+  std::string report_dir, report_file;
+  CLI::App* report_cmd = app.add_subcommand(
+      "report", "write OUTPUT_DIR/report.html from what the run left there (also while it runs)");
+  report_cmd->add_option("output_dir", report_dir, "the run's output.dir")->required();
+  report_cmd->add_option("--report", report_file,
+                         "the run's --report JSON: adds the predicted memory and the config");
+
+  baton::PlanOptions plan;
+  CLI::App* plan_cmd = app.add_subcommand(
+      "plan", "print the partition and each stage's predicted memory without training");
+  AddConfigOptions(plan_cmd, plan.config);
+  AddMemoryOptions(plan_cmd, plan.memory);
+  plan_cmd->add_option("--format", plan.format, "text or json")
+      ->check(CLI::IsMember({"text", "json"}));
+
+  baton::ScheduleCommandOptions schedule;
+  CLI::App* schedule_cmd = app.add_subcommand("schedule", "generate, validate, show a schedule");
+  schedule_cmd->add_option("--stages", schedule.stages, "pipeline ranks P");
+  schedule_cmd->add_option("--microbatches", schedule.microbatches, "micro-batches M");
+  schedule_cmd->add_option("--schedule", schedule.schedule, "gpipe, 1f1b, interleaved, zb-h1");
+  schedule_cmd->add_option("--chunks", schedule.chunks, "model chunks per rank (interleaved)");
+  schedule_cmd->add_option(
+      "--costs", schedule.costs,
+      "action costs in any unit, e.g. F=1,B=2,I=1,W=1 (the default); the makespan is in it");
+  schedule_cmd->add_option("--file", schedule.file, "a schedule CSV to load instead");
+  schedule_cmd->add_option("--format", schedule.format, "text, csv, json, svg or chrome");
+  schedule_cmd->add_option("--comm", schedule.comm, "async or rendezvous send semantics");
+
+  std::string data_input, data_output, data_tokenizer;
+  CLI::App* data_cmd = app.add_subcommand("data", "data tools");
+  data_cmd->require_subcommand(1);
+  CLI::App* prepare_cmd = data_cmd->add_subcommand("prepare", "text (file or folder) to .bin");
+  prepare_cmd->add_option("input", data_input, "text file or folder")->required();
+  prepare_cmd->add_option("output", data_output, "output .bin (uint16 tokens)")->required();
+  prepare_cmd->add_option("--tokenizer", data_tokenizer,
+                          "BPE tokenizer: tokenizer.json, vocab.json (merges.txt beside it) or a "
+                          "folder; default: one token per byte");
+
+  baton::WorkerArgs worker;
+  CLI::App* worker_cmd = app.add_subcommand("worker", "internal: one pipeline stage");
+  worker_cmd->group("");  // hidden from --help
+  worker_cmd->add_option("--coordinator", worker.coordinator)->required();
+  worker_cmd->add_option("--rank", worker.rank)->required();
+  worker_cmd->add_option("--world-size", worker.world_size)->required();
+  worker_cmd->add_option("--local-rank", worker.local_rank);
+  worker_cmd->add_option("--attempt", worker.attempt);
+  worker_cmd->add_option("--listen-host", worker.listen_host);
+
+  CLI11_PARSE(app, argc, argv);
+
+  try {
+    if (run_cmd->parsed()) {
+      baton::SetupLogging("launcher", log_level);
+      run.log_level = log_level;
+      return baton::RunCommand(run);
+    }
+    if (eval_cmd->parsed()) {
+      baton::SetupLogging("eval", log_level);
+      eval.log_level = log_level;
+      return baton::EvalCommand(eval, std::cout);
+    }
+    if (plan_cmd->parsed()) {
+      baton::SetupLogging("plan", log_level);
+      return baton::PlanCommand(plan, std::cout);
+    }
+    if (report_cmd->parsed()) {
+      baton::SetupLogging("report", log_level);
+      return baton::ReportCommand(report_dir, report_file, std::cout);
+    }
+    if (schedule_cmd->parsed()) {
+      return baton::RunScheduleCommand(schedule, std::cout, std::cerr);
+    }
+    if (prepare_cmd->parsed()) {
+      baton::SetupLogging("data", log_level);
+      std::optional<baton::Tokenizer> tokenizer;
+      if (!data_tokenizer.empty()) tokenizer.emplace(baton::Tokenizer::Load(data_tokenizer));
+      const int64_t tokens =
+          baton::PrepareTextData(data_input, data_output, tokenizer ? &*tokenizer : nullptr);
+      spdlog::info("wrote {} tokens to {} (vocab size {}: {})", tokens, data_output,
+                   tokenizer ? tokenizer->vocab_size() : 256,
+                   tokenizer ? tokenizer->files().front().path : std::string("bytes"));
+      return 0;
+    }
+    if (generate_cmd->parsed()) {
+      baton::SetupLogging("generate", log_level);
+      generate.kv_cache = !no_kv_cache;
+      return baton::GenerateCommand(generate, std::cout);
+    }
+    if (compress_cmd->parsed()) {
+      baton::SetupLogging("compress", log_level);
+      return baton::CompressCommand(compress, std::cout);
+    }
+    if (export_cmd->parsed()) {
+      baton::SetupLogging("export", log_level);
+      return baton::ExportCommand(export_options);
+    }
+    if (worker_cmd->parsed()) {
+      worker.log_level = log_level;
+      return baton::RunWorker(worker);
+    }
+  } catch (const std::exception& e) {
+    std::cerr << "baton: error: " << e.what() << "\n";
+    baton::LogOrigin(e);
+    return 1;
+  }
+  return 2;
+}
+
+}  // namespace baton
