@@ -62,14 +62,47 @@ ReplicaContext ReplicaContextOf(const TrainerSetup& setup, Backend& backend,
   return context;
 }
 
+// The engine's options from the setup: micro-batches, checkpointing, waits, what it passes.
+EngineOptions EngineOptionsFor(const TrainerSetup& setup) {
+  const Config& config = setup.config;
+  EngineOptions options;
+  options.num_microbatches = MicroBatchesPerReplica(config);
+  options.checkpoint_every = config.parallel.checkpoint.kind == CheckpointPolicy::Kind::kEvery
+                                 ? config.parallel.checkpoint.every
+                                 : 0;
+  options.timeout = setup.timeout;
+  options.activation_shape = {MicroBatchSize(config), SequenceLength(config), setup.dims.width};
+  options.activation_dtype = config.precision.dtype;
+  options.complete_sends_before_compute = setup.sends_complete_before_compute;
+  return options;
+}
+
 }  // namespace
 
-void Trainer::ChooseGradientSync() {
-  if (setup_.config.parallel.zero != 1 || setup_.num_replicas < 2) return;
-  auto zero1 = std::make_unique<Zero1Sync>(ReplicaContextOf(setup_, backend_, &on_status_),
-                                           model_->params());
-  zero1_ = zero1.get();
-  sync_ = std::move(zero1);
+// The optimizer and the gradient synchronisation of this stage's replicas, in the order their
+// state is booked: ZeRO-1's flat space before the optimizer (it decides the shard), the
+// all-reduce's buckets after it.
+void Trainer::SetUpOptimizer() {
+  const Config& config = setup_.config;
+  if (config.prune.enabled()) AllocatePruneMasks(backend_, model_->params());
+  if (config.parallel.zero == 1 && setup_.num_replicas > 1) {
+    auto zero1 = std::make_unique<Zero1Sync>(ReplicaContextOf(setup_, backend_, &on_status_),
+                                             model_->params());
+    zero1_ = zero1.get();
+    sync_ = std::move(zero1);
+  }
+  AdamWConfig hyper;
+  hyper.beta1 = static_cast<float>(config.train.beta1);
+  hyper.beta2 = static_cast<float>(config.train.beta2);
+  hyper.eps = static_cast<float>(config.train.eps);
+  hyper.weight_decay = static_cast<float>(config.train.weight_decay);
+  optimizer_ = std::make_unique<Optimizer>(backend_, model_->params(), hyper,
+                                           config.optimizer.state == OptimizerState::kInt8,
+                                           zero() ? std::optional(zero1_->shard()) : std::nullopt);
+  if (setup_.num_replicas > 1 && !zero()) {
+    sync_ = std::make_unique<AllReduceSync>(ReplicaContextOf(setup_, backend_, &on_status_),
+                                            model_->params());
+  }
 }
 
 Trainer::Trainer(TrainerSetup setup, Backend& backend)
@@ -110,23 +143,7 @@ Trainer::Trainer(TrainerSetup setup, Backend& backend)
   for (auto& [index, layer] : model_->layers()) {
     layer->set_flash_attention(config.model.attention == AttentionKind::kFlash);
   }
-  AdamWConfig hyper;
-  hyper.beta1 = static_cast<float>(config.train.beta1);
-  hyper.beta2 = static_cast<float>(config.train.beta2);
-  hyper.eps = static_cast<float>(config.train.eps);
-  hyper.weight_decay = static_cast<float>(config.train.weight_decay);
-  if (!int8_weights && !setup_.inference_only) {  // evaluation keeps no optimizer state
-    if (config.prune.enabled()) AllocatePruneMasks(backend_, model_->params());
-    ChooseGradientSync();
-    optimizer_ = std::make_unique<Optimizer>(
-        backend_, model_->params(), hyper, config.optimizer.state == OptimizerState::kInt8,
-        zero() ? std::optional(zero1_->shard()) : std::nullopt);
-    // The all-reduce's buckets are booked after the optimizer state, as they always were.
-    if (setup_.num_replicas > 1 && !zero()) {
-      sync_ = std::make_unique<AllReduceSync>(ReplicaContextOf(setup_, backend_, &on_status_),
-                                              model_->params());
-    }
-  }
+  if (!int8_weights && !setup_.inference_only) SetUpOptimizer();  // evaluation keeps no state
   if (sync_ == nullptr) sync_ = std::make_unique<NoSync>();
   step_end_ = StepEndPasses();
 
@@ -138,16 +155,7 @@ Trainer::Trainer(TrainerSetup setup, Backend& backend)
 
   const int micro_batch_size = MicroBatchSize(config);
   const int64_t seq_len = SequenceLength(config);
-  EngineOptions options;
-  options.num_microbatches = MicroBatchesPerReplica(config);
-  options.checkpoint_every = config.parallel.checkpoint.kind == CheckpointPolicy::Kind::kEvery
-                                 ? config.parallel.checkpoint.every
-                                 : 0;
-  options.timeout = timeout_;
-  options.activation_shape = {micro_batch_size, seq_len, setup_.dims.width};
-  options.activation_dtype = dtype;
-  options.complete_sends_before_compute = setup_.sends_complete_before_compute;
-  engine_ = std::make_unique<StageEngine>(backend_, *model_, pipeline_, options);
+  engine_ = std::make_unique<StageEngine>(backend_, *model_, pipeline_, EngineOptionsFor(setup_));
 
   const bool first = model_->holds_first_layer();
   const bool last = model_->holds_last_layer();

@@ -162,8 +162,8 @@ class Trainer {
   void FillEvalMicroBatches(int64_t batch);
   void CopyIn(MicroBatch& batch, std::vector<int32_t>& tokens, std::vector<int32_t>& targets);
   void CombineTiedGradients();
-  // The strategy of setup_'s replicas, before the optimizer exists (ZeRO-1 decides its shard).
-  void ChooseGradientSync();
+  // The optimizer and sync_ (ZeRO-1's or the all-reduce's), for a trainer that trains.
+  void SetUpOptimizer();
   // The tensors of local layer `layer_index` (no optimizer state).
   LayerTensors LayerOf(int layer_index);
   // Sums `values` over every rank of the job (host memory; staged through the device on GPUs).
