@@ -148,12 +148,27 @@ GenerateResult Generate(const GenerateOptions& options) {
 
   std::vector<Layer*> layers;
   for (auto& [index, layer] : model.layers()) layers.push_back(layer);
-  std::unique_ptr<Decoder> decoder = options.kv_cache
-                                         ? MakeCachedDecoder(layers, *backend, dims.context)
-                                         : MakeWindowDecoder(layers, *backend, dims.context);
+  const auto make_decoder = [&] {
+    return options.kv_cache ? MakeCachedDecoder(layers, *backend, dims.context)
+                            : MakeWindowDecoder(layers, *backend, dims.context);
+  };
+  const std::vector<int32_t> prompt = PromptTokens(options.prompt, tokenizer);
   GenerateResult result;
+  if (options.tokens > 0) {
+    // Warm-up, untimed: the prompt and one token more through a decoder that is then dropped.
+    // The backend's GEMM library generates its kernels on first use in a process (oneDNN: about
+    // 20 ms for the prompt's shapes), a start-up cost that would otherwise count as generation.
+    const Clock::time_point begin = Clock::now();
+    const std::unique_ptr<Decoder> warm = make_decoder();
+    std::vector<int32_t> sequence = prompt;
+    warm->NextLogits(sequence);
+    sequence.push_back(sequence.back());
+    warm->NextLogits(sequence);
+    result.warmup_seconds = Seconds(Clock::now() - begin);
+  }
+  const std::unique_ptr<Decoder> decoder = make_decoder();
   const std::vector<uint32_t> generated =
-      SampleTokens(options, *decoder, PromptTokens(options.prompt, tokenizer), drawn_vocab, result);
+      SampleTokens(options, *decoder, prompt, drawn_vocab, result);
   if (tokenizer.has_value()) {
     result.text = tokenizer->Decode(generated);
   } else {
@@ -164,11 +179,12 @@ GenerateResult Generate(const GenerateOptions& options) {
 
 int GenerateCommand(const GenerateOptions& options, std::ostream& out) {
   const GenerateResult result = Generate(options);
-  spdlog::info("generated {} tokens in {:.3f} s: {:.0f} tokens/s ({})", result.tokens,
-               result.seconds, result.tokens_per_second(),
+  spdlog::info("generated {} tokens in {:.3f} s: {:.0f} tokens/s ({}; untimed warm-up {:.3f} s)",
+               result.tokens, result.seconds, result.tokens_per_second(),
                options.kv_cache
                    ? fmt::format("KV cache, {} as activations", FormatBytes(result.kv_cache_bytes))
-                   : "no KV cache: the window recomputed for every token");
+                   : "no KV cache: the window recomputed for every token",
+               result.warmup_seconds);
   out << options.prompt << result.text << "\n";
   return 0;
 }

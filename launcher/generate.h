@@ -43,9 +43,12 @@ struct GenerateOptions {
 };
 
 struct GenerateResult {
-  std::string text;            // the continuation, without the prompt
-  int64_t tokens = 0;          // new tokens generated
-  double seconds = 0;          // wall time of the generation loop, prompt prefill included
+  std::string text;    // the continuation, without the prompt
+  int64_t tokens = 0;  // new tokens generated
+  double seconds = 0;  // wall time of the generation loop, prompt prefill included
+  // The untimed warm-up before it: the prompt and one token more through a decoder that is then
+  // dropped (the GEMM library's kernel generation, once per process).
+  double warmup_seconds = 0;
   int64_t kv_cache_bytes = 0;  // what the caches held (activations); 0 without them
   // tokens / seconds (docs/outputs.md, "baton generate"); 0 when nothing was timed.
   double tokens_per_second() const { return seconds > 0 ? tokens / seconds : 0.0; }
