@@ -79,6 +79,35 @@ TEST(InProcessTest, EvalLossIsBitIdenticalOnEveryCutAndLeavesTrainingUntouched) 
   EXPECT_TRUE(EvalLosses(plain).empty());
 }
 
+// Packed documents (newline-separated "documents" of the licence texts): losses and parameters
+// are the same bits on every stage count, schedule and checkpointing policy, and differ from
+// the unpacked run's (so packing is not silently ignored).
+TEST(InProcessTest, PackedDocumentsAreBitIdenticalOnEveryCut) {
+  const std::vector<std::string> packing = {"data.packing=true", "data.document_separator=10",
+                                            "model.num_layers=4", "train.steps=3"};
+  const auto with = [&](std::vector<std::string> more) {
+    more.insert(more.end(), packing.begin(), packing.end());
+    return RunInProcess(MakePlan(TinyConfig(more)));
+  };
+  const InProcessResult one = with({"parallel.stages=1"});
+  ASSERT_EQ(one.losses.size(), 3u);
+  EXPECT_TRUE(std::isfinite(one.losses[0]));
+  for (const std::vector<std::string>& cut : std::vector<std::vector<std::string>>{
+           {"parallel.stages=2"},
+           {"parallel.stages=4", "parallel.schedule=gpipe"},
+           {"parallel.stages=3", "parallel.schedule=zb-h1"},
+           {"parallel.stages=2", "parallel.schedule=interleaved", "parallel.chunks=2"},
+           {"parallel.stages=2", "parallel.checkpoint=every:1"},
+           {"parallel.stages=2", "parallel.checkpoint=selective"}}) {
+    const InProcessResult other = with(cut);
+    EXPECT_EQ(other.losses, one.losses) << fmt::format("{}", fmt::join(cut, " "));
+    EXPECT_EQ(other.param_checksum, one.param_checksum) << fmt::format("{}", fmt::join(cut, " "));
+  }
+  const InProcessResult unpacked = RunInProcess(
+      MakePlan(TinyConfig({"parallel.stages=2", "model.num_layers=4", "train.steps=3"})));
+  EXPECT_NE(unpacked.losses, one.losses);
+}
+
 TEST(InProcessTest, NonFiniteLossStopsEveryRankAtThatStepNamingIt) {
   // A learning rate of 1e6 without clipping: the weights blow up within a few steps.
   const Plan plan = MakePlan(

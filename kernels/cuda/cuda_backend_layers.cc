@@ -66,11 +66,23 @@ size_t EmbeddingBackwardWorkspaceBound(int64_t rows) {
   return 3 * array + 16 * static_cast<size_t>(rows) + (size_t{64} << 10);
 }
 
+static_assert(kDeviceIgnoreTarget == kIgnoreTarget);
+
+// Packed documents (segment starts) are not implemented in the CUDA kernels yet: refused by name
+// rather than silently attending across documents.
+void RefuseSegments(const Tensor& segment_starts, const char* op) {
+  BATON_CHECK(!segment_starts.defined(),
+              "{}: data.packing (packed documents) is not supported on CUDA yet; train with "
+              "data.packing on device.type cpu",
+              op);
+}
+
 }  // namespace
 
-void CudaBackend::EmbeddingForward(const Tensor& tokens, const Tensor& wte, const Tensor& wpe,
-                                   Tensor& out) {
+void CudaBackend::EmbeddingForward(const Tensor& tokens, const Tensor& segment_starts,
+                                   const Tensor& wte, const Tensor& wpe, Tensor& out) {
   Activate();
+  RefuseSegments(segment_starts, "EmbeddingForward");
   CheckI32(tokens, device(), "tokens");
   CheckFloat(wte, device(), "wte");
   CheckFloat(wpe, device(), "wpe");
@@ -88,9 +100,10 @@ void CudaBackend::EmbeddingForward(const Tensor& tokens, const Tensor& wte, cons
                          wte.size(0), id_error_, stream_);
 }
 
-void CudaBackend::EmbeddingBackward(const Tensor& tokens, const Tensor& dout, Tensor& dwte,
-                                    Tensor& dwpe) {
+void CudaBackend::EmbeddingBackward(const Tensor& tokens, const Tensor& segment_starts,
+                                    const Tensor& dout, Tensor& dwte, Tensor& dwpe) {
   Activate();
+  RefuseSegments(segment_starts, "EmbeddingBackward");
   CheckI32(tokens, device(), "tokens");
   CheckFloat(dout, device(), "dout");
   BATON_CHECK(tokens.dim() == 2, "tokens {} must be (B, T)", tokens.ToString());
@@ -202,8 +215,10 @@ void CudaBackend::GeluBackward(const Tensor& x, const Tensor& dout, Tensor& dx) 
 // softmax in place, then out = P V. With 16-bit qkv, P is also written in that dtype for the PV
 // product (cuBLASLt wants both operands in one dtype). When out's dtype differs from qkv's,
 // everything runs in f32.
-void CudaBackend::AttentionForward(const Tensor& qkv, int num_heads, Tensor& out, Tensor& probs) {
+void CudaBackend::AttentionForward(const Tensor& qkv, const Tensor& segment_starts, int num_heads,
+                                   Tensor& out, Tensor& probs) {
   Activate();
+  RefuseSegments(segment_starts, "AttentionForward");
   const AttentionShape shape = CheckAttention(qkv, num_heads, device());
   CheckFloat(out, device(), "out");
   CheckF32(probs, device(), "probs");
@@ -257,9 +272,11 @@ void CudaBackend::AttentionForward(const Tensor& qkv, int num_heads, Tensor& out
 
 // Per batch element b, as a batch over heads: dP = dO V^T (f32), dS = scale P (dP - rowsum(P dP))
 // in place, then dQ += dS K, dK += dS^T Q, dV += P^T dO. 16-bit operands as in the forward.
-void CudaBackend::AttentionBackward(const Tensor& dout, const Tensor& qkv, const Tensor& probs,
+void CudaBackend::AttentionBackward(const Tensor& dout, const Tensor& qkv,
+                                    const Tensor& segment_starts, const Tensor& probs,
                                     int num_heads, Tensor& dqkv) {
   Activate();
+  RefuseSegments(segment_starts, "AttentionBackward");
   const AttentionShape shape = CheckAttention(qkv, num_heads, device());
   CheckFloat(dout, device(), "dout");
   CheckF32(probs, device(), "probs");
@@ -334,9 +351,10 @@ void CudaBackend::AttentionBackward(const Tensor& dout, const Tensor& qkv, const
 
 // One kernel (flash_attention.cu): per (query tile, b, h) block, key tiles streamed with an
 // online softmax; no T x T scores, no workspace.
-void CudaBackend::FlashAttentionForward(const Tensor& qkv, int num_heads, Tensor& out,
-                                        Tensor& lse) {
+void CudaBackend::FlashAttentionForward(const Tensor& qkv, const Tensor& segment_starts,
+                                        int num_heads, Tensor& out, Tensor& lse) {
   Activate();
+  RefuseSegments(segment_starts, "FlashAttentionForward");
   const AttentionShape shape = CheckAttention(qkv, num_heads, device());
   CheckFloat(out, device(), "out");
   CheckF32(lse, device(), "lse");
@@ -352,9 +370,11 @@ void CudaBackend::FlashAttentionForward(const Tensor& qkv, int num_heads, Tensor
 
 // One kernel: key blocks (dK, dV) and query blocks (dQ) in one grid, P recomputed from lse, each
 // element of dqkv accumulated by one thread in a fixed order (deterministic, no atomics).
-void CudaBackend::FlashAttentionBackward(const Tensor& dout, const Tensor& qkv, const Tensor& out,
+void CudaBackend::FlashAttentionBackward(const Tensor& dout, const Tensor& qkv,
+                                         const Tensor& segment_starts, const Tensor& out,
                                          const Tensor& lse, int num_heads, Tensor& dqkv) {
   Activate();
+  RefuseSegments(segment_starts, "FlashAttentionBackward");
   const AttentionShape shape = CheckAttention(qkv, num_heads, device());
   CheckFloat(dout, device(), "dout");
   CheckFloat(out, device(), "out");
@@ -431,11 +451,12 @@ void CudaBackend::CrossEntropyBackward(const Tensor& logits, const Tensor& targe
   BATON_CHECK(dlogits.raw() != logits.raw() || dlogits.dtype() == logits.dtype(),
               "in-place cross-entropy backward needs one dtype, got {} and {}", logits.ToString(),
               dlogits.ToString());
-  const float factor = grad_scale / static_cast<float>(lm.rows);
+  Tensor factor = Workspace(1, DType::kF32);  // grad_scale / counted rows, computed on the device
   if (meta_) return;
   LaunchCrossEntropyBackward(logits.raw(), logits.dtype(),
-                             static_cast<const int32_t*>(targets.raw()), factor, dlogits.raw(),
-                             dlogits.dtype(), lm.rows, lm.cols, id_error_, stream_);
+                             static_cast<const int32_t*>(targets.raw()), grad_scale,
+                             static_cast<float*>(factor.raw()), dlogits.raw(), dlogits.dtype(),
+                             lm.rows, lm.cols, id_error_, stream_);
 }
 
 }  // namespace baton::cuda

@@ -136,14 +136,22 @@ void LaunchCausalSoftmaxBackward(const float* probs, float* dprobs, int64_t rows
                                  float scale, void* ds_copy, void* probs_copy, DType copy_dtype,
                                  cudaStream_t stream);
 
-// loss[0] = mean over rows of -log softmax(logits row)[target]; row_losses needs `rows` floats.
+// Backend's kIgnoreTarget, for device code (which does not include kernels/backend.h); the
+// backend static_asserts that the two agree.
+inline constexpr int32_t kDeviceIgnoreTarget = -1;
+
+// loss[0] = mean over counted rows (target != kIgnoreTarget) of -log softmax(logits row)[target],
+// 0 when none is counted; row_losses needs `rows` floats.
 void LaunchCrossEntropyForward(const void* logits, DType logits_dtype, const int32_t* targets,
                                float* row_losses, float* loss, int64_t rows, int64_t vocab,
                                IdError* id_error, cudaStream_t stream);
-// dlogits = factor * (softmax(logits) - onehot(target)); WRITES; dlogits may be logits.
+// dlogits = factor * (softmax(logits) - onehot(target)), 0 on ignored rows, with factor =
+// grad_scale / counted rows, computed into *factor (one device float) first; WRITES; dlogits may
+// be logits.
 void LaunchCrossEntropyBackward(const void* logits, DType logits_dtype, const int32_t* targets,
-                                float factor, void* dlogits, DType dlogits_dtype, int64_t rows,
-                                int64_t vocab, IdError* id_error, cudaStream_t stream);
+                                float grad_scale, float* factor, void* dlogits, DType dlogits_dtype,
+                                int64_t rows, int64_t vocab, IdError* id_error,
+                                cudaStream_t stream);
 
 // ---- flash_attention.cu
 // Causal attention without a T x T matrix (Backend::FlashAttentionForward/Backward): qkv

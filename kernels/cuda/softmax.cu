@@ -62,7 +62,8 @@ __global__ void CrossEntropyRowKernel(const void* logits, DType dtype, const int
   const int target = targets[row];
   if (target < 0 || target >= vocab) {
     if (threadIdx.x == 0) {
-      RecordBadId(id_error, row, target, static_cast<int>(vocab));
+      if (target != kDeviceIgnoreTarget)
+        RecordBadId(id_error, row, target, static_cast<int>(vocab));
       row_losses[row] = 0.0f;
     }
     return;
@@ -79,28 +80,57 @@ __global__ void CrossEntropyRowKernel(const void* logits, DType dtype, const int
   if (threadIdx.x == 0) row_losses[row] = (max - LoadF(logits, dtype, base + target)) + logf(sum);
 }
 
-// One block: loss[0] = (sum of row losses in double, fixed order) / rows.
-__global__ void MeanKernel(const float* row_losses, int64_t rows, float* loss) {
+// One block: the number of targets that are not kDeviceIgnoreTarget (exact in double).
+__device__ double CountedTargets(const int32_t* targets, int64_t rows, double* shared) {
+  double counted = 0.0;
+  for (int64_t r = threadIdx.x; r < rows; r += blockDim.x) {
+    counted += targets[r] != kDeviceIgnoreTarget ? 1.0 : 0.0;
+  }
+  return BlockSum(counted, shared);
+}
+
+// One block: loss[0] = (sum of row losses in double, fixed order) / counted rows (0 if none).
+__global__ void MeanKernel(const float* row_losses, const int32_t* targets, int64_t rows,
+                           float* loss) {
   __shared__ double shared[kWarp];
+  const double counted = CountedTargets(targets, rows, shared);
   double sum = 0.0;
   for (int64_t r = threadIdx.x; r < rows; r += blockDim.x) sum += row_losses[r];
   sum = BlockSum(sum, shared);
-  if (threadIdx.x == 0) *loss = static_cast<float>(sum / static_cast<double>(rows));
+  if (threadIdx.x == 0) *loss = counted == 0.0 ? 0.0f : static_cast<float>(sum / counted);
+}
+
+// One block: factor[0] = grad_scale / counted rows (0 if none), as the host computed it before
+// targets could be ignored: a float division of two floats.
+__global__ void FactorKernel(const int32_t* targets, int64_t rows, float grad_scale,
+                             float* factor) {
+  __shared__ double shared[kWarp];
+  const double counted = CountedTargets(targets, rows, shared);
+  if (threadIdx.x == 0) {
+    *factor = counted == 0.0 ? 0.0f : grad_scale / static_cast<float>(counted);
+  }
 }
 
 // Reads the whole row (max, then sum) before any thread writes; each element is then read and
 // written by the same thread, so dlogits may be logits.
 __global__ void CrossEntropyBackwardKernel(const void* logits, DType logits_dtype,
-                                           const int32_t* targets, float factor, void* dlogits,
-                                           DType dlogits_dtype, int64_t vocab, IdError* id_error) {
+                                           const int32_t* targets, const float* factor_in,
+                                           void* dlogits, DType dlogits_dtype, int64_t vocab,
+                                           IdError* id_error) {
   __shared__ float shared[kWarp];
   const int64_t row = blockIdx.x;
   const int target = targets[row];
+  const int64_t base = row * vocab;
+  if (target == kDeviceIgnoreTarget) {  // not counted: no gradient
+    for (int64_t i = threadIdx.x; i < vocab; i += blockDim.x)
+      StoreF(dlogits, dlogits_dtype, base + i, 0.0f);
+    return;
+  }
   if (target < 0 || target >= vocab) {
     if (threadIdx.x == 0) RecordBadId(id_error, row, target, static_cast<int>(vocab));
     return;
   }
-  const int64_t base = row * vocab;
+  const float factor = *factor_in;
   float max = -INFINITY;
   for (int64_t i = threadIdx.x; i < vocab; i += blockDim.x) {
     max = fmaxf(max, LoadF(logits, logits_dtype, base + i));
@@ -149,13 +179,16 @@ void LaunchCrossEntropyForward(const void* logits, DType logits_dtype, const int
   CrossEntropyRowKernel<<<static_cast<unsigned>(rows), kRowThreads, 0, stream>>>(
       logits, logits_dtype, targets, row_losses, vocab, id_error);
   BATON_CUDA_CHECK_LAUNCH();
-  MeanKernel<<<1, 1024, 0, stream>>>(row_losses, rows, loss);
+  MeanKernel<<<1, 1024, 0, stream>>>(row_losses, targets, rows, loss);
   BATON_CUDA_CHECK_LAUNCH();
 }
 
 void LaunchCrossEntropyBackward(const void* logits, DType logits_dtype, const int32_t* targets,
-                                float factor, void* dlogits, DType dlogits_dtype, int64_t rows,
-                                int64_t vocab, IdError* id_error, cudaStream_t stream) {
+                                float grad_scale, float* factor, void* dlogits, DType dlogits_dtype,
+                                int64_t rows, int64_t vocab, IdError* id_error,
+                                cudaStream_t stream) {
+  FactorKernel<<<1, 1024, 0, stream>>>(targets, rows, grad_scale, factor);
+  BATON_CUDA_CHECK_LAUNCH();
   CrossEntropyBackwardKernel<<<static_cast<unsigned>(rows), kRowThreads, 0, stream>>>(
       logits, logits_dtype, targets, factor, dlogits, dlogits_dtype, vocab, id_error);
   BATON_CUDA_CHECK_LAUNCH();
