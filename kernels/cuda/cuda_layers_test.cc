@@ -111,6 +111,25 @@ TEST_P(CudaLayersTest, CrossEntropyForwardAndBackwardMatchCpu) {
   }
 }
 
+// Packed documents: rows whose target is kIgnoreTarget are not counted, on the GPU as on the CPU.
+TEST_P(CudaLayersTest, CrossEntropyWithIgnoredTargetsMatchesCpu) {
+  const int64_t rows = 40, vocab = 300;
+  const Tensor logits = Random({rows, vocab}, 3.0f, dtype());
+  Tensor targets = Ids({rows}, vocab);
+  for (int64_t r = 0; r < rows; r += 3) targets.data<int32_t>()[r] = kIgnoreTarget;
+  Tensor cpu_loss = HostZeros({1});
+  cpu().CrossEntropyForward(logits, targets, cpu_loss);
+  const Tensor gpu_logits = ToGpu(logits), gpu_targets = ToGpu(targets);
+  Tensor gpu_loss = GpuZeros({1});
+  gpu().CrossEntropyForward(gpu_logits, gpu_targets, gpu_loss);
+  EXPECT_LT(ErrorVsCpu(gpu_loss, cpu_loss), 1e-5);
+  Tensor cpu_dlogits = HostZeros({rows, vocab}, dtype());
+  cpu().CrossEntropyBackward(logits, targets, 0.5f, cpu_dlogits);
+  Tensor gpu_dlogits = GpuZeros({rows, vocab}, dtype());
+  gpu().CrossEntropyBackward(gpu_logits, gpu_targets, 0.5f, gpu_dlogits);
+  EXPECT_LT(ErrorVsCpu(gpu_dlogits, cpu_dlogits), Tolerance(dtype()));
+}
+
 TEST_P(CudaLayersTest, CrossEntropyBackwardInPlaceMatchesCpu) {
   const Tensor logits = Random({50, 1000}, 2.0f, dtype());
   const Tensor targets = Ids({50}, 1000);
@@ -152,7 +171,7 @@ TEST_F(CudaVsCpuTest, OutOfRangeTokenIsReportedAtTheNextSync) {
 
 TEST_F(CudaVsCpuTest, NegativeTargetIsReportedAtTheNextSync) {
   Tensor targets = Ids({6}, 5);
-  targets.data<int32_t>()[2] = -1;
+  targets.data<int32_t>()[2] = -2;  // -1 is kIgnoreTarget (packed documents)
   Tensor loss = GpuZeros({1});
   gpu().CrossEntropyForward(ToGpu(Random({6, 5})), ToGpu(targets), loss);
   EXPECT_THROW(gpu().Synchronize(), Error);
