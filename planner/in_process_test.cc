@@ -80,8 +80,9 @@ TEST(InProcessTest, EvalLossIsBitIdenticalOnEveryCutAndLeavesTrainingUntouched) 
 }
 
 // Packed documents (newline-separated "documents" of the licence texts): losses and parameters
-// are the same bits on every stage count, schedule and checkpointing policy, and differ from
-// the unpacked run's (so packing is not silently ignored).
+// are the same bits on every stage count, schedule, checkpointing policy and thread count, and
+// so are the packed evaluation losses; and they differ from the unpacked run's (so packing is not
+// silently ignored).
 TEST(InProcessTest, PackedDocumentsAreBitIdenticalOnEveryCut) {
   const std::vector<std::string> packing = {"data.packing=true",       "data.document_separator=10",
                                             "model.num_layers=4",      "train.steps=3",
@@ -100,7 +101,8 @@ TEST(InProcessTest, PackedDocumentsAreBitIdenticalOnEveryCut) {
            {"parallel.stages=3", "parallel.schedule=zb-h1"},
            {"parallel.stages=2", "parallel.schedule=interleaved", "parallel.chunks=2"},
            {"parallel.stages=2", "parallel.checkpoint=every:1"},
-           {"parallel.stages=2", "parallel.checkpoint=selective"}}) {
+           {"parallel.stages=2", "parallel.checkpoint=selective"},
+           {"parallel.stages=2", "device.threads=2"}}) {
     const InProcessResult other = with(cut);
     EXPECT_EQ(other.losses, one.losses) << fmt::format("{}", fmt::join(cut, " "));
     EXPECT_EQ(other.param_checksum, one.param_checksum) << fmt::format("{}", fmt::join(cut, " "));
