@@ -196,9 +196,6 @@ void ValidatePacking(const Config& c, const Reporter& r) {
             {"data.document_separator", "model.vocab_size"},
             fmt::format("data.document_separator {} is not below model.vocab_size {}",
                         d.document_separator, c.model.vocab_size));
-  r.Require(!d.packing || c.device.type == DeviceType::kCpu, {"data.packing", "device.type"},
-            "data.packing (packed documents) runs on device.type cpu; the CUDA kernels do not "
-            "take segment boundaries yet");
 }
 
 void ValidateParallel(const Config& c, const Reporter& r) {

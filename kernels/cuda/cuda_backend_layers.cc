@@ -68,13 +68,15 @@ size_t EmbeddingBackwardWorkspaceBound(int64_t rows) {
 
 static_assert(kDeviceIgnoreTarget == kIgnoreTarget);
 
-// Packed documents (segment starts) are not implemented in the CUDA kernels yet: refused by name
-// rather than silently attending across documents.
-void RefuseSegments(const Tensor& segment_starts, const char* op) {
-  BATON_CHECK(!segment_starts.defined(),
-              "{}: data.packing (packed documents) is not supported on CUDA yet; train with "
-              "data.packing on device.type cpu",
-              op);
+// Packed documents' segment starts (Backend::AttentionForward): undefined, or (B,T) i32 on this
+// device. Their values are not read back to check them (the trainer makes them with PackRows);
+// returns the device pointer, or null.
+const int32_t* SegmentStarts(const Tensor& segment_starts, int64_t batch, int64_t seq,
+                             Device device) {
+  if (!segment_starts.defined()) return nullptr;
+  CheckI32(segment_starts, device, "segment_starts");
+  CheckShape(segment_starts, {batch, seq}, "segment_starts");
+  return static_cast<const int32_t*>(segment_starts.raw());
 }
 
 }  // namespace
@@ -82,7 +84,6 @@ void RefuseSegments(const Tensor& segment_starts, const char* op) {
 void CudaBackend::EmbeddingForward(const Tensor& tokens, const Tensor& segment_starts,
                                    const Tensor& wte, const Tensor& wpe, Tensor& out) {
   Activate();
-  RefuseSegments(segment_starts, "EmbeddingForward");
   CheckI32(tokens, device(), "tokens");
   CheckFloat(wte, device(), "wte");
   CheckFloat(wpe, device(), "wpe");
@@ -94,29 +95,34 @@ void CudaBackend::EmbeddingForward(const Tensor& tokens, const Tensor& segment_s
   BATON_CHECK(seq <= wpe.size(0), "sequence length {} exceeds wpe's {} positions", seq,
               wpe.size(0));
   CheckShape(out, {batch, seq, channels}, "out");
+  const int32_t* segments = SegmentStarts(segment_starts, batch, seq, device());
   if (meta_) return;
-  LaunchEmbeddingForward(static_cast<const int32_t*>(tokens.raw()), wte.raw(), wte.dtype(),
-                         wpe.raw(), wpe.dtype(), out.raw(), out.dtype(), batch, seq, channels,
-                         wte.size(0), id_error_, stream_);
+  LaunchEmbeddingForward(static_cast<const int32_t*>(tokens.raw()), segments, wte.raw(),
+                         wte.dtype(), wpe.raw(), wpe.dtype(), out.raw(), out.dtype(), batch, seq,
+                         channels, wte.size(0), id_error_, stream_);
 }
 
 void CudaBackend::EmbeddingBackward(const Tensor& tokens, const Tensor& segment_starts,
                                     const Tensor& dout, Tensor& dwte, Tensor& dwpe) {
   Activate();
-  RefuseSegments(segment_starts, "EmbeddingBackward");
   CheckI32(tokens, device(), "tokens");
   CheckFloat(dout, device(), "dout");
   BATON_CHECK(tokens.dim() == 2, "tokens {} must be (B, T)", tokens.ToString());
   BATON_CHECK(dout.dim() == 3, "dout {} must be (B, T, C)", dout.ToString());
   const int64_t batch = tokens.size(0), seq = tokens.size(1), channels = dout.size(2);
   CheckShape(dout, {batch, seq, channels}, "dout");
+  const int32_t* segments = SegmentStarts(segment_starts, batch, seq, device());
+  const int64_t rows = batch * seq;
+  // The radix sort's workspace for the scatter-adds by id (tokens, or positions below).
+  const auto sort_bytes = [&] {
+    return meta_ && CudaDeviceCount() == 0 ? EmbeddingBackwardWorkspaceBound(rows)
+                                           : EmbeddingBackwardWorkspaceBytes(rows);
+  };
   if (dwte.defined()) {
     CheckFloat(dwte, device(), "dwte");
     BATON_CHECK(dwte.dim() == 2 && dwte.size(1) == channels, "dwte {} must be (V, {})",
                 dwte.ToString(), channels);
-    const int64_t rows = batch * seq;
-    const size_t bytes = meta_ && CudaDeviceCount() == 0 ? EmbeddingBackwardWorkspaceBound(rows)
-                                                         : EmbeddingBackwardWorkspaceBytes(rows);
+    const size_t bytes = sort_bytes();
     Tensor scratch = Workspace(static_cast<int64_t>((bytes + 3) / 4), DType::kF32);
     if (!meta_) {
       LaunchEmbeddingBackwardTokens(static_cast<const int32_t*>(tokens.raw()), dout.raw(),
@@ -129,6 +135,21 @@ void CudaBackend::EmbeddingBackward(const Tensor& tokens, const Tensor& segment_
     CheckFloat(dwpe, device(), "dwpe");
     BATON_CHECK(dwpe.dim() == 2 && dwpe.size(1) == channels && seq <= dwpe.size(0),
                 "dwpe {} must be (maxT >= {}, {})", dwpe.ToString(), seq, channels);
+    if (segments != nullptr) {
+      // Packed documents: dwpe[t - start[b,t]] += dout[b,t], the tokens' scatter-add with the
+      // positions as ids (rows of one position summed in row order, no atomics).
+      Tensor positions = Workspace(rows, DType::kI32);
+      const size_t bytes = sort_bytes();
+      Tensor scratch = Workspace(static_cast<int64_t>((bytes + 3) / 4), DType::kF32);
+      if (!meta_) {
+        int32_t* p = static_cast<int32_t*>(positions.raw());
+        LaunchPositions(segments, rows, seq, p, stream_);
+        LaunchEmbeddingBackwardTokens(p, dout.raw(), dout.dtype(), dwpe.raw(), dwpe.dtype(), rows,
+                                      channels, dwpe.size(0), scratch.raw(), scratch.nbytes(),
+                                      id_error_, stream_);
+      }
+      return;
+    }
     // dwpe[t] += sum_b dout[b, t]: column sums of dout seen as (B, T*C) into dwpe's first T rows.
     Tensor partials = Workspace(ColumnSumsPartials(batch, seq * channels), DType::kF32);
     if (!meta_) {
@@ -218,12 +239,12 @@ void CudaBackend::GeluBackward(const Tensor& x, const Tensor& dout, Tensor& dx) 
 void CudaBackend::AttentionForward(const Tensor& qkv, const Tensor& segment_starts, int num_heads,
                                    Tensor& out, Tensor& probs) {
   Activate();
-  RefuseSegments(segment_starts, "AttentionForward");
   const AttentionShape shape = CheckAttention(qkv, num_heads, device());
   CheckFloat(out, device(), "out");
   CheckF32(probs, device(), "probs");
   CheckShape(out, {shape.batch, shape.seq, shape.channels}, "out");
   CheckShape(probs, {shape.batch, shape.heads, shape.seq, shape.seq}, "probs");
+  const int32_t* segments = SegmentStarts(segment_starts, shape.batch, shape.seq, device());
   if (shape.batch * shape.seq == 0) return;
   const DType io = out.dtype() == qkv.dtype() ? qkv.dtype() : DType::kF32;
   const Tensor q = Cast(qkv, io);
@@ -251,7 +272,7 @@ void CudaBackend::AttentionForward(const Tensor& qkv, const Tensor& segment_star
     scores.alpha = scale;
     gemm_->Run(scores, stream_);
   }
-  LaunchCausalSoftmax(static_cast<float*>(probs.raw()), shape.batch * nh * t, t,
+  LaunchCausalSoftmax(static_cast<float*>(probs.raw()), shape.batch * nh * t, t, segments, nh * t,
                       probs_io.defined() ? probs_io.raw() : nullptr, io, stream_);
   for (int64_t b = 0; b < shape.batch; ++b) {
     GemmProblem values;
@@ -276,7 +297,6 @@ void CudaBackend::AttentionBackward(const Tensor& dout, const Tensor& qkv,
                                     const Tensor& segment_starts, const Tensor& probs,
                                     int num_heads, Tensor& dqkv) {
   Activate();
-  RefuseSegments(segment_starts, "AttentionBackward");
   const AttentionShape shape = CheckAttention(qkv, num_heads, device());
   CheckFloat(dout, device(), "dout");
   CheckF32(probs, device(), "probs");
@@ -284,6 +304,7 @@ void CudaBackend::AttentionBackward(const Tensor& dout, const Tensor& qkv,
   CheckShape(dout, {shape.batch, shape.seq, shape.channels}, "dout");
   CheckShape(probs, {shape.batch, shape.heads, shape.seq, shape.seq}, "probs");
   CheckShape(dqkv, qkv.shape(), "dqkv");
+  const int32_t* segments = SegmentStarts(segment_starts, shape.batch, shape.seq, device());
   if (shape.batch * shape.seq == 0) return;
   const bool uniform = dout.dtype() == qkv.dtype() && dqkv.dtype() == qkv.dtype();
   const DType io = uniform ? qkv.dtype() : DType::kF32;
@@ -316,7 +337,8 @@ void CudaBackend::AttentionBackward(const Tensor& dout, const Tensor& qkv,
     dp.batch = static_cast<int>(nh);
     gemm_->Run(dp, stream_);
     LaunchCausalSoftmaxBackward(static_cast<const float*>(At(probs, probs_b)),
-                                static_cast<float*>(ds.raw()), nh * t, t, scale,
+                                static_cast<float*>(ds.raw()), nh * t, t,
+                                segments == nullptr ? nullptr : segments + b * t, nh * t, scale,
                                 ds_io.defined() ? ds_io.raw() : nullptr,
                                 probs_io.defined() ? probs_io.raw() : nullptr, io, stream_);
     const GemmMatrix ds_operand = Squares(io == DType::kF32 ? ds : ds_io, 0, t);
@@ -354,16 +376,16 @@ void CudaBackend::AttentionBackward(const Tensor& dout, const Tensor& qkv,
 void CudaBackend::FlashAttentionForward(const Tensor& qkv, const Tensor& segment_starts,
                                         int num_heads, Tensor& out, Tensor& lse) {
   Activate();
-  RefuseSegments(segment_starts, "FlashAttentionForward");
   const AttentionShape shape = CheckAttention(qkv, num_heads, device());
   CheckFloat(out, device(), "out");
   CheckF32(lse, device(), "lse");
   CheckShape(out, {shape.batch, shape.seq, shape.channels}, "out");
   CheckShape(lse, {shape.batch, shape.heads, shape.seq}, "lse");
   CheckFlashShape(shape, FlashForwardBlocks(shape.batch, shape.seq, shape.heads));
+  const int32_t* segments = SegmentStarts(segment_starts, shape.batch, shape.seq, device());
   if (shape.batch * shape.seq == 0) return;
   if (meta_) return;
-  LaunchFlashAttentionForward(qkv.raw(), qkv.dtype(), out.raw(), out.dtype(),
+  LaunchFlashAttentionForward(qkv.raw(), segments, qkv.dtype(), out.raw(), out.dtype(),
                               static_cast<float*>(lse.raw()), shape.batch, shape.seq,
                               shape.channels, shape.heads, stream_);
 }
@@ -374,7 +396,6 @@ void CudaBackend::FlashAttentionBackward(const Tensor& dout, const Tensor& qkv,
                                          const Tensor& segment_starts, const Tensor& out,
                                          const Tensor& lse, int num_heads, Tensor& dqkv) {
   Activate();
-  RefuseSegments(segment_starts, "FlashAttentionBackward");
   const AttentionShape shape = CheckAttention(qkv, num_heads, device());
   CheckFloat(dout, device(), "dout");
   CheckFloat(out, device(), "out");
@@ -385,12 +406,13 @@ void CudaBackend::FlashAttentionBackward(const Tensor& dout, const Tensor& qkv,
   CheckShape(lse, {shape.batch, shape.heads, shape.seq}, "lse");
   CheckShape(dqkv, qkv.shape(), "dqkv");
   CheckFlashShape(shape, FlashBackwardBlocks(shape.batch, shape.seq, shape.heads));
+  const int32_t* segments = SegmentStarts(segment_starts, shape.batch, shape.seq, device());
   if (shape.batch * shape.seq == 0) return;
   if (meta_) return;
-  LaunchFlashAttentionBackward(dout.raw(), dout.dtype(), qkv.raw(), qkv.dtype(), out.raw(),
-                               out.dtype(), static_cast<const float*>(lse.raw()), dqkv.raw(),
-                               dqkv.dtype(), shape.batch, shape.seq, shape.channels, shape.heads,
-                               stream_);
+  LaunchFlashAttentionBackward(dout.raw(), dout.dtype(), qkv.raw(), segments, qkv.dtype(),
+                               out.raw(), out.dtype(), static_cast<const float*>(lse.raw()),
+                               dqkv.raw(), dqkv.dtype(), shape.batch, shape.seq, shape.channels,
+                               shape.heads, stream_);
 }
 
 // Two copy kernels and one attention kernel (cached_attention.cu); no workspace.

@@ -4,6 +4,8 @@
 // of the atomics-free embedding and LayerNorm gradients.
 #include <gmock/gmock.h>
 
+#include <vector>
+
 #include "core/error.h"
 #include "kernels/cuda/cuda_test_util.h"
 
@@ -150,6 +152,29 @@ TEST_F(CudaVsCpuTest, EmbeddingBackwardIsRepeatableBitForBit) {
   gpu().EmbeddingBackward(tokens, dout, first, undefined);
   gpu().EmbeddingBackward(tokens, dout, second, undefined);
   EXPECT_EQ(ErrorVsCpu(first, ToCpu(second)), 0.0);
+}
+
+// Packed documents: positions restart at each document, forward and backward (dwpe scattered by
+// position), against the CPU.
+TEST_F(CudaVsCpuTest, EmbeddingWithSegmentStartsMatchesCpu) {
+  const int64_t batch = 2, seq = 9, channels = 16, vocab = 20;
+  std::vector<int32_t> starts = {0, 0, 0, 3, 3, 5, 5, 5, 5, 0, 1, 1, 1, 1, 1, 1, 7, 7};
+  const Tensor segments = Tensor::Wrap(starts.data(), {batch, seq}, DType::kI32);
+  const Tensor tokens = Ids({batch, seq}, vocab);
+  const Tensor wte = Random({vocab, channels}), wpe = Random({seq, channels});
+  Tensor cpu_out = HostZeros({batch, seq, channels});
+  cpu().EmbeddingForward(tokens, segments, wte, wpe, cpu_out);
+  Tensor gpu_out = GpuZeros({batch, seq, channels});
+  const Tensor gpu_segments = ToGpu(segments), gpu_tokens = ToGpu(tokens);
+  gpu().EmbeddingForward(gpu_tokens, gpu_segments, ToGpu(wte), ToGpu(wpe), gpu_out);
+  EXPECT_LT(ErrorVsCpu(gpu_out, cpu_out), 1e-6);
+  const Tensor dout = Random({batch, seq, channels});
+  Tensor cpu_dwte = HostZeros({vocab, channels}), cpu_dwpe = HostZeros({seq, channels});
+  cpu().EmbeddingBackward(tokens, segments, dout, cpu_dwte, cpu_dwpe);
+  Tensor gpu_dwte = GpuZeros({vocab, channels}), gpu_dwpe = GpuZeros({seq, channels});
+  gpu().EmbeddingBackward(gpu_tokens, gpu_segments, ToGpu(dout), gpu_dwte, gpu_dwpe);
+  EXPECT_LT(ErrorVsCpu(gpu_dwte, cpu_dwte), 1e-6);
+  EXPECT_LT(ErrorVsCpu(gpu_dwpe, cpu_dwpe), 1e-6);
 }
 
 TEST_F(CudaVsCpuTest, OutOfRangeTokenIsReportedAtTheNextSync) {

@@ -10,47 +10,60 @@ namespace {
 constexpr int kSoftmaxThreads = 256;  // 8 rows per block
 constexpr int kRowThreads = 512;      // cross-entropy: threads per row of logits
 
-__global__ void CausalSoftmaxKernel(float* scores, int64_t rows, int64_t seq, void* copy,
-                                    DType copy_dtype) {
+// The first key query row `row` sees: its document's start with packed documents (segment_starts
+// (B,T), rows_per_batch = NH*T rows of scores per batch element), else 0.
+__device__ __forceinline__ int64_t FirstKey(const int32_t* segment_starts, int64_t row,
+                                            int64_t rows_per_batch, int64_t seq) {
+  if (segment_starts == nullptr) return 0;
+  return segment_starts[row / rows_per_batch * seq + row % seq];
+}
+
+__global__ void CausalSoftmaxKernel(float* scores, int64_t rows, int64_t seq,
+                                    const int32_t* segment_starts, int64_t rows_per_batch,
+                                    void* copy, DType copy_dtype) {
   const int64_t row = blockIdx.x * int64_t{blockDim.x / kWarp} + threadIdx.x / kWarp;
   const int lane = threadIdx.x % kWarp;
   if (row >= rows) return;
-  const int64_t t = row % seq;  // the query position: keys [0, t] are visible
+  const int64_t t = row % seq;  // the query position: keys [first, t] are visible
+  const int64_t first = FirstKey(segment_starts, row, rows_per_batch, seq);
   float* p = scores + row * seq;
   float max = -INFINITY;
-  for (int64_t s = lane; s <= t; s += kWarp) max = fmaxf(max, p[s]);
+  for (int64_t s = first + lane; s <= t; s += kWarp) max = fmaxf(max, p[s]);
   max = WarpMax(max);
   float sum = 0.0f;
-  for (int64_t s = lane; s <= t; s += kWarp) {
+  for (int64_t s = first + lane; s <= t; s += kWarp) {
     const float e = expf(p[s] - max);
     p[s] = e;
     sum += e;
   }
   const float inv_sum = 1.0f / WarpSum(sum);
   for (int64_t s = lane; s < seq; s += kWarp) {
-    const float value = s <= t ? p[s] * inv_sum : 0.0f;
+    const float value = s >= first && s <= t ? p[s] * inv_sum : 0.0f;
     p[s] = value;
     if (copy != nullptr) StoreF(copy, copy_dtype, row * seq + s, value);
   }
 }
 
 __global__ void CausalSoftmaxBackwardKernel(const float* probs, float* dprobs, int64_t rows,
-                                            int64_t seq, float scale, void* ds_copy,
+                                            int64_t seq, const int32_t* segment_starts,
+                                            int64_t rows_per_batch, float scale, void* ds_copy,
                                             void* probs_copy, DType copy_dtype) {
   const int64_t row = blockIdx.x * int64_t{blockDim.x / kWarp} + threadIdx.x / kWarp;
   const int lane = threadIdx.x % kWarp;
   if (row >= rows) return;
   const int64_t t = row % seq;
+  const int64_t first = FirstKey(segment_starts, row, rows_per_batch, seq);
   const float* p = probs + row * seq;
   float* d = dprobs + row * seq;
   float dot = 0.0f;
-  for (int64_t s = lane; s <= t; s += kWarp) dot += p[s] * d[s];
+  for (int64_t s = first + lane; s <= t; s += kWarp) dot += p[s] * d[s];
   dot = WarpSum(dot);
   for (int64_t s = lane; s < seq; s += kWarp) {
-    const float ds = s <= t ? scale * p[s] * (d[s] - dot) : 0.0f;
+    const bool visible = s >= first && s <= t;
+    const float ds = visible ? scale * p[s] * (d[s] - dot) : 0.0f;
     d[s] = ds;
     if (ds_copy != nullptr) StoreF(ds_copy, copy_dtype, row * seq + s, ds);
-    if (probs_copy != nullptr) StoreF(probs_copy, copy_dtype, row * seq + s, s <= t ? p[s] : 0.0f);
+    if (probs_copy != nullptr) StoreF(probs_copy, copy_dtype, row * seq + s, visible ? p[s] : 0.0f);
   }
 }
 
@@ -156,20 +169,23 @@ unsigned RowBlocks(int64_t rows, int threads) {
 
 }  // namespace
 
-void LaunchCausalSoftmax(float* scores, int64_t rows, int64_t seq, void* copy, DType copy_dtype,
+void LaunchCausalSoftmax(float* scores, int64_t rows, int64_t seq, const int32_t* segment_starts,
+                         int64_t rows_per_batch, void* copy, DType copy_dtype,
                          cudaStream_t stream) {
   if (rows == 0) return;
   CausalSoftmaxKernel<<<RowBlocks(rows, kSoftmaxThreads), kSoftmaxThreads, 0, stream>>>(
-      scores, rows, seq, copy, copy_dtype);
+      scores, rows, seq, segment_starts, rows_per_batch, copy, copy_dtype);
   BATON_CUDA_CHECK_LAUNCH();
 }
 
 void LaunchCausalSoftmaxBackward(const float* probs, float* dprobs, int64_t rows, int64_t seq,
-                                 float scale, void* ds_copy, void* probs_copy, DType copy_dtype,
+                                 const int32_t* segment_starts, int64_t rows_per_batch, float scale,
+                                 void* ds_copy, void* probs_copy, DType copy_dtype,
                                  cudaStream_t stream) {
   if (rows == 0) return;
   CausalSoftmaxBackwardKernel<<<RowBlocks(rows, kSoftmaxThreads), kSoftmaxThreads, 0, stream>>>(
-      probs, dprobs, rows, seq, scale, ds_copy, probs_copy, copy_dtype);
+      probs, dprobs, rows, seq, segment_starts, rows_per_batch, scale, ds_copy, probs_copy,
+      copy_dtype);
   BATON_CUDA_CHECK_LAUNCH();
 }
 
