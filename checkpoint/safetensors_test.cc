@@ -58,10 +58,11 @@ class HostAsDeviceBackend final : public Backend {
     BATON_FAIL("unused");
   }
   void BiasBackward(const Tensor&, Tensor&) override { BATON_FAIL("unused"); }
-  void EmbeddingForward(const Tensor&, const Tensor&, const Tensor&, Tensor&) override {
+  void EmbeddingForward(const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                        Tensor&) override {
     BATON_FAIL("unused");
   }
-  void EmbeddingBackward(const Tensor&, const Tensor&, Tensor&, Tensor&) override {
+  void EmbeddingBackward(const Tensor&, const Tensor&, const Tensor&, Tensor&, Tensor&) override {
     BATON_FAIL("unused");
   }
   void LayerNormForward(const Tensor&, const Tensor&, const Tensor&, Tensor&, Tensor&,
@@ -76,19 +77,22 @@ class HostAsDeviceBackend final : public Backend {
   void ApplyMask(Tensor&, const Tensor&) override { BATON_FAIL("unused"); }
   void GeluForward(const Tensor&, Tensor&) override { BATON_FAIL("unused"); }
   void GeluBackward(const Tensor&, const Tensor&, Tensor&) override { BATON_FAIL("unused"); }
-  void AttentionForward(const Tensor&, int, Tensor&, Tensor&) override { BATON_FAIL("unused"); }
+  void AttentionForward(const Tensor&, const Tensor&, int, Tensor&, Tensor&) override {
+    BATON_FAIL("unused");
+  }
   void AdamW8bit(Tensor&, const Tensor&, Tensor&, Tensor&, Tensor&, Tensor&, const AdamWConfig&,
                  float) override {
     BATON_FAIL("unused");
   }
-  void FlashAttentionForward(const Tensor&, int, Tensor&, Tensor&) override {
+  void FlashAttentionForward(const Tensor&, const Tensor&, int, Tensor&, Tensor&) override {
     BATON_FAIL("unused");
   }
-  void FlashAttentionBackward(const Tensor&, const Tensor&, const Tensor&, const Tensor&, int,
-                              Tensor&) override {
+  void FlashAttentionBackward(const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                              const Tensor&, int, Tensor&) override {
     BATON_FAIL("unused");
   }
-  void AttentionBackward(const Tensor&, const Tensor&, const Tensor&, int, Tensor&) override {
+  void AttentionBackward(const Tensor&, const Tensor&, const Tensor&, const Tensor&, int,
+                         Tensor&) override {
     BATON_FAIL("unused");
   }
   void CachedAttentionForward(const Tensor&, int, int64_t, Tensor&, Tensor&, Tensor&) override {

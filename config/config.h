@@ -108,6 +108,11 @@ struct DataConfig {
   // beside it, or a folder holding either) that text data is encoded with and that generate and
   // export use; "" = byte-level (one token per byte).
   std::string tokenizer;
+  // Packed documents (docs/data.md, "Packed documents"): each row is cut into documents at
+  // document_separator (which ends its document); attention stays within a document, positions
+  // restart at each, and the prediction across a boundary is not counted. -1 = no separator.
+  int64_t document_separator = -1;
+  bool packing = false;  // needs document_separator
   bool operator==(const DataConfig&) const = default;
 };
 

@@ -43,6 +43,8 @@ void VisitData(DataConfig& d, FieldVisitor& v) {
   v.VisitString("eval_path", d.eval_path);
   v.VisitFloat("eval_fraction", d.eval_fraction, kUnitInterval);
   v.VisitString("tokenizer", d.tokenizer);
+  v.Int("document_separator", d.document_separator, IntRule{-1, 65535});
+  v.Enum("packing", d.packing, kBoolNames);
 }
 
 void VisitTrain(TrainConfig& t, FieldVisitor& v) {

@@ -506,5 +506,18 @@ TEST(ConfigTest, Gpt2ConfigIsTheGpt2SmallShape) {
   EXPECT_EQ(MicroBatchSize(config), 4);
 }
 
+TEST(ConfigTest, PackingWithoutASeparatorIsRefusedNamingTheKey) {
+  EXPECT_EQ(ParseError("data:\n  path: corpus.txt\n  packing: true\n"),
+            "x.yaml:3: data.packing: data.packing needs data.document_separator: the token id "
+            "that ends each document (GPT-2's <|endoftext|> is 50256)");
+  const Config config = ParseConfigString(
+      "data:\n  path: corpus.txt\n  packing: true\n  document_separator: 10\n", "x.yaml");
+  EXPECT_TRUE(config.data.packing);
+  EXPECT_EQ(config.data.document_separator, 10);
+  EXPECT_THAT(ParseError(std::string(kMinimal) + "  document_separator: 300\n"),
+              HasSubstr("data.document_separator: data.document_separator 300 is not below "
+                        "model.vocab_size"));
+}
+
 }  // namespace
 }  // namespace baton

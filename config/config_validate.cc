@@ -187,6 +187,17 @@ void ValidateEval(const DataConfig& d, const TrainConfig& t, const Reporter& r) 
                         t.eval_every));
 }
 
+void ValidatePacking(const Config& c, const Reporter& r) {
+  const DataConfig& d = c.data;
+  r.Require(!d.packing || d.document_separator >= 0, {"data.packing", "data.document_separator"},
+            "data.packing needs data.document_separator: the token id that ends each document "
+            "(GPT-2's <|endoftext|> is 50256)");
+  r.Require(d.document_separator < c.model.vocab_size,
+            {"data.document_separator", "model.vocab_size"},
+            fmt::format("data.document_separator {} is not below model.vocab_size {}",
+                        d.document_separator, c.model.vocab_size));
+}
+
 void ValidateParallel(const Config& c, const Reporter& r) {
   const ParallelConfig& p = c.parallel;
   const bool interleaved = p.schedule == ScheduleKind::kInterleaved;
@@ -241,6 +252,7 @@ void ValidateConfig(const Config& config, const WhereFn& where, const std::strin
   reporter.Require(!config.data.path.empty(), {"data.path"},
                    "required: a text file, a folder of text files, or a .bin token file");
   ValidateEval(config.data, config.train, reporter);
+  ValidatePacking(config, reporter);
   ValidateModel(config.model, config.data, reporter);
   ValidateTrain(config.train, reporter);
   ValidateParallel(config, reporter);

@@ -4,8 +4,11 @@
 // (CachedAttentionForward) against the flash forward, chunk by chunk.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
+#include <span>
 #include <string>
+#include <vector>
 
 #include "kernels/kernels_test_util.h"
 
@@ -266,6 +269,97 @@ TEST_F(AttentionTest, FlashBackwardMatchesFiniteDifferences) {
     backend().FlashAttentionBackward(dout, qkv, out, lse, heads, dqkv);
     ExpectGradient(qkv, loss, dqkv, 2e-3, 1e-3);
   }
+}
+
+// Packed documents: segment starts (B,T) for rows whose documents start at `starts` (row b's
+// list), as data/packing.h makes them.
+Tensor SegmentStarts(Allocator& allocator, int64_t seq,
+                     const std::vector<std::vector<int32_t>>& starts) {
+  Tensor t = Tensor::Empty(allocator, {static_cast<int64_t>(starts.size()), seq}, DType::kI32,
+                           MemCategory::kActivations);
+  for (size_t b = 0; b < starts.size(); ++b) {
+    int32_t current = 0;
+    for (int64_t i = 0; i < seq; ++i) {
+      if (std::find(starts[b].begin(), starts[b].end(), i) != starts[b].end()) {
+        current = static_cast<int32_t>(i);
+      }
+      t.data<int32_t>()[b * seq + i] = current;
+    }
+  }
+  return t;
+}
+
+// Flash and materialized attention with segments agree, and each document's outputs equal
+// plain causal attention over that document alone; the flash run crosses query and key blocks.
+TEST_F(AttentionTest, SegmentedFlashMatchesMaterializedAndEachDocumentAlone) {
+  const int64_t batch = 2, seq = 300, channels = 8, heads = 2;
+  const std::vector<std::vector<int32_t>> starts = {{0, 37, 38, 100, 290}, {0, 260}};
+  const Tensor segments = SegmentStarts(backend().allocator(), seq, starts);
+  Tensor qkv = Random({batch, seq, 3 * channels}, 2.0f);
+  Tensor dout = Random({batch, seq, channels});
+  Tensor out = Zeros(dout.shape()), probs = Zeros({batch, heads, seq, seq});
+  backend().AttentionForward(qkv, segments, heads, out, probs);
+  Tensor dqkv = Zeros(qkv.shape());
+  backend().AttentionBackward(dout, qkv, segments, probs, heads, dqkv);
+  Tensor flash_out = Zeros(dout.shape()), lse = Zeros({batch, heads, seq});
+  backend().FlashAttentionForward(qkv, segments, heads, flash_out, lse);
+  Tensor flash_dqkv = Zeros(qkv.shape());
+  backend().FlashAttentionBackward(dout, qkv, segments, flash_out, lse, heads, flash_dqkv);
+  EXPECT_LT(NormalisedError(Floats(flash_out), Floats(out)), 1e-5);
+  EXPECT_LT(NormalisedError(Floats(flash_dqkv), Floats(dqkv)), 1e-5);
+
+  for (int64_t b = 0; b < batch; ++b) {
+    for (size_t d = 0; d < starts[b].size(); ++d) {
+      const int64_t begin = starts[b][d];
+      const int64_t end = d + 1 < starts[b].size() ? starts[b][d + 1] : seq;
+      SCOPED_TRACE(::testing::Message() << "row " << b << " document " << begin << ".." << end);
+      Tensor alone = Zeros({1, end - begin, 3 * channels});
+      std::copy_n(qkv.data<float>() + (b * seq + begin) * 3 * channels,
+                  (end - begin) * 3 * channels, alone.data<float>());
+      Tensor alone_out = Zeros({1, end - begin, channels});
+      Tensor alone_lse = Zeros({1, heads, end - begin});
+      backend().FlashAttentionForward(alone, heads, alone_out, alone_lse);
+      const float* packed = flash_out.data<float>() + (b * seq + begin) * channels;
+      EXPECT_LT(NormalisedError(std::span<const float>(packed, (end - begin) * channels),
+                                Floats(alone_out)),
+                1e-5);
+    }
+  }
+}
+
+TEST_F(AttentionTest, SegmentedBackwardsMatchFiniteDifferences) {
+  const int64_t batch = 2, seq = 70, channels = 8, heads = 2;
+  const Tensor segments = SegmentStarts(backend().allocator(), seq, {{0, 3, 4, 66}, {0, 65}});
+  Tensor qkv = Random({batch, seq, 3 * channels});
+  Tensor dout = Random({batch, seq, channels});
+  Tensor out = Zeros(dout.shape()), lse = Zeros({batch, heads, seq});
+  Tensor probs = Zeros({batch, heads, seq, seq});
+  const auto flash_loss = [&] {
+    backend().FlashAttentionForward(qkv, segments, heads, out, lse);
+    return ProjectedSum(out, dout);
+  };
+  flash_loss();
+  Tensor dqkv = Zeros(qkv.shape());
+  backend().FlashAttentionBackward(dout, qkv, segments, out, lse, heads, dqkv);
+  ExpectGradient(qkv, flash_loss, dqkv, 2e-3, 1e-3);
+
+  const auto materialized_loss = [&] {
+    backend().AttentionForward(qkv, segments, heads, out, probs);
+    return ProjectedSum(out, dout);
+  };
+  materialized_loss();
+  Tensor materialized_dqkv = Zeros(qkv.shape());
+  backend().AttentionBackward(dout, qkv, segments, probs, heads, materialized_dqkv);
+  ExpectGradient(qkv, materialized_loss, materialized_dqkv, 2e-3, 1e-3);
+}
+
+TEST_F(AttentionTest, SegmentStartsThatSkipBackwardsAreRefused) {
+  const int64_t seq = 6, channels = 4;
+  Tensor segments = SegmentStarts(backend().allocator(), seq, {{0, 3}});
+  segments.data<int32_t>()[4] = 1;  // neither 4 nor the previous token's start
+  Tensor qkv = Random({1, seq, 3 * channels});
+  Tensor out = Zeros({1, seq, channels}), lse = Zeros({1, 1, seq});
+  EXPECT_THROW(backend().FlashAttentionForward(qkv, segments, 1, out, lse), Error);
 }
 
 TEST_F(AttentionTest, FlashBackwardAccumulatesAndChecksShapes) {

@@ -21,6 +21,9 @@
 
 namespace baton {
 
+// A target that is not counted by the cross-entropy (Backend::CrossEntropyForward).
+inline constexpr int32_t kIgnoreTarget = -1;
+
 struct AdamWConfig {
   float lr = 1e-3f;
   float beta1 = 0.9f;
@@ -62,13 +65,20 @@ class Backend {
   virtual void ApplyMask(Tensor& t, const Tensor& mask) = 0;
 
   // ---- GPT layers
-  // out (B,T,C) = wte[tokens[b,t]] + wpe[t]; tokens (B,T) i32; wte (V,C); wpe (maxT,C), T <= maxT.
-  virtual void EmbeddingForward(const Tensor& tokens, const Tensor& wte, const Tensor& wpe,
-                                Tensor& out) = 0;
-  // dwte[tokens[b,t]] += dout[b,t]; dwpe[t] += sum_b dout[b,t]. Either grad may be undefined
-  // (skipped).
-  virtual void EmbeddingBackward(const Tensor& tokens, const Tensor& dout, Tensor& dwte,
-                                 Tensor& dwpe) = 0;
+  // out (B,T,C) = wte[tokens[b,t]] + wpe[pos(b,t)]; tokens (B,T) i32; wte (V,C); wpe (maxT,C),
+  // T <= maxT. pos(b,t) = t, or with packed documents t - segment_starts[b,t] (see below).
+  virtual void EmbeddingForward(const Tensor& tokens, const Tensor& segment_starts,
+                                const Tensor& wte, const Tensor& wpe, Tensor& out) = 0;
+  void EmbeddingForward(const Tensor& tokens, const Tensor& wte, const Tensor& wpe, Tensor& out) {
+    EmbeddingForward(tokens, Tensor(), wte, wpe, out);
+  }
+  // dwte[tokens[b,t]] += dout[b,t]; dwpe[pos(b,t)] += dout[b,t], summed in (b,t) order per
+  // position. Either grad may be undefined (skipped).
+  virtual void EmbeddingBackward(const Tensor& tokens, const Tensor& segment_starts,
+                                 const Tensor& dout, Tensor& dwte, Tensor& dwpe) = 0;
+  void EmbeddingBackward(const Tensor& tokens, const Tensor& dout, Tensor& dwte, Tensor& dwpe) {
+    EmbeddingBackward(tokens, Tensor(), dout, dwte, dwpe);
+  }
   // Per row of x (N,C): out = (x - mean) * rstd * weight + bias, eps 1e-5, biased variance;
   // mean, rstd (N) f32 are written for backward.
   virtual void LayerNormForward(const Tensor& x, const Tensor& weight, const Tensor& bias,
@@ -81,23 +91,48 @@ class Backend {
   virtual void GeluForward(const Tensor& x, Tensor& out) = 0;
   // dx += gelu'(x) * dout
   virtual void GeluBackward(const Tensor& x, const Tensor& dout, Tensor& dx) = 0;
+  // Packed documents (data.packing, docs/data.md): segment_starts (B,T) i32, where
+  // segment_starts[b,t] is the first position of the document holding token t of row b
+  // (0 <= segment_starts[b,t] <= t, non-decreasing in t). Where it is given, attention is causal
+  // AND within the document: query t attends keys s with segment_starts[b,t] <= s <= t, and the
+  // embedding's position of token t is t - segment_starts[b,t]. Undefined (the overloads without
+  // it) means one document per row: plain causal attention, positions 0..T-1.
+  //
   // Causal self-attention. qkv (B,T,3C): q, k, v are its column thirds; head h uses columns
   // h*D..(h+1)*D of each, D = C / num_heads. out (B,T,C): head h's output in columns h*D..;
   // probs (B,NH,T,T) f32 = softmax(q k^T / sqrt(D), causal) is written for backward (entries
-  // above the diagonal are 0).
-  virtual void AttentionForward(const Tensor& qkv, int num_heads, Tensor& out, Tensor& probs) = 0;
-  // dqkv (B,T,3C) accumulates, given dout (B,T,C) and the forward's qkv and probs.
-  virtual void AttentionBackward(const Tensor& dout, const Tensor& qkv, const Tensor& probs,
-                                 int num_heads, Tensor& dqkv) = 0;
+  // outside each row's keys are 0).
+  virtual void AttentionForward(const Tensor& qkv, const Tensor& segment_starts, int num_heads,
+                                Tensor& out, Tensor& probs) = 0;
+  void AttentionForward(const Tensor& qkv, int num_heads, Tensor& out, Tensor& probs) {
+    AttentionForward(qkv, Tensor(), num_heads, out, probs);
+  }
+  // dqkv (B,T,3C) accumulates, given dout (B,T,C) and the forward's qkv, segment_starts and probs.
+  virtual void AttentionBackward(const Tensor& dout, const Tensor& qkv,
+                                 const Tensor& segment_starts, const Tensor& probs, int num_heads,
+                                 Tensor& dqkv) = 0;
+  void AttentionBackward(const Tensor& dout, const Tensor& qkv, const Tensor& probs, int num_heads,
+                         Tensor& dqkv) {
+    AttentionBackward(dout, qkv, Tensor(), probs, num_heads, dqkv);
+  }
   // The same attention computed flash-style (FlashAttention-2): key blocks streamed with an
   // online softmax, no T x T matrix held. out as AttentionForward's (equal up to rounding);
-  // lse (B,NH,T) f32 = log sum_s exp(q_t k_s / sqrt(D)) over s <= t, written for backward.
-  virtual void FlashAttentionForward(const Tensor& qkv, int num_heads, Tensor& out,
-                                     Tensor& lse) = 0;
-  // dqkv (B,T,3C) accumulates, given dout (B,T,C) and the forward's qkv, out and lse; each
-  // block's probabilities are recomputed as exp(S - lse).
-  virtual void FlashAttentionBackward(const Tensor& dout, const Tensor& qkv, const Tensor& out,
+  // lse (B,NH,T) f32 = log sum_s exp(q_t k_s / sqrt(D)) over the keys s that t attends, written
+  // for backward.
+  virtual void FlashAttentionForward(const Tensor& qkv, const Tensor& segment_starts, int num_heads,
+                                     Tensor& out, Tensor& lse) = 0;
+  void FlashAttentionForward(const Tensor& qkv, int num_heads, Tensor& out, Tensor& lse) {
+    FlashAttentionForward(qkv, Tensor(), num_heads, out, lse);
+  }
+  // dqkv (B,T,3C) accumulates, given dout (B,T,C) and the forward's qkv, segment_starts, out and
+  // lse; each block's probabilities are recomputed as exp(S - lse).
+  virtual void FlashAttentionBackward(const Tensor& dout, const Tensor& qkv,
+                                      const Tensor& segment_starts, const Tensor& out,
                                       const Tensor& lse, int num_heads, Tensor& dqkv) = 0;
+  void FlashAttentionBackward(const Tensor& dout, const Tensor& qkv, const Tensor& out,
+                              const Tensor& lse, int num_heads, Tensor& dqkv) {
+    FlashAttentionBackward(dout, qkv, Tensor(), out, lse, num_heads, dqkv);
+  }
   // Inference with a key-value cache (baton generate): causal attention of Tq new positions
   // past .. past+Tq-1 over every position so far. qkv (B,Tq,3C) as AttentionForward's, for the new
   // positions only; k_cache, v_cache (B,S,C) in qkv's dtype, S >= past + Tq, rows [0, past)
@@ -107,10 +142,14 @@ class Backend {
   // Tq = T this is AttentionForward's out (equal up to rounding). Rows past past+Tq are not read.
   virtual void CachedAttentionForward(const Tensor& qkv, int num_heads, int64_t past,
                                       Tensor& k_cache, Tensor& v_cache, Tensor& out) = 0;
-  // loss (1) f32 = mean over rows of -log softmax(logits)[target]; logits (N,V); targets (N) i32.
+  // loss (1) f32 = mean over counted rows of -log softmax(logits)[target]; logits (N,V); targets
+  // (N) i32, each in [0, V) or kIgnoreTarget (-1: the row is not counted; packed documents, where
+  // the target lies in the next document). The sum is over counted rows in row order, divided by
+  // their number; 0 when no row is counted.
   virtual void CrossEntropyForward(const Tensor& logits, const Tensor& targets, Tensor& loss) = 0;
-  // dlogits = grad_scale * (softmax(logits) - onehot(targets)) / N. WRITES, and dlogits may be
-  // the same tensor as logits (computed in place to save a (N,V) buffer).
+  // dlogits = grad_scale * (softmax(logits) - onehot(targets)) / (counted rows), and 0 on rows
+  // not counted. WRITES, and dlogits may be the same tensor as logits (computed in place to save
+  // a (N,V) buffer).
   virtual void CrossEntropyBackward(const Tensor& logits, const Tensor& targets, float grad_scale,
                                     Tensor& dlogits) = 0;
 

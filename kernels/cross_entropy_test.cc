@@ -1,5 +1,6 @@
 // CPU backend cross-entropy: the loss against log-sum-exp in double, stability with huge logits,
 // the backward by finite differences, and the in-place backward.
+#include <algorithm>
 #include <cmath>
 
 #include "kernels/kernels_test_util.h"
@@ -97,11 +98,51 @@ TEST_F(CrossEntropyTest, GradientRowsSumToZero) {
 TEST_F(CrossEntropyTest, OutOfRangeTargetIsRejected) {
   Tensor logits = Random({2, 4});
   Tensor targets = Ids({2}, 4);
-  targets.data<int32_t>()[1] = -1;
+  targets.data<int32_t>()[1] = -2;  // -1 is kIgnoreTarget, below
   Tensor loss = Zeros({1});
   EXPECT_THROW(backend().CrossEntropyForward(logits, targets, loss), Error);
   Tensor dlogits = Zeros({2, 4});
   EXPECT_THROW(backend().CrossEntropyBackward(logits, targets, 1.0f, dlogits), Error);
+  targets.data<int32_t>()[1] = 4;
+  EXPECT_THROW(backend().CrossEntropyForward(logits, targets, loss), Error);
+}
+
+// Packed documents: rows whose target is kIgnoreTarget are not counted. The loss is the mean over
+// the counted rows, and the gradient is theirs divided by the count, 0 on ignored rows.
+TEST_F(CrossEntropyTest, IgnoredTargetsAreNotCounted) {
+  Tensor logits = Random({5, 7});
+  Tensor targets = Ids({5}, 7);
+  Tensor counted_logits = Zeros({3, 7});
+  Tensor counted_targets = Ids({3}, 7);
+  for (int64_t r : {1, 3}) targets.data<int32_t>()[r] = kIgnoreTarget;
+  int64_t next = 0;
+  for (int64_t r : {0, 2, 4}) {
+    std::copy_n(logits.data<float>() + r * 7, 7, counted_logits.data<float>() + next * 7);
+    counted_targets.data<int32_t>()[next++] = targets.data<int32_t>()[r];
+  }
+  Tensor loss = Zeros({1}), counted_loss = Zeros({1});
+  backend().CrossEntropyForward(logits, targets, loss);
+  backend().CrossEntropyForward(counted_logits, counted_targets, counted_loss);
+  EXPECT_EQ(loss.data<float>()[0], counted_loss.data<float>()[0]);
+  Tensor dlogits = Random({5, 7}), counted_dlogits = Zeros({3, 7});
+  backend().CrossEntropyBackward(logits, targets, 0.5f, dlogits);
+  backend().CrossEntropyBackward(counted_logits, counted_targets, 0.5f, counted_dlogits);
+  next = 0;
+  for (int64_t r = 0; r < 5; ++r) {
+    for (int64_t v = 0; v < 7; ++v) {
+      const float got = dlogits.data<float>()[r * 7 + v];
+      if (r == 1 || r == 3) {
+        EXPECT_EQ(got, 0.0f) << r << " " << v;
+      } else {
+        EXPECT_EQ(got, counted_dlogits.data<float>()[next * 7 + v]) << r << " " << v;
+      }
+    }
+    if (r != 1 && r != 3) ++next;
+  }
+  // Nothing counted: loss 0, no gradient.
+  for (int64_t r = 0; r < 5; ++r) targets.data<int32_t>()[r] = kIgnoreTarget;
+  backend().CrossEntropyForward(logits, targets, loss);
+  EXPECT_EQ(loss.data<float>()[0], 0.0f);
 }
 
 }  // namespace

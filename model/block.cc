@@ -183,11 +183,11 @@ BlockLayer::BlockLayer(Backend& backend, const ModelDims& dims, DType param_dtyp
 
 std::vector<Param*> BlockLayer::params() { return Pointers(params_); }
 
-Tensor BlockLayer::Forward(const Tensor& x, const MicroBatch& /*batch*/, Stash& stash) {
+Tensor BlockLayer::Forward(const Tensor& x, const MicroBatch& batch, Stash& stash) {
   CheckInput(x, dims_, act_dtype_, name_);
   BATON_CHECK(stash.empty(), "{}: Forward into a stash that is in use", name_);
-  const Tensor x2 =
-      model_ops::AttentionSublayerForward(backend_, attn_, x, selective_recompute_, stash);
+  const Tensor x2 = model_ops::AttentionSublayerForward(backend_, attn_, x, batch.segment_starts,
+                                                        selective_recompute_, stash);
   return model_ops::MlpSublayerForward(backend_, mlp_, x2, selective_recompute_, stash);
 }
 
@@ -201,27 +201,28 @@ Tensor BlockLayer::ForwardCached(const Tensor& x, const MicroBatch& /*batch*/, i
   return model_ops::MlpSublayerInference(backend_, mlp_, x2);
 }
 
-Tensor BlockLayer::BackwardPass(const Tensor& dy, Stash& stash, bool defer_weights) {
+Tensor BlockLayer::BackwardPass(const Tensor& dy, const MicroBatch& batch, Stash& stash,
+                                bool defer_weights) {
   CheckGradient(dy, dims_, act_dtype_, name_);
   model_ops::WeightGradSink sink(backend_, defer_weights);
   // dx2 is c_proj's output gradient, so an operand of attn.c_proj's weight GEMM.
   Tensor dx2 =
       model_ops::MlpSublayerBackward(backend_, mlp_, dy, stash, sink, sink.operand_category());
-  Tensor dx = model_ops::AttentionSublayerBackward(backend_, attn_, dx2, stash, sink,
-                                                   MemCategory::kActivations);
+  Tensor dx = model_ops::AttentionSublayerBackward(backend_, attn_, dx2, batch.segment_starts,
+                                                   stash, sink, MemCategory::kActivations);
   dx2 = Tensor();
   sink.Finish(stash);
   return dx;
 }
 
-Tensor BlockLayer::Backward(const Tensor& dy, const MicroBatch& /*batch*/, Stash& stash,
+Tensor BlockLayer::Backward(const Tensor& dy, const MicroBatch& batch, Stash& stash,
                             const BackwardArgs& /*args*/) {
-  return BackwardPass(dy, stash, /*defer_weights=*/false);
+  return BackwardPass(dy, batch, stash, /*defer_weights=*/false);
 }
 
-Tensor BlockLayer::BackwardInput(const Tensor& dy, const MicroBatch& /*batch*/, Stash& stash,
+Tensor BlockLayer::BackwardInput(const Tensor& dy, const MicroBatch& batch, Stash& stash,
                                  const BackwardArgs& /*args*/) {
-  return BackwardPass(dy, stash, /*defer_weights=*/true);
+  return BackwardPass(dy, batch, stash, /*defer_weights=*/true);
 }
 
 void BlockLayer::BackwardWeight(Stash& stash) {

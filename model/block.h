@@ -69,7 +69,7 @@ class BlockLayer final : public Layer {
   void BackwardWeight(Stash& stash) override;
 
  private:
-  Tensor BackwardPass(const Tensor& dy, Stash& stash, bool defer_weights);
+  Tensor BackwardPass(const Tensor& dy, const MicroBatch& batch, Stash& stash, bool defer_weights);
 
   Backend& backend_;
   ModelDims dims_;

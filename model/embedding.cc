@@ -31,7 +31,7 @@ Tensor EmbeddingLayer::Forward(const Tensor& /*x*/, const MicroBatch& batch, Sta
   BATON_CHECK(stash.empty(), "Forward into a stash that is in use");
   Tensor out = model_ops::NewTensor(backend_, {tokens.size(0), tokens.size(1), dims_.width},
                                     act_dtype_, MemCategory::kActivations);
-  backend_.EmbeddingForward(tokens, wte_.value, wpe_.value, out);
+  backend_.EmbeddingForward(tokens, batch.segment_starts, wte_.value, wpe_.value, out);
   return out;
 }
 
@@ -61,7 +61,7 @@ Tensor EmbeddingLayer::BackwardInput(const Tensor& dy, const MicroBatch& batch, 
       dy.defined() && dy.dim() == 3 && dy.size(-1) == dims_.width && dy.dtype() == act_dtype_,
       "the embedding's dy must be (B,T,C={}) {}, got {}", dims_.width, Name(act_dtype_),
       dy.ToString());
-  backend_.EmbeddingBackward(batch.tokens, dy, wte_.grad, wpe_.grad);
+  backend_.EmbeddingBackward(batch.tokens, batch.segment_starts, dy, wte_.grad, wpe_.grad);
   stash.Clear();
   return Tensor();
 }

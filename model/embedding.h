@@ -1,7 +1,9 @@
 // The token + position embedding: the first layer of every graph.
 //
-//   Forward:  tokens (B,T) i32 -> out (B,T,C) = wte[tokens] + wpe[0..T)      (x is ignored)
-//   Backward: dwte[tokens[b,t]] += dy[b,t]; dwpe[t] += sum_b dy[b,t]; no dx
+//   Forward:  tokens (B,T) i32 -> out (B,T,C) = wte[tokens] + wpe[pos]        (x is ignored)
+//   Backward: dwte[tokens[b,t]] += dy[b,t]; dwpe[pos] += dy[b,t]; no dx
+// pos = t, or with packed documents (MicroBatch::segment_starts) t - segment_starts[b,t]:
+// positions restart at 0 at each document.
 // Parameters: "wte.weight" (V,C), "wpe.weight" (maxT,C), both N(0, 0.02). Nothing is stashed
 // (backward reads the tokens from the micro-batch again), and BackwardInput does all the work:
 // there is no weight GEMM to defer.

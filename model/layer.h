@@ -26,7 +26,11 @@ namespace baton {
 
 struct MicroBatch {
   Tensor tokens;   // (B,T) i32: read by the first layer
-  Tensor targets;  // (B,T) i32: read by the last layer
+  Tensor targets;  // (B,T) i32: read by the last layer; kIgnoreTarget where not counted
+  // Packed documents only (data.packing; undefined otherwise): (B,T) i32, the first position of
+  // the document holding each token (data/packing.h), read by every layer with attention and by
+  // the embedding (positions restart at each document). Every stage holds it.
+  Tensor segment_starts = Tensor();  // (an initializer, so {tokens, targets} stays complete)
 };
 
 struct BackwardArgs {

@@ -110,7 +110,8 @@ Shape ProbsShape(const Tensor& x, int num_heads) {
 }  // namespace
 
 Tensor AttentionSublayerForward(Backend& backend, const AttentionParams& params, const Tensor& x,
-                                bool selective_recompute, Stash& stash) {
+                                const Tensor& segment_starts, bool selective_recompute,
+                                Stash& stash) {
   const Tensor ln = NormForward(backend, params.ln, x, "attn.", stash);
   Tensor qkv = LinearForward(backend, params.c_attn, ln, kActivations);  // (B,T,3C)
   stash.Put("attn.qkv", qkv);
@@ -118,12 +119,12 @@ Tensor AttentionSublayerForward(Backend& backend, const AttentionParams& params,
   if (params.flash) {  // the row log-sum-exps are all backward needs: kept under selective too
     Tensor lse =
         NewTensor(backend, {x.size(0), params.num_heads, x.size(1)}, DType::kF32, kActivations);
-    backend.FlashAttentionForward(qkv, params.num_heads, out, lse);
+    backend.FlashAttentionForward(qkv, segment_starts, params.num_heads, out, lse);
     stash.Put("attn.lse", std::move(lse));
   } else {
     Tensor probs = NewTensor(backend, ProbsShape(x, params.num_heads), DType::kF32,
                              selective_recompute ? kWorkspace : kActivations);
-    backend.AttentionForward(qkv, params.num_heads, out, probs);
+    backend.AttentionForward(qkv, segment_starts, params.num_heads, out, probs);
     if (!selective_recompute) stash.Put("attn.probs", std::move(probs));
   }
   stash.Put("attn.out", out);
@@ -132,8 +133,8 @@ Tensor AttentionSublayerForward(Backend& backend, const AttentionParams& params,
 }
 
 Tensor AttentionSublayerBackward(Backend& backend, const AttentionParams& params, const Tensor& dy,
-                                 const Stash& stash, WeightGradSink& sink,
-                                 MemCategory dx_category) {
+                                 const Tensor& segment_starts, const Stash& stash,
+                                 WeightGradSink& sink, MemCategory dx_category) {
   const Tensor& qkv = stash.Get("attn.qkv");
   const bool flash = stash.Has("attn.lse");  // the forward's kind decides
   Tensor probs;
@@ -142,15 +143,15 @@ Tensor AttentionSublayerBackward(Backend& backend, const AttentionParams& params
   } else if (!flash) {  // selective recompute: the same kernel on the same qkv gives the same probs
     probs = NewTensor(backend, ProbsShape(dy, params.num_heads), DType::kF32, kWorkspace);
     Tensor scratch = NewTensor(backend, dy.shape(), dy.dtype(), kWorkspace);
-    backend.AttentionForward(qkv, params.num_heads, scratch, probs);
+    backend.AttentionForward(qkv, segment_starts, params.num_heads, scratch, probs);
   }
   Tensor dout = LinearBackward(backend, params.c_proj, stash.Get("attn.out"), dy, sink);
   Tensor dqkv = NewZeros(backend, qkv.shape(), qkv.dtype(), sink.operand_category());
   if (flash) {
-    backend.FlashAttentionBackward(dout, qkv, stash.Get("attn.out"), stash.Get("attn.lse"),
-                                   params.num_heads, dqkv);
+    backend.FlashAttentionBackward(dout, qkv, segment_starts, stash.Get("attn.out"),
+                                   stash.Get("attn.lse"), params.num_heads, dqkv);
   } else {
-    backend.AttentionBackward(dout, qkv, probs, params.num_heads, dqkv);
+    backend.AttentionBackward(dout, qkv, segment_starts, probs, params.num_heads, dqkv);
   }
   dout = Tensor();
   probs = Tensor();

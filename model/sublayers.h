@@ -34,11 +34,15 @@ struct MlpParams {
   Linear c_proj;  // (4C, C)
 };
 
+// segment_starts: the micro-batch's (MicroBatch::segment_starts; undefined = one document per
+// row), the same tensor for forward and backward.
 Tensor AttentionSublayerForward(Backend& backend, const AttentionParams& params, const Tensor& x,
-                                bool selective_recompute, Stash& stash);
+                                const Tensor& segment_starts, bool selective_recompute,
+                                Stash& stash);
 // Returns dx booked under `dx_category`; weight gradients go through `sink`, the rest accumulate.
 Tensor AttentionSublayerBackward(Backend& backend, const AttentionParams& params, const Tensor& dy,
-                                 const Stash& stash, WeightGradSink& sink, MemCategory dx_category);
+                                 const Tensor& segment_starts, const Stash& stash,
+                                 WeightGradSink& sink, MemCategory dx_category);
 
 Tensor MlpSublayerForward(Backend& backend, const MlpParams& params, const Tensor& x,
                           bool selective_recompute, Stash& stash);

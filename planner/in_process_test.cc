@@ -79,6 +79,41 @@ TEST(InProcessTest, EvalLossIsBitIdenticalOnEveryCutAndLeavesTrainingUntouched) 
   EXPECT_TRUE(EvalLosses(plain).empty());
 }
 
+// Packed documents (newline-separated "documents" of the licence texts): losses and parameters
+// are the same bits on every stage count, schedule, checkpointing policy and thread count, and
+// so are the packed evaluation losses; and they differ from the unpacked run's (so packing is not
+// silently ignored).
+TEST(InProcessTest, PackedDocumentsAreBitIdenticalOnEveryCut) {
+  const std::vector<std::string> packing = {"data.packing=true",       "data.document_separator=10",
+                                            "model.num_layers=4",      "train.steps=3",
+                                            "data.eval_fraction=0.01", "train.eval_every=3"};
+  const auto with = [&](std::vector<std::string> more) {
+    more.insert(more.end(), packing.begin(), packing.end());
+    return RunInProcess(MakePlan(TinyConfig(more)));
+  };
+  const InProcessResult one = with({"parallel.stages=1"});
+  ASSERT_EQ(one.losses.size(), 3u);
+  EXPECT_TRUE(std::isfinite(one.losses[0]));
+  ASSERT_EQ(EvalLosses(one).size(), 1u);  // packed evaluation windows too
+  for (const std::vector<std::string>& cut : std::vector<std::vector<std::string>>{
+           {"parallel.stages=2"},
+           {"parallel.stages=4", "parallel.schedule=gpipe"},
+           {"parallel.stages=3", "parallel.schedule=zb-h1"},
+           {"parallel.stages=2", "parallel.schedule=interleaved", "parallel.chunks=2"},
+           {"parallel.stages=2", "parallel.checkpoint=every:1"},
+           {"parallel.stages=2", "parallel.checkpoint=selective"},
+           {"parallel.stages=2", "device.threads=2"}}) {
+    const InProcessResult other = with(cut);
+    EXPECT_EQ(other.losses, one.losses) << fmt::format("{}", fmt::join(cut, " "));
+    EXPECT_EQ(other.param_checksum, one.param_checksum) << fmt::format("{}", fmt::join(cut, " "));
+    EXPECT_EQ(EvalLosses(other), EvalLosses(one)) << fmt::format("{}", fmt::join(cut, " "));
+  }
+  // The same run with packing off (same data, same held-out tail).
+  const InProcessResult unpacked = RunInProcess(MakePlan(TinyConfig(
+      {"parallel.stages=2", "model.num_layers=4", "train.steps=3", "data.eval_fraction=0.01"})));
+  EXPECT_NE(unpacked.losses, one.losses);
+}
+
 TEST(InProcessTest, NonFiniteLossStopsEveryRankAtThatStepNamingIt) {
   // A learning rate of 1e6 without clipping: the weights blow up within a few steps.
   const Plan plan = MakePlan(
@@ -301,6 +336,25 @@ TEST(InProcessReplicaTest, TwoReplicasTrainLikeOneOnTheSameGlobalBatch) {
     EXPECT_EQ(again.losses, two.losses) << stages;
     EXPECT_EQ(again.param_checksum, two.param_checksum) << stages;
   }
+}
+
+// Packed documents with data-parallel replicas: every replica packs its own micro-batches, the
+// replicas stay identical, and training matches one replica on the same global batch (to the
+// all-reduce's rounding, as unpacked).
+TEST(InProcessReplicaTest, PackedDocumentsTrainLikeOneReplica) {
+  const std::vector<std::string> base = {"parallel.stages=2",          "train.steps=10",
+                                         "train.batch_size=8",         "train.micro_batches=4",
+                                         "data.document_separator=10", "data.packing=true"};
+  const InProcessResult one = RunInProcess(MakePlan(TinyConfig(base)));
+  std::vector<std::string> two_replicas = base;
+  two_replicas.push_back("parallel.replicas=2");
+  const Plan plan = MakePlan(TinyConfig(two_replicas));
+  const InProcessResult two = RunInProcess(plan);
+  EXPECT_LE(WorstRelativeDifference(two.losses, one.losses), 1e-5);
+  ExpectReplicasIdentical(plan, two, "packed");
+  std::vector<std::string> unpacked = base;
+  unpacked.pop_back();
+  EXPECT_NE(RunInProcess(MakePlan(TinyConfig(unpacked))).losses, one.losses);
 }
 
 TEST(InProcessReplicaTest, FourReplicasOfOneMicroBatchEachMatchOneReplica) {

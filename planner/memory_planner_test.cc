@@ -102,6 +102,23 @@ TEST(MemoryPlannerTest, PredictsTheLedgerForMaterializedAttention) {
 
 // 8-bit optimizer state: predicted = measured, and the optimizer's bytes are about a quarter of
 // f32 state's (2 bytes of codes + 8/256 of absmax per element, small tensors at 8 bytes).
+// Packed documents: every stage holds each micro-batch's segment starts (B,T) i32, booked as
+// activations on the meta backend as on the real one; predicted = measured, and the packed run
+// books more activations on a middle stage than the unpacked one.
+TEST(MemoryPlannerTest, PredictsTheLedgerForPackedDocuments) {
+  for (const char* schedule : {"1f1b", "zb-h1"}) {
+    const std::vector<std::string> common = {std::string("parallel.schedule=") + schedule,
+                                             "parallel.checkpoint=every:1"};
+    std::vector<std::string> packed = common;
+    packed.insert(packed.end(), {"data.packing=true", "data.document_separator=10"});
+    const Plan plan = MakePlan(SmallCpu(packed));
+    ExpectPredictedEqualsMeasured(plan, 0.0, std::string("packed ") + schedule);
+    const std::vector<RankMemory> plain = PredictMemory(MakePlan(SmallCpu(common)));
+    const std::vector<RankMemory> with = PredictMemory(plan);
+    EXPECT_GT(with[1].peak[MemCategory::kActivations], plain[1].peak[MemCategory::kActivations]);
+  }
+}
+
 TEST(MemoryPlannerTest, PredictsTheLedgerForInt8OptimizerState) {
   for (const char* dtype : {"fp32", "bf16"}) {
     const std::vector<std::string> common = {std::string("precision.dtype=") + dtype};

@@ -10,6 +10,7 @@
 #include "core/error.h"
 #include "core/hash.h"
 #include "core/units.h"
+#include "data/packing.h"
 #include "data/tokenizer.h"
 #include "model/prune.h"
 #include "worker/pruning.h"
@@ -159,7 +160,10 @@ Trainer::Trainer(TrainerSetup setup, Backend& backend)
 
   const bool first = model_->holds_first_layer();
   const bool last = model_->holds_last_layer();
-  if ((first || last) && !IsMeta(backend_)) {  // the memory planner reads no data
+  // Packed documents: every stage attends within documents, so every stage reads its
+  // micro-batches' rows (the sampling is deterministic) to compute their segment starts.
+  const bool packing = config.data.packing;
+  if ((first || last || packing) && !IsMeta(backend_)) {  // the memory planner reads no data
     data_ = std::make_unique<RunData>(OpenRunData(config));
   }
   for (int k = 0; k < MicroBatchesPerReplica(config); ++k) {
@@ -173,6 +177,10 @@ Trainer::Trainer(TrainerSetup setup, Backend& backend)
       batch.targets =
           Tensor::Empty(backend_.allocator(), shape, DType::kI32, MemCategory::kActivations);
     }
+    if (packing) {
+      batch.segment_starts =
+          Tensor::Empty(backend_.allocator(), shape, DType::kI32, MemCategory::kActivations);
+    }
     batches_.push_back(std::move(batch));
   }
 }
@@ -184,11 +192,18 @@ int Trainer::first_microbatch() const {
 }
 
 // Copies a micro-batch's host rows into the tensors this rank holds (tokens on the first
-// layer's rank, targets on the last's).
+// layer's rank, targets on the last's, segment starts on every rank with packed documents,
+// which also marks the targets across a document boundary as not counted: data/packing.h).
 void Trainer::CopyIn(MicroBatch& batch, std::vector<int32_t>& tokens,
                      std::vector<int32_t>& targets) {
   const int b = MicroBatchSize(setup_.config);
   const int t = static_cast<int>(SequenceLength(setup_.config));
+  if (batch.segment_starts.defined()) {
+    std::vector<int32_t> starts(tokens.size());
+    PackRows(tokens.data(), b, t, static_cast<int32_t>(setup_.config.data.document_separator),
+             kIgnoreTarget, starts.data(), targets.data());
+    backend_.Copy(Tensor::Wrap(starts.data(), {b, t}, DType::kI32), batch.segment_starts);
+  }
   if (batch.tokens.defined()) {
     backend_.Copy(Tensor::Wrap(tokens.data(), {b, t}, DType::kI32), batch.tokens);
   }

@@ -35,30 +35,47 @@ HeadView ViewHead(const float* qkv, const AttentionShape& shape, int64_t b, int6
   return {base, base + c, base + 2 * c, 3 * c};
 }
 
-// In place on one row of scaled scores: softmax over [0, t], zeros after.
-BATON_SIMD_CLONES void CausalSoftmaxRow(float* row, int64_t t, int64_t seq) {
-  const float max = MaxF(row, t + 1);
-  const float sum = SumLanes(t + 1, [row, max](int64_t s) {
-    const float e = ExpF(row[s] - max);
-    row[s] = e;
+// The first key query t attends: its document's start with packed documents, else 0.
+// `segment_starts` is the row's (T), or null.
+inline int64_t FirstKey(const int32_t* segment_starts, int64_t t) {
+  return segment_starts == nullptr ? 0 : segment_starts[t];
+}
+
+// The row's (T) segment starts within segment_starts (B,T), or null.
+inline const int32_t* RowSegments(const int32_t* segment_starts, int64_t b, int64_t seq) {
+  return segment_starts == nullptr ? nullptr : segment_starts + b * seq;
+}
+
+// In place on one row of scaled scores: softmax over keys [first, t], zeros elsewhere.
+BATON_SIMD_CLONES void CausalSoftmaxRow(float* row, int64_t first, int64_t t, int64_t seq) {
+  float* keys = row + first;
+  const int64_t n = t - first + 1;
+  const float max = MaxF(keys, n);
+  const float sum = SumLanes(n, [keys, max](int64_t s) {
+    const float e = ExpF(keys[s] - max);
+    keys[s] = e;
     return e;
   });
   const float inv_sum = 1.0f / sum;
-  for (int64_t s = 0; s <= t; ++s) row[s] *= inv_sum;
+  for (int64_t s = 0; s < n; ++s) keys[s] *= inv_sum;
+  std::fill(row, row + first, 0.0f);
   std::fill(row + t + 1, row + seq, 0.0f);
 }
 
-// In place on one row: dp (dL/dP) -> ds (dL/dS) = p * (dp - sum(p * dp)); zeros after t.
-BATON_SIMD_CLONES void CausalSoftmaxBackwardRow(const float* p, float* d, int64_t t, int64_t seq) {
-  const float dot = DotF(p, d, t + 1);
-  for (int64_t s = 0; s <= t; ++s) d[s] = p[s] * (d[s] - dot);
+// In place on one row: dp (dL/dP) -> ds (dL/dS) = p * (dp - sum(p * dp)) over keys [first, t];
+// zeros elsewhere.
+BATON_SIMD_CLONES void CausalSoftmaxBackwardRow(const float* p, float* d, int64_t first, int64_t t,
+                                                int64_t seq) {
+  const float dot = DotF(p + first, d + first, t - first + 1);
+  for (int64_t s = first; s <= t; ++s) d[s] = p[s] * (d[s] - dot);
+  std::fill(d, d + first, 0.0f);
   std::fill(d + t + 1, d + seq, 0.0f);
 }
 
 }  // namespace
 
-void AttentionForward(const float* qkv, float* out, float* probs, const AttentionShape& shape,
-                      ThreadPool* pool) {
+void AttentionForward(const float* qkv, const int32_t* segment_starts, float* out, float* probs,
+                      const AttentionShape& shape, ThreadPool* pool) {
   const int64_t seq = shape.seq;
   const int64_t dim = shape.head_dim();
   const int64_t heads = shape.heads;
@@ -68,17 +85,20 @@ void AttentionForward(const float* qkv, float* out, float* probs, const Attentio
     const int64_t b = bh / heads;
     const HeadView head = ViewHead(qkv, shape, b, bh % heads);
     const int64_t ld = head.qkv_stride;
+    const int32_t* segments = RowSegments(segment_starts, b, seq);
     float* p = probs + bh * seq * seq;
     float* o = out + b * seq * c + (bh % heads) * dim;
     for (int64_t r0 = 0; r0 < seq; r0 += kRowBlock) {
       const int64_t r1 = std::min(seq, r0 + kRowBlock);
-      // S[r0:r1, 0:r1] = scale * Q[r0:r1] K[0:r1]^T, then softmax row by row.
-      Sgemm(false, true, r1 - r0, r1, dim, scale, head.q + r0 * ld, ld, head.k, ld, 0.0f,
-            p + r0 * seq, seq);
-      for (int64_t t = r0; t < r1; ++t) CausalSoftmaxRow(p + t * seq, t, seq);
-      // out[r0:r1] = P[r0:r1, 0:r1] V[0:r1]
-      Sgemm(false, false, r1 - r0, dim, r1, 1.0f, p + r0 * seq, seq, head.v, ld, 0.0f, o + r0 * c,
-            c);
+      const int64_t lo = FirstKey(segments, r0);  // starts never decrease: the block's first key
+      // S[r0:r1, lo:r1] = scale * Q[r0:r1] K[lo:r1]^T, then softmax row by row.
+      Sgemm(false, true, r1 - r0, r1 - lo, dim, scale, head.q + r0 * ld, ld, head.k + lo * ld, ld,
+            0.0f, p + r0 * seq + lo, seq);
+      for (int64_t t = r0; t < r1; ++t)
+        CausalSoftmaxRow(p + t * seq, FirstKey(segments, t), t, seq);
+      // out[r0:r1] = P[r0:r1, lo:r1] V[lo:r1]
+      Sgemm(false, false, r1 - r0, dim, r1 - lo, 1.0f, p + r0 * seq + lo, seq, head.v + lo * ld, ld,
+            0.0f, o + r0 * c, c);
     }
   });
 }
@@ -87,8 +107,9 @@ int64_t AttentionBackwardScratch(const AttentionShape& shape, int threads) {
   return threads * shape.seq * shape.seq;
 }
 
-void AttentionBackward(const float* dout, const float* qkv, const float* probs, float* dqkv,
-                       float* scratch, const AttentionShape& shape, ThreadPool* pool) {
+void AttentionBackward(const float* dout, const float* qkv, const int32_t* segment_starts,
+                       const float* probs, float* dqkv, float* scratch, const AttentionShape& shape,
+                       ThreadPool* pool) {
   const int64_t seq = shape.seq;
   const int64_t dim = shape.head_dim();
   const int64_t heads = shape.heads;
@@ -104,19 +125,25 @@ void AttentionBackward(const float* dout, const float* qkv, const float* probs, 
     float* dq = dqkv + b * seq * 3 * c + h * dim;
     float* dk = dq + c;
     float* dv = dq + 2 * c;
+    const int32_t* segments = RowSegments(segment_starts, b, seq);
     float* ds = scratch + slot * seq * seq;  // this thread's T x T block
-    // dP = dO V^T (lower block triangle), then dS in place, row by row.
+    // dP = dO V^T (lower block triangle from the block's first key), then dS in place, row by
+    // row (zero outside each row's keys).
     for (int64_t r0 = 0; r0 < seq; r0 += kRowBlock) {
       const int64_t r1 = std::min(seq, r0 + kRowBlock);
-      Sgemm(false, true, r1 - r0, r1, dim, 1.0f, dout_h + r0 * c, c, head.v, ld, 0.0f,
-            ds + r0 * seq, seq);
-      for (int64_t t = r0; t < r1; ++t) CausalSoftmaxBackwardRow(p + t * seq, ds + t * seq, t, seq);
+      const int64_t lo = FirstKey(segments, r0);
+      Sgemm(false, true, r1 - r0, r1 - lo, dim, 1.0f, dout_h + r0 * c, c, head.v + lo * ld, ld,
+            0.0f, ds + r0 * seq + lo, seq);
+      for (int64_t t = r0; t < r1; ++t) {
+        CausalSoftmaxBackwardRow(p + t * seq, ds + t * seq, FirstKey(segments, t), t, seq);
+      }
     }
     for (int64_t r0 = 0; r0 < seq; r0 += kRowBlock) {
       const int64_t r1 = std::min(seq, r0 + kRowBlock);
-      // dQ[r0:r1] += scale * dS[r0:r1, 0:r1] K[0:r1]
-      Sgemm(false, false, r1 - r0, dim, r1, scale, ds + r0 * seq, seq, head.k, ld, 1.0f,
-            dq + r0 * ld, ld);
+      const int64_t lo = FirstKey(segments, r0);
+      // dQ[r0:r1] += scale * dS[r0:r1, lo:r1] K[lo:r1]
+      Sgemm(false, false, r1 - r0, dim, r1 - lo, scale, ds + r0 * seq + lo, seq, head.k + lo * ld,
+            ld, 1.0f, dq + r0 * ld, ld);
       // Key block [r0, r1) gets contributions from queries [r0, T):
       // dK[r0:r1] += scale * dS[r0:T, r0:r1]^T Q[r0:T];  dV[r0:r1] += P[r0:T, r0:r1]^T dO[r0:T]
       Sgemm(true, false, r1 - r0, dim, seq - r0, scale, ds + r0 * seq + r0, seq, head.q + r0 * ld,
@@ -134,28 +161,40 @@ namespace {
 // Scratch blocks of scores are kFlashRows x kFlashKeys, row-major with this leading dimension.
 constexpr int64_t kLd = kFlashKeys;
 
+// Of a block of keys [c0, c0 + cols), how many come before the first key query row i
+// attends (first_keys: the rows' segment starts, or null for none), at most `valid`.
+inline int64_t KeysBefore(const int32_t* first_keys, int64_t i, int64_t c0, int64_t valid) {
+  if (first_keys == nullptr) return 0;
+  return std::clamp<int64_t>(first_keys[i] - c0, 0, std::max<int64_t>(valid, 0));
+}
+
 // One query block's online-softmax step over a block of scores s (rows x cols), rows at
-// positions [r0, r0 + rows) against keys [c0, c0 + cols): masks s > t, updates each row's running
-// max m and sum l, turns s into exp(s - m_new) and rescales the row's accumulator by
-// exp(m_old - m_new). A row that sees none of the block's keys (t < c0: only with a cache's
-// offset, never in the training forward, where c0 <= r0) is zeroed and left alone.
+// positions [r0, r0 + rows) against keys [c0, c0 + cols): masks s > t and keys before the row's
+// segment start (first_keys, per row, or null), updates each row's running max m and sum l,
+// turns s into exp(s - m_new) and rescales the row's accumulator by exp(m_old - m_new). A row
+// that sees none of the block's keys (t < c0: only with a cache's offset; or a segment that
+// starts after the block) is zeroed and left alone.
 BATON_SIMD_CLONES void OnlineSoftmaxBlock(float* s, int64_t rows, int64_t cols, int64_t r0,
-                                          int64_t c0, float* m, float* l, float* acc,
-                                          int64_t acc_ld, int64_t dim) {
+                                          int64_t c0, const int32_t* first_keys, float* m, float* l,
+                                          float* acc, int64_t acc_ld, int64_t dim) {
   for (int64_t i = 0; i < rows; ++i) {
     float* row = s + i * kLd;
     const int64_t valid = std::min(cols, r0 + i - c0 + 1);  // keys c0 .. t
-    if (valid <= 0) {
+    const int64_t skip = KeysBefore(first_keys, i, c0, valid);
+    if (valid <= skip) {
       std::fill(row, row + cols, 0.0f);
       continue;
     }
-    const float m_new = std::max(m[i], MaxF(row, valid));
+    float* keys = row + skip;
+    const int64_t n = valid - skip;
+    const float m_new = std::max(m[i], MaxF(keys, n));
     const float rescale = ExpF(m[i] - m_new);  // 0 on the first block (m = -inf)
-    const float sum = SumLanes(valid, [row, m_new](int64_t k) {
-      const float e = ExpF(row[k] - m_new);
-      row[k] = e;
+    const float sum = SumLanes(n, [keys, m_new](int64_t k) {
+      const float e = ExpF(keys[k] - m_new);
+      keys[k] = e;
       return e;
     });
+    std::fill(row, row + skip, 0.0f);
     std::fill(row + valid, row + cols, 0.0f);
     l[i] = l[i] * rescale + sum;
     m[i] = m_new;
@@ -165,14 +204,17 @@ BATON_SIMD_CLONES void OnlineSoftmaxBlock(float* s, int64_t rows, int64_t cols, 
 }
 
 // In place on a block of recomputed scores (rows x cols): p = exp(s - lse_t), zero above the
-// diagonal.
+// diagonal and before the row's segment start (first_keys, per row, or null).
 BATON_SIMD_CLONES void RecomputeProbsBlock(float* s, int64_t rows, int64_t cols, int64_t r0,
-                                           int64_t c0, const float* lse) {
+                                           int64_t c0, const int32_t* first_keys,
+                                           const float* lse) {
   for (int64_t i = 0; i < rows; ++i) {
     float* row = s + i * kLd;
     const int64_t valid = std::max<int64_t>(0, std::min(cols, r0 + i - c0 + 1));
+    const int64_t skip = KeysBefore(first_keys, i, c0, valid);
     const float shift = lse[i];
-    for (int64_t k = 0; k < valid; ++k) row[k] = ExpF(row[k] - shift);
+    for (int64_t k = skip; k < valid; ++k) row[k] = ExpF(row[k] - shift);
+    std::fill(row, row + skip, 0.0f);
     std::fill(row + valid, row + cols, 0.0f);
   }
 }
@@ -195,8 +237,8 @@ int64_t FlashAttentionForwardScratch(const AttentionShape& shape, int threads) {
   return threads * (kFlashRows * kFlashKeys + 2 * kFlashRows);
 }
 
-void FlashAttentionForward(const float* qkv, float* out, float* lse, float* scratch,
-                           const AttentionShape& shape, ThreadPool* pool) {
+void FlashAttentionForward(const float* qkv, const int32_t* segment_starts, float* out, float* lse,
+                           float* scratch, const AttentionShape& shape, ThreadPool* pool) {
   const int64_t seq = shape.seq;
   const int64_t dim = shape.head_dim();
   const int64_t heads = shape.heads;
@@ -212,18 +254,21 @@ void FlashAttentionForward(const float* qkv, float* out, float* lse, float* scra
     float* l = m + kFlashRows;
     float* o = out + b * seq * c + (bh % heads) * dim;
     float* lse_h = lse + bh * seq;
+    const int32_t* segments = RowSegments(segment_starts, b, seq);
     for (int64_t r0 = 0; r0 < seq; r0 += kFlashRows) {
       const int64_t rows = std::min(kFlashRows, seq - r0);
       float* o_block = o + r0 * c;  // the accumulator: out's own rows
       std::fill(m, m + rows, -INFINITY);
       std::fill(l, l + rows, 0.0f);
       for (int64_t i = 0; i < rows; ++i) std::fill(o_block + i * c, o_block + i * c + dim, 0.0f);
-      // Key blocks [c0, c0 + cols) up to the block's last query r0 + rows - 1.
-      for (int64_t c0 = 0; c0 < r0 + rows; c0 += kFlashKeys) {
+      // Key blocks [c0, c0 + cols) from the block's first key (its first query's segment start:
+      // starts never decrease) up to its last query r0 + rows - 1.
+      const int32_t* first_keys = segments == nullptr ? nullptr : segments + r0;
+      for (int64_t c0 = FirstKey(segments, r0); c0 < r0 + rows; c0 += kFlashKeys) {
         const int64_t cols = std::min(kFlashKeys, r0 + rows - c0);
         Sgemm(false, true, rows, cols, dim, scale, head.q + r0 * ld, ld, head.k + c0 * ld, ld, 0.0f,
               s, kLd);
-        OnlineSoftmaxBlock(s, rows, cols, r0, c0, m, l, o_block, c, dim);
+        OnlineSoftmaxBlock(s, rows, cols, r0, c0, first_keys, m, l, o_block, c, dim);
         Sgemm(false, false, rows, dim, cols, 1.0f, s, kLd, head.v + c0 * ld, ld, 1.0f, o_block, c);
       }
       for (int64_t i = 0; i < rows; ++i) {
@@ -240,9 +285,9 @@ int64_t FlashAttentionBackwardScratch(const AttentionShape& shape, int threads) 
   return threads * (2 * kFlashRows * kFlashKeys + shape.seq);
 }
 
-void FlashAttentionBackward(const float* dout, const float* qkv, const float* out, const float* lse,
-                            float* dqkv, float* scratch, const AttentionShape& shape,
-                            ThreadPool* pool) {
+void FlashAttentionBackward(const float* dout, const float* qkv, const int32_t* segment_starts,
+                            const float* out, const float* lse, float* dqkv, float* scratch,
+                            const AttentionShape& shape, ThreadPool* pool) {
   const int64_t seq = shape.seq;
   const int64_t dim = shape.head_dim();
   const int64_t heads = shape.heads;
@@ -257,6 +302,7 @@ void FlashAttentionBackward(const float* dout, const float* qkv, const float* ou
     const float* dout_h = dout + b * seq * c + h * dim;
     const float* out_h = out + b * seq * c + h * dim;
     const float* lse_h = lse + bh * seq;
+    const int32_t* segments = RowSegments(segment_starts, b, seq);
     float* dq = dqkv + b * seq * 3 * c + h * dim;
     float* dk = dq + c;
     float* dv = dq + 2 * c;
@@ -270,11 +316,14 @@ void FlashAttentionBackward(const float* dout, const float* qkv, const float* ou
         const int64_t rows = std::min(kFlashRows, seq - r0);
         // Keys [c0, c0 + cols): the key block, cut at the query block's last row.
         const int64_t cols = std::min({kFlashKeys, seq - c0, r0 + rows - c0});
+        // Every query of the block starts its document after these keys: nothing to do.
+        if (FirstKey(segments, r0) >= c0 + cols) continue;
         const float* q_block = head.q + r0 * ld;
         const float* dout_block = dout_h + r0 * c;
         // P = exp(scale Q K^T - lse)
         Sgemm(false, true, rows, cols, dim, scale, q_block, ld, head.k + c0 * ld, ld, 0.0f, p, kLd);
-        RecomputeProbsBlock(p, rows, cols, r0, c0, lse_h + r0);
+        RecomputeProbsBlock(p, rows, cols, r0, c0, segments == nullptr ? nullptr : segments + r0,
+                            lse_h + r0);
         // dV[c0:] += P^T dO;  dP = dO V^T;  dS = P (dP - delta)
         Sgemm(true, false, cols, dim, rows, 1.0f, p, kLd, dout_block, c, 1.0f, dv + c0 * ld, ld);
         Sgemm(false, true, rows, cols, dim, 1.0f, dout_block, c, head.v + c0 * ld, ld, 0.0f, ds,
@@ -365,7 +414,7 @@ void CachedAttentionForward(const CachedAttentionArgs& args, float* scratch, Thr
           Sgemm(false, true, rows, cols, dim, scale, q_block, args.q_ld, k_block, args.kv_ld, 0.0f,
                 s, kLd);
         }
-        OnlineSoftmaxBlock(s, rows, cols, first, c0, m, l, o_block, c, dim);
+        OnlineSoftmaxBlock(s, rows, cols, first, c0, nullptr, m, l, o_block, c, dim);
         if (rows < kLoopRows) {
           AccumulateByLoop(s, v_block, args.kv_ld, rows, cols, dim, o_block, c);
         } else {

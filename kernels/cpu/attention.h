@@ -22,16 +22,22 @@ struct AttentionShape {
   int64_t head_dim() const { return channels / heads; }
 };
 
+// Packed documents: `segment_starts`, when not null, is (B,T): query t of row b attends keys
+// segment_starts[b*T + t] .. t (Backend::AttentionForward). A block of queries then skips the key
+// blocks before its first query's segment start. Null: plain causal attention, the same bits as
+// before segments existed.
+
 // qkv (B,T,3C) -> out (B,T,C), probs (B,NH,T,T).
-void AttentionForward(const float* qkv, float* out, float* probs, const AttentionShape& shape,
-                      ThreadPool* pool);
+void AttentionForward(const float* qkv, const int32_t* segment_starts, float* out, float* probs,
+                      const AttentionShape& shape, ThreadPool* pool);
 
 // Floats of scratch AttentionBackward needs: one T x T block of score gradients per thread.
 int64_t AttentionBackwardScratch(const AttentionShape& shape, int threads);
 
 // dqkv (B,T,3C) += gradient, given dout (B,T,C), qkv and probs from the forward.
-void AttentionBackward(const float* dout, const float* qkv, const float* probs, float* dqkv,
-                       float* scratch, const AttentionShape& shape, ThreadPool* pool);
+void AttentionBackward(const float* dout, const float* qkv, const int32_t* segment_starts,
+                       const float* probs, float* dqkv, float* scratch, const AttentionShape& shape,
+                       ThreadPool* pool);
 
 // Flash-style (FlashAttention-2) causal attention: no T x T matrix. Per (batch, head) pair, on
 // one thread, queries are cut into blocks of kFlashRows and keys into blocks of kFlashKeys; the
@@ -51,17 +57,17 @@ inline constexpr int64_t kFlashKeys = 256;
 int64_t FlashAttentionForwardScratch(const AttentionShape& shape, int threads);
 
 // qkv (B,T,3C) -> out (B,T,C), lse (B,NH,T).
-void FlashAttentionForward(const float* qkv, float* out, float* lse, float* scratch,
-                           const AttentionShape& shape, ThreadPool* pool);
+void FlashAttentionForward(const float* qkv, const int32_t* segment_starts, float* out, float* lse,
+                           float* scratch, const AttentionShape& shape, ThreadPool* pool);
 
 // Floats of scratch FlashAttentionBackward needs: two blocks of scores and a row of
 // rowsum(dO * O) per thread.
 int64_t FlashAttentionBackwardScratch(const AttentionShape& shape, int threads);
 
 // dqkv (B,T,3C) += gradient, given dout (B,T,C), qkv, out and lse from the forward.
-void FlashAttentionBackward(const float* dout, const float* qkv, const float* out, const float* lse,
-                            float* dqkv, float* scratch, const AttentionShape& shape,
-                            ThreadPool* pool);
+void FlashAttentionBackward(const float* dout, const float* qkv, const int32_t* segment_starts,
+                            const float* out, const float* lse, float* dqkv, float* scratch,
+                            const AttentionShape& shape, ThreadPool* pool);
 
 // Attention of new queries over a key-value cache (Backend::CachedAttentionForward), f32. Query i
 // of a sequence sits at position past + i and sees keys 0 .. past + i. The flash forward's

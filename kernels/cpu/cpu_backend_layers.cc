@@ -28,6 +28,44 @@ void CheckIdsBelow(const Tensor& ids, int64_t bound, const char* name) {
   }
 }
 
+// Targets are class ids in [0, bound) or kIgnoreTarget (a row the cross-entropy does not count).
+void CheckTargets(const Tensor& targets, int64_t bound) {
+  if (targets.is_meta()) return;
+  const int32_t* p = targets.data<int32_t>();
+  for (int64_t i = 0; i < targets.numel(); ++i) {
+    BATON_CHECK(p[i] == kIgnoreTarget || (p[i] >= 0 && p[i] < bound),
+                "targets[{}] = {} is outside [0, {}) and not {} (ignored)", i, p[i], bound,
+                kIgnoreTarget);
+  }
+}
+
+// Packed documents' segment starts (Backend::AttentionForward): undefined, or (B,T) i32 on the
+// host with 0 <= start[b,t] <= t, each either t (a document starts) or start[b,t-1]. Returns
+// the data, or null when undefined (or meta).
+const int32_t* CheckSegmentStarts(const Tensor& segment_starts, int64_t batch, int64_t seq) {
+  if (!segment_starts.defined()) return nullptr;
+  CheckI32(segment_starts, "segment_starts");
+  CheckShape(segment_starts, {batch, seq}, "segment_starts");
+  if (segment_starts.is_meta()) return nullptr;
+  const int32_t* p = segment_starts.data<int32_t>();
+  for (int64_t b = 0; b < batch; ++b) {
+    for (int64_t t = 0; t < seq; ++t) {
+      const int32_t start = p[b * seq + t];
+      BATON_CHECK(start == t || (t > 0 && start == p[b * seq + t - 1]),
+                  "segment_starts[{}, {}] = {}: a token's document starts at the token or where "
+                  "the previous token's does",
+                  b, t, start);
+    }
+  }
+  return p;
+}
+
+// How many targets the cross-entropy counts (those not kIgnoreTarget).
+int64_t CountedTargets(const Tensor& targets) {
+  const int32_t* p = targets.data<int32_t>();
+  return targets.numel() - std::count(p, p + targets.numel(), kIgnoreTarget);
+}
+
 AttentionShape CheckAttention(const Tensor& qkv, int num_heads) {
   CheckFloat(qkv, "qkv");
   BATON_CHECK(qkv.dim() == 3 && qkv.size(2) % 3 == 0, "qkv {} must be (B, T, 3C)", qkv.ToString());
@@ -85,8 +123,8 @@ Tensor CpuBackend::PieceBuffers(std::initializer_list<const Tensor*> tensors, in
   return Workspace(pool_.threads() * static_cast<int64_t>(tensors.size()) * floats);
 }
 
-void CpuBackend::EmbeddingForward(const Tensor& tokens, const Tensor& wte, const Tensor& wpe,
-                                  Tensor& out) {
+void CpuBackend::EmbeddingForward(const Tensor& tokens, const Tensor& segment_starts,
+                                  const Tensor& wte, const Tensor& wpe, Tensor& out) {
   CheckI32(tokens, "tokens");
   CheckFloat(wte, "wte");
   CheckFloat(wpe, "wpe");
@@ -99,23 +137,26 @@ void CpuBackend::EmbeddingForward(const Tensor& tokens, const Tensor& wte, const
               wpe.size(0));
   CheckShape(out, {batch, seq, channels}, "out");
   CheckIdsBelow(tokens, wte.size(0), "tokens");
+  const int32_t* segments = CheckSegmentStarts(segment_starts, batch, seq);
   F32Staging staging(*allocator_, &pool_);
   const float* pwte = staging.In(wte);
   const float* pwpe = staging.In(wpe);
   float* pout = staging.Out(out);
   if (meta_) return;
-  cpu::EmbeddingForward(tokens.data<int32_t>(), pwte, pwpe, pout, batch, seq, channels, &pool_);
+  cpu::EmbeddingForward(tokens.data<int32_t>(), segments, pwte, pwpe, pout, batch, seq, channels,
+                        &pool_);
   staging.Commit();
 }
 
-void CpuBackend::EmbeddingBackward(const Tensor& tokens, const Tensor& dout, Tensor& dwte,
-                                   Tensor& dwpe) {
+void CpuBackend::EmbeddingBackward(const Tensor& tokens, const Tensor& segment_starts,
+                                   const Tensor& dout, Tensor& dwte, Tensor& dwpe) {
   CheckI32(tokens, "tokens");
   CheckFloat(dout, "dout");
   BATON_CHECK(tokens.dim() == 2, "tokens {} must be (B, T)", tokens.ToString());
   BATON_CHECK(dout.dim() == 3, "dout {} must be (B, T, C)", dout.ToString());
   const int64_t batch = tokens.size(0), seq = tokens.size(1), channels = dout.size(2);
   CheckShape(dout, {batch, seq, channels}, "dout");
+  const int32_t* segments = CheckSegmentStarts(segment_starts, batch, seq);
   if (dwte.defined()) {
     CheckFloat(dwte, "dwte");
     BATON_CHECK(dwte.dim() == 2 && dwte.size(1) == channels, "dwte {} must be (V, {})",
@@ -132,7 +173,8 @@ void CpuBackend::EmbeddingBackward(const Tensor& tokens, const Tensor& dout, Ten
   float* pdwte = staging.InOut(dwte);
   float* pdwpe = staging.InOut(dwpe);
   if (meta_) return;
-  cpu::EmbeddingBackward(tokens.data<int32_t>(), pdout, pdwte, pdwpe, batch, seq, channels, &pool_);
+  cpu::EmbeddingBackward(tokens.data<int32_t>(), segments, pdout, pdwte, pdwpe, batch, seq,
+                         channels, &pool_);
   staging.Commit();
 }
 
@@ -250,8 +292,10 @@ void CpuBackend::GeluBackward(const Tensor& x, const Tensor& dout, Tensor& dx) {
   });
 }
 
-void CpuBackend::AttentionForward(const Tensor& qkv, int num_heads, Tensor& out, Tensor& probs) {
+void CpuBackend::AttentionForward(const Tensor& qkv, const Tensor& segment_starts, int num_heads,
+                                  Tensor& out, Tensor& probs) {
   const AttentionShape shape = CheckAttention(qkv, num_heads);
+  const int32_t* segments = CheckSegmentStarts(segment_starts, shape.batch, shape.seq);
   CheckFloat(out, "out");
   CheckF32(probs, "probs");
   CheckShape(out, {shape.batch, shape.seq, shape.channels}, "out");
@@ -260,13 +304,15 @@ void CpuBackend::AttentionForward(const Tensor& qkv, int num_heads, Tensor& out,
   const float* pqkv = staging.In(qkv);
   float* pout = staging.Out(out);
   if (meta_) return;
-  cpu::AttentionForward(pqkv, pout, probs.data<float>(), shape, &pool_);
+  cpu::AttentionForward(pqkv, segments, pout, probs.data<float>(), shape, &pool_);
   staging.Commit();
 }
 
-void CpuBackend::AttentionBackward(const Tensor& dout, const Tensor& qkv, const Tensor& probs,
-                                   int num_heads, Tensor& dqkv) {
+void CpuBackend::AttentionBackward(const Tensor& dout, const Tensor& qkv,
+                                   const Tensor& segment_starts, const Tensor& probs, int num_heads,
+                                   Tensor& dqkv) {
   const AttentionShape shape = CheckAttention(qkv, num_heads);
+  const int32_t* segments = CheckSegmentStarts(segment_starts, shape.batch, shape.seq);
   CheckFloat(dout, "dout");
   CheckF32(probs, "probs");
   CheckFloat(dqkv, "dqkv");
@@ -279,13 +325,15 @@ void CpuBackend::AttentionBackward(const Tensor& dout, const Tensor& qkv, const 
   const float* pqkv = staging.In(qkv);
   float* pdqkv = staging.InOut(dqkv);
   if (meta_) return;
-  cpu::AttentionBackward(pdout, pqkv, probs.data<float>(), pdqkv, scratch.data<float>(), shape,
-                         &pool_);
+  cpu::AttentionBackward(pdout, pqkv, segments, probs.data<float>(), pdqkv, scratch.data<float>(),
+                         shape, &pool_);
   staging.Commit();
 }
 
-void CpuBackend::FlashAttentionForward(const Tensor& qkv, int num_heads, Tensor& out, Tensor& lse) {
+void CpuBackend::FlashAttentionForward(const Tensor& qkv, const Tensor& segment_starts,
+                                       int num_heads, Tensor& out, Tensor& lse) {
   const AttentionShape shape = CheckAttention(qkv, num_heads);
+  const int32_t* segments = CheckSegmentStarts(segment_starts, shape.batch, shape.seq);
   CheckFloat(out, "out");
   CheckF32(lse, "lse");
   CheckShape(out, {shape.batch, shape.seq, shape.channels}, "out");
@@ -295,13 +343,16 @@ void CpuBackend::FlashAttentionForward(const Tensor& qkv, int num_heads, Tensor&
   const float* pqkv = staging.In(qkv);
   float* pout = staging.Out(out);
   if (meta_) return;
-  cpu::FlashAttentionForward(pqkv, pout, lse.data<float>(), scratch.data<float>(), shape, &pool_);
+  cpu::FlashAttentionForward(pqkv, segments, pout, lse.data<float>(), scratch.data<float>(), shape,
+                             &pool_);
   staging.Commit();
 }
 
-void CpuBackend::FlashAttentionBackward(const Tensor& dout, const Tensor& qkv, const Tensor& out,
+void CpuBackend::FlashAttentionBackward(const Tensor& dout, const Tensor& qkv,
+                                        const Tensor& segment_starts, const Tensor& out,
                                         const Tensor& lse, int num_heads, Tensor& dqkv) {
   const AttentionShape shape = CheckAttention(qkv, num_heads);
+  const int32_t* segments = CheckSegmentStarts(segment_starts, shape.batch, shape.seq);
   CheckFloat(dout, "dout");
   CheckFloat(out, "out");
   CheckF32(lse, "lse");
@@ -317,8 +368,8 @@ void CpuBackend::FlashAttentionBackward(const Tensor& dout, const Tensor& qkv, c
   const float* pout = staging.In(out);
   float* pdqkv = staging.InOut(dqkv);
   if (meta_) return;
-  cpu::FlashAttentionBackward(pdout, pqkv, pout, lse.data<float>(), pdqkv, scratch.data<float>(),
-                              shape, &pool_);
+  cpu::FlashAttentionBackward(pdout, pqkv, segments, pout, lse.data<float>(), pdqkv,
+                              scratch.data<float>(), shape, &pool_);
   staging.Commit();
 }
 
@@ -376,7 +427,7 @@ void CpuBackend::CrossEntropyForward(const Tensor& logits, const Tensor& targets
   BATON_CHECK(lm.rows > 0 && lm.cols > 0, "cross-entropy of empty logits {}", logits.ToString());
   CheckNumel(targets, lm.rows, "targets");
   CheckNumel(loss, 1, "loss");
-  CheckIdsBelow(targets, lm.cols, "targets");
+  CheckTargets(targets, lm.cols);
   Tensor row_losses = Workspace(lm.rows);
   Tensor buffers = PieceBuffers({&logits}, lm.cols);  // one row at a time
   if (meta_) return;
@@ -387,10 +438,12 @@ void CpuBackend::CrossEntropyForward(const Tensor& logits, const Tensor& targets
         LoadChunk(logits, r * lm.cols, lm.cols, PieceBuffer(buffers, slot, 1, 0, lm.cols));
     cpu::CrossEntropyRowLosses(prow, ptargets + r, plosses + r, 1, lm.cols, nullptr);
   });
-  double sum = 0.0;  // in row order
+  double sum = 0.0;  // in row order, over counted rows (an ignored row's loss is 0)
   const float* p = row_losses.data<float>();
   for (int64_t r = 0; r < lm.rows; ++r) sum += p[r];
-  loss.data<float>()[0] = static_cast<float>(sum / static_cast<double>(lm.rows));
+  const int64_t counted = CountedTargets(targets);
+  loss.data<float>()[0] =
+      counted == 0 ? 0.0f : static_cast<float>(sum / static_cast<double>(counted));
 }
 
 void CpuBackend::CrossEntropyBackward(const Tensor& logits, const Tensor& targets, float grad_scale,
@@ -402,12 +455,13 @@ void CpuBackend::CrossEntropyBackward(const Tensor& logits, const Tensor& target
   BATON_CHECK(lm.rows > 0 && lm.cols > 0, "cross-entropy of empty logits {}", logits.ToString());
   CheckNumel(targets, lm.rows, "targets");
   CheckShape(dlogits, logits.shape(), "dlogits");
-  CheckIdsBelow(targets, lm.cols, "targets");
+  CheckTargets(targets, lm.cols);
   // One row at a time. dlogits may be logits: the kernel works in place, and each row is read
   // (into its own buffer when 16-bit) before it is written.
   Tensor buffers = PieceBuffers({&logits, &dlogits}, lm.cols);
   if (meta_) return;
-  const float factor = grad_scale / static_cast<float>(lm.rows);
+  const int64_t counted = CountedTargets(targets);
+  const float factor = counted == 0 ? 0.0f : grad_scale / static_cast<float>(counted);
   const int32_t* ptargets = targets.data<int32_t>();
   ParallelForWithSlot(lm.rows, &pool_, lm.cols, [&](int64_t r, int slot) {
     const int64_t begin = r * lm.cols;

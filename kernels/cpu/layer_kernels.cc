@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "kernels/backend.h"
 #include "kernels/cpu/fast_math.h"
 #include "kernels/cpu/parallel.h"
 
@@ -119,18 +120,22 @@ void ColumnSumsAccumulate(const float* x, int64_t rows, int64_t cols, float* acc
   });
 }
 
-void EmbeddingForward(const int32_t* tokens, const float* wte, const float* wpe, float* out,
-                      int64_t batch, int64_t seq, int64_t channels, ThreadPool* pool) {
+void EmbeddingForward(const int32_t* tokens, const int32_t* segment_starts, const float* wte,
+                      const float* wpe, float* out, int64_t batch, int64_t seq, int64_t channels,
+                      ThreadPool* pool) {
   ParallelFor(batch * seq, pool, channels, [&](int64_t row) {
+    const int64_t t = row % seq;
+    const int64_t position = segment_starts == nullptr ? t : t - segment_starts[row];
     const float* token_row = wte + static_cast<int64_t>(tokens[row]) * channels;
-    const float* position_row = wpe + (row % seq) * channels;
+    const float* position_row = wpe + position * channels;
     float* o = out + row * channels;
     for (int64_t c = 0; c < channels; ++c) o[c] = token_row[c] + position_row[c];
   });
 }
 
-void EmbeddingBackward(const int32_t* tokens, const float* dout, float* dwte, float* dwpe,
-                       int64_t batch, int64_t seq, int64_t channels, ThreadPool* pool) {
+void EmbeddingBackward(const int32_t* tokens, const int32_t* segment_starts, const float* dout,
+                       float* dwte, float* dwpe, int64_t batch, int64_t seq, int64_t channels,
+                       ThreadPool* pool) {
   const int64_t rows = batch * seq;
   if (dwte != nullptr) {
     // Scatter-add: rows sharing a token hit the same dwte row, so split by columns instead.
@@ -142,7 +147,16 @@ void EmbeddingBackward(const int32_t* tokens, const float* dout, float* dwte, fl
       }
     });
   }
-  if (dwpe != nullptr) {
+  if (dwpe != nullptr && segment_starts != nullptr) {
+    // Packed documents: rows of one position come from anywhere, so scatter-add like dwte.
+    ForColumnChunks(rows, channels, pool, [&](int64_t c0, int64_t c1) {
+      for (int64_t row = 0; row < rows; ++row) {
+        float* target = dwpe + (row % seq - segment_starts[row]) * channels;
+        const float* source = dout + row * channels;
+        for (int64_t c = c0; c < c1; ++c) target[c] += source[c];
+      }
+    });
+  } else if (dwpe != nullptr) {
     ParallelFor(seq, pool, batch * channels, [&](int64_t t) {
       for (int64_t c0 = 0; c0 < channels; c0 += kColumnChunk) {
         const int64_t width = std::min(kColumnChunk, channels - c0);
@@ -213,13 +227,19 @@ void GeluBackward(const float* x, const float* dout, float* dx, int64_t n, Threa
 void CrossEntropyRowLosses(const float* logits, const int32_t* targets, float* row_losses,
                            int64_t rows, int64_t vocab, ThreadPool* pool) {
   ParallelFor(rows, pool, vocab, [&](int64_t r) {
-    row_losses[r] = CrossEntropyRowLoss(logits + r * vocab, targets[r], vocab);
+    row_losses[r] = targets[r] == kIgnoreTarget
+                        ? 0.0f
+                        : CrossEntropyRowLoss(logits + r * vocab, targets[r], vocab);
   });
 }
 
 void CrossEntropyBackward(const float* logits, const int32_t* targets, float factor, float* dlogits,
                           int64_t rows, int64_t vocab, ThreadPool* pool) {
   ParallelFor(rows, pool, vocab, [&](int64_t r) {
+    if (targets[r] == kIgnoreTarget) {
+      std::fill(dlogits + r * vocab, dlogits + (r + 1) * vocab, 0.0f);
+      return;
+    }
     CrossEntropyBackwardRow(logits + r * vocab, targets[r], factor, dlogits + r * vocab, vocab);
   });
 }

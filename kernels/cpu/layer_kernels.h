@@ -19,12 +19,16 @@ void BroadcastRows(const float* row, float* out, int64_t rows, int64_t cols, boo
 // acc (cols) += column sums of x (rows,cols); each column summed over rows in order.
 void ColumnSumsAccumulate(const float* x, int64_t rows, int64_t cols, float* acc, ThreadPool* pool);
 
-// out (B,T,C) = wte[tokens] + wpe[t]. Token ids must already be in range.
-void EmbeddingForward(const int32_t* tokens, const float* wte, const float* wpe, float* out,
-                      int64_t batch, int64_t seq, int64_t channels, ThreadPool* pool);
-// dwte[tokens[b,t]] += dout[b,t]; dwpe[t] += sum_b dout[b,t]. Either output may be null.
-void EmbeddingBackward(const int32_t* tokens, const float* dout, float* dwte, float* dwpe,
-                       int64_t batch, int64_t seq, int64_t channels, ThreadPool* pool);
+// out (B,T,C) = wte[tokens] + wpe[pos], pos = t, or t - segment_starts[b,t] when segment_starts
+// (B,T) is not null (packed documents). Token ids and starts must already be valid.
+void EmbeddingForward(const int32_t* tokens, const int32_t* segment_starts, const float* wte,
+                      const float* wpe, float* out, int64_t batch, int64_t seq, int64_t channels,
+                      ThreadPool* pool);
+// dwte[tokens[b,t]] += dout[b,t]; dwpe[pos] += dout[b,t] (pos as above), each summed in (b,t)
+// order. Either output may be null.
+void EmbeddingBackward(const int32_t* tokens, const int32_t* segment_starts, const float* dout,
+                       float* dwte, float* dwpe, int64_t batch, int64_t seq, int64_t channels,
+                       ThreadPool* pool);
 
 void LayerNormForward(const float* x, const float* weight, const float* bias, float* out,
                       float* mean, float* rstd, int64_t rows, int64_t cols, ThreadPool* pool);
@@ -46,10 +50,12 @@ void LayerNormBackwardReduce(const float* scratch, int64_t blocks, float* dweigh
 void GeluForward(const float* x, float* out, int64_t n, ThreadPool* pool);
 void GeluBackward(const float* x, const float* dout, float* dx, int64_t n, ThreadPool* pool);
 
-// row_losses (rows) = -log softmax(logits row)[target]. Targets must already be in range.
+// row_losses (rows) = -log softmax(logits row)[target], 0 where the target is kIgnoreTarget.
+// Targets must already be in range (or kIgnoreTarget).
 void CrossEntropyRowLosses(const float* logits, const int32_t* targets, float* row_losses,
                            int64_t rows, int64_t vocab, ThreadPool* pool);
-// dlogits = factor * (softmax(logits) - onehot(targets)); WRITES; dlogits may equal logits.
+// dlogits = factor * (softmax(logits) - onehot(targets)), 0 on rows whose target is
+// kIgnoreTarget; WRITES; dlogits may equal logits.
 void CrossEntropyBackward(const float* logits, const int32_t* targets, float factor, float* dlogits,
                           int64_t rows, int64_t vocab, ThreadPool* pool);
 

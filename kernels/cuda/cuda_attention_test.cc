@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <memory>
 #include <tuple>
+#include <vector>
 
 #include "core/error.h"
 #include "kernels/cuda/cuda_test_util.h"
@@ -162,6 +163,59 @@ TEST_F(CudaVsCpuTest, FlashAttentionIsRepeatableBitForBit) {
 
 // Meta mode needs no GPU: the calls validate, book no workspace (no T x T scratch: the point of
 // flash attention) and refuse heads wider than the kernels take.
+// Packed documents: fills segment starts (B,T) i32 on the host for documents starting at
+// `starts` (row b's list), as data/packing.h makes them.
+void FillSegmentStarts(Tensor& segment_starts, const std::vector<std::vector<int32_t>>& starts) {
+  const int64_t seq = segment_starts.size(1);
+  int32_t* data = segment_starts.data<int32_t>();
+  for (size_t b = 0; b < starts.size(); ++b) {
+    int32_t current = 0;
+    for (int64_t t = 0; t < seq; ++t) {
+      if (std::find(starts[b].begin(), starts[b].end(), t) != starts[b].end()) {
+        current = static_cast<int32_t>(t);
+      }
+      data[b * seq + t] = current;
+    }
+  }
+}
+
+// Flash and materialized attention with segment starts against the CPU's, forward and backward,
+// across tiles (32) and with documents starting inside, at and past tile edges.
+TEST_F(CudaVsCpuTest, SegmentedAttentionMatchesCpu) {
+  const int64_t batch = 2, seq = 100, channels = 32;
+  const int heads = 2;
+  Tensor segments = HostZeros({batch, seq}, DType::kI32);
+  FillSegmentStarts(segments, {{0, 5, 6, 32, 70, 99}, {0, 64}});
+  const Tensor gpu_segments = ToGpu(segments);
+  const Tensor qkv = Random({batch, seq, 3 * channels});
+  const Tensor dout = Random({batch, seq, channels});
+  const Tensor gpu_qkv = ToGpu(qkv), gpu_dout = ToGpu(dout);
+  // Flash.
+  Tensor cpu_out = HostZeros({batch, seq, channels}), cpu_lse = HostZeros({batch, heads, seq});
+  cpu().FlashAttentionForward(qkv, segments, heads, cpu_out, cpu_lse);
+  Tensor gpu_out = GpuZeros({batch, seq, channels}), gpu_lse = GpuZeros({batch, heads, seq});
+  gpu().FlashAttentionForward(gpu_qkv, gpu_segments, heads, gpu_out, gpu_lse);
+  EXPECT_LT(ErrorVsCpu(gpu_out, cpu_out), 1e-5);
+  EXPECT_LT(ErrorVsCpu(gpu_lse, cpu_lse), 1e-5);
+  Tensor cpu_dqkv = HostZeros(qkv.shape());
+  cpu().FlashAttentionBackward(dout, qkv, segments, cpu_out, cpu_lse, heads, cpu_dqkv);
+  Tensor gpu_dqkv = GpuZeros(qkv.shape());
+  gpu().FlashAttentionBackward(gpu_dout, gpu_qkv, gpu_segments, gpu_out, gpu_lse, heads, gpu_dqkv);
+  EXPECT_LT(ErrorVsCpu(gpu_dqkv, cpu_dqkv), 1e-5);
+  // Materialized.
+  Tensor cpu_probs = HostZeros({batch, heads, seq, seq});
+  cpu().AttentionForward(qkv, segments, heads, cpu_out, cpu_probs);
+  Tensor gpu_probs = GpuZeros({batch, heads, seq, seq});
+  gpu().AttentionForward(gpu_qkv, gpu_segments, heads, gpu_out, gpu_probs);
+  EXPECT_LT(ErrorVsCpu(gpu_out, cpu_out), 1e-5);
+  EXPECT_LT(ErrorVsCpu(gpu_probs, cpu_probs), 1e-5);
+  cpu_dqkv = HostZeros(qkv.shape());
+  cpu().AttentionBackward(dout, qkv, segments, cpu_probs, heads, cpu_dqkv);
+  gpu_dqkv = GpuZeros(qkv.shape());
+  gpu().AttentionBackward(gpu_dout, gpu_qkv, gpu_segments, gpu_probs, heads, gpu_dqkv);
+  EXPECT_LT(ErrorVsCpu(gpu_dqkv, cpu_dqkv), 1e-5);
+}
+
 TEST(CudaMetaFlashAttention, BooksNoWorkspaceAndRefusesHeadsWiderThan256) {
   MemoryLedger ledger;
   const std::unique_ptr<Backend> meta = MakeCudaMetaBackend(ledger, 0);

@@ -67,10 +67,16 @@ class CudaBackend final : public Backend {
               bool accumulate, const Tensor* bias) override;
   void BiasBackward(const Tensor& dout, Tensor& dbias) override;
 
-  void EmbeddingForward(const Tensor& tokens, const Tensor& wte, const Tensor& wpe,
-                        Tensor& out) override;
-  void EmbeddingBackward(const Tensor& tokens, const Tensor& dout, Tensor& dwte,
-                         Tensor& dwpe) override;
+  using Backend::AttentionBackward;
+  using Backend::AttentionForward;
+  using Backend::EmbeddingBackward;
+  using Backend::EmbeddingForward;
+  using Backend::FlashAttentionBackward;
+  using Backend::FlashAttentionForward;
+  void EmbeddingForward(const Tensor& tokens, const Tensor& segment_starts, const Tensor& wte,
+                        const Tensor& wpe, Tensor& out) override;
+  void EmbeddingBackward(const Tensor& tokens, const Tensor& segment_starts, const Tensor& dout,
+                         Tensor& dwte, Tensor& dwpe) override;
   void LayerNormForward(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor& out,
                         Tensor& mean, Tensor& rstd) override;
   void LayerNormBackward(const Tensor& dout, const Tensor& x, const Tensor& weight,
@@ -78,12 +84,15 @@ class CudaBackend final : public Backend {
                          Tensor& dbias) override;
   void GeluForward(const Tensor& x, Tensor& out) override;
   void GeluBackward(const Tensor& x, const Tensor& dout, Tensor& dx) override;
-  void AttentionForward(const Tensor& qkv, int num_heads, Tensor& out, Tensor& probs) override;
-  void AttentionBackward(const Tensor& dout, const Tensor& qkv, const Tensor& probs, int num_heads,
-                         Tensor& dqkv) override;
-  void FlashAttentionForward(const Tensor& qkv, int num_heads, Tensor& out, Tensor& lse) override;
-  void FlashAttentionBackward(const Tensor& dout, const Tensor& qkv, const Tensor& out,
-                              const Tensor& lse, int num_heads, Tensor& dqkv) override;
+  void AttentionForward(const Tensor& qkv, const Tensor& segment_starts, int num_heads, Tensor& out,
+                        Tensor& probs) override;
+  void AttentionBackward(const Tensor& dout, const Tensor& qkv, const Tensor& segment_starts,
+                         const Tensor& probs, int num_heads, Tensor& dqkv) override;
+  void FlashAttentionForward(const Tensor& qkv, const Tensor& segment_starts, int num_heads,
+                             Tensor& out, Tensor& lse) override;
+  void FlashAttentionBackward(const Tensor& dout, const Tensor& qkv, const Tensor& segment_starts,
+                              const Tensor& out, const Tensor& lse, int num_heads,
+                              Tensor& dqkv) override;
   void CachedAttentionForward(const Tensor& qkv, int num_heads, int64_t past, Tensor& k_cache,
                               Tensor& v_cache, Tensor& out) override;
   void CrossEntropyForward(const Tensor& logits, const Tensor& targets, Tensor& loss) override;

@@ -66,10 +66,23 @@ size_t EmbeddingBackwardWorkspaceBound(int64_t rows) {
   return 3 * array + 16 * static_cast<size_t>(rows) + (size_t{64} << 10);
 }
 
+static_assert(kDeviceIgnoreTarget == kIgnoreTarget);
+
+// Packed documents' segment starts (Backend::AttentionForward): undefined, or (B,T) i32 on this
+// device. Their values are not read back to check them (the trainer makes them with PackRows);
+// returns the device pointer, or null.
+const int32_t* SegmentStarts(const Tensor& segment_starts, int64_t batch, int64_t seq,
+                             Device device) {
+  if (!segment_starts.defined()) return nullptr;
+  CheckI32(segment_starts, device, "segment_starts");
+  CheckShape(segment_starts, {batch, seq}, "segment_starts");
+  return static_cast<const int32_t*>(segment_starts.raw());
+}
+
 }  // namespace
 
-void CudaBackend::EmbeddingForward(const Tensor& tokens, const Tensor& wte, const Tensor& wpe,
-                                   Tensor& out) {
+void CudaBackend::EmbeddingForward(const Tensor& tokens, const Tensor& segment_starts,
+                                   const Tensor& wte, const Tensor& wpe, Tensor& out) {
   Activate();
   CheckI32(tokens, device(), "tokens");
   CheckFloat(wte, device(), "wte");
@@ -82,14 +95,15 @@ void CudaBackend::EmbeddingForward(const Tensor& tokens, const Tensor& wte, cons
   BATON_CHECK(seq <= wpe.size(0), "sequence length {} exceeds wpe's {} positions", seq,
               wpe.size(0));
   CheckShape(out, {batch, seq, channels}, "out");
+  const int32_t* segments = SegmentStarts(segment_starts, batch, seq, device());
   if (meta_) return;
-  LaunchEmbeddingForward(static_cast<const int32_t*>(tokens.raw()), wte.raw(), wte.dtype(),
-                         wpe.raw(), wpe.dtype(), out.raw(), out.dtype(), batch, seq, channels,
-                         wte.size(0), id_error_, stream_);
+  LaunchEmbeddingForward(static_cast<const int32_t*>(tokens.raw()), segments, wte.raw(),
+                         wte.dtype(), wpe.raw(), wpe.dtype(), out.raw(), out.dtype(), batch, seq,
+                         channels, wte.size(0), id_error_, stream_);
 }
 
-void CudaBackend::EmbeddingBackward(const Tensor& tokens, const Tensor& dout, Tensor& dwte,
-                                    Tensor& dwpe) {
+void CudaBackend::EmbeddingBackward(const Tensor& tokens, const Tensor& segment_starts,
+                                    const Tensor& dout, Tensor& dwte, Tensor& dwpe) {
   Activate();
   CheckI32(tokens, device(), "tokens");
   CheckFloat(dout, device(), "dout");
@@ -97,13 +111,18 @@ void CudaBackend::EmbeddingBackward(const Tensor& tokens, const Tensor& dout, Te
   BATON_CHECK(dout.dim() == 3, "dout {} must be (B, T, C)", dout.ToString());
   const int64_t batch = tokens.size(0), seq = tokens.size(1), channels = dout.size(2);
   CheckShape(dout, {batch, seq, channels}, "dout");
+  const int32_t* segments = SegmentStarts(segment_starts, batch, seq, device());
+  const int64_t rows = batch * seq;
+  // The radix sort's workspace for the scatter-adds by id (tokens, or positions below).
+  const auto sort_bytes = [&] {
+    return meta_ && CudaDeviceCount() == 0 ? EmbeddingBackwardWorkspaceBound(rows)
+                                           : EmbeddingBackwardWorkspaceBytes(rows);
+  };
   if (dwte.defined()) {
     CheckFloat(dwte, device(), "dwte");
     BATON_CHECK(dwte.dim() == 2 && dwte.size(1) == channels, "dwte {} must be (V, {})",
                 dwte.ToString(), channels);
-    const int64_t rows = batch * seq;
-    const size_t bytes = meta_ && CudaDeviceCount() == 0 ? EmbeddingBackwardWorkspaceBound(rows)
-                                                         : EmbeddingBackwardWorkspaceBytes(rows);
+    const size_t bytes = sort_bytes();
     Tensor scratch = Workspace(static_cast<int64_t>((bytes + 3) / 4), DType::kF32);
     if (!meta_) {
       LaunchEmbeddingBackwardTokens(static_cast<const int32_t*>(tokens.raw()), dout.raw(),
@@ -116,6 +135,21 @@ void CudaBackend::EmbeddingBackward(const Tensor& tokens, const Tensor& dout, Te
     CheckFloat(dwpe, device(), "dwpe");
     BATON_CHECK(dwpe.dim() == 2 && dwpe.size(1) == channels && seq <= dwpe.size(0),
                 "dwpe {} must be (maxT >= {}, {})", dwpe.ToString(), seq, channels);
+    if (segments != nullptr) {
+      // Packed documents: dwpe[t - start[b,t]] += dout[b,t], the tokens' scatter-add with the
+      // positions as ids (rows of one position summed in row order, no atomics).
+      Tensor positions = Workspace(rows, DType::kI32);
+      const size_t bytes = sort_bytes();
+      Tensor scratch = Workspace(static_cast<int64_t>((bytes + 3) / 4), DType::kF32);
+      if (!meta_) {
+        int32_t* p = static_cast<int32_t*>(positions.raw());
+        LaunchPositions(segments, rows, seq, p, stream_);
+        LaunchEmbeddingBackwardTokens(p, dout.raw(), dout.dtype(), dwpe.raw(), dwpe.dtype(), rows,
+                                      channels, dwpe.size(0), scratch.raw(), scratch.nbytes(),
+                                      id_error_, stream_);
+      }
+      return;
+    }
     // dwpe[t] += sum_b dout[b, t]: column sums of dout seen as (B, T*C) into dwpe's first T rows.
     Tensor partials = Workspace(ColumnSumsPartials(batch, seq * channels), DType::kF32);
     if (!meta_) {
@@ -202,13 +236,15 @@ void CudaBackend::GeluBackward(const Tensor& x, const Tensor& dout, Tensor& dx) 
 // softmax in place, then out = P V. With 16-bit qkv, P is also written in that dtype for the PV
 // product (cuBLASLt wants both operands in one dtype). When out's dtype differs from qkv's,
 // everything runs in f32.
-void CudaBackend::AttentionForward(const Tensor& qkv, int num_heads, Tensor& out, Tensor& probs) {
+void CudaBackend::AttentionForward(const Tensor& qkv, const Tensor& segment_starts, int num_heads,
+                                   Tensor& out, Tensor& probs) {
   Activate();
   const AttentionShape shape = CheckAttention(qkv, num_heads, device());
   CheckFloat(out, device(), "out");
   CheckF32(probs, device(), "probs");
   CheckShape(out, {shape.batch, shape.seq, shape.channels}, "out");
   CheckShape(probs, {shape.batch, shape.heads, shape.seq, shape.seq}, "probs");
+  const int32_t* segments = SegmentStarts(segment_starts, shape.batch, shape.seq, device());
   if (shape.batch * shape.seq == 0) return;
   const DType io = out.dtype() == qkv.dtype() ? qkv.dtype() : DType::kF32;
   const Tensor q = Cast(qkv, io);
@@ -236,7 +272,7 @@ void CudaBackend::AttentionForward(const Tensor& qkv, int num_heads, Tensor& out
     scores.alpha = scale;
     gemm_->Run(scores, stream_);
   }
-  LaunchCausalSoftmax(static_cast<float*>(probs.raw()), shape.batch * nh * t, t,
+  LaunchCausalSoftmax(static_cast<float*>(probs.raw()), shape.batch * nh * t, t, segments, nh * t,
                       probs_io.defined() ? probs_io.raw() : nullptr, io, stream_);
   for (int64_t b = 0; b < shape.batch; ++b) {
     GemmProblem values;
@@ -257,7 +293,8 @@ void CudaBackend::AttentionForward(const Tensor& qkv, int num_heads, Tensor& out
 
 // Per batch element b, as a batch over heads: dP = dO V^T (f32), dS = scale P (dP - rowsum(P dP))
 // in place, then dQ += dS K, dK += dS^T Q, dV += P^T dO. 16-bit operands as in the forward.
-void CudaBackend::AttentionBackward(const Tensor& dout, const Tensor& qkv, const Tensor& probs,
+void CudaBackend::AttentionBackward(const Tensor& dout, const Tensor& qkv,
+                                    const Tensor& segment_starts, const Tensor& probs,
                                     int num_heads, Tensor& dqkv) {
   Activate();
   const AttentionShape shape = CheckAttention(qkv, num_heads, device());
@@ -267,6 +304,7 @@ void CudaBackend::AttentionBackward(const Tensor& dout, const Tensor& qkv, const
   CheckShape(dout, {shape.batch, shape.seq, shape.channels}, "dout");
   CheckShape(probs, {shape.batch, shape.heads, shape.seq, shape.seq}, "probs");
   CheckShape(dqkv, qkv.shape(), "dqkv");
+  const int32_t* segments = SegmentStarts(segment_starts, shape.batch, shape.seq, device());
   if (shape.batch * shape.seq == 0) return;
   const bool uniform = dout.dtype() == qkv.dtype() && dqkv.dtype() == qkv.dtype();
   const DType io = uniform ? qkv.dtype() : DType::kF32;
@@ -299,7 +337,8 @@ void CudaBackend::AttentionBackward(const Tensor& dout, const Tensor& qkv, const
     dp.batch = static_cast<int>(nh);
     gemm_->Run(dp, stream_);
     LaunchCausalSoftmaxBackward(static_cast<const float*>(At(probs, probs_b)),
-                                static_cast<float*>(ds.raw()), nh * t, t, scale,
+                                static_cast<float*>(ds.raw()), nh * t, t,
+                                segments == nullptr ? nullptr : segments + b * t, nh * t, scale,
                                 ds_io.defined() ? ds_io.raw() : nullptr,
                                 probs_io.defined() ? probs_io.raw() : nullptr, io, stream_);
     const GemmMatrix ds_operand = Squares(io == DType::kF32 ? ds : ds_io, 0, t);
@@ -334,8 +373,8 @@ void CudaBackend::AttentionBackward(const Tensor& dout, const Tensor& qkv, const
 
 // One kernel (flash_attention.cu): per (query tile, b, h) block, key tiles streamed with an
 // online softmax; no T x T scores, no workspace.
-void CudaBackend::FlashAttentionForward(const Tensor& qkv, int num_heads, Tensor& out,
-                                        Tensor& lse) {
+void CudaBackend::FlashAttentionForward(const Tensor& qkv, const Tensor& segment_starts,
+                                        int num_heads, Tensor& out, Tensor& lse) {
   Activate();
   const AttentionShape shape = CheckAttention(qkv, num_heads, device());
   CheckFloat(out, device(), "out");
@@ -343,16 +382,18 @@ void CudaBackend::FlashAttentionForward(const Tensor& qkv, int num_heads, Tensor
   CheckShape(out, {shape.batch, shape.seq, shape.channels}, "out");
   CheckShape(lse, {shape.batch, shape.heads, shape.seq}, "lse");
   CheckFlashShape(shape, FlashForwardBlocks(shape.batch, shape.seq, shape.heads));
+  const int32_t* segments = SegmentStarts(segment_starts, shape.batch, shape.seq, device());
   if (shape.batch * shape.seq == 0) return;
   if (meta_) return;
-  LaunchFlashAttentionForward(qkv.raw(), qkv.dtype(), out.raw(), out.dtype(),
+  LaunchFlashAttentionForward(qkv.raw(), segments, qkv.dtype(), out.raw(), out.dtype(),
                               static_cast<float*>(lse.raw()), shape.batch, shape.seq,
                               shape.channels, shape.heads, stream_);
 }
 
 // One kernel: key blocks (dK, dV) and query blocks (dQ) in one grid, P recomputed from lse, each
 // element of dqkv accumulated by one thread in a fixed order (deterministic, no atomics).
-void CudaBackend::FlashAttentionBackward(const Tensor& dout, const Tensor& qkv, const Tensor& out,
+void CudaBackend::FlashAttentionBackward(const Tensor& dout, const Tensor& qkv,
+                                         const Tensor& segment_starts, const Tensor& out,
                                          const Tensor& lse, int num_heads, Tensor& dqkv) {
   Activate();
   const AttentionShape shape = CheckAttention(qkv, num_heads, device());
@@ -365,12 +406,13 @@ void CudaBackend::FlashAttentionBackward(const Tensor& dout, const Tensor& qkv, 
   CheckShape(lse, {shape.batch, shape.heads, shape.seq}, "lse");
   CheckShape(dqkv, qkv.shape(), "dqkv");
   CheckFlashShape(shape, FlashBackwardBlocks(shape.batch, shape.seq, shape.heads));
+  const int32_t* segments = SegmentStarts(segment_starts, shape.batch, shape.seq, device());
   if (shape.batch * shape.seq == 0) return;
   if (meta_) return;
-  LaunchFlashAttentionBackward(dout.raw(), dout.dtype(), qkv.raw(), qkv.dtype(), out.raw(),
-                               out.dtype(), static_cast<const float*>(lse.raw()), dqkv.raw(),
-                               dqkv.dtype(), shape.batch, shape.seq, shape.channels, shape.heads,
-                               stream_);
+  LaunchFlashAttentionBackward(dout.raw(), dout.dtype(), qkv.raw(), segments, qkv.dtype(),
+                               out.raw(), out.dtype(), static_cast<const float*>(lse.raw()),
+                               dqkv.raw(), dqkv.dtype(), shape.batch, shape.seq, shape.channels,
+                               shape.heads, stream_);
 }
 
 // Two copy kernels and one attention kernel (cached_attention.cu); no workspace.
@@ -431,11 +473,12 @@ void CudaBackend::CrossEntropyBackward(const Tensor& logits, const Tensor& targe
   BATON_CHECK(dlogits.raw() != logits.raw() || dlogits.dtype() == logits.dtype(),
               "in-place cross-entropy backward needs one dtype, got {} and {}", logits.ToString(),
               dlogits.ToString());
-  const float factor = grad_scale / static_cast<float>(lm.rows);
+  Tensor factor = Workspace(1, DType::kF32);  // grad_scale / counted rows, computed on the device
   if (meta_) return;
   LaunchCrossEntropyBackward(logits.raw(), logits.dtype(),
-                             static_cast<const int32_t*>(targets.raw()), factor, dlogits.raw(),
-                             dlogits.dtype(), lm.rows, lm.cols, id_error_, stream_);
+                             static_cast<const int32_t*>(targets.raw()), grad_scale,
+                             static_cast<float*>(factor.raw()), dlogits.raw(), dlogits.dtype(),
+                             lm.rows, lm.cols, id_error_, stream_);
 }
 
 }  // namespace baton::cuda

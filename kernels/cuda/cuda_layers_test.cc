@@ -4,6 +4,8 @@
 // of the atomics-free embedding and LayerNorm gradients.
 #include <gmock/gmock.h>
 
+#include <vector>
+
 #include "core/error.h"
 #include "kernels/cuda/cuda_test_util.h"
 
@@ -111,6 +113,25 @@ TEST_P(CudaLayersTest, CrossEntropyForwardAndBackwardMatchCpu) {
   }
 }
 
+// Packed documents: rows whose target is kIgnoreTarget are not counted, on the GPU as on the CPU.
+TEST_P(CudaLayersTest, CrossEntropyWithIgnoredTargetsMatchesCpu) {
+  const int64_t rows = 40, vocab = 300;
+  const Tensor logits = Random({rows, vocab}, 3.0f, dtype());
+  Tensor targets = Ids({rows}, vocab);
+  for (int64_t r = 0; r < rows; r += 3) targets.data<int32_t>()[r] = kIgnoreTarget;
+  Tensor cpu_loss = HostZeros({1});
+  cpu().CrossEntropyForward(logits, targets, cpu_loss);
+  const Tensor gpu_logits = ToGpu(logits), gpu_targets = ToGpu(targets);
+  Tensor gpu_loss = GpuZeros({1});
+  gpu().CrossEntropyForward(gpu_logits, gpu_targets, gpu_loss);
+  EXPECT_LT(ErrorVsCpu(gpu_loss, cpu_loss), 1e-5);
+  Tensor cpu_dlogits = HostZeros({rows, vocab}, dtype());
+  cpu().CrossEntropyBackward(logits, targets, 0.5f, cpu_dlogits);
+  Tensor gpu_dlogits = GpuZeros({rows, vocab}, dtype());
+  gpu().CrossEntropyBackward(gpu_logits, gpu_targets, 0.5f, gpu_dlogits);
+  EXPECT_LT(ErrorVsCpu(gpu_dlogits, cpu_dlogits), Tolerance(dtype()));
+}
+
 TEST_P(CudaLayersTest, CrossEntropyBackwardInPlaceMatchesCpu) {
   const Tensor logits = Random({50, 1000}, 2.0f, dtype());
   const Tensor targets = Ids({50}, 1000);
@@ -133,6 +154,29 @@ TEST_F(CudaVsCpuTest, EmbeddingBackwardIsRepeatableBitForBit) {
   EXPECT_EQ(ErrorVsCpu(first, ToCpu(second)), 0.0);
 }
 
+// Packed documents: positions restart at each document, forward and backward (dwpe scattered by
+// position), against the CPU.
+TEST_F(CudaVsCpuTest, EmbeddingWithSegmentStartsMatchesCpu) {
+  const int64_t batch = 2, seq = 9, channels = 16, vocab = 20;
+  std::vector<int32_t> starts = {0, 0, 0, 3, 3, 5, 5, 5, 5, 0, 1, 1, 1, 1, 1, 1, 7, 7};
+  const Tensor segments = Tensor::Wrap(starts.data(), {batch, seq}, DType::kI32);
+  const Tensor tokens = Ids({batch, seq}, vocab);
+  const Tensor wte = Random({vocab, channels}), wpe = Random({seq, channels});
+  Tensor cpu_out = HostZeros({batch, seq, channels});
+  cpu().EmbeddingForward(tokens, segments, wte, wpe, cpu_out);
+  Tensor gpu_out = GpuZeros({batch, seq, channels});
+  const Tensor gpu_segments = ToGpu(segments), gpu_tokens = ToGpu(tokens);
+  gpu().EmbeddingForward(gpu_tokens, gpu_segments, ToGpu(wte), ToGpu(wpe), gpu_out);
+  EXPECT_LT(ErrorVsCpu(gpu_out, cpu_out), 1e-6);
+  const Tensor dout = Random({batch, seq, channels});
+  Tensor cpu_dwte = HostZeros({vocab, channels}), cpu_dwpe = HostZeros({seq, channels});
+  cpu().EmbeddingBackward(tokens, segments, dout, cpu_dwte, cpu_dwpe);
+  Tensor gpu_dwte = GpuZeros({vocab, channels}), gpu_dwpe = GpuZeros({seq, channels});
+  gpu().EmbeddingBackward(gpu_tokens, gpu_segments, ToGpu(dout), gpu_dwte, gpu_dwpe);
+  EXPECT_LT(ErrorVsCpu(gpu_dwte, cpu_dwte), 1e-6);
+  EXPECT_LT(ErrorVsCpu(gpu_dwpe, cpu_dwpe), 1e-6);
+}
+
 TEST_F(CudaVsCpuTest, OutOfRangeTokenIsReportedAtTheNextSync) {
   Tensor tokens = Ids({2, 4}, 10);
   tokens.data<int32_t>()[5] = 10;  // == vocab
@@ -152,7 +196,7 @@ TEST_F(CudaVsCpuTest, OutOfRangeTokenIsReportedAtTheNextSync) {
 
 TEST_F(CudaVsCpuTest, NegativeTargetIsReportedAtTheNextSync) {
   Tensor targets = Ids({6}, 5);
-  targets.data<int32_t>()[2] = -1;
+  targets.data<int32_t>()[2] = -2;  // -1 is kIgnoreTarget (packed documents)
   Tensor loss = GpuZeros({1});
   gpu().CrossEntropyForward(ToGpu(Random({6, 5})), ToGpu(targets), loss);
   EXPECT_THROW(gpu().Synchronize(), Error);

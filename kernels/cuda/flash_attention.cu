@@ -62,9 +62,9 @@ __device__ __forceinline__ float Dot(const float* a, const float* b, int head_di
 // registers of its warp (lane holds d = lane + 32k, k < kChunks).
 template <int kChunks>
 __global__ void __launch_bounds__(kThreads)
-    FlashForwardKernel(const void* qkv, DType qkv_dtype, void* out, DType out_dtype, float* lse,
-                       int seq, int64_t channels, int heads, int head_dim, int64_t query_tiles,
-                       int64_t batch_heads, float scale) {
+    FlashForwardKernel(const void* qkv, const int32_t* segment_starts, DType qkv_dtype, void* out,
+                       DType out_dtype, float* lse, int seq, int64_t channels, int heads,
+                       int head_dim, int64_t query_tiles, int64_t batch_heads, float scale) {
   extern __shared__ float shared[];
   const int stride = TileStride(head_dim);
   float* q_tile = shared;
@@ -95,7 +95,11 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
     for (int k = 0; k < kChunks; ++k) acc[r][k] = 0.0f;
   }
-  for (int k0 = 0; k0 < q_end; k0 += kTile) {
+  // Packed documents: the row's segment starts, and the first key tile any query here sees
+  // (starts never decrease along a row).
+  const int32_t* segments = segment_starts == nullptr ? nullptr : segment_starts + b * seq;
+  const int first_tile = segments == nullptr ? 0 : segments[q0] / kTile * kTile;
+  for (int k0 = first_tile; k0 < q_end; k0 += kTile) {
     __syncthreads();  // the previous key tile is no longer read
     StageTile(k_rows, k0, seq, head_dim, k_tile, stride);
     StageTile(v_rows, k0, seq, head_dim, v_tile, stride);
@@ -106,14 +110,18 @@ __global__ void __launch_bounds__(kThreads)
     for (int r = 0; r < kRowsPerWarp; ++r) {
       const int row = warp * kRowsPerWarp + r;
       const int t = q0 + row;  // past the end for the tail's padding rows, never stored
+      const int first = segments != nullptr && t < seq ? segments[t] : 0;
       float s = -INFINITY;
-      if (key <= t && key < seq) {
+      if (key <= t && key < seq && key >= first) {
         s = scale * Dot(q_tile + row * stride, k_tile + lane * stride, head_dim);
       }
-      // Key 0 is in the first tile and visible to every row, so m_new is finite from there on.
+      // Without segments key 0 is in the first tile and visible to every row, so m_new is finite
+      // from there on; a row whose document starts after this tile sees nothing yet (m_new
+      // stays -inf): it keeps m, l and acc as they are.
       const float m_new = fmaxf(m[r], WarpMax(s));
-      const float rescale = expf(m[r] - m_new);  // 0 on the first tile
-      p[r] = expf(s - m_new);                    // 0 where masked
+      const bool none = m_new == -INFINITY;
+      const float rescale = none ? 1.0f : expf(m[r] - m_new);  // 0 on the first tile
+      p[r] = none ? 0.0f : expf(s - m_new);                    // 0 where masked
       l[r] = l[r] * rescale + WarpSum(p[r]);
       m[r] = m_new;
 #pragma unroll
@@ -163,6 +171,7 @@ struct BackwardArgs {
   const float* lse;
   void* dqkv;
   DType dqkv_dtype;
+  const int32_t* segment_starts;  // (B,T), or null: packed documents
   int seq;
   int64_t channels;
   int heads;
@@ -223,7 +232,10 @@ __device__ __forceinline__ void ProbAndGrad(const BackwardArgs& args, const Head
                                             float& ds) {
   p = 0.0f;
   ds = 0.0f;
-  if (t < args.seq && key <= t) {
+  const int first = args.segment_starts != nullptr && t < args.seq
+                        ? args.segment_starts[tiles.b * args.seq + t]
+                        : 0;
+  if (t < args.seq && key <= t && key >= first) {
     const float s = args.scale * Dot(tiles.q + qrow * tiles.stride, tiles.k + krow * tiles.stride,
                                      args.head_dim);
     p = expf(s - tiles.lse[qrow]);
@@ -315,7 +327,11 @@ __device__ void QueryBlock(const BackwardArgs& args, const HeadTiles& tiles, int
 #pragma unroll
     for (int k = 0; k < kChunks; ++k) dq[r][k] = 0.0f;
   }
-  for (int k0 = 0; k0 < q_end; k0 += kTile) {
+  // Packed documents: from the key tile holding the first query's document start.
+  const int first_tile = args.segment_starts == nullptr
+                             ? 0
+                             : args.segment_starts[tiles.b * args.seq + q0] / kTile * kTile;
+  for (int k0 = first_tile; k0 < q_end; k0 += kTile) {
     __syncthreads();  // the previous key tile is no longer read
     StageTile(tiles.k_rows, k0, args.seq, args.head_dim, tiles.k, tiles.stride);
     StageTile(tiles.v_rows, k0, args.seq, args.head_dim, tiles.v, tiles.stride);
@@ -408,9 +424,9 @@ void LaunchWithShared(void (*kernel)(Params...), int64_t blocks, size_t shared_b
 
 }  // namespace
 
-void LaunchFlashAttentionForward(const void* qkv, DType qkv_dtype, void* out, DType out_dtype,
-                                 float* lse, int64_t batch, int64_t seq, int64_t channels,
-                                 int64_t heads, cudaStream_t stream) {
+void LaunchFlashAttentionForward(const void* qkv, const int32_t* segment_starts, DType qkv_dtype,
+                                 void* out, DType out_dtype, float* lse, int64_t batch, int64_t seq,
+                                 int64_t channels, int64_t heads, cudaStream_t stream) {
   if (batch * seq == 0) return;
   const int64_t tiles = (seq + kTile - 1) / kTile;
   const int64_t blocks = FlashForwardBlocks(batch, seq, heads);
@@ -418,9 +434,9 @@ void LaunchFlashAttentionForward(const void* qkv, DType qkv_dtype, void* out, DT
   const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
   const size_t shared_bytes = sizeof(float) * 3 * kTile * TileStride(head_dim);
   const auto launch = [&](auto kernel) {
-    LaunchWithShared(kernel, blocks, shared_bytes, stream, qkv, qkv_dtype, out, out_dtype, lse,
-                     static_cast<int>(seq), channels, static_cast<int>(heads), head_dim, tiles,
-                     batch * heads, scale);
+    LaunchWithShared(kernel, blocks, shared_bytes, stream, qkv, segment_starts, qkv_dtype, out,
+                     out_dtype, lse, static_cast<int>(seq), channels, static_cast<int>(heads),
+                     head_dim, tiles, batch * heads, scale);
   };
   switch (Chunks(head_dim)) {
     case 1:
@@ -435,9 +451,9 @@ void LaunchFlashAttentionForward(const void* qkv, DType qkv_dtype, void* out, DT
 }
 
 void LaunchFlashAttentionBackward(const void* dout, DType dout_dtype, const void* qkv,
-                                  DType qkv_dtype, const void* out, DType out_dtype,
-                                  const float* lse, void* dqkv, DType dqkv_dtype, int64_t batch,
-                                  int64_t seq, int64_t channels, int64_t heads,
+                                  const int32_t* segment_starts, DType qkv_dtype, const void* out,
+                                  DType out_dtype, const float* lse, void* dqkv, DType dqkv_dtype,
+                                  int64_t batch, int64_t seq, int64_t channels, int64_t heads,
                                   cudaStream_t stream) {
   if (batch * seq == 0) return;
   const int64_t tiles = (seq + kTile - 1) / kTile;
@@ -452,6 +468,7 @@ void LaunchFlashAttentionBackward(const void* dout, DType dout_dtype, const void
   args.lse = lse;
   args.dqkv = dqkv;
   args.dqkv_dtype = dqkv_dtype;
+  args.segment_starts = segment_starts;
   args.seq = static_cast<int>(seq);
   args.channels = channels;
   args.heads = static_cast<int>(heads);

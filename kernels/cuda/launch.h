@@ -86,11 +86,16 @@ void LaunchAdamW8bit(float* param, const void* grad, DType grad_dtype, uint8_t* 
                      cudaStream_t stream);
 
 // ---- layers.cu
-// out (B*T,C) = wte[tokens] + wpe[t].
-void LaunchEmbeddingForward(const int32_t* tokens, const void* wte, DType wte_dtype,
-                            const void* wpe, DType wpe_dtype, void* out, DType out_dtype,
-                            int64_t batch, int64_t seq, int64_t channels, int64_t vocab,
-                            IdError* id_error, cudaStream_t stream);
+// out (B*T,C) = wte[tokens] + wpe[pos], pos = t, or t - segment_starts[b,t] when
+// segment_starts (B,T) is not null (packed documents; starts already checked).
+void LaunchEmbeddingForward(const int32_t* tokens, const int32_t* segment_starts, const void* wte,
+                            DType wte_dtype, const void* wpe, DType wpe_dtype, void* out,
+                            DType out_dtype, int64_t batch, int64_t seq, int64_t channels,
+                            int64_t vocab, IdError* id_error, cudaStream_t stream);
+// positions (rows) = r % seq - segment_starts[r]: packed documents' positions, which the
+// embedding backward scatters dwpe by (LaunchEmbeddingBackwardTokens with positions as ids).
+void LaunchPositions(const int32_t* segment_starts, int64_t rows, int64_t seq, int32_t* positions,
+                     cudaStream_t stream);
 // Workspace bytes for LaunchEmbeddingBackwardTokens with n = B*T rows.
 size_t EmbeddingBackwardWorkspaceBytes(int64_t rows);
 // dwte[tokens[r]] += dout[r] for every row r: rows are stably radix-sorted by token, then each
@@ -128,22 +133,34 @@ void LaunchGeluBackward(const void* x, DType x_dtype, const void* dout, DType do
 // Attention's causal softmax, in place on `rows` rows of length `seq` of f32 scores (row i is
 // query position i % seq): p = softmax over [0, t], zeros after. When copy is non-null, p is also
 // written there in copy_dtype (the operand of the 16-bit P V product).
-void LaunchCausalSoftmax(float* scores, int64_t rows, int64_t seq, void* copy, DType copy_dtype,
-                         cudaStream_t stream);
+// With packed documents, segment_starts (B,T) (else null) moves each row's first visible key to
+// its document's start: row r of scores is query t = r % seq of batch element
+// r / rows_per_batch (rows_per_batch = NH*T); keys before the start are 0 like those after t.
+void LaunchCausalSoftmax(float* scores, int64_t rows, int64_t seq, const int32_t* segment_starts,
+                         int64_t rows_per_batch, void* copy, DType copy_dtype, cudaStream_t stream);
 // In place on dprobs: ds = scale * p * (dp - sum(p * dp)) over [0, t], zeros after; copies as
 // above (ds_copy for dS, probs_copy for P, each optional).
 void LaunchCausalSoftmaxBackward(const float* probs, float* dprobs, int64_t rows, int64_t seq,
-                                 float scale, void* ds_copy, void* probs_copy, DType copy_dtype,
+                                 const int32_t* segment_starts, int64_t rows_per_batch, float scale,
+                                 void* ds_copy, void* probs_copy, DType copy_dtype,
                                  cudaStream_t stream);
 
-// loss[0] = mean over rows of -log softmax(logits row)[target]; row_losses needs `rows` floats.
+// Backend's kIgnoreTarget, for device code (which does not include kernels/backend.h); the
+// backend static_asserts that the two agree.
+inline constexpr int32_t kDeviceIgnoreTarget = -1;
+
+// loss[0] = mean over counted rows (target != kIgnoreTarget) of -log softmax(logits row)[target],
+// 0 when none is counted; row_losses needs `rows` floats.
 void LaunchCrossEntropyForward(const void* logits, DType logits_dtype, const int32_t* targets,
                                float* row_losses, float* loss, int64_t rows, int64_t vocab,
                                IdError* id_error, cudaStream_t stream);
-// dlogits = factor * (softmax(logits) - onehot(target)); WRITES; dlogits may be logits.
+// dlogits = factor * (softmax(logits) - onehot(target)), 0 on ignored rows, with factor =
+// grad_scale / counted rows, computed into *factor (one device float) first; WRITES; dlogits may
+// be logits.
 void LaunchCrossEntropyBackward(const void* logits, DType logits_dtype, const int32_t* targets,
-                                float factor, void* dlogits, DType dlogits_dtype, int64_t rows,
-                                int64_t vocab, IdError* id_error, cudaStream_t stream);
+                                float grad_scale, float* factor, void* dlogits, DType dlogits_dtype,
+                                int64_t rows, int64_t vocab, IdError* id_error,
+                                cudaStream_t stream);
 
 // ---- flash_attention.cu
 // Causal attention without a T x T matrix (Backend::FlashAttentionForward/Backward): qkv
@@ -163,16 +180,19 @@ inline int64_t FlashBackwardBlocks(int64_t batch, int64_t seq, int64_t heads) {
 // out = softmax(scale Q K^T, causal) V in out_dtype, scale = 1/sqrt(D);
 // lse[b,h,t] = log sum_{s<=t} exp(scale q_t.k_s). One block per (query tile, b, h), streaming the
 // key tiles up to the diagonal with an online softmax.
-void LaunchFlashAttentionForward(const void* qkv, DType qkv_dtype, void* out, DType out_dtype,
-                                 float* lse, int64_t batch, int64_t seq, int64_t channels,
-                                 int64_t heads, cudaStream_t stream);
+// With packed documents, segment_starts (B,T) (else null): query t sees keys
+// segment_starts[b,t] .. t only, and a query tile starts streaming at the key tile holding its
+// first query's start.
+void LaunchFlashAttentionForward(const void* qkv, const int32_t* segment_starts, DType qkv_dtype,
+                                 void* out, DType out_dtype, float* lse, int64_t batch, int64_t seq,
+                                 int64_t channels, int64_t heads, cudaStream_t stream);
 // dqkv += the gradient through that forward, P recomputed as exp(scale Q K^T - lse) and
 // Delta_t = dO_t . O_t formed in the kernel. Key blocks (dK, dV of one key tile) and query blocks
 // (dQ of one query tile) share one grid: every element of dqkv has one writer, no atomics.
 void LaunchFlashAttentionBackward(const void* dout, DType dout_dtype, const void* qkv,
-                                  DType qkv_dtype, const void* out, DType out_dtype,
-                                  const float* lse, void* dqkv, DType dqkv_dtype, int64_t batch,
-                                  int64_t seq, int64_t channels, int64_t heads,
+                                  const int32_t* segment_starts, DType qkv_dtype, const void* out,
+                                  DType out_dtype, const float* lse, void* dqkv, DType dqkv_dtype,
+                                  int64_t batch, int64_t seq, int64_t channels, int64_t heads,
                                   cudaStream_t stream);
 
 // ---- cached_attention.cu

@@ -24,21 +24,31 @@ constexpr float kGeluCubic = 0.044715f;
 
 // ---- embedding
 
-__global__ void EmbeddingForwardKernel(const int32_t* tokens, const void* wte, DType wte_dtype,
-                                       const void* wpe, DType wpe_dtype, void* out, DType out_dtype,
-                                       int64_t seq, int64_t channels, int64_t vocab,
-                                       IdError* id_error) {
+__global__ void EmbeddingForwardKernel(const int32_t* tokens, const int32_t* segment_starts,
+                                       const void* wte, DType wte_dtype, const void* wpe,
+                                       DType wpe_dtype, void* out, DType out_dtype, int64_t seq,
+                                       int64_t channels, int64_t vocab, IdError* id_error) {
   const int64_t row = blockIdx.x;
   const int token = tokens[row];
   if (token < 0 || token >= vocab) {
     if (threadIdx.x == 0) RecordBadId(id_error, row, token, static_cast<int>(vocab));
     return;
   }
-  const int64_t t = row % seq;
+  // The position: t, or with packed documents t - its document's start.
+  const int64_t t = row % seq - (segment_starts == nullptr ? 0 : segment_starts[row]);
   for (int64_t c = threadIdx.x; c < channels; c += blockDim.x) {
     const float value =
         LoadF(wte, wte_dtype, token * channels + c) + LoadF(wpe, wpe_dtype, t * channels + c);
     StoreF(out, out_dtype, row * channels + c, value);
+  }
+}
+
+// positions[r] = r % seq - segment_starts[r]: each token's position within its document.
+__global__ void PositionsKernel(const int32_t* segment_starts, int64_t rows, int64_t seq,
+                                int32_t* positions) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < rows;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    positions[i] = static_cast<int32_t>(i % seq) - segment_starts[i];
   }
 }
 
@@ -267,14 +277,23 @@ SortBuffers CarveSortBuffers(void* workspace, int64_t rows) {
 
 }  // namespace
 
-void LaunchEmbeddingForward(const int32_t* tokens, const void* wte, DType wte_dtype,
-                            const void* wpe, DType wpe_dtype, void* out, DType out_dtype,
-                            int64_t batch, int64_t seq, int64_t channels, int64_t vocab,
-                            IdError* id_error, cudaStream_t stream) {
+void LaunchEmbeddingForward(const int32_t* tokens, const int32_t* segment_starts, const void* wte,
+                            DType wte_dtype, const void* wpe, DType wpe_dtype, void* out,
+                            DType out_dtype, int64_t batch, int64_t seq, int64_t channels,
+                            int64_t vocab, IdError* id_error, cudaStream_t stream) {
   const int64_t rows = batch * seq;
   if (rows == 0 || channels == 0) return;
   EmbeddingForwardKernel<<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(
-      tokens, wte, wte_dtype, wpe, wpe_dtype, out, out_dtype, seq, channels, vocab, id_error);
+      tokens, segment_starts, wte, wte_dtype, wpe, wpe_dtype, out, out_dtype, seq, channels, vocab,
+      id_error);
+  BATON_CUDA_CHECK_LAUNCH();
+}
+
+void LaunchPositions(const int32_t* segment_starts, int64_t rows, int64_t seq, int32_t* positions,
+                     cudaStream_t stream) {
+  if (rows == 0) return;
+  PositionsKernel<<<GridFor(rows, kThreads), kThreads, 0, stream>>>(segment_starts, rows, seq,
+                                                                    positions);
   BATON_CUDA_CHECK_LAUNCH();
 }
 

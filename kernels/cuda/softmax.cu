@@ -10,47 +10,60 @@ namespace {
 constexpr int kSoftmaxThreads = 256;  // 8 rows per block
 constexpr int kRowThreads = 512;      // cross-entropy: threads per row of logits
 
-__global__ void CausalSoftmaxKernel(float* scores, int64_t rows, int64_t seq, void* copy,
-                                    DType copy_dtype) {
+// The first key query row `row` sees: its document's start with packed documents (segment_starts
+// (B,T), rows_per_batch = NH*T rows of scores per batch element), else 0.
+__device__ __forceinline__ int64_t FirstKey(const int32_t* segment_starts, int64_t row,
+                                            int64_t rows_per_batch, int64_t seq) {
+  if (segment_starts == nullptr) return 0;
+  return segment_starts[row / rows_per_batch * seq + row % seq];
+}
+
+__global__ void CausalSoftmaxKernel(float* scores, int64_t rows, int64_t seq,
+                                    const int32_t* segment_starts, int64_t rows_per_batch,
+                                    void* copy, DType copy_dtype) {
   const int64_t row = blockIdx.x * int64_t{blockDim.x / kWarp} + threadIdx.x / kWarp;
   const int lane = threadIdx.x % kWarp;
   if (row >= rows) return;
-  const int64_t t = row % seq;  // the query position: keys [0, t] are visible
+  const int64_t t = row % seq;  // the query position: keys [first, t] are visible
+  const int64_t first = FirstKey(segment_starts, row, rows_per_batch, seq);
   float* p = scores + row * seq;
   float max = -INFINITY;
-  for (int64_t s = lane; s <= t; s += kWarp) max = fmaxf(max, p[s]);
+  for (int64_t s = first + lane; s <= t; s += kWarp) max = fmaxf(max, p[s]);
   max = WarpMax(max);
   float sum = 0.0f;
-  for (int64_t s = lane; s <= t; s += kWarp) {
+  for (int64_t s = first + lane; s <= t; s += kWarp) {
     const float e = expf(p[s] - max);
     p[s] = e;
     sum += e;
   }
   const float inv_sum = 1.0f / WarpSum(sum);
   for (int64_t s = lane; s < seq; s += kWarp) {
-    const float value = s <= t ? p[s] * inv_sum : 0.0f;
+    const float value = s >= first && s <= t ? p[s] * inv_sum : 0.0f;
     p[s] = value;
     if (copy != nullptr) StoreF(copy, copy_dtype, row * seq + s, value);
   }
 }
 
 __global__ void CausalSoftmaxBackwardKernel(const float* probs, float* dprobs, int64_t rows,
-                                            int64_t seq, float scale, void* ds_copy,
+                                            int64_t seq, const int32_t* segment_starts,
+                                            int64_t rows_per_batch, float scale, void* ds_copy,
                                             void* probs_copy, DType copy_dtype) {
   const int64_t row = blockIdx.x * int64_t{blockDim.x / kWarp} + threadIdx.x / kWarp;
   const int lane = threadIdx.x % kWarp;
   if (row >= rows) return;
   const int64_t t = row % seq;
+  const int64_t first = FirstKey(segment_starts, row, rows_per_batch, seq);
   const float* p = probs + row * seq;
   float* d = dprobs + row * seq;
   float dot = 0.0f;
-  for (int64_t s = lane; s <= t; s += kWarp) dot += p[s] * d[s];
+  for (int64_t s = first + lane; s <= t; s += kWarp) dot += p[s] * d[s];
   dot = WarpSum(dot);
   for (int64_t s = lane; s < seq; s += kWarp) {
-    const float ds = s <= t ? scale * p[s] * (d[s] - dot) : 0.0f;
+    const bool visible = s >= first && s <= t;
+    const float ds = visible ? scale * p[s] * (d[s] - dot) : 0.0f;
     d[s] = ds;
     if (ds_copy != nullptr) StoreF(ds_copy, copy_dtype, row * seq + s, ds);
-    if (probs_copy != nullptr) StoreF(probs_copy, copy_dtype, row * seq + s, s <= t ? p[s] : 0.0f);
+    if (probs_copy != nullptr) StoreF(probs_copy, copy_dtype, row * seq + s, visible ? p[s] : 0.0f);
   }
 }
 
@@ -62,7 +75,8 @@ __global__ void CrossEntropyRowKernel(const void* logits, DType dtype, const int
   const int target = targets[row];
   if (target < 0 || target >= vocab) {
     if (threadIdx.x == 0) {
-      RecordBadId(id_error, row, target, static_cast<int>(vocab));
+      if (target != kDeviceIgnoreTarget)
+        RecordBadId(id_error, row, target, static_cast<int>(vocab));
       row_losses[row] = 0.0f;
     }
     return;
@@ -79,28 +93,57 @@ __global__ void CrossEntropyRowKernel(const void* logits, DType dtype, const int
   if (threadIdx.x == 0) row_losses[row] = (max - LoadF(logits, dtype, base + target)) + logf(sum);
 }
 
-// One block: loss[0] = (sum of row losses in double, fixed order) / rows.
-__global__ void MeanKernel(const float* row_losses, int64_t rows, float* loss) {
+// One block: the number of targets that are not kDeviceIgnoreTarget (exact in double).
+__device__ double CountedTargets(const int32_t* targets, int64_t rows, double* shared) {
+  double counted = 0.0;
+  for (int64_t r = threadIdx.x; r < rows; r += blockDim.x) {
+    counted += targets[r] != kDeviceIgnoreTarget ? 1.0 : 0.0;
+  }
+  return BlockSum(counted, shared);
+}
+
+// One block: loss[0] = (sum of row losses in double, fixed order) / counted rows (0 if none).
+__global__ void MeanKernel(const float* row_losses, const int32_t* targets, int64_t rows,
+                           float* loss) {
   __shared__ double shared[kWarp];
+  const double counted = CountedTargets(targets, rows, shared);
   double sum = 0.0;
   for (int64_t r = threadIdx.x; r < rows; r += blockDim.x) sum += row_losses[r];
   sum = BlockSum(sum, shared);
-  if (threadIdx.x == 0) *loss = static_cast<float>(sum / static_cast<double>(rows));
+  if (threadIdx.x == 0) *loss = counted == 0.0 ? 0.0f : static_cast<float>(sum / counted);
+}
+
+// One block: factor[0] = grad_scale / counted rows (0 if none), as the host computed it before
+// targets could be ignored: a float division of two floats.
+__global__ void FactorKernel(const int32_t* targets, int64_t rows, float grad_scale,
+                             float* factor) {
+  __shared__ double shared[kWarp];
+  const double counted = CountedTargets(targets, rows, shared);
+  if (threadIdx.x == 0) {
+    *factor = counted == 0.0 ? 0.0f : grad_scale / static_cast<float>(counted);
+  }
 }
 
 // Reads the whole row (max, then sum) before any thread writes; each element is then read and
 // written by the same thread, so dlogits may be logits.
 __global__ void CrossEntropyBackwardKernel(const void* logits, DType logits_dtype,
-                                           const int32_t* targets, float factor, void* dlogits,
-                                           DType dlogits_dtype, int64_t vocab, IdError* id_error) {
+                                           const int32_t* targets, const float* factor_in,
+                                           void* dlogits, DType dlogits_dtype, int64_t vocab,
+                                           IdError* id_error) {
   __shared__ float shared[kWarp];
   const int64_t row = blockIdx.x;
   const int target = targets[row];
+  const int64_t base = row * vocab;
+  if (target == kDeviceIgnoreTarget) {  // not counted: no gradient
+    for (int64_t i = threadIdx.x; i < vocab; i += blockDim.x)
+      StoreF(dlogits, dlogits_dtype, base + i, 0.0f);
+    return;
+  }
   if (target < 0 || target >= vocab) {
     if (threadIdx.x == 0) RecordBadId(id_error, row, target, static_cast<int>(vocab));
     return;
   }
-  const int64_t base = row * vocab;
+  const float factor = *factor_in;
   float max = -INFINITY;
   for (int64_t i = threadIdx.x; i < vocab; i += blockDim.x) {
     max = fmaxf(max, LoadF(logits, logits_dtype, base + i));
@@ -126,20 +169,23 @@ unsigned RowBlocks(int64_t rows, int threads) {
 
 }  // namespace
 
-void LaunchCausalSoftmax(float* scores, int64_t rows, int64_t seq, void* copy, DType copy_dtype,
+void LaunchCausalSoftmax(float* scores, int64_t rows, int64_t seq, const int32_t* segment_starts,
+                         int64_t rows_per_batch, void* copy, DType copy_dtype,
                          cudaStream_t stream) {
   if (rows == 0) return;
   CausalSoftmaxKernel<<<RowBlocks(rows, kSoftmaxThreads), kSoftmaxThreads, 0, stream>>>(
-      scores, rows, seq, copy, copy_dtype);
+      scores, rows, seq, segment_starts, rows_per_batch, copy, copy_dtype);
   BATON_CUDA_CHECK_LAUNCH();
 }
 
 void LaunchCausalSoftmaxBackward(const float* probs, float* dprobs, int64_t rows, int64_t seq,
-                                 float scale, void* ds_copy, void* probs_copy, DType copy_dtype,
+                                 const int32_t* segment_starts, int64_t rows_per_batch, float scale,
+                                 void* ds_copy, void* probs_copy, DType copy_dtype,
                                  cudaStream_t stream) {
   if (rows == 0) return;
   CausalSoftmaxBackwardKernel<<<RowBlocks(rows, kSoftmaxThreads), kSoftmaxThreads, 0, stream>>>(
-      probs, dprobs, rows, seq, scale, ds_copy, probs_copy, copy_dtype);
+      probs, dprobs, rows, seq, segment_starts, rows_per_batch, scale, ds_copy, probs_copy,
+      copy_dtype);
   BATON_CUDA_CHECK_LAUNCH();
 }
 
@@ -149,13 +195,16 @@ void LaunchCrossEntropyForward(const void* logits, DType logits_dtype, const int
   CrossEntropyRowKernel<<<static_cast<unsigned>(rows), kRowThreads, 0, stream>>>(
       logits, logits_dtype, targets, row_losses, vocab, id_error);
   BATON_CUDA_CHECK_LAUNCH();
-  MeanKernel<<<1, 1024, 0, stream>>>(row_losses, rows, loss);
+  MeanKernel<<<1, 1024, 0, stream>>>(row_losses, targets, rows, loss);
   BATON_CUDA_CHECK_LAUNCH();
 }
 
 void LaunchCrossEntropyBackward(const void* logits, DType logits_dtype, const int32_t* targets,
-                                float factor, void* dlogits, DType dlogits_dtype, int64_t rows,
-                                int64_t vocab, IdError* id_error, cudaStream_t stream) {
+                                float grad_scale, float* factor, void* dlogits, DType dlogits_dtype,
+                                int64_t rows, int64_t vocab, IdError* id_error,
+                                cudaStream_t stream) {
+  FactorKernel<<<1, 1024, 0, stream>>>(targets, rows, grad_scale, factor);
+  BATON_CUDA_CHECK_LAUNCH();
   CrossEntropyBackwardKernel<<<static_cast<unsigned>(rows), kRowThreads, 0, stream>>>(
       logits, logits_dtype, targets, factor, dlogits, dlogits_dtype, vocab, id_error);
   BATON_CUDA_CHECK_LAUNCH();
