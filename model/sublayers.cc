@@ -11,21 +11,30 @@ namespace {
 constexpr MemCategory kActivations = MemCategory::kActivations;
 constexpr MemCategory kWorkspace = MemCategory::kWorkspace;
 
+// ln (B,T,C) = LayerNorm(x) with its row statistics mean, rstd (N) f32, booked under `category`.
+struct NormOutput {
+  Tensor ln, mean, rstd;
+};
+NormOutput LayerNormOf(Backend& backend, const Norm& norm, const Tensor& x, MemCategory category) {
+  const int64_t rows = x.size(0) * x.size(1);
+  NormOutput o{NewTensor(backend, x.shape(), x.dtype(), category),
+               NewTensor(backend, {rows}, DType::kF32, category),
+               NewTensor(backend, {rows}, DType::kF32, category)};
+  Tensor ln_rows = Rows(o.ln);
+  backend.LayerNormForward(Rows(x), norm.weight->value, norm.bias->value, ln_rows, o.mean, o.rstd);
+  return o;
+}
+
 // ln (B,T,C) = LayerNorm(x); stashes <prefix>x, ln, mean, rstd.
 Tensor NormForward(Backend& backend, const Norm& norm, const Tensor& x, const std::string& prefix,
                    Stash& stash) {
   BATON_CHECK(x.dim() == 3, "sublayer input must be (B,T,C), got {}", x.ToString());
-  const int64_t rows = x.size(0) * x.size(1);
-  Tensor ln = NewTensor(backend, x.shape(), x.dtype(), kActivations);
-  Tensor mean = NewTensor(backend, {rows}, DType::kF32, kActivations);
-  Tensor rstd = NewTensor(backend, {rows}, DType::kF32, kActivations);
-  Tensor ln_rows = Rows(ln);
-  backend.LayerNormForward(Rows(x), norm.weight->value, norm.bias->value, ln_rows, mean, rstd);
+  NormOutput o = LayerNormOf(backend, norm, x, kActivations);
   stash.Put(prefix + "x", x);
-  stash.Put(prefix + "ln", ln);
-  stash.Put(prefix + "mean", std::move(mean));
-  stash.Put(prefix + "rstd", std::move(rstd));
-  return ln;
+  stash.Put(prefix + "ln", o.ln);
+  stash.Put(prefix + "mean", std::move(o.mean));
+  stash.Put(prefix + "rstd", std::move(o.rstd));
+  return o.ln;
 }
 
 // dx = dy + LayerNorm'(x)^T dln, booked under `category`; the LayerNorm grads accumulate.
@@ -205,13 +214,7 @@ namespace {
 
 // ln (B,T,C) = LayerNorm(x), its statistics and itself workspace (nothing is stashed).
 Tensor NormInference(Backend& backend, const Norm& norm, const Tensor& x) {
-  const int64_t rows = x.size(0) * x.size(1);
-  Tensor ln = NewTensor(backend, x.shape(), x.dtype(), kWorkspace);
-  Tensor mean = NewTensor(backend, {rows}, DType::kF32, kWorkspace);
-  Tensor rstd = NewTensor(backend, {rows}, DType::kF32, kWorkspace);
-  Tensor ln_rows = Rows(ln);
-  backend.LayerNormForward(Rows(x), norm.weight->value, norm.bias->value, ln_rows, mean, rstd);
-  return ln;
+  return LayerNormOf(backend, norm, x, kWorkspace).ln;
 }
 
 }  // namespace

@@ -160,6 +160,9 @@ namespace {
 
 // Scratch blocks of scores are kFlashRows x kFlashKeys, row-major with this leading dimension.
 constexpr int64_t kLd = kFlashKeys;
+// One thread's scratch of a flash forward (plain or over a cache): a block of scores and each
+// row's running max and sum.
+constexpr int64_t kFlashForwardScratch = kFlashRows * kFlashKeys + 2 * kFlashRows;
 
 // Of a block of keys [c0, c0 + cols), how many come before the first key query row i
 // attends (first_keys: the rows' segment starts, or null for none), at most `valid`.
@@ -234,7 +237,7 @@ BATON_SIMD_CLONES void SoftmaxBackwardBlock(const float* p, float* dp, int64_t r
 
 int64_t FlashAttentionForwardScratch(const AttentionShape& shape, int threads) {
   (void)shape;
-  return threads * (kFlashRows * kFlashKeys + 2 * kFlashRows);
+  return threads * kFlashForwardScratch;
 }
 
 void FlashAttentionForward(const float* qkv, const int32_t* segment_starts, float* out, float* lse,
@@ -244,7 +247,7 @@ void FlashAttentionForward(const float* qkv, const int32_t* segment_starts, floa
   const int64_t heads = shape.heads;
   const int64_t c = shape.channels;
   const float scale = 1.0f / std::sqrt(static_cast<float>(dim));
-  const int64_t per_thread = kFlashRows * kFlashKeys + 2 * kFlashRows;
+  const int64_t per_thread = kFlashForwardScratch;
   ParallelForWithSlot(shape.batch * heads, pool, seq * seq * dim, [&](int64_t bh, int slot) {
     const int64_t b = bh / heads;
     const HeadView head = ViewHead(qkv, shape, b, bh % heads);
@@ -372,9 +375,7 @@ BATON_SIMD_CLONES void AccumulateByLoop(const float* p, const float* v, int64_t 
 
 }  // namespace
 
-int64_t CachedAttentionScratch(int threads) {
-  return threads * (kFlashRows * kFlashKeys + 2 * kFlashRows);
-}
+int64_t CachedAttentionScratch(int threads) { return threads * kFlashForwardScratch; }
 
 void CachedAttentionForward(const CachedAttentionArgs& args, float* scratch, ThreadPool* pool) {
   const AttentionShape& shape = args.shape;
@@ -383,7 +384,7 @@ void CachedAttentionForward(const CachedAttentionArgs& args, float* scratch, Thr
   const int64_t heads = shape.heads;
   const int64_t c = shape.channels;
   const float scale = 1.0f / std::sqrt(static_cast<float>(dim));
-  const int64_t per_thread = kFlashRows * kFlashKeys + 2 * kFlashRows;
+  const int64_t per_thread = kFlashForwardScratch;
   const int64_t keys = args.past + queries;
   ParallelForWithSlot(shape.batch * heads, pool, queries * keys * dim, [&](int64_t bh, int slot) {
     const int64_t b = bh / heads;
