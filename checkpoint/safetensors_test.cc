@@ -76,6 +76,23 @@ class HostAsDeviceBackend final : public Backend {
   void DequantizeInt8(const Tensor&, const Tensor&, Tensor&) override { BATON_FAIL("unused"); }
   void ApplyMask(Tensor&, const Tensor&) override { BATON_FAIL("unused"); }
   void GeluForward(const Tensor&, Tensor&) override { BATON_FAIL("unused"); }
+  void RmsNormForward(const Tensor&, const Tensor&, float, Tensor&, Tensor&) override {
+    BATON_FAIL("unused");
+  }
+  void RmsNormBackward(const Tensor&, const Tensor&, const Tensor&, const Tensor&, Tensor&,
+                       Tensor&) override {
+    BATON_FAIL("unused");
+  }
+  void SwiGluForward(const Tensor&, Tensor&) override { BATON_FAIL("unused"); }
+  void SwiGluBackward(const Tensor&, const Tensor&, Tensor&) override { BATON_FAIL("unused"); }
+  void RotaryEmbedding(Tensor&, const Tensor&, int64_t, const AttentionHeads&, const RopeConfig&,
+                       bool) override {
+    BATON_FAIL("unused");
+  }
+  void RepeatKv(const Tensor&, const AttentionHeads&, Tensor&) override { BATON_FAIL("unused"); }
+  void RepeatKvBackward(const Tensor&, const AttentionHeads&, Tensor&) override {
+    BATON_FAIL("unused");
+  }
   void GeluBackward(const Tensor&, const Tensor&, Tensor&) override { BATON_FAIL("unused"); }
   void AttentionForward(const Tensor&, const Tensor&, int, Tensor&, Tensor&) override {
     BATON_FAIL("unused");

@@ -18,6 +18,7 @@
 
 #include "core/memory.h"
 #include "core/tensor.h"
+#include "kernels/rope.h"
 
 namespace baton {
 
@@ -31,6 +32,16 @@ struct AdamWConfig {
   float eps = 1e-8f;
   float weight_decay = 0.0f;  // decoupled (AdamW); the caller passes 0 for tensors it exempts
   int64_t step = 1;           // 1-based, for bias correction
+};
+
+// An attention's heads: `query` heads of size D, and `kv` key/value heads (grouped-query
+// attention: kv divides query, query head h reading kv head h / (query / kv); kv == query is
+// multi-head attention, kv == 1 multi-query). A qkv tensor holds, per row, the queries
+// (query*D columns), then the keys (kv*D), then the values (kv*D), head-major within each.
+struct AttentionHeads {
+  int query = 1;
+  int kv = 1;
+  bool grouped() const { return kv != query; }
 };
 
 class Backend {
@@ -67,6 +78,7 @@ class Backend {
   // ---- GPT layers
   // out (B,T,C) = wte[tokens[b,t]] + wpe[pos(b,t)]; tokens (B,T) i32; wte (V,C); wpe (maxT,C),
   // T <= maxT. pos(b,t) = t, or with packed documents t - segment_starts[b,t] (see below).
+  // wpe may be undefined: out = wte[tokens] (Llama, whose positions are rotary).
   virtual void EmbeddingForward(const Tensor& tokens, const Tensor& segment_starts,
                                 const Tensor& wte, const Tensor& wpe, Tensor& out) = 0;
   void EmbeddingForward(const Tensor& tokens, const Tensor& wte, const Tensor& wpe, Tensor& out) {
@@ -142,6 +154,36 @@ class Backend {
   // Tq = T this is AttentionForward's out (equal up to rounding). Rows past past+Tq are not read.
   virtual void CachedAttentionForward(const Tensor& qkv, int num_heads, int64_t past,
                                       Tensor& k_cache, Tensor& v_cache, Tensor& out) = 0;
+
+  // ---- Llama layers (model.preset: llama; docs/model.md)
+  // Per row of x (N,C): out = x * rstd * weight, rstd = 1 / sqrt(mean(x^2) + eps); rstd (N) f32
+  // is written for backward.
+  virtual void RmsNormForward(const Tensor& x, const Tensor& weight, float eps, Tensor& out,
+                              Tensor& rstd) = 0;
+  // dx (N,C) and dweight (C) accumulate, given the forward's x and rstd.
+  virtual void RmsNormBackward(const Tensor& dout, const Tensor& x, const Tensor& weight,
+                               const Tensor& rstd, Tensor& dx, Tensor& dweight) = 0;
+  // SwiGLU: gate_up (N,2H) holds the gate in columns [0,H) and the up projection in [H,2H);
+  // out (N,H) = silu(gate) * up, silu(g) = g / (1 + exp(-g)).
+  virtual void SwiGluForward(const Tensor& gate_up, Tensor& out) = 0;
+  // dgate_up (N,2H) accumulates, given dout (N,H) and the forward's gate_up.
+  virtual void SwiGluBackward(const Tensor& gate_up, const Tensor& dout, Tensor& dgate_up) = 0;
+  // Rotary position embeddings (kernels/rope.h), in place on the query and key heads of qkv
+  // (B,T,(NH+2KVH)D) (AttentionHeads' layout); the values are left alone. Token t of row b sits at
+  // position start + t, or with packed documents t - segment_starts[b,t] (start must then be 0).
+  // `inverse` turns by minus the angle: the transpose, so applied to the gradient of the
+  // rotated q and k it gives the gradient of the unrotated ones.
+  virtual void RotaryEmbedding(Tensor& qkv, const Tensor& segment_starts, int64_t start,
+                               const AttentionHeads& heads, const RopeConfig& rope,
+                               bool inverse) = 0;
+  // Grouped-query attention through the multi-head kernels: out (B,T,3C), C = NH*D, takes qkv's
+  // (B,T,(NH+2KVH)D) queries as they are and key/value head j as heads j*G .. (j+1)*G - 1,
+  // G = NH/KVH (Hugging Face's repeat_kv). Same dtype, so the same bits.
+  virtual void RepeatKv(const Tensor& qkv, const AttentionHeads& heads, Tensor& out) = 0;
+  // Its transpose: dqkv (B,T,(NH+2KVH)D) accumulates dout's (B,T,3C) queries, and for key/value
+  // head j the sum of dout's heads j*G .. (j+1)*G - 1, added in head order in f32.
+  virtual void RepeatKvBackward(const Tensor& dout, const AttentionHeads& heads, Tensor& dqkv) = 0;
+
   // loss (1) f32 = mean over counted rows of -log softmax(logits)[target]; logits (N,V); targets
   // (N) i32, each in [0, V) or kIgnoreTarget (-1: the row is not counted; packed documents, where
   // the target lies in the next document). The sum is over counted rows in row order, divided by

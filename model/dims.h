@@ -1,9 +1,17 @@
 // The shape of a GPT-style model: what every layer and the cost model are built from.
 #pragma once
 
+#include <cstdint>
 #include <string>
 
+#include "kernels/rope.h"
+
 namespace baton {
+
+// The block a preset builds (docs/model.md): GPT-2's (LayerNorm with bias, learned positions,
+// GELU MLP, multi-head attention, biases) or Llama's (RMSNorm, rotary positions, SwiGLU MLP,
+// grouped-query attention, no biases).
+enum class ModelFamily { kGpt2, kLlama };
 
 struct ModelDims {
   int vocab_size = 0;  // V
@@ -20,8 +28,24 @@ struct ModelDims {
   // of the MLP's c_fc and c_proj; 0 = dense.
   int low_rank_attn = 0;
   int low_rank_mlp = 0;
+  // ---- the block's kind and its Llama knobs (GPT-2 ignores them but tie_embeddings)
+  ModelFamily family = ModelFamily::kGpt2;
+  int num_kv_heads = 0;        // grouped-query attention's key/value heads; 0 = num_heads
+  int mlp_hidden = 0;          // the MLP's hidden width; 0 = 4C (GPT-2). Llama: intermediate_size
+  float norm_eps = 1e-5f;      // RMSNorm's epsilon (GPT-2's LayerNorm always uses 1e-5)
+  RopeConfig rope{};           // rotary positions (Llama)
+  bool tie_embeddings = true;  // the LM head is the token embedding's transpose
 
   int head_dim() const { return width / num_heads; }
+  bool llama() const { return family == ModelFamily::kLlama; }
+  int kv_heads() const { return num_kv_heads > 0 ? num_kv_heads : num_heads; }
+  int hidden() const { return mlp_hidden > 0 ? mlp_hidden : 4 * width; }
+  // Columns of the attention's fused projection c_attn: queries C, keys and values KVH*D each.
+  int64_t qkv_width() const { return int64_t{width} + 2 * int64_t{kv_heads()} * head_dim(); }
+  // Columns of the MLP's c_fc: the hidden width, twice for SwiGLU (gate, then up).
+  int64_t fc_width() const { return llama() ? 2 * int64_t{hidden()} : hidden(); }
+  // Whether the embedding holds learned positions (wpe): GPT-2's; Llama rotates q and k instead.
+  bool learned_positions() const { return !llama(); }
   bool shares() const { return share_group > 1 && (share_attention || share_mlp); }
   // The first block of block i's share group (i itself without sharing).
   int share_leader(int block) const { return shares() ? block - block % share_group : block; }

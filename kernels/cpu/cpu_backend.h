@@ -77,6 +77,17 @@ class CpuBackend final : public Backend {
   void CrossEntropyBackward(const Tensor& logits, const Tensor& targets, float grad_scale,
                             Tensor& dlogits) override;
 
+  void RmsNormForward(const Tensor& x, const Tensor& weight, float eps, Tensor& out,
+                      Tensor& rstd) override;
+  void RmsNormBackward(const Tensor& dout, const Tensor& x, const Tensor& weight,
+                       const Tensor& rstd, Tensor& dx, Tensor& dweight) override;
+  void SwiGluForward(const Tensor& gate_up, Tensor& out) override;
+  void SwiGluBackward(const Tensor& gate_up, const Tensor& dout, Tensor& dgate_up) override;
+  void RotaryEmbedding(Tensor& qkv, const Tensor& segment_starts, int64_t start,
+                       const AttentionHeads& heads, const RopeConfig& rope, bool inverse) override;
+  void RepeatKv(const Tensor& qkv, const AttentionHeads& heads, Tensor& out) override;
+  void RepeatKvBackward(const Tensor& dout, const AttentionHeads& heads, Tensor& dqkv) override;
+
   void Add(const Tensor& a, const Tensor& b, Tensor& out) override;
   void Accumulate(const Tensor& x, Tensor& acc) override;
   void Scale(Tensor& t, float factor) override;

@@ -127,14 +127,17 @@ void CpuBackend::EmbeddingForward(const Tensor& tokens, const Tensor& segment_st
                                   const Tensor& wte, const Tensor& wpe, Tensor& out) {
   CheckI32(tokens, "tokens");
   CheckFloat(wte, "wte");
-  CheckFloat(wpe, "wpe");
   CheckFloat(out, "out");
   BATON_CHECK(tokens.dim() == 2, "tokens {} must be (B, T)", tokens.ToString());
-  BATON_CHECK(wte.dim() == 2 && wpe.dim() == 2 && wte.size(1) == wpe.size(1),
-              "wte {} and wpe {} must be (V, C) and (maxT, C)", wte.ToString(), wpe.ToString());
+  BATON_CHECK(wte.dim() == 2, "wte {} must be (V, C)", wte.ToString());
   const int64_t batch = tokens.size(0), seq = tokens.size(1), channels = wte.size(1);
-  BATON_CHECK(seq <= wpe.size(0), "sequence length {} exceeds wpe's {} positions", seq,
-              wpe.size(0));
+  if (wpe.defined()) {
+    CheckFloat(wpe, "wpe");
+    BATON_CHECK(wpe.dim() == 2 && wte.size(1) == wpe.size(1),
+                "wte {} and wpe {} must be (V, C) and (maxT, C)", wte.ToString(), wpe.ToString());
+    BATON_CHECK(seq <= wpe.size(0), "sequence length {} exceeds wpe's {} positions", seq,
+                wpe.size(0));
+  }
   CheckShape(out, {batch, seq, channels}, "out");
   CheckIdsBelow(tokens, wte.size(0), "tokens");
   const int32_t* segments = CheckSegmentStarts(segment_starts, batch, seq);

@@ -127,8 +127,12 @@ void EmbeddingForward(const int32_t* tokens, const int32_t* segment_starts, cons
     const int64_t t = row % seq;
     const int64_t position = segment_starts == nullptr ? t : t - segment_starts[row];
     const float* token_row = wte + static_cast<int64_t>(tokens[row]) * channels;
-    const float* position_row = wpe + position * channels;
     float* o = out + row * channels;
+    if (wpe == nullptr) {  // rotary positions (Llama): the token's row alone
+      std::copy(token_row, token_row + channels, o);
+      return;
+    }
+    const float* position_row = wpe + position * channels;
     for (int64_t c = 0; c < channels; ++c) o[c] = token_row[c] + position_row[c];
   });
 }

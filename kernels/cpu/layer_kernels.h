@@ -20,7 +20,8 @@ void BroadcastRows(const float* row, float* out, int64_t rows, int64_t cols, boo
 void ColumnSumsAccumulate(const float* x, int64_t rows, int64_t cols, float* acc, ThreadPool* pool);
 
 // out (B,T,C) = wte[tokens] + wpe[pos], pos = t, or t - segment_starts[b,t] when segment_starts
-// (B,T) is not null (packed documents). Token ids and starts must already be valid.
+// (B,T) is not null (packed documents); wte[tokens] alone when wpe is null. Token ids and
+// starts must already be valid.
 void EmbeddingForward(const int32_t* tokens, const int32_t* segment_starts, const float* wte,
                       const float* wpe, float* out, int64_t batch, int64_t seq, int64_t channels,
                       ThreadPool* pool);
