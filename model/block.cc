@@ -33,7 +33,7 @@ SublayerSource SourceOf(const ModelDims& dims, bool shared, int layer_index, int
 // dense weight's std.
 void AppendLinearDefs(std::vector<ParamDef>& defs, const SublayerSource& source,
                       const std::string& name, int64_t in, int64_t out, bool output_projection,
-                      int rank, int num_layers) {
+                      int rank, int num_layers, bool bias) {
   const std::string base = source.prefix + name;
   if (rank == 0) {
     defs.push_back({base + ".weight",
@@ -49,27 +49,42 @@ void AppendLinearDefs(std::vector<ParamDef>& defs, const SublayerSource& source,
     defs.push_back(
         {base + ".weight_v", {rank, out}, ParamInit::kNormalStd, std, source.source_layer});
   }
-  defs.push_back({base + ".bias", {out}, ParamInit::kZeros, 0.0, source.source_layer});
+  if (bias) defs.push_back({base + ".bias", {out}, ParamInit::kZeros, 0.0, source.source_layer});
+}
+
+// A norm "<name>.weight" = 1, and for a LayerNorm "<name>.bias" = 0.
+void AppendNormDefs(std::vector<ParamDef>& defs, const SublayerSource& source,
+                    const std::string& name, const ModelDims& dims) {
+  const int64_t c = dims.width;
+  defs.push_back(
+      {source.prefix + name + ".weight", {c}, ParamInit::kOnes, 0.0, source.source_layer});
+  if (!dims.llama()) {
+    defs.push_back(
+        {source.prefix + name + ".bias", {c}, ParamInit::kZeros, 0.0, source.source_layer});
+  }
 }
 
 void AppendAttentionDefs(std::vector<ParamDef>& defs, const SublayerSource& source,
                          const ModelDims& dims) {
   const int64_t c = dims.width;
-  defs.push_back({source.prefix + "ln_1.weight", {c}, ParamInit::kOnes, 0.0, source.source_layer});
-  defs.push_back({source.prefix + "ln_1.bias", {c}, ParamInit::kZeros, 0.0, source.source_layer});
-  AppendLinearDefs(defs, source, "attn.c_attn", c, 3 * c, false, dims.low_rank_attn,
-                   dims.num_layers);
-  AppendLinearDefs(defs, source, "attn.c_proj", c, c, true, dims.low_rank_attn, dims.num_layers);
+  const bool bias = !dims.llama();
+  AppendNormDefs(defs, source, "ln_1", dims);
+  AppendLinearDefs(defs, source, "attn.c_attn", c, dims.qkv_width(), false, dims.low_rank_attn,
+                   dims.num_layers, bias);
+  AppendLinearDefs(defs, source, "attn.c_proj", c, c, true, dims.low_rank_attn, dims.num_layers,
+                   bias);
 }
 
 // The MLP sublayer's parameters "h.{i}.ln_2.*", "h.{i}.mlp.*", in params() order.
 void AppendMlpDefs(std::vector<ParamDef>& defs, const SublayerSource& source,
                    const ModelDims& dims) {
   const int64_t c = dims.width;
-  defs.push_back({source.prefix + "ln_2.weight", {c}, ParamInit::kOnes, 0.0, source.source_layer});
-  defs.push_back({source.prefix + "ln_2.bias", {c}, ParamInit::kZeros, 0.0, source.source_layer});
-  AppendLinearDefs(defs, source, "mlp.c_fc", c, 4 * c, false, dims.low_rank_mlp, dims.num_layers);
-  AppendLinearDefs(defs, source, "mlp.c_proj", 4 * c, c, true, dims.low_rank_mlp, dims.num_layers);
+  const bool bias = !dims.llama();
+  AppendNormDefs(defs, source, "ln_2", dims);
+  AppendLinearDefs(defs, source, "mlp.c_fc", c, dims.fc_width(), false, dims.low_rank_mlp,
+                   dims.num_layers, bias);
+  AppendLinearDefs(defs, source, "mlp.c_proj", dims.hidden(), c, true, dims.low_rank_mlp,
+                   dims.num_layers, bias);
 }
 
 Param* Find(std::vector<Param>& params, const std::string& name) {
@@ -79,9 +94,9 @@ Param* Find(std::vector<Param>& params, const std::string& name) {
   return nullptr;
 }
 
-Norm NormView(std::vector<Param>& p, const std::string& base) {
-  Norm norm{Find(p, base + ".weight"), Find(p, base + ".bias")};
-  BATON_CHECK(norm.weight != nullptr && norm.bias != nullptr, "no LayerNorm {}", base);
+Norm NormView(std::vector<Param>& p, const std::string& base, const ModelDims& dims) {
+  Norm norm{Find(p, base + ".weight"), Find(p, base + ".bias"), dims.llama(), dims.norm_eps};
+  BATON_CHECK(norm.weight != nullptr && (norm.rms || norm.bias != nullptr), "no norm {}", base);
   return norm;
 }
 
@@ -92,13 +107,14 @@ Linear LinearView(std::vector<Param>& p, const std::string& base) {
     linear.weight_v = Find(p, base + ".weight_v");
     BATON_CHECK(linear.weight_v != nullptr, "linear {} has weight_u but no weight_v", base);
   }
-  BATON_CHECK(linear.weight != nullptr && linear.bias != nullptr, "no linear {}", base);
+  BATON_CHECK(linear.weight != nullptr, "no linear {}", base);
   return linear;
 }
 
-model_ops::MlpParams MlpView(std::vector<Param>& p, const SublayerSource& source) {
-  return {NormView(p, source.prefix + "ln_2"), LinearView(p, source.prefix + "mlp.c_fc"),
-          LinearView(p, source.prefix + "mlp.c_proj")};
+model_ops::MlpParams MlpView(std::vector<Param>& p, const SublayerSource& source,
+                             const ModelDims& dims) {
+  return {NormView(p, source.prefix + "ln_2", dims), LinearView(p, source.prefix + "mlp.c_fc"),
+          LinearView(p, source.prefix + "mlp.c_proj"), dims.llama()};
 }
 
 // Every weight matrix (dense, or both low-rank factors) of `linears`, in order.
@@ -175,10 +191,14 @@ BlockLayer::BlockLayer(Backend& backend, const ModelDims& dims, DType param_dtyp
   const SublayerSource mlp = SourceOf(dims, dims.share_mlp, layer_index, block_index);
   const std::vector<ParamDef> defs = BlockDefs(LayerKind::kBlock, dims, layer_index, block_index);
   params_ = NewParams(backend, defs, param_dtype, seed, layer_index, dims.num_layers, local);
-  attn_ = {NormView(params_, attn.prefix + "ln_1"),
+  attn_ = {NormView(params_, attn.prefix + "ln_1", dims),
            LinearView(params_, attn.prefix + "attn.c_attn"),
-           LinearView(params_, attn.prefix + "attn.c_proj"), dims.num_heads, /*flash=*/true};
-  mlp_ = MlpView(params_, mlp);
+           LinearView(params_, attn.prefix + "attn.c_proj"),
+           AttentionHeads{dims.num_heads, dims.kv_heads()},
+           /*flash=*/true,
+           /*rotary=*/dims.llama(),
+           dims.rope};
+  mlp_ = MlpView(params_, mlp, dims);
 }
 
 std::vector<Param*> BlockLayer::params() { return Pointers(params_); }
@@ -245,7 +265,7 @@ MlpBlockLayer::MlpBlockLayer(Backend& backend, const ModelDims& dims, DType para
   const std::vector<ParamDef> defs =
       BlockDefs(LayerKind::kMlpBlock, dims, layer_index, block_index);
   params_ = NewParams(backend, defs, param_dtype, seed, layer_index, dims.num_layers, local);
-  mlp_ = MlpView(params_, mlp);
+  mlp_ = MlpView(params_, mlp, dims);
 }
 
 std::vector<Param*> MlpBlockLayer::params() { return Pointers(params_); }

@@ -55,16 +55,23 @@ int64_t WeightCount(int64_t in, int64_t out, int64_t rank) {
   return rank > 0 ? rank * (in + out) : in * out;
 }
 
-// The attention sublayer: ln_1 2C, c_attn weight + 3C, c_proj weight + C.
+// A norm: LayerNorm weight and bias 2C; RMSNorm (Llama) weight C.
+int64_t NormParams(const ModelDims& dims) { return dims.llama() ? dims.width : 2 * dims.width; }
+
+// The attention sublayer: ln_1, c_attn (C, Q) weight + Q bias, c_proj weight + C bias; Q = 3C, or
+// (NH + 2 KVH) D with grouped-query attention; Llama has no biases.
 int64_t AttentionParams(const ModelDims& dims) {
-  const int64_t c = dims.width, r = dims.low_rank_attn;
-  return 2 * c + WeightCount(c, 3 * c, r) + 3 * c + WeightCount(c, c, r) + c;
+  const int64_t c = dims.width, q = dims.qkv_width(), r = dims.low_rank_attn;
+  const int64_t biases = dims.llama() ? 0 : q + c;
+  return NormParams(dims) + WeightCount(c, q, r) + WeightCount(c, c, r) + biases;
 }
 
-// The MLP sublayer: ln_2 2C, c_fc weight + 4C, c_proj weight + C.
+// The MLP sublayer: ln_2, c_fc (C, F) weight + F bias, c_proj (H, C) weight + C bias; GPT-2
+// F = H = 4C, SwiGLU F = 2H; Llama has no biases.
 int64_t MlpParams(const ModelDims& dims) {
-  const int64_t c = dims.width, r = dims.low_rank_mlp;
-  return 2 * c + WeightCount(c, 4 * c, r) + 4 * c + WeightCount(4 * c, c, r) + c;
+  const int64_t c = dims.width, f = dims.fc_width(), h = dims.hidden(), r = dims.low_rank_mlp;
+  const int64_t biases = dims.llama() ? 0 : f + c;
+  return NormParams(dims) + WeightCount(c, f, r) + WeightCount(h, c, r) + biases;
 }
 
 // The block's parameters its share group's first block holds (model.share); 0 for that block.
@@ -81,21 +88,23 @@ int64_t StoredParamCount(const LayerSpec& spec, const ModelDims& dims) {
   Validate(dims);
   const int64_t v = dims.vocab_size, c = dims.width;
   switch (spec.kind) {
-    case LayerKind::kEmbedding:
-      return v * c + int64_t{dims.context} * c;  // wte, wpe
-    case LayerKind::kBlock:                      // dense: 12C^2 + 13C
+    case LayerKind::kEmbedding:  // wte, and wpe with learned positions
+      return v * c + (dims.learned_positions() ? int64_t{dims.context} * c : 0);
+    case LayerKind::kBlock:  // dense: 12C^2 + 13C
       return AttentionParams(dims) + MlpParams(dims);
     case LayerKind::kMlpBlock:  // dense: 8C^2 + 7C
       return MlpParams(dims);
     case LayerKind::kHead:
-      return 2 * c + v * c;  // ln_f and the tied copy of wte
+      return NormParams(dims) + v * c;  // ln_f and the tied copy of wte, or lm_head
   }
   BATON_FAIL("unknown layer kind {}", static_cast<int>(spec.kind));
 }
 
 int64_t ParamCount(const LayerSpec& spec, const ModelDims& dims) {
   const int64_t stored = StoredParamCount(spec, dims);
-  if (spec.kind == LayerKind::kHead) return stored - int64_t{dims.vocab_size} * dims.width;
+  if (spec.kind == LayerKind::kHead && dims.tie_embeddings) {
+    return stored - int64_t{dims.vocab_size} * dims.width;
+  }
   return stored - SharedParams(spec, dims);
 }
 
@@ -109,7 +118,9 @@ int64_t StoredParamCount(const std::vector<LayerSpec>& graph, int first, int las
     total += StoredParamCount(spec, dims);
     if (spec.kind == LayerKind::kEmbedding) embedding = true;
     // The head's wte is the embedding's own tensor when both are in the range (TieEmbedding).
-    if (spec.kind == LayerKind::kHead && embedding) total -= int64_t{dims.vocab_size} * dims.width;
+    if (spec.kind == LayerKind::kHead && embedding && dims.tie_embeddings) {
+      total -= int64_t{dims.vocab_size} * dims.width;
+    }
     // A shared copy whose group has a block earlier in the range shares that one's storage.
     if (spec.block_index > 0 && i > first &&
         dims.share_leader(spec.block_index) != spec.block_index)
@@ -125,11 +136,11 @@ namespace {
 // Forward GEMM FLOPs of the attention sublayer's and the MLP sublayer's linears.
 int64_t AttentionLinearFlops(const Terms& x, const ModelDims& dims) {
   const int64_t r = dims.low_rank_attn;
-  return 2 * x.n * (WeightCount(x.c, 3 * x.c, r) + WeightCount(x.c, x.c, r));
+  return 2 * x.n * (WeightCount(x.c, dims.qkv_width(), r) + WeightCount(x.c, x.c, r));
 }
 int64_t MlpLinearFlops(const Terms& x, const ModelDims& dims) {
   const int64_t r = dims.low_rank_mlp;
-  return 2 * x.n * (WeightCount(x.c, 4 * x.c, r) + WeightCount(4 * x.c, x.c, r));
+  return 2 * x.n * (WeightCount(x.c, dims.fc_width(), r) + WeightCount(dims.hidden(), x.c, r));
 }
 
 }  // namespace
@@ -157,8 +168,8 @@ int64_t RecomputeFlops(const LayerSpec& spec, const ModelDims& dims, const Micro
   const Terms x = MakeTerms(dims, shape);
   // Selective recompute redoes c_fc's forward; a low-rank linear's backward redoes x @ U.
   const int64_t r_mlp = dims.low_rank_mlp, r_attn = dims.low_rank_attn;
-  const int64_t c_fc = x.selective ? 2 * x.n * WeightCount(x.c, 4 * x.c, r_mlp) : 0;
-  const int64_t mlp_low_rank = r_mlp > 0 ? 2 * x.n * r_mlp * (x.c + 4 * x.c) : 0;
+  const int64_t c_fc = x.selective ? 2 * x.n * WeightCount(x.c, dims.fc_width(), r_mlp) : 0;
+  const int64_t mlp_low_rank = r_mlp > 0 ? 2 * x.n * r_mlp * (x.c + dims.hidden()) : 0;
   const int64_t attn_low_rank = r_attn > 0 ? 2 * x.n * r_attn * (x.c + x.c) : 0;
   switch (spec.kind) {
     case LayerKind::kEmbedding:

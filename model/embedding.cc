@@ -1,6 +1,8 @@
 // The token + position embedding layer (see embedding.h).
 #include "model/embedding.h"
 
+#include <vector>
+
 #include "core/error.h"
 #include "model/init.h"
 #include "model/ops.h"
@@ -17,9 +19,16 @@ EmbeddingLayer::EmbeddingLayer(Backend& backend, const ModelDims& dims, DType pa
   const int64_t vocab = dims.vocab_size;
   const int64_t width = dims.width;
   wte_ = NewParam(backend, "wte.weight", {vocab, width}, param_dtype);
-  wpe_ = NewParam(backend, "wpe.weight", {dims.context, width}, param_dtype);
   InitNormal(backend, wte_.value, seed, layer_index, 0, kInitStd);
-  InitNormal(backend, wpe_.value, seed, layer_index, 1, kInitStd);
+  if (dims.learned_positions()) {
+    wpe_ = NewParam(backend, "wpe.weight", {dims.context, width}, param_dtype);
+    InitNormal(backend, wpe_.value, seed, layer_index, 1, kInitStd);
+  }
+}
+
+std::vector<Param*> EmbeddingLayer::params() {
+  if (!dims_.learned_positions()) return {&wte_};
+  return {&wte_, &wpe_};
 }
 
 Tensor EmbeddingLayer::Forward(const Tensor& /*x*/, const MicroBatch& batch, Stash& stash) {
@@ -45,8 +54,10 @@ Tensor EmbeddingLayer::ForwardCached(const Tensor& /*x*/, const MicroBatch& batc
               dims_.context);
   Tensor out = model_ops::NewTensor(backend_, {tokens.size(0), tokens.size(1), dims_.width},
                                     act_dtype_, MemCategory::kActivations);
-  backend_.EmbeddingForward(tokens, wte_.value, wpe_.value.Slice(0, start, start + tokens.size(1)),
-                            out);
+  const Tensor positions = dims_.learned_positions()
+                               ? wpe_.value.Slice(0, start, start + tokens.size(1))
+                               : Tensor();  // rotary: the blocks turn q and k by position
+  backend_.EmbeddingForward(tokens, wte_.value, positions, out);
   return out;
 }
 

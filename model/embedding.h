@@ -4,9 +4,10 @@
 //   Backward: dwte[tokens[b,t]] += dy[b,t]; dwpe[pos] += dy[b,t]; no dx
 // pos = t, or with packed documents (MicroBatch::segment_starts) t - segment_starts[b,t]:
 // positions restart at 0 at each document.
-// Parameters: "wte.weight" (V,C), "wpe.weight" (maxT,C), both N(0, 0.02). Nothing is stashed
-// (backward reads the tokens from the micro-batch again), and BackwardInput does all the work:
-// there is no weight GEMM to defer.
+// Parameters: "wte.weight" (V,C), "wpe.weight" (maxT,C), both N(0, 0.02); Llama (rotary
+// positions, dims.learned_positions() false) has wte only, and out = wte[tokens]. Nothing is
+// stashed (backward reads the tokens from the micro-batch again), and BackwardInput does all the
+// work: there is no weight GEMM to defer.
 #pragma once
 
 #include <string>
@@ -25,7 +26,7 @@ class EmbeddingLayer final : public Layer {
                  uint64_t seed, int layer_index);
 
   const std::string& name() const override { return name_; }
-  std::vector<Param*> params() override { return {&wte_, &wpe_}; }
+  std::vector<Param*> params() override;
 
   Tensor Forward(const Tensor& x, const MicroBatch& batch, Stash& stash) override;
   // out (B,T,C) = wte[tokens] + wpe[start .. start+T): the new tokens at their absolute positions.
@@ -46,7 +47,7 @@ class EmbeddingLayer final : public Layer {
   DType act_dtype_;
   std::string name_ = "embedding";
   Param wte_;
-  Param wpe_;
+  Param wpe_;  // undefined value without learned positions
 };
 
 }  // namespace baton

@@ -142,7 +142,7 @@ std::vector<TiedParameter> TiedParameters(const std::vector<LayerSpec>& graph,
       wte.layers.push_back(spec.index);
     }
   }
-  if (wte.layers.size() >= 2) tied.push_back(std::move(wte));
+  if (dims.tie_embeddings && wte.layers.size() >= 2) tied.push_back(std::move(wte));
   for (const std::vector<int>& group : ShareGroups(graph, dims)) {
     // The leader's parameters that its group's copies take.
     const LayerSpec& copy = graph[static_cast<size_t>(group[1])];

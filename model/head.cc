@@ -17,16 +17,29 @@ HeadLayer::HeadLayer(Backend& backend, const ModelDims& dims, DType param_dtype,
     : backend_(backend), dims_(dims), act_dtype_(act_dtype) {
   Validate(dims);
   const int64_t c = dims.width;
-  std::vector<Param> params = NewParams(
-      backend, {{"ln_f.weight", {c}, ParamInit::kOnes}, {"ln_f.bias", {c}, ParamInit::kZeros}},
-      param_dtype, seed, layer_index, dims.num_layers);
+  std::vector<ParamDef> defs = {{"ln_f.weight", {c}, ParamInit::kOnes}};
+  if (!dims.llama()) defs.push_back({"ln_f.bias", {c}, ParamInit::kZeros});
+  if (!dims.tie_embeddings)
+    defs.push_back({"lm_head.weight", {dims.vocab_size, c}, ParamInit::kNormal});
+  std::vector<Param> params =
+      NewParams(backend, defs, param_dtype, seed, layer_index, dims.num_layers);
   ln_weight_ = std::move(params[0]);
-  ln_bias_ = std::move(params[1]);
+  if (!dims.llama()) ln_bias_ = std::move(params[1]);
+  norm_ = {&ln_weight_, dims.llama() ? nullptr : &ln_bias_, dims.llama(), dims.norm_eps};
+  if (!dims.tie_embeddings) {  // its own matrix, drawn from this layer's stream
+    wte_ = std::move(params.back());
+    return;
+  }
   // Drawn from the embedding's stream (its layer, its param 0), not this layer's.
   wte_ = NewParam(backend, "wte.weight", {dims.vocab_size, c}, param_dtype);
   wte_.tied = true;
   wte_.source_layer = kEmbeddingLayerIndex;
   InitNormal(backend, wte_.value, seed, kEmbeddingLayerIndex, 0, kInitStd);
+}
+
+std::vector<Param*> HeadLayer::params() {
+  if (norm_.rms) return {&ln_weight_, &wte_};
+  return {&ln_weight_, &ln_bias_, &wte_};
 }
 
 Tensor HeadLayer::Forward(const Tensor& x, const MicroBatch& batch, Stash& stash) {
@@ -40,10 +53,11 @@ Tensor HeadLayer::Forward(const Tensor& x, const MicroBatch& batch, Stash& stash
   BATON_CHECK(stash.empty(), "head: Forward into a stash that is in use");
   const int64_t rows = x.size(0) * x.size(1);
   Tensor ln = NewTensor(backend_, x.shape(), act_dtype_, MemCategory::kActivations);
-  Tensor mean = NewTensor(backend_, {rows}, DType::kF32, MemCategory::kActivations);
+  Tensor mean =
+      norm_.rms ? Tensor() : NewTensor(backend_, {rows}, DType::kF32, MemCategory::kActivations);
   Tensor rstd = NewTensor(backend_, {rows}, DType::kF32, MemCategory::kActivations);
   Tensor ln_rows = Rows(ln);
-  backend_.LayerNormForward(Rows(x), ln_weight_.value, ln_bias_.value, ln_rows, mean, rstd);
+  model_ops::NormRowsForward(backend_, norm_, Rows(x), ln_rows, mean, rstd);
   Tensor logits =
       NewTensor(backend_, {rows, dims_.vocab_size}, act_dtype_, MemCategory::kActivations);
   backend_.Matmul(ln_rows, false, wte_.value, true, logits, false);
@@ -51,7 +65,7 @@ Tensor HeadLayer::Forward(const Tensor& x, const MicroBatch& batch, Stash& stash
   backend_.CrossEntropyForward(logits, targets.View({rows}), loss);
   stash.Put("x", x);
   stash.Put("ln", ln_rows);
-  stash.Put("mean", std::move(mean));
+  if (mean.defined()) stash.Put("mean", std::move(mean));
   stash.Put("rstd", std::move(rstd));
   stash.Put("logits", std::move(logits));
   return loss;
@@ -64,9 +78,10 @@ Tensor HeadLayer::ForwardCached(const Tensor& x, const MicroBatch& /*batch*/, in
               x.ToString());
   const int64_t rows = x.size(0) * x.size(1);
   Tensor ln = NewTensor(backend_, {rows, dims_.width}, act_dtype_, MemCategory::kWorkspace);
-  Tensor mean = NewTensor(backend_, {rows}, DType::kF32, MemCategory::kWorkspace);
+  Tensor mean =
+      norm_.rms ? Tensor() : NewTensor(backend_, {rows}, DType::kF32, MemCategory::kWorkspace);
   Tensor rstd = NewTensor(backend_, {rows}, DType::kF32, MemCategory::kWorkspace);
-  backend_.LayerNormForward(Rows(x), ln_weight_.value, ln_bias_.value, ln, mean, rstd);
+  model_ops::NormRowsForward(backend_, norm_, Rows(x), ln, mean, rstd);
   Tensor logits =
       NewTensor(backend_, {rows, dims_.vocab_size}, act_dtype_, MemCategory::kActivations);
   backend_.Matmul(ln, false, wte_.value, true, logits, false);
@@ -87,8 +102,8 @@ Tensor HeadLayer::BackwardPass(const Tensor& dy, const MicroBatch& batch, Stash&
   sink.Add(wte_, dlogits, ln);  // dwte (V,C) += dlogits^T (V,N) @ ln (N,C)
   Tensor dx = model_ops::NewZeros(backend_, x.shape(), act_dtype_, MemCategory::kActivations);
   Tensor dx_rows = Rows(dx);
-  backend_.LayerNormBackward(dln, Rows(x), ln_weight_.value, stash.Get("mean"), stash.Get("rstd"),
-                             dx_rows, ln_weight_.grad, ln_bias_.grad);
+  const Tensor mean = norm_.rms ? Tensor() : stash.Get("mean");
+  model_ops::NormRowsBackward(backend_, norm_, dln, Rows(x), mean, stash.Get("rstd"), dx_rows);
   dln = Tensor();
   dlogits = Tensor();
   sink.Finish(stash);

@@ -1,4 +1,5 @@
-// The head: final LayerNorm, the LM head tied to the token embedding, and the loss.
+// The head: final norm, the LM head (tied to the token embedding, or its own matrix), and the
+// loss.
 //
 //   Forward:  x (B,T,C) -> ln (B,T,C) = ln_f(x) -> logits (B*T,V) = ln @ wte^T
 //             -> loss (1) f32 = mean over all B*T positions of -log softmax(logits)[target]
@@ -10,8 +11,11 @@
 // embedding's init stream so it equals it bit for bit, marked Param::tied. When the embedding and
 // the head live in one process, TieEmbedding makes the copy share the embedding's storage; the
 // two grads stay separate either way (the engine sums them at step end, in a fixed order).
+// Llama (dims.llama()): the final norm is an RMSNorm, "ln_f.weight" only (no bias, no mean
+// stashed). Untied (dims.tie_embeddings false, Llama's default): the LM head is its own
+// "lm_head.weight" (V,C), N(0, 0.02) from this layer's stream, not tied, in wte's place.
 // Stash after Forward: x, ln (B,T,C); mean, rstd (B*T) f32; logits (B*T,V), activation dtype.
-// BackwardInput leaves "wte.weight.lhs" = dlogits and "wte.weight.rhs" = ln.
+// BackwardInput leaves "wte.weight.lhs" = dlogits and "wte.weight.rhs" = ln (or lm_head's).
 #pragma once
 
 #include <string>
@@ -21,6 +25,7 @@
 #include "model/dims.h"
 #include "model/embedding.h"
 #include "model/layer.h"
+#include "model/ops.h"
 
 namespace baton {
 
@@ -30,7 +35,7 @@ class HeadLayer final : public Layer {
             uint64_t seed, int layer_index);
 
   const std::string& name() const override { return name_; }
-  std::vector<Param*> params() override { return {&ln_weight_, &ln_bias_, &wte_}; }
+  std::vector<Param*> params() override;
 
   // Returns the micro-batch's mean loss (1) f32, booked as activations.
   Tensor Forward(const Tensor& x, const MicroBatch& batch, Stash& stash) override;
@@ -56,8 +61,9 @@ class HeadLayer final : public Layer {
   DType act_dtype_;
   std::string name_ = "head";
   Param ln_weight_;
-  Param ln_bias_;
-  Param wte_;
+  Param ln_bias_;  // LayerNorm only
+  model_ops::Norm norm_;
+  Param wte_;  // the tied copy "wte.weight", or untied "lm_head.weight"
 };
 
 // Makes the head's wte value share the embedding's storage (its own copy is freed), so an

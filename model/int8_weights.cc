@@ -10,7 +10,8 @@
 namespace baton {
 
 bool TakesInt8Weights(const Param& param) {
-  return param.value.dim() == 2 && param.name != "wte.weight" && param.name != "wpe.weight";
+  return param.value.dim() == 2 && param.name != "wte.weight" && param.name != "wpe.weight" &&
+         param.name != "lm_head.weight";
 }
 
 void QuantizeParamInt8(Backend& backend, Param& param) {

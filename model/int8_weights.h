@@ -11,7 +11,8 @@
 
 namespace baton {
 
-// True for the parameters an INT8 model stores in INT8: 2-D and neither embedding (wte, wpe).
+// True for the parameters an INT8 model stores in INT8: 2-D and neither embedding (wte, wpe)
+// nor an untied LM head (lm_head), which stay dense like the tied one.
 bool TakesInt8Weights(const Param& param);
 
 // Replaces `param`'s value by its INT8 codes and scales (quantised from the current value on

@@ -17,6 +17,26 @@ Tensor NewZeros(Backend& backend, Shape shape, DType dtype, MemCategory category
 
 Tensor Rows(const Tensor& t) { return t.View({-1, t.size(-1)}); }
 
+void NormRowsForward(Backend& backend, const Norm& norm, const Tensor& x, Tensor& out,
+                     const Tensor& mean, Tensor& rstd) {
+  if (norm.rms) {
+    backend.RmsNormForward(x, norm.weight->value, norm.eps, out, rstd);
+    return;
+  }
+  Tensor mean_out = mean;
+  backend.LayerNormForward(x, norm.weight->value, norm.bias->value, out, mean_out, rstd);
+}
+
+void NormRowsBackward(Backend& backend, const Norm& norm, const Tensor& dout, const Tensor& x,
+                      const Tensor& mean, const Tensor& rstd, Tensor& dx) {
+  if (norm.rms) {
+    backend.RmsNormBackward(dout, x, norm.weight->value, rstd, dx, norm.weight->grad);
+    return;
+  }
+  backend.LayerNormBackward(dout, x, norm.weight->value, mean, rstd, dx, norm.weight->grad,
+                            norm.bias->grad);
+}
+
 void WeightGradSink::Add(Param& weight, const Tensor& lhs, const Tensor& rhs) {
   if (defer_) {
     pending_.push_back({&weight, lhs, rhs});

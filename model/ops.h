@@ -19,14 +19,26 @@ Tensor NewZeros(Backend& backend, Shape shape, DType dtype, MemCategory category
 // (..., C) seen as (N, C), N the product of the leading dimensions.
 Tensor Rows(const Tensor& t);
 
-// A LayerNorm's parameters: out = norm(x) * weight + bias.
+// A norm's parameters: a LayerNorm, out = norm(x) * weight + bias (GPT-2), or an RMSNorm,
+// out = x / rms(x) * weight with no bias (Llama; eps its epsilon).
 struct Norm {
   Param* weight = nullptr;
-  Param* bias = nullptr;
+  Param* bias = nullptr;  // null for RMSNorm
+  bool rms = false;
+  float eps = 1e-5f;
 };
 
+// out (N,C) = norm(x (N,C)) with its row statistics: mean (N) f32 for a LayerNorm (undefined for
+// an RMSNorm, which has none) and rstd (N) f32, both as the backend's norm forward writes them.
+void NormRowsForward(Backend& backend, const Norm& norm, const Tensor& x, Tensor& out,
+                     const Tensor& mean, Tensor& rstd);
+// dx (N,C) += norm'(x)^T dout; the norm's weight (and bias) gradients accumulate.
+void NormRowsBackward(Backend& backend, const Norm& norm, const Tensor& dout, const Tensor& x,
+                      const Tensor& mean, const Tensor& rstd, Tensor& dx);
+
 // A Hugging Face Conv1D: y = x @ weight + bias, weight (in, out); or, low rank (model.low_rank),
-// y = (x @ weight) @ weight_v + bias with weight = U (in, r) and weight_v = V (r, out).
+// y = (x @ weight) @ weight_v + bias with weight = U (in, r) and weight_v = V (r, out). Llama's
+// linears have no bias (null).
 struct Linear {
   Param* weight = nullptr;
   Param* bias = nullptr;

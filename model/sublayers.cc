@@ -18,10 +18,10 @@ struct NormOutput {
 NormOutput LayerNormOf(Backend& backend, const Norm& norm, const Tensor& x, MemCategory category) {
   const int64_t rows = x.size(0) * x.size(1);
   NormOutput o{NewTensor(backend, x.shape(), x.dtype(), category),
-               NewTensor(backend, {rows}, DType::kF32, category),
+               norm.rms ? Tensor() : NewTensor(backend, {rows}, DType::kF32, category),
                NewTensor(backend, {rows}, DType::kF32, category)};
   Tensor ln_rows = Rows(o.ln);
-  backend.LayerNormForward(Rows(x), norm.weight->value, norm.bias->value, ln_rows, o.mean, o.rstd);
+  NormRowsForward(backend, norm, Rows(x), ln_rows, o.mean, o.rstd);
   return o;
 }
 
@@ -32,7 +32,7 @@ Tensor NormForward(Backend& backend, const Norm& norm, const Tensor& x, const st
   NormOutput o = LayerNormOf(backend, norm, x, kActivations);
   stash.Put(prefix + "x", x);
   stash.Put(prefix + "ln", o.ln);
-  stash.Put(prefix + "mean", std::move(o.mean));
+  if (o.mean.defined()) stash.Put(prefix + "mean", std::move(o.mean));  // LayerNorm only
   stash.Put(prefix + "rstd", std::move(o.rstd));
   return o.ln;
 }
@@ -43,9 +43,9 @@ Tensor ResidualNormBackward(Backend& backend, const Norm& norm, const Tensor& dy
   Tensor dx = NewTensor(backend, dy.shape(), dy.dtype(), category);
   backend.Copy(dy, dx);
   Tensor dx_rows = Rows(dx);
-  backend.LayerNormBackward(Rows(dln), Rows(stash.Get(prefix + "x")), norm.weight->value,
-                            stash.Get(prefix + "mean"), stash.Get(prefix + "rstd"), dx_rows,
-                            norm.weight->grad, norm.bias->grad);
+  const Tensor mean = norm.rms ? Tensor() : stash.Get(prefix + "mean");
+  NormRowsBackward(backend, norm, Rows(dln), Rows(stash.Get(prefix + "x")), mean,
+                   stash.Get(prefix + "rstd"), dx_rows);
   return dx;
 }
 
@@ -54,6 +54,10 @@ Tensor AddResidual(Backend& backend, const Tensor& x, const Tensor& branch) {
   Tensor y = NewTensor(backend, x.shape(), x.dtype(), kActivations);
   backend.Add(x, branch, y);
   return y;
+}
+
+const Tensor* BiasOf(const Linear& linear) {
+  return linear.bias != nullptr ? &linear.bias->value : nullptr;
 }
 
 // y (..., out) = x (..., in) @ W + b, booked under `category`.
@@ -67,16 +71,16 @@ Tensor LinearForward(Backend& backend, const Linear& linear, const Tensor& x,
   if (linear.weight_v != nullptr) {  // low rank: h = x @ U (N, r), y = h @ V + b
     Tensor h = NewTensor(backend, {Rows(x).size(0), w.size(1)}, x.dtype(), kWorkspace);
     backend.Matmul(Rows(x), false, w, false, h, false);
-    backend.Matmul(h, false, linear.weight_v->value, false, y_rows, false, &linear.bias->value);
+    backend.Matmul(h, false, linear.weight_v->value, false, y_rows, false, BiasOf(linear));
     return y;
   }
   if (w.dtype() == DType::kI8) {  // INT8 weights (model/int8_weights.h): dequantised just in time
     Tensor dense = NewTensor(backend, w.shape(), x.dtype(), kWorkspace);
     backend.DequantizeInt8(w, linear.weight->scale, dense);
-    backend.Matmul(Rows(x), false, dense, false, y_rows, false, &linear.bias->value);
+    backend.Matmul(Rows(x), false, dense, false, y_rows, false, BiasOf(linear));
     return y;
   }
-  backend.Matmul(Rows(x), false, w, false, y_rows, false, &linear.bias->value);
+  backend.Matmul(Rows(x), false, w, false, y_rows, false, BiasOf(linear));
   return y;
 }
 
@@ -103,17 +107,41 @@ Tensor LinearBackward(Backend& backend, const Linear& linear, const Tensor& x, c
     backend.Matmul(dh, false, u, true, dx_rows, false);
     sink.Add(*linear.weight_v, h, Rows(dy));
     sink.Add(*linear.weight, Rows(x), dh);
-    backend.BiasBackward(Rows(dy), linear.bias->grad);
+    if (linear.bias != nullptr) backend.BiasBackward(Rows(dy), linear.bias->grad);
     return dx;
   }
   backend.Matmul(Rows(dy), false, linear.weight->value, true, dx_rows, false);
   sink.Add(*linear.weight, Rows(x), Rows(dy));
-  backend.BiasBackward(Rows(dy), linear.bias->grad);
+  if (linear.bias != nullptr) backend.BiasBackward(Rows(dy), linear.bias->grad);
   return dx;
 }
 
 Shape ProbsShape(const Tensor& x, int num_heads) {
   return {x.size(0), num_heads, x.size(1), x.size(1)};
+}
+
+// The qkv the multi-head attention kernels read: qkv itself, or with grouped-query attention its
+// key/value heads repeated to every query head (B,T,3C), booked as workspace.
+Tensor FullQkv(Backend& backend, const AttentionParams& params, const Tensor& qkv) {
+  if (!params.heads.grouped()) return qkv;
+  const int64_t c = qkv.size(2) / (params.heads.query + 2 * params.heads.kv) * params.heads.query;
+  Tensor full = NewTensor(backend, {qkv.size(0), qkv.size(1), 3 * c}, qkv.dtype(), kWorkspace);
+  backend.RepeatKv(qkv, params.heads, full);
+  return full;
+}
+
+// act = gelu(fc), or SwiGLU's silu(gate) * up of fc = [gate | up], booked under `category`.
+Tensor ActivationOf(Backend& backend, const MlpParams& params, const Tensor& fc,
+                    MemCategory category) {
+  Shape shape = fc.shape();
+  if (params.swiglu) shape.back() /= 2;
+  Tensor act = NewTensor(backend, shape, fc.dtype(), category);
+  if (params.swiglu) {
+    backend.SwiGluForward(fc, act);
+  } else {
+    backend.GeluForward(fc, act);
+  }
+  return act;
 }
 
 }  // namespace
@@ -122,20 +150,25 @@ Tensor AttentionSublayerForward(Backend& backend, const AttentionParams& params,
                                 const Tensor& segment_starts, bool selective_recompute,
                                 Stash& stash) {
   const Tensor ln = NormForward(backend, params.ln, x, "attn.", stash);
-  Tensor qkv = LinearForward(backend, params.c_attn, ln, kActivations);  // (B,T,3C)
+  Tensor qkv = LinearForward(backend, params.c_attn, ln, kActivations);  // (B,T,(NH+2KVH)D)
+  if (params.rotary) {
+    backend.RotaryEmbedding(qkv, segment_starts, 0, params.heads, params.rope, /*inverse=*/false);
+  }
   stash.Put("attn.qkv", qkv);
   Tensor out = NewTensor(backend, x.shape(), x.dtype(), kActivations);  // (B,T,C)
+  const int num_heads = params.heads.query;
+  Tensor full = FullQkv(backend, params, qkv);
   if (params.flash) {  // the row log-sum-exps are all backward needs: kept under selective too
-    Tensor lse =
-        NewTensor(backend, {x.size(0), params.num_heads, x.size(1)}, DType::kF32, kActivations);
-    backend.FlashAttentionForward(qkv, segment_starts, params.num_heads, out, lse);
+    Tensor lse = NewTensor(backend, {x.size(0), num_heads, x.size(1)}, DType::kF32, kActivations);
+    backend.FlashAttentionForward(full, segment_starts, num_heads, out, lse);
     stash.Put("attn.lse", std::move(lse));
   } else {
-    Tensor probs = NewTensor(backend, ProbsShape(x, params.num_heads), DType::kF32,
+    Tensor probs = NewTensor(backend, ProbsShape(x, num_heads), DType::kF32,
                              selective_recompute ? kWorkspace : kActivations);
-    backend.AttentionForward(qkv, segment_starts, params.num_heads, out, probs);
+    backend.AttentionForward(full, segment_starts, num_heads, out, probs);
     if (!selective_recompute) stash.Put("attn.probs", std::move(probs));
   }
+  full = Tensor();
   stash.Put("attn.out", out);
   const Tensor proj = LinearForward(backend, params.c_proj, out, kWorkspace);
   return AddResidual(backend, x, proj);
@@ -144,26 +177,40 @@ Tensor AttentionSublayerForward(Backend& backend, const AttentionParams& params,
 Tensor AttentionSublayerBackward(Backend& backend, const AttentionParams& params, const Tensor& dy,
                                  const Tensor& segment_starts, const Stash& stash,
                                  WeightGradSink& sink, MemCategory dx_category) {
-  const Tensor& qkv = stash.Get("attn.qkv");
-  const bool flash = stash.Has("attn.lse");  // the forward's kind decides
+  const Tensor& qkv = stash.Get("attn.qkv");  // rotated, when rotary
+  const bool flash = stash.Has("attn.lse");   // the forward's kind decides
+  const int num_heads = params.heads.query;
+  Tensor full = FullQkv(backend, params, qkv);
   Tensor probs;
   if (stash.Has("attn.probs")) {
     probs = stash.Get("attn.probs");
   } else if (!flash) {  // selective recompute: the same kernel on the same qkv gives the same probs
-    probs = NewTensor(backend, ProbsShape(dy, params.num_heads), DType::kF32, kWorkspace);
+    probs = NewTensor(backend, ProbsShape(dy, num_heads), DType::kF32, kWorkspace);
     Tensor scratch = NewTensor(backend, dy.shape(), dy.dtype(), kWorkspace);
-    backend.AttentionForward(qkv, segment_starts, params.num_heads, scratch, probs);
+    backend.AttentionForward(full, segment_starts, num_heads, scratch, probs);
   }
   Tensor dout = LinearBackward(backend, params.c_proj, stash.Get("attn.out"), dy, sink);
-  Tensor dqkv = NewZeros(backend, qkv.shape(), qkv.dtype(), sink.operand_category());
+  const bool grouped = params.heads.grouped();
+  Tensor dfull =
+      NewZeros(backend, full.shape(), qkv.dtype(), grouped ? kWorkspace : sink.operand_category());
   if (flash) {
-    backend.FlashAttentionBackward(dout, qkv, segment_starts, stash.Get("attn.out"),
-                                   stash.Get("attn.lse"), params.num_heads, dqkv);
+    backend.FlashAttentionBackward(dout, full, segment_starts, stash.Get("attn.out"),
+                                   stash.Get("attn.lse"), num_heads, dfull);
   } else {
-    backend.AttentionBackward(dout, qkv, segment_starts, probs, params.num_heads, dqkv);
+    backend.AttentionBackward(dout, full, segment_starts, probs, num_heads, dfull);
   }
   dout = Tensor();
   probs = Tensor();
+  full = Tensor();
+  Tensor dqkv = dfull;
+  if (grouped) {  // each key/value head's gradient: the sum over its group's query heads
+    dqkv = NewZeros(backend, qkv.shape(), qkv.dtype(), sink.operand_category());
+    backend.RepeatKvBackward(dfull, params.heads, dqkv);
+  }
+  dfull = Tensor();
+  if (params.rotary) {  // the gradient of the unrotated q and k: the rotation's transpose
+    backend.RotaryEmbedding(dqkv, segment_starts, 0, params.heads, params.rope, /*inverse=*/true);
+  }
   Tensor dln = LinearBackward(backend, params.c_attn, stash.Get("attn.ln"), dqkv, sink);
   dqkv = Tensor();
   return ResidualNormBackward(backend, params.ln, dy, dln, "attn.", stash, dx_category);
@@ -173,16 +220,15 @@ Tensor MlpSublayerForward(Backend& backend, const MlpParams& params, const Tenso
                           bool selective_recompute, Stash& stash) {
   const Tensor ln = NormForward(backend, params.ln, x, "mlp.", stash);
   const MemCategory wide = selective_recompute ? kWorkspace : kActivations;
-  Tensor fc = LinearForward(backend, params.c_fc, ln, wide);  // (B,T,4C)
-  Tensor gelu = NewTensor(backend, fc.shape(), fc.dtype(), wide);
-  backend.GeluForward(fc, gelu);
+  Tensor fc = LinearForward(backend, params.c_fc, ln, wide);  // (B,T,4C) or (B,T,2H)
+  Tensor act = ActivationOf(backend, params, fc, wide);
   if (!selective_recompute) {
     stash.Put("mlp.fc", fc);
-    stash.Put("mlp.gelu", gelu);
+    stash.Put("mlp.act", act);
   }
   fc = Tensor();
-  const Tensor proj = LinearForward(backend, params.c_proj, gelu, kWorkspace);
-  gelu = Tensor();
+  const Tensor proj = LinearForward(backend, params.c_proj, act, kWorkspace);
+  act = Tensor();
   return AddResidual(backend, x, proj);
 }
 
@@ -190,20 +236,23 @@ Tensor MlpSublayerBackward(Backend& backend, const MlpParams& params, const Tens
                            const Stash& stash, WeightGradSink& sink, MemCategory dx_category) {
   const Tensor& ln = stash.Get("mlp.ln");
   Tensor fc;
-  Tensor gelu;
+  Tensor act;
   if (stash.Has("mlp.fc")) {
     fc = stash.Get("mlp.fc");
-    gelu = stash.Get("mlp.gelu");
-  } else {  // selective recompute; gelu may be kept for BackwardWeight, so it is an operand
+    act = stash.Get("mlp.act");
+  } else {  // selective recompute; act may be kept for BackwardWeight, so it is an operand
     fc = LinearForward(backend, params.c_fc, ln, kWorkspace);
-    gelu = NewTensor(backend, fc.shape(), fc.dtype(), sink.operand_category());
-    backend.GeluForward(fc, gelu);
+    act = ActivationOf(backend, params, fc, sink.operand_category());
   }
-  Tensor dgelu = LinearBackward(backend, params.c_proj, gelu, dy, sink);
-  gelu = Tensor();
+  Tensor dact = LinearBackward(backend, params.c_proj, act, dy, sink);
+  act = Tensor();
   Tensor dfc = NewZeros(backend, fc.shape(), fc.dtype(), sink.operand_category());
-  backend.GeluBackward(fc, dgelu, dfc);
-  dgelu = Tensor();
+  if (params.swiglu) {
+    backend.SwiGluBackward(fc, dact, dfc);
+  } else {
+    backend.GeluBackward(fc, dact, dfc);
+  }
+  dact = Tensor();
   fc = Tensor();
   Tensor dln = LinearBackward(backend, params.c_fc, ln, dfc, sink);
   dfc = Tensor();
@@ -221,7 +270,7 @@ Tensor NormInference(Backend& backend, const Norm& norm, const Tensor& x) {
 
 Tensor AttentionSublayerCached(Backend& backend, const AttentionParams& params, const Tensor& x,
                                int64_t context, KvCache& cache) {
-  const int64_t batch = x.size(0), t = x.size(1), c = x.size(2);
+  const int64_t batch = x.size(0), t = x.size(1), c = x.size(2);  // the cache holds every head
   if (!cache.keys.defined()) {
     cache.keys = NewTensor(backend, {batch, context, c}, x.dtype(), kActivations);
     cache.values = NewTensor(backend, {batch, context, c}, x.dtype(), kActivations);
@@ -232,9 +281,14 @@ Tensor AttentionSublayerCached(Backend& backend, const AttentionParams& params, 
               "a key-value cache {} holding {} positions cannot take {} more of {}",
               cache.keys.ToString(), cache.length, t, x.ToString());
   Tensor qkv = LinearForward(backend, params.c_attn, NormInference(backend, params.ln, x),
-                             kWorkspace);                             // (B,T,3C)
+                             kWorkspace);  // (B,T,(NH+2KVH)D)
+  if (params.rotary) {
+    backend.RotaryEmbedding(qkv, Tensor(), cache.length, params.heads, params.rope,
+                            /*inverse=*/false);
+  }
+  const Tensor full = FullQkv(backend, params, qkv);
   Tensor out = NewTensor(backend, x.shape(), x.dtype(), kWorkspace);  // (B,T,C)
-  backend.CachedAttentionForward(qkv, params.num_heads, cache.length, cache.keys, cache.values,
+  backend.CachedAttentionForward(full, params.heads.query, cache.length, cache.keys, cache.values,
                                  out);
   cache.length += t;
   qkv = Tensor();
@@ -244,12 +298,11 @@ Tensor AttentionSublayerCached(Backend& backend, const AttentionParams& params, 
 
 Tensor MlpSublayerInference(Backend& backend, const MlpParams& params, const Tensor& x) {
   Tensor fc = LinearForward(backend, params.c_fc, NormInference(backend, params.ln, x),
-                            kWorkspace);  // (B,T,4C)
-  Tensor gelu = NewTensor(backend, fc.shape(), fc.dtype(), kWorkspace);
-  backend.GeluForward(fc, gelu);
+                            kWorkspace);  // (B,T,4C) or (B,T,2H)
+  Tensor act = ActivationOf(backend, params, fc, kWorkspace);
   fc = Tensor();
-  const Tensor proj = LinearForward(backend, params.c_proj, gelu, kWorkspace);
-  gelu = Tensor();
+  const Tensor proj = LinearForward(backend, params.c_proj, act, kWorkspace);
+  act = Tensor();
   return AddResidual(backend, x, proj);
 }
 

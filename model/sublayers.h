@@ -1,14 +1,21 @@
-// The two pre-LayerNorm residual sublayers of a GPT-2 block (internal to model/):
+// The two pre-norm residual sublayers of a block (internal to model/):
 //   attention: y = x + c_proj(attention(c_attn(ln(x))))
-//   mlp:       y = x + c_proj(gelu(c_fc(ln(x))))
+//   mlp:       y = x + c_proj(gelu(c_fc(ln(x))))               GPT-2
+//              y = x + c_proj(silu(gate) * up), [gate | up] = c_fc(ln(x))   Llama (SwiGLU)
+// Llama's attention turns q and k by position (rotary) right after c_attn, so the stashed qkv is
+// the rotated one; with grouped-query attention c_attn gives (NH + 2 KVH) D columns and the
+// key/value heads are repeated to every query head, as workspace, just before each attention
+// kernel (forward, and again in backward). ln is a LayerNorm or an RMSNorm (no mean).
 // x, y, dy, dx are (B,T,C) in the activation dtype (x's). Each stashes under its own prefix
 // ("attn.", "mlp."), so a block holds both in one Stash. Stash entries (sizes in elements,
 // N = B*T; mean/rstd and probs f32, the rest the activation dtype):
 //   attn.x (N,C)  attn.ln (N,C)  attn.mean (N)  attn.rstd (N)  attn.qkv (N,3C)  attn.out (N,C)
+//   (RMSNorm: no mean; grouped-query: qkv (N,(NH+2KVH)D))
 //   attn.lse (B,NH,T)                                       -- flash attention, always
 //   attn.probs (B,NH,T,T)                  -- materialized attention, not under selective recompute
 //   mlp.x (N,C)   mlp.ln (N,C)   mlp.mean (N)   mlp.rstd (N)
-//   mlp.fc (N,4C) mlp.gelu (N,4C)                           -- not under selective recompute
+//   mlp.fc (N,4C) mlp.act (N,4C)                            -- not under selective recompute
+//   (SwiGLU: fc (N,2H), act (N,H))
 // Backward recomputes whatever the stash lacks, with the same kernels, so the bits agree. The
 // order of allocations and frees in sublayers.cc is what model/cost.cc's workspace formulas
 // describe.
@@ -22,16 +29,19 @@ namespace baton::model_ops {
 
 struct AttentionParams {
   Norm ln;
-  Linear c_attn;  // (C, 3C)
+  Linear c_attn;  // (C, 3C), or (C, (NH+2KVH)D) with grouped-query attention
   Linear c_proj;  // (C, C)
-  int num_heads = 1;
-  bool flash = true;  // flash-style attention (stash lse) or materialized (stash probs)
+  AttentionHeads heads;
+  bool flash = true;    // flash-style attention (stash lse) or materialized (stash probs)
+  bool rotary = false;  // Llama: rotary positions on q and k
+  RopeConfig rope;
 };
 
 struct MlpParams {
   Norm ln;
-  Linear c_fc;    // (C, 4C)
-  Linear c_proj;  // (4C, C)
+  Linear c_fc;    // (C, 4C), or SwiGLU's (C, 2H): gate, then up
+  Linear c_proj;  // (4C, C), or (H, C)
+  bool swiglu = false;
 };
 
 // segment_starts: the micro-batch's (MicroBatch::segment_starts; undefined = one document per
