@@ -87,7 +87,8 @@ void LaunchAdamW8bit(float* param, const void* grad, DType grad_dtype, uint8_t* 
 
 // ---- layers.cu
 // out (B*T,C) = wte[tokens] + wpe[pos], pos = t, or t - segment_starts[b,t] when
-// segment_starts (B,T) is not null (packed documents; starts already checked).
+// segment_starts (B,T) is not null (packed documents; starts already checked). wpe null (Llama,
+// rotary positions): out = wte[tokens], and wpe_dtype is not read.
 void LaunchEmbeddingForward(const int32_t* tokens, const int32_t* segment_starts, const void* wte,
                             DType wte_dtype, const void* wpe, DType wpe_dtype, void* out,
                             DType out_dtype, int64_t batch, int64_t seq, int64_t channels,

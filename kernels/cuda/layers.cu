@@ -34,6 +34,12 @@ __global__ void EmbeddingForwardKernel(const int32_t* tokens, const int32_t* seg
     if (threadIdx.x == 0) RecordBadId(id_error, row, token, static_cast<int>(vocab));
     return;
   }
+  if (wpe == nullptr) {  // rotary positions (Llama): the token's row alone
+    for (int64_t c = threadIdx.x; c < channels; c += blockDim.x) {
+      StoreF(out, out_dtype, row * channels + c, LoadF(wte, wte_dtype, token * channels + c));
+    }
+    return;
+  }
   // The position: t, or with packed documents t - its document's start.
   const int64_t t = row % seq - (segment_starts == nullptr ? 0 : segment_starts[row]);
   for (int64_t c = threadIdx.x; c < channels; c += blockDim.x) {
