@@ -107,10 +107,18 @@ void LaunchEmbeddingBackwardTokens(const int32_t* tokens, const void* dout, DTyp
                                    IdError* id_error, cudaStream_t stream);
 
 // acc (cols) += column sums of x (rows,cols). `partials` needs ColumnSumsPartials(rows, cols)
-// floats: rows are summed in fixed chunks, the chunks in order.
+// floats: rows are summed in fixed chunks of kColumnSumChunkRows, the chunks in order.
+inline constexpr int64_t kColumnSumChunkRows = 256;
+inline int64_t ColumnSumChunks(int64_t rows) {
+  return (rows + kColumnSumChunkRows - 1) / kColumnSumChunkRows;
+}
 int64_t ColumnSumsPartials(int64_t rows, int64_t cols);
 void LaunchColumnSums(const void* x, DType x_dtype, int64_t rows, int64_t cols, float* partials,
                       void* acc, DType acc_dtype, cudaStream_t stream);
+// The second pass alone, for kernels that write their own chunk partials (RMSNorm's dweight):
+// acc[c] += sum over chunks, in chunk order, of partials[chunk * cols + c].
+void LaunchAddColumnPartials(const float* partials, int64_t chunks, int64_t cols, void* acc,
+                             DType acc_dtype, cudaStream_t stream);
 
 void LaunchLayerNormForward(const void* x, DType x_dtype, const void* weight, DType weight_dtype,
                             const void* bias, DType bias_dtype, void* out, DType out_dtype,
