@@ -138,6 +138,51 @@ void LaunchGeluForward(const void* x, DType x_dtype, void* out, DType out_dtype,
 void LaunchGeluBackward(const void* x, DType x_dtype, const void* dout, DType dout_dtype, void* dx,
                         DType dx_dtype, int64_t n, cudaStream_t stream);
 
+// ---- llama.cu (the Llama layers; semantics as kernels/backend.h's methods)
+// RMSNorm over rows of x (rows,cols), one warp per row: out = (x * rstd) * weight,
+// rstd[r] = 1 / sqrt(mean(x^2) + eps) (f32 sum of squares).
+void LaunchRmsNormForward(const void* x, DType x_dtype, const void* weight, DType weight_dtype,
+                          float eps, void* out, DType out_dtype, float* rstd, int64_t rows,
+                          int64_t cols, cudaStream_t stream);
+// dx += the gradient (one warp per row); dweight += sum_r dout * x * rstd, per chunk of
+// kColumnSumChunkRows rows into `partials` (ColumnSumsPartials(rows, cols) floats), the chunks
+// then added in order (LaunchAddColumnPartials).
+void LaunchRmsNormBackward(const void* dout, DType dout_dtype, const void* x, DType x_dtype,
+                           const void* weight, DType weight_dtype, const float* rstd, void* dx,
+                           DType dx_dtype, void* dweight, DType dweight_dtype, float* partials,
+                           int64_t rows, int64_t cols, cudaStream_t stream);
+// SwiGLU on rows of gate_up (rows, 2 hidden): out (rows, hidden) = silu(gate) * up.
+void LaunchSwiGluForward(const void* gate_up, DType gate_up_dtype, void* out, DType out_dtype,
+                         int64_t rows, int64_t hidden, cudaStream_t stream);
+// dgate_up (rows, 2 hidden) += the gradient, given dout (rows, hidden).
+void LaunchSwiGluBackward(const void* gate_up, DType gate_up_dtype, const void* dout,
+                          DType dout_dtype, void* dgate_up, DType dgate_up_dtype, int64_t rows,
+                          int64_t hidden, cudaStream_t stream);
+// Rotary embeddings in place on the first `heads` heads (queries then keys) of each row of qkv
+// (batch*seq rows of `row_elements`): the pair (i, i + D/2) of a head turns by
+// float(position) * inv_freq[i], negated when inverse. position = start + t, or t -
+// segment_starts[b,t] when segment_starts is not null. inv_freq (head_dim / 2 floats, made on
+// the host by RopeInverseFrequency) travels as a kernel parameter, so head_dim is at most
+// kRopeMaxHeadDim.
+inline constexpr int64_t kRopeMaxHeadDim = 512;
+struct RopeFrequencies {
+  float inv_freq[kRopeMaxHeadDim / 2];
+};
+void LaunchRotaryEmbedding(void* qkv, DType dtype, const int32_t* segment_starts, int64_t start,
+                           int64_t batch, int64_t seq, int64_t row_elements, int64_t heads,
+                           int64_t head_dim, const RopeFrequencies& frequencies, bool inverse,
+                           cudaStream_t stream);
+// Grouped-query attention's key/value repeat on `rows` rows: out (rows, 3 NH D) copies qkv's
+// (rows, (NH + 2 KVH) D) queries and gives query head h key/value head h / (NH / KVH); qkv and
+// out share `dtype`, so the bits are copied.
+void LaunchRepeatKv(const void* qkv, void* out, DType dtype, int64_t rows, int64_t query_heads,
+                    int64_t kv_heads, int64_t head_dim, cudaStream_t stream);
+// Its transpose: dqkv += dout's queries, and per key/value head the sum of its query heads'
+// slices of dout, added in head order in f32.
+void LaunchRepeatKvBackward(const void* dout, DType dout_dtype, void* dqkv, DType dqkv_dtype,
+                            int64_t rows, int64_t query_heads, int64_t kv_heads, int64_t head_dim,
+                            cudaStream_t stream);
+
 // ---- softmax.cu
 // Attention's causal softmax, in place on `rows` rows of length `seq` of f32 scores (row i is
 // query position i % seq): p = softmax over [0, t], zeros after. When copy is non-null, p is also
