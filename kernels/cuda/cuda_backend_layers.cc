@@ -86,20 +86,24 @@ void CudaBackend::EmbeddingForward(const Tensor& tokens, const Tensor& segment_s
   Activate();
   CheckI32(tokens, device(), "tokens");
   CheckFloat(wte, device(), "wte");
-  CheckFloat(wpe, device(), "wpe");
   CheckFloat(out, device(), "out");
   BATON_CHECK(tokens.dim() == 2, "tokens {} must be (B, T)", tokens.ToString());
-  BATON_CHECK(wte.dim() == 2 && wpe.dim() == 2 && wte.size(1) == wpe.size(1),
-              "wte {} and wpe {} must be (V, C) and (maxT, C)", wte.ToString(), wpe.ToString());
+  BATON_CHECK(wte.dim() == 2, "wte {} must be (V, C)", wte.ToString());
   const int64_t batch = tokens.size(0), seq = tokens.size(1), channels = wte.size(1);
-  BATON_CHECK(seq <= wpe.size(0), "sequence length {} exceeds wpe's {} positions", seq,
-              wpe.size(0));
+  if (wpe.defined()) {  // undefined: Llama's rotary positions, out = wte[tokens]
+    CheckFloat(wpe, device(), "wpe");
+    BATON_CHECK(wpe.dim() == 2 && wte.size(1) == wpe.size(1),
+                "wte {} and wpe {} must be (V, C) and (maxT, C)", wte.ToString(), wpe.ToString());
+    BATON_CHECK(seq <= wpe.size(0), "sequence length {} exceeds wpe's {} positions", seq,
+                wpe.size(0));
+  }
   CheckShape(out, {batch, seq, channels}, "out");
   const int32_t* segments = SegmentStarts(segment_starts, batch, seq, device());
   if (meta_) return;
   LaunchEmbeddingForward(static_cast<const int32_t*>(tokens.raw()), segments, wte.raw(),
-                         wte.dtype(), wpe.raw(), wpe.dtype(), out.raw(), out.dtype(), batch, seq,
-                         channels, wte.size(0), id_error_, stream_);
+                         wte.dtype(), wpe.defined() ? wpe.raw() : nullptr,
+                         wpe.defined() ? wpe.dtype() : wte.dtype(), out.raw(), out.dtype(), batch,
+                         seq, channels, wte.size(0), id_error_, stream_);
 }
 
 void CudaBackend::EmbeddingBackward(const Tensor& tokens, const Tensor& segment_starts,

@@ -1,7 +1,7 @@
 // CUDA GPT-layer kernels against the CPU backend, forward and backward, in f32/bf16/f16:
-// embedding (repeated tokens, position grads, undefined grads), LayerNorm, GELU, cross-entropy
-// (in place), plus out-of-range ids surfacing at the next synchronising call, and repeatability
-// of the atomics-free embedding and LayerNorm gradients.
+// embedding (repeated tokens, position grads, undefined grads, no position table), LayerNorm, GELU,
+// cross-entropy (in place), plus out-of-range ids surfacing at the next synchronising call, and
+// repeatability of the atomics-free embedding and LayerNorm gradients.
 #include <gmock/gmock.h>
 
 #include <vector>
@@ -24,6 +24,25 @@ TEST_P(CudaLayersTest, EmbeddingForwardMatchesCpu) {
   Tensor gpu_out = GpuZeros({batch, seq, channels}, dtype());
   gpu().EmbeddingForward(ToGpu(tokens), ToGpu(wte), ToGpu(wpe), gpu_out);
   EXPECT_LT(ErrorVsCpu(gpu_out, cpu_out), Tolerance(dtype()));
+}
+
+// Llama: no learned positions (wpe undefined), out = wte[tokens], with or without packed
+// documents' segment starts.
+TEST_P(CudaLayersTest, EmbeddingForwardWithoutPositionsMatchesCpu) {
+  const int64_t batch = 2, seq = 9, channels = 41, vocab = 50;
+  std::vector<int32_t> starts = {0, 0, 0, 3, 3, 5, 5, 5, 5, 0, 1, 1, 1, 1, 1, 1, 7, 7};
+  const Tensor segments = Tensor::Wrap(starts.data(), {batch, seq}, DType::kI32);
+  const Tensor tokens = Ids({batch, seq}, vocab);
+  const Tensor wte = Random({vocab, channels}, 1.0f, dtype());
+  const Tensor gpu_tokens = ToGpu(tokens), gpu_wte = ToGpu(wte);
+  Tensor cpu_out = HostZeros({batch, seq, channels}, dtype());
+  cpu().EmbeddingForward(tokens, wte, Tensor(), cpu_out);
+  Tensor gpu_out = GpuZeros({batch, seq, channels}, dtype());
+  gpu().EmbeddingForward(gpu_tokens, gpu_wte, Tensor(), gpu_out);
+  EXPECT_EQ(ErrorVsCpu(gpu_out, cpu_out), 0.0);  // a copy of wte's rows
+  Tensor gpu_packed = GpuZeros({batch, seq, channels}, dtype());
+  gpu().EmbeddingForward(gpu_tokens, ToGpu(segments), gpu_wte, Tensor(), gpu_packed);
+  EXPECT_EQ(ErrorVsCpu(gpu_packed, cpu_out), 0.0);
 }
 
 TEST_P(CudaLayersTest, EmbeddingBackwardMatchesCpuWithRepeatedTokens) {
@@ -175,6 +194,20 @@ TEST_F(CudaVsCpuTest, EmbeddingWithSegmentStartsMatchesCpu) {
   gpu().EmbeddingBackward(gpu_tokens, gpu_segments, ToGpu(dout), gpu_dwte, gpu_dwpe);
   EXPECT_LT(ErrorVsCpu(gpu_dwte, cpu_dwte), 1e-6);
   EXPECT_LT(ErrorVsCpu(gpu_dwpe, cpu_dwpe), 1e-6);
+}
+
+// Meta mode needs no GPU: an undefined wpe is accepted, a defined one still checked.
+TEST(CudaMetaEmbedding, TakesAnUndefinedPositionTable) {
+  MemoryLedger ledger;
+  const std::unique_ptr<Backend> meta = MakeCudaMetaBackend(ledger, 0);
+  const auto make = [&](const Shape& shape, DType dtype) {
+    return Tensor::Empty(meta->allocator(), shape, dtype, MemCategory::kActivations);
+  };
+  const Tensor tokens = make({2, 9}, DType::kI32), wte = make({50, 16}, DType::kBF16);
+  Tensor out = make({2, 9, 16}, DType::kBF16);
+  meta->EmbeddingForward(tokens, wte, Tensor(), out);
+  const Tensor short_wpe = make({8, 16}, DType::kBF16);
+  EXPECT_THROW(meta->EmbeddingForward(tokens, wte, short_wpe, out), Error);
 }
 
 TEST_F(CudaVsCpuTest, OutOfRangeTokenIsReportedAtTheNextSync) {

@@ -87,7 +87,8 @@ void LaunchAdamW8bit(float* param, const void* grad, DType grad_dtype, uint8_t* 
 
 // ---- layers.cu
 // out (B*T,C) = wte[tokens] + wpe[pos], pos = t, or t - segment_starts[b,t] when
-// segment_starts (B,T) is not null (packed documents; starts already checked).
+// segment_starts (B,T) is not null (packed documents; starts already checked). wpe null (Llama,
+// rotary positions): out = wte[tokens], and wpe_dtype is not read.
 void LaunchEmbeddingForward(const int32_t* tokens, const int32_t* segment_starts, const void* wte,
                             DType wte_dtype, const void* wpe, DType wpe_dtype, void* out,
                             DType out_dtype, int64_t batch, int64_t seq, int64_t channels,
@@ -106,10 +107,18 @@ void LaunchEmbeddingBackwardTokens(const int32_t* tokens, const void* dout, DTyp
                                    IdError* id_error, cudaStream_t stream);
 
 // acc (cols) += column sums of x (rows,cols). `partials` needs ColumnSumsPartials(rows, cols)
-// floats: rows are summed in fixed chunks, the chunks in order.
+// floats: rows are summed in fixed chunks of kColumnSumChunkRows, the chunks in order.
+inline constexpr int64_t kColumnSumChunkRows = 256;
+inline int64_t ColumnSumChunks(int64_t rows) {
+  return (rows + kColumnSumChunkRows - 1) / kColumnSumChunkRows;
+}
 int64_t ColumnSumsPartials(int64_t rows, int64_t cols);
 void LaunchColumnSums(const void* x, DType x_dtype, int64_t rows, int64_t cols, float* partials,
                       void* acc, DType acc_dtype, cudaStream_t stream);
+// The second pass alone, for kernels that write their own chunk partials (RMSNorm's dweight):
+// acc[c] += sum over chunks, in chunk order, of partials[chunk * cols + c].
+void LaunchAddColumnPartials(const float* partials, int64_t chunks, int64_t cols, void* acc,
+                             DType acc_dtype, cudaStream_t stream);
 
 void LaunchLayerNormForward(const void* x, DType x_dtype, const void* weight, DType weight_dtype,
                             const void* bias, DType bias_dtype, void* out, DType out_dtype,
@@ -128,6 +137,51 @@ void LaunchGeluForward(const void* x, DType x_dtype, void* out, DType out_dtype,
 // dx += gelu'(x) * dout
 void LaunchGeluBackward(const void* x, DType x_dtype, const void* dout, DType dout_dtype, void* dx,
                         DType dx_dtype, int64_t n, cudaStream_t stream);
+
+// ---- llama.cu (the Llama layers; semantics as kernels/backend.h's methods)
+// RMSNorm over rows of x (rows,cols), one warp per row: out = (x * rstd) * weight,
+// rstd[r] = 1 / sqrt(mean(x^2) + eps) (f32 sum of squares).
+void LaunchRmsNormForward(const void* x, DType x_dtype, const void* weight, DType weight_dtype,
+                          float eps, void* out, DType out_dtype, float* rstd, int64_t rows,
+                          int64_t cols, cudaStream_t stream);
+// dx += the gradient (one warp per row); dweight += sum_r dout * x * rstd, per chunk of
+// kColumnSumChunkRows rows into `partials` (ColumnSumsPartials(rows, cols) floats), the chunks
+// then added in order (LaunchAddColumnPartials).
+void LaunchRmsNormBackward(const void* dout, DType dout_dtype, const void* x, DType x_dtype,
+                           const void* weight, DType weight_dtype, const float* rstd, void* dx,
+                           DType dx_dtype, void* dweight, DType dweight_dtype, float* partials,
+                           int64_t rows, int64_t cols, cudaStream_t stream);
+// SwiGLU on rows of gate_up (rows, 2 hidden): out (rows, hidden) = silu(gate) * up.
+void LaunchSwiGluForward(const void* gate_up, DType gate_up_dtype, void* out, DType out_dtype,
+                         int64_t rows, int64_t hidden, cudaStream_t stream);
+// dgate_up (rows, 2 hidden) += the gradient, given dout (rows, hidden).
+void LaunchSwiGluBackward(const void* gate_up, DType gate_up_dtype, const void* dout,
+                          DType dout_dtype, void* dgate_up, DType dgate_up_dtype, int64_t rows,
+                          int64_t hidden, cudaStream_t stream);
+// Rotary embeddings in place on the first `heads` heads (queries then keys) of each row of qkv
+// (batch*seq rows of `row_elements`): the pair (i, i + D/2) of a head turns by
+// float(position) * inv_freq[i], negated when inverse. position = start + t, or t -
+// segment_starts[b,t] when segment_starts is not null. inv_freq (head_dim / 2 floats, made on
+// the host by RopeInverseFrequency) travels as a kernel parameter, so head_dim is at most
+// kRopeMaxHeadDim.
+inline constexpr int64_t kRopeMaxHeadDim = 512;
+struct RopeFrequencies {
+  float inv_freq[kRopeMaxHeadDim / 2];
+};
+void LaunchRotaryEmbedding(void* qkv, DType dtype, const int32_t* segment_starts, int64_t start,
+                           int64_t batch, int64_t seq, int64_t row_elements, int64_t heads,
+                           int64_t head_dim, const RopeFrequencies& frequencies, bool inverse,
+                           cudaStream_t stream);
+// Grouped-query attention's key/value repeat on `rows` rows: out (rows, 3 NH D) copies qkv's
+// (rows, (NH + 2 KVH) D) queries and gives query head h key/value head h / (NH / KVH); qkv and
+// out share `dtype`, so the bits are copied.
+void LaunchRepeatKv(const void* qkv, void* out, DType dtype, int64_t rows, int64_t query_heads,
+                    int64_t kv_heads, int64_t head_dim, cudaStream_t stream);
+// Its transpose: dqkv += dout's queries, and per key/value head the sum of its query heads'
+// slices of dout, added in head order in f32.
+void LaunchRepeatKvBackward(const void* dout, DType dout_dtype, void* dqkv, DType dqkv_dtype,
+                            int64_t rows, int64_t query_heads, int64_t kv_heads, int64_t head_dim,
+                            cudaStream_t stream);
 
 // ---- softmax.cu
 // Attention's causal softmax, in place on `rows` rows of length `seq` of f32 scores (row i is

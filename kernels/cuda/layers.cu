@@ -15,7 +15,7 @@ namespace baton::cuda {
 namespace {
 
 constexpr int kThreads = 256;
-constexpr int kChunkRows = 256;  // rows per partial in column sums
+constexpr int kChunkRows = static_cast<int>(kColumnSumChunkRows);  // rows per partial
 constexpr int kColumnTile = 32;  // columns per block in pass 1 (one per lane)
 constexpr int kRowThreads = 8;   // row-strided threads per column in pass 1
 constexpr float kLayerNormEps = 1e-5f;
@@ -32,6 +32,12 @@ __global__ void EmbeddingForwardKernel(const int32_t* tokens, const int32_t* seg
   const int token = tokens[row];
   if (token < 0 || token >= vocab) {
     if (threadIdx.x == 0) RecordBadId(id_error, row, token, static_cast<int>(vocab));
+    return;
+  }
+  if (wpe == nullptr) {  // rotary positions (Llama): the token's row alone
+    for (int64_t c = threadIdx.x; c < channels; c += blockDim.x) {
+      StoreF(out, out_dtype, row * channels + c, LoadF(wte, wte_dtype, token * channels + c));
+    }
     return;
   }
   // The position: t, or with packed documents t - its document's start.
@@ -242,8 +248,6 @@ __global__ void GeluBackwardKernel(const void* x, DType x_dtype, const void* dou
   }
 }
 
-int64_t Chunks(int64_t rows) { return (rows + kChunkRows - 1) / kChunkRows; }
-
 // Sorted keys and values (4 int32 arrays of `rows`) followed by cub's temporary storage.
 struct SortBuffers {
   int32_t* keys_out;
@@ -325,17 +329,23 @@ void LaunchEmbeddingBackwardTokens(const int32_t* tokens, const void* dout, DTyp
   BATON_CUDA_CHECK_LAUNCH();
 }
 
-int64_t ColumnSumsPartials(int64_t rows, int64_t cols) { return Chunks(rows) * cols; }
+int64_t ColumnSumsPartials(int64_t rows, int64_t cols) { return ColumnSumChunks(rows) * cols; }
 
 void LaunchColumnSums(const void* x, DType x_dtype, int64_t rows, int64_t cols, float* partials,
                       void* acc, DType acc_dtype, cudaStream_t stream) {
   if (cols == 0 || rows == 0) return;
-  const int64_t chunks = Chunks(rows);
+  const int64_t chunks = ColumnSumChunks(rows);
   const dim3 grid(static_cast<unsigned>((cols + kColumnTile - 1) / kColumnTile),
                   static_cast<unsigned>(chunks));
   ColumnSumsPass1<<<grid, dim3(kColumnTile, kRowThreads), 0, stream>>>(x, x_dtype, rows, cols,
                                                                        partials);
   BATON_CUDA_CHECK_LAUNCH();
+  LaunchAddColumnPartials(partials, chunks, cols, acc, acc_dtype, stream);
+}
+
+void LaunchAddColumnPartials(const float* partials, int64_t chunks, int64_t cols, void* acc,
+                             DType acc_dtype, cudaStream_t stream) {
+  if (cols == 0) return;
   ColumnSumsPass2<<<GridFor(cols, kThreads), kThreads, 0, stream>>>(partials, chunks, cols, acc,
                                                                     acc_dtype, nullptr, acc_dtype);
   BATON_CUDA_CHECK_LAUNCH();
@@ -364,7 +374,7 @@ void LaunchLayerNormBackward(const void* dout, DType dout_dtype, const void* x, 
   LayerNormBackwardDxKernel<<<blocks, kThreads, 0, stream>>>(
       dout, dout_dtype, x, x_dtype, weight, weight_dtype, mean, rstd, dx, dx_dtype, rows, cols);
   BATON_CUDA_CHECK_LAUNCH();
-  const int64_t chunks = Chunks(rows);
+  const int64_t chunks = ColumnSumChunks(rows);
   const dim3 grid(static_cast<unsigned>((cols + kColumnTile - 1) / kColumnTile),
                   static_cast<unsigned>(chunks));
   LayerNormParamGradPass1<<<grid, dim3(kColumnTile, kRowThreads), 0, stream>>>(
