@@ -187,8 +187,7 @@ PreTokenizerConfig ReadLlama3PreTokenizer(const Json& sequence, const std::strin
   if (byte_level.value("use_regex", true)) {
     Fail(path,
          "pre_tokenizer ByteLevel after a Split must have use_regex false, as Llama 3's has "
-         "(GPT-2's "
-         "regex would cut the pieces again)");
+         "(GPT-2's regex would cut the pieces again)");
   }
   if (byte_level.value("add_prefix_space", false)) {
     Fail(path,
