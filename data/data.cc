@@ -12,6 +12,7 @@
 #include <cmath>
 #include <cstring>
 #include <fstream>
+#include <limits>
 #include <optional>
 #include <set>
 #include <utility>
@@ -27,29 +28,58 @@ namespace {
 // .bin files are little-endian and are used in place (memory-mapped), so the host must be too.
 static_assert(std::endian::native == std::endian::little, "Baton reads .bin tokens in place");
 
-// llm.c's data files: 256 int32 header words (magic, version, token count, unused), then tokens.
+// llm.c's data files: 256 int32 header words (magic, version, token count, unused), then tokens:
+// uint16 in GPT-2's layout, uint32 in Llama 3's (llm.c's dev/data/data_common.py).
 constexpr int32_t kLlmcMagic = 20240520;
 constexpr int32_t kLlmcVersion = 1;
+constexpr int32_t kLlmcLlama3Magic = 20240801;
+constexpr int32_t kLlmcLlama3Version = 7;
 constexpr size_t kLlmcHeaderBytes = 256 * sizeof(int32_t);
+// Ids of a tokenizer with more than this many are stored as uint32.
+constexpr int64_t kUint16Vocab = 65536;
 
 std::string SystemError() { return std::strerror(errno); }
 
 // Appends the bytes of `file` to `tokens`, one token per byte.
-void AppendFileBytes(const std::filesystem::path& file, std::vector<uint16_t>& tokens) {
+template <typename Token>
+void AppendFileBytes(const std::filesystem::path& file, std::vector<Token>& tokens) {
   const MappedFile bytes = MappedFile::Open(file.string());  // never blocks on a FIFO
   const auto* data = reinterpret_cast<const unsigned char*>(bytes.data());  // 128..255 too
   tokens.insert(tokens.end(), data, data + bytes.size());
 }
 
-// Every token must be a valid index into the embedding table.
-void CheckTokens(const uint16_t* tokens, int64_t size, int64_t vocab_size,
-                 const std::string& source) {
-  if (vocab_size < 1 || vocab_size > 65536) {
-    BATON_FAIL("{}: vocab_size {} is outside [1, 65536] (tokens are uint16)", source, vocab_size);
+// ReadTextTokens into `tokens`; Token is uint16_t only when the tokenizer's ids fit it.
+template <typename Token>
+void AppendTextTokens(const std::string& path, const Tokenizer* tokenizer,
+                      std::vector<Token>& tokens) {
+  const std::vector<std::filesystem::path> files = ListTextFiles(path);
+  if (tokenizer == nullptr) {
+    for (const std::filesystem::path& file : files) AppendFileBytes(file, tokens);
+    return;
   }
-  if (vocab_size == 65536) return;
-  const auto limit = static_cast<uint16_t>(vocab_size);
-  const uint16_t* bad = std::find_if(tokens, tokens + size, [&](uint16_t t) { return t >= limit; });
+  const std::optional<uint32_t> separator = tokenizer->DocumentSeparator();
+  for (size_t i = 0; i < files.size(); ++i) {
+    if (i > 0 && separator.has_value()) tokens.push_back(static_cast<Token>(*separator));
+    for (const uint32_t id : tokenizer->Encode(ReadFileToString(files[i].string()))) {
+      tokens.push_back(static_cast<Token>(id));  // < vocab_size(), which Token holds
+    }
+  }
+}
+
+bool NeedsUint32(const Tokenizer* tokenizer) {
+  return tokenizer != nullptr && tokenizer->vocab_size() > kUint16Vocab;
+}
+
+// Every token must be a valid index into the embedding table.
+template <typename Token>
+void CheckTokens(const Token* tokens, int64_t size, int64_t vocab_size, const std::string& source) {
+  if (vocab_size < 1 || vocab_size > kMaxTokenId + 1) {
+    BATON_FAIL("{}: vocab_size {} is outside [1, {}] (batches carry ids as int32)", source,
+               vocab_size, kMaxTokenId + 1);
+  }
+  if (vocab_size > int64_t{std::numeric_limits<Token>::max()}) return;
+  const auto limit = static_cast<Token>(vocab_size);
+  const Token* bad = std::find_if(tokens, tokens + size, [&](Token t) { return t >= limit; });
   if (bad != tokens + size) {
     BATON_FAIL("{}: token {} at position {} is >= vocab_size {}", source, *bad, bad - tokens,
                vocab_size);
@@ -82,33 +112,50 @@ Mapping MapFile(const std::string& path) {
   return mapping;
 }
 
-// Where the tokens of a mapped .bin file start, and how many there are.
-std::pair<size_t, int64_t> LocateBinTokens(const Mapping& mapping, const std::string& path) {
+// Where the tokens of a mapped .bin file start, how many there are, and their width.
+struct BinLayout {
+  size_t offset;
+  int64_t count;
+  int token_bytes;
+};
+
+BinLayout LocateBinTokens(const Mapping& mapping, const std::string& path) {
   int32_t header[3] = {0, 0, 0};
   if (mapping.bytes >= kLlmcHeaderBytes) std::memcpy(header, mapping.address, sizeof(header));
-  if (header[0] != kLlmcMagic) {  // nanoGPT: nothing but tokens
+  int token_bytes = 2;
+  if (header[0] == kLlmcMagic) {
+    if (header[1] != kLlmcVersion) {
+      BATON_FAIL("{}: llm.c header version {} is not supported (only {}: uint16 tokens)", path,
+                 header[1], kLlmcVersion);
+    }
+  } else if (header[0] == kLlmcLlama3Magic) {
+    if (header[1] != kLlmcLlama3Version) {
+      BATON_FAIL(
+          "{}: llm.c Llama 3 header (magic {}) version {} is not supported (only {}: uint32 "
+          "tokens)",
+          path, kLlmcLlama3Magic, header[1], kLlmcLlama3Version);
+    }
+    token_bytes = 4;
+  } else {  // nanoGPT: nothing but uint16 tokens
     if (mapping.bytes % 2 != 0) {
       BATON_FAIL("{}: {} bytes is not a whole number of uint16 tokens", path, mapping.bytes);
     }
-    return {0, static_cast<int64_t>(mapping.bytes / 2)};
-  }
-  if (header[1] != kLlmcVersion) {
-    BATON_FAIL("{}: llm.c header version {} is not supported (only {}: uint16 tokens)", path,
-               header[1], kLlmcVersion);
+    return {0, static_cast<int64_t>(mapping.bytes / 2), 2};
   }
   const size_t payload = mapping.bytes - kLlmcHeaderBytes;
-  if (header[2] < 0 || payload != static_cast<size_t>(header[2]) * 2) {
+  if (header[2] < 0 || payload != static_cast<size_t>(header[2]) * token_bytes) {
     BATON_FAIL("{}: llm.c header says {} tokens but the file holds {} bytes after the header", path,
                header[2], payload);
   }
-  return {kLlmcHeaderBytes, header[2]};
+  return {kLlmcHeaderBytes, header[2], token_bytes};
 }
 
 }  // namespace
 
 // Tokens in memory (text, FromTokens) or a .bin file's read-only mapping.
 struct TokenDataset::Storage {
-  std::vector<uint16_t> owned;
+  std::vector<uint16_t> owned16;
+  std::vector<uint32_t> owned32;
   Mapping mapping;
   Storage() = default;
   Storage(const Storage&) = delete;
@@ -129,18 +176,25 @@ TokenDataset TokenDataset::Open(const std::string& path, TokenFormat format, int
     if (tokenizer == nullptr && vocab_size < 256) {
       BATON_FAIL("{}: byte-level text needs vocab_size >= 256, got {}", path, vocab_size);
     }
-    storage->owned = ReadTextTokens(path, tokenizer);
-    dataset.tokens_ = storage->owned.data();
-    dataset.size_ = static_cast<int64_t>(storage->owned.size());
+    if (NeedsUint32(tokenizer)) {
+      AppendTextTokens(path, tokenizer, storage->owned32);
+      dataset.tokens_ = storage->owned32.data();
+      dataset.token_bytes_ = 4;
+      dataset.size_ = static_cast<int64_t>(storage->owned32.size());
+    } else {
+      AppendTextTokens(path, tokenizer, storage->owned16);
+      dataset.tokens_ = storage->owned16.data();
+      dataset.size_ = static_cast<int64_t>(storage->owned16.size());
+    }
   } else {
     storage->mapping = MapFile(path);
-    const auto [offset, count] = LocateBinTokens(storage->mapping, path);
-    dataset.tokens_ = reinterpret_cast<const uint16_t*>(
-        static_cast<const char*>(storage->mapping.address) + offset);
-    dataset.size_ = count;
+    const BinLayout layout = LocateBinTokens(storage->mapping, path);
+    dataset.tokens_ = static_cast<const char*>(storage->mapping.address) + layout.offset;
+    dataset.token_bytes_ = layout.token_bytes;
+    dataset.size_ = layout.count;
   }
   dataset.storage_ = std::move(storage);
-  CheckTokens(dataset.tokens_, dataset.size_, vocab_size, path);
+  dataset.CheckTokens(vocab_size);
   if (dataset.size_ < seq_len + 1) {
     BATON_FAIL("{}: {} tokens is shorter than one sample: seq_len + 1 = {} tokens", path,
                dataset.size_, seq_len + 1);
@@ -148,18 +202,39 @@ TokenDataset TokenDataset::Open(const std::string& path, TokenFormat format, int
   return dataset;
 }
 
-TokenDataset TokenDataset::FromTokens(std::vector<uint16_t> tokens, std::string name,
+TokenDataset TokenDataset::FromTokens(std::vector<uint32_t> tokens, std::string name,
                                       int64_t vocab_size) {
   TokenDataset dataset;
   dataset.source_ = std::move(name);
   dataset.format_ = TokenFormat::kBin;
   auto storage = std::make_shared<Storage>();
-  storage->owned = std::move(tokens);
-  dataset.tokens_ = storage->owned.data();
-  dataset.size_ = static_cast<int64_t>(storage->owned.size());
+  storage->owned32 = std::move(tokens);
+  dataset.tokens_ = storage->owned32.data();
+  dataset.token_bytes_ = 4;
+  dataset.size_ = static_cast<int64_t>(storage->owned32.size());
   dataset.storage_ = std::move(storage);
-  CheckTokens(dataset.tokens_, dataset.size_, vocab_size, dataset.source_);
+  dataset.CheckTokens(vocab_size);
   return dataset;
+}
+
+void TokenDataset::CheckTokens(int64_t vocab_size) const {
+  if (token_bytes_ == 2) {
+    baton::CheckTokens(static_cast<const uint16_t*>(tokens_), size_, vocab_size, source_);
+  } else {
+    baton::CheckTokens(static_cast<const uint32_t*>(tokens_), size_, vocab_size, source_);
+  }
+}
+
+void TokenDataset::CopyTokens(int64_t begin, int64_t count, int32_t* out) const {
+  BATON_CHECK(begin >= 0 && count >= 0 && begin + count <= size_, "{}: tokens [{}, {}) of {}",
+              source_, begin, begin + count, size_);
+  if (token_bytes_ == 2) {
+    const uint16_t* tokens = static_cast<const uint16_t*>(tokens_) + begin;
+    std::copy(tokens, tokens + count, out);
+  } else {
+    const uint32_t* tokens = static_cast<const uint32_t*>(tokens_) + begin;
+    std::transform(tokens, tokens + count, out, [](uint32_t t) { return static_cast<int32_t>(t); });
+  }
 }
 
 TokenDataset TokenDataset::Slice(int64_t begin, int64_t end, std::string name) const {
@@ -167,7 +242,7 @@ TokenDataset TokenDataset::Slice(int64_t begin, int64_t end, std::string name) c
               source_, begin, end, size_);
   TokenDataset slice = *this;
   slice.source_ = std::move(name);
-  slice.tokens_ = tokens_ + begin;
+  slice.tokens_ = static_cast<const char*>(tokens_) + begin * token_bytes_;
   slice.size_ = end - begin;
   return slice;
 }
@@ -193,7 +268,7 @@ int64_t CountTokens(const std::string& path, TokenFormat format) {
     return bytes;
   }
   Mapping mapping = MapFile(path);
-  const int64_t count = LocateBinTokens(mapping, path).second;
+  const int64_t count = LocateBinTokens(mapping, path).count;
   if (mapping.address != nullptr) ::munmap(mapping.address, mapping.bytes);
   return count;
 }
@@ -230,32 +305,46 @@ std::vector<std::filesystem::path> ListTextFiles(const std::string& path) {
   return files;
 }
 
-std::vector<uint16_t> ReadTextTokens(const std::string& path, const Tokenizer* tokenizer) {
-  std::vector<uint16_t> tokens;
-  const std::vector<std::filesystem::path> files = ListTextFiles(path);
-  if (tokenizer == nullptr) {
-    for (const std::filesystem::path& file : files) AppendFileBytes(file, tokens);
-    return tokens;
-  }
-  const std::optional<uint32_t> separator = tokenizer->TokenId(kEndOfText);
-  for (size_t i = 0; i < files.size(); ++i) {
-    if (i > 0 && separator.has_value()) tokens.push_back(static_cast<uint16_t>(*separator));
-    // Ids are < 65536: Tokenizer::Load refuses larger ones.
-    for (const uint32_t id : tokenizer->Encode(ReadFileToString(files[i].string()))) {
-      tokens.push_back(static_cast<uint16_t>(id));
-    }
-  }
+std::vector<uint32_t> ReadTextTokens(const std::string& path, const Tokenizer* tokenizer) {
+  std::vector<uint32_t> tokens;
+  AppendTextTokens(path, tokenizer, tokens);
   return tokens;
 }
 
-int64_t PrepareTextData(const std::string& input_path, const std::string& output_path,
-                        const Tokenizer* tokenizer) {
-  const std::vector<uint16_t> tokens = ReadTextTokens(input_path, tokenizer);
+namespace {
+
+// Writes `tokens` to `output_path` in `header`'s layout (none: nanoGPT's), atomically.
+template <typename Token>
+int64_t WriteTokenFile(const std::vector<Token>& tokens, const std::vector<int32_t>& header,
+                       const std::string& input_path, const std::string& output_path) {
   if (tokens.empty()) BATON_FAIL("{}: no text to convert (0 tokens)", input_path);
   AtomicFileWriter writer(output_path);  // temp + fsync + rename: never a partial file
-  writer.Write(tokens.data(), tokens.size() * sizeof(uint16_t));
+  if (!header.empty()) writer.Write(header.data(), header.size() * sizeof(int32_t));
+  writer.Write(tokens.data(), tokens.size() * sizeof(Token));
   writer.Commit();
   return static_cast<int64_t>(tokens.size());
+}
+
+}  // namespace
+
+int64_t PrepareTextData(const std::string& input_path, const std::string& output_path,
+                        const Tokenizer* tokenizer) {
+  if (!NeedsUint32(tokenizer)) {  // nanoGPT: raw uint16 tokens
+    std::vector<uint16_t> tokens;
+    AppendTextTokens(input_path, tokenizer, tokens);
+    return WriteTokenFile(tokens, {}, input_path, output_path);
+  }
+  // llm.c's Llama 3 layout: the header counts tokens in an int32.
+  const std::vector<uint32_t> tokens = ReadTextTokens(input_path, tokenizer);
+  if (tokens.size() > size_t{std::numeric_limits<int32_t>::max()}) {
+    BATON_FAIL("{}: {} tokens are more than an llm.c header can count (2^31 - 1)", input_path,
+               tokens.size());
+  }
+  std::vector<int32_t> header(kLlmcHeaderBytes / sizeof(int32_t), 0);
+  header[0] = kLlmcLlama3Magic;
+  header[1] = kLlmcLlama3Version;
+  header[2] = static_cast<int32_t>(tokens.size());
+  return WriteTokenFile(tokens, header, input_path, output_path);
 }
 
 int64_t SampleStart(uint64_t seed, int64_t step, int64_t sequence, int64_t num_tokens,
@@ -272,13 +361,9 @@ namespace {
 // Row `row` of a (rows, seq_len) batch: tokens data[start, start + seq_len), targets one later.
 void CopyWindow(const TokenDataset& dataset, int64_t start, int seq_len, int row,
                 int32_t* tokens_out, int32_t* targets_out) {
-  const uint16_t* data = dataset.tokens();
-  int32_t* tokens_row = tokens_out + static_cast<int64_t>(row) * seq_len;
-  int32_t* targets_row = targets_out + static_cast<int64_t>(row) * seq_len;
-  for (int t = 0; t < seq_len; ++t) {
-    tokens_row[t] = data[start + t];
-    targets_row[t] = data[start + t + 1];
-  }
+  const int64_t offset = static_cast<int64_t>(row) * seq_len;
+  dataset.CopyTokens(start, seq_len, tokens_out + offset);
+  dataset.CopyTokens(start + 1, seq_len, targets_out + offset);
 }
 }  // namespace
 

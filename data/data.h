@@ -3,7 +3,9 @@
 //
 // Sources: text (a file, or a folder of files read recursively in sorted order; one token per
 // byte, or the ids of a BPE tokenizer, tokenizer.h), nanoGPT `.bin` files (raw little-endian uint16
-// tokens), and llm.c `.bin` files (a 256 x int32 header with magic 20240520, then uint16 tokens).
+// tokens), and llm.c `.bin` files (a 256 x int32 header, then the tokens: magic 20240520 version 1
+// for uint16 tokens, GPT-2's; magic 20240801 version 7 for uint32 tokens, Llama 3's). Ids are
+// uint32 to whoever reads them, whatever the width they are stored in.
 //
 // The dataset is host data, not tensor memory, so it is not booked in the MemoryLedger: the ledger
 // accounts for what a stage's device must hold (params, grads, optimizer, activations, buffers),
@@ -25,7 +27,9 @@ class Tokenizer;
 enum class TokenFormat { kAuto, kText, kBin };
 
 // An immutable token stream. Copies and slices share the tokens (an owned buffer or a memory
-// mapping, released with the last of them); safe to read from many threads at once.
+// mapping, released with the last of them); safe to read from many threads at once. The tokens
+// are stored as uint16 or uint32 (a .bin file's layout, or for text whether the tokenizer's ids
+// fit 16 bits) and read as uint32.
 class TokenDataset {
  public:
   // Opens `path` as `format` (kAuto: a path ending in ".bin" is kBin, anything else kText).
@@ -36,15 +40,21 @@ class TokenDataset {
   static TokenDataset Open(const std::string& path, TokenFormat format, int64_t vocab_size,
                            int64_t seq_len, const Tokenizer* tokenizer = nullptr);
   // A dataset over tokens already in memory (tests, synthetic data); checks tokens < vocab_size.
-  static TokenDataset FromTokens(std::vector<uint16_t> tokens, std::string name,
+  static TokenDataset FromTokens(std::vector<uint32_t> tokens, std::string name,
                                  int64_t vocab_size);
 
   // Tokens [begin, end) of this stream, sharing them, under the name `name` (used in errors).
   TokenDataset Slice(int64_t begin, int64_t end, std::string name) const;
 
-  const uint16_t* tokens() const { return tokens_; }
   int64_t size() const { return size_; }  // number of tokens
-  uint16_t operator[](int64_t i) const { return tokens_[i]; }
+  uint32_t operator[](int64_t i) const {
+    return token_bytes_ == 2 ? static_cast<const uint16_t*>(tokens_)[i]
+                             : static_cast<const uint32_t*>(tokens_)[i];
+  }
+  // Tokens [begin, begin + count) into `out` as int32 (ids are < 2^31: Open checks them against
+  // a vocab_size of at most 2^31). The range must be within the stream.
+  void CopyTokens(int64_t begin, int64_t count, int32_t* out) const;
+  int token_bytes() const { return token_bytes_; }  // as stored: 2 (uint16) or 4 (uint32)
   const std::string& source() const { return source_; }
   TokenFormat format() const { return format_; }  // kText or kBin, never kAuto
   bool memory_mapped() const;
@@ -52,11 +62,13 @@ class TokenDataset {
  private:
   struct Storage;  // an owned buffer or a read-only mapping
   TokenDataset() = default;
+  void CheckTokens(int64_t vocab_size) const;  // every token < vocab_size, naming source_
 
   std::string source_;
   TokenFormat format_ = TokenFormat::kText;
   std::shared_ptr<const Storage> storage_;
-  const uint16_t* tokens_ = nullptr;
+  const void* tokens_ = nullptr;  // uint16_t or uint32_t, as token_bytes_ says
+  int token_bytes_ = 2;
   int64_t size_ = 0;
 };
 
@@ -74,13 +86,16 @@ std::vector<std::filesystem::path> ListTextFiles(const std::string& path);
 
 // The tokens of the text at `path` (a file or folder, as above). Byte-level (no tokenizer): one
 // token per byte, the files concatenated with nothing between them. With a tokenizer: each file
-// encoded on its own (no piece spans two files), with the tokenizer's "<|endoftext|>" id between
-// consecutive files when its vocabulary has that token, nothing otherwise.
-std::vector<uint16_t> ReadTextTokens(const std::string& path, const Tokenizer* tokenizer);
+// encoded on its own (no piece spans two files), with the tokenizer's DocumentSeparator()
+// ("<|endoftext|>", else Llama 3's "<|end_of_text|>") between consecutive files when its
+// vocabulary has one, nothing otherwise. No <|begin_of_text|> is added (docs/data.md).
+std::vector<uint32_t> ReadTextTokens(const std::string& path, const Tokenizer* tokenizer);
 
-// Converts text (a file or folder, as ReadTextTokens reads it) into a nanoGPT .bin of uint16
-// tokens at `output_path`, written to a temporary file in the same folder and renamed into
-// place, so a reader never sees half a file. Returns the number of tokens written.
+// Converts text (a file or folder, as ReadTextTokens reads it) into a .bin file at
+// `output_path`: a nanoGPT .bin of uint16 tokens when ids fit (byte-level, or a tokenizer with
+// vocab_size <= 65536), else llm.c's Llama 3 layout (header magic 20240801, version 7, then
+// uint32 tokens). Written to a temporary file in the same folder and renamed into place, so a
+// reader never sees half a file. Returns the number of tokens written.
 int64_t PrepareTextData(const std::string& input_path, const std::string& output_path,
                         const Tokenizer* tokenizer = nullptr);
 

@@ -34,13 +34,15 @@ class DataTest : public ::testing::Test {
     std::ofstream(path, std::ios::binary) << bytes;
     return path.string();
   }
-  std::string WriteTokens(const std::string& name, const std::vector<uint16_t>& tokens,
+  // `tokens` as uint16 (or uint32: Token) after `header`.
+  template <typename Token = uint16_t>
+  std::string WriteTokens(const std::string& name, const std::vector<Token>& tokens,
                           const std::vector<int32_t>& header = {}) {
-    std::string bytes(header.size() * 4 + tokens.size() * 2, '\0');
+    std::string bytes(header.size() * 4 + tokens.size() * sizeof(Token), '\0');
     // memcpy from an empty vector's data() (null) is undefined, even for 0 bytes (UBSan).
     if (!header.empty()) std::memcpy(bytes.data(), header.data(), header.size() * 4);
     if (!tokens.empty()) {
-      std::memcpy(bytes.data() + header.size() * 4, tokens.data(), tokens.size() * 2);
+      std::memcpy(bytes.data() + header.size() * 4, tokens.data(), tokens.size() * sizeof(Token));
     }
     return Write(name, bytes);
   }
@@ -51,9 +53,16 @@ class DataTest : public ::testing::Test {
 
 // Token i is i % 251, so any window identifies its start.
 TokenDataset Ramp(int64_t n) {
-  std::vector<uint16_t> tokens(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) tokens[static_cast<size_t>(i)] = static_cast<uint16_t>(i % 251);
+  std::vector<uint32_t> tokens(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) tokens[static_cast<size_t>(i)] = static_cast<uint32_t>(i % 251);
   return TokenDataset::FromTokens(std::move(tokens), "ramp", 256);
+}
+
+// Every token of `data`, as ids.
+std::vector<uint32_t> AllTokens(const TokenDataset& data) {
+  std::vector<uint32_t> ids;
+  for (int64_t i = 0; i < data.size(); ++i) ids.push_back(data[i]);
+  return ids;
 }
 
 std::string ErrorOf(const std::function<void()>& action) {
@@ -329,21 +338,99 @@ TEST_F(DataTest, TokenizedTextIsEachFileEncodedWithEndOfTextBetween) {
   const std::string second = "Second file: caf\xc3\xa9 12,345.\n";
   Write("in/a.txt", first);
   Write("in/b/c.txt", second);
-  std::vector<uint16_t> expected;
-  for (const uint32_t id : tokenizer.Encode(first)) expected.push_back(static_cast<uint16_t>(id));
-  expected.push_back(static_cast<uint16_t>(tokenizer.TokenId(kEndOfText).value()));
-  for (const uint32_t id : tokenizer.Encode(second)) expected.push_back(static_cast<uint16_t>(id));
+  std::vector<uint32_t> expected = tokenizer.Encode(first);
+  expected.push_back(tokenizer.TokenId(kEndOfText).value());
+  for (const uint32_t id : tokenizer.Encode(second)) expected.push_back(id);
   EXPECT_EQ(ReadTextTokens((dir_ / "in").string(), &tokenizer), expected);
 
   const std::string output = (dir_ / "out.bin").string();
   EXPECT_EQ(PrepareTextData((dir_ / "in").string(), output, &tokenizer),
             static_cast<int64_t>(expected.size()));
+  EXPECT_EQ(fs::file_size(output), 2 * expected.size());  // nanoGPT's raw uint16, no header
   const TokenDataset bin = TokenDataset::Open(output, TokenFormat::kAuto, 640, 4);
-  EXPECT_EQ(std::vector<uint16_t>(bin.tokens(), bin.tokens() + bin.size()), expected);
+  EXPECT_EQ(bin.token_bytes(), 2);
+  EXPECT_EQ(AllTokens(bin), expected);
   // Training on the text itself reads the same tokens.
   const TokenDataset text =
       TokenDataset::Open((dir_ / "in").string(), TokenFormat::kText, 640, 4, &tokenizer);
-  EXPECT_EQ(std::vector<uint16_t>(text.tokens(), text.tokens() + text.size()), expected);
+  EXPECT_EQ(text.token_bytes(), 2);
+  EXPECT_EQ(AllTokens(text), expected);
+}
+
+// Llama 3's ids run to 128255: prepare writes llm.c's Llama 3 layout (magic 20240801, version 7,
+// uint32 tokens), with <|end_of_text|> between files and no <|begin_of_text|>.
+TEST_F(DataTest, LargeVocabularyTextIsPreparedAsUint32WithTheLlama3Header) {
+  const Tokenizer tokenizer =
+      Tokenizer::Load(BATON_SOURCE_DIR "/tests/fixtures/llama3/tokenizer.json");
+  ASSERT_EQ(tokenizer.vocab_size(), 128256);
+  const std::string first = "DON'T stop: 1234567 tokens.\r\n\r\n";
+  const std::string second = "Second file\t\u00e9t\u00e9 \xf0\x9f\x99\x82.\n";
+  Write("in/a.txt", first);
+  Write("in/b.txt", second);
+  std::vector<uint32_t> expected = tokenizer.Encode(first);
+  expected.push_back(128001);  // <|end_of_text|>
+  for (const uint32_t id : tokenizer.Encode(second)) expected.push_back(id);
+  EXPECT_EQ(ReadTextTokens((dir_ / "in").string(), &tokenizer), expected);
+  EXPECT_NE(expected.front(), 128000u);  // no <|begin_of_text|>
+
+  const std::string output = (dir_ / "llama.bin").string();
+  EXPECT_EQ(PrepareTextData((dir_ / "in").string(), output, &tokenizer),
+            static_cast<int64_t>(expected.size()));
+  ASSERT_EQ(fs::file_size(output), 1024 + 4 * expected.size());
+  std::ifstream in(output, std::ios::binary);
+  int32_t header[3] = {};
+  in.read(reinterpret_cast<char*>(header), sizeof(header));
+  EXPECT_THAT(header, ElementsAre(20240801, 7, static_cast<int32_t>(expected.size())));
+
+  const TokenDataset bin = TokenDataset::Open(output, TokenFormat::kAuto, 128256, 4);
+  EXPECT_TRUE(bin.memory_mapped());
+  EXPECT_EQ(bin.token_bytes(), 4);
+  EXPECT_EQ(AllTokens(bin), expected);
+  EXPECT_EQ(CountTokens(output, TokenFormat::kBin), static_cast<int64_t>(expected.size()));
+  const TokenDataset text =
+      TokenDataset::Open((dir_ / "in").string(), TokenFormat::kText, 128256, 4, &tokenizer);
+  EXPECT_EQ(text.token_bytes(), 4);
+  EXPECT_EQ(AllTokens(text), expected);
+  // The separator is the largest id here: a model with fewer rows is refused.
+  EXPECT_THAT(ErrorOf([&] { TokenDataset::Open(output, TokenFormat::kBin, 128000, 4); }),
+              HasSubstr("llama.bin: token 128001 at position"));
+}
+
+TEST_F(DataTest, Llama3HeaderHoldsUint32Tokens) {
+  std::vector<int32_t> header(256, 0);
+  header[0] = 20240801;
+  header[1] = 7;
+  header[2] = 4;
+  const std::string path = WriteTokens<uint32_t>("llama.bin", {5, 70000, 128255, 65536}, header);
+  const TokenDataset data = TokenDataset::Open(path, TokenFormat::kBin, 128256, 2);
+  ASSERT_EQ(data.size(), 4);
+  EXPECT_EQ(data[1], 70000u);
+  EXPECT_EQ(data[2], 128255u);
+  // Batches and slices read them as they are.
+  const TokenDataset tail = data.Slice(1, 4, "tail");
+  std::vector<int32_t> tokens(2), targets(2);
+  FillEvalWindows(tail, 0, 1, 2, tokens.data(), targets.data());
+  EXPECT_THAT(tokens, ElementsAre(70000, 128255));
+  EXPECT_THAT(targets, ElementsAre(128255, 65536));
+  EXPECT_THAT(ErrorOf([&] { TokenDataset::Open(path, TokenFormat::kBin, 128255, 2); }),
+              HasSubstr("token 128255 at position 2 is >= vocab_size 128255"));
+  EXPECT_THAT(ErrorOf([&] { TokenDataset::Open(path, TokenFormat::kBin, 2147483649, 2); }),
+              HasSubstr("vocab_size 2147483649 is outside [1, 2147483648]"));
+
+  header[2] = 5;  // claims more tokens than the file holds
+  const std::string lying = WriteTokens<uint32_t>("lying.bin", {5, 6, 7, 8}, header);
+  EXPECT_THAT(ErrorOf([&] { TokenDataset::Open(lying, TokenFormat::kBin, 128256, 2); }),
+              HasSubstr("llm.c header says 5 tokens but the file holds 16 bytes after the header"));
+  header[2] = 4;  // a truncated last token
+  const std::string truncated =
+      WriteTokens<uint16_t>("truncated.bin", {5, 0, 6, 0, 7, 0, 8}, header);
+  EXPECT_THAT(ErrorOf([&] { CountTokens(truncated, TokenFormat::kBin); }),
+              HasSubstr("llm.c header says 4 tokens but the file holds 14 bytes after the header"));
+  header[1] = 1;  // GPT-2's version under Llama 3's magic
+  const std::string v1 = WriteTokens<uint32_t>("v1.bin", {5, 6, 7, 8}, header);
+  EXPECT_THAT(ErrorOf([&] { TokenDataset::Open(v1, TokenFormat::kBin, 128256, 2); }),
+              HasSubstr("llm.c Llama 3 header (magic 20240801) version 1 is not supported (only "
+                        "7: uint32 tokens)"));
 }
 
 TEST_F(DataTest, TokenizerWithoutEndOfTextJoinsFilesWithNothingBetween) {

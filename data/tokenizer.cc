@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <limits>
 #include <mutex>
@@ -22,7 +23,6 @@ namespace fs = std::filesystem;
 using Json = nlohmann::json;
 using MergeList = std::vector<std::pair<std::string, std::string>>;
 
-constexpr int64_t kMaxTokenId = 65535;        // tokens are stored as uint16
 constexpr size_t kMaxCachedPieces = 1 << 18;  // then the cache starts over
 constexpr size_t kEncodePartBytes = 1 << 20;  // Encode pre-tokenizes about this much at a time
 
@@ -137,13 +137,87 @@ int64_t IdOf(const Json& value, const std::string& token, const std::string& sou
   if (!value.is_number_integer())
     Fail(source, "token '{}' has id {}, not an integer", token, value.dump());
   if (value.is_number_unsigned() && value.get<uint64_t>() > uint64_t{kMaxTokenId}) {
-    Fail(source, "token '{}' has id {}, more than a uint16 token id can hold ({})", token,
-         value.dump(), kMaxTokenId);  // as the unsigned text: 2^63 must not print negative
+    Fail(source,
+         "token '{}' has id {}, more than the largest token id {} (batches carry ids as int32)",
+         token, value.dump(), kMaxTokenId);  // as the unsigned text: 2^63 must not print negative
   }
   return value.get<int64_t>();
 }
 
-// Checks a tokenizer.json's parts other than the vocabulary: only GPT-2's scheme is supported.
+struct PreTokenizerConfig {
+  PreTokenizerScheme scheme;
+  bool add_prefix_space;
+};
+
+std::string TypeOf(const Json& step) {
+  return step.is_object() ? step.value("type", std::string("?")) : step.dump();
+}
+
+// Llama 3's pre_tokenizer: a Sequence of a Split on Llama 3's regex (Isolated, not inverted) and
+// a ByteLevel that only maps bytes. Anything else is refused: its pieces would differ.
+PreTokenizerConfig ReadLlama3PreTokenizer(const Json& sequence, const std::string& path) {
+  const Json steps = sequence.value("pretokenizers", Json());
+  if (!steps.is_array() || steps.size() != 2 || TypeOf(steps[0]) != "Split" ||
+      TypeOf(steps[1]) != "ByteLevel") {
+    std::string types;
+    for (const Json& step : steps.is_array() ? steps : Json::array()) {
+      types += (types.empty() ? "" : ", ") + TypeOf(step);
+    }
+    Fail(path,
+         "pre_tokenizer Sequence [{}] is not supported (only Llama 3's: Split on its regex, then "
+         "ByteLevel)",
+         types);
+  }
+  const Json& split = steps[0];
+  const Json pattern = split.value("pattern", Json());
+  if (!pattern.is_object() || !pattern.contains("Regex") ||
+      pattern["Regex"] != kLlama3SplitPattern) {
+    Fail(path, "pre_tokenizer Split pattern {} is not supported (only Llama 3's regex {})",
+         pattern.dump(), Json(std::string(kLlama3SplitPattern)).dump());
+  }
+  const std::string behavior = split.value("behavior", std::string("?"));
+  if (behavior != "Isolated") {
+    Fail(path, "pre_tokenizer Split behavior {} is not supported (only Isolated, Llama 3's)",
+         behavior);
+  }
+  if (split.value("invert", false)) {
+    Fail(path, "pre_tokenizer Split with invert true is not supported (Llama 3's is false)");
+  }
+  const Json& byte_level = steps[1];
+  if (byte_level.value("use_regex", true)) {
+    Fail(path,
+         "pre_tokenizer ByteLevel after a Split must have use_regex false, as Llama 3's has "
+         "(GPT-2's regex would cut the pieces again)");
+  }
+  if (byte_level.value("add_prefix_space", false)) {
+    Fail(path,
+         "pre_tokenizer ByteLevel after a Split with add_prefix_space true is not supported (it "
+         "puts a space before every piece; Llama 3's is false)");
+  }
+  return {PreTokenizerScheme::kLlama3, false};
+}
+
+// GPT-2's pre_tokenizer (ByteLevel with its regex) or Llama 3's.
+PreTokenizerConfig ReadPreTokenizer(const Json& root, const std::string& path) {
+  const Json pre = root.value("pre_tokenizer", Json());
+  const std::string type = TypeOf(pre);
+  if (type == "Sequence") return ReadLlama3PreTokenizer(pre, path);
+  if (type != "ByteLevel") {
+    Fail(path,
+         "pre_tokenizer {} is not supported (only ByteLevel, GPT-2's, or Llama 3's Sequence of "
+         "Split and ByteLevel)",
+         type);
+  }
+  if (!pre.value("use_regex", true)) {
+    Fail(path,
+         "pre_tokenizer ByteLevel with use_regex false is not supported alone (only GPT-2's "
+         "split, or after Llama 3's Split)");
+  }
+  return {PreTokenizerScheme::kGpt2, pre.value("add_prefix_space", false)};
+}
+
+// Checks a tokenizer.json's parts other than the vocabulary and the pre-tokenizer: only
+// byte-level BPE without a normalizer is supported.
 void CheckHfPipeline(const Json& root, const Json& model, const std::string& path) {
   const std::string type = model.value("type", std::string("BPE"));
   if (type != "BPE") Fail(path, "model type '{}' is not supported (only BPE)", type);
@@ -157,18 +231,8 @@ void CheckHfPipeline(const Json& root, const Json& model, const std::string& pat
          model["dropout"].dump());
   }
   if (root.contains("normalizer") && !root["normalizer"].is_null()) {
-    Fail(path, "normalizer {} is not supported (GPT-2's byte-level BPE has none)",
+    Fail(path, "normalizer {} is not supported (GPT-2's and Llama 3's byte-level BPE have none)",
          root["normalizer"].value("type", std::string("?")));
-  }
-  const Json& pre = root.contains("pre_tokenizer") ? root["pre_tokenizer"] : Json();
-  if (!pre.is_object() || pre.value("type", std::string()) != "ByteLevel") {
-    Fail(path, "pre_tokenizer {} is not supported (only ByteLevel, GPT-2's)",
-         pre.is_object() ? pre.value("type", std::string("?")) : pre.dump());
-  }
-  if (!pre.value("use_regex", true)) {
-    Fail(path,
-         "pre_tokenizer ByteLevel with use_regex false is not supported (only GPT-2's "
-         "split)");
   }
 }
 
@@ -210,8 +274,10 @@ Tokenizer Tokenizer::Load(const std::string& path) {
       const Json& model = root["model"];
       if (!model.is_object()) Fail(file, "\"model\" is not an object");
       CheckHfPipeline(root, model, file);
+      const PreTokenizerConfig pre_tokenizer = ReadPreTokenizer(root, file);
       tokenizer.files_.push_back({file, "tokenizer.json"});
-      tokenizer.add_prefix_space_ = root["pre_tokenizer"].value("add_prefix_space", false);
+      tokenizer.pre_tokenizer_ = pre_tokenizer.scheme;
+      tokenizer.add_prefix_space_ = pre_tokenizer.add_prefix_space;
       tokenizer.ignore_merges_ = model.value("ignore_merges", false);
       if (!model.contains("vocab") || !model["vocab"].is_object()) {
         Fail(file, "model.vocab is missing or not an object");
@@ -239,7 +305,7 @@ Tokenizer Tokenizer::Load(const std::string& path) {
         const std::string content = added.at("content").get<std::string>();
         const int64_t id = IdOf(added.at("id"), content, file);
         tokenizer.AddToken(ByteMapped(content), id, file);  // may already be in the vocab
-        tokenizer.token_bytes_[static_cast<size_t>(id)] = content;
+        tokenizer.token_bytes_[static_cast<uint32_t>(id)] = content;
         tokenizer.added_[content] = static_cast<uint32_t>(id);
       }
     } else {  // GPT-2's vocab.json, with merges.txt beside it
@@ -271,19 +337,19 @@ Tokenizer Tokenizer::Load(const std::string& path) {
 
 void Tokenizer::AddToken(const std::string& token, int64_t id, const std::string& source) {
   if (id < 0 || id > kMaxTokenId) {
-    Fail(source, "token '{}' has id {}: ids must be in [0, {}] (tokens are stored as uint16)",
-         token, id, kMaxTokenId);
+    Fail(source, "token '{}' has id {}: ids must be in [0, {}] (batches carry ids as int32)", token,
+         id, kMaxTokenId);
   }
-  const auto index = static_cast<size_t>(id);
-  const auto [it, inserted] = vocab_.emplace(token, static_cast<uint32_t>(id));
+  const auto index = static_cast<uint32_t>(id);
+  const auto [it, inserted] = vocab_.emplace(token, index);
   if (!inserted && it->second != id) {
     Fail(source, "token '{}' has two ids, {} and {}", token, it->second, id);
   }
-  if (index >= token_bytes_.size()) token_bytes_.resize(index + 1);
-  if (inserted && token_bytes_[index].has_value()) {
+  if (inserted && token_bytes_.contains(index)) {
     Fail(source, "id {} is given to two tokens ('{}' and another)", id, token);
   }
   token_bytes_[index] = Unmapped(token);
+  vocab_size_ = std::max(vocab_size_, id + 1);
 }
 
 void Tokenizer::Build(const MergeList& merges, const std::string& merges_source) {
@@ -373,8 +439,9 @@ std::vector<uint32_t> Tokenizer::Encode(std::string_view text) const {
   // A part at a time, cut where a piece starts anyway: the pre-tokenizer's working memory stays
   // a few megabytes whatever the text's size.
   for (size_t start = 0; start < text.size();) {
-    const size_t end = PieceBoundaryAfter(text, start + kEncodePartBytes);
-    for (const std::string_view piece : PreTokenize(text.substr(start, end - start))) {
+    const size_t end = PieceBoundaryAfter(text, start + kEncodePartBytes, pre_tokenizer_);
+    for (const std::string_view piece :
+         PreTokenize(text.substr(start, end - start), pre_tokenizer_)) {
       EncodePiece(piece, ids);
     }
     start = end;
@@ -385,10 +452,11 @@ std::vector<uint32_t> Tokenizer::Encode(std::string_view text) const {
 std::string Tokenizer::Decode(std::span<const uint32_t> ids) const {
   std::string bytes;
   for (const uint32_t id : ids) {
-    if (id >= token_bytes_.size() || !token_bytes_[id].has_value()) {
-      Fail(name_, "id {} is not in the vocabulary ({} ids)", id, token_bytes_.size());
+    const auto it = token_bytes_.find(id);
+    if (it == token_bytes_.end()) {
+      Fail(name_, "id {} is not in the vocabulary ({} ids)", id, vocab_size_);
     }
-    bytes += *token_bytes_[id];
+    bytes += it->second;
   }
   return bytes;
 }
@@ -398,6 +466,11 @@ std::optional<uint32_t> Tokenizer::TokenId(std::string_view token) const {
   if (const auto it = added_.find(key); it != added_.end()) return it->second;
   if (const auto it = vocab_.find(key); it != vocab_.end()) return it->second;
   return std::nullopt;
+}
+
+std::optional<uint32_t> Tokenizer::DocumentSeparator() const {
+  if (const std::optional<uint32_t> id = TokenId(kEndOfText)) return id;
+  return TokenId(kLlama3EndOfText);
 }
 
 void CopyTokenizerFiles(const Tokenizer& tokenizer, const std::string& dir) {

@@ -1,24 +1,30 @@
-// A byte-level BPE tokenizer in GPT-2's scheme, read from Hugging Face's tokenizer.json or from
-// GPT-2's vocab.json + merges.txt (docs/data.md, "Tokenizers").
+// A byte-level BPE tokenizer in GPT-2's or Llama 3's scheme, read from Hugging Face's
+// tokenizer.json or from GPT-2's vocab.json + merges.txt (docs/data.md, "Tokenizers").
 //
 // Encode(text):
-//   1. PreTokenize (pretokenize.h) cuts the text into pieces; merges never cross a cut.
+//   1. The pre-tokenizer (pretokenize.h: GPT-2's, or Llama 3's for a tokenizer.json whose
+//      pre_tokenizer is a Split on Llama 3's regex then a ByteLevel without its own regex) cuts
+//      the text into pieces; merges never cross a cut.
 //   2. Each byte of a piece becomes the token of its character in GPT-2's byte-to-unicode map
 //      (printable bytes map to themselves, the rest to U+0100 and up: space is "Ġ", '\n' "Ċ").
 //   3. BPE: while some adjacent pair of tokens is a merge, take the pair with the lowest rank
 //      (its line in the merge list) and merge every occurrence of it, left to right.
+//      With "ignore_merges" (Llama 3's) a piece that is itself a token is that token, merged
+//      or not.
 //   4. The ids of the resulting tokens. Pieces are cached, so repeated words cost a lookup.
-// Long text is pre-tokenized a megabyte at a time, cut only where a piece starts anyway
-// (PieceBoundaryAfter), so the ids are the same and the working memory stays small.
+// Long text is pre-tokenized a megabyte at a time, cut only where a piece starts anyway (the
+// scheme's PieceBoundaryAfter), so the ids are the same and the working memory stays small.
 // Decode(ids) maps each token's characters back to bytes (an added token such as <|endoftext|>
 // gives its text); Decode(Encode(text)) == text for any bytes, valid UTF-8 or not.
 //
 // Text is encoded as ordinary text: a literal "<|endoftext|>" in it is encoded character by
-// character, never as the special token (as tiktoken's encode_ordinary and nanoGPT do).
+// character, never as the special token (as tiktoken's encode_ordinary and nanoGPT do), and no
+// post-processor runs (Llama 3's would put <|begin_of_text|> first).
 //
 // Errors are baton::Error naming the file: missing, malformed JSON, not BPE, a pre-tokenizer or
-// normalizer other than GPT-2's, an id >= 65536 (tokens are stored as uint16), a merge or byte
-// whose token is not in the vocabulary.
+// normalizer other than GPT-2's or Llama 3's (a Split with another pattern among them), an id
+// above 2^31 - 1 (batches carry ids as int32), a merge or byte whose token is not in the
+// vocabulary.
 //
 // Thread safety: Encode, Decode and the accessors may run on many threads at once (the piece
 // cache has a lock). Move-only.
@@ -33,10 +39,16 @@
 #include <unordered_map>
 #include <vector>
 
+#include "data/pretokenize.h"
+
 namespace baton {
 
 // GPT-2's document separator, the token `baton data prepare` puts between files.
 inline constexpr std::string_view kEndOfText = "<|endoftext|>";
+// Llama 3's, put between files when there is no kEndOfText.
+inline constexpr std::string_view kLlama3EndOfText = "<|end_of_text|>";
+// The largest token id: batches carry ids as int32.
+inline constexpr int64_t kMaxTokenId = 2147483647;
 
 // A file a tokenizer was read from, and the name Hugging Face looks for it under in a model
 // folder (tokenizer.json, vocab.json or merges.txt).
@@ -62,10 +74,15 @@ class Tokenizer {
   // Throws for an id that is not in the vocabulary.
   std::string Decode(std::span<const uint32_t> ids) const;
 
-  // The highest id + 1 (ids may have gaps); <= 65536. A model needs vocab_size >= this.
-  int64_t vocab_size() const { return static_cast<int64_t>(token_bytes_.size()); }
+  // The highest id + 1 (ids may have gaps; Llama 3's run to 128255); <= 2^31. A model needs
+  // vocab_size >= this, and token files hold uint32 ids when it is over 65536.
+  int64_t vocab_size() const { return vocab_size_; }
   // The id of a vocabulary entry or added token by its text ("<|endoftext|>"), if there is one.
   std::optional<uint32_t> TokenId(std::string_view token) const;
+  // The token `baton data prepare` puts between documents: kEndOfText if the vocabulary has it,
+  // else kLlama3EndOfText if it has that, else none.
+  std::optional<uint32_t> DocumentSeparator() const;
+  PreTokenizerScheme pre_tokenizer() const { return pre_tokenizer_; }
   // The files it was read from, in the order Load read them.
   const std::vector<TokenizerFile>& files() const { return files_; }
   // Whether Encode puts a space before text that does not start with one (a tokenizer.json's
@@ -89,13 +106,15 @@ class Tokenizer {
 
   std::string name_;  // for errors: the path given to Load
   std::vector<TokenizerFile> files_;
-  std::unordered_map<std::string, uint32_t> vocab_;      // token text (byte-mapped) -> id
-  std::unordered_map<std::string, uint32_t> added_;      // added token content -> id
-  std::vector<std::optional<std::string>> token_bytes_;  // id -> the bytes it decodes to
-  uint32_t byte_ids_[256] = {};                          // byte -> id of its one-byte token
+  std::unordered_map<std::string, uint32_t> vocab_;        // token text (byte-mapped) -> id
+  std::unordered_map<std::string, uint32_t> added_;        // added token content -> id
+  std::unordered_map<uint32_t, std::string> token_bytes_;  // id -> the bytes it decodes to
+  int64_t vocab_size_ = 0;                                 // the highest id + 1
+  uint32_t byte_ids_[256] = {};                            // byte -> id of its one-byte token
   bool byte_known_[256] = {};
   std::unordered_map<uint64_t, Merge> merges_;  // (left id << 32 | right id) -> merge
   bool add_prefix_space_ = false;
+  PreTokenizerScheme pre_tokenizer_ = PreTokenizerScheme::kGpt2;
   bool ignore_merges_ = false;  // a piece that is itself a token skips BPE (newer tokenizers)
   std::unique_ptr<Cache> cache_;
 };

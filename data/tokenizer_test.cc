@@ -253,7 +253,8 @@ TEST_F(TokenizerTest, ErrorsNameTheFile) {
   root = nlohmann::json::parse(ReadText(kFixture + "/tokenizer.json"));
   root["model"]["vocab"]["huge"] = 9223372036854775808ull;  // 2^63: printed as given
   EXPECT_THAT(ErrorOf([&] { Tokenizer::Load(Write("huge.json", root.dump())); }),
-              HasSubstr("'huge' has id 9223372036854775808, more than a uint16"));
+              HasSubstr("'huge' has id 9223372036854775808, more than the largest token id "
+                        "2147483647"));
 
   root = nlohmann::json::parse(ReadText(kFixture + "/tokenizer.json"));
   root["model"].erase("merges");
@@ -276,9 +277,20 @@ TEST_F(TokenizerTest, ErrorsNameTheFile) {
               AllOf(HasSubstr(zero), HasSubstr("not a regular file (a device)")));
 
   root = nlohmann::json::parse(ReadText(kFixture + "/tokenizer.json"));
-  root["model"]["vocab"]["big"] = 70000;
-  EXPECT_THAT(ErrorOf([&] { Tokenizer::Load(Write("big.json", root.dump())); }),
-              AllOf(HasSubstr("big.json"), HasSubstr("'big' has id 70000"), HasSubstr("uint16")));
+  root["model"]["vocab"]["negative"] = -1;
+  EXPECT_THAT(ErrorOf([&] { Tokenizer::Load(Write("negative.json", root.dump())); }),
+              AllOf(HasSubstr("negative.json"), HasSubstr("'negative' has id -1"),
+                    HasSubstr("[0, 2147483647]")));
+}
+
+TEST_F(TokenizerTest, IdsAbove65535AreAllowed) {
+  // Token files hold uint32 ids then (docs/data.md); only ids past int32 are refused.
+  nlohmann::json root = nlohmann::json::parse(ReadText(kFixture + "/tokenizer.json"));
+  root["model"]["vocab"]["<big>"] = 70000;
+  const Tokenizer tokenizer = Tokenizer::Load(Write("big.json", root.dump()));
+  EXPECT_EQ(tokenizer.vocab_size(), 70001);
+  EXPECT_EQ(tokenizer.TokenId("<big>"), 70000u);
+  EXPECT_EQ(tokenizer.Decode(Ids{70000}), "<big>");
 }
 
 TEST_F(TokenizerTest, VocabAndMergesErrorsNameTheFileAndLine) {
