@@ -25,7 +25,12 @@
 
 namespace baton {
 
-enum class ModelPreset { kGpt, kMlp, kCustom };
+// gpt: GPT-2 blocks; mlp: attention-free GPT-2 MLP blocks; custom: a graph of GPT-2 layers;
+// llama: Llama blocks (RMSNorm, rotary positions, SwiGLU, grouped-query attention; docs/model.md).
+enum class ModelPreset { kGpt, kMlp, kCustom, kLlama };
+// Whether the LM head is the token embedding's transpose: auto = the preset's (GPT-2 tied, Llama
+// untied).
+enum class TieEmbeddings { kAuto, kTied, kUntied };
 // How attention is computed (docs/model.md): flash-style, keeping only each row's log-sum-exp
 // for backward, or with the T x T probabilities materialised and stashed.
 enum class AttentionKind { kFlash, kMaterialized };
@@ -93,6 +98,18 @@ struct ModelConfig {
   // (low_rank.attn) and the MLP's c_fc and c_proj (low_rank.mlp); 0 = dense.
   int64_t low_rank_attn = 0;
   int64_t low_rank_mlp = 0;
+  // Llama (preset llama; Hugging Face LlamaConfig's names): key/value heads (0 = num_heads),
+  // the SwiGLU hidden width (0 = 8C/3 rounded up to a multiple of 256, Meta's rule), the
+  // RMSNorm epsilon, rotary positions' theta and optional Llama 3 scaling (factor 0 = none).
+  int64_t num_kv_heads = 0;
+  int64_t intermediate_size = 0;
+  double rms_norm_eps = 1e-5;
+  double rope_theta = 10000.0;
+  double rope_scaling_factor = 0.0;
+  double rope_scaling_low_freq_factor = 1.0;
+  double rope_scaling_high_freq_factor = 4.0;
+  int64_t rope_scaling_original_context = 8192;
+  TieEmbeddings tie_embeddings = TieEmbeddings::kAuto;
   bool operator==(const ModelConfig&) const = default;
 };
 

@@ -17,7 +17,7 @@ namespace {
 void VisitModel(ModelConfig& m, FieldVisitor& v) {
   v.BeginSection("model");
   v.Enum("preset", m.preset, kPresetNames);
-  v.Int("vocab_size", m.vocab_size, IntRule{2, 65536});  // tokens are stored as uint16
+  v.Int("vocab_size", m.vocab_size, IntRule{2, kMaxVocab});
   // Upper bounds keep every size within the types the model uses (ModelDims holds ints) and
   // refuse, naming the key, sizes no machine holds before anything is allocated.
   v.Int("context", m.context, IntRule{1, kMaxContext});
@@ -33,6 +33,15 @@ void VisitModel(ModelConfig& m, FieldVisitor& v) {
   v.Enum("share.what", m.share_what, kShareWhatNames);
   v.Int("low_rank.attn", m.low_rank_attn, IntRule{0, kMaxWidth});
   v.Int("low_rank.mlp", m.low_rank_mlp, IntRule{0, kMaxWidth});
+  v.Int("num_kv_heads", m.num_kv_heads, IntRule{0, kMaxWidth});
+  v.Int("intermediate_size", m.intermediate_size, IntRule{0, 4 * kMaxWidth});
+  v.VisitFloat("rms_norm_eps", m.rms_norm_eps, FloatRule{0.0, false, 1.0, false});
+  v.VisitFloat("rope_theta", m.rope_theta, FloatRule{1.0, false, 1e12, true});
+  v.VisitFloat("rope_scaling.factor", m.rope_scaling_factor, kNonNegativeFloat);
+  v.VisitFloat("rope_scaling.low_freq_factor", m.rope_scaling_low_freq_factor, kPositiveFloat);
+  v.VisitFloat("rope_scaling.high_freq_factor", m.rope_scaling_high_freq_factor, kPositiveFloat);
+  v.Int("rope_scaling.original_context", m.rope_scaling_original_context, IntRule{1, kMaxContext});
+  v.Enum("tie_embeddings", m.tie_embeddings, kTieEmbeddingsNames);
 }
 
 void VisitData(DataConfig& d, FieldVisitor& v) {
@@ -43,7 +52,7 @@ void VisitData(DataConfig& d, FieldVisitor& v) {
   v.VisitString("eval_path", d.eval_path);
   v.VisitFloat("eval_fraction", d.eval_fraction, kUnitInterval);
   v.VisitString("tokenizer", d.tokenizer);
-  v.Int("document_separator", d.document_separator, IntRule{-1, 65535});
+  v.Int("document_separator", d.document_separator, IntRule{-1, kMaxVocab - 1});
   v.Enum("packing", d.packing, kBoolNames);
 }
 

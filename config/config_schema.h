@@ -49,6 +49,9 @@ inline constexpr FloatRule kTimeoutSeconds{0.0, false, 604800.0, true};  // (0, 
 inline constexpr int64_t kMaxContext = 1 << 20;  // tokens
 inline constexpr int64_t kMaxLayers = 4096;
 inline constexpr int64_t kMaxWidth = 1 << 16;  // channels, and heads
+// Token ids: data files hold uint16 or (llm.c's Llama 3 layout) uint32 ids (docs/data.md); the
+// bound keeps the embedding's rows within what a machine holds.
+inline constexpr int64_t kMaxVocab = 1 << 24;
 inline constexpr int64_t kMaxBatch = 1 << 20;  // sequences per step
 inline constexpr int64_t kMaxMicroBatches = 1 << 16;
 inline constexpr int64_t kMaxStages = 4096;
@@ -58,8 +61,14 @@ inline constexpr uint64_t kMaxConfigBytes = 1 << 20;  // a config file's size
 template <typename E, size_t N>
 using NameTable = std::array<std::pair<std::string_view, E>, N>;
 
-inline constexpr NameTable<ModelPreset, 3> kPresetNames{
-    {{"gpt", ModelPreset::kGpt}, {"mlp", ModelPreset::kMlp}, {"custom", ModelPreset::kCustom}}};
+inline constexpr NameTable<ModelPreset, 4> kPresetNames{{{"gpt", ModelPreset::kGpt},
+                                                         {"mlp", ModelPreset::kMlp},
+                                                         {"custom", ModelPreset::kCustom},
+                                                         {"llama", ModelPreset::kLlama}}};
+inline constexpr NameTable<TieEmbeddings, 3> kTieEmbeddingsNames{
+    {{"auto", TieEmbeddings::kAuto},
+     {"true", TieEmbeddings::kTied},
+     {"false", TieEmbeddings::kUntied}}};
 inline constexpr NameTable<AttentionKind, 2> kAttentionNames{
     {{"flash", AttentionKind::kFlash}, {"materialized", AttentionKind::kMaterialized}}};
 inline constexpr NameTable<WeightFormat, 2> kWeightFormatNames{

@@ -85,11 +85,34 @@ void ValidateModel(const ModelConfig& m, const DataConfig& d, const Reporter& r)
     r.Require(count(LayerKind::kEmbedding) == 1 && count(LayerKind::kHead) == 1, {"model.layers"},
               "embedding and head appear once each, at the ends");
   }
-  const bool attention = m.preset == ModelPreset::kGpt ||
+  const bool llama = m.preset == ModelPreset::kLlama;
+  const bool attention = m.preset == ModelPreset::kGpt || llama ||
                          (custom && std::ranges::count(m.layers, LayerKind::kBlock) > 0);
   r.Require(
       !attention || m.width % m.num_heads == 0, {"model.width", "model.num_heads"},
       fmt::format("model.width {} is not divisible by model.num_heads {}", m.width, m.num_heads));
+  for (const auto& [key, set] : {std::pair{"model.num_kv_heads", m.num_kv_heads != 0},
+                                 {"model.intermediate_size", m.intermediate_size != 0}}) {
+    r.Require(llama || !set, {key, "model.preset"},
+              fmt::format("{} is for preset llama; preset {} has none", key, Name(m.preset)));
+  }
+  if (llama) {
+    r.Require(
+        m.num_kv_heads == 0 || m.num_heads % m.num_kv_heads == 0,
+        {"model.num_kv_heads", "model.num_heads"},
+        fmt::format("model.num_kv_heads {} does not divide model.num_heads {} (each key/value "
+                    "head serves a group of query heads)",
+                    m.num_kv_heads, m.num_heads));
+    r.Require(m.width % m.num_heads != 0 || (m.width / m.num_heads) % 2 == 0,
+              {"model.width", "model.num_heads"},
+              fmt::format("rotary positions turn pairs of a head's channels: the head size {} "
+                          "(model.width / model.num_heads) must be even",
+                          m.width / std::max<int64_t>(1, m.num_heads)));
+    r.Require(m.rope_scaling_factor == 0.0 ||
+                  m.rope_scaling_high_freq_factor > m.rope_scaling_low_freq_factor,
+              {"model.rope_scaling.high_freq_factor", "model.rope_scaling.low_freq_factor"},
+              "Llama 3 rope scaling needs high_freq_factor > low_freq_factor");
+  }
   r.Require(d.seq_len <= m.context, {"data.seq_len", "model.context"},
             fmt::format("data.seq_len {} exceeds model.context {}", d.seq_len, m.context));
   r.Require(
@@ -143,7 +166,8 @@ void ValidateStructure(const Config& c, const Reporter& r) {
   const bool low_rank = m.low_rank_attn > 0 || m.low_rank_mlp > 0;
   if (shares) {
     r.Require(m.preset != ModelPreset::kCustom, {"model.share.group", "model.preset"},
-              "model.share needs preset gpt or mlp: a custom graph's blocks may differ in kind");
+              "model.share needs preset gpt, mlp or llama: a custom graph's blocks may differ in "
+              "kind");
     r.Require(m.preset == ModelPreset::kCustom || m.share_group <= m.num_layers,
               {"model.share.group", "model.num_layers"},
               fmt::format("model.share.group {} exceeds model.num_layers {}", m.share_group,
@@ -153,7 +177,7 @@ void ValidateStructure(const Config& c, const Reporter& r) {
               "model.share.what attention needs attention: preset mlp has none");
   }
   const bool attention =
-      m.preset == ModelPreset::kGpt ||
+      m.preset == ModelPreset::kGpt || m.preset == ModelPreset::kLlama ||
       (m.preset == ModelPreset::kCustom && std::ranges::count(m.layers, LayerKind::kBlock) > 0);
   r.Require(m.low_rank_attn == 0 || attention, {"model.low_rank.attn", "model.preset"},
             "model.low_rank.attn needs attention blocks: this model has none");

@@ -20,6 +20,15 @@ void Validate(const ModelDims& dims) {
                   dims.low_rank_mlp >= 0 && dims.low_rank_mlp <= dims.width,
               "low ranks (attn {}, mlp {}) must be in [0, width {}]", dims.low_rank_attn,
               dims.low_rank_mlp, dims.width);
+  BATON_CHECK(dims.num_kv_heads >= 0 && dims.num_heads % dims.kv_heads() == 0,
+              "num_kv_heads {} must divide num_heads {}", dims.num_kv_heads, dims.num_heads);
+  BATON_CHECK(dims.mlp_hidden >= 0, "mlp_hidden must be non-negative, got {}", dims.mlp_hidden);
+  if (dims.llama()) {
+    BATON_CHECK(dims.head_dim() % 2 == 0, "rotary positions need an even head size, got {}",
+                dims.head_dim());
+    BATON_CHECK(dims.norm_eps > 0.0f && dims.rope.theta > 0.0, "norm eps {} and rope theta {}",
+                dims.norm_eps, dims.rope.theta);
+  }
 }
 
 std::string ToString(const ModelDims& dims) {
@@ -33,6 +42,11 @@ std::string ToString(const ModelDims& dims) {
   }
   if (dims.low_rank_attn > 0) out += fmt::format(" low_rank.attn={}", dims.low_rank_attn);
   if (dims.low_rank_mlp > 0) out += fmt::format(" low_rank.mlp={}", dims.low_rank_mlp);
+  if (dims.llama()) {
+    out +=
+        fmt::format(" llama KVH={} H={} theta={}", dims.kv_heads(), dims.hidden(), dims.rope.theta);
+  }
+  if (!dims.tie_embeddings) out += " untied";
   return out;
 }
 

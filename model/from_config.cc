@@ -4,6 +4,12 @@
 
 namespace baton {
 
+int64_t LlamaIntermediateSize(const ModelConfig& model) {
+  if (model.intermediate_size > 0) return model.intermediate_size;
+  const int64_t two_thirds = 8 * model.width / 3;
+  return (two_thirds + 255) / 256 * 256;
+}
+
 ModelDims DimsOf(const ModelConfig& model) {
   ModelDims dims;
   dims.vocab_size = static_cast<int>(model.vocab_size);
@@ -18,6 +24,17 @@ ModelDims DimsOf(const ModelConfig& model) {
   if (model.share_group <= 1) dims.share_attention = dims.share_mlp = false;  // one form for none
   dims.low_rank_attn = static_cast<int>(model.low_rank_attn);
   dims.low_rank_mlp = static_cast<int>(model.low_rank_mlp);
+  if (model.preset == ModelPreset::kLlama) {
+    dims.family = ModelFamily::kLlama;
+    dims.num_kv_heads = static_cast<int>(model.num_kv_heads);
+    dims.mlp_hidden = static_cast<int>(LlamaIntermediateSize(model));
+    dims.norm_eps = static_cast<float>(model.rms_norm_eps);
+    dims.rope = {model.rope_theta, model.rope_scaling_factor, model.rope_scaling_low_freq_factor,
+                 model.rope_scaling_high_freq_factor, model.rope_scaling_original_context};
+  }
+  dims.tie_embeddings = model.tie_embeddings == TieEmbeddings::kAuto
+                            ? model.preset != ModelPreset::kLlama
+                            : model.tie_embeddings == TieEmbeddings::kTied;
   if (model.preset == ModelPreset::kCustom) {
     int blocks = 0;
     for (LayerKind kind : model.layers)
@@ -31,6 +48,7 @@ std::vector<LayerSpec> GraphOf(const ModelConfig& model) {
   const ModelDims dims = DimsOf(model);
   switch (model.preset) {
     case ModelPreset::kGpt:
+    case ModelPreset::kLlama:  // the same graph; the blocks differ (dims.family)
       return GptGraph(dims);
     case ModelPreset::kMlp:
       return MlpGraph(dims);

@@ -95,6 +95,16 @@ std::string EncodeJobPlan(const Plan& plan, const Launch& launch) {
   dims->set_share_mlp(plan.dims.share_mlp);
   dims->set_low_rank_attn(plan.dims.low_rank_attn);
   dims->set_low_rank_mlp(plan.dims.low_rank_mlp);
+  dims->set_llama(plan.dims.llama());
+  dims->set_num_kv_heads(plan.dims.num_kv_heads);
+  dims->set_mlp_hidden(plan.dims.mlp_hidden);
+  dims->set_norm_eps(plan.dims.norm_eps);
+  dims->set_rope_theta(plan.dims.rope.theta);
+  dims->set_rope_factor(plan.dims.rope.factor);
+  dims->set_rope_low_freq_factor(plan.dims.rope.low_freq_factor);
+  dims->set_rope_high_freq_factor(plan.dims.rope.high_freq_factor);
+  dims->set_rope_original_context(plan.dims.rope.original_context);
+  dims->set_untied_embeddings(!plan.dims.tie_embeddings);
   for (size_t i = 0; i < plan.graph.size(); ++i) {
     const LayerSpec& spec = plan.graph[i];
     pb::Layer* layer = m.add_graph();
@@ -166,6 +176,15 @@ Plan DecodeJobPlan(const std::string& bytes, Launch* launch) {
   plan.dims.share_mlp = dims.share_mlp();
   plan.dims.low_rank_attn = dims.low_rank_attn();
   plan.dims.low_rank_mlp = dims.low_rank_mlp();
+  plan.dims.family = dims.llama() ? ModelFamily::kLlama : ModelFamily::kGpt2;
+  plan.dims.num_kv_heads = dims.num_kv_heads();
+  plan.dims.mlp_hidden = dims.mlp_hidden();
+  if (dims.norm_eps() > 0.0f) plan.dims.norm_eps = dims.norm_eps();  // 0: an older plan
+  if (dims.rope_theta() > 0.0) {
+    plan.dims.rope = {dims.rope_theta(), dims.rope_factor(), dims.rope_low_freq_factor(),
+                      dims.rope_high_freq_factor(), dims.rope_original_context()};
+  }
+  plan.dims.tie_embeddings = !dims.untied_embeddings();
   Validate(plan.dims);
   for (const pb::Layer& layer : m.graph()) {
     BATON_CHECK(layer.index() == static_cast<int>(plan.graph.size()),

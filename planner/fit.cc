@@ -201,12 +201,12 @@ std::string StructuralSuggestions(const Config& config, const FitCandidate& lean
       const int64_t r = m.width / divisor;
       if (r < 1) continue;
       Config c = config;
-      if (m.preset == ModelPreset::kGpt) c.model.low_rank_attn = r;
+      const bool attention = m.preset == ModelPreset::kGpt || m.preset == ModelPreset::kLlama;
+      if (attention) c.model.low_rank_attn = r;
       c.model.low_rank_mlp = r;
       tries.emplace_back(
-          m.preset == ModelPreset::kGpt
-              ? fmt::format("--set model.low_rank.attn={} --set model.low_rank.mlp={}", r, r)
-              : fmt::format("--set model.low_rank.mlp={}", r),
+          attention ? fmt::format("--set model.low_rank.attn={} --set model.low_rank.mlp={}", r, r)
+                    : fmt::format("--set model.low_rank.mlp={}", r),
           std::move(c));
     }
   }

@@ -56,8 +56,14 @@ StageModel::StageModel(const std::vector<LayerSpec>& graph, const ModelDims& dim
     chunks_.push_back(std::move(chunk));
   }
   for (auto& [index, layer] : layers()) {
-    if (index == 0) embedding_wte_ = FindParam(*layer, "wte.weight");
-    if (index == num_graph_layers_ - 1) head_wte_ = FindParam(*layer, "wte.weight");
+    if (index == 0) {
+      holds_first_ = true;
+      embedding_wte_ = FindParam(*layer, "wte.weight");
+    }
+    if (index == num_graph_layers_ - 1) {
+      holds_last_ = true;
+      head_wte_ = FindParam(*layer, "wte.weight");
+    }
   }
   if (embedding_wte_ != nullptr && head_wte_ != nullptr) {
     // One process holds both ends: share the value (stepped once), keep the grads apart.

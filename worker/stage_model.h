@@ -51,12 +51,13 @@ class StageModel {
   // (graph layer index, layer) for every local layer, graph order.
   std::vector<std::pair<int, Layer*>> layers();
 
-  // The tied token embedding, where present on this stage: the embedding's "wte.weight" (if this
-  // stage holds layer 0) and the head's copy (if it holds the last layer).
+  // The token embedding, where present on this stage: the embedding's "wte.weight" (if this
+  // stage holds layer 0) and the head's tied copy (if it holds the last layer and the head is
+  // tied; an untied head's "lm_head.weight" is not a copy).
   Param* embedding_wte() { return embedding_wte_; }
   Param* head_wte() { return head_wte_; }
-  bool holds_first_layer() const { return embedding_wte_ != nullptr; }
-  bool holds_last_layer() const { return head_wte_ != nullptr; }
+  bool holds_first_layer() const { return holds_first_; }
+  bool holds_last_layer() const { return holds_last_; }
 
  private:
   int stage_;
@@ -66,6 +67,8 @@ class StageModel {
   std::vector<Chunk> chunks_;
   Param* embedding_wte_ = nullptr;
   Param* head_wte_ = nullptr;
+  bool holds_first_ = false;
+  bool holds_last_ = false;
 };
 
 }  // namespace baton
