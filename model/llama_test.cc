@@ -1,0 +1,234 @@
+// Llama layers (model.preset: llama): every backward against finite differences (grouped-query,
+// multi-query and multi-head attention, flash and materialized, selective recompute, packed
+// documents, tied and untied heads), the zero-bubble split and selective recompute bit for bit,
+// cached decoding against the full forward, and the parameter list against the cost model.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "model/cost.h"
+#include "model/graph.h"
+#include "model/test_util.h"
+
+namespace baton {
+namespace {
+
+using model_test::Bits;
+using model_test::CpuFixture;
+using model_test::GradBits;
+using numeric_check::CheckGradient;
+using numeric_check::ProjectedSum;
+
+constexpr int64_t kBatch = 2;
+constexpr int64_t kSeq = 5;
+constexpr uint64_t kSeed = 4321;
+
+// V=11, T=6, L=2, NH=4 (D=4), KVH=2, hidden 12, untied: every Llama feature, tiny.
+ModelDims LlamaDims(int kv_heads = 2, bool tie = false) {
+  ModelDims dims{11, 6, 2, 4, 16};
+  dims.family = ModelFamily::kLlama;
+  dims.num_kv_heads = kv_heads;
+  dims.mlp_hidden = 12;
+  dims.norm_eps = 1e-5f;
+  dims.rope.theta = 500000.0;
+  dims.rope.factor = 8.0;  // Llama 3 scaling, so the frequencies the kernels use are the scaled
+  dims.rope.original_context = 4;
+  dims.tie_embeddings = tie;
+  return dims;
+}
+
+LayerSpec SpecOf(LayerKind kind, const ModelDims& dims) {
+  for (const LayerSpec& spec : GptGraph(dims)) {
+    if (spec.kind == kind) return spec;
+  }
+  BATON_FAIL("no {} in the graph", Name(kind));
+}
+
+struct LlamaCase {
+  CpuFixture fx;
+  ModelDims dims;
+  std::unique_ptr<Layer> layer;
+  MicroBatch batch;
+  Tensor x, r;
+  bool is_head;
+
+  LlamaCase(LayerKind kind, const ModelDims& d, DType dtype = DType::kF32, bool packed = false)
+      : dims(d), is_head(kind == LayerKind::kHead) {
+    layer = BuildLayer(SpecOf(kind, dims), dims, *fx.backend, dtype, dtype, kSeed);
+    Rng rng(11);
+    batch = model_test::RandomBatch(fx.allocator(), kBatch, kSeq, dims.vocab_size, rng);
+    if (packed) {  // row 0: documents [0,2) and [2,5); row 1: one document
+      batch.segment_starts =
+          Tensor::Empty(fx.allocator(), {kBatch, kSeq}, DType::kI32, MemCategory::kActivations);
+      const int32_t starts[] = {0, 0, 2, 2, 2, 0, 0, 0, 0, 0};
+      std::copy(starts, starts + kBatch * kSeq, batch.segment_starts.data<int32_t>());
+    }
+    x = model_test::RandomActivation(fx.allocator(), {kBatch, kSeq, dims.width}, dtype, rng);
+    r = model_test::RandomActivation(fx.allocator(), {kBatch, kSeq, dims.width}, dtype, rng);
+  }
+  double Loss() {
+    Stash stash;
+    const Tensor y = layer->Forward(x, batch, stash);
+    return is_head ? static_cast<double>(y.data<float>()[0]) : ProjectedSum(y, r);
+  }
+  Tensor Backward(Stash& stash) {
+    return layer->Backward(is_head ? Tensor() : r, batch, stash, BackwardArgs{});
+  }
+};
+
+void ExpectFiniteDifferences(LayerKind kind, const ModelDims& dims, bool selective = false,
+                             bool flash = true, bool packed = false) {
+  LlamaCase c(kind, dims, DType::kF32, packed);
+  c.layer->set_selective_recompute(selective);
+  c.layer->set_flash_attention(flash);
+  Rng rng(99);
+  model_test::RandomizeParams(*c.layer, rng, 0.3f);
+  model_test::ZeroGrads(*c.fx.backend, *c.layer);
+  Stash stash;
+  c.layer->Forward(c.x, c.batch, stash);
+  const Tensor dx = c.Backward(stash);
+  EXPECT_TRUE(stash.empty());
+  const auto loss = [&] { return c.Loss(); };
+  numeric_check::GradCheckOptions options;
+  options.step = 1e-2;
+  options.tolerance = 2e-3;
+  if (kind != LayerKind::kEmbedding) {
+    const auto result = CheckGradient(c.x, loss, dx, options);
+    EXPECT_TRUE(result.ok) << Name(kind) << " dx: " << result.Describe();
+  }
+  for (Param* p : c.layer->params()) {
+    const auto result = CheckGradient(p->value, loss, p->grad, options);
+    EXPECT_TRUE(result.ok) << p->name << ": " << result.Describe();
+  }
+}
+
+TEST(LlamaGradient, BlockWithGroupedQueryAttentionMatchesFiniteDifferences) {
+  ExpectFiniteDifferences(LayerKind::kBlock, LlamaDims(2));
+  ExpectFiniteDifferences(LayerKind::kBlock, LlamaDims(2), /*selective=*/true);
+  ExpectFiniteDifferences(LayerKind::kBlock, LlamaDims(2), false, /*flash=*/false);
+  ExpectFiniteDifferences(LayerKind::kBlock, LlamaDims(2), true, /*flash=*/false);
+}
+
+TEST(LlamaGradient, MultiQueryAndMultiHeadBlocksMatchFiniteDifferences) {
+  ExpectFiniteDifferences(LayerKind::kBlock, LlamaDims(1));
+  ExpectFiniteDifferences(LayerKind::kBlock, LlamaDims(4));
+}
+
+TEST(LlamaGradient, PackedDocumentsRestartRotaryPositionsAndMatchFiniteDifferences) {
+  ExpectFiniteDifferences(LayerKind::kBlock, LlamaDims(2), false, true, /*packed=*/true);
+  ExpectFiniteDifferences(LayerKind::kBlock, LlamaDims(2), false, false, /*packed=*/true);
+}
+
+TEST(LlamaGradient, EmbeddingAndTiedAndUntiedHeadsMatchFiniteDifferences) {
+  ExpectFiniteDifferences(LayerKind::kEmbedding, LlamaDims());
+  ExpectFiniteDifferences(LayerKind::kHead, LlamaDims(2, /*tie=*/false));
+  ExpectFiniteDifferences(LayerKind::kHead, LlamaDims(2, /*tie=*/true));
+}
+
+TEST(LlamaLayers, ParametersAreLlamasAndCountAsTheCostModelSays) {
+  const ModelDims dims = LlamaDims();
+  CpuFixture fx;
+  int64_t stored = 0;
+  std::vector<std::string> names;
+  for (const LayerSpec& spec : GptGraph(dims)) {
+    std::unique_ptr<Layer> layer =
+        BuildLayer(spec, dims, *fx.backend, DType::kF32, DType::kF32, kSeed);
+    int64_t numel = 0;
+    for (Param* p : layer->params()) {
+      numel += p->value.numel();
+      names.push_back(p->name + " " + p->value.ToString());
+    }
+    EXPECT_EQ(numel, StoredParamCount(spec, dims)) << spec.name;
+    stored += numel;
+  }
+  EXPECT_EQ(stored, ParamCount(GptGraph(dims), dims));  // untied: nothing is held twice
+  const std::vector<std::string> block0 = {names.begin() + 1, names.begin() + 6};
+  EXPECT_EQ(block0,
+            (std::vector<std::string>{
+                "h.0.ln_1.weight f32(16) params",
+                "h.0.attn.c_attn.weight f32(16, 32) params",  // 16 queries + 2 x 8
+                "h.0.attn.c_proj.weight f32(16, 16) params", "h.0.ln_2.weight f32(16) params",
+                "h.0.mlp.c_fc.weight f32(16, 24) params",  // gate | up
+            }));
+  EXPECT_EQ(names.front(), "wte.weight f32(11, 16) params");  // no wpe
+  EXPECT_EQ(names.back(), "lm_head.weight f32(11, 16) params");
+  EXPECT_TRUE(TiedParameters(GptGraph(dims), dims).empty());
+  EXPECT_EQ(TiedParameters(GptGraph(LlamaDims(2, true)), LlamaDims(2, true)).size(), 1u);
+}
+
+TEST(LlamaLayers, SplitBackwardAndSelectiveRecomputeGiveTheSameBits) {
+  for (DType dtype : {DType::kF32, DType::kBF16}) {
+    for (bool flash : {true, false}) {
+      SCOPED_TRACE(fmt::format("{} flash={}", Name(dtype), flash));
+      LlamaCase c(LayerKind::kBlock, LlamaDims(), dtype);
+      c.layer->set_flash_attention(flash);
+      Stash stash;
+      const std::string y = Bits(c.layer->Forward(c.x, c.batch, stash));
+      const std::string dx = Bits(c.Backward(stash));
+      const std::vector<std::string> grads = GradBits(*c.layer);
+
+      model_test::ZeroGrads(*c.fx.backend, *c.layer);  // the zero-bubble split
+      EXPECT_EQ(Bits(c.layer->Forward(c.x, c.batch, stash)), y);
+      EXPECT_EQ(Bits(c.layer->BackwardInput(c.r, c.batch, stash, BackwardArgs{})), dx);
+      c.layer->BackwardWeight(stash);
+      EXPECT_EQ(GradBits(*c.layer), grads);
+
+      model_test::ZeroGrads(*c.fx.backend, *c.layer);  // selective recompute
+      c.layer->set_selective_recompute(true);
+      EXPECT_EQ(Bits(c.layer->Forward(c.x, c.batch, stash)), y);
+      EXPECT_FALSE(stash.Has("mlp.fc") || stash.Has("mlp.act") || stash.Has("attn.probs"));
+      EXPECT_EQ(Bits(c.Backward(stash)), dx);
+      EXPECT_EQ(GradBits(*c.layer), grads);
+    }
+  }
+}
+
+// Positions [start, start + count) of the case's x (B,T,C), as a new (B,count,C) tensor.
+Tensor PositionsOf(LlamaCase& c, int64_t start, int64_t count) {
+  const int64_t width = c.dims.width;
+  Tensor part = Tensor::Empty(c.fx.allocator(), {kBatch, count, width}, DType::kF32,
+                              MemCategory::kActivations);
+  for (int64_t b = 0; b < kBatch; ++b) {
+    std::copy_n(c.x.data<float>() + (b * kSeq + start) * width, count * width,
+                part.data<float>() + b * count * width);
+  }
+  return part;
+}
+
+// Decoding with a key-value cache, one position at a time after a prefix, gives what the full
+// forward gives: rotary positions continue from the cache's length, and the cache holds every
+// query head's keys and values.
+TEST(LlamaLayers, CachedDecodingMatchesTheFullForward) {
+  for (bool flash : {true, false}) {
+    LlamaCase c(LayerKind::kBlock, LlamaDims(2));
+    c.layer->set_flash_attention(flash);
+    Stash stash;
+    const std::vector<float> full = ToFloatVector(c.layer->Forward(c.x, c.batch, stash));
+    stash.Clear();
+    KvCache cache;
+    std::vector<float> cached(full.size());
+    const int64_t width = c.dims.width;
+    const auto run = [&](int64_t start, int64_t count) {
+      Tensor part = PositionsOf(c, start, count);
+      const std::vector<float> y =
+          ToFloatVector(c.layer->ForwardCached(part, c.batch, start, cache));
+      for (int64_t b = 0; b < kBatch; ++b) {
+        for (int64_t t = 0; t < count; ++t) {
+          for (int64_t k = 0; k < width; ++k) {
+            cached[(b * kSeq + start + t) * width + k] = y[(b * count + t) * width + k];
+          }
+        }
+      }
+    };
+    run(0, 3);
+    run(3, 1);
+    run(4, 1);
+    EXPECT_LT(numeric_check::NormalisedError(cached, full), 1e-6) << (flash ? "flash" : "mat");
+  }
+}
+
+}  // namespace
+}  // namespace baton
