@@ -1,0 +1,134 @@
+// Llama (model.preset: llama) through the planner and the real trainer in one process: every
+// schedule, checkpointing policy and precision bit-identical to one stage (fp32 and bf16), data
+// parallelism with ZeRO-1, sharing and low rank, 8-bit optimizer state and pruning, and the
+// memory plan predicting the ledger of each of them.
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "config/config.h"
+#include "planner/in_process.h"
+#include "planner/memory_planner.h"
+#include "planner/planner.h"
+
+namespace baton {
+namespace {
+
+// configs/llama-tiny.yaml made small: 4 blocks of width 32, 4 heads over 2 key/value heads.
+Config LlamaTiny(const std::vector<std::string>& overrides) {
+  std::vector<std::string> all = {
+      "model.num_layers=4",   "model.width=32",         "model.context=16",
+      "model.num_heads=4",    "model.num_kv_heads=2",   "model.intermediate_size=48",
+      "train.batch_size=4",   "train.micro_batches=4",  "train.steps=3",
+      "train.warmup_steps=0", "model.rope_theta=500000"};
+  all.insert(all.end(), overrides.begin(), overrides.end());
+  return LoadConfig(std::string(BATON_SOURCE_DIR) + "/configs/llama-tiny.yaml", all);
+}
+
+double WorstRelative(const std::vector<float>& a, const std::vector<float>& b) {
+  EXPECT_EQ(a.size(), b.size());
+  double worst = 0;
+  for (size_t s = 0; s < std::min(a.size(), b.size()); ++s) {
+    worst = std::max(worst, std::abs(static_cast<double>(a[s]) - b[s]) / std::abs(b[s]));
+  }
+  return worst;
+}
+
+void ExpectPredictedEqualsMeasured(const Plan& plan, const std::string& what) {
+  const std::vector<RankMemory> predicted = PredictMemory(plan, {CommTransport::kInProcess});
+  const InProcessResult measured = RunInProcess(plan);
+  ASSERT_EQ(predicted.size(), measured.ranks.size()) << what;
+  for (size_t r = 0; r < predicted.size(); ++r) {
+    const MemoryFigures& p = predicted[r].peak;
+    const MemoryFigures& m = measured.ranks[r].peak;
+    for (MemCategory c : {MemCategory::kParams, MemCategory::kGrads, MemCategory::kOptimizer,
+                          MemCategory::kActivations, MemCategory::kComm, MemCategory::kWorkspace}) {
+      EXPECT_EQ(p[c], m[c]) << what << ", rank " << r << ", " << Name(c);
+    }
+    EXPECT_EQ(p.total, m.total) << what << ", rank " << r;
+  }
+}
+
+TEST(LlamaInProcessTest, EveryScheduleAndCheckpointingIsBitIdenticalToOneStage) {
+  for (const char* dtype : {"fp32", "bf16"}) {
+    const std::string d = std::string("precision.dtype=") + dtype;
+    const InProcessResult one = RunInProcess(MakePlan(LlamaTiny({d, "parallel.stages=1"})));
+    ASSERT_EQ(one.losses.size(), 3u);
+    EXPECT_LT(one.losses.back(), one.losses.front()) << dtype;
+    for (const auto& [stages, schedule, policy] :
+         std::vector<std::tuple<int, const char*, const char*>>{{2, "gpipe", "none"},
+                                                                {2, "1f1b", "every:1"},
+                                                                {2, "zb-h1", "selective"},
+                                                                {4, "1f1b", "every:2"},
+                                                                {2, "interleaved", "none"}}) {
+      const std::string what = fmt::format("{} {} stages {} {}", dtype, stages, schedule, policy);
+      std::vector<std::string> overrides = {d, fmt::format("parallel.stages={}", stages)};
+      if (std::string(schedule) == "interleaved") overrides.push_back("parallel.chunks=2");
+      overrides.push_back(std::string("parallel.schedule=") + schedule);
+      overrides.push_back(std::string("parallel.checkpoint=") + policy);
+      const InProcessResult other = RunInProcess(MakePlan(LlamaTiny(overrides)));
+      EXPECT_EQ(other.losses, one.losses) << what;
+      EXPECT_EQ(other.param_checksum, one.param_checksum) << what;
+    }
+  }
+}
+
+TEST(LlamaInProcessTest, MaterializedAttentionPackedDocumentsAndMultiQueryTrainOnEveryCut) {
+  for (const std::vector<std::string>& variant :
+       std::vector<std::vector<std::string>>{{"model.attention=materialized"},
+                                             {"model.num_kv_heads=1"},
+                                             {"model.tie_embeddings=true"},
+                                             {"data.packing=true", "data.document_separator=10"}}) {
+    std::vector<std::string> one = variant, two = variant;
+    one.push_back("parallel.stages=1");
+    two.push_back("parallel.stages=2");
+    const InProcessResult a = RunInProcess(MakePlan(LlamaTiny(one)));
+    const InProcessResult b = RunInProcess(MakePlan(LlamaTiny(two)));
+    EXPECT_EQ(a.losses, b.losses) << variant.front();
+    EXPECT_EQ(a.param_checksum, b.param_checksum) << variant.front();
+  }
+}
+
+TEST(LlamaInProcessTest, ReplicasWithZeroOneTrainLikeOneReplica) {
+  const std::vector<std::string> base = {"parallel.stages=2", "train.steps=10",
+                                         "train.batch_size=8"};
+  const InProcessResult one = RunInProcess(MakePlan(LlamaTiny(base)));
+  std::vector<std::string> sharded = base;
+  sharded.insert(sharded.end(), {"parallel.replicas=2", "parallel.zero=1"});
+  const InProcessResult two = RunInProcess(MakePlan(LlamaTiny(sharded)));
+  EXPECT_LE(WorstRelative(two.losses, one.losses), 1e-5);
+}
+
+TEST(LlamaInProcessTest, SharingAndLowRankAreBitIdenticalAcrossStages) {
+  for (const std::vector<std::string>& structure : std::vector<std::vector<std::string>>{
+           {"model.share.group=2"}, {"model.low_rank.attn=8", "model.low_rank.mlp=8"}}) {
+    std::vector<std::string> one = structure, two = structure;
+    one.push_back("parallel.stages=1");
+    two.push_back("parallel.stages=2");
+    const InProcessResult a = RunInProcess(MakePlan(LlamaTiny(one)));
+    const InProcessResult b = RunInProcess(MakePlan(LlamaTiny(two)));
+    EXPECT_EQ(a.losses, b.losses) << structure.front();
+    EXPECT_EQ(a.param_checksum, b.param_checksum) << structure.front();
+  }
+}
+
+TEST(LlamaMemoryPlannerTest, PredictsTheLedgerExactly) {
+  for (const std::vector<std::string>& overrides : std::vector<std::vector<std::string>>{
+           {"parallel.stages=2", "parallel.schedule=1f1b"},
+           {"parallel.stages=2", "parallel.schedule=zb-h1", "precision.dtype=bf16"},
+           {"parallel.stages=2", "parallel.checkpoint=selective", "precision.dtype=fp16"},
+           {"parallel.stages=4", "parallel.checkpoint=every:1", "model.attention=materialized"},
+           {"parallel.stages=2", "parallel.replicas=2", "parallel.zero=1"},
+           {"parallel.stages=1", "optimizer.state=int8"},
+           {"parallel.stages=2", "model.share.group=2", "model.low_rank.mlp=8"},
+           {"parallel.stages=2", "prune.at_step=1", "prune.sparsity=0.5"},
+           {"parallel.stages=2", "data.packing=true", "data.document_separator=10"}}) {
+    ExpectPredictedEqualsMeasured(MakePlan(LlamaTiny(overrides)), fmt::format("{}", overrides));
+  }
+}
+
+}  // namespace
+}  // namespace baton
