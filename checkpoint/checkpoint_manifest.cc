@@ -210,6 +210,19 @@ nlohmann::json ToJson(const CheckpointManifest& m) {
   if (m.dims.low_rank_attn > 0 || m.dims.low_rank_mlp > 0) {
     model["low_rank"] = {{"attn", m.dims.low_rank_attn}, {"mlp", m.dims.low_rank_mlp}};
   }
+  if (m.dims.llama()) {
+    const RopeConfig& rope = m.dims.rope;
+    model["llama"] = {{"num_kv_heads", m.dims.kv_heads()},
+                      {"mlp_hidden", m.dims.hidden()},
+                      {"norm_eps", m.dims.norm_eps},
+                      {"rope",
+                       {{"theta", rope.theta},
+                        {"factor", rope.factor},
+                        {"low_freq_factor", rope.low_freq_factor},
+                        {"high_freq_factor", rope.high_freq_factor},
+                        {"original_context", rope.original_context}}}};
+  }
+  if (!m.dims.tie_embeddings) model["tie_embeddings"] = false;
   model["layers"] = m.layer_names;
   return {{"format", kManifestFormat},
           {"version", kVersion},
@@ -244,6 +257,22 @@ CheckpointManifest ManifestFromJson(const nlohmann::json& j, const std::string& 
       m.dims.low_rank_attn = GetInteger<int>(low_rank.at("attn"), "model.low_rank.attn", source);
       m.dims.low_rank_mlp = GetInteger<int>(low_rank.at("mlp"), "model.low_rank.mlp", source);
     }
+    if (model.contains("llama")) {  // a Llama model (model/dims.h)
+      const nlohmann::json& llama = model.at("llama");
+      const nlohmann::json& rope = llama.at("rope");
+      m.dims.family = ModelFamily::kLlama;
+      m.dims.num_kv_heads =
+          GetInteger<int>(llama.at("num_kv_heads"), "model.llama.num_kv_heads", source);
+      m.dims.mlp_hidden = GetInteger<int>(llama.at("mlp_hidden"), "model.llama.mlp_hidden", source);
+      m.dims.norm_eps = llama.at("norm_eps").get<float>();
+      m.dims.rope = {rope.at("theta").get<double>(), rope.at("factor").get<double>(),
+                     rope.at("low_freq_factor").get<double>(),
+                     rope.at("high_freq_factor").get<double>(),
+                     GetInteger<int64_t>(rope.at("original_context"),
+                                         "model.llama.rope.original_context", source)};
+    }
+    if (model.contains("tie_embeddings"))
+      m.dims.tie_embeddings = model.at("tie_embeddings").get<bool>();
     try {
       Validate(m.dims);  // positive sizes, width a multiple of num_heads
     } catch (const Error& e) {

@@ -96,6 +96,27 @@ TEST(CheckpointManifestTest, ManifestRoundTripsAndRefusesOtherFormats) {
   EXPECT_THROW(ManifestFromJson(nlohmann::json::object(), "m"), Error);
 }
 
+TEST(CheckpointManifestTest, LlamaDimsRoundTripAndAGptManifestReadsAsGpt) {
+  CheckpointManifest m;
+  m.step = 3;
+  m.dims = {128256, 8192, 16, 32, 2048};
+  m.dims.family = ModelFamily::kLlama;
+  m.dims.num_kv_heads = 8;
+  m.dims.mlp_hidden = 8192;
+  m.dims.norm_eps = 1e-5f;
+  m.dims.rope = {500000.0, 32.0, 1.0, 4.0, 8192};
+  m.dims.tie_embeddings = false;
+  m.layer_names = {"embedding", "block.0", "head"};
+  const CheckpointManifest back = ManifestFromJson(ToJson(m), "manifest.json");
+  EXPECT_EQ(back.dims, m.dims);
+  EXPECT_TRUE(back.dims.llama());
+  CheckpointManifest gpt = m;
+  gpt.dims = {50257, 1024, 12, 12, 768};
+  const nlohmann::json json = ToJson(gpt);
+  EXPECT_FALSE(json.at("model").contains("llama"));  // GPT-2 manifests are written as before
+  EXPECT_EQ(ManifestFromJson(json, "manifest.json").dims, gpt.dims);
+}
+
 CheckpointManifest SmallManifest() {
   CheckpointManifest m;
   m.step = 8;
