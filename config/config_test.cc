@@ -372,7 +372,33 @@ TEST(ConfigTest, ShareAndLowRankRulesAreChecked) {
               HasSubstr("does not combine with model.share or model.low_rank"));
   EXPECT_THAT(ParseError(kMinimal, {"model.share.group=2", "model.preset=custom",
                                     "model.layers=[embedding, block, block, head]"}),
-              HasSubstr("model.share needs preset gpt or mlp"));
+              HasSubstr("model.share needs preset gpt, mlp or llama"));
+}
+
+TEST(ConfigTest, LlamaKeysAreReadAndTheirRulesChecked) {
+  const Config config =
+      ParseConfigString(std::string(kMinimal) +
+                            "model:\n  preset: llama\n  num_kv_heads: 2\n  vocab_size: 128256\n"
+                            "  rope_theta: 500000\n  rope_scaling: {factor: 32}\n",
+                        "x.yaml");
+  EXPECT_EQ(config.model.preset, ModelPreset::kLlama);
+  EXPECT_EQ(config.model.num_kv_heads, 2);
+  EXPECT_EQ(config.model.vocab_size, 128256);
+  EXPECT_EQ(config.model.rope_theta, 500000.0);
+  EXPECT_EQ(config.model.rope_scaling_factor, 32.0);
+  EXPECT_EQ(config.model.tie_embeddings, TieEmbeddings::kAuto);
+  EXPECT_THAT(ParseError(kMinimal, {"model.num_kv_heads=2"}),
+              HasSubstr("model.num_kv_heads is for preset llama; preset gpt has none"));
+  EXPECT_THAT(ParseError(kMinimal, {"model.intermediate_size=64", "model.preset=mlp"}),
+              HasSubstr("model.intermediate_size is for preset llama"));
+  EXPECT_THAT(ParseError(kMinimal, {"model.preset=llama", "model.num_kv_heads=3"}),
+              HasSubstr("model.num_kv_heads 3 does not divide model.num_heads 4"));
+  EXPECT_THAT(ParseError(kMinimal, {"model.preset=llama", "model.width=12"}),
+              HasSubstr("the head size 3 (model.width / model.num_heads) must be even"));
+  EXPECT_THAT(ParseError(kMinimal, {"model.preset=llama", "model.rope_scaling.factor=8",
+                                    "model.rope_scaling.high_freq_factor=1"}),
+              HasSubstr("high_freq_factor > low_freq_factor"));
+  EXPECT_THAT(ParseError(kMinimal, {"model.tie_embeddings=maybe"}), HasSubstr("tie_embeddings"));
 }
 
 TEST(ConfigTest, TokenizerMustLoadAndFitTheModelVocabulary) {

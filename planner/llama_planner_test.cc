@@ -10,6 +10,8 @@
 #include <cmath>
 
 #include "config/config.h"
+#include "model/cost.h"
+#include "model/from_config.h"
 #include "planner/in_process.h"
 #include "planner/memory_planner.h"
 #include "planner/planner.h"
@@ -113,6 +115,20 @@ TEST(LlamaInProcessTest, SharingAndLowRankAreBitIdenticalAcrossStages) {
     EXPECT_EQ(a.losses, b.losses) << structure.front();
     EXPECT_EQ(a.param_checksum, b.param_checksum) << structure.front();
   }
+}
+
+// The shipped 1B config is Llama 3.2 1B's shape: Meta's parameter count, and the default
+// intermediate size rule (8C/3 up to a multiple of 256) where the config leaves it out.
+TEST(LlamaConfigTest, Llama32OneBillionHasMetasParameterCount) {
+  const Config config = LoadConfig(std::string(BATON_SOURCE_DIR) + "/configs/llama3.2-1b.yaml", {});
+  const ModelDims dims = DimsOf(config.model);
+  EXPECT_EQ(ParamCount(GraphOf(config.model), dims), 1235814400);
+  EXPECT_EQ(dims.kv_heads(), 8);
+  EXPECT_TRUE(dims.tie_embeddings);
+  ModelConfig unset = config.model;
+  unset.intermediate_size = 0;
+  EXPECT_EQ(LlamaIntermediateSize(unset), 5632);             // 8 * 2048 / 3 = 5461 -> 5632
+  EXPECT_FALSE(DimsOf(LlamaTiny({}).model).tie_embeddings);  // auto: untied for llama
 }
 
 TEST(LlamaMemoryPlannerTest, PredictsTheLedgerExactly) {
