@@ -113,6 +113,9 @@ class CpuBackend final : public Backend {
   // Per-thread buffers for a row kernel that converts its 16-bit tensors one piece at a time:
   // `floats` per tensor per pool thread, as workspace. Undefined when every tensor is f32.
   Tensor PieceBuffers(std::initializer_list<const Tensor*> tensors, int64_t floats);
+  // Buffer `index` (of `count`, `floats` each) of pool slot `slot` in PieceBuffers' tensor; null
+  // when there is none (every tensor f32, so none is needed).
+  static float* PieceBuffer(const Tensor& buffers, int slot, int count, int index, int64_t floats);
 
   std::unique_ptr<Allocator> allocator_;  // CpuAllocator, or MetaAllocator in meta mode
   bool meta_;

@@ -109,14 +109,13 @@ bool AnyHalf(std::initializer_list<const Tensor*> tensors) {
   return false;
 }
 
-// Buffer `index` (of `count`, `floats` each) of pool slot `slot` in PieceBuffers' tensor; null
-// when there is none (every tensor f32, so none is needed).
-float* PieceBuffer(const Tensor& buffers, int slot, int count, int index, int64_t floats) {
+}  // namespace
+
+float* CpuBackend::PieceBuffer(const Tensor& buffers, int slot, int count, int index,
+                               int64_t floats) {
   if (!buffers.defined()) return nullptr;
   return static_cast<float*>(buffers.raw()) + (slot * count + index) * floats;
 }
-
-}  // namespace
 
 Tensor CpuBackend::PieceBuffers(std::initializer_list<const Tensor*> tensors, int64_t floats) {
   if (!AnyHalf(tensors)) return Tensor();  // every tensor is used in place

@@ -16,12 +16,6 @@
 namespace baton::cpu {
 namespace {
 
-// Buffer `index` (of `count`, `floats` each) of pool slot `slot`; null when every tensor is f32.
-float* SlotBuffer(const Tensor& buffers, int slot, int count, int index, int64_t floats) {
-  if (!buffers.defined()) return nullptr;
-  return static_cast<float*>(buffers.raw()) + (slot * count + index) * floats;
-}
-
 // The head size of qkv (B,T,(NH+2KVH)D) for `heads`, checked.
 int64_t QkvHeadDim(const Tensor& qkv, const AttentionHeads& heads) {
   CheckFloat(qkv, "qkv");
@@ -54,8 +48,8 @@ void CpuBackend::RmsNormForward(const Tensor& x, const Tensor& weight, float eps
   if (meta_) return;
   float* prstd = rstd.data<float>();
   ParallelForWithSlot(xm.rows, &pool_, cols, [&](int64_t r, int slot) {
-    const float* px = LoadChunk(x, r * cols, cols, SlotBuffer(buffers, slot, 2, 0, cols));
-    float* po = ChunkTarget(out, r * cols, SlotBuffer(buffers, slot, 2, 1, cols));
+    const float* px = LoadChunk(x, r * cols, cols, PieceBuffer(buffers, slot, 2, 0, cols));
+    float* po = ChunkTarget(out, r * cols, PieceBuffer(buffers, slot, 2, 1, cols));
     prstd[r] = RmsNormForwardRow(px, pw, eps, po, cols);
     StoreChunk(po, out, r * cols, cols);
   });
@@ -91,9 +85,9 @@ void CpuBackend::RmsNormBackward(const Tensor& dout, const Tensor& x, const Tens
     const int64_t r0 = block * kLayerNormRowBlock;
     const int64_t begin = r0 * cols;
     const int64_t n = std::min(xm.rows - r0, kLayerNormRowBlock) * cols;
-    const float* pdout = LoadChunk(dout, begin, n, SlotBuffer(buffers, slot, 3, 0, block_floats));
-    const float* px = LoadChunk(x, begin, n, SlotBuffer(buffers, slot, 3, 1, block_floats));
-    float* pdx = LoadChunkInOut(dx, begin, n, SlotBuffer(buffers, slot, 3, 2, block_floats));
+    const float* pdout = LoadChunk(dout, begin, n, PieceBuffer(buffers, slot, 3, 0, block_floats));
+    const float* px = LoadChunk(x, begin, n, PieceBuffer(buffers, slot, 3, 1, block_floats));
+    float* pdx = LoadChunkInOut(dx, begin, n, PieceBuffer(buffers, slot, 3, 2, block_floats));
     RmsNormBackwardBlock(pdout, px, pw, prstd + r0, pdx, partials.data<float>() + block * cols,
                          n / cols, cols);
     StoreChunk(pdx, dx, begin, n);
@@ -116,8 +110,8 @@ void CpuBackend::SwiGluForward(const Tensor& gate_up, Tensor& out) {
   if (meta_) return;
   ParallelForWithSlot(gm.rows, &pool_, gm.cols, [&](int64_t r, int slot) {
     const float* pg =
-        LoadChunk(gate_up, r * gm.cols, gm.cols, SlotBuffer(buffers, slot, 2, 0, gm.cols));
-    float* po = ChunkTarget(out, r * hidden, SlotBuffer(buffers, slot, 2, 1, gm.cols));
+        LoadChunk(gate_up, r * gm.cols, gm.cols, PieceBuffer(buffers, slot, 2, 0, gm.cols));
+    float* po = ChunkTarget(out, r * hidden, PieceBuffer(buffers, slot, 2, 1, gm.cols));
     SwiGluForwardRow(pg, po, hidden);
     StoreChunk(po, out, r * hidden, hidden);
   });
@@ -139,11 +133,11 @@ void CpuBackend::SwiGluBackward(const Tensor& gate_up, const Tensor& dout, Tenso
   if (meta_) return;
   ParallelForWithSlot(gm.rows, &pool_, gm.cols, [&](int64_t r, int slot) {
     const float* pg =
-        LoadChunk(gate_up, r * gm.cols, gm.cols, SlotBuffer(buffers, slot, 3, 0, gm.cols));
+        LoadChunk(gate_up, r * gm.cols, gm.cols, PieceBuffer(buffers, slot, 3, 0, gm.cols));
     const float* pdo =
-        LoadChunk(dout, r * hidden, hidden, SlotBuffer(buffers, slot, 3, 1, gm.cols));
+        LoadChunk(dout, r * hidden, hidden, PieceBuffer(buffers, slot, 3, 1, gm.cols));
     float* pdg =
-        LoadChunkInOut(dgate_up, r * gm.cols, gm.cols, SlotBuffer(buffers, slot, 3, 2, gm.cols));
+        LoadChunkInOut(dgate_up, r * gm.cols, gm.cols, PieceBuffer(buffers, slot, 3, 2, gm.cols));
     SwiGluBackwardRow(pg, pdo, pdg, hidden);
     StoreChunk(pdg, dgate_up, r * gm.cols, gm.cols);
   });
@@ -172,7 +166,7 @@ void CpuBackend::RotaryEmbedding(Tensor& qkv, const Tensor& segment_starts, int6
   ParallelForWithSlot(batch * seq, &pool_, rotated, [&](int64_t row, int slot) {
     const int64_t t = row % seq;
     const int64_t position = segments != nullptr ? t - segments[row] : start + t;
-    float* px = LoadChunkInOut(qkv, row * cols, rotated, SlotBuffer(buffers, slot, 1, 0, rotated));
+    float* px = LoadChunkInOut(qkv, row * cols, rotated, PieceBuffer(buffers, slot, 1, 0, rotated));
     RotateHeads(px, heads.query + heads.kv, dim, inv_freq.data(), position, inverse);
     StoreChunk(px, qkv, row * cols, rotated);
   });
@@ -215,8 +209,8 @@ void CpuBackend::RepeatKvBackward(const Tensor& dout, const AttentionHeads& head
   if (meta_) return;
   const int64_t group = heads.query / heads.kv;
   ParallelForWithSlot(rows, &pool_, 3 * c, [&](int64_t r, int slot) {
-    const float* pd = LoadChunk(dout, r * 3 * c, 3 * c, SlotBuffer(buffers, slot, 2, 0, 3 * c));
-    float* pq = LoadChunkInOut(dqkv, r * cols, cols, SlotBuffer(buffers, slot, 2, 1, 3 * c));
+    const float* pd = LoadChunk(dout, r * 3 * c, 3 * c, PieceBuffer(buffers, slot, 2, 0, 3 * c));
+    float* pq = LoadChunkInOut(dqkv, r * cols, cols, PieceBuffer(buffers, slot, 2, 1, 3 * c));
     for (int64_t i = 0; i < c; ++i) pq[i] += pd[i];
     for (int part = 1; part <= 2; ++part) {
       float* kv = pq + c + (part - 1) * heads.kv * dim;
