@@ -273,7 +273,7 @@ TEST(SafetensorsGpt2Test, OnlyTheGptGraphExportsAsGpt2) {
       f.dims, f.graph);
   EXPECT_THAT(
       ErrorOf([&] { ExportCheckpointToHf(CheckpointReader::Open(dir.path()), dir / "hf"); }),
-      HasSubstr("only a gpt-preset model"));
+      HasSubstr("only a gpt- or llama-preset model"));
 }
 
 }  // namespace

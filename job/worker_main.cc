@@ -19,6 +19,7 @@
 #endif
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/safetensors_gpt2.h"
+#include "checkpoint/safetensors_llama.h"
 #include "coordinator/coordinator_client.h"
 #include "coordinator/coordinator_kv_store.h"
 #include "core/error.h"
@@ -120,7 +121,18 @@ int64_t LoadInitialState(const Plan& plan, const Launch& launch, Trainer& traine
     spdlog::info("resumed from {} (step {})", checkpoint.step_dir(), checkpoint.step());
     return checkpoint.step() + 1;
   }
-  if (!config.model.init_from.empty() && std::filesystem::is_directory(config.model.init_from)) {
+  if (!config.model.init_from.empty() && IsHfLlamaFolder(config.model.init_from)) {
+    // A Hugging Face Llama folder (the launcher took the dims from its config.json): this rank
+    // reads only the shards holding its own layers.
+    HfLlamaFolder folder = HfLlamaFolder::Open(config.model.init_from);
+    ValidateHfLlamaFolder(folder, plan.dims);
+    InitFromHfLlama(folder, plan.dims, trainer.model().params(),
+                    trainer.zero() ? nullptr : trainer.optimizer(), backend);
+    if (trainer.zero()) trainer.ResetMastersFromValues();
+    spdlog::info("initialised from the Hugging Face Llama {} (read {})", config.model.init_from,
+                 fmt::join(folder.opened_files(), ", "));
+  } else if (!config.model.init_from.empty() &&
+             std::filesystem::is_directory(config.model.init_from)) {
     // A Baton checkpoint (e.g. baton compress --low-rank's): its weights, with fresh moments.
     const CheckpointReader checkpoint = CheckpointReader::Open(config.model.init_from);
     checkpoint.CheckCompatible(plan.dims, plan.graph);

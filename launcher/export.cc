@@ -15,17 +15,46 @@
 namespace baton {
 namespace {
 
+constexpr std::string_view kLlama3BeginOfText = "<|begin_of_text|>";
+
+// The special tokens of a tokenizer that export names: GPT-2's <|endoftext|> as bos and eos, or
+// Llama 3's <|begin_of_text|> and <|end_of_text|>. Empty when the vocabulary lacks them.
+struct SpecialTokens {
+  std::string bos, eos;
+  std::optional<int64_t> bos_id, eos_id;
+};
+
+SpecialTokens SpecialTokensOf(const Tokenizer& tokenizer) {
+  SpecialTokens special;
+  const auto set = [&](std::string_view token, std::string& text, std::optional<int64_t>& id) {
+    if (const std::optional<uint32_t> found = tokenizer.TokenId(token); found.has_value()) {
+      text = token;
+      id = *found;
+    }
+  };
+  set(kEndOfText, special.bos, special.bos_id);
+  set(kEndOfText, special.eos, special.eos_id);
+  set(kLlama3BeginOfText, special.bos, special.bos_id);
+  set(kLlama3EndOfText, special.eos, special.eos_id);
+  return special;
+}
+
 // What AutoTokenizer reads besides the vocabulary: the class, the context, the special tokens.
+// A tokenizer.json loads as PreTrainedTokenizerFast (Llama 3's class), vocab.json + merges.txt
+// as GPT2Tokenizer.
 void WriteTokenizerConfig(const std::string& dir, const Tokenizer& tokenizer, int64_t context) {
-  const nlohmann::json end_of_text = tokenizer.TokenId(kEndOfText).has_value()
-                                         ? nlohmann::json(std::string(kEndOfText))
-                                         : nlohmann::json(nullptr);
-  const nlohmann::ordered_json config = {{"tokenizer_class", "GPT2Tokenizer"},
-                                         {"model_max_length", context},
-                                         {"add_prefix_space", tokenizer.add_prefix_space()},
-                                         {"bos_token", end_of_text},
-                                         {"eos_token", end_of_text},
-                                         {"unk_token", end_of_text}};
+  const SpecialTokens special = SpecialTokensOf(tokenizer);
+  const auto token = [](const std::string& text) {
+    return text.empty() ? nlohmann::json(nullptr) : nlohmann::json(text);
+  };
+  const bool fast = tokenizer.files().front().hf_name == "tokenizer.json";
+  nlohmann::ordered_json config = {
+      {"tokenizer_class", fast ? "PreTrainedTokenizerFast" : "GPT2Tokenizer"},
+      {"model_max_length", context},
+      {"add_prefix_space", tokenizer.add_prefix_space()},
+      {"bos_token", token(special.bos)},
+      {"eos_token", token(special.eos)}};
+  if (!fast) config["unk_token"] = token(special.eos);
   WriteFileAtomically((std::filesystem::path(dir) / "tokenizer_config.json").string(),
                       config.dump(2) + "\n");
 }
@@ -43,11 +72,10 @@ int ExportCommand(const ExportOptions& options) {
     if (!config.data.tokenizer.empty()) tokenizer.emplace(Tokenizer::Load(config.data.tokenizer));
     context = config.model.context;
   }
-  std::optional<int64_t> end_of_text;
-  if (tokenizer.has_value() && tokenizer->TokenId(kEndOfText).has_value()) {
-    end_of_text = *tokenizer->TokenId(kEndOfText);
-  }
-  ExportCheckpointToHf(checkpoint, options.output, ParseDType(options.dtype), end_of_text);
+  SpecialTokens special;
+  if (tokenizer.has_value()) special = SpecialTokensOf(*tokenizer);
+  ExportCheckpointToHf(checkpoint, options.output, ParseDType(options.dtype), special.eos_id,
+                       special.bos_id);
   if (tokenizer.has_value()) {
     CopyTokenizerFiles(*tokenizer, options.output);
     WriteTokenizerConfig(options.output, *tokenizer, context);

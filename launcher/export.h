@@ -1,13 +1,15 @@
-// `baton export CHECKPOINT OUT`: a checkpoint as a Hugging Face GPT-2 folder that
-// `transformers` loads whole: model.safetensors + config.json (checkpoint/checkpoint_export.h)
-// and, when the checkpoint's config has data.tokenizer, the tokenizer beside them.
+// `baton export CHECKPOINT OUT`: a checkpoint as a Hugging Face folder that `transformers` loads
+// whole: model.safetensors + config.json (checkpoint/checkpoint_export.h; a GPT2LMHeadModel for
+// the gpt preset, a LlamaForCausalLM for llama) and, when the checkpoint's config has
+// data.tokenizer, the tokenizer beside them.
 //
 // The tokenizer's files are copied under the names Hugging Face looks for (tokenizer.json, or
-// vocab.json + merges.txt), with a tokenizer_config.json (GPT2Tokenizer, model_max_length =
-// model.context, <|endoftext|> as bos/eos/unk when the vocabulary has it), and config.json's
-// bos/eos ids are that token's id, so pipeline("text-generation", model=OUT) works. The config
-// is the one the checkpoint stores; its data.tokenizer path is read as written there (relative
-// to the working directory), and --set data.tokenizer=PATH points elsewhere.
+// vocab.json + merges.txt), with a tokenizer_config.json (PreTrainedTokenizerFast for a
+// tokenizer.json, else GPT2Tokenizer; model_max_length = model.context; bos/eos: GPT-2's
+// <|endoftext|>, or Llama 3's <|begin_of_text|> and <|end_of_text|> when the vocabulary has them),
+// and config.json's bos/eos ids are those tokens' ids, so pipeline("text-generation", model=OUT)
+// works. The config is the one the checkpoint stores; its data.tokenizer path is read as written
+// there (relative to the working directory), and --set data.tokenizer=PATH points elsewhere.
 #pragma once
 
 #include <string>

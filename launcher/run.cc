@@ -9,9 +9,11 @@
 #include <functional>
 #include <iostream>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <thread>
 
 #include "checkpoint/checkpoint.h"
+#include "checkpoint/safetensors_llama.h"
 #include "config/config.h"
 #include "coordinator/coordinator_client.h"
 #include "coordinator/coordinator_server.h"
@@ -31,6 +33,7 @@
 #include "launcher/run_page.h"
 #include "launcher/step_metrics.h"
 #include "model/cost.h"
+#include "model/from_config.h"
 #include "plan/codec.h"
 #include "planner/fit.h"
 #include "planner/memory_planner.h"
@@ -431,6 +434,57 @@ void LogStartup(const Plan& plan, const std::string& config_path) {
 }
 }  // namespace
 
+namespace {
+// A Hugging Face Llama folder as model.init_from: config.json decides the architecture (preset
+// llama, every dim, the norm's epsilon, rotary positions, the head's tie); the YAML keeps
+// model.context when it is at most max_position_embeddings. Every value config.json changes is
+// logged with the YAML's; returns those lines.
+std::vector<std::string> TakeHfLlamaDims(const HfLlamaConfig& hf, ModelConfig& model) {
+  std::vector<std::string> taken;
+  const auto take = [&](const char* key, auto& field, auto value) {
+    if (field == value) return;
+    taken.push_back(
+        fmt::format("model.{}: {} from config.json (the YAML's {})", key, value, field));
+    field = value;
+  };
+  if (model.preset != ModelPreset::kLlama) {
+    taken.push_back(
+        fmt::format("model.preset: llama from config.json (the YAML's {})", Name(model.preset)));
+    model.preset = ModelPreset::kLlama;
+  }
+  take("vocab_size", model.vocab_size, hf.vocab_size);
+  take("width", model.width, hf.hidden_size);
+  take("num_layers", model.num_layers, static_cast<int>(hf.num_hidden_layers));
+  take("num_heads", model.num_heads, static_cast<int>(hf.num_attention_heads));
+  take("num_kv_heads", model.num_kv_heads, hf.num_key_value_heads);
+  take("intermediate_size", model.intermediate_size, hf.intermediate_size);
+  take("rms_norm_eps", model.rms_norm_eps, hf.rms_norm_eps);
+  take("rope_theta", model.rope_theta, hf.rope.theta);
+  take("rope_scaling.factor", model.rope_scaling_factor, hf.rope.factor);
+  if (hf.rope.factor > 0.0) {
+    take("rope_scaling.low_freq_factor", model.rope_scaling_low_freq_factor,
+         hf.rope.low_freq_factor);
+    take("rope_scaling.high_freq_factor", model.rope_scaling_high_freq_factor,
+         hf.rope.high_freq_factor);
+    take("rope_scaling.original_context", model.rope_scaling_original_context,
+         hf.rope.original_context);
+  }
+  const TieEmbeddings tie = hf.tie_word_embeddings ? TieEmbeddings::kTied : TieEmbeddings::kUntied;
+  const bool yaml_tied = model.tie_embeddings == TieEmbeddings::kTied;  // auto: Llama's untied
+  if (yaml_tied != hf.tie_word_embeddings) {
+    taken.push_back(fmt::format("model.tie_embeddings: {} from config.json (the YAML's {})",
+                                hf.tie_word_embeddings, yaml_tied));
+  }
+  if (model.tie_embeddings != tie) {
+    model.tie_embeddings = tie;
+  }
+  if (model.context > hf.max_position_embeddings) {
+    take("context", model.context, hf.max_position_embeddings);
+  }
+  return taken;
+}
+}  // namespace
+
 // The files the config names, checked before anything is planned or started (a missing one was
 // found only inside the workers, once per stage, without naming the key). A Hugging Face folder
 // as model.init_from (what `baton export` writes, or a hub download) is read through its
@@ -447,10 +501,26 @@ Config CheckNamedFiles(Config config, const std::string& config_path, bool evalu
   require("data.eval_path", config.data.eval_path);
   std::string& init = config.model.init_from;
   require("model.init_from", init);
-  if (!init.empty() && fs::is_directory(init, error)) {
+  if (!init.empty() && IsHfLlamaFolder(init)) {
+    // Read here once, so that a folder that is not a Llama Baton can load fails before planning.
+    const HfLlamaFolder folder = HfLlamaFolder::Open(init);
+    for (const std::string& line : TakeHfLlamaDims(folder.config(), config.model)) {
+      spdlog::info("model.init_from {}: {}", init, line);
+    }
+    Validate(config);
+    ValidateHfLlamaFolder(folder, DimsOf(config.model));
+    std::set<std::string> files;
+    for (const auto& [tensor, file] : folder.weight_map()) files.insert(file);
+    spdlog::info("model.init_from {}: a Hugging Face Llama in {} weight file(s)", init,
+                 files.size());
+  } else if (!init.empty() && fs::is_directory(init, error)) {
     try {
       CheckpointReader::Open(init);
     } catch (const Error& e) {
+      if (config.model.preset == ModelPreset::kLlama &&
+          fs::exists(fs::path(init) / "config.json", error)) {
+        HfLlamaFolder::Open(init);  // names what makes the folder's config.json not a Llama
+      }
       const fs::path weights = fs::path(init) / "model.safetensors";
       BATON_CHECK(fs::is_regular_file(weights, error), "{}: model.init_from {}: {}", config_path,
                   init, e.what());

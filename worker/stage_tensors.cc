@@ -56,4 +56,9 @@ void InitFromSafetensors(const SafetensorsFile& file, const std::vector<Param*>&
   LoadParamsFromSafetensors(file, ParamTensorsOf(params, optimizer), backend);
 }
 
+void InitFromHfLlama(HfLlamaFolder& folder, const ModelDims& dims,
+                     const std::vector<Param*>& params, Optimizer* optimizer, Backend& backend) {
+  LoadLlamaParamsFromHf(folder, dims, ParamTensorsOf(params, optimizer), backend);
+}
+
 }  // namespace baton

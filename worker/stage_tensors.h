@@ -11,6 +11,7 @@
 
 #include "checkpoint/layer_tensors.h"
 #include "checkpoint/safetensors.h"
+#include "checkpoint/safetensors_llama.h"
 #include "kernels/backend.h"
 #include "model/layer.h"
 #include "worker/optimizer.h"
@@ -36,5 +37,10 @@ std::vector<LayerTensors> CheckpointTensors(StageModel& model, const Optimizer* 
 // an INT8 inference model (its weights are quantised as they load).
 void InitFromSafetensors(const SafetensorsFile& file, const std::vector<Param*>& params,
                          Optimizer* optimizer, Backend& backend);
+
+// model.init_from a Hugging Face Llama folder: the same for LoadLlamaParamsFromHf, which opens
+// only the shards holding these params.
+void InitFromHfLlama(HfLlamaFolder& folder, const ModelDims& dims,
+                     const std::vector<Param*>& params, Optimizer* optimizer, Backend& backend);
 
 }  // namespace baton

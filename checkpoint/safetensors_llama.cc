@@ -1,0 +1,539 @@
+// Llama name mapping, Hugging Face folders, import and export (see safetensors_llama.h).
+#include "checkpoint/safetensors_llama.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <charconv>
+#include <cstring>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "checkpoint/safetensors_gpt2.h"
+#include "core/error.h"
+#include "core/files.h"
+#include "kernels/quantize.h"
+
+namespace baton {
+namespace {
+
+namespace fs = std::filesystem;
+using Json = nlohmann::json;
+
+constexpr const char* kIndexFileName = "model.safetensors.index.json";
+
+// ---- config.json
+
+Json ReadJsonFile(const std::string& path) {
+  const std::string text = ReadFileToString(path);
+  try {
+    return Json::parse(text);
+  } catch (const Json::exception& e) {
+    BATON_FAIL("{}: not valid JSON: {}", path, e.what());
+  }
+}
+
+// A required positive integer field.
+int64_t PositiveInt(const std::string& path, const Json& config, const char* key) {
+  BATON_CHECK(
+      config.contains(key) && config[key].is_number_integer() && config[key].get<int64_t>() > 0,
+      "{}: {} must be a positive integer, got {}", path, key,
+      config.contains(key) ? config[key].dump() : "nothing");
+  return config[key].get<int64_t>();
+}
+
+double Number(const std::string& path, const Json& config, const char* key, double fallback) {
+  if (!config.contains(key) || config[key].is_null()) return fallback;
+  BATON_CHECK(config[key].is_number(), "{}: {} must be a number, got {}", path, key,
+              config[key].dump());
+  return config[key].get<double>();
+}
+
+std::optional<int64_t> OptionalId(const Json& config, const char* key) {
+  if (config.contains(key) && config[key].is_number_integer()) return config[key].get<int64_t>();
+  return std::nullopt;  // absent, null, or a list (Llama 3 Instruct's eos ids): not written back
+}
+
+RopeConfig ReadRope(const std::string& path, const Json& config) {
+  RopeConfig rope;
+  rope.theta = Number(path, config, "rope_theta", 10000.0);
+  if (!config.contains("rope_scaling") || config["rope_scaling"].is_null()) return rope;
+  const Json& scaling = config["rope_scaling"];
+  BATON_CHECK(scaling.is_object(), "{}: rope_scaling must be an object or null, got {}", path,
+              scaling.dump());
+  const std::string type = scaling.value("rope_type", scaling.value("type", std::string()));
+  BATON_CHECK(type == "llama3",
+              "{}: rope_scaling of rope_type \"{}\": Baton's rotary positions know only Llama 3's "
+              "(\"llama3\") scaling",
+              path, type);
+  rope.factor = Number(path, scaling, "factor", 0.0);
+  rope.low_freq_factor = Number(path, scaling, "low_freq_factor", 1.0);
+  rope.high_freq_factor = Number(path, scaling, "high_freq_factor", 4.0);
+  rope.original_context =
+      static_cast<int64_t>(Number(path, scaling, "original_max_position_embeddings", 8192.0));
+  BATON_CHECK(rope.factor > 0.0 && rope.high_freq_factor > rope.low_freq_factor &&
+                  rope.original_context > 0,
+              "{}: rope_scaling {} needs factor > 0, high_freq_factor > low_freq_factor and "
+              "original_max_position_embeddings > 0",
+              path, scaling.dump());
+  return rope;
+}
+
+// A float such as norm_eps written as its shortest decimal (1e-05, not 9.99999974737875e-06).
+double ShortestDouble(float value) { return std::stod(fmt::format("{}", value)); }
+
+// ---- names
+
+// "h.12.ln_1.weight" -> (12, "ln_1.weight"); block -1 for other names.
+std::pair<int, std::string> SplitBlock(const std::string& name, const std::string& prefix) {
+  if (name.rfind(prefix, 0) != 0) return {-1, name};
+  const size_t dot = name.find('.', prefix.size());
+  if (dot == std::string::npos) return {-1, name};
+  int block = -1;
+  const char* first = name.data() + prefix.size();
+  const char* last = name.data() + dot;
+  const auto [end, error] = std::from_chars(first, last, block);
+  if (error != std::errc() || end != last || first == last) return {-1, name};
+  return {block, name.substr(dot + 1)};
+}
+
+std::string HfLayer(int block, const char* rest) {
+  return fmt::format("model.layers.{}.{}", block, rest);
+}
+
+DType DTypeOfEntry(const SafetensorsFile& file, const SafetensorsEntry& entry) {
+  if (entry.dtype == "F32") return DType::kF32;
+  if (entry.dtype == "F16") return DType::kF16;
+  if (entry.dtype == "BF16") return DType::kBF16;
+  BATON_FAIL("{}: tensor {} is {}; Llama weights must be F32, F16 or BF16", file.path(), entry.name,
+             entry.dtype);
+}
+
+const char* TorchDTypeName(DType dtype) {
+  switch (dtype) {
+    case DType::kF32:
+      return "float32";
+    case DType::kF16:
+      return "float16";
+    case DType::kBF16:
+      return "bfloat16";
+    case DType::kI32:
+    case DType::kU8:
+    case DType::kI8:
+      break;
+  }
+  BATON_FAIL("Llama weights must be f32, f16 or bf16, not {}", Name(dtype));
+}
+
+// Part `part` of the folder as f32 (its file's shape), checked: present, the expected shape,
+// finite.
+std::vector<float> ReadPart(HfLlamaFolder& folder, const HfLlamaPart& part,
+                            const std::string& baton_name) {
+  const SafetensorsFile* file = folder.FileOf(part.name);
+  BATON_CHECK(
+      file != nullptr, "{}: no tensor {} for parameter {} (the folder's {} lists none)",
+      folder.dir(), part.name, baton_name,
+      fs::exists(fs::path(folder.dir()) / kIndexFileName) ? kIndexFileName : kHfWeightsFileName);
+  const SafetensorsEntry* entry = file->Find(part.name);
+  BATON_CHECK(entry != nullptr, "{}: no tensor {}, though {} says it is there", file->path(),
+              part.name, kIndexFileName);
+  BATON_CHECK(entry->shape == part.shape,
+              "{}: tensor {} has shape {}; the model (config.json's dims) needs {}", file->path(),
+              part.name, ToString(entry->shape), ToString(part.shape));
+  const DType dtype = DTypeOfEntry(*file, *entry);
+  CheckFinite(*file, *entry);
+  const std::span<const std::byte> bytes = file->Bytes(*entry);
+  std::vector<std::byte> aligned(bytes.begin(), bytes.end());  // the file's may be unaligned
+  std::vector<float> values(bytes.size() / SizeOf(dtype));
+  ConvertFloats(aligned.data(), dtype, values.data(), DType::kF32, values.size());
+  return values;
+}
+
+// Baton's (rows, cols) f32 value of `baton_name`, its parts side by side by columns.
+std::vector<float> AssembleParam(HfLlamaFolder& folder, const std::string& baton_name,
+                                 const ModelDims& dims) {
+  const Shape shape = LlamaParamShape(baton_name, dims);
+  const int64_t rows = shape[0], cols = shape.size() == 2 ? shape[1] : 1;
+  std::vector<float> dense(static_cast<size_t>(rows * cols));
+  int64_t column = 0;
+  for (const HfLlamaPart& part : LlamaHfParts(baton_name, dims)) {
+    const std::vector<float> values = ReadPart(folder, part, baton_name);
+    if (!part.transposed) {  // the whole parameter
+      std::copy(values.begin(), values.end(), dense.begin());
+      continue;
+    }
+    const int64_t out = part.shape[0];  // nn.Linear (out, in = rows)
+    for (int64_t j = 0; j < out; ++j) {
+      for (int64_t r = 0; r < rows; ++r) {
+        dense[static_cast<size_t>(r * cols + column + j)] =
+            values[static_cast<size_t>(j * rows + r)];
+      }
+    }
+    column += out;
+  }
+  return dense;
+}
+
+}  // namespace
+
+// ---- config.json
+
+HfLlamaConfig ReadHfLlamaConfig(const std::string& path) {
+  const Json config = ReadJsonFile(path);
+  BATON_CHECK(config.is_object(), "{}: not a JSON object", path);
+  const std::string model_type = config.value("model_type", std::string());
+  bool causal_lm = false;
+  if (config.contains("architectures") && config["architectures"].is_array()) {
+    for (const Json& a : config["architectures"]) causal_lm |= a == "LlamaForCausalLM";
+  }
+  BATON_CHECK(model_type == "llama" || (model_type.empty() && causal_lm),
+              "{}: model_type \"{}\", architectures {}: not a Hugging Face Llama "
+              "(LlamaForCausalLM, model_type llama)",
+              path, model_type, config.value("architectures", Json::array()).dump());
+  const std::string act = config.value("hidden_act", std::string("silu"));
+  BATON_CHECK(act == "silu", "{}: hidden_act \"{}\": Baton's Llama MLP is SwiGLU (silu)", path,
+              act);
+  for (const char* bias : {"attention_bias", "mlp_bias"}) {
+    BATON_CHECK(!config.value(bias, false),
+                "{}: {} is true: Baton's Llama has no biases; this model cannot be loaded", path,
+                bias);
+  }
+  HfLlamaConfig c;
+  c.vocab_size = PositiveInt(path, config, "vocab_size");
+  c.hidden_size = PositiveInt(path, config, "hidden_size");
+  c.num_hidden_layers = PositiveInt(path, config, "num_hidden_layers");
+  c.num_attention_heads = PositiveInt(path, config, "num_attention_heads");
+  c.num_key_value_heads =
+      config.contains("num_key_value_heads") && !config["num_key_value_heads"].is_null()
+          ? PositiveInt(path, config, "num_key_value_heads")
+          : c.num_attention_heads;
+  c.intermediate_size = PositiveInt(path, config, "intermediate_size");
+  c.max_position_embeddings = PositiveInt(path, config, "max_position_embeddings");
+  c.rms_norm_eps = Number(path, config, "rms_norm_eps", 1e-6);
+  c.rope = ReadRope(path, config);
+  c.tie_word_embeddings = config.value("tie_word_embeddings", false);
+  c.bos_token_id = OptionalId(config, "bos_token_id");
+  c.eos_token_id = OptionalId(config, "eos_token_id");
+  BATON_CHECK(c.hidden_size % c.num_attention_heads == 0,
+              "{}: hidden_size {} is not a multiple of num_attention_heads {}", path, c.hidden_size,
+              c.num_attention_heads);
+  const int64_t head_dim = c.hidden_size / c.num_attention_heads;
+  if (config.contains("head_dim") && !config["head_dim"].is_null()) {
+    BATON_CHECK(config["head_dim"] == head_dim,
+                "{}: head_dim {} differs from hidden_size / num_attention_heads = {}; Baton's "
+                "heads are hidden_size / num_attention_heads wide",
+                path, config["head_dim"].dump(), head_dim);
+  }
+  BATON_CHECK(c.num_attention_heads % c.num_key_value_heads == 0,
+              "{}: num_attention_heads {} is not a multiple of num_key_value_heads {}", path,
+              c.num_attention_heads, c.num_key_value_heads);
+  return c;
+}
+
+bool IsHfLlamaFolder(const std::string& dir) {
+  std::error_code error;
+  const fs::path config = fs::path(dir) / "config.json";
+  if (!fs::is_regular_file(config, error)) return false;
+  try {
+    const Json json = Json::parse(ReadFileToString(config.string()));
+    return json.is_object() && json.value("model_type", std::string()) == "llama";
+  } catch (const std::exception&) {
+    return false;
+  }
+}
+
+ModelDims DimsOfHfLlama(const HfLlamaConfig& config, int64_t context) {
+  ModelDims dims;
+  dims.family = ModelFamily::kLlama;
+  dims.vocab_size = static_cast<int>(config.vocab_size);
+  dims.context = static_cast<int>(context);
+  dims.num_layers = static_cast<int>(config.num_hidden_layers);
+  dims.num_heads = static_cast<int>(config.num_attention_heads);
+  dims.num_kv_heads = static_cast<int>(config.num_key_value_heads);
+  dims.width = static_cast<int>(config.hidden_size);
+  dims.mlp_hidden = static_cast<int>(config.intermediate_size);
+  dims.norm_eps = static_cast<float>(config.rms_norm_eps);
+  dims.rope = config.rope;
+  dims.tie_embeddings = config.tie_word_embeddings;
+  return dims;
+}
+
+// ---- the folder
+
+HfLlamaFolder HfLlamaFolder::Open(const std::string& dir) {
+  HfLlamaFolder folder;
+  folder.dir_ = dir;
+  folder.config_ = ReadHfLlamaConfig((fs::path(dir) / "config.json").string());
+  const fs::path index = fs::path(dir) / kIndexFileName;
+  std::error_code error;
+  if (fs::is_regular_file(index, error)) {
+    const Json json = ReadJsonFile(index.string());
+    BATON_CHECK(json.is_object() && json.contains("weight_map") && json["weight_map"].is_object(),
+                "{}: no \"weight_map\" object", index.string());
+    for (const auto& [name, file] : json["weight_map"].items()) {
+      BATON_CHECK(file.is_string(), "{}: weight_map[\"{}\"] is not a file name", index.string(),
+                  name);
+      const std::string file_name = file.get<std::string>();
+      BATON_CHECK(fs::path(file_name).filename() == file_name,
+                  "{}: weight_map[\"{}\"] = \"{}\" is not a file in the folder", index.string(),
+                  name, file_name);
+      folder.weight_map_.emplace(name, file_name);
+    }
+    return folder;
+  }
+  const fs::path single = fs::path(dir) / kHfWeightsFileName;
+  BATON_CHECK(fs::is_regular_file(single, error), "{}: neither {} nor {}", dir, kIndexFileName,
+              kHfWeightsFileName);
+  auto file = std::make_unique<SafetensorsFile>(SafetensorsFile::Open(single.string()));
+  for (const SafetensorsEntry& entry : file->entries()) {
+    folder.weight_map_.emplace(entry.name, kHfWeightsFileName);
+  }
+  folder.files_.emplace(kHfWeightsFileName, std::move(file));
+  return folder;
+}
+
+const SafetensorsFile* HfLlamaFolder::FileOf(const std::string& hf_name) {
+  const auto it = weight_map_.find(hf_name);
+  if (it == weight_map_.end()) return nullptr;
+  auto& file = files_[it->second];
+  if (file == nullptr) {
+    const fs::path path = fs::path(dir_) / it->second;
+    std::error_code error;
+    BATON_CHECK(fs::is_regular_file(path, error), "{}: {} lists {} in {}, which is missing", dir_,
+                kIndexFileName, hf_name, it->second);
+    file = std::make_unique<SafetensorsFile>(SafetensorsFile::Open(path.string()));
+  }
+  return file.get();
+}
+
+std::vector<std::string> HfLlamaFolder::opened_files() const {
+  std::vector<std::string> names;
+  for (const auto& [name, file] : files_) {
+    if (file != nullptr) names.push_back(name);
+  }
+  return names;
+}
+
+// ---- names and shapes
+
+std::vector<HfLlamaPart> LlamaHfParts(const std::string& baton_name, const ModelDims& dims) {
+  const int64_t v = dims.vocab_size, c = dims.width, h = dims.hidden();
+  const int64_t q = int64_t{dims.num_heads} * dims.head_dim();
+  const int64_t kv = int64_t{dims.kv_heads()} * dims.head_dim();
+  if (baton_name == "wte.weight") return {{"model.embed_tokens.weight", {v, c}, false}};
+  if (baton_name == "ln_f.weight") return {{"model.norm.weight", {c}, false}};
+  if (baton_name == "lm_head.weight") return {{"lm_head.weight", {v, c}, false}};
+  const auto [block, rest] = SplitBlock(baton_name, "h.");
+  BATON_CHECK(block >= 0 && block < dims.num_layers, "{} is not a parameter of this Llama ({})",
+              baton_name, ToString(dims));
+  if (rest == "ln_1.weight") return {{HfLayer(block, "input_layernorm.weight"), {c}, false}};
+  if (rest == "ln_2.weight") {
+    return {{HfLayer(block, "post_attention_layernorm.weight"), {c}, false}};
+  }
+  if (rest == "attn.c_attn.weight") {
+    return {{HfLayer(block, "self_attn.q_proj.weight"), {q, c}, true},
+            {HfLayer(block, "self_attn.k_proj.weight"), {kv, c}, true},
+            {HfLayer(block, "self_attn.v_proj.weight"), {kv, c}, true}};
+  }
+  if (rest == "attn.c_proj.weight")
+    return {{HfLayer(block, "self_attn.o_proj.weight"), {c, q}, true}};
+  if (rest == "mlp.c_fc.weight") {
+    return {{HfLayer(block, "mlp.gate_proj.weight"), {h, c}, true},
+            {HfLayer(block, "mlp.up_proj.weight"), {h, c}, true}};
+  }
+  if (rest == "mlp.c_proj.weight") return {{HfLayer(block, "mlp.down_proj.weight"), {c, h}, true}};
+  BATON_FAIL("{} is not a parameter of this Llama ({})", baton_name, ToString(dims));
+}
+
+Shape LlamaParamShape(const std::string& baton_name, const ModelDims& dims) {
+  const std::vector<HfLlamaPart> parts = LlamaHfParts(baton_name, dims);
+  if (!parts.front().transposed) return parts.front().shape;
+  Shape shape = {parts.front().shape[1], 0};
+  for (const HfLlamaPart& part : parts) shape[1] += part.shape[0];
+  return shape;
+}
+
+std::vector<std::string> LlamaParamNames(const ModelDims& dims) {
+  std::vector<std::string> names = {"wte.weight"};
+  for (int i = 0; i < dims.num_layers; ++i) {
+    for (const char* rest : {"ln_1.weight", "attn.c_attn.weight", "attn.c_proj.weight",
+                             "ln_2.weight", "mlp.c_fc.weight", "mlp.c_proj.weight"}) {
+      names.push_back(fmt::format("h.{}.{}", i, rest));
+    }
+  }
+  names.push_back("ln_f.weight");
+  if (!dims.tie_embeddings) names.push_back("lm_head.weight");
+  return names;
+}
+
+// ---- import
+
+void ValidateHfLlamaFolder(const HfLlamaFolder& folder, const ModelDims& dims) {
+  const std::string config_path = (fs::path(folder.dir()) / "config.json").string();
+  const ModelDims expected = DimsOfHfLlama(folder.config(), dims.context);
+  ModelDims compared = dims;  // what config.json does not describe, and defaults spelled out
+  compared.share_group = expected.share_group;
+  compared.share_attention = expected.share_attention;
+  compared.share_mlp = expected.share_mlp;
+  compared.num_kv_heads = dims.kv_heads();
+  compared.mlp_hidden = dims.hidden();
+  BATON_CHECK(compared == expected,
+              "{}: describes a Llama {} (kv heads {}, intermediate {}, tied {}), but the model is "
+              "{} (kv heads {}, intermediate {}, tied {})",
+              config_path, ToString(expected), expected.kv_heads(), expected.hidden(),
+              expected.tie_embeddings, ToString(dims), dims.kv_heads(), dims.hidden(),
+              dims.tie_embeddings);
+  std::set<std::string> wanted;
+  for (const std::string& name : LlamaParamNames(dims)) {
+    for (const HfLlamaPart& part : LlamaHfParts(name, dims)) wanted.insert(part.name);
+  }
+  for (const auto& [name, file] : folder.weight_map()) {
+    if (wanted.count(name) == 1) continue;
+    const auto [block, rest] = SplitBlock(name, "model.layers.");
+    if (rest.ends_with("rotary_emb.inv_freq")) continue;  // a buffer older transformers saved
+    if (name == "lm_head.weight" && dims.tie_embeddings) continue;  // transformers ties it
+    BATON_CHECK(!name.ends_with(".bias"), "{}/{}: tensor {} is a bias; Baton's Llama has no biases",
+                folder.dir(), file, name);
+    BATON_CHECK(block < 0 || block < dims.num_layers,
+                "{}/{}: tensor {} belongs to layer {} but the model has {} (model.layers.0 .. {})",
+                folder.dir(), file, name, block, dims.num_layers, dims.num_layers - 1);
+    BATON_FAIL("{}/{}: tensor {} is not a Llama parameter Baton knows", folder.dir(), file, name);
+  }
+  for (const std::string& name : wanted) {
+    BATON_CHECK(
+        folder.weight_map().count(name) == 1, "{}: no tensor {} in the folder's {}", folder.dir(),
+        name,
+        fs::exists(fs::path(folder.dir()) / kIndexFileName) ? kIndexFileName : kHfWeightsFileName);
+  }
+}
+
+void LoadLlamaParamsFromHf(HfLlamaFolder& folder, const ModelDims& dims,
+                           const std::vector<ParamTensors>& params, Backend& backend) {
+  BATON_CHECK(dims.llama() && dims.low_rank_attn == 0 && dims.low_rank_mlp == 0,
+              "{}: a Hugging Face Llama loads into a dense Llama, not {}", folder.dir(),
+              ToString(dims));
+  std::set<const void*> loaded;  // storage shared by two params is filled once
+  for (const ParamTensors& p : params) {
+    const bool value = loaded.insert(p.value.raw()).second;
+    const bool master = p.master.defined() && loaded.insert(p.master.raw()).second;
+    if (!value && !master) continue;
+    const Shape shape = LlamaParamShape(p.name, dims);
+    BATON_CHECK(p.value.shape() == shape, "parameter {} is {}, but the Llama's is {}", p.name,
+                ToString(p.value.shape()), ToString(shape));
+    std::vector<float> dense = AssembleParam(folder, p.name, dims);
+    const Tensor host = Tensor::Wrap(dense.data(), shape, DType::kF32);
+    if (value && p.value.dtype() == DType::kI8) {
+      const int64_t rows = shape.at(0), cols = shape.at(1);
+      std::vector<int8_t> codes(dense.size());
+      std::vector<float> scales(static_cast<size_t>(cols));
+      QuantizeColumnsInt8(dense.data(), rows, cols, codes.data(), scales.data());
+      Tensor target = p.value, scale = p.scale;
+      backend.Copy(Tensor::Wrap(codes.data(), shape, DType::kI8), target);
+      backend.Copy(Tensor::Wrap(scales.data(), {cols}, DType::kF32), scale);
+    } else if (value) {
+      Tensor target = p.value;
+      backend.Copy(host, target);  // rounds to a 16-bit param's dtype
+    }
+    if (master) {
+      Tensor target = p.master;
+      backend.Copy(host, target);
+    }
+    backend.Synchronize();  // `dense` must outlive an asynchronous copy
+  }
+}
+
+// ---- export
+
+NamedTensors LlamaHfTensorsOf(const std::string& baton_name, const Tensor& dense,
+                              const ModelDims& dims, DType dtype, Allocator& allocator) {
+  BATON_CHECK(dense.dtype() == DType::kF32 && dense.shape() == LlamaParamShape(baton_name, dims),
+              "parameter {}: {} is not its f32 value {}", baton_name, dense.ToString(),
+              ToString(LlamaParamShape(baton_name, dims)));
+  const int64_t rows = dense.size(0), cols = dense.dim() == 2 ? dense.size(1) : 1;
+  const float* in = dense.data<float>();
+  NamedTensors tensors;
+  int64_t column = 0;
+  for (const HfLlamaPart& part : LlamaHfParts(baton_name, dims)) {
+    std::vector<float> values(static_cast<size_t>(dense.numel()));
+    if (part.transposed) {
+      const int64_t out = part.shape[0];
+      values.resize(static_cast<size_t>(out * rows));
+      for (int64_t j = 0; j < out; ++j) {
+        for (int64_t r = 0; r < rows; ++r) {
+          values[static_cast<size_t>(j * rows + r)] = in[r * cols + column + j];
+        }
+      }
+      column += out;
+    } else {
+      std::copy(in, in + dense.numel(), values.begin());
+    }
+    Tensor t = Tensor::Empty(allocator, part.shape, dtype, MemCategory::kWorkspace);
+    ConvertFloats(values.data(), DType::kF32, t.raw(), dtype, values.size());
+    tensors.emplace_back(part.name, std::move(t));
+  }
+  return tensors;
+}
+
+void ExportHfLlama(const std::string& dir, const std::vector<ParamTensors>& params,
+                   const ModelDims& dims, Backend& backend) {
+  NamedTensors tensors;
+  for (const ParamTensors& p : params) {
+    if (p.tied) continue;
+    BATON_CHECK(p.value.dtype() == DType::kF32 && p.value.device().is_cpu(),
+                "ExportHfLlama takes f32 host params; {} is {}", p.name, p.value.ToString());
+    for (auto& t : LlamaHfTensorsOf(p.name, p.value, dims, DType::kF32, backend.allocator())) {
+      tensors.push_back(std::move(t));
+    }
+  }
+  MakeDirectories(dir);
+  WriteSafetensors((fs::path(dir) / kHfWeightsFileName).string(), tensors, HfMetadata(), &backend);
+  WriteHfLlamaConfig(dir, dims, DType::kF32);
+}
+
+void WriteHfLlamaConfig(const std::string& dir, const ModelDims& dims, DType dtype,
+                        std::optional<int64_t> bos_token_id, std::optional<int64_t> eos_token_id) {
+  Validate(dims);
+  BATON_CHECK(dims.llama(), "a Hugging Face Llama config needs a Llama, not {}", ToString(dims));
+  for (const std::optional<int64_t>& id : {bos_token_id, eos_token_id}) {
+    BATON_CHECK(!id || (*id >= 0 && *id < dims.vocab_size),
+                "token id {} is outside the model's {} tokens", *id, dims.vocab_size);
+  }
+  const Json rope_scaling =
+      dims.rope.factor > 0.0
+          ? Json{{"rope_type", "llama3"},
+                 {"factor", dims.rope.factor},
+                 {"low_freq_factor", dims.rope.low_freq_factor},
+                 {"high_freq_factor", dims.rope.high_freq_factor},
+                 {"original_max_position_embeddings", dims.rope.original_context}}
+          : Json(nullptr);
+  const auto id_or_null = [](std::optional<int64_t> id) { return id ? Json(*id) : Json(nullptr); };
+  const nlohmann::ordered_json config = {{"architectures", {"LlamaForCausalLM"}},
+                                         {"model_type", "llama"},
+                                         {"vocab_size", dims.vocab_size},
+                                         {"hidden_size", dims.width},
+                                         {"intermediate_size", dims.hidden()},
+                                         {"num_hidden_layers", dims.num_layers},
+                                         {"num_attention_heads", dims.num_heads},
+                                         {"num_key_value_heads", dims.kv_heads()},
+                                         {"head_dim", dims.head_dim()},
+                                         {"hidden_act", "silu"},
+                                         {"max_position_embeddings", dims.context},
+                                         {"rms_norm_eps", ShortestDouble(dims.norm_eps)},
+                                         {"rope_theta", dims.rope.theta},
+                                         {"rope_scaling", rope_scaling},
+                                         {"tie_word_embeddings", dims.tie_embeddings},
+                                         {"attention_bias", false},
+                                         {"mlp_bias", false},
+                                         {"attention_dropout", 0.0},
+                                         {"initializer_range", 0.02},
+                                         {"pretraining_tp", 1},
+                                         {"use_cache", true},
+                                         {"bos_token_id", id_or_null(bos_token_id)},
+                                         {"eos_token_id", id_or_null(eos_token_id)},
+                                         {"torch_dtype", TorchDTypeName(dtype)}};
+  MakeDirectories(dir);
+  WriteFileAtomically((fs::path(dir) / "config.json").string(), config.dump(2) + "\n");
+}
+
+}  // namespace baton

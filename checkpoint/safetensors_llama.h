@@ -1,0 +1,127 @@
+// Llama weights in and out: Baton's Llama parameters <-> a Hugging Face LlamaForCausalLM folder
+// (config.json, and model.safetensors or model-0000k-of-0000n.safetensors shards listed by
+// model.safetensors.index.json). See docs/safetensors.md, "Llama".
+//
+// Hugging Face keeps nn.Linear weights as (out, in); Baton's are Conv1D (in, out), y = x @ W, so
+// every projection is transposed, and Baton's fused matrices are Hugging Face's side by side by
+// columns: c_attn = [q_proj^T | k_proj^T | v_proj^T], c_fc = [gate_proj^T | up_proj^T]. Rotary
+// positions use Hugging Face's rotate_half layout (kernels/rope.h), so q_proj and k_proj need no
+// permutation. No tensor is converted otherwise: an f32 export and import are bit for bit.
+//
+// A folder's shards are opened on first use: a pipeline rank reads only the files holding its own
+// parameters; ValidateHfLlamaFolder checks the whole model from config.json and the index alone.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "checkpoint/layer_tensors.h"
+#include "checkpoint/safetensors.h"
+#include "kernels/backend.h"
+#include "model/dims.h"
+
+namespace baton {
+
+// The fields of a Hugging Face LlamaConfig (config.json) that Baton reads and writes.
+struct HfLlamaConfig {
+  int64_t vocab_size = 0;
+  int64_t hidden_size = 0;  // C
+  int64_t num_hidden_layers = 0;
+  int64_t num_attention_heads = 0;
+  int64_t num_key_value_heads = 0;
+  int64_t intermediate_size = 0;
+  int64_t max_position_embeddings = 0;
+  double rms_norm_eps = 1e-6;
+  RopeConfig rope;  // rope_theta and rope_scaling (rope_type llama3; factor 0 = none)
+  bool tie_word_embeddings = false;
+  std::optional<int64_t> bos_token_id;
+  std::optional<int64_t> eos_token_id;
+};
+
+// Reads and checks `path` (a config.json): model_type "llama" or an architectures entry
+// "LlamaForCausalLM"; hidden_act silu; no attention_bias or mlp_bias; head_dim, when given,
+// hidden_size / num_attention_heads; rope_scaling null or of rope_type llama3. Each refusal names
+// the file and the field.
+HfLlamaConfig ReadHfLlamaConfig(const std::string& path);
+// Whether `dir` is a Hugging Face folder whose config.json says model_type "llama" (it may still
+// fail ReadHfLlamaConfig's checks).
+bool IsHfLlamaFolder(const std::string& dir);
+
+// The dims of a model built from `config` (preset llama), with `context` positions.
+ModelDims DimsOfHfLlama(const HfLlamaConfig& config, int64_t context);
+
+// An open folder: config.json read, the index (or the single file's header) read; shards mapped
+// on first use and kept open. Move-only; not thread-safe.
+class HfLlamaFolder {
+ public:
+  static HfLlamaFolder Open(const std::string& dir);
+
+  const std::string& dir() const { return dir_; }
+  const HfLlamaConfig& config() const { return config_; }
+  // Tensor name -> the file (in dir) holding it.
+  const std::map<std::string, std::string>& weight_map() const { return weight_map_; }
+  // The file holding `hf_name`, opened on first use; null when the index lists no such tensor.
+  const SafetensorsFile* FileOf(const std::string& hf_name);
+  // The file names opened so far, sorted.
+  std::vector<std::string> opened_files() const;
+
+ private:
+  std::string dir_;
+  HfLlamaConfig config_;
+  std::map<std::string, std::string> weight_map_;
+  std::map<std::string, std::unique_ptr<SafetensorsFile>> files_;  // by file name
+};
+
+// One Hugging Face tensor a Baton parameter is made of: its name, its shape in the file, and
+// whether Baton holds its transpose (an nn.Linear weight).
+struct HfLlamaPart {
+  std::string name;
+  Shape shape;
+  bool transposed = false;
+};
+
+// The Hugging Face tensors Baton parameter `baton_name` is made of, left to right by columns
+// ("h.3.attn.c_attn.weight" -> q_proj, k_proj, v_proj of model.layers.3). Throws for a name that
+// is not a Llama parameter.
+std::vector<HfLlamaPart> LlamaHfParts(const std::string& baton_name, const ModelDims& dims);
+// Baton's shape of a Llama parameter: (in, out) for a projection.
+Shape LlamaParamShape(const std::string& baton_name, const ModelDims& dims);
+// Baton's names of every parameter of a Llama with `dims`: wte, the blocks' h.{i}.* in order,
+// ln_f, and lm_head when the head is untied.
+std::vector<std::string> LlamaParamNames(const ModelDims& dims);
+
+// Checks the whole folder against `dims` without reading a shard: config.json's dims are the
+// model's, and the index lists exactly the model's tensors (lm_head.weight only when untied;
+// model.layers.0 .. L-1; any bias, any other tensor refused; rotary_emb.inv_freq buffers and a
+// tied model's stored lm_head.weight ignored, as transformers ignores them).
+void ValidateHfLlamaFolder(const HfLlamaFolder& folder, const ModelDims& dims);
+
+// Fills each param (and its defined master, from the file's values) of one rank from the folder,
+// opening only the shards its tensors are in. Shapes are checked against `dims` and every tensor
+// for NaN/Inf, each error naming the file and the tensor; the dtype is converted (INT8 params are
+// quantised). Tied copies take model.embed_tokens.weight.
+void LoadLlamaParamsFromHf(HfLlamaFolder& folder, const ModelDims& dims,
+                           const std::vector<ParamTensors>& params, Backend& backend);
+
+// The Hugging Face tensors of parameter `baton_name` (LlamaHfParts) from its value `dense`,
+// f32 on the host, each converted to `dtype`.
+NamedTensors LlamaHfTensorsOf(const std::string& baton_name, const Tensor& dense,
+                              const ModelDims& dims, DType dtype, Allocator& allocator);
+
+// <dir>/model.safetensors (metadata {"format": "pt"}) and <dir>/config.json from a whole model's
+// parameters held in one process (f32, on the host; tied copies skipped).
+void ExportHfLlama(const std::string& dir, const std::vector<ParamTensors>& params,
+                   const ModelDims& dims, Backend& backend);
+
+// <dir>/config.json for LlamaForCausalLM.from_pretrained(dir): every HfLlamaConfig field from
+// `dims`, max_position_embeddings = context, head_dim, hidden_act silu, no biases, torch_dtype
+// `dtype`, and bos/eos ids when given. Written atomically.
+void WriteHfLlamaConfig(const std::string& dir, const ModelDims& dims, DType dtype,
+                        std::optional<int64_t> bos_token_id = std::nullopt,
+                        std::optional<int64_t> eos_token_id = std::nullopt);
+
+}  // namespace baton

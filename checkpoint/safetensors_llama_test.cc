@@ -1,0 +1,356 @@
+// Llama import/export tests: Baton -> Hugging Face -> Baton bit for bit (tied and untied, GQA and
+// MHA), a folder transformers wrote (tests/fixtures/llama-hf) giving transformers' logits, a rank
+// reading only its own shards, and the refusals (a config.json that disagrees or is not a Llama,
+// biases, a truncated shard, NaN).
+#include "checkpoint/safetensors_llama.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "checkpoint/checkpoint.h"
+#include "checkpoint/checkpoint_export.h"
+#include "checkpoint/checkpoint_test_util.h"
+#include "core/error.h"
+#include "kernels/testing/numeric_check.h"
+
+namespace baton {
+namespace {
+
+namespace fs = std::filesystem;
+using checkpoint_test::Fixture;
+using checkpoint_test::Rank;
+using checkpoint_test::TempDir;
+using ::testing::AllOf;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+const std::string kFixtureDir = std::string(BATON_SOURCE_DIR) + "/tests/fixtures/llama-hf";
+
+template <typename F>
+std::string ErrorOf(F action) {
+  try {
+    action();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+// V=11, maxT=5, L=2, NH=4, C=16 (D=4), SwiGLU hidden 24, Llama 3 rope scaling.
+ModelDims TinyLlamaDims(int kv_heads, bool tied) {
+  ModelDims dims{11, 5, 2, 4, 16};
+  dims.family = ModelFamily::kLlama;
+  dims.num_kv_heads = kv_heads;
+  dims.mlp_hidden = 24;
+  dims.norm_eps = 1e-5f;
+  dims.rope = {500000.0, 8.0, 1.0, 4.0, 64};
+  dims.tie_embeddings = tied;
+  return dims;
+}
+
+// A checkpoint of `ranks` (one step of fake training) at dir/checkpoints.
+void WriteCheckpoint(Fixture& f, const std::vector<Rank*>& ranks, const TempDir& dir) {
+  CheckpointWriter writer(dir / "checkpoints");
+  std::vector<CheckpointFileEntry> entries;
+  for (Rank* r : ranks) {
+    for (auto& e : writer.WriteLayers(1, r->model->stage(), r->checkpoint_tensors(), *f.backend))
+      entries.push_back(e);
+  }
+  TrainingState state;
+  state.step = 1;
+  writer.WriteManifest(1, entries, state, f.dims, f.graph);
+}
+
+struct RoundTripCase {
+  const char* name;
+  int kv_heads;  // 0 = num_heads (MHA)
+  bool tied;
+};
+
+class LlamaRoundTripTest : public ::testing::TestWithParam<RoundTripCase> {};
+
+// `baton export` of a checkpoint that two stages wrote, then model.init_from onto another cut:
+// every parameter (and the head's tied copy) comes back bit for bit.
+TEST_P(LlamaRoundTripTest, CheckpointExportThenImportIsBitwise) {
+  Fixture f;
+  f.dims = TinyLlamaDims(GetParam().kv_heads, GetParam().tied);
+  f.graph = GptGraph(f.dims);
+  TempDir dir;
+  Rank first = f.MakeRank({{0, 1}}, 0, 2);
+  Rank second = f.MakeRank({{2, 3}}, 1, 2);
+  checkpoint_test::FakeStep({&first, &second}, 1);
+  WriteCheckpoint(f, {&first, &second}, dir);
+  ExportCheckpointToHf(CheckpointReader::Open(dir / "checkpoints"), dir / "hf");
+
+  HfLlamaFolder folder = HfLlamaFolder::Open(dir / "hf");
+  ModelDims spelled_out = f.dims;  // config.json names MHA's key/value heads
+  spelled_out.num_kv_heads = f.dims.kv_heads();
+  EXPECT_EQ(DimsOfHfLlama(folder.config(), f.dims.context), spelled_out);
+  ValidateHfLlamaFolder(folder, f.dims);
+  Rank head_first = f.MakeRank({{0, 2}}, 0, 2, DType::kF32, /*seed=*/99);
+  Rank head_last = f.MakeRank({{3, 3}}, 1, 2, DType::kF32, /*seed=*/99);
+  for (Rank* r : {&head_first, &head_last}) {
+    LoadLlamaParamsFromHf(folder, f.dims, r->param_tensors(), *f.backend);
+  }
+  int compared = 0;
+  for (Rank* r : {&first, &second}) {
+    for (auto& [index, layer] : r->model->layers()) {
+      for (Param* p : layer->params()) {
+        const Param* loaded =
+            checkpoint_test::FindParam({&head_first, &head_last}, index, p->name).second;
+        ASSERT_NE(loaded, nullptr);
+        EXPECT_EQ(checkpoint_test::Bytes(p->value), checkpoint_test::Bytes(loaded->value))
+            << "layer " << index << " " << p->name;
+        ++compared;
+      }
+    }
+  }
+  EXPECT_EQ(compared, 1 + 6 * 2 + 2);  // wte, the blocks, ln_f, lm_head or the tied copy
+  if (GetParam().tied) {
+    EXPECT_EQ(checkpoint_test::Bytes(head_last.model->head_wte()->value),
+              checkpoint_test::Bytes(first.model->embedding_wte()->value));
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(TiedAndUntiedGqaAndMha, LlamaRoundTripTest,
+                         ::testing::Values(RoundTripCase{"UntiedGqa", 2, false},
+                                           RoundTripCase{"TiedGqa", 1, true},
+                                           RoundTripCase{"UntiedMha", 0, false},
+                                           RoundTripCase{"TiedMha", 0, true}),
+                         [](const auto& info) { return std::string(info.param.name); });
+
+TEST(SafetensorsLlamaTest, ExportWritesTransformersNamesLayoutsAndConfig) {
+  Fixture f;
+  f.dims = TinyLlamaDims(2, false);
+  f.graph = GptGraph(f.dims);
+  TempDir dir;
+  Rank whole = f.MakeRank({{0, 3}}, 0, 1);
+  ExportHfLlama(dir.path(), whole.param_tensors(), f.dims, *f.backend);
+  const SafetensorsFile file = ReadSafetensors(dir / "model.safetensors");
+  EXPECT_EQ(file.metadata().at("format"), "pt");
+  EXPECT_EQ(file.entries().size(), 1u + 9u * 2u + 2u);  // embed, 9 per layer, norm, lm_head
+  EXPECT_EQ(file.Get("model.layers.1.self_attn.q_proj.weight").shape, (Shape{16, 16}));
+  EXPECT_EQ(file.Get("model.layers.1.self_attn.k_proj.weight").shape, (Shape{8, 16}));  // (out, in)
+  EXPECT_EQ(file.Get("model.layers.0.mlp.gate_proj.weight").shape, (Shape{24, 16}));
+  EXPECT_EQ(file.Get("model.layers.0.mlp.down_proj.weight").shape, (Shape{16, 24}));
+  EXPECT_EQ(file.Get("lm_head.weight").shape, (Shape{11, 16}));
+  // k_proj row j is column C + j of Baton's c_attn; up_proj row j is column H + j of c_fc.
+  const Param* c_attn = checkpoint_test::FindParam({&whole}, 1, "h.0.attn.c_attn.weight").second;
+  const float* k = reinterpret_cast<const float*>(
+      file.Bytes(file.Get("model.layers.0.self_attn.k_proj.weight")).data());
+  EXPECT_EQ(k[3 * 16 + 5], c_attn->value.data<float>()[5 * 32 + 16 + 3]);
+
+  const nlohmann::json config = nlohmann::json::parse(ReadFileToString(dir / "config.json"));
+  EXPECT_EQ(config["architectures"], nlohmann::json::array({"LlamaForCausalLM"}));
+  EXPECT_EQ(config["model_type"], "llama");
+  EXPECT_EQ(config["num_key_value_heads"], 2);
+  EXPECT_EQ(config["head_dim"], 4);
+  EXPECT_EQ(config["intermediate_size"], 24);
+  EXPECT_EQ(config["rms_norm_eps"], 1e-5);  // the float's shortest decimal, not 9.99999974e-06
+  EXPECT_EQ(config["rope_scaling"]["rope_type"], "llama3");
+  EXPECT_EQ(config["rope_scaling"]["original_max_position_embeddings"], 64);
+  EXPECT_EQ(config["tie_word_embeddings"], false);
+  EXPECT_EQ(config["attention_bias"], false);
+  EXPECT_EQ(config["torch_dtype"], "float32");
+  EXPECT_EQ(ReadHfLlamaConfig(dir / "config.json").rope, f.dims.rope);
+}
+
+// tests/fixtures/llama-hf: a LlamaForCausalLM transformers made and saved in 3 shards
+// (make_llama_hf_fixture.py), with the logits transformers computed. Loaded as model.init_from
+// loads it, Baton's forward gives the same logits: the independent check of the RoPE layout and
+// Llama 3 scaling, the grouping of query heads onto key/value heads, SwiGLU's gate/up order and
+// RMSNorm. f32 throughout; the two differ by summation order only.
+TEST(SafetensorsLlamaTest, TransformersFolderGivesTransformersLogits) {
+  const nlohmann::json reference =
+      nlohmann::json::parse(ReadFileToString(kFixtureDir + "/reference.json"));
+  const auto ids = reference["input_ids"].get<std::vector<std::vector<int32_t>>>();
+  const int64_t batch = static_cast<int64_t>(ids.size());
+  const int64_t seq = static_cast<int64_t>(ids[0].size());
+  HfLlamaFolder folder = HfLlamaFolder::Open(kFixtureDir);
+  Fixture f;
+  f.dims = DimsOfHfLlama(folder.config(), seq);
+  f.graph = GptGraph(f.dims);
+  ASSERT_LT(f.dims.kv_heads(), f.dims.num_heads);  // grouped-query attention
+  ASSERT_GT(f.dims.rope.factor, 0.0);              // Llama 3 rope scaling
+  ASSERT_FALSE(f.dims.tie_embeddings);
+  ValidateHfLlamaFolder(folder, f.dims);
+  Rank whole = f.MakeRank({{0, f.last_layer()}}, 0, 1, DType::kF32, /*seed=*/5);
+  InitFromHfLlama(folder, f.dims, whole.model->params(), whole.optimizer.get(), *f.backend);
+  EXPECT_THAT(folder.opened_files(),
+              ElementsAre("model-00001-of-00003.safetensors", "model-00002-of-00003.safetensors",
+                          "model-00003-of-00003.safetensors"));
+
+  std::vector<int32_t> tokens;
+  for (const auto& row : ids) tokens.insert(tokens.end(), row.begin(), row.end());
+  std::vector<int32_t> targets(tokens.size(), 0);
+  MicroBatch micro;
+  micro.tokens = Tensor::Wrap(tokens.data(), {batch, seq}, DType::kI32);
+  micro.targets = Tensor::Wrap(targets.data(), {batch, seq}, DType::kI32);
+  std::vector<Stash> stashes(whole.model->layers().size());
+  Tensor x;
+  size_t i = 0;
+  for (auto& [index, layer] : whole.model->layers()) x = layer->Forward(x, micro, stashes[i++]);
+  const Tensor& logits = stashes.back().Get("logits");  // (B*T, V)
+  std::vector<float> expected;
+  for (const auto& row : reference["logits"]) {
+    for (const auto& position : row) {
+      for (const auto& v : position) expected.push_back(v.get<float>());
+    }
+  }
+  ASSERT_EQ(logits.numel(), static_cast<int64_t>(expected.size()));
+  const std::span<const float> got(logits.data<float>(), expected.size());
+  const double error = numeric_check::NormalisedError(got, expected);
+  EXPECT_LT(error, 1e-5) << "transformers " << reference["transformers_version"];
+  EXPECT_GT(numeric_check::NormalisedError(got, std::vector<float>(expected.size(), 0.0f)), 0.5);
+}
+
+// The fixture's weight map puts the embedding in shard 1, layer 1 and the norm in shard 2 and the
+// LM head in shard 3: a rank opens the files its params are in, no others.
+TEST(SafetensorsLlamaTest, ARankReadsOnlyTheShardsHoldingItsLayers) {
+  Fixture f;
+  {
+    const HfLlamaFolder probe = HfLlamaFolder::Open(kFixtureDir);
+    f.dims = DimsOfHfLlama(probe.config(), 12);
+  }
+  f.graph = GptGraph(f.dims);
+  HfLlamaFolder embedding_only = HfLlamaFolder::Open(kFixtureDir);
+  Rank first = f.MakeRank({{0, 0}}, 0, 3);
+  LoadLlamaParamsFromHf(embedding_only, f.dims, first.param_tensors(), *f.backend);
+  EXPECT_THAT(embedding_only.opened_files(), ElementsAre("model-00001-of-00003.safetensors"));
+  HfLlamaFolder tail = HfLlamaFolder::Open(kFixtureDir);
+  Rank last = f.MakeRank({{2, 3}}, 2, 3);
+  LoadLlamaParamsFromHf(tail, f.dims, last.param_tensors(), *f.backend);
+  EXPECT_THAT(tail.opened_files(),
+              ElementsAre("model-00002-of-00003.safetensors", "model-00003-of-00003.safetensors"));
+}
+
+// A copy of the fixture in `dir`, with config.json edited by `edit`.
+void CopyFixture(const TempDir& dir, const std::function<void(nlohmann::json&)>& edit = {}) {
+  for (const auto& entry : fs::directory_iterator(kFixtureDir)) {
+    fs::copy_file(entry.path(), fs::path(dir.path()) / entry.path().filename());
+  }
+  if (!edit) return;
+  nlohmann::json config = nlohmann::json::parse(ReadFileToString(dir / "config.json"));
+  edit(config);
+  fs::permissions(dir / "config.json", fs::perms::owner_write, fs::perm_options::add);
+  WriteFileAtomically(dir / "config.json", config.dump(2));
+}
+
+TEST(SafetensorsLlamaTest, RefusesConfigsBatonsLlamaCannotBe) {
+  struct Case {
+    std::function<void(nlohmann::json&)> edit;
+    std::string error;
+  };
+  const std::vector<Case> cases = {
+      {[](auto& c) { c["model_type"] = "gpt2"; }, "not a Hugging Face Llama"},
+      {[](auto& c) { c["attention_bias"] = true; }, "attention_bias is true: Baton's Llama has no"},
+      {[](auto& c) { c["mlp_bias"] = true; }, "mlp_bias is true"},
+      {[](auto& c) { c["head_dim"] = 16; }, "head_dim 16 differs from hidden_size / "},
+      {[](auto& c) { c["hidden_act"] = "gelu"; }, "hidden_act \"gelu\""},
+      {[](auto& c) {
+         c["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4.0}};
+       },
+       "rope_scaling of rope_type \"yarn\""},
+      {[](auto& c) { c.erase("num_hidden_layers"); }, "num_hidden_layers must be a positive"},
+  };
+  for (const Case& c : cases) {
+    TempDir dir;
+    CopyFixture(dir, c.edit);
+    EXPECT_THAT(ErrorOf([&] { HfLlamaFolder::Open(dir.path()); }),
+                AllOf(HasSubstr("config.json"), HasSubstr(c.error)));
+  }
+}
+
+TEST(SafetensorsLlamaTest, AConfigThatDisagreesWithTheWeightsNamesTheFileAndTheTensor) {
+  TempDir dir;
+  CopyFixture(dir, [](auto& c) { c["intermediate_size"] = 64; });
+  HfLlamaFolder folder = HfLlamaFolder::Open(dir.path());
+  Fixture f;
+  f.dims = DimsOfHfLlama(folder.config(), 12);
+  f.graph = GptGraph(f.dims);
+  ValidateHfLlamaFolder(folder, f.dims);  // names only: the index cannot tell
+  Rank whole = f.MakeRank({{0, f.last_layer()}}, 0, 1);
+  EXPECT_THAT(
+      ErrorOf([&] { LoadLlamaParamsFromHf(folder, f.dims, whole.param_tensors(), *f.backend); }),
+      AllOf(HasSubstr("model-00001-of-00003.safetensors: tensor "
+                      "model.layers.0.mlp.gate_proj.weight has shape (48, 32)"),
+            HasSubstr("needs (64, 32)")));
+  // And a model whose dims are not config.json's (e.g. a YAML that set its own).
+  ModelDims other = f.dims;
+  other.num_kv_heads = 4;
+  EXPECT_THAT(ErrorOf([&] { ValidateHfLlamaFolder(folder, other); }),
+              AllOf(HasSubstr("config.json: describes a Llama"), HasSubstr("kv heads 2"),
+                    HasSubstr("kv heads 4")));
+}
+
+TEST(SafetensorsLlamaTest, RefusesBiasesMissingTensorsATruncatedShardAndNaN) {
+  const auto edit_index = [](const TempDir& dir, const std::function<void(nlohmann::json&)>& edit) {
+    const std::string path = dir / "model.safetensors.index.json";
+    nlohmann::json index = nlohmann::json::parse(ReadFileToString(path));
+    edit(index["weight_map"]);
+    WriteFileAtomically(path, index.dump(2));
+  };
+  ModelDims dims;
+  {
+    const HfLlamaFolder probe = HfLlamaFolder::Open(kFixtureDir);
+    dims = DimsOfHfLlama(probe.config(), 12);
+  }
+  {
+    TempDir dir;
+    CopyFixture(dir);
+    edit_index(dir, [](auto& map) {
+      map["model.layers.1.self_attn.q_proj.bias"] = "model-00002-of-00003.safetensors";
+    });
+    EXPECT_THAT(ErrorOf([&] { ValidateHfLlamaFolder(HfLlamaFolder::Open(dir.path()), dims); }),
+                HasSubstr("tensor model.layers.1.self_attn.q_proj.bias is a bias; Baton's Llama "
+                          "has no biases"));
+  }
+  {
+    TempDir dir;
+    CopyFixture(dir);
+    edit_index(dir, [](auto& map) { map.erase("model.layers.1.mlp.up_proj.weight"); });
+    EXPECT_THAT(ErrorOf([&] { ValidateHfLlamaFolder(HfLlamaFolder::Open(dir.path()), dims); }),
+                HasSubstr("no tensor model.layers.1.mlp.up_proj.weight in the folder's "
+                          "model.safetensors.index.json"));
+  }
+  Fixture f;
+  f.dims = dims;
+  f.graph = GptGraph(f.dims);
+  {
+    TempDir dir;
+    CopyFixture(dir);
+    const std::string shard = dir / "model-00003-of-00003.safetensors";
+    fs::resize_file(shard, fs::file_size(shard) - 100);
+    HfLlamaFolder folder = HfLlamaFolder::Open(dir.path());
+    Rank last = f.MakeRank({{3, 3}}, 1, 2);
+    EXPECT_THAT(
+        ErrorOf([&] { LoadLlamaParamsFromHf(folder, f.dims, last.param_tensors(), *f.backend); }),
+        AllOf(HasSubstr("model-00003-of-00003.safetensors"), HasSubstr("truncated")));
+  }
+  {
+    TempDir dir;
+    CopyFixture(dir);
+    const std::string shard = dir / "model-00003-of-00003.safetensors";
+    uint64_t header = 0;
+    std::ifstream(shard, std::ios::binary).read(reinterpret_cast<char*>(&header), 8);
+    const float nan = std::numeric_limits<float>::quiet_NaN();
+    fs::permissions(shard, fs::perms::owner_write, fs::perm_options::add);
+    std::fstream out(shard, std::ios::in | std::ios::out | std::ios::binary);
+    out.seekp(static_cast<std::streamoff>(8 + header + 4 * 7));  // lm_head, the shard's only tensor
+    out.write(reinterpret_cast<const char*>(&nan), 4);
+    out.close();
+    HfLlamaFolder folder = HfLlamaFolder::Open(dir.path());
+    Rank last = f.MakeRank({{3, 3}}, 1, 2);
+    EXPECT_THAT(
+        ErrorOf([&] { LoadLlamaParamsFromHf(folder, f.dims, last.param_tensors(), *f.backend); }),
+        AllOf(HasSubstr("model-00003-of-00003.safetensors: tensor lm_head.weight holds 1 "
+                        "non-finite value(s)")));
+  }
+}
+
+}  // namespace
+}  // namespace baton
