@@ -9,6 +9,7 @@
 #include "core/error.h"
 #include "core/memory.h"
 #include "launcher/report.h"
+#include "launcher/run.h"
 #include "model/cost.h"
 #include "planner/memory_planner.h"
 #include "planner/planner.h"
@@ -67,7 +68,9 @@ Plan PlanConfig(const Config& config, const std::string& config_path, int64_t bu
 }
 
 int PlanCommand(const PlanOptions& options, std::ostream& out) {
-  const Config config = LoadConfig(options.config.path, options.config.overrides);
+  const Config config = NamingConfig(options.config.path, [&] {
+    return WithHfLlamaModel(LoadConfig(options.config.path, options.config.overrides));
+  });
   const int64_t budget = BudgetBytes(options.memory);
   FitResult fit;
   const Plan plan = PlanConfig(config, options.config.path, budget, options.memory, &fit);

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "core/error.h"
@@ -41,6 +42,25 @@ TEST(PlanCommandTest, AConfigThatCannotBePlannedIsAnErrorNamingTheConfigFile) {
   std::ostringstream out;
   EXPECT_EQ(PlanCommand(options, out), 0);
   EXPECT_THAT(out.str(), HasSubstr("stage"));
+}
+
+// A Hugging Face Llama folder as model.init_from: plan sees the model its config.json describes
+// (tests/fixtures/llama-hf: vocab 96, width 32, 2 layers, 4 heads over 2, SwiGLU 48, untied),
+// whatever the YAML's dims, as run and eval do.
+TEST(PlanCommandTest, AHuggingFaceLlamaFolderGivesTheModel) {
+  test_util::TempDir dir;
+  PlanOptions options;
+  options.config.path = dir / "from-hf.yaml";
+  std::ofstream(options.config.path) << "model:\n  init_from: " BATON_SOURCE_DIR
+                                        "/tests/fixtures/llama-hf\n  context: 16\n"
+                                        "data:\n  path: x.bin\nparallel:\n  stages: 2\n";
+  options.format = "json";
+  std::ostringstream out;
+  ASSERT_EQ(PlanCommand(options, out), 0);
+  const nlohmann::json plan = nlohmann::json::parse(out.str());
+  // wte 96x32; per block ln 32, c_attn 32x64, c_proj 32x32, ln 32, c_fc 32x96, c_proj 48x32;
+  // ln_f 32 and lm_head 96x32.
+  EXPECT_EQ(plan.at("parameters").get<int64_t>(), 96 * 32 + 2 * 7744 + 32 + 96 * 32);
 }
 
 }  // namespace

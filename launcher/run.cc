@@ -489,6 +489,22 @@ std::vector<std::string> TakeHfLlamaDims(const HfLlamaConfig& hf, ModelConfig& m
 // found only inside the workers, once per stage, without naming the key). A Hugging Face folder
 // as model.init_from (what `baton export` writes, or a hub download) is read through its
 // model.safetensors.
+Config WithHfLlamaModel(Config config) {
+  const std::string& init = config.model.init_from;
+  if (init.empty() || !IsHfLlamaFolder(init)) return config;
+  // Read here once, so that a folder that is not a Llama Baton can load fails before planning.
+  const HfLlamaFolder folder = HfLlamaFolder::Open(init);
+  for (const std::string& line : TakeHfLlamaDims(folder.config(), config.model)) {
+    spdlog::info("model.init_from {}: {}", init, line);
+  }
+  Validate(config);
+  ValidateHfLlamaFolder(folder, DimsOf(config.model));
+  std::set<std::string> files;
+  for (const auto& [tensor, file] : folder.weight_map()) files.insert(file);
+  spdlog::info("model.init_from {}: a Hugging Face Llama in {} weight file(s)", init, files.size());
+  return config;
+}
+
 Config CheckNamedFiles(Config config, const std::string& config_path, bool evaluate_only) {
   namespace fs = std::filesystem;
   std::error_code error;
@@ -502,17 +518,7 @@ Config CheckNamedFiles(Config config, const std::string& config_path, bool evalu
   std::string& init = config.model.init_from;
   require("model.init_from", init);
   if (!init.empty() && IsHfLlamaFolder(init)) {
-    // Read here once, so that a folder that is not a Llama Baton can load fails before planning.
-    const HfLlamaFolder folder = HfLlamaFolder::Open(init);
-    for (const std::string& line : TakeHfLlamaDims(folder.config(), config.model)) {
-      spdlog::info("model.init_from {}: {}", init, line);
-    }
-    Validate(config);
-    ValidateHfLlamaFolder(folder, DimsOf(config.model));
-    std::set<std::string> files;
-    for (const auto& [tensor, file] : folder.weight_map()) files.insert(file);
-    spdlog::info("model.init_from {}: a Hugging Face Llama in {} weight file(s)", init,
-                 files.size());
+    config = WithHfLlamaModel(std::move(config));
   } else if (!init.empty() && fs::is_directory(init, error)) {
     try {
       CheckpointReader::Open(init);
