@@ -148,6 +148,22 @@ void WriteTensorData(AtomicFileWriter& writer, const std::string& name, const Te
 
 }  // namespace
 
+const char* HfTorchDType(DType dtype) {
+  switch (dtype) {
+    case DType::kF32:
+      return "float32";
+    case DType::kF16:
+      return "float16";
+    case DType::kBF16:
+      return "bfloat16";
+    case DType::kI32:
+    case DType::kU8:
+    case DType::kI8:
+      break;
+  }
+  BATON_FAIL("Hugging Face weights must be f32, f16 or bf16, not {}", Name(dtype));
+}
+
 std::string SafetensorsDType(DType dtype) {
   switch (dtype) {
     case DType::kF32:

@@ -30,6 +30,8 @@ using SafetensorsMetadata = std::map<std::string, std::string>;
 
 // "F32", "F16", "BF16", "I32" for Baton's dtypes.
 std::string SafetensorsDType(DType dtype);
+// A Hugging Face config.json's "torch_dtype" for a float dtype: "float32", "float16", "bfloat16".
+const char* HfTorchDType(DType dtype);
 // Element size of any dtype the format defines ("BOOL", "U8", "F8_E4M3", "I64", ...); 0 if
 // unknown.
 size_t SafetensorsDTypeSize(const std::string& dtype);

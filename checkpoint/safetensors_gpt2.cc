@@ -65,22 +65,6 @@ void CheckLmHeadIsTied(const SafetensorsFile& file) {
   BATON_CHECK(equal, "{}: lm_head.weight differs from wte.weight; Baton ties the two", file.path());
 }
 
-const char* TorchDTypeName(DType dtype) {
-  switch (dtype) {
-    case DType::kF32:
-      return "float32";
-    case DType::kF16:
-      return "float16";
-    case DType::kBF16:
-      return "bfloat16";
-    case DType::kI32:
-    case DType::kU8:
-    case DType::kI8:
-      break;
-  }
-  BATON_FAIL("GPT-2 weights must be f32, f16 or bf16, not {}", Name(dtype));
-}
-
 }  // namespace
 
 std::string Gpt2HfName(const std::string& baton_name) { return kHfGpt2Prefix + baton_name; }
@@ -261,7 +245,7 @@ void WriteHfGpt2Config(const std::string& dir, const ModelDims& dims, DType dtyp
                                          {"tie_word_embeddings", true},
                                          {"bos_token_id", end_of_text},
                                          {"eos_token_id", end_of_text},
-                                         {"torch_dtype", TorchDTypeName(dtype)}};
+                                         {"torch_dtype", HfTorchDType(dtype)}};
   MakeDirectories(dir);
   WriteFileAtomically((std::filesystem::path(dir) / "config.json").string(), config.dump(2) + "\n");
 }

@@ -110,22 +110,6 @@ DType DTypeOfEntry(const SafetensorsFile& file, const SafetensorsEntry& entry) {
              entry.dtype);
 }
 
-const char* TorchDTypeName(DType dtype) {
-  switch (dtype) {
-    case DType::kF32:
-      return "float32";
-    case DType::kF16:
-      return "float16";
-    case DType::kBF16:
-      return "bfloat16";
-    case DType::kI32:
-    case DType::kU8:
-    case DType::kI8:
-      break;
-  }
-  BATON_FAIL("Llama weights must be f32, f16 or bf16, not {}", Name(dtype));
-}
-
 // Part `part` of the folder as f32 (its file's shape), checked: present, the expected shape,
 // finite.
 std::vector<float> ReadPart(HfLlamaFolder& folder, const HfLlamaPart& part,
@@ -531,7 +515,7 @@ void WriteHfLlamaConfig(const std::string& dir, const ModelDims& dims, DType dty
                                          {"use_cache", true},
                                          {"bos_token_id", id_or_null(bos_token_id)},
                                          {"eos_token_id", id_or_null(eos_token_id)},
-                                         {"torch_dtype", TorchDTypeName(dtype)}};
+                                         {"torch_dtype", HfTorchDType(dtype)}};
   MakeDirectories(dir);
   WriteFileAtomically((fs::path(dir) / "config.json").string(), config.dump(2) + "\n");
 }

@@ -28,6 +28,17 @@ int64_t QkvHeadDim(const Tensor& qkv, const AttentionHeads& heads) {
   return qkv.size(2) / columns;
 }
 
+// The hidden width H of gate_up (..., 2H), checked, and `half` checked to be (..., H).
+int64_t CheckSwiGlu(const Tensor& gate_up, const Tensor& half, const char* half_name) {
+  CheckFloat(gate_up, "gate_up");
+  BATON_CHECK(gate_up.dim() >= 1 && gate_up.size(-1) % 2 == 0,
+              "gate_up {} must have an even number of columns (gate, up)", gate_up.ToString());
+  Shape shape = gate_up.shape();
+  shape.back() /= 2;
+  CheckShape(half, shape, half_name);
+  return shape.back();
+}
+
 }  // namespace
 
 void CpuBackend::RmsNormForward(const Tensor& x, const Tensor& weight, float eps, Tensor& out,
@@ -97,15 +108,9 @@ void CpuBackend::RmsNormBackward(const Tensor& dout, const Tensor& x, const Tens
 }
 
 void CpuBackend::SwiGluForward(const Tensor& gate_up, Tensor& out) {
-  CheckFloat(gate_up, "gate_up");
   CheckFloat(out, "out");
   const RowsCols gm = AsMatrix(gate_up, "gate_up");
-  BATON_CHECK(gm.cols % 2 == 0, "gate_up {} must have an even number of columns (gate, up)",
-              gate_up.ToString());
-  const int64_t hidden = gm.cols / 2;
-  Shape shape = gate_up.shape();
-  shape.back() = hidden;
-  CheckShape(out, shape, "out");
+  const int64_t hidden = CheckSwiGlu(gate_up, out, "out");
   Tensor buffers = PieceBuffers({&gate_up, &out}, gm.cols);
   if (meta_) return;
   ParallelForWithSlot(gm.rows, &pool_, gm.cols, [&](int64_t r, int slot) {
@@ -118,16 +123,10 @@ void CpuBackend::SwiGluForward(const Tensor& gate_up, Tensor& out) {
 }
 
 void CpuBackend::SwiGluBackward(const Tensor& gate_up, const Tensor& dout, Tensor& dgate_up) {
-  CheckFloat(gate_up, "gate_up");
   CheckFloat(dout, "dout");
   CheckFloat(dgate_up, "dgate_up");
   const RowsCols gm = AsMatrix(gate_up, "gate_up");
-  BATON_CHECK(gm.cols % 2 == 0, "gate_up {} must have an even number of columns (gate, up)",
-              gate_up.ToString());
-  const int64_t hidden = gm.cols / 2;
-  Shape shape = gate_up.shape();
-  shape.back() = hidden;
-  CheckShape(dout, shape, "dout");
+  const int64_t hidden = CheckSwiGlu(gate_up, dout, "dout");
   CheckShape(dgate_up, gate_up.shape(), "dgate_up");
   Tensor buffers = PieceBuffers({&gate_up, &dout, &dgate_up}, gm.cols);
   if (meta_) return;
