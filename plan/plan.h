@@ -49,7 +49,7 @@ struct Plan {
   ModelDims dims;
   std::vector<LayerSpec> graph;
   std::vector<double> layer_costs;         // under config.parallel.partition
-  std::vector<LayerRange> virtual_stages;  // p*v contiguous ranges; j runs on stage j % p
+  std::vector<LayerRange> virtual_stages;  // p*v contiguous ranges; j runs on schedule.StageOf(j)
   Schedule schedule;  // one pipeline's, of MicroBatchesPerReplica; SEND/RECV actions, validated
   // Evaluation (docs/data.md): the forward-only schedule of the same ranks, chunks and
   // micro-batches, with SEND/RECV actions, validated; and the batches each evaluation reads
@@ -98,10 +98,12 @@ struct Plan {
 
 // The stages holding any of `layers` under the cut `virtual_stages`: ascending, distinct.
 std::vector<int> StagesHolding(const std::vector<int>& layers,
-                               const std::vector<LayerRange>& virtual_stages, int num_stages);
+                               const std::vector<LayerRange>& virtual_stages, int num_stages,
+                               ChunkLayout layout);
 
 // Each tied parameter (model/graph.h's TiedParameters) with the stages holding its layers.
 std::vector<TiedGroup> TiedGroupsFor(const std::vector<LayerSpec>& graph, const ModelDims& dims,
-                                     const std::vector<LayerRange>& virtual_stages, int num_stages);
+                                     const std::vector<LayerRange>& virtual_stages, int num_stages,
+                                     ChunkLayout layout);
 
 }  // namespace baton

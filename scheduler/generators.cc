@@ -27,9 +27,10 @@ void CheckShape(int stages, int microbatches, int chunks) {
   }
 }
 
-Schedule EmptySchedule(std::string name, int stages, int microbatches, int chunks) {
+Schedule EmptySchedule(std::string name, int stages, int microbatches, int chunks,
+                       ChunkLayout layout = ChunkLayout::kLoop) {
   CheckShape(stages, microbatches, chunks);
-  Schedule schedule{std::move(name), stages, microbatches, chunks, {}};
+  Schedule schedule{std::move(name), stages, microbatches, chunks, layout, {}};
   schedule.per_stage.resize(stages);
   return schedule;
 }
@@ -132,11 +133,12 @@ Schedule ZeroBubbleH1(int stages, int microbatches) {
   return schedule;
 }
 
-Schedule ForwardOnly(int stages, int microbatches, int chunks) {
-  Schedule schedule = EmptySchedule("forward", stages, microbatches, chunks);
+Schedule ForwardOnly(int stages, int microbatches, int chunks, ChunkLayout layout) {
+  Schedule schedule = EmptySchedule("forward", stages, microbatches, chunks, layout);
   for (int rank = 0; rank < stages; ++rank) {
-    // Chunk-major: virtual stage c*p + r consumes what c*p + r - 1 made, and every stage finishes
-    // its chunk c before c + 1, so each stage's order is a topological order of the dependencies.
+    // Chunk-major: chunk c holds virtual stages c*p .. c*p + p-1 (either layout), whose inputs
+    // come from chunk c or c - 1, and every stage finishes its chunk c before c + 1, so each
+    // stage's order is a topological order of the dependencies.
     for (int chunk = 0; chunk < chunks; ++chunk) {
       for (int mb = 0; mb < microbatches; ++mb) {
         schedule.per_stage[static_cast<size_t>(rank)].push_back(

@@ -33,8 +33,9 @@ Schedule ZeroBubbleH1(int stages, int microbatches);
 // Evaluation: forwards only, no backward. Stage r runs F of every micro-batch of its chunk 0, then
 // of chunk 1, ... (virtual stage c*p + r); the head's forward computes the loss. Validate()
 // accepts it as a forward-only schedule; with communication inserted it is what `baton eval` and
-// train.eval_every run.
-Schedule ForwardOnly(int stages, int microbatches, int chunks = 1);
+// train.eval_every run. Under either chunk layout (action.h).
+Schedule ForwardOnly(int stages, int microbatches, int chunks = 1,
+                     ChunkLayout layout = ChunkLayout::kLoop);
 
 // Names MakeSchedule() accepts: "gpipe", "1f1b", "interleaved", "zb-h1".
 const std::vector<std::string>& ScheduleNames();
