@@ -77,6 +77,8 @@ struct Plan {
   int ReplicaOf(int world_rank) const { return world_rank / num_stages(); }
   int WorldRank(int stage, int replica) const { return replica * num_stages() + stage; }
   int num_chunks() const { return schedule.chunks; }
+  // The stage holding the head (the last virtual stage): p-1, or 0 under the V layout.
+  int head_stage() const { return schedule.StageOf(schedule.num_virtual_stages() - 1); }
   // The layer ranges of stage `stage`'s chunks, chunk 0 first.
   std::vector<LayerRange> ChunkRanges(int stage) const;
   MicroBatchShape micro_batch_shape() const;

@@ -33,7 +33,7 @@ Schedule MakeComputeSchedule(const Config& config) {
     return loaded;
   }
   return MakeSchedule(Name(parallel.schedule), parallel.stages, MicroBatchesPerReplica(config),
-                      parallel.chunks);
+                      ChunksUnder(parallel.schedule, parallel.chunks));
 }
 }  // namespace
 
