@@ -112,9 +112,12 @@ TEST(ScheduleRuntimeTest, EveryScheduleIsBitIdenticalToOneStageWithCheckpointing
   }
 }
 
-TEST(ScheduleRuntimeTest, EveryScheduleIsBitIdenticalToOneStageInBf16AndWithSharing) {
+TEST(ScheduleRuntimeTest, EveryScheduleIsBitIdenticalToOneStageIn16BitsAndWithSharing) {
   for (const std::vector<std::string>& base : std::vector<std::vector<std::string>>{
-           {"precision.dtype=bf16"}, {"model.share.group=2"}, {"model.tie_embeddings=false"}}) {
+           {"precision.dtype=bf16"},
+           {"precision.dtype=fp16"},
+           {"model.share.group=2"},
+           {"model.tie_embeddings=false"}}) {
     const InProcessResult one = RunInProcess(MakePlan(Tiny(base)));
     for (const std::string& name : kSchedules) {
       const std::vector<std::string> overrides =
