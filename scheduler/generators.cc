@@ -4,8 +4,10 @@
 #include <stdexcept>
 
 #include "core/error.h"
+#include "scheduler/generators_internal.h"
 
 namespace baton {
+namespace generators_internal {
 namespace {
 
 // The most (micro-batch, virtual stage) cells a generated schedule may hold: 4M cells make ~10M
@@ -27,13 +29,21 @@ void CheckShape(int stages, int microbatches, int chunks) {
   }
 }
 
+}  // namespace
+
 Schedule EmptySchedule(std::string name, int stages, int microbatches, int chunks,
-                       ChunkLayout layout = ChunkLayout::kLoop) {
+                       ChunkLayout layout) {
   CheckShape(stages, microbatches, chunks);
   Schedule schedule{std::move(name), stages, microbatches, chunks, layout, {}};
   schedule.per_stage.resize(stages);
   return schedule;
 }
+
+}  // namespace generators_internal
+
+namespace {
+
+using generators_internal::EmptySchedule;
 
 // Appends actions of one stage, chunk 0.
 struct RankProgram {
@@ -150,22 +160,62 @@ Schedule ForwardOnly(int stages, int microbatches, int chunks, ChunkLayout layou
 }
 
 const std::vector<std::string>& ScheduleNames() {
-  static const std::vector<std::string> names = {"gpipe", "1f1b", "interleaved", "zb-h1"};
+  static const std::vector<std::string> names = {"gpipe", "1f1b", "interleaved", "zb-h1", "zb-v"};
   return names;
 }
 
-Schedule MakeSchedule(std::string_view name, int stages, int microbatches, int chunks) {
-  if (name != "interleaved" && chunks != 1) {
-    throw Error("schedule '" + std::string(name) +
-                "' has one chunk per stage; chunks > 1 needs 'interleaved'");
+namespace {
+
+bool IsVSchedule(std::string_view name) { return name == "zb-v"; }
+
+bool IsKnown(std::string_view name) {
+  const auto& names = ScheduleNames();
+  return std::find(names.begin(), names.end(), name) != names.end();
+}
+
+[[noreturn]] void ThrowUnknown(std::string_view name) {
+  std::string known;
+  for (const std::string& each : ScheduleNames()) known += (known.empty() ? "" : ", ") + each;
+  throw Error("unknown schedule '" + std::string(name) + "' (known: " + known + ")");
+}
+
+}  // namespace
+
+int ChunksFor(std::string_view name, int requested) {
+  if (!IsKnown(name)) ThrowUnknown(name);
+  const std::string quoted = "schedule '" + std::string(name) + "'";
+  if (IsVSchedule(name)) {
+    if (requested != 1 && requested != 2) {
+      throw Error(quoted + " runs 2 chunks per stage in a V; chunks " + std::to_string(requested) +
+                  " was asked for");
+    }
+    return 2;
   }
+  if (name == "interleaved") {
+    if (requested < 2) {
+      throw Error(quoted + " needs chunks >= 2 (model chunks per stage), got " +
+                  std::to_string(requested));
+    }
+    return requested;
+  }
+  if (requested != 1) {
+    throw Error(quoted +
+                " has one chunk per stage; chunks > 1 needs 'interleaved' (or a V "
+                "schedule: zb-v)");
+  }
+  return 1;
+}
+
+Schedule MakeSchedule(std::string_view name, int stages, int microbatches, int chunks) {
+  if (!IsKnown(name)) ThrowUnknown(name);
+  // Interleaved keeps accepting one chunk (it is then 1F1B); everything else as ChunksFor says.
+  if (name != "interleaved") ChunksFor(name, chunks);
   if (name == "gpipe") return GPipe(stages, microbatches);
   if (name == "1f1b") return OneFOneB(stages, microbatches);
   if (name == "interleaved") return Interleaved1F1B(stages, microbatches, chunks);
   if (name == "zb-h1") return ZeroBubbleH1(stages, microbatches);
-  std::string known;
-  for (const std::string& each : ScheduleNames()) known += (known.empty() ? "" : ", ") + each;
-  throw Error("unknown schedule '" + std::string(name) + "' (known: " + known + ")");
+  if (name == "zb-v") return ZeroBubbleV(stages, microbatches);
+  ThrowUnknown(name);
 }
 
 }  // namespace baton

@@ -30,6 +30,13 @@ Schedule Interleaved1F1B(int stages, int microbatches, int chunks);
 // in-flight count is at most min(p, m), 1F1B's peak (that of stage 0).
 Schedule ZeroBubbleH1(int stages, int microbatches);
 
+// ZB-V (Qi et al. 2023, "Zero Bubble Pipeline Parallelism"): V layout, 2 chunks per stage (stage s
+// holds virtual stages s and 2p-1-s), backward split into I and W. Warm-up of 2(p-s)-1 chunk-0
+// forwards, then F I W per chunk; every stage holds at most 2p chunk-micro-batches (p whole-stage
+// micro-batches, 1F1B's peak). With F = I = W per chunk and m >= 2p-1 the makespan is 6m + p-1
+// chunk-action costs, bubble (p-1)/(6m+p-1); for smaller m it schedules 2p-1 and drops the padding.
+Schedule ZeroBubbleV(int stages, int microbatches);
+
 // Evaluation: forwards only, no backward. Stage r runs F of every micro-batch of its chunk 0, then
 // of chunk 1, ... (virtual stage c*p + r); the head's forward computes the loss. Validate()
 // accepts it as a forward-only schedule; with communication inserted it is what `baton eval` and
@@ -37,10 +44,16 @@ Schedule ZeroBubbleH1(int stages, int microbatches);
 Schedule ForwardOnly(int stages, int microbatches, int chunks = 1,
                      ChunkLayout layout = ChunkLayout::kLoop);
 
-// Names MakeSchedule() accepts: "gpipe", "1f1b", "interleaved", "zb-h1".
+// Names MakeSchedule() accepts: "gpipe", "1f1b", "interleaved", "zb-h1", "zb-v".
 const std::vector<std::string>& ScheduleNames();
 
-// Looks up a generator by name. `chunks` must be 1 except for "interleaved".
+// The chunks per stage the named schedule runs with when `requested` were asked for: 2 for the V
+// schedules (requested 1, the default, or 2); `requested` for "interleaved" (>= 2); 1 for the
+// others (requested 1). Throws baton::Error saying why for any other request or an unknown name.
+int ChunksFor(std::string_view name, int requested);
+
+// Looks up a generator by name. `chunks` must be 1 except for "interleaved" (any v >= 1) and the
+// V schedules (1 or 2; they always run 2).
 Schedule MakeSchedule(std::string_view name, int stages, int microbatches, int chunks = 1);
 
 }  // namespace baton
