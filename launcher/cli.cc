@@ -176,7 +176,7 @@ int BatonMain(int argc, char** argv) {
   schedule_cmd->add_option("--stages", schedule.stages, "pipeline ranks P");
   schedule_cmd->add_option("--microbatches", schedule.microbatches, "micro-batches M");
   schedule_cmd->add_option("--schedule", schedule.schedule,
-                           "gpipe, 1f1b, interleaved, zb-h1, zb-v");
+                           "gpipe, 1f1b, interleaved, zb-h1, zb-v, dualpipev");
   schedule_cmd->add_option("--chunks", schedule.chunks,
                            "model chunks per stage (interleaved; V schedules take 2)");
   schedule_cmd->add_option(

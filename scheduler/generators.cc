@@ -160,13 +160,14 @@ Schedule ForwardOnly(int stages, int microbatches, int chunks, ChunkLayout layou
 }
 
 const std::vector<std::string>& ScheduleNames() {
-  static const std::vector<std::string> names = {"gpipe", "1f1b", "interleaved", "zb-h1", "zb-v"};
+  static const std::vector<std::string> names = {"gpipe", "1f1b", "interleaved",
+                                                 "zb-h1", "zb-v", "dualpipev"};
   return names;
 }
 
 namespace {
 
-bool IsVSchedule(std::string_view name) { return name == "zb-v"; }
+bool IsVSchedule(std::string_view name) { return name == "zb-v" || name == "dualpipev"; }
 
 bool IsKnown(std::string_view name) {
   const auto& names = ScheduleNames();
@@ -201,7 +202,7 @@ int ChunksFor(std::string_view name, int requested) {
   if (requested != 1) {
     throw Error(quoted +
                 " has one chunk per stage; chunks > 1 needs 'interleaved' (or a V "
-                "schedule: zb-v)");
+                "schedule: zb-v, dualpipev)");
   }
   return 1;
 }
@@ -215,6 +216,7 @@ Schedule MakeSchedule(std::string_view name, int stages, int microbatches, int c
   if (name == "interleaved") return Interleaved1F1B(stages, microbatches, chunks);
   if (name == "zb-h1") return ZeroBubbleH1(stages, microbatches);
   if (name == "zb-v") return ZeroBubbleV(stages, microbatches);
+  if (name == "dualpipev") return DualPipeV(stages, microbatches);
   ThrowUnknown(name);
 }
 

@@ -37,6 +37,15 @@ Schedule ZeroBubbleH1(int stages, int microbatches);
 // chunk-action costs, bubble (p-1)/(6m+p-1); for smaller m it schedules 2p-1 and drops the padding.
 Schedule ZeroBubbleV(int stages, int microbatches);
 
+// DualPipeV (DeepSeek's DualPipe folded into a V, as torch.distributed.pipelining's DualPipeV): V
+// layout, 2 chunks, in DeepSeek's eight steps: forwards, then a steady state pairing the F of one
+// chunk with the full B of the other (DeepSeek overlaps the pair; Baton runs it in turn), then
+// backwards whose second half is split, their W's filling the cool-down. Peak 2p+1
+// chunk-micro-batches (DualPipe's PP+1 with PP = 2p); with F = 1, B = 2, I = W = 1 per chunk and
+// m >= 2p the makespan is 6m + p-1. Needs m >= 2p: fewer are scheduled as 2p with the padding
+// deleted.
+Schedule DualPipeV(int stages, int microbatches);
+
 // Evaluation: forwards only, no backward. Stage r runs F of every micro-batch of its chunk 0, then
 // of chunk 1, ... (virtual stage c*p + r); the head's forward computes the loss. Validate()
 // accepts it as a forward-only schedule; with communication inserted it is what `baton eval` and
@@ -44,7 +53,7 @@ Schedule ZeroBubbleV(int stages, int microbatches);
 Schedule ForwardOnly(int stages, int microbatches, int chunks = 1,
                      ChunkLayout layout = ChunkLayout::kLoop);
 
-// Names MakeSchedule() accepts: "gpipe", "1f1b", "interleaved", "zb-h1", "zb-v".
+// Names MakeSchedule() accepts: "gpipe", "1f1b", "interleaved", "zb-h1", "zb-v", "dualpipev".
 const std::vector<std::string>& ScheduleNames();
 
 // The chunks per stage the named schedule runs with when `requested` were asked for: 2 for the V

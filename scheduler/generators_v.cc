@@ -2,6 +2,8 @@
 // and chunk 1 = virtual stage 2p-1-s, so a micro-batch runs down the stages and back up, and stage
 // 0 computes both the first and the last virtual stage.
 #include <algorithm>
+#include <utility>
+#include <vector>
 
 #include "core/error.h"
 #include "scheduler/generators.h"
@@ -60,6 +62,104 @@ Schedule ZeroBubbleV(int stages, int microbatches) {
     }
     while (weight1 < input1) program.Add(W, weight1++, 1);
     while (weight0 < input0) program.Add(W, weight0++, 0);
+  }
+  return schedule;
+}
+
+namespace {
+
+// One stage's DualPipeV program: forwards and backwards of each chunk in micro-batch order, and the
+// queue of W's whose I ran with the backward split (DeepSeek's WeightGradStore).
+class DualPipeProgram {
+ public:
+  DualPipeProgram(std::vector<Action>* actions, int stage, int microbatches)
+      : program_{actions, stage, microbatches} {}
+
+  void Forward(int chunk) { program_.Add(ActionKind::kForward, next_forward_[chunk]++, chunk); }
+  // The backward of the next micro-batch of `chunk`: a full B, or with `split` an I whose W waits
+  // in the queue for a Weight().
+  void Backward(int chunk, bool split = false) {
+    const int microbatch = next_backward_[chunk]++;
+    if (!split) {
+      program_.Add(ActionKind::kBackward, microbatch, chunk);
+      return;
+    }
+    program_.Add(ActionKind::kBackwardInput, microbatch, chunk);
+    deferred_.push_back({microbatch, chunk});
+  }
+  // The oldest deferred W.
+  void Weight() {
+    const auto [microbatch, chunk] = deferred_.front();
+    deferred_.erase(deferred_.begin());
+    program_.Add(ActionKind::kBackwardWeight, microbatch, chunk);
+  }
+  // F of one chunk paired with B of the other: DeepSeek overlaps the two; Baton runs them in turn.
+  void ForwardBackward(int forward_chunk, int backward_chunk) {
+    Forward(forward_chunk);
+    Backward(backward_chunk);
+  }
+  bool Done(int microbatches) const {
+    return deferred_.empty() && next_forward_[0] == microbatches &&
+           next_forward_[1] == microbatches && next_backward_[0] == microbatches &&
+           next_backward_[1] == microbatches;
+  }
+
+ private:
+  generators_internal::StageProgram program_;
+  int next_forward_[2] = {0, 0};
+  int next_backward_[2] = {0, 0};
+  std::vector<std::pair<int, int>> deferred_;  // (micro-batch, chunk) of I's without their W
+};
+
+}  // namespace
+
+Schedule DualPipeV(int stages, int microbatches) {
+  Schedule schedule = EmptySchedule("dualpipev", stages, microbatches, 2, ChunkLayout::kV);
+  const int p = stages;
+  // DeepSeek's construction needs m >= 2p; fewer are scheduled as 2p with the padding deleted.
+  const int padded = std::max(microbatches, 2 * p);
+  for (int s = 0; s < p; ++s) {
+    DualPipeProgram stage(&schedule.per_stage[static_cast<size_t>(s)], s, microbatches);
+    // 1. Chunk-0 forwards until chunk 1's first input can come back: 2(p-s-1).
+    for (int i = 0; i < 2 * (p - s - 1); ++i) stage.Forward(0);
+    // 2. Pairs of forwards, one per chunk.
+    for (int i = 0; i < s + 1; ++i) {
+      stage.Forward(0);
+      stage.Forward(1);
+    }
+    // 3. Chunk 1's first backwards, split, each W at once; then a chunk-1 forward.
+    for (int i = 0; i < p - s - 1; ++i) {
+      stage.Backward(1, /*split=*/true);
+      stage.Weight();
+      stage.Forward(1);
+    }
+    // 4. Steady state: F(0) with B(1), then F(1) with B(0).
+    for (int i = 0; i < padded - 2 * p + s + 1; ++i) {
+      stage.ForwardBackward(0, 1);
+      stage.ForwardBackward(1, 0);
+    }
+    // 5. Chunk 0 has no forwards left: B(1), then F(1) with B(0).
+    for (int i = 0; i < p - s - 1; ++i) {
+      stage.Backward(1);
+      stage.ForwardBackward(1, 0);
+    }
+    // 6. Backwards only, B(1) then B(0); from the middle on split, their W's deferred to fill the
+    // wait for the next gradient (the chunk that switches first alternates with the stage).
+    bool split = false;
+    for (int i = 0; i < s + 1; ++i) {
+      if (i == (s + 1) / 2 && s % 2 == 1) split = true;
+      stage.Backward(1, split);
+      if (i == (s + 1) / 2 && s % 2 == 0) split = true;
+      stage.Backward(0, split);
+    }
+    // 7. Deferred W's interleaved with chunk 0's last backwards, split.
+    for (int i = 0; i < p - s - 1; ++i) {
+      stage.Weight();
+      stage.Backward(0, /*split=*/true);
+    }
+    // 8. The W's still deferred.
+    for (int i = 0; i < s + 1; ++i) stage.Weight();
+    if (!stage.Done(padded)) throw Error("dualpipev: internal error: stage program incomplete");
   }
   return schedule;
 }

@@ -133,5 +133,49 @@ TEST(GeneratorsVTest, ZeroBubbleVPeakIsOneF1BsPeak) {
   }
 }
 
+// ---- DualPipeV ----
+
+TEST(GeneratorsVTest, DualPipeVPairsTheForwardOfOneChunkWithTheBackwardOfTheOther) {
+  const Schedule schedule = DualPipeV(2, 4);
+  EXPECT_EQ(schedule.name, "dualpipev");
+  EXPECT_EQ(schedule.chunks, 2);
+  EXPECT_EQ(schedule.layout, ChunkLayout::kV);
+  EXPECT_EQ(Row(schedule, 0), "F0 F1 F2 3F0 3I0 3W0 3F1 F3 3B1 3F2 B0 3B2 3F3 B1 3B3 I2 W2 I3 W3");
+  EXPECT_EQ(Row(schedule, 1), "F0 2F0 F1 2F1 F2 2B0 2F2 B0 F3 2B1 2F3 B1 2B2 B2 2I3 I3 2W3 W3");
+  EXPECT_EQ(MakeSchedule("dualpipev", 2, 4), schedule);
+}
+
+TEST(GeneratorsVTest, DualPipeVValidatesAndDryRunsForEveryShape) {
+  for (int p = 1; p <= 8; ++p) {
+    for (int m = 1; m <= 3 * p + 2; ++m) {
+      SCOPED_TRACE(Shape(p, m));
+      ExpectRunnable(DualPipeV(p, m));
+    }
+  }
+}
+
+// DeepSeek's table (DualPipeV on PP/2 devices): bubble (PP/2-1)(F&B + B - 3W), activation PP+1
+// chunks, here PP = 2p. Without the F&B overlap (F&B = F + B = 3, B = 2, W = 1 per chunk) the
+// table allows 2(p-1) idle per stage; the construction idles p-1: makespan 6m + p-1 for m >= 2p.
+TEST(GeneratorsVTest, DualPipeVBubbleAndPeakMeetDeepSeeksTable) {
+  for (int p = 1; p <= 8; ++p) {
+    for (int m = 1; m <= 3 * p + 2; ++m) {
+      const SimulationResult result = Simulate(DualPipeV(p, m));
+      for (const StageFigures& figures : result.per_stage) {
+        EXPECT_LE(figures.peak_in_flight, 2 * p + 1) << Shape(p, m);
+        if (m >= 2 * p) {
+          EXPECT_EQ(figures.peak_in_flight, 2 * p + 1) << Shape(p, m);
+          EXPECT_EQ(figures.idle, p - 1) << Shape(p, m);
+          EXPECT_LE(figures.idle, 2 * (p - 1)) << Shape(p, m);
+        }
+      }
+      if (m >= 2 * p) {
+        EXPECT_EQ(result.makespan, 6 * m + p - 1) << Shape(p, m);
+      }
+    }
+  }
+  EXPECT_DOUBLE_EQ(Simulate(DualPipeV(4, 8)).bubble_fraction, 3.0 / 51);
+}
+
 }  // namespace
 }  // namespace baton

@@ -86,6 +86,7 @@ TEST(ScheduleCommandTest, CsvWrittenByTheCommandLoadsBackToTheSameSchedule) {
                            Case{"zb-h1", 1, "async", CommPlacement::kJustInTime},
                            Case{"zb-v", 2, "async", CommPlacement::kJustInTime},
                            Case{"zb-v", 2, "rendezvous", CommPlacement::kRendezvousSafe},
+                           Case{"dualpipev", 2, "async", CommPlacement::kJustInTime},
                            Case{"1f1b", 1, "rendezvous", CommPlacement::kRendezvousSafe}}) {
     ScheduleCommandOptions options = Options(each.name, 3, 5, each.chunks);
     options.format = "csv";
