@@ -2,6 +2,7 @@
 // and chunk 1 = virtual stage 2p-1-s, so a micro-batch runs down the stages and back up, and stage
 // 0 computes both the first and the last virtual stage.
 #include <algorithm>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -162,6 +163,90 @@ Schedule DualPipeV(int stages, int microbatches) {
     if (!stage.Done(padded)) throw Error("dualpipev: internal error: stage program incomplete");
   }
   return schedule;
+}
+
+namespace {
+
+// The V building block (Qi et al. 2024, "Pipeline Parallelism with Controllable Memory"): the 6p
+// actions of one micro-batch (F, I, W on 2p virtual stages), each at a time offset, such that on
+// every stage the six offsets differ modulo 6, the work one micro-batch brings a stage (unit
+// costs). Micro-batch k repeats the block 6k later, so the repetition never collides and the steady
+// state has no bubble; a stage runs its actions in time order, and the simulator (or the runtime)
+// then starts each as early as its inputs allow, which squeezes the warm-up and cool-down.
+//
+// Offsets are chosen greedily along the micro-batch's path: each F one unit after the previous
+// virtual stage's F (`chunk1_forward_gap` units on the way back up), each I one unit after the next
+// virtual stage's I, each W one unit after its I; an action whose residue is taken on its stage
+// moves later until it finds a free one. A stage's peak memory is set by the lifespans F..W of its
+// two chunks divided by 6, so the gaps trade memory against bubble: gap 1 is V-Min, gap 2 on chunk
+// 1 is V-Half (docs/schedules.md).
+constexpr int kBlockPeriod = 6;
+
+struct TimedBlockAction {
+  int time;
+  ActionKind kind;
+  int chunk;
+};
+
+std::vector<std::vector<TimedBlockAction>> VBuildingBlock(int stages, int chunk1_forward_gap) {
+  const int p = stages;
+  std::vector<std::vector<TimedBlockAction>> block(static_cast<size_t>(p));
+  std::vector<std::vector<bool>> taken(static_cast<size_t>(p),
+                                       std::vector<bool>(kBlockPeriod, false));
+  auto place = [&](ActionKind kind, int virtual_stage, int earliest) {
+    const int stage = StageOfVirtualStage(virtual_stage, p, ChunkLayout::kV);
+    auto& residues = taken[static_cast<size_t>(stage)];
+    int time = earliest;
+    while (residues[static_cast<size_t>(time % kBlockPeriod)]) ++time;
+    residues[static_cast<size_t>(time % kBlockPeriod)] = true;
+    block[static_cast<size_t>(stage)].push_back({time, kind, virtual_stage / p});
+    return time;
+  };
+  // Forward down the stages (chunk 0) and back up (chunk 1).
+  int time = place(ActionKind::kForward, 0, 0);
+  for (int j = 1; j < 2 * p; ++j) {
+    time = place(ActionKind::kForward, j, time + (j > p ? chunk1_forward_gap : 1));
+  }
+  // Input gradients back along the same path.
+  std::vector<int> input_time(static_cast<size_t>(2 * p));
+  for (int j = 2 * p - 1; j >= 0; --j) {
+    time = place(ActionKind::kBackwardInput, j, time + 1);
+    input_time[static_cast<size_t>(j)] = time;
+  }
+  // Each W as soon after its I as a free residue allows (it frees the stash).
+  for (int j = 2 * p - 1; j >= 0; --j) {
+    place(ActionKind::kBackwardWeight, j, input_time[static_cast<size_t>(j)] + 1);
+  }
+  return block;
+}
+
+// The block repeated every kBlockPeriod for each micro-batch, each stage's actions in time order.
+Schedule RepeatVBlock(std::string name, int stages, int microbatches, int chunk1_forward_gap) {
+  Schedule schedule = EmptySchedule(std::move(name), stages, microbatches, 2, ChunkLayout::kV);
+  const auto block = VBuildingBlock(stages, chunk1_forward_gap);
+  for (int s = 0; s < stages; ++s) {
+    std::vector<std::pair<int, Action>> timed;  // offsets are distinct per stage modulo the period
+    for (const TimedBlockAction& each : block[static_cast<size_t>(s)]) {
+      for (int mb = 0; mb < microbatches; ++mb) {
+        timed.emplace_back(each.time + kBlockPeriod * mb, Action{s, each.kind, mb, each.chunk});
+      }
+    }
+    std::sort(timed.begin(), timed.end(),
+              [](const auto& a, const auto& b) { return a.first < b.first; });
+    auto& actions = schedule.per_stage[static_cast<size_t>(s)];
+    for (const auto& [time, action] : timed) actions.push_back(action);
+  }
+  return schedule;
+}
+
+}  // namespace
+
+Schedule VHalf(int stages, int microbatches) {
+  return RepeatVBlock("v-half", stages, microbatches, /*chunk1_forward_gap=*/2);
+}
+
+Schedule VMin(int stages, int microbatches) {
+  return RepeatVBlock("v-min", stages, microbatches, /*chunk1_forward_gap=*/1);
 }
 
 }  // namespace baton

@@ -10,45 +10,28 @@
 #include "core/error.h"
 #include "scheduler/communication.h"
 #include "scheduler/generators.h"
+#include "scheduler/generators_test_util.h"
 #include "scheduler/simulator.h"
 #include "scheduler/validator.h"
 
 namespace baton {
 namespace {
 
-std::string Row(const Schedule& schedule, int stage) {
-  std::string text;
-  for (const Action& action : schedule.per_stage[static_cast<size_t>(stage)]) {
-    text += (text.empty() ? "" : " ") + ToString(action, schedule.stages, schedule.layout);
-  }
-  return text;
-}
-
-std::string Shape(int p, int m) { return "p=" + std::to_string(p) + " m=" + std::to_string(m); }
+using generator_testing::ExpectRunnable;
+using generator_testing::Row;
+using generator_testing::Shape;
 
 // 1F1B's largest per-stage peak, in whole-stage micro-batches: min(p, m).
 int OneF1BPeak(int p, int m) { return std::min(p, m); }
 
-// Validates `compute` as generated, with communication in both placements, under both send
-// semantics where the placement promises them, and after the runtime's lowering.
-void ExpectRunnable(const Schedule& compute) {
-  const ValidationResult bare = Validate(compute);
-  ASSERT_TRUE(bare) << bare.message;
-  const ValidationResult just_in_time =
-      Validate(InsertCommunication(compute, CommPlacement::kJustInTime), CommSemantics::kAsync);
-  ASSERT_TRUE(just_in_time) << just_in_time.message;
-  const Schedule safe = InsertCommunication(compute, CommPlacement::kRendezvousSafe);
-  for (const CommSemantics semantics : {CommSemantics::kAsync, CommSemantics::kRendezvous}) {
-    const ValidationResult placed = Validate(safe, semantics);
-    ASSERT_TRUE(placed) << placed.message;
-  }
-  if (compute.stages > 1) {
-    const ValidationResult lowered = Validate(PostReceivesEarly(safe), CommSemantics::kRendezvous);
-    ASSERT_TRUE(lowered) << lowered.message;
-  }
-}
-
 TEST(GeneratorsVTest, ChunksForGivesVSchedulesTwoChunks) {
+  for (const char* name : {"zb-v", "v-half", "v-min", "dualpipev"}) {
+    EXPECT_EQ(ChunksFor(name, 1), 2) << name;
+    EXPECT_EQ(MakeSchedule(name, 3, 4).layout, ChunkLayout::kV) << name;
+  }
+  EXPECT_EQ(ChunksFor("looped-bfs", 3), 3);
+  EXPECT_THROW(ChunksFor("looped-bfs", 1), Error);
+  EXPECT_EQ(ChunksFor("zb-h2", 1), 1);
   EXPECT_EQ(ChunksFor("zb-v", 1), 2);
   EXPECT_EQ(ChunksFor("zb-v", 2), 2);
   EXPECT_THROW(ChunksFor("zb-v", 3), Error);
@@ -131,6 +114,85 @@ TEST(GeneratorsVTest, ZeroBubbleVPeakIsOneF1BsPeak) {
       EXPECT_EQ(peak, 2 * OneF1BPeak(p, m)) << Shape(p, m);
     }
   }
+}
+
+// ---- V-Half and V-Min ----
+
+TEST(GeneratorsVTest, VMinAndVHalfRepeatABuildingBlockEverySixUnits) {
+  const Schedule v_min = VMin(2, 2);
+  EXPECT_EQ(v_min.name, "v-min");
+  EXPECT_EQ(v_min.layout, ChunkLayout::kV);
+  EXPECT_EQ(Row(v_min, 0), "F0 3F0 3I0 3W0 F1 I0 W0 3F1 3I1 3W1 I1 W1");
+  EXPECT_EQ(Row(v_min, 1), "F0 2F0 2I0 I0 F1 2F1 2W0 W0 2I1 I1 2W1 W1");
+  const Schedule v_half = VHalf(2, 2);
+  EXPECT_EQ(v_half.name, "v-half");
+  EXPECT_EQ(v_half.chunks, 2);
+  EXPECT_EQ(Row(v_half, 0), "F0 3F0 3I0 F1 3W0 3F1 3I1 I0 3W1 W0 I1 W1");
+  EXPECT_EQ(Row(v_half, 1), "F0 2F0 2I0 F1 2F1 I0 2W0 W0 2I1 I1 2W1 W1");
+  EXPECT_EQ(MakeSchedule("v-min", 2, 2), v_min);
+  EXPECT_EQ(MakeSchedule("v-half", 2, 2, 2), v_half);
+}
+
+TEST(GeneratorsVTest, VMinAndVHalfValidateAndDryRunForEveryShape) {
+  for (int p = 1; p <= 8; ++p) {
+    for (int m = 1; m <= 3 * p + 2; ++m) {
+      SCOPED_TRACE(Shape(p, m));
+      ExpectRunnable(VMin(p, m));
+      ExpectRunnable(VHalf(p, m));
+    }
+  }
+}
+
+// The paper's activation memory, in whole-stage micro-batches: V-Min floor((p+4)/3), V-Half
+// floor((p+2)/2), against 1F1B's p; here in chunk-micro-batches (twice that). Reached once the
+// block repeats often enough (m >= 2p), never exceeded.
+TEST(GeneratorsVTest, VMinHoldsAThirdAndVHalfHalfOfOneF1BsPeak) {
+  for (int p = 1; p <= 8; ++p) {
+    const int v_min_peak = 2 * ((p + 4) / 3);
+    const int v_half_peak = 2 * ((p + 2) / 2);
+    for (int m = 1; m <= 3 * p + 2; ++m) {
+      int min_peak = 0;
+      int half_peak = 0;
+      for (const StageFigures& figures : Simulate(VMin(p, m)).per_stage) {
+        min_peak = std::max(min_peak, figures.peak_in_flight);
+      }
+      for (const StageFigures& figures : Simulate(VHalf(p, m)).per_stage) {
+        half_peak = std::max(half_peak, figures.peak_in_flight);
+      }
+      EXPECT_LE(min_peak, v_min_peak) << Shape(p, m);
+      EXPECT_LE(half_peak, v_half_peak) << Shape(p, m);
+      if (m >= 2 * p) {
+        EXPECT_EQ(min_peak, v_min_peak) << Shape(p, m);
+        EXPECT_EQ(half_peak, v_half_peak) << Shape(p, m);
+      }
+    }
+  }
+}
+
+// The block has no bubble in its steady state; the bubble is the squeezed warm-up and cool-down.
+// The paper: about 2p/3m for V-Min and p/2m for V-Half against 1F1B's p/m (F = B = W). Here, with
+// F = I = W = 1 per chunk (a stage-micro-batch is 6), each stage idles at most 4p-3 (V-Min; 4p-5
+// except where residues collide, p = 6) and exactly floor(7p/2)-4 for m >= p (V-Half), against
+// 1F1B's 6(p-1); V-Half's bubble <= V-Min's <= 1F1B's for every shape.
+TEST(GeneratorsVTest, VMinAndVHalfBubblesSitBetweenZeroBubbleAndOneF1B) {
+  for (int p = 2; p <= 8; ++p) {
+    for (int m = 1; m <= 3 * p + 2; ++m) {
+      const SimulationResult v_min = Simulate(VMin(p, m));
+      const SimulationResult v_half = Simulate(VHalf(p, m));
+      const double one_f_one_b = Simulate(OneFOneB(p, m)).bubble_fraction;
+      EXPECT_LE(v_min.makespan - 6 * m, 4 * p - 3) << Shape(p, m);
+      EXPECT_LE(v_half.makespan - 6 * m, 4 * p - 5) << Shape(p, m);
+      if (m >= p) {
+        EXPECT_EQ(v_half.makespan - 6 * m, 7 * p / 2 - 4) << Shape(p, m);
+      }
+      EXPECT_LE(v_half.bubble_fraction, v_min.bubble_fraction + 1e-12) << Shape(p, m);
+      EXPECT_LE(v_min.bubble_fraction, one_f_one_b + 1e-12) << Shape(p, m);
+    }
+  }
+  // p = 4, m = 8: V-Min 59 (bubble 11/59), V-Half 58 (10/58), 1F1B 3/11.
+  EXPECT_EQ(Simulate(VMin(4, 8)).makespan, 59);
+  EXPECT_EQ(Simulate(VHalf(4, 8)).makespan, 58);
+  EXPECT_EQ(Simulate(VMin(1, 3)).makespan, 18);  // one stage: no bubble
 }
 
 // ---- DualPipeV ----

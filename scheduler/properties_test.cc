@@ -1,5 +1,5 @@
 // Properties every generated schedule must have, over p in 1..8, m in 1..32 and v in 1..4
-// (interleaved; 2 for the V schedules), including m < p and m not a multiple of p.
+// (interleaved, 2..4 looped-bfs; 2 for the V schedules), including m < p and m not a multiple of p.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -16,8 +16,9 @@ namespace {
 // Calls `check` on every generated compute-only schedule of the sweep.
 void ForEachGeneratedSchedule(const std::function<void(const Schedule&)>& check) {
   for (const std::string& name : ScheduleNames()) {
-    const int min_chunks = name == "interleaved" ? 1 : ChunksFor(name, 1);
-    const int max_chunks = name == "interleaved" ? 4 : min_chunks;
+    const bool looped = name == "interleaved" || name == "looped-bfs";
+    const int min_chunks = name == "interleaved" ? 1 : ChunksFor(name, looped ? 2 : 1);
+    const int max_chunks = looped ? 4 : min_chunks;
     for (int p = 1; p <= 8; ++p) {
       for (int m = 1; m <= 32; ++m) {
         for (int v = min_chunks; v <= max_chunks; ++v) {

@@ -157,6 +157,19 @@ TEST(ScheduleCommandTest, ZeroBubbleVRendersWithTwoChunksAndAThirdOfOneF1BsBubbl
   EXPECT_LE(zb_v_bubble, one_f_one_b_bubble / 3);
 }
 
+TEST(ScheduleCommandTest, EveryScheduleNameRendersWithItsOwnChunks) {
+  for (const std::string& name : ScheduleNames()) {
+    const bool looped = name == "interleaved" || name == "looped-bfs";
+    for (const std::string comm : {"async", "rendezvous"}) {
+      ScheduleCommandOptions options = Options(name, 4, 8, looped ? 2 : 1);
+      options.comm = comm;
+      const Outcome outcome = RunCommand(options);
+      EXPECT_EQ(outcome.code, kScheduleCommandOk) << name << " " << comm << ": " << outcome.err;
+      EXPECT_NE(outcome.out.find("bubble fraction"), std::string::npos) << name;
+    }
+  }
+}
+
 TEST(ScheduleCommandTest, CostsChangeTheFigures) {
   ScheduleCommandOptions options = Options("1f1b", 4, 8);
   options.format = "json";
