@@ -198,13 +198,15 @@ Schedule LoopedBFS(int stages, int microbatches, int chunks) {
     auto& actions = schedule.per_stage[static_cast<size_t>(s)];
     // Breadth first: every micro-batch through chunk 0, then chunk 1, ...
     for (int chunk = 0; chunk < chunks; ++chunk) {
-      for (int mb = 0; mb < microbatches; ++mb)
+      for (int mb = 0; mb < microbatches; ++mb) {
         actions.push_back({s, ActionKind::kForward, mb, chunk});
+      }
     }
     // ... then the backwards, last chunk first.
     for (int chunk = chunks - 1; chunk >= 0; --chunk) {
-      for (int mb = 0; mb < microbatches; ++mb)
+      for (int mb = 0; mb < microbatches; ++mb) {
         actions.push_back({s, ActionKind::kBackward, mb, chunk});
+      }
     }
   }
   return schedule;
