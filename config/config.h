@@ -59,9 +59,8 @@ enum class ScheduleKind {
   kDualPipeV,
   kLoopedBfs
 };
-// How many model chunks a stage holds under `schedule` when the config asks for `chunks`: 2 for
-// the V-shaped ones (zb-v, v-half, v-min, dualpipev), `chunks` for the others.
-int ChunksUnder(ScheduleKind schedule, int chunks);
+// The V-shaped schedules (zb-v, v-half, v-min, dualpipev): 2 chunks per stage, whatever
+// parallel.chunks says (scheduler/generators.h ChunksFor).
 bool IsVShaped(ScheduleKind schedule);
 enum class PartitionPolicy { kUniform, kParameters, kFlops };
 

@@ -269,8 +269,6 @@ bool IsVShaped(ScheduleKind schedule) {
   return schedule == ScheduleKind::kZbV || schedule == ScheduleKind::kVHalf ||
          schedule == ScheduleKind::kVMin || schedule == ScheduleKind::kDualPipeV;
 }
-
-int ChunksUnder(ScheduleKind schedule, int chunks) { return IsVShaped(schedule) ? 2 : chunks; }
 std::string_view Name(PartitionPolicy policy) { return LookUpName(kPartitionNames, policy); }
 
 std::string CheckpointPolicy::ToString() const {

@@ -296,8 +296,8 @@ TEST(ConfigTest, CrossFieldRulesAreChecked) {
   EXPECT_THAT(ParseError(kMinimal, {"parallel.schedule=zb-v", "parallel.chunks=3"}),
               HasSubstr("parallel.schedule zb-v places 2 model chunks per stage in a V"));
   for (const char* chunks : {"parallel.chunks=1", "parallel.chunks=2"}) {
-    const Config v = ParseConfigString(kMinimal, "x.yaml", {"parallel.schedule=dualpipev", chunks});
-    EXPECT_EQ(ChunksUnder(v.parallel.schedule, v.parallel.chunks), 2) << chunks;
+    EXPECT_NO_THROW(ParseConfigString(kMinimal, "x.yaml", {"parallel.schedule=dualpipev", chunks}))
+        << chunks;
   }
   EXPECT_THAT(ParseError(kMinimal, {"parallel.replicas=3", "train.micro_batches=4"}),
               HasSubstr("train.micro_batches 4 is not divisible by parallel.replicas 3"));

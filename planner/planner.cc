@@ -33,7 +33,7 @@ Schedule MakeComputeSchedule(const Config& config) {
     return loaded;
   }
   return MakeSchedule(Name(parallel.schedule), parallel.stages, MicroBatchesPerReplica(config),
-                      ChunksUnder(parallel.schedule, parallel.chunks));
+                      ChunksFor(Name(parallel.schedule), parallel.chunks));
 }
 }  // namespace
 

@@ -104,7 +104,12 @@ TEST(ScheduleRuntimeTest, EveryScheduleIsBitIdenticalToOneStageWithCheckpointing
              {"parallel.stages=3", "parallel.checkpoint=every:2", "device.threads=2"}}) {
       const std::vector<std::string> overrides =
           With(With(eval, variant), {"parallel.schedule=" + name, chunks});
-      const InProcessResult other = RunInProcess(MakePlan(Tiny(overrides)));
+      const Plan plan = MakePlan(Tiny(overrides));
+      const bool v_shaped = name != "zb-h2" && name != "looped-bfs";
+      EXPECT_EQ(plan.schedule.layout, v_shaped ? ChunkLayout::kV : ChunkLayout::kLoop) << name;
+      EXPECT_EQ(plan.num_chunks(), name == "zb-h2" ? 1 : 2) << name;
+      EXPECT_EQ(plan.head_stage(), v_shaped ? 0 : plan.num_stages() - 1) << name;
+      const InProcessResult other = RunInProcess(plan);
       EXPECT_EQ(other.losses, one.losses) << Describe(overrides);
       EXPECT_EQ(other.param_checksum, one.param_checksum) << Describe(overrides);
       EXPECT_EQ(EvalLosses(other), EvalLosses(one)) << Describe(overrides);
@@ -113,11 +118,11 @@ TEST(ScheduleRuntimeTest, EveryScheduleIsBitIdenticalToOneStageWithCheckpointing
 }
 
 TEST(ScheduleRuntimeTest, EveryScheduleIsBitIdenticalToOneStageIn16BitsAndWithSharing) {
-  for (const std::vector<std::string>& base : std::vector<std::vector<std::string>>{
-           {"precision.dtype=bf16"},
-           {"precision.dtype=fp16"},
-           {"model.share.group=2"},
-           {"model.tie_embeddings=false"}}) {
+  for (const std::vector<std::string>& base :
+       std::vector<std::vector<std::string>>{{"precision.dtype=bf16"},
+                                             {"precision.dtype=fp16"},
+                                             {"model.share.group=2"},
+                                             {"model.tie_embeddings=false"}}) {
     const InProcessResult one = RunInProcess(MakePlan(Tiny(base)));
     for (const std::string& name : kSchedules) {
       const std::vector<std::string> overrides =
