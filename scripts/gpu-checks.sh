@@ -8,7 +8,7 @@
 #      these also run without a GPU;
 #   3. the device, its dense bf16 peak, and the bf16 GEMM rate the CUDA backend reaches;
 #   4. configs/gpt-tiny.yaml (and configs/llama-tiny.yaml, 1 and 2 stages) on one GPU, 1 stage,
-#      2 stages sharing it, and 1 stage x 2
+#      2 stages sharing it (1F1B, and the V-shaped zb-v), and 1 stage x 2
 #      data-parallel replicas sharing it (with and without ZeRO-1; the replicas' exchange goes
 #      through the host on one GPU, over NCCL on two), against the CPU run: step-by-step losses
 #      must agree (fp32, exact f32 GEMMs) to a relative 2e-3;
@@ -261,13 +261,16 @@ if may_run gpu "baton run configs/gpt-tiny.yaml on the CPU (2 stages), then devi
   lines=()
   if run_baton tiny-cpu 120 "${tiny[@]}" --set parallel.stages=2 --set device.type=cpu \
     --set device.threads=4; then
-    for layout in "1 1 0" "2 1 0" "1 2 0" "1 2 1"; do
-      read -r stages replicas zero <<< "$layout"
+    # The V-shaped zb-v: stage 0 holds the embedding and the head, and each stage hands
+    # activations between its own two chunks on the device.
+    for layout in "1 1 0 1f1b" "2 1 0 1f1b" "2 1 0 zb-v" "1 2 0 1f1b" "1 2 1 1f1b"; do
+      read -r stages replicas zero schedule <<< "$layout"
       name="tiny-cuda-${stages}stage"
       [ "$replicas" = 1 ] || name="tiny-cuda-${stages}x${replicas}-zero${zero}"
+      [ "$schedule" = 1f1b ] || name="$name-$schedule"
       if run_baton "$name" 120 "${tiny[@]}" --set "parallel.stages=$stages" \
         --set "parallel.replicas=$replicas" --set "parallel.zero=$zero" \
-        --set device.type=cuda; then
+        --set "parallel.schedule=$schedule" --set device.type=cuda; then
         # Exit 3: the run gave the CPU's exact bits, so it ran on the CPU.
         "$gpu_bench" compare-losses "$out/tiny-cpu.json" "$out/$name.json" --tolerance 2e-3 \
           --require-difference 1 >"$out/$name.compare" 2>&1
@@ -280,7 +283,7 @@ if may_run gpu "baton run configs/gpt-tiny.yaml on the CPU (2 stages), then devi
           *) fail "$name: GPU losses differ from the CPU's" ;;
         esac
         cat "$out/$name.compare"
-        lines+=("$stages stage(s) x $replicas replica(s), zero $zero: $(sed "s|$out/||g" "$out/$name.compare" | tr '\n' ' ')")
+        lines+=("$stages stage(s) x $replicas replica(s), zero $zero, $schedule: $(sed "s|$out/||g" "$out/$name.compare" | tr '\n' ' ')")
       else
         fail "$name (see $name.log)"
       fi
