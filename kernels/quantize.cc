@@ -1,6 +1,10 @@
 // The 8-bit code books and the host quantiser (see quantize.h).
 #include "kernels/quantize.h"
 
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#endif
+
 #include <algorithm>
 #include <bit>
 #include <cmath>
@@ -58,26 +62,77 @@ float FromOrderedKey(uint32_t key) {
   return std::bit_cast<float>((key & 0x80000000u) != 0 ? key & 0x7FFFFFFFu : ~key);
 }
 
-uint16_t LowerBound(const QuantMap& map, float x) {
-  return static_cast<uint16_t>(std::lower_bound(map.begin(), map.end(), x) - map.begin());
-}
-
 }  // namespace
 
-QuantCoder::QuantCoder(const QuantMap& map) : map_(map), buckets_{} {
-  padded_.front() = -std::numeric_limits<float>::infinity();
-  std::copy(map.begin(), map.end(), padded_.begin() + 1);
-  padded_.back() = std::numeric_limits<float>::infinity();
-  for (uint32_t bucket = 0; bucket < buckets_.size(); ++bucket) {
-    const float least = FromOrderedKey(bucket << kShift);
-    const float greatest = FromOrderedKey((bucket << kShift) | ((1u << kShift) - 1));
+QuantCoder::QuantCoder(const QuantMap& map) : map_(map), entries_{} {
+  for (uint32_t bucket = 0; bucket < entries_.size(); ++bucket) {
+    const uint32_t least_key = bucket << 16, greatest_key = least_key | 0xFFFFu;
+    const float least = FromOrderedKey(least_key), greatest = FromOrderedKey(greatest_key);
     if (!(std::abs(least) <= 1.0f || std::abs(greatest) <= 1.0f)) continue;  // Encode falls back
-    const uint16_t first = LowerBound(map, least);
-    const uint16_t last = LowerBound(map, greatest);
-    BATON_CHECK(last <= first + 1, "quantisation bucket {} spans map values {} to {}", bucket,
-                first, last);
-    buckets_[bucket] = static_cast<uint16_t>(first | (last > first ? kMayStep : 0));
+    const uint32_t base = Quantize(least, map), top = Quantize(greatest, map);
+    BATON_CHECK(top <= base + 1, "quantisation bucket {} holds codes {} to {}", bucket, base, top);
+    uint32_t threshold = 0x10000;  // above every float's low bits: no step in this bucket
+    if (top > base) {
+      // The least key whose float takes `top` (Quantize never decreases with its argument).
+      uint32_t lo = least_key, hi = greatest_key;
+      while (lo < hi) {
+        const uint32_t mid = lo + (hi - lo) / 2;
+        if (Quantize(FromOrderedKey(mid), map) == top) {
+          hi = mid;
+        } else {
+          lo = mid + 1;
+        }
+      }
+      threshold = lo & 0xFFFFu;
+    }
+    entries_[bucket] = base << 17 | threshold;
   }
+}
+
+#if defined(__x86_64__) && defined(__GNUC__)
+__attribute__((target("avx2"))) int64_t QuantCoder::EncodeRowAvx2(const float* x, float scale,
+                                                                  int64_t n, uint8_t* codes) const {
+  const __m256 scale8 = _mm256_set1_ps(scale);
+  const __m256 minus_one = _mm256_set1_ps(-1.0f), one = _mm256_set1_ps(1.0f);
+  const __m256i sign_bit = _mm256_set1_epi32(static_cast<int>(0x80000000u));
+  const __m256i low16 = _mm256_set1_epi32(0xFFFF), low17 = _mm256_set1_epi32(0x1FFFF);
+  const int* entries = reinterpret_cast<const int*>(entries_.data());
+  int64_t done = 0;
+  for (; done + 8 <= n; done += 8) {
+    const __m256 v = _mm256_mul_ps(_mm256_loadu_ps(x + done), scale8);
+    const __m256 in_range =
+        _mm256_and_ps(_mm256_cmp_ps(v, minus_one, _CMP_GE_OQ), _mm256_cmp_ps(v, one, _CMP_LE_OQ));
+    if (_mm256_movemask_ps(in_range) != 0xFF) break;  // Encode's fallback, element by element
+    const __m256i bits = _mm256_castps_si256(v);
+    const __m256i key =
+        _mm256_xor_si256(bits, _mm256_or_si256(_mm256_srai_epi32(bits, 31), sign_bit));
+    const __m256i entry = _mm256_i32gather_epi32(entries, _mm256_srli_epi32(key, 16), 4);
+    // Below the threshold: threshold > low bits (both under 2^17, so a signed compare is exact).
+    const __m256i below =
+        _mm256_cmpgt_epi32(_mm256_and_si256(entry, low17), _mm256_and_si256(key, low16));
+    // base + 1, less one where the float is below the threshold (below is -1 or 0).
+    const __m256i code = _mm256_add_epi32(_mm256_srli_epi32(entry, 17),
+                                          _mm256_add_epi32(below, _mm256_set1_epi32(1)));
+    alignas(32) int32_t lanes[8];
+    _mm256_store_si256(reinterpret_cast<__m256i*>(lanes), code);
+    for (int i = 0; i < 8; ++i) codes[done + i] = static_cast<uint8_t>(lanes[i]);
+  }
+  return done;
+}
+#endif
+
+void QuantCoder::EncodeRow(const float* x, float scale, int64_t n, uint8_t* codes) const {
+  int64_t i = 0;
+#if defined(__x86_64__) && defined(__GNUC__)
+  static const bool avx2 = __builtin_cpu_supports("avx2");
+  while (avx2 && i + 8 <= n) {
+    i += EncodeRowAvx2(x + i, scale, n - i, codes + i);
+    if (i + 8 > n) break;
+    // A group with a value outside [-1, 1] or NaN: those eight one by one.
+    for (const int64_t end = i + 8; i < end; ++i) codes[i] = Encode(x[i] * scale);
+  }
+#endif
+  for (; i < n; ++i) codes[i] = Encode(x[i] * scale);
 }
 
 const QuantCoder& SignedQuantCoder() {

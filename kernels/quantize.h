@@ -34,25 +34,6 @@ const QuantMap& UnsignedQuantMap();  // for v
 // the definition QuantCoder must agree with.
 uint8_t Quantize(float normalized, const QuantMap& map);
 
-// Quantize without the binary search and without a data-dependent branch, giving its codes bit
-// for bit: the AdamW8bit kernel's inner loop. Floats are ordered like their bit patterns (sign
-// folded), so the top 16 bits of a float pick a bucket (1/128 of a binade), narrower than the
-// map's finest step: the first map value >= any float of a bucket is the one the bucket's least
-// float has, or the next (the constructor checks this). One comparison picks which, one more the
-// nearer neighbour, as Quantize picks it. Values outside [-1, 1] and NaN take Quantize itself.
-class QuantCoder {
- public:
-  explicit QuantCoder(const QuantMap& map);
-  uint8_t Encode(float normalized) const;
-
- private:
-  static constexpr int kShift = 16;          // bits of a float's ordered key below its bucket
-  static constexpr uint16_t kMayStep = 512;  // flag: the bucket's greatest float has the next one
-  const QuantMap& map_;
-  std::array<float, 258> padded_;  // -inf, the map, +inf: a code's neighbours without branches
-  std::array<uint16_t, (std::size_t{1} << (32 - kShift))> buckets_;  // lower bound | kMayStep
-};
-
 // Order-preserving key of a float's bits: negative floats below positive, each in value order.
 inline uint32_t OrderedKey(float x) {
   uint32_t bits;  // memcpy, not std::bit_cast: CUDA sources include this header as C++17
@@ -60,19 +41,37 @@ inline uint32_t OrderedKey(float x) {
   return (bits & 0x80000000u) != 0 ? ~bits : bits | 0x80000000u;
 }
 
-// Inline: the AdamW8bit loop overlaps the loads of neighbouring elements' encodings.
-inline uint8_t QuantCoder::Encode(float normalized) const {
-  if (!(normalized >= -1.0f && normalized <= 1.0f)) return Quantize(normalized, map_);
-  const uint32_t entry = buckets_[OrderedKey(normalized) >> kShift];
-  const uint32_t first = entry & (kMayStep - 1u);
-  // The first map value >= normalized, as an index into padded_ (one past its index in the map).
-  const uint32_t upper =
-      first + 1 + static_cast<uint32_t>((entry & kMayStep) != 0 && padded_[first + 1] < normalized);
-  const float above = padded_[upper];
-  const float below = padded_[upper - 1];
-  // Past the map's ends one side is infinite: code 0 below its first value, 255 above its last.
-  return static_cast<uint8_t>(upper - ((above - normalized) < (normalized - below) ? 1 : 2));
-}
+// Quantize with one table load and one comparison, giving its codes bit for bit: the AdamW8bit
+// kernel's inner loop. Quantize's code never decreases as its argument grows, so it steps up at
+// 255 thresholds (the least float taking each code). Floats are ordered like their bit patterns
+// (sign folded: OrderedKey), so the top 16 bits of a float's key pick a bucket (1/128 of a
+// binade), narrower than the map's finest step: a bucket holds at most one threshold (the
+// constructor checks this). Its entry is the code of the bucket's least float and the low 16 key
+// bits of its threshold (2^16, above any, when it has none): the code is the base, plus one when
+// the float's low key bits reach the threshold's. Values outside [-1, 1] and NaN take Quantize.
+class QuantCoder {
+ public:
+  explicit QuantCoder(const QuantMap& map);
+  uint8_t Encode(float normalized) const {
+    if (!(normalized >= -1.0f && normalized <= 1.0f)) return Quantize(normalized, map_);
+    const uint32_t key = OrderedKey(normalized);
+    const uint32_t entry = entries_[key >> 16];
+    return static_cast<uint8_t>((entry >> 17) + ((key & 0xFFFFu) >= (entry & 0x1FFFFu) ? 1 : 0));
+  }
+  // codes[i] = Encode(x[i] * scale) for i < n: eight at a time with AVX2 where the CPU has it
+  // (the same bits: the same multiplication lane by lane), Encode's loop elsewhere.
+  void EncodeRow(const float* x, float scale, int64_t n, uint8_t* codes) const;
+
+ private:
+#if defined(__x86_64__) && defined(__GNUC__)
+  // EncodeRow's AVX2 path: groups of 8, from the first; returns how many it encoded (a multiple
+  // of 8), stopping before a group that holds a value outside [-1, 1] or NaN.
+  __attribute__((target("avx2"))) int64_t EncodeRowAvx2(const float* x, float scale, int64_t n,
+                                                        uint8_t* codes) const;
+#endif
+  const QuantMap& map_;
+  std::array<uint32_t, 65536> entries_;  // per bucket: base code << 17 | threshold's low bits
+};
 
 const QuantCoder& SignedQuantCoder();
 const QuantCoder& UnsignedQuantCoder();

@@ -410,6 +410,26 @@ BATON_SIMD_CLONES void AdamWRow(const AdamWScalars& s, const float* g, float gra
   for (int64_t i = 0; i < n; ++i) AdamWElement(s, g[i] * grad_scale, m[i], v[i], p[i]);
 }
 
+// out[i] = map[codes[i]] * absmax: a block of 8-bit state as f32 (gathers under AVX2).
+BATON_SIMD_CLONES void DequantizeRow(const uint8_t* codes, const float* map, float absmax,
+                                     float* out, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) out[i] = map[codes[i]] * absmax;
+}
+
+// max |x[i]| over i < n (0 when n = 0), in 8 running maxima: the maximum is the same whatever
+// order the values are taken in (NaNs are skipped either way: max(a, NaN) keeps a).
+BATON_SIMD_CLONES float AbsMax(const float* x, int64_t n) {
+  float lanes[8] = {};
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    for (int k = 0; k < 8; ++k) lanes[k] = std::max(lanes[k], std::abs(x[i + k]));
+  }
+  for (; i < n; ++i) lanes[0] = std::max(lanes[0], std::abs(x[i]));
+  float max = 0.0f;
+  for (float lane : lanes) max = std::max(max, lane);
+  return max;
+}
+
 }  // namespace
 
 void CpuBackend::AdamW(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v,
@@ -468,24 +488,17 @@ void CpuBackend::AdamW8bit(Tensor& param, const Tensor& grad, Tensor& m, Tensor&
       const int64_t block = b0 / kQuantBlock;
       // Dequantise the block, update it as f32 AdamW does, then requantise with its new absmax.
       float block_m[kQuantBlock], block_v[kQuantBlock];
-      for (int64_t j = 0; j < n; ++j) {
-        block_m[j] = m_map[pm[b0 + j]] * am[block];
-        block_v[j] = v_map[pv[b0 + j]] * av[block];
-      }
+      DequantizeRow(pm + b0, m_map.data(), am[block], block_m, n);
+      DequantizeRow(pv + b0, v_map.data(), av[block], block_v, n);
       AdamWRow(s, g + (b0 - begin), grad_scale, block_m, block_v, pp + b0, n);
-      float max_m = 0.0f, max_v = 0.0f;
-      for (int64_t j = 0; j < n; ++j) {
-        max_m = std::max(max_m, std::abs(block_m[j]));
-        max_v = std::max(max_v, block_v[j]);
-      }
+      const float max_m = AbsMax(block_m, n);
+      const float max_v = AbsMax(block_v, n);  // v >= 0: its absolute maximum is its maximum
       am[block] = max_m;
       av[block] = max_v;
       const float inv_m = max_m > 0.0f ? 1.0f / max_m : 0.0f;
       const float inv_v = max_v > 0.0f ? 1.0f / max_v : 0.0f;
-      for (int64_t j = 0; j < n; ++j) {
-        pm[b0 + j] = m_coder.Encode(block_m[j] * inv_m);
-        pv[b0 + j] = v_coder.Encode(block_v[j] * inv_v);
-      }
+      m_coder.EncodeRow(block_m, inv_m, n, pm + b0);
+      v_coder.EncodeRow(block_v, inv_v, n, pv + b0);
     }
   });
 }
