@@ -61,9 +61,14 @@ int64_t BudgetBytes(const MemoryArgs& args) {
 Plan PlanConfig(const Config& config, const std::string& config_path, int64_t budget,
                 const MemoryArgs& memory, FitResult* fit) {
   return NamingConfig(config_path, [&] {
+    // --fit ranks by measured costs on CPU stages; GPU stages cannot be profiled here, so they
+    // keep the FLOP model at nominal rates.
+    const bool measure = memory.fit && config.device.type == DeviceType::kCpu;
+    const MeasuredCosts measured =
+        measure ? MeasureCosts(config, FitProfileRequest(config)) : MeasuredCosts();
     return PlanForBudget(config, budget, memory.fit, memory.max_stages,
-                         memory.fit ? MeasureStepRates(config) : StepRates(), fit,
-                         memory.max_processes);
+                         memory.fit && !measure ? MeasureStepRates(config) : StepRates(), fit,
+                         memory.max_processes, measure ? &measured : nullptr);
   });
 }
 
