@@ -43,6 +43,10 @@ int TuneCommand(const TuneCommandOptions& options, std::ostream& out) {
   request.micro_batch_sizes = TuneMicroBatchSizes(config);
   request.states = {config.optimizer.state};
   request.repeats = options.repeats;
+  const int processes =
+      options.max_processes > 0 ? options.max_processes : DefaultMaxProcesses(config);
+  request.concurrency.clear();
+  for (int p = 1; p <= processes; ++p) request.concurrency.push_back(p);
   const Clock::time_point start = Clock::now();
   const MeasuredCosts measured = naming([&] { return MeasureCosts(config, request); });
   out << fmt::format("measured on this machine in {:.1f} s ({} thread{} per process):\n",

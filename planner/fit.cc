@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <thread>
 
 #include "core/error.h"
 #include "core/units.h"
@@ -309,6 +310,8 @@ ProfileRequest FitProfileRequest(const Config& config) {
   if (config.optimizer.state == OptimizerState::kF32)
     request.states.push_back(OptimizerState::kInt8);
   request.repeats = 3;
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  for (int p = 2; p <= cores / config.device.threads; ++p) request.concurrency.push_back(p);
   return request;
 }
 

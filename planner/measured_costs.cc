@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <barrier>
 #include <cmath>
 #include <functional>
 #include <memory>
@@ -60,103 +61,221 @@ double TimeIt(Backend& backend, const std::function<void()>& fn) {
   return Seconds(Clock::now() - start);
 }
 
-// F, B, I and W of one layer on one micro-batch: the median of `repeats` after a warm-up.
-LayerTimes TimeLayer(Backend& backend, Layer& layer, const Tensor& x, const Tensor& dy,
-                     const MicroBatch& batch, int repeats) {
+// One layer on one micro-batch, timed repeatedly: F, B, then F again, I and W.
+struct LayerCase {
+  Backend* backend = nullptr;
+  Layer* layer = nullptr;
+  bool selective = false;
+  MicroBatch batch;
+  Tensor x, dy;
   std::vector<double> f, b, i, w;
-  const BackwardArgs args;
-  for (int r = 0; r <= repeats; ++r) {
+
+  void TimeOnce(bool keep) {
+    const BackwardArgs args;
+    layer->set_selective_recompute(selective);
     Stash stash;
     Tensor y;
-    const double forward = TimeIt(backend, [&] { y = layer.Forward(x, batch, stash); });
+    const double forward = TimeIt(*backend, [&] { y = layer->Forward(x, batch, stash); });
     y = Tensor();
-    const double backward = TimeIt(backend, [&] { layer.Backward(dy, batch, stash, args); });
+    const double backward = TimeIt(*backend, [&] { layer->Backward(dy, batch, stash, args); });
     Stash split;
-    y = layer.Forward(x, batch, split);
+    y = layer->Forward(x, batch, split);
     y = Tensor();
-    const double input = TimeIt(backend, [&] { layer.BackwardInput(dy, batch, split, args); });
-    const double weight = TimeIt(backend, [&] { layer.BackwardWeight(split); });
-    if (r == 0) continue;  // warm-up: first-touch pages, GEMM primitives created
+    const double input = TimeIt(*backend, [&] { layer->BackwardInput(dy, batch, split, args); });
+    const double weight = TimeIt(*backend, [&] { layer->BackwardWeight(split); });
+    layer->set_selective_recompute(false);
+    if (!keep) return;  // warm-up: first-touch pages, GEMM primitives created
     f.push_back(forward);
     b.push_back(backward);
     i.push_back(input);
     w.push_back(weight);
   }
-  return {Median(f), Median(b), Median(i), Median(w)};
-}
+  LayerTimes Medians() const { return {Median(f), Median(b), Median(i), Median(w)}; }
+};
 
-// One layer's step-end share: its gradients' sum of squares, one AdamW step, zeroing them.
-double TimeUpdate(Backend& backend, Layer& layer, const Config& config, OptimizerState state,
-                  int repeats) {
-  const TrainConfig& t = config.train;
+// One layer's step-end share, timed repeatedly: its gradients' sum of squares, one AdamW step,
+// zeroing them.
+struct UpdateCase {
+  Backend* backend = nullptr;
+  Layer* layer = nullptr;
+  std::unique_ptr<Optimizer> optimizer;
+  std::vector<double> times;
+  int64_t steps = 0;
+
+  void TimeOnce(bool keep) {
+    const double seconds = TimeIt(*backend, [&] {
+      double sum = 0;
+      for (Param* p : layer->params()) sum += backend->SumOfSquares(p->grad);
+      optimizer->Step(1e-4f, ++steps, static_cast<float>(1.0 / (1.0 + sum)));
+      for (Param* p : layer->params()) backend->Zero(p->grad);
+    });
+    if (keep) times.push_back(seconds);
+  }
+};
+
+AdamWConfig HyperOf(const TrainConfig& t) {
   AdamWConfig hyper;
   hyper.lr = static_cast<float>(t.lr);
   hyper.beta1 = static_cast<float>(t.beta1);
   hyper.beta2 = static_cast<float>(t.beta2);
   hyper.eps = static_cast<float>(t.eps);
   hyper.weight_decay = static_cast<float>(t.weight_decay);
-  Optimizer optimizer(backend, layer.params(), hyper, state == OptimizerState::kInt8);
-  std::vector<double> times;
-  for (int r = 0; r <= repeats; ++r) {
-    const double seconds = TimeIt(backend, [&] {
-      double sum = 0;
-      for (Param* p : layer.params()) sum += backend.SumOfSquares(p->grad);
-      optimizer.Step(hyper.lr, r + 1, static_cast<float>(1.0 / (1.0 + sum)));
-      for (Param* p : layer.params()) backend.Zero(p->grad);
-    });
-    if (r > 0) times.push_back(seconds);
-  }
-  return Median(times);
+  return hyper;
 }
 
+// A layer's case at micro-batch size `b`: random tokens, targets, input and output gradient.
+LayerCase MakeCase(Backend& backend, Layer& layer, LayerKind kind, const Config& config,
+                   DType dtype, int64_t b, Rng& rng) {
+  const int64_t seq_len = SequenceLength(config);
+  LayerCase c;
+  c.backend = &backend;
+  c.layer = &layer;
+  c.batch.tokens = RandomTokens(backend, {b, seq_len}, config.model.vocab_size, rng);
+  c.batch.targets = RandomTokens(backend, {b, seq_len}, config.model.vocab_size, rng);
+  if (config.data.packing) {  // one document per row: the layers read the starts
+    c.batch.segment_starts =
+        Tensor::Zeros(backend.allocator(), {b, seq_len}, DType::kI32, MemCategory::kActivations);
+  }
+  const Shape act = {b, seq_len, config.model.width};
+  if (kind != LayerKind::kEmbedding) c.x = RandomTensor(backend, act, dtype, rng);
+  if (kind != LayerKind::kHead) c.dy = RandomTensor(backend, act, dtype, rng);
+  return c;
+}
+
+// Every layer kind x micro-batch size (x selective, when the layer recomputes) and every update,
+// timed round-robin, one repetition of each per round, so that a change in the machine's load
+// while profiling affects every figure alike.
 void ProfileLayers(const Config& config, const ProfileRequest& request, MeasuredCosts& out) {
   const ModelDims dims = DimsOf(config.model);
   const std::map<LayerKind, LayerSpec> kinds = KindsOf(GraphOf(config.model));
-  const int64_t seq_len = SequenceLength(config);
-  const bool flash = config.model.attention == AttentionKind::kFlash;
+  MemoryLedger ledger;
+  std::unique_ptr<Backend> backend = MakeCpuBackend(ledger, config.device.threads);
+  std::vector<std::unique_ptr<Layer>> layers;
+  std::vector<LayerCase> cases;
+  std::vector<std::tuple<DType, LayerKind, int64_t>> case_keys;
+  std::vector<UpdateCase> updates;
+  std::vector<std::tuple<DType, LayerKind, OptimizerState>> update_keys;
   for (DType dtype : request.dtypes) {
-    MemoryLedger ledger;
-    std::unique_ptr<Backend> backend = MakeCpuBackend(ledger, config.device.threads);
     for (const auto& [kind, spec] : kinds) {
-      std::unique_ptr<Layer> layer =
-          BuildLayer(spec, dims, *backend, dtype, dtype, config.train.seed);
-      layer->set_flash_attention(flash);
+      layers.push_back(BuildLayer(spec, dims, *backend, dtype, dtype, config.train.seed));
+      Layer& layer = *layers.back();
+      layer.set_flash_attention(config.model.attention == AttentionKind::kFlash);
       int64_t params = 0;
-      for (Param* p : layer->params()) {
+      for (Param* p : layer.params()) {
         backend->Zero(p->grad);
         params += p->value.numel();
       }
       out.params[kind] = params;
+      layer.set_selective_recompute(true);
+      const bool recomputes = layer.selective_recompute();
+      layer.set_selective_recompute(false);
       Rng rng = Rng::ForStream(config.train.seed, {static_cast<uint64_t>(kind)});
       for (int64_t b : request.micro_batch_sizes) {
-        MicroBatch batch;
-        batch.tokens = RandomTokens(*backend, {b, seq_len}, config.model.vocab_size, rng);
-        batch.targets = RandomTokens(*backend, {b, seq_len}, config.model.vocab_size, rng);
-        if (config.data.packing) {  // one document per row: the layers read the starts
-          batch.segment_starts = Tensor::Zeros(backend->allocator(), {b, seq_len}, DType::kI32,
-                                               MemCategory::kActivations);
+        LayerCase c = MakeCase(*backend, layer, kind, config, dtype, b, rng);
+        for (bool selective : {false, true}) {
+          if (selective && !recomputes) break;
+          c.selective = selective;
+          cases.push_back(c);
+          case_keys.emplace_back(dtype, kind, b);
         }
-        const Shape act = {b, seq_len, dims.width};
-        const Tensor x =
-            kind == LayerKind::kEmbedding ? Tensor() : RandomTensor(*backend, act, dtype, rng);
-        const Tensor dy =
-            kind == LayerKind::kHead ? Tensor() : RandomTensor(*backend, act, dtype, rng);
-        KindTimes times;
-        layer->set_selective_recompute(false);
-        times.plain = TimeLayer(*backend, *layer, x, dy, batch, request.repeats);
-        layer->set_selective_recompute(true);
-        times.selective = layer->selective_recompute()
-                              ? TimeLayer(*backend, *layer, x, dy, batch, request.repeats)
-                              : times.plain;
-        layer->set_selective_recompute(false);
-        out.layers[{dtype, b}][kind] = times;
       }
       for (OptimizerState state : request.states) {
-        out.update[{dtype, state}][kind] =
-            TimeUpdate(*backend, *layer, config, state, request.repeats);
+        UpdateCase u;
+        u.backend = backend.get();
+        u.layer = &layer;
+        u.optimizer = std::make_unique<Optimizer>(*backend, layer.params(), HyperOf(config.train),
+                                                  state == OptimizerState::kInt8);
+        updates.push_back(std::move(u));
+        update_keys.emplace_back(dtype, kind, state);
       }
     }
   }
+  for (int r = 0; r <= request.repeats; ++r) {
+    for (LayerCase& c : cases) c.TimeOnce(r > 0);
+    for (UpdateCase& u : updates) u.TimeOnce(r > 0);
+  }
+  for (size_t n = 0; n < cases.size(); ++n) {
+    const auto& [dtype, kind, b] = case_keys[n];
+    KindTimes& times = out.layers[{dtype, b}][kind];
+    times.selective = cases[n].Medians();
+    if (!cases[n].selective) times.plain = times.selective;
+  }
+  for (size_t n = 0; n < updates.size(); ++n) {
+    const auto& [dtype, kind, state] = update_keys[n];
+    out.update[{dtype, state}][kind] = Median(updates[n].times);
+  }
+}
+
+// F + B of one block (the graph's second layer; its first when it has one or two) on a backend
+// of its own at micro-batch size `b`, the median of `repeats` after a warm-up. `ready` is called
+// once everything is built, before the timing starts.
+double TimeBlockStep(const Config& config, int64_t b, int repeats,
+                     const std::function<void()>& ready) {
+  MemoryLedger ledger;
+  std::unique_ptr<Backend> backend = MakeCpuBackend(ledger, config.device.threads);
+  const std::vector<LayerSpec> graph = GraphOf(config.model);
+  const LayerSpec& spec = graph.size() > 2 ? graph[1] : graph[0];
+  const DType dtype = config.precision.dtype;
+  std::unique_ptr<Layer> layer =
+      BuildLayer(spec, DimsOf(config.model), *backend, dtype, dtype, config.train.seed);
+  layer->set_flash_attention(config.model.attention == AttentionKind::kFlash);
+  for (Param* p : layer->params()) backend->Zero(p->grad);
+  Rng rng = Rng::ForStream(config.train.seed, {99});
+  LayerCase c = MakeCase(*backend, *layer, spec.kind, config, dtype, b, rng);
+  ready();
+  for (int r = 0; r <= repeats; ++r) c.TimeOnce(r > 0);
+  const LayerTimes t = c.Medians();
+  return t.forward + t.backward;
+}
+
+// How much slower a block's F + B runs when `p` copies run at once (one per thread, as p
+// processes of a job would): shared cores, caches, memory bandwidth and whatever else this
+// machine is running. In three rounds, one copy alone then p together (each the median of a few
+// repetitions); the median of the rounds' ratios.
+void ProfileContention(const Config& config, const ProfileRequest& request, MeasuredCosts& out) {
+  const int64_t b = MicroBatchSize(config);
+  const int repeats = std::max(2, request.repeats / 2);
+  out.slowdown[1] = 1.0;
+  for (int p : request.concurrency) {
+    if (p <= 1) continue;
+    std::vector<double> ratios;
+    for (int round = 0; round < 3; ++round) {
+      const double alone = TimeBlockStep(config, b, repeats, [] {});
+      std::vector<double> together(static_cast<size_t>(p));
+      std::vector<std::string> errors(static_cast<size_t>(p));
+      std::barrier start(p);
+      std::vector<std::thread> threads;
+      for (size_t i = 0; i < together.size(); ++i) {
+        threads.emplace_back([&, i] {
+          bool arrived = false;
+          try {
+            together[i] = TimeBlockStep(config, b, repeats, [&] {
+              arrived = true;
+              start.arrive_and_wait();
+            });
+          } catch (const std::exception& e) {
+            errors[i] = e.what();
+            if (!arrived) start.arrive_and_drop();
+          }
+        });
+      }
+      for (std::thread& t : threads) t.join();
+      for (const std::string& e : errors) {
+        BATON_CHECK(e.empty(), "timing {} blocks at once: {}", p, e);
+      }
+      ratios.push_back(Median(together) / alone);
+    }
+    out.slowdown[p] = std::max(1.0, Median(ratios));
+  }
+}
+
+// The slowdown for `processes` busy at once: measured, else that of the most measured below it.
+double SlowdownFor(const MeasuredCosts& measured, int processes) {
+  double factor = 1.0;
+  for (const auto& [p, s] : measured.slowdown) {
+    if (p <= processes) factor = s;
+  }
+  return factor;
 }
 
 // One-way seconds of a message of `bytes` between two Gloo ranks (threads of this process, over
@@ -268,6 +387,7 @@ MeasuredCosts MeasureCosts(const Config& config, const ProfileRequest& request) 
   MeasuredCosts out;
   ProfileLayers(config, request, out);
   ProfileMessages(config, request, out);
+  ProfileContention(config, request, out);
   return out;
 }
 
@@ -290,16 +410,17 @@ Costs MeasuredScheduleCosts(const Plan& plan, const MeasuredCosts& measured) {
   const double message =
       measured.message_latency_s +
       (measured.message_bytes_per_s > 0 ? message_bytes / measured.message_bytes_per_s : 0.0);
+  const double slowdown = SlowdownFor(measured, plan.world_size());
   Costs costs;
   for (size_t j = 0; j < plan.virtual_stages.size(); ++j) {
     ActionCosts c{0, 0, 0, 0, plan.num_stages() > 1 ? message : 0.0};
     for (int i = plan.virtual_stages[j].first; i <= plan.virtual_stages[j].last; ++i) {
       const LayerTimes t = UnderPolicy(TimesOf(layers, plan.graph[static_cast<size_t>(i)].kind),
                                        plan.config.parallel.checkpoint);
-      c.forward += t.forward;
-      c.backward += t.backward;
-      c.backward_input += t.backward_input;
-      c.backward_weight += t.backward_weight;
+      c.forward += slowdown * t.forward;
+      c.backward += slowdown * t.backward;
+      c.backward_input += slowdown * t.backward_input;
+      c.backward_weight += slowdown * t.backward_weight;
     }
     costs.per_virtual_stage[static_cast<int>(j)] = c;
   }
@@ -313,6 +434,7 @@ StepPrediction PredictMeasuredStep(const Plan& plan, const MeasuredCosts& measur
   BATON_CHECK(update != measured.update.end(), "no measured step end for {} with {} state",
               Name(dtype), Name(plan.config.optimizer.state));
   const int replicas = plan.num_replicas();
+  const int world = plan.world_size();
   StepPrediction p;
   p.makespan = sim.makespan;
   p.bubble = sim.bubble_fraction;
@@ -330,13 +452,13 @@ StepPrediction PredictMeasuredStep(const Plan& plan, const MeasuredCosts& measur
     }
     // ZeRO-1 steps 1/R of the state; without it every replica steps all of it.
     if (plan.config.parallel.zero == 1) seconds /= replicas;
+    seconds *= SlowdownFor(measured, world);
     p.step_end = std::max(p.step_end, seconds);
     largest_stage_params = std::max(largest_stage_params, params);
   }
   // The step end's flags all-reduce over every rank; a tied parameter split across stages (the
   // embedding's wte) is summed between them; replicas reduce every gradient (f32) and, with
   // ZeRO-1, gather the parameters back: each a ring of 2(n-1) transfers of 1/n of the bytes.
-  const int world = plan.world_size();
   const double latency = measured.message_latency_s;
   const double rate = measured.message_bytes_per_s > 0 ? measured.message_bytes_per_s : 1e300;
   if (world > 1) p.collectives += 2.0 * (world - 1) * latency;
@@ -376,6 +498,10 @@ std::string FormatMeasuredCosts(const MeasuredCosts& measured) {
   }
   out += fmt::format("message: {:.1f} us latency, {:.2f} GB/s (Gloo, loopback)\n",
                      1e6 * measured.message_latency_s, measured.message_bytes_per_s / 1e9);
+  for (const auto& [processes, factor] : measured.slowdown) {
+    if (processes > 1)
+      out += fmt::format("{} processes at once: each {:.2f}x slower\n", processes, factor);
+  }
   return out;
 }
 

@@ -7,13 +7,15 @@
 // full backward (B), the input backward (I) and the weight backward (W), each with everything
 // stashed and under selective recompute (whose B and I include what they recompute). Per precision
 // and optimizer state: a layer's share of the step end (zeroing its gradients, their sum of
-// squares for the clip, one AdamW step). Once: the latency of a small message between two Gloo
-// ranks over loopback and the rate of an activation-sized one. Every figure is the median of the
-// repetitions after one warm-up.
+// squares for the clip, one AdamW step). Per number of processes P the job may run: how much
+// slower a block computes when P copies run at once (MeasuredCosts::slowdown). Once: the latency of
+// a small message between two Gloo ranks over loopback and the rate of an activation-sized one.
+// Every figure is the median of the repetitions after one warm-up.
 //
 // What the simulator (scheduler/simulator.h) is charged per virtual stage: F = the sum of its
 // layers' F; B = their B plus, under every:K, their F again (the engine reruns each segment's
-// forward before its backward); I likewise; W = their W; COMM = latency + activation bytes / rate.
+// forward before its backward); I likewise; W = their W; each times the slowdown of the plan's
+// process count; COMM = latency + activation bytes / rate.
 // The predicted step adds to the simulated makespan the slowest rank's step end and the step
 // end's collectives (PredictMeasuredStep). Memory is not measured here: the memory planner
 // (memory_planner.h) is exact already.
@@ -56,6 +58,11 @@ struct MeasuredCosts {
   std::map<LayerKind, int64_t> params;
   double message_latency_s = 0;    // one small message, one way
   double message_bytes_per_s = 0;  // transfer rate of an activation-sized message
+  // Processes busy at once -> how much slower each computes than one alone (a block's F + B at
+  // the config's micro-batch size run in that many threads at once); 1 for one process. A plan of
+  // P processes has its compute and step end scaled by slowdown[P] (else the largest measured
+  // below P; none: 1).
+  std::map<int, double> slowdown;
 };
 
 // What to profile: every combination of these (default: the config's own).
@@ -63,7 +70,8 @@ struct ProfileRequest {
   std::vector<DType> dtypes;
   std::vector<int64_t> micro_batch_sizes;  // sequences per micro-batch
   std::vector<OptimizerState> states;
-  int repeats = 5;  // timed repetitions after one warm-up; the median is kept
+  int repeats = 5;                     // timed repetitions after one warm-up; the median is kept
+  std::vector<int> concurrency = {1};  // process counts whose slowdown is measured
 };
 
 // Times the config's layer kinds on the CPU backend with device.threads threads (GPU stages are

@@ -180,6 +180,11 @@ std::string SetFlags(const Config& c, const Config& base) {
 
 }  // namespace
 
+int DefaultMaxProcesses(const Config& config) {
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  return std::max(1, cores / config.device.threads);
+}
+
 std::vector<int64_t> TuneMicroBatchSizes(const Config& config) {
   std::vector<int64_t> sizes;
   for (int m : MicroBatchCounts(config)) sizes.push_back(config.train.batch_size / m);
@@ -189,11 +194,8 @@ std::vector<int64_t> TuneMicroBatchSizes(const Config& config) {
 
 TuneResult Tune(const Config& config, const MeasuredCosts& measured, const TuneOptions& options) {
   const int num_layers = static_cast<int>(GraphOf(config.model).size());
-  int max_processes = options.max_processes;
-  if (max_processes <= 0) {
-    const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-    max_processes = std::max(1, cores / config.device.threads);
-  }
+  const int max_processes =
+      options.max_processes > 0 ? options.max_processes : DefaultMaxProcesses(config);
   const int max_stages =
       std::min(options.max_stages > 0 ? options.max_stages : max_processes, num_layers);
   BATON_CHECK(options.budget >= 0, "--memory-budget must not be negative");

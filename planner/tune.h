@@ -67,6 +67,9 @@ struct TuneResult {
   std::string set_flags;  // `--set` flags turning the given config into the best
 };
 
+// --max-processes' default: this machine's cores / device.threads, at least 1.
+int DefaultMaxProcesses(const Config& config);
+
 // The micro-batch sizes (sequences) the search needs profiled: batch_size / m for every m
 // searched (each divisor of train.batch_size).
 std::vector<int64_t> TuneMicroBatchSizes(const Config& config);

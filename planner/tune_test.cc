@@ -182,6 +182,26 @@ TEST(MeasuredCostsTest, CheckpointingChargesItsRecomputeToBackward) {
   EXPECT_DOUBLE_EQ(p.seconds, p.makespan + p.step_end + p.collectives);
 }
 
+TEST(MeasuredCostsTest, ComputeIsScaledByTheSlowdownOfTheJobsProcessCount) {
+  MeasuredCosts measured = Synthetic(Tiny(), 0.01, 0.02);
+  const Plan one = MakePlan(Tiny());
+  const Plan two = MakePlan(Tiny({"parallel.stages=2"}));
+  const ActionCosts alone = MeasuredScheduleCosts(two, measured).For(1);
+  const double one_step_end = PredictMeasuredStep(one, measured).step_end;
+  measured.slowdown = {{1, 1.0}, {2, 1.5}};
+  const ActionCosts shared = MeasuredScheduleCosts(two, measured).For(1);
+  EXPECT_DOUBLE_EQ(shared.forward, 1.5 * alone.forward);
+  EXPECT_DOUBLE_EQ(shared.backward, 1.5 * alone.backward);
+  EXPECT_DOUBLE_EQ(shared.communication, alone.communication);
+  EXPECT_DOUBLE_EQ(PredictMeasuredStep(one, measured).step_end, one_step_end);
+  // Three processes, not measured: the largest count measured below (2) applies.
+  const Plan three = MakePlan(Tiny({"parallel.stages=3"}));
+  measured.slowdown = {};
+  const double unscaled = MeasuredScheduleCosts(three, measured).For(0).forward;
+  measured.slowdown = {{1, 1.0}, {2, 1.5}};
+  EXPECT_DOUBLE_EQ(MeasuredScheduleCosts(three, measured).For(0).forward, 1.5 * unscaled);
+}
+
 TEST(MeasuredCostsTest, ProfilingGivesPositiveFiniteTimesForEveryLayerKind) {
   const Config config = Tiny({"model.width=32", "model.num_heads=2", "data.seq_len=8"});
   ProfileRequest request;
@@ -189,7 +209,10 @@ TEST(MeasuredCostsTest, ProfilingGivesPositiveFiniteTimesForEveryLayerKind) {
   request.micro_batch_sizes = {1, 2};
   request.states = {OptimizerState::kF32, OptimizerState::kInt8};
   request.repeats = 1;
+  request.concurrency = {1, 2};
   const MeasuredCosts m = MeasureCosts(config, request);
+  ASSERT_EQ(m.slowdown.count(2), 1u);
+  EXPECT_TRUE(std::isfinite(m.slowdown.at(2)) && m.slowdown.at(2) >= 1.0);
   const auto positive = [](double s) { return std::isfinite(s) && s > 0; };
   for (int64_t b : request.micro_batch_sizes) {
     const auto& kinds = m.layers.at({DType::kF32, b});
