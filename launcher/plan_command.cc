@@ -3,6 +3,7 @@
 #include "launcher/plan_command.h"
 
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
 
 #include <nlohmann/json.hpp>
 
@@ -66,6 +67,7 @@ Plan PlanConfig(const Config& config, const std::string& config_path, int64_t bu
     const bool measure = memory.fit && config.device.type == DeviceType::kCpu;
     const MeasuredCosts measured =
         measure ? MeasureCosts(config, FitProfileRequest(config)) : MeasuredCosts();
+    if (measure) spdlog::debug("--fit measured:\n{}", FormatMeasuredCosts(measured));
     return PlanForBudget(config, budget, memory.fit, memory.max_stages,
                          memory.fit && !measure ? MeasureStepRates(config) : StepRates(), fit,
                          memory.max_processes, measure ? &measured : nullptr);

@@ -17,7 +17,7 @@ struct TuneCommandOptions {
   int max_stages = 0;     // 0: max_processes
   int max_processes = 0;  // 0: this machine's cores / device.threads
   std::string out = "tuned.yaml";
-  int repeats = 5;  // timed repetitions per measurement (after a warm-up)
+  int repeats = 7;  // timed repetitions per measurement (after a warm-up)
   int top = 15;     // rows of the table
 };
 

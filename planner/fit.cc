@@ -309,7 +309,7 @@ ProfileRequest FitProfileRequest(const Config& config) {
   request.states = {config.optimizer.state};
   if (config.optimizer.state == OptimizerState::kF32)
     request.states.push_back(OptimizerState::kInt8);
-  request.repeats = 3;
+  request.repeats = 5;
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   for (int p = 2; p <= cores / config.device.threads; ++p) request.concurrency.push_back(p);
   return request;

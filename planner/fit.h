@@ -15,12 +15,13 @@
 //      stages x replicas processes; replicas must divide the micro-batches.
 // Every combination is a candidate; its level is the costliest lever it pulls. The configuration
 // as it is wins when it fits. Otherwise precision and checkpointing compete on predicted step
-// time on this machine (step_time.h: the simulator with FLOP costs, recompute included, at the
-// machine's rate for each precision), so that bf16 is not chosen where it is slower than an fp32
-// checkpointed candidate that fits (CPUs); more micro-batches come next, then 8-bit optimizer
-// state, then more stages, then replicas, each only when nothing cheaper fits, again the fastest
-// within the level. Ties go to fewer changes. No candidate fitting is an error naming the
-// smallest peak any of them reaches.
+// time on this machine (with FitOptions::measured, measured_costs.h: each layer kind profiled
+// here in each precision, through the simulator; else step_time.h: the simulator with FLOP
+// costs, recompute included, at the machine's rate for each precision), so that bf16 is not chosen
+// where it is slower than an fp32 checkpointed candidate that fits (CPUs); more micro-batches come
+// next, then 8-bit optimizer state, then more stages, then replicas, each only when nothing cheaper
+// fits, again the fastest within the level. Ties go to fewer changes. No candidate fitting is an
+// error naming the smallest peak any of them reaches.
 #pragma once
 
 #include <cstdint>
