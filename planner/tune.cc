@@ -312,11 +312,14 @@ std::string FormatTuneTable(const TuneResult& result, int64_t budget, int top) {
                        1e3 * c.prediction.seconds, 100 * c.prediction.bubble, peaks,
                        c.fits ? "yes" : "no");
   }
-  out += fmt::format(
-      "searched {} candidates ({} more could not be planned); memory predicted for {} of them "
-      "(the others are predicted slower than the {} fastest that fit){}\n",
-      result.searched, result.invalid, result.checked, top,
-      budget > 0 ? fmt::format("; budget {} per process", FormatBytes(budget)) : "");
+  out +=
+      fmt::format("searched {} candidates ({} more could not be planned); memory predicted for {}",
+                  result.searched, result.invalid, result.checked);
+  if (result.checked < result.searched) {
+    out += fmt::format(" (the others are predicted slower than the {} fastest that fit)", top);
+  }
+  if (budget > 0) out += fmt::format("; budget {} per process", FormatBytes(budget));
+  out += "\n";
   const TuneCandidate& best = result.ranked.front();
   out += fmt::format(
       "best: {} {} cut {}: predicted {:.1f} ms per step = simulated schedule {:.1f} + step end "
