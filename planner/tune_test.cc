@@ -12,6 +12,7 @@
 
 #include "core/error.h"
 #include "model/from_config.h"
+#include "planner/fit.h"
 #include "planner/memory_planner.h"
 #include "planner/planner.h"
 #include "scheduler/generators.h"
@@ -237,6 +238,57 @@ TEST(MeasuredCostsTest, ProfilingGivesPositiveFiniteTimesForEveryLayerKind) {
   const Plan plan = MakePlan(Tiny({"model.width=32", "model.num_heads=2", "data.seq_len=8",
                                    "parallel.stages=2", "train.micro_batches=2"}));
   EXPECT_TRUE(positive(PredictMeasuredStep(plan, m).seconds));
+}
+
+// Synthetic measured costs covering `request`: a block's forward `block[dtype]` seconds per
+// sequence, other layers a tenth of it; B = 2F, I = W = F (selective: B and I a fifth more).
+MeasuredCosts SyntheticFor(const ProfileRequest& request, const std::map<DType, double>& block) {
+  MeasuredCosts m;
+  for (DType dtype : request.dtypes) {
+    for (LayerKind kind : {LayerKind::kEmbedding, LayerKind::kBlock, LayerKind::kHead}) {
+      const double f = block.at(dtype) * (kind == LayerKind::kBlock ? 1.0 : 0.1);
+      for (int64_t b : request.micro_batch_sizes) {
+        const double fb = f * static_cast<double>(b);
+        m.layers[{dtype, b}][kind] = {{fb, 2 * fb, fb, fb}, {fb, 2.2 * fb, 1.2 * fb, fb}};
+      }
+      for (OptimizerState state : request.states) m.update[{dtype, state}][kind] = f / 100;
+      m.params[kind] = 1000;
+    }
+  }
+  return m;
+}
+
+TEST(FitWithMeasuredCostsTest, RanksByTheMeasuredStepNotTheFlopRates) {
+  // gpt-small-cpu on 4 stages: a budget that bf16 and fp32 with selective recompute both meet
+  // and the configuration as it is does not (as FitTest.PrecisionAndCheckpointingCompete...).
+  const auto small = [](const std::vector<std::string>& overrides) {
+    std::vector<std::string> all = {"train.steps=1", "parallel.stages=4"};
+    all.insert(all.end(), overrides.begin(), overrides.end());
+    return LoadConfig(std::string(BATON_SOURCE_DIR) + "/configs/gpt-small-cpu.yaml", all);
+  };
+  const auto leanest = [&](const std::vector<std::string>& overrides) {
+    return MaxOf(PartitionWithinBudget(MakePlan(small(overrides)), 1).totals);
+  };
+  const int64_t budget =
+      std::max(leanest({"precision.dtype=bf16"}), leanest({"parallel.checkpoint=selective"}));
+  ASSERT_LT(budget, leanest({}));
+  const Config base = small({});
+  const ProfileRequest request = FitProfileRequest(base);
+  // GPU-like FLOP rates say bf16, but bf16 measured twice as slow here: fp32 is chosen.
+  const MeasuredCosts slow_bf16 =
+      SyntheticFor(request, {{DType::kF32, 0.01}, {DType::kBF16, 0.02}});
+  FitOptions options{budget, StepRates(60e12, 800e12), 0, 0, &slow_bf16};
+  const FitResult fp32 = FitToBudget(base, options);
+  EXPECT_EQ(fp32.config.precision.dtype, DType::kF32) << FormatFitTable(fp32, budget);
+  // CPU-like rates say fp32, but bf16 measured four times as fast: bf16 is chosen.
+  const MeasuredCosts fast_bf16 =
+      SyntheticFor(request, {{DType::kF32, 0.01}, {DType::kBF16, 0.0025}});
+  options = {budget, StepRates(100e9, 50e9), 0, 0, &fast_bf16};
+  const FitResult bf16 = FitToBudget(base, options);
+  EXPECT_EQ(bf16.config.precision.dtype, DType::kBF16) << FormatFitTable(bf16, budget);
+  const Plan chosen = MakePlan(bf16.config, budget);
+  EXPECT_DOUBLE_EQ(bf16.candidates[static_cast<size_t>(bf16.chosen)].step_seconds,
+                   PredictMeasuredStep(chosen, fast_bf16).seconds);
 }
 
 TEST(ExplicitCutTest, ParallelCutIsTheCutTakenAsIs) {
