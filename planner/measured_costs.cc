@@ -196,6 +196,14 @@ void ProfileLayers(const Config& config, const ProfileRequest& request, Measured
   }
   for (size_t n = 0; n < cases.size(); ++n) {
     const auto& [dtype, kind, b] = case_keys[n];
+    if (kind == LayerKind::kBlock && b == MicroBatchSize(config) && !cases[n].selective &&
+        dtype == request.dtypes.front()) {
+      std::vector<double> rounds;
+      for (size_t r = 0; r < cases[n].f.size(); ++r)
+        rounds.push_back(cases[n].f[r] + cases[n].b[r]);
+      const auto [low, high] = std::minmax_element(rounds.begin(), rounds.end());
+      out.spread = (*high - *low) / Median(rounds);
+    }
     KindTimes& times = out.layers[{dtype, b}][kind];
     times.selective = cases[n].Medians();
     if (!cases[n].selective) times.plain = times.selective;
@@ -498,6 +506,13 @@ std::string FormatMeasuredCosts(const MeasuredCosts& measured) {
   }
   out += fmt::format("message: {:.1f} us latency, {:.2f} GB/s (Gloo, loopback)\n",
                      1e6 * measured.message_latency_s, measured.message_bytes_per_s / 1e9);
+  if (measured.spread > 0) {
+    out +=
+        fmt::format("spread of a block's F + B over the rounds: {:.0f}%{}\n", 100 * measured.spread,
+                    measured.spread > 0.25 ? " (the machine's load changed while profiling: "
+                                             "the figures deserve a second run)"
+                                           : "");
+  }
   for (const auto& [processes, factor] : measured.slowdown) {
     if (processes > 1)
       out += fmt::format("{} processes at once: each {:.2f}x slower\n", processes, factor);

@@ -63,6 +63,10 @@ struct MeasuredCosts {
   // P processes has its compute and step end scaled by slowdown[P] (else the largest measured
   // below P; none: 1).
   std::map<int, double> slowdown;
+  // How steady the machine was while profiling: (max - min) / median of a block's F + B at the
+  // config's micro-batch size over the rounds (0 when it was not profiled). Above about 0.25 the
+  // machine's load changed while profiling and the figures deserve a second run.
+  double spread = 0;
 };
 
 // What to profile: every combination of these (default: the config's own).
