@@ -182,8 +182,9 @@ int BatonMain(int argc, char** argv) {
                        "bytes per process (60MiB, 1.5GB, 4096): candidates over it do not fit");
   tune_cmd->add_option("--max-stages", tune.max_stages,
                        "most pipeline stages (default: processes)");
-  tune_cmd->add_option("--max-processes", tune.max_processes,
-                       "stages x replicas <= this (default: cores / device.threads)");
+  tune_cmd->add_option(
+      "--max-processes", tune.max_processes,
+      "stages x replicas <= this (default: cores / device.threads, or --max-stages if more)");
   tune_cmd->add_option("--out", tune.out, "where to write the best config (default tuned.yaml)");
   tune_cmd->add_option("--repeats", tune.repeats, "timed repetitions per measurement (median)");
   tune_cmd->add_option("--top", tune.top, "rows of the ranked table");

@@ -3,6 +3,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "core/error.h"
 #include "core/files.h"
 #include "core/units.h"
@@ -43,8 +45,9 @@ int TuneCommand(const TuneCommandOptions& options, std::ostream& out) {
   request.micro_batch_sizes = TuneMicroBatchSizes(config);
   request.states = {config.optimizer.state};
   request.repeats = options.repeats;
-  const int processes =
-      options.max_processes > 0 ? options.max_processes : DefaultMaxProcesses(config);
+  const int processes = options.max_processes > 0
+                            ? options.max_processes
+                            : std::max(DefaultMaxProcesses(config), options.max_stages);
   request.concurrency.clear();
   for (int p = 1; p <= processes; ++p) request.concurrency.push_back(p);
   const Clock::time_point start = Clock::now();

@@ -194,8 +194,9 @@ std::vector<int64_t> TuneMicroBatchSizes(const Config& config) {
 
 TuneResult Tune(const Config& config, const MeasuredCosts& measured, const TuneOptions& options) {
   const int num_layers = static_cast<int>(GraphOf(config.model).size());
-  const int max_processes =
-      options.max_processes > 0 ? options.max_processes : DefaultMaxProcesses(config);
+  const int max_processes = options.max_processes > 0
+                                ? options.max_processes
+                                : std::max(DefaultMaxProcesses(config), options.max_stages);
   const int max_stages =
       std::min(options.max_stages > 0 ? options.max_stages : max_processes, num_layers);
   BATON_CHECK(options.budget >= 0, "--memory-budget must not be negative");

@@ -35,9 +35,10 @@ struct TunableSchedule {
 const std::vector<TunableSchedule>& TunableSchedules();
 
 struct TuneOptions {
-  int64_t budget = 0;     // bytes per rank; 0: none
-  int max_stages = 0;     // 0: max_processes, at most the graph's layers
-  int max_processes = 0;  // stages x replicas <= this; 0: this machine's cores / device.threads
+  int64_t budget = 0;  // bytes per rank; 0: none
+  int max_stages = 0;  // 0: max_processes, at most the graph's layers
+  // stages x replicas <= this; 0: this machine's cores / device.threads, or max_stages if more
+  int max_processes = 0;
   std::vector<TunableSchedule> schedules;  // empty: TunableSchedules()
   int top = 15;                            // candidates the ranking must get exactly right
 };
