@@ -54,7 +54,12 @@ Tensor RandomTokens(Backend& backend, Shape shape, int64_t vocab, Rng& rng) {
   return t;
 }
 
+// Seconds `fn` takes. A worker starts each compute action right after waking from a wait (for a
+// message, a collective); the scheduler favours a thread that has just woken over busy ones, so
+// on a loaded machine an action gets more of a core than a loop that never sleeps would. Each
+// timed call starts after a short sleep for the same reason.
 double TimeIt(Backend& backend, const std::function<void()>& fn) {
+  std::this_thread::sleep_for(std::chrono::microseconds(200));
   const Clock::time_point start = Clock::now();
   fn();
   backend.Synchronize();
