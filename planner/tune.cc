@@ -61,19 +61,28 @@ struct Combination {
   CheckpointPolicy checkpoint;
 };
 
-// The combination as `--set` overrides of the base config (the cut left to the tuner).
-std::vector<std::string> Overrides(const Config& base, const Combination& c) {
-  const bool zero =
-      c.replicas > 1 && base.optimizer.state == OptimizerState::kF32 && !base.prune.enabled();
-  return {"parallel.schedule=" + c.schedule.name,
-          fmt::format("parallel.chunks={}", c.schedule.chunks),
-          "parallel.schedule_file=\"\"",
-          fmt::format("parallel.stages={}", c.stages),
-          fmt::format("parallel.replicas={}", c.replicas),
-          fmt::format("parallel.zero={}", zero ? 1 : 0),
-          fmt::format("train.micro_batches={}", c.micro_batches),
-          "parallel.checkpoint=" + c.checkpoint.ToString(),
-          "parallel.cut=\"\""};
+// The base config (as YAML) with `schedule`: the name goes through the config's own parser, so
+// any name parallel.schedule accepts works. Throws baton::Error for one it does not.
+Config WithSchedule(const std::string& base_yaml, const TunableSchedule& schedule) {
+  return ParseConfigString(
+      base_yaml, "tune",
+      {"parallel.schedule=" + schedule.name, fmt::format("parallel.chunks={}", schedule.chunks),
+       "parallel.schedule_file=\"\"", "parallel.cut=\"\""});
+}
+
+// The combination applied to a config that has its schedule already (the cut left to the tuner);
+// ZeRO-1 with replicas where it applies, as --fit does. Throws baton::Error when invalid.
+Config Apply(Config config, const Combination& c) {
+  config.parallel.stages = c.stages;
+  config.parallel.replicas = c.replicas;
+  config.parallel.zero =
+      c.replicas > 1 && config.optimizer.state == OptimizerState::kF32 && !config.prune.enabled()
+          ? 1
+          : 0;
+  config.train.micro_batches = c.micro_batches;
+  config.parallel.checkpoint = c.checkpoint;
+  Validate(config);
+  return config;
 }
 
 double PredictOn(Plan& plan, const MeasuredCosts& measured, const std::vector<LayerRange>& cut) {
@@ -208,6 +217,13 @@ TuneResult Tune(const Config& config, const MeasuredCosts& measured, const TuneO
   TuneResult result;
   std::vector<Searched> all;
   for (const TunableSchedule& schedule : schedules) {
+    Config scheduled;
+    try {
+      scheduled = WithSchedule(base_yaml, schedule);
+    } catch (const Error&) {
+      ++result.invalid;  // a name this build's config does not know
+      continue;
+    }
     for (int p = 1; p <= max_stages && p <= max_processes; ++p) {
       if (p * schedule.chunks > num_layers) break;
       const int chunk_layers = (num_layers + p * schedule.chunks - 1) / (p * schedule.chunks);
@@ -218,8 +234,7 @@ TuneResult Tune(const Config& config, const MeasuredCosts& measured, const TuneO
             const Combination combination{schedule, p, r, m, policy};
             Searched s;
             try {
-              s.plan =
-                  MakePlan(ParseConfigString(base_yaml, "tune", Overrides(config, combination)));
+              s.plan = MakePlan(Apply(scheduled, combination));
             } catch (const Error&) {
               ++result.invalid;
               continue;
