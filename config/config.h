@@ -48,7 +48,22 @@ enum class OptimizerState { kF32, kInt8 };
 enum class PrunePattern { kUnstructured, k2of4 };
 enum class DataFormat { kAuto, kText, kBin };
 enum class LrSchedule { kConstant, kCosine };
-enum class ScheduleKind { kGpipe, k1F1B, kInterleaved, kZbH1 };
+enum class ScheduleKind {
+  kGpipe,
+  k1F1B,
+  kInterleaved,
+  kZbH1,
+  kZbH2,
+  kZbV,
+  kVHalf,
+  kVMin,
+  kDualPipeV,
+  kLoopedBfs
+};
+// How many model chunks a stage holds under `schedule` when the config asks for `chunks`: 2 for
+// the V-shaped ones (zb-v, v-half, v-min, dualpipev), `chunks` for the others.
+int ChunksUnder(ScheduleKind schedule, int chunks);
+bool IsVShaped(ScheduleKind schedule);
 enum class PartitionPolicy { kUniform, kParameters, kFlops };
 
 // Activation checkpointing: `none`, `every:K` (segments of K layers keep only their input) or

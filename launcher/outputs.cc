@@ -36,7 +36,7 @@ std::string ChromeTrace(const Plan& plan, const std::vector<RankResult>& results
       for (const TraceSpan& span : step.spans) {
         json args = {{"step", step.step}};
         if (span.kind != TraceSpan::Kind::kOptimizer) args["microbatch"] = span.action.microbatch;
-        events.push_back({{"name", span.Name(plan.num_stages())},
+        events.push_back({{"name", span.Name(plan.num_stages(), plan.schedule.layout)},
                           {"cat", span.kind == TraceSpan::Kind::kWait ? "wait" : "compute"},
                           {"ph", "X"},
                           {"ts", span.start_us - origin},

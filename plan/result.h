@@ -23,7 +23,7 @@ struct TraceSpan {
   double start_us = 0;
   double end_us = 0;
   // "F3", "5B2"; "wait RECV_F3", "wait SEND_B1"; "optimizer".
-  std::string Name(int num_stages) const;
+  std::string Name(int num_stages, ChunkLayout layout) const;
   bool operator==(const TraceSpan&) const = default;
 };
 

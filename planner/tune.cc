@@ -22,9 +22,13 @@ const std::vector<TunableSchedule>& TunableSchedules() {
       {"gpipe",       1},
       {"1f1b",        1},
       {"zb-h1",       1},
+      {"zb-h2",       1},
       {"interleaved", 2},
-      // V-shaped schedules, as scheduler/generators.cc gains them: {"zb-v", 2}, {"v-half", 2},
-      // {"v-min", 2}, {"dualpipev", 2}, {"looped-bfs", 2}.
+      {"looped-bfs",  2},
+      {"zb-v",        2},
+      {"v-half",      2},
+      {"v-min",       2},
+      {"dualpipev",   2},
   };
   // clang-format on
   return kSchedules;
