@@ -15,6 +15,7 @@
 #include <nlohmann/json_fwd.hpp>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "config/layer_kind.h"
@@ -80,6 +81,12 @@ struct CheckpointPolicy {
 
 // Parses "none" | "every:K" (K >= 1) | "selective"; throws baton::Error otherwise.
 CheckpointPolicy ParseCheckpointPolicy(std::string_view text);
+
+// parallel.cut: "A-B,C-D,..." -> {{A, B}, {C, D}, ...} (first, last layer of each virtual stage,
+// each first <= last, each starting right after the previous one ends, the first at 0); "" gives
+// {}. Throws baton::Error otherwise. FormatCut is its inverse.
+std::vector<std::pair<int, int>> ParseCut(std::string_view text);
+std::string FormatCut(const std::vector<std::pair<int, int>>& ranges);
 
 // The names used in YAML: "gpt", "embedding", "bin", "cosine", "1f1b", "flops", ...
 std::string_view Name(ModelPreset preset);
@@ -178,6 +185,9 @@ struct ParallelConfig {
   std::string schedule_file;  // a schedule saved as CSV; when set it replaces `schedule`
   int chunks = 1;             // model chunks per stage (interleaved, or a schedule file)
   PartitionPolicy partition = PartitionPolicy::kFlops;
+  // An explicit cut, e.g. "0-4,5-9": the first-last graph layers of each virtual stage in order
+  // (what `baton tune` writes); "" = cut by `partition`. The planner checks it covers the graph.
+  std::string cut;
   CheckpointPolicy checkpoint;
   int replicas = 1;  // data-parallel replicas of the whole pipeline
   int zero = 0;      // 1: ZeRO-1, optimizer state and fp32 masters sharded across the replicas

@@ -83,6 +83,7 @@ void VisitParallel(ParallelConfig& p, FieldVisitor& v) {
   v.VisitString("schedule_file", p.schedule_file);
   v.Int("chunks", p.chunks, IntRule{1, kMaxChunks});
   v.Enum("partition", p.partition, kPartitionNames);
+  v.VisitString("cut", p.cut);
   v.VisitCheckpoint("checkpoint", p.checkpoint);
   v.Int("replicas", p.replicas, IntRule{1, kMaxStages});
   v.Int("zero", p.zero, IntRule{0, 1});
@@ -296,6 +297,43 @@ CheckpointPolicy ParseCheckpointPolicy(std::string_view text) {
     }
   }
   throw Error(fmt::format("expected none, every:K with K >= 1, or selective, got '{}'", text));
+}
+
+std::vector<std::pair<int, int>> ParseCut(std::string_view text) {
+  std::vector<std::pair<int, int>> ranges;
+  if (text.empty()) return ranges;
+  const auto number = [&](std::string_view digits) {
+    int value = 0;
+    const auto [end, error] = std::from_chars(digits.data(), digits.data() + digits.size(), value);
+    if (digits.empty() || error != std::errc() || end != digits.data() + digits.size()) {
+      throw Error(fmt::format("expected FIRST-LAST layer ranges like 0-4,5-9, got '{}'", text));
+    }
+    return value;
+  };
+  size_t start = 0;
+  while (start <= text.size()) {
+    const size_t comma = std::min(text.find(',', start), text.size());
+    const std::string_view part = text.substr(start, comma - start);
+    const size_t dash = part.find('-');
+    if (dash == std::string_view::npos) number("");  // throws
+    const int first = number(part.substr(0, dash)), last = number(part.substr(dash + 1));
+    const int expected = ranges.empty() ? 0 : ranges.back().second + 1;
+    if (first != expected || last < first) {
+      throw Error(fmt::format("'{}': range {} must start at layer {} and not end before it", text,
+                              ranges.size(), expected));
+    }
+    ranges.emplace_back(first, last);
+    start = comma + 1;
+  }
+  return ranges;
+}
+
+std::string FormatCut(const std::vector<std::pair<int, int>>& ranges) {
+  std::string text;
+  for (const auto& [first, last] : ranges) {
+    text += fmt::format("{}{}-{}", text.empty() ? "" : ",", first, last);
+  }
+  return text;
 }
 
 }  // namespace baton

@@ -241,6 +241,19 @@ void ValidateParallel(const Config& c, const Reporter& r) {
                           "stage)",
                           Name(p.schedule)));
   }
+  size_t cut_ranges = 0;
+  std::string cut_error;
+  try {
+    cut_ranges = ParseCut(p.cut).size();
+  } catch (const Error& e) {
+    cut_error = e.what();
+  }
+  r.Require(cut_error.empty(), {"parallel.cut"}, cut_error);
+  r.Require(p.cut.empty() || static_cast<int64_t>(cut_ranges) == int64_t{p.stages} * p.chunks,
+            {"parallel.cut", "parallel.stages"},
+            fmt::format("parallel.cut has {} ranges; it needs one per virtual stage: stages {} x "
+                        "chunks {}",
+                        cut_ranges, p.stages, p.chunks));
   // Each replica runs an equal share of every step's micro-batches (docs/parallel.md).
   r.Require(c.train.micro_batches % p.replicas == 0, {"parallel.replicas", "train.micro_batches"},
             fmt::format("train.micro_batches {} is not divisible by parallel.replicas {}: each "

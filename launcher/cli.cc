@@ -1,6 +1,6 @@
 // baton: the command line (launcher/cli.h). Subcommands: run, eval, report, plan, generate,
-// compress, export, schedule, data prepare, and the internal `worker` that the launcher spawns.
-// CLI11 stays in this file (it is slow to compile).
+// compress, export, tune, schedule, data prepare, and the internal `worker` that the launcher
+// spawns. CLI11 stays in this file (it is slow to compile).
 #include "launcher/cli.h"
 
 #include <spdlog/spdlog.h>
@@ -20,6 +20,7 @@
 #include "launcher/generate.h"
 #include "launcher/run.h"
 #include "launcher/run_page.h"
+#include "launcher/tune.h"
 #include "scheduler/schedule_command.h"
 
 namespace {
@@ -171,6 +172,23 @@ int BatonMain(int argc, char** argv) {
   plan_cmd->add_option("--format", plan.format, "text or json")
       ->check(CLI::IsMember({"text", "json"}));
 
+  baton::TuneCommandOptions tune;
+  CLI::App* tune_cmd = app.add_subcommand(
+      "tune",
+      "profile the model's layers here, search schedule x stages x micro-batches x "
+      "checkpointing x cut under a budget, print the ranking, write the best config");
+  AddConfigOptions(tune_cmd, tune.config);
+  tune_cmd->add_option("--memory-budget", tune.budget,
+                       "bytes per process (60MiB, 1.5GB, 4096): candidates over it do not fit");
+  tune_cmd->add_option("--max-stages", tune.max_stages,
+                       "most pipeline stages (default: processes)");
+  tune_cmd->add_option(
+      "--max-processes", tune.max_processes,
+      "stages x replicas <= this (default: cores / device.threads, or --max-stages if more)");
+  tune_cmd->add_option("--out", tune.out, "where to write the best config (default tuned.yaml)");
+  tune_cmd->add_option("--repeats", tune.repeats, "timed repetitions per measurement (median)");
+  tune_cmd->add_option("--top", tune.top, "rows of the ranked table");
+
   baton::ScheduleCommandOptions schedule;
   CLI::App* schedule_cmd = app.add_subcommand("schedule", "generate, validate, show a schedule");
   schedule_cmd->add_option("--stages", schedule.stages, "pipeline ranks P");
@@ -227,6 +245,10 @@ int BatonMain(int argc, char** argv) {
     if (report_cmd->parsed()) {
       baton::SetupLogging("report", log_level);
       return baton::ReportCommand(report_dir, report_file, std::cout);
+    }
+    if (tune_cmd->parsed()) {
+      baton::SetupLogging("tune", log_level);
+      return baton::TuneCommand(tune, std::cout);
     }
     if (schedule_cmd->parsed()) {
       return baton::RunScheduleCommand(schedule, std::cout, std::cerr);

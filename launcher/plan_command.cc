@@ -3,6 +3,7 @@
 #include "launcher/plan_command.h"
 
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
 
 #include <nlohmann/json.hpp>
 
@@ -61,9 +62,15 @@ int64_t BudgetBytes(const MemoryArgs& args) {
 Plan PlanConfig(const Config& config, const std::string& config_path, int64_t budget,
                 const MemoryArgs& memory, FitResult* fit) {
   return NamingConfig(config_path, [&] {
+    // --fit ranks by measured costs on CPU stages; GPU stages cannot be profiled here, so they
+    // keep the FLOP model at nominal rates.
+    const bool measure = memory.fit && config.device.type == DeviceType::kCpu;
+    const MeasuredCosts measured =
+        measure ? MeasureCosts(config, FitProfileRequest(config)) : MeasuredCosts();
+    if (measure) spdlog::debug("--fit measured:\n{}", FormatMeasuredCosts(measured));
     return PlanForBudget(config, budget, memory.fit, memory.max_stages,
-                         memory.fit ? MeasureStepRates(config) : StepRates(), fit,
-                         memory.max_processes);
+                         memory.fit && !measure ? MeasureStepRates(config) : StepRates(), fit,
+                         memory.max_processes, measure ? &measured : nullptr);
   });
 }
 

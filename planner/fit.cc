@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <thread>
 
 #include "core/error.h"
 #include "core/units.h"
@@ -104,6 +105,8 @@ Config Apply(const Config& base, const Lever& lever) {
   config.train.micro_batches = lever.micro_batches;
   config.parallel.stages = lever.stages;
   config.optimizer.state = lever.state;
+  // An explicit cut is for its own stage count: other counts are cut by parallel.partition.
+  if (lever.stages != base.parallel.stages) config.parallel.cut.clear();
   if (lever.replicas != base.parallel.replicas) {
     config.parallel.replicas = lever.replicas;
     // ZeRO-1 where it applies (f32 optimizer state, no pruning): the replicas then divide the
@@ -137,7 +140,9 @@ FitCandidate Evaluate(const Config& base, const Lever& lever, const FitOptions& 
   if (cut.fits) plan.SetCut(cut.virtual_stages);  // else time the balanced cut
   c.fits = cut.fits;
   c.peak = *std::max_element(cut.totals.begin(), cut.totals.end());
-  c.step_seconds = PredictStepSeconds(plan, options.rates);
+  c.step_seconds = options.measured != nullptr
+                       ? PredictMeasuredStep(plan, *options.measured).seconds
+                       : PredictStepSeconds(plan, options.rates);
   c.note = cut.bound;
   return c;
 }
@@ -284,12 +289,30 @@ FitResult FitToBudget(const Config& config, const FitOptions& options) {
 }
 
 Plan PlanForBudget(const Config& config, int64_t budget, bool fit, int max_stages,
-                   const StepRates& rates, FitResult* search, int max_processes) {
+                   const StepRates& rates, FitResult* search, int max_processes,
+                   const MeasuredCosts* measured) {
   if (!fit) return MakePlan(config, budget);
-  FitResult result = FitToBudget(config, {budget, rates, max_stages, max_processes});
+  FitResult result = FitToBudget(config, {budget, rates, max_stages, max_processes, measured});
   Plan plan = MakePlan(result.config, budget);
   if (search != nullptr) *search = std::move(result);
   return plan;
+}
+
+ProfileRequest FitProfileRequest(const Config& config) {
+  ProfileRequest request;
+  request.dtypes = {config.precision.dtype};
+  if (config.precision.dtype == DType::kF32) request.dtypes.push_back(DType::kBF16);
+  for (int m = config.train.micro_batches; m <= config.train.batch_size; ++m) {
+    if (config.train.batch_size % m == 0)
+      request.micro_batch_sizes.push_back(config.train.batch_size / m);
+  }
+  request.states = {config.optimizer.state};
+  if (config.optimizer.state == OptimizerState::kF32)
+    request.states.push_back(OptimizerState::kInt8);
+  request.repeats = 5;
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  for (int p = 2; p <= cores / config.device.threads; ++p) request.concurrency.push_back(p);
+  return request;
 }
 
 namespace {

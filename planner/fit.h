@@ -15,12 +15,13 @@
 //      stages x replicas processes; replicas must divide the micro-batches.
 // Every combination is a candidate; its level is the costliest lever it pulls. The configuration
 // as it is wins when it fits. Otherwise precision and checkpointing compete on predicted step
-// time on this machine (step_time.h: the simulator with FLOP costs, recompute included, at the
-// machine's rate for each precision), so that bf16 is not chosen where it is slower than an fp32
-// checkpointed candidate that fits (CPUs); more micro-batches come next, then 8-bit optimizer
-// state, then more stages, then replicas, each only when nothing cheaper fits, again the fastest
-// within the level. Ties go to fewer changes. No candidate fitting is an error naming the
-// smallest peak any of them reaches.
+// time on this machine (with FitOptions::measured, measured_costs.h: each layer kind profiled
+// here in each precision, through the simulator; else step_time.h: the simulator with FLOP
+// costs, recompute included, at the machine's rate for each precision), so that bf16 is not chosen
+// where it is slower than an fp32 checkpointed candidate that fits (CPUs); more micro-batches come
+// next, then 8-bit optimizer state, then more stages, then replicas, each only when nothing cheaper
+// fits, again the fastest within the level. Ties go to fewer changes. No candidate fitting is an
+// error naming the smallest peak any of them reaches.
 #pragma once
 
 #include <cstdint>
@@ -29,6 +30,7 @@
 
 #include "config/config.h"
 #include "plan/plan.h"
+#include "planner/measured_costs.h"
 #include "planner/step_time.h"
 
 namespace baton {
@@ -38,6 +40,9 @@ struct FitOptions {
   StepRates rates;     // FLOP/s per precision on the machine that runs the job (MeasureStepRates)
   int max_stages = 0;  // 0: twice the configured stages, at most the graph's layers
   int max_processes = 0;  // > 0: replicas may be added while stages x replicas <= this
+  // When given (FitProfileRequest's profile), candidates compare by the step time these measured
+  // costs predict (PredictMeasuredStep) instead of FLOPs at `rates`.
+  const MeasuredCosts* measured = nullptr;
 };
 
 struct FitCandidate {
@@ -52,7 +57,7 @@ struct FitCandidate {
   bool valid = false;  // a plan could be made; else `note` says why not
   bool fits = false;
   int64_t peak = 0;         // largest predicted total over ranks (of the budgeted cut when it fits)
-  double step_seconds = 0;  // the simulated step at FitOptions::rates: what candidates compare by
+  double step_seconds = 0;  // the predicted step (measured costs, else FLOPs at FitOptions::rates)
   std::string note;         // the partition's bound, or why the candidate is invalid
 };
 
@@ -70,7 +75,13 @@ FitResult FitToBudget(const Config& config, const FitOptions& options);
 // `fit`, the configuration FitToBudget chooses at FLOP rates `rates` (the search is
 // returned in `*search` when given). Throws baton::Error when the budget cannot be met.
 Plan PlanForBudget(const Config& config, int64_t budget, bool fit, int max_stages,
-                   const StepRates& rates, FitResult* search, int max_processes = 0);
+                   const StepRates& rates, FitResult* search, int max_processes = 0,
+                   const MeasuredCosts* measured = nullptr);
+
+// What --fit profiles (measured_costs.h): the config's precision and bf16 when it is fp32, the
+// micro-batch sizes of every micro-batch count it searches, the configured optimizer state and
+// int8 when it is f32.
+ProfileRequest FitProfileRequest(const Config& config);
 
 // The rates predicted step times are quoted at: for CPU stages the CPU backend's own Matmul timed
 // here in f32 and in bf16 on the config's threads (a 512 x 512 x 512 product, alternately, best of

@@ -16,6 +16,16 @@
 namespace baton {
 
 namespace {
+
+// parallel.cut as layer ranges, checked against the graph (config/ checked the syntax).
+std::vector<LayerRange> ExplicitCut(const std::string& text, int num_layers) {
+  std::vector<LayerRange> cut;
+  for (const auto& [first, last] : ParseCut(text)) cut.push_back({first, last});
+  BATON_CHECK(!cut.empty() && cut.back().last == num_layers - 1,
+              "parallel.cut {} must end at the graph's last layer, {}", text, num_layers - 1);
+  return cut;
+}
+
 Schedule MakeComputeSchedule(const Config& config) {
   const ParallelConfig& parallel = config.parallel;
   if (!parallel.schedule_file.empty()) {
@@ -72,9 +82,24 @@ Plan MakePlan(const Config& config, int64_t memory_budget) {
   plan.eval_batches = EvalBatchesFor(config);
   plan.layer_costs =
       LayerCosts(plan.graph, plan.dims, config.parallel.partition, plan.micro_batch_shape());
-  plan.SetCut(PartitionKeepingGroups(plan.layer_costs, plan.schedule.num_virtual_stages(),
-                                     ShareGroups(plan.graph, plan.dims)));
-  if (memory_budget > 0) {
+  if (config.parallel.cut.empty()) {
+    plan.SetCut(PartitionKeepingGroups(plan.layer_costs, plan.schedule.num_virtual_stages(),
+                                       ShareGroups(plan.graph, plan.dims)));
+  } else {
+    plan.SetCut(ExplicitCut(config.parallel.cut, static_cast<int>(plan.graph.size())));
+  }
+  if (memory_budget > 0 && !config.parallel.cut.empty()) {
+    // An explicit cut is the user's (or `baton tune`'s) decision: checked, never moved.
+    const std::vector<RankMemory> predicted = PredictMemory(plan);
+    for (size_t r = 0; r < predicted.size(); ++r) {
+      BATON_CHECK(predicted[r].peak.total <= memory_budget,
+                  "memory budget {}: parallel.cut {} needs {} on rank {}",
+                  FormatBytes(memory_budget), config.parallel.cut,
+                  FormatBytes(predicted[r].peak.total), r);
+    }
+    plan.memory_budget = memory_budget;
+    plan.partition_bound = "parallel.cut";
+  } else if (memory_budget > 0) {
     const BudgetedPartition cut = PartitionWithinBudget(plan, memory_budget);
     BATON_CHECK(cut.fits, "memory budget {}: {}", FormatBytes(memory_budget), cut.bound);
     plan.SetCut(cut.virtual_stages);
