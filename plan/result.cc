@@ -12,6 +12,10 @@ std::string TraceSpan::Name(int num_stages) const {
       return "wait " + ToString(action, num_stages);
     case Kind::kOptimizer:
       return "optimizer";
+    case Kind::kStepStart:
+      return "step start";
+    case Kind::kExchange:
+      return "exchange";
   }
   BATON_FAIL("unknown trace span kind {}", static_cast<int>(kind));
 }
