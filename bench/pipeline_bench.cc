@@ -40,6 +40,7 @@ struct Options {
   int64_t steps = 8;
   int repeats = 1;
   bool keep = false;
+  std::vector<std::string> sets;  // more --set overrides for every run
 };
 
 // A schedule to run: its name and chunks per stage.
@@ -70,14 +71,16 @@ struct Run {
 
 std::vector<std::string> OverridesFor(const Options& options, const Candidate& schedule,
                                       int stages) {
-  return {fmt::format("parallel.stages={}", stages),
-          fmt::format("parallel.schedule={}", schedule.name),
-          fmt::format("parallel.chunks={}", schedule.chunks),
-          "parallel.checkpoint=none",
-          "precision.dtype=fp32",
-          "device.threads=1",
-          fmt::format("train.micro_batches={}", options.microbatches),
-          fmt::format("train.steps={}", options.steps)};
+  std::vector<std::string> overrides = {fmt::format("parallel.stages={}", stages),
+                                        fmt::format("parallel.schedule={}", schedule.name),
+                                        fmt::format("parallel.chunks={}", schedule.chunks),
+                                        "parallel.checkpoint=none",
+                                        "precision.dtype=fp32",
+                                        "device.threads=1",
+                                        fmt::format("train.micro_batches={}", options.microbatches),
+                                        fmt::format("train.steps={}", options.steps)};
+  overrides.insert(overrides.end(), options.sets.begin(), options.sets.end());
+  return overrides;
 }
 
 // The plan's schedule for these overrides; throws (baton::Error) when `baton run` would refuse.
@@ -314,6 +317,8 @@ int main(int argc, char** argv) {
   app.add_option("--repeats", options.repeats, "runs of each, alternating; the fastest counts")
       ->check(CLI::Range(1, 100));
   app.add_flag("--keep", options.keep, "keep the reports, traces and logs");
+  app.add_option("--set", options.sets,
+                 "section.key=value for every run (e.g. device.pin_threads=true)");
   CLI11_PARSE(app, argc, argv);
   try {
     return baton::bench::Main(options);

@@ -22,6 +22,7 @@
 #include "checkpoint/safetensors_llama.h"
 #include "coordinator/coordinator_client.h"
 #include "coordinator/coordinator_kv_store.h"
+#include "core/cpu_affinity.h"
 #include "core/error.h"
 #include "core/files.h"
 #include "core/log.h"
@@ -235,6 +236,23 @@ struct BlockedState {
   Clock::time_point since;
 };
 
+// device.pin_threads: this process on CPUs of its own (core/cpu_affinity.h), before the backend
+// and the transport start their threads.
+void PinWorker(int local_rank, int threads) {
+  const std::vector<int> allowed = AllowedCpus();
+  const std::optional<std::vector<int>> cpus = PinnedCpus(allowed, local_rank, threads);
+  if (!cpus) {
+    spdlog::warn(
+        "device.pin_threads: local rank {} with {} thread(s) finds no block of CPUs of its own "
+        "among the {} this process may run on; it runs unpinned",
+        local_rank, threads, allowed.size());
+    return;
+  }
+  PinProcessToCpus(*cpus);
+  spdlog::info("device.pin_threads: local rank {} runs on CPU(s) {}", local_rank,
+               fmt::join(*cpus, ","));
+}
+
 // Everything a rank does once it holds the plan; throws on failure.
 void TrainRank(const WorkerArgs& args, CoordinatorClient& client, const Plan& plan,
                const Launch& launch, BlockedState& blocked) {
@@ -244,6 +262,8 @@ void TrainRank(const WorkerArgs& args, CoordinatorClient& client, const Plan& pl
               plan.num_replicas());
   MemoryLedger ledger;
   const Device device = DeviceForLocalRank(config.device.type, args.local_rank);
+  if (config.device.pin_threads && device.is_cpu())
+    PinWorker(args.local_rank, config.device.threads);
   std::unique_ptr<Backend> backend = MakeBackend(device, ledger, config.device.threads);
   CpuAllocator host_allocator(ledger);  // host staging for device tensors (booked as comm)
 
