@@ -1,11 +1,11 @@
 #include "core/cpu_affinity.h"
 
+#include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <sched.h>
 
 #include <cerrno>
 #include <cstring>
-#include <filesystem>
-#include <string>
 
 #include "core/error.h"
 
@@ -33,18 +33,13 @@ std::vector<int> AllowedCpus() {
   return cpus;
 }
 
-void PinProcessToCpus(const std::vector<int>& cpus) {
+void PinThisThread(const std::vector<int>& cpus) {
   BATON_CHECK(!cpus.empty(), "no CPU to pin to");
   cpu_set_t set;
   CPU_ZERO(&set);
   for (int cpu : cpus) CPU_SET(cpu, &set);
-  // Every thread already running (gRPC's, the heartbeat); threads started later inherit.
-  for (const auto& entry : std::filesystem::directory_iterator("/proc/self/task")) {
-    const pid_t tid = static_cast<pid_t>(std::stol(entry.path().filename().string()));
-    if (sched_setaffinity(tid, sizeof(set), &set) != 0 && errno != ESRCH) {  // ESRCH: it ended
-      BATON_FAIL("sched_setaffinity of thread {}: {}", tid, strerror(errno));
-    }
-  }
+  BATON_CHECK(sched_setaffinity(0, sizeof(set), &set) == 0, "sched_setaffinity to CPUs {}: {}",
+              fmt::join(cpus, ","), strerror(errno));
 }
 
 }  // namespace baton

@@ -1,10 +1,11 @@
-// Pinning a worker process to CPUs of its own (device.pin_threads, docs/config.md).
+// Pinning a worker's compute to CPUs of its own (device.pin_threads, docs/config.md).
 //
-// On a host whose CPUs are shared by several worker processes, the kernel may run one worker's
-// threads (its compute thread, or the transport thread that a peer's message wakes) on the CPU
-// where another worker computes, so a message costs the receiver milliseconds of its core rather
-// than microseconds. Pinning gives local rank k the k-th block of `threads` CPUs among those the
-// process may run on (sched_getaffinity), every thread of the process included.
+// On a host whose CPUs are shared by several worker processes, the kernel moves a worker's
+// compute thread between CPUs and lets two of them meet on one. Pinning gives local rank k the
+// k-th block of `threads` CPUs among those the process may run on (sched_getaffinity): the
+// thread that trains and the CPU backend's pool workers it starts. The transport's threads must
+// stay free: a peer's message is read by them while this rank computes, and on the compute's own
+// CPU they would wait for it, holding up the sender (bench/README.md, "Where the bubble went").
 #pragma once
 
 #include <optional>
@@ -20,8 +21,8 @@ std::optional<std::vector<int>> PinnedCpus(const std::vector<int>& allowed, int 
 // The CPUs this process may run on, ascending.
 std::vector<int> AllowedCpus();
 
-// Sets the affinity of every thread of this process (and so of the threads they start later) to
-// `cpus`. Throws baton::Error naming the thread and the errno when the kernel refuses.
-void PinProcessToCpus(const std::vector<int>& cpus);
+// Sets the calling thread's affinity to `cpus`; threads it starts later inherit it. Throws
+// baton::Error with the errno when the kernel refuses.
+void PinThisThread(const std::vector<int>& cpus);
 
 }  // namespace baton

@@ -20,16 +20,19 @@ TEST(PinnedCpus, NothingWhenTheBlockIsNotThere) {
   EXPECT_EQ(PinnedCpus({0, 1, 2}, 1, 2), std::nullopt);
 }
 
-TEST(PinProcessToCpus, PinsRunningThreadsAndThoseStartedLater) {
+TEST(PinThisThread, PinsTheCallerAndTheThreadsItStartsButNotOthers) {
   const std::vector<int> allowed = AllowedCpus();
   ASSERT_FALSE(allowed.empty());
-  PinProcessToCpus({allowed.back()});
-  std::vector<int> seen;
-  std::thread([&] { seen = AllowedCpus(); }).join();
-  EXPECT_EQ(seen, std::vector<int>{allowed.back()});
-  EXPECT_EQ(AllowedCpus(), std::vector<int>{allowed.back()});
-  PinProcessToCpus(allowed);  // as it was, for the tests after this one
-  EXPECT_EQ(AllowedCpus(), allowed);
+  std::vector<int> pinned, child, other;
+  std::thread([&] {
+    PinThisThread({allowed.back()});
+    pinned = AllowedCpus();
+    std::thread([&] { child = AllowedCpus(); }).join();
+  }).join();
+  std::thread([&] { other = AllowedCpus(); }).join();
+  EXPECT_EQ(pinned, std::vector<int>{allowed.back()});
+  EXPECT_EQ(child, std::vector<int>{allowed.back()});
+  EXPECT_EQ(other, allowed);  // started by the unpinned test thread
 }
 
 }  // namespace
