@@ -278,12 +278,44 @@ DerivedCosts DeriveCosts(const PipelineTrace& trace, const Schedule& schedule, i
   return derived;
 }
 
-SimulatedStep SimulateStep(const Schedule& schedule, const DerivedCosts& costs) {
+namespace {
+
+// The part of a stage's step that the idle time before `next` (or its own time, for a SEND) is.
+double& WaitPart(StepParts& parts, ActionKind next) {
+  switch (next) {
+    case ActionKind::kForward:
+    case ActionKind::kRecvForward:
+      return parts.recv_forward;
+    case ActionKind::kSendForward:
+    case ActionKind::kSendBackward:
+      return parts.send;
+    case ActionKind::kBackward:
+    case ActionKind::kBackwardInput:
+    case ActionKind::kBackwardWeight:  // a W needs no message: it never waits in the simulator
+    case ActionKind::kRecvBackward:
+      return parts.recv_backward;
+  }
+  BATON_FAIL("unknown action kind {}", static_cast<int>(next));
+}
+
+}  // namespace
+
+SimulatedStep SimulateStep(const Schedule& schedule, const DerivedCosts& costs,
+                           CommSemantics semantics) {
   const int p = schedule.stages;
   BATON_CHECK(static_cast<int>(costs.update.size()) == p, "costs for {} stages, schedule has {}",
               costs.update.size(), p);
   SimulatedStep sim;
-  sim.pipeline = Simulate(schedule, costs.costs);
+  const SimulationResult async = Simulate(schedule, costs.costs);  // validates the schedule
+  const DryRunResult run = DryRun(schedule, semantics, costs.costs);
+  BATON_CHECK(run.ok, "schedule '{}' fails the dry run: {}", schedule.name, run.reason);
+  std::vector<double> stage_end(static_cast<size_t>(p), 0.0);
+  for (int r = 0; r < p; ++r) {
+    for (double end : run.end[static_cast<size_t>(r)]) {
+      stage_end[static_cast<size_t>(r)] = std::max(stage_end[static_cast<size_t>(r)], end);
+    }
+    sim.makespan = std::max(sim.makespan, stage_end[static_cast<size_t>(r)]);
+  }
   // Every stage leaves the step end's exchange together; stage r then updates, is between steps
   // and starts its next step before its first action: its offset. Stage 0's first forward gates
   // the pipeline, so the period is stage 0's offset, the makespan and the exchange.
@@ -291,29 +323,40 @@ SimulatedStep SimulateStep(const Schedule& schedule, const DerivedCosts& costs) 
     const size_t i = static_cast<size_t>(r);
     return costs.update[i] + costs.between[i] + costs.step_start[i];
   };
-  sim.period = offset(0) + sim.pipeline.makespan + costs.exchange;
+  sim.period = offset(0) + sim.makespan + costs.exchange;
   for (int r = 0; r < p; ++r) {
     const size_t i = static_cast<size_t>(r);
+    const std::vector<Action>& actions = schedule.per_stage[i];
     StepParts parts;
     parts.update = costs.update[i];
     parts.step_start = costs.step_start[i];
     double previous_end = 0;
-    bool first = true;
-    for (const TimedAction& t : sim.pipeline.timeline[i]) {
-      // Idle before an action waits for its input: an activation before F, a gradient before
-      // B or I (a W needs none: it never waits in the simulator).
-      double idle = t.start - previous_end;
-      if (first) idle += offset(0) - offset(r);  // a later start shortens the first wait
-      first = false;
-      (t.action.kind == ActionKind::kForward ? parts.recv_forward : parts.recv_backward) += idle;
-      parts.compute += t.end - t.start;
-      previous_end = t.end;
+    bool first_compute = true;
+    for (size_t k = 0; k < actions.size(); ++k) {
+      const Action& a = actions[k];
+      double idle = run.start[i][k] - previous_end;
+      if (first_compute && IsCompute(a.kind)) {
+        idle += offset(0) - offset(r);  // a later start shortens the first wait
+        first_compute = false;
+      }
+      WaitPart(parts, a.kind) += idle;
+      const double own = run.end[i][k] - run.start[i][k];
+      (IsCompute(a.kind) ? parts.compute : WaitPart(parts, a.kind)) += own;
+      previous_end = run.end[i][k];
     }
-    parts.exchange = sim.pipeline.makespan - previous_end + costs.exchange;
+    parts.exchange = sim.makespan - stage_end[i] + costs.exchange;
     parts.step = sim.period - costs.between[i];
     sim.parts.push_back(parts);
   }
   sim.bubble = BubbleOf(sim.parts);
+  // Simulate()'s own step: the same parts around its makespan.
+  double busy = 0, step = 0;
+  for (int r = 0; r < p; ++r) {
+    const size_t i = static_cast<size_t>(r);
+    busy += async.per_stage[i].busy + costs.update[i];
+    step += offset(0) + async.makespan + costs.exchange - costs.between[i];
+  }
+  sim.async_bubble = 1.0 - busy / step;
   return sim;
 }
 

@@ -8,8 +8,9 @@
 //                       steps, the median message latency, and per stage the step's other parts
 //                       (step start, update, the step end's intrinsic exchange, the gap between
 //                       steps).
-//   SimulateStep        Simulate() on the run's schedule with those costs, extended by the step's
-//                       other parts so that it covers the span the measured bubble covers.
+//   SimulateStep        the simulator on the run's schedule with those costs (under the run's
+//                       send semantics), extended by the step's other parts so that it covers the
+//                       span the measured bubble covers.
 //   MeasureBreakdown    per stage, the measured step split by kind (compute, update, waits by
 //                       RECV_F/RECV_B/SEND, step start, exchange, time in no span);
 //                       SimulateStep gives the same split for the simulated step.
@@ -25,6 +26,7 @@
 
 #include "plan/result.h"
 #include "scheduler/costs.h"
+#include "scheduler/dry_run.h"
 #include "scheduler/schedule.h"
 #include "scheduler/simulator.h"
 
@@ -72,12 +74,18 @@ struct DerivedCosts {
 DerivedCosts DeriveCosts(const PipelineTrace& trace, const Schedule& schedule, int64_t first_step);
 
 struct SimulatedStep {
-  SimulationResult pipeline;     // Simulate(schedule, costs.costs)
+  double makespan = 0;           // the dry run's last action end, under `semantics`
   double period = 0;             // step start of stage 0 + update + between + makespan + exchange
   std::vector<StepParts> parts;  // per stage, the simulated step split like the measured one
   double bubble = 0;             // BubbleOf(parts)
+  double async_bubble = 0;       // the same step with Simulate() (sends never block)
 };
 
-SimulatedStep SimulateStep(const Schedule& schedule, const DerivedCosts& costs);
+// The step under the communication semantics the run used: kRendezvous when its plan completes
+// sends before each compute (Plan::sends_complete_before_compute; a SEND then holds its stage
+// until the receive is posted), else kAsync. Times come from DryRun(), the engine of Simulate();
+// async_bubble from Simulate() itself.
+SimulatedStep SimulateStep(const Schedule& schedule, const DerivedCosts& costs,
+                           CommSemantics semantics = CommSemantics::kAsync);
 
 }  // namespace baton::bench

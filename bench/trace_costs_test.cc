@@ -137,6 +137,32 @@ TEST(SimulateStep, ReproducesTheMeasuredStepOfATraceThatFollowsTheModel) {
   }
 }
 
+TEST(SimulateStep, UnderRendezvousASendHoldsItsStageUntilItsReceiveIsPosted) {
+  // ZB-H1's stage 0 sends forwards that stage 1, busy with I and W, receives later: with sends
+  // that complete before the next compute the stage waits, with async sends it does not.
+  const Schedule schedule = Lowered("zb-h1", 2, 8);
+  Costs costs = TwoStageCosts(0.5);
+  for (auto& [j, c] : costs.per_virtual_stage) {
+    c.backward_input = 15;
+    c.backward_weight = 10;
+  }
+  const PipelineTrace trace = Synthesize(schedule, costs, {{1, 5, 0}, {1, 5, 0}}, 1, 3, 1);
+  const DerivedCosts derived = DeriveCosts(trace, schedule, 2);
+  const SimulatedStep async = SimulateStep(schedule, derived, CommSemantics::kAsync);
+  const SimulatedStep rendezvous = SimulateStep(schedule, derived, CommSemantics::kRendezvous);
+  EXPECT_DOUBLE_EQ(async.parts[0].send, 0.0);
+  EXPECT_GT(rendezvous.parts[0].send, 0.0);
+  EXPECT_GE(rendezvous.bubble, async.bubble);
+  EXPECT_NEAR(async.bubble, async.async_bubble, 1e-12);  // DryRun(kAsync) is Simulate()'s
+  for (const SimulatedStep* sim : {&async, &rendezvous}) {
+    for (const StepParts& p : sim->parts) {  // the parts add up to the step
+      EXPECT_NEAR(p.compute + p.update + p.recv_forward + p.recv_backward + p.send + p.step_start +
+                      p.exchange + p.uncovered,
+                  p.step, 1e-9);
+    }
+  }
+}
+
 TEST(MeasureBreakdown, SplitsAStepByKindAndCountsTimeInNoSpan) {
   // One stage: step start 0-1 ms, F0 1-4, a 0.5 ms gap, wait SEND_F0 4.5-5, B0 5-9,
   // optimizer 9-12 with an exchange 9-10 inside.
