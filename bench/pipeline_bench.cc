@@ -10,7 +10,7 @@
 // invariant). A failed check exits 1.
 //
 //   pipeline_bench [--schedules gpipe,1f1b,zb-h1] [--stages 2] [--microbatches 8] [--steps 8]
-//                  [--repeats 1] [--keep] [--baton PATH]
+//                  [--repeats 1] [--keep] [--set section.key=value ...] [--baton PATH]
 #include <fmt/format.h>
 
 #include <CLI/CLI.hpp>
