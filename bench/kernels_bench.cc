@@ -14,6 +14,7 @@
 #include "core/tensor.h"
 #include "kernels/backend.h"
 #include "kernels/cpu/gemm.h"
+#include "kernels/quantize.h"
 #include "kernels/testing/numeric_check.h"
 
 namespace baton {
@@ -286,6 +287,42 @@ void BM_CrossEntropyBackward(benchmark::State& state) {
   SetCounters(state, 5.0 * logits.numel(), 8.0 * logits.numel());
 }
 
+// ---- AdamW on one MLP matrix (C x 4C = 262144 parameters), f32 state (arg 0) or 8-bit (arg 1):
+// the optimizer step of optimizer.state f32 and int8. GB/s counts the bytes each reads and writes
+// (param and grad f32 both ways; m and v f32, or u8 codes plus one f32 absmax per 256).
+void BM_AdamW(benchmark::State& state) {
+  Bench bench(Threads(state));
+  const bool eight_bit = state.range(1) == 1;
+  const int64_t n = kChannels * 4 * kChannels;
+  Tensor param = bench.Random({n}, 0.02f);
+  Tensor grad = bench.Random({n}, 1e-3f);
+  const auto state_tensor = [&](int64_t count, DType dtype) {
+    return Tensor::Zeros(bench.backend->allocator(), {count}, dtype, MemCategory::kOptimizer);
+  };
+  const DType code = eight_bit ? DType::kU8 : DType::kF32;
+  Tensor m = state_tensor(n, code), v = state_tensor(n, code);
+  Tensor m_absmax = state_tensor(QuantBlocks(n), DType::kF32);
+  Tensor v_absmax = state_tensor(QuantBlocks(n), DType::kF32);
+  AdamWConfig config;
+  const auto step = [&] {
+    if (eight_bit) {
+      bench.backend->AdamW8bit(param, grad, m, m_absmax, v, v_absmax, config, 1.0f);
+    } else {
+      bench.backend->AdamW(param, grad, m, v, config, 1.0f);
+    }
+    ++config.step;
+  };
+  step();
+  if (!std::isfinite(param.data<float>()[0]) || param.data<float>()[0] == 0.0f) {
+    state.SkipWithError("AdamW left a non-finite or zero parameter");
+    return;
+  }
+  for (auto _ : state) step();
+  const double state_bytes = eight_bit ? 2.0 * (2.0 * n + 8.0 * QuantBlocks(n)) : 16.0 * n;
+  SetCounters(state, 0.0, 16.0 * n + state_bytes);
+  state.SetLabel(eight_bit ? "int8 state" : "f32 state");
+}
+
 // GEMMs of one transformer block at N=1024, C=256: forward qkv, attention projection, MLP up
 // and down; the backward's weight gradient (a^T b) and input gradient (a b^T) of the MLP up.
 void GemmArgs(benchmark::internal::Benchmark* b) {
@@ -340,6 +377,11 @@ BENCHMARK(BM_GeluBackward)
     ->ArgName("threads")
     ->Arg(1)
     ->Arg(2)
+    ->Unit(benchmark::kMicrosecond)
+    ->UseRealTime();
+BENCHMARK(BM_AdamW)
+    ->ArgsProduct({{1, 2}, {0, 1}})
+    ->ArgNames({"threads", "int8"})
     ->Unit(benchmark::kMicrosecond)
     ->UseRealTime();
 BENCHMARK(BM_CrossEntropyBackward)

@@ -111,7 +111,8 @@ Run RunSchedule(const Options& options, const Config& config, const Candidate& s
   const std::string trace_path = (std::filesystem::path(work_dir) / name / "trace.json").string();
   std::ifstream in(trace_path);
   BATON_CHECK(in.good(), "{} wrote no trace {}", name, trace_path);
-  const PipelineTrace trace = ReadChromeTrace(nlohmann::json::parse(in), stages);
+  const PipelineTrace trace =
+      ReadChromeTrace(nlohmann::json::parse(in), stages, run.program.layout);
   run.measured = MeasureBreakdown(trace, kFirstMeasuredStep);
   run.costs = DeriveCosts(trace, run.program, kFirstMeasuredStep);
   run.simulated = SimulateStep(run.program, run.costs, run.semantics);

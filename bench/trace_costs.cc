@@ -15,7 +15,7 @@ namespace {
 
 constexpr std::string_view kWaitPrefix = "wait ";
 
-TraceSpan ParseSpan(const std::string& name, int stage, int num_stages) {
+TraceSpan ParseSpan(const std::string& name, int stage, int num_stages, ChunkLayout layout) {
   TraceSpan span;
   if (name == "optimizer") {
     span.kind = TraceSpan::Kind::kOptimizer;
@@ -25,12 +25,13 @@ TraceSpan ParseSpan(const std::string& name, int stage, int num_stages) {
     span.kind = TraceSpan::Kind::kExchange;
   } else if (name.starts_with(kWaitPrefix)) {
     span.kind = TraceSpan::Kind::kWait;
-    span.action = ParseAction(std::string_view(name).substr(kWaitPrefix.size()), stage, num_stages);
+    span.action =
+        ParseAction(std::string_view(name).substr(kWaitPrefix.size()), stage, num_stages, layout);
     BATON_CHECK(IsCommunication(span.action.kind), "trace span '{}' waits on a compute action",
                 name);
   } else {
     span.kind = TraceSpan::Kind::kCompute;
-    span.action = ParseAction(name, stage, num_stages);
+    span.action = ParseAction(name, stage, num_stages, layout);
     BATON_CHECK(IsCompute(span.action.kind), "trace span '{}' is not a compute action", name);
   }
   return span;
@@ -126,14 +127,14 @@ std::vector<Action> ComputeActions(const std::vector<Action>& program) {
 
 }  // namespace
 
-PipelineTrace ReadChromeTrace(const json& trace, int num_stages) {
+PipelineTrace ReadChromeTrace(const json& trace, int num_stages, ChunkLayout layout) {
   std::vector<std::map<int64_t, std::vector<TraceSpan>>> by_step(static_cast<size_t>(num_stages));
   for (const json& event : trace.at("traceEvents")) {
     if (event.at("ph") != "X") continue;
     const int rank = event.at("tid").get<int>();
     BATON_CHECK(rank >= 0, "trace event of rank {}", rank);
     if (rank >= num_stages) continue;  // another replica's pipeline
-    TraceSpan span = ParseSpan(event.at("name").get<std::string>(), rank, num_stages);
+    TraceSpan span = ParseSpan(event.at("name").get<std::string>(), rank, num_stages, layout);
     span.start_us = event.at("ts").get<double>();
     span.end_us = span.start_us + event.at("dur").get<double>();
     by_step[static_cast<size_t>(rank)][event.at("args").at("step").get<int64_t>()].push_back(span);
@@ -188,7 +189,7 @@ DerivedCosts DeriveCosts(const PipelineTrace& trace, const Schedule& schedule, i
       for (const TraceSpan& s : step->spans) {
         if (s.kind != TraceSpan::Kind::kCompute) continue;
         ran.push_back(s.action);
-        const int j = VirtualStage(s.action, p);
+        const int j = schedule.VirtualStageOf(s.action);
         auto& [total, count] = totals[{j, s.action.kind}];
         total += Millis(s.end_us - s.start_us);
         ++count;
@@ -205,7 +206,7 @@ DerivedCosts DeriveCosts(const PipelineTrace& trace, const Schedule& schedule, i
     for (const StepTrace* step : Measured(trace[static_cast<size_t>(stage)], first_step)) {
       for (const TraceSpan& s : step->spans) {
         if (s.kind != TraceSpan::Kind::kWait || !IsRecv(s.action.kind)) continue;
-        const int j = VirtualStage(s.action, p);
+        const int j = schedule.VirtualStageOf(s.action);
         const bool forward = s.action.kind == ActionKind::kRecvForward;
         const int producer = forward ? j - 1 : j + 1;
         const int mb = s.action.microbatch;

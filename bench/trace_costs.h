@@ -35,9 +35,9 @@ namespace baton::bench {
 // trace[stage] = that stage's traced steps in step order (replica 0's ranks: tid < num_stages).
 using PipelineTrace = std::vector<std::vector<StepTrace>>;
 
-// Parses ChromeTrace's "X" events: name (TraceSpan::Name), tid (the rank), ts and dur
-// (microseconds from the trace's origin), args.step.
-PipelineTrace ReadChromeTrace(const nlohmann::json& trace, int num_stages);
+// Parses ChromeTrace's "X" events: name (TraceSpan::Name under the schedule's chunk layout), tid
+// (the rank), ts and dur (microseconds from the trace's origin), args.step.
+PipelineTrace ReadChromeTrace(const nlohmann::json& trace, int num_stages, ChunkLayout layout);
 
 // What a stage's step is made of, in milliseconds per step (means over the measured steps).
 struct StepParts {

@@ -15,8 +15,9 @@ using nlohmann::json;
 
 // The planner's lowering of a generated schedule (planner/planner.cc).
 Schedule Lowered(const std::string& name, int stages, int microbatches) {
-  return PostReceivesEarly(InsertCommunication(MakeSchedule(name, stages, microbatches),
-                                               CommPlacement::kRendezvousSafe));
+  return PostReceivesEarly(
+      InsertCommunication(MakeSchedule(name, stages, microbatches, ChunksFor(name, 1)),
+                          CommPlacement::kRendezvousSafe));
 }
 
 // What a synthetic stage does around its actions, in ms.
@@ -111,7 +112,7 @@ TEST(DeriveCosts, RecoversTheCostsOfASyntheticOneFOneBTrace) {
 }
 
 TEST(SimulateStep, ReproducesTheMeasuredStepOfATraceThatFollowsTheModel) {
-  for (const char* name : {"1f1b", "gpipe", "zb-h1"}) {
+  for (const char* name : {"1f1b", "gpipe", "zb-h1", "zb-v"}) {
     const Schedule schedule = Lowered(name, 2, 4);
     Costs costs = TwoStageCosts(0.5);
     for (auto& [j, c] : costs.per_virtual_stage) {
@@ -237,7 +238,8 @@ TEST(ReadChromeTrace, ParsesEverySpanNameAndGroupsByStageAndStep) {
      "args": {"step": 2, "microbatch": 1}},
     {"name": "F1", "cat": "compute", "ph": "X", "ts": 0, "dur": 7, "pid": 0, "tid": 2,
      "args": {"step": 2, "microbatch": 1}}]})");
-  const PipelineTrace pipeline = ReadChromeTrace(trace, 2);  // tid 2: another replica's
+  const PipelineTrace pipeline =
+      ReadChromeTrace(trace, 2, ChunkLayout::kLoop);  // tid 2: another replica's
   ASSERT_EQ(pipeline.size(), 2u);
   ASSERT_EQ(pipeline[0].size(), 1u);
   EXPECT_EQ(pipeline[0][0].step, 2);
@@ -251,9 +253,14 @@ TEST(ReadChromeTrace, ParsesEverySpanNameAndGroupsByStageAndStep) {
   EXPECT_DOUBLE_EQ(spans[2].end_us, 35);
   EXPECT_EQ(spans[3].kind, TraceSpan::Kind::kExchange);
   EXPECT_EQ(spans[4].kind, TraceSpan::Kind::kOptimizer);
+  // Under the V layout stage 1's chunk 1 is virtual stage 2 (2p-1-s), named so.
+  const json v = json::parse(R"({"traceEvents": [{"name": "2F0", "ph": "X", "ts": 0, "dur": 1,
+      "tid": 1, "args": {"step": 2}}]})");
+  EXPECT_EQ(ReadChromeTrace(v, 2, ChunkLayout::kV)[1][0].spans[0].action,
+            (Action{1, ActionKind::kForward, 0, 1}));
   EXPECT_THROW(ReadChromeTrace(json::parse(R"({"traceEvents": [{"name": "wait F0", "ph": "X",
       "ts": 0, "dur": 1, "tid": 0, "args": {"step": 1}}]})"),
-                               1),
+                               1, ChunkLayout::kLoop),
                Error);
 }
 

@@ -207,7 +207,8 @@ TEST(CheckpointTest, Int8WeightsQuantiseOnLoadAndSaveAWeightsOnlyCheckpoint) {
 
   auto make_model = [&](bool int8, uint64_t seed) {
     return std::make_unique<StageModel>(f.graph, f.dims, std::vector<LayerRange>{{0, 3}}, 0, 1,
-                                        *f.backend, DType::kF32, DType::kF32, seed, int8);
+                                        ChunkLayout::kLoop, *f.backend, DType::kF32, DType::kF32,
+                                        seed, int8);
   };
   std::unique_ptr<StageModel> int8 = make_model(true, 99);
   CheckpointReader::Open(dense_dir).LoadLayers(CheckpointTensors(*int8, nullptr), *f.backend);

@@ -54,8 +54,8 @@ class Fixture {
   Rank MakeRank(std::vector<LayerRange> chunk_ranges, int rank, int num_stages,
                 DType dtype = DType::kF32, uint64_t seed = 7, bool quantized_state = false) {
     Rank r;
-    r.model = std::make_unique<StageModel>(graph, dims, chunk_ranges, rank, num_stages, *backend,
-                                           dtype, dtype, seed);
+    r.model = std::make_unique<StageModel>(graph, dims, chunk_ranges, rank, num_stages,
+                                           ChunkLayout::kLoop, *backend, dtype, dtype, seed);
     AdamWConfig hyper;
     hyper.weight_decay = 0.1f;
     r.optimizer = std::make_unique<Optimizer>(*backend, r.model->params(), hyper, quantized_state);

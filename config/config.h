@@ -47,7 +47,21 @@ enum class OptimizerState { kF32, kInt8 };
 enum class PrunePattern { kUnstructured, k2of4 };
 enum class DataFormat { kAuto, kText, kBin };
 enum class LrSchedule { kConstant, kCosine };
-enum class ScheduleKind { kGpipe, k1F1B, kInterleaved, kZbH1 };
+enum class ScheduleKind {
+  kGpipe,
+  k1F1B,
+  kInterleaved,
+  kZbH1,
+  kZbH2,
+  kZbV,
+  kVHalf,
+  kVMin,
+  kDualPipeV,
+  kLoopedBfs
+};
+// The V-shaped schedules (zb-v, v-half, v-min, dualpipev): 2 chunks per stage, whatever
+// parallel.chunks says (scheduler/generators.h ChunksFor).
+bool IsVShaped(ScheduleKind schedule);
 enum class PartitionPolicy { kUniform, kParameters, kFlops };
 
 // Activation checkpointing: `none`, `every:K` (segments of K layers keep only their input) or

@@ -150,8 +150,8 @@ TEST(ConfigTest, ErrorsQuotingBytesThatAreNotUtf8AreValidUtf8) {
 
 TEST(ConfigTest, UnknownEnumNameListsTheChoices) {
   EXPECT_EQ(ParseError(std::string(kMinimal) + "parallel:\n  schedule: 1f2b\n"),
-            "x.yaml:4: parallel.schedule: expected one of gpipe, 1f1b, interleaved, zb-h1, got "
-            "'1f2b'");
+            "x.yaml:4: parallel.schedule: expected one of gpipe, 1f1b, interleaved, zb-h1, zb-h2, "
+            "zb-v, v-half, v-min, dualpipev, looped-bfs, got '1f2b'");
   EXPECT_THAT(ParseError(std::string(kMinimal) + "precision:\n  dtype: fp8\n"),
               HasSubstr("precision.dtype: expected one of fp32, bf16, fp16, got 'fp8'"));
   EXPECT_EQ(ParseError(std::string(kMinimal) + "model:\n  attention: sparse\n"),
@@ -291,6 +291,14 @@ TEST(ConfigTest, CrossFieldRulesAreChecked) {
               HasSubstr("parallel.chunks 2 > 1 needs parallel.schedule interleaved"));
   EXPECT_THAT(ParseError(kMinimal, {"parallel.schedule=interleaved"}),
               HasSubstr("needs parallel.chunks >= 2"));
+  EXPECT_THAT(ParseError(kMinimal, {"parallel.schedule=looped-bfs"}),
+              HasSubstr("parallel.schedule looped-bfs needs parallel.chunks >= 2"));
+  EXPECT_THAT(ParseError(kMinimal, {"parallel.schedule=zb-v", "parallel.chunks=3"}),
+              HasSubstr("parallel.schedule zb-v places 2 model chunks per stage in a V"));
+  for (const char* chunks : {"parallel.chunks=1", "parallel.chunks=2"}) {
+    EXPECT_NO_THROW(ParseConfigString(kMinimal, "x.yaml", {"parallel.schedule=dualpipev", chunks}))
+        << chunks;
+  }
   EXPECT_THAT(ParseError(kMinimal, {"parallel.replicas=3", "train.micro_batches=4"}),
               HasSubstr("train.micro_batches 4 is not divisible by parallel.replicas 3"));
   EXPECT_THAT(ParseError(kMinimal, {"parallel.replicas=2", "model.weights=int8"}),

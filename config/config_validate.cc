@@ -224,14 +224,22 @@ void ValidatePacking(const Config& c, const Reporter& r) {
 
 void ValidateParallel(const Config& c, const Reporter& r) {
   const ParallelConfig& p = c.parallel;
-  const bool interleaved = p.schedule == ScheduleKind::kInterleaved;
-  if (p.schedule_file.empty()) {
-    r.Require(p.chunks == 1 || interleaved, {"parallel.chunks", "parallel.schedule"},
-              fmt::format("parallel.chunks {} > 1 needs parallel.schedule interleaved (or a "
-                          "schedule_file), not {}",
+  const bool looped =
+      p.schedule == ScheduleKind::kInterleaved || p.schedule == ScheduleKind::kLoopedBfs;
+  if (p.schedule_file.empty() && IsVShaped(p.schedule)) {
+    r.Require(p.chunks <= 2, {"parallel.chunks", "parallel.schedule"},
+              fmt::format("parallel.schedule {} places 2 model chunks per stage in a V; "
+                          "parallel.chunks {} cannot apply (leave it out, or set 2)",
+                          Name(p.schedule), p.chunks));
+  } else if (p.schedule_file.empty()) {
+    r.Require(p.chunks == 1 || looped, {"parallel.chunks", "parallel.schedule"},
+              fmt::format("parallel.chunks {} > 1 needs parallel.schedule interleaved or "
+                          "looped-bfs (or a schedule_file), not {}",
                           p.chunks, Name(p.schedule)));
-    r.Require(!interleaved || p.chunks >= 2, {"parallel.chunks", "parallel.schedule"},
-              "parallel.schedule interleaved needs parallel.chunks >= 2 (model chunks per stage)");
+    r.Require(!looped || p.chunks >= 2, {"parallel.chunks", "parallel.schedule"},
+              fmt::format("parallel.schedule {} needs parallel.chunks >= 2 (model chunks per "
+                          "stage)",
+                          Name(p.schedule)));
   }
   // Each replica runs an equal share of every step's micro-batches (docs/parallel.md).
   r.Require(c.train.micro_batches % p.replicas == 0, {"parallel.replicas", "train.micro_batches"},

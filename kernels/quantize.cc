@@ -2,7 +2,9 @@
 #include "kernels/quantize.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
+#include <limits>
 #include <vector>
 
 #include "core/error.h"
@@ -48,6 +50,44 @@ uint8_t Quantize(float normalized, const QuantMap& map) {
   const auto lower = upper - 1;
   const bool take_upper = (*upper - normalized) < (normalized - *lower);
   return static_cast<uint8_t>((take_upper ? upper : lower) - map.begin());
+}
+
+namespace {
+
+float FromOrderedKey(uint32_t key) {
+  return std::bit_cast<float>((key & 0x80000000u) != 0 ? key & 0x7FFFFFFFu : ~key);
+}
+
+uint16_t LowerBound(const QuantMap& map, float x) {
+  return static_cast<uint16_t>(std::lower_bound(map.begin(), map.end(), x) - map.begin());
+}
+
+}  // namespace
+
+QuantCoder::QuantCoder(const QuantMap& map) : map_(map), buckets_{} {
+  padded_.front() = -std::numeric_limits<float>::infinity();
+  std::copy(map.begin(), map.end(), padded_.begin() + 1);
+  padded_.back() = std::numeric_limits<float>::infinity();
+  for (uint32_t bucket = 0; bucket < buckets_.size(); ++bucket) {
+    const float least = FromOrderedKey(bucket << kShift);
+    const float greatest = FromOrderedKey((bucket << kShift) | ((1u << kShift) - 1));
+    if (!(std::abs(least) <= 1.0f || std::abs(greatest) <= 1.0f)) continue;  // Encode falls back
+    const uint16_t first = LowerBound(map, least);
+    const uint16_t last = LowerBound(map, greatest);
+    BATON_CHECK(last <= first + 1, "quantisation bucket {} spans map values {} to {}", bucket,
+                first, last);
+    buckets_[bucket] = static_cast<uint16_t>(first | (last > first ? kMayStep : 0));
+  }
+}
+
+const QuantCoder& SignedQuantCoder() {
+  static const QuantCoder coder(SignedQuantMap());
+  return coder;
+}
+
+const QuantCoder& UnsignedQuantCoder() {
+  static const QuantCoder coder(UnsignedQuantMap());
+  return coder;
 }
 
 void QuantizeBlocks(const float* x, int64_t n, const QuantMap& map, uint8_t* codes, float* absmax) {

@@ -14,7 +14,9 @@
 #pragma once
 
 #include <array>
+#include <cstddef>
 #include <cstdint>
+#include <cstring>
 
 namespace baton {
 
@@ -28,8 +30,52 @@ using QuantMap = std::array<float, 256>;
 const QuantMap& SignedQuantMap();    // for m
 const QuantMap& UnsignedQuantMap();  // for v
 
-// The code of the map value nearest to `normalized` (x / absmax, in [-1, 1]).
+// The code of the map value nearest to `normalized` (x / absmax, in [-1, 1]): a binary search,
+// the definition QuantCoder must agree with.
 uint8_t Quantize(float normalized, const QuantMap& map);
+
+// Quantize without the binary search and without a data-dependent branch, giving its codes bit
+// for bit: the AdamW8bit kernel's inner loop. Floats are ordered like their bit patterns (sign
+// folded), so the top 16 bits of a float pick a bucket (1/128 of a binade), narrower than the
+// map's finest step: the first map value >= any float of a bucket is the one the bucket's least
+// float has, or the next (the constructor checks this). One comparison picks which, one more the
+// nearer neighbour, as Quantize picks it. Values outside [-1, 1] and NaN take Quantize itself.
+class QuantCoder {
+ public:
+  explicit QuantCoder(const QuantMap& map);
+  uint8_t Encode(float normalized) const;
+
+ private:
+  static constexpr int kShift = 16;          // bits of a float's ordered key below its bucket
+  static constexpr uint16_t kMayStep = 512;  // flag: the bucket's greatest float has the next one
+  const QuantMap& map_;
+  std::array<float, 258> padded_;  // -inf, the map, +inf: a code's neighbours without branches
+  std::array<uint16_t, (std::size_t{1} << (32 - kShift))> buckets_;  // lower bound | kMayStep
+};
+
+// Order-preserving key of a float's bits: negative floats below positive, each in value order.
+inline uint32_t OrderedKey(float x) {
+  uint32_t bits;  // memcpy, not std::bit_cast: CUDA sources include this header as C++17
+  std::memcpy(&bits, &x, sizeof bits);
+  return (bits & 0x80000000u) != 0 ? ~bits : bits | 0x80000000u;
+}
+
+// Inline: the AdamW8bit loop overlaps the loads of neighbouring elements' encodings.
+inline uint8_t QuantCoder::Encode(float normalized) const {
+  if (!(normalized >= -1.0f && normalized <= 1.0f)) return Quantize(normalized, map_);
+  const uint32_t entry = buckets_[OrderedKey(normalized) >> kShift];
+  const uint32_t first = entry & (kMayStep - 1u);
+  // The first map value >= normalized, as an index into padded_ (one past its index in the map).
+  const uint32_t upper =
+      first + 1 + static_cast<uint32_t>((entry & kMayStep) != 0 && padded_[first + 1] < normalized);
+  const float above = padded_[upper];
+  const float below = padded_[upper - 1];
+  // Past the map's ends one side is infinite: code 0 below its first value, 255 above its last.
+  return static_cast<uint8_t>(upper - ((above - normalized) < (normalized - below) ? 1 : 2));
+}
+
+const QuantCoder& SignedQuantCoder();
+const QuantCoder& UnsignedQuantCoder();
 
 // Blocks of a tensor of n elements: ceil(n / kQuantBlock).
 inline int64_t QuantBlocks(int64_t n) { return (n + kQuantBlock - 1) / kQuantBlock; }

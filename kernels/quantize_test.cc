@@ -4,7 +4,10 @@
 #include "kernels/quantize.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
+#include <limits>
+#include <utility>
 #include <vector>
 
 #include "kernels/kernels_test_util.h"
@@ -42,6 +45,41 @@ TEST(QuantMapTest, QuantizeReturnsTheNearestValue) {
         ASSERT_LE(std::abs((*map)[code] - x), std::abs(value - x)) << x;
       }
     }
+  }
+}
+
+// The coder gives Quantize's code for every float of [-1, 1] it is tried on: a stride through all
+// of them (every bucket many times), every float within 64 ulps of each map value and of each
+// midpoint between neighbours (where the nearer one changes), and the special values.
+TEST(QuantMapTest, CoderEncodesAsQuantizeDoesBitForBit) {
+  const std::pair<const QuantMap*, const QuantCoder*> cases[] = {
+      {&SignedQuantMap(), &SignedQuantCoder()}, {&UnsignedQuantMap(), &UnsignedQuantCoder()}};
+  for (const auto& [map, coder] : cases) {
+    int64_t checked = 0;
+    const auto check = [&](float x) {
+      ASSERT_EQ(coder->Encode(x), Quantize(x, *map)) << x;
+      ++checked;
+    };
+    for (uint32_t bits = 0; bits <= 0x3F800000u; bits += 997) {  // 0 .. 1.0f, both signs
+      check(std::bit_cast<float>(bits));
+      check(-std::bit_cast<float>(bits));
+    }
+    std::vector<float> anchors(map->begin(), map->end());
+    for (size_t i = 1; i < map->size(); ++i) anchors.push_back(((*map)[i - 1] + (*map)[i]) / 2);
+    for (float anchor : anchors) {
+      float below = anchor, above = anchor;
+      for (int step = 0; step < 64; ++step) {
+        check(below = std::nextafter(below, -2.0f));
+        check(above = std::nextafter(above, 2.0f));
+      }
+    }
+    for (float x :
+         {0.0f, -0.0f, 1.0f, -1.0f, 1.0000001f, -1.0000001f, 3.0f, -3.0f,
+          std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(),
+          std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::denorm_min()}) {
+      check(x);
+    }
+    EXPECT_GT(checked, 2'000'000);
   }
 }
 

@@ -175,8 +175,11 @@ int BatonMain(int argc, char** argv) {
   CLI::App* schedule_cmd = app.add_subcommand("schedule", "generate, validate, show a schedule");
   schedule_cmd->add_option("--stages", schedule.stages, "pipeline ranks P");
   schedule_cmd->add_option("--microbatches", schedule.microbatches, "micro-batches M");
-  schedule_cmd->add_option("--schedule", schedule.schedule, "gpipe, 1f1b, interleaved, zb-h1");
-  schedule_cmd->add_option("--chunks", schedule.chunks, "model chunks per rank (interleaved)");
+  schedule_cmd->add_option(
+      "--schedule", schedule.schedule,
+      "gpipe, 1f1b, interleaved, zb-h1, looped-bfs, zb-h2, zb-v, v-half, v-min, dualpipev");
+  schedule_cmd->add_option("--chunks", schedule.chunks,
+                           "model chunks per stage (interleaved, looped-bfs; V schedules take 2)");
   schedule_cmd->add_option(
       "--costs", schedule.costs,
       "action costs in any unit, e.g. F=1,B=2,I=1,W=1 (the default); the makespan is in it");

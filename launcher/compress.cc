@@ -262,7 +262,8 @@ std::vector<MatrixResult> WriteCompressed(const CompressOptions& options,
   const ModelDims out_dims = DimsOf(config.model);
   const std::vector<LayerSpec>& graph = plan.graph;
   StageModel model(graph, out_dims, {{0, static_cast<int>(graph.size()) - 1}}, /*stage=*/0,
-                   /*num_stages=*/1, *backend, dtype, dtype, config.train.seed, options.int8,
+                   /*num_stages=*/1, ChunkLayout::kLoop, *backend, dtype, dtype, config.train.seed,
+                   options.int8,
                    /*inference=*/true);
   if (plan.prune) AllocatePruneMasks(*backend, model.params());
   const std::vector<LayerTensors> tensors = CheckpointTensors(model, nullptr);

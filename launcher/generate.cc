@@ -140,8 +140,9 @@ GenerateResult Generate(const GenerateOptions& options) {
   const int num_layers = static_cast<int>(graph.size());
   // Inference: no optimizer state (loading passes over what the checkpoint stores of it).
   const bool int8_weights = config.model.weights == WeightFormat::kInt8;
-  StageModel model(graph, dims, {{0, num_layers - 1}}, /*rank=*/0, /*num_stages=*/1, *backend,
-                   dtype, dtype, config.train.seed, int8_weights, /*inference=*/true);
+  StageModel model(graph, dims, {{0, num_layers - 1}}, /*rank=*/0, /*num_stages=*/1,
+                   ChunkLayout::kLoop, *backend, dtype, dtype, config.train.seed, int8_weights,
+                   /*inference=*/true);
   checkpoint.LoadLayers(CheckpointTensors(model, nullptr), *backend);
   spdlog::info("generating from {} (step {}, {}{} on {})", checkpoint.step_dir(), checkpoint.step(),
                ToString(dims), int8_weights ? ", INT8 weights" : "", backend->device().ToString());

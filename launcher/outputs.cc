@@ -53,7 +53,7 @@ std::string ChromeTrace(const Plan& plan, const std::vector<RankResult>& results
       for (const TraceSpan& span : step.spans) {
         json args = {{"step", step.step}};
         if (span.HasAction()) args["microbatch"] = span.action.microbatch;
-        events.push_back({{"name", span.Name(plan.num_stages())},
+        events.push_back({{"name", span.Name(plan.num_stages(), plan.schedule.layout)},
                           {"cat", SpanCategory(span.kind)},
                           {"ph", "X"},
                           {"ts", span.start_us - origin},

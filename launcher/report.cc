@@ -130,12 +130,13 @@ MemoryFigures PeakOverRanks(const std::vector<RankResult>& results) {
   return peak;
 }
 
-// `baton eval`'s evaluation: the head rank's (replica 0's last stage holds the loss).
+// `baton eval`'s evaluation: the first head rank's (the stage holding the head has the loss).
 const EvalRecord& HeadEval(const std::vector<RankResult>& results) {
-  const RankResult& head = results.back();
-  BATON_CHECK(head.holds_head && head.eval.has_value(), "rank {} returned no evaluation",
-              head.rank);
-  return *head.eval;
+  const auto head = std::find_if(results.begin(), results.end(),
+                                 [](const RankResult& r) { return r.holds_head; });
+  BATON_CHECK(head != results.end(), "no rank holds the head");
+  BATON_CHECK(head->eval.has_value(), "rank {} returned no evaluation", head->rank);
+  return *head->eval;
 }
 
 // `baton eval`'s answer: one line, or a JSON object.

@@ -34,7 +34,7 @@ void Summarise(const nlohmann::json& report, const std::string& report_path);
 
 // Each category's largest peak over the ranks, and the largest total.
 MemoryFigures PeakOverRanks(const std::vector<RankResult>& results);
-// `baton eval`'s evaluation: the head rank's (replica 0's last stage holds the loss).
+// `baton eval`'s evaluation: the first rank holding the head (it has the loss).
 const EvalRecord& HeadEval(const std::vector<RankResult>& results);
 // `baton eval`'s answer on `out`: one line, or a JSON object.
 void PrintEval(const Plan& plan, const std::string& weights, const std::vector<RankResult>& results,

@@ -92,7 +92,7 @@ MonitorOptions MonitorOptionsFor(const Plan& plan, int attempt) {
   MonitorOptions m;
   m.world_size = plan.world_size();
   m.stages = plan.num_stages();
-  m.head_rank = plan.num_stages() - 1;  // replica 0's head: every replica's head has the loss
+  m.head_rank = plan.head_stage();  // replica 0's head: every replica's head has the loss
   m.total_steps = plan.config.train.steps;
   m.log_every = plan.config.train.log_every;
   m.attempt = attempt;

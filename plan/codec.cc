@@ -119,6 +119,7 @@ std::string EncodeJobPlan(const Plan& plan, const Launch& launch) {
   m.set_schedule(plan.schedule.name);
   m.set_micro_batches(plan.schedule.microbatches);
   m.set_chunks(plan.schedule.chunks);
+  m.set_chunk_layout(std::string(LayoutName(plan.schedule.layout)));
   const int p = plan.num_stages();
   for (int r = 0; r < p; ++r) {
     pb::StagePlan* stage = m.add_stages();
@@ -128,7 +129,7 @@ std::string EncodeJobPlan(const Plan& plan, const Launch& launch) {
     for (int c = 0; c < static_cast<int>(ranges.size()); ++c) {
       pb::ChunkPlan* chunk = stage->add_chunks();
       chunk->set_chunk(c);
-      chunk->set_virtual_stage(VirtualStage(r, c, p));
+      chunk->set_virtual_stage(VirtualStage(r, c, p, plan.schedule.layout));
       chunk->set_first_layer(ranges[static_cast<size_t>(c)].first);
       chunk->set_last_layer(ranges[static_cast<size_t>(c)].last);
     }
@@ -203,6 +204,8 @@ Plan DecodeJobPlan(const std::string& bytes, Launch* launch) {
   plan.schedule.stages = p;
   plan.schedule.microbatches = m.micro_batches();
   plan.schedule.chunks = v;
+  plan.schedule.layout =
+      m.chunk_layout().empty() ? ChunkLayout::kLoop : ParseLayout(m.chunk_layout());
   plan.virtual_stages.resize(static_cast<size_t>(p * v));
   const int num_layers = static_cast<int>(plan.graph.size());
   for (int r = 0; r < p; ++r) {
@@ -216,8 +219,12 @@ Plan DecodeJobPlan(const std::string& bytes, Launch* launch) {
                       chunk.last_layer() < num_layers,
                   "rank {} chunk {} of the job plan holds layers {}-{} of {}", r, c,
                   chunk.first_layer(), chunk.last_layer(), num_layers);
-      plan.virtual_stages[static_cast<size_t>(VirtualStage(r, c, p))] = {chunk.first_layer(),
-                                                                         chunk.last_layer()};
+      const int virtual_stage = VirtualStage(r, c, p, plan.schedule.layout);
+      BATON_CHECK(chunk.virtual_stage() == virtual_stage,
+                  "rank {} chunk {} of the job plan is virtual stage {}, not {} ({} layout)", r, c,
+                  chunk.virtual_stage(), virtual_stage, LayoutName(plan.schedule.layout));
+      plan.virtual_stages[static_cast<size_t>(virtual_stage)] = {chunk.first_layer(),
+                                                                 chunk.last_layer()};
     }
     std::vector<Action>& program = plan.schedule.per_stage.emplace_back();
     for (const pb::Action& a : stage.actions()) program.push_back(FromProto(a, r));
@@ -228,6 +235,7 @@ Plan DecodeJobPlan(const std::string& bytes, Launch* launch) {
   plan.eval_schedule.stages = p;
   plan.eval_schedule.microbatches = m.micro_batches();
   plan.eval_schedule.chunks = v;
+  plan.eval_schedule.layout = plan.schedule.layout;
   plan.eval_batches = m.eval_batches();
   plan.sends_complete_before_compute = m.sends_complete_before_compute();
   for (const pb::TiedGroup& tied : m.tied()) {

@@ -113,10 +113,10 @@ TEST(CodecTest, RankResultComesBackEqualWithTypedSpans) {
   EXPECT_EQ(DecodeRankResult(EncodeRankResult(result)), result);
   result.eval = EvalRecord{2.5, 3, 96, 0.25};
   EXPECT_EQ(DecodeRankResult(EncodeRankResult(result)), result);
-  EXPECT_EQ(step.spans[0].Name(4), "wait 6RECV_F1");
-  EXPECT_EQ(step.spans[1].Name(4), "6F1");
-  EXPECT_EQ(step.spans[2].Name(4), "wait SEND_B0");
-  EXPECT_EQ(step.spans[3].Name(4), "optimizer");
+  EXPECT_EQ(step.spans[0].Name(4, ChunkLayout::kLoop), "wait 6RECV_F1");
+  EXPECT_EQ(step.spans[1].Name(4, ChunkLayout::kLoop), "6F1");
+  EXPECT_EQ(step.spans[2].Name(4, ChunkLayout::kLoop), "wait SEND_B0");
+  EXPECT_EQ(step.spans[3].Name(4, ChunkLayout::kLoop), "optimizer");
   EXPECT_THROW(DecodeRankResult("\xff\xff"), Error);
 }
 

@@ -11,7 +11,8 @@ namespace baton {
 std::vector<LayerRange> Plan::ChunkRanges(int stage) const {
   std::vector<LayerRange> ranges;
   for (int c = 0; c < num_chunks(); ++c) {
-    ranges.push_back(virtual_stages.at(static_cast<size_t>(VirtualStage(stage, c, num_stages()))));
+    ranges.push_back(virtual_stages.at(
+        static_cast<size_t>(VirtualStage(stage, c, num_stages(), schedule.layout))));
   }
   return ranges;
 }
@@ -71,16 +72,18 @@ std::vector<int> Plan::Peers(int world_rank) const {
 
 void Plan::SetCut(std::vector<LayerRange> cut) {
   virtual_stages = std::move(cut);
-  tied = TiedGroupsFor(graph, dims, virtual_stages, num_stages());
+  tied = TiedGroupsFor(graph, dims, virtual_stages, num_stages(), schedule.layout);
 }
 
 std::vector<int> StagesHolding(const std::vector<int>& layers,
-                               const std::vector<LayerRange>& virtual_stages, int num_stages) {
+                               const std::vector<LayerRange>& virtual_stages, int num_stages,
+                               ChunkLayout layout) {
   std::vector<int> stages;
   for (int layer : layers) {
     for (int j = 0; j < static_cast<int>(virtual_stages.size()); ++j) {
       const LayerRange& r = virtual_stages[static_cast<size_t>(j)];
-      if (layer >= r.first && layer <= r.last) stages.push_back(StageOfVirtualStage(j, num_stages));
+      if (layer >= r.first && layer <= r.last)
+        stages.push_back(StageOfVirtualStage(j, num_stages, layout));
     }
   }
   std::sort(stages.begin(), stages.end());
@@ -89,12 +92,12 @@ std::vector<int> StagesHolding(const std::vector<int>& layers,
 }
 
 std::vector<TiedGroup> TiedGroupsFor(const std::vector<LayerSpec>& graph, const ModelDims& dims,
-                                     const std::vector<LayerRange>& virtual_stages,
-                                     int num_stages) {
+                                     const std::vector<LayerRange>& virtual_stages, int num_stages,
+                                     ChunkLayout layout) {
   std::vector<TiedGroup> groups;
   for (const TiedParameter& tied : TiedParameters(graph, dims)) {
     groups.push_back(
-        {tied.name, tied.layers, StagesHolding(tied.layers, virtual_stages, num_stages)});
+        {tied.name, tied.layers, StagesHolding(tied.layers, virtual_stages, num_stages, layout)});
   }
   return groups;
 }

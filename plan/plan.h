@@ -49,7 +49,7 @@ struct Plan {
   ModelDims dims;
   std::vector<LayerSpec> graph;
   std::vector<double> layer_costs;         // under config.parallel.partition
-  std::vector<LayerRange> virtual_stages;  // p*v contiguous ranges; j runs on stage j % p
+  std::vector<LayerRange> virtual_stages;  // p*v contiguous ranges; j runs on schedule.StageOf(j)
   Schedule schedule;  // one pipeline's, of MicroBatchesPerReplica; SEND/RECV actions, validated
   // Evaluation (docs/data.md): the forward-only schedule of the same ranks, chunks and
   // micro-batches, with SEND/RECV actions, validated; and the batches each evaluation reads
@@ -77,6 +77,8 @@ struct Plan {
   int ReplicaOf(int world_rank) const { return world_rank / num_stages(); }
   int WorldRank(int stage, int replica) const { return replica * num_stages() + stage; }
   int num_chunks() const { return schedule.chunks; }
+  // The stage holding the head (the last virtual stage): p-1, or 0 under the V layout.
+  int head_stage() const { return schedule.StageOf(schedule.num_virtual_stages() - 1); }
   // The layer ranges of stage `stage`'s chunks, chunk 0 first.
   std::vector<LayerRange> ChunkRanges(int stage) const;
   MicroBatchShape micro_batch_shape() const;
@@ -98,10 +100,12 @@ struct Plan {
 
 // The stages holding any of `layers` under the cut `virtual_stages`: ascending, distinct.
 std::vector<int> StagesHolding(const std::vector<int>& layers,
-                               const std::vector<LayerRange>& virtual_stages, int num_stages);
+                               const std::vector<LayerRange>& virtual_stages, int num_stages,
+                               ChunkLayout layout);
 
 // Each tied parameter (model/graph.h's TiedParameters) with the stages holding its layers.
 std::vector<TiedGroup> TiedGroupsFor(const std::vector<LayerSpec>& graph, const ModelDims& dims,
-                                     const std::vector<LayerRange>& virtual_stages, int num_stages);
+                                     const std::vector<LayerRange>& virtual_stages, int num_stages,
+                                     ChunkLayout layout);
 
 }  // namespace baton

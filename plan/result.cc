@@ -4,12 +4,12 @@
 
 namespace baton {
 
-std::string TraceSpan::Name(int num_stages) const {
+std::string TraceSpan::Name(int num_stages, ChunkLayout layout) const {
   switch (kind) {
     case Kind::kCompute:
-      return ToString(action, num_stages);
+      return ToString(action, num_stages, layout);
     case Kind::kWait:
-      return "wait " + ToString(action, num_stages);
+      return "wait " + ToString(action, num_stages, layout);
     case Kind::kOptimizer:
       return "optimizer";
     case Kind::kStepStart:

@@ -28,7 +28,7 @@ struct TraceSpan {
   double end_us = 0;
   bool HasAction() const { return kind == Kind::kCompute || kind == Kind::kWait; }
   // "F3", "5B2"; "wait RECV_F3", "wait SEND_B1"; "optimizer"; "step start"; "exchange".
-  std::string Name(int num_stages) const;
+  std::string Name(int num_stages, ChunkLayout layout) const;
   bool operator==(const TraceSpan&) const = default;
 };
 

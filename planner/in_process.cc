@@ -63,7 +63,11 @@ InProcessResult RunInProcess(const Plan& plan) {
     digests.insert(digests.end(), rank.digests.begin(), rank.digests.end());
   }
   result.param_checksum = CombineLayerDigests(digests);
-  for (const StepRecord& s : result.ranks.back().steps) result.losses.push_back(s.loss);
+  // The last replica's head (every replica's head has the step's loss).
+  result.head = plan.WorldRank(plan.head_stage(), plan.num_replicas() - 1);
+  for (const StepRecord& s : result.ranks[static_cast<size_t>(result.head)].steps) {
+    result.losses.push_back(s.loss);
+  }
   return result;
 }
 

@@ -25,6 +25,7 @@ struct InProcessRank {
 struct InProcessResult {
   std::vector<InProcessRank> ranks;  // by world rank (replica * stages + stage)
   std::vector<float> losses;         // per step, from the rank holding the head
+  int head = 0;  // that rank: the last replica's stage holding the head (Plan::head_stage)
   std::string param_checksum;        // of replica 0's layers
 };
 

@@ -41,7 +41,7 @@ TEST(InProcessTest, CheckpointingEveryLayerAndSelectiveAreBitIdenticalToNone) {
 // The eval losses of each step, from the rank holding the head.
 std::vector<double> EvalLosses(const InProcessResult& result) {
   std::vector<double> losses;
-  for (const StepRecord& s : result.ranks.back().steps) {
+  for (const StepRecord& s : result.ranks[static_cast<size_t>(result.head)].steps) {
     if (s.eval) losses.push_back(s.eval->loss);
   }
   return losses;

@@ -2,6 +2,7 @@
 #include "planner/memory_planner.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <gtest/gtest.h>
 
 #include "config/config.h"
@@ -204,6 +205,27 @@ TEST(MemoryPlannerTest, PredictsTheLedgerForZeroBubbleAndInterleavedSchedules) {
       MakePlan(Tiny({"parallel.stages=2", "parallel.schedule=interleaved", "parallel.chunks=2",
                      "parallel.checkpoint=every:1"})),
       0.02, "interleaved");
+}
+
+// The zero-bubble, V-shaped and looped schedules: every category exactly, on every rank, with
+// the checkpointing, precision and replica settings they run with (planner/schedules_test.cc
+// runs the same configurations for bits).
+TEST(MemoryPlannerTest, PredictsTheLedgerExactlyForVShapedAndLoopedSchedules) {
+  for (const char* name : {"zb-h2", "zb-v", "v-half", "v-min", "dualpipev", "looped-bfs"}) {
+    const std::string schedule = std::string("parallel.schedule=") + name;
+    const std::string chunks =
+        std::string(name) == "looped-bfs" ? "parallel.chunks=2" : "parallel.chunks=1";
+    for (const std::vector<std::string>& variant : std::vector<std::vector<std::string>>{
+             {"parallel.stages=2"},
+             {"parallel.stages=3", "parallel.checkpoint=every:1"},
+             {"parallel.stages=2", "precision.dtype=bf16", "parallel.checkpoint=selective"},
+             {"parallel.stages=2", "parallel.replicas=2", "parallel.zero=1"}}) {
+      std::vector<std::string> overrides = {schedule, chunks, "train.micro_batches=8"};
+      overrides.insert(overrides.end(), variant.begin(), variant.end());
+      ExpectPredictedEqualsMeasured(MakePlan(Tiny(overrides)), 0.0,
+                                    fmt::format("{}", fmt::join(overrides, " ")));
+    }
+  }
 }
 
 TEST(MemoryPlannerTest, OneRankHoldingBothEndsBooksTheTiedEmbeddingOnceAfterSetup) {

@@ -33,7 +33,7 @@ Schedule MakeComputeSchedule(const Config& config) {
     return loaded;
   }
   return MakeSchedule(Name(parallel.schedule), parallel.stages, MicroBatchesPerReplica(config),
-                      parallel.chunks);
+                      ChunksFor(Name(parallel.schedule), parallel.chunks));
 }
 }  // namespace
 
@@ -60,9 +60,10 @@ Plan MakePlan(const Config& config, int64_t memory_budget) {
     BATON_FAIL("schedule: {}", e.what());
   }
   plan.schedule = std::move(schedule);
-  plan.eval_schedule = PostReceivesEarly(InsertCommunication(
-      ForwardOnly(plan.schedule.stages, plan.schedule.microbatches, plan.schedule.chunks),
-      CommPlacement::kRendezvousSafe));
+  plan.eval_schedule = PostReceivesEarly(
+      InsertCommunication(ForwardOnly(plan.schedule.stages, plan.schedule.microbatches,
+                                      plan.schedule.chunks, plan.schedule.layout),
+                          CommPlacement::kRendezvousSafe));
   CheckValid(plan.eval_schedule);
   plan.sends_complete_before_compute =
       plan.num_stages() > 1 &&
@@ -86,7 +87,8 @@ Plan MakePlan(const Config& config, int64_t memory_budget) {
 std::vector<std::string> SplitShareGroups(const Plan& plan) {
   std::vector<std::string> split;
   for (const std::vector<int>& group : ShareGroups(plan.graph, plan.dims)) {
-    const std::vector<int> ranks = StagesHolding(group, plan.virtual_stages, plan.num_stages());
+    const std::vector<int> ranks =
+        StagesHolding(group, plan.virtual_stages, plan.num_stages(), plan.schedule.layout);
     if (ranks.size() < 2) continue;
     const LayerSpec& first = plan.graph[static_cast<size_t>(group.front())];
     const LayerSpec& last = plan.graph[static_cast<size_t>(group.back())];
@@ -109,10 +111,10 @@ std::string FormatPartitionTable(const Plan& plan) {
       const LayerSpec& spec = plan.graph[static_cast<size_t>(i)];
       flops += ForwardFlops(spec, plan.dims, shape) + BackwardFlops(spec, plan.dims, shape);
     }
-    out += fmt::format(
-        "{:>5} {:>5} {:>9} {:>14} {:>14} {:>16}\n", StageOfVirtualStage(j, plan.num_stages()),
-        ChunkOfVirtualStage(j, plan.num_stages()), fmt::format("{}-{}", r.first, r.last), params,
-        flops, StashBytesPerMicroBatch(plan, r));
+    out += fmt::format("{:>5} {:>5} {:>9} {:>14} {:>14} {:>16}\n", plan.schedule.StageOf(j),
+                       ChunkOfVirtualStage(j, plan.num_stages()),
+                       fmt::format("{}-{}", r.first, r.last), params, flops,
+                       StashBytesPerMicroBatch(plan, r));
   }
   for (const std::string& group : SplitShareGroups(plan)) {
     out += fmt::format("share group split: {}: each holds a copy, gradients summed across them\n",

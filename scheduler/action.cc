@@ -61,8 +61,16 @@ bool IsRecv(ActionKind kind) {
 
 bool IsCommunication(ActionKind kind) { return IsSend(kind) || IsRecv(kind); }
 
-int PeerVirtualStage(const Action& action, int num_stages) {
-  const int virtual_stage = VirtualStage(action, num_stages);
+std::string_view LayoutName(ChunkLayout layout) { return layout == ChunkLayout::kV ? "v" : "loop"; }
+
+ChunkLayout ParseLayout(std::string_view name) {
+  if (name == "loop") return ChunkLayout::kLoop;
+  if (name == "v") return ChunkLayout::kV;
+  throw Error("unknown chunk layout '" + std::string(name) + "' (loop or v)");
+}
+
+int PeerVirtualStage(const Action& action, int num_stages, ChunkLayout layout) {
+  const int virtual_stage = VirtualStage(action, num_stages, layout);
   switch (action.kind) {
     case ActionKind::kSendForward:
     case ActionKind::kRecvBackward:
@@ -76,23 +84,23 @@ int PeerVirtualStage(const Action& action, int num_stages) {
     case ActionKind::kBackwardWeight:
       break;
   }
-  throw Error("PeerVirtualStage: " + ToString(action, num_stages) +
+  throw Error("PeerVirtualStage: " + ToString(action, num_stages, layout) +
               " is not a communication action");
 }
 
-int PeerStage(const Action& action, int num_stages) {
-  return StageOfVirtualStage(PeerVirtualStage(action, num_stages), num_stages);
+int PeerStage(const Action& action, int num_stages, ChunkLayout layout) {
+  return StageOfVirtualStage(PeerVirtualStage(action, num_stages, layout), num_stages, layout);
 }
 
-std::string ToString(const Action& action, int num_stages) {
+std::string ToString(const Action& action, int num_stages, ChunkLayout layout) {
   std::string text;
-  if (action.chunk != 0) text = std::to_string(VirtualStage(action, num_stages));
+  if (action.chunk != 0) text = std::to_string(VirtualStage(action, num_stages, layout));
   text += KindName(action.kind);
   text += std::to_string(action.microbatch);
   return text;
 }
 
-Action ParseAction(std::string_view text, int rank, int num_stages) {
+Action ParseAction(std::string_view text, int rank, int num_stages, ChunkLayout layout) {
   const std::string_view body = Trim(text);
   auto fail = [&](const std::string& why) {
     return Error("bad action '" + std::string(text) + "' on stage " + std::to_string(rank) + ": " +
@@ -121,9 +129,10 @@ Action ParseAction(std::string_view text, int rank, int num_stages) {
                "' (one of F B I W SEND_F RECV_F SEND_B RECV_B)");
   }
   if (virtual_stage >= 0) {
-    if (StageOfVirtualStage(virtual_stage, num_stages) != rank) {
+    const int holder = StageOfVirtualStage(virtual_stage, num_stages, layout);
+    if (holder != rank) {
       throw fail("virtual stage " + std::to_string(virtual_stage) + " is held by stage " +
-                 std::to_string(StageOfVirtualStage(virtual_stage, num_stages)));
+                 std::to_string(holder));
     }
     action.chunk = ChunkOfVirtualStage(virtual_stage, num_stages);
   }

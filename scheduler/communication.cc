@@ -13,52 +13,50 @@ namespace baton {
 namespace {
 
 // The RECV that a compute action needs on its own stage, if its input comes from another stage.
-std::optional<Action> RecvFor(const Action& compute, int num_stages, int num_virtual_stages) {
-  const int stage = VirtualStage(compute, num_stages);
+std::optional<Action> RecvFor(const Action& compute, const Schedule& schedule) {
+  const int stage = schedule.VirtualStageOf(compute);
   if (compute.kind == ActionKind::kForward && stage > 0 &&
-      StageOfVirtualStage(stage - 1, num_stages) != compute.stage) {
+      schedule.StageOf(stage - 1) != compute.stage) {
     return Action{compute.stage, ActionKind::kRecvForward, compute.microbatch, compute.chunk};
   }
   if ((compute.kind == ActionKind::kBackward || compute.kind == ActionKind::kBackwardInput) &&
-      stage + 1 < num_virtual_stages &&
-      StageOfVirtualStage(stage + 1, num_stages) != compute.stage) {
+      stage + 1 < schedule.num_virtual_stages() && schedule.StageOf(stage + 1) != compute.stage) {
     return Action{compute.stage, ActionKind::kRecvBackward, compute.microbatch, compute.chunk};
   }
   return std::nullopt;
 }
 
 // The SEND that follows a compute action, if another stage needs its output.
-std::optional<Action> SendAfter(const Action& compute, int num_stages, int num_virtual_stages) {
-  const int stage = VirtualStage(compute, num_stages);
-  if (compute.kind == ActionKind::kForward && stage + 1 < num_virtual_stages &&
-      StageOfVirtualStage(stage + 1, num_stages) != compute.stage) {
+std::optional<Action> SendAfter(const Action& compute, const Schedule& schedule) {
+  const int stage = schedule.VirtualStageOf(compute);
+  if (compute.kind == ActionKind::kForward && stage + 1 < schedule.num_virtual_stages() &&
+      schedule.StageOf(stage + 1) != compute.stage) {
     return Action{compute.stage, ActionKind::kSendForward, compute.microbatch, compute.chunk};
   }
   if ((compute.kind == ActionKind::kBackward || compute.kind == ActionKind::kBackwardInput) &&
-      stage > 0 && StageOfVirtualStage(stage - 1, num_stages) != compute.stage) {
+      stage > 0 && schedule.StageOf(stage - 1) != compute.stage) {
     return Action{compute.stage, ActionKind::kSendBackward, compute.microbatch, compute.chunk};
   }
   return std::nullopt;
 }
 
 // The RECV on the peer that takes the message `send` posts.
-Action MatchingRecv(const Action& send, int num_stages) {
-  const int peer_stage = PeerVirtualStage(send, num_stages);
+Action MatchingRecv(const Action& send, const Schedule& schedule) {
+  const int peer_stage = PeerVirtualStage(send, schedule.stages, schedule.layout);
   const ActionKind kind =
       send.kind == ActionKind::kSendForward ? ActionKind::kRecvForward : ActionKind::kRecvBackward;
-  return Action{StageOfVirtualStage(peer_stage, num_stages), kind, send.microbatch,
-                ChunkOfVirtualStage(peer_stage, num_stages)};
+  return Action{schedule.StageOf(peer_stage), kind, send.microbatch,
+                ChunkOfVirtualStage(peer_stage, schedule.stages)};
 }
 
 Schedule JustInTime(const Schedule& compute) {
   const int p = compute.stages;
-  const int stages = compute.num_virtual_stages();
   // RECVs each link must deliver, in the sender's order.
   std::vector<std::vector<Action>> links(static_cast<size_t>(p) * p);
   for (const auto& actions : compute.per_stage) {
     for (const Action& action : actions) {
-      if (auto send = SendAfter(action, p, stages)) {
-        const Action recv = MatchingRecv(*send, p);
+      if (auto send = SendAfter(action, compute)) {
+        const Action recv = MatchingRecv(*send, compute);
         links[action.stage * p + recv.stage].push_back(recv);
       }
     }
@@ -69,16 +67,16 @@ Schedule JustInTime(const Schedule& compute) {
     auto& out = result.per_stage[rank];
     out.clear();
     for (const Action& action : compute.per_stage[rank]) {
-      if (auto recv = RecvFor(action, p, stages)) {
+      if (auto recv = RecvFor(action, compute)) {
         // Post this link's RECVs up to and including ours, keeping the sender's order.
-        const int from = PeerStage(*recv, p);
+        const int from = PeerStage(*recv, p, compute.layout);
         const auto& link = links[from * p + rank];
         size_t& next = posted[from * p + rank];
         const size_t ours = std::find(link.begin() + next, link.end(), *recv) - link.begin();
         while (next <= ours && next < link.size()) out.push_back(link[next++]);
       }
       out.push_back(action);
-      if (auto send = SendAfter(action, p, stages)) out.push_back(*send);
+      if (auto send = SendAfter(action, compute)) out.push_back(*send);
     }
   }
   return result;
@@ -86,7 +84,6 @@ Schedule JustInTime(const Schedule& compute) {
 
 Schedule RendezvousSafe(const Schedule& compute) {
   const int p = compute.stages;
-  const int stages = compute.num_virtual_stages();
   // The global order: the unit-cost timeline. Costs must be > 0 so starts are strictly increasing.
   const SimulationResult timing = Simulate(compute, Costs{});
   // Sort key: (time, 0 for a message exchanged when its producer ends / 1 for a compute starting,
@@ -98,9 +95,9 @@ Schedule RendezvousSafe(const Schedule& compute) {
     for (int step = 0; step < static_cast<int>(timeline.size()); ++step) {
       const Action& action = timeline[step].action;
       events[rank].push_back({Key{timeline[step].start, 1, rank, step}, action});
-      if (auto send = SendAfter(action, p, stages)) {
+      if (auto send = SendAfter(action, compute)) {
         const Key exchange{timeline[step].end, 0, rank, step};
-        const Action recv = MatchingRecv(*send, p);
+        const Action recv = MatchingRecv(*send, compute);
         events[rank].push_back({exchange, *send});
         events[recv.stage].push_back({exchange, recv});
       }

@@ -14,7 +14,7 @@ namespace {
 std::string Row(const Schedule& schedule, int rank) {
   std::string text;
   for (const Action& action : schedule.per_stage[rank]) {
-    text += (text.empty() ? "" : " ") + ToString(action, schedule.stages);
+    text += (text.empty() ? "" : " ") + ToString(action, schedule.stages, schedule.layout);
   }
   return text;
 }

@@ -37,7 +37,7 @@ class Engine {
   bool AtEnd(int rank) const { return pc_[rank] >= Size(rank); }
   const Action& Current(int rank) const { return schedule_.per_stage[rank][pc_[rank]]; }
   int Index(int virtual_stage, int microbatch) const { return virtual_stage * m_ + microbatch; }
-  std::string Name(const Action& action) const { return ToString(action, p_); }
+  std::string Name(const Action& action) const { return ToString(action, p_, layout_); }
   std::string Where(int virtual_stage, int microbatch) const {
     return "micro-batch " + std::to_string(microbatch) + " on virtual stage " +
            std::to_string(virtual_stage);
@@ -65,6 +65,7 @@ class Engine {
   const CommSemantics semantics_;
   const Costs& costs_;
   const int p_;
+  const ChunkLayout layout_;
   const int m_;
   const int num_virtual_stages_;
   const bool explicit_comm_;
@@ -89,6 +90,7 @@ Engine::Engine(const Schedule& schedule, CommSemantics semantics, const Costs& c
       semantics_(semantics),
       costs_(costs),
       p_(schedule.stages),
+      layout_(schedule.layout),
       m_(schedule.microbatches),
       num_virtual_stages_(schedule.num_virtual_stages()),
       explicit_comm_(HasCommunication(schedule)),
@@ -135,7 +137,7 @@ DryRunResult Engine::Run() {
                " sends it, but no RECV on stage " +
                std::to_string(StageOfVirtualStage(
                    message.from_virtual_stage + (message.kind == ActionKind::kSendForward ? 1 : -1),
-                   p_)) +
+                   p_, layout_)) +
                " takes it");
     return result_;
   }
@@ -143,8 +145,8 @@ DryRunResult Engine::Run() {
     if (link.empty()) continue;
     const PostedRecv& posted = link.front();
     FailAt(posted.rank, posted.step,
-           "receive is never matched: stage " + std::to_string(PeerStage(posted.recv, p_)) +
-               " sends no message for it");
+           "receive is never matched: stage " +
+               std::to_string(PeerStage(posted.recv, p_, layout_)) + " sends no message for it");
     return result_;
   }
   return result_;
@@ -169,7 +171,7 @@ Status Engine::Step(int rank) {
 }
 
 Status Engine::Compute(int rank, const Action& action) {
-  const int stage = VirtualStage(action, p_);
+  const int stage = VirtualStage(action, p_, layout_);
   const int index = Index(stage, action.microbatch);
   const std::string where = Where(stage, action.microbatch);
   double ready = clock_[rank];
@@ -212,7 +214,7 @@ Status Engine::Compute(int rank, const Action& action) {
 
 Status Engine::NeedInput(int rank, const Action& action, int producer_stage, bool activation,
                          double* ready) {
-  const int producer_rank = StageOfVirtualStage(producer_stage, p_);
+  const int producer_rank = StageOfVirtualStage(producer_stage, p_, layout_);
   const int mb = action.microbatch;
   const double produced = (activation ? forward_end_ : gradient_end_)[Index(producer_stage, mb)];
   const std::string what = std::string(activation ? "the activation of F" : "the gradient of B/I") +
@@ -221,7 +223,7 @@ Status Engine::NeedInput(int rank, const Action& action, int producer_stage, boo
     if (produced < 0) return Fail(rank, Name(action) + " needs " + what + ", not run before it");
     *ready = std::max(*ready, produced);
   } else if (explicit_comm_) {
-    const int consumer = VirtualStage(action, p_);
+    const int consumer = VirtualStage(action, p_, layout_);
     const double arrival =
         (activation ? activation_arrival_ : gradient_arrival_)[Index(consumer, mb)];
     if (arrival < 0) {
@@ -241,15 +243,15 @@ Status Engine::NeedInput(int rank, const Action& action, int producer_stage, boo
 }
 
 Status Engine::CheckSend(int rank, const Action& action) {
-  const int stage = VirtualStage(action, p_);
-  const int peer_stage = PeerVirtualStage(action, p_);
+  const int stage = VirtualStage(action, p_, layout_);
+  const int peer_stage = PeerVirtualStage(action, p_, layout_);
   const bool forward = action.kind == ActionKind::kSendForward;
   const int index = Index(stage, action.microbatch);
   if (peer_stage < 0 || peer_stage >= num_virtual_stages_) {
     return Fail(rank, Name(action) + " has no receiver: virtual stage " + std::to_string(stage) +
                           (forward ? " is the last" : " is the first"));
   }
-  if (StageOfVirtualStage(peer_stage, p_) == rank) {
+  if (StageOfVirtualStage(peer_stage, p_, layout_) == rank) {
     return Fail(rank, Name(action) + " sends to its own stage: virtual stages " +
                           std::to_string(stage) + " and " + std::to_string(peer_stage) +
                           " share it, no message is needed");
@@ -264,14 +266,14 @@ Status Engine::CheckSend(int rank, const Action& action) {
 }
 
 Status Engine::CheckRecv(int rank, const Action& action) {
-  const int stage = VirtualStage(action, p_);
-  const int peer_stage = PeerVirtualStage(action, p_);
+  const int stage = VirtualStage(action, p_, layout_);
+  const int peer_stage = PeerVirtualStage(action, p_, layout_);
   const bool forward = action.kind == ActionKind::kRecvForward;
   if (peer_stage < 0 || peer_stage >= num_virtual_stages_) {
     return Fail(rank, Name(action) + " has no sender: virtual stage " + std::to_string(stage) +
                           (forward ? " is the first" : " is the last"));
   }
-  if (StageOfVirtualStage(peer_stage, p_) == rank) {
+  if (StageOfVirtualStage(peer_stage, p_, layout_) == rank) {
     return Fail(rank, Name(action) + " receives from its own stage: virtual stages " +
                           std::to_string(stage) + " and " + std::to_string(peer_stage) +
                           " share it, no message is needed");
@@ -283,7 +285,7 @@ Status Engine::CheckRecv(int rank, const Action& action) {
 }
 
 Message Engine::Post(int rank, const Action& send, double sent_at) {
-  const int stage = VirtualStage(send, p_);
+  const int stage = VirtualStage(send, p_, layout_);
   auto& sent = send.kind == ActionKind::kSendForward ? activation_sent_ : gradient_sent_;
   sent[Index(stage, send.microbatch)] = 1;
   return Message{send.kind, send.microbatch, stage, sent_at, rank, pc_[rank]};
@@ -305,7 +307,7 @@ Status Engine::Deliver(const PostedRecv& posted, const Message& message) {
   const Action& recv = posted.recv;
   const ActionKind expected_kind =
       recv.kind == ActionKind::kRecvForward ? ActionKind::kSendForward : ActionKind::kSendBackward;
-  const int expected_from = PeerVirtualStage(recv, p_);
+  const int expected_from = PeerVirtualStage(recv, p_, layout_);
   if (message.kind != expected_kind || message.microbatch != recv.microbatch ||
       message.from_virtual_stage != expected_from) {
     const Action sent{message.sender_rank, message.kind, message.microbatch,
@@ -317,7 +319,7 @@ Status Engine::Deliver(const PostedRecv& posted, const Message& message) {
                       std::to_string(message.sender_rank) + " step " +
                       std::to_string(message.sender_step) + ")");
   }
-  const int stage = VirtualStage(recv, p_);
+  const int stage = VirtualStage(recv, p_, layout_);
   auto& arrival = recv.kind == ActionKind::kRecvForward ? activation_arrival_ : gradient_arrival_;
   arrival[Index(stage, recv.microbatch)] =
       message.sent_at + costs_.For(message.from_virtual_stage).communication;
@@ -328,7 +330,7 @@ Status Engine::Deliver(const PostedRecv& posted, const Message& message) {
 // matching RECV (the receive posted on the link ahead of every other), and completes then.
 Status Engine::Send(int rank, const Action& action) {
   if (Status status = CheckSend(rank, action); status != Status::kDone) return status;
-  const int link = Link(rank, PeerStage(action, p_));
+  const int link = Link(rank, PeerStage(action, p_, layout_));
   double sent_at = clock_[rank];
   if (semantics_ == CommSemantics::kRendezvous) {  // messages never queue: each meets its RECV
     if (posted_[link].empty()) return Status::kBlocked;
@@ -343,10 +345,10 @@ Status Engine::Send(int rank, const Action& action) {
 // A RECV posts its receive and never blocks: the compute that consumes the data waits for it.
 Status Engine::Recv(int rank, const Action& action) {
   if (Status status = CheckRecv(rank, action); status != Status::kDone) return status;
-  const int stage = VirtualStage(action, p_);
+  const int stage = VirtualStage(action, p_, layout_);
   auto& posted = action.kind == ActionKind::kRecvForward ? activation_posted_ : gradient_posted_;
   posted[Index(stage, action.microbatch)] = 1;
-  const int link = Link(PeerStage(action, p_), rank);
+  const int link = Link(PeerStage(action, p_, layout_), rank);
   posted_[link].push_back({action, clock_[rank], rank, pc_[rank]});
   Record(rank, clock_[rank], clock_[rank]);
   return Match(link);
@@ -371,14 +373,14 @@ std::string Engine::WaitReason(int rank, bool* hopeless) const {
                        " (" + Name(action) + ") waits for ";
   int peer = 0;
   if (IsCompute(action.kind)) {  // a remote producer: its message, or (compute-only) its action
-    const int stage = VirtualStage(action, p_);
+    const int stage = VirtualStage(action, p_, layout_);
     const int producer = stage + (action.kind == ActionKind::kForward ? -1 : 1);
-    peer = StageOfVirtualStage(producer, p_);
+    peer = StageOfVirtualStage(producer, p_, layout_);
     reason += std::string(action.kind == ActionKind::kForward ? "F" : "B/I") + " of " +
               Where(producer, action.microbatch) + " on stage " + std::to_string(peer) +
               (explicit_comm_ ? " to be sent" : "");
   } else {  // a SEND under kRendezvous
-    peer = PeerStage(action, p_);
+    peer = PeerStage(action, p_, layout_);
     reason += "stage " + std::to_string(peer) + " to post the matching RECV";
   }
   *hopeless = AtEnd(peer);

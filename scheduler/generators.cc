@@ -1,11 +1,15 @@
 #include "scheduler/generators.h"
 
 #include <algorithm>
+#include <limits>
 #include <stdexcept>
+#include <vector>
 
 #include "core/error.h"
+#include "scheduler/generators_internal.h"
 
 namespace baton {
+namespace generators_internal {
 namespace {
 
 // The most (micro-batch, virtual stage) cells a generated schedule may hold: 4M cells make ~10M
@@ -27,12 +31,21 @@ void CheckShape(int stages, int microbatches, int chunks) {
   }
 }
 
-Schedule EmptySchedule(std::string name, int stages, int microbatches, int chunks) {
+}  // namespace
+
+Schedule EmptySchedule(std::string name, int stages, int microbatches, int chunks,
+                       ChunkLayout layout) {
   CheckShape(stages, microbatches, chunks);
-  Schedule schedule{std::move(name), stages, microbatches, chunks, {}};
+  Schedule schedule{std::move(name), stages, microbatches, chunks, layout, {}};
   schedule.per_stage.resize(stages);
   return schedule;
 }
+
+}  // namespace generators_internal
+
+namespace {
+
+using generators_internal::EmptySchedule;
 
 // Appends actions of one stage, chunk 0.
 struct RankProgram {
@@ -132,11 +145,79 @@ Schedule ZeroBubbleH1(int stages, int microbatches) {
   return schedule;
 }
 
-Schedule ForwardOnly(int stages, int microbatches, int chunks) {
-  Schedule schedule = EmptySchedule("forward", stages, microbatches, chunks);
+Schedule ZeroBubbleH2(int stages, int microbatches) {
+  Schedule schedule = EmptySchedule("zb-h2", stages, microbatches, 1);
+  const int p = stages;
+  const int m = microbatches;
+  const int limit = 2 * p - 1;  // micro-batches a stage may hold (F started, W not yet done)
+  // A unit-cost list scheduler: at each time step every free stage starts one action, by priority
+  // I (the previous stage waits for it) > F (within the limit) > W (fills what is left). It
+  // simulates time, so each stage's order is consistent with one timeline and deadlock-free.
+  constexpr int kNotYet = std::numeric_limits<int>::max();
+  std::vector<std::vector<int>> forward_end(static_cast<size_t>(p), std::vector<int>(m, kNotYet));
+  std::vector<std::vector<int>> input_end = forward_end;
+  std::vector<int> next_forward(p, 0), next_input(p, 0), next_weight(p, 0);
+  const int64_t total = int64_t{3} * p * m;
+  int64_t done = 0;
+  for (int time = 0; done < total; ++time) {
+    for (int s = 0; s < p; ++s) {
+      auto& actions = schedule.per_stage[static_cast<size_t>(s)];
+      auto& forwards = forward_end[static_cast<size_t>(s)];
+      auto& inputs = input_end[static_cast<size_t>(s)];
+      const int input = next_input[s];
+      const int forward = next_forward[s];
+      if (input < m && forwards[input] <= time &&
+          (s == p - 1 || input_end[static_cast<size_t>(s + 1)][input] <= time)) {
+        actions.push_back({s, ActionKind::kBackwardInput, input, 0});
+        inputs[input] = time + 1;
+        ++next_input[s];
+      } else if (forward < m && forward - next_weight[s] < limit &&
+                 (s == 0 || forward_end[static_cast<size_t>(s - 1)][forward] <= time)) {
+        actions.push_back({s, ActionKind::kForward, forward, 0});
+        forwards[forward] = time + 1;
+        ++next_forward[s];
+      } else if (next_weight[s] < next_input[s]) {
+        actions.push_back({s, ActionKind::kBackwardWeight, next_weight[s]++, 0});
+      } else {
+        continue;  // idle this step
+      }
+      ++done;
+    }
+    if (time > 4 * total) throw Error("zb-h2: internal error: the list scheduler made no progress");
+  }
+  return schedule;
+}
+
+Schedule LoopedBFS(int stages, int microbatches, int chunks) {
+  if (chunks < 2) {
+    throw Error("schedule 'looped-bfs' needs chunks >= 2 (model chunks per stage), got " +
+                std::to_string(chunks));
+  }
+  Schedule schedule = EmptySchedule("looped-bfs", stages, microbatches, chunks);
+  for (int s = 0; s < stages; ++s) {
+    auto& actions = schedule.per_stage[static_cast<size_t>(s)];
+    // Breadth first: every micro-batch through chunk 0, then chunk 1, ...
+    for (int chunk = 0; chunk < chunks; ++chunk) {
+      for (int mb = 0; mb < microbatches; ++mb) {
+        actions.push_back({s, ActionKind::kForward, mb, chunk});
+      }
+    }
+    // ... then the backwards, last chunk first.
+    for (int chunk = chunks - 1; chunk >= 0; --chunk) {
+      for (int mb = 0; mb < microbatches; ++mb) {
+        actions.push_back({s, ActionKind::kBackward, mb, chunk});
+      }
+    }
+  }
+  return schedule;
+}
+
+Schedule ForwardOnly(int stages, int microbatches, int chunks, ChunkLayout layout) {
+  Schedule schedule = EmptySchedule("forward", stages, microbatches, chunks, layout);
   for (int rank = 0; rank < stages; ++rank) {
-    // Chunk-major: virtual stage c*p + r consumes what c*p + r - 1 made, and every stage finishes
-    // its chunk c before c + 1, so each stage's order is a topological order of the dependencies.
+    // Chunk-major: chunk c holds virtual stages c*p .. c*p + p-1 (either layout), whose inputs
+    // come from chunk c or c - 1, and every stage finishes its chunk c before c + 1, so each
+    // stage's order is a topological order of the dependencies.
     for (int chunk = 0; chunk < chunks; ++chunk) {
       for (int mb = 0; mb < microbatches; ++mb) {
         schedule.per_stage[static_cast<size_t>(rank)].push_back(
@@ -148,22 +229,71 @@ Schedule ForwardOnly(int stages, int microbatches, int chunks) {
 }
 
 const std::vector<std::string>& ScheduleNames() {
-  static const std::vector<std::string> names = {"gpipe", "1f1b", "interleaved", "zb-h1"};
+  static const std::vector<std::string> names = {"gpipe",      "1f1b",     "interleaved", "zb-h1",
+                                                 "looped-bfs", "zb-h2",    "zb-v",        "v-half",
+                                                 "v-min",      "dualpipev"};
   return names;
 }
 
-Schedule MakeSchedule(std::string_view name, int stages, int microbatches, int chunks) {
-  if (name != "interleaved" && chunks != 1) {
-    throw Error("schedule '" + std::string(name) +
-                "' has one chunk per stage; chunks > 1 needs 'interleaved'");
+namespace {
+
+bool IsVSchedule(std::string_view name) {
+  return name == "zb-v" || name == "v-half" || name == "v-min" || name == "dualpipev";
+}
+
+bool IsKnown(std::string_view name) {
+  const auto& names = ScheduleNames();
+  return std::find(names.begin(), names.end(), name) != names.end();
+}
+
+[[noreturn]] void ThrowUnknown(std::string_view name) {
+  std::string known;
+  for (const std::string& each : ScheduleNames()) known += (known.empty() ? "" : ", ") + each;
+  throw Error("unknown schedule '" + std::string(name) + "' (known: " + known + ")");
+}
+
+}  // namespace
+
+int ChunksFor(std::string_view name, int requested) {
+  if (!IsKnown(name)) ThrowUnknown(name);
+  const std::string quoted = "schedule '" + std::string(name) + "'";
+  if (IsVSchedule(name)) {
+    if (requested != 1 && requested != 2) {
+      throw Error(quoted + " runs 2 chunks per stage in a V; chunks " + std::to_string(requested) +
+                  " was asked for");
+    }
+    return 2;
   }
+  if (name == "interleaved" || name == "looped-bfs") {
+    if (requested < 2) {
+      throw Error(quoted + " needs chunks >= 2 (model chunks per stage), got " +
+                  std::to_string(requested));
+    }
+    return requested;
+  }
+  if (requested != 1) {
+    throw Error(quoted +
+                " has one chunk per stage; chunks > 1 needs 'interleaved' or "
+                "'looped-bfs' (the V schedules take 2 by themselves)");
+  }
+  return 1;
+}
+
+Schedule MakeSchedule(std::string_view name, int stages, int microbatches, int chunks) {
+  if (!IsKnown(name)) ThrowUnknown(name);
+  // Interleaved keeps accepting one chunk (it is then 1F1B); everything else as ChunksFor says.
+  if (name != "interleaved") ChunksFor(name, chunks);
   if (name == "gpipe") return GPipe(stages, microbatches);
   if (name == "1f1b") return OneFOneB(stages, microbatches);
   if (name == "interleaved") return Interleaved1F1B(stages, microbatches, chunks);
   if (name == "zb-h1") return ZeroBubbleH1(stages, microbatches);
-  std::string known;
-  for (const std::string& each : ScheduleNames()) known += (known.empty() ? "" : ", ") + each;
-  throw Error("unknown schedule '" + std::string(name) + "' (known: " + known + ")");
+  if (name == "looped-bfs") return LoopedBFS(stages, microbatches, chunks);
+  if (name == "zb-h2") return ZeroBubbleH2(stages, microbatches);
+  if (name == "zb-v") return ZeroBubbleV(stages, microbatches);
+  if (name == "v-half") return VHalf(stages, microbatches);
+  if (name == "v-min") return VMin(stages, microbatches);
+  if (name == "dualpipev") return DualPipeV(stages, microbatches);
+  ThrowUnknown(name);
 }
 
 }  // namespace baton

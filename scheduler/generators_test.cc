@@ -5,18 +5,13 @@
 #include <stdexcept>
 
 #include "core/error.h"
+#include "scheduler/generators_test_util.h"
+#include "scheduler/simulator.h"
 
 namespace baton {
 namespace {
 
-// Rank `rank`'s actions as space-separated text.
-std::string Row(const Schedule& schedule, int rank) {
-  std::string text;
-  for (const Action& action : schedule.per_stage[rank]) {
-    text += (text.empty() ? "" : " ") + ToString(action, schedule.stages);
-  }
-  return text;
-}
+using generator_testing::Row;
 
 TEST(GeneratorsTest, GPipeRunsAllForwardsThenAllBackwards) {
   const Schedule schedule = GPipe(2, 3);
@@ -78,9 +73,94 @@ TEST(GeneratorsTest, ZeroBubbleH1DefersRankWeightGradientsOnEachRank) {
   EXPECT_EQ(Row(schedule, 1), "F0 I0 F1 I1 W0 F2 I2 W1 F3 I3 W2 W3");
 }
 
+TEST(GeneratorsTest, ZeroBubbleH2RunsExtraWarmupForwardsAndDefersWeightGradients) {
+  const Schedule schedule = ZeroBubbleH2(2, 3);
+  EXPECT_EQ(schedule.name, "zb-h2");
+  EXPECT_EQ(Row(schedule, 0), "F0 F1 F2 I0 W0 I1 W1 I2 W2");
+  EXPECT_EQ(Row(schedule, 1), "F0 I0 F1 I1 F2 I2 W0 W1 W2");
+  EXPECT_EQ(MakeSchedule("zb-h2", 2, 3), schedule);
+}
+
+TEST(GeneratorsTest, ZeroBubbleH2ValidatesAndDryRunsForEveryShape) {
+  for (int p = 1; p <= 8; ++p) {
+    for (int m = 1; m <= 3 * p + 2; ++m) {
+      SCOPED_TRACE(generator_testing::Shape(p, m));
+      generator_testing::ExpectRunnable(ZeroBubbleH2(p, m));
+    }
+  }
+}
+
+// F = I = W = 1. With m >= 2p-1 stage s works without a gap from s to s + 3m: the only idle time
+// is the p-1 steps of start-up (stage s waits s) and cool-down (it ends p-1-s before the last),
+// which the paper removes by bypassing the optimizer-step synchronisation so that iterations
+// overlap. Makespan max(3m + p-1, 2m + 2p-1); peak min(2p-1, m) on stage 0, no more elsewhere.
+TEST(GeneratorsTest, ZeroBubbleH2StagesWorkWithoutAGapAndHoldAtMostTwoPMinusOne) {
+  for (int p = 1; p <= 8; ++p) {
+    for (int m = 1; m <= 3 * p + 2; ++m) {
+      const SimulationResult result = Simulate(ZeroBubbleH2(p, m));
+      const std::string shape = generator_testing::Shape(p, m);
+      EXPECT_EQ(result.makespan, std::max(3 * m + p - 1, 2 * m + 2 * p - 1)) << shape;
+      EXPECT_LE(result.bubble_fraction, Simulate(ZeroBubbleH1(p, m)).bubble_fraction) << shape;
+      EXPECT_EQ(result.per_stage[0].peak_in_flight, std::min(2 * p - 1, m)) << shape;
+      for (int s = 0; s < p; ++s) {
+        EXPECT_LE(result.per_stage[s].peak_in_flight, std::min(2 * p - 1, m)) << shape;
+        if (m < 2 * p - 1) continue;
+        const auto& timeline = result.timeline[static_cast<size_t>(s)];
+        EXPECT_EQ(timeline.front().start, s) << shape << " stage " << s;
+        EXPECT_EQ(timeline.back().end, s + 3 * m) << shape << " stage " << s;
+      }
+    }
+  }
+  // p = 4, m = 8: makespan 27 as ZB-H1, but no stage has a gap inside its busy span.
+  EXPECT_DOUBLE_EQ(Simulate(ZeroBubbleH2(4, 8)).bubble_fraction, 3.0 / 27);
+}
+
+TEST(GeneratorsTest, LoopedBfsRunsEveryChunksForwardsThenTheBackwardsInReverse) {
+  const Schedule schedule = LoopedBFS(2, 2, 2);
+  EXPECT_EQ(schedule.name, "looped-bfs");
+  EXPECT_EQ(schedule.layout, ChunkLayout::kLoop);
+  EXPECT_EQ(Row(schedule, 0), "F0 F1 2F0 2F1 2B0 2B1 B0 B1");
+  EXPECT_EQ(Row(schedule, 1), "F0 F1 3F0 3F1 3B0 3B1 B0 B1");
+  EXPECT_EQ(MakeSchedule("looped-bfs", 2, 2, 2), schedule);
+  EXPECT_THROW(MakeSchedule("looped-bfs", 2, 2), Error);
+  EXPECT_THROW(LoopedBFS(2, 2, 1), Error);
+}
+
+TEST(GeneratorsTest, LoopedBfsValidatesAndDryRunsForEveryShape) {
+  for (int p = 1; p <= 8; ++p) {
+    for (int m = 1; m <= 3 * p + 2; ++m) {
+      for (int v = 2; v <= 3; ++v) {
+        SCOPED_TRACE(generator_testing::Shape(p, m) + " v=" + std::to_string(v));
+        generator_testing::ExpectRunnable(LoopedBFS(p, m, v));
+      }
+    }
+  }
+}
+
+// GPipe's memory (every chunk of every micro-batch: m*v chunk-micro-batches) and, with F = 1,
+// B = 2 per chunk action and m >= p, interleaving's bubble (p-1)/(vm + p-1).
+TEST(GeneratorsTest, LoopedBfsHoldsWhatGPipeHoldsWithInterleavingsBubble) {
+  for (int p = 1; p <= 8; ++p) {
+    for (int m = 1; m <= 3 * p + 2; ++m) {
+      for (int v = 2; v <= 3; ++v) {
+        const SimulationResult result = Simulate(LoopedBFS(p, m, v));
+        const std::string shape = generator_testing::Shape(p, m) + " v=" + std::to_string(v);
+        EXPECT_EQ(result.makespan, 3 * (v * m + p - 1) + 3 * (v - 1) * std::max(0, p - m)) << shape;
+        if (m >= p) {
+          EXPECT_NEAR(result.bubble_fraction, (p - 1.0) / (v * m + p - 1), 1e-12) << shape;
+        }
+        for (const StageFigures& figures : result.per_stage) {
+          EXPECT_EQ(figures.peak_in_flight, m * v) << shape;
+        }
+      }
+    }
+  }
+}
+
 TEST(GeneratorsTest, GeneratorsProduceComputeOnlySchedules) {
-  for (const Schedule& schedule :
-       {GPipe(3, 4), OneFOneB(3, 4), Interleaved1F1B(3, 4, 2), ZeroBubbleH1(3, 4)}) {
+  for (const Schedule& schedule : {GPipe(3, 4), OneFOneB(3, 4), Interleaved1F1B(3, 4, 2),
+                                   ZeroBubbleH1(3, 4), ZeroBubbleH2(3, 4), LoopedBFS(3, 4, 2),
+                                   ZeroBubbleV(3, 4), VHalf(3, 4), VMin(3, 4), DualPipeV(3, 4)}) {
     EXPECT_FALSE(HasCommunication(schedule)) << schedule.name;
     EXPECT_EQ(schedule.per_stage.size(), 3u);
   }
@@ -88,7 +168,8 @@ TEST(GeneratorsTest, GeneratorsProduceComputeOnlySchedules) {
 
 TEST(GeneratorsTest, MakeScheduleLooksUpEveryName) {
   for (const std::string& name : ScheduleNames()) {
-    EXPECT_EQ(MakeSchedule(name, 2, 3).name, name);
+    const int chunks = ChunksFor(name, name == "interleaved" || name == "looped-bfs" ? 2 : 1);
+    EXPECT_EQ(MakeSchedule(name, 2, 3, chunks).name, name);
   }
   EXPECT_EQ(MakeSchedule("interleaved", 2, 4, 2), Interleaved1F1B(2, 4, 2));
   EXPECT_EQ(MakeSchedule("zb-h1", 3, 4), ZeroBubbleH1(3, 4));

@@ -45,6 +45,12 @@ void ParseHeader(std::string_view line, int line_number, Schedule* schedule) {
       schedule->microbatches = ParseHeaderInt(key, value, line_number);
     } else if (key == "chunks") {
       schedule->chunks = ParseHeaderInt(key, value, line_number);
+    } else if (key == "layout") {
+      try {
+        schedule->layout = ParseLayout(value);
+      } catch (const Error& error) {
+        throw Error("schedule CSV line " + std::to_string(line_number) + ": " + error.what());
+      }
     } else {
       throw Error("schedule CSV line " + std::to_string(line_number) + ": unknown header key '" +
                   std::string(key) + "'");
@@ -73,11 +79,12 @@ std::string ScheduleToCsv(const Schedule& schedule) {
   std::string csv = std::string(kHeaderPrefix) + " name=" + schedule.name +
                     " stages=" + std::to_string(schedule.stages) +
                     " microbatches=" + std::to_string(schedule.microbatches) +
-                    " chunks=" + std::to_string(schedule.chunks) + "\n";
+                    " chunks=" + std::to_string(schedule.chunks) +
+                    (schedule.layout == ChunkLayout::kV ? " layout=v" : "") + "\n";
   for (const auto& actions : schedule.per_stage) {
     for (size_t i = 0; i < actions.size(); ++i) {
       if (i > 0) csv += ',';
-      csv += ToString(actions[i], schedule.stages);
+      csv += ToString(actions[i], schedule.stages, schedule.layout);
     }
     csv += '\n';
   }
@@ -112,7 +119,7 @@ Schedule ScheduleFromCsv(std::string_view text) {
     for (std::string_view cell : Split(rows[rank].second, ',')) {
       if (Trim(cell).empty()) continue;
       try {
-        actions.push_back(ParseAction(cell, rank, schedule.stages));
+        actions.push_back(ParseAction(cell, rank, schedule.stages, schedule.layout));
       } catch (const Error& error) {
         throw Error("schedule CSV line " + std::to_string(rows[rank].first) + ": " + error.what());
       }

@@ -8,10 +8,11 @@
 //
 // CSV form (docs/schedules.md): an optional header line
 //   # baton schedule: name=1f1b stages=4 microbatches=8 chunks=1
+// (with " layout=v" at its end for the V layout; without it the layout is loop),
 // then one line per stage, stage 0 first, each a comma-separated list of actions in text form
 // ("F0,SEND_F0,F1,..."). Other lines starting with '#', blank lines and empty cells are ignored.
 // Without a header, stages is the number of rows, chunks and microbatches the smallest that hold
-// every action, and name "custom".
+// every action, name "custom" and the layout loop.
 #pragma once
 
 #include <string>
@@ -27,9 +28,14 @@ struct Schedule {
   int stages = 0;        // number of stages p (pipeline processes), NOT virtual stages
   int microbatches = 0;  // m
   int chunks = 1;        // v: model chunks per stage; virtual stages = stages * chunks
+  ChunkLayout layout = ChunkLayout::kLoop;     // which virtual stage each chunk is (action.h)
   std::vector<std::vector<Action>> per_stage;  // per_stage[r]: stage r's program, in order
 
   int num_virtual_stages() const { return stages * chunks; }
+  int VirtualStageOf(const Action& action) const { return VirtualStage(action, stages, layout); }
+  int StageOf(int virtual_stage) const {
+    return StageOfVirtualStage(virtual_stage, stages, layout);
+  }
   friend bool operator==(const Schedule&, const Schedule&) = default;
 };
 

@@ -46,7 +46,9 @@ Schedule Generate(const ScheduleCommandOptions& options) {
     throw BadArguments("--stages, --microbatches and --chunks must be >= 1 (or give --file)");
   }
   try {
-    return MakeSchedule(options.schedule, options.stages, options.microbatches, options.chunks);
+    // V schedules get their 2 chunks without --chunks; interleaved needs --chunks >= 2.
+    const int chunks = ChunksFor(options.schedule, options.chunks);
+    return MakeSchedule(options.schedule, options.stages, options.microbatches, chunks);
   } catch (const Error& error) {
     throw BadArguments(error.what());
   }

@@ -11,8 +11,8 @@ namespace baton {
 struct ScheduleCommandOptions {
   int stages = 0;                 // --stages P (required unless --file)
   int microbatches = 0;           // --microbatches M (required unless --file)
-  std::string schedule = "1f1b";  // --schedule NAME: gpipe | 1f1b | interleaved | zb-h1
-  int chunks = 1;                 // --chunks V (interleaved only)
+  std::string schedule = "1f1b";  // --schedule NAME: one of ScheduleNames() (generators.h)
+  int chunks = 1;  // --chunks V: interleaved (>= 2); V schedules take 2 by themselves (ChunksFor)
   std::string costs;  // --costs "F=1,B=2,I=1,W=1,COMM=0[,F@STAGE=...]"; empty = defaults
   // --file custom.csv: the schedule to use instead of a generator (CSV form, schedule.h). If it
   // has no SEND/RECV, communication is inserted. Nonzero stages/microbatches must then match it.

@@ -84,6 +84,9 @@ TEST(ScheduleCommandTest, CsvWrittenByTheCommandLoadsBackToTheSameSchedule) {
                            Case{"1f1b", 1, "async", CommPlacement::kJustInTime},
                            Case{"interleaved", 3, "async", CommPlacement::kJustInTime},
                            Case{"zb-h1", 1, "async", CommPlacement::kJustInTime},
+                           Case{"zb-v", 2, "async", CommPlacement::kJustInTime},
+                           Case{"zb-v", 2, "rendezvous", CommPlacement::kRendezvousSafe},
+                           Case{"dualpipev", 2, "async", CommPlacement::kJustInTime},
                            Case{"1f1b", 1, "rendezvous", CommPlacement::kRendezvousSafe}}) {
     ScheduleCommandOptions options = Options(each.name, 3, 5, each.chunks);
     options.format = "csv";
@@ -135,6 +138,38 @@ TEST(ScheduleCommandTest, RendezvousCommRejectsAScheduleThatNeedsBufferedSends) 
   EXPECT_NE(outcome.err.find("deadlock"), std::string::npos) << outcome.err;
 }
 
+// The check: `baton schedule --schedule zb-v --stages 4 --microbatches 8 --format text`
+// renders with 2 chunks (no --chunks needed), validates, and its bubble with the paper's unit costs
+// (F = I = W = 1 per chunk action) is at most a third of 1F1B's (F = 1, B = 2): 3/51 against 3/11.
+TEST(ScheduleCommandTest, ZeroBubbleVRendersWithTwoChunksAndAThirdOfOneF1BsBubble) {
+  const Outcome zb_v = RunCommand(Options("zb-v", 4, 8));
+  ASSERT_EQ(zb_v.code, kScheduleCommandOk) << zb_v.err;
+  EXPECT_NE(zb_v.out.find("makespan 51 cost units, bubble fraction 0.0588235"), std::string::npos)
+      << zb_v.out;
+  EXPECT_NE(zb_v.out.find("7F0"), std::string::npos) << zb_v.out;  // stage 0's chunk 1
+  ScheduleCommandOptions json = Options("zb-v", 4, 8);
+  json.format = "json";
+  const double zb_v_bubble =
+      nlohmann::json::parse(RunCommand(json).out)["bubble_fraction"].get<double>();
+  json.schedule = "1f1b";
+  const double one_f_one_b_bubble =
+      nlohmann::json::parse(RunCommand(json).out)["bubble_fraction"].get<double>();
+  EXPECT_LE(zb_v_bubble, one_f_one_b_bubble / 3);
+}
+
+TEST(ScheduleCommandTest, EveryScheduleNameRendersWithItsOwnChunks) {
+  for (const std::string& name : ScheduleNames()) {
+    const bool looped = name == "interleaved" || name == "looped-bfs";
+    for (const std::string comm : {"async", "rendezvous"}) {
+      ScheduleCommandOptions options = Options(name, 4, 8, looped ? 2 : 1);
+      options.comm = comm;
+      const Outcome outcome = RunCommand(options);
+      EXPECT_EQ(outcome.code, kScheduleCommandOk) << name << " " << comm << ": " << outcome.err;
+      EXPECT_NE(outcome.out.find("bubble fraction"), std::string::npos) << name;
+    }
+  }
+}
+
 TEST(ScheduleCommandTest, CostsChangeTheFigures) {
   ScheduleCommandOptions options = Options("1f1b", 4, 8);
   options.format = "json";
@@ -176,6 +211,8 @@ TEST(ScheduleCommandTest, BadArgumentsExitWithTwoAndSayWhich) {
   expect_bad(options, "--comm");
   expect_bad(Options("2f2b", 4, 8), "unknown schedule '2f2b'");
   expect_bad(Options("1f1b", 4, 8, 2), "chunks > 1 needs 'interleaved'");
+  expect_bad(Options("interleaved", 4, 8, 1), "needs chunks >= 2");
+  expect_bad(Options("zb-v", 4, 8, 3), "runs 2 chunks per stage");
   expect_bad(Options("1f1b", 0, 8), "--stages");
   options = {};
   options.file = testing::TempDir() + "/no_such_schedule.csv";

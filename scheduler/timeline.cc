@@ -113,7 +113,7 @@ std::string RenderText(const Schedule& schedule, const SimulationResult& simulat
   size_t width = 3;
   for (const auto& timeline : simulation.timeline) {
     for (const TimedAction& timed : timeline) {
-      width = std::max(width, ToString(timed.action, schedule.stages).size() + 1);
+      width = std::max(width, ToString(timed.action, schedule.stages, schedule.layout).size() + 1);
     }
   }
   const std::string margin(10, ' ');
@@ -130,7 +130,7 @@ std::string RenderText(const Schedule& schedule, const SimulationResult& simulat
     for (const TimedAction& timed : simulation.timeline[rank]) {
       const int first = std::min(cell_of(timed.start), cells);
       const int span = std::max(1, cell_of(timed.end) - first);
-      std::string box = ToString(timed.action, schedule.stages);
+      std::string box = ToString(timed.action, schedule.stages, schedule.layout);
       box.resize(span * width - 1, span > 1 ? '-' : ' ');
       row.replace(first * width, box.size(), box);
     }
@@ -192,8 +192,8 @@ std::string RenderSvg(const Schedule& schedule, const SimulationResult& simulati
       const double x = kLeft + timed.start * scale;
       const double w = (timed.end - timed.start) * scale;
       const double opacity = 1.0 - 0.5 * timed.action.chunk / schedule.chunks;
-      svg += "<g><title>" + XmlEscape(ToString(timed.action, schedule.stages)) + " chunk " +
-             std::to_string(timed.action.chunk) + " [" + Number(timed.start) + ", " +
+      svg += "<g><title>" + XmlEscape(ToString(timed.action, schedule.stages, schedule.layout)) +
+             " chunk " + std::to_string(timed.action.chunk) + " [" + Number(timed.start) + ", " +
              Number(timed.end) + ")</title><rect x=\"" + Number(x) + "\" y=\"" + Number(y) +
              "\" width=\"" + Number(w) + "\" height=\"" + Number(kBox) + "\" fill=\"" +
              std::string(KindColor(timed.action.kind)) + "\" fill-opacity=\"" + Number(opacity) +
@@ -238,7 +238,7 @@ std::string RenderChromeTrace(const Schedule& schedule, const SimulationResult& 
                       {"args", {{"name", "stage " + std::to_string(rank)}}}});
     for (const TimedAction& timed : simulation.timeline[rank]) {
       const Action& action = timed.action;
-      events.push_back({{"name", ToString(action, schedule.stages)},
+      events.push_back({{"name", ToString(action, schedule.stages, schedule.layout)},
                         {"cat", KindCategory(action.kind)},
                         {"ph", "X"},
                         {"ts", timed.start * kMicrosecondsPerUnit},
@@ -248,7 +248,7 @@ std::string RenderChromeTrace(const Schedule& schedule, const SimulationResult& 
                         {"args",
                          {{"microbatch", action.microbatch},
                           {"chunk", action.chunk},
-                          {"virtual_stage", VirtualStage(action, schedule.stages)}}}});
+                          {"virtual_stage", schedule.VirtualStageOf(action)}}}});
     }
   }
   nlohmann::json trace = {{"traceEvents", events},

@@ -122,7 +122,7 @@ TEST(TimelineTest, ChromeTraceHasACompleteEventPerComputeAction) {
   EXPECT_EQ(complete, ComputeActions(result));
   EXPECT_EQ(metadata, 2u);
   const auto& first = trace["traceEvents"][1];
-  EXPECT_EQ(first["name"], ToString(result.timeline[0][0].action, 2));
+  EXPECT_EQ(first["name"], ToString(result.timeline[0][0].action, 2, ChunkLayout::kLoop));
   EXPECT_EQ(first["ts"].get<double>(), result.timeline[0][0].start * 1000);
   EXPECT_EQ(first["cat"], "forward");
   EXPECT_DOUBLE_EQ(trace["otherData"]["bubble_fraction"].get<double>(), result.bubble_fraction);

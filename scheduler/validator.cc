@@ -12,8 +12,10 @@ namespace {
 ValidationResult Invalid(const Schedule& schedule, int rank, int step, const std::string& reason) {
   std::string where;
   if (rank >= 0 && step >= 0) {
-    where = "stage " + std::to_string(rank) + " step " + std::to_string(step) + " (" +
-            ToString(schedule.per_stage[rank][step], std::max(schedule.stages, 1)) + "): ";
+    where =
+        "stage " + std::to_string(rank) + " step " + std::to_string(step) + " (" +
+        ToString(schedule.per_stage[rank][step], std::max(schedule.stages, 1), schedule.layout) +
+        "): ";
   }
   return ValidationResult{false,
                           "schedule '" + schedule.name + "' is invalid: " + where + reason + "\n" +
@@ -72,11 +74,12 @@ ValidationResult CheckEachComputedOnce(const Schedule& schedule) {
       const Action& action = actions[step];
       const auto kind = std::find(kKinds.begin(), kKinds.end(), action.kind);
       if (kind == kKinds.end()) continue;
-      Seen& entry = seen[VirtualStage(action, p) * m + action.microbatch][kind - kKinds.begin()];
+      Seen& entry =
+          seen[schedule.VirtualStageOf(action) * m + action.microbatch][kind - kKinds.begin()];
       if (++entry.count > 1) {
         return Invalid(schedule, rank, step,
-                       "duplicate: " + ToString(action, p) + " already ran at step " +
-                           std::to_string(entry.step));
+                       "duplicate: " + ToString(action, p, schedule.layout) +
+                           " already ran at step " + std::to_string(entry.step));
       }
       entry.step = step;
     }
@@ -86,7 +89,7 @@ ValidationResult CheckEachComputedOnce(const Schedule& schedule) {
     return cell[1].count + cell[2].count + cell[3].count == 0;
   });
   for (int stage = 0; stage < schedule.num_virtual_stages(); ++stage) {
-    const int rank = StageOfVirtualStage(stage, p);
+    const int rank = schedule.StageOf(stage);
     const int last_step = static_cast<int>(schedule.per_stage[rank].size()) - 1;
     for (int mb = 0; mb < m; ++mb) {
       const auto& [forward, backward, input, weight] = seen[stage * m + mb];
@@ -124,9 +127,9 @@ ValidationResult CheckEveryMessagePaired(const Schedule& schedule) {
   auto message = [&](const Action& action) -> int {
     const bool forward =
         action.kind == ActionKind::kSendForward || action.kind == ActionKind::kRecvForward;
-    const int peer = PeerVirtualStage(action, p);
+    const int peer = PeerVirtualStage(action, p, schedule.layout);
     if (peer < 0 || peer >= num_virtual) return -1;  // no peer; the dry run says so
-    const int from = IsSend(action.kind) ? VirtualStage(action, p) : peer;
+    const int from = IsSend(action.kind) ? schedule.VirtualStageOf(action) : peer;
     return (forward ? 0 : static_cast<int>(cells)) + from * schedule.microbatches +
            action.microbatch;
   };
@@ -144,7 +147,7 @@ ValidationResult CheckEveryMessagePaired(const Schedule& schedule) {
         if (!IsCommunication(action.kind) || IsRecv(action.kind) != check_recvs) continue;
         const int key = message(action);
         if (key < 0 || (check_recvs ? sends : recvs)[key] > 0) continue;
-        const std::string peer = std::to_string(PeerStage(action, p));
+        const std::string peer = std::to_string(PeerStage(action, p, schedule.layout));
         return Invalid(schedule, rank, step,
                        check_recvs
                            ? "receive without a send: stage " + peer + " never sends it"
@@ -182,7 +185,7 @@ std::string FormatGrid(const Schedule& schedule, int mark_rank, int mark_step) {
     const auto& actions = schedule.per_stage[rank];
     steps = std::max(steps, actions.size());
     for (int step = 0; step < static_cast<int>(actions.size()); ++step) {
-      std::string text = ToString(actions[step], num_stages);
+      std::string text = ToString(actions[step], num_stages, schedule.layout);
       if (rank == mark_rank && step == mark_step) text = "[" + text + "]";
       width = std::max(width, text.size() + 3);
       cells[rank].push_back(std::move(text));

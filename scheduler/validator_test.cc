@@ -16,7 +16,7 @@ namespace {
 size_t Find(const Schedule& schedule, int rank, const std::string& text) {
   const auto& actions = schedule.per_stage[rank];
   for (size_t step = 0; step < actions.size(); ++step) {
-    if (ToString(actions[step], schedule.stages) == text) return step;
+    if (ToString(actions[step], schedule.stages, schedule.layout) == text) return step;
   }
   ADD_FAILURE() << text << " not on stage " << rank;
   return 0;
@@ -30,7 +30,8 @@ void ExpectRejectedAt(const Schedule& schedule, int rank, size_t step, const std
   EXPECT_EQ(result.stage, rank) << result.message;
   EXPECT_EQ(result.step, static_cast<int>(step)) << result.message;
   EXPECT_NE(result.message.find(why), std::string::npos) << result.message;
-  const std::string marked = "[" + ToString(schedule.per_stage[rank][step], schedule.stages) + "]";
+  const std::string marked =
+      "[" + ToString(schedule.per_stage[rank][step], schedule.stages, schedule.layout) + "]";
   const size_t mark = result.message.find("<-- ERROR HERE");
   ASSERT_NE(mark, std::string::npos) << result.message;
   const size_t line_start = result.message.rfind('\n', mark);
@@ -66,9 +67,9 @@ TEST(ValidatorTest, SwappedOrderOnALinkIsRejected) {
   // Rank 0 sends micro-batch 1 before 0; rank 1's first RECV_F0 would take micro-batch 1's data.
   Schedule schedule = InsertCommunication(GPipe(2, 2));
   auto& rank0 = schedule.per_stage[0];
-  ASSERT_EQ(ToString(rank0[1], 2), "SEND_F0");
+  ASSERT_EQ(ToString(rank0[1], 2, ChunkLayout::kLoop), "SEND_F0");
   std::rotate(rank0.begin() + 1, rank0.begin() + 2, rank0.begin() + 4);  // F0 F1 SEND_F1 SEND_F0
-  ASSERT_EQ(ToString(rank0[3], 2), "SEND_F0");
+  ASSERT_EQ(ToString(rank0[3], 2, ChunkLayout::kLoop), "SEND_F0");
   ExpectRejectedAt(schedule, 1, Find(schedule, 1, "RECV_F0"), "link order mismatch on link 0->1");
 }
 

@@ -53,7 +53,8 @@ StageEngine::Slot& StageEngine::slot(int microbatch, int chunk) {
 
 std::string StageEngine::Describe(const Action& action) const {
   return fmt::format("stage {} action {} (micro-batch {}, chunk {})", model_.stage(),
-                     ToString(action, model_.num_stages()), action.microbatch, action.chunk);
+                     ToString(action, model_.num_stages(), model_.layout()), action.microbatch,
+                     action.chunk);
 }
 
 void StageEngine::SetStatus(const Action* action, int peer) {
@@ -100,7 +101,7 @@ std::vector<float> StageEngine::RunStep(const std::vector<Action>& actions,
   step_start_us_ = WallMicros();
   for (const Action& action : actions) {
     BATON_CHECK(action.stage == model_.stage(), "stage {} was given {}", model_.stage(),
-                ToString(action, model_.num_stages()));
+                ToString(action, model_.num_stages(), model_.layout()));
     if (options_.complete_sends_before_compute && !IsSend(action.kind)) {
       ReapSends(/*wait_all=*/true);
     }
@@ -188,7 +189,7 @@ void StageEngine::Dispatch(const Action& action) {
 }
 
 void StageEngine::PostRecv(const Action& action) {
-  const int peer = PeerStage(action, model_.num_stages());
+  const int peer = PeerStage(action, model_.num_stages(), model_.layout());
   BATON_CHECK(peer != model_.stage(), "{}: receive from itself", Describe(action));
   Slot& s = slot(action.microbatch, action.chunk);
   Tensor buffer = Tensor::Empty(backend_.allocator(), options_.activation_shape,
@@ -206,7 +207,7 @@ void StageEngine::PostRecv(const Action& action) {
 }
 
 void StageEngine::PostSend(const Action& action) {
-  const int peer = PeerStage(action, model_.num_stages());
+  const int peer = PeerStage(action, model_.num_stages(), model_.layout());
   BATON_CHECK(peer != model_.stage(), "{}: send to itself", Describe(action));
   Slot& s = slot(action.microbatch, action.chunk);
   Tensor& tensor = action.kind == ActionKind::kSendForward ? s.output : s.grad_input;
@@ -239,11 +240,13 @@ void StageEngine::ReapSends(bool wait_all) {
 
 Tensor StageEngine::AwaitInput(const Action& action) {
   Slot& s = slot(action.microbatch, action.chunk);
-  const int virtual_stage = VirtualStage(action, model_.num_stages());
+  const int virtual_stage = VirtualStage(action, model_.num_stages(), model_.layout());
   if (virtual_stage == 0) return Tensor();  // the embedding reads tokens
-  const int previous_rank = StageOfVirtualStage(virtual_stage - 1, model_.num_stages());
+  const int previous_rank =
+      StageOfVirtualStage(virtual_stage - 1, model_.num_stages(), model_.layout());
   if (previous_rank == model_.stage()) {  // the previous chunk is ours: hand it on
-    Slot& previous = slot(action.microbatch, action.chunk - 1);
+    Slot& previous =
+        slot(action.microbatch, ChunkOfVirtualStage(virtual_stage - 1, model_.num_stages()));
     BATON_CHECK(previous.output.defined(), "{}: the previous chunk's forward has not run",
                 Describe(action));
     return std::move(previous.output);
@@ -268,11 +271,13 @@ Tensor StageEngine::AwaitInput(const Action& action) {
 
 Tensor StageEngine::AwaitGradient(const Action& action) {
   Slot& s = slot(action.microbatch, action.chunk);
-  const int virtual_stage = VirtualStage(action, model_.num_stages());
+  const int virtual_stage = VirtualStage(action, model_.num_stages(), model_.layout());
   if (virtual_stage == model_.num_virtual_stages() - 1) return Tensor();  // the head's loss
-  const int next_rank = StageOfVirtualStage(virtual_stage + 1, model_.num_stages());
+  const int next_rank =
+      StageOfVirtualStage(virtual_stage + 1, model_.num_stages(), model_.layout());
   if (next_rank == model_.stage()) {
-    Slot& next = slot(action.microbatch, action.chunk + 1);
+    Slot& next =
+        slot(action.microbatch, ChunkOfVirtualStage(virtual_stage + 1, model_.num_stages()));
     BATON_CHECK(next.grad_input.defined(), "{}: the next chunk's backward has not run",
                 Describe(action));
     return std::move(next.grad_input);

@@ -42,8 +42,9 @@ struct Stage {
   Stage(const std::vector<LayerRange>& chunks, int rank, int num_stages, FakeHub* hub,
         int microbatches_, std::chrono::milliseconds timeout = std::chrono::seconds(120))
       : microbatches(microbatches_) {
-    model = std::make_unique<StageModel>(GptGraph(kDims), kDims, chunks, rank, num_stages, *backend,
-                                         DType::kF32, DType::kF32, /*seed=*/7);
+    model = std::make_unique<StageModel>(GptGraph(kDims), kDims, chunks, rank, num_stages,
+                                         ChunkLayout::kLoop, *backend, DType::kF32, DType::kF32,
+                                         /*seed=*/7);
     if (hub != nullptr) comm = hub->Make(rank);
     EngineOptions options;
     options.num_microbatches = microbatches;
@@ -74,7 +75,8 @@ std::vector<MicroBatch> Batches(Backend& backend, int count) {
 std::vector<Action> Program(const std::string& text, int rank, int num_stages) {
   std::vector<Action> actions;
   std::istringstream in(text);
-  for (std::string word; in >> word;) actions.push_back(ParseAction(word, rank, num_stages));
+  for (std::string word; in >> word;)
+    actions.push_back(ParseAction(word, rank, num_stages, ChunkLayout::kLoop));
   return actions;
 }
 

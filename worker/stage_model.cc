@@ -19,10 +19,11 @@ Param* FindParam(Layer& layer, const std::string& name) {
 
 StageModel::StageModel(const std::vector<LayerSpec>& graph, const ModelDims& dims,
                        const std::vector<LayerRange>& chunk_ranges, int stage, int num_stages,
-                       Backend& backend, DType param_dtype, DType act_dtype, uint64_t seed,
-                       bool int8_weights, bool inference)
+                       ChunkLayout layout, Backend& backend, DType param_dtype, DType act_dtype,
+                       uint64_t seed, bool int8_weights, bool inference)
     : stage_(stage),
       num_stages_(num_stages),
+      layout_(layout),
       num_graph_layers_(static_cast<int>(graph.size())),
       int8_weights_(int8_weights) {
   BATON_CHECK(!chunk_ranges.empty(), "stage {} has no model chunks", stage);
@@ -39,7 +40,7 @@ StageModel::StageModel(const std::vector<LayerSpec>& graph, const ModelDims& dim
                 "chunk {} of stage {}: bad layer range [{}, {}] for a {}-layer graph", c, stage,
                 range.first, range.last, graph.size());
     Chunk chunk;
-    chunk.virtual_stage = static_cast<int>(c) * num_stages + stage;
+    chunk.virtual_stage = VirtualStage(stage, static_cast<int>(c), num_stages, layout);
     chunk.range = range;
     for (int i = range.first; i <= range.last; ++i) {
       chunk.layers.push_back(BuildLayer(graph[static_cast<size_t>(i)], dims, backend, param_dtype,

@@ -18,6 +18,7 @@
 #include "model/dims.h"
 #include "model/graph.h"
 #include "model/layer.h"
+#include "scheduler/action.h"
 
 namespace baton {
 
@@ -29,17 +30,19 @@ struct Chunk {
 
 class StageModel {
  public:
-  // chunk_ranges[c] is the layer range of chunk c (virtual stage c*num_stages + stage). With
+  // chunk_ranges[c] is the layer range of chunk c (virtual stage VirtualStage(stage, c,
+  // num_stages, layout): scheduler/action.h). With
   // `int8_weights` every layer is made an INT8 inference layer as soon as it is built
   // (model/int8_weights.h): weight matrices in INT8, no gradients. With `inference` (implied by
   // int8_weights) each layer drops its gradients as soon as it is built.
   StageModel(const std::vector<LayerSpec>& graph, const ModelDims& dims,
              const std::vector<LayerRange>& chunk_ranges, int stage, int num_stages,
-             Backend& backend, DType param_dtype, DType act_dtype, uint64_t seed,
-             bool int8_weights = false, bool inference = false);
+             ChunkLayout layout, Backend& backend, DType param_dtype, DType act_dtype,
+             uint64_t seed, bool int8_weights = false, bool inference = false);
 
   int stage() const { return stage_; }
   int num_stages() const { return num_stages_; }
+  ChunkLayout layout() const { return layout_; }
   int num_layers_in_graph() const { return num_graph_layers_; }
   bool int8_weights() const { return int8_weights_; }
   int num_virtual_stages() const { return num_stages_ * static_cast<int>(chunks_.size()); }
@@ -62,6 +65,7 @@ class StageModel {
  private:
   int stage_;
   int num_stages_;
+  ChunkLayout layout_;
   int num_graph_layers_;
   bool int8_weights_;
   std::vector<Chunk> chunks_;

@@ -135,9 +135,10 @@ Trainer::Trainer(TrainerSetup setup, Backend& backend)
   } else {
     pipeline_ = setup_.comm;
   }
-  model_ = std::make_unique<StageModel>(setup_.graph, setup_.dims, setup_.chunk_ranges,
-                                        setup_.stage, setup_.num_stages, backend_, dtype, dtype,
-                                        config.train.seed, int8_weights, setup_.inference_only);
+  model_ =
+      std::make_unique<StageModel>(setup_.graph, setup_.dims, setup_.chunk_ranges, setup_.stage,
+                                   setup_.num_stages, setup_.schedule.layout, backend_, dtype,
+                                   dtype, config.train.seed, int8_weights, setup_.inference_only);
   if (config.parallel.checkpoint.kind == CheckpointPolicy::Kind::kSelective) {
     for (auto& [index, layer] : model_->layers()) layer->set_selective_recompute(true);
   }

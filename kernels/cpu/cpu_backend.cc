@@ -15,6 +15,7 @@
 #include "core/error.h"
 #include "kernels/cpu/checks.h"
 #include "kernels/cpu/f32_staging.h"
+#include "kernels/cpu/fast_math.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/layer_kernels.h"
 #include "kernels/cpu/parallel.h"
@@ -402,6 +403,13 @@ inline void AdamWElement(const AdamWScalars& s, float g, float& m, float& v, flo
   p += -s.step_size * (m / denom);
 }
 
+// AdamWElement over n elements, g scaled by grad_scale: vectorised (AVX2 where the CPU has it),
+// each lane the same bits as the scalar update.
+BATON_SIMD_CLONES void AdamWRow(const AdamWScalars& s, const float* g, float grad_scale, float* m,
+                                float* v, float* p, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) AdamWElement(s, g[i] * grad_scale, m[i], v[i], p[i]);
+}
+
 }  // namespace
 
 void CpuBackend::AdamW(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v,
@@ -422,9 +430,7 @@ void CpuBackend::AdamW(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v,
   ParallelChunks(param.numel(), kChunk, &pool_, [&](int64_t begin, int64_t end) {
     float buffer[kChunk];
     const float* g = LoadChunk(grad, begin, end - begin, buffer);
-    for (int64_t i = begin; i < end; ++i) {
-      AdamWElement(s, g[i - begin] * grad_scale, pm[i], pv[i], pp[i]);
-    }
+    AdamWRow(s, g, grad_scale, pm + begin, pv + begin, pp + begin, end - begin);
   });
 }
 
@@ -447,6 +453,8 @@ void CpuBackend::AdamW8bit(Tensor& param, const Tensor& grad, Tensor& m, Tensor&
   const AdamWScalars s = ScalarsOf(config);
   const QuantMap& m_map = SignedQuantMap();
   const QuantMap& v_map = UnsignedQuantMap();
+  const QuantCoder& m_coder = SignedQuantCoder();
+  const QuantCoder& v_coder = UnsignedQuantCoder();
   float* pp = param.data<float>();
   uint8_t* pm = m.data<uint8_t>();
   uint8_t* pv = v.data<uint8_t>();
@@ -458,25 +466,25 @@ void CpuBackend::AdamW8bit(Tensor& param, const Tensor& grad, Tensor& m, Tensor&
     for (int64_t b0 = begin; b0 < end; b0 += kQuantBlock) {
       const int64_t n = std::min(kQuantBlock, end - b0);
       const int64_t block = b0 / kQuantBlock;
+      // Dequantise the block, update it as f32 AdamW does, then requantise with its new absmax.
       float block_m[kQuantBlock], block_v[kQuantBlock];
+      for (int64_t j = 0; j < n; ++j) {
+        block_m[j] = m_map[pm[b0 + j]] * am[block];
+        block_v[j] = v_map[pv[b0 + j]] * av[block];
+      }
+      AdamWRow(s, g + (b0 - begin), grad_scale, block_m, block_v, pp + b0, n);
       float max_m = 0.0f, max_v = 0.0f;
       for (int64_t j = 0; j < n; ++j) {
-        const int64_t i = b0 + j;
-        float mi = m_map[pm[i]] * am[block];
-        float vi = v_map[pv[i]] * av[block];
-        AdamWElement(s, g[i - begin] * grad_scale, mi, vi, pp[i]);
-        block_m[j] = mi;
-        block_v[j] = vi;
-        max_m = std::max(max_m, std::abs(mi));
-        max_v = std::max(max_v, vi);
+        max_m = std::max(max_m, std::abs(block_m[j]));
+        max_v = std::max(max_v, block_v[j]);
       }
       am[block] = max_m;
       av[block] = max_v;
       const float inv_m = max_m > 0.0f ? 1.0f / max_m : 0.0f;
       const float inv_v = max_v > 0.0f ? 1.0f / max_v : 0.0f;
       for (int64_t j = 0; j < n; ++j) {
-        pm[b0 + j] = Quantize(block_m[j] * inv_m, m_map);
-        pv[b0 + j] = Quantize(block_v[j] * inv_v, v_map);
+        pm[b0 + j] = m_coder.Encode(block_m[j] * inv_m);
+        pv[b0 + j] = v_coder.Encode(block_v[j] * inv_v);
       }
     }
   });
