@@ -5,7 +5,8 @@
 #
 #   kernels_bench   CPU kernel throughput (Google Benchmark)
 #   train_bench     single-process tokens/s and MFU, gpt-tiny and gpt-small-cpu, 1 and 2 threads
-#   pipeline_bench  1 vs 2 stages of real processes (1F1B, m = 8): tokens/s and speedup
+#   pipeline_bench  1 vs 2 stages of real processes (each schedule, m = 8): tokens/s, speedup,
+#                   measured and simulated bubble
 #   memory_bench    peak bytes per stage and tokens/s per precision x checkpoint policy
 #   planner         seconds for `baton plan` of gpt2-124m at 8 stages and for its --fit search
 #   compress        gpt-small-cpu with f32/8-bit optimizer state, dense/pruned, and INT8: bytes,

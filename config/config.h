@@ -226,6 +226,9 @@ struct PrecisionConfig {
 struct DeviceConfig {
   DeviceType type = DeviceType::kCpu;
   int threads = 1;  // threads per process
+  // Each worker process on CPUs of its own (core/cpu_affinity.h): local rank k on the k-th block
+  // of `threads` CPUs; a rank whose block is not there runs unpinned (with a warning).
+  bool pin_threads = false;
   bool operator==(const DeviceConfig&) const = default;
 };
 

@@ -116,6 +116,7 @@ void VisitDevice(DeviceConfig& d, FieldVisitor& v) {
   v.BeginSection("device");
   v.Enum("type", d.type, kDeviceTypeNames);
   v.Int("threads", d.threads, IntRule{1, 1024});
+  v.Enum("pin_threads", d.pin_threads, kBoolNames);
 }
 
 void VisitOutput(OutputConfig& o, FieldVisitor& v) {

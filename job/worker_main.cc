@@ -22,6 +22,7 @@
 #include "checkpoint/safetensors_llama.h"
 #include "coordinator/coordinator_client.h"
 #include "coordinator/coordinator_kv_store.h"
+#include "core/cpu_affinity.h"
 #include "core/error.h"
 #include "core/files.h"
 #include "core/log.h"
@@ -235,6 +236,30 @@ struct BlockedState {
   Clock::time_point since;
 };
 
+// device.pin_threads (core/cpu_affinity.h): the CPUs this rank computes on and those the process
+// may run on; none when it does not pin.
+struct ComputeCpus {
+  std::vector<int> compute;
+  std::vector<int> allowed;
+};
+std::optional<ComputeCpus> PinnedComputeCpus(const Config& config, const Device& device,
+                                             int local_rank) {
+  if (!config.device.pin_threads || !device.is_cpu()) return std::nullopt;
+  const std::vector<int> allowed = AllowedCpus();
+  const std::optional<std::vector<int>> cpus =
+      PinnedCpus(allowed, local_rank, config.device.threads);
+  if (!cpus) {
+    spdlog::warn(
+        "device.pin_threads: local rank {} with {} thread(s) finds no block of CPUs of its own "
+        "among the {} this process may run on; it runs unpinned",
+        local_rank, config.device.threads, allowed.size());
+    return std::nullopt;
+  }
+  spdlog::info("device.pin_threads: local rank {} computes on CPU(s) {}", local_rank,
+               fmt::join(*cpus, ","));
+  return ComputeCpus{*cpus, allowed};
+}
+
 // Everything a rank does once it holds the plan; throws on failure.
 void TrainRank(const WorkerArgs& args, CoordinatorClient& client, const Plan& plan,
                const Launch& launch, BlockedState& blocked) {
@@ -244,6 +269,10 @@ void TrainRank(const WorkerArgs& args, CoordinatorClient& client, const Plan& pl
               plan.num_replicas());
   MemoryLedger ledger;
   const Device device = DeviceForLocalRank(config.device.type, args.local_rank);
+  // Pinned before the backend starts its pool, which inherits it; the transport's threads are
+  // started unpinned (below).
+  const std::optional<ComputeCpus> pinned = PinnedComputeCpus(config, device, args.local_rank);
+  if (pinned) PinThisThread(pinned->compute);
   std::unique_ptr<Backend> backend = MakeBackend(device, ledger, config.device.threads);
   CpuAllocator host_allocator(ledger);  // host staging for device tensors (booked as comm)
 
@@ -256,7 +285,9 @@ void TrainRank(const WorkerArgs& args, CoordinatorClient& client, const Plan& pl
   KvStore& store = gated ? *gated : coordinator_store;
   std::shared_ptr<Communicator> comm;  // shared with the abort callback, which may outlive us
   if (plan.world_size() > 1) {
+    if (pinned) PinThisThread(pinned->allowed);
     comm = MakeCommunicator(args, plan, launch, device, store, *backend, host_allocator);
+    if (pinned) PinThisThread(pinned->compute);
     client.OnAbort([comm](const std::string& reason) { comm->Abort(reason); });
   }
   // The tensors of pending operations (a receive whose wait timed out) belong to `backend` and

@@ -14,6 +14,23 @@ namespace baton {
 
 using nlohmann::json;
 
+namespace {
+// Chrome trace categories: what the time was spent on.
+const char* SpanCategory(TraceSpan::Kind kind) {
+  switch (kind) {
+    case TraceSpan::Kind::kCompute:
+    case TraceSpan::Kind::kOptimizer:
+      return "compute";
+    case TraceSpan::Kind::kWait:
+    case TraceSpan::Kind::kExchange:
+      return "wait";
+    case TraceSpan::Kind::kStepStart:
+      return "data";
+  }
+  BATON_FAIL("unknown trace span kind {}", static_cast<int>(kind));
+}
+}  // namespace
+
 std::string ChromeTrace(const Plan& plan, const std::vector<RankResult>& results) {
   double origin = std::numeric_limits<double>::infinity();
   for (const RankResult& r : results) {
@@ -35,9 +52,9 @@ std::string ChromeTrace(const Plan& plan, const std::vector<RankResult>& results
     for (const StepTrace& step : r.trace) {
       for (const TraceSpan& span : step.spans) {
         json args = {{"step", step.step}};
-        if (span.kind != TraceSpan::Kind::kOptimizer) args["microbatch"] = span.action.microbatch;
+        if (span.HasAction()) args["microbatch"] = span.action.microbatch;
         events.push_back({{"name", span.Name(plan.num_stages(), plan.schedule.layout)},
-                          {"cat", span.kind == TraceSpan::Kind::kWait ? "wait" : "compute"},
+                          {"cat", SpanCategory(span.kind)},
                           {"ph", "X"},
                           {"ts", span.start_us - origin},
                           {"dur", span.end_us - span.start_us},
@@ -76,6 +93,7 @@ SimulationResult MeasuredTimeline(const Plan& plan, const std::vector<RankResult
   for (const RankResult& r : results) {
     if (r.trace.empty()) return measured;
     for (const TraceSpan& span : r.trace.back().spans) {
+      if (span.kind == TraceSpan::Kind::kStepStart) continue;  // the picture starts at an action
       start = std::min(start, span.start_us);
       end = std::max(end, span.end_us);
     }

@@ -75,7 +75,9 @@ MemoryFigures FromProto(const pb::MemoryFigures& m) {
 constexpr std::pair<TraceSpan::Kind, pb::TraceSpan::Kind> kSpanKinds[] = {
     {TraceSpan::Kind::kCompute, pb::TraceSpan::KIND_COMPUTE},
     {TraceSpan::Kind::kWait, pb::TraceSpan::KIND_WAIT},
-    {TraceSpan::Kind::kOptimizer, pb::TraceSpan::KIND_OPTIMIZER}};
+    {TraceSpan::Kind::kOptimizer, pb::TraceSpan::KIND_OPTIMIZER},
+    {TraceSpan::Kind::kStepStart, pb::TraceSpan::KIND_STEP_START},
+    {TraceSpan::Kind::kExchange, pb::TraceSpan::KIND_EXCHANGE}};
 // clang-format on
 
 }  // namespace
@@ -282,7 +284,7 @@ std::string EncodeRankResult(const RankResult& result) {
     for (const TraceSpan& s : step.spans) {
       pb::TraceSpan* span = trace->add_spans();
       span->set_kind(Forward(kSpanKinds, s.kind));
-      if (s.kind != TraceSpan::Kind::kOptimizer) {
+      if (s.HasAction()) {
         ToProto(s.action, span->mutable_action());
       }
       span->set_start_us(s.start_us);
@@ -312,7 +314,7 @@ RankResult DecodeRankResult(const std::string& bytes) {
     for (const pb::TraceSpan& span : trace.spans()) {
       TraceSpan& s = step.spans.emplace_back();
       s.kind = Backward(kSpanKinds, span.kind(), "trace span kind");
-      if (s.kind != TraceSpan::Kind::kOptimizer) {
+      if (s.HasAction()) {
         s.action = FromProto(span.action(), result.rank);
       }
       s.start_us = span.start_us();

@@ -12,6 +12,10 @@ std::string TraceSpan::Name(int num_stages, ChunkLayout layout) const {
       return "wait " + ToString(action, num_stages, layout);
     case Kind::kOptimizer:
       return "optimizer";
+    case Kind::kStepStart:
+      return "step start";
+    case Kind::kExchange:
+      return "exchange";
   }
   BATON_FAIL("unknown trace span kind {}", static_cast<int>(kind));
 }

@@ -14,15 +14,20 @@
 namespace baton {
 
 // One interval of a rank's time, for traces: a compute action it ran, an action it waited on (a
-// RECV for its data, a SEND to complete), or the step end. Times are microseconds of the system
-// clock (comparable across processes on one host).
+// RECV for its data, a SEND to complete), the step start (zeroing gradients and filling the step's
+// micro-batches, before the first action), the step end ("optimizer": from the last action to
+// the end of the update) and, inside the step end's span, each of its passes that exchanges with
+// peers (tied-gradient sums, gradient reduction, the norm's all-reduce: waiting for the slowest
+// stage included). Times are microseconds of the system clock (comparable across processes on
+// one host).
 struct TraceSpan {
-  enum class Kind { kCompute, kWait, kOptimizer };
+  enum class Kind { kCompute, kWait, kOptimizer, kStepStart, kExchange };
   Kind kind = Kind::kCompute;
-  Action action;  // unused for kOptimizer
+  Action action;  // used for kCompute and kWait only
   double start_us = 0;
   double end_us = 0;
-  // "F3", "5B2"; "wait RECV_F3", "wait SEND_B1"; "optimizer".
+  bool HasAction() const { return kind == Kind::kCompute || kind == Kind::kWait; }
+  // "F3", "5B2"; "wait RECV_F3", "wait SEND_B1"; "optimizer"; "step start"; "exchange".
   std::string Name(int num_stages, ChunkLayout layout) const;
   bool operator==(const TraceSpan&) const = default;
 };

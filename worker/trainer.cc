@@ -324,6 +324,7 @@ StepRecord Trainer::Step(int64_t step) {
                   : "this trainer was set up to evaluate only (baton eval): it cannot train");
   for (Param* p : model_->params()) backend_.Zero(p->grad);
   FillMicroBatches(step);
+  const Clock::time_point first_action = Clock::now();
 
   // The mean over all the step's micro-batches, whichever replica runs them.
   const float loss_grad_scale =
@@ -334,11 +335,13 @@ StepRecord Trainer::Step(int64_t step) {
                                   batches_, loss_grad_scale);
 
   clock.step_end_start = Clock::now();
+  std::vector<std::pair<Clock::time_point, Clock::time_point>> exchanges;  // for the trace
   for (const StepPass& pass : step_end_) {
     const Clock::time_point pass_start = Clock::now();
     (this->*pass.run)(state);
     if (!pass.exchange) continue;
-    const double seconds = Seconds(Clock::now() - pass_start);
+    exchanges.emplace_back(pass_start, Clock::now());
+    const double seconds = Seconds(exchanges.back().second - pass_start);
     clock.exchange_s += seconds;
     if (pass.replicas) clock.replicas_s += seconds;
   }
@@ -358,11 +361,20 @@ StepRecord Trainer::Step(int64_t step) {
       engine_->last_timings().compute_s + std::max(0.0, step_end_s - clock.exchange_s);
   record.wait_s = engine_->last_timings().wait_s;
   record.allreduce_s = clock.replicas_s;
-  record.trace = engine_->last_trace();
-  const double end_us = WallMicros();
-  const double optimizer_us =
-      std::chrono::duration<double, std::micro>(Clock::now() - clock.step_end_start).count();
-  record.trace.push_back({TraceSpan::Kind::kOptimizer, {}, end_us - optimizer_us, end_us});
+  // The trace: the step start, the engine's spans, the step end with its exchanges inside.
+  const Clock::time_point now = Clock::now();
+  const double now_us = WallMicros();
+  const auto wall_us = [&](Clock::time_point t) {
+    return now_us - std::chrono::duration<double, std::micro>(now - t).count();
+  };
+  record.trace.push_back(
+      {TraceSpan::Kind::kStepStart, {}, wall_us(clock.start), wall_us(first_action)});
+  const std::vector<TraceSpan>& actions = engine_->last_trace();
+  record.trace.insert(record.trace.end(), actions.begin(), actions.end());
+  for (const auto& [from, to] : exchanges) {
+    record.trace.push_back({TraceSpan::Kind::kExchange, {}, wall_us(from), wall_us(to)});
+  }
+  record.trace.push_back({TraceSpan::Kind::kOptimizer, {}, wall_us(clock.step_end_start), now_us});
   record.tokens_per_s = static_cast<double>(config.train.batch_size) *
                         static_cast<double>(SequenceLength(config)) / record.step_s;
   const int64_t eval_every = config.train.eval_every;

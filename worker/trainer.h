@@ -94,7 +94,9 @@ struct StepRecord {
   double wait_s = 0;       // blocked on peers
   double allreduce_s = 0;  // summing gradients across data-parallel replicas (step end)
   double tokens_per_s = 0;
-  std::vector<TraceSpan> trace;  // the engine's spans, then "optimizer" (step end)
+  // "step start", the engine's spans, each step-end "exchange", then "optimizer" (the step end,
+  // around the exchanges).
+  std::vector<TraceSpan> trace;
   // After the step, when train.eval_every says so (every eval_every steps, and the last step).
   std::optional<EvalRecord> eval;
 };
