@@ -1,8 +1,7 @@
 // kernels_bench: CPU backend throughput at gpt-small-cpu shapes (rows N = B*T = 1024, C = 256,
 // 8 heads, T = 256, vocab 256), for 1 and 2 threads. Every benchmark checks its result once
 // before timing and fails (SkipWithError) if it is wrong. Times are wall-clock (the kernels
-// use several threads); the counters (GFLOP/s, GB/s) are defined in bench/README.md,
-// "kernels_bench".
+// use several threads); the counters (GFLOP/s, GB/s) are defined in bench/kernels.md.
 #include <benchmark/benchmark.h>
 
 #include <cmath>
