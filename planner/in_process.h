@@ -26,7 +26,7 @@ struct InProcessResult {
   std::vector<InProcessRank> ranks;  // by world rank (replica * stages + stage)
   std::vector<float> losses;         // per step, from the rank holding the head
   int head = 0;  // that rank: the last replica's stage holding the head (Plan::head_stage)
-  std::string param_checksum;        // of replica 0's layers
+  std::string param_checksum;  // of replica 0's layers
 };
 
 // Trains `plan` for plan.config.train.steps steps. Throws the first rank's error, if any. GPU
