@@ -7,6 +7,7 @@
 #include <filesystem>
 
 #include "tests/baton_process.h"
+#include "tests/run_report.h"
 
 namespace baton::testing {
 namespace {
@@ -19,14 +20,9 @@ const std::vector<std::string> kSmall = {
     "--set", "train.batch_size=8", "--set", "train.warmup_steps=2", "--set", "train.log_every=1"};
 
 nlohmann::json TrainLlama(const std::string& dir, const std::vector<std::string>& extra) {
-  std::vector<std::string> args = {"run",      "configs/llama-tiny.yaml",
-                                   "--report", dir + "/report.json",
-                                   "--set",    "output.dir=" + dir};
-  args.insert(args.end(), kSmall.begin(), kSmall.end());
+  std::vector<std::string> args = kSmall;
   args.insert(args.end(), extra.begin(), extra.end());
-  const CommandResult result = RunBaton(args);
-  EXPECT_EQ(result.exit_code, 0) << result.output;
-  return result.exit_code == 0 ? ReadJson(dir + "/report.json") : nlohmann::json();
+  return RunAndReport("configs/llama-tiny.yaml", dir, args);
 }
 
 TEST(LlamaOperationsTest, TwentyStepsEqualTenThenResumeTenOntoAnotherStageCount) {

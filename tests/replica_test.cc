@@ -10,6 +10,7 @@
 #include <regex>
 
 #include "tests/baton_process.h"
+#include "tests/run_report.h"
 
 namespace baton::testing {
 namespace {
@@ -17,13 +18,7 @@ namespace {
 namespace fs = std::filesystem;
 
 nlohmann::json Train(const std::string& dir, const std::vector<std::string>& extra) {
-  std::vector<std::string> args = {"run",      "configs/gpt-tiny.yaml",
-                                   "--report", dir + "/report.json",
-                                   "--set",    "output.dir=" + dir};
-  args.insert(args.end(), extra.begin(), extra.end());
-  const CommandResult result = RunBaton(args);
-  EXPECT_EQ(result.exit_code, 0) << result.output;
-  return result.exit_code == 0 ? ReadJson(dir + "/report.json") : nlohmann::json();
+  return RunAndReport("configs/gpt-tiny.yaml", dir, extra);
 }
 
 std::vector<std::string> Layout(int stages, int replicas, int64_t steps) {
