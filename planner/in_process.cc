@@ -64,9 +64,10 @@ InProcessResult RunInProcess(const Plan& plan) {
   }
   result.param_checksum = CombineLayerDigests(digests);
   // The last replica's head (every replica's head has the step's loss).
-  result.head = plan.WorldRank(plan.head_stage(), plan.num_replicas() - 1);
-  for (const StepRecord& s : result.ranks[static_cast<size_t>(result.head)].steps) {
+  const int head = plan.WorldRank(plan.head_stage(), plan.num_replicas() - 1);
+  for (const StepRecord& s : result.ranks[static_cast<size_t>(head)].steps) {
     result.losses.push_back(s.loss);
+    if (s.eval) result.eval_losses.push_back(s.eval->loss);
   }
   return result;
 }

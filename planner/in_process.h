@@ -24,8 +24,10 @@ struct InProcessRank {
 
 struct InProcessResult {
   std::vector<InProcessRank> ranks;  // by world rank (replica * stages + stage)
-  std::vector<float> losses;         // per step, from the rank holding the head
-  int head = 0;  // that rank: the last replica's stage holding the head (Plan::head_stage)
+  // From the rank holding the head (the last replica's; Plan::head_stage): the loss of every
+  // step, and the eval loss of every step that evaluated.
+  std::vector<float> losses;
+  std::vector<double> eval_losses;
   std::string param_checksum;  // of replica 0's layers
 };
 

@@ -38,15 +38,6 @@ TEST(InProcessTest, CheckpointingEveryLayerAndSelectiveAreBitIdenticalToNone) {
   }
 }
 
-// The eval losses of each step, from the rank holding the head.
-std::vector<double> EvalLosses(const InProcessResult& result) {
-  std::vector<double> losses;
-  for (const StepRecord& s : result.ranks[static_cast<size_t>(result.head)].steps) {
-    if (s.eval) losses.push_back(s.eval->loss);
-  }
-  return losses;
-}
-
 TEST(InProcessTest, EvalLossIsBitIdenticalOnEveryCutAndLeavesTrainingUntouched) {
   const std::vector<std::string> eval = {"data.eval_fraction=0.01", "train.eval_every=2",
                                          "train.eval_batches=3", "train.steps=3",
@@ -56,7 +47,7 @@ TEST(InProcessTest, EvalLossIsBitIdenticalOnEveryCutAndLeavesTrainingUntouched) 
     return RunInProcess(MakePlan(TinyConfig(more)));
   };
   const InProcessResult one = with({"parallel.stages=1"});
-  const std::vector<double> reference = EvalLosses(one);
+  const std::vector<double> reference = one.eval_losses;
   ASSERT_EQ(reference.size(), 2u);  // after step 2, and after the last step (3)
   EXPECT_TRUE(std::isfinite(reference[0]));
   EXPECT_NE(reference[0], reference[1]);  // step 3 changed the weights
@@ -68,7 +59,7 @@ TEST(InProcessTest, EvalLossIsBitIdenticalOnEveryCutAndLeavesTrainingUntouched) 
            {"parallel.stages=2", "parallel.schedule=interleaved", "parallel.chunks=2"},
            {"parallel.stages=2", "parallel.checkpoint=every:1"}}) {
     const InProcessResult other = with(cut);
-    EXPECT_EQ(EvalLosses(other), reference) << cut.front() << " " << cut.back();
+    EXPECT_EQ(other.eval_losses, reference) << cut.front() << " " << cut.back();
     EXPECT_EQ(other.param_checksum, one.param_checksum) << cut.front() << " " << cut.back();
   }
   // Evaluating changes nothing that training computes.
@@ -76,7 +67,7 @@ TEST(InProcessTest, EvalLossIsBitIdenticalOnEveryCutAndLeavesTrainingUntouched) 
       {"parallel.stages=2", "data.eval_fraction=0.01", "train.steps=3", "model.num_layers=4"})));
   EXPECT_EQ(plain.param_checksum, one.param_checksum);
   EXPECT_EQ(plain.losses, one.losses);
-  EXPECT_TRUE(EvalLosses(plain).empty());
+  EXPECT_TRUE(plain.eval_losses.empty());
 }
 
 // Packed documents (newline-separated "documents" of the licence texts): losses and parameters
@@ -94,7 +85,7 @@ TEST(InProcessTest, PackedDocumentsAreBitIdenticalOnEveryCut) {
   const InProcessResult one = with({"parallel.stages=1"});
   ASSERT_EQ(one.losses.size(), 3u);
   EXPECT_TRUE(std::isfinite(one.losses[0]));
-  ASSERT_EQ(EvalLosses(one).size(), 1u);  // packed evaluation windows too
+  ASSERT_EQ(one.eval_losses.size(), 1u);  // packed evaluation windows too
   for (const std::vector<std::string>& cut : std::vector<std::vector<std::string>>{
            {"parallel.stages=2"},
            {"parallel.stages=4", "parallel.schedule=gpipe"},
@@ -106,7 +97,7 @@ TEST(InProcessTest, PackedDocumentsAreBitIdenticalOnEveryCut) {
     const InProcessResult other = with(cut);
     EXPECT_EQ(other.losses, one.losses) << fmt::format("{}", fmt::join(cut, " "));
     EXPECT_EQ(other.param_checksum, one.param_checksum) << fmt::format("{}", fmt::join(cut, " "));
-    EXPECT_EQ(EvalLosses(other), EvalLosses(one)) << fmt::format("{}", fmt::join(cut, " "));
+    EXPECT_EQ(other.eval_losses, one.eval_losses) << fmt::format("{}", fmt::join(cut, " "));
   }
   // The same run with packing off (same data, same held-out tail).
   const InProcessResult unpacked = RunInProcess(MakePlan(TinyConfig(
@@ -390,7 +381,7 @@ TEST(InProcessReplicaTest, SchedulesSharingAndEvaluationWorkWithReplicas) {
     const double tolerance = variant[0] == "precision.dtype=bf16" ? 1e-2 : 1e-5;
     EXPECT_LE(WorstRelativeDifference(two.losses, one.losses), tolerance) << what;
     ExpectReplicasIdentical(plan, two, what);
-    const std::vector<double> eval_one = EvalLosses(one), eval_two = EvalLosses(two);
+    const std::vector<double> eval_one = one.eval_losses, eval_two = two.eval_losses;
     ASSERT_EQ(eval_two.size(), 2u) << what;
     for (size_t k = 0; k < eval_one.size(); ++k) {
       EXPECT_NEAR(eval_two[k], eval_one[k], tolerance * eval_one[k]) << what;

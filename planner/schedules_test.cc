@@ -41,14 +41,6 @@ std::string Describe(const std::vector<std::string>& overrides) {
   return fmt::format("{}", fmt::join(overrides, " "));
 }
 
-std::vector<double> EvalLosses(const InProcessResult& result) {
-  std::vector<double> losses;
-  for (const StepRecord& s : result.ranks[static_cast<size_t>(result.head)].steps) {
-    if (s.eval) losses.push_back(s.eval->loss);
-  }
-  return losses;
-}
-
 // GPipe in the V layout, as a user would write it in a schedule file: every forward of chunk 0,
 // then of chunk 1 (which comes back up the stages), then the backwards in reverse.
 Schedule GPipeV(int stages, int microbatches) {
@@ -71,7 +63,7 @@ Schedule GPipeV(int stages, int microbatches) {
 TEST(ScheduleRuntimeTest, AVLayoutScheduleFileTrainsTheBitsOfOneStage) {
   const std::vector<std::string> eval = {"data.eval_fraction=0.01", "train.eval_every=3"};
   const InProcessResult one = RunInProcess(MakePlan(Tiny(eval)));
-  ASSERT_EQ(EvalLosses(one).size(), 1u);
+  ASSERT_EQ(one.eval_losses.size(), 1u);
   for (int stages : {2, 3}) {
     TempDir dir;
     const std::string file = dir / "gpipe-v.csv";
@@ -87,7 +79,7 @@ TEST(ScheduleRuntimeTest, AVLayoutScheduleFileTrainsTheBitsOfOneStage) {
     const InProcessResult v = RunInProcess(plan);
     EXPECT_EQ(v.losses, one.losses) << stages;
     EXPECT_EQ(v.param_checksum, one.param_checksum) << stages;
-    EXPECT_EQ(EvalLosses(v), EvalLosses(one)) << stages;
+    EXPECT_EQ(v.eval_losses, one.eval_losses) << stages;
   }
 }
 
@@ -112,7 +104,7 @@ TEST(ScheduleRuntimeTest, EveryScheduleIsBitIdenticalToOneStageWithCheckpointing
       const InProcessResult other = RunInProcess(plan);
       EXPECT_EQ(other.losses, one.losses) << Describe(overrides);
       EXPECT_EQ(other.param_checksum, one.param_checksum) << Describe(overrides);
-      EXPECT_EQ(EvalLosses(other), EvalLosses(one)) << Describe(overrides);
+      EXPECT_EQ(other.eval_losses, one.eval_losses) << Describe(overrides);
     }
   }
 }
