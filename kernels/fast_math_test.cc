@@ -56,5 +56,15 @@ TEST(FastMathTest, MaxFindsTheLargestAndSkipsNan) {
   EXPECT_EQ(MaxF(negative.data(), 3), -2.0f);
 }
 
+TEST(FastMathTest, AbsMaxFindsTheLargestMagnitudeAndSkipsNan) {
+  std::vector<float> x = {1.0f, -3.0f, 2.0f, 0.5f, -9.5f, 4.0f, 7.0f, -0.0f, 8.0f, 1.0f, 2.0f};
+  x[3] = std::numeric_limits<float>::quiet_NaN();
+  EXPECT_EQ(AbsMaxF(x.data(), static_cast<int64_t>(x.size())), 9.5f);
+  EXPECT_EQ(AbsMaxF(x.data(), 4), 3.0f);
+  EXPECT_EQ(AbsMaxF(x.data(), 0), 0.0f);
+  const float negative_zero = -0.0f;
+  EXPECT_FALSE(std::signbit(AbsMaxF(&negative_zero, 1)));
+}
+
 }  // namespace
 }  // namespace baton::cpu

@@ -416,19 +416,8 @@ BATON_SIMD_CLONES void DequantizeRow(const uint8_t* codes, const float* map, flo
   for (int64_t i = 0; i < n; ++i) out[i] = map[codes[i]] * absmax;
 }
 
-// max |x[i]| over i < n (0 when n = 0), in 8 running maxima: the maximum is the same whatever
-// order the values are taken in (NaNs are skipped either way: max(a, NaN) keeps a).
-BATON_SIMD_CLONES float AbsMax(const float* x, int64_t n) {
-  float lanes[8] = {};
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    for (int k = 0; k < 8; ++k) lanes[k] = std::max(lanes[k], std::abs(x[i + k]));
-  }
-  for (; i < n; ++i) lanes[0] = std::max(lanes[0], std::abs(x[i]));
-  float max = 0.0f;
-  for (float lane : lanes) max = std::max(max, lane);
-  return max;
-}
+// AbsMaxF compiled for AVX2 too.
+BATON_SIMD_CLONES float AbsMaxRow(const float* x, int64_t n) { return AbsMaxF(x, n); }
 
 }  // namespace
 
@@ -491,8 +480,8 @@ void CpuBackend::AdamW8bit(Tensor& param, const Tensor& grad, Tensor& m, Tensor&
       DequantizeRow(pm + b0, m_map.data(), am[block], block_m, n);
       DequantizeRow(pv + b0, v_map.data(), av[block], block_v, n);
       AdamWRow(s, g + (b0 - begin), grad_scale, block_m, block_v, pp + b0, n);
-      const float max_m = AbsMax(block_m, n);
-      const float max_v = AbsMax(block_v, n);  // v >= 0: its absolute maximum is its maximum
+      const float max_m = AbsMaxRow(block_m, n);
+      const float max_v = AbsMaxRow(block_v, n);  // v >= 0: its absolute maximum is its maximum
       am[block] = max_m;
       av[block] = max_v;
       const float inv_m = max_m > 0.0f ? 1.0f / max_m : 0.0f;

@@ -5,7 +5,9 @@
 // count. Internal to kernels/cpu (and its tests).
 #pragma once
 
+#include <algorithm>
 #include <bit>
+#include <cmath>
 #include <cstdint>
 
 // BATON_SIMD_CLONES on a hot row function makes GCC compile it twice, for baseline x86-64 (SSE2)
@@ -107,6 +109,19 @@ inline float MaxF(const float* x, int64_t n) {
   for (int j = 0; i < n; ++i, ++j) acc[j] = x[i] > acc[j] ? x[i] : acc[j];
   float m = acc[0];
   for (int j = 1; j < kLanes; ++j) m = acc[j] > m ? acc[j] : m;
+  return m;
+}
+
+// Largest |x[i]| (0 when n = 0; NaNs are skipped: std::max(a, NaN) keeps a), in lanes as MaxF.
+inline float AbsMaxF(const float* x, int64_t n) {
+  float acc[kLanes] = {};
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    for (int j = 0; j < kLanes; ++j) acc[j] = std::max(acc[j], std::fabs(x[i + j]));
+  }
+  for (int j = 0; i < n; ++i, ++j) acc[j] = std::max(acc[j], std::fabs(x[i]));
+  float m = 0.0f;
+  for (float lane : acc) m = std::max(m, lane);
   return m;
 }
 
