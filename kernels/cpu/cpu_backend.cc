@@ -197,7 +197,7 @@ void CpuBackend::MatmulByBlocks(const Tensor& a, bool trans_a, const Tensor& b, 
   const int64_t varying_floats = varying.dtype() == DType::kF32 ? 0 : block * k;
   const int64_t c_floats = out.dtype() == DType::kF32 ? 0 : block * c_cross;
   const int64_t slot_floats = varying_floats + c_floats;
-  const int64_t slots = g.blocks == 1 ? 1 : pool_.threads();  // a single block runs inline
+  const int64_t slots = g.blocks == 1 ? 1 : threads_;  // a single block runs inline
   Tensor buffers = slot_floats > 0 ? Workspace(slots * slot_floats) : Tensor();
   F32Staging staging(*allocator_, &pool_);
   const float* shared = staging.In(g.split_rows ? b : a);  // mostly a weight

@@ -119,7 +119,7 @@ float* CpuBackend::PieceBuffer(const Tensor& buffers, int slot, int count, int i
 
 Tensor CpuBackend::PieceBuffers(std::initializer_list<const Tensor*> tensors, int64_t floats) {
   if (!AnyHalf(tensors)) return Tensor();  // every tensor is used in place
-  return Workspace(pool_.threads() * static_cast<int64_t>(tensors.size()) * floats);
+  return Workspace(threads_ * static_cast<int64_t>(tensors.size()) * floats);
 }
 
 void CpuBackend::EmbeddingForward(const Tensor& tokens, const Tensor& segment_starts,
