@@ -1,6 +1,8 @@
 // The CPU backend books its scratch in the ledger as workspace and releases it before returning;
 // f32 kernels without scratch book nothing.
 #include <functional>
+#include <memory>
+#include <vector>
 
 #include "kernels/cpu/gemm.h"
 #include "kernels/kernels_test_util.h"
@@ -97,6 +99,39 @@ TEST_F(LedgerTest, KernelsWithScratchReleaseItBeforeReturning) {
   EXPECT_EQ(WorkspacePeakOf(
                 [&] { backend().LayerNormForward(half_x, weight, bias, half_out, mean, rstd); }),
             2 * 2 * 4 * 16);  // x's and out's rows, per thread
+}
+
+// The meta backend computes nothing on a one-thread pool, yet books the per-thread buffers of
+// the thread count it was made with, as the CPU backend does: 16-bit rows (LayerNorm) and the
+// blocks of a 16-bit Matmul (c (1000, 24): 8 blocks, one buffer per thread).
+TEST(LedgerMetaTest, MetaBackendBooksPerThreadBuffersForItsThreadCount) {
+  const auto peaks = [](bool meta) {
+    MemoryLedger ledger;
+    std::unique_ptr<Backend> backend =
+        meta ? MakeCpuMetaBackend(ledger, 3) : MakeCpuBackend(ledger, 3);
+    const auto make = [&](Shape shape, DType dtype) {
+      return Tensor::Zeros(backend->allocator(), std::move(shape), dtype,
+                           MemCategory::kActivations);
+    };
+    std::vector<int64_t> result;
+    const auto peak_of = [&](const std::function<void()>& call) {
+      ledger.ResetPeaks();
+      const int64_t before = ledger.Current()[MemCategory::kWorkspace];
+      call();
+      result.push_back(ledger.peak(MemCategory::kWorkspace) - before);
+    };
+    Tensor x = make({40, 16}, DType::kBF16), out = make({40, 16}, DType::kBF16);
+    Tensor weight = make({16}, DType::kF32), bias = make({16}, DType::kF32);
+    Tensor mean = make({40}, DType::kF32), rstd = make({40}, DType::kF32);
+    peak_of([&] { backend->LayerNormForward(x, weight, bias, out, mean, rstd); });
+    Tensor a = make({1000, 40}, DType::kBF16), b = make({24, 40}, DType::kF16);
+    Tensor c = make({1000, 24}, DType::kBF16);
+    peak_of([&] { backend->Matmul(a, false, b, true, c, false); });
+    return result;
+  };
+  const std::vector<int64_t> real = peaks(false);
+  EXPECT_EQ(real[0], 3 * 2 * 4 * 16);  // x's and out's rows, per thread
+  EXPECT_EQ(peaks(true), real);
 }
 
 TEST_F(LedgerTest, F32KernelsWithoutScratchBookNothing) {
