@@ -65,6 +65,14 @@ class HostAsDeviceBackend final : public Backend {
   void EmbeddingBackward(const Tensor&, const Tensor&, const Tensor&, Tensor&, Tensor&) override {
     BATON_FAIL("unused");
   }
+  void EmbeddingShardForward(const Tensor&, const Tensor&, int64_t, const Tensor&, const Tensor&,
+                             Tensor&) override {
+    BATON_FAIL("unused");
+  }
+  void EmbeddingShardBackward(const Tensor&, const Tensor&, int64_t, const Tensor&, Tensor&,
+                              Tensor&) override {
+    BATON_FAIL("unused");
+  }
   void LayerNormForward(const Tensor&, const Tensor&, const Tensor&, Tensor&, Tensor&,
                         Tensor&) override {
     BATON_FAIL("unused");
@@ -117,6 +125,16 @@ class HostAsDeviceBackend final : public Backend {
   }
   void CrossEntropyForward(const Tensor&, const Tensor&, Tensor&) override { BATON_FAIL("unused"); }
   void CrossEntropyBackward(const Tensor&, const Tensor&, float, Tensor&) override {
+    BATON_FAIL("unused");
+  }
+  void CrossEntropyShardStats(const Tensor&, const Tensor&, int64_t, Tensor&) override {
+    BATON_FAIL("unused");
+  }
+  void CrossEntropyShardCombine(const Tensor&, const Tensor&, Tensor&, Tensor&) override {
+    BATON_FAIL("unused");
+  }
+  void CrossEntropyShardBackward(const Tensor&, const Tensor&, int64_t, const Tensor&, float,
+                                 Tensor&) override {
     BATON_FAIL("unused");
   }
   void Add(const Tensor&, const Tensor&, Tensor&) override { BATON_FAIL("unused"); }

@@ -91,6 +91,21 @@ class Backend {
   void EmbeddingBackward(const Tensor& tokens, const Tensor& dout, Tensor& dwte, Tensor& dwpe) {
     EmbeddingBackward(tokens, Tensor(), dout, dwte, dwpe);
   }
+  // Tensor parallelism splits the token table by vocabulary rows (Megatron's vocab-parallel
+  // embedding): a rank holds wte (Vs,C) = the rows [vocab_begin, vocab_begin + Vs), and ranks'
+  // Vs may differ. out (B,T,C) = wte_row(tokens[b,t]) + wpe[pos(b,t)], where wte_row(id) =
+  // wte[id - vocab_begin] for an id in the shard and 0 for any other id >= 0 (another rank's);
+  // wpe may be undefined (no position term). Everything else as EmbeddingForward. Summing the
+  // ranks' outputs, wpe given to one rank only, gives EmbeddingForward's out.
+  virtual void EmbeddingShardForward(const Tensor& tokens, const Tensor& segment_starts,
+                                     int64_t vocab_begin, const Tensor& wte, const Tensor& wpe,
+                                     Tensor& out) = 0;
+  // dwte (Vs,C): dwte[id - vocab_begin] += dout[b,t] for the ids in the shard (others skipped);
+  // dwpe as EmbeddingBackward. Either may be undefined. Same summation order as
+  // EmbeddingBackward, so the ranks' dwte side by side are its dwte, bit for bit.
+  virtual void EmbeddingShardBackward(const Tensor& tokens, const Tensor& segment_starts,
+                                      int64_t vocab_begin, const Tensor& dout, Tensor& dwte,
+                                      Tensor& dwpe) = 0;
   // Per row of x (N,C): out = (x - mean) * rstd * weight + bias, eps 1e-5, biased variance;
   // mean, rstd (N) f32 are written for backward.
   virtual void LayerNormForward(const Tensor& x, const Tensor& weight, const Tensor& bias,
@@ -194,6 +209,29 @@ class Backend {
   // a (N,V) buffer).
   virtual void CrossEntropyBackward(const Tensor& logits, const Tensor& targets, float grad_scale,
                                     Tensor& dlogits) = 0;
+  // Vocab-parallel cross-entropy (tensor parallelism: each rank holds the logits of its vocabulary
+  // rows, no rank the whole (N,V)). Each rank computes its stats, the ranks all-gather them, each
+  // combines them into the loss and the row statistics its backward needs.
+  //
+  // The local half: logits (N,Vs) any float dtype, columns = vocabulary [vocab_begin,
+  // vocab_begin + Vs); targets (N) i32 in [0, V) or kIgnoreTarget. stats (N,3) f32 per row: the
+  // row's max m, sum over the row of exp(l - m), and the target's logit when the target lies in
+  // the shard (0 otherwise, and 0 on kIgnoreTarget rows).
+  virtual void CrossEntropyShardStats(const Tensor& logits, const Tensor& targets,
+                                      int64_t vocab_begin, Tensor& stats) = 0;
+  // all_stats (T,N,3) f32: the T ranks' stats in rank order. Per row: M = max over t of m_t,
+  // S = sum over t in rank order of s_t * exp(m_t - M), z = sum over t of the third column.
+  // row_stats (N,2) f32 = {M, S} (kept for backward); loss (1) f32 = sum over counted rows, in
+  // row order, of log(S) + M - z, divided by their number (0 when none is counted): the same
+  // accumulation as CrossEntropyForward, equal to it up to rounding (bit for bit when T = 1).
+  virtual void CrossEntropyShardCombine(const Tensor& all_stats, const Tensor& targets,
+                                        Tensor& row_stats, Tensor& loss) = 0;
+  // dlogits (N,Vs) = grad_scale * (exp(l - M) / S - onehot(target - vocab_begin)) / (counted
+  // rows), 0 on rows not counted, with {M, S} from row_stats (N,2) f32. WRITES, and dlogits may be
+  // the same tensor as logits, as CrossEntropyBackward.
+  virtual void CrossEntropyShardBackward(const Tensor& logits, const Tensor& targets,
+                                         int64_t vocab_begin, const Tensor& row_stats,
+                                         float grad_scale, Tensor& dlogits) = 0;
 
   // ---- elementwise
   virtual void Add(const Tensor& a, const Tensor& b, Tensor& out) = 0;  // out = a + b

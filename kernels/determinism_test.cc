@@ -75,6 +75,22 @@ TEST_F(DeterminismTest, EmbeddingForwardAndBackward) {
   });
 }
 
+// One rank's shard of a vocabulary of 50: rows [20, 37).
+TEST_F(DeterminismTest, EmbeddingShardForwardAndBackward) {
+  Tensor tokens = Ids({4, 100}, 50);
+  Tensor wte = Random({17, 128});
+  Tensor wpe = Random({120, 128});
+  Tensor dout = Random({4, 100, 128});
+  ExpectSameBits([&](Backend& be) {
+    Tensor out = Zeros({4, 100, 128});
+    be.EmbeddingShardForward(tokens, Tensor(), 20, wte, wpe, out);
+    Tensor dwte = Zeros(wte.shape());
+    Tensor dwpe = Zeros(wpe.shape());
+    be.EmbeddingShardBackward(tokens, Tensor(), 20, dout, dwte, dwpe);
+    return std::vector<Tensor>{out, dwte, dwpe};
+  });
+}
+
 TEST_F(DeterminismTest, LayerNormForwardAndBackward) {
   Tensor x = Random({300, 200}, 2.0f);
   Tensor weight = Random({200});
@@ -155,6 +171,27 @@ TEST_F(DeterminismTest, CrossEntropyForwardAndBackward) {
     Tensor dlogits = Zeros(logits.shape());
     be.CrossEntropyBackward(logits, targets, 0.5f, dlogits);
     return std::vector<Tensor>{loss, dlogits};
+  });
+}
+
+// Two ranks' columns, [0, 300) and [300, 700), of a vocabulary of 1000: their stats, combined,
+// and the second's gradient.
+TEST_F(DeterminismTest, CrossEntropyShardStatsCombineAndBackward) {
+  Tensor first = Random({64, 300}, 3.0f);
+  Tensor second = Random({64, 400}, 3.0f);
+  Tensor targets = Ids({64}, 1000);
+  ExpectSameBits([&](Backend& be) {
+    Tensor first_stats = Zeros({64, 3}), second_stats = Zeros({64, 3});
+    be.CrossEntropyShardStats(first, targets, 0, first_stats);
+    be.CrossEntropyShardStats(second, targets, 300, second_stats);
+    std::vector<float> both = Floats(first_stats);
+    const std::vector<float> theirs = Floats(second_stats);
+    both.insert(both.end(), theirs.begin(), theirs.end());
+    Tensor row_stats = Zeros({64, 2}), loss = Zeros({1});
+    be.CrossEntropyShardCombine(Values({2, 64, 3}, both), targets, row_stats, loss);
+    Tensor dlogits = Zeros(second.shape());
+    be.CrossEntropyShardBackward(second, targets, 300, row_stats, 0.5f, dlogits);
+    return std::vector<Tensor>{second_stats, row_stats, loss, dlogits};
   });
 }
 

@@ -27,6 +27,8 @@
 
 namespace baton::cpu {
 
+struct VocabRows;  // layer_kernels.h
+
 class CpuBackend final : public Backend {
  public:
   CpuBackend(MemoryLedger& ledger, int num_threads, bool meta = false);
@@ -55,6 +57,12 @@ class CpuBackend final : public Backend {
                         const Tensor& wpe, Tensor& out) override;
   void EmbeddingBackward(const Tensor& tokens, const Tensor& segment_starts, const Tensor& dout,
                          Tensor& dwte, Tensor& dwpe) override;
+  void EmbeddingShardForward(const Tensor& tokens, const Tensor& segment_starts,
+                             int64_t vocab_begin, const Tensor& wte, const Tensor& wpe,
+                             Tensor& out) override;
+  void EmbeddingShardBackward(const Tensor& tokens, const Tensor& segment_starts,
+                              int64_t vocab_begin, const Tensor& dout, Tensor& dwte,
+                              Tensor& dwpe) override;
   void LayerNormForward(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor& out,
                         Tensor& mean, Tensor& rstd) override;
   void LayerNormBackward(const Tensor& dout, const Tensor& x, const Tensor& weight,
@@ -76,6 +84,13 @@ class CpuBackend final : public Backend {
   void CrossEntropyForward(const Tensor& logits, const Tensor& targets, Tensor& loss) override;
   void CrossEntropyBackward(const Tensor& logits, const Tensor& targets, float grad_scale,
                             Tensor& dlogits) override;
+  void CrossEntropyShardStats(const Tensor& logits, const Tensor& targets, int64_t vocab_begin,
+                              Tensor& stats) override;
+  void CrossEntropyShardCombine(const Tensor& all_stats, const Tensor& targets, Tensor& row_stats,
+                                Tensor& loss) override;
+  void CrossEntropyShardBackward(const Tensor& logits, const Tensor& targets, int64_t vocab_begin,
+                                 const Tensor& row_stats, float grad_scale,
+                                 Tensor& dlogits) override;
 
   void RmsNormForward(const Tensor& x, const Tensor& weight, float eps, Tensor& out,
                       Tensor& rstd) override;
@@ -116,6 +131,11 @@ class CpuBackend final : public Backend {
   // Buffer `index` (of `count`, `floats` each) of pool slot `slot` in PieceBuffers' tensor; null
   // when there is none (every tensor f32, so none is needed).
   static float* PieceBuffer(const Tensor& buffers, int slot, int count, int index, int64_t floats);
+  // CrossEntropyBackward (row_stats undefined: each row's own softmax) and
+  // CrossEntropyShardBackward, after their own checks: dlogits's checks, then the kernel over
+  // logits' columns = the vocabulary rows `vocab`.
+  void CrossEntropyGradient(const Tensor& logits, const Tensor& targets, VocabRows vocab,
+                            const Tensor& row_stats, float grad_scale, Tensor& dlogits);
 
   std::unique_ptr<Allocator> allocator_;  // CpuAllocator, or MetaAllocator in meta mode
   bool meta_;

@@ -28,6 +28,15 @@ void CheckIdsBelow(const Tensor& ids, int64_t bound, const char* name) {
   }
 }
 
+// The bound on ids for a vocabulary shard (Backend::EmbeddingShardForward): any id >= 0 may be
+// another rank's, so only negative ids are errors (i32 ids are all below 2^31).
+constexpr int64_t kAnyId = int64_t{1} << 31;
+
+void CheckVocabBegin(int64_t vocab_begin) {
+  BATON_CHECK(vocab_begin >= 0 && vocab_begin < kAnyId, "vocab_begin {} is outside [0, 2^31)",
+              vocab_begin);
+}
+
 // Targets are class ids in [0, bound) or kIgnoreTarget (a row the cross-entropy does not count).
 void CheckTargets(const Tensor& targets, int64_t bound) {
   if (targets.is_meta()) return;
@@ -64,6 +73,27 @@ const int32_t* CheckSegmentStarts(const Tensor& segment_starts, int64_t batch, i
 int64_t CountedTargets(const Tensor& targets) {
   const int32_t* p = targets.data<int32_t>();
   return targets.numel() - std::count(p, p + targets.numel(), kIgnoreTarget);
+}
+
+// The cross-entropy's loss: the sum of row_losses (an ignored row's is 0) in row order, divided
+// by the number of counted rows; 0 when none is counted.
+float MeanOverCountedRows(const float* row_losses, const Tensor& targets) {
+  double sum = 0.0;
+  for (int64_t r = 0; r < targets.numel(); ++r) sum += row_losses[r];
+  const int64_t counted = CountedTargets(targets);
+  return counted == 0 ? 0.0f : static_cast<float>(sum / static_cast<double>(counted));
+}
+
+// Logits (N, V) of any float dtype, not empty, with targets (N) i32 in [0, V) or kIgnoreTarget;
+// for a shard's logits (N, Vs) (`shard`), any target >= 0 or kIgnoreTarget. Returns (N, V).
+RowsCols CheckCrossEntropy(const Tensor& logits, const Tensor& targets, bool shard) {
+  CheckFloat(logits, "logits");
+  CheckI32(targets, "targets");
+  const RowsCols lm = AsMatrix(logits, "logits");
+  BATON_CHECK(lm.rows > 0 && lm.cols > 0, "cross-entropy of empty logits {}", logits.ToString());
+  CheckNumel(targets, lm.rows, "targets");
+  CheckTargets(targets, shard ? kAnyId : lm.cols);
+  return lm;
 }
 
 AttentionShape CheckAttention(const Tensor& qkv, int num_heads) {
@@ -122,11 +152,22 @@ Tensor CpuBackend::PieceBuffers(std::initializer_list<const Tensor*> tensors, in
   return Workspace(threads_ * static_cast<int64_t>(tensors.size()) * floats);
 }
 
+// The whole table is the shard at 0 whose ids must all lie in it.
 void CpuBackend::EmbeddingForward(const Tensor& tokens, const Tensor& segment_starts,
                                   const Tensor& wte, const Tensor& wpe, Tensor& out) {
   CheckI32(tokens, "tokens");
+  BATON_CHECK(wte.dim() == 2, "wte {} must be (V, C)", wte.ToString());
+  CheckIdsBelow(tokens, wte.size(0), "tokens");
+  EmbeddingShardForward(tokens, segment_starts, 0, wte, wpe, out);
+}
+
+void CpuBackend::EmbeddingShardForward(const Tensor& tokens, const Tensor& segment_starts,
+                                       int64_t vocab_begin, const Tensor& wte, const Tensor& wpe,
+                                       Tensor& out) {
+  CheckI32(tokens, "tokens");
   CheckFloat(wte, "wte");
   CheckFloat(out, "out");
+  CheckVocabBegin(vocab_begin);
   BATON_CHECK(tokens.dim() == 2, "tokens {} must be (B, T)", tokens.ToString());
   BATON_CHECK(wte.dim() == 2, "wte {} must be (V, C)", wte.ToString());
   const int64_t batch = tokens.size(0), seq = tokens.size(1), channels = wte.size(1);
@@ -138,22 +179,34 @@ void CpuBackend::EmbeddingForward(const Tensor& tokens, const Tensor& segment_st
                 wpe.size(0));
   }
   CheckShape(out, {batch, seq, channels}, "out");
-  CheckIdsBelow(tokens, wte.size(0), "tokens");
+  CheckIdsBelow(tokens, kAnyId, "tokens");
   const int32_t* segments = CheckSegmentStarts(segment_starts, batch, seq);
   F32Staging staging(*allocator_, &pool_);
   const float* pwte = staging.In(wte);
   const float* pwpe = staging.In(wpe);
   float* pout = staging.Out(out);
   if (meta_) return;
-  cpu::EmbeddingForward(tokens.data<int32_t>(), segments, pwte, pwpe, pout, batch, seq, channels,
-                        &pool_);
+  cpu::EmbeddingForward(tokens.data<int32_t>(), segments, {vocab_begin, wte.size(0)}, pwte, pwpe,
+                        pout, batch, seq, channels, &pool_);
   staging.Commit();
 }
 
 void CpuBackend::EmbeddingBackward(const Tensor& tokens, const Tensor& segment_starts,
                                    const Tensor& dout, Tensor& dwte, Tensor& dwpe) {
   CheckI32(tokens, "tokens");
+  if (dwte.defined()) {
+    BATON_CHECK(dwte.dim() == 2, "dwte {} must be (V, C)", dwte.ToString());
+    CheckIdsBelow(tokens, dwte.size(0), "tokens");
+  }
+  EmbeddingShardBackward(tokens, segment_starts, 0, dout, dwte, dwpe);
+}
+
+void CpuBackend::EmbeddingShardBackward(const Tensor& tokens, const Tensor& segment_starts,
+                                        int64_t vocab_begin, const Tensor& dout, Tensor& dwte,
+                                        Tensor& dwpe) {
+  CheckI32(tokens, "tokens");
   CheckFloat(dout, "dout");
+  CheckVocabBegin(vocab_begin);
   BATON_CHECK(tokens.dim() == 2, "tokens {} must be (B, T)", tokens.ToString());
   BATON_CHECK(dout.dim() == 3, "dout {} must be (B, T, C)", dout.ToString());
   const int64_t batch = tokens.size(0), seq = tokens.size(1), channels = dout.size(2);
@@ -163,7 +216,7 @@ void CpuBackend::EmbeddingBackward(const Tensor& tokens, const Tensor& segment_s
     CheckFloat(dwte, "dwte");
     BATON_CHECK(dwte.dim() == 2 && dwte.size(1) == channels, "dwte {} must be (V, {})",
                 dwte.ToString(), channels);
-    CheckIdsBelow(tokens, dwte.size(0), "tokens");
+    CheckIdsBelow(tokens, kAnyId, "tokens");
   }
   if (dwpe.defined()) {
     CheckFloat(dwpe, "dwpe");
@@ -175,7 +228,8 @@ void CpuBackend::EmbeddingBackward(const Tensor& tokens, const Tensor& segment_s
   float* pdwte = staging.InOut(dwte);
   float* pdwpe = staging.InOut(dwpe);
   if (meta_) return;
-  cpu::EmbeddingBackward(tokens.data<int32_t>(), segments, pdout, pdwte, pdwpe, batch, seq,
+  const VocabRows vocab{vocab_begin, dwte.defined() ? dwte.size(0) : 0};
+  cpu::EmbeddingBackward(tokens.data<int32_t>(), segments, vocab, pdout, pdwte, pdwpe, batch, seq,
                          channels, &pool_);
   staging.Commit();
 }
@@ -422,14 +476,9 @@ void CpuBackend::CachedAttentionForward(const Tensor& qkv, int num_heads, int64_
 }
 
 void CpuBackend::CrossEntropyForward(const Tensor& logits, const Tensor& targets, Tensor& loss) {
-  CheckFloat(logits, "logits");
-  CheckI32(targets, "targets");
+  const RowsCols lm = CheckCrossEntropy(logits, targets, /*shard=*/false);
   CheckF32(loss, "loss");
-  const RowsCols lm = AsMatrix(logits, "logits");
-  BATON_CHECK(lm.rows > 0 && lm.cols > 0, "cross-entropy of empty logits {}", logits.ToString());
-  CheckNumel(targets, lm.rows, "targets");
   CheckNumel(loss, 1, "loss");
-  CheckTargets(targets, lm.cols);
   Tensor row_losses = Workspace(lm.rows);
   Tensor buffers = PieceBuffers({&logits}, lm.cols);  // one row at a time
   if (meta_) return;
@@ -440,38 +489,85 @@ void CpuBackend::CrossEntropyForward(const Tensor& logits, const Tensor& targets
         LoadChunk(logits, r * lm.cols, lm.cols, PieceBuffer(buffers, slot, 1, 0, lm.cols));
     cpu::CrossEntropyRowLosses(prow, ptargets + r, plosses + r, 1, lm.cols, nullptr);
   });
-  double sum = 0.0;  // in row order, over counted rows (an ignored row's loss is 0)
-  const float* p = row_losses.data<float>();
-  for (int64_t r = 0; r < lm.rows; ++r) sum += p[r];
-  const int64_t counted = CountedTargets(targets);
-  loss.data<float>()[0] =
-      counted == 0 ? 0.0f : static_cast<float>(sum / static_cast<double>(counted));
+  loss.data<float>()[0] = MeanOverCountedRows(plosses, targets);
 }
 
 void CpuBackend::CrossEntropyBackward(const Tensor& logits, const Tensor& targets, float grad_scale,
                                       Tensor& dlogits) {
-  CheckFloat(logits, "logits");
+  const RowsCols lm = CheckCrossEntropy(logits, targets, /*shard=*/false);
+  CrossEntropyGradient(logits, targets, {0, lm.cols}, Tensor(), grad_scale, dlogits);
+}
+
+void CpuBackend::CrossEntropyShardStats(const Tensor& logits, const Tensor& targets,
+                                        int64_t vocab_begin, Tensor& stats) {
+  const RowsCols lm = CheckCrossEntropy(logits, targets, /*shard=*/true);
+  CheckVocabBegin(vocab_begin);
+  CheckF32(stats, "stats");
+  CheckShape(stats, {lm.rows, 3}, "stats");
+  Tensor buffers = PieceBuffers({&logits}, lm.cols);  // one row at a time
+  if (meta_) return;
+  const int32_t* ptargets = targets.data<int32_t>();
+  float* pstats = stats.data<float>();
+  ParallelForWithSlot(lm.rows, &pool_, lm.cols, [&](int64_t r, int slot) {
+    const float* prow =
+        LoadChunk(logits, r * lm.cols, lm.cols, PieceBuffer(buffers, slot, 1, 0, lm.cols));
+    cpu::CrossEntropyShardStats(prow, ptargets + r, {vocab_begin, lm.cols}, pstats + 3 * r, 1,
+                                nullptr);
+  });
+}
+
+void CpuBackend::CrossEntropyShardCombine(const Tensor& all_stats, const Tensor& targets,
+                                          Tensor& row_stats, Tensor& loss) {
+  CheckF32(all_stats, "all_stats");
   CheckI32(targets, "targets");
+  CheckF32(row_stats, "row_stats");
+  CheckF32(loss, "loss");
+  BATON_CHECK(all_stats.dim() == 3 && all_stats.size(0) > 0 && all_stats.size(1) > 0 &&
+                  all_stats.size(2) == 3,
+              "all_stats {} must be (T >= 1, N >= 1, 3)", all_stats.ToString());
+  const int64_t ranks = all_stats.size(0), rows = all_stats.size(1);
+  CheckNumel(targets, rows, "targets");
+  CheckTargets(targets, kAnyId);
+  CheckShape(row_stats, {rows, 2}, "row_stats");
+  CheckNumel(loss, 1, "loss");
+  Tensor row_losses = Workspace(rows);
+  if (meta_) return;
+  cpu::CrossEntropyCombineStats(all_stats.data<float>(), targets.data<int32_t>(), ranks, rows,
+                                row_stats.data<float>(), row_losses.data<float>());
+  loss.data<float>()[0] = MeanOverCountedRows(row_losses.data<float>(), targets);
+}
+
+void CpuBackend::CrossEntropyShardBackward(const Tensor& logits, const Tensor& targets,
+                                           int64_t vocab_begin, const Tensor& row_stats,
+                                           float grad_scale, Tensor& dlogits) {
+  const RowsCols lm = CheckCrossEntropy(logits, targets, /*shard=*/true);
+  CheckVocabBegin(vocab_begin);
+  CheckF32(row_stats, "row_stats");
+  CheckShape(row_stats, {lm.rows, 2}, "row_stats");
+  CrossEntropyGradient(logits, targets, {vocab_begin, lm.cols}, row_stats, grad_scale, dlogits);
+}
+
+void CpuBackend::CrossEntropyGradient(const Tensor& logits, const Tensor& targets, VocabRows vocab,
+                                      const Tensor& row_stats, float grad_scale, Tensor& dlogits) {
   CheckFloat(dlogits, "dlogits");
-  const RowsCols lm = AsMatrix(logits, "logits");
-  BATON_CHECK(lm.rows > 0 && lm.cols > 0, "cross-entropy of empty logits {}", logits.ToString());
-  CheckNumel(targets, lm.rows, "targets");
   CheckShape(dlogits, logits.shape(), "dlogits");
-  CheckTargets(targets, lm.cols);
   // One row at a time. dlogits may be logits: the kernel works in place, and each row is read
   // (into its own buffer when 16-bit) before it is written.
-  Tensor buffers = PieceBuffers({&logits, &dlogits}, lm.cols);
+  const int64_t rows = targets.numel(), cols = vocab.rows;
+  Tensor buffers = PieceBuffers({&logits, &dlogits}, cols);
   if (meta_) return;
   const int64_t counted = CountedTargets(targets);
   const float factor = counted == 0 ? 0.0f : grad_scale / static_cast<float>(counted);
   const int32_t* ptargets = targets.data<int32_t>();
-  ParallelForWithSlot(lm.rows, &pool_, lm.cols, [&](int64_t r, int slot) {
-    const int64_t begin = r * lm.cols;
-    const float* prow =
-        LoadChunk(logits, begin, lm.cols, PieceBuffer(buffers, slot, 2, 0, lm.cols));
-    float* pout = ChunkTarget(dlogits, begin, PieceBuffer(buffers, slot, 2, 1, lm.cols));
-    cpu::CrossEntropyBackward(prow, ptargets + r, factor, pout, 1, lm.cols, nullptr);
-    StoreChunk(pout, dlogits, begin, lm.cols);
+  const float* pstats = row_stats.defined() ? row_stats.data<float>() : nullptr;
+  ParallelForWithSlot(rows, &pool_, cols, [&](int64_t r, int slot) {
+    const int64_t begin = r * cols;
+    const float* prow = LoadChunk(logits, begin, cols, PieceBuffer(buffers, slot, 2, 0, cols));
+    float* pout = ChunkTarget(dlogits, begin, PieceBuffer(buffers, slot, 2, 1, cols));
+    cpu::CrossEntropyBackward(prow, ptargets + r, vocab,
+                              pstats == nullptr ? nullptr : pstats + 2 * r, factor, pout, 1,
+                              nullptr);
+    StoreChunk(pout, dlogits, begin, cols);
   });
 }
 

@@ -72,25 +72,43 @@ BATON_SIMD_CLONES void GeluBackwardRange(const float* x, const float* dout, floa
   for (int64_t i = 0; i < n; ++i) dx[i] += GeluGradF(x[i]) * dout[i];
 }
 
-BATON_SIMD_CLONES float CrossEntropyRowLoss(const float* row, int32_t target, int64_t vocab) {
+// A row's softmax statistics: its max and the sum of exp(x - max).
+struct SoftmaxStats {
+  float max = 0.0f;
+  float sum = 0.0f;
+};
+
+BATON_SIMD_CLONES SoftmaxStats RowSoftmaxStats(const float* row, int64_t vocab) {
   const float max = MaxF(row, vocab);
-  const float sum = SumLanes(vocab, [row, max](int64_t i) { return ExpF(row[i] - max); });
-  return (max - row[target]) + std::log(sum);  // exact when the target is the max
+  return {max, SumLanes(vocab, [row, max](int64_t i) { return ExpF(row[i] - max); })};
 }
 
-// out = factor * (softmax(row) - onehot(target)); out may be row: each element is read before
-// it is written.
-BATON_SIMD_CLONES void CrossEntropyBackwardRow(const float* row, int32_t target, float factor,
-                                               float* out, int64_t vocab) {
-  const float max = MaxF(row, vocab);
-  const float sum = SumLanes(vocab, [row, out, max](int64_t i) {
-    const float e = ExpF(row[i] - max);
-    out[i] = e;
-    return e;
-  });
+float CrossEntropyRowLoss(const float* row, int32_t target, int64_t vocab) {
+  const SoftmaxStats stats = RowSoftmaxStats(row, vocab);
+  return (stats.max - row[target]) + std::log(stats.sum);  // exact when the target is the max
+}
+
+// out = factor * (exp(row - max) / sum - onehot(target)), no one-hot when target < 0; out may
+// be row: each element is read before it is written. With `stats` null, {max, sum} are the
+// row's own (softmax), the exps stored in out on the way.
+BATON_SIMD_CLONES void CrossEntropyBackwardRow(const float* row, const float* stats, int64_t target,
+                                               float factor, float* out, int64_t vocab) {
+  float max = 0.0f, sum = 0.0f;
+  if (stats == nullptr) {
+    max = MaxF(row, vocab);
+    sum = SumLanes(vocab, [row, out, max](int64_t i) {
+      const float e = ExpF(row[i] - max);
+      out[i] = e;
+      return e;
+    });
+  } else {
+    max = stats[0];
+    sum = stats[1];
+    for (int64_t i = 0; i < vocab; ++i) out[i] = ExpF(row[i] - max);
+  }
   const float scale = factor / sum;
   for (int64_t i = 0; i < vocab; ++i) out[i] *= scale;
-  out[target] -= factor;
+  if (target >= 0) out[target] -= factor;
 }
 
 }  // namespace
@@ -120,32 +138,38 @@ void ColumnSumsAccumulate(const float* x, int64_t rows, int64_t cols, float* acc
   });
 }
 
-void EmbeddingForward(const int32_t* tokens, const int32_t* segment_starts, const float* wte,
-                      const float* wpe, float* out, int64_t batch, int64_t seq, int64_t channels,
-                      ThreadPool* pool) {
+void EmbeddingForward(const int32_t* tokens, const int32_t* segment_starts, VocabRows vocab,
+                      const float* wte, const float* wpe, float* out, int64_t batch, int64_t seq,
+                      int64_t channels, ThreadPool* pool) {
   ParallelFor(batch * seq, pool, channels, [&](int64_t row) {
     const int64_t t = row % seq;
     const int64_t position = segment_starts == nullptr ? t : t - segment_starts[row];
-    const float* token_row = wte + static_cast<int64_t>(tokens[row]) * channels;
+    const int64_t local = vocab.Local(tokens[row]);
+    const float* token_row = local < 0 ? nullptr : wte + local * channels;
+    const float* position_row = wpe == nullptr ? nullptr : wpe + position * channels;
     float* o = out + row * channels;
-    if (wpe == nullptr) {  // rotary positions (Llama): the token's row alone
-      std::copy(token_row, token_row + channels, o);
-      return;
+    if (token_row != nullptr && position_row != nullptr) {
+      for (int64_t c = 0; c < channels; ++c) o[c] = token_row[c] + position_row[c];
+    } else if (token_row != nullptr || position_row != nullptr) {  // one term: copied as it is
+      const float* only = token_row != nullptr ? token_row : position_row;
+      std::copy(only, only + channels, o);
+    } else {  // another rank's token, and no positions here
+      std::fill(o, o + channels, 0.0f);
     }
-    const float* position_row = wpe + position * channels;
-    for (int64_t c = 0; c < channels; ++c) o[c] = token_row[c] + position_row[c];
   });
 }
 
-void EmbeddingBackward(const int32_t* tokens, const int32_t* segment_starts, const float* dout,
-                       float* dwte, float* dwpe, int64_t batch, int64_t seq, int64_t channels,
-                       ThreadPool* pool) {
+void EmbeddingBackward(const int32_t* tokens, const int32_t* segment_starts, VocabRows vocab,
+                       const float* dout, float* dwte, float* dwpe, int64_t batch, int64_t seq,
+                       int64_t channels, ThreadPool* pool) {
   const int64_t rows = batch * seq;
   if (dwte != nullptr) {
     // Scatter-add: rows sharing a token hit the same dwte row, so split by columns instead.
     ForColumnChunks(rows, channels, pool, [&](int64_t c0, int64_t c1) {
       for (int64_t row = 0; row < rows; ++row) {
-        float* target = dwte + static_cast<int64_t>(tokens[row]) * channels;
+        const int64_t local = vocab.Local(tokens[row]);
+        if (local < 0) continue;  // another rank's token
+        float* target = dwte + local * channels;
         const float* source = dout + row * channels;
         for (int64_t c = c0; c < c1; ++c) target[c] += source[c];
       }
@@ -237,14 +261,47 @@ void CrossEntropyRowLosses(const float* logits, const int32_t* targets, float* r
   });
 }
 
-void CrossEntropyBackward(const float* logits, const int32_t* targets, float factor, float* dlogits,
-                          int64_t rows, int64_t vocab, ThreadPool* pool) {
-  ParallelFor(rows, pool, vocab, [&](int64_t r) {
+void CrossEntropyShardStats(const float* logits, const int32_t* targets, VocabRows vocab,
+                            float* stats, int64_t rows, ThreadPool* pool) {
+  ParallelFor(rows, pool, vocab.rows, [&](int64_t r) {
+    const float* row = logits + r * vocab.rows;
+    const SoftmaxStats softmax = RowSoftmaxStats(row, vocab.rows);
+    const int64_t local = targets[r] == kIgnoreTarget ? -1 : vocab.Local(targets[r]);
+    stats[3 * r] = softmax.max;
+    stats[3 * r + 1] = softmax.sum;
+    stats[3 * r + 2] = local < 0 ? 0.0f : row[local];
+  });
+}
+
+void CrossEntropyCombineStats(const float* all_stats, const int32_t* targets, int64_t ranks,
+                              int64_t rows, float* row_stats, float* row_losses) {
+  for (int64_t r = 0; r < rows; ++r) {
+    float max = all_stats[3 * r];
+    for (int64_t t = 1; t < ranks; ++t) max = std::max(max, all_stats[(t * rows + r) * 3]);
+    float sum = 0.0f, target_logit = 0.0f;
+    for (int64_t t = 0; t < ranks; ++t) {
+      const float* stats = all_stats + (t * rows + r) * 3;
+      sum += stats[1] * std::exp(stats[0] - max);
+      target_logit += stats[2];
+    }
+    row_stats[2 * r] = max;
+    row_stats[2 * r + 1] = sum;
+    // CrossEntropyRowLoss's order of operations, so that one rank gives its bits.
+    row_losses[r] = targets[r] == kIgnoreTarget ? 0.0f : (max - target_logit) + std::log(sum);
+  }
+}
+
+void CrossEntropyBackward(const float* logits, const int32_t* targets, VocabRows vocab,
+                          const float* row_stats, float factor, float* dlogits, int64_t rows,
+                          ThreadPool* pool) {
+  const int64_t cols = vocab.rows;
+  ParallelFor(rows, pool, cols, [&](int64_t r) {
     if (targets[r] == kIgnoreTarget) {
-      std::fill(dlogits + r * vocab, dlogits + (r + 1) * vocab, 0.0f);
+      std::fill(dlogits + r * cols, dlogits + (r + 1) * cols, 0.0f);
       return;
     }
-    CrossEntropyBackwardRow(logits + r * vocab, targets[r], factor, dlogits + r * vocab, vocab);
+    CrossEntropyBackwardRow(logits + r * cols, row_stats == nullptr ? nullptr : row_stats + 2 * r,
+                            vocab.Local(targets[r]), factor, dlogits + r * cols, cols);
   });
 }
 

@@ -19,17 +19,27 @@ void BroadcastRows(const float* row, float* out, int64_t rows, int64_t cols, boo
 // acc (cols) += column sums of x (rows,cols); each column summed over rows in order.
 void ColumnSumsAccumulate(const float* x, int64_t rows, int64_t cols, float* acc, ThreadPool* pool);
 
+// The rows [begin, begin + rows) of the vocabulary that a token table (or a block of logits'
+// columns) holds: all of it, or one tensor-parallel rank's shard (Backend::EmbeddingShardForward).
+struct VocabRows {
+  int64_t begin = 0;
+  int64_t rows = 0;
+  // The row of `id` in the table, or -1 when the id lies outside it.
+  int64_t Local(int64_t id) const { return id >= begin && id < begin + rows ? id - begin : -1; }
+};
+
 // out (B,T,C) = wte[tokens] + wpe[pos], pos = t, or t - segment_starts[b,t] when segment_starts
-// (B,T) is not null (packed documents); wte[tokens] alone when wpe is null. Token ids and
-// starts must already be valid.
-void EmbeddingForward(const int32_t* tokens, const int32_t* segment_starts, const float* wte,
-                      const float* wpe, float* out, int64_t batch, int64_t seq, int64_t channels,
-                      ThreadPool* pool);
-// dwte[tokens[b,t]] += dout[b,t]; dwpe[pos] += dout[b,t] (pos as above), each summed in (b,t)
-// order. Either output may be null.
-void EmbeddingBackward(const int32_t* tokens, const int32_t* segment_starts, const float* dout,
-                       float* dwte, float* dwpe, int64_t batch, int64_t seq, int64_t channels,
-                       ThreadPool* pool);
+// (B,T) is not null (packed documents); wte[tokens] alone when wpe is null. wte holds the rows
+// `vocab` of the vocabulary: a token outside them has no token term (wpe[pos] or 0). Token ids
+// and starts must already be valid.
+void EmbeddingForward(const int32_t* tokens, const int32_t* segment_starts, VocabRows vocab,
+                      const float* wte, const float* wpe, float* out, int64_t batch, int64_t seq,
+                      int64_t channels, ThreadPool* pool);
+// dwte[tokens[b,t] - vocab.begin] += dout[b,t] for the tokens in `vocab` (others skipped);
+// dwpe[pos] += dout[b,t] (pos as above); each summed in (b,t) order. Either output may be null.
+void EmbeddingBackward(const int32_t* tokens, const int32_t* segment_starts, VocabRows vocab,
+                       const float* dout, float* dwte, float* dwpe, int64_t batch, int64_t seq,
+                       int64_t channels, ThreadPool* pool);
 
 void LayerNormForward(const float* x, const float* weight, const float* bias, float* out,
                       float* mean, float* rstd, int64_t rows, int64_t cols, ThreadPool* pool);
@@ -55,9 +65,22 @@ void GeluBackward(const float* x, const float* dout, float* dx, int64_t n, Threa
 // Targets must already be in range (or kIgnoreTarget).
 void CrossEntropyRowLosses(const float* logits, const int32_t* targets, float* row_losses,
                            int64_t rows, int64_t vocab, ThreadPool* pool);
-// dlogits = factor * (softmax(logits) - onehot(targets)), 0 on rows whose target is
-// kIgnoreTarget; WRITES; dlogits may equal logits.
-void CrossEntropyBackward(const float* logits, const int32_t* targets, float factor, float* dlogits,
-                          int64_t rows, int64_t vocab, ThreadPool* pool);
+// The vocab-parallel cross-entropy's local half (Backend::CrossEntropyShardStats): stats
+// (rows,3) = {max, sum of exp(l - max), the target's logit or 0} per row of logits (rows,
+// vocab.rows), whose columns are the vocabulary rows `vocab`.
+void CrossEntropyShardStats(const float* logits, const int32_t* targets, VocabRows vocab,
+                            float* stats, int64_t rows, ThreadPool* pool);
+// Combines `ranks` ranks' stats (ranks,rows,3) in rank order (Backend::CrossEntropyShardCombine):
+// row_stats (rows,2) = {M, S}, row_losses (rows) = (M - z) + log(S), 0 where the target is
+// kIgnoreTarget.
+void CrossEntropyCombineStats(const float* all_stats, const int32_t* targets, int64_t ranks,
+                              int64_t rows, float* row_stats, float* row_losses);
+// dlogits = factor * (exp(l - M) / S - onehot(targets - vocab.begin)), 0 on rows whose target is
+// kIgnoreTarget, for logits (rows, vocab.rows) whose columns are the vocabulary rows `vocab`.
+// {M, S} per row from row_stats (rows,2), or when it is null the row's own max and sum of exps
+// (softmax; vocab is then the whole vocabulary). WRITES; dlogits may equal logits.
+void CrossEntropyBackward(const float* logits, const int32_t* targets, VocabRows vocab,
+                          const float* row_stats, float factor, float* dlogits, int64_t rows,
+                          ThreadPool* pool);
 
 }  // namespace baton::cpu

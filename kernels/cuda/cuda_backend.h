@@ -33,6 +33,7 @@
 namespace baton::cuda {
 
 struct IdError;
+struct VocabRows;  // launch.h
 class CublasLtGemm;
 
 struct CudaBackendOptions {
@@ -77,6 +78,12 @@ class CudaBackend final : public Backend {
                         const Tensor& wpe, Tensor& out) override;
   void EmbeddingBackward(const Tensor& tokens, const Tensor& segment_starts, const Tensor& dout,
                          Tensor& dwte, Tensor& dwpe) override;
+  void EmbeddingShardForward(const Tensor& tokens, const Tensor& segment_starts,
+                             int64_t vocab_begin, const Tensor& wte, const Tensor& wpe,
+                             Tensor& out) override;
+  void EmbeddingShardBackward(const Tensor& tokens, const Tensor& segment_starts,
+                              int64_t vocab_begin, const Tensor& dout, Tensor& dwte,
+                              Tensor& dwpe) override;
   void LayerNormForward(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor& out,
                         Tensor& mean, Tensor& rstd) override;
   void LayerNormBackward(const Tensor& dout, const Tensor& x, const Tensor& weight,
@@ -98,6 +105,13 @@ class CudaBackend final : public Backend {
   void CrossEntropyForward(const Tensor& logits, const Tensor& targets, Tensor& loss) override;
   void CrossEntropyBackward(const Tensor& logits, const Tensor& targets, float grad_scale,
                             Tensor& dlogits) override;
+  void CrossEntropyShardStats(const Tensor& logits, const Tensor& targets, int64_t vocab_begin,
+                              Tensor& stats) override;
+  void CrossEntropyShardCombine(const Tensor& all_stats, const Tensor& targets, Tensor& row_stats,
+                                Tensor& loss) override;
+  void CrossEntropyShardBackward(const Tensor& logits, const Tensor& targets, int64_t vocab_begin,
+                                 const Tensor& row_stats, float grad_scale,
+                                 Tensor& dlogits) override;
 
   void RmsNormForward(const Tensor& x, const Tensor& weight, float eps, Tensor& out,
                       Tensor& rstd) override;
@@ -133,6 +147,18 @@ class CudaBackend final : public Backend {
   // Waits for the stream (reading back the id-error record on it), then raises an id error the
   // kernels recorded, if any.
   void SyncAndCheck();
+  // The embedding over a token table of the whole vocabulary (`whole`: ids past it are errors)
+  // or of one rank's shard from vocab_begin: EmbeddingForward and EmbeddingShardForward.
+  void EmbeddingRowsForward(const Tensor& tokens, const Tensor& segment_starts, int64_t vocab_begin,
+                            bool whole, const Tensor& wte, const Tensor& wpe, Tensor& out);
+  void EmbeddingRowsBackward(const Tensor& tokens, const Tensor& segment_starts,
+                             int64_t vocab_begin, bool whole, const Tensor& dout, Tensor& dwte,
+                             Tensor& dwpe);
+  // CrossEntropyBackward (row_stats undefined: each row's own softmax) and
+  // CrossEntropyShardBackward after their own checks: dlogits's, then the kernels over logits'
+  // columns = the vocabulary rows `vocab`.
+  void CrossEntropyGradient(const Tensor& logits, const Tensor& targets, const VocabRows& vocab,
+                            const Tensor& row_stats, float grad_scale, Tensor& dlogits);
   // Row-major GEMM on tensors of supported dtypes (see gemm.h): out = op(a) op(b) (+ bias).
   void RunMatmul(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, Tensor& out,
                  bool accumulate, const Tensor* bias);

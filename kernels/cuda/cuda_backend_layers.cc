@@ -79,11 +79,51 @@ const int32_t* SegmentStarts(const Tensor& segment_starts, int64_t batch, int64_
   return static_cast<const int32_t*>(segment_starts.raw());
 }
 
+void CheckVocabBegin(int64_t vocab_begin) {
+  BATON_CHECK(vocab_begin >= 0 && vocab_begin < kAnyIdBound, "vocab_begin {} is outside [0, 2^31)",
+              vocab_begin);
+}
+
+// Logits (N, V) of any float dtype, not empty, with targets (N) i32 (their values are checked by
+// the kernels). Returns (N, V).
+RowsCols CheckCrossEntropy(const Tensor& logits, const Tensor& targets, Device device) {
+  CheckFloat(logits, device, "logits");
+  CheckI32(targets, device, "targets");
+  const RowsCols lm = AsMatrix(logits, "logits");
+  BATON_CHECK(lm.rows > 0 && lm.cols > 0, "cross-entropy of empty logits {}", logits.ToString());
+  CheckNumel(targets, lm.rows, "targets");
+  return lm;
+}
+
 }  // namespace
 
 void CudaBackend::EmbeddingForward(const Tensor& tokens, const Tensor& segment_starts,
                                    const Tensor& wte, const Tensor& wpe, Tensor& out) {
+  EmbeddingRowsForward(tokens, segment_starts, 0, /*whole=*/true, wte, wpe, out);
+}
+
+void CudaBackend::EmbeddingShardForward(const Tensor& tokens, const Tensor& segment_starts,
+                                        int64_t vocab_begin, const Tensor& wte, const Tensor& wpe,
+                                        Tensor& out) {
+  EmbeddingRowsForward(tokens, segment_starts, vocab_begin, /*whole=*/false, wte, wpe, out);
+}
+
+void CudaBackend::EmbeddingBackward(const Tensor& tokens, const Tensor& segment_starts,
+                                    const Tensor& dout, Tensor& dwte, Tensor& dwpe) {
+  EmbeddingRowsBackward(tokens, segment_starts, 0, /*whole=*/true, dout, dwte, dwpe);
+}
+
+void CudaBackend::EmbeddingShardBackward(const Tensor& tokens, const Tensor& segment_starts,
+                                         int64_t vocab_begin, const Tensor& dout, Tensor& dwte,
+                                         Tensor& dwpe) {
+  EmbeddingRowsBackward(tokens, segment_starts, vocab_begin, /*whole=*/false, dout, dwte, dwpe);
+}
+
+void CudaBackend::EmbeddingRowsForward(const Tensor& tokens, const Tensor& segment_starts,
+                                       int64_t vocab_begin, bool whole, const Tensor& wte,
+                                       const Tensor& wpe, Tensor& out) {
   Activate();
+  CheckVocabBegin(vocab_begin);
   CheckI32(tokens, device(), "tokens");
   CheckFloat(wte, device(), "wte");
   CheckFloat(out, device(), "out");
@@ -103,12 +143,15 @@ void CudaBackend::EmbeddingForward(const Tensor& tokens, const Tensor& segment_s
   LaunchEmbeddingForward(static_cast<const int32_t*>(tokens.raw()), segments, wte.raw(),
                          wte.dtype(), wpe.defined() ? wpe.raw() : nullptr,
                          wpe.defined() ? wpe.dtype() : wte.dtype(), out.raw(), out.dtype(), batch,
-                         seq, channels, wte.size(0), id_error_, stream_);
+                         seq, channels, VocabRows{vocab_begin, wte.size(0), whole}, id_error_,
+                         stream_);
 }
 
-void CudaBackend::EmbeddingBackward(const Tensor& tokens, const Tensor& segment_starts,
-                                    const Tensor& dout, Tensor& dwte, Tensor& dwpe) {
+void CudaBackend::EmbeddingRowsBackward(const Tensor& tokens, const Tensor& segment_starts,
+                                        int64_t vocab_begin, bool whole, const Tensor& dout,
+                                        Tensor& dwte, Tensor& dwpe) {
   Activate();
+  CheckVocabBegin(vocab_begin);
   CheckI32(tokens, device(), "tokens");
   CheckFloat(dout, device(), "dout");
   BATON_CHECK(tokens.dim() == 2, "tokens {} must be (B, T)", tokens.ToString());
@@ -131,8 +174,8 @@ void CudaBackend::EmbeddingBackward(const Tensor& tokens, const Tensor& segment_
     if (!meta_) {
       LaunchEmbeddingBackwardTokens(static_cast<const int32_t*>(tokens.raw()), dout.raw(),
                                     dout.dtype(), dwte.raw(), dwte.dtype(), rows, channels,
-                                    dwte.size(0), scratch.raw(), scratch.nbytes(), id_error_,
-                                    stream_);
+                                    VocabRows{vocab_begin, dwte.size(0), whole}, scratch.raw(),
+                                    scratch.nbytes(), id_error_, stream_);
     }
   }
   if (dwpe.defined()) {
@@ -149,8 +192,8 @@ void CudaBackend::EmbeddingBackward(const Tensor& tokens, const Tensor& segment_
         int32_t* p = static_cast<int32_t*>(positions.raw());
         LaunchPositions(segments, rows, seq, p, stream_);
         LaunchEmbeddingBackwardTokens(p, dout.raw(), dout.dtype(), dwpe.raw(), dwpe.dtype(), rows,
-                                      channels, dwpe.size(0), scratch.raw(), scratch.nbytes(),
-                                      id_error_, stream_);
+                                      channels, VocabRows{0, dwpe.size(0), true}, scratch.raw(),
+                                      scratch.nbytes(), id_error_, stream_);
       }
       return;
     }
@@ -449,12 +492,8 @@ void CudaBackend::CachedAttentionForward(const Tensor& qkv, int num_heads, int64
 
 void CudaBackend::CrossEntropyForward(const Tensor& logits, const Tensor& targets, Tensor& loss) {
   Activate();
-  CheckFloat(logits, device(), "logits");
-  CheckI32(targets, device(), "targets");
+  const RowsCols lm = CheckCrossEntropy(logits, targets, device());
   CheckF32(loss, device(), "loss");
-  const RowsCols lm = AsMatrix(logits, "logits");
-  BATON_CHECK(lm.rows > 0 && lm.cols > 0, "cross-entropy of empty logits {}", logits.ToString());
-  CheckNumel(targets, lm.rows, "targets");
   CheckNumel(loss, 1, "loss");
   Tensor row_losses = Workspace(lm.rows, DType::kF32);
   if (meta_) return;
@@ -467,22 +506,73 @@ void CudaBackend::CrossEntropyForward(const Tensor& logits, const Tensor& target
 void CudaBackend::CrossEntropyBackward(const Tensor& logits, const Tensor& targets,
                                        float grad_scale, Tensor& dlogits) {
   Activate();
-  CheckFloat(logits, device(), "logits");
+  const RowsCols lm = CheckCrossEntropy(logits, targets, device());
+  CrossEntropyGradient(logits, targets, VocabRows{0, lm.cols, true}, Tensor(), grad_scale, dlogits);
+}
+
+void CudaBackend::CrossEntropyShardStats(const Tensor& logits, const Tensor& targets,
+                                         int64_t vocab_begin, Tensor& stats) {
+  Activate();
+  const RowsCols lm = CheckCrossEntropy(logits, targets, device());
+  CheckVocabBegin(vocab_begin);
+  CheckF32(stats, device(), "stats");
+  CheckShape(stats, {lm.rows, 3}, "stats");
+  if (meta_) return;
+  LaunchCrossEntropyShardStats(logits.raw(), logits.dtype(),
+                               static_cast<const int32_t*>(targets.raw()),
+                               VocabRows{vocab_begin, lm.cols, false},
+                               static_cast<float*>(stats.raw()), lm.rows, id_error_, stream_);
+}
+
+void CudaBackend::CrossEntropyShardCombine(const Tensor& all_stats, const Tensor& targets,
+                                           Tensor& row_stats, Tensor& loss) {
+  Activate();
+  CheckF32(all_stats, device(), "all_stats");
   CheckI32(targets, device(), "targets");
+  CheckF32(row_stats, device(), "row_stats");
+  CheckF32(loss, device(), "loss");
+  BATON_CHECK(all_stats.dim() == 3 && all_stats.size(0) > 0 && all_stats.size(1) > 0 &&
+                  all_stats.size(2) == 3,
+              "all_stats {} must be (T >= 1, N >= 1, 3)", all_stats.ToString());
+  const int64_t ranks = all_stats.size(0), rows = all_stats.size(1);
+  CheckNumel(targets, rows, "targets");
+  CheckShape(row_stats, {rows, 2}, "row_stats");
+  CheckNumel(loss, 1, "loss");
+  Tensor row_losses = Workspace(rows, DType::kF32);
+  if (meta_) return;
+  LaunchCrossEntropyShardCombine(
+      static_cast<const float*>(all_stats.raw()), static_cast<const int32_t*>(targets.raw()), ranks,
+      rows, static_cast<float*>(row_stats.raw()), static_cast<float*>(row_losses.raw()),
+      static_cast<float*>(loss.raw()), id_error_, stream_);
+}
+
+void CudaBackend::CrossEntropyShardBackward(const Tensor& logits, const Tensor& targets,
+                                            int64_t vocab_begin, const Tensor& row_stats,
+                                            float grad_scale, Tensor& dlogits) {
+  Activate();
+  const RowsCols lm = CheckCrossEntropy(logits, targets, device());
+  CheckVocabBegin(vocab_begin);
+  CheckF32(row_stats, device(), "row_stats");
+  CheckShape(row_stats, {lm.rows, 2}, "row_stats");
+  CrossEntropyGradient(logits, targets, VocabRows{vocab_begin, lm.cols, false}, row_stats,
+                       grad_scale, dlogits);
+}
+
+void CudaBackend::CrossEntropyGradient(const Tensor& logits, const Tensor& targets,
+                                       const VocabRows& vocab, const Tensor& row_stats,
+                                       float grad_scale, Tensor& dlogits) {
   CheckFloat(dlogits, device(), "dlogits");
-  const RowsCols lm = AsMatrix(logits, "logits");
-  BATON_CHECK(lm.rows > 0 && lm.cols > 0, "cross-entropy of empty logits {}", logits.ToString());
-  CheckNumel(targets, lm.rows, "targets");
   CheckShape(dlogits, logits.shape(), "dlogits");
   BATON_CHECK(dlogits.raw() != logits.raw() || dlogits.dtype() == logits.dtype(),
               "in-place cross-entropy backward needs one dtype, got {} and {}", logits.ToString(),
               dlogits.ToString());
   Tensor factor = Workspace(1, DType::kF32);  // grad_scale / counted rows, computed on the device
   if (meta_) return;
-  LaunchCrossEntropyBackward(logits.raw(), logits.dtype(),
-                             static_cast<const int32_t*>(targets.raw()), grad_scale,
-                             static_cast<float*>(factor.raw()), dlogits.raw(), dlogits.dtype(),
-                             lm.rows, lm.cols, id_error_, stream_);
+  LaunchCrossEntropyBackward(
+      logits.raw(), logits.dtype(), static_cast<const int32_t*>(targets.raw()), vocab,
+      row_stats.defined() ? static_cast<const float*>(row_stats.raw()) : nullptr, grad_scale,
+      static_cast<float*>(factor.raw()), dlogits.raw(), dlogits.dtype(), targets.numel(), id_error_,
+      stream_);
 }
 
 }  // namespace baton::cuda

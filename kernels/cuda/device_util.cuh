@@ -100,6 +100,20 @@ __device__ __forceinline__ void RecordBadId(IdError* error, int64_t index, int v
   }
 }
 
+// Ids against a table holding the vocabulary rows `vocab` (launch.h): an id is bad when it is
+// negative or, for a whole vocabulary, past its end (recorded with bound IdBound); a good id's row
+// in the table is LocalRow, -1 when it is another rank's.
+__device__ __forceinline__ bool IsBadId(const VocabRows& vocab, int id) {
+  return id < 0 || (vocab.whole && id >= vocab.rows);
+}
+__device__ __forceinline__ int IdBound(const VocabRows& vocab) {
+  return vocab.whole ? static_cast<int>(vocab.rows) : kAnyIdBound;
+}
+__device__ __forceinline__ int64_t LocalRow(const VocabRows& vocab, int id) {
+  const int64_t local = id - vocab.begin;
+  return local >= 0 && local < vocab.rows ? local : -1;
+}
+
 // Blocks for a grid-stride loop over n elements with `threads` per block.
 inline unsigned GridFor(int64_t n, int threads) {
   const int64_t blocks = (n + threads - 1) / threads;

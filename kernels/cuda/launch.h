@@ -31,6 +31,18 @@ struct IdError {
 };
 static_assert(sizeof(IdError) % 4 == 0, "IdError is allocated as i32 words");
 
+// The vocabulary rows [begin, begin + rows) that a token table, or a block of logits' columns,
+// holds. `whole`: it is the whole vocabulary (begin 0), and ids outside it are errors. Otherwise
+// it is one tensor-parallel rank's shard (Backend::EmbeddingShardForward): ids >= 0 outside it
+// are other ranks' (no token term, no gradient, no one-hot), and only negative ids are errors
+// (recorded with bound kAnyIdBound).
+struct VocabRows {
+  int64_t begin = 0;
+  int64_t rows = 0;
+  bool whole = true;
+};
+inline constexpr int kAnyIdBound = 0x7fffffff;
+
 // ---- elementwise.cu
 void LaunchCast(const void* src, DType src_dtype, void* dst, DType dst_dtype, int64_t n,
                 cudaStream_t stream);
@@ -88,22 +100,24 @@ void LaunchAdamW8bit(float* param, const void* grad, DType grad_dtype, uint8_t* 
 // ---- layers.cu
 // out (B*T,C) = wte[tokens] + wpe[pos], pos = t, or t - segment_starts[b,t] when
 // segment_starts (B,T) is not null (packed documents; starts already checked). wpe null (Llama,
-// rotary positions): out = wte[tokens], and wpe_dtype is not read.
+// rotary positions): out = wte[tokens], and wpe_dtype is not read. wte (vocab.rows, C) holds the
+// rows `vocab`: a token of another rank's shard has no token term (out = wpe[pos], or 0).
 void LaunchEmbeddingForward(const int32_t* tokens, const int32_t* segment_starts, const void* wte,
                             DType wte_dtype, const void* wpe, DType wpe_dtype, void* out,
                             DType out_dtype, int64_t batch, int64_t seq, int64_t channels,
-                            int64_t vocab, IdError* id_error, cudaStream_t stream);
+                            VocabRows vocab, IdError* id_error, cudaStream_t stream);
 // positions (rows) = r % seq - segment_starts[r]: packed documents' positions, which the
 // embedding backward scatters dwpe by (LaunchEmbeddingBackwardTokens with positions as ids).
 void LaunchPositions(const int32_t* segment_starts, int64_t rows, int64_t seq, int32_t* positions,
                      cudaStream_t stream);
 // Workspace bytes for LaunchEmbeddingBackwardTokens with n = B*T rows.
 size_t EmbeddingBackwardWorkspaceBytes(int64_t rows);
-// dwte[tokens[r]] += dout[r] for every row r: rows are stably radix-sorted by token, then each
-// run of equal tokens is summed in row order by one thread per channel (no atomics).
+// dwte[tokens[r] - vocab.begin] += dout[r] for every row r whose token lies in `vocab` (dwte
+// (vocab.rows, C)): rows are stably radix-sorted by token, then each run of equal tokens is
+// summed in row order by one thread per channel (no atomics).
 void LaunchEmbeddingBackwardTokens(const int32_t* tokens, const void* dout, DType dout_dtype,
                                    void* dwte, DType dwte_dtype, int64_t rows, int64_t channels,
-                                   int64_t vocab, void* workspace, size_t workspace_bytes,
+                                   VocabRows vocab, void* workspace, size_t workspace_bytes,
                                    IdError* id_error, cudaStream_t stream);
 
 // acc (cols) += column sums of x (rows,cols). `partials` needs ColumnSumsPartials(rows, cols)
@@ -208,13 +222,25 @@ inline constexpr int32_t kDeviceIgnoreTarget = -1;
 void LaunchCrossEntropyForward(const void* logits, DType logits_dtype, const int32_t* targets,
                                float* row_losses, float* loss, int64_t rows, int64_t vocab,
                                IdError* id_error, cudaStream_t stream);
-// dlogits = factor * (softmax(logits) - onehot(target)), 0 on ignored rows, with factor =
-// grad_scale / counted rows, computed into *factor (one device float) first; WRITES; dlogits may
-// be logits.
+// dlogits (rows, vocab.rows) = factor * (exp(l - M) / S - onehot(target - vocab.begin)), 0 on
+// ignored rows, with factor = grad_scale / counted rows, computed into *factor (one device float)
+// first; {M, S} per row from row_stats (rows,2), or with row_stats null the row's own max and sum
+// of exps (softmax; vocab whole). WRITES; dlogits may be logits.
 void LaunchCrossEntropyBackward(const void* logits, DType logits_dtype, const int32_t* targets,
-                                float grad_scale, float* factor, void* dlogits, DType dlogits_dtype,
-                                int64_t rows, int64_t vocab, IdError* id_error,
-                                cudaStream_t stream);
+                                VocabRows vocab, const float* row_stats, float grad_scale,
+                                float* factor, void* dlogits, DType dlogits_dtype, int64_t rows,
+                                IdError* id_error, cudaStream_t stream);
+// Vocab-parallel cross-entropy (Backend::CrossEntropyShardStats / Combine). Stats: stats (rows,3)
+// = {max, sum of exp(l - max), the target's logit or 0} per row of logits (rows, vocab.rows), a
+// shard's columns. Combine: all_stats (ranks,rows,3) in rank order, one thread per row: row_stats
+// (rows,2) = {M, S}, row_losses (rows floats) = (M - z) + log S (0 on ignored rows), then loss[0]
+// their mean over counted rows as LaunchCrossEntropyForward's.
+void LaunchCrossEntropyShardStats(const void* logits, DType logits_dtype, const int32_t* targets,
+                                  VocabRows vocab, float* stats, int64_t rows, IdError* id_error,
+                                  cudaStream_t stream);
+void LaunchCrossEntropyShardCombine(const float* all_stats, const int32_t* targets, int64_t ranks,
+                                    int64_t rows, float* row_stats, float* row_losses, float* loss,
+                                    IdError* id_error, cudaStream_t stream);
 
 // ---- flash_attention.cu
 // Causal attention without a T x T matrix (Backend::FlashAttentionForward/Backward): qkv

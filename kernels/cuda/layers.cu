@@ -27,24 +27,22 @@ constexpr float kGeluCubic = 0.044715f;
 __global__ void EmbeddingForwardKernel(const int32_t* tokens, const int32_t* segment_starts,
                                        const void* wte, DType wte_dtype, const void* wpe,
                                        DType wpe_dtype, void* out, DType out_dtype, int64_t seq,
-                                       int64_t channels, int64_t vocab, IdError* id_error) {
+                                       int64_t channels, VocabRows vocab, IdError* id_error) {
   const int64_t row = blockIdx.x;
   const int token = tokens[row];
-  if (token < 0 || token >= vocab) {
-    if (threadIdx.x == 0) RecordBadId(id_error, row, token, static_cast<int>(vocab));
+  if (IsBadId(vocab, token)) {
+    if (threadIdx.x == 0) RecordBadId(id_error, row, token, IdBound(vocab));
     return;
   }
-  if (wpe == nullptr) {  // rotary positions (Llama): the token's row alone
-    for (int64_t c = threadIdx.x; c < channels; c += blockDim.x) {
-      StoreF(out, out_dtype, row * channels + c, LoadF(wte, wte_dtype, token * channels + c));
-    }
-    return;
-  }
+  const int64_t local = LocalRow(vocab, token);  // -1: another rank's token, no token term
   // The position: t, or with packed documents t - its document's start.
   const int64_t t = row % seq - (segment_starts == nullptr ? 0 : segment_starts[row]);
   for (int64_t c = threadIdx.x; c < channels; c += blockDim.x) {
-    const float value =
-        LoadF(wte, wte_dtype, token * channels + c) + LoadF(wpe, wpe_dtype, t * channels + c);
+    float value = local < 0 ? 0.0f : LoadF(wte, wte_dtype, local * channels + c);
+    if (wpe != nullptr) {  // null: rotary positions (Llama), the token's row alone
+      const float position = LoadF(wpe, wpe_dtype, t * channels + c);
+      value = local < 0 ? position : value + position;
+    }
     StoreF(out, out_dtype, row * channels + c, value);
   }
 }
@@ -66,27 +64,30 @@ __global__ void IotaKernel(int32_t* values, int64_t n) {
 }
 
 // Block (i, tile): if sorted position i starts a run of equal tokens, thread c sums dout over the
-// run's rows (in row order) for channel tile*blockDim + c and adds the sum to dwte[token].
+// run's rows (in row order) for channel tile*blockDim + c and adds the sum to the token's row of
+// dwte (none when the token is another rank's).
 __global__ void EmbeddingRunSumKernel(const int32_t* sorted_tokens, const int32_t* sorted_rows,
                                       const void* dout, DType dout_dtype, void* dwte,
                                       DType dwte_dtype, int64_t rows, int64_t channels,
-                                      int64_t vocab, IdError* id_error) {
+                                      VocabRows vocab, IdError* id_error) {
   const int64_t i = blockIdx.x;
   const int token = sorted_tokens[i];
   if (i > 0 && sorted_tokens[i - 1] == token) return;  // not the start of a run
-  if (token < 0 || token >= vocab) {
+  if (IsBadId(vocab, token)) {
     if (threadIdx.x == 0 && blockIdx.y == 0) {
-      RecordBadId(id_error, sorted_rows[i], token, static_cast<int>(vocab));
+      RecordBadId(id_error, sorted_rows[i], token, IdBound(vocab));
     }
     return;
   }
+  const int64_t local = LocalRow(vocab, token);
+  if (local < 0) return;  // another rank's token
   const int64_t c = blockIdx.y * int64_t{blockDim.x} + threadIdx.x;
   if (c >= channels) return;
   float sum = 0.0f;
   for (int64_t j = i; j < rows && sorted_tokens[j] == token; ++j) {
     sum += LoadF(dout, dout_dtype, sorted_rows[j] * channels + c);
   }
-  const int64_t target = token * channels + c;
+  const int64_t target = local * channels + c;
   StoreF(dwte, dwte_dtype, target, LoadF(dwte, dwte_dtype, target) + sum);
 }
 
@@ -284,7 +285,7 @@ SortBuffers CarveSortBuffers(void* workspace, int64_t rows) {
 void LaunchEmbeddingForward(const int32_t* tokens, const int32_t* segment_starts, const void* wte,
                             DType wte_dtype, const void* wpe, DType wpe_dtype, void* out,
                             DType out_dtype, int64_t batch, int64_t seq, int64_t channels,
-                            int64_t vocab, IdError* id_error, cudaStream_t stream) {
+                            VocabRows vocab, IdError* id_error, cudaStream_t stream) {
   const int64_t rows = batch * seq;
   if (rows == 0 || channels == 0) return;
   EmbeddingForwardKernel<<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(
@@ -307,7 +308,7 @@ size_t EmbeddingBackwardWorkspaceBytes(int64_t rows) {
 
 void LaunchEmbeddingBackwardTokens(const int32_t* tokens, const void* dout, DType dout_dtype,
                                    void* dwte, DType dwte_dtype, int64_t rows, int64_t channels,
-                                   int64_t vocab, void* workspace, size_t workspace_bytes,
+                                   VocabRows vocab, void* workspace, size_t workspace_bytes,
                                    IdError* id_error, cudaStream_t stream) {
   if (rows == 0 || channels == 0) return;
   if (workspace_bytes < EmbeddingBackwardWorkspaceBytes(rows)) {

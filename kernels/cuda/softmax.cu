@@ -67,6 +67,20 @@ __global__ void CausalSoftmaxBackwardKernel(const float* probs, float* dprobs, i
   }
 }
 
+// One block: the max of a row of logits (vocab columns from base) and the sum of exp(x - max),
+// every thread getting both; every thread's reads are done before it returns.
+__device__ float2 RowMaxSum(const void* logits, DType dtype, int64_t base, int64_t vocab,
+                            float* shared) {
+  float max = -INFINITY;
+  for (int64_t i = threadIdx.x; i < vocab; i += blockDim.x)
+    max = fmaxf(max, LoadF(logits, dtype, base + i));
+  max = BlockMax(max, shared);
+  float sum = 0.0f;
+  for (int64_t i = threadIdx.x; i < vocab; i += blockDim.x)
+    sum += expf(LoadF(logits, dtype, base + i) - max);
+  return make_float2(max, BlockSum(sum, shared));
+}
+
 // row_losses[row] = log(sum exp(x - max)) + max - x[target]
 __global__ void CrossEntropyRowKernel(const void* logits, DType dtype, const int32_t* targets,
                                       float* row_losses, int64_t vocab, IdError* id_error) {
@@ -82,15 +96,57 @@ __global__ void CrossEntropyRowKernel(const void* logits, DType dtype, const int
     return;
   }
   const int64_t base = row * vocab;
-  float max = -INFINITY;
-  for (int64_t i = threadIdx.x; i < vocab; i += blockDim.x)
-    max = fmaxf(max, LoadF(logits, dtype, base + i));
-  max = BlockMax(max, shared);
-  float sum = 0.0f;
-  for (int64_t i = threadIdx.x; i < vocab; i += blockDim.x)
-    sum += expf(LoadF(logits, dtype, base + i) - max);
-  sum = BlockSum(sum, shared);
-  if (threadIdx.x == 0) row_losses[row] = (max - LoadF(logits, dtype, base + target)) + logf(sum);
+  const float2 stats = RowMaxSum(logits, dtype, base, vocab, shared);
+  if (threadIdx.x == 0) {
+    row_losses[row] = (stats.x - LoadF(logits, dtype, base + target)) + logf(stats.y);
+  }
+}
+
+// stats[row] = {max, sum of exp(x - max), x[target - vocab.begin] or 0} for a shard's row.
+__global__ void CrossEntropyShardStatsKernel(const void* logits, DType dtype,
+                                             const int32_t* targets, VocabRows vocab, float* stats,
+                                             IdError* id_error) {
+  __shared__ float shared[kWarp];
+  const int64_t row = blockIdx.x;
+  const int target = targets[row];
+  const bool ignored = target == kDeviceIgnoreTarget;
+  if (!ignored && IsBadId(vocab, target)) {
+    if (threadIdx.x == 0) RecordBadId(id_error, row, target, IdBound(vocab));
+    return;
+  }
+  const int64_t base = row * vocab.rows;
+  const float2 row_stats = RowMaxSum(logits, dtype, base, vocab.rows, shared);
+  if (threadIdx.x == 0) {
+    const int64_t local = ignored ? -1 : LocalRow(vocab, target);
+    stats[3 * row] = row_stats.x;
+    stats[3 * row + 1] = row_stats.y;
+    stats[3 * row + 2] = local < 0 ? 0.0f : LoadF(logits, dtype, base + local);
+  }
+}
+
+// One thread per row: the ranks' stats combined in rank order (Backend::CrossEntropyShardCombine),
+// the row loss in CrossEntropyRowKernel's order of operations.
+__global__ void CrossEntropyShardCombineKernel(const float* all_stats, const int32_t* targets,
+                                               int64_t ranks, int64_t rows, float* row_stats,
+                                               float* row_losses, IdError* id_error) {
+  for (int64_t row = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; row < rows;
+       row += int64_t{gridDim.x} * blockDim.x) {
+    const int target = targets[row];
+    if (target < 0 && target != kDeviceIgnoreTarget) {
+      RecordBadId(id_error, row, target, kAnyIdBound);
+    }
+    float max = all_stats[3 * row];
+    for (int64_t t = 1; t < ranks; ++t) max = fmaxf(max, all_stats[(t * rows + row) * 3]);
+    float sum = 0.0f, target_logit = 0.0f;
+    for (int64_t t = 0; t < ranks; ++t) {
+      const float* stats = all_stats + (t * rows + row) * 3;
+      sum += stats[1] * expf(stats[0] - max);
+      target_logit += stats[2];
+    }
+    row_stats[2 * row] = max;
+    row_stats[2 * row + 1] = sum;
+    row_losses[row] = target < 0 ? 0.0f : (max - target_logit) + logf(sum);
+  }
 }
 
 // One block: the number of targets that are not kDeviceIgnoreTarget (exact in double).
@@ -124,40 +180,38 @@ __global__ void FactorKernel(const int32_t* targets, int64_t rows, float grad_sc
   }
 }
 
-// Reads the whole row (max, then sum) before any thread writes; each element is then read and
-// written by the same thread, so dlogits may be logits.
+// dlogits = factor * (exp(x - M) / S - onehot(target - vocab.begin)) on a row of vocab.rows
+// columns, {M, S} from row_stats, or with row_stats null the row's own (read whole, max then
+// sum, before any thread writes). Each element is then read and written by the same thread, so
+// dlogits may be logits.
 __global__ void CrossEntropyBackwardKernel(const void* logits, DType logits_dtype,
-                                           const int32_t* targets, const float* factor_in,
-                                           void* dlogits, DType dlogits_dtype, int64_t vocab,
-                                           IdError* id_error) {
+                                           const int32_t* targets, VocabRows vocab,
+                                           const float* row_stats, const float* factor_in,
+                                           void* dlogits, DType dlogits_dtype, IdError* id_error) {
   __shared__ float shared[kWarp];
   const int64_t row = blockIdx.x;
   const int target = targets[row];
-  const int64_t base = row * vocab;
+  const int64_t cols = vocab.rows;
+  const int64_t base = row * cols;
   if (target == kDeviceIgnoreTarget) {  // not counted: no gradient
-    for (int64_t i = threadIdx.x; i < vocab; i += blockDim.x)
+    for (int64_t i = threadIdx.x; i < cols; i += blockDim.x)
       StoreF(dlogits, dlogits_dtype, base + i, 0.0f);
     return;
   }
-  if (target < 0 || target >= vocab) {
-    if (threadIdx.x == 0) RecordBadId(id_error, row, target, static_cast<int>(vocab));
+  if (IsBadId(vocab, target)) {
+    if (threadIdx.x == 0) RecordBadId(id_error, row, target, IdBound(vocab));
     return;
   }
   const float factor = *factor_in;
-  float max = -INFINITY;
-  for (int64_t i = threadIdx.x; i < vocab; i += blockDim.x) {
-    max = fmaxf(max, LoadF(logits, logits_dtype, base + i));
-  }
-  max = BlockMax(max, shared);
-  float sum = 0.0f;
-  for (int64_t i = threadIdx.x; i < vocab; i += blockDim.x) {
-    sum += expf(LoadF(logits, logits_dtype, base + i) - max);
-  }
-  sum = BlockSum(sum, shared);  // its __syncthreads: every read above is done before any write
-  const float scale = factor / sum;
-  for (int64_t i = threadIdx.x; i < vocab; i += blockDim.x) {
-    float g = expf(LoadF(logits, logits_dtype, base + i) - max) * scale;
-    if (i == target) g -= factor;
+  // Its __syncthreads: every read of the row is done before any write.
+  const float2 stats = row_stats == nullptr
+                           ? RowMaxSum(logits, logits_dtype, base, cols, shared)
+                           : make_float2(row_stats[2 * row], row_stats[2 * row + 1]);
+  const float scale = factor / stats.y;
+  const int64_t local = LocalRow(vocab, target);
+  for (int64_t i = threadIdx.x; i < cols; i += blockDim.x) {
+    float g = expf(LoadF(logits, logits_dtype, base + i) - stats.x) * scale;
+    if (i == local) g -= factor;
     StoreF(dlogits, dlogits_dtype, base + i, g);
   }
 }
@@ -200,13 +254,31 @@ void LaunchCrossEntropyForward(const void* logits, DType logits_dtype, const int
 }
 
 void LaunchCrossEntropyBackward(const void* logits, DType logits_dtype, const int32_t* targets,
-                                float grad_scale, float* factor, void* dlogits, DType dlogits_dtype,
-                                int64_t rows, int64_t vocab, IdError* id_error,
-                                cudaStream_t stream) {
+                                VocabRows vocab, const float* row_stats, float grad_scale,
+                                float* factor, void* dlogits, DType dlogits_dtype, int64_t rows,
+                                IdError* id_error, cudaStream_t stream) {
   FactorKernel<<<1, 1024, 0, stream>>>(targets, rows, grad_scale, factor);
   BATON_CUDA_CHECK_LAUNCH();
   CrossEntropyBackwardKernel<<<static_cast<unsigned>(rows), kRowThreads, 0, stream>>>(
-      logits, logits_dtype, targets, factor, dlogits, dlogits_dtype, vocab, id_error);
+      logits, logits_dtype, targets, vocab, row_stats, factor, dlogits, dlogits_dtype, id_error);
+  BATON_CUDA_CHECK_LAUNCH();
+}
+
+void LaunchCrossEntropyShardStats(const void* logits, DType logits_dtype, const int32_t* targets,
+                                  VocabRows vocab, float* stats, int64_t rows, IdError* id_error,
+                                  cudaStream_t stream) {
+  CrossEntropyShardStatsKernel<<<static_cast<unsigned>(rows), kRowThreads, 0, stream>>>(
+      logits, logits_dtype, targets, vocab, stats, id_error);
+  BATON_CUDA_CHECK_LAUNCH();
+}
+
+void LaunchCrossEntropyShardCombine(const float* all_stats, const int32_t* targets, int64_t ranks,
+                                    int64_t rows, float* row_stats, float* row_losses, float* loss,
+                                    IdError* id_error, cudaStream_t stream) {
+  CrossEntropyShardCombineKernel<<<GridFor(rows, kRowThreads), kRowThreads, 0, stream>>>(
+      all_stats, targets, ranks, rows, row_stats, row_losses, id_error);
+  BATON_CUDA_CHECK_LAUNCH();
+  MeanKernel<<<1, 1024, 0, stream>>>(row_losses, targets, rows, loss);
   BATON_CUDA_CHECK_LAUNCH();
 }
 

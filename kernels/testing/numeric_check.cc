@@ -62,6 +62,19 @@ Tensor FromFloats(Allocator& allocator, const Shape& shape, std::span<const floa
   return t;
 }
 
+Tensor ColumnsOf(Allocator& allocator, const Tensor& t, int64_t col0, int64_t cols) {
+  const int64_t width = t.size(-1), rows = t.numel() / width;
+  BATON_CHECK(col0 >= 0 && cols >= 0 && col0 + cols <= width, "columns [{}, {}) of {}", col0,
+              col0 + cols, t.ToString());
+  const std::vector<float> all = ToFloatVector(t);
+  std::vector<float> part;
+  part.reserve(rows * cols);
+  for (int64_t r = 0; r < rows; ++r) {
+    part.insert(part.end(), all.begin() + r * width + col0, all.begin() + r * width + col0 + cols);
+  }
+  return FromFloats(allocator, {rows, cols}, part, t.dtype());
+}
+
 double NormalisedError(std::span<const float> a, std::span<const float> b) {
   BATON_CHECK(a.size() == b.size(), "NormalisedError of {} vs {} elements", a.size(), b.size());
   double diff = 0.0;

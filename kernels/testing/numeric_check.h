@@ -29,6 +29,11 @@ Tensor RandomNormal(Allocator& allocator, const Shape& shape, Rng& rng, float st
 Tensor FromFloats(Allocator& allocator, const Shape& shape, std::span<const float> values,
                   DType dtype = DType::kF32, MemCategory category = MemCategory::kActivations);
 
+// Columns [col0, col0 + cols) of a host tensor seen as (rows, its last dimension), as a new
+// (rows, cols) host tensor in t's dtype (the same bits): one rank's shard of a vocab-parallel
+// tensor's columns.
+Tensor ColumnsOf(Allocator& allocator, const Tensor& t, int64_t col0, int64_t cols);
+
 // ||a - b|| / max(||b||, 1e-30), b being the reference; 0 when both are zero.
 double NormalisedError(std::span<const float> a, std::span<const float> b);
 // The same for two float tensors (any dtypes) with the same number of elements.

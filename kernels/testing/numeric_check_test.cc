@@ -37,6 +37,16 @@ TEST_F(NumericCheckTest, NormalisedErrorComparesTensorsOfDifferentDtypes) {
   EXPECT_EQ(NormalisedError(a, b), 0.0);
 }
 
+TEST_F(NumericCheckTest, ColumnsOfTakesEachRowsColumnsInItsDtype) {
+  Tensor t =
+      FromFloats(allocator_, {2, 1, 4}, std::vector<float>{1, 2, 3, 4, 5, 6, 7, 8}, DType::kBF16);
+  Tensor middle = ColumnsOf(allocator_, t, 1, 2);
+  EXPECT_EQ(middle.shape(), (Shape{2, 2}));
+  EXPECT_EQ(middle.dtype(), DType::kBF16);
+  EXPECT_EQ(ToFloatVector(middle), (std::vector<float>{2, 3, 6, 7}));
+  EXPECT_THROW(ColumnsOf(allocator_, t, 3, 2), Error);
+}
+
 TEST_F(NumericCheckTest, FillNormalHasTheRequestedMeanAndSpread) {
   Tensor t = Make({20000});
   FillNormal(t, rng_, 2.0f, 1.0f);
