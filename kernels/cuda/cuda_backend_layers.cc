@@ -80,7 +80,7 @@ const int32_t* SegmentStarts(const Tensor& segment_starts, int64_t batch, int64_
 }
 
 void CheckVocabBegin(int64_t vocab_begin) {
-  BATON_CHECK(vocab_begin >= 0 && vocab_begin < kAnyIdBound, "vocab_begin {} is outside [0, 2^31)",
+  BATON_CHECK(vocab_begin >= 0 && vocab_begin <= kAnyIdBound, "vocab_begin {} is outside [0, 2^31)",
               vocab_begin);
 }
 
