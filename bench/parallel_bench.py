@@ -1,18 +1,22 @@
 #!/usr/bin/env python3
-"""parallel_bench: pipeline stages x data-parallel replicas on gpt-small-cpu (bench/README.md).
+"""parallel_bench: pipeline stages x tensor ranks x data-parallel replicas on gpt-small-cpu.
 
-Trains configs/gpt-small-cpu.yaml the same steps at (P, R) = (1,1), (2,1), (1,2), (2,2), and
-(1,2), (2,2) with ZeRO-1, as real processes under the local launcher, one thread each. Prints per
-layout: processes, tokens/s of the whole job (the same global batch every time), its ratio to
-(1,1), the seconds per step the head rank spent in its replicas' gradient exchange (all-reduce,
-or ZeRO-1's reduce-scatter and all-gather; mean over steps), every rank's ledger peak beside
-the planner's prediction, and every rank's optimizer bytes. P*R processes on a machine with fewer cores oversubscribe
+Trains configs/gpt-small-cpu.yaml the same steps at (P, T, R) = (1,1,1), (2,1,1), (1,1,2),
+(2,1,2), (1,1,2) and (2,1,2) with ZeRO-1, and (1,2,1), (2,2,1) with tensor parallelism, as real
+processes under the local launcher, one thread each (bench/README.md). Prints per layout:
+processes, tokens/s of the whole job (the same global batch every time), its ratio to (1,1,1),
+the seconds per step the head rank spent in its replicas' gradient exchange (all-reduce, or
+ZeRO-1's reduce-scatter and all-gather; mean over steps), the MiB per step the head rank summed
+over its tensor group and the seconds that took (mean over steps), every rank's ledger peak
+beside the planner's prediction, and every rank's optimizer bytes. P*R processes on a machine with fewer cores oversubscribe
 it: the tokens/s of those layouts measure the machine, not the layout, and the table says so.
 
 Checks (exit 1 if one fails): every loss finite; every layout's losses within 1e-4 relative of
 (1,1)'s (the same global batch; rounding differs with the order of additions); every rank's
 measured peak equals the prediction within 2%; without ZeRO replicas' ranks book the same peak
-as replica 0's; with ZeRO-1 each stage's replicas hold together its unsharded optimizer bytes.
+as replica 0's; with ZeRO-1 each stage's replicas hold together its unsharded optimizer bytes;
+with T = 2 each rank holds under three quarters of T = 1's optimizer bytes (the cut matrices
+halve; norms and biases stay whole) and sums something over its tensor group every step.
 
 usage: bench/parallel_bench.py BATON [--steps N] [--json FILE]
 """
@@ -26,7 +30,9 @@ import tempfile
 
 CONFIG = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "configs",
                       "gpt-small-cpu.yaml")
-LAYOUTS = [(1, 1, 0), (2, 1, 0), (1, 2, 0), (2, 2, 0), (1, 2, 1), (2, 2, 1)]
+# (stages, tensor ranks, replicas, zero)
+LAYOUTS = [(1, 1, 1, 0), (2, 1, 1, 0), (1, 1, 2, 0), (2, 1, 2, 0), (1, 1, 2, 1), (2, 1, 2, 1),
+           (1, 2, 1, 0), (2, 2, 1, 0)]
 
 
 def run(cmd):
@@ -36,11 +42,12 @@ def run(cmd):
     return result.stdout + result.stderr
 
 
-def train(baton, work, stages, replicas, zero, steps):
-    out = os.path.join(work, f"p{stages}r{replicas}z{zero}")
+def train(baton, work, stages, tensor, replicas, zero, steps):
+    out = os.path.join(work, f"p{stages}t{tensor}r{replicas}z{zero}")
     report = os.path.join(out, "report.json")
-    common = ["--set", f"parallel.stages={stages}", "--set", f"parallel.replicas={replicas}",
-              "--set", f"parallel.zero={zero}", "--set", "device.threads=1"]
+    common = ["--set", f"parallel.stages={stages}", "--set", f"parallel.tensor={tensor}",
+              "--set", f"parallel.replicas={replicas}", "--set", f"parallel.zero={zero}",
+              "--set", "device.threads=1"]
     plan = json.loads(run([baton, "plan", CONFIG, "--format", "json", "--log-level", "warn"] +
                           common))
     run([baton, "run", CONFIG, "--set", f"train.steps={steps}", "--set", f"output.dir={out}",
@@ -49,12 +56,17 @@ def train(baton, work, stages, replicas, zero, steps):
     with open(report) as f:
         r = json.load(f)
     allreduce = [s.get("allreduce_s", 0.0) for s in r["steps"]]
+    tensor_bytes = [s.get("tensor_bytes", 0.0) for s in r["steps"]]
+    tensor_s = [s.get("tensor_s", 0.0) for s in r["steps"]]
     return {
         "stages": stages,
+        "tensor": tensor,
         "replicas": replicas,
         "zero": zero,
         "optimizer": [s["memory"]["peak"]["optimizer"] for s in r["stages"]],
-        "processes": stages * replicas,
+        "processes": stages * tensor * replicas,
+        "tensor_bytes": sum(tensor_bytes) / len(tensor_bytes),
+        "tensor_s": sum(tensor_s) / len(tensor_s),
         "losses": [s["loss"] for s in r["steps"]],
         "tokens_per_s": r["tokens_per_s"],
         "peaks": [s["memory"]["peak"]["total"] for s in r["stages"]],
@@ -77,21 +89,23 @@ def main():
     load = os.getloadavg()[0]
     results = []
     with tempfile.TemporaryDirectory(prefix="parallel_bench.") as work:
-        for stages, replicas, zero in LAYOUTS:
-            results.append(train(args.baton, work, stages, replicas, zero, args.steps))
+        for stages, tensor, replicas, zero in LAYOUTS:
+            results.append(train(args.baton, work, stages, tensor, replicas, zero, args.steps))
     base = results[0]
     failures = []
     print(f"parallel_bench: gpt-small-cpu, {args.steps} steps, 1 thread per process, "
           f"{cores} cores, load average {load:.2f} at start")
-    print(f"{'P':>2} {'R':>2} {'zero':>4} {'procs':>5} {'tokens/s':>9} {'vs 1x1':>7} "
-          f"{'comm s':>7}  rank peaks MiB (predicted) | optimizer MiB per rank")
+    print(f"{'P':>2} {'T':>2} {'R':>2} {'zero':>4} {'procs':>5} {'tokens/s':>9} {'vs 1':>7} "
+          f"{'comm s':>7} {'TP MiB':>7} {'TP s':>7}  rank peaks MiB (predicted) | "
+          "optimizer MiB per rank")
     for r in results:
         peaks = " ".join(f"{mib(m)}({mib(p)})" for m, p in zip(r["peaks"], r["predicted"]))
         optimizer = " ".join(mib(o) for o in r["optimizer"])
         note = "  oversubscribed" if r["processes"] > cores else ""
-        print(f"{r['stages']:>2} {r['replicas']:>2} {r['zero']:>4} {r['processes']:>5} "
-              f"{r['tokens_per_s']:>9.0f} {r['tokens_per_s'] / base['tokens_per_s']:>6.2f}x "
-              f"{r['allreduce_s']:>7.4f}  {peaks} | {optimizer}{note}")
+        print(f"{r['stages']:>2} {r['tensor']:>2} {r['replicas']:>2} {r['zero']:>4} "
+              f"{r['processes']:>5} {r['tokens_per_s']:>9.0f} "
+              f"{r['tokens_per_s'] / base['tokens_per_s']:>6.2f}x {r['allreduce_s']:>7.4f} "
+              f"{mib(r['tensor_bytes']):>7} {r['tensor_s']:>7.4f}  {peaks} | {optimizer}{note}")
         if not all(math.isfinite(x) for x in r["losses"]):
             failures.append(f"P={r['stages']} R={r['replicas']}: a loss is not finite")
         worst = max(abs(a - b) / abs(b) for a, b in zip(r["losses"], base["losses"]))
@@ -103,14 +117,27 @@ def main():
                 failures.append(f"P={r['stages']} R={r['replicas']} rank {k}: measured "
                                 f"{mib(m)} MiB, predicted {mib(p)} MiB")
         for k in range(r["stages"], r["processes"]):
-            if not r["zero"] and r["peaks"][k] != r["peaks"][k % r["stages"]]:
+            if r["tensor"] == 1 and not r["zero"] and r["peaks"][k] != r["peaks"][k % r["stages"]]:
                 failures.append(f"P={r['stages']} R={r['replicas']} rank {k}: peak differs from "
                                 f"replica 0's")
+    for r in results:
+        if r["tensor"] == 1:
+            continue
+        whole = next(q for q in results
+                     if (q["stages"], q["tensor"], q["replicas"], q["zero"]) == (r["stages"], 1, 1, 0))
+        for k in range(r["processes"]):
+            stage = k // r["tensor"]
+            if not 2 * r["optimizer"][k] < whole["optimizer"][stage] * 1.5:
+                failures.append(f"P={r['stages']} T={r['tensor']} rank {k}: optimizer "
+                                f"{r['optimizer'][k]} bytes, T=1's {whole['optimizer'][stage]}")
+            if r["tensor_bytes"] <= 0:
+                failures.append(f"P={r['stages']} T={r['tensor']}: no tensor-group traffic")
     for r in results:
         if not r["zero"]:
             continue
         plain = next(q for q in results
-                     if (q["stages"], q["replicas"], q["zero"]) == (r["stages"], r["replicas"], 0))
+                     if (q["stages"], q["tensor"], q["replicas"], q["zero"]) ==
+                     (r["stages"], r["tensor"], r["replicas"], 0))
         for s in range(r["stages"]):
             together = sum(r["optimizer"][k] for k in range(s, r["processes"], r["stages"]))
             if together != plain["optimizer"][s]:

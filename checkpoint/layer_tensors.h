@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/tensor.h"
+#include "model/tensor_parallel.h"
 
 namespace baton {
 
@@ -32,6 +33,10 @@ struct ParamTensors {
   // graph index of the layer holding the original) and loads it from there.
   bool tied = false;
   int source_layer = 0;
+  // Tensor parallelism (model/tensor_parallel.h): the part of the whole parameter that value,
+  // master and the moments hold. A checkpoint stores whole tensors only: the worker makes them
+  // whole before it writes (and cuts them after it reads).
+  TensorSplit split = {};
 };
 
 // One graph layer's parameters, in the layer's order.

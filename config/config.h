@@ -190,7 +190,13 @@ struct ParallelConfig {
   std::string cut;
   CheckpointPolicy checkpoint;
   int replicas = 1;  // data-parallel replicas of the whole pipeline
-  int zero = 0;      // 1: ZeRO-1, optimizer state and fp32 masters sharded across the replicas
+  // Tensor-parallel ranks per stage (Megatron; docs/parallel.md, "Tensor parallelism"): each
+  // stage's heads, hidden units and vocabulary split over this many processes.
+  int tensor = 1;
+  // Megatron's sequence parallelism with tensor > 1: the activations between the layers' cut
+  // parts (norms, residuals) are cut along the sequence over the tensor ranks too.
+  bool sequence_parallel = false;
+  int zero = 0;  // 1: ZeRO-1, optimizer state and fp32 masters sharded across the replicas
   double timeout_s = Seconds(kDefaultWait);  // longest any blocking wait may take
   double heartbeat_timeout_s =
       Seconds(kDefaultHeartbeatTimeout);  // a silent worker is dead after this

@@ -86,6 +86,8 @@ void VisitParallel(ParallelConfig& p, FieldVisitor& v) {
   v.VisitString("cut", p.cut);
   v.VisitCheckpoint("checkpoint", p.checkpoint);
   v.Int("replicas", p.replicas, IntRule{1, kMaxStages});
+  v.Int("tensor", p.tensor, IntRule{1, kMaxStages});
+  v.Enum("sequence_parallel", p.sequence_parallel, kBoolNames);
   v.Int("zero", p.zero, IntRule{0, 1});
   // Seconds that still fit the milliseconds the waits count in, with room to spare (a week).
   v.VisitFloat("timeout_s", p.timeout_s, kTimeoutSeconds);

@@ -310,6 +310,25 @@ TEST(ConfigTest, CrossFieldRulesAreChecked) {
       ParseError(kMinimal, {"parallel.zero=1", "parallel.replicas=2", "optimizer.state=int8"}),
       HasSubstr("optimizer.state int8 is not sharded"));
   EXPECT_THAT(ParseError(kMinimal, {"parallel.zero=2"}), HasSubstr("parallel.zero"));
+  // Tensor ranks split heads and hidden units; the error names the key and the numbers.
+  EXPECT_NO_THROW(ParseConfigString(kMinimal, "x.yaml", {"parallel.tensor=2"}));
+  EXPECT_THAT(ParseError(kMinimal, {"parallel.tensor=3"}),
+              HasSubstr("parallel.tensor 3 splits each stage's attention heads: it must divide "
+                        "model.num_heads"));
+  EXPECT_THAT(ParseError(kMinimal, {"parallel.tensor=2", "model.low_rank.mlp=8"}),
+              HasSubstr("does not combine with model.low_rank"));
+  EXPECT_THAT(ParseError(kMinimal, {"parallel.tensor=2", "optimizer.state=int8"}),
+              HasSubstr("optimizer.state int8's blocks are not cut"));
+  EXPECT_THAT(ParseError(kMinimal, {"parallel.tensor=2", "model.init_from=gpt2.safetensors"}),
+              HasSubstr("resume that checkpoint"));
+  EXPECT_THAT(ParseError(kMinimal, {"parallel.tensor=0"}), HasSubstr("parallel.tensor"));
+  EXPECT_THAT(ParseError(kMinimal, {"parallel.sequence_parallel=true"}),
+              HasSubstr("it needs parallel.tensor >= 2"));
+  EXPECT_THAT(ParseError(kMinimal, {"parallel.sequence_parallel=true", "parallel.tensor=2",
+                                    "data.seq_len=63"}),
+              HasSubstr("each sequence of 63 positions into parallel.tensor 2 equal parts"));
+  EXPECT_NO_THROW(ParseConfigString(kMinimal, "x.yaml",
+                                    {"parallel.sequence_parallel=true", "parallel.tensor=2"}));
   EXPECT_THAT(ParseError(kMinimal, {"data.seq_len=129"}),
               HasSubstr("data.seq_len 129 exceeds model.context 128"));
   EXPECT_THAT(ParseError(kMinimal, {"model.vocab_size=100"}),

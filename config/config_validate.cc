@@ -262,6 +262,49 @@ void ValidateParallel(const Config& c, const Reporter& r) {
   r.Require(p.replicas == 1 || c.model.weights == WeightFormat::kDense,
             {"parallel.replicas", "model.weights"},
             "data-parallel replicas train: they need model.weights: dense");
+  r.Require(!p.sequence_parallel || p.tensor > 1, {"parallel.sequence_parallel", "parallel.tensor"},
+            "parallel.sequence_parallel cuts the activations over a stage's tensor ranks: it needs "
+            "parallel.tensor >= 2");
+  if (p.sequence_parallel && p.tensor > 1) {
+    const int64_t seq_len = c.data.seq_len > 0 ? c.data.seq_len : c.model.context;
+    r.Require(seq_len % p.tensor == 0,
+              {"parallel.sequence_parallel", "data.seq_len", "model.context"},
+              fmt::format("parallel.sequence_parallel cuts each sequence of {} positions into "
+                          "parallel.tensor {} equal parts: it must divide the sequence length",
+                          seq_len, p.tensor));
+  }
+  if (p.tensor > 1) {
+    const ModelConfig& m = c.model;
+    const int64_t kv_heads = m.num_kv_heads > 0 ? m.num_kv_heads : m.num_heads;
+    r.Require(m.num_heads % p.tensor == 0 && kv_heads % p.tensor == 0,
+              {"parallel.tensor", "model.num_heads"},
+              fmt::format("parallel.tensor {} splits each stage's attention heads: it must divide "
+                          "model.num_heads {} and the key/value heads {}",
+                          p.tensor, m.num_heads, kv_heads));
+    r.Require(m.intermediate_size % p.tensor == 0, {"parallel.tensor", "model.intermediate_size"},
+              fmt::format("parallel.tensor {} splits the MLP's hidden units: it must divide "
+                          "model.intermediate_size {}",
+                          p.tensor, m.intermediate_size));
+    r.Require(m.vocab_size >= p.tensor, {"parallel.tensor", "model.vocab_size"},
+              fmt::format("parallel.tensor {} splits the vocabulary: model.vocab_size {} is "
+                          "smaller",
+                          p.tensor, m.vocab_size));
+    r.Require(m.low_rank_attn == 0 && m.low_rank_mlp == 0,
+              {"parallel.tensor", "model.low_rank.attn", "model.low_rank.mlp"},
+              "parallel.tensor > 1 cuts dense matrices; it does not combine with model.low_rank");
+    r.Require(m.weights == WeightFormat::kDense, {"parallel.tensor", "model.weights"},
+              "parallel.tensor > 1 trains; model.weights int8 is for inference on one tensor rank");
+    r.Require(c.optimizer.state == OptimizerState::kF32, {"parallel.tensor", "optimizer.state"},
+              "parallel.tensor > 1 cuts f32 optimizer state; optimizer.state int8's blocks are "
+              "not cut");
+    r.Require(m.init_from.empty(), {"parallel.tensor", "model.init_from"},
+              "parallel.tensor > 1 starts from random weights or resumes a checkpoint (any "
+              "parallel.tensor resumes any other); to start from model.init_from, run one step "
+              "at parallel.tensor 1 and resume that checkpoint");
+    r.Require(!c.prune.enabled(), {"parallel.tensor", "prune.at_step"},
+              "parallel.tensor > 1 does not combine with pruning (each matrix's threshold would "
+              "be its part's)");
+  }
   if (p.zero == 1) {
     r.Require(p.replicas >= 2, {"parallel.zero", "parallel.replicas"},
               "parallel.zero 1 shards the optimizer state across data-parallel replicas: it "

@@ -55,6 +55,7 @@ void ToProto(const WorkerReport& report, pb::ReportRequest* out) {
   out->set_rank(report.rank);
   out->set_stage(report.stage);
   out->set_replica(report.replica);
+  out->set_tensor(report.tensor);
   out->set_step(report.step);
   out->set_loss(report.loss);
   out->mutable_metrics()->insert(report.metrics.begin(), report.metrics.end());
@@ -76,6 +77,7 @@ WorkerReport FromProto(const pb::ReportRequest& request) {
   report.rank = request.rank();
   report.stage = request.stage();
   report.replica = request.replica();
+  report.tensor = request.tensor();
   report.step = request.step();
   report.loss = request.loss();
   report.metrics.insert(request.metrics().begin(), request.metrics().end());

@@ -45,7 +45,8 @@ void CoordinatorState::ChangedLocked() {
 
 std::string CoordinatorState::DescribeLocked(int rank) const {
   if (!ranks_[rank].has_report) return DescribeRank(rank, -1);
-  return DescribeRank(rank, ranks_[rank].report.stage, ranks_[rank].report.replica);
+  const WorkerReport& report = ranks_[rank].report;
+  return DescribeRank(rank, report.stage, report.replica, report.tensor);
 }
 
 Status CoordinatorState::CheckRankLocked(int rank) const {
@@ -216,10 +217,10 @@ Status CoordinatorState::Report(const WorkerReport& report, std::string* abort_r
     step_reports_.push_back(report);
   }
   if (report.status == WorkerStatus::kFailed && !aborted_) {
-    AbortLocked(
-        fmt::format("{} failed: {}", DescribeRank(report.rank, report.stage, report.replica),
-                    report.error.empty() ? "(no error text)" : report.error),
-        report.rank);
+    AbortLocked(fmt::format("{} failed: {}",
+                            DescribeRank(report.rank, report.stage, report.replica, report.tensor),
+                            report.error.empty() ? "(no error text)" : report.error),
+                report.rank);
   }
   ChangedLocked();
   *abort_reason = aborted_ ? abort_reason_ : "";

@@ -33,10 +33,12 @@ std::string WorkerExit::Describe() const {
   return fmt::format("exited with code {}", exit_code);
 }
 
-std::string DescribeRank(int rank, int stage, int replica) {
+std::string DescribeRank(int rank, int stage, int replica, int tensor) {
   if (stage < 0) return fmt::format("rank {}", rank);
-  if (replica >= 0) return fmt::format("stage {} replica {} (rank {})", stage, replica, rank);
-  return fmt::format("stage {} (rank {})", stage, rank);
+  std::string place = fmt::format("stage {}", stage);
+  if (replica >= 0) place += fmt::format(" replica {}", replica);
+  if (tensor >= 0) place += fmt::format(" tensor {}", tensor);
+  return fmt::format("{} (rank {})", place, rank);
 }
 
 std::string FormatRankTable(const std::vector<RankState>& ranks,
@@ -45,15 +47,24 @@ std::string FormatRankTable(const std::vector<RankState>& ranks,
   const bool replicas = std::any_of(ranks.begin(), ranks.end(), [](const RankState& r) {
     return r.has_report && r.report.replica >= 0;
   });
-  std::string out = fmt::format("{:>5} {:>5} {}{:<8} {:<12} {:>4} {:>5} {:>9} {:>9}  {}\n", "rank",
-                                "stage", replicas ? "replica " : "", "status", "blocked on", "mb",
-                                "peer", "waiting_s", "silent_s", "note");
+  const bool tensor = std::any_of(ranks.begin(), ranks.end(), [](const RankState& r) {
+    return r.has_report && r.report.tensor >= 0;
+  });
+  std::string out =
+      fmt::format("{:>5} {:>5} {}{}{:<8} {:<12} {:>4} {:>5} {:>9} {:>9}  {}\n", "rank", "stage",
+                  replicas ? "replica " : "", tensor ? "tensor " : "", "status", "blocked on", "mb",
+                  "peer", "waiting_s", "silent_s", "note");
   for (const RankState& r : ranks) {
     std::string stage = r.has_report && r.report.stage >= 0 ? std::to_string(r.report.stage) : "-";
     std::string replica;
     if (replicas) {
       replica = fmt::format(
           "{:>7} ", r.has_report && r.report.replica >= 0 ? std::to_string(r.report.replica) : "-");
+    }
+    std::string tensor_rank;
+    if (tensor) {
+      tensor_rank = fmt::format(
+          "{:>6} ", r.has_report && r.report.tensor >= 0 ? std::to_string(r.report.tensor) : "-");
     }
     const auto exit = exited.find(r.rank);
     const bool reported_failure = r.has_report && r.report.status == WorkerStatus::kFailed;
@@ -71,8 +82,9 @@ std::string FormatRankTable(const std::vector<RankState>& ranks,
     }
     std::string note = r.report.status == WorkerStatus::kFailed ? r.report.error : "";
     if (note.empty() && exit != exited.end()) note = "worker process " + exit->second;
-    out += fmt::format("{:>5} {:>5} {}{:<8} {:<12} {:>4} {:>5} {:>9} {:>9.1f}  {}\n", r.rank, stage,
-                       replica, status, action, mb, peer, waiting, r.seconds_since_heard, note);
+    out += fmt::format("{:>5} {:>5} {}{}{:<8} {:<12} {:>4} {:>5} {:>9} {:>9.1f}  {}\n", r.rank,
+                       stage, replica, tensor_rank, status, action, mb, peer, waiting,
+                       r.seconds_since_heard, note);
   }
   return out;
 }

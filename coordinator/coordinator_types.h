@@ -42,6 +42,7 @@ struct WorkerReport {
   int rank = 0;
   int stage = -1;    // -1 until the worker knows its stage
   int replica = -1;  // data-parallel replica; -1 when the job has none (parallel.replicas 1)
+  int tensor = -1;   // tensor-parallel rank; -1 when the job has none (parallel.tensor 1)
   int64_t step = 0;
   double loss = std::nan("");                  // NaN when the stage computes no loss
   std::map<std::string, double> metrics;       // "lr", "grad_norm", "tokens_per_s", ...
@@ -85,8 +86,9 @@ struct JobNext {
   std::string reason;          // ...and, when it failed, why
 };
 
-// "stage 2 (rank 2)" or "rank 2" when the stage is not known yet.
-std::string DescribeRank(int rank, int stage, int replica = -1);
+// "stage 2 (rank 2)", "stage 2 replica 1 tensor 0 (rank 9)", or "rank 2" when the stage is not
+// known yet.
+std::string DescribeRank(int rank, int stage, int replica = -1, int tensor = -1);
 
 // A table for hang diagnosis: one line per rank with stage, status, blocked action, peer, waiting
 // time and time since last heard.

@@ -53,28 +53,34 @@ std::string HostName() {
 constexpr int64_t kTracedSteps = 8;
 
 // Writes this rank's layers of step `step` (replica 0's ranks only: the replicas hold the same
-// bits, so the checkpoint has one copy of the model); rank 0 gathers those ranks' file lists
-// through the store and writes the manifest last; the barrier, over every rank of the job, tells
-// each that the checkpoint is complete.
+// bits, so the checkpoint has one copy of the model; with tensor ranks, tensor rank 0 writes the
+// whole tensors); rank 0 gathers those ranks' file lists through the store and writes the
+// manifest last; the barrier, over every rank of the job, tells each that the checkpoint is
+// complete.
 void SaveCheckpoint(const Plan& plan, const Launch& launch, int rank, CoordinatorClient& client,
                     Trainer& trainer, Backend& backend, int64_t step) {
   const Config& config = plan.config;
   const auto timeout = plan.timeouts.checkpoint;
   CheckpointWriter writer(CheckpointsRoot(config.output.dir));
   const auto key = [&](int r) { return fmt::format("ckpt/{}/{}/{}", launch.attempt, step, r); };
-  if (trainer.zero()) {
-    // ZeRO-1: layer by layer, replica 0 gathers the layer's optimizer state from the replicas'
-    // shards and writes it; one layer's full state is held at a time.
+  const bool writes = plan.ReplicaOf(rank) == 0 && plan.TensorOf(rank) == 0;
+  if (trainer.zero() || trainer.tensor_parallel()) {
+    // Layer by layer: under ZeRO-1 replica 0 gathers the layer's optimizer state from the
+    // replicas' shards, and with tensor ranks replica 0's ranks make its tensors whole; one
+    // layer's whole state is held at a time.
     std::vector<CheckpointFileEntry> entries;
     for (auto& [index, layer] : trainer.model().layers()) {
-      std::optional<LayerTensors> gathered = trainer.GatherLayerState(index);
+      std::optional<LayerTensors> gathered =
+          trainer.zero() ? trainer.GatherLayerState(index) : trainer.LayerWithState(index);
       if (!gathered) continue;
+      if (trainer.tensor_parallel()) gathered = trainer.WholeLayer(*gathered);
+      if (!writes) continue;
       for (CheckpointFileEntry& e : writer.WriteLayers(step, rank, {*gathered}, backend)) {
         entries.push_back(std::move(e));
       }
     }
-    if (plan.ReplicaOf(rank) == 0) client.KvSet(key(rank), EncodeFileEntries(entries));
-  } else if (plan.ReplicaOf(rank) == 0) {
+    if (writes) client.KvSet(key(rank), EncodeFileEntries(entries));
+  } else if (writes) {
     client.KvSet(key(rank), EncodeFileEntries(writer.WriteLayers(
                                 step, rank, CheckpointTensors(trainer.model(), trainer.optimizer()),
                                 backend)));
@@ -105,12 +111,20 @@ int64_t LoadInitialState(const Plan& plan, const Launch& launch, Trainer& traine
   if (!launch.resume_dir.empty()) {
     const CheckpointReader checkpoint = CheckpointReader::Open(launch.resume_dir);
     checkpoint.CheckCompatible(plan.dims, plan.graph);
-    if (trainer.zero()) {
-      // ZeRO-1: each layer's full state into temporaries, this replica's shard kept.
+    if (trainer.zero() || trainer.tensor_parallel()) {
+      // Layer by layer: ZeRO-1 reads each layer's full state into temporaries and keeps this
+      // replica's shard; tensor ranks read whole tensors into temporaries and keep their parts.
       for (auto& [index, layer] : trainer.model().layers()) {
-        const LayerTensors loaded = trainer.LayerStateToLoad(index);
-        checkpoint.LoadLayers({loaded}, backend);
-        trainer.KeepOwnState(loaded);
+        const LayerTensors loaded =
+            trainer.zero() ? trainer.LayerStateToLoad(index) : trainer.LayerWithState(index);
+        if (trainer.tensor_parallel()) {
+          const LayerTensors whole = trainer.WholeTemporaries(loaded);
+          checkpoint.LoadLayers({whole}, backend);
+          trainer.KeepParts(whole, loaded);
+        } else {
+          checkpoint.LoadLayers({loaded}, backend);
+        }
+        if (trainer.zero()) trainer.KeepOwnState(loaded);
       }
     } else {
       // An evaluation reads the weights only (a weights-only checkpoint of baton compress too).
@@ -169,6 +183,7 @@ int64_t LoadInitialState(const Plan& plan, const Launch& launch, Trainer& traine
 void SetPlace(const Plan& plan, int rank, WorkerReport& report) {
   report.stage = plan.StageOf(rank);
   report.replica = plan.num_replicas() > 1 ? plan.ReplicaOf(rank) : -1;
+  report.tensor = plan.num_tensor() > 1 ? plan.TensorOf(rank) : -1;
 }
 
 WorkerReport StepReport(const Plan& plan, int rank, const StepRecord& record, bool holds_head,
@@ -186,6 +201,10 @@ WorkerReport StepReport(const Plan& plan, int rank, const StepRecord& record, bo
   report.timings_s = {
       {"step", record.step_s}, {"compute", record.compute_s}, {"wait", record.wait_s}};
   if (plan.num_replicas() > 1) report.timings_s["allreduce"] = record.allreduce_s;
+  if (plan.num_tensor() > 1) {
+    report.metrics["tensor_bytes"] = static_cast<double>(record.tensor_bytes);
+    report.timings_s["tensor"] = record.tensor_s;
+  }
   if (record.eval) report.timings_s["eval"] = record.eval->seconds;
   for (const auto& [key, bytes] : MemoryEntries(ledger.Peak())) report.memory_peak[key] = bytes;
   return report;
@@ -368,6 +387,7 @@ int RunWorker(const WorkerArgs& args) {
   BlockedState blocked;
   int stage = args.rank;  // until the plan says otherwise (replicas)
   int replica = -1;
+  int tensor = -1;
   try {
     // Hundreds of workers starting at once on few cores take a while to reach the coordinator.
     CoordinatorClientOptions client_options;
@@ -387,14 +407,13 @@ int RunWorker(const WorkerArgs& args) {
     BATON_CHECK(launch.attempt == args.attempt,
                 "started for attempt {}, this worker got the plan of attempt {}", args.attempt,
                 launch.attempt);
-    {  // the stage, and the replica when there are several, from here on
+    {  // the stage, and the replica and tensor rank when there are several, from here on
       stage = plan.StageOf(args.rank);
-      const std::string place = plan.num_replicas() > 1 ? fmt::format("stage {} replica {}", stage,
-                                                                      plan.ReplicaOf(args.rank))
-                                                        : fmt::format("stage {}", stage);
+      const std::string place = plan.PlaceOf(args.rank);
       SetupLogging(place, args.log_level);
       SetErrorContext(place);
       if (plan.num_replicas() > 1) replica = plan.ReplicaOf(args.rank);
+      if (plan.num_tensor() > 1) tensor = plan.TensorOf(args.rank);
     }
     client->Watch();
     client->StartHeartbeat(plan.timeouts.heartbeat_interval);
@@ -402,6 +421,7 @@ int RunWorker(const WorkerArgs& args) {
     WorkerReport done;
     done.stage = stage;
     done.replica = replica;
+    done.tensor = tensor;
     done.status = WorkerStatus::kDone;
     client->Report(done);
     return 0;
@@ -412,6 +432,7 @@ int RunWorker(const WorkerArgs& args) {
       WorkerReport failed;
       failed.stage = stage;
       failed.replica = replica;
+      failed.tensor = tensor;
       failed.status = WorkerStatus::kFailed;
       failed.error = ValidUtf8(e.what());  // a std::exception may hold any bytes
       failed.blocked = blocked.action;

@@ -44,11 +44,7 @@ std::string ChromeTrace(const Plan& plan, const std::vector<RankResult>& results
                       {"ph", "M"},
                       {"pid", 0},
                       {"tid", r.rank},
-                      {"args",
-                       {{"name", plan.num_replicas() > 1
-                                     ? fmt::format("stage {} replica {}", plan.StageOf(r.rank),
-                                                   plan.ReplicaOf(r.rank))
-                                     : fmt::format("stage {}", r.rank)}}}});
+                      {"args", {{"name", plan.PlaceOf(r.rank)}}}});
     for (const StepTrace& step : r.trace) {
       for (const TraceSpan& span : step.spans) {
         json args = {{"step", step.step}};

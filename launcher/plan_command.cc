@@ -98,6 +98,7 @@ int PlanCommand(const PlanOptions& options, std::ostream& out) {
       j["stages"].push_back(
           {{"stage", plan.StageOf(r)},
            {"replica", plan.ReplicaOf(r)},
+           {"tensor", plan.TensorOf(r)},
            {"rank", r},
            {"layers", {chunks.front()[0], chunks.back()[1]}},
            {"chunks", chunks},

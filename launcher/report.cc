@@ -46,7 +46,8 @@ json BuildReport(const Plan& plan, const std::vector<RankResult>& results,
       digests.insert(digests.end(), r.digests.begin(), r.digests.end());
     } else {
       // Every replica takes the identical step: its layers must hold replica 0's bits.
-      const RankResult& first = results.at(static_cast<size_t>(plan.StageOf(r.rank)));
+      const RankResult& first = results.at(
+          static_cast<size_t>(plan.WorldRank(plan.StageOf(r.rank), 0, plan.TensorOf(r.rank))));
       BATON_CHECK(r.digests == first.digests,
                   "replica {} of stage {} ends with parameters that differ from replica 0's: the "
                   "replicas diverged (a bug; please report it with this run's config)",
@@ -65,10 +66,9 @@ json BuildReport(const Plan& plan, const std::vector<RankResult>& results,
                     {"predicted", MemoryJson(predicted.at(static_cast<size_t>(r.rank)).peak)}}},
                   {"busy_fraction", busy},
                   {"bubble_fraction", 1.0 - busy}};
-    if (plan.num_replicas() > 1) {
-      stage["replica"] = replica;
-      stage["rank"] = r.rank;
-    }
+    if (plan.num_replicas() > 1) stage["replica"] = replica;
+    if (plan.num_tensor() > 1) stage["tensor"] = plan.TensorOf(r.rank);
+    if (plan.num_replicas() > 1 || plan.num_tensor() > 1) stage["rank"] = r.rank;
     stages.push_back(stage);
     for (const auto& [key, bytes] : MemoryEntries(r.memory_peak)) {
       job_peak[key] = std::max(job_peak.value(key, int64_t{0}), bytes);

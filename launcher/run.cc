@@ -92,7 +92,8 @@ MonitorOptions MonitorOptionsFor(const Plan& plan, int attempt) {
   MonitorOptions m;
   m.world_size = plan.world_size();
   m.stages = plan.num_stages();
-  m.head_rank = plan.head_stage();  // replica 0's head: every replica's head has the loss
+  // Replica 0's head at tensor rank 0: every replica's head (every tensor rank) has the loss.
+  m.head_rank = plan.WorldRank(plan.head_stage(), 0, 0);
   m.total_steps = plan.config.train.steps;
   m.log_every = plan.config.train.log_every;
   m.attempt = attempt;
@@ -359,10 +360,10 @@ int RunUnderLauncher(const Plan& planned, const RunOptions& options, const Launc
                      const std::string& report_path) {
   Plan plan = planned;
   BATON_CHECK(env.world_size == plan.world_size(),
-              "{} started {} processes but the plan has {} stage(s) x {} replica(s) = {} ranks "
-              "(parallel.stages x parallel.replicas)",
+              "{} started {} processes but the plan has {} stage(s) x {} replica(s) x {} tensor "
+              "rank(s) = {} ranks (parallel.stages x parallel.replicas x parallel.tensor)",
               Name(env.mode), env.world_size, plan.num_stages(), plan.num_replicas(),
-              plan.world_size());
+              plan.num_tensor(), plan.world_size());
   JobRendezvous rendezvous = ShareCoordinator(env, options.coordinator);
   std::unique_ptr<CoordinatorServer> server;
   std::unique_ptr<MetricsLog> metrics;
@@ -423,11 +424,13 @@ void LogStartup(const Plan& plan, const std::string& config_path) {
                plan.graph.size(), ToString(plan.dims));
   // The memory plan is a training step's; an INT8 model only evaluates.
   const bool trains = plan.config.model.weights == WeightFormat::kDense;
+  std::string layout;
+  if (plan.num_tensor() > 1) layout += fmt::format(" x {} tensor ranks", plan.num_tensor());
+  if (plan.num_replicas() > 1)
+    layout += fmt::format(" x {} data-parallel replicas", plan.num_replicas());
+  if (!layout.empty()) layout += fmt::format(" = {} processes", plan.world_size());
   spdlog::info("plan: {} stage(s){}, schedule {}, {} micro-batches{}\n{}\n{}", plan.num_stages(),
-               plan.num_replicas() > 1 ? fmt::format(" x {} data-parallel replicas = {} processes",
-                                                     plan.num_replicas(), plan.world_size())
-                                       : std::string(),
-               plan.schedule.name, plan.schedule.microbatches,
+               layout, plan.schedule.name, plan.schedule.microbatches,
                plan.num_replicas() > 1 ? " per replica" : "", FormatPartitionTable(plan),
                trains ? FormatMemoryTable(plan, PredictMemory(plan))
                       : std::string("memory: not predicted for INT8 inference weights"));

@@ -48,8 +48,10 @@ std::vector<JobStep> StepAssembler::Add(const std::vector<WorkerReport>& reports
     p.step.step = r.step;
     p.step.attempt = attempt_;
     p.step.memory_peak[r.rank] = r.memory_peak;
-    p.step.rank_keys[r.rank] = r.replica >= 0 ? fmt::format("stage{}_replica{}", r.stage, r.replica)
-                                              : fmt::format("stage{}", r.rank);
+    std::string key = fmt::format("stage{}", r.replica >= 0 || r.tensor >= 0 ? r.stage : r.rank);
+    if (r.replica >= 0) key += fmt::format("_replica{}", r.replica);
+    if (r.tensor >= 0) key += fmt::format("_tensor{}", r.tensor);
+    p.step.rank_keys[r.rank] = key;
     p.reported.insert(r.rank);
     if (r.rank == head_rank_) {
       p.step.head = r;
@@ -102,6 +104,9 @@ json ReportStepJson(const JobStep& step) {
   j["compute_s"] = Metric(h.timings_s, "compute");
   j["wait_s"] = Metric(h.timings_s, "wait");
   if (h.timings_s.count("allreduce") > 0) j["allreduce_s"] = h.timings_s.at("allreduce");
+  // Tensor parallelism: what the head rank summed over its tensor group, and how long it took.
+  if (h.metrics.count("tensor_bytes") > 0) j["tensor_bytes"] = h.metrics.at("tensor_bytes");
+  if (h.timings_s.count("tensor") > 0) j["tensor_s"] = h.timings_s.at("tensor");
   j["memory_peak"] = h.memory_peak;
   return j;
 }

@@ -29,8 +29,8 @@ struct JobStep {
   int attempt = 0;  // 0 for the first attempt of this run, n after the n-th --max-restarts restart
   WorkerReport head;
   std::map<int, std::map<std::string, int64_t>> memory_peak;  // rank -> peaks by category
-  // rank -> its key in metrics.jsonl's memory_peak: "stage1", or "stage1_replica0" when the job
-  // has data-parallel replicas.
+  // rank -> its key in metrics.jsonl's memory_peak: "stage1", or with data-parallel replicas or
+  // tensor ranks "stage1_replica0", "stage1_tensor1", "stage1_replica0_tensor1".
   std::map<int, std::string> rank_keys;
 };
 

@@ -31,16 +31,26 @@ SublayerSource SourceOf(const ModelDims& dims, bool shared, int layer_index, int
 // A linear's weight (in, out) and bias (out); at rank r > 0 the weight is "weight_u" (in, r) and
 // "weight_v" (r, out), each N(0, sqrt(std / sqrt(r))^2) so that their product's entries have the
 // dense weight's std.
+// Tensor parallelism (model/tensor_parallel.h): a column-parallel linear is cut along its
+// output columns, made of `sections` (its bias likewise); a row-parallel one along its input
+// rows (its bias replicated: added once, after the sum).
+struct LinearCut {
+  enum Kind { kColumns, kRows } kind;
+  std::vector<int64_t> sections;  // kColumns: the output's sections
+};
+
 void AppendLinearDefs(std::vector<ParamDef>& defs, const SublayerSource& source,
                       const std::string& name, int64_t in, int64_t out, bool output_projection,
-                      int rank, int num_layers, bool bias) {
+                      int rank, int num_layers, bool bias, const LinearCut& cut) {
+  const bool columns = cut.kind == LinearCut::kColumns;
   const std::string base = source.prefix + name;
   if (rank == 0) {
     defs.push_back({base + ".weight",
                     {in, out},
                     output_projection ? ParamInit::kOutputProjection : ParamInit::kNormal,
                     0.0,
-                    source.source_layer});
+                    source.source_layer,
+                    columns ? TensorSplit{1, cut.sections} : TensorSplit{0, {in}}});
   } else {
     const double dense_std = output_projection ? OutputProjectionStd(num_layers) : kInitStd;
     const double std = std::sqrt(dense_std / std::sqrt(static_cast<double>(rank)));
@@ -49,7 +59,14 @@ void AppendLinearDefs(std::vector<ParamDef>& defs, const SublayerSource& source,
     defs.push_back(
         {base + ".weight_v", {rank, out}, ParamInit::kNormalStd, std, source.source_layer});
   }
-  if (bias) defs.push_back({base + ".bias", {out}, ParamInit::kZeros, 0.0, source.source_layer});
+  if (bias) {
+    defs.push_back({base + ".bias",
+                    {out},
+                    ParamInit::kZeros,
+                    0.0,
+                    source.source_layer,
+                    columns ? TensorSplit{0, cut.sections} : TensorSplit{}});
+  }
 }
 
 // A norm "<name>.weight" = 1, and for a LayerNorm "<name>.bias" = 0.
@@ -69,10 +86,11 @@ void AppendAttentionDefs(std::vector<ParamDef>& defs, const SublayerSource& sour
   const int64_t c = dims.width;
   const bool bias = !dims.llama();
   AppendNormDefs(defs, source, "ln_1", dims);
+  const int64_t kv = int64_t{dims.kv_heads()} * dims.head_dim();
   AppendLinearDefs(defs, source, "attn.c_attn", c, dims.qkv_width(), false, dims.low_rank_attn,
-                   dims.num_layers, bias);
+                   dims.num_layers, bias, {LinearCut::kColumns, {c, kv, kv}});
   AppendLinearDefs(defs, source, "attn.c_proj", c, c, true, dims.low_rank_attn, dims.num_layers,
-                   bias);
+                   bias, {LinearCut::kRows, {}});
 }
 
 // The MLP sublayer's parameters "h.{i}.ln_2.*", "h.{i}.mlp.*", in params() order.
@@ -81,10 +99,12 @@ void AppendMlpDefs(std::vector<ParamDef>& defs, const SublayerSource& source,
   const int64_t c = dims.width;
   const bool bias = !dims.llama();
   AppendNormDefs(defs, source, "ln_2", dims);
-  AppendLinearDefs(defs, source, "mlp.c_fc", c, dims.fc_width(), false, dims.low_rank_mlp,
-                   dims.num_layers, bias);
-  AppendLinearDefs(defs, source, "mlp.c_proj", dims.hidden(), c, true, dims.low_rank_mlp,
-                   dims.num_layers, bias);
+  const int64_t h = dims.hidden();
+  AppendLinearDefs(
+      defs, source, "mlp.c_fc", c, dims.fc_width(), false, dims.low_rank_mlp, dims.num_layers, bias,
+      {LinearCut::kColumns, dims.llama() ? std::vector<int64_t>{h, h} : std::vector<int64_t>{h}});
+  AppendLinearDefs(defs, source, "mlp.c_proj", h, c, true, dims.low_rank_mlp, dims.num_layers, bias,
+                   {LinearCut::kRows, {}});
 }
 
 Param* Find(std::vector<Param>& params, const std::string& name) {
@@ -112,9 +132,33 @@ Linear LinearView(std::vector<Param>& p, const std::string& base) {
 }
 
 model_ops::MlpParams MlpView(std::vector<Param>& p, const SublayerSource& source,
-                             const ModelDims& dims) {
+                             const ModelDims& dims, TensorGroup* tensor) {
   return {NormView(p, source.prefix + "ln_2", dims), LinearView(p, source.prefix + "mlp.c_fc"),
-          LinearView(p, source.prefix + "mlp.c_proj"), dims.llama()};
+          LinearView(p, source.prefix + "mlp.c_proj"), dims.llama(), tensor};
+}
+
+// Sequence parallelism: a norm applied to this rank's part of the sequence has a part of its
+// gradient here (Param::sequence_partial_grad).
+void MarkSequencePartial(const Norm& norm, const TensorGroup* tensor) {
+  if (!SequenceParallel(tensor)) return;
+  norm.weight->sequence_partial_grad = true;
+  if (norm.bias != nullptr) norm.bias->sequence_partial_grad = true;
+}
+
+// Tensor parallelism needs the heads and the hidden units to split evenly.
+void CheckTensorSplit(const ModelDims& dims, LayerKind kind, const TensorGroup* tensor) {
+  const int t = TensorSize(tensor);
+  if (t == 1) return;
+  BATON_CHECK(dims.low_rank_attn == 0 && dims.low_rank_mlp == 0,
+              "tensor parallelism cuts dense matrices; this model is low-rank ({})",
+              ToString(dims));
+  BATON_CHECK(dims.hidden() % t == 0, "the MLP's {} hidden units do not split over {} tensor ranks",
+              dims.hidden(), t);
+  if (kind == LayerKind::kBlock) {
+    BATON_CHECK(dims.num_heads % t == 0 && dims.kv_heads() % t == 0,
+                "{} query and {} key/value heads do not split over {} tensor ranks", dims.num_heads,
+                dims.kv_heads(), t);
+  }
 }
 
 // Every weight matrix (dense, or both low-rank factors) of `linears`, in order.
@@ -180,7 +224,8 @@ std::vector<std::string> SharedParamNames(LayerKind kind, const ModelDims& dims,
 // ---- BlockLayer
 
 BlockLayer::BlockLayer(Backend& backend, const ModelDims& dims, DType param_dtype, DType act_dtype,
-                       uint64_t seed, int layer_index, int block_index, const LocalParams& local)
+                       uint64_t seed, int layer_index, int block_index, const LocalParams& local,
+                       TensorGroup* tensor)
     : backend_(backend),
       dims_(dims),
       act_dtype_(act_dtype),
@@ -189,16 +234,22 @@ BlockLayer::BlockLayer(Backend& backend, const ModelDims& dims, DType param_dtyp
   BATON_CHECK(block_index >= 0, "block index {} must be non-negative", block_index);
   const SublayerSource attn = SourceOf(dims, dims.share_attention, layer_index, block_index);
   const SublayerSource mlp = SourceOf(dims, dims.share_mlp, layer_index, block_index);
+  CheckTensorSplit(dims, LayerKind::kBlock, tensor);
   const std::vector<ParamDef> defs = BlockDefs(LayerKind::kBlock, dims, layer_index, block_index);
-  params_ = NewParams(backend, defs, param_dtype, seed, layer_index, dims.num_layers, local);
+  params_ =
+      NewParams(backend, defs, param_dtype, seed, layer_index, dims.num_layers, local, tensor);
+  const int t = TensorSize(tensor);  // each tensor rank attends with its share of the heads
   attn_ = {NormView(params_, attn.prefix + "ln_1", dims),
            LinearView(params_, attn.prefix + "attn.c_attn"),
            LinearView(params_, attn.prefix + "attn.c_proj"),
-           AttentionHeads{dims.num_heads, dims.kv_heads()},
+           AttentionHeads{dims.num_heads / t, dims.kv_heads() / t},
            /*flash=*/true,
            /*rotary=*/dims.llama(),
-           dims.rope};
-  mlp_ = MlpView(params_, mlp, dims);
+           dims.rope,
+           tensor};
+  mlp_ = MlpView(params_, mlp, dims, tensor);
+  MarkSequencePartial(attn_.ln, tensor);
+  MarkSequencePartial(mlp_.ln, tensor);
 }
 
 std::vector<Param*> BlockLayer::params() { return Pointers(params_); }
@@ -254,7 +305,7 @@ void BlockLayer::BackwardWeight(Stash& stash) {
 
 MlpBlockLayer::MlpBlockLayer(Backend& backend, const ModelDims& dims, DType param_dtype,
                              DType act_dtype, uint64_t seed, int layer_index, int block_index,
-                             const LocalParams& local)
+                             const LocalParams& local, TensorGroup* tensor)
     : backend_(backend),
       dims_(dims),
       act_dtype_(act_dtype),
@@ -262,10 +313,13 @@ MlpBlockLayer::MlpBlockLayer(Backend& backend, const ModelDims& dims, DType para
   Validate(dims);
   BATON_CHECK(block_index >= 0, "block index {} must be non-negative", block_index);
   const SublayerSource mlp = SourceOf(dims, dims.share_mlp, layer_index, block_index);
+  CheckTensorSplit(dims, LayerKind::kMlpBlock, tensor);
   const std::vector<ParamDef> defs =
       BlockDefs(LayerKind::kMlpBlock, dims, layer_index, block_index);
-  params_ = NewParams(backend, defs, param_dtype, seed, layer_index, dims.num_layers, local);
-  mlp_ = MlpView(params_, mlp, dims);
+  params_ =
+      NewParams(backend, defs, param_dtype, seed, layer_index, dims.num_layers, local, tensor);
+  mlp_ = MlpView(params_, mlp, dims, tensor);
+  MarkSequencePartial(mlp_.ln, tensor);
 }
 
 std::vector<Param*> MlpBlockLayer::params() { return Pointers(params_); }

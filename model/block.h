@@ -47,8 +47,12 @@ class BlockLayer final : public Layer {
  public:
   // layer_index: position in the graph (keys the init streams); block_index: i of "h.{i}".
   // `local` finds this process's shared originals (model.share; see init.h's NewParams).
+  // `tensor`: the stage's tensor-parallel group (parallel.tensor T > 1; null for T = 1): the
+  // block then holds its share of the heads and hidden units (model/tensor_parallel.h) and sums
+  // the row-parallel outputs (and the column-parallel inputs' gradients) over the group.
   BlockLayer(Backend& backend, const ModelDims& dims, DType param_dtype, DType act_dtype,
-             uint64_t seed, int layer_index, int block_index, const LocalParams& local = nullptr);
+             uint64_t seed, int layer_index, int block_index, const LocalParams& local = nullptr,
+             TensorGroup* tensor = nullptr);
 
   const std::string& name() const override { return name_; }
   std::vector<Param*> params() override;
@@ -84,8 +88,8 @@ class BlockLayer final : public Layer {
 class MlpBlockLayer final : public Layer {
  public:
   MlpBlockLayer(Backend& backend, const ModelDims& dims, DType param_dtype, DType act_dtype,
-                uint64_t seed, int layer_index, int block_index,
-                const LocalParams& local = nullptr);
+                uint64_t seed, int layer_index, int block_index, const LocalParams& local = nullptr,
+                TensorGroup* tensor = nullptr);
 
   const std::string& name() const override { return name_; }
   std::vector<Param*> params() override;

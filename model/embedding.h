@@ -16,14 +16,24 @@
 #include "kernels/backend.h"
 #include "model/dims.h"
 #include "model/layer.h"
+#include "model/tensor_parallel.h"
 
 namespace baton {
+
+// How a (V,C) token embedding or LM head is cut over `tensor`'s ranks: by vocabulary rows
+// (not cut without a group).
+TensorSplit VocabSplit(const ModelDims& dims, const TensorGroup* tensor);
+// The first vocabulary row `split` holds (0 when not cut).
+int64_t VocabBegin(const TensorSplit& split);
 
 class EmbeddingLayer final : public Layer {
  public:
   // layer_index must be kEmbeddingLayerIndex (0): the head draws its tied wte from that stream.
+  // `tensor` (parallel.tensor T > 1; null for T = 1): wte is vocab-parallel, this rank holding
+  // the rows of its vocabulary range (VocabSplit); each rank looks up the tokens in its range
+  // (the others give 0, and only rank 0 adds the positions) and the group sums the outputs.
   EmbeddingLayer(Backend& backend, const ModelDims& dims, DType param_dtype, DType act_dtype,
-                 uint64_t seed, int layer_index);
+                 uint64_t seed, int layer_index, TensorGroup* tensor = nullptr);
 
   const std::string& name() const override { return name_; }
   std::vector<Param*> params() override;
@@ -46,6 +56,7 @@ class EmbeddingLayer final : public Layer {
   ModelDims dims_;
   DType act_dtype_;
   std::string name_ = "embedding";
+  TensorGroup* tensor_ = nullptr;
   Param wte_;
   Param wpe_;  // undefined value without learned positions
 };

@@ -75,21 +75,23 @@ ScopedLayerWrapperForTesting::Wrap* layer_wrapper = nullptr;
 
 std::unique_ptr<Layer> BuildUnwrapped(const LayerSpec& spec, const ModelDims& dims,
                                       Backend& backend, DType param_dtype, DType act_dtype,
-                                      uint64_t seed, const LocalParams& local) {
+                                      uint64_t seed, const LocalParams& local,
+                                      TensorGroup* tensor) {
   BATON_CHECK(IsFloating(act_dtype), "the activation dtype must be f32, bf16 or f16, got {}",
               Name(act_dtype));
   switch (spec.kind) {
     case LayerKind::kEmbedding:
       return std::make_unique<EmbeddingLayer>(backend, dims, param_dtype, act_dtype, seed,
-                                              spec.index);
+                                              spec.index, tensor);
     case LayerKind::kBlock:
       return std::make_unique<BlockLayer>(backend, dims, param_dtype, act_dtype, seed, spec.index,
-                                          spec.block_index, local);
+                                          spec.block_index, local, tensor);
     case LayerKind::kMlpBlock:
       return std::make_unique<MlpBlockLayer>(backend, dims, param_dtype, act_dtype, seed,
-                                             spec.index, spec.block_index, local);
+                                             spec.index, spec.block_index, local, tensor);
     case LayerKind::kHead:
-      return std::make_unique<HeadLayer>(backend, dims, param_dtype, act_dtype, seed, spec.index);
+      return std::make_unique<HeadLayer>(backend, dims, param_dtype, act_dtype, seed, spec.index,
+                                         tensor);
   }
   BATON_FAIL("unknown layer kind {}", static_cast<int>(spec.kind));
 }
@@ -98,9 +100,9 @@ std::unique_ptr<Layer> BuildUnwrapped(const LayerSpec& spec, const ModelDims& di
 
 std::unique_ptr<Layer> BuildLayer(const LayerSpec& spec, const ModelDims& dims, Backend& backend,
                                   DType param_dtype, DType act_dtype, uint64_t seed,
-                                  const LocalParams& local) {
+                                  const LocalParams& local, TensorGroup* tensor) {
   std::unique_ptr<Layer> layer =
-      BuildUnwrapped(spec, dims, backend, param_dtype, act_dtype, seed, local);
+      BuildUnwrapped(spec, dims, backend, param_dtype, act_dtype, seed, local, tensor);
   if (layer_wrapper != nullptr) layer = (*layer_wrapper)(std::move(layer), backend);
   return layer;
 }

@@ -13,28 +13,44 @@ using model_ops::NewTensor;
 using model_ops::Rows;
 
 HeadLayer::HeadLayer(Backend& backend, const ModelDims& dims, DType param_dtype, DType act_dtype,
-                     uint64_t seed, int layer_index)
-    : backend_(backend), dims_(dims), act_dtype_(act_dtype) {
+                     uint64_t seed, int layer_index, TensorGroup* tensor)
+    : backend_(backend), dims_(dims), act_dtype_(act_dtype), tensor_(tensor) {
   Validate(dims);
   const int64_t c = dims.width;
+  const TensorSplit split = VocabSplit(dims, tensor);
   std::vector<ParamDef> defs = {{"ln_f.weight", {c}, ParamInit::kOnes}};
   if (!dims.llama()) defs.push_back({"ln_f.bias", {c}, ParamInit::kZeros});
-  if (!dims.tie_embeddings)
-    defs.push_back({"lm_head.weight", {dims.vocab_size, c}, ParamInit::kNormal});
+  if (!dims.tie_embeddings) {
+    defs.push_back({"lm_head.weight",
+                    {dims.vocab_size, c},
+                    ParamInit::kNormal,
+                    0.0,
+                    -1,
+                    {0, {dims.vocab_size}}});
+  }
   std::vector<Param> params =
-      NewParams(backend, defs, param_dtype, seed, layer_index, dims.num_layers);
+      NewParams(backend, defs, param_dtype, seed, layer_index, dims.num_layers, nullptr, tensor);
   ln_weight_ = std::move(params[0]);
   if (!dims.llama()) ln_bias_ = std::move(params[1]);
   norm_ = {&ln_weight_, dims.llama() ? nullptr : &ln_bias_, dims.llama(), dims.norm_eps};
   if (!dims.tie_embeddings) {  // its own matrix, drawn from this layer's stream
     wte_ = std::move(params.back());
+    MarkSequencePartial();
     return;
   }
   // Drawn from the embedding's stream (its layer, its param 0), not this layer's.
-  wte_ = NewParam(backend, "wte.weight", {dims.vocab_size, c}, param_dtype);
+  wte_ = NewParam(backend, "wte.weight", PartShape({dims.vocab_size, c}, split), param_dtype);
   wte_.tied = true;
   wte_.source_layer = kEmbeddingLayerIndex;
-  InitNormal(backend, wte_.value, seed, kEmbeddingLayerIndex, 0, kInitStd);
+  wte_.split = split;
+  InitNormal(backend, wte_.value, seed, kEmbeddingLayerIndex, 0, kInitStd, split);
+  MarkSequencePartial();
+}
+
+void HeadLayer::MarkSequencePartial() {
+  if (!SequenceParallel(tensor_)) return;  // ln_f runs on this rank's part of the sequence
+  ln_weight_.sequence_partial_grad = true;
+  if (!norm_.rms) ln_bias_.sequence_partial_grad = true;
 }
 
 std::vector<Param*> HeadLayer::params() {
@@ -47,22 +63,30 @@ Tensor HeadLayer::Forward(const Tensor& x, const MicroBatch& batch, Stash& stash
               "head needs an input (B,T,C={}) {}, got {}", dims_.width, Name(act_dtype_),
               x.ToString());
   const Tensor& targets = batch.targets;
+  // Under sequence parallelism x is this rank's part of the sequence; the targets are whole.
+  const int64_t parts = SequenceParallel(tensor_) ? tensor_->size() : 1;
   BATON_CHECK(targets.defined() && targets.dtype() == DType::kI32 && targets.dim() == 2 &&
-                  targets.size(0) == x.size(0) && targets.size(1) == x.size(1),
+                  targets.size(0) == x.size(0) && targets.size(1) == x.size(1) * parts,
               "head needs targets (B,T) i32 matching {}, got {}", x.ToString(), targets.ToString());
   BATON_CHECK(stash.empty(), "head: Forward into a stash that is in use");
-  const int64_t rows = x.size(0) * x.size(1);
+  const int64_t own_rows = x.size(0) * x.size(1);
+  const int64_t rows = targets.numel();
   Tensor ln = NewTensor(backend_, x.shape(), act_dtype_, MemCategory::kActivations);
-  Tensor mean =
-      norm_.rms ? Tensor() : NewTensor(backend_, {rows}, DType::kF32, MemCategory::kActivations);
-  Tensor rstd = NewTensor(backend_, {rows}, DType::kF32, MemCategory::kActivations);
+  Tensor mean = norm_.rms ? Tensor()
+                          : NewTensor(backend_, {own_rows}, DType::kF32, MemCategory::kActivations);
+  Tensor rstd = NewTensor(backend_, {own_rows}, DType::kF32, MemCategory::kActivations);
   Tensor ln_rows = Rows(ln);
   model_ops::NormRowsForward(backend_, norm_, Rows(x), ln_rows, mean, rstd);
   Tensor logits =
-      NewTensor(backend_, {rows, dims_.vocab_size}, act_dtype_, MemCategory::kActivations);
-  backend_.Matmul(ln_rows, false, wte_.value, true, logits, false);
+      NewTensor(backend_, {rows, wte_.value.size(0)}, act_dtype_, MemCategory::kActivations);
+  backend_.Matmul(Rows(WholeLn(ln, MemCategory::kWorkspace)), false, wte_.value, true, logits,
+                  false);
   Tensor loss = NewTensor(backend_, {1}, DType::kF32, MemCategory::kActivations);
-  backend_.CrossEntropyForward(logits, targets.View({rows}), loss);
+  if (TensorSize(tensor_) == 1) {
+    backend_.CrossEntropyForward(logits, targets.View({rows}), loss);
+  } else {
+    stash.Put("row_stats", VocabParallelLoss(logits, targets.View({rows}), loss));
+  }
   stash.Put("x", x);
   stash.Put("ln", ln_rows);
   if (mean.defined()) stash.Put("mean", std::move(mean));
@@ -71,8 +95,31 @@ Tensor HeadLayer::Forward(const Tensor& x, const MicroBatch& batch, Stash& stash
   return loss;
 }
 
+Tensor HeadLayer::WholeLn(const Tensor& ln, MemCategory category) {
+  if (!SequenceParallel(tensor_)) return ln;
+  return GatherSequence(backend_, *tensor_, ln, category);
+}
+
+// Every rank's row statistics of its logits, gathered as a sum over the group of (T,N,3) zeros
+// but for each rank's own slot (exact: x + 0 is x), then combined on every rank alike.
+Tensor HeadLayer::VocabParallelLoss(const Tensor& logits, const Tensor& targets, Tensor& loss) {
+  const int64_t rows = logits.size(0);
+  Tensor all_stats = model_ops::NewZeros(backend_, {TensorSize(tensor_), rows, 3}, DType::kF32,
+                                         MemCategory::kWorkspace);
+  Tensor own = all_stats.Slice(0, tensor_->rank(), tensor_->rank() + 1).View({rows, 3});
+  backend_.CrossEntropyShardStats(logits, targets, VocabBegin(wte_.split), own);
+  own = Tensor();
+  tensor_->AllReduceSum(all_stats);
+  Tensor row_stats = NewTensor(backend_, {rows, 2}, DType::kF32, MemCategory::kActivations);
+  backend_.CrossEntropyShardCombine(all_stats, targets, row_stats, loss);
+  return row_stats;
+}
+
 Tensor HeadLayer::ForwardCached(const Tensor& x, const MicroBatch& /*batch*/, int64_t /*start*/,
                                 KvCache& /*cache*/) {
+  BATON_CHECK(TensorSize(tensor_) == 1,
+              "inference with a key-value cache runs on one tensor rank (a checkpoint holds the "
+              "whole model: generate with parallel.tensor 1)");
   BATON_CHECK(x.defined() && x.dim() == 3 && x.size(2) == dims_.width && x.dtype() == act_dtype_,
               "head needs an input (B,T,C={}) {}, got {}", dims_.width, Name(act_dtype_),
               x.ToString());
@@ -94,12 +141,25 @@ Tensor HeadLayer::BackwardPass(const Tensor& dy, const MicroBatch& batch, Stash&
   const Tensor& x = stash.Get("x");
   const Tensor& ln = stash.Get("ln");
   Tensor dlogits = stash.Get("logits");  // the same storage: overwritten in place
-  const int64_t rows = ln.size(0);
-  backend_.CrossEntropyBackward(dlogits, batch.targets.View({rows}), args.loss_grad_scale, dlogits);
+  const int64_t rows = dlogits.size(0);  // the whole sequence's, under sequence parallelism too
+  if (TensorSize(tensor_) == 1) {
+    backend_.CrossEntropyBackward(dlogits, batch.targets.View({rows}), args.loss_grad_scale,
+                                  dlogits);
+  } else {
+    backend_.CrossEntropyShardBackward(dlogits, batch.targets.View({rows}), VocabBegin(wte_.split),
+                                       stash.Get("row_stats"), args.loss_grad_scale, dlogits);
+  }
   model_ops::WeightGradSink sink(backend_, defer_weights);
-  Tensor dln = NewTensor(backend_, ln.shape(), act_dtype_, MemCategory::kWorkspace);
+  const Tensor ln_whole = Rows(WholeLn(ln.View(x.shape()), sink.operand_category()));
+  Tensor dln = NewTensor(backend_, ln_whole.shape(), act_dtype_, MemCategory::kWorkspace);
   backend_.Matmul(dlogits, false, wte_.value, false, dln, false);
-  sink.Add(wte_, dlogits, ln);  // dwte (V,C) += dlogits^T (V,N) @ ln (N,C)
+  if (SequenceParallel(tensor_)) {  // the sum's rows of this rank's part of the sequence
+    Tensor whole = dln.View({x.size(0), x.size(1) * tensor_->size(), x.size(2)});
+    dln = Rows(ScatterSequenceSum(backend_, *tensor_, whole, MemCategory::kWorkspace));
+  } else if (TensorSize(tensor_) > 1) {
+    tensor_->AllReduceSum(dln);  // each rank's vocabulary's part
+  }
+  sink.Add(wte_, dlogits, ln_whole);  // dwte (V,C) += dlogits^T (V,N) @ ln (N,C)
   Tensor dx = model_ops::NewZeros(backend_, x.shape(), act_dtype_, MemCategory::kActivations);
   Tensor dx_rows = Rows(dx);
   const Tensor mean = norm_.rms ? Tensor() : stash.Get("mean");

@@ -16,6 +16,14 @@
 // "lm_head.weight" (V,C), N(0, 0.02) from this layer's stream, not tied, in wte's place.
 // Stash after Forward: x, ln (B,T,C); mean, rstd (B*T) f32; logits (B*T,V), activation dtype.
 // BackwardInput leaves "wte.weight.lhs" = dlogits and "wte.weight.rhs" = ln (or lm_head's).
+// Tensor parallelism (parallel.tensor T > 1): the LM head is vocab-parallel (VocabSplit), so
+// each rank holds logits (B*T,V_t) of its vocabulary range only and the loss is a vocab-parallel
+// cross-entropy: each rank's row statistics (max, sum of exponentials, target logit) are
+// gathered over the group and combined the same way on every rank (Backend::
+// CrossEntropyShardCombine), which also stashes "row_stats" (B*T,2) f32 for backward; dln is
+// summed over the group. No rank holds the full logits. With sequence parallelism x, ln, mean,
+// rstd and dx are this rank's part of the sequence: ln is gathered for the logits (again in
+// backward, for the weight GEMM) and dln reduce-scattered.
 #pragma once
 
 #include <string>
@@ -32,7 +40,7 @@ namespace baton {
 class HeadLayer final : public Layer {
  public:
   HeadLayer(Backend& backend, const ModelDims& dims, DType param_dtype, DType act_dtype,
-            uint64_t seed, int layer_index);
+            uint64_t seed, int layer_index, TensorGroup* tensor = nullptr);
 
   const std::string& name() const override { return name_; }
   std::vector<Param*> params() override;
@@ -55,11 +63,20 @@ class HeadLayer final : public Layer {
   friend void TieEmbedding(EmbeddingLayer& embedding, HeadLayer& head);
   Tensor BackwardPass(const Tensor& dy, const MicroBatch& batch, Stash& stash,
                       const BackwardArgs& args, bool defer_weights);
+  // The vocab-parallel cross-entropy of this rank's logits (N,V_t) into loss; returns the
+  // combined row statistics (N,2) f32, booked as activations.
+  Tensor VocabParallelLoss(const Tensor& logits, const Tensor& targets, Tensor& loss);
+  // Sequence parallelism: the whole sequence of ln (B,T/T,C), gathered (booked under
+  // `category`); otherwise ln itself.
+  Tensor WholeLn(const Tensor& ln, MemCategory category);
+  // Sequence parallelism: ln_f's gradient is this rank's part (Param::sequence_partial_grad).
+  void MarkSequencePartial();
 
   Backend& backend_;
   ModelDims dims_;
   DType act_dtype_;
   std::string name_ = "head";
+  TensorGroup* tensor_ = nullptr;
   Param ln_weight_;
   Param ln_bias_;  // LayerNorm only
   model_ops::Norm norm_;

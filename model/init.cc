@@ -2,6 +2,7 @@
 #include "model/init.h"
 
 #include <cmath>
+#include <numeric>
 #include <vector>
 
 #include "core/error.h"
@@ -49,14 +50,26 @@ std::vector<float> HostValues(Backend& backend, const Tensor& value) {
 }
 
 void InitNormal(Backend& backend, Tensor& value, uint64_t seed, int layer_index, int param_index,
-                double std) {
+                double std, const TensorSplit& split) {
   BATON_CHECK(layer_index >= 0 && param_index >= 0, "stream ids ({}, {}) must be non-negative",
               layer_index, param_index);
   if (IsMeta(backend)) return;  // the memory planner: no values to draw
   Rng rng = Rng::ForStream(
       seed, {static_cast<uint64_t>(layer_index), static_cast<uint64_t>(param_index)});
-  std::vector<float> host(static_cast<size_t>(value.numel()));
+  Shape full_shape = value.shape();
+  if (split.cut()) {
+    full_shape[static_cast<size_t>(split.dim)] =
+        std::accumulate(split.sections.begin(), split.sections.end(), int64_t{0});
+  }
+  std::vector<float> host(static_cast<size_t>(NumElements(full_shape)));
   for (float& v : host) v = static_cast<float>(rng.NextNormal() * std);
+  if (split.cut()) {
+    BATON_CHECK(PartShape(full_shape, split) == value.shape(), "{} is not part {} of {} of {}",
+                value.ToString(), split.part, split.parts, ToString(full_shape));
+    std::vector<float> part(static_cast<size_t>(value.numel()));
+    ExtractPart(host.data(), full_shape, sizeof(float), split, part.data());
+    host = std::move(part);
+  }
   UploadValues(backend, host, value);
 }
 
@@ -70,23 +83,32 @@ void InitConstant(Backend& backend, Tensor& value, float constant) {
 
 std::vector<Param> NewParams(Backend& backend, const std::vector<ParamDef>& defs, DType dtype,
                              uint64_t seed, int layer_index, int num_layers,
-                             const LocalParams& local) {
+                             const LocalParams& local, const TensorGroup* tensor) {
   std::vector<Param> params;
   params.reserve(defs.size());
   for (const ParamDef& def : defs) {
     const int param_index = static_cast<int>(params.size());
     const bool copy = def.source_layer >= 0 && def.source_layer != layer_index;
     const Param* original = copy && local ? local(def.name) : nullptr;
+    TensorSplit split;
+    if (def.split.dim >= 0 && TensorSize(tensor) > 1) {
+      split = def.split;
+      split.part = TensorRank(tensor);
+      split.parts = TensorSize(tensor);
+    }
+    const Shape shape = PartShape(def.shape, split);
     if (original != nullptr) {  // the group's parameter already lives here: hold it once
-      BATON_CHECK(original->value.shape() == def.shape && original->value.dtype() == dtype,
-                  "shared parameter {}: {} here, {} where it lives", def.name, ToString(def.shape),
+      BATON_CHECK(original->value.shape() == shape && original->value.dtype() == dtype,
+                  "shared parameter {}: {} here, {} where it lives", def.name, ToString(shape),
                   original->value.ToString());
       Param& param = params.emplace_back(*original);
       param.tied = true;
       param.source_layer = def.source_layer;
       continue;
     }
-    Param& param = params.emplace_back(NewParam(backend, def.name, def.shape, dtype));
+    Param& param = params.emplace_back(NewParam(backend, def.name, shape, dtype));
+    param.split = split;
+    param.weight_decay = def.shape.size() >= 2;
     if (copy) {
       param.tied = true;
       param.source_layer = def.source_layer;
@@ -94,14 +116,14 @@ std::vector<Param> NewParams(Backend& backend, const std::vector<ParamDef>& defs
     const int stream_layer = def.source_layer >= 0 ? def.source_layer : layer_index;
     switch (def.init) {
       case ParamInit::kNormal:
-        InitNormal(backend, param.value, seed, stream_layer, param_index, kInitStd);
+        InitNormal(backend, param.value, seed, stream_layer, param_index, kInitStd, split);
         break;
       case ParamInit::kOutputProjection:
         InitNormal(backend, param.value, seed, stream_layer, param_index,
-                   OutputProjectionStd(num_layers));
+                   OutputProjectionStd(num_layers), split);
         break;
       case ParamInit::kNormalStd:
-        InitNormal(backend, param.value, seed, stream_layer, param_index, def.std);
+        InitNormal(backend, param.value, seed, stream_layer, param_index, def.std, split);
         break;
       case ParamInit::kZeros:
         InitConstant(backend, param.value, 0.0f);

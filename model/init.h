@@ -38,9 +38,11 @@ std::vector<float> HostValues(Backend& backend, const Tensor& value);
 // the host so every backend ends with the same bits.
 void UploadValues(Backend& backend, const std::vector<float>& host, Tensor& value);
 
-// value ~ N(0, std^2) from the stream (seed, layer_index, param_index), as above.
+// value ~ N(0, std^2) from the stream (seed, layer_index, param_index), as above. With a cut
+// `split`, value is that part of the full tensor the stream draws (full shape PartShape's
+// inverse: the sections), so every tensor-parallel layout holds the same numbers.
 void InitNormal(Backend& backend, Tensor& value, uint64_t seed, int layer_index, int param_index,
-                double std);
+                double std, const TensorSplit& split = {});
 // value = constant everywhere.
 void InitConstant(Backend& backend, Tensor& value, float constant);
 
@@ -60,6 +62,10 @@ struct ParamDef {
   // A copy of the parameter `name` of graph layer `source_layer` (a shared block's, model.share):
   // drawn from that layer's stream, marked Param::tied (when source_layer is not this layer).
   int source_layer = -1;
+  // Tensor parallelism: how the full parameter (`shape`) is cut across the stage's tensor group
+  // (dim and sections; part and parts come from the group). NewParams then allocates this rank's
+  // part and fills it with that part of the full parameter's values.
+  TensorSplit split = {};
 };
 
 // Finds a parameter of this process by name (the shared originals already built here), or null.
@@ -67,9 +73,11 @@ using LocalParams = std::function<Param*(const std::string& name)>;
 
 // Allocates and initialises `defs` in order; a parameter's param_index is its position there.
 // A def with a source layer whose parameter `local` finds is not allocated: the new Param shares
-// that one's value and grad (so the memory is held once).
+// that one's value and grad (so the memory is held once). With a tensor group of T > 1, a def
+// with a split is allocated as this rank's part of it (Param::split set).
 std::vector<Param> NewParams(Backend& backend, const std::vector<ParamDef>& defs, DType dtype,
                              uint64_t seed, int layer_index, int num_layers,
-                             const LocalParams& local = nullptr);
+                             const LocalParams& local = nullptr,
+                             const TensorGroup* tensor = nullptr);
 
 }  // namespace baton

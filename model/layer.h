@@ -21,6 +21,7 @@
 
 #include "core/tensor.h"
 #include "kernels/backend.h"
+#include "model/tensor_parallel.h"
 
 namespace baton {
 
@@ -91,6 +92,14 @@ struct Param {
   // Pruning only (prune.*, model/prune.h): u8, value's shape, 1 = kept; booked as params. The
   // trainer masks the gradient before and the value after every optimizer step.
   Tensor mask;
+  // Tensor parallelism (parallel.tensor T > 1; model/tensor_parallel.h): which part of the full
+  // parameter value and grad hold. Not cut (the default): the whole parameter, replicated on
+  // every rank of the stage's tensor group.
+  TensorSplit split = {};
+  // Sequence parallelism: a replicated parameter applied to this rank's part of the sequence
+  // only (the norms), so each tensor rank's gradient is a part of the whole; the trainer sums
+  // them over the tensor group at step end, after which every tensor rank holds the same.
+  bool sequence_partial_grad = false;
 };
 
 class Layer {

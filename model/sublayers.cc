@@ -84,6 +84,40 @@ Tensor LinearForward(Backend& backend, const Linear& linear, const Tensor& x,
   return y;
 }
 
+// A row-parallel linear (tensor parallelism; LinearForward without a group): this rank's partial
+// product x @ W_t, plus the bias on rank 0 only, summed over the group; under sequence
+// parallelism, this rank's part of the sequence of that sum (a reduce-scatter).
+Tensor RowParallelForward(Backend& backend, const Linear& linear, const Tensor& x,
+                          MemCategory category, TensorGroup* tensor) {
+  if (TensorSize(tensor) == 1) return LinearForward(backend, linear, x, category);
+  Linear partial = linear;
+  if (tensor->rank() != 0) partial.bias = nullptr;
+  if (tensor->sequence_parallel()) {
+    Tensor whole = LinearForward(backend, partial, x, kWorkspace);
+    return ScatterSequenceSum(backend, *tensor, whole, category);
+  }
+  Tensor y = LinearForward(backend, partial, x, category);
+  tensor->AllReduceSum(y);
+  return y;
+}
+
+// The gradient of a column-parallel linear's input: each rank's dx covers its columns only, so
+// the group sums them (the conjugate of the forward's identity); under sequence parallelism
+// each rank keeps its part of the sequence of the sum (workspace).
+Tensor InputGradient(Backend& backend, Tensor dx, TensorGroup* tensor) {
+  if (TensorSize(tensor) == 1) return dx;
+  if (tensor->sequence_parallel()) return ScatterSequenceSum(backend, *tensor, dx, kWorkspace);
+  tensor->AllReduceSum(dx);
+  return dx;
+}
+
+// Sequence parallelism: a column-parallel linear reads the whole sequence, gathered from every
+// rank's part (booked under `category`); otherwise `x` itself.
+Tensor WholeSequence(Backend& backend, TensorGroup* tensor, const Tensor& x, MemCategory category) {
+  if (!SequenceParallel(tensor)) return x;
+  return GatherSequence(backend, *tensor, x, category);
+}
+
 // Returns dx = dy @ W^T (booked as workspace); db += column sums of dy; dW += x^T dy via `sink`.
 Tensor LinearBackward(Backend& backend, const Linear& linear, const Tensor& x, const Tensor& dy,
                       WeightGradSink& sink) {
@@ -116,8 +150,15 @@ Tensor LinearBackward(Backend& backend, const Linear& linear, const Tensor& x, c
   return dx;
 }
 
-Shape ProbsShape(const Tensor& x, int num_heads) {
-  return {x.size(0), num_heads, x.size(1), x.size(1)};
+// (B,T,NH D) of this rank's query heads, from its qkv (B,T,(NH+2KVH)D): attention's output.
+Shape HeadsShape(const AttentionParams& params, const Tensor& qkv) {
+  const int64_t head_dim = qkv.size(2) / (params.heads.query + 2 * params.heads.kv);
+  return {qkv.size(0), qkv.size(1), params.heads.query * head_dim};
+}
+
+// (B,NH,T,T) over the whole sequence, from qkv (B,T,...).
+Shape ProbsShape(const Tensor& qkv, int num_heads) {
+  return {qkv.size(0), num_heads, qkv.size(1), qkv.size(1)};
 }
 
 // The qkv the multi-head attention kernels read: qkv itself, or with grouped-query attention its
@@ -149,28 +190,31 @@ Tensor ActivationOf(Backend& backend, const MlpParams& params, const Tensor& fc,
 Tensor AttentionSublayerForward(Backend& backend, const AttentionParams& params, const Tensor& x,
                                 const Tensor& segment_starts, bool selective_recompute,
                                 Stash& stash) {
-  const Tensor ln = NormForward(backend, params.ln, x, "attn.", stash);
-  Tensor qkv = LinearForward(backend, params.c_attn, ln, kActivations);  // (B,T,(NH+2KVH)D)
+  const Tensor ln = NormForward(backend, params.ln, x, "attn.", stash);  // x's part of the sequence
+  Tensor qkv =
+      LinearForward(backend, params.c_attn, WholeSequence(backend, params.tensor, ln, kWorkspace),
+                    kActivations);  // (B,T,(NH+2KVH)D)
   if (params.rotary) {
     backend.RotaryEmbedding(qkv, segment_starts, 0, params.heads, params.rope, /*inverse=*/false);
   }
   stash.Put("attn.qkv", qkv);
-  Tensor out = NewTensor(backend, x.shape(), x.dtype(), kActivations);  // (B,T,C)
+  Tensor out = NewTensor(backend, HeadsShape(params, qkv), x.dtype(), kActivations);
   const int num_heads = params.heads.query;
   Tensor full = FullQkv(backend, params, qkv);
   if (params.flash) {  // the row log-sum-exps are all backward needs: kept under selective too
-    Tensor lse = NewTensor(backend, {x.size(0), num_heads, x.size(1)}, DType::kF32, kActivations);
+    Tensor lse =
+        NewTensor(backend, {qkv.size(0), num_heads, qkv.size(1)}, DType::kF32, kActivations);
     backend.FlashAttentionForward(full, segment_starts, num_heads, out, lse);
     stash.Put("attn.lse", std::move(lse));
   } else {
-    Tensor probs = NewTensor(backend, ProbsShape(x, num_heads), DType::kF32,
+    Tensor probs = NewTensor(backend, ProbsShape(qkv, num_heads), DType::kF32,
                              selective_recompute ? kWorkspace : kActivations);
     backend.AttentionForward(full, segment_starts, num_heads, out, probs);
     if (!selective_recompute) stash.Put("attn.probs", std::move(probs));
   }
   full = Tensor();
   stash.Put("attn.out", out);
-  const Tensor proj = LinearForward(backend, params.c_proj, out, kWorkspace);
+  const Tensor proj = RowParallelForward(backend, params.c_proj, out, kWorkspace, params.tensor);
   return AddResidual(backend, x, proj);
 }
 
@@ -185,11 +229,13 @@ Tensor AttentionSublayerBackward(Backend& backend, const AttentionParams& params
   if (stash.Has("attn.probs")) {
     probs = stash.Get("attn.probs");
   } else if (!flash) {  // selective recompute: the same kernel on the same qkv gives the same probs
-    probs = NewTensor(backend, ProbsShape(dy, num_heads), DType::kF32, kWorkspace);
-    Tensor scratch = NewTensor(backend, dy.shape(), dy.dtype(), kWorkspace);
+    probs = NewTensor(backend, ProbsShape(qkv, num_heads), DType::kF32, kWorkspace);
+    Tensor scratch = NewTensor(backend, HeadsShape(params, qkv), dy.dtype(), kWorkspace);
     backend.AttentionForward(full, segment_starts, num_heads, scratch, probs);
   }
-  Tensor dout = LinearBackward(backend, params.c_proj, stash.Get("attn.out"), dy, sink);
+  // dy is c_proj's output gradient: under sequence parallelism gathered, a weight-GEMM operand.
+  const Tensor dy_whole = WholeSequence(backend, params.tensor, dy, sink.operand_category());
+  Tensor dout = LinearBackward(backend, params.c_proj, stash.Get("attn.out"), dy_whole, sink);
   const bool grouped = params.heads.grouped();
   Tensor dfull =
       NewZeros(backend, full.shape(), qkv.dtype(), grouped ? kWorkspace : sink.operand_category());
@@ -211,30 +257,38 @@ Tensor AttentionSublayerBackward(Backend& backend, const AttentionParams& params
   if (params.rotary) {  // the gradient of the unrotated q and k: the rotation's transpose
     backend.RotaryEmbedding(dqkv, segment_starts, 0, params.heads, params.rope, /*inverse=*/true);
   }
-  Tensor dln = LinearBackward(backend, params.c_attn, stash.Get("attn.ln"), dqkv, sink);
+  Tensor dln = LinearBackward(
+      backend, params.c_attn,
+      WholeSequence(backend, params.tensor, stash.Get("attn.ln"), sink.operand_category()), dqkv,
+      sink);
   dqkv = Tensor();
+  dln = InputGradient(backend, std::move(dln), params.tensor);
   return ResidualNormBackward(backend, params.ln, dy, dln, "attn.", stash, dx_category);
 }
 
 Tensor MlpSublayerForward(Backend& backend, const MlpParams& params, const Tensor& x,
                           bool selective_recompute, Stash& stash) {
-  const Tensor ln = NormForward(backend, params.ln, x, "mlp.", stash);
+  const Tensor ln = NormForward(backend, params.ln, x, "mlp.", stash);  // x's part of the sequence
   const MemCategory wide = selective_recompute ? kWorkspace : kActivations;
-  Tensor fc = LinearForward(backend, params.c_fc, ln, wide);  // (B,T,4C) or (B,T,2H)
+  Tensor fc =
+      LinearForward(backend, params.c_fc, WholeSequence(backend, params.tensor, ln, kWorkspace),
+                    wide);  // (B,T,4C) or (B,T,2H)
   Tensor act = ActivationOf(backend, params, fc, wide);
   if (!selective_recompute) {
     stash.Put("mlp.fc", fc);
     stash.Put("mlp.act", act);
   }
   fc = Tensor();
-  const Tensor proj = LinearForward(backend, params.c_proj, act, kWorkspace);
+  const Tensor proj = RowParallelForward(backend, params.c_proj, act, kWorkspace, params.tensor);
   act = Tensor();
   return AddResidual(backend, x, proj);
 }
 
 Tensor MlpSublayerBackward(Backend& backend, const MlpParams& params, const Tensor& dy,
                            const Stash& stash, WeightGradSink& sink, MemCategory dx_category) {
-  const Tensor& ln = stash.Get("mlp.ln");
+  const Tensor ln =
+      WholeSequence(backend, params.tensor, stash.Get("mlp.ln"), sink.operand_category());
+  const Tensor dy_whole = WholeSequence(backend, params.tensor, dy, sink.operand_category());
   Tensor fc;
   Tensor act;
   if (stash.Has("mlp.fc")) {
@@ -244,7 +298,7 @@ Tensor MlpSublayerBackward(Backend& backend, const MlpParams& params, const Tens
     fc = LinearForward(backend, params.c_fc, ln, kWorkspace);
     act = ActivationOf(backend, params, fc, sink.operand_category());
   }
-  Tensor dact = LinearBackward(backend, params.c_proj, act, dy, sink);
+  Tensor dact = LinearBackward(backend, params.c_proj, act, dy_whole, sink);
   act = Tensor();
   Tensor dfc = NewZeros(backend, fc.shape(), fc.dtype(), sink.operand_category());
   if (params.swiglu) {
@@ -256,6 +310,7 @@ Tensor MlpSublayerBackward(Backend& backend, const MlpParams& params, const Tens
   fc = Tensor();
   Tensor dln = LinearBackward(backend, params.c_fc, ln, dfc, sink);
   dfc = Tensor();
+  dln = InputGradient(backend, std::move(dln), params.tensor);
   return ResidualNormBackward(backend, params.ln, dy, dln, "mlp.", stash, dx_category);
 }
 
@@ -270,6 +325,9 @@ Tensor NormInference(Backend& backend, const Norm& norm, const Tensor& x) {
 
 Tensor AttentionSublayerCached(Backend& backend, const AttentionParams& params, const Tensor& x,
                                int64_t context, KvCache& cache) {
+  BATON_CHECK(TensorSize(params.tensor) == 1,
+              "inference with a key-value cache runs on one tensor rank (a checkpoint holds the "
+              "whole model: generate with parallel.tensor 1)");
   const int64_t batch = x.size(0), t = x.size(1), c = x.size(2);  // the cache holds every head
   if (!cache.keys.defined()) {
     cache.keys = NewTensor(backend, {batch, context, c}, x.dtype(), kActivations);
@@ -297,6 +355,9 @@ Tensor AttentionSublayerCached(Backend& backend, const AttentionParams& params, 
 }
 
 Tensor MlpSublayerInference(Backend& backend, const MlpParams& params, const Tensor& x) {
+  BATON_CHECK(TensorSize(params.tensor) == 1,
+              "inference with a key-value cache runs on one tensor rank (a checkpoint holds the "
+              "whole model: generate with parallel.tensor 1)");
   Tensor fc = LinearForward(backend, params.c_fc, NormInference(backend, params.ln, x),
                             kWorkspace);  // (B,T,4C) or (B,T,2H)
   Tensor act = ActivationOf(backend, params, fc, kWorkspace);

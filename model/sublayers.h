@@ -24,6 +24,7 @@
 #include "kernels/backend.h"
 #include "model/layer.h"
 #include "model/ops.h"
+#include "model/tensor_parallel.h"
 
 namespace baton::model_ops {
 
@@ -35,6 +36,10 @@ struct AttentionParams {
   bool flash = true;    // flash-style attention (stash lse) or materialized (stash probs)
   bool rotary = false;  // Llama: rotary positions on q and k
   RopeConfig rope;
+  // Tensor parallelism (null: T = 1): c_attn holds this rank's heads' columns and `heads` counts
+  // them; c_proj holds the matching rows, its output summed over the group (its bias added by
+  // rank 0 alone), and so is the gradient of c_attn's input.
+  TensorGroup* tensor = nullptr;
 };
 
 struct MlpParams {
@@ -42,6 +47,9 @@ struct MlpParams {
   Linear c_fc;    // (C, 4C), or SwiGLU's (C, 2H): gate, then up
   Linear c_proj;  // (4C, C), or (H, C)
   bool swiglu = false;
+  // Tensor parallelism (null: T = 1): c_fc holds this rank's hidden units (SwiGLU: its part of
+  // the gates and of the ups), c_proj the matching rows, summed as attention's.
+  TensorGroup* tensor = nullptr;
 };
 
 // segment_starts: the micro-batch's (MicroBatch::segment_starts; undefined = one document per

@@ -1,5 +1,7 @@
 #include "plan/plan.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <utility>
 
@@ -27,39 +29,61 @@ MicroBatchShape Plan::micro_batch_shape() const {
   return shape;
 }
 
+std::string Plan::PlaceOf(int world_rank) const {
+  std::string place = fmt::format("stage {}", StageOf(world_rank));
+  if (num_replicas() > 1) place += fmt::format(" replica {}", ReplicaOf(world_rank));
+  if (num_tensor() > 1) place += fmt::format(" tensor {}", TensorOf(world_rank));
+  return place;
+}
+
 std::vector<int> Plan::PipelineGroup(int world_rank) const {
   std::vector<int> group;
-  for (int s = 0; s < num_stages(); ++s) group.push_back(ReplicaOf(world_rank) * num_stages() + s);
+  for (int s = 0; s < num_stages(); ++s) {
+    group.push_back(WorldRank(s, ReplicaOf(world_rank), TensorOf(world_rank)));
+  }
   return group;
 }
 
 std::vector<int> Plan::ReplicaGroup(int world_rank) const {
   std::vector<int> group;
-  for (int r = 0; r < num_replicas(); ++r) group.push_back(r * num_stages() + StageOf(world_rank));
+  for (int r = 0; r < num_replicas(); ++r) {
+    group.push_back(WorldRank(StageOf(world_rank), r, TensorOf(world_rank)));
+  }
+  return group;
+}
+
+std::vector<int> Plan::TensorParallelGroup(int world_rank) const {
+  std::vector<int> group;
+  for (int t = 0; t < num_tensor(); ++t) {
+    group.push_back(WorldRank(StageOf(world_rank), ReplicaOf(world_rank), t));
+  }
   return group;
 }
 
 std::vector<std::vector<int>> Plan::CollectiveGroups(int world_rank) const {
   const int stage = StageOf(world_rank);
-  const int first = world_rank - stage;  // its replica's stage 0
+  const int replica = ReplicaOf(world_rank);
+  const int tensor = TensorOf(world_rank);
   std::vector<std::vector<int>> groups;
   for (const TiedGroup& group : tied) {
     const bool member =
         std::find(group.stages.begin(), group.stages.end(), stage) != group.stages.end();
     if (!member || group.stages.size() < 2) continue;
     std::vector<int> ranks;
-    for (int s : group.stages) ranks.push_back(first + s);
+    for (int s : group.stages) ranks.push_back(WorldRank(s, replica, tensor));
     groups.push_back(ranks);
   }
   if (num_replicas() > 1) groups.push_back(ReplicaGroup(world_rank));
+  if (num_tensor() > 1) groups.push_back(TensorParallelGroup(world_rank));
   return groups;
 }
 
 std::vector<int> Plan::Peers(int world_rank) const {
   const int stage = StageOf(world_rank);
-  const int first = world_rank - stage;
-  std::vector<int> peers = {first + (stage + num_stages() - 1) % num_stages(),
-                            first + (stage + 1) % num_stages()};
+  const int replica = ReplicaOf(world_rank);
+  const int tensor = TensorOf(world_rank);
+  std::vector<int> peers = {WorldRank((stage + num_stages() - 1) % num_stages(), replica, tensor),
+                            WorldRank((stage + 1) % num_stages(), replica, tensor)};
   if (num_replicas() > 1 && config.parallel.zero == 1) {
     // ZeRO-1's reduce-scatter and all-gather are point-to-point between a stage's replicas.
     for (int peer : ReplicaGroup(world_rank)) peers.push_back(peer);

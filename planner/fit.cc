@@ -57,7 +57,22 @@ struct Lever {
   int stages;
   int replicas;
   OptimizerState state;
+  int tensor;
 };
+
+// The tensor-parallel rank counts --fit tries: the configured one, then 2, 4, 8, ... dividing the
+// heads, the key/value heads and the MLP's hidden units, while stages x tensor x replicas processes
+// stay within max_processes.
+std::vector<int> TensorCounts(const Config& config, int max_processes) {
+  const int configured = config.parallel.tensor;
+  std::vector<int> counts = {configured};
+  const ModelDims dims = DimsOf(config.model);
+  for (int t = 2 * configured; t * config.parallel.stages <= max_processes; t *= 2) {
+    if (dims.num_heads % t != 0 || dims.kv_heads() % t != 0 || dims.hidden() % t != 0) break;
+    counts.push_back(t);
+  }
+  return counts;
+}
 
 std::vector<Lever> Levers(const Config& config, int max_stages, int num_layers, int max_processes) {
   std::vector<DType> dtypes = {config.precision.dtype};
@@ -70,16 +85,20 @@ std::vector<Lever> Levers(const Config& config, int max_stages, int num_layers, 
   if (config.optimizer.state == OptimizerState::kF32) states.push_back(OptimizerState::kInt8);
   std::vector<Lever> levers;
   const int configured = config.parallel.replicas;
-  for (int r = configured; r == configured || r * config.parallel.stages <= max_processes; ++r) {
-    for (int p = config.parallel.stages; p <= max_stages; ++p) {
-      if (r != configured && p * r > max_processes) break;
-      const int stage_layers = (num_layers + p - 1) / p;
-      for (int m : micro_batches) {
-        if (m % r != 0) continue;
-        for (OptimizerState state : states) {
-          for (const CheckpointPolicy& policy :
-               Policies(config.parallel.checkpoint, stage_layers)) {
-            for (DType dtype : dtypes) levers.push_back({dtype, policy, m, p, r, state});
+  const int configured_tensor = config.parallel.tensor;
+  for (int t : TensorCounts(config, max_processes)) {
+    for (int r = configured; r == configured || r * t * config.parallel.stages <= max_processes;
+         ++r) {
+      for (int p = config.parallel.stages; p <= max_stages; ++p) {
+        if ((r != configured || t != configured_tensor) && p * t * r > max_processes) break;
+        const int stage_layers = (num_layers + p - 1) / p;
+        for (int m : micro_batches) {
+          if (m % r != 0) continue;
+          for (OptimizerState state : states) {
+            for (const CheckpointPolicy& policy :
+                 Policies(config.parallel.checkpoint, stage_layers)) {
+              for (DType dtype : dtypes) levers.push_back({dtype, policy, m, p, r, state, t});
+            }
           }
         }
       }
@@ -89,7 +108,8 @@ std::vector<Lever> Levers(const Config& config, int max_stages, int num_layers, 
 }
 
 int LevelOf(const Lever& lever, const Config& config) {
-  if (lever.replicas != config.parallel.replicas) return 6;
+  if (lever.replicas != config.parallel.replicas) return 7;
+  if (lever.tensor != config.parallel.tensor) return 6;
   if (lever.stages != config.parallel.stages) return 5;
   if (lever.state != config.optimizer.state) return 4;
   if (lever.micro_batches != config.train.micro_batches) return 3;
@@ -105,6 +125,7 @@ Config Apply(const Config& base, const Lever& lever) {
   config.train.micro_batches = lever.micro_batches;
   config.parallel.stages = lever.stages;
   config.optimizer.state = lever.state;
+  config.parallel.tensor = lever.tensor;
   // An explicit cut is for its own stage count: other counts are cut by parallel.partition.
   if (lever.stages != base.parallel.stages) config.parallel.cut.clear();
   if (lever.replicas != base.parallel.replicas) {
@@ -127,6 +148,7 @@ FitCandidate Evaluate(const Config& base, const Lever& lever, const FitOptions& 
   c.stages = lever.stages;
   c.replicas = lever.replicas;
   c.state = lever.state;
+  c.tensor = lever.tensor;
   c.level = LevelOf(lever, base);
   Plan plan;
   try {
@@ -169,6 +191,9 @@ std::string ChosenFlags(const Config& c, const Config& base) {
   if (c.parallel.stages != base.parallel.stages) {
     add(fmt::format("--set parallel.stages={}", c.parallel.stages));
   }
+  if (c.parallel.tensor != base.parallel.tensor) {
+    add(fmt::format("--set parallel.tensor={}", c.parallel.tensor));
+  }
   if (c.parallel.replicas != base.parallel.replicas) {
     add(fmt::format("--set parallel.replicas={}", c.parallel.replicas));
   }
@@ -184,8 +209,8 @@ std::string ChosenFlags(const Config& c, const Config& base) {
 // C/4, C/8 whose predicted peak fits. Lines "  --set ... fits at X per stage (with ...)".
 std::string StructuralSuggestions(const Config& config, const FitCandidate& leanest,
                                   const FitOptions& options) {
-  const Lever lever{leanest.dtype,  leanest.checkpoint, leanest.micro_batches,
-                    leanest.stages, leanest.replicas,   leanest.state};
+  const Lever lever{leanest.dtype,    leanest.checkpoint, leanest.micro_batches, leanest.stages,
+                    leanest.replicas, leanest.state,      leanest.tensor};
   std::vector<std::pair<std::string, Config>> tries;
   const ModelConfig& m = config.model;
   const bool structured = m.share_group > 1 || m.low_rank_attn > 0 || m.low_rank_mlp > 0;
@@ -246,9 +271,9 @@ FitResult FitToBudget(const Config& config, const FitOptions& options) {
   }
   std::vector<FitCandidate>& all = result.candidates;
   // Tiers of levels: as configured; precision and checkpointing, by time; micro-batches; 8-bit
-  // optimizer state; stages; replicas.
+  // optimizer state; stages; tensor ranks; replicas.
   const auto tier = [](int level) { return level == 0 ? 0 : level <= 2 ? 1 : level - 1; };
-  for (int t = 0; t <= 5 && result.chosen < 0; ++t) {
+  for (int t = 0; t <= 6 && result.chosen < 0; ++t) {
     for (size_t i = 0; i < all.size(); ++i) {
       if (!all[i].fits || tier(all[i].level) != t) continue;
       if (result.chosen < 0) {
@@ -271,19 +296,21 @@ FitResult FitToBudget(const Config& config, const FitOptions& options) {
     BATON_CHECK(leanest != nullptr, "--fit: no candidate configuration could be planned");
     BATON_FAIL(
         "no configuration fits the memory budget of {}: the smallest peak reachable is {} ({} "
-        "stages{}, {} micro-batches, {}, checkpoint {}, {} optimizer state); raise the budget or "
+        "stages{}{}, {} micro-batches, {}, checkpoint {}, {} optimizer state); raise the budget or "
         "allow more stages (--max-stages){}{}",
         FormatBytes(options.budget), FormatBytes(leanest->peak), leanest->stages,
+        leanest->tensor > 1 ? fmt::format(" x {} tensor ranks", leanest->tensor) : "",
         leanest->replicas > 1 ? fmt::format(" x {} replicas", leanest->replicas) : "",
         leanest->micro_batches, PrecisionName(leanest->dtype), leanest->checkpoint.ToString(),
         Name(leanest->state),
-        options.max_processes > 0 ? " or processes (--max-processes)"
-                                  : " or data-parallel replicas with ZeRO-1 (--max-processes)",
+        options.max_processes > 0
+            ? " or processes (--max-processes)"
+            : " or tensor ranks and data-parallel replicas with ZeRO-1 (--max-processes)",
         StructuralSuggestions(config, *leanest, options));
   }
   const FitCandidate& chosen = all[static_cast<size_t>(result.chosen)];
   result.config = Apply(config, {chosen.dtype, chosen.checkpoint, chosen.micro_batches,
-                                 chosen.stages, chosen.replicas, chosen.state});
+                                 chosen.stages, chosen.replicas, chosen.state, chosen.tensor});
   result.set_flags = ChosenFlags(result.config, config);
   return result;
 }
@@ -360,7 +387,7 @@ StepRates MeasureStepRates(const Config& config) {
 
 std::string FormatFitTable(const FitResult& result, int64_t budget) {
   static const char* kLevels[] = {"as configured", "precision", "checkpointing", "micro-batches",
-                                  "8-bit state",   "stages",    "replicas"};
+                                  "8-bit state",   "stages",    "tensor ranks",  "replicas"};
   static const char* kWhy[] = {
       "the configuration as it is fits",
       "the fastest predicted step among precision and checkpointing",
@@ -369,14 +396,21 @@ std::string FormatFitTable(const FitResult& result, int64_t budget) {
       "nothing fits without 8-bit optimizer state, which costs no device (AdamW's moments "
       "quantized: a small change to the updates)",
       "nothing fits without more stages, even with 8-bit optimizer state",
+      "no pipeline fits (a layer alone is too large for a rank): tensor ranks split the layers",
       "nothing fits without data-parallel replicas (ZeRO-1)"};
   const bool replicas = std::any_of(result.candidates.begin(), result.candidates.end(),
                                     [](const FitCandidate& c) { return c.replicas > 1; });
+  const bool tensor = std::any_of(result.candidates.begin(), result.candidates.end(),
+                                  [](const FitCandidate& c) { return c.tensor > 1; });
   const auto stages_of = [&](const FitCandidate& c) {
-    return replicas ? fmt::format("{}x{}", c.stages, c.replicas) : std::to_string(c.stages);
+    std::string s = std::to_string(c.stages);
+    if (tensor) s += fmt::format("x{}", c.tensor);
+    if (replicas) s += fmt::format("x{}", c.replicas);
+    return s;
   };
+  const std::string header = std::string("P") + (tensor ? "xT" : "") + (replicas ? "xR" : "");
   std::string out = fmt::format("{:>1} {:>6} {:>5} {:>11} {:>7} {:>5} {:>13} {:>12} {:>4}  {}\n",
-                                "", replicas ? "PxR" : "stages", "mbs", "checkpoint", "dtype",
+                                "", header == "P" ? "stages" : header, "mbs", "checkpoint", "dtype",
                                 "state", "peak", "step (s)", "fits", "lever / bound");
   for (size_t i = 0; i < result.candidates.size(); ++i) {
     const FitCandidate& c = result.candidates[i];
@@ -395,9 +429,10 @@ std::string FormatFitTable(const FitResult& result, int64_t budget) {
   if (result.chosen >= 0) {
     const FitCandidate& c = result.candidates[static_cast<size_t>(result.chosen)];
     out += fmt::format(
-        "chosen: {} stages{}, {} micro-batches, checkpoint {}, {}, {} optimizer state: peak {} "
+        "chosen: {} stages{}{}, {} micro-batches, checkpoint {}, {}, {} optimizer state: peak {} "
         "within {}, predicted {:.4f} s/step ({})\n",
-        c.stages, c.replicas > 1 ? fmt::format(" x {} replicas", c.replicas) : "", c.micro_batches,
+        c.stages, c.tensor > 1 ? fmt::format(" x {} tensor ranks", c.tensor) : "",
+        c.replicas > 1 ? fmt::format(" x {} replicas", c.replicas) : "", c.micro_batches,
         c.checkpoint.ToString(), PrecisionName(c.dtype), Name(c.state), FormatBytes(c.peak),
         FormatBytes(budget), c.step_seconds, kWhy[c.level]);
     out += fmt::format("apply with: {}\n",

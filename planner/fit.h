@@ -10,18 +10,22 @@
 //   4. 8-bit optimizer state (optimizer.state int8, when it is f32): AdamW's moments quantized,
 //      a quarter of their bytes, at no device's cost;
 //   5. more stages (up to `max_stages`), each cut under the budget (PartitionWithinBudget);
-//   6. data-parallel replicas with ZeRO-1 (parallel.zero 1: each replica keeps 1/R of the
+//   6. tensor ranks (parallel.tensor T = 2, 4, ...: each rank holds 1/T of every layer's
+//      matrices), only when `max_processes` allows stages x T processes and T divides the heads,
+//      key/value heads and hidden units: they come after more stages, so in practice when a
+//      layer alone does not fit a rank (docs/parallel.md, "--fit");
+//   7. data-parallel replicas with ZeRO-1 (parallel.zero 1: each replica keeps 1/R of the
 //      optimizer state and runs 1/R of the micro-batches), only when `max_processes` allows
-//      stages x replicas processes; replicas must divide the micro-batches.
+//      stages x T x replicas processes; replicas must divide the micro-batches.
 // Every combination is a candidate; its level is the costliest lever it pulls. The configuration
 // as it is wins when it fits. Otherwise precision and checkpointing compete on predicted step
 // time on this machine (with FitOptions::measured, measured_costs.h: each layer kind profiled
 // here in each precision, through the simulator; else step_time.h: the simulator with FLOP
 // costs, recompute included, at the machine's rate for each precision), so that bf16 is not chosen
 // where it is slower than an fp32 checkpointed candidate that fits (CPUs); more micro-batches come
-// next, then 8-bit optimizer state, then more stages, then replicas, each only when nothing cheaper
-// fits, again the fastest within the level. Ties go to fewer changes. No candidate fitting is an
-// error naming the smallest peak any of them reaches.
+// next, then 8-bit optimizer state, then more stages, then tensor ranks, then replicas, each only
+// when nothing cheaper fits, again the fastest within the level. Ties go to fewer changes. No
+// candidate fitting is an error naming the smallest peak any of them reaches.
 #pragma once
 
 #include <cstdint>
@@ -39,7 +43,7 @@ struct FitOptions {
   int64_t budget = 0;  // bytes per rank
   StepRates rates;     // FLOP/s per precision on the machine that runs the job (MeasureStepRates)
   int max_stages = 0;  // 0: twice the configured stages, at most the graph's layers
-  int max_processes = 0;  // > 0: replicas may be added while stages x replicas <= this
+  int max_processes = 0;  // > 0: tensor ranks and replicas may be added while stages x T x R <=
   // When given (FitProfileRequest's profile), candidates compare by the step time these measured
   // costs predict (PredictMeasuredStep) instead of FLOPs at `rates`.
   const MeasuredCosts* measured = nullptr;
@@ -52,8 +56,9 @@ struct FitCandidate {
   int stages = 1;
   int replicas = 1;
   OptimizerState state = OptimizerState::kF32;  // optimizer.state
+  int tensor = 1;                               // parallel.tensor
   int level = 0;       // 0 as configured, 1 precision, 2 checkpointing, 3 micro-batches, 4 8-bit
-                       // optimizer state, 5 stages, 6 replicas
+                       // optimizer state, 5 stages, 6 tensor ranks, 7 replicas
   bool valid = false;  // a plan could be made; else `note` says why not
   bool fits = false;
   int64_t peak = 0;         // largest predicted total over ranks (of the budgeted cut when it fits)

@@ -211,9 +211,47 @@ TEST(FitTest, EightBitOptimizerStateComesBeforeAnotherStage) {
   for (const FitCandidate& c : again.candidates) EXPECT_EQ(c.state, OptimizerState::kInt8);
 }
 
-TEST(FitTest, ReplicasWithZeroOneComeAfterStagesWhenMoreProcessesAreAllowed) {
-  // Two stages at most: the leanest two-stage configuration's peak, then a budget below it.
+// The leanest peak --fit reaches for `config` on at most `max_stages` stages without more
+// processes, read from its error.
+int64_t LeanestPeak(const Config& config, int max_stages) {
+  try {
+    FitToBudget(config, {1, StepRates(1e9), max_stages});
+  } catch (const Error& e) {
+    std::smatch m;
+    const std::string text = e.what();
+    if (std::regex_search(text, m, std::regex(R"(reachable is ([0-9.]+) MiB)"))) {
+      return static_cast<int64_t>(std::stod(m[1].str()) * (1 << 20));
+    }
+  }
+  ADD_FAILURE() << "a one-byte budget fits, or the error names no peak";
+  return 0;
+}
+
+TEST(FitTest, TensorRanksComeAfterStagesWhenNoPipelineFits) {
   const Config config = SmallCpu({"parallel.stages=2"});
+  const int64_t budget = LeanestPeak(config, 2) - (int64_t{1} << 20);
+  const FitResult result = FitToBudget(config, {budget, StepRates(1e9), 2, 4});
+  const FitCandidate& chosen = result.candidates[static_cast<size_t>(result.chosen)];
+  const std::string table = FormatFitTable(result, budget);
+  EXPECT_EQ(chosen.level, 6) << table;
+  EXPECT_EQ(chosen.tensor, 2) << table;
+  EXPECT_EQ(chosen.replicas, 1) << table;
+  EXPECT_NE(result.set_flags.find("--set parallel.tensor=2"), std::string::npos)
+      << result.set_flags;
+  EXPECT_NE(table.find("tensor ranks"), std::string::npos) << table;
+  for (const FitCandidate& c : result.candidates) {
+    if (c.level < 6) {
+      EXPECT_FALSE(c.fits) << table;
+    }
+  }
+  const Plan plan = MakePlan(result.config, budget);
+  for (const RankMemory& rank : PredictMemory(plan)) EXPECT_LE(rank.peak.total, budget);
+}
+
+TEST(FitTest, ReplicasWithZeroOneComeAfterStagesWhenMoreProcessesAreAllowed) {
+  // Two stages at most: the leanest two-stage configuration's peak, then a budget below it. One
+  // head, so that tensor ranks (which would split the heads) are not a lever here.
+  const Config config = SmallCpu({"parallel.stages=2", "model.num_heads=1"});
   std::string text;
   try {
     FitToBudget(config, {1, StepRates(1e9), 2});
@@ -232,7 +270,7 @@ TEST(FitTest, ReplicasWithZeroOneComeAfterStagesWhenMoreProcessesAreAllowed) {
   EXPECT_THROW(FitToBudget(config, {budget, StepRates(1e9), 2, 4}), Error);
   const FitResult result = FitToBudget(config, {budget, StepRates(1e9), 2, 16});
   const FitCandidate& chosen = result.candidates[static_cast<size_t>(result.chosen)];
-  EXPECT_EQ(chosen.level, 6);
+  EXPECT_EQ(chosen.level, 7);
   EXPECT_GE(chosen.replicas, 2);
   EXPECT_LE(chosen.stages * chosen.replicas, 16);
   EXPECT_EQ(result.config.parallel.zero, 1);

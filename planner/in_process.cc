@@ -14,7 +14,7 @@
 namespace baton {
 
 InProcessResult RunInProcess(const Plan& plan) {
-  const int p = plan.world_size();  // stages x replicas
+  const int p = plan.world_size();  // stages x replicas x tensor ranks
   FakeHub hub(p);
   InProcessResult result;
   result.ranks.resize(static_cast<size_t>(p));
@@ -58,9 +58,11 @@ InProcessResult RunInProcess(const Plan& plan) {
     if (e) std::rethrow_exception(e);
   }
   std::vector<std::pair<int, uint64_t>> digests;
-  for (int r = 0; r < plan.num_stages(); ++r) {  // replica 0's: the others hold the same
-    const InProcessRank& rank = result.ranks[static_cast<size_t>(r)];
-    digests.insert(digests.end(), rank.digests.begin(), rank.digests.end());
+  for (int s = 0; s < plan.num_stages(); ++s) {    // replica 0's: the others hold the same
+    for (int t = 0; t < plan.num_tensor(); ++t) {  // each tensor rank's parts
+      const InProcessRank& rank = result.ranks[static_cast<size_t>(plan.WorldRank(s, 0, t))];
+      digests.insert(digests.end(), rank.digests.begin(), rank.digests.end());
+    }
   }
   result.param_checksum = CombineLayerDigests(digests);
   // The last replica's head (every replica's head has the step's loss).

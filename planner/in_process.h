@@ -23,12 +23,12 @@ struct InProcessRank {
 };
 
 struct InProcessResult {
-  std::vector<InProcessRank> ranks;  // by world rank (replica * stages + stage)
+  std::vector<InProcessRank> ranks;  // by world rank (Plan::WorldRank)
   // From the rank holding the head (the last replica's; Plan::head_stage): the loss of every
   // step, and the eval loss of every step that evaluated.
   std::vector<float> losses;
   std::vector<double> eval_losses;
-  std::string param_checksum;  // of replica 0's layers
+  std::string param_checksum;  // of replica 0's layers (each tensor rank's parts)
 };
 
 // Trains `plan` for plan.config.train.steps steps. Throws the first rank's error, if any. GPU

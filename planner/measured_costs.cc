@@ -414,6 +414,31 @@ std::vector<double> MeasuredLayerCosts(const Plan& plan, const MeasuredCosts& me
   return costs;
 }
 
+namespace {
+
+// Tensor parallelism: the activations (N, C) a layer of `kind` sums over its tensor group per
+// micro-batch, forward and backward (model/tensor_parallel.h; the head's row statistics are
+// counted as one more sum).
+struct TensorSums {
+  int forward = 0;
+  int backward = 0;
+};
+TensorSums TensorSumsOf(LayerKind kind) {
+  switch (kind) {
+    case LayerKind::kEmbedding:
+      return {1, 0};
+    case LayerKind::kBlock:
+      return {2, 2};
+    case LayerKind::kMlpBlock:
+      return {1, 1};
+    case LayerKind::kHead:
+      return {1, 1};
+  }
+  return {};
+}
+
+}  // namespace
+
 Costs MeasuredScheduleCosts(const Plan& plan, const MeasuredCosts& measured) {
   const std::map<LayerKind, KindTimes>& layers = LayersFor(plan, measured);
   const MicroBatchShape shape = plan.micro_batch_shape();
@@ -423,16 +448,21 @@ Costs MeasuredScheduleCosts(const Plan& plan, const MeasuredCosts& measured) {
   const double message =
       measured.message_latency_s +
       (measured.message_bytes_per_s > 0 ? message_bytes / measured.message_bytes_per_s : 0.0);
-  const double slowdown = SlowdownFor(measured, plan.world_size());
+  // With T tensor ranks each computes a T-th of every layer and sums activations over its group:
+  // a sum of T ranks is a message in and one out at the group's first rank.
+  const int tensor = plan.num_tensor();
+  const double slowdown = SlowdownFor(measured, plan.world_size()) / tensor;
+  const double sum = tensor > 1 ? 2 * message : 0.0;
   Costs costs;
   for (size_t j = 0; j < plan.virtual_stages.size(); ++j) {
     ActionCosts c{0, 0, 0, 0, plan.num_stages() > 1 ? message : 0.0};
     for (int i = plan.virtual_stages[j].first; i <= plan.virtual_stages[j].last; ++i) {
-      const LayerTimes t = UnderPolicy(TimesOf(layers, plan.graph[static_cast<size_t>(i)].kind),
-                                       plan.config.parallel.checkpoint);
-      c.forward += slowdown * t.forward;
-      c.backward += slowdown * t.backward;
-      c.backward_input += slowdown * t.backward_input;
+      const LayerKind kind = plan.graph[static_cast<size_t>(i)].kind;
+      const LayerTimes t = UnderPolicy(TimesOf(layers, kind), plan.config.parallel.checkpoint);
+      const TensorSums sums = TensorSumsOf(kind);
+      c.forward += slowdown * t.forward + sums.forward * sum;
+      c.backward += slowdown * t.backward + sums.backward * sum;
+      c.backward_input += slowdown * t.backward_input + sums.backward * sum;
       c.backward_weight += slowdown * t.backward_weight;
     }
     costs.per_virtual_stage[static_cast<int>(j)] = c;
@@ -465,7 +495,8 @@ StepPrediction PredictMeasuredStep(const Plan& plan, const MeasuredCosts& measur
     }
     // ZeRO-1 steps 1/R of the state; without it every replica steps all of it.
     if (plan.config.parallel.zero == 1) seconds /= replicas;
-    seconds *= SlowdownFor(measured, world);
+    // Tensor ranks step their parts (the replicated norms and biases are small).
+    seconds *= SlowdownFor(measured, world) / plan.num_tensor();
     p.step_end = std::max(p.step_end, seconds);
     largest_stage_params = std::max(largest_stage_params, params);
   }

@@ -32,7 +32,7 @@ Device PlannedDevice(const Config& config) {
   return config.device.type == DeviceType::kCpu ? Device::Cpu() : Device::Cuda(0);
 }
 
-// `rank`: a world rank (replica * stages + stage).
+// `rank`: a world rank (Plan::WorldRank).
 RankMemory PredictRank(const Plan& plan, int rank, const std::vector<LayerRange>& virtual_stages,
                        const MemoryPlanOptions& options) {
   const int p = plan.world_size();
@@ -58,6 +58,21 @@ RankMemory PredictRank(const Plan& plan, int rank, const std::vector<LayerRange>
   return result;
 }
 
+// Tensor rank 0 of a stage's T, for layers run on a meta backend alone: its sums move nothing.
+class LedgerOnlyTensorGroup final : public TensorGroup {
+ public:
+  LedgerOnlyTensorGroup(int size, bool sequence_parallel)
+      : size_(size), sequence_parallel_(sequence_parallel) {}
+  int rank() const override { return 0; }
+  int size() const override { return size_; }
+  bool sequence_parallel() const override { return sequence_parallel_; }
+  void AllReduceSum(Tensor& /*t*/) override {}
+
+ private:
+  int size_;
+  bool sequence_parallel_;
+};
+
 }  // namespace
 
 int64_t StashBytesPerMicroBatch(const Plan& plan, const LayerRange& range) {
@@ -70,10 +85,13 @@ int64_t StashBytesPerMicroBatch(const Plan& plan, const LayerRange& range) {
       MakeMetaBackend(PlannedDevice(plan.config), ledger, plan.config.device.threads);
   const MicroBatchShape shape = plan.micro_batch_shape();
   const DType dtype = plan.config.precision.dtype;
+  // A tensor rank's part of each layer.
+  LedgerOnlyTensorGroup tensor(plan.num_tensor(), plan.config.parallel.sequence_parallel);
   std::vector<std::unique_ptr<Layer>> layers;
   for (int i = range.first; i <= range.last; ++i) {
     layers.push_back(BuildLayer(plan.graph[static_cast<size_t>(i)], plan.dims, *backend, dtype,
-                                dtype, plan.config.train.seed));
+                                dtype, plan.config.train.seed, nullptr,
+                                plan.num_tensor() > 1 ? &tensor : nullptr));
     layers.back()->set_selective_recompute(shape.selective_recompute);
     layers.back()->set_flash_attention(shape.flash_attention);
   }
@@ -86,8 +104,11 @@ int64_t StashBytesPerMicroBatch(const Plan& plan, const LayerRange& range) {
   const int64_t before = ledger.current(MemCategory::kActivations);
   Tensor x;
   if (range.first > 0) {
-    x = Tensor::Empty(backend->allocator(), {shape.batch_size, shape.seq_len, plan.dims.width},
-                      dtype, MemCategory::kActivations);
+    // Under sequence parallelism a rank receives its part of the sequence.
+    const int64_t positions =
+        shape.seq_len / (plan.config.parallel.sequence_parallel ? plan.num_tensor() : 1);
+    x = Tensor::Empty(backend->allocator(), {shape.batch_size, positions, plan.dims.width}, dtype,
+                      MemCategory::kActivations);
   }
   std::vector<Stash> stashes(layers.size());
   for (size_t i = 0; i < layers.size(); ++i) x = layers[i]->Forward(x, batch, stashes[i]);
@@ -108,8 +129,8 @@ namespace {
 std::vector<int64_t> RankTotals(const Plan& plan, const std::vector<LayerRange>& virtual_stages,
                                 const MemoryPlanOptions& options) {
   std::vector<int64_t> totals;
-  for (int r = 0; r < plan.num_stages(); ++r) {
-    totals.push_back(PredictRank(plan, r, virtual_stages, options).peak.total);
+  for (int s = 0; s < plan.num_stages(); ++s) {  // replica 0's, tensor rank 0's
+    totals.push_back(PredictRank(plan, plan.WorldRank(s, 0), virtual_stages, options).peak.total);
   }
   return totals;
 }
@@ -148,7 +169,7 @@ BudgetedPartition PartitionWithinBudget(const Plan& plan, int64_t budget,
     if (inserted) {
       std::vector<LayerRange> cut = plan.virtual_stages;
       cut[static_cast<size_t>(k)] = r;
-      it->second = PredictRank(plan, k, cut, options).peak.total;
+      it->second = PredictRank(plan, plan.WorldRank(k, 0), cut, options).peak.total;
     }
     return it->second;
   };
@@ -180,7 +201,9 @@ BudgetedPartition PartitionWithinBudget(const Plan& plan, int64_t budget,
 
 std::string FormatMemoryTable(const Plan& plan, const std::vector<RankMemory>& predicted) {
   const bool replicas = plan.num_replicas() > 1;
-  std::string out = fmt::format("{:>5} {}{:>9}", "stage", replicas ? "replica " : "", "layers");
+  const bool tensor = plan.num_tensor() > 1;
+  std::string out = fmt::format("{:>5} {}{}{:>9}", "stage", replicas ? "replica " : "",
+                                tensor ? "tensor " : "", "layers");
   for (const auto& [key, bytes] : MemoryEntries(MemoryFigures{}))
     out += fmt::format(" {:>12}", key);
   out += fmt::format(" {:>9}\n", "in flight");
@@ -190,8 +213,9 @@ std::string FormatMemoryTable(const Plan& plan, const std::vector<RankMemory>& p
     for (const LayerRange& c : chunks) {
       layers += fmt::format("{}{}-{}", layers.empty() ? "" : ",", c.first, c.last);
     }
-    out += fmt::format("{:>5} {}{:>9}", plan.StageOf(r),
-                       replicas ? fmt::format("{:>7} ", plan.ReplicaOf(r)) : "", layers);
+    out += fmt::format("{:>5} {}{}{:>9}", plan.StageOf(r),
+                       replicas ? fmt::format("{:>7} ", plan.ReplicaOf(r)) : "",
+                       tensor ? fmt::format("{:>6} ", plan.TensorOf(r)) : "", layers);
     for (const auto& [key, bytes] : MemoryEntries(predicted.at(static_cast<size_t>(r)).peak)) {
       out += fmt::format(" {:>12}", FormatBytes(bytes));
     }

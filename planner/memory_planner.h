@@ -37,12 +37,13 @@ struct RankMemory {
   int peak_in_flight = 0;  // most (micro-batch, chunk) stashes alive at once
 };
 
-// One entry per world rank (replica * stages + stage). With data-parallel replicas a rank also
+// One entry per world rank (Plan::WorldRank). With data-parallel replicas a rank also
 // holds the gradient bucket (comm) and the staging of the replicas' all-reduce.
 std::vector<RankMemory> PredictMemory(const Plan& plan, const MemoryPlanOptions& options = {});
 
 // Bytes one micro-batch leaves stashed in layers [range]: their forward run on a meta backend
-// (the input counted when a layer keeps it), as `baton plan`'s partition table prints them.
+// (the input counted when a layer keeps it), as `baton plan`'s partition table prints them; with
+// tensor ranks, one rank's part.
 int64_t StashBytesPerMicroBatch(const Plan& plan, const LayerRange& range);
 
 // A cut of the plan's graph under a memory budget (planner/partitioner.h's MinMaxPartition):

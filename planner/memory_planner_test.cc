@@ -228,6 +228,22 @@ TEST(MemoryPlannerTest, PredictsTheLedgerExactlyForVShapedAndLoopedSchedules) {
   }
 }
 
+TEST(MemoryPlannerTest, PredictsTheLedgerExactlyWithTensorRanks) {
+  for (const std::vector<std::string>& variant : std::vector<std::vector<std::string>>{
+           {"parallel.tensor=2"},
+           {"parallel.tensor=4", "parallel.stages=2", "parallel.checkpoint=every:1"},
+           {"parallel.tensor=2", "parallel.stages=2", "parallel.schedule=zb-v"},
+           {"parallel.tensor=2", "parallel.stages=2", "precision.dtype=bf16",
+            "parallel.checkpoint=selective"},
+           {"parallel.tensor=2", "parallel.stages=2", "parallel.replicas=2", "parallel.zero=1"},
+           {"parallel.tensor=2", "parallel.stages=2", "parallel.sequence_parallel=true"},
+           {"parallel.tensor=2", "parallel.stages=2", "parallel.sequence_parallel=true",
+            "parallel.schedule=zb-h1", "precision.dtype=bf16", "parallel.checkpoint=every:1"}}) {
+    ExpectPredictedEqualsMeasured(MakePlan(Tiny(variant)), 0.0,
+                                  fmt::format("{}", fmt::join(variant, " ")));
+  }
+}
+
 TEST(MemoryPlannerTest, OneRankHoldingBothEndsBooksTheTiedEmbeddingOnceAfterSetup) {
   const Plan plan = MakePlan(Tiny({"parallel.stages=1", "precision.dtype=bf16"}));
   ExpectPredictedEqualsMeasured(plan, 0.0, "one stage");

@@ -19,12 +19,14 @@ Costs FlopCosts(const Plan& plan, const std::vector<LayerRange>& virtual_stages)
     for (int i = ranges[j].first; i <= ranges[j].last; ++i) {
       const LayerSpec& spec = plan.graph[static_cast<size_t>(i)];
       // One pass over the output on top of the GEMMs, so no layer (the embedding) is free.
-      const double layer_forward = static_cast<double>(ForwardFlops(spec, plan.dims, shape)) +
-                                   static_cast<double>(shape.batch_size * shape.seq_len) *
-                                       static_cast<double>(plan.dims.width);
+      // With T tensor ranks each does a T-th of the layer (their sums are not costed here).
+      const double layer_forward = (static_cast<double>(ForwardFlops(spec, plan.dims, shape)) +
+                                    static_cast<double>(shape.batch_size * shape.seq_len) *
+                                        static_cast<double>(plan.dims.width)) /
+                                   plan.num_tensor();
       forward += layer_forward;
       if (policy.kind == CheckpointPolicy::Kind::kEvery) recompute += layer_forward;
-      recompute += static_cast<double>(RecomputeFlops(spec, plan.dims, shape));
+      recompute += static_cast<double>(RecomputeFlops(spec, plan.dims, shape)) / plan.num_tensor();
     }
     ActionCosts c;
     c.forward = forward;

@@ -34,11 +34,13 @@ class StageModel {
   // num_stages, layout): scheduler/action.h). With
   // `int8_weights` every layer is made an INT8 inference layer as soon as it is built
   // (model/int8_weights.h): weight matrices in INT8, no gradients. With `inference` (implied by
-  // int8_weights) each layer drops its gradients as soon as it is built.
+  // int8_weights) each layer drops its gradients as soon as it is built. `tensor`: the stage's
+  // tensor-parallel group (parallel.tensor T > 1), which every layer keeps; null for T = 1.
   StageModel(const std::vector<LayerSpec>& graph, const ModelDims& dims,
              const std::vector<LayerRange>& chunk_ranges, int stage, int num_stages,
              ChunkLayout layout, Backend& backend, DType param_dtype, DType act_dtype,
-             uint64_t seed, bool int8_weights = false, bool inference = false);
+             uint64_t seed, bool int8_weights = false, bool inference = false,
+             TensorGroup* tensor = nullptr);
 
   int stage() const { return stage_; }
   int num_stages() const { return num_stages_; }

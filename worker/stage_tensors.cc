@@ -29,6 +29,7 @@ std::vector<ParamTensors> ParamTensorsOf(const std::vector<Param*>& params,
     t.scale = p->scale;
     t.mask = p->mask;
     t.tied = p->tied;
+    t.split = p->split;
     if (p->tied) t.source_layer = p->source_layer;
     if (optimizer != nullptr) {
       const Optimizer::Slot& slot = SlotOf(*optimizer, *p);

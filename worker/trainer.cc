@@ -20,8 +20,8 @@ namespace baton {
 
 TrainerSetup TrainerSetupFor(const Plan& plan, int world_rank, Communicator* comm) {
   BATON_CHECK(0 <= world_rank && world_rank < plan.world_size(),
-              "rank {} of a job of {} stage(s) x {} replica(s)", world_rank, plan.num_stages(),
-              plan.num_replicas());
+              "rank {} of a job of {} stage(s) x {} replica(s) x {} tensor rank(s)", world_rank,
+              plan.num_stages(), plan.num_replicas(), plan.num_tensor());
   TrainerSetup setup;
   setup.config = plan.config;
   setup.dims = plan.dims;
@@ -30,6 +30,8 @@ TrainerSetup TrainerSetupFor(const Plan& plan, int world_rank, Communicator* com
   setup.num_stages = plan.num_stages();
   setup.replica = plan.ReplicaOf(world_rank);
   setup.num_replicas = plan.num_replicas();
+  setup.tensor = plan.TensorOf(world_rank);
+  setup.num_tensor = plan.num_tensor();
   setup.chunk_ranges = plan.ChunkRanges(setup.stage);
   setup.schedule = plan.schedule;
   setup.eval_schedule = plan.eval_schedule;
@@ -38,6 +40,7 @@ TrainerSetup TrainerSetupFor(const Plan& plan, int world_rank, Communicator* com
   setup.tied = plan.tied;
   setup.pipeline_group = plan.PipelineGroup(world_rank);
   setup.replica_group = plan.ReplicaGroup(world_rank);
+  setup.tensor_group = plan.TensorParallelGroup(world_rank);
   setup.timeout = plan.timeouts.wait;
   setup.comm = comm;
   return setup;
@@ -72,7 +75,10 @@ EngineOptions EngineOptionsFor(const TrainerSetup& setup) {
                                  ? config.parallel.checkpoint.every
                                  : 0;
   options.timeout = setup.timeout;
-  options.activation_shape = {MicroBatchSize(config), SequenceLength(config), setup.dims.width};
+  // Under sequence parallelism the stages pass each tensor rank its part of the sequence.
+  const int64_t parts = config.parallel.sequence_parallel ? setup.num_tensor : 1;
+  options.activation_shape = {MicroBatchSize(config), SequenceLength(config) / parts,
+                              setup.dims.width};
   options.activation_dtype = config.precision.dtype;
   options.complete_sends_before_compute = setup.sends_complete_before_compute;
   return options;
@@ -118,16 +124,19 @@ Trainer::Trainer(TrainerSetup setup, Backend& backend)
   const Config& config = setup_.config;
   const DType dtype = config.precision.dtype;
   const bool int8_weights = config.model.weights == WeightFormat::kInt8;
-  const int world_size = setup_.num_stages * setup_.num_replicas;
+  const int world_size = setup_.num_stages * setup_.num_replicas * setup_.num_tensor;
   BATON_CHECK(setup_.comm != nullptr || world_size == 1,
-              "a job of {} stage(s) x {} replica(s) needs a communicator", setup_.num_stages,
-              setup_.num_replicas);
-  if (setup_.num_replicas > 1) {
+              "a job of {} stage(s) x {} replica(s) x {} tensor rank(s) needs a communicator",
+              setup_.num_stages, setup_.num_replicas, setup_.num_tensor);
+  if (world_size > setup_.num_stages) {
     BATON_CHECK(static_cast<int>(setup_.pipeline_group.size()) == setup_.num_stages &&
-                    static_cast<int>(setup_.replica_group.size()) == setup_.num_replicas,
-                "the setup names a pipeline of {} and {} replicas for {} stage(s) x {} replica(s)",
-                setup_.pipeline_group.size(), setup_.replica_group.size(), setup_.num_stages,
-                setup_.num_replicas);
+                    static_cast<int>(setup_.replica_group.size()) == setup_.num_replicas &&
+                    static_cast<int>(setup_.tensor_group.size()) == setup_.num_tensor,
+                "the setup names a pipeline of {}, {} replicas and {} tensor ranks for {} "
+                "stage(s) x {} replica(s) x {} tensor rank(s)",
+                setup_.pipeline_group.size(), setup_.replica_group.size(),
+                setup_.tensor_group.size(), setup_.num_stages, setup_.num_replicas,
+                setup_.num_tensor);
     if (setup_.num_stages > 1) {
       pipeline_view_ = std::make_unique<SubgroupCommunicator>(*setup_.comm, setup_.pipeline_group);
       pipeline_ = pipeline_view_.get();
@@ -135,10 +144,15 @@ Trainer::Trainer(TrainerSetup setup, Backend& backend)
   } else {
     pipeline_ = setup_.comm;
   }
-  model_ =
-      std::make_unique<StageModel>(setup_.graph, setup_.dims, setup_.chunk_ranges, setup_.stage,
-                                   setup_.num_stages, setup_.schedule.layout, backend_, dtype,
-                                   dtype, config.train.seed, int8_weights, setup_.inference_only);
+  if (setup_.num_tensor > 1) {
+    tensor_group_ =
+        std::make_unique<CommTensorGroup>(*setup_.comm, setup_.tensor_group, setup_.tensor,
+                                          config.parallel.sequence_parallel, setup_.timeout);
+  }
+  model_ = std::make_unique<StageModel>(setup_.graph, setup_.dims, setup_.chunk_ranges,
+                                        setup_.stage, setup_.num_stages, setup_.schedule.layout,
+                                        backend_, dtype, dtype, config.train.seed, int8_weights,
+                                        setup_.inference_only, tensor_group_.get());
   if (config.parallel.checkpoint.kind == CheckpointPolicy::Kind::kSelective) {
     for (auto& [index, layer] : model_->layers()) layer->set_selective_recompute(true);
   }
@@ -257,12 +271,13 @@ EvalRecord Trainer::Evaluate() {
   for (int64_t batch = 0; batch < setup_.eval_batches; ++batch) {
     FillEvalMicroBatches(batch);
     const std::vector<float> local = engine_->RunForward(program, batches_);
+    if (setup_.num_replicas > 1 && setup_.tensor != 0) continue;  // tensor rank 0's count
     for (size_t k = 0; k < local.size(); ++k) {
       losses[static_cast<size_t>(batch * m + first_microbatch()) + k] = local[k];
     }
   }
   backend_.Synchronize();
-  if (setup_.num_replicas > 1) AllReduceOverJob(losses);
+  if (setup_.num_replicas > 1) AllReduceOverJob(losses);  // every head gets every replica's
   double sum = 0;
   int64_t count = 0;
   if (model_->holds_last_layer()) {
@@ -296,6 +311,10 @@ std::vector<Trainer::StepPass> Trainer::StepEndPasses() const {
                        void (Trainer::*run)(StepState&)) {
     passes.push_back({name, exchange, replicas, run});
   };
+  // Sequence parallelism: the norms' gradients are parts (each rank's positions) until summed.
+  if (SequenceParallel(tensor_group_.get())) {
+    add("sequence-parallel sums", true, false, &Trainer::SequencePartialSumsPass);
+  }
   const char* reduce = sync_->reduce_pass();
   if (sync_->after_tied_sums()) {  // ZeRO-1: after it a replica holds only its shard's sums
     add("tied sums", true, false, &Trainer::TiedSumsPass);
@@ -361,6 +380,11 @@ StepRecord Trainer::Step(int64_t step) {
       engine_->last_timings().compute_s + std::max(0.0, step_end_s - clock.exchange_s);
   record.wait_s = engine_->last_timings().wait_s;
   record.allreduce_s = clock.replicas_s;
+  if (tensor_group_ != nullptr) {
+    const CommTensorGroup::Traffic traffic = tensor_group_->TakeTraffic();
+    record.tensor_bytes = traffic.bytes;
+    record.tensor_s = traffic.seconds;
+  }
   // The trace: the step start, the engine's spans, the step end with its exchanges inside.
   const Clock::time_point now = Clock::now();
   const double now_us = WallMicros();
@@ -385,6 +409,18 @@ StepRecord Trainer::Step(int64_t step) {
 }
 
 void Trainer::ReducePass(StepState& state) { sync_->Reduce(state.step); }
+
+void Trainer::SequencePartialSumsPass(StepState&) {
+  std::vector<const void*> summed;  // a shared block's copies hold one gradient: summed once
+  for (Param* p : model_->params()) {
+    if (!p->sequence_partial_grad || !p->grad.defined() ||
+        std::find(summed.begin(), summed.end(), p->grad.raw()) != summed.end()) {
+      continue;
+    }
+    summed.push_back(p->grad.raw());
+    tensor_group_->AllReduceSum(p->grad);
+  }
+}
 
 void Trainer::MaskGradientsPass(StepState&) { MaskGradients(backend_, model_->params()); }
 
@@ -490,7 +526,7 @@ Trainer::StepEnd Trainer::ReduceStepEnd(bool local_loss_finite, std::vector<floa
       loss_slots + (replicated ? static_cast<size_t>(setup_.config.train.micro_batches) : 0), 0.0f);
   if (stop_flag_ != nullptr && stop_flag_->load()) partial[stop_slot] = 1.0f;
   if (!local_loss_finite) partial[bad_loss_slot] = 1.0f;
-  if (replicated) {
+  if (replicated && setup_.tensor == 0) {  // the head's tensor ranks hold the same losses
     for (size_t k = 0; k < losses.size(); ++k) {
       partial[loss_slots + static_cast<size_t>(first_microbatch()) + k] = losses[k];
     }
@@ -503,6 +539,8 @@ Trainer::StepEnd Trainer::ReduceStepEnd(bool local_loss_finite, std::vector<floa
     bool finite = true;
     for (Param* p : layer->params()) {
       if (p->tied) continue;
+      // A replicated parameter's gradient is the same on every tensor rank: counted once.
+      if (setup_.tensor != 0 && !p->split.cut()) continue;
       for (const Tensor& grad : sync_->ReducedGradient(*p)) {
         sum += backend_.SumOfSquares(grad);
         if (scaler_.enabled()) finite = finite && backend_.AllFinite(grad);
@@ -511,7 +549,7 @@ Trainer::StepEnd Trainer::ReduceStepEnd(bool local_loss_finite, std::vector<floa
     if (writes_layer_sums) partial[static_cast<size_t>(index)] = static_cast<float>(sum);
     if (!finite) partial[overflow_slot] = 1.0f;
   }
-  if (setup_.num_stages * setup_.num_replicas > 1) AllReduceOverJob(partial);
+  if (setup_.num_stages * setup_.num_replicas * setup_.num_tensor > 1) AllReduceOverJob(partial);
   if (replicated && model_->holds_last_layer()) {
     losses.assign(partial.begin() + static_cast<std::ptrdiff_t>(loss_slots), partial.end());
   }

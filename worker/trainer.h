@@ -1,7 +1,8 @@
 // One rank's training loop: data in, the stage engine for the micro-batches, then the step end
 // that every rank runs identically (DESIGN.md, "data flow of one training step", 4-6).
 //
-// Step end, in order:
+// Step end, in order (with sequence parallelism, first the norms' gradients, each rank's part of
+// the sequence, are summed over the stage's tensor group):
 //   0. with data-parallel replicas (parallel.replicas R > 1), as soon as this rank's program of
 //      the step is done (its last backward), its gradients are summed across the R replicas of
 //      its stage, in buckets of at most kGradBucketBytes, while other stages may still be in
@@ -16,8 +17,10 @@
 //      rank holds both), and a shared block parameter (model.share) between the stages its
 //      share group spans (within a stage its copies hold one gradient); all then hold the sum;
 //   2. each rank computes per-layer sums of squared gradients for its layers (a tied copy counts
-//      once, at the embedding); all ranks exchange them and add them in layer order, so the
-//      global norm has the same bits however the graph is cut; the fp16 overflow flag rides along;
+//      once, at the embedding; with tensor ranks, each adds its parts of the cut parameters and
+//      tensor rank 0 alone the replicated ones); all ranks exchange them and add them in layer
+//      order, so the global norm has the same bits however the graph is cut into stages; the
+//      fp16 overflow flag rides along;
 //   3. every rank clips by that norm, skips the step on overflow, and steps AdamW.
 //
 // Not thread-safe.
@@ -48,6 +51,7 @@
 #include "worker/optimizer.h"
 #include "worker/run_data.h"
 #include "worker/stage_model.h"
+#include "worker/tensor_group.h"
 
 namespace baton {
 
@@ -57,20 +61,23 @@ struct TrainerSetup {
   ModelDims dims;
   int stage = 0;       // this rank's place in its pipeline (the schedule's stage)
   int num_stages = 1;  // stages
-  int replica = 0;     // data-parallel replica; world rank = replica * num_stages + stage
+  int replica = 0;     // data-parallel replica
   int num_replicas = 1;
+  int tensor = 0;  // tensor-parallel rank in its stage (Plan::TensorOf)
+  int num_tensor = 1;
   std::vector<LayerRange> chunk_ranges;        // this rank's layers, one range per chunk
   Schedule schedule;                           // with communication actions; validated
   Schedule eval_schedule;                      // forward-only, with communication; validated
   int64_t eval_batches = 0;                    // per evaluation (EvalBatchesFor); 0: no eval data
   bool sends_complete_before_compute = false;  // Plan::sends_complete_before_compute
   std::vector<TiedGroup> tied;                 // every tied group of the graph
-  // World ranks (Plan::PipelineGroup, ReplicaGroup): this rank's pipeline, stage order, and its
-  // stage's replicas, replica order.
+  // World ranks (Plan::PipelineGroup, ReplicaGroup, TensorParallelGroup): this rank's pipeline,
+  // stage order, its stage's replicas, replica order, and its stage's tensor ranks, tensor order.
   std::vector<int> pipeline_group;
   std::vector<int> replica_group;
+  std::vector<int> tensor_group;
   std::chrono::milliseconds timeout{kDefaultWait};  // any wait on a peer (Timeouts::wait)
-  // All num_stages x num_replicas ranks, by world rank; null when that is one rank.
+  // All num_stages x num_replicas x num_tensor ranks, by world rank; null when that is one.
   Communicator* comm = nullptr;
   // `baton eval`: the trainer only evaluates, so it keeps no gradients and no optimizer state
   // (Step throws). An INT8 model (model.weights: int8) is always so.
@@ -93,6 +100,10 @@ struct StepRecord {
   double compute_s = 0;    // inside F/B/I/W, and the update (the step end but its collectives)
   double wait_s = 0;       // blocked on peers
   double allreduce_s = 0;  // summing gradients across data-parallel replicas (step end)
+  // Tensor parallelism: the bytes this rank summed over its stage's tensor group in the step
+  // (the layers' sums; CommTensorGroup::Traffic) and the seconds those sums took.
+  int64_t tensor_bytes = 0;
+  double tensor_s = 0;
   double tokens_per_s = 0;
   // "step start", the engine's spans, each step-end "exchange", then "optimizer" (the step end,
   // around the exchanges).
@@ -125,6 +136,18 @@ class Trainer {
   // a CheckpointReader to fill; then KeepOwnState copies this replica's shard into the optimizer.
   LayerTensors LayerStateToLoad(int layer_index);
   void KeepOwnState(const LayerTensors& loaded);
+  // Tensor parallelism (checkpoints hold whole tensors; worker/trainer_tensor.cc):
+  // WholeLayer, every tensor rank of the stage calling it for the same layer in the same order:
+  // `layer` with each cut tensor (value, master, moments) made whole, a temporary booked as
+  // workspace while it lives (the group's parts summed into zeros at their places: exact).
+  LayerTensors WholeLayer(const LayerTensors& layer);
+  // `layer` with each cut tensor replaced by an uninitialised whole one (workspace) for a
+  // CheckpointReader to fill; then KeepParts copies this rank's part of each into `layer`'s.
+  LayerTensors WholeTemporaries(const LayerTensors& layer);
+  void KeepParts(const LayerTensors& whole, const LayerTensors& layer);
+  bool tensor_parallel() const { return tensor_group_ != nullptr; }
+  // The tensors of local layer `layer_index` with its optimizer state (none without one).
+  LayerTensors LayerWithState(int layer_index);
   // After the params were set from values only (model.init_from): every fp32 master from its
   // param's (rounded) value.
   void ResetMastersFromValues();
@@ -166,8 +189,8 @@ class Trainer {
   void CombineTiedGradients();
   // The optimizer and sync_ (ZeRO-1's or the all-reduce's), for a trainer that trains.
   void SetUpOptimizer();
-  // The tensors of local layer `layer_index` (no optimizer state).
-  LayerTensors LayerOf(int layer_index);
+  // The tensors of local layer `layer_index`, with `optimizer`'s state for them when given.
+  LayerTensors LayerOf(int layer_index, const Optimizer* optimizer = nullptr);
   // Sums `values` over every rank of the job (host memory; staged through the device on GPUs).
   void AllReduceOverJob(std::vector<float>& values);
   struct StepEnd {
@@ -200,6 +223,8 @@ class Trainer {
   // The step end in order (the file comment's 0-3), for this trainer's GradientSync and config.
   std::vector<StepPass> StepEndPasses() const;
   void ReducePass(StepState& state);  // GradientSync::Reduce
+  // Sequence parallelism: sums Param::sequence_partial_grad gradients over the tensor group.
+  void SequencePartialSumsPass(StepState& state);
   void MaskGradientsPass(StepState& state);
   void TiedSumsPass(StepState& state);
   void StepEndFlagsPass(StepState& state);  // also stops the job on a non-finite fp32/bf16 step
@@ -209,10 +234,13 @@ class Trainer {
 
   TrainerSetup setup_;
   Backend& backend_;
-  // The engine's and the tied sums' communicator: this replica's pipeline (a view of the world
-  // communicator when there are replicas), or null for a one-stage pipeline.
+  // The engine's and the tied sums' communicator: this replica's pipeline at this tensor rank (a
+  // view of the world communicator when there are replicas or tensor ranks), or null for a
+  // one-stage pipeline.
   std::unique_ptr<Communicator> pipeline_view_;
   Communicator* pipeline_ = nullptr;
+  // The stage's tensor-parallel group the layers sum over (parallel.tensor > 1), or null.
+  std::unique_ptr<CommTensorGroup> tensor_group_;
   std::unique_ptr<GradientSync> sync_;  // how this stage's replicas make their gradients one
   Zero1Sync* zero1_ = nullptr;          // sync_, when it is ZeRO-1
   std::unique_ptr<RunData> data_;       // on the ranks holding the first or the last layer

@@ -10,11 +10,15 @@
 
 namespace baton {
 
-LayerTensors Trainer::LayerOf(int layer_index) {
+LayerTensors Trainer::LayerOf(int layer_index, const Optimizer* optimizer) {
   for (auto& [index, l] : model_->layers()) {
-    if (index == layer_index) return {index, l->name(), ParamTensorsOf(l->params(), nullptr)};
+    if (index == layer_index) return {index, l->name(), ParamTensorsOf(l->params(), optimizer)};
   }
   BATON_FAIL("stage {} holds no layer {}", setup_.stage, layer_index);
+}
+
+LayerTensors Trainer::LayerWithState(int layer_index) {
+  return LayerOf(layer_index, optimizer_.get());
 }
 
 std::optional<LayerTensors> Trainer::GatherLayerState(int layer_index) {
