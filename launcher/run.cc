@@ -360,10 +360,11 @@ int RunUnderLauncher(const Plan& planned, const RunOptions& options, const Launc
                      const std::string& report_path) {
   Plan plan = planned;
   BATON_CHECK(env.world_size == plan.world_size(),
-              "{} started {} processes but the plan has {} stage(s) x {} replica(s) x {} tensor "
-              "rank(s) = {} ranks (parallel.stages x parallel.replicas x parallel.tensor)",
+              "{} started {} processes but the plan has {} stage(s) x {} replica(s){} = {} ranks "
+              "(parallel.stages x parallel.replicas{})",
               Name(env.mode), env.world_size, plan.num_stages(), plan.num_replicas(),
-              plan.num_tensor(), plan.world_size());
+              plan.num_tensor() > 1 ? fmt::format(" x {} tensor ranks", plan.num_tensor()) : "",
+              plan.world_size(), plan.num_tensor() > 1 ? " x parallel.tensor" : "");
   JobRendezvous rendezvous = ShareCoordinator(env, options.coordinator);
   std::unique_ptr<CoordinatorServer> server;
   std::unique_ptr<MetricsLog> metrics;

@@ -80,10 +80,15 @@ TEST(TensorParallelTest, GptTrainsOneRanksLossesOnTwoAndFourTensorRanks) {
   }
 }
 
-TEST(TensorParallelTest, LlamaTrainsOneRanksLossesOnTwoTensorRanks) {
+TEST(TensorParallelTest, LlamaTrainsOneRanksLossesOnTwoAndFourTensorRanks) {
   const InProcessResult one = RunInProcess(MakePlan(Llama({})));
   const InProcessResult tp = RunInProcess(MakePlan(Llama({"parallel.tensor=2"})));
   ExpectLossesNear(one.losses, tp.losses, 1e-6, "llama T=2");
+  // Four ranks need four key/value heads (llama-tiny's 2 do not split 4 ways): multi-head.
+  const InProcessResult mha = RunInProcess(MakePlan(Llama({"model.num_kv_heads=4"})));
+  const InProcessResult tp4 =
+      RunInProcess(MakePlan(Llama({"model.num_kv_heads=4", "parallel.tensor=4"})));
+  ExpectLossesNear(mha.losses, tp4.losses, 1e-6, "llama T=4");
 }
 
 TEST(TensorParallelTest, TwoStagesTimesTwoTensorRanksTimesTwoReplicasTrainOneRanksLosses) {
@@ -199,6 +204,8 @@ TEST(TensorParallelTest, EachRankHoldsHalfOfTheCutMatricesAndTheirState) {
     EXPECT_EQ(2 * b[0].peak[MemCategory::kOptimizer] - a[MemCategory::kOptimizer],
               replicated * 8)  // m and v
         << ToString(d);
+    EXPECT_EQ(2 * b[0].peak[MemCategory::kGrads] - a[MemCategory::kGrads], replicated * 4)
+        << ToString(d);  // f32 gradients
   }
 }
 

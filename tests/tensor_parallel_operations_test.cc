@@ -46,6 +46,16 @@ TEST(TensorParallelOperationsTest, CheckpointsResumeOntoAnyTensorAndStageCount) 
   const std::vector<double> all = Losses(tp);
   ASSERT_EQ(all.size(), 8u);
   ExpectNear(one, all, "P=2 T=2");
+  // Each rank's memory as the plan predicted it, the cut matrices halved on both tensor ranks.
+  for (const nlohmann::json& stage : tp.at("stages")) {
+    EXPECT_EQ(stage.at("memory").at("peak").at("params"),
+              stage.at("memory").at("predicted").at("params"));
+    EXPECT_EQ(stage.at("memory").at("peak").at("optimizer"),
+              stage.at("memory").at("predicted").at("optimizer"));
+  }
+  // Stages x tensor ranks x replicas: 8 processes on this machine, one process's losses.
+  ExpectNear(one, Losses(Train(root + "/ptr", 2, 2, {"--set", "parallel.replicas=2"})),
+             "P=2 T=2 R=2");
   const std::vector<double> tail(all.begin() + 4, all.end());
   const std::string checkpoint = root + "/tp/checkpoints/step-4";
   // The same layout resumes exactly; other layouts read the whole tensors and cut their parts.
