@@ -79,8 +79,8 @@ Tensor HeadLayer::Forward(const Tensor& x, const MicroBatch& batch, Stash& stash
   model_ops::NormRowsForward(backend_, norm_, Rows(x), ln_rows, mean, rstd);
   Tensor logits =
       NewTensor(backend_, {rows, wte_.value.size(0)}, act_dtype_, MemCategory::kActivations);
-  backend_.Matmul(Rows(WholeLn(ln, MemCategory::kWorkspace)), false, wte_.value, true, logits,
-                  false);
+  backend_.Matmul(Rows(WholeSequence(backend_, tensor_, ln, MemCategory::kWorkspace)), false,
+                  wte_.value, true, logits, false);
   Tensor loss = NewTensor(backend_, {1}, DType::kF32, MemCategory::kActivations);
   if (TensorSize(tensor_) == 1) {
     backend_.CrossEntropyForward(logits, targets.View({rows}), loss);
@@ -93,11 +93,6 @@ Tensor HeadLayer::Forward(const Tensor& x, const MicroBatch& batch, Stash& stash
   stash.Put("rstd", std::move(rstd));
   stash.Put("logits", std::move(logits));
   return loss;
-}
-
-Tensor HeadLayer::WholeLn(const Tensor& ln, MemCategory category) {
-  if (!SequenceParallel(tensor_)) return ln;
-  return GatherSequence(backend_, *tensor_, ln, category);
 }
 
 // Every rank's row statistics of its logits, gathered as a sum over the group of (T,N,3) zeros
@@ -150,7 +145,8 @@ Tensor HeadLayer::BackwardPass(const Tensor& dy, const MicroBatch& batch, Stash&
                                        stash.Get("row_stats"), args.loss_grad_scale, dlogits);
   }
   model_ops::WeightGradSink sink(backend_, defer_weights);
-  const Tensor ln_whole = Rows(WholeLn(ln.View(x.shape()), sink.operand_category()));
+  const Tensor ln_whole =
+      Rows(WholeSequence(backend_, tensor_, ln.View(x.shape()), sink.operand_category()));
   Tensor dln = NewTensor(backend_, ln_whole.shape(), act_dtype_, MemCategory::kWorkspace);
   backend_.Matmul(dlogits, false, wte_.value, false, dln, false);
   if (SequenceParallel(tensor_)) {  // the sum's rows of this rank's part of the sequence

@@ -111,13 +111,6 @@ Tensor InputGradient(Backend& backend, Tensor dx, TensorGroup* tensor) {
   return dx;
 }
 
-// Sequence parallelism: a column-parallel linear reads the whole sequence, gathered from every
-// rank's part (booked under `category`); otherwise `x` itself.
-Tensor WholeSequence(Backend& backend, TensorGroup* tensor, const Tensor& x, MemCategory category) {
-  if (!SequenceParallel(tensor)) return x;
-  return GatherSequence(backend, *tensor, x, category);
-}
-
 // Returns dx = dy @ W^T (booked as workspace); db += column sums of dy; dW += x^T dy via `sink`.
 Tensor LinearBackward(Backend& backend, const Linear& linear, const Tensor& x, const Tensor& dy,
                       WeightGradSink& sink) {

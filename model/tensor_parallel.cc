@@ -68,34 +68,35 @@ void ForEachRun(const Shape& full_shape, size_t element_bytes, const TensorSplit
   }
 }
 
+// Copies every run of the part between the whole tensor and the part, either way.
+void CopyRuns(const Shape& full_shape, size_t element_bytes, const TensorSplit& split,
+              const void* from, void* to, bool to_part) {
+  if (!split.cut()) {
+    std::memcpy(to, from, static_cast<size_t>(NumElements(full_shape)) * element_bytes);
+    return;
+  }
+  PartShape(full_shape, split);  // checks
+  const auto* src = static_cast<const char*>(from);
+  auto* dst = static_cast<char*>(to);
+  ForEachRun(full_shape, element_bytes, split, [&](size_t full_at, size_t part_at, size_t bytes) {
+    if (to_part) {
+      std::memcpy(dst + part_at, src + full_at, bytes);
+    } else {
+      std::memcpy(dst + full_at, src + part_at, bytes);
+    }
+  });
+}
+
 }  // namespace
 
 void ExtractPart(const void* full, const Shape& full_shape, size_t element_bytes,
                  const TensorSplit& split, void* part) {
-  if (!split.cut()) {
-    std::memcpy(part, full, static_cast<size_t>(NumElements(full_shape)) * element_bytes);
-    return;
-  }
-  PartShape(full_shape, split);  // checks
-  const auto* src = static_cast<const char*>(full);
-  auto* dst = static_cast<char*>(part);
-  ForEachRun(full_shape, element_bytes, split, [&](size_t full_at, size_t part_at, size_t bytes) {
-    std::memcpy(dst + part_at, src + full_at, bytes);
-  });
+  CopyRuns(full_shape, element_bytes, split, full, part, /*to_part=*/true);
 }
 
 void InsertPart(const void* part, const Shape& full_shape, size_t element_bytes,
                 const TensorSplit& split, void* full) {
-  if (!split.cut()) {
-    std::memcpy(full, part, static_cast<size_t>(NumElements(full_shape)) * element_bytes);
-    return;
-  }
-  PartShape(full_shape, split);  // checks
-  const auto* src = static_cast<const char*>(part);
-  auto* dst = static_cast<char*>(full);
-  ForEachRun(full_shape, element_bytes, split, [&](size_t full_at, size_t part_at, size_t bytes) {
-    std::memcpy(dst + full_at, src + part_at, bytes);
-  });
+  CopyRuns(full_shape, element_bytes, split, part, full, /*to_part=*/false);
 }
 
 namespace {
@@ -123,6 +124,11 @@ Tensor GatherSequence(Backend& backend, TensorGroup& group, const Tensor& part,
   for (size_t b = 0; b < to.size(); ++b) backend.Copy(from[b], to[b]);
   group.AllReduceSum(full);
   return full;
+}
+
+Tensor WholeSequence(Backend& backend, TensorGroup* group, const Tensor& x, MemCategory category) {
+  if (group == nullptr || !group->sequence_parallel()) return x;
+  return GatherSequence(backend, *group, x, category);
 }
 
 Tensor ScatterSequenceSum(Backend& backend, TensorGroup& group, Tensor& full,

@@ -78,6 +78,9 @@ class TensorGroup {
 Tensor GatherSequence(Backend& backend, TensorGroup& group, const Tensor& part,
                       MemCategory category);
 Tensor ScatterSequenceSum(Backend& backend, TensorGroup& group, Tensor& full, MemCategory category);
+// What a layer that needs the whole sequence (a column-parallel linear, the LM head) reads:
+// GatherSequence of x under sequence parallelism, else x itself. `group` may be null.
+Tensor WholeSequence(Backend& backend, TensorGroup* group, const Tensor& x, MemCategory category);
 
 // The rank and size of `group`, or 0 of 1 when there is none (T = 1).
 inline int TensorRank(const TensorGroup* group) { return group ? group->rank() : 0; }
