@@ -8,9 +8,10 @@
 #      these also run without a GPU;
 #   3. the device, its dense bf16 peak, and the bf16 GEMM rate the CUDA backend reaches;
 #   4. configs/gpt-tiny.yaml (and configs/llama-tiny.yaml, 1 and 2 stages) on one GPU, 1 stage,
-#      2 stages sharing it (1F1B, and the V-shaped zb-v), and 1 stage x 2
+#      2 stages sharing it (1F1B, and the V-shaped zb-v), 1 stage x 2
 #      data-parallel replicas sharing it (with and without ZeRO-1; the replicas' exchange goes
-#      through the host on one GPU, over NCCL on two), against the CPU run: step-by-step losses
+#      through the host on one GPU, over NCCL on two), and 1 stage x 2 tensor ranks sharing it
+#      (with and without sequence parallelism), against the CPU run: step-by-step losses
 #      must agree (fp32, exact f32 GEMMs) to a relative 2e-3;
 #   5. the benchmark: configs/gpt2-124m.yaml in bf16, 1 stage and 2 stages sharing the GPU:
 #      tokens/s, MFU and per-stage peak memory (bench/README.md, GPU section).
@@ -249,7 +250,7 @@ run_baton() {
 
 # ---- 4. the GPU against the CPU, end to end: 1 stage, and 2 stages sharing the GPU
 # The CPU reference runs 2 stages: on the CPU, 1 and 2 stages give bit-identical losses.
-check "4. gpt-tiny fp32: CPU vs one GPU, 1 and 2 stages, 2 replicas ($tiny_steps steps)"
+check "4. gpt-tiny fp32: CPU vs one GPU, 1 and 2 stages, 2 replicas, 2 tensor ranks ($tiny_steps steps)"
 cuda_runs=0
 if may_run gpu "baton run configs/gpt-tiny.yaml on the CPU (2 stages), then device.type=cuda" \
   "with 1 and 2 stages, and 1 stage x 2 replicas with and without ZeRO-1; gpu_bench" \
@@ -263,14 +264,20 @@ if may_run gpu "baton run configs/gpt-tiny.yaml on the CPU (2 stages), then devi
     --set device.threads=4; then
     # The V-shaped zb-v: stage 0 holds the embedding and the head, and each stage hands
     # activations between its own two chunks on the device.
-    for layout in "1 1 0 1f1b" "2 1 0 1f1b" "2 1 0 zb-v" "1 2 0 1f1b" "1 2 1 1f1b"; do
-      read -r stages replicas zero schedule <<< "$layout"
+    # Two tensor ranks sharing the GPU run the vocab-parallel embedding and cross-entropy
+    # kernels, with and without sequence parallelism.
+    for layout in "1 1 0 1f1b 1 false" "2 1 0 1f1b 1 false" "2 1 0 zb-v 1 false" \
+      "1 2 0 1f1b 1 false" "1 2 1 1f1b 1 false" "1 1 0 1f1b 2 false" "1 1 0 1f1b 2 true"; do
+      read -r stages replicas zero schedule tensor sequence <<< "$layout"
       name="tiny-cuda-${stages}stage"
       [ "$replicas" = 1 ] || name="tiny-cuda-${stages}x${replicas}-zero${zero}"
       [ "$schedule" = 1f1b ] || name="$name-$schedule"
+      [ "$tensor" = 1 ] || name="$name-tensor${tensor}"
+      [ "$sequence" = false ] || name="$name-sp"
       if run_baton "$name" 120 "${tiny[@]}" --set "parallel.stages=$stages" \
         --set "parallel.replicas=$replicas" --set "parallel.zero=$zero" \
-        --set "parallel.schedule=$schedule" --set device.type=cuda; then
+        --set "parallel.schedule=$schedule" --set "parallel.tensor=$tensor" \
+        --set "parallel.sequence_parallel=$sequence" --set device.type=cuda; then
         # Exit 3: the run gave the CPU's exact bits, so it ran on the CPU.
         "$gpu_bench" compare-losses "$out/tiny-cpu.json" "$out/$name.json" --tolerance 2e-3 \
           --require-difference 1 >"$out/$name.compare" 2>&1
@@ -283,7 +290,7 @@ if may_run gpu "baton run configs/gpt-tiny.yaml on the CPU (2 stages), then devi
           *) fail "$name: GPU losses differ from the CPU's" ;;
         esac
         cat "$out/$name.compare"
-        lines+=("$stages stage(s) x $replicas replica(s), zero $zero, $schedule: $(sed "s|$out/||g" "$out/$name.compare" | tr '\n' ' ')")
+        lines+=("$stages stage(s) x $replicas replica(s) x $tensor tensor rank(s), zero $zero, $schedule, sequence parallel $sequence: $(sed "s|$out/||g" "$out/$name.compare" | tr '\n' ' ')")
       else
         fail "$name (see $name.log)"
       fi
