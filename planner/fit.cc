@@ -281,6 +281,12 @@ FitResult FitToBudget(const Config& config, const FitOptions& options) {
         continue;
       }
       const FitCandidate& best = all[static_cast<size_t>(result.chosen)];
+      // Tensor ranks: the fewest that fit (the step-time model does not cost their sums over
+      // the group, every layer and micro-batch), then the fastest.
+      if (all[i].tensor != best.tensor) {
+        if (all[i].tensor < best.tensor) result.chosen = static_cast<int>(i);
+        continue;
+      }
       // Within 1% is a tie: the fewer changes win (search order puts them first).
       const bool faster =
           all[i].step_seconds < best.step_seconds * 0.99 ||
@@ -396,7 +402,8 @@ std::string FormatFitTable(const FitResult& result, int64_t budget) {
       "nothing fits without 8-bit optimizer state, which costs no device (AdamW's moments "
       "quantized: a small change to the updates)",
       "nothing fits without more stages, even with 8-bit optimizer state",
-      "no pipeline fits (a layer alone is too large for a rank): tensor ranks split the layers",
+      "no pipeline of up to --max-stages stages fits (a layer alone, or too many layers per "
+      "stage, is too large for a rank): the fewest tensor ranks that fit split every layer",
       "nothing fits without data-parallel replicas (ZeRO-1)"};
   const bool replicas = std::any_of(result.candidates.begin(), result.candidates.end(),
                                     [](const FitCandidate& c) { return c.replicas > 1; });

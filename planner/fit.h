@@ -13,7 +13,8 @@
 //   6. tensor ranks (parallel.tensor T = 2, 4, ...: each rank holds 1/T of every layer's
 //      matrices), only when `max_processes` allows stages x T processes and T divides the heads,
 //      key/value heads and hidden units: they come after more stages, so in practice when a
-//      layer alone does not fit a rank (docs/parallel.md, "--fit");
+//      layer alone does not fit a rank (docs/parallel.md, "--fit"); the fewest that fit win
+//      (the step-time models do not cost their sums), then the fastest;
 //   7. data-parallel replicas with ZeRO-1 (parallel.zero 1: each replica keeps 1/R of the
 //      optimizer state and runs 1/R of the micro-batches), only when `max_processes` allows
 //      stages x T x replicas processes; replicas must divide the micro-batches.
