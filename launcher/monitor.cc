@@ -1,5 +1,6 @@
 #include "launcher/monitor.h"
 
+#include <fmt/ranges.h>
 #include <signal.h>
 #include <spdlog/spdlog.h>
 
@@ -26,6 +27,33 @@ double Metric(const WorkerReport& report, const std::string& key) {
 }
 }  // namespace
 
+std::optional<std::string> TensorGroupsAcrossHosts(const std::vector<RankState>& ranks,
+                                                   int tensor) {
+  if (tensor <= 1) return std::nullopt;
+  for (const RankState& r : ranks) {
+    if (!r.joined) return std::nullopt;
+  }
+  std::vector<std::string> split;
+  for (size_t first = 0; first + static_cast<size_t>(tensor) <= ranks.size(); first += tensor) {
+    std::vector<std::string> hosts;
+    for (size_t r = first; r < first + static_cast<size_t>(tensor); ++r) {
+      if (std::find(hosts.begin(), hosts.end(), ranks[r].host) == hosts.end()) {
+        hosts.push_back(ranks[r].host);
+      }
+    }
+    if (hosts.size() > 1) {
+      split.push_back(
+          fmt::format("ranks {}-{} on {}", first, first + tensor - 1, fmt::join(hosts, ", ")));
+    }
+  }
+  if (split.empty()) return std::nullopt;
+  return fmt::format(
+      "{} of the job's tensor-parallel groups span hosts ({}): their ranks sum activations at "
+      "every layer of every micro-batch, over the network. Start each node's ranks in runs of {} "
+      "consecutive ranks (parallel.tensor), e.g. a multiple of {} ranks per node",
+      split.size(), fmt::join(split, "; "), tensor, tensor);
+}
+
 JobMonitor::JobMonitor(CoordinatorServer& server, ProcessGroup* children, MonitorOptions options,
                        MetricsLog* metrics)
     : server_(server),
@@ -49,6 +77,11 @@ std::optional<std::string> JobMonitor::Run() {
       stop_forwarded_ = true;
     }
     const std::vector<RankState> ranks = server_.Ranks();
+    if (!hosts_checked_ &&
+        std::all_of(ranks.begin(), ranks.end(), [](const RankState& r) { return r.joined; })) {
+      hosts_checked_ = true;
+      if (auto across = TensorGroupsAcrossHosts(ranks, options_.tensor)) log_->warn("{}", *across);
+    }
     if (auto failure = CheckFailure(ranks)) {
       LogNewSteps(/*flush=*/true);
       return failure;
@@ -174,10 +207,33 @@ std::string JobMonitor::RankTable(const std::vector<RankState>& ranks) const {
   return FormatRankTable(ranks, exits_);
 }
 
+JobMonitor::Place JobMonitor::PlaceOf(int rank) const {
+  const int tensor = std::max(1, options_.tensor);
+  const int stages = options_.stages > 0 ? options_.stages : options_.world_size / tensor;
+  return {rank / tensor % stages, rank / tensor / stages, rank % tensor};
+}
+
+int JobMonitor::num_replicas() const {
+  const int tensor = std::max(1, options_.tensor);
+  const int stages = options_.stages > 0 ? options_.stages : options_.world_size / tensor;
+  return std::max(1, options_.world_size / (tensor * stages));
+}
+
 std::string JobMonitor::Who(int rank) const {
-  const int stages = options_.stages > 0 ? options_.stages : options_.world_size;
-  if (stages >= options_.world_size) return fmt::format("stage {}", rank);
-  return fmt::format("stage {} replica {} (rank {})", rank % stages, rank / stages, rank);
+  const Place p = PlaceOf(rank);
+  std::string who = fmt::format("stage {}", p.stage);
+  if (num_replicas() > 1) who += fmt::format(" replica {}", p.replica);
+  if (options_.tensor > 1) who += fmt::format(" tensor {}", p.tensor);
+  if (num_replicas() > 1 || options_.tensor > 1) who += fmt::format(" (rank {})", rank);
+  return who;
+}
+
+std::string JobMonitor::ShortPlace(int rank) const {
+  const Place p = PlaceOf(rank);
+  std::string place = fmt::format("s{}", p.stage);
+  if (num_replicas() > 1) place += fmt::format("r{}", p.replica);
+  if (options_.tensor > 1) place += fmt::format("t{}", p.tensor);
+  return place;
 }
 
 std::optional<std::string> JobMonitor::CheckFailure(const std::vector<RankState>& ranks) {
@@ -235,16 +291,12 @@ void JobMonitor::MaybePrintProgress(const JobStep& job_step) {
     timing += fmt::format(", ETA {}",
                           Duration(per_step * static_cast<double>(options_.total_steps - step)));
   }
-  // Each rank's peak: s<stage>, or s<stage>r<replica> with data-parallel replicas.
-  const int stages = options_.stages > 0 ? options_.stages : options_.world_size;
+  // Each rank's peak: s<stage>, with r<replica> and t<tensor rank> when there are several.
   std::string memory;
   for (const auto& [rank, peaks] : job_step.memory_peak) {
     const auto total = peaks.find("total");
     if (total == peaks.end()) continue;
-    const std::string place = stages >= options_.world_size
-                                  ? fmt::format("s{}", rank)
-                                  : fmt::format("s{}r{}", rank % stages, rank / stages);
-    memory += fmt::format(" {}={}", place, CompactBytes(total->second));
+    memory += fmt::format(" {}={}", ShortPlace(rank), CompactBytes(total->second));
   }
   const std::string eval_part = evaluated ? fmt::format(" | eval {:.4f}", eval->second) : "";
   log_->info(

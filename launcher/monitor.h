@@ -13,6 +13,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "coordinator/coordinator_server.h"
 #include "core/units.h"
@@ -22,9 +23,10 @@
 namespace baton {
 
 struct MonitorOptions {
-  int world_size = 1;  // every rank of the job: stages x replicas
-  int stages = 0;      // of one pipeline (world rank = replica * stages + stage); 0: world_size
-  int head_rank = 0;   // the rank whose reports carry the loss
+  int world_size = 1;  // every rank of the job: stages x tensor ranks x replicas
+  int stages = 0;      // of one pipeline; 0: world_size / tensor
+  int tensor = 1;  // tensor ranks per stage (world rank = (replica * stages + stage) * tensor + t)
+  int head_rank = 0;  // the rank whose reports carry the loss
   int64_t total_steps = 0;
   int64_t log_every = 10;
   int attempt = 0;  // restarts so far (--max-restarts), recorded with every step
@@ -32,6 +34,12 @@ struct MonitorOptions {
   // as a cause has exited, or every worker).
   std::chrono::milliseconds cause_wait{2000};
 };
+
+// Tensor parallelism's groups are consecutive ranks (`tensor` of them, Plan::WorldRank), and
+// they sum activations every layer and micro-batch: they belong on one node. Once every rank has
+// joined, the groups whose ranks report different hosts, as a warning naming them and the hosts;
+// nullopt when each group is on one host (or tensor is 1, or a rank has not joined).
+std::optional<std::string> TensorGroupsAcrossHosts(const std::vector<RankState>& ranks, int tensor);
 
 class JobMonitor {
  public:
@@ -53,8 +61,16 @@ class JobMonitor {
   void LogNewSteps(bool flush);
   void LogStep(const JobStep& step);
   void MaybePrintProgress(const JobStep& step);
-  // "stage 1", or "stage 1 replica 0 (rank 1)" when the job has data-parallel replicas.
+  // "stage 1", or "stage 1 replica 0 (rank 1)" when the job has data-parallel replicas,
+  // "stage 1 tensor 1 (rank 3)" with tensor ranks, "stage 1 replica 0 tensor 1 (rank 3)" both.
   std::string Who(int rank) const;
+  // A rank's place, as the progress line's peaks name it: "s1", "s1r0", "s1t1", "s1r0t1".
+  std::string ShortPlace(int rank) const;
+  struct Place {
+    int stage, replica, tensor;
+  };
+  Place PlaceOf(int rank) const;
+  int num_replicas() const;
   std::optional<std::string> CheckFailure(const std::vector<RankState>& ranks);
   // The worker exits that name the job's failure, described, once one of them is a cause (killed
   // by a signal, or died without reporting an error), every worker has exited, or `grace` is
@@ -75,6 +91,7 @@ class JobMonitor {
   StepAssembler assembler_;
   std::vector<nlohmann::json> report_steps_;
   std::shared_ptr<spdlog::logger> log_;
+  bool hosts_checked_ = false;  // TensorGroupsAcrossHosts, once every rank has joined
   Clock::time_point start_ = Clock::now();
   int64_t first_step_ = 0;  // the first step this attempt printed, and when
   Clock::time_point first_step_time_;

@@ -112,5 +112,27 @@ TEST_F(MonitorTest, TheRankKilledByASignalIsNamedThoughAPeersFailureAndExitCameF
   EXPECT_EQ(text.find("running"), std::string::npos) << text;
 }
 
+TEST(TensorGroupHostsTest, GroupsSplitAcrossHostsAreNamedOnceEveryRankHasJoined) {
+  // 2 stages x 2 tensor ranks: groups {0, 1} and {2, 3}.
+  std::vector<RankState> ranks(4);
+  const char* hosts[] = {"a", "a", "a", "b"};
+  for (int r = 0; r < 4; ++r) {
+    ranks[static_cast<size_t>(r)].rank = r;
+    ranks[static_cast<size_t>(r)].joined = true;
+    ranks[static_cast<size_t>(r)].host = hosts[r];
+  }
+  const std::optional<std::string> warning = TensorGroupsAcrossHosts(ranks, 2);
+  ASSERT_TRUE(warning.has_value());
+  EXPECT_NE(warning->find("1 of the job's tensor-parallel groups span hosts (ranks 2-3 on a, b)"),
+            std::string::npos)
+      << *warning;
+  EXPECT_FALSE(TensorGroupsAcrossHosts(ranks, 1).has_value());  // no tensor groups
+  ranks[3].host = "a";
+  EXPECT_FALSE(TensorGroupsAcrossHosts(ranks, 2).has_value());  // each group on one host
+  ranks[3].host = "b";
+  ranks[1].joined = false;
+  EXPECT_FALSE(TensorGroupsAcrossHosts(ranks, 2).has_value());  // not every rank is known yet
+}
+
 }  // namespace
 }  // namespace baton

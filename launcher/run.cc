@@ -92,6 +92,7 @@ MonitorOptions MonitorOptionsFor(const Plan& plan, int attempt) {
   MonitorOptions m;
   m.world_size = plan.world_size();
   m.stages = plan.num_stages();
+  m.tensor = plan.num_tensor();
   // Replica 0's head at tensor rank 0: every replica's head (every tensor rank) has the loss.
   m.head_rank = plan.WorldRank(plan.head_stage(), 0, 0);
   m.total_steps = plan.config.train.steps;
