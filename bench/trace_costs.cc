@@ -361,4 +361,40 @@ SimulatedStep SimulateStep(const Schedule& schedule, const DerivedCosts& costs,
   return sim;
 }
 
+std::vector<DerivedCosts> StepCosts(const PipelineTrace& trace, const Schedule& schedule,
+                                    int64_t first_step, const DerivedCosts& derived) {
+  const int p = schedule.stages;
+  BATON_CHECK(static_cast<int>(trace.size()) == p, "a trace of {} stages for a {}-stage schedule",
+              trace.size(), p);
+  // step -> (its costs, the stages that traced it)
+  std::map<int64_t, std::pair<DerivedCosts, int>> steps;
+  for (int stage = 0; stage < p; ++stage) {
+    for (const StepTrace* step : Measured(trace[static_cast<size_t>(stage)], first_step)) {
+      auto [it, inserted] = steps.try_emplace(step->step, derived, 0);
+      ++it->second.second;
+      for (const TraceSpan& s : step->spans) {
+        if (s.kind != TraceSpan::Kind::kCompute) continue;
+        it->second.first.costs
+            .per_action[{schedule.VirtualStageOf(s.action), s.action.kind, s.action.microbatch}] =
+            Millis(s.end_us - s.start_us);
+      }
+    }
+  }
+  std::vector<DerivedCosts> out;
+  for (auto& [step, costs] : steps) {
+    if (costs.second == p) out.push_back(std::move(costs.first));
+  }
+  return out;
+}
+
+double ReplayedBubble(const Schedule& schedule, const std::vector<DerivedCosts>& steps,
+                      CommSemantics semantics) {
+  std::vector<StepParts> all;
+  for (const DerivedCosts& costs : steps) {
+    const SimulatedStep step = SimulateStep(schedule, costs, semantics);
+    all.insert(all.end(), step.parts.begin(), step.parts.end());
+  }
+  return BubbleOf(all);
+}
+
 }  // namespace baton::bench

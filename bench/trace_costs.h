@@ -14,6 +14,8 @@
 //   MeasureBreakdown    per stage, the measured step split by kind (compute, update, waits by
 //                       RECV_F/RECV_B/SEND, step start, exchange, time in no span);
 //                       SimulateStep gives the same split for the simulated step.
+//   StepCosts,          each measured step replayed in the simulator with every action's own
+//   ReplayedBubble      measured duration instead of its kind's mean, and their pooled bubble.
 //
 // Pure functions of their arguments; they throw baton::Error on a malformed trace or a trace
 // that does not fit the schedule. Times are milliseconds.
@@ -87,5 +89,15 @@ struct SimulatedStep {
 // async_bubble from Simulate() itself.
 SimulatedStep SimulateStep(const Schedule& schedule, const DerivedCosts& costs,
                            CommSemantics semantics = CommSemantics::kAsync);
+
+// Each measured step that every stage traced, as `derived` with that step's own compute
+// durations action by action (Costs::per_action), step order: the run's own actions replayed
+// with their own times, so a slow action delays its peers in the simulator as it did in the run.
+std::vector<DerivedCosts> StepCosts(const PipelineTrace& trace, const Schedule& schedule,
+                                    int64_t first_step, const DerivedCosts& derived);
+
+// The replayed steps' bubble: SimulateStep of each, their parts pooled (BubbleOf).
+double ReplayedBubble(const Schedule& schedule, const std::vector<DerivedCosts>& steps,
+                      CommSemantics semantics = CommSemantics::kAsync);
 
 }  // namespace baton::bench

@@ -164,6 +164,23 @@ TEST(SimulateStep, UnderRendezvousASendHoldsItsStageUntilItsReceiveIsPosted) {
   }
 }
 
+TEST(ReplayedBubble, ReplaysEachActionsOwnDurationWhereTheMeansMissASlowOne) {
+  const Schedule schedule = Lowered("1f1b", 2, 4);
+  Costs costs = TwoStageCosts(0.5);
+  // Stage 0's forward of micro-batch 1 takes three times its kind's usual 10 ms: it delays
+  // stage 1, which a simulator fed each kind's mean (15 ms) spreads over every forward.
+  costs.per_action[{0, ActionKind::kForward, 1}] = 30;
+  const PipelineTrace trace = Synthesize(schedule, costs, {{2, 5, 0.5}, {1, 7, 0.25}}, 3, 4, 1);
+  const double measured = BubbleOf(MeasureBreakdown(trace, 2));
+  const DerivedCosts derived = DeriveCosts(trace, schedule, 2);
+  const std::vector<DerivedCosts> steps = StepCosts(trace, schedule, 2, derived);
+  ASSERT_EQ(steps.size(), 3u);  // steps 2, 3 and 4
+  EXPECT_EQ(steps[0].costs.per_action.at({0, ActionKind::kForward, 1}), 30);
+  EXPECT_EQ(steps[0].costs.per_action.at({1, ActionKind::kBackward, 3}), 26);
+  EXPECT_NEAR(ReplayedBubble(schedule, steps), measured, 1e-9);
+  EXPECT_GT(std::abs(SimulateStep(schedule, derived).bubble - measured), 1e-3);
+}
+
 TEST(MeasureBreakdown, SplitsAStepByKindAndCountsTimeInNoSpan) {
   // One stage: step start 0-1 ms, F0 1-4, a 0.5 ms gap, wait SEND_F0 4.5-5, B0 5-9,
   // optimizer 9-12 with an exchange 9-10 inside.

@@ -93,6 +93,11 @@ const ActionCosts& Costs::For(int virtual_stage) const {
   return it == per_virtual_stage.end() ? defaults : it->second;
 }
 
+double Costs::Of(int virtual_stage, const Action& action) const {
+  const auto it = per_action.find({virtual_stage, action.kind, action.microbatch});
+  return it == per_action.end() ? For(virtual_stage).Of(action.kind) : it->second;
+}
+
 Costs ParseCosts(std::string_view text) {
   std::vector<Entry> entries;
   std::set<std::pair<std::string, int>> seen;

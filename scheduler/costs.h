@@ -12,6 +12,7 @@
 
 #include <map>
 #include <string_view>
+#include <tuple>
 
 #include "scheduler/action.h"
 
@@ -32,8 +33,14 @@ struct ActionCosts {
 struct Costs {
   ActionCosts defaults;
   std::map<int, ActionCosts> per_virtual_stage;  // complete replacement for one virtual stage
+  // Single compute actions' own costs, by (virtual stage, kind, micro-batch), over the above:
+  // replaying a measured step action by action (bench/trace_costs.h). Not in the text form.
+  std::map<std::tuple<int, ActionKind, int>, double> per_action;
 
   const ActionCosts& For(int virtual_stage) const;
+  // The stage time `action` of virtual stage `virtual_stage` occupies: its per_action entry, else
+  // its kind's cost there.
+  double Of(int virtual_stage, const Action& action) const;
   friend bool operator==(const Costs&, const Costs&) = default;
 };
 

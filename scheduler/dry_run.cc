@@ -199,7 +199,7 @@ Status Engine::Compute(int rank, const Action& action) {
       return Fail(rank, "internal: " + Name(action) + " is not a compute action");
   }
   if (status != Status::kDone) return status;
-  const double end = ready + costs_.For(stage).Of(action.kind);
+  const double end = ready + costs_.Of(stage, action);
   Record(rank, ready, end);
   clock_[rank] = end;
   if (action.kind == ActionKind::kForward) forward_end_[index] = end;
