@@ -207,16 +207,18 @@ std::string JobMonitor::RankTable(const std::vector<RankState>& ranks) const {
   return FormatRankTable(ranks, exits_);
 }
 
+int JobMonitor::tensor() const { return std::max(1, options_.tensor); }
+
+int JobMonitor::stages() const {
+  return options_.stages > 0 ? options_.stages : options_.world_size / tensor();
+}
+
 JobMonitor::Place JobMonitor::PlaceOf(int rank) const {
-  const int tensor = std::max(1, options_.tensor);
-  const int stages = options_.stages > 0 ? options_.stages : options_.world_size / tensor;
-  return {rank / tensor % stages, rank / tensor / stages, rank % tensor};
+  return {rank / tensor() % stages(), rank / tensor() / stages(), rank % tensor()};
 }
 
 int JobMonitor::num_replicas() const {
-  const int tensor = std::max(1, options_.tensor);
-  const int stages = options_.stages > 0 ? options_.stages : options_.world_size / tensor;
-  return std::max(1, options_.world_size / (tensor * stages));
+  return std::max(1, options_.world_size / (tensor() * stages()));
 }
 
 std::string JobMonitor::Who(int rank) const {

@@ -70,6 +70,8 @@ class JobMonitor {
     int stage, replica, tensor;
   };
   Place PlaceOf(int rank) const;
+  int tensor() const;  // options_' tensor ranks per stage, at least 1
+  int stages() const;  // options_' stages of one pipeline
   int num_replicas() const;
   std::optional<std::string> CheckFailure(const std::vector<RankState>& ranks);
   // The worker exits that name the job's failure, described, once one of them is a cause (killed

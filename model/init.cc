@@ -2,7 +2,6 @@
 #include "model/init.h"
 
 #include <cmath>
-#include <numeric>
 #include <vector>
 
 #include "core/error.h"
@@ -38,12 +37,17 @@ void UploadValues(Backend& backend, const std::vector<float>& host, Tensor& valu
   backend.Synchronize();  // `bytes` dies on return
 }
 
+std::vector<std::byte> HostBytes(Backend& backend, const Tensor& t) {
+  std::vector<std::byte> bytes(t.nbytes());
+  Tensor host = Tensor::Wrap(bytes.data(), t.shape(), t.dtype());
+  backend.Copy(t, host);
+  backend.Synchronize();
+  return bytes;
+}
+
 std::vector<float> HostValues(Backend& backend, const Tensor& value) {
   const size_t n = static_cast<size_t>(value.numel());
-  std::vector<std::byte> raw(n * SizeOf(value.dtype()));
-  Tensor host = Tensor::Wrap(raw.data(), value.shape(), value.dtype());
-  backend.Copy(value, host);
-  backend.Synchronize();
+  const std::vector<std::byte> raw = HostBytes(backend, value);
   std::vector<float> values(n);
   ConvertFloats(raw.data(), value.dtype(), values.data(), DType::kF32, n);
   return values;
@@ -56,11 +60,7 @@ void InitNormal(Backend& backend, Tensor& value, uint64_t seed, int layer_index,
   if (IsMeta(backend)) return;  // the memory planner: no values to draw
   Rng rng = Rng::ForStream(
       seed, {static_cast<uint64_t>(layer_index), static_cast<uint64_t>(param_index)});
-  Shape full_shape = value.shape();
-  if (split.cut()) {
-    full_shape[static_cast<size_t>(split.dim)] =
-        std::accumulate(split.sections.begin(), split.sections.end(), int64_t{0});
-  }
+  const Shape full_shape = WholeShape(value.shape(), split);
   std::vector<float> host(static_cast<size_t>(NumElements(full_shape)));
   for (float& v : host) v = static_cast<float>(rng.NextNormal() * std);
   if (split.cut()) {

@@ -11,6 +11,7 @@
 //   equals the embedding's bit for bit.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -32,6 +33,8 @@ double OutputProjectionStd(int num_layers);  // 0.02 / sqrt(2 L)
 // (booked as grads); weight_decay is set for rank >= 2.
 Param NewParam(Backend& backend, std::string name, Shape shape, DType dtype);
 
+// `t` (any device, any dtype) as its raw bytes on the host.
+std::vector<std::byte> HostBytes(Backend& backend, const Tensor& t);
 // `value` (any device, any float dtype) as host f32 values.
 std::vector<float> HostValues(Backend& backend, const Tensor& value);
 // Writes host f32 values into `value` (any float dtype, any device), rounding to nearest even on

@@ -41,6 +41,14 @@ Shape PartShape(const Shape& full, const TensorSplit& split) {
   return shape;
 }
 
+Shape WholeShape(const Shape& part, const TensorSplit& split) {
+  if (!split.cut()) return part;
+  Shape shape = part;
+  shape.at(static_cast<size_t>(split.dim)) =
+      std::accumulate(split.sections.begin(), split.sections.end(), int64_t{0});
+  return shape;
+}
+
 namespace {
 
 // Calls copy(full_offset, part_offset, bytes) for every contiguous run of the part, both offsets

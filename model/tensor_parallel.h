@@ -46,6 +46,9 @@ std::vector<std::pair<int64_t, int64_t>> PartRanges(const TensorSplit& split);
 // Throws unless the sections add up to full[dim].
 Shape PartShape(const Shape& full, const TensorSplit& split);
 
+// The whole tensor's shape, from the shape of a part of it (`part` itself when not cut).
+Shape WholeShape(const Shape& part, const TensorSplit& split);
+
 // Host copies between a full tensor (row-major, `full` shape, elements of `element_bytes`) and
 // part `split.part` of it (row-major, PartShape).
 void ExtractPart(const void* full, const Shape& full_shape, size_t element_bytes,

@@ -12,6 +12,7 @@
 #include "core/units.h"
 #include "data/packing.h"
 #include "data/tokenizer.h"
+#include "model/init.h"
 #include "model/prune.h"
 #include "worker/pruning.h"
 #include "worker/stage_tensors.h"
@@ -567,9 +568,7 @@ std::vector<std::pair<int, uint64_t>> Trainer::LayerDigests() {
     Fnv1a64 hash;
     for (Param* p : layer->params()) {
       if (p->tied) continue;
-      std::vector<char> host(p->value.nbytes());
-      Tensor view = Tensor::Wrap(host.data(), p->value.shape(), p->value.dtype());
-      backend_.Copy(p->value, view);
+      const std::vector<std::byte> host = HostBytes(backend_, p->value);
       hash.Update(host.data(), host.size());
     }
     digests.emplace_back(index, hash.digest());
@@ -588,9 +587,7 @@ std::map<std::string, uint64_t> Trainer::TiedParamDigests() {
       }
       for (Param* p : layer->params()) {
         if (p->name != group.param) continue;
-        std::vector<char> host(p->value.nbytes());
-        Tensor view = Tensor::Wrap(host.data(), p->value.shape(), p->value.dtype());
-        backend_.Copy(p->value, view);
+        const std::vector<std::byte> host = HostBytes(backend_, p->value);
         Fnv1a64 hash;
         hash.Update(host.data(), host.size());
         digests[group.param] = hash.digest();

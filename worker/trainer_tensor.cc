@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "model/init.h"
 #include "worker/trainer.h"
 
 namespace baton {
@@ -14,23 +15,6 @@ namespace {
 std::vector<Tensor ParamTensors::*> CutFields() {
   return {&ParamTensors::value, &ParamTensors::master, &ParamTensors::adam_m,
           &ParamTensors::adam_v};
-}
-
-Shape WholeShape(const Tensor& part, const TensorSplit& split) {
-  Shape shape = part.shape();
-  int64_t size = 0;
-  for (const int64_t n : split.sections) size += n;
-  shape.at(static_cast<size_t>(split.dim)) = size;
-  return shape;
-}
-
-// Raw host bytes of `t` (any device).
-std::vector<std::byte> HostBytes(Backend& backend, const Tensor& t) {
-  std::vector<std::byte> bytes(t.nbytes());
-  Tensor host = Tensor::Wrap(bytes.data(), t.shape(), t.dtype());
-  backend.Copy(t, host);
-  backend.Synchronize();
-  return bytes;
 }
 
 }  // namespace
@@ -46,7 +30,7 @@ LayerTensors Trainer::WholeLayer(const LayerTensors& layer) {
       Tensor& part = p.*field;
       if (!part.defined()) continue;
       // This rank's part at its place in zeros; the group's sum is then the whole (x + 0 = x).
-      const Shape shape = WholeShape(part, p.split);
+      const Shape shape = WholeShape(part.shape(), p.split);
       std::vector<std::byte> host(static_cast<size_t>(NumElements(shape)) * SizeOf(part.dtype()));
       InsertPart(HostBytes(backend_, part).data(), shape, SizeOf(part.dtype()), p.split,
                  host.data());
@@ -69,7 +53,7 @@ LayerTensors Trainer::WholeTemporaries(const LayerTensors& layer) {
     for (Tensor ParamTensors::*field : CutFields()) {
       Tensor& part = p.*field;
       if (!part.defined()) continue;
-      part = Tensor::Empty(backend_.allocator(), WholeShape(part, p.split), part.dtype(),
+      part = Tensor::Empty(backend_.allocator(), WholeShape(part.shape(), p.split), part.dtype(),
                            MemCategory::kWorkspace);
     }
   }
