@@ -221,17 +221,18 @@ void PrintSummary(const Run& single, const std::vector<Run>& runs) {
 }
 
 void PrintCosts(const std::vector<Run>& runs) {
-  Table table(
-      {"schedule", "virtual stage", "F ms", "B ms", "I ms", "W ms", "latency ms", "samples"});
+  Table table({"schedule", "virtual stage", "F ms", "B ms", "I ms", "W ms", "post ms", "latency ms",
+               "samples"});
   for (const Run& run : runs) {
     for (const auto& [j, c] : run.costs.costs.per_virtual_stage) {
       table.AddRow({j == 0 ? run.schedule.name : "", std::to_string(j), Ms(c.forward),
                     Ms(c.backward), Ms(c.backward_input), Ms(c.backward_weight),
-                    fmt::format("{:.2f}", c.communication),
+                    fmt::format("{:.3f}", c.post), fmt::format("{:.2f}", c.communication),
                     std::to_string(run.costs.latency_samples)});
     }
   }
-  std::cout << "costs fed to the simulator (means over the measured steps):\n"
+  std::cout << "costs fed to the simulator (means over the measured steps; post: the stage's "
+               "time in no span per SEND or RECV):\n"
             << table.ToString() << "\n";
 }
 

@@ -252,6 +252,17 @@ DerivedCosts DeriveCosts(const PipelineTrace& trace, const Schedule& schedule, i
   std::map<int64_t, std::vector<double>> exchange_by_step;
   for (int stage = 0; stage < p; ++stage) {
     const StepParts& part = parts[static_cast<size_t>(stage)];
+    // Post: the engine's time in no span, shared by the stage's messages (sends and receives).
+    const std::vector<Action>& program = schedule.per_stage[static_cast<size_t>(stage)];
+    const auto messages = std::count_if(program.begin(), program.end(),
+                                        [](const Action& a) { return IsCommunication(a.kind); });
+    if (messages > 0) {
+      for (auto& [j, c] : derived.costs.per_virtual_stage) {
+        if (StageOfVirtualStage(j, p, schedule.layout) == stage) {
+          c.post = part.uncovered / static_cast<double>(messages);
+        }
+      }
+    }
     derived.step_start.push_back(part.step_start);
     derived.update.push_back(part.update);
     const std::vector<const StepTrace*> measured =
@@ -341,8 +352,8 @@ SimulatedStep SimulateStep(const Schedule& schedule, const DerivedCosts& costs,
         first_compute = false;
       }
       WaitPart(parts, a.kind) += idle;
-      const double own = run.end[i][k] - run.start[i][k];
-      (IsCompute(a.kind) ? parts.compute : WaitPart(parts, a.kind)) += own;
+      const double own = run.end[i][k] - run.start[i][k];  // a SEND or RECV: its post
+      (IsCompute(a.kind) ? parts.compute : parts.uncovered) += own;
       previous_end = run.end[i][k];
     }
     parts.exchange = sim.makespan - stage_end[i] + costs.exchange;

@@ -5,7 +5,8 @@
 //   ReadChromeTrace     trace.json (launcher/outputs.cc ChromeTrace) back into per-stage steps
 //                       of TraceSpans (plan/result.h), parsing each span's name.
 //   DeriveCosts         per virtual stage the mean duration of F, B, I, W over the measured
-//                       steps, the median message latency, and per stage the step's other parts
+//                       steps, the median message latency, the post (the stage's time in no span
+//                       per SEND or RECV), and per stage the step's other parts
 //                       (step start, update, the step end's intrinsic exchange, the gap between
 //                       steps).
 //   SimulateStep        the simulator on the run's schedule with those costs (under the run's
@@ -62,7 +63,8 @@ std::vector<StepParts> MeasureBreakdown(const PipelineTrace& trace, int64_t firs
 double BubbleOf(const std::vector<StepParts>& parts);
 
 struct DerivedCosts {
-  Costs costs;                     // per virtual stage; communication: the median latency
+  Costs costs;  // per virtual stage; communication: the median latency; post: its stage's time
+                // in no span over its SEND and RECV actions
   int latency_samples = 0;         // messages whose receiver was already waiting
   std::vector<double> step_start;  // per stage, mean
   std::vector<double> update;      // per stage, mean

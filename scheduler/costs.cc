@@ -25,6 +25,7 @@ double* Field(ActionCosts& costs, std::string_view key) {
   if (key == "I") return &costs.backward_input;
   if (key == "W") return &costs.backward_weight;
   if (key == "COMM") return &costs.communication;
+  if (key == "POST") return &costs.post;
   return nullptr;
 }
 
@@ -37,7 +38,7 @@ struct Entry {
 Entry ParseEntry(std::string_view entry) {
   auto fail = [&](const std::string& why) {
     return Error("bad cost '" + std::string(entry) + "': " + why +
-                 " (expected KEY[@STAGE]=VALUE with KEY one of F B I W COMM)");
+                 " (expected KEY[@STAGE]=VALUE with KEY one of F B I W COMM POST)");
   };
   const size_t equals = entry.find('=');
   if (equals == std::string_view::npos) throw fail("missing '='");
@@ -83,7 +84,7 @@ double ActionCosts::Of(ActionKind kind) const {
     case ActionKind::kRecvForward:
     case ActionKind::kSendBackward:
     case ActionKind::kRecvBackward:
-      return 0;
+      return post;
   }
   throw Error("unknown ActionKind " + std::to_string(static_cast<int>(kind)));
 }

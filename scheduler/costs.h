@@ -1,13 +1,15 @@
 // Per-action costs the simulator charges, in arbitrary time units, and their text form.
 //
 // Compute actions occupy their stage for their cost. Communication is a latency: a message posted
-// at time t is usable by its receiver at t + communication; posting and receiving occupy no stage
-// time (the runtime posts async sends/receives). Costs are per action, so an interleaved chunk
-// action is charged the full F/B: divide by v to compare schedules at equal work (the bubble
-// fraction is unchanged by scaling every cost).
+// at time t is usable by its receiver at t + communication. Posting a SEND or a RECV occupies its
+// stage for `post` (0 by default: the runtime posts async sends/receives; a measured run's post is
+// the engine's own time per message, e.g. the copy into a loopback socket). Costs are per action,
+// so an interleaved chunk action is charged the full F/B: divide by v to compare schedules at equal
+// work (the bubble fraction is unchanged by scaling every cost).
 //
-// Text form: comma-separated KEY[@VIRTUAL_STAGE]=VALUE, keys F B I W COMM, e.g. "F=1,B=2,F@3=1.5"
-// (virtual stage 3's forwards cost 1.5; other stages use F=1). Values are finite and >= 0.
+// Text form: comma-separated KEY[@VIRTUAL_STAGE]=VALUE, keys F B I W COMM POST, e.g.
+// "F=1,B=2,F@3=1.5" (virtual stage 3's forwards cost 1.5; other stages use F=1). Values are finite
+// and >= 0.
 #pragma once
 
 #include <map>
@@ -24,8 +26,9 @@ struct ActionCosts {
   double backward_input = 1;   // I
   double backward_weight = 1;  // W
   double communication = 0;    // latency of one SEND -> RECV message, charged to the sender's stage
+  double post = 0;             // stage time one SEND or RECV occupies
 
-  // The stage time an action of this kind occupies (0 for SEND/RECV).
+  // The stage time an action of this kind occupies (`post` for SEND/RECV).
   double Of(ActionKind kind) const;
   friend bool operator==(const ActionCosts&, const ActionCosts&) = default;
 };

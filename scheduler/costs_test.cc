@@ -21,12 +21,13 @@ TEST(CostsTest, EmptyTextGivesTheDefaults) {
 }
 
 TEST(CostsTest, EveryKeyIsParsed) {
-  const Costs costs = ParseCosts("F=1.5, B=3,I=0.25,W=2,COMM=0.1");
+  const Costs costs = ParseCosts("F=1.5, B=3,I=0.25,W=2,COMM=0.1,POST=0.02");
   EXPECT_EQ(costs.defaults.forward, 1.5);
   EXPECT_EQ(costs.defaults.backward, 3);
   EXPECT_EQ(costs.defaults.backward_input, 0.25);
   EXPECT_EQ(costs.defaults.backward_weight, 2);
   EXPECT_EQ(costs.defaults.communication, 0.1);
+  EXPECT_EQ(costs.defaults.post, 0.02);
 }
 
 TEST(CostsTest, PerStageOverrideStartsFromAllDefaults) {
@@ -37,12 +38,16 @@ TEST(CostsTest, PerStageOverrideStartsFromAllDefaults) {
   EXPECT_EQ(costs.For(0).backward, 4);
 }
 
-TEST(CostsTest, CommunicationActionsTakeNoRankTime) {
-  const ActionCosts costs{1, 2, 3, 4, 5};
+TEST(CostsTest, CommunicationActionsTakeTheirPostAsRankTime) {
+  ActionCosts costs{1, 2, 3, 4, 5};
   EXPECT_EQ(costs.Of(ActionKind::kForward), 1);
   EXPECT_EQ(costs.Of(ActionKind::kBackwardWeight), 4);
-  EXPECT_EQ(costs.Of(ActionKind::kSendForward), 0);
+  EXPECT_EQ(costs.Of(ActionKind::kSendForward), 0);  // by default posting is free
   EXPECT_EQ(costs.Of(ActionKind::kRecvBackward), 0);
+  costs.post = 0.5;
+  EXPECT_EQ(costs.Of(ActionKind::kSendBackward), 0.5);
+  EXPECT_EQ(costs.Of(ActionKind::kRecvForward), 0.5);
+  EXPECT_EQ(costs.Of(ActionKind::kForward), 1);
 }
 
 TEST(CostsTest, BadInputIsRejected) {

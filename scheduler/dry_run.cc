@@ -335,22 +335,27 @@ Status Engine::Send(int rank, const Action& action) {
   if (semantics_ == CommSemantics::kRendezvous) {  // messages never queue: each meets its RECV
     if (posted_[link].empty()) return Status::kBlocked;
     sent_at = std::max(sent_at, posted_[link].front().posted_at);
-    clock_[rank] = sent_at;
   }
+  // Posting holds the stage; the message leaves as the post begins (`communication` is measured
+  // from the producer's end, so it covers the post).
+  clock_[rank] = sent_at + costs_.Of(VirtualStage(action, p_, layout_), action);
   messages_[link].push_back(Post(rank, action, sent_at));
-  Record(rank, sent_at, sent_at);
+  Record(rank, sent_at, clock_[rank]);
   return Match(link);
 }
 
-// A RECV posts its receive and never blocks: the compute that consumes the data waits for it.
+// A RECV posts its receive (its `post` cost) and never blocks: the compute that consumes the data
+// waits for it.
 Status Engine::Recv(int rank, const Action& action) {
   if (Status status = CheckRecv(rank, action); status != Status::kDone) return status;
   const int stage = VirtualStage(action, p_, layout_);
   auto& posted = action.kind == ActionKind::kRecvForward ? activation_posted_ : gradient_posted_;
   posted[Index(stage, action.microbatch)] = 1;
   const int link = Link(PeerStage(action, p_, layout_), rank);
-  posted_[link].push_back({action, clock_[rank], rank, pc_[rank]});
-  Record(rank, clock_[rank], clock_[rank]);
+  const double start = clock_[rank];
+  clock_[rank] = start + costs_.Of(stage, action);  // posting holds the stage
+  posted_[link].push_back({action, start, rank, pc_[rank]});
+  Record(rank, start, clock_[rank]);
   return Match(link);
 }
 

@@ -24,7 +24,8 @@
 // a blocking SEND complete sooner without holding its own stage.
 //
 // Timing: actions start as soon as their stage is free and their inputs are there; a compute takes
-// its cost; SEND and RECV take no stage time; a message is usable `communication` after it is sent.
+// its cost; a SEND or RECV takes its `post` cost (0 by default); a message is usable
+// `communication` after its SEND starts.
 #pragma once
 
 #include <string>

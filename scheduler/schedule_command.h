@@ -13,7 +13,7 @@ struct ScheduleCommandOptions {
   int microbatches = 0;           // --microbatches M (required unless --file)
   std::string schedule = "1f1b";  // --schedule NAME: one of ScheduleNames() (generators.h)
   int chunks = 1;  // --chunks V: interleaved (>= 2); V schedules take 2 by themselves (ChunksFor)
-  std::string costs;  // --costs "F=1,B=2,I=1,W=1,COMM=0[,F@STAGE=...]"; empty = defaults
+  std::string costs;  // --costs "F=1,B=2,I=1,W=1,COMM=0,POST=0[,F@STAGE=...]"; empty = defaults
   // --file custom.csv: the schedule to use instead of a generator (CSV form, schedule.h). If it
   // has no SEND/RECV, communication is inserted. Nonzero stages/microbatches must then match it.
   std::string file;

@@ -173,6 +173,23 @@ TEST(SimulatorTest, CommunicationLatencyDelaysTheReceiver) {
   }
 }
 
+TEST(SimulatorTest, PostingAMessageHoldsItsStage) {
+  Costs costs;
+  costs.defaults.communication = 0.5;
+  costs.defaults.post = 0.25;
+  const SimulationResult result = Simulate(InsertCommunication(GPipe(2, 1)), costs);
+  // Stage 1 posts RECV_F0 [0,0.25). F0 [0,1), SEND_F0 posted [1,1.25), the message arrives 1.5
+  // -> F0 [1.5,2.5), B0 [2.5,4.5), SEND_B0 [4.5,4.75) arrives 5. Stage 0 posted RECV_B0 at
+  // [1.25,1.5) -> B0 [5,7).
+  EXPECT_EQ(result.timeline[1][0].start, 1.5);
+  EXPECT_EQ(result.timeline[0][1].start, 5);
+  EXPECT_EQ(result.makespan, 7);
+  // A stage busy posting delays its next compute: stage 0's second forward waits for SEND_F0.
+  const SimulationResult two = Simulate(InsertCommunication(GPipe(2, 2)), costs);
+  EXPECT_EQ(two.timeline[0][1].start, 1.25);
+  EXPECT_GT(two.bubble_fraction, Simulate(InsertCommunication(GPipe(2, 2))).bubble_fraction);
+}
+
 TEST(SimulatorTest, InsertedCommunicationDoesNotChangeTheTimeline) {
   for (const Schedule& compute :
        {OneFOneB(4, 8), Interleaved1F1B(3, 7, 3), ZeroBubbleH1(5, 9), GPipe(2, 3)}) {
