@@ -1,9 +1,15 @@
-// The coordinator's gRPC service: token checks and message conversion around CoordinatorState.
+// The coordinator's gRPC service: token checks and message conversion around CoordinatorState,
+// served through gRPC's generic callback API so that the token is checked before any message
+// is read.
 #include "coordinator/coordinator_server.h"
 
+#include <grpcpp/generic/async_generic_service.h>
 #include <grpcpp/grpcpp.h>
 
 #include <condition_variable>
+#include <functional>
+#include <map>
+#include <mutex>
 #include <random>
 #include <thread>
 
@@ -16,7 +22,6 @@
 namespace baton {
 namespace {
 
-using grpc::ServerContext;
 using grpc::Status;
 using grpc::StatusCode;
 
@@ -24,109 +29,98 @@ Clock::time_point DeadlineAfterMs(int64_t timeout_ms) {
   return Clock::now() + std::chrono::milliseconds(std::max<int64_t>(timeout_ms, 0));
 }
 
-class CoordinatorService final : public pb::Coordinator::Service {
- public:
-  explicit CoordinatorService(CoordinatorState& state) : state_(state) {}
+using Cancelled = CoordinatorState::Cancelled;
 
-  Status Join(ServerContext* context, const pb::JoinRequest* request,
-              pb::JoinResponse* response) override {
-    if (Status status = CheckToken(context); !status.ok()) return status;
+// The service's methods over CoordinatorState, each a function of the parsed request (the call's
+// token already checked) to its response and status.
+class CoordinatorHandlers {
+ public:
+  explicit CoordinatorHandlers(CoordinatorState& state) : state_(state) {}
+
+  Status Join(const pb::JoinRequest& request, pb::JoinResponse* response, const Cancelled&) {
     std::string plan;
-    Status status = state_.Join(FromProto(*request), &plan);
+    Status status = state_.Join(FromProto(request), &plan);
     if (!status.ok()) return status;
     response->set_plan(std::move(plan));
-    response->set_world_size(request->world_size());
-    response->set_job_id(request->job_id());
+    response->set_world_size(request.world_size());
+    response->set_job_id(request.job_id());
     return Status::OK;
   }
 
-  Status KvSet(ServerContext* context, const pb::KvSetRequest* request,
-               pb::KvSetResponse*) override {
-    if (Status status = CheckToken(context); !status.ok()) return status;
-    return state_.KvSet(request->key(), request->value());
+  Status KvSet(const pb::KvSetRequest& request, pb::KvSetResponse*, const Cancelled&) {
+    return state_.KvSet(request.key(), request.value());
   }
 
-  Status KvGet(ServerContext* context, const pb::KvGetRequest* request,
-               pb::KvGetResponse* response) override {
-    if (Status status = CheckToken(context); !status.ok()) return status;
-    return state_.KvGet(request->key(), DeadlineAfterMs(request->timeout_ms()), Cancelled(context),
+  Status KvGet(const pb::KvGetRequest& request, pb::KvGetResponse* response,
+               const Cancelled& cancelled) {
+    return state_.KvGet(request.key(), DeadlineAfterMs(request.timeout_ms()), cancelled,
                         response->mutable_value());
   }
 
-  Status KvWait(ServerContext* context, const pb::KvWaitRequest* request,
-                pb::KvWaitResponse*) override {
-    if (Status status = CheckToken(context); !status.ok()) return status;
-    std::vector<std::string> keys(request->keys().begin(), request->keys().end());
-    return state_.KvWait(keys, DeadlineAfterMs(request->timeout_ms()), Cancelled(context));
+  Status KvWait(const pb::KvWaitRequest& request, pb::KvWaitResponse*, const Cancelled& cancelled) {
+    std::vector<std::string> keys(request.keys().begin(), request.keys().end());
+    return state_.KvWait(keys, DeadlineAfterMs(request.timeout_ms()), cancelled);
   }
 
-  Status Barrier(ServerContext* context, const pb::BarrierRequest* request,
-                 pb::BarrierResponse*) override {
-    if (Status status = CheckToken(context); !status.ok()) return status;
-    return state_.Barrier(request->name(), request->rank(), DeadlineAfterMs(request->timeout_ms()),
-                          Cancelled(context));
+  Status Barrier(const pb::BarrierRequest& request, pb::BarrierResponse*,
+                 const Cancelled& cancelled) {
+    return state_.Barrier(request.name(), request.rank(), DeadlineAfterMs(request.timeout_ms()),
+                          cancelled);
   }
 
-  Status Report(ServerContext* context, const pb::ReportRequest* request,
-                pb::ReportResponse* response) override {
-    if (Status status = CheckToken(context); !status.ok()) return status;
+  Status Report(const pb::ReportRequest& request, pb::ReportResponse* response, const Cancelled&) {
     std::string abort_reason;
-    Status status = state_.Report(FromProto(*request), &abort_reason);
+    Status status = state_.Report(FromProto(request), &abort_reason);
     if (!status.ok()) return status;
     response->set_abort(!abort_reason.empty());
     response->set_abort_reason(abort_reason);
     return Status::OK;
   }
 
-  Status Abort(ServerContext* context, const pb::AbortRequest* request,
-               pb::AbortResponse*) override {
-    if (Status status = CheckToken(context); !status.ok()) return status;
-    std::string who = request->rank() < 0 ? std::string("the launcher")
-                                          : DescribeRank(request->rank(), request->stage());
-    state_.Abort(fmt::format("{} asked to abort: {}", who, request->reason()));
+  Status Abort(const pb::AbortRequest& request, pb::AbortResponse*, const Cancelled&) {
+    std::string who = request.rank() < 0 ? std::string("the launcher")
+                                         : DescribeRank(request.rank(), request.stage());
+    state_.Abort(fmt::format("{} asked to abort: {}", who, request.reason()));
     return Status::OK;
   }
 
-  Status Watch(ServerContext* context, const pb::WatchRequest* request,
-               grpc::ServerWriter<pb::Event>* writer) override {
-    if (Status status = CheckToken(context); !status.ok()) return status;
+  // A stream: `write` sends one event (false once the client is gone).
+  Status Watch(const pb::WatchRequest& request, const std::function<bool(const pb::Event&)>& write,
+               const Cancelled& cancelled) {
     pb::Event event;
     event.set_kind(pb::Event::KIND_WATCHING);  // tells the client the watch is established
-    writer->Write(event);
+    write(event);
     bool abort = false;
     std::string reason;
-    Status status = state_.WatchRank(request->rank(), Cancelled(context), &abort, &reason);
+    Status status = state_.WatchRank(request.rank(), cancelled, &abort, &reason);
     if (!status.ok() || reason.empty()) return status;  // refused, or the client went away
     event.set_kind(abort ? pb::Event::KIND_ABORT : pb::Event::KIND_SHUTDOWN);
     event.set_reason(reason);
-    writer->Write(event);
+    write(event);
     return Status::OK;
   }
 
-  Status AwaitAbort(ServerContext* context, const pb::AwaitAbortRequest* request,
-                    pb::AwaitAbortResponse* response) override {
-    if (Status status = CheckToken(context); !status.ok()) return status;
+  Status AwaitAbort(const pb::AwaitAbortRequest& request, pb::AwaitAbortResponse* response,
+                    const Cancelled& cancelled) {
     bool aborted = false;
     std::string reason;
-    Status status = state_.AwaitAbort(request->rank(), request->attempt(),
-                                      DeadlineAfterMs(request->timeout_ms()), Cancelled(context),
-                                      &aborted, &reason);
+    Status status =
+        state_.AwaitAbort(request.rank(), request.attempt(), DeadlineAfterMs(request.timeout_ms()),
+                          cancelled, &aborted, &reason);
     response->set_aborted(aborted);
     response->set_reason(reason);
     return status;
   }
 
-  Status WorkerExited(ServerContext* context, const pb::WorkerExitRequest* request,
-                      pb::WorkerExitResponse* response) override {
-    if (Status status = CheckToken(context); !status.ok()) return status;
+  Status WorkerExited(const pb::WorkerExitRequest& request, pb::WorkerExitResponse* response,
+                      const Cancelled& cancelled) {
     WorkerExit exit;
-    exit.rank = request->rank();
-    exit.exit_code = request->exit_code();
-    exit.signal = request->signal();
+    exit.rank = request.rank();
+    exit.exit_code = request.exit_code();
+    exit.signal = request.signal();
     JobNext next;
-    Status status =
-        state_.WorkerExited(request->attempt(), exit, DeadlineAfterMs(request->timeout_ms()),
-                            Cancelled(context), &next);
+    Status status = state_.WorkerExited(request.attempt(), exit,
+                                        DeadlineAfterMs(request.timeout_ms()), cancelled, &next);
     if (!status.ok()) return status;
     switch (next.kind) {
       case JobNext::Kind::kPending:
@@ -145,9 +139,7 @@ class CoordinatorService final : public pb::Coordinator::Service {
     return Status::OK;
   }
 
- private:
-  Status CheckToken(ServerContext* context) const {
-    const auto& metadata = context->client_metadata();
+  Status CheckToken(const std::multimap<grpc::string_ref, grpc::string_ref>& metadata) const {
     auto it = metadata.find(kTokenMetadataKey);
     if (it == metadata.end()) {
       return Status(StatusCode::PERMISSION_DENIED,
@@ -162,11 +154,181 @@ class CoordinatorService final : public pb::Coordinator::Service {
     return Status::OK;
   }
 
-  static CoordinatorState::Cancelled Cancelled(ServerContext* context) {
-    return [context] { return context->IsCancelled(); };
+ private:
+  CoordinatorState& state_;
+};
+
+bool Parse(const grpc::ByteBuffer& buffer, google::protobuf::MessageLite* message) {
+  std::vector<grpc::Slice> slices;
+  if (!buffer.Dump(&slices).ok()) return false;
+  std::string bytes;
+  bytes.reserve(buffer.Length());
+  for (const grpc::Slice& slice : slices) {
+    bytes.append(reinterpret_cast<const char*>(slice.begin()), slice.size());
+  }
+  return message->ParseFromString(bytes);
+}
+
+grpc::ByteBuffer Serialize(const google::protobuf::MessageLite& message) {
+  grpc::Slice slice(message.SerializeAsString());
+  return grpc::ByteBuffer(&slice, 1);
+}
+
+// Runs a handler's calls on threads of their own (they block: barriers, waits, watches) and
+// lets the server's shutdown wait until the last has finished.
+class CallThreads {
+ public:
+  void Start(std::function<void()> body) {
+    {
+      std::lock_guard lock(mutex_);
+      ++running_;
+    }
+    std::thread([this, body = std::move(body)] {
+      body();
+      std::lock_guard lock(mutex_);
+      if (--running_ == 0) idle_.notify_all();
+    }).detach();
+  }
+  void WaitUntilIdle() {
+    std::unique_lock lock(mutex_);
+    idle_.wait(lock, [&] { return running_ == 0; });
   }
 
-  CoordinatorState& state_;
+ private:
+  std::mutex mutex_;
+  std::condition_variable idle_;
+  int running_ = 0;
+};
+
+// One call of any method, served generically so that the token is checked on the call's
+// metadata before its message is read: a call with a wrong or missing token is refused at once
+// and its body, however large, is never read (HTTP/2 flow control stops the sender after its
+// first window). Then: read the one request, run the method on its own thread, write the
+// response (or a Watch's events) and finish.
+class Call final : public grpc::ServerGenericBidiReactor {
+ public:
+  using Method = std::function<Status(Call&)>;
+
+  Call(grpc::GenericCallbackServerContext* context, CoordinatorHandlers& handlers,
+       const std::map<std::string, Method>& methods, CallThreads& threads)
+      : context_(context), threads_(threads) {
+    const auto it = methods.find(context->method());
+    if (it == methods.end()) {
+      Finish(Status(StatusCode::UNIMPLEMENTED,
+                    fmt::format("the coordinator has no method '{}'", context->method())));
+      return;
+    }
+    if (Status status = handlers.CheckToken(context->client_metadata()); !status.ok()) {
+      Finish(status);
+      return;
+    }
+    method_ = &it->second;
+    StartRead(&request_);
+  }
+
+  void OnReadDone(bool ok) override {
+    if (!ok) {
+      Finish(Status(StatusCode::INVALID_ARGUMENT, "the call carried no request"));
+      return;
+    }
+    threads_.Start([this] {
+      const Status status = (*method_)(*this);  // the last use of this call: Finish ends it
+      Finish(status);
+    });
+  }
+
+  void OnWriteDone(bool ok) override {
+    std::lock_guard lock(mutex_);
+    writing_ = false;
+    write_ok_ = ok;
+    written_.notify_all();
+  }
+
+  void OnDone() override { delete this; }
+
+  // For the method's thread: the parsed request, or false when it is malformed.
+  template <typename Request>
+  bool Read(Request* request) {
+    return Parse(request_, request);
+  }
+  // Writes one message and waits until it is sent; false once the client is gone.
+  bool Write(const google::protobuf::MessageLite& message) {
+    grpc::ByteBuffer buffer = Serialize(message);
+    std::unique_lock lock(mutex_);
+    writing_ = true;
+    StartWrite(&buffer);
+    written_.wait(lock, [&] { return !writing_; });
+    return write_ok_;
+  }
+  Cancelled cancelled() const {
+    return [context = context_] { return context->IsCancelled(); };
+  }
+
+ private:
+  grpc::GenericCallbackServerContext* context_;
+  CallThreads& threads_;
+  const Method* method_ = nullptr;
+  grpc::ByteBuffer request_;
+  std::mutex mutex_;
+  std::condition_variable written_;
+  bool writing_ = false;
+  bool write_ok_ = false;
+};
+
+template <typename Request, typename Response>
+Call::Method Unary(Status (CoordinatorHandlers::*method)(const Request&, Response*,
+                                                         const Cancelled&),
+                   CoordinatorHandlers& handlers) {
+  return [method, &handlers](Call& call) {
+    Request request;
+    if (!call.Read(&request)) {
+      return Status(StatusCode::INVALID_ARGUMENT, "the request is not a valid message");
+    }
+    Response response;
+    Status status = (handlers.*method)(request, &response, call.cancelled());
+    if (status.ok() && !call.Write(response)) {
+      return Status(StatusCode::CANCELLED, "the client went away");
+    }
+    return status;
+  };
+}
+
+class CoordinatorService final : public grpc::CallbackGenericService {
+ public:
+  explicit CoordinatorService(CoordinatorState& state) : handlers_(state) {
+    const std::string prefix = "/baton.pb.Coordinator/";
+    CoordinatorHandlers& h = handlers_;
+    methods_[prefix + "Join"] = Unary(&CoordinatorHandlers::Join, h);
+    methods_[prefix + "KvSet"] = Unary(&CoordinatorHandlers::KvSet, h);
+    methods_[prefix + "KvGet"] = Unary(&CoordinatorHandlers::KvGet, h);
+    methods_[prefix + "KvWait"] = Unary(&CoordinatorHandlers::KvWait, h);
+    methods_[prefix + "Barrier"] = Unary(&CoordinatorHandlers::Barrier, h);
+    methods_[prefix + "Report"] = Unary(&CoordinatorHandlers::Report, h);
+    methods_[prefix + "Abort"] = Unary(&CoordinatorHandlers::Abort, h);
+    methods_[prefix + "AwaitAbort"] = Unary(&CoordinatorHandlers::AwaitAbort, h);
+    methods_[prefix + "WorkerExited"] = Unary(&CoordinatorHandlers::WorkerExited, h);
+    methods_[prefix + "Watch"] = [&h](Call& call) {
+      pb::WatchRequest request;
+      if (!call.Read(&request)) {
+        return Status(StatusCode::INVALID_ARGUMENT, "the request is not a valid message");
+      }
+      return h.Watch(
+          request, [&call](const pb::Event& event) { return call.Write(event); }, call.cancelled());
+    };
+  }
+
+  grpc::ServerGenericBidiReactor* CreateReactor(
+      grpc::GenericCallbackServerContext* context) override {
+    return new Call(context, handlers_, methods_, threads_);
+  }
+
+  // After the server's shutdown: every call's thread has returned.
+  void WaitForCalls() { threads_.WaitUntilIdle(); }
+
+ private:
+  CoordinatorHandlers handlers_;
+  std::map<std::string, Call::Method> methods_;
+  CallThreads threads_;
 };
 
 }  // namespace
@@ -204,7 +366,7 @@ int CoordinatorServer::Start(const CoordinatorOptions& options) {
 
   grpc::ServerBuilder builder;
   builder.AddListeningPort(options.address, grpc::InsecureServerCredentials(), &port_);
-  builder.RegisterService(impl_->service.get());
+  builder.RegisterCallbackGenericService(impl_->service.get());
   builder.SetMaxReceiveMessageSize(64 << 20);
   builder.SetMaxSendMessageSize(64 << 20);
   builder.AddChannelArgument(GRPC_ARG_MAX_METADATA_SIZE, kMaxMetadataBytes);
@@ -282,6 +444,7 @@ void CoordinatorServer::Shutdown() {
   impl_->shut_down = true;
   impl_->state->Shutdown();  // wakes blocked calls; Watch streams send SHUTDOWN and end
   impl_->server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  impl_->service->WaitForCalls();
   {
     std::lock_guard lock(impl_->mutex);
     impl_->stop = true;

@@ -1,6 +1,7 @@
 // Tests of the coordinator service through real gRPC on loopback: join, token, key-value store,
 // barriers, reports, heartbeats and abort.
 #include <fmt/format.h>
+#include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
@@ -121,6 +122,70 @@ TEST_F(CoordinatorTest, MissingTokenIsRefusedWithPermissionDenied) {
   grpc::Status status = stub->KvSet(&context, request, &response);
   EXPECT_EQ(status.error_code(), grpc::StatusCode::PERMISSION_DENIED);
   EXPECT_NE(status.error_message().find("missing job token"), std::string::npos);
+}
+
+// A call that sends its metadata and then no message at all: the coordinator checks the token
+// on the metadata, so a wrong one is refused without waiting for (or reading) a body. A server
+// that read the message first would leave this call waiting until its deadline.
+grpc::Status CallWithoutABody(const std::string& address, const std::string& method,
+                              const std::string& token) {
+  grpc::GenericStub stub(grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + kGenerous);
+  if (!token.empty()) context.AddMetadata("x-baton-token", token);
+  grpc::CompletionQueue queue;
+  std::unique_ptr<grpc::GenericClientAsyncReaderWriter> call =
+      stub.PrepareCall(&context, method, &queue);
+  void* tag = nullptr;
+  bool ok = false;
+  call->StartCall(reinterpret_cast<void*>(1));
+  EXPECT_TRUE(queue.Next(&tag, &ok));
+  grpc::Status status;
+  call->Finish(&status, reinterpret_cast<void*>(2));
+  EXPECT_TRUE(queue.Next(&tag, &ok));
+  EXPECT_EQ(tag, reinterpret_cast<void*>(2));
+  queue.Shutdown();
+  while (queue.Next(&tag, &ok)) {
+  }
+  return status;
+}
+
+TEST_F(CoordinatorTest, AWrongTokenIsRefusedBeforeTheMessageIsRead) {
+  StartServer(1);
+  for (const char* method : {"/baton.pb.Coordinator/KvSet", "/baton.pb.Coordinator/Join",
+                             "/baton.pb.Coordinator/Watch"}) {
+    grpc::Status status = CallWithoutABody(server_.address(), method, "not-the-token");
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::PERMISSION_DENIED) << method;
+    EXPECT_NE(status.error_message().find("wrong job token"), std::string::npos) << method;
+    status = CallWithoutABody(server_.address(), method, "");
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::PERMISSION_DENIED) << method;
+    EXPECT_NE(status.error_message().find("missing job token"), std::string::npos) << method;
+  }
+  grpc::Status status = CallWithoutABody(server_.address(), "/baton.pb.Coordinator/Nope", token_);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::UNIMPLEMENTED);
+}
+
+TEST_F(CoordinatorTest, AWrongTokenWithAHugeMessageIsRefused) {
+  StartServer(1);
+  auto stub = pb::Coordinator::NewStub(
+      grpc::CreateCustomChannel(server_.address(), grpc::InsecureChannelCredentials(), [] {
+        grpc::ChannelArguments args;
+        args.SetMaxSendMessageSize(64 << 20);
+        return args;
+      }()));
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + kGenerous);
+  context.AddMetadata("x-baton-token", "not-the-token");
+  pb::KvSetRequest request;
+  request.set_key("k");
+  request.set_value(std::string(48 << 20, 'x'));
+  pb::KvSetResponse response;
+  const grpc::Status status = stub->KvSet(&context, request, &response);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::PERMISSION_DENIED) << status.error_message();
+  // The store is untouched and the coordinator serves the job's own calls.
+  auto client = Connect();
+  client->KvSet("k", "v");
+  EXPECT_EQ(client->KvGet("k", kGenerous), "v");
 }
 
 TEST_F(CoordinatorTest, KvGetBlocksUntilALaterSet) {
