@@ -3,6 +3,7 @@
 // is read.
 #include "coordinator/coordinator_server.h"
 
+#include <google/protobuf/descriptor.h>
 #include <grpcpp/generic/async_generic_service.h>
 #include <grpcpp/grpcpp.h>
 
@@ -296,7 +297,7 @@ Call::Method Unary(Status (CoordinatorHandlers::*method)(const Request&, Respons
 class CoordinatorService final : public grpc::CallbackGenericService {
  public:
   explicit CoordinatorService(CoordinatorState& state) : handlers_(state) {
-    const std::string prefix = "/baton.pb.Coordinator/";
+    const std::string prefix = fmt::format("/{}/", pb::Coordinator::service_full_name());
     CoordinatorHandlers& h = handlers_;
     methods_[prefix + "Join"] = Unary(&CoordinatorHandlers::Join, h);
     methods_[prefix + "KvSet"] = Unary(&CoordinatorHandlers::KvSet, h);
@@ -315,6 +316,19 @@ class CoordinatorService final : public grpc::CallbackGenericService {
       return h.Watch(
           request, [&call](const pb::Event& event) { return call.Write(event); }, call.cancelled());
     };
+    // Every method of the service (proto/baton.proto) is served here: a method added there and
+    // not here fails every coordinator's start, not a worker's call.
+    const google::protobuf::ServiceDescriptor* service =
+        google::protobuf::DescriptorPool::generated_pool()->FindServiceByName(
+            pb::Coordinator::service_full_name());
+    BATON_CHECK(service != nullptr, "no descriptor for {}", pb::Coordinator::service_full_name());
+    for (int i = 0; i < service->method_count(); ++i) {
+      BATON_CHECK(methods_.contains(prefix + service->method(i)->name()),
+                  "the coordinator serves no handler for {}", service->method(i)->full_name());
+    }
+    BATON_CHECK(static_cast<int>(methods_.size()) == service->method_count(),
+                "the coordinator serves methods that {} does not have",
+                pb::Coordinator::service_full_name());
   }
 
   grpc::ServerGenericBidiReactor* CreateReactor(
