@@ -113,9 +113,14 @@ __attribute__((target("avx2"))) int64_t QuantCoder::EncodeRowAvx2(const float* x
     // base + 1, less one where the float is below the threshold (below is -1 or 0).
     const __m256i code = _mm256_add_epi32(_mm256_srli_epi32(entry, 17),
                                           _mm256_add_epi32(below, _mm256_set1_epi32(1)));
-    alignas(32) int32_t lanes[8];
-    _mm256_store_si256(reinterpret_cast<__m256i*>(lanes), code);
-    for (int i = 0; i < 8; ++i) codes[done + i] = static_cast<uint8_t>(lanes[i]);
+    // Eight codes (0..255 in 32-bit lanes) to eight bytes: pack to 16 and 8 bits (each 128-bit
+    // half keeps its four codes in its low dword), then the two halves' low dwords.
+    const __m256i words = _mm256_packus_epi32(code, code);
+    const __m256i bytes = _mm256_packus_epi16(words, words);
+    const uint32_t low = static_cast<uint32_t>(_mm256_extract_epi32(bytes, 0));
+    const uint32_t high = static_cast<uint32_t>(_mm256_extract_epi32(bytes, 4));
+    std::memcpy(codes + done, &low, 4);
+    std::memcpy(codes + done + 4, &high, 4);
   }
   return done;
 }
