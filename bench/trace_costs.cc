@@ -292,7 +292,8 @@ DerivedCosts DeriveCosts(const PipelineTrace& trace, const Schedule& schedule, i
 
 namespace {
 
-// The part of a stage's step that the idle time before `next` (or its own time, for a SEND) is.
+// The part of a stage's step that the idle time before `next` is (before a SEND: its wait for
+// the receive under rendezvous).
 double& WaitPart(StepParts& parts, ActionKind next) {
   switch (next) {
     case ActionKind::kForward:

@@ -159,22 +159,6 @@ class CoordinatorHandlers {
   CoordinatorState& state_;
 };
 
-bool Parse(const grpc::ByteBuffer& buffer, google::protobuf::MessageLite* message) {
-  std::vector<grpc::Slice> slices;
-  if (!buffer.Dump(&slices).ok()) return false;
-  std::string bytes;
-  bytes.reserve(buffer.Length());
-  for (const grpc::Slice& slice : slices) {
-    bytes.append(reinterpret_cast<const char*>(slice.begin()), slice.size());
-  }
-  return message->ParseFromString(bytes);
-}
-
-grpc::ByteBuffer Serialize(const google::protobuf::MessageLite& message) {
-  grpc::Slice slice(message.SerializeAsString());
-  return grpc::ByteBuffer(&slice, 1);
-}
-
 // Runs a handler's calls on threads of their own (they block: barriers, waits, watches) and
 // lets the server's shutdown wait until the last has finished.
 class CallThreads {
@@ -250,11 +234,16 @@ class Call final : public grpc::ServerGenericBidiReactor {
   // For the method's thread: the parsed request, or false when it is malformed.
   template <typename Request>
   bool Read(Request* request) {
-    return Parse(request_, request);
+    return grpc::SerializationTraits<Request>::Deserialize(&request_, request).ok();
   }
   // Writes one message and waits until it is sent; false once the client is gone.
-  bool Write(const google::protobuf::MessageLite& message) {
-    grpc::ByteBuffer buffer = Serialize(message);
+  template <typename Message>
+  bool Write(const Message& message) {
+    grpc::ByteBuffer buffer;
+    bool own_buffer = false;
+    if (!grpc::SerializationTraits<Message>::Serialize(message, &buffer, &own_buffer).ok()) {
+      return false;
+    }
     std::unique_lock lock(mutex_);
     writing_ = true;
     StartWrite(&buffer);
@@ -276,22 +265,31 @@ class Call final : public grpc::ServerGenericBidiReactor {
   bool write_ok_ = false;
 };
 
-template <typename Request, typename Response>
-Call::Method Unary(Status (CoordinatorHandlers::*method)(const Request&, Response*,
-                                                         const Cancelled&),
-                   CoordinatorHandlers& handlers) {
-  return [method, &handlers](Call& call) {
+// A method that parses its one request, then runs `serve` on it.
+template <typename Request>
+Call::Method Parsed(std::function<Status(const Request&, Call&)> serve) {
+  return [serve = std::move(serve)](Call& call) {
     Request request;
     if (!call.Read(&request)) {
       return Status(StatusCode::INVALID_ARGUMENT, "the request is not a valid message");
     }
+    return serve(request, call);
+  };
+}
+
+// A unary method: one response, written when the handler succeeds.
+template <typename Request, typename Response>
+Call::Method Unary(Status (CoordinatorHandlers::*method)(const Request&, Response*,
+                                                         const Cancelled&),
+                   CoordinatorHandlers& handlers) {
+  return Parsed<Request>([method, &handlers](const Request& request, Call& call) {
     Response response;
     Status status = (handlers.*method)(request, &response, call.cancelled());
     if (status.ok() && !call.Write(response)) {
       return Status(StatusCode::CANCELLED, "the client went away");
     }
     return status;
-  };
+  });
 }
 
 class CoordinatorService final : public grpc::CallbackGenericService {
@@ -308,14 +306,11 @@ class CoordinatorService final : public grpc::CallbackGenericService {
     methods_[prefix + "Abort"] = Unary(&CoordinatorHandlers::Abort, h);
     methods_[prefix + "AwaitAbort"] = Unary(&CoordinatorHandlers::AwaitAbort, h);
     methods_[prefix + "WorkerExited"] = Unary(&CoordinatorHandlers::WorkerExited, h);
-    methods_[prefix + "Watch"] = [&h](Call& call) {
-      pb::WatchRequest request;
-      if (!call.Read(&request)) {
-        return Status(StatusCode::INVALID_ARGUMENT, "the request is not a valid message");
-      }
+    methods_[prefix + "Watch"] = Parsed<pb::WatchRequest>([&h](const pb::WatchRequest& request,
+                                                               Call& call) {
       return h.Watch(
           request, [&call](const pb::Event& event) { return call.Write(event); }, call.cancelled());
-    };
+    });
     // Every method of the service (proto/baton.proto) is served here: a method added there and
     // not here fails every coordinator's start, not a worker's call.
     const google::protobuf::ServiceDescriptor* service =
