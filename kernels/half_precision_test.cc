@@ -143,15 +143,16 @@ TEST_P(HalfPrecisionTest, CrossEntropyIncludingInPlaceBackward) {
 }
 
 // The row kernels convert 16-bit tensors one piece at a time (a chunk, a row, a block of rows)
-// on 2 threads; the result must be exactly the f32 kernel's on the same values, rounded once.
+// on 2 threads, or read bf16 directly (LayerNorm, GELU, Add, Accumulate, BiasBackward); the
+// result must be exactly the f32 kernel's on the same values, rounded once.
 // Shapes span several pieces; gradients accumulate into non-zero 16-bit values.
 TEST_P(HalfPrecisionTest, RowKernelsAreTheF32KernelRoundedOnce) {
   const auto rounded = [&](const Tensor& f32) { return Floats(As(f32, half())); };
   {
-    auto [x16, x32] = Input({70, 40}, 2.0f);  // 3 blocks of LayerNorm backward's 32 rows
-    auto [w16, w32] = Input({40});
-    auto [b16, b32] = Input({40});
-    auto [dout16, dout32] = Input({70, 40});
+    auto [x16, x32] = Input({70, 300}, 2.0f);  // 3 blocks of LayerNorm backward's 32 rows
+    auto [w16, w32] = Input({300});
+    auto [b16, b32] = Input({300});
+    auto [dout16, dout32] = Input({70, 300});
     Tensor out16 = Zeros(x16.shape(), half()), out32 = Zeros(x32.shape());
     Tensor mean16 = Zeros({70}), rstd16 = Zeros({70}), mean32 = Zeros({70}), rstd32 = Zeros({70});
     backend().LayerNormForward(x16, w16, b16, out16, mean16, rstd16);
@@ -160,8 +161,8 @@ TEST_P(HalfPrecisionTest, RowKernelsAreTheF32KernelRoundedOnce) {
     EXPECT_EQ(Floats(mean16), Floats(mean32));
     EXPECT_EQ(Floats(rstd16), Floats(rstd32));
     auto [dx16, dx32] = Input(x16.shape());
-    auto [dw16, dw32] = Input({40});
-    auto [db16, db32] = Input({40});
+    auto [dw16, dw32] = Input({300});
+    auto [db16, db32] = Input({300});
     backend().LayerNormBackward(dout16, x16, w16, mean16, rstd16, dx16, dw16, db16);
     backend().LayerNormBackward(dout32, x32, w32, mean32, rstd32, dx32, dw32, db32);
     EXPECT_EQ(Floats(dx16), rounded(dx32));
@@ -189,6 +190,21 @@ TEST_P(HalfPrecisionTest, RowKernelsAreTheF32KernelRoundedOnce) {
     EXPECT_EQ(Floats(d16), rounded(d32));
     backend().CrossEntropyBackward(logits16, targets, 3.0f, logits16);  // in place
     EXPECT_EQ(Floats(logits16), rounded(d32));
+  }
+  {  // the residual sums and the bias gradient (all-bf16 operands are read where they are)
+    auto [a16, a32] = Input({3, 5000});
+    auto [b16, b32] = Input(a16.shape());
+    Tensor sum16 = Zeros(a16.shape(), half()), sum32 = Zeros(a32.shape());
+    backend().Add(a16, b16, sum16);
+    backend().Add(a32, b32, sum32);
+    EXPECT_EQ(Floats(sum16), rounded(sum32));
+    backend().Accumulate(a16, b16);
+    backend().Accumulate(a32, b32);
+    EXPECT_EQ(Floats(b16), rounded(b32));
+    Tensor db16 = Zeros({5000}), db32 = Zeros({5000});
+    backend().BiasBackward(a16, db16);
+    backend().BiasBackward(a32, db32);
+    EXPECT_EQ(Floats(db16), Floats(db32));
   }
 }
 

@@ -88,22 +88,34 @@ TEST_F(LedgerTest, KernelsWithScratchReleaseItBeforeReturning) {
   EXPECT_GT(WorkspacePeakOf([&] { backend().SumOfSquares(logits); }), 0);
 
   // 16-bit row kernels convert a piece at a time, never a whole tensor: GELU's chunks on the
-  // stack, rows in per-thread buffers (2 threads here).
+  // stack, rows in per-thread buffers (2 threads here). LayerNorm and GELU read and write bf16
+  // directly: no buffer at all.
   Tensor half = Random({3, 5}, 1.0f, DType::kBF16);
   Tensor gelu = Zeros({3, 5}, DType::kBF16);
   EXPECT_EQ(WorkspacePeakOf([&] { backend().GeluForward(half, gelu); }), 0);
   Tensor half_logits = Random({9, 7}, 1.0f, DType::kBF16);
   EXPECT_EQ(WorkspacePeakOf([&] { backend().CrossEntropyForward(half_logits, targets, loss); }),
             4 * 9 + 2 * 4 * 7);  // row losses, and one f32 row per thread
-  Tensor half_x = Random({40, 16}, 1.0f, DType::kBF16), half_out = Zeros({40, 16}, DType::kBF16);
+  Tensor half_x = Random({40, 16}, 1.0f, DType::kF16), half_out = Zeros({40, 16}, DType::kF16);
   EXPECT_EQ(WorkspacePeakOf(
                 [&] { backend().LayerNormForward(half_x, weight, bias, half_out, mean, rstd); }),
             2 * 2 * 4 * 16);  // x's and out's rows, per thread
+  Tensor bf16_x = Random({40, 16}, 1.0f, DType::kBF16), bf16_out = Zeros({40, 16}, DType::kBF16);
+  EXPECT_EQ(WorkspacePeakOf(
+                [&] { backend().LayerNormForward(bf16_x, weight, bias, bf16_out, mean, rstd); }),
+            0);
+  Tensor bf16_dx = Zeros({40, 16}, DType::kBF16), dweight16 = Zeros({16}), dbias16 = Zeros({16});
+  EXPECT_EQ(WorkspacePeakOf([&] {
+              backend().LayerNormBackward(bf16_out, bf16_x, weight, mean, rstd, bf16_dx, dweight16,
+                                          dbias16);
+            }),
+            4 * 2 * 2 * 16);  // the partial sums of 2 blocks of rows, nothing else
 }
 
 // The meta backend computes nothing on a one-thread pool, yet books the per-thread buffers of
-// the thread count it was made with, as the CPU backend does: 16-bit rows (LayerNorm) and the
-// blocks of a 16-bit Matmul (c (1000, 24): 8 blocks, one buffer per thread).
+// the thread count it was made with, as the CPU backend does: f16 rows (LayerNorm; bf16 ones are
+// read directly and book none) and the blocks of a 16-bit Matmul (c (1000, 24): 8 blocks, one
+// buffer per thread).
 TEST(LedgerMetaTest, MetaBackendBooksPerThreadBuffersForItsThreadCount) {
   const auto peaks = [](bool meta) {
     MemoryLedger ledger;
@@ -120,10 +132,12 @@ TEST(LedgerMetaTest, MetaBackendBooksPerThreadBuffersForItsThreadCount) {
       call();
       result.push_back(ledger.peak(MemCategory::kWorkspace) - before);
     };
-    Tensor x = make({40, 16}, DType::kBF16), out = make({40, 16}, DType::kBF16);
+    Tensor x = make({40, 16}, DType::kF16), out = make({40, 16}, DType::kF16);
     Tensor weight = make({16}, DType::kF32), bias = make({16}, DType::kF32);
     Tensor mean = make({40}, DType::kF32), rstd = make({40}, DType::kF32);
     peak_of([&] { backend->LayerNormForward(x, weight, bias, out, mean, rstd); });
+    Tensor x16 = make({40, 16}, DType::kBF16), out16 = make({40, 16}, DType::kBF16);
+    peak_of([&] { backend->LayerNormForward(x16, weight, bias, out16, mean, rstd); });
     Tensor a = make({1000, 40}, DType::kBF16), b = make({24, 40}, DType::kF16);
     Tensor c = make({1000, 24}, DType::kBF16);
     peak_of([&] { backend->Matmul(a, false, b, true, c, false); });
@@ -131,6 +145,7 @@ TEST(LedgerMetaTest, MetaBackendBooksPerThreadBuffersForItsThreadCount) {
   };
   const std::vector<int64_t> real = peaks(false);
   EXPECT_EQ(real[0], 3 * 2 * 4 * 16);  // x's and out's rows, per thread
+  EXPECT_EQ(real[1], 0);               // bf16: none
   EXPECT_EQ(peaks(true), real);
 }
 

@@ -76,6 +76,12 @@ void BroadcastBiasRows(const Tensor& bias, Tensor& out, int64_t m, int64_t n, bo
   ConvertFloats(bias.raw(), bias.dtype(), bias_f32.data(), DType::kF32, static_cast<size_t>(n));
   char* base = static_cast<char*>(out.raw());
   const size_t row_bytes = static_cast<size_t>(n) * SizeOf(out.dtype());
+  if (!accumulate && m > 0) {  // the bias in out's dtype once, then copied to every row
+    ConvertFloats(bias_f32.data(), DType::kF32, base, out.dtype(), static_cast<size_t>(n));
+    for (int64_t i = 1; i < m; ++i)
+      std::memcpy(base + static_cast<size_t>(i) * row_bytes, base, row_bytes);
+    return;
+  }
   for (int64_t i = 0; i < m; ++i) {
     void* target = base + static_cast<size_t>(i) * row_bytes;
     if (accumulate) {
@@ -86,6 +92,11 @@ void BroadcastBiasRows(const Tensor& bias, Tensor& out, int64_t m, int64_t n, bo
     }
     ConvertFloats(row.data(), DType::kF32, target, out.dtype(), static_cast<size_t>(n));
   }
+}
+
+// out = a + b over n bf16 elements, the sum in f32 (out may be a or b).
+BATON_SIMD_CLONES void AddRange(const BF16* a, const BF16* b, BF16* out, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) out[i] = Narrow<BF16>(Widen(a[i]) + Widen(b[i]));
 }
 
 }  // namespace
@@ -248,10 +259,15 @@ void CpuBackend::BiasBackward(const Tensor& dout, Tensor& dbias) {
   const RowsCols dm = AsMatrix(dout, "dout");
   CheckNumel(dbias, dm.cols, "dbias");
   F32Staging staging(*allocator_, &pool_);
-  const float* pd = staging.In(dout);
+  const bool direct = AllBf16({&dout});  // summed as it is, not staged
+  const float* pd = direct ? nullptr : staging.In(dout);
   float* pdbias = staging.InOut(dbias);
   if (meta_) return;
-  ColumnSumsAccumulate(pd, dm.rows, dm.cols, pdbias, &pool_);
+  if (direct) {
+    ColumnSumsAccumulate(Bf16Data(dout), dm.rows, dm.cols, pdbias, &pool_);
+  } else {
+    ColumnSumsAccumulate(pd, dm.rows, dm.cols, pdbias, &pool_);
+  }
   staging.Commit();
 }
 
@@ -262,6 +278,12 @@ void CpuBackend::Add(const Tensor& a, const Tensor& b, Tensor& out) {
   CheckSameShape(a, out, "a", "out");
   CheckSameShape(b, out, "b", "out");
   if (meta_) return;
+  if (AllBf16({&a, &b, &out})) {
+    ParallelChunks(out.numel(), kChunk, &pool_, [&](int64_t begin, int64_t end) {
+      AddRange(Bf16Data(a) + begin, Bf16Data(b) + begin, Bf16Data(out) + begin, end - begin);
+    });
+    return;
+  }
   ParallelChunks(out.numel(), kChunk, &pool_, [&](int64_t begin, int64_t end) {
     float a_buffer[kChunk], b_buffer[kChunk], out_buffer[kChunk];
     const int64_t n = end - begin;
@@ -278,6 +300,12 @@ void CpuBackend::Accumulate(const Tensor& x, Tensor& acc) {
   CheckFloat(acc, "acc");
   CheckSameShape(x, acc, "x", "acc");
   if (meta_) return;
+  if (AllBf16({&x, &acc})) {
+    ParallelChunks(acc.numel(), kChunk, &pool_, [&](int64_t begin, int64_t end) {
+      AddRange(Bf16Data(x) + begin, Bf16Data(acc) + begin, Bf16Data(acc) + begin, end - begin);
+    });
+    return;
+  }
   ParallelChunks(acc.numel(), kChunk, &pool_, [&](int64_t begin, int64_t end) {
     float x_buffer[kChunk], acc_buffer[kChunk];
     const int64_t n = end - begin;

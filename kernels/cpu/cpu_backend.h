@@ -2,10 +2,13 @@
 //
 // GEMMs go to oneDNN matmul primitives (gemm.h); everything else is plain C++ loops, parallel
 // over independent rows (a ThreadPool of `num_threads` threads) with cross-row sums in a fixed
-// order, so the result bits do not depend on the thread count. Kernels compute in f32: 16-bit
+// order, so the result bits do not depend on the thread count. Kernels compute in f32. Where all
+// of a LayerNorm's, GELU's, Add's or Accumulate's activations are bf16 (and BiasBackward's dout),
+// the kernel reads and writes them directly, widening and narrowing in registers. Other 16-bit
 // tensors are staged through f32 workspace booked in the ledger (F32Staging), or, in elementwise
 // ops and the row kernels, converted a piece at a time (chunks on the stack, rows or blocks of
-// rows in per-thread buffers booked as workspace), so no f32 copy of them exists. The exception is
+// rows in per-thread buffers booked as workspace), so no f32 copy of them exists. Every path gives
+// the f32 kernel's result on the same values, rounded once. The exception is
 // Matmul of bf16 operands on a CPU that multiplies bf16 (Bf16GemmInUse): oneDNN reads them as
 // they are and accumulates in f32. All tensors must be contiguous host tensors. Every call runs to
 // completion before returning.

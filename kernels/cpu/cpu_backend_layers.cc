@@ -1,8 +1,10 @@
 // CpuBackend: the GPT layer methods. Each validates its arguments and runs the f32 kernel from
-// layer_kernels.h or attention.h. 16-bit tensors are converted to f32 for it: the row kernels
-// (LayerNorm, GELU, cross-entropy) convert one piece (chunk, row, block of rows) at a time into
-// the running thread's buffer and back, so no f32 copy of an activation exists; the others stage
-// whole tensors (F32Staging). Either way the f32 arithmetic is the same, and so are the bits.
+// layer_kernels.h or attention.h. LayerNorm and GELU read and write bf16 activations directly
+// (their BF16 overloads). Other 16-bit tensors are converted to f32 for the kernel: the row
+// kernels (LayerNorm, GELU, cross-entropy) convert one piece (chunk, row, block of rows) at a
+// time into the running thread's buffer and back, so no f32 copy of an activation exists; the
+// others stage whole tensors (F32Staging). Either way the f32 arithmetic is the same, and so are
+// the bits.
 #include <algorithm>
 #include <cstring>
 #include <initializer_list>
@@ -248,8 +250,18 @@ void CpuBackend::LayerNormForward(const Tensor& x, const Tensor& weight, const T
   CheckShape(out, x.shape(), "out");
   CheckNumel(mean, xm.rows, "mean");
   CheckNumel(rstd, xm.rows, "rstd");
-  // One row at a time: x and out through the slot's buffers; weight and bias staged whole.
+  // One row at a time: bf16 x and out read and written directly, others through the slot's
+  // buffers; weight and bias staged whole.
   const int64_t cols = xm.cols;
+  if (AllBf16({&x, &out})) {
+    F32Staging staging(*allocator_, &pool_);
+    const float* pw = staging.In(weight);
+    const float* pb = staging.In(bias);
+    if (meta_) return;
+    cpu::LayerNormForward(Bf16Data(x), pw, pb, Bf16Data(out), mean.data<float>(),
+                          rstd.data<float>(), xm.rows, cols, &pool_);
+    return;
+  }
   Tensor buffers = PieceBuffers({&x, &out}, cols);
   F32Staging staging(*allocator_, &pool_);
   const float* pw = staging.In(weight);
@@ -286,13 +298,14 @@ void CpuBackend::LayerNormBackward(const Tensor& dout, const Tensor& x, const Te
   CheckNumel(dbias, xm.cols, "dbias");
   CheckNumel(mean, xm.rows, "mean");
   CheckNumel(rstd, xm.rows, "rstd");
-  // One block of rows at a time: dout, x and dx through the slot's buffers; weight and the
-  // weight/bias gradients staged whole.
+  // One block of rows at a time: bf16 dout, x and dx read and written directly, others through
+  // the slot's buffers; weight and the weight/bias gradients staged whole.
   const int64_t cols = xm.cols;
   const int64_t blocks = (xm.rows + kLayerNormRowBlock - 1) / kLayerNormRowBlock;
   const int64_t block_floats = kLayerNormRowBlock * cols;
+  const bool direct = AllBf16({&dout, &x, &dx});
   Tensor partials = Workspace(LayerNormBackwardScratch(xm.rows, cols));
-  Tensor buffers = PieceBuffers({&dout, &x, &dx}, block_floats);
+  Tensor buffers = direct ? Tensor() : PieceBuffers({&dout, &x, &dx}, block_floats);
   F32Staging staging(*allocator_, &pool_);
   const float* pw = staging.In(weight);
   float* pdw = staging.InOut(dweight);
@@ -304,11 +317,17 @@ void CpuBackend::LayerNormBackward(const Tensor& dout, const Tensor& x, const Te
     const int64_t r0 = block * kLayerNormRowBlock;
     const int64_t begin = r0 * cols;
     const int64_t n = std::min(xm.rows - r0, kLayerNormRowBlock) * cols;
+    float* block_partials = partials.data<float>() + block * 2 * cols;
+    if (direct) {
+      LayerNormBackwardBlock(Bf16Data(dout) + begin, Bf16Data(x) + begin, pw, pmean + r0,
+                             prstd + r0, Bf16Data(dx) + begin, block_partials, n / cols, cols);
+      return;
+    }
     const float* pdout = LoadChunk(dout, begin, n, PieceBuffer(buffers, slot, 3, 0, block_floats));
     const float* px = LoadChunk(x, begin, n, PieceBuffer(buffers, slot, 3, 1, block_floats));
     float* pdx = LoadChunkInOut(dx, begin, n, PieceBuffer(buffers, slot, 3, 2, block_floats));
-    LayerNormBackwardBlock(pdout, px, pw, pmean + r0, prstd + r0, pdx,
-                           partials.data<float>() + block * 2 * cols, n / cols, cols);
+    LayerNormBackwardBlock(pdout, px, pw, pmean + r0, prstd + r0, pdx, block_partials, n / cols,
+                           cols);
     StoreChunk(pdx, dx, begin, n);
   });
   LayerNormBackwardReduce(partials.data<float>(), blocks, pdw, pdb, cols, &pool_);
@@ -320,6 +339,12 @@ void CpuBackend::GeluForward(const Tensor& x, Tensor& out) {
   CheckFloat(out, "out");
   CheckShape(out, x.shape(), "out");
   if (meta_) return;
+  if (AllBf16({&x, &out})) {
+    ParallelChunks(x.numel(), kChunk, &pool_, [&](int64_t begin, int64_t end) {
+      cpu::GeluForward(Bf16Data(x) + begin, Bf16Data(out) + begin, end - begin, nullptr);
+    });
+    return;
+  }
   ParallelChunks(x.numel(), kChunk, &pool_, [&](int64_t begin, int64_t end) {
     float x_buffer[kChunk], out_buffer[kChunk];
     const int64_t n = end - begin;
@@ -337,6 +362,13 @@ void CpuBackend::GeluBackward(const Tensor& x, const Tensor& dout, Tensor& dx) {
   CheckShape(dout, x.shape(), "dout");
   CheckShape(dx, x.shape(), "dx");
   if (meta_) return;
+  if (AllBf16({&x, &dout, &dx})) {
+    ParallelChunks(x.numel(), kChunk, &pool_, [&](int64_t begin, int64_t end) {
+      cpu::GeluBackward(Bf16Data(x) + begin, Bf16Data(dout) + begin, Bf16Data(dx) + begin,
+                        end - begin, nullptr);
+    });
+    return;
+  }
   ParallelChunks(x.numel(), kChunk, &pool_, [&](int64_t begin, int64_t end) {
     float x_buffer[kChunk], dout_buffer[kChunk], dx_buffer[kChunk];
     const int64_t n = end - begin;

@@ -17,6 +17,13 @@ void ConvertFloatsParallel(const void* src, DType src_dtype, void* dst, DType ds
   });
 }
 
+bool AllBf16(std::initializer_list<const Tensor*> tensors) {
+  for (const Tensor* t : tensors) {
+    if (t->dtype() != DType::kBF16) return false;
+  }
+  return true;
+}
+
 MatrixView LoadSubMatrix(const Tensor& t, int64_t ld, int64_t row0, int64_t rows, int64_t col0,
                          int64_t cols, float* buffer) {
   if (t.dtype() == DType::kF32) {

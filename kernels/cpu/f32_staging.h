@@ -8,10 +8,12 @@
 // object serves one kernel call on one thread.
 #pragma once
 
+#include <initializer_list>
 #include <vector>
 
 #include "core/memory.h"
 #include "core/tensor.h"
+#include "kernels/cpu/fast_math.h"
 
 namespace baton::cpu {
 
@@ -78,6 +80,12 @@ float* ChunkTarget(Tensor& t, int64_t offset, float* buffer);
 // As LoadChunk for a piece that is read and written (then StoreChunk).
 float* LoadChunkInOut(Tensor& t, int64_t offset, int64_t n, float* buffer);
 void StoreChunk(const float* values, Tensor& t, int64_t offset, int64_t n);
+
+// Whether every tensor is bf16: kernels overloaded for BF16 (fast_math.h) then read and write
+// them where they are, with no f32 piece in between.
+bool AllBf16(std::initializer_list<const Tensor*> tensors);
+// A bf16 tensor's elements.
+inline BF16* Bf16Data(const Tensor& t) { return static_cast<BF16*>(t.raw()); }
 
 // Converts n floats between dtypes in fixed-size chunks on `pool` (null: serially).
 void ConvertFloatsParallel(const void* src, DType src_dtype, void* dst, DType dst_dtype, int64_t n,

@@ -10,19 +10,49 @@
 #include <cmath>
 #include <cstdint>
 
-// BATON_SIMD_CLONES on a hot row function makes GCC compile it twice, for baseline x86-64 (SSE2)
-// and for AVX2, and pick one per CPU at load time. Both give the same bits: ISO C++ mode means
-// no FMA contraction, vectorisation keeps the source's order of operations (the sums below fix
-// theirs explicitly), and each lane of an SSE or AVX instruction rounds exactly as a scalar one.
+// BATON_SIMD_CLONES on a hot row function makes GCC compile it three times, for baseline x86-64
+// (SSE2), AVX2 and x86-64-v4 (AVX-512 F/BW/DQ/VL: 16 floats a vector, and the bf16 <-> f32
+// widening and narrowing of the BF16 overloads in zmm registers), and pick one per CPU at load
+// time. All give the same bits: the build turns FMA contraction off (-ffp-contract=off in
+// CMakeLists.txt; g++ fuses a * b + c by default, and x86-64-v4 has FMA), vectorisation keeps
+// the source's order of operations (the sums below fix theirs explicitly), and each lane of an
+// SSE, AVX or AVX-512 instruction rounds exactly as a scalar one.
 // Not under TSan: the clones' resolver runs while the dynamic loader relocates, before TSan's
 // runtime is up, and its instrumented code crashes there (make sanitize).
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_THREAD__)
-#define BATON_SIMD_CLONES __attribute__((target_clones("avx2", "default")))
+#define BATON_SIMD_CLONES __attribute__((target_clones("arch=x86-64-v4", "avx2", "default")))
 #else
 #define BATON_SIMD_CLONES
 #endif
 
 namespace baton::cpu {
+
+// A bf16 element in memory: the top half of an f32's bits (core/dtype.h). Kernels templated on
+// their storage type read and write bf16 tensors directly, widening and narrowing in registers,
+// instead of converting pieces into f32 buffers and back: the same values (Widen is exact, Narrow
+// rounds as FloatToBFloat16 does), one pass over memory fewer each way.
+struct BF16 {
+  uint16_t bits;
+};
+
+inline float Widen(float x) { return x; }
+inline float Widen(BF16 x) { return std::bit_cast<float>(static_cast<uint32_t>(x.bits) << 16); }
+
+// f32 to the storage type T (float or BF16). For bf16: round to nearest even; NaN stays a quiet
+// NaN with its sign (FloatToBFloat16's bits), branch-free so that loops over it vectorise.
+template <typename T>
+inline T Narrow(float x);
+template <>
+inline float Narrow<float>(float x) {
+  return x;
+}
+template <>
+inline BF16 Narrow<BF16>(float x) {
+  const uint32_t bits = std::bit_cast<uint32_t>(x);
+  const uint32_t rounded = (bits + (0x7fffu + ((bits >> 16) & 1u))) >> 16;
+  const uint32_t quiet_nan = (bits >> 16) | 0x40u;
+  return {static_cast<uint16_t>((bits & 0x7fffffffu) > 0x7f800000u ? quiet_nan : rounded)};
+}
 
 // exp(x) for float, within ~2 ulp on [-87.3, 88.3] (Cephes' expf polynomial). Below -87.3 it
 // returns 0 (the true value is subnormal), above 88.3 it saturates at ~2^127; NaN stays NaN.

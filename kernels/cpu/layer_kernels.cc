@@ -27,49 +27,97 @@ void ForColumnChunks(int64_t rows, int64_t cols, ThreadPool* pool, const Body& b
   });
 }
 
-// ---- Row functions: the vectorised inner loops, each compiled for SSE2 and AVX2.
+// ---- Row functions: the vectorised inner loops, each compiled for SSE2, AVX2 and AVX-512, for
+// f32 and for bf16 storage (X: float or BF16, fast_math.h; the arithmetic is f32 either way).
 
-BATON_SIMD_CLONES void LayerNormForwardRow(const float* x, const float* weight, const float* bias,
-                                           float* out, float* mean, float* rstd, int64_t cols) {
+template <typename X>
+inline void LayerNormForwardRowBody(const X* x, const float* weight, const float* bias, X* out,
+                                    float* mean, float* rstd, int64_t cols) {
   const float inv_cols = 1.0f / static_cast<float>(cols);
-  const float m = SumF(x, cols) * inv_cols;
+  const float m = SumLanes(cols, [x](int64_t c) { return Widen(x[c]); }) * inv_cols;
   const float variance = SumLanes(cols,
                                   [x, m](int64_t c) {
-                                    const float d = x[c] - m;
+                                    const float d = Widen(x[c]) - m;
                                     return d * d;
                                   }) *
                          inv_cols;
   const float s = 1.0f / std::sqrt(variance + kLayerNormEps);
-  for (int64_t c = 0; c < cols; ++c) out[c] = (x[c] - m) * s * weight[c] + bias[c];
+  for (int64_t c = 0; c < cols; ++c)
+    out[c] = Narrow<X>((Widen(x[c]) - m) * s * weight[c] + bias[c]);
   *mean = m;
   *rstd = s;
 }
 
+BATON_SIMD_CLONES void LayerNormForwardRow(const float* x, const float* weight, const float* bias,
+                                           float* out, float* mean, float* rstd, int64_t cols) {
+  LayerNormForwardRowBody(x, weight, bias, out, mean, rstd, cols);
+}
+BATON_SIMD_CLONES void LayerNormForwardRow(const BF16* x, const float* weight, const float* bias,
+                                           BF16* out, float* mean, float* rstd, int64_t cols) {
+  LayerNormForwardRowBody(x, weight, bias, out, mean, rstd, cols);
+}
+
 // dx += (w dout - mean(w dout) - norm mean(w dout norm)) rstd; the row's dweight and dbias terms
-// are added to the block's partial sums.
+// are added to the block's partial sums. Each element of dout and x is read before dx's is
+// written.
+template <typename X>
+inline void LayerNormBackwardRowBody(const X* dout, const X* x, const float* weight, float m,
+                                     float s, X* dx, float* partial_dweight, float* partial_dbias,
+                                     int64_t cols) {
+  const float inv_cols = 1.0f / static_cast<float>(cols);
+  const float dnorm_mean =
+      SumLanes(cols, [=](int64_t c) { return weight[c] * Widen(dout[c]); }) * inv_cols;
+  const float dnorm_norm_mean =
+      SumLanes(cols,
+               [=](int64_t c) { return weight[c] * Widen(dout[c]) * ((Widen(x[c]) - m) * s); }) *
+      inv_cols;
+  for (int64_t c = 0; c < cols; ++c) {
+    const float d = Widen(dout[c]);
+    const float norm = (Widen(x[c]) - m) * s;
+    dx[c] = Narrow<X>(Widen(dx[c]) + (weight[c] * d - dnorm_mean - norm * dnorm_norm_mean) * s);
+    partial_dweight[c] += d * norm;
+    partial_dbias[c] += d;
+  }
+}
+
 BATON_SIMD_CLONES void LayerNormBackwardRow(const float* dout, const float* x, const float* weight,
                                             float m, float s, float* dx, float* partial_dweight,
                                             float* partial_dbias, int64_t cols) {
-  const float inv_cols = 1.0f / static_cast<float>(cols);
-  const float dnorm_mean =
-      SumLanes(cols, [=](int64_t c) { return weight[c] * dout[c]; }) * inv_cols;
-  const float dnorm_norm_mean =
-      SumLanes(cols, [=](int64_t c) { return weight[c] * dout[c] * ((x[c] - m) * s); }) * inv_cols;
-  for (int64_t c = 0; c < cols; ++c) {
-    const float norm = (x[c] - m) * s;
-    dx[c] += (weight[c] * dout[c] - dnorm_mean - norm * dnorm_norm_mean) * s;
-    partial_dweight[c] += dout[c] * norm;
-    partial_dbias[c] += dout[c];
-  }
+  LayerNormBackwardRowBody(dout, x, weight, m, s, dx, partial_dweight, partial_dbias, cols);
+}
+BATON_SIMD_CLONES void LayerNormBackwardRow(const BF16* dout, const BF16* x, const float* weight,
+                                            float m, float s, BF16* dx, float* partial_dweight,
+                                            float* partial_dbias, int64_t cols) {
+  LayerNormBackwardRowBody(dout, x, weight, m, s, dx, partial_dweight, partial_dbias, cols);
 }
 
 // GELU and its gradient (fast_math.h) over a range.
 BATON_SIMD_CLONES void GeluForwardRange(const float* x, float* out, int64_t n) {
   for (int64_t i = 0; i < n; ++i) out[i] = GeluF(x[i]);
 }
+BATON_SIMD_CLONES void GeluForwardRange(const BF16* x, BF16* out, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) out[i] = Narrow<BF16>(GeluF(Widen(x[i])));
+}
 
 BATON_SIMD_CLONES void GeluBackwardRange(const float* x, const float* dout, float* dx, int64_t n) {
   for (int64_t i = 0; i < n; ++i) dx[i] += GeluGradF(x[i]) * dout[i];
+}
+BATON_SIMD_CLONES void GeluBackwardRange(const BF16* x, const BF16* dout, BF16* dx, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    dx[i] = Narrow<BF16>(Widen(dx[i]) + GeluGradF(Widen(x[i])) * Widen(dout[i]));
+  }
+}
+
+// acc[j] += sum over rows of x[r * cols + c0 + j], j < width <= kColumnChunk, rows in order.
+template <typename X>
+inline void ColumnChunkSums(const X* x, int64_t rows, int64_t cols, int64_t c0, int64_t width,
+                            float* acc) {
+  float sums[kColumnChunk] = {};
+  for (int64_t r = 0; r < rows; ++r) {
+    const X* row = x + r * cols + c0;
+    for (int64_t j = 0; j < width; ++j) sums[j] += Widen(row[j]);
+  }
+  for (int64_t j = 0; j < width; ++j) acc[c0 + j] += sums[j];
 }
 
 // A row's softmax statistics: its max and the sum of exp(x - max).
@@ -125,17 +173,23 @@ void BroadcastRows(const float* row, float* out, int64_t rows, int64_t cols, boo
   });
 }
 
+namespace {
+
+template <typename X>
+void ColumnSumsAccumulateOf(const X* x, int64_t rows, int64_t cols, float* acc, ThreadPool* pool) {
+  ForColumnChunks(rows, cols, pool, [&](int64_t c0, int64_t c1) {
+    ColumnChunkSums(x, rows, cols, c0, c1 - c0, acc);
+  });
+}
+
+}  // namespace
+
 void ColumnSumsAccumulate(const float* x, int64_t rows, int64_t cols, float* acc,
                           ThreadPool* pool) {
-  ForColumnChunks(rows, cols, pool, [&](int64_t c0, int64_t c1) {
-    float sums[kColumnChunk] = {};
-    const int64_t width = c1 - c0;
-    for (int64_t r = 0; r < rows; ++r) {
-      const float* row = x + r * cols + c0;
-      for (int64_t j = 0; j < width; ++j) sums[j] += row[j];
-    }
-    for (int64_t j = 0; j < width; ++j) acc[c0 + j] += sums[j];
-  });
+  ColumnSumsAccumulateOf(x, rows, cols, acc, pool);
+}
+void ColumnSumsAccumulate(const BF16* x, int64_t rows, int64_t cols, float* acc, ThreadPool* pool) {
+  ColumnSumsAccumulateOf(x, rows, cols, acc, pool);
 }
 
 void EmbeddingForward(const int32_t* tokens, const int32_t* segment_starts, VocabRows vocab,
@@ -200,11 +254,25 @@ void EmbeddingBackward(const int32_t* tokens, const int32_t* segment_starts, Voc
   }
 }
 
-void LayerNormForward(const float* x, const float* weight, const float* bias, float* out,
-                      float* mean, float* rstd, int64_t rows, int64_t cols, ThreadPool* pool) {
+namespace {
+
+template <typename X>
+void LayerNormForwardOf(const X* x, const float* weight, const float* bias, X* out, float* mean,
+                        float* rstd, int64_t rows, int64_t cols, ThreadPool* pool) {
   ParallelFor(rows, pool, cols, [&](int64_t r) {
     LayerNormForwardRow(x + r * cols, weight, bias, out + r * cols, mean + r, rstd + r, cols);
   });
+}
+
+}  // namespace
+
+void LayerNormForward(const float* x, const float* weight, const float* bias, float* out,
+                      float* mean, float* rstd, int64_t rows, int64_t cols, ThreadPool* pool) {
+  LayerNormForwardOf(x, weight, bias, out, mean, rstd, rows, cols, pool);
+}
+void LayerNormForward(const BF16* x, const float* weight, const float* bias, BF16* out, float* mean,
+                      float* rstd, int64_t rows, int64_t cols, ThreadPool* pool) {
+  LayerNormForwardOf(x, weight, bias, out, mean, rstd, rows, cols, pool);
 }
 
 int64_t LayerNormBackwardScratch(int64_t rows, int64_t cols) {
@@ -212,9 +280,12 @@ int64_t LayerNormBackwardScratch(int64_t rows, int64_t cols) {
   return blocks * 2 * cols;
 }
 
-void LayerNormBackwardBlock(const float* dout, const float* x, const float* weight,
-                            const float* mean, const float* rstd, float* dx, float* partials,
-                            int64_t rows, int64_t cols) {
+namespace {
+
+template <typename X>
+void LayerNormBackwardBlockOf(const X* dout, const X* x, const float* weight, const float* mean,
+                              const float* rstd, X* dx, float* partials, int64_t rows,
+                              int64_t cols) {
   float* partial_dweight = partials;
   float* partial_dbias = partials + cols;
   std::fill(partials, partials + 2 * cols, 0.0f);
@@ -222,6 +293,19 @@ void LayerNormBackwardBlock(const float* dout, const float* x, const float* weig
     LayerNormBackwardRow(dout + r * cols, x + r * cols, weight, mean[r], rstd[r], dx + r * cols,
                          partial_dweight, partial_dbias, cols);
   }
+}
+
+}  // namespace
+
+void LayerNormBackwardBlock(const float* dout, const float* x, const float* weight,
+                            const float* mean, const float* rstd, float* dx, float* partials,
+                            int64_t rows, int64_t cols) {
+  LayerNormBackwardBlockOf(dout, x, weight, mean, rstd, dx, partials, rows, cols);
+}
+void LayerNormBackwardBlock(const BF16* dout, const BF16* x, const float* weight, const float* mean,
+                            const float* rstd, BF16* dx, float* partials, int64_t rows,
+                            int64_t cols) {
+  LayerNormBackwardBlockOf(dout, x, weight, mean, rstd, dx, partials, rows, cols);
 }
 
 void LayerNormBackwardReduce(const float* scratch, int64_t blocks, float* dweight, float* dbias,
@@ -240,16 +324,35 @@ void LayerNormBackwardReduce(const float* scratch, int64_t blocks, float* dweigh
   });
 }
 
-void GeluForward(const float* x, float* out, int64_t n, ThreadPool* pool) {
+namespace {
+
+template <typename X>
+void GeluForwardOf(const X* x, X* out, int64_t n, ThreadPool* pool) {
   ParallelChunks(n, 1 << 14, pool, [&](int64_t begin, int64_t end) {
     GeluForwardRange(x + begin, out + begin, end - begin);
   });
 }
 
-void GeluBackward(const float* x, const float* dout, float* dx, int64_t n, ThreadPool* pool) {
+template <typename X>
+void GeluBackwardOf(const X* x, const X* dout, X* dx, int64_t n, ThreadPool* pool) {
   ParallelChunks(n, 1 << 14, pool, [&](int64_t begin, int64_t end) {
     GeluBackwardRange(x + begin, dout + begin, dx + begin, end - begin);
   });
+}
+
+}  // namespace
+
+void GeluForward(const float* x, float* out, int64_t n, ThreadPool* pool) {
+  GeluForwardOf(x, out, n, pool);
+}
+void GeluForward(const BF16* x, BF16* out, int64_t n, ThreadPool* pool) {
+  GeluForwardOf(x, out, n, pool);
+}
+void GeluBackward(const float* x, const float* dout, float* dx, int64_t n, ThreadPool* pool) {
+  GeluBackwardOf(x, dout, dx, n, pool);
+}
+void GeluBackward(const BF16* x, const BF16* dout, BF16* dx, int64_t n, ThreadPool* pool) {
+  GeluBackwardOf(x, dout, dx, n, pool);
 }
 
 void CrossEntropyRowLosses(const float* logits, const int32_t* targets, float* row_losses,

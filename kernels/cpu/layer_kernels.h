@@ -1,5 +1,7 @@
 // The CPU backend's f32 kernels for the GPT layers other than attention: embedding, LayerNorm,
-// GELU, cross-entropy, and the bias helpers. Raw contiguous f32 pointers, shapes as arguments;
+// GELU, cross-entropy, and the bias helpers. Raw contiguous f32 pointers, shapes as arguments
+// (LayerNorm, GELU and the column sums also take bf16 activations, BF16 of fast_math.h, read and
+// written directly with f32 arithmetic: the bits of converting them to f32 and back);
 // arguments are already validated by the caller (CpuBackend). Semantics are those of the
 // matching Backend methods (kernels/backend.h): gradients accumulate unless stated.
 //
@@ -12,12 +14,14 @@
 namespace baton::cpu {
 
 class ThreadPool;
+struct BF16;  // fast_math.h
 
 // out (rows,cols) = row (cols) broadcast, or out += row when accumulate.
 void BroadcastRows(const float* row, float* out, int64_t rows, int64_t cols, bool accumulate,
                    ThreadPool* pool);
 // acc (cols) += column sums of x (rows,cols); each column summed over rows in order.
 void ColumnSumsAccumulate(const float* x, int64_t rows, int64_t cols, float* acc, ThreadPool* pool);
+void ColumnSumsAccumulate(const BF16* x, int64_t rows, int64_t cols, float* acc, ThreadPool* pool);
 
 // The rows [begin, begin + rows) of the vocabulary that a token table (or a block of logits'
 // columns) holds: all of it, or one tensor-parallel rank's shard (Backend::EmbeddingShardForward).
@@ -43,6 +47,8 @@ void EmbeddingBackward(const int32_t* tokens, const int32_t* segment_starts, Voc
 
 void LayerNormForward(const float* x, const float* weight, const float* bias, float* out,
                       float* mean, float* rstd, int64_t rows, int64_t cols, ThreadPool* pool);
+void LayerNormForward(const BF16* x, const float* weight, const float* bias, BF16* out, float* mean,
+                      float* rstd, int64_t rows, int64_t cols, ThreadPool* pool);
 // LayerNorm backward runs in blocks of this many rows: each block's partial weight/bias
 // gradients, then their sums in block order (fixed, so results don't depend on the threads).
 inline constexpr int64_t kLayerNormRowBlock = 32;
@@ -55,11 +61,16 @@ int64_t LayerNormBackwardScratch(int64_t rows, int64_t cols);
 void LayerNormBackwardBlock(const float* dout, const float* x, const float* weight,
                             const float* mean, const float* rstd, float* dx, float* partials,
                             int64_t rows, int64_t cols);
+void LayerNormBackwardBlock(const BF16* dout, const BF16* x, const float* weight, const float* mean,
+                            const float* rstd, BF16* dx, float* partials, int64_t rows,
+                            int64_t cols);
 void LayerNormBackwardReduce(const float* scratch, int64_t blocks, float* dweight, float* dbias,
                              int64_t cols, ThreadPool* pool);
 
 void GeluForward(const float* x, float* out, int64_t n, ThreadPool* pool);
+void GeluForward(const BF16* x, BF16* out, int64_t n, ThreadPool* pool);
 void GeluBackward(const float* x, const float* dout, float* dx, int64_t n, ThreadPool* pool);
+void GeluBackward(const BF16* x, const BF16* dout, BF16* dx, int64_t n, ThreadPool* pool);
 
 // row_losses (rows) = -log softmax(logits row)[target], 0 where the target is kIgnoreTarget.
 // Targets must already be in range (or kIgnoreTarget).
