@@ -190,8 +190,49 @@ __attribute__((target("avx2"))) void FloatToBFloat16Avx2(const float* src, uint1
   for (; i < n; ++i) dst[i] = FloatToBFloat16(src[i]);
 }
 
+// The same sixteen at a time (AVX-512 F and BW), the same bits. (g++ 12 warns, wrongly, that
+// the intrinsics' own _mm512_undefined placeholders may be used uninitialised.)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+__attribute__((target("avx512f,avx512bw"))) void BFloat16ToFloatAvx512(const uint16_t* src,
+                                                                       float* dst, size_t n) {
+  size_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i));
+    _mm512_storeu_si512(dst + i, _mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+  }
+  for (; i < n; ++i) dst[i] = BFloat16ToFloat(src[i]);
+}
+
+__attribute__((target("avx512f,avx512bw"))) void FloatToBFloat16Avx512(const float* src,
+                                                                       uint16_t* dst, size_t n) {
+  const __m512i one = _mm512_set1_epi32(1);
+  const __m512i half_ulp = _mm512_set1_epi32(0x7fff);
+  const __m512i abs_mask = _mm512_set1_epi32(0x7fffffff);
+  const __m512i infinity = _mm512_set1_epi32(0x7f800000);
+  const __m512i quiet = _mm512_set1_epi32(0x40);
+  size_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m512i bits = _mm512_loadu_si512(src + i);
+    const __m512i high = _mm512_srli_epi32(bits, 16);
+    const __m512i rounding = _mm512_add_epi32(half_ulp, _mm512_and_si512(high, one));
+    const __m512i rounded = _mm512_srli_epi32(_mm512_add_epi32(bits, rounding), 16);
+    const __mmask16 nan = _mm512_cmpgt_epi32_mask(_mm512_and_si512(bits, abs_mask), infinity);
+    const __m512i result = _mm512_mask_or_epi32(rounded, nan, high, quiet);
+    // Every lane is below 2^16: truncate each to 16 bits.
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i), _mm512_cvtepi32_epi16(result));
+  }
+  for (; i < n; ++i) dst[i] = FloatToBFloat16(src[i]);
+}
+#pragma GCC diagnostic pop
+
 bool HasAvx2() {
   static const bool has = __builtin_cpu_supports("avx2");
+  return has;
+}
+
+bool HasAvx512() {
+  static const bool has = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw");
   return has;
 }
 #endif
@@ -204,6 +245,7 @@ void ToF32(const void* src, DType dtype, float* dst, size_t n) {
       return;
     case DType::kBF16:
 #if defined(__x86_64__)
+      if (HasAvx512()) return BFloat16ToFloatAvx512(in, dst, n);
       if (HasAvx2()) return BFloat16ToFloatAvx2(in, dst, n);
 #endif
       for (size_t i = 0; i < n; ++i) dst[i] = BFloat16ToFloat(in[i]);
@@ -230,6 +272,7 @@ void FromF32(const float* src, void* dst, DType dtype, size_t n) {
       return;
     case DType::kBF16:
 #if defined(__x86_64__)
+      if (HasAvx512()) return FloatToBFloat16Avx512(src, out, n);
       if (HasAvx2()) return FloatToBFloat16Avx2(src, out, n);
 #endif
       for (size_t i = 0; i < n; ++i) out[i] = FloatToBFloat16(src[i]);

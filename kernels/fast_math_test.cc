@@ -1,12 +1,15 @@
 // The CPU kernels' float helpers (kernels/cpu/fast_math.h): ExpF's accuracy and edge values,
-// and the fixed-order sums, dot products and max.
+// the fixed-order sums, dot products and max, and the bf16 conversions.
 #include "kernels/cpu/fast_math.h"
 
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <cmath>
 #include <limits>
 #include <vector>
+
+#include "core/dtype.h"
 
 namespace baton::cpu {
 namespace {
@@ -64,6 +67,28 @@ TEST(FastMathTest, AbsMaxFindsTheLargestMagnitudeAndSkipsNan) {
   EXPECT_EQ(AbsMaxF(x.data(), 0), 0.0f);
   const float negative_zero = -0.0f;
   EXPECT_FALSE(std::signbit(AbsMaxF(&negative_zero, 1)));
+}
+
+// Widen and Narrow<BF16> are the bf16 kernels' conversions: the bits of core/dtype.h's, NaNs
+// (sign and quiet bit), ties, overflow to infinity and subnormals included, scalar and in a loop
+// the compiler vectorises.
+TEST(FastMathTest, Bf16WidenAndNarrowAreTheDtypeConversions) {
+  std::vector<uint32_t> bits = {0x3f808000u, 0x3f818000u, 0xbf808000u, 0x7f7fffffu, 0xff7fffffu,
+                                0x7f800000u, 0xff800000u, 0x7f800001u, 0xff800001u, 0x7fc00000u,
+                                0x7fffffffu, 0xffffffffu, 0x00008000u, 0x00018000u, 0x80000001u};
+  for (uint32_t b = 0; b < 0xffffffffu - 0x7fff1u; b += 0x7fff1u) bits.push_back(b);
+  std::vector<float> inputs(bits.size());
+  for (size_t i = 0; i < bits.size(); ++i) inputs[i] = std::bit_cast<float>(bits[i]);
+  std::vector<BF16> narrowed(inputs.size());
+  for (size_t i = 0; i < inputs.size(); ++i) narrowed[i] = Narrow<BF16>(inputs[i]);
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    ASSERT_EQ(narrowed[i].bits, FloatToBFloat16(inputs[i])) << std::hex << bits[i];
+    ASSERT_EQ(Narrow<BF16>(inputs[i]).bits, narrowed[i].bits) << std::hex << bits[i];
+  }
+  for (uint32_t h = 0; h < 0x10000; ++h) {
+    const BF16 x{static_cast<uint16_t>(h)};
+    ASSERT_EQ(std::bit_cast<uint32_t>(Widen(x)), std::bit_cast<uint32_t>(BFloat16ToFloat(x.bits)));
+  }
 }
 
 }  // namespace
