@@ -341,6 +341,170 @@ void FlashAttentionBackward(const float* dout, const float* qkv, const int32_t* 
   });
 }
 
+// ---- flash-style on bf16 operands
+
+namespace {
+
+// A block of f32 values (rows x cols, leading dimension kLd) rounded to bf16 for a bf16 product.
+BATON_SIMD_CLONES void NarrowBlock(const float* s, int64_t rows, int64_t cols, BF16* out) {
+  for (int64_t i = 0; i < rows; ++i) {
+    for (int64_t k = 0; k < cols; ++k) out[i * kLd + k] = Narrow<BF16>(s[i * kLd + k]);
+  }
+}
+
+// t (rows x dim, leading dimension ld) = t + acc (rows x dim, dense), rounded once.
+BATON_SIMD_CLONES void AddRowsRounded(const float* acc, int64_t rows, int64_t dim, BF16* t,
+                                      int64_t ld) {
+  for (int64_t i = 0; i < rows; ++i) {
+    for (int64_t d = 0; d < dim; ++d) {
+      t[i * ld + d] = Narrow<BF16>(Widen(t[i * ld + d]) + acc[i * dim + d]);
+    }
+  }
+}
+
+// Per-thread scratch of the bf16 forward: scores, their bf16 copy, row max and sum, and the
+// block's output accumulator (rows x dim).
+int64_t FlashForwardBf16Floats(int64_t dim) {
+  return kFlashRows * kFlashKeys + kFlashRows * kFlashKeys / 2 + 2 * kFlashRows + kFlashRows * dim;
+}
+
+// Per-thread scratch of the bf16 backward: P and dS in f32 and in bf16, rowsum(dO O) (T), dQ's
+// accumulator (T x dim) and a key block's dK and dV accumulators (kFlashKeys x dim each).
+int64_t FlashBackwardBf16Floats(int64_t seq, int64_t dim) {
+  return 3 * kFlashRows * kFlashKeys + seq + seq * dim + 2 * kFlashKeys * dim;
+}
+
+}  // namespace
+
+int64_t FlashAttentionForwardScratchBf16(const AttentionShape& shape, int threads) {
+  return threads * FlashForwardBf16Floats(shape.head_dim());
+}
+
+void FlashAttentionForwardBf16(const BF16* qkv, const int32_t* segment_starts, BF16* out,
+                               float* lse, float* scratch, const AttentionShape& shape,
+                               ThreadPool* pool) {
+  const int64_t seq = shape.seq;
+  const int64_t dim = shape.head_dim();
+  const int64_t heads = shape.heads;
+  const int64_t c = shape.channels;
+  const int64_t ld = 3 * c;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(dim));
+  const int64_t per_thread = FlashForwardBf16Floats(dim);
+  ParallelForWithSlot(shape.batch * heads, pool, seq * seq * dim, [&](int64_t bh, int slot) {
+    const int64_t b = bh / heads;
+    const BF16* q = qkv + b * seq * ld + (bh % heads) * dim;
+    const BF16* k = q + c;
+    const BF16* v = q + 2 * c;
+    float* s = scratch + slot * per_thread;
+    BF16* p = reinterpret_cast<BF16*>(s + kFlashRows * kFlashKeys);
+    float* m = s + kFlashRows * kFlashKeys + kFlashRows * kFlashKeys / 2;
+    float* l = m + kFlashRows;
+    float* acc = l + kFlashRows;
+    BF16* o = out + b * seq * c + (bh % heads) * dim;
+    float* lse_h = lse + bh * seq;
+    const int32_t* segments = RowSegments(segment_starts, b, seq);
+    for (int64_t r0 = 0; r0 < seq; r0 += kFlashRows) {
+      const int64_t rows = std::min(kFlashRows, seq - r0);
+      std::fill(m, m + rows, -INFINITY);
+      std::fill(l, l + rows, 0.0f);
+      std::fill(acc, acc + rows * dim, 0.0f);
+      const int32_t* first_keys = segments == nullptr ? nullptr : segments + r0;
+      for (int64_t c0 = FirstKey(segments, r0); c0 < r0 + rows; c0 += kFlashKeys) {
+        const int64_t cols = std::min(kFlashKeys, r0 + rows - c0);
+        Bf16Gemm(false, true, rows, cols, dim, scale, q + r0 * ld, ld, k + c0 * ld, ld, 0.0f, s,
+                 DType::kF32, kLd);
+        OnlineSoftmaxBlock(s, rows, cols, r0, c0, first_keys, m, l, acc, dim, dim);
+        NarrowBlock(s, rows, cols, p);
+        Bf16Gemm(false, false, rows, dim, cols, 1.0f, p, kLd, v + c0 * ld, ld, 1.0f, acc,
+                 DType::kF32, dim);
+      }
+      for (int64_t i = 0; i < rows; ++i) {
+        const float inv = 1.0f / l[i];
+        BF16* row = o + (r0 + i) * c;
+        for (int64_t d = 0; d < dim; ++d) row[d] = Narrow<BF16>(acc[i * dim + d] * inv);
+        lse_h[r0 + i] = m[i] + std::log(l[i]);
+      }
+    }
+  });
+}
+
+int64_t FlashAttentionBackwardScratchBf16(const AttentionShape& shape, int threads) {
+  return threads * FlashBackwardBf16Floats(shape.seq, shape.head_dim());
+}
+
+void FlashAttentionBackwardBf16(const BF16* dout, const BF16* qkv, const int32_t* segment_starts,
+                                const BF16* out, const float* lse, BF16* dqkv, float* scratch,
+                                const AttentionShape& shape, ThreadPool* pool) {
+  const int64_t seq = shape.seq;
+  const int64_t dim = shape.head_dim();
+  const int64_t heads = shape.heads;
+  const int64_t c = shape.channels;
+  const int64_t ld = 3 * c;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(dim));
+  const int64_t per_thread = FlashBackwardBf16Floats(seq, dim);
+  ParallelForWithSlot(shape.batch * heads, pool, 2 * seq * seq * dim, [&](int64_t bh, int slot) {
+    const int64_t b = bh / heads;
+    const int64_t column = (bh % heads) * dim;
+    const BF16* q = qkv + b * seq * ld + column;
+    const BF16* k = q + c;
+    const BF16* v = q + 2 * c;
+    const BF16* dout_h = dout + b * seq * c + column;
+    const BF16* out_h = out + b * seq * c + column;
+    const float* lse_h = lse + bh * seq;
+    const int32_t* segments = RowSegments(segment_starts, b, seq);
+    BF16* dq = dqkv + b * seq * ld + column;
+    BF16* dk = dq + c;
+    BF16* dv = dq + 2 * c;
+    float* p = scratch + slot * per_thread;
+    float* ds = p + kFlashRows * kFlashKeys;
+    BF16* p16 = reinterpret_cast<BF16*>(ds + kFlashRows * kFlashKeys);
+    BF16* ds16 = p16 + kFlashRows * kFlashKeys;
+    float* delta = ds + 2 * kFlashRows * kFlashKeys;  // rowsum(dO * O), T
+    float* dq_acc = delta + seq;                      // T x dim
+    float* dk_acc = dq_acc + seq * dim;               // kFlashKeys x dim
+    float* dv_acc = dk_acc + kFlashKeys * dim;
+    for (int64_t t = 0; t < seq; ++t) {
+      const BF16* x = dout_h + t * c;
+      const BF16* y = out_h + t * c;
+      delta[t] = SumLanes(dim, [x, y](int64_t d) { return Widen(x[d]) * Widen(y[d]); });
+    }
+    std::fill(dq_acc, dq_acc + seq * dim, 0.0f);
+    for (int64_t c0 = 0; c0 < seq; c0 += kFlashKeys) {
+      const int64_t keys = std::min(kFlashKeys, seq - c0);
+      std::fill(dk_acc, dk_acc + keys * dim, 0.0f);
+      std::fill(dv_acc, dv_acc + keys * dim, 0.0f);
+      for (int64_t r0 = c0; r0 < seq; r0 += kFlashRows) {
+        const int64_t rows = std::min(kFlashRows, seq - r0);
+        const int64_t cols = std::min({kFlashKeys, seq - c0, r0 + rows - c0});
+        if (FirstKey(segments, r0) >= c0 + cols) continue;
+        const BF16* q_block = q + r0 * ld;
+        const BF16* dout_block = dout_h + r0 * c;
+        // P = exp(scale Q K^T - lse), and its bf16 copy for the products
+        Bf16Gemm(false, true, rows, cols, dim, scale, q_block, ld, k + c0 * ld, ld, 0.0f, p,
+                 DType::kF32, kLd);
+        RecomputeProbsBlock(p, rows, cols, r0, c0, segments == nullptr ? nullptr : segments + r0,
+                            lse_h + r0);
+        NarrowBlock(p, rows, cols, p16);
+        // dV += P^T dO;  dP = dO V^T;  dS = P (dP - delta)
+        Bf16Gemm(true, false, cols, dim, rows, 1.0f, p16, kLd, dout_block, c, 1.0f, dv_acc,
+                 DType::kF32, dim);
+        Bf16Gemm(false, true, rows, cols, dim, 1.0f, dout_block, c, v + c0 * ld, ld, 0.0f, ds,
+                 DType::kF32, kLd);
+        SoftmaxBackwardBlock(p, ds, rows, cols, delta + r0);
+        NarrowBlock(ds, rows, cols, ds16);
+        // dK += scale dS^T Q;  dQ[r0:] += scale dS K
+        Bf16Gemm(true, false, cols, dim, rows, scale, ds16, kLd, q_block, ld, 1.0f, dk_acc,
+                 DType::kF32, dim);
+        Bf16Gemm(false, false, rows, dim, cols, scale, ds16, kLd, k + c0 * ld, ld, 1.0f,
+                 dq_acc + r0 * dim, DType::kF32, dim);
+      }
+      AddRowsRounded(dk_acc, keys, dim, dk + c0 * ld, ld);
+      AddRowsRounded(dv_acc, keys, dim, dv + c0 * ld, ld);
+    }
+    AddRowsRounded(dq_acc, seq, dim, dq, ld);
+  });
+}
+
 // ---- with a key-value cache
 
 namespace {

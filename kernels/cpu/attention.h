@@ -69,6 +69,21 @@ void FlashAttentionBackward(const float* dout, const float* qkv, const int32_t* 
                             const float* out, const float* lse, float* dqkv, float* scratch,
                             const AttentionShape& shape, ThreadPool* pool);
 
+// The flash kernels on bf16 qkv, out, dout and dqkv, for a CPU whose oneDNN multiplies bf16
+// (Bf16GemmInUse, gemm.h): the same blocks and online softmax, every product a bf16 x bf16
+// oneDNN call accumulating in f32 (so the probabilities and score gradients are rounded to bf16
+// before they are multiplied, as FlashAttention-2 does on GPUs), the softmax in f32, and out and
+// dqkv's gradient terms summed in f32 and rounded once. Bits depend on the shape only.
+struct BF16;  // fast_math.h
+int64_t FlashAttentionForwardScratchBf16(const AttentionShape& shape, int threads);
+void FlashAttentionForwardBf16(const BF16* qkv, const int32_t* segment_starts, BF16* out,
+                               float* lse, float* scratch, const AttentionShape& shape,
+                               ThreadPool* pool);
+int64_t FlashAttentionBackwardScratchBf16(const AttentionShape& shape, int threads);
+void FlashAttentionBackwardBf16(const BF16* dout, const BF16* qkv, const int32_t* segment_starts,
+                                const BF16* out, const float* lse, BF16* dqkv, float* scratch,
+                                const AttentionShape& shape, ThreadPool* pool);
+
 // Attention of new queries over a key-value cache (Backend::CachedAttentionForward), f32. Query i
 // of a sequence sits at position past + i and sees keys 0 .. past + i. The flash forward's
 // algorithm and blocks (kFlashRows queries, kFlashKeys keys, online softmax), with the diagonal

@@ -426,6 +426,13 @@ void CpuBackend::FlashAttentionForward(const Tensor& qkv, const Tensor& segment_
   CheckF32(lse, "lse");
   CheckShape(out, {shape.batch, shape.seq, shape.channels}, "out");
   CheckShape(lse, {shape.batch, shape.heads, shape.seq}, "lse");
+  if (AllBf16({&qkv, &out}) && Bf16GemmInUse()) {  // bf16 products, nothing staged
+    Tensor scratch = Workspace(FlashAttentionForwardScratchBf16(shape, threads_));
+    if (meta_) return;
+    cpu::FlashAttentionForwardBf16(Bf16Data(qkv), segments, Bf16Data(out), lse.data<float>(),
+                                   scratch.data<float>(), shape, &pool_);
+    return;
+  }
   Tensor scratch = Workspace(FlashAttentionForwardScratch(shape, threads_));
   F32Staging staging(*allocator_, &pool_);
   const float* pqkv = staging.In(qkv);
@@ -449,6 +456,14 @@ void CpuBackend::FlashAttentionBackward(const Tensor& dout, const Tensor& qkv,
   CheckShape(out, {shape.batch, shape.seq, shape.channels}, "out");
   CheckShape(lse, {shape.batch, shape.heads, shape.seq}, "lse");
   CheckShape(dqkv, qkv.shape(), "dqkv");
+  if (AllBf16({&dout, &qkv, &out, &dqkv}) && Bf16GemmInUse()) {  // bf16 products, nothing staged
+    Tensor scratch = Workspace(FlashAttentionBackwardScratchBf16(shape, threads_));
+    if (meta_) return;
+    cpu::FlashAttentionBackwardBf16(Bf16Data(dout), Bf16Data(qkv), segments, Bf16Data(out),
+                                    lse.data<float>(), Bf16Data(dqkv), scratch.data<float>(), shape,
+                                    &pool_);
+    return;
+  }
   Tensor scratch = Workspace(FlashAttentionBackwardScratch(shape, threads_));
   F32Staging staging(*allocator_, &pool_);
   const float* pdout = staging.In(dout);
