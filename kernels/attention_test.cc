@@ -271,24 +271,6 @@ TEST_F(AttentionTest, FlashBackwardMatchesFiniteDifferences) {
   }
 }
 
-// Packed documents: segment starts (B,T) for rows whose documents start at `starts` (row b's
-// list), as data/packing.h makes them.
-Tensor SegmentStarts(Allocator& allocator, int64_t seq,
-                     const std::vector<std::vector<int32_t>>& starts) {
-  Tensor t = Tensor::Empty(allocator, {static_cast<int64_t>(starts.size()), seq}, DType::kI32,
-                           MemCategory::kActivations);
-  for (size_t b = 0; b < starts.size(); ++b) {
-    int32_t current = 0;
-    for (int64_t i = 0; i < seq; ++i) {
-      if (std::find(starts[b].begin(), starts[b].end(), i) != starts[b].end()) {
-        current = static_cast<int32_t>(i);
-      }
-      t.data<int32_t>()[b * seq + i] = current;
-    }
-  }
-  return t;
-}
-
 // Flash and materialized attention with segments agree, and each document's outputs equal
 // plain causal attention over that document alone; the flash run crosses query and key blocks.
 TEST_F(AttentionTest, SegmentedFlashMatchesMaterializedAndEachDocumentAlone) {

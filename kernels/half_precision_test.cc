@@ -133,6 +133,32 @@ TEST_P(HalfPrecisionTest, FlashAttentionForwardAndBackward) {
   ExpectClose(dqkv16, dqkv32, "dqkv");
 }
 
+// At the models' head size, across two key blocks of 256 and with packed documents: where bf16
+// products go to oneDNN (FlashAttentionForwardBf16) the probabilities and score gradients are
+// rounded to bf16 before their products; the results stay within bf16's rounding of f32's.
+TEST_P(HalfPrecisionTest, FlashAttentionAcrossKeyBlocksAndDocuments) {
+  RecordProperty("path", cpu::GemmEnginesSummary());
+  const int64_t batch = 2, seq = 300, channels = 64, heads = 2;  // head size 32
+  const Tensor segments =
+      SegmentStarts(backend().allocator(), seq, {{0, 37, 38, 100, 290}, {0, 260}});
+  auto [qkv16, qkv32] = Input({batch, seq, 3 * channels});
+  auto [dout16, dout32] = Input({batch, seq, channels});
+  for (const Tensor* starts : {&segments, static_cast<const Tensor*>(nullptr)}) {
+    const Tensor none;
+    const Tensor& s = starts != nullptr ? *starts : none;
+    Tensor out16 = Zeros(dout16.shape(), half()), out32 = Zeros(dout32.shape());
+    Tensor lse16 = Zeros({batch, heads, seq}), lse32 = Zeros({batch, heads, seq});
+    backend().FlashAttentionForward(qkv16, s, heads, out16, lse16);
+    backend().FlashAttentionForward(qkv32, s, heads, out32, lse32);
+    ExpectClose(out16, out32, "out");
+    EXPECT_LT(NormalisedError(lse16, lse32), 1e-6);
+    auto [dqkv16, dqkv32] = Input(qkv16.shape());  // gradients accumulate
+    backend().FlashAttentionBackward(dout16, qkv16, s, out16, lse16, heads, dqkv16);
+    backend().FlashAttentionBackward(dout32, qkv32, s, out32, lse32, heads, dqkv32);
+    ExpectClose(dqkv16, dqkv32, "dqkv");
+  }
+}
+
 TEST_P(HalfPrecisionTest, CrossEntropyIncludingInPlaceBackward) {
   auto [logits16, logits32] = Input({6, 30}, 2.0f);
   Tensor targets = Ids({6}, 30);
