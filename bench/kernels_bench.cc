@@ -292,7 +292,7 @@ void BM_CrossEntropyBackward(benchmark::State& state) {
 void BM_AdamW(benchmark::State& state) {
   Bench bench(Threads(state));
   const bool eight_bit = state.range(1) == 1;
-  const int64_t n = kChannels * 4 * kChannels;
+  const int64_t n = state.range(2);  // one MLP matrix (in cache), or a model's worth (not)
   Tensor param = bench.Random({n}, 0.02f);
   Tensor grad = bench.Random({n}, 1e-3f);
   const auto state_tensor = [&](int64_t count, DType dtype) {
@@ -379,8 +379,8 @@ BENCHMARK(BM_GeluBackward)
     ->Unit(benchmark::kMicrosecond)
     ->UseRealTime();
 BENCHMARK(BM_AdamW)
-    ->ArgsProduct({{1, 2}, {0, 1}})
-    ->ArgNames({"threads", "int8"})
+    ->ArgsProduct({{1, 2}, {0, 1}, {kChannels * 4 * kChannels, int64_t{8} << 20}})
+    ->ArgNames({"threads", "int8", "n"})
     ->Unit(benchmark::kMicrosecond)
     ->UseRealTime();
 BENCHMARK(BM_CrossEntropyBackward)

@@ -54,7 +54,7 @@ run() {
 
 echo "Baton benchmarks, $(date -u +%Y-%m-%dT%H:%M:%SZ), $(nproc) CPUs, load average $(cut -d' ' -f1-3 /proc/loadavg)"
 wanted kernels && run kernels_bench "$build/bench/kernels_bench"
-wanted train && run train_bench "$build/bench/train_bench" --json "$work/train.json"
+wanted train && run train_bench "$build/bench/train_bench" --repeats 3 --json "$work/train.json"
 wanted pipeline && run pipeline_bench "$build/bench/pipeline_bench" --baton "$build/baton" \
   --repeats "$repeats"
 wanted memory && run memory_bench "$build/bench/memory_bench" --baton "$build/baton" \

@@ -238,14 +238,26 @@ def main():
         if exact:
             ok = check_losses(name, threads, losses, baton_run) and ok
         rate = tokens_per_s(config, seconds)
-        rows.append((name, threads, steps, baton_run["tokens_per_s"] if baton_run else None, rate))
+        rows.append((name, threads, steps, baton_run, rate))
         print(f"  ran {name} at {threads} thread(s): {steps} steps, {rate:.0f} tokens/s", flush=True)
     print()
-    header = ("model", "threads", "steps", "Baton tokens/s", "PyTorch tokens/s", "Baton / PyTorch")
+    # Each implementation's model FLOP/s as a fraction of the f32 GEMM peak Baton measured in its
+    # run at the same thread count (train_bench's MFU; the same model FLOPs per token for both).
+    header = ("model", "threads", "steps", "Baton tokens/s", "PyTorch tokens/s", "Baton / PyTorch",
+              "GEMM peak GFLOP/s", "Baton of peak", "PyTorch of peak")
     table = [header]
-    for name, threads, steps, baton, ours in rows:
-        table.append((name, str(threads), f"1+{steps - 1}", f"{baton:.0f}" if baton else "-",
-                      f"{ours:.0f}", f"{baton / ours:.2f}x" if baton else "-"))
+    for name, threads, steps, baton_run, ours in rows:
+        if baton_run is None:
+            table.append((name, str(threads), f"1+{steps - 1}", "-", f"{ours:.0f}", "-", "-", "-",
+                          "-"))
+            continue
+        baton = baton_run["tokens_per_s"]
+        peak = baton_run["gemm_peak_gflops"]
+        flops = baton_run["model_flops_per_token"]
+        def of_peak(rate):
+            return f"{100 * rate * flops / (peak * 1e9):.1f}%"
+        table.append((name, str(threads), f"1+{steps - 1}", f"{baton:.0f}", f"{ours:.0f}",
+                      f"{baton / ours:.2f}x", f"{peak:.1f}", of_peak(baton), of_peak(ours)))
     widths = [max(len(r[i]) for r in table) for i in range(len(header))]
     for j, r in enumerate(table):
         print("  ".join(r[0].ljust(widths[0]) if i == 0 else r[i].rjust(widths[i])
