@@ -100,7 +100,9 @@ std::vector<int32_t> RandomTokens(int count, int vocab, uint64_t seed) {
 std::vector<ModelCase> Cases() {
   return {{"flash f32"},
           {"materialized f32", false, false},
-          {"flash bf16", false, true, DType::kBF16, false, false, 1e-2},
+          // The window decoder's flash attention multiplies bf16 probabilities where the CPU
+          // multiplies bf16 (FlashAttentionForwardBf16); the cache's keeps them f32.
+          {"flash bf16", false, true, DType::kBF16, false, false, 3e-2},
           {"materialized bf16", false, false, DType::kBF16, false, false, 1e-2},
           {"mlp blocks f32", true},
           {"low rank, shared f32", false, true, DType::kF32, true},
