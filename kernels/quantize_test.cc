@@ -175,6 +175,36 @@ TEST_F(AdamW8bitTest, TracksF32AdamWAndMatchesItExactlyOnTheFirstStep) {
   EXPECT_LT(numeric_check::NormalisedError(m_back, Floats(m32)), 5e-2);
 }
 
+// Every step equals the host's composition bit for bit: the moments decoded by
+// DequantizeBlocks, f32 AdamW's update of them (the backend's AdamW), then QuantizeBlocks (the
+// binary search over the code book). The kernel's vector lookups, absmax and encoder are
+// checked against those loops at every code the moments reach; the last block is short.
+TEST_F(AdamW8bitTest, EveryStepIsTheHostDequantiseUpdateQuantise) {
+  const int64_t n = 5000;
+  Tensor p8 = Random({n}), p_ref = Zeros({n});
+  backend().Copy(p8, p_ref);
+  Tensor m8 = Zeros({n}, DType::kU8), v8 = Zeros({n}, DType::kU8);
+  Tensor am = Zeros({QuantBlocks(n)}), av = Zeros({QuantBlocks(n)});
+  std::vector<uint8_t> m_codes(n, 0), v_codes(n, 0);
+  std::vector<float> m_absmax(QuantBlocks(n), 0.0f), v_absmax(QuantBlocks(n), 0.0f);
+  for (int64_t step = 1; step <= 6; ++step) {
+    const Tensor grad = Random({n});
+    backend().AdamW8bit(p8, grad, m8, am, v8, av, Config(step), 0.5f);
+    Tensor m_ref = Zeros({n}), v_ref = Zeros({n});
+    DequantizeBlocks(m_codes.data(), m_absmax.data(), n, SignedQuantMap(), m_ref.data<float>());
+    DequantizeBlocks(v_codes.data(), v_absmax.data(), n, UnsignedQuantMap(), v_ref.data<float>());
+    backend().AdamW(p_ref, grad, m_ref, v_ref, Config(step), 0.5f);
+    QuantizeBlocks(m_ref.data<float>(), n, SignedQuantMap(), m_codes.data(), m_absmax.data());
+    QuantizeBlocks(v_ref.data<float>(), n, UnsignedQuantMap(), v_codes.data(), v_absmax.data());
+    SCOPED_TRACE(::testing::Message() << "step " << step);
+    ASSERT_EQ(Floats(p8), Floats(p_ref));
+    ASSERT_EQ(Floats(am), m_absmax);
+    ASSERT_EQ(Floats(av), v_absmax);
+    ASSERT_TRUE(std::equal(m_codes.begin(), m_codes.end(), m8.data<uint8_t>()));
+    ASSERT_TRUE(std::equal(v_codes.begin(), v_codes.end(), v8.data<uint8_t>()));
+  }
+}
+
 TEST_F(AdamW8bitTest, ChecksCodesAndBlockCounts) {
   const int64_t n = 600;
   Tensor p = Random({n}), g = Random({n});

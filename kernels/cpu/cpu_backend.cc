@@ -4,6 +4,10 @@
 
 #include <malloc.h>
 
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#endif
+
 #include <atomic>
 #include <bit>
 #include <cmath>
@@ -444,6 +448,54 @@ BATON_SIMD_CLONES void DequantizeRow(const uint8_t* codes, const float* map, flo
   for (int64_t i = 0; i < n; ++i) out[i] = map[codes[i]] * absmax;
 }
 
+#if defined(__x86_64__) && defined(__GNUC__)
+// DequantizeRow where the CPU has AVX-512 F/BW: the 256-entry map held in 16 registers and each
+// code looked up by eight two-register permutes (vpermt2ps: 32 entries each) and three blends on
+// the code's top bits, about three times as fast as a gather; the same products, so the same bits.
+// (g++ 12 warns, wrongly, that the intrinsics' _mm512_undefined placeholders may be used
+// uninitialised.)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+__attribute__((target("avx512f,avx512bw"))) void DequantizeRowAvx512(const uint8_t* codes,
+                                                                     const float* map, float absmax,
+                                                                     float* out, int64_t n) {
+  __m512 table[16];
+  for (int k = 0; k < 16; ++k) table[k] = _mm512_loadu_ps(map + 16 * k);
+  const __m512 scale = _mm512_set1_ps(absmax);
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m512i code =
+        _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(codes + i)));
+    __m512 part[8];  // map[32 q + (code mod 32)] for q = 0..7
+    for (int q = 0; q < 8; ++q) {
+      part[q] = _mm512_permutex2var_ps(table[2 * q], code, table[2 * q + 1]);
+    }
+    const __mmask16 bit5 = _mm512_test_epi32_mask(code, _mm512_set1_epi32(32));
+    const __mmask16 bit6 = _mm512_test_epi32_mask(code, _mm512_set1_epi32(64));
+    const __mmask16 bit7 = _mm512_test_epi32_mask(code, _mm512_set1_epi32(128));
+    for (int q = 0; q < 4; ++q) part[q] = _mm512_mask_mov_ps(part[2 * q], bit5, part[2 * q + 1]);
+    for (int q = 0; q < 2; ++q) part[q] = _mm512_mask_mov_ps(part[2 * q], bit6, part[2 * q + 1]);
+    const __m512 value = _mm512_mask_mov_ps(part[0], bit7, part[1]);
+    _mm512_storeu_ps(out + i, _mm512_mul_ps(value, scale));
+  }
+  for (; i < n; ++i) out[i] = map[codes[i]] * absmax;
+}
+#pragma GCC diagnostic pop
+#endif
+
+// The dequantiser for this CPU: the AVX-512 lookup above, or DequantizeRow's clones.
+using DequantizeFn = void (*)(const uint8_t*, const float*, float, float*, int64_t);
+DequantizeFn Dequantizer() {
+#if defined(__x86_64__) && defined(__GNUC__)
+  static const bool avx512 =
+      __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw");
+  if (avx512) return DequantizeRowAvx512;
+#endif
+  return [](const uint8_t* codes, const float* map, float absmax, float* out, int64_t n) {
+    DequantizeRow(codes, map, absmax, out, n);
+  };
+}
+
 // AbsMaxF compiled for AVX2 too.
 BATON_SIMD_CLONES float AbsMaxRow(const float* x, int64_t n) { return AbsMaxF(x, n); }
 
@@ -497,6 +549,7 @@ void CpuBackend::AdamW8bit(Tensor& param, const Tensor& grad, Tensor& m, Tensor&
   uint8_t* pv = v.data<uint8_t>();
   float* am = m_absmax.data<float>();
   float* av = v_absmax.data<float>();
+  const DequantizeFn dequantize = Dequantizer();
   ParallelChunks(param.numel(), kChunk, &pool_, [&](int64_t begin, int64_t end) {
     float buffer[kChunk];
     const float* g = LoadChunk(grad, begin, end - begin, buffer);
@@ -505,8 +558,8 @@ void CpuBackend::AdamW8bit(Tensor& param, const Tensor& grad, Tensor& m, Tensor&
       const int64_t block = b0 / kQuantBlock;
       // Dequantise the block, update it as f32 AdamW does, then requantise with its new absmax.
       float block_m[kQuantBlock], block_v[kQuantBlock];
-      DequantizeRow(pm + b0, m_map.data(), am[block], block_m, n);
-      DequantizeRow(pv + b0, v_map.data(), av[block], block_v, n);
+      dequantize(pm + b0, m_map.data(), am[block], block_m, n);
+      dequantize(pv + b0, v_map.data(), av[block], block_v, n);
       AdamWRow(s, g + (b0 - begin), grad_scale, block_m, block_v, pp + b0, n);
       const float max_m = AbsMaxRow(block_m, n);
       const float max_v = AbsMaxRow(block_v, n);  // v >= 0: its absolute maximum is its maximum
