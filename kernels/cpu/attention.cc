@@ -22,16 +22,19 @@ namespace {
 // sgemm calls. Fixed, so results don't depend on anything but the shape.
 constexpr int64_t kRowBlock = 32;
 
+// Head h of batch b in qkv (f32 or BF16 elements).
+template <typename T>
 struct HeadView {
-  const float* q;
-  const float* k;
-  const float* v;
+  const T* q;
+  const T* k;
+  const T* v;
   int64_t qkv_stride;  // 3C
 };
 
-HeadView ViewHead(const float* qkv, const AttentionShape& shape, int64_t b, int64_t h) {
+template <typename T>
+HeadView<T> ViewHead(const T* qkv, const AttentionShape& shape, int64_t b, int64_t h) {
   const int64_t c = shape.channels;
-  const float* base = qkv + b * shape.seq * 3 * c + h * shape.head_dim();
+  const T* base = qkv + b * shape.seq * 3 * c + h * shape.head_dim();
   return {base, base + c, base + 2 * c, 3 * c};
 }
 
@@ -83,7 +86,7 @@ void AttentionForward(const float* qkv, const int32_t* segment_starts, float* ou
   const float scale = 1.0f / std::sqrt(static_cast<float>(dim));
   ParallelFor(shape.batch * heads, pool, seq * seq * dim, [&](int64_t bh) {
     const int64_t b = bh / heads;
-    const HeadView head = ViewHead(qkv, shape, b, bh % heads);
+    const HeadView<float> head = ViewHead(qkv, shape, b, bh % heads);
     const int64_t ld = head.qkv_stride;
     const int32_t* segments = RowSegments(segment_starts, b, seq);
     float* p = probs + bh * seq * seq;
@@ -118,7 +121,7 @@ void AttentionBackward(const float* dout, const float* qkv, const int32_t* segme
   ParallelForWithSlot(shape.batch * heads, pool, seq * seq * dim, [&](int64_t bh, int slot) {
     const int64_t b = bh / heads;
     const int64_t h = bh % heads;
-    const HeadView head = ViewHead(qkv, shape, b, h);
+    const HeadView<float> head = ViewHead(qkv, shape, b, h);
     const int64_t ld = head.qkv_stride;
     const float* p = probs + bh * seq * seq;
     const float* dout_h = dout + b * seq * c + h * dim;
@@ -250,7 +253,7 @@ void FlashAttentionForward(const float* qkv, const int32_t* segment_starts, floa
   const int64_t per_thread = kFlashForwardScratch;
   ParallelForWithSlot(shape.batch * heads, pool, seq * seq * dim, [&](int64_t bh, int slot) {
     const int64_t b = bh / heads;
-    const HeadView head = ViewHead(qkv, shape, b, bh % heads);
+    const HeadView<float> head = ViewHead(qkv, shape, b, bh % heads);
     const int64_t ld = head.qkv_stride;
     float* s = scratch + slot * per_thread;
     float* m = s + kFlashRows * kFlashKeys;
@@ -300,7 +303,7 @@ void FlashAttentionBackward(const float* dout, const float* qkv, const int32_t* 
   ParallelForWithSlot(shape.batch * heads, pool, 2 * seq * seq * dim, [&](int64_t bh, int slot) {
     const int64_t b = bh / heads;
     const int64_t h = bh % heads;
-    const HeadView head = ViewHead(qkv, shape, b, h);
+    const HeadView<float> head = ViewHead(qkv, shape, b, h);
     const int64_t ld = head.qkv_stride;
     const float* dout_h = dout + b * seq * c + h * dim;
     const float* out_h = out + b * seq * c + h * dim;
@@ -392,9 +395,7 @@ void FlashAttentionForwardBf16(const BF16* qkv, const int32_t* segment_starts, B
   const int64_t per_thread = FlashForwardBf16Floats(dim);
   ParallelForWithSlot(shape.batch * heads, pool, seq * seq * dim, [&](int64_t bh, int slot) {
     const int64_t b = bh / heads;
-    const BF16* q = qkv + b * seq * ld + (bh % heads) * dim;
-    const BF16* k = q + c;
-    const BF16* v = q + 2 * c;
+    const HeadView<BF16> head = ViewHead(qkv, shape, b, bh % heads);
     float* s = scratch + slot * per_thread;
     BF16* p = reinterpret_cast<BF16*>(s + kFlashRows * kFlashKeys);
     float* m = s + kFlashRows * kFlashKeys + kFlashRows * kFlashKeys / 2;
@@ -411,11 +412,11 @@ void FlashAttentionForwardBf16(const BF16* qkv, const int32_t* segment_starts, B
       const int32_t* first_keys = segments == nullptr ? nullptr : segments + r0;
       for (int64_t c0 = FirstKey(segments, r0); c0 < r0 + rows; c0 += kFlashKeys) {
         const int64_t cols = std::min(kFlashKeys, r0 + rows - c0);
-        Bf16Gemm(false, true, rows, cols, dim, scale, q + r0 * ld, ld, k + c0 * ld, ld, 0.0f, s,
-                 DType::kF32, kLd);
+        Bf16Gemm(false, true, rows, cols, dim, scale, head.q + r0 * ld, ld, head.k + c0 * ld, ld,
+                 0.0f, s, DType::kF32, kLd);
         OnlineSoftmaxBlock(s, rows, cols, r0, c0, first_keys, m, l, acc, dim, dim);
         NarrowBlock(s, rows, cols, p);
-        Bf16Gemm(false, false, rows, dim, cols, 1.0f, p, kLd, v + c0 * ld, ld, 1.0f, acc,
+        Bf16Gemm(false, false, rows, dim, cols, 1.0f, p, kLd, head.v + c0 * ld, ld, 1.0f, acc,
                  DType::kF32, dim);
       }
       for (int64_t i = 0; i < rows; ++i) {
@@ -445,9 +446,7 @@ void FlashAttentionBackwardBf16(const BF16* dout, const BF16* qkv, const int32_t
   ParallelForWithSlot(shape.batch * heads, pool, 2 * seq * seq * dim, [&](int64_t bh, int slot) {
     const int64_t b = bh / heads;
     const int64_t column = (bh % heads) * dim;
-    const BF16* q = qkv + b * seq * ld + column;
-    const BF16* k = q + c;
-    const BF16* v = q + 2 * c;
+    const HeadView<BF16> head = ViewHead(qkv, shape, b, bh % heads);
     const BF16* dout_h = dout + b * seq * c + column;
     const BF16* out_h = out + b * seq * c + column;
     const float* lse_h = lse + bh * seq;
@@ -477,10 +476,10 @@ void FlashAttentionBackwardBf16(const BF16* dout, const BF16* qkv, const int32_t
         const int64_t rows = std::min(kFlashRows, seq - r0);
         const int64_t cols = std::min({kFlashKeys, seq - c0, r0 + rows - c0});
         if (FirstKey(segments, r0) >= c0 + cols) continue;
-        const BF16* q_block = q + r0 * ld;
+        const BF16* q_block = head.q + r0 * ld;
         const BF16* dout_block = dout_h + r0 * c;
         // P = exp(scale Q K^T - lse), and its bf16 copy for the products
-        Bf16Gemm(false, true, rows, cols, dim, scale, q_block, ld, k + c0 * ld, ld, 0.0f, p,
+        Bf16Gemm(false, true, rows, cols, dim, scale, q_block, ld, head.k + c0 * ld, ld, 0.0f, p,
                  DType::kF32, kLd);
         RecomputeProbsBlock(p, rows, cols, r0, c0, segments == nullptr ? nullptr : segments + r0,
                             lse_h + r0);
@@ -488,14 +487,14 @@ void FlashAttentionBackwardBf16(const BF16* dout, const BF16* qkv, const int32_t
         // dV += P^T dO;  dP = dO V^T;  dS = P (dP - delta)
         Bf16Gemm(true, false, cols, dim, rows, 1.0f, p16, kLd, dout_block, c, 1.0f, dv_acc,
                  DType::kF32, dim);
-        Bf16Gemm(false, true, rows, cols, dim, 1.0f, dout_block, c, v + c0 * ld, ld, 0.0f, ds,
+        Bf16Gemm(false, true, rows, cols, dim, 1.0f, dout_block, c, head.v + c0 * ld, ld, 0.0f, ds,
                  DType::kF32, kLd);
         SoftmaxBackwardBlock(p, ds, rows, cols, delta + r0);
         NarrowBlock(ds, rows, cols, ds16);
         // dK += scale dS^T Q;  dQ[r0:] += scale dS K
         Bf16Gemm(true, false, cols, dim, rows, scale, ds16, kLd, q_block, ld, 1.0f, dk_acc,
                  DType::kF32, dim);
-        Bf16Gemm(false, false, rows, dim, cols, scale, ds16, kLd, k + c0 * ld, ld, 1.0f,
+        Bf16Gemm(false, false, rows, dim, cols, scale, ds16, kLd, head.k + c0 * ld, ld, 1.0f,
                  dq_acc + r0 * dim, DType::kF32, dim);
       }
       AddRowsRounded(dk_acc, keys, dim, dk + c0 * ld, ld);

@@ -88,12 +88,8 @@ void BroadcastBiasRows(const Tensor& bias, Tensor& out, int64_t m, int64_t n, bo
   }
   for (int64_t i = 0; i < m; ++i) {
     void* target = base + static_cast<size_t>(i) * row_bytes;
-    if (accumulate) {
-      ConvertFloats(target, out.dtype(), row.data(), DType::kF32, static_cast<size_t>(n));
-      for (int64_t j = 0; j < n; ++j) row[j] += bias_f32[j];
-    } else {
-      row = bias_f32;
-    }
+    ConvertFloats(target, out.dtype(), row.data(), DType::kF32, static_cast<size_t>(n));
+    for (int64_t j = 0; j < n; ++j) row[j] += bias_f32[j];
     ConvertFloats(row.data(), DType::kF32, target, out.dtype(), static_cast<size_t>(n));
   }
 }
@@ -491,9 +487,7 @@ DequantizeFn Dequantizer() {
       __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw");
   if (avx512) return DequantizeRowAvx512;
 #endif
-  return [](const uint8_t* codes, const float* map, float absmax, float* out, int64_t n) {
-    DequantizeRow(codes, map, absmax, out, n);
-  };
+  return DequantizeRow;
 }
 
 // AbsMaxF compiled for AVX2 too.

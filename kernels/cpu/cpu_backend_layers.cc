@@ -1,7 +1,8 @@
 // CpuBackend: the GPT layer methods. Each validates its arguments and runs the f32 kernel from
 // layer_kernels.h or attention.h. LayerNorm and GELU read and write bf16 activations directly
-// (their BF16 overloads). Other 16-bit tensors are converted to f32 for the kernel: the row
-// kernels (LayerNorm, GELU, cross-entropy) convert one piece (chunk, row, block of rows) at a
+// (their BF16 overloads), and so does flash attention where the CPU multiplies bf16
+// (FlashAttention*Bf16, attention.h). Other 16-bit tensors are converted to f32 for the kernel: the
+// row kernels (LayerNorm, GELU, cross-entropy) convert one piece (chunk, row, block of rows) at a
 // time into the running thread's buffer and back, so no f32 copy of an activation exists; the
 // others stage whole tensors (F32Staging). Either way the f32 arithmetic is the same, and so are
 // the bits.
@@ -340,9 +341,7 @@ void CpuBackend::GeluForward(const Tensor& x, Tensor& out) {
   CheckShape(out, x.shape(), "out");
   if (meta_) return;
   if (AllBf16({&x, &out})) {
-    ParallelChunks(x.numel(), kChunk, &pool_, [&](int64_t begin, int64_t end) {
-      cpu::GeluForward(Bf16Data(x) + begin, Bf16Data(out) + begin, end - begin, nullptr);
-    });
+    cpu::GeluForward(Bf16Data(x), Bf16Data(out), x.numel(), &pool_);
     return;
   }
   ParallelChunks(x.numel(), kChunk, &pool_, [&](int64_t begin, int64_t end) {
@@ -363,10 +362,7 @@ void CpuBackend::GeluBackward(const Tensor& x, const Tensor& dout, Tensor& dx) {
   CheckShape(dx, x.shape(), "dx");
   if (meta_) return;
   if (AllBf16({&x, &dout, &dx})) {
-    ParallelChunks(x.numel(), kChunk, &pool_, [&](int64_t begin, int64_t end) {
-      cpu::GeluBackward(Bf16Data(x) + begin, Bf16Data(dout) + begin, Bf16Data(dx) + begin,
-                        end - begin, nullptr);
-    });
+    cpu::GeluBackward(Bf16Data(x), Bf16Data(dout), Bf16Data(dx), x.numel(), &pool_);
     return;
   }
   ParallelChunks(x.numel(), kChunk, &pool_, [&](int64_t begin, int64_t end) {

@@ -92,32 +92,81 @@ BATON_SIMD_CLONES void LayerNormBackwardRow(const BF16* dout, const BF16* x, con
 }
 
 // GELU and its gradient (fast_math.h) over a range.
+template <typename X>
+inline void GeluForwardRangeBody(const X* x, X* out, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) out[i] = Narrow<X>(GeluF(Widen(x[i])));
+}
+
 BATON_SIMD_CLONES void GeluForwardRange(const float* x, float* out, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) out[i] = GeluF(x[i]);
+  GeluForwardRangeBody(x, out, n);
 }
 BATON_SIMD_CLONES void GeluForwardRange(const BF16* x, BF16* out, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) out[i] = Narrow<BF16>(GeluF(Widen(x[i])));
+  GeluForwardRangeBody(x, out, n);
+}
+
+template <typename X>
+inline void GeluBackwardRangeBody(const X* x, const X* dout, X* dx, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    dx[i] = Narrow<X>(Widen(dx[i]) + GeluGradF(Widen(x[i])) * Widen(dout[i]));
+  }
 }
 
 BATON_SIMD_CLONES void GeluBackwardRange(const float* x, const float* dout, float* dx, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) dx[i] += GeluGradF(x[i]) * dout[i];
+  GeluBackwardRangeBody(x, dout, dx, n);
 }
 BATON_SIMD_CLONES void GeluBackwardRange(const BF16* x, const BF16* dout, BF16* dx, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) {
-    dx[i] = Narrow<BF16>(Widen(dx[i]) + GeluGradF(Widen(x[i])) * Widen(dout[i]));
+  GeluBackwardRangeBody(x, dout, dx, n);
+}
+
+// The public kernels over f32 or bf16 storage, overloaded below.
+
+// acc (cols) += column sums of x (rows,cols), each column summed over rows in order.
+template <typename X>
+void ColumnSumsAccumulateOf(const X* x, int64_t rows, int64_t cols, float* acc, ThreadPool* pool) {
+  ForColumnChunks(rows, cols, pool, [&](int64_t c0, int64_t c1) {
+    float sums[kColumnChunk] = {};
+    const int64_t width = c1 - c0;
+    for (int64_t r = 0; r < rows; ++r) {
+      const X* row = x + r * cols + c0;
+      for (int64_t j = 0; j < width; ++j) sums[j] += Widen(row[j]);
+    }
+    for (int64_t j = 0; j < width; ++j) acc[c0 + j] += sums[j];
+  });
+}
+
+template <typename X>
+void LayerNormForwardOf(const X* x, const float* weight, const float* bias, X* out, float* mean,
+                        float* rstd, int64_t rows, int64_t cols, ThreadPool* pool) {
+  ParallelFor(rows, pool, cols, [&](int64_t r) {
+    LayerNormForwardRow(x + r * cols, weight, bias, out + r * cols, mean + r, rstd + r, cols);
+  });
+}
+
+template <typename X>
+void LayerNormBackwardBlockOf(const X* dout, const X* x, const float* weight, const float* mean,
+                              const float* rstd, X* dx, float* partials, int64_t rows,
+                              int64_t cols) {
+  float* partial_dweight = partials;
+  float* partial_dbias = partials + cols;
+  std::fill(partials, partials + 2 * cols, 0.0f);
+  for (int64_t r = 0; r < rows; ++r) {
+    LayerNormBackwardRow(dout + r * cols, x + r * cols, weight, mean[r], rstd[r], dx + r * cols,
+                         partial_dweight, partial_dbias, cols);
   }
 }
 
-// acc[j] += sum over rows of x[r * cols + c0 + j], j < width <= kColumnChunk, rows in order.
 template <typename X>
-inline void ColumnChunkSums(const X* x, int64_t rows, int64_t cols, int64_t c0, int64_t width,
-                            float* acc) {
-  float sums[kColumnChunk] = {};
-  for (int64_t r = 0; r < rows; ++r) {
-    const X* row = x + r * cols + c0;
-    for (int64_t j = 0; j < width; ++j) sums[j] += Widen(row[j]);
-  }
-  for (int64_t j = 0; j < width; ++j) acc[c0 + j] += sums[j];
+void GeluForwardOf(const X* x, X* out, int64_t n, ThreadPool* pool) {
+  ParallelChunks(n, 1 << 14, pool, [&](int64_t begin, int64_t end) {
+    GeluForwardRange(x + begin, out + begin, end - begin);
+  });
+}
+
+template <typename X>
+void GeluBackwardOf(const X* x, const X* dout, X* dx, int64_t n, ThreadPool* pool) {
+  ParallelChunks(n, 1 << 14, pool, [&](int64_t begin, int64_t end) {
+    GeluBackwardRange(x + begin, dout + begin, dx + begin, end - begin);
+  });
 }
 
 // A row's softmax statistics: its max and the sum of exp(x - max).
@@ -172,17 +221,6 @@ void BroadcastRows(const float* row, float* out, int64_t rows, int64_t cols, boo
     }
   });
 }
-
-namespace {
-
-template <typename X>
-void ColumnSumsAccumulateOf(const X* x, int64_t rows, int64_t cols, float* acc, ThreadPool* pool) {
-  ForColumnChunks(rows, cols, pool, [&](int64_t c0, int64_t c1) {
-    ColumnChunkSums(x, rows, cols, c0, c1 - c0, acc);
-  });
-}
-
-}  // namespace
 
 void ColumnSumsAccumulate(const float* x, int64_t rows, int64_t cols, float* acc,
                           ThreadPool* pool) {
@@ -254,18 +292,6 @@ void EmbeddingBackward(const int32_t* tokens, const int32_t* segment_starts, Voc
   }
 }
 
-namespace {
-
-template <typename X>
-void LayerNormForwardOf(const X* x, const float* weight, const float* bias, X* out, float* mean,
-                        float* rstd, int64_t rows, int64_t cols, ThreadPool* pool) {
-  ParallelFor(rows, pool, cols, [&](int64_t r) {
-    LayerNormForwardRow(x + r * cols, weight, bias, out + r * cols, mean + r, rstd + r, cols);
-  });
-}
-
-}  // namespace
-
 void LayerNormForward(const float* x, const float* weight, const float* bias, float* out,
                       float* mean, float* rstd, int64_t rows, int64_t cols, ThreadPool* pool) {
   LayerNormForwardOf(x, weight, bias, out, mean, rstd, rows, cols, pool);
@@ -279,23 +305,6 @@ int64_t LayerNormBackwardScratch(int64_t rows, int64_t cols) {
   const int64_t blocks = (rows + kLayerNormRowBlock - 1) / kLayerNormRowBlock;
   return blocks * 2 * cols;
 }
-
-namespace {
-
-template <typename X>
-void LayerNormBackwardBlockOf(const X* dout, const X* x, const float* weight, const float* mean,
-                              const float* rstd, X* dx, float* partials, int64_t rows,
-                              int64_t cols) {
-  float* partial_dweight = partials;
-  float* partial_dbias = partials + cols;
-  std::fill(partials, partials + 2 * cols, 0.0f);
-  for (int64_t r = 0; r < rows; ++r) {
-    LayerNormBackwardRow(dout + r * cols, x + r * cols, weight, mean[r], rstd[r], dx + r * cols,
-                         partial_dweight, partial_dbias, cols);
-  }
-}
-
-}  // namespace
 
 void LayerNormBackwardBlock(const float* dout, const float* x, const float* weight,
                             const float* mean, const float* rstd, float* dx, float* partials,
@@ -323,24 +332,6 @@ void LayerNormBackwardReduce(const float* scratch, int64_t blocks, float* dweigh
     }
   });
 }
-
-namespace {
-
-template <typename X>
-void GeluForwardOf(const X* x, X* out, int64_t n, ThreadPool* pool) {
-  ParallelChunks(n, 1 << 14, pool, [&](int64_t begin, int64_t end) {
-    GeluForwardRange(x + begin, out + begin, end - begin);
-  });
-}
-
-template <typename X>
-void GeluBackwardOf(const X* x, const X* dout, X* dx, int64_t n, ThreadPool* pool) {
-  ParallelChunks(n, 1 << 14, pool, [&](int64_t begin, int64_t end) {
-    GeluBackwardRange(x + begin, dout + begin, dx + begin, end - begin);
-  });
-}
-
-}  // namespace
 
 void GeluForward(const float* x, float* out, int64_t n, ThreadPool* pool) {
   GeluForwardOf(x, out, n, pool);
