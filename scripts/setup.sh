@@ -17,6 +17,7 @@ packages=(
   libspdlog-dev libyaml-cpp-dev libopenblas-dev libdnnl-dev libcli11-dev nlohmann-json3-dev
   libopenmpi-dev openmpi-bin libgloo-dev
   libgtest-dev libgmock-dev googletest libbenchmark-dev
+  qemu-user  # the avx2_emulation test: AVX2-only CPU paths checked on any x86-64 machine
 )
 
 missing=()

@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# The CPU-kind-dependent tests on an emulated AVX2-only CPU (Haswell: AVX2 and FMA, no AVX-512),
+# whatever CPU runs CI: qemu-x86_64 (user mode) reports that CPU's features through CPUID, so
+# the row kernels' clones resolve to AVX2, oneDNN takes its avx2 paths, bf16 matrix products
+# stage to f32 and AdamW8bit takes its gather paths, as on a real AVX2 machine. Runs the kernel,
+# model, checkpoint and worker unit tests and the in-process 1-vs-p-stage bit-identity tests
+# (each in one process; the integration tests start `baton` processes, which qemu does not
+# follow). Exits 77 (ctest: skipped) where qemu-x86_64 is absent or cannot hide AVX-512 (QEMU
+# before 7.2 emulates no AVX2).
+#
+#   scripts/avx2-emulation.sh [BUILD_DIR]     (default: build)
+set -euo pipefail
+
+build=${1:-build}
+cpu=Haswell
+
+if [ "$(uname -m)" != x86_64 ] || ! command -v qemu-x86_64 >/dev/null; then
+  echo "avx2-emulation: skipped: needs qemu-x86_64 (Debian's qemu-user) on an x86-64 host"
+  exit 77
+fi
+
+# qemu warns once per process about CPUID bits user mode has no use for (pcid, x2apic, TSX...).
+emulate() { qemu-x86_64 -cpu "$cpu" "$@" 2> >(grep -v "TCG doesn't support requested feature" >&2); }
+
+features=$(emulate "$build/tests/cpu_kind_probe")
+echo "avx2-emulation: qemu-x86_64 -cpu $cpu reports: $features"
+case "$features" in
+  *"avx2=1 fma=1 avx512f=0 avx512bw=0 avx512_bf16=0"*) ;;
+  *)
+    echo "avx2-emulation: skipped: this qemu does not present an AVX2-only CPU"
+    exit 77
+    ;;
+esac
+
+# binary and gtest filter
+runs=(
+  "core/core_test" "*"
+  "kernels/kernels_test" "*"
+  "kernels/backend_factory_test" "*"
+  "model/model_test" "*"
+  "checkpoint/checkpoint_test" "*"
+  "worker/worker_test" "*"
+  "planner/planner_test" "InProcess*:ScheduleRuntimeTest.*"
+)
+failed=0
+for ((i = 0; i < ${#runs[@]}; i += 2)); do
+  binary=${runs[i]} filter=${runs[i + 1]}
+  start=$SECONDS
+  if emulate "$build/$binary" --gtest_filter="$filter" --gtest_brief=1; then
+    echo "avx2-emulation: $binary ($filter) passed in $((SECONDS - start)) s"
+  else
+    echo "avx2-emulation: $binary ($filter) FAILED"
+    failed=1
+  fi
+done
+exit "$failed"
