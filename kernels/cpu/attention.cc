@@ -355,6 +355,14 @@ BATON_SIMD_CLONES void NarrowBlock(const float* s, int64_t rows, int64_t cols, B
   }
 }
 
+// s (rows x cols, leading dimension kLd) rounded to bf16 in place: NarrowBlock's values, kept
+// as floats.
+BATON_SIMD_CLONES void RoundBlockToBf16(float* s, int64_t rows, int64_t cols) {
+  for (int64_t i = 0; i < rows; ++i) {
+    for (int64_t k = 0; k < cols; ++k) s[i * kLd + k] = Widen(Narrow<BF16>(s[i * kLd + k]));
+  }
+}
+
 // t (rows x dim, leading dimension ld) = t + acc (rows x dim, dense), rounded once.
 BATON_SIMD_CLONES void AddRowsRounded(const float* acc, int64_t rows, int64_t dim, BF16* t,
                                       int64_t ld) {
@@ -579,6 +587,7 @@ void CachedAttentionForward(const CachedAttentionArgs& args, float* scratch, Thr
                 s, kLd);
         }
         OnlineSoftmaxBlock(s, rows, cols, first, c0, nullptr, m, l, o_block, c, dim);
+        if (args.bf16_probs) RoundBlockToBf16(s, rows, cols);
         if (rows < kLoopRows) {
           AccumulateByLoop(s, v_block, args.kv_ld, rows, cols, dim, o_block, c);
         } else {

@@ -102,6 +102,10 @@ struct CachedAttentionArgs {
   float* out = nullptr;  // (B,Tq,C), dense
   int64_t past = 0;
   AttentionShape shape;  // seq = Tq, the new queries
+  // Round the probabilities to bf16 before their product with v, as FlashAttentionForwardBf16
+  // does (the model is bf16 and the CPU multiplies bf16), so that decoding with the cache
+  // follows the forward pass it continues.
+  bool bf16_probs = false;
 };
 
 // Scratch floats CachedAttentionForward needs: as FlashAttentionForwardScratch.

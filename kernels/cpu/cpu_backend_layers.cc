@@ -497,6 +497,7 @@ void CpuBackend::CachedAttentionForward(const Tensor& qkv, int num_heads, int64_
   args.out = staging.Out(out);
   args.past = past;
   args.shape = shape;
+  args.bf16_probs = AllBf16({&qkv, &out}) && Bf16GemmInUse();  // as FlashAttentionForward
   if (meta_) return;
   AppendToCache(qkv, 1, past, k_cache);
   AppendToCache(qkv, 2, past, v_cache);
