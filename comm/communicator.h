@@ -50,6 +50,10 @@ class Communicator {
 
   virtual int rank() const = 0;
   virtual int size() const = 0;
+  // The job-wide (world) rank of this communicator's rank `rank`: itself, unless the
+  // communicator is a view of some ranks of another (SubgroupCommunicator). Status and failure
+  // texts name peers by world rank, whatever communicator they talk through.
+  virtual int WorldRank(int rank) const { return rank; }
 
   // Posts a send of `tensor` (contiguous) to `peer` != rank().
   virtual std::unique_ptr<Work> Isend(const Tensor& tensor, int peer) = 0;

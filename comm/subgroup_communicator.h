@@ -38,7 +38,7 @@ class SubgroupCommunicator final : public Communicator {
   void Close(const std::string& reason) override { world_.Close(reason); }
 
   // The world rank of the view's rank `rank`.
-  int WorldRank(int rank) const;
+  int WorldRank(int rank) const override;
 
  private:
   Communicator& world_;

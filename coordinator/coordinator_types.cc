@@ -43,7 +43,7 @@ std::string DescribeRank(int rank, int stage, int replica, int tensor) {
 
 std::string FormatRankTable(const std::vector<RankState>& ranks,
                             const std::map<int, std::string>& exited) {
-  // A replica column when the job has data-parallel replicas; "peer" is a stage of the same one.
+  // A replica column when the job has data-parallel replicas; "peer" is the world rank waited on.
   const bool replicas = std::any_of(ranks.begin(), ranks.end(), [](const RankState& r) {
     return r.has_report && r.report.replica >= 0;
   });

@@ -328,9 +328,9 @@ void TrainRank(const WorkerArgs& args, CoordinatorClient& client, const Plan& pl
   // step, writes the checkpoint and exits cleanly.
   trainer.set_stop_flag(&StopFlag());
   trainer.set_status_callback([&client, &blocked](const EngineStatus& status) {
-    if (status.peer >= 0) {
-      client.SetBlocked(status.action, status.microbatch, status.peer);
-      blocked.action = BlockedAction{status.action, status.microbatch, status.peer, 0.0};
+    if (status.peer_rank >= 0) {
+      client.SetBlocked(status.action, status.microbatch, status.peer_rank);
+      blocked.action = BlockedAction{status.action, status.microbatch, status.peer_rank, 0.0};
       blocked.since = status.since;
     } else {
       client.ClearBlocked();

@@ -55,6 +55,21 @@ TEST(FailureTest, StalledPeerTimesOutWithATableNamingStageActionAndPeer) {
   EXPECT_TRUE(std::regex_search(result.output, stalled)) << result.output;
 }
 
+// 2 stages x 2 tensor ranks: world ranks 0, 1 are stage 0 and 2, 3 stage 1 (docs/parallel.md).
+// Rank 3 (stage 1, tensor rank 1) stalls: rank 1 (stage 0, tensor rank 1) waits on it, and the
+// table names that peer by its world rank, 3, not by its stage, 1 (which is rank 1 itself).
+TEST(FailureTest, AWaitOnAnotherTensorRanksStageNamesThePeersWorldRank) {
+  const CommandResult result =
+      RunShell("cd '" + SourceDir() + "' && BATON_TEST_STALL=3:2 '" + BatonFaultsBinary() +
+               "' run configs/gpt-tiny.yaml --set train.steps=4 --set parallel.stages=2"
+               " --set parallel.tensor=2 --set parallel.timeout_s=5");
+  EXPECT_NE(result.exit_code, 0) << result.output;
+  // Columns: rank, stage, tensor, status, blocked on, mb, peer.
+  const std::regex row(R"(\n\s+1\s+0\s+1\s+\w+\s+(SEND_F|RECV_B)\s+0\s+3\s+[0-9.]+\s)");
+  EXPECT_TRUE(std::regex_search(result.output, row)) << result.output;
+  EXPECT_EQ(result.output.find("peer rank 1,"), std::string::npos) << result.output;
+}
+
 // Trains gpt-tiny on 2 stages with `settings` ("--set k=v ..."), freezes stage 1 whole (SIGSTOP,
 // its heartbeats too) after step 2, and returns the launcher's output once the job has ended.
 std::string FreezeStageOneAndWaitForTheEnd(const std::string& name, const std::string& settings) {

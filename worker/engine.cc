@@ -25,7 +25,7 @@ struct StageEngine::PendingSend {
   Tensor tensor;  // kept alive until the send completes
   std::string what;
   Action action;  // the SEND_F / SEND_B
-  int peer;
+  int peer_stage;
 };
 
 StageEngine::StageEngine(Backend& backend, StageModel& model, Communicator* comm,
@@ -57,19 +57,21 @@ std::string StageEngine::Describe(const Action& action) const {
                      action.chunk);
 }
 
-void StageEngine::SetStatus(const Action* action, int peer) {
+void StageEngine::SetStatus(const Action* action, int peer_stage) {
   if (action == nullptr) {
     SetStatus("compute", -1, -1);
   } else {
-    SetStatus(std::string(KindName(action->kind)), action->microbatch, peer);
+    SetStatus(std::string(KindName(action->kind)), action->microbatch, peer_stage);
   }
 }
 
-void StageEngine::SetStatus(std::string what, int microbatch, int peer) {
+void StageEngine::SetStatus(std::string what, int microbatch, int peer_stage) {
   EngineStatus now;
   now.action = std::move(what);
   now.microbatch = microbatch;
-  now.peer = peer;
+  // The pipeline talks to stages; the status names the peer's world rank, which is what the
+  // launcher's rank table and hang headline print beside "peer rank".
+  now.peer_rank = peer_stage < 0 || comm_ == nullptr ? -1 : comm_->WorldRank(peer_stage);
   now.since = Clock::now();
   {
     std::lock_guard lock(status_mutex_);
@@ -221,7 +223,7 @@ void StageEngine::PostSend(const Action& action) {
 void StageEngine::ReapSends(bool wait_all) {
   for (auto it = sends_.begin(); it != sends_.end();) {
     if (wait_all) {
-      SetStatus(std::string(KindName(it->action.kind)), it->action.microbatch, it->peer);
+      SetStatus(std::string(KindName(it->action.kind)), it->action.microbatch, it->peer_stage);
     }
     bool done = it->work->Test();
     if (!done && wait_all) {

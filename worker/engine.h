@@ -56,7 +56,7 @@ struct EngineOptions {
 struct EngineStatus {
   std::string action;  // e.g. "RECV_F" or "idle"
   int microbatch = -1;
-  int peer = -1;  // rank waited on, -1 if none
+  int peer_rank = -1;  // the world rank waited on (not its stage), -1 if none
   Clock::time_point since;
 };
 
@@ -112,8 +112,9 @@ class StageEngine {
   Tensor AwaitGradient(const Action& action);
   void RecomputeSegment(Slot& s, Chunk& chunk, int segment, const MicroBatch& batch);
   void ReapSends(bool wait_all);
-  void SetStatus(const Action* action, int peer);
-  void SetStatus(std::string what, int microbatch, int peer);
+  // `peer_stage`: the pipeline stage waited on, or -1; reported as its world rank.
+  void SetStatus(const Action* action, int peer_stage);
+  void SetStatus(std::string what, int microbatch, int peer_stage);
   std::string Describe(const Action& action) const;
 
   Backend& backend_;

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "comm/fake_communicator.h"
+#include "comm/subgroup_communicator.h"
 #include "core/error.h"
 #include "kernels/backend.h"
 #include "model/graph.h"
@@ -39,8 +40,10 @@ struct Stage {
   std::unique_ptr<StageEngine> engine;
   int microbatches = 1;
 
+  // `view`, when given, is the pipeline's communicator instead of the hub's rank `rank`.
   Stage(const std::vector<LayerRange>& chunks, int rank, int num_stages, FakeHub* hub,
-        int microbatches_, std::chrono::milliseconds timeout = std::chrono::seconds(120))
+        int microbatches_, std::chrono::milliseconds timeout = std::chrono::seconds(120),
+        Communicator* view = nullptr)
       : microbatches(microbatches_) {
     model = std::make_unique<StageModel>(GptGraph(kDims), kDims, chunks, rank, num_stages,
                                          ChunkLayout::kLoop, *backend, DType::kF32, DType::kF32,
@@ -50,7 +53,7 @@ struct Stage {
     options.num_microbatches = microbatches;
     options.timeout = timeout;
     options.activation_shape = {kBatch, kSeq, kDims.width};
-    engine = std::make_unique<StageEngine>(*backend, *model, comm.get(), options);
+    engine = std::make_unique<StageEngine>(*backend, *model, view ? view : comm.get(), options);
   }
 };
 
@@ -168,6 +171,28 @@ TEST(StageEngineTest, AGradientThatNeverComesTimesOutNamingStageActionAndMicroBa
     EXPECT_THAT(e.what(), HasSubstr("gradient from stage 1"));
   }
   EXPECT_EQ(first.engine->status().action, "RECV_B");
+}
+
+// The pipeline of tensor rank 1 in a job of 2 stages x 2 tensor ranks is world ranks {1, 3}: the
+// engine talks to stage 1, but its status names world rank 3, which the launcher prints as
+// "peer rank 3" (a stage printed as a rank misled hang reports: "peer rank 1" was itself).
+TEST(StageEngineTest, TheStatusNamesThePeersWorldRankNotItsStage) {
+  FakeHub hub(4);
+  std::unique_ptr<Communicator> world = hub.Make(1);
+  SubgroupCommunicator pipeline(*world, {1, 3});
+  Stage first({{0, 1}}, 0, 2, nullptr, 1, std::chrono::milliseconds(300), &pipeline);
+  std::vector<EngineStatus> seen;
+  first.engine->set_status_callback([&seen](const EngineStatus& s) { seen.push_back(s); });
+  EXPECT_THROW(first.engine->RunStep(Program("F0 SEND_F0 RECV_B0 B0", 0, 2),
+                                     Batches(*first.backend, 1), 1.0f),
+               Error);  // stage 1 never sends the gradient
+  std::vector<int> waited_on;
+  for (const EngineStatus& s : seen) {
+    if (s.action == "RECV_B") waited_on.push_back(s.peer_rank);
+  }
+  EXPECT_EQ(waited_on, std::vector<int>{3});
+  EXPECT_EQ(first.engine->status().peer_rank, 3);
+  world.reset();  // with the pending send, whose tensor is the backend's, which goes first
 }
 
 TEST(StageEngineTest, AProgramThatBreaksItsOwnOrderIsRefused) {
