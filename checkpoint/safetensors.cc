@@ -9,6 +9,7 @@
 #include <set>
 
 #include "core/error.h"
+#include "core/json_fields.h"
 #include "kernels/quantize.h"
 
 namespace baton {
@@ -237,12 +238,7 @@ void ParseSafetensorsHeader(const std::string& path, std::string_view header, ui
     }
     return true;
   };
-  nlohmann::json json;
-  try {
-    json = nlohmann::json::parse(header.begin(), header.end(), on_event);
-  } catch (const nlohmann::json::exception& e) {
-    BATON_FAIL("{}: the header is not valid JSON: {}", path, e.what());
-  }
+  const nlohmann::json json = ParseJson(header, path + ": the header", on_event);
   BATON_CHECK(duplicate.empty(), "{}: tensor {} appears twice in the header", path, duplicate);
   BATON_CHECK(json.is_object(), "{}: the header is not a JSON object", path);
   metadata.clear();
@@ -275,11 +271,16 @@ SafetensorsFile SafetensorsFile::Open(const std::string& path) {
     header_bytes |= static_cast<uint64_t>(std::to_integer<uint8_t>(file.file_.data()[i]))
                     << (8 * i);
   }
-  BATON_CHECK(header_bytes <= kMaxHeaderBytes, "{}: header length {} is over the {} byte limit",
-              path, header_bytes, kMaxHeaderBytes);
+  // The length field is the file's first 8 bytes: an implausible one is not worth printing (a
+  // text file's "root:x:0" reads as 3475222254926655346), and no error quotes a file's bytes.
   BATON_CHECK(header_bytes <= size - 8,
-              "{}: header length {} runs past the end of the {}-byte file (truncated?)", path,
-              header_bytes, size);
+              "{}: the header length field exceeds the file size ({} bytes): not a safetensors "
+              "file, or a truncated one",
+              path, size);
+  BATON_CHECK(header_bytes <= kMaxHeaderBytes,
+              "{}: the header length field exceeds the {}-byte limit of the reference reader: not "
+              "a safetensors file",
+              path, kMaxHeaderBytes);
   file.data_start_ = 8 + header_bytes;
   const std::string_view header(reinterpret_cast<const char*>(file.file_.data()) + 8, header_bytes);
   ParseSafetensorsHeader(path, header, size - file.data_start_, file.metadata_, file.entries_);

@@ -19,6 +19,7 @@ namespace {
 
 using checkpoint_test::TempDir;
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 struct HostTensors {
   MemoryLedger ledger;
@@ -412,9 +413,43 @@ TEST(SafetensorsTest, HeaderLengthPastTheEndIsRejected) {
   const std::string path = dir / "short.safetensors";
   WriteRaw(path, R"({"a":{}})", "");
   std::filesystem::resize_file(path, 12);
-  EXPECT_THAT(ErrorOpening(path), HasSubstr("runs past the end"));
+  EXPECT_THAT(ErrorOpening(path),
+              HasSubstr("the header length field exceeds the file size (12 bytes)"));
   std::filesystem::resize_file(path, 3);
   EXPECT_THAT(ErrorOpening(path), HasSubstr("too short"));
+}
+
+// Links are followed (the Hugging Face cache links snapshots/REV/*.safetensors to ../../blobs),
+// to regular files only. A link to some other file fails the header checks, and no error quotes
+// the file's bytes: /etc/passwd's first 8 bytes ("root:x:0") once came back as "header length
+// 3475222254926655346".
+TEST(SafetensorsTest, ALinkIsFollowedToARegularFileAndNoErrorQuotesItsBytes) {
+  TempDir dir;
+  const std::string text = dir / "passwd";
+  WriteFileAtomically(text, "root:x:0:0:root:/root:/bin/bash\n");
+  std::filesystem::create_symlink(text, dir / "text.safetensors");
+  const std::string error = ErrorOpening(dir / "text.safetensors");
+  EXPECT_THAT(error, HasSubstr(dir / "text.safetensors"));
+  EXPECT_THAT(error, HasSubstr("the header length field exceeds the file size (32 bytes)"));
+  EXPECT_THAT(error, Not(HasSubstr("3475222254926655346")));
+  EXPECT_THAT(error, Not(HasSubstr("root")));
+
+  // A header length that fits but a header that is not JSON: the place, not the bytes.
+  WriteRaw(dir / "garbage.safetensors", "{root:x:0:0}", "");
+  const std::string garbage = ErrorOpening(dir / "garbage.safetensors");
+  EXPECT_THAT(garbage, HasSubstr("not valid JSON (syntax error at line 1, column 2)"));
+  EXPECT_THAT(garbage, Not(HasSubstr("root")));
+
+  HostTensors host;
+  ExportSafetensors({{"w", host.Filled({2, 3}, DType::kF32, 1)}}, dir / "real.safetensors");
+  std::filesystem::create_symlink("real.safetensors", dir / "link.safetensors");
+  EXPECT_EQ(ReadSafetensors(dir / "link.safetensors").Get("w").shape, Shape({2, 3}));
+
+  std::filesystem::create_symlink("/dev/zero", dir / "device.safetensors");
+  EXPECT_THAT(ErrorOpening(dir / "device.safetensors"),
+              HasSubstr("is a character device, not a regular file"));
+  std::filesystem::create_symlink(dir.path(), dir / "folder.safetensors");
+  EXPECT_THAT(ErrorOpening(dir / "folder.safetensors"), HasSubstr("is a folder, not a regular"));
 }
 
 }  // namespace
