@@ -7,12 +7,14 @@
 #include <charconv>
 #include <cstring>
 #include <filesystem>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <set>
 
 #include "checkpoint/safetensors_gpt2.h"
 #include "core/error.h"
 #include "core/files.h"
+#include "core/json_fields.h"
 #include "kernels/quantize.h"
 
 namespace baton {
@@ -25,58 +27,97 @@ constexpr const char* kIndexFileName = "model.safetensors.index.json";
 
 // ---- config.json
 
-Json ReadJsonFile(const std::string& path) {
-  const std::string text = ReadFileToString(path);
-  try {
-    return Json::parse(text);
-  } catch (const Json::exception& e) {
-    BATON_FAIL("{}: not valid JSON: {}", path, e.what());
+// A size config.json gives (layers, heads, widths, positions): a positive integer that fits the
+// int ModelDims holds, so that nothing narrows on the way (2^32 + 2 layers were 2).
+constexpr int64_t kMaxSize = std::numeric_limits<int>::max();
+
+int64_t Size(const JsonField& field) { return field.Int(1, kMaxSize); }
+
+// Whether config.json claims a Llama: model_type "llama", or an architectures list holding
+// "LlamaForCausalLM". Lenient about the other fields' types: ReadHfLlamaConfig checks them all.
+bool ClaimsLlama(const Json& config) {
+  if (!config.is_object()) return false;
+  const auto type = config.find("model_type");
+  if (type != config.end() && *type == "llama") return true;
+  const auto architectures = config.find("architectures");
+  return architectures != config.end() && architectures->is_array() &&
+         std::find(architectures->begin(), architectures->end(), Json("LlamaForCausalLM")) !=
+             architectures->end();
+}
+
+// model_type "llama", or model_type absent (or null) with architectures holding LlamaForCausalLM.
+void CheckIsLlama(const JsonField& config) {
+  const std::optional<std::string> model_type = config["model_type"].OptionalString();
+  const JsonField architectures = config["architectures"];
+  bool causal_lm = false;
+  if (architectures.present()) {
+    for (size_t i = 0; i < architectures.Array().json().size(); ++i) {
+      causal_lm |= architectures[i].String() == "LlamaForCausalLM";
+    }
+  }
+  if (model_type && *model_type != "llama") {
+    config["model_type"].Fail(fmt::format(
+        "\"{}\", not \"llama\": not a Hugging Face Llama (LlamaForCausalLM)", *model_type));
+  }
+  if (!model_type && !causal_lm) {
+    config.Fail(
+        fmt::format("neither model_type \"llama\" nor architectures holding \"LlamaForCausalLM\" "
+                    "(architectures: {}): not a Hugging Face Llama",
+                    architectures.json().dump()));
   }
 }
 
-// A required positive integer field.
-int64_t PositiveInt(const std::string& path, const Json& config, const char* key) {
-  BATON_CHECK(
-      config.contains(key) && config[key].is_number_integer() && config[key].get<int64_t>() > 0,
-      "{}: {} must be a positive integer, got {}", path, key,
-      config.contains(key) ? config[key].dump() : "nothing");
-  return config[key].get<int64_t>();
+// rms_norm_eps: in (0, 1) as the YAML's model.rms_norm_eps, and a normal f32, which is what
+// Baton's RMSNorm holds (1e-300 became 0 there).
+double ReadNormEps(const JsonField& field) {
+  const double eps = field.OptionalNumber().value_or(1e-6);
+  if (!(eps > 0.0 && eps < 1.0)) field.Fail(fmt::format("{} is not in (0, 1)", eps));
+  if (eps < std::numeric_limits<float>::min()) {
+    field.Fail(fmt::format(
+        "{} is below the smallest normal f32 ({}): Baton's RMSNorm holds epsilon as an f32, "
+        "where it would be 0 or lose its precision",
+        eps, std::numeric_limits<float>::min()));
+  }
+  return eps;
 }
 
-double Number(const std::string& path, const Json& config, const char* key, double fallback) {
-  if (!config.contains(key) || config[key].is_null()) return fallback;
-  BATON_CHECK(config[key].is_number(), "{}: {} must be a number, got {}", path, key,
-              config[key].dump());
-  return config[key].get<double>();
+// A token id: absent or null, an integer, or a list of them (Llama 3 Instruct's eos ids), which
+// is not kept (nullopt), so not written back on export.
+std::optional<int64_t> ReadTokenId(const JsonField& field) {
+  constexpr int64_t kMaxId = std::numeric_limits<int64_t>::max();
+  if (!field.present()) return std::nullopt;
+  if (field.json().is_array()) {
+    for (size_t i = 0; i < field.json().size(); ++i) field[i].Int(0, kMaxId);
+    return std::nullopt;
+  }
+  if (!field.json().is_number_integer()) {
+    field.Fail(fmt::format("expected an integer or a list of integers, got {}",
+                           DescribeJson(field.json())));
+  }
+  return field.Int(0, kMaxId);
 }
 
-std::optional<int64_t> OptionalId(const Json& config, const char* key) {
-  if (config.contains(key) && config[key].is_number_integer()) return config[key].get<int64_t>();
-  return std::nullopt;  // absent, null, or a list (Llama 3 Instruct's eos ids): not written back
-}
-
-RopeConfig ReadRope(const std::string& path, const Json& config) {
+RopeConfig ReadRope(const JsonField& config) {
   RopeConfig rope;
-  rope.theta = Number(path, config, "rope_theta", 10000.0);
-  if (!config.contains("rope_scaling") || config["rope_scaling"].is_null()) return rope;
-  const Json& scaling = config["rope_scaling"];
-  BATON_CHECK(scaling.is_object(), "{}: rope_scaling must be an object or null, got {}", path,
-              scaling.dump());
-  const std::string type = scaling.value("rope_type", scaling.value("type", std::string()));
+  rope.theta = config["rope_theta"].OptionalNumber().value_or(10000.0);
+  if (!(rope.theta > 0.0)) config["rope_theta"].Fail(fmt::format("{} is not positive", rope.theta));
+  const JsonField scaling = config["rope_scaling"];
+  if (!scaling.present()) return rope;
+  scaling.Object();
+  const std::optional<std::string> rope_type = scaling["rope_type"].OptionalString();
+  const std::string type = rope_type ? *rope_type : scaling["type"].OptionalString().value_or("");
   BATON_CHECK(type == "llama3",
               "{}: rope_scaling of rope_type \"{}\": Baton's rotary positions know only Llama 3's "
               "(\"llama3\") scaling",
-              path, type);
-  rope.factor = Number(path, scaling, "factor", 0.0);
-  rope.low_freq_factor = Number(path, scaling, "low_freq_factor", 1.0);
-  rope.high_freq_factor = Number(path, scaling, "high_freq_factor", 4.0);
+              config.where(), type);
+  rope.factor = scaling["factor"].OptionalNumber().value_or(0.0);
+  rope.low_freq_factor = scaling["low_freq_factor"].OptionalNumber().value_or(1.0);
+  rope.high_freq_factor = scaling["high_freq_factor"].OptionalNumber().value_or(4.0);
   rope.original_context =
-      static_cast<int64_t>(Number(path, scaling, "original_max_position_embeddings", 8192.0));
-  BATON_CHECK(rope.factor > 0.0 && rope.high_freq_factor > rope.low_freq_factor &&
-                  rope.original_context > 0,
-              "{}: rope_scaling {} needs factor > 0, high_freq_factor > low_freq_factor and "
-              "original_max_position_embeddings > 0",
-              path, scaling.dump());
+      scaling["original_max_position_embeddings"].OptionalInt(1, kMaxSize).value_or(8192);
+  BATON_CHECK(rope.factor > 0.0 && rope.high_freq_factor > rope.low_freq_factor,
+              "{}: rope_scaling {} needs factor > 0 and high_freq_factor > low_freq_factor",
+              config.where(), scaling.json().dump());
   return rope;
 }
 
@@ -164,51 +205,40 @@ std::vector<float> AssembleParam(HfLlamaFolder& folder, const std::string& baton
 // ---- config.json
 
 HfLlamaConfig ReadHfLlamaConfig(const std::string& path) {
-  const Json config = ReadJsonFile(path);
-  BATON_CHECK(config.is_object(), "{}: not a JSON object", path);
-  const std::string model_type = config.value("model_type", std::string());
-  bool causal_lm = false;
-  if (config.contains("architectures") && config["architectures"].is_array()) {
-    for (const Json& a : config["architectures"]) causal_lm |= a == "LlamaForCausalLM";
-  }
-  BATON_CHECK(model_type == "llama" || (model_type.empty() && causal_lm),
-              "{}: model_type \"{}\", architectures {}: not a Hugging Face Llama "
-              "(LlamaForCausalLM, model_type llama)",
-              path, model_type, config.value("architectures", Json::array()).dump());
-  const std::string act = config.value("hidden_act", std::string("silu"));
+  const Json json = ParseJsonFile(path);
+  const JsonField config = JsonField(json, path).Object();
+  CheckIsLlama(config);
+  const std::string act = config["hidden_act"].OptionalString().value_or("silu");
   BATON_CHECK(act == "silu", "{}: hidden_act \"{}\": Baton's Llama MLP is SwiGLU (silu)", path,
               act);
   for (const char* bias : {"attention_bias", "mlp_bias"}) {
-    BATON_CHECK(!config.value(bias, false),
+    BATON_CHECK(!config[bias].OptionalBool().value_or(false),
                 "{}: {} is true: Baton's Llama has no biases; this model cannot be loaded", path,
                 bias);
   }
   HfLlamaConfig c;
-  c.vocab_size = PositiveInt(path, config, "vocab_size");
-  c.hidden_size = PositiveInt(path, config, "hidden_size");
-  c.num_hidden_layers = PositiveInt(path, config, "num_hidden_layers");
-  c.num_attention_heads = PositiveInt(path, config, "num_attention_heads");
+  c.vocab_size = Size(config["vocab_size"]);
+  c.hidden_size = Size(config["hidden_size"]);
+  c.num_hidden_layers = Size(config["num_hidden_layers"]);
+  c.num_attention_heads = Size(config["num_attention_heads"]);
   c.num_key_value_heads =
-      config.contains("num_key_value_heads") && !config["num_key_value_heads"].is_null()
-          ? PositiveInt(path, config, "num_key_value_heads")
-          : c.num_attention_heads;
-  c.intermediate_size = PositiveInt(path, config, "intermediate_size");
-  c.max_position_embeddings = PositiveInt(path, config, "max_position_embeddings");
-  c.rms_norm_eps = Number(path, config, "rms_norm_eps", 1e-6);
-  c.rope = ReadRope(path, config);
-  c.tie_word_embeddings = config.value("tie_word_embeddings", false);
-  c.bos_token_id = OptionalId(config, "bos_token_id");
-  c.eos_token_id = OptionalId(config, "eos_token_id");
+      config["num_key_value_heads"].OptionalInt(1, kMaxSize).value_or(c.num_attention_heads);
+  c.intermediate_size = Size(config["intermediate_size"]);
+  c.max_position_embeddings = Size(config["max_position_embeddings"]);
+  c.rms_norm_eps = ReadNormEps(config["rms_norm_eps"]);
+  c.rope = ReadRope(config);
+  c.tie_word_embeddings = config["tie_word_embeddings"].OptionalBool().value_or(false);
+  c.bos_token_id = ReadTokenId(config["bos_token_id"]);
+  c.eos_token_id = ReadTokenId(config["eos_token_id"]);
   BATON_CHECK(c.hidden_size % c.num_attention_heads == 0,
               "{}: hidden_size {} is not a multiple of num_attention_heads {}", path, c.hidden_size,
               c.num_attention_heads);
   const int64_t head_dim = c.hidden_size / c.num_attention_heads;
-  if (config.contains("head_dim") && !config["head_dim"].is_null()) {
-    BATON_CHECK(config["head_dim"] == head_dim,
-                "{}: head_dim {} differs from hidden_size / num_attention_heads = {}; Baton's "
-                "heads are hidden_size / num_attention_heads wide",
-                path, config["head_dim"].dump(), head_dim);
-  }
+  const std::optional<int64_t> given_head_dim = config["head_dim"].OptionalInt(1, kMaxSize);
+  BATON_CHECK(!given_head_dim || *given_head_dim == head_dim,
+              "{}: head_dim {} differs from hidden_size / num_attention_heads = {}; Baton's "
+              "heads are hidden_size / num_attention_heads wide",
+              path, *given_head_dim, head_dim);
   BATON_CHECK(c.num_attention_heads % c.num_key_value_heads == 0,
               "{}: num_attention_heads {} is not a multiple of num_key_value_heads {}", path,
               c.num_attention_heads, c.num_key_value_heads);
@@ -220,10 +250,9 @@ bool IsHfLlamaFolder(const std::string& dir) {
   const fs::path config = fs::path(dir) / "config.json";
   if (!fs::is_regular_file(config, error)) return false;
   try {
-    const Json json = Json::parse(ReadFileToString(config.string()));
-    return json.is_object() && json.value("model_type", std::string()) == "llama";
+    return ClaimsLlama(ParseJsonFile(config.string()));
   } catch (const std::exception&) {
-    return false;
+    return false;  // not JSON: not a Llama folder (an error reading it names the file later)
   }
 }
 
@@ -252,16 +281,13 @@ HfLlamaFolder HfLlamaFolder::Open(const std::string& dir) {
   const fs::path index = fs::path(dir) / kIndexFileName;
   std::error_code error;
   if (fs::is_regular_file(index, error)) {
-    const Json json = ReadJsonFile(index.string());
-    BATON_CHECK(json.is_object() && json.contains("weight_map") && json["weight_map"].is_object(),
-                "{}: no \"weight_map\" object", index.string());
-    for (const auto& [name, file] : json["weight_map"].items()) {
-      BATON_CHECK(file.is_string(), "{}: weight_map[\"{}\"] is not a file name", index.string(),
-                  name);
-      const std::string file_name = file.get<std::string>();
-      BATON_CHECK(fs::path(file_name).filename() == file_name,
-                  "{}: weight_map[\"{}\"] = \"{}\" is not a file in the folder", index.string(),
-                  name, file_name);
+    const Json json = ParseJsonFile(index.string());
+    const JsonField weight_map = JsonField(json, index.string()).Object()["weight_map"].Object();
+    for (const auto& [name, file] : weight_map.json().items()) {
+      const std::string file_name = weight_map[name].String();
+      if (fs::path(file_name).filename() != file_name) {
+        weight_map[name].Fail(fmt::format("\"{}\" is not a file in the folder", file_name));
+      }
       folder.weight_map_.emplace(name, file_name);
     }
     return folder;

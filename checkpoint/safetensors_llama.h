@@ -26,7 +26,8 @@
 
 namespace baton {
 
-// The fields of a Hugging Face LlamaConfig (config.json) that Baton reads and writes.
+// The fields of a Hugging Face LlamaConfig (config.json) that Baton reads and writes. Every size
+// is in [1, INT_MAX] (ReadHfLlamaConfig refuses others), so it narrows to ModelDims' ints as is.
 struct HfLlamaConfig {
   int64_t vocab_size = 0;
   int64_t hidden_size = 0;  // C
@@ -42,13 +43,14 @@ struct HfLlamaConfig {
   std::optional<int64_t> eos_token_id;
 };
 
-// Reads and checks `path` (a config.json): model_type "llama" or an architectures entry
-// "LlamaForCausalLM"; hidden_act silu; no attention_bias or mlp_bias; head_dim, when given,
-// hidden_size / num_attention_heads; rope_scaling null or of rope_type llama3. Each refusal names
-// the file and the field.
+// Reads and checks `path` (a config.json): model_type "llama", or model_type absent (or null) and
+// an architectures entry "LlamaForCausalLM"; hidden_act silu; no attention_bias or mlp_bias;
+// head_dim, when given, hidden_size / num_attention_heads; rope_scaling null or of rope_type
+// llama3; rms_norm_eps in (0, 1) and a normal f32. Every field read has its type checked and
+// every size its range (core/json_fields.h); each refusal names the file and the key path.
 HfLlamaConfig ReadHfLlamaConfig(const std::string& path);
-// Whether `dir` is a Hugging Face folder whose config.json says model_type "llama" (it may still
-// fail ReadHfLlamaConfig's checks).
+// Whether `dir` is a Hugging Face folder whose config.json claims a Llama: model_type "llama" or
+// an architectures entry "LlamaForCausalLM" (it may still fail ReadHfLlamaConfig's checks).
 bool IsHfLlamaFolder(const std::string& dir);
 
 // The dims of a model built from `config` (preset llama), with `context` positions.

@@ -4,6 +4,7 @@
 // biases, a truncated shard, NaN).
 #include "checkpoint/safetensors_llama.h"
 
+#include <fmt/format.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -27,6 +28,7 @@ using checkpoint_test::TempDir;
 using ::testing::AllOf;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 const std::string kFixtureDir = std::string(BATON_SOURCE_DIR) + "/tests/fixtures/llama-hf";
 
@@ -255,7 +257,8 @@ TEST(SafetensorsLlamaTest, RefusesConfigsBatonsLlamaCannotBe) {
          c["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4.0}};
        },
        "rope_scaling of rope_type \"yarn\""},
-      {[](auto& c) { c.erase("num_hidden_layers"); }, "num_hidden_layers must be a positive"},
+      {[](auto& c) { c.erase("num_hidden_layers"); },
+       "num_hidden_layers: missing; expected an integer"},
   };
   for (const Case& c : cases) {
     TempDir dir;
@@ -263,6 +266,150 @@ TEST(SafetensorsLlamaTest, RefusesConfigsBatonsLlamaCannotBe) {
     EXPECT_THAT(ErrorOf([&] { HfLlamaFolder::Open(dir.path()); }),
                 AllOf(HasSubstr("config.json"), HasSubstr(c.error)));
   }
+}
+
+struct ConfigCase {
+  std::function<void(nlohmann::json&)> edit;
+  std::string error;  // after "DIR/config.json: "
+};
+
+// Opens a copy of the fixture edited by each case: the error is the case's, after the file's name,
+// and never a raw nlohmann message.
+void ExpectConfigErrors(const std::vector<ConfigCase>& cases) {
+  for (const ConfigCase& c : cases) {
+    TempDir dir;
+    CopyFixture(dir, c.edit);
+    const std::string error = ErrorOf([&] { HfLlamaFolder::Open(dir.path()); });
+    EXPECT_THAT(error, HasSubstr(dir / "config.json: " + c.error));
+    EXPECT_THAT(error, Not(HasSubstr("json.exception")));
+  }
+}
+
+// Each field Baton reads is type-checked: a wrong type names the file and the key path (it was
+// "[json.exception.type_error.302] type must be boolean, but is string", naming neither).
+TEST(SafetensorsLlamaTest, AConfigFieldOfTheWrongTypeNamesTheFileAndTheKey) {
+  ExpectConfigErrors({
+      {[](auto& c) { c["tie_word_embeddings"] = "yes"; },
+       "tie_word_embeddings: expected a boolean, got string \"yes\""},
+      {[](auto& c) { c["hidden_act"] = 5; }, "hidden_act: expected a string, got number 5"},
+      {[](auto& c) { c["attention_bias"] = "false"; },
+       "attention_bias: expected a boolean, got string \"false\""},
+      {[](auto& c) { c["mlp_bias"] = 0; }, "mlp_bias: expected a boolean, got number 0"},
+      {[](auto& c) { c["model_type"] = 5; }, "model_type: expected a string, got number 5"},
+      {[](auto& c) { c["architectures"] = {7}; },
+       "architectures[0]: expected a string, got number 7"},
+      {[](auto& c) { c["architectures"] = "LlamaForCausalLM"; },
+       "architectures: expected an array, got string \"LlamaForCausalLM\""},
+      {[](auto& c) { c["rope_scaling"]["rope_type"] = 5; },
+       "rope_scaling.rope_type: expected a string, got number 5"},
+      {[](auto& c) { c["rope_scaling"] = "llama3"; },
+       "rope_scaling: expected an object, got string \"llama3\""},
+      {[](auto& c) { c["rope_scaling"]["factor"] = "8"; },
+       "rope_scaling.factor: expected a number, got string \"8\""},
+      {[](auto& c) { c["vocab_size"] = "96"; },
+       "vocab_size: expected an integer, got string \"96\""},
+      {[](auto& c) { c["hidden_size"] = 32.5; },
+       "hidden_size: expected an integer, got number 32.5"},
+      {[](auto& c) { c["num_key_value_heads"] = true; },
+       "num_key_value_heads: expected an integer, got boolean true"},
+      {[](auto& c) { c["head_dim"] = "8"; }, "head_dim: expected an integer, got string \"8\""},
+      {[](auto& c) { c["rms_norm_eps"] = "1e-5"; },
+       "rms_norm_eps: expected a number, got string \"1e-5\""},
+      {[](auto& c) { c["rope_theta"] = false; },
+       "rope_theta: expected a number, got boolean false"},
+      {[](auto& c) { c["bos_token_id"] = "1"; },
+       "bos_token_id: expected an integer or a list of integers, got string \"1\""},
+      {[](auto& c) {
+         c["eos_token_id"] = {2, "x"};
+       },
+       "eos_token_id[1]: expected an integer, got string \"x\""},
+  });
+}
+
+// config.json's sizes become the model's ints: each is range-checked first (4294967298 layers
+// loaded as 2, 2^31 heads became -2147483648).
+TEST(SafetensorsLlamaTest, IntegerFieldsAreRangeCheckedBeforeNarrowing) {
+  ExpectConfigErrors({
+      {[](auto& c) { c["num_hidden_layers"] = 4294967298; },
+       "num_hidden_layers: 4294967298 is out of range [1, 2147483647]"},
+      {[](auto& c) { c["num_attention_heads"] = 2147483648; },
+       "num_attention_heads: 2147483648 is out of range [1, 2147483647]"},
+      {[](auto& c) { c["vocab_size"] = 18446744073709551615ull; },
+       "vocab_size: 18446744073709551615 is out of range [1, 2147483647]"},
+      {[](auto& c) { c["intermediate_size"] = -48; },
+       "intermediate_size: -48 is out of range [1, 2147483647]"},
+      {[](auto& c) { c["max_position_embeddings"] = 0; },
+       "max_position_embeddings: 0 is out of range [1, 2147483647]"},
+      {[](auto& c) { c["rope_scaling"]["original_max_position_embeddings"] = 4294967808; },
+       "rope_scaling.original_max_position_embeddings: 4294967808 is out of range [1, "
+       "2147483647]"},
+      {[](auto& c) { c["head_dim"] = 4294967304; },
+       "head_dim: 4294967304 is out of range [1, 2147483647]"},
+  });
+}
+
+// Baton's RMSNorm keeps epsilon as an f32: a value that rounds to 0 there ("plan: norm eps 0")
+// is refused as config.json gives it, saying why.
+TEST(SafetensorsLlamaTest, ANormEpsilonAnF32CannotHoldIsRefusedAsGiven) {
+  ExpectConfigErrors({
+      {[](auto& c) { c["rms_norm_eps"] = 1e-300; },
+       "rms_norm_eps: 1e-300 is below the smallest normal f32 (1.1754944e-38)"},
+      {[](auto& c) { c["rms_norm_eps"] = 0; }, "rms_norm_eps: 0 is not in (0, 1)"},
+      {[](auto& c) { c["rms_norm_eps"] = 1.5; }, "rms_norm_eps: 1.5 is not in (0, 1)"},
+  });
+  TempDir dir;
+  CopyFixture(dir, [](auto& c) { c["rms_norm_eps"] = 1e-6; });
+  EXPECT_EQ(DimsOfHfLlama(HfLlamaFolder::Open(dir.path()).config(), 12).norm_eps, 1e-6f);
+}
+
+// docs/safetensors.md: model_type llama, or (model_type absent or null) architectures holding
+// LlamaForCausalLM. A folder of the second kind was not recognised as a Llama at all.
+TEST(SafetensorsLlamaTest, ArchitecturesAloneNameALlamaAsDocumented) {
+  for (const auto& edit : std::vector<std::function<void(nlohmann::json&)>>{
+           [](auto& c) { c.erase("model_type"); }, [](auto& c) { c["model_type"] = nullptr; }}) {
+    TempDir dir;
+    CopyFixture(dir, edit);
+    EXPECT_TRUE(IsHfLlamaFolder(dir.path()));
+    EXPECT_EQ(HfLlamaFolder::Open(dir.path()).config().num_hidden_layers, 2);
+  }
+  TempDir neither;
+  CopyFixture(neither, [](auto& c) {
+    c.erase("model_type");
+    c["architectures"] = {"GPT2LMHeadModel"};
+  });
+  EXPECT_FALSE(IsHfLlamaFolder(neither.path()));
+  EXPECT_THAT(ErrorOf([&] { HfLlamaFolder::Open(neither.path()); }),
+              HasSubstr("not a Hugging Face Llama"));
+  TempDir other;  // an explicit other model_type wins over architectures
+  CopyFixture(other, [](auto& c) { c["model_type"] = "mistral"; });
+  EXPECT_TRUE(IsHfLlamaFolder(other.path()));
+  EXPECT_THAT(ErrorOf([&] { HfLlamaFolder::Open(other.path()); }),
+              HasSubstr("config.json: model_type: \"mistral\", not \"llama\""));
+}
+
+// The Hugging Face cache's layout: snapshots/REV/ holds links to ../../blobs/HASH. Links are
+// followed to regular files (docs/safetensors.md).
+TEST(SafetensorsLlamaTest, ASnapshotOfLinksIntoTheHubCacheLoads) {
+  TempDir dir;
+  const fs::path blobs = fs::path(dir.path()) / "blobs";
+  const fs::path snapshot = fs::path(dir.path()) / "snapshots" / "0123abcd";
+  fs::create_directories(blobs);
+  fs::create_directories(snapshot);
+  int blob = 0;
+  for (const auto& entry : fs::directory_iterator(kFixtureDir)) {
+    const std::string name = fmt::format("blob{}", blob++);
+    fs::copy_file(entry.path(), blobs / name);
+    fs::create_symlink(fs::path("../../blobs") / name, snapshot / entry.path().filename());
+  }
+  ASSERT_TRUE(IsHfLlamaFolder(snapshot.string()));
+  HfLlamaFolder folder = HfLlamaFolder::Open(snapshot.string());
+  Fixture f;
+  f.dims = DimsOfHfLlama(folder.config(), 12);
+  f.graph = GptGraph(f.dims);
+  ValidateHfLlamaFolder(folder, f.dims);
+  Rank whole = f.MakeRank({{0, f.last_layer()}}, 0, 1);
+  LoadLlamaParamsFromHf(folder, f.dims, whole.param_tensors(), *f.backend);
+  EXPECT_EQ(folder.opened_files().size(), 3u);
 }
 
 TEST(SafetensorsLlamaTest, AConfigThatDisagreesWithTheWeightsNamesTheFileAndTheTensor) {

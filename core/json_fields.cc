@@ -116,12 +116,12 @@ JsonField JsonField::operator[](size_t index) const {
   return JsonField(index < value_->size() ? &(*value_)[index] : nullptr, file_, std::move(path));
 }
 
-const JsonField& JsonField::Object() const {
+JsonField JsonField::Object() const {
   if (!present() || !value_->is_object()) Expected("an object");
   return *this;
 }
 
-const JsonField& JsonField::Array() const {
+JsonField JsonField::Array() const {
   if (!present() || !value_->is_array()) Expected("an array");
   return *this;
 }

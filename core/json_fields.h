@@ -46,8 +46,8 @@ class JsonField {
   // when this is another type.
   JsonField operator[](size_t index) const;
   // This value, checked to be an object (an array): an error when absent, null or otherwise.
-  const JsonField& Object() const;
-  const JsonField& Array() const;
+  JsonField Object() const;
+  JsonField Array() const;
 
   bool present() const { return value_ != nullptr && !value_->is_null(); }
   // The value; null when absent.

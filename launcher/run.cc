@@ -443,7 +443,8 @@ namespace {
 // A Hugging Face Llama folder as model.init_from: config.json decides the architecture (preset
 // llama, every dim, the norm's epsilon, rotary positions, the head's tie); the YAML keeps
 // model.context when it is at most max_position_embeddings. Every value config.json changes is
-// logged with the YAML's; returns those lines.
+// logged with the YAML's; returns those lines. The casts to int are exact: ReadHfLlamaConfig
+// refuses, naming config.json and the key, any size above INT_MAX.
 std::vector<std::string> TakeHfLlamaDims(const HfLlamaConfig& hf, ModelConfig& model) {
   std::vector<std::string> taken;
   const auto take = [&](const char* key, auto& field, auto value) {
@@ -502,7 +503,11 @@ Config WithHfLlamaModel(Config config) {
   for (const std::string& line : TakeHfLlamaDims(folder.config(), config.model)) {
     spdlog::info("model.init_from {}: {}", init, line);
   }
-  Validate(config);
+  try {
+    Validate(config);  // config.json's sizes against the YAML's bounds (model.num_layers <= 4096)
+  } catch (const Error& e) {
+    BATON_FAIL("{}/config.json describes a model Baton cannot take: {}", init, e.what());
+  }
   ValidateHfLlamaFolder(folder, DimsOf(config.model));
   std::set<std::string> files;
   for (const auto& [tensor, file] : folder.weight_map()) files.insert(file);
