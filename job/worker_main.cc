@@ -104,6 +104,20 @@ void SaveCheckpoint(const Plan& plan, const Launch& launch, int rank, Coordinato
   client.Barrier(fmt::format("checkpoint-{}-{}", launch.attempt, step), timeout);
 }
 
+// `baton eval`'s loss on a head rank: NaN or Inf is an error, not a figure to print (it printed
+// "eval loss -nan", or "loss": null, and exited 0).
+void CheckEvalLossFinite(const EvalRecord& eval, const Plan& plan, const Launch& launch) {
+  const std::string& weights =
+      launch.resume_dir.empty() ? plan.config.model.init_from : launch.resume_dir;
+  BATON_CHECK(std::isfinite(eval.loss),
+              "the eval loss is not finite ({}) with the weights {}: most likely the forward pass "
+              "overflowed. Loading refuses NaN and Inf, so some weights are finite but large "
+              "enough to overflow {} arithmetic: a diverged run, or a damaged or edited file (e.g. "
+              "a norm weight near 1e38)",
+              eval.loss, weights.empty() ? "of a fresh initialisation" : "of " + weights,
+              Name(plan.config.precision.dtype));
+}
+
 // Resumes from the launch's checkpoint, or starts from model.init_from; returns the first step.
 int64_t LoadInitialState(const Plan& plan, const Launch& launch, Trainer& trainer,
                          Backend& backend) {
@@ -345,7 +359,10 @@ void TrainRank(const WorkerArgs& args, CoordinatorClient& client, const Plan& pl
   const int64_t every = config.output.checkpoint_every;
   // `baton eval`: the loaded weights, once over the held-out data; nothing trained or saved.
   const int64_t last_step = launch.evaluate_only ? first_step - 1 : config.train.steps;
-  if (launch.evaluate_only) result.eval = trainer.Evaluate();
+  if (launch.evaluate_only) {
+    result.eval = trainer.Evaluate();
+    if (trainer.holds_head()) CheckEvalLossFinite(*result.eval, plan, launch);
+  }
   for (int64_t step = first_step; step <= last_step; ++step) {
     BATON_CHECK(!client.aborted(), "the job was aborted: {}", client.abort_reason());
     if (faults.at_step_start) faults.at_step_start(args.rank, step);

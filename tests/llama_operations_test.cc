@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <fstream>
 
 #include "tests/baton_process.h"
 #include "tests/run_report.h"
@@ -88,6 +89,54 @@ TEST(LlamaOperationsTest, EvalGenerateAndInt8CompressionWork) {
   const CommandResult from_int8 =
       RunBaton({"generate", root + "/int8", "--prompt", "The ", "--tokens", "8"});
   EXPECT_EQ(from_int8.exit_code, 0) << from_int8.output;
+}
+
+// Sets every value of the F32 tensor `name` of the safetensors file `path` to `value`, in place.
+void FillTensor(const std::string& path, const std::string& name, float value) {
+  std::fstream file(path, std::ios::in | std::ios::out | std::ios::binary);
+  uint64_t header_bytes = 0;
+  file.read(reinterpret_cast<char*>(&header_bytes), 8);
+  std::string header(header_bytes, ' ');
+  file.read(header.data(), static_cast<std::streamsize>(header_bytes));
+  const nlohmann::json entry = nlohmann::json::parse(header).at(name);
+  ASSERT_EQ(entry.at("dtype"), "F32");
+  const uint64_t begin = entry.at("data_offsets")[0], end = entry.at("data_offsets")[1];
+  file.seekp(static_cast<std::streamoff>(8 + header_bytes + begin));
+  for (uint64_t at = begin; at < end; at += 4) file.write(reinterpret_cast<const char*>(&value), 4);
+  ASSERT_TRUE(file.good()) << path;
+}
+
+// A folder `baton export` wrote, as model.init_from of `baton eval`: config.json naming the model
+// by architectures alone (docs/safetensors.md) evaluates; a finite norm weight so large that the
+// forward overflows is an error (it printed "eval loss -nan", or "loss": null, and exited 0).
+TEST(LlamaOperationsTest, AnExportedFolderEvaluatesAndANonFiniteEvalLossIsAnError) {
+  const std::string root = TempDir("llama-hf-eval");
+  TrainLlama(root + "/run", {"--set", "train.steps=2", "--set", "parallel.stages=1"});
+  const std::string hf = root + "/hf";
+  const CommandResult exported = RunBaton({"export", root + "/run/checkpoints/step-2", hf});
+  ASSERT_EQ(exported.exit_code, 0) << exported.output;
+  nlohmann::json config = ReadJson(hf + "/config.json");
+  config.erase("model_type");
+  std::ofstream(hf + "/config.json") << config.dump(2);
+
+  std::vector<std::string> eval = {
+      "eval",  "configs/llama-tiny.yaml", "--set", "model.init_from=" + hf,
+      "--set", "data.eval_fraction=0.01", "--set", "parallel.stages=2"};
+  eval.insert(eval.end(), kSmall.begin(), kSmall.end());
+  const CommandResult finite = RunBaton(eval);
+  ASSERT_EQ(finite.exit_code, 0) << finite.output;
+  EXPECT_NE(finite.output.find("eval loss "), std::string::npos) << finite.output;
+
+  FillTensor(hf + "/model.safetensors", "model.norm.weight", 1e38f);
+  for (const bool json : {false, true}) {
+    std::vector<std::string> args = eval;
+    if (json) args.push_back("--json");
+    const CommandResult overflowed = RunBaton(args);
+    EXPECT_NE(overflowed.exit_code, 0) << overflowed.output;
+    EXPECT_NE(overflowed.output.find("the eval loss is not finite"), std::string::npos)
+        << overflowed.output;
+    EXPECT_EQ(overflowed.output.find("\"loss\":"), std::string::npos) << overflowed.output;
+  }
 }
 
 }  // namespace
