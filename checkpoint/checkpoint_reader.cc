@@ -12,6 +12,7 @@
 #include "core/error.h"
 #include "core/files.h"
 #include "core/hash.h"
+#include "core/json_fields.h"
 #include "kernels/quantize.h"
 
 namespace baton {
@@ -23,14 +24,9 @@ std::string Join(const std::string& dir, const std::string& name) {
   return (fs::path(dir) / name).string();
 }
 
-// The JSON of a checkpoint file: text that does not parse is an error naming the file.
-nlohmann::json ReadJsonFile(const std::string& path) {
-  try {
-    return nlohmann::json::parse(ReadFileToString(path));
-  } catch (const nlohmann::json::exception& e) {
-    BATON_FAIL("{}: not valid JSON: {}", path, e.what());
-  }
-}
+// The JSON of a checkpoint file: text that does not parse is an error naming the file and the
+// line and column (ParseJsonFile), never quoting its bytes.
+nlohmann::json ReadJsonFile(const std::string& path) { return ParseJsonFile(path); }
 
 bool HasManifest(const std::string& dir) { return FileExists(Join(dir, kManifestFileName)); }
 

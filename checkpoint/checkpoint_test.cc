@@ -20,13 +20,14 @@ namespace {
 using checkpoint_test::Fixture;
 using checkpoint_test::Rank;
 using checkpoint_test::TempDir;
+using ::testing::AllOf;
 using ::testing::HasSubstr;
 
 TrainingState StateAt(int64_t step) {
   TrainingState state;
   state.step = step;
   state.seed = 1337;
-  state.loss_scaler = {32768.0, 5, 1};
+  state.loss_scaler = {32768.0, step - 1, 1};  // one step skipped, the rest clean since
   return state;
 }
 
@@ -275,7 +276,7 @@ TEST(CheckpointTest, TrainingStateAndModelDescriptionRoundTrip) {
   EXPECT_EQ(reader.step(), 4);
   EXPECT_EQ(reader.state().seed, 1337u);
   EXPECT_EQ(reader.state().loss_scaler.scale, 32768.0);
-  EXPECT_EQ(reader.state().loss_scaler.clean, 5);
+  EXPECT_EQ(reader.state().loss_scaler.clean, 3);
   EXPECT_EQ(reader.state().loss_scaler.skipped, 1);
   EXPECT_EQ(reader.dims(), f.dims);
   EXPECT_THAT(reader.layer_names(),
