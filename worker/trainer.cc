@@ -18,6 +18,15 @@
 #include "worker/stage_tensors.h"
 
 namespace baton {
+namespace {
+
+// Whether one of `ranges` (a rank's chunks) holds graph layer `index`.
+bool HoldsLayer(const std::vector<LayerRange>& ranges, int index) {
+  return std::any_of(ranges.begin(), ranges.end(),
+                     [&](const LayerRange& r) { return r.first <= index && index <= r.last; });
+}
+
+}  // namespace
 
 TrainerSetup TrainerSetupFor(const Plan& plan, int world_rank, Communicator* comm) {
   BATON_CHECK(0 <= world_rank && world_rank < plan.world_size(),
@@ -150,6 +159,17 @@ Trainer::Trainer(TrainerSetup setup, Backend& backend)
         std::make_unique<CommTensorGroup>(*setup_.comm, setup_.tensor_group, setup_.tensor,
                                           config.parallel.sequence_parallel, setup_.timeout);
   }
+  // Packed documents: every stage attends within documents, so every stage reads its
+  // micro-batches' rows (the sampling is deterministic) to compute their segment starts.
+  const bool packing = config.data.packing;
+  const bool first = HoldsLayer(setup_.chunk_ranges, 0);
+  const bool last = HoldsLayer(setup_.chunk_ranges, static_cast<int>(setup_.graph.size()) - 1);
+  // The data is read, and its ids checked against model.vocab_size, before the model is
+  // allocated: a token file that does not fit the model is named at once, not after (or, for a
+  // vocabulary too large for memory, instead of: a bare std::bad_alloc) the model's allocation.
+  if ((first || last || packing) && !IsMeta(backend_)) {  // the memory planner reads no data
+    data_ = std::make_unique<RunData>(OpenRunData(config));
+  }
   model_ = std::make_unique<StageModel>(setup_.graph, setup_.dims, setup_.chunk_ranges,
                                         setup_.stage, setup_.num_stages, setup_.schedule.layout,
                                         backend_, dtype, dtype, config.train.seed, int8_weights,
@@ -174,14 +194,10 @@ Trainer::Trainer(TrainerSetup setup, Backend& backend)
   const int64_t seq_len = SequenceLength(config);
   engine_ = std::make_unique<StageEngine>(backend_, *model_, pipeline_, EngineOptionsFor(setup_));
 
-  const bool first = model_->holds_first_layer();
-  const bool last = model_->holds_last_layer();
-  // Packed documents: every stage attends within documents, so every stage reads its
-  // micro-batches' rows (the sampling is deterministic) to compute their segment starts.
-  const bool packing = config.data.packing;
-  if ((first || last || packing) && !IsMeta(backend_)) {  // the memory planner reads no data
-    data_ = std::make_unique<RunData>(OpenRunData(config));
-  }
+  BATON_CHECK(
+      first == model_->holds_first_layer() && last == model_->holds_last_layer(),
+      "stage {}: its chunk ranges and its model disagree on holding the first or last layer",
+      setup_.stage);
   for (int k = 0; k < MicroBatchesPerReplica(config); ++k) {
     MicroBatch batch;
     const Shape shape = {micro_batch_size, seq_len};
