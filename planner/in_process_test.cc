@@ -138,6 +138,37 @@ TEST(InProcessTest, DataIsCheckedAgainstTheVocabularyBeforeTheModelIsAllocated) 
   EXPECT_EQ(ledger.Peak().total, 0);  // no parameter, gradient or optimizer state was allocated
 }
 
+// Packed rows made only of separators leave no target to predict: training stops at the first
+// such micro-batch naming it (not a loss and grad norm of 0.0), and evaluation likewise (not a
+// perplexity of 1.0). Every stage packs the rows, so every stage stops there.
+TEST(InProcessTest, PackedRowsOfSeparatorsOnlyAreAnErrorNotALossOfZero) {
+  const test_util::TempDir dir("baton-in-process-test");
+  const std::string path = dir / "newlines.txt";
+  std::ofstream(path) << std::string(4096, '\n');
+  for (const char* stages : {"parallel.stages=1", "parallel.stages=2"}) {
+    try {
+      RunInProcess(MakePlan(TinyConfig(
+          {stages, "data.path=" + path, "data.packing=true", "data.document_separator=10"})));
+      ADD_FAILURE() << "no error " << stages;
+    } catch (const Error& e) {
+      EXPECT_THAT(e.what(), ::testing::HasSubstr("step 1: micro-batch 0 of " + path +
+                                                 ": all 1 x 16 tokens are "
+                                                 "data.document_separator 10"));
+      EXPECT_THAT(e.what(), ::testing::HasSubstr("the loss is undefined"));
+    }
+  }
+  // Held-out data of separators only: the evaluation after step 1 stops, naming its windows.
+  try {
+    RunInProcess(MakePlan(
+        TinyConfig({"parallel.stages=2", "data.eval_path=" + path, "train.eval_every=1",
+                    "train.eval_batches=1", "data.packing=true", "data.document_separator=10"})));
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), ::testing::HasSubstr("evaluation: windows 0 to 0 of " + path +
+                                               ": all 1 x 16 tokens are"));
+  }
+}
+
 TEST(InProcessTest, NonFiniteLossStopsEveryRankAtThatStepNamingIt) {
   // A learning rate of 1e6 without clipping: the weights blow up within a few steps.
   const Plan plan = MakePlan(

@@ -279,6 +279,29 @@ TEST(FailureTest, ExportReadsOnlyTheTokenizerOfTheStoredConfig) {
       << other.output;
 }
 
+// Packed held-out data made only of separators leaves no target to predict: `baton eval` fails
+// naming the windows and the file, where it printed "perplexity 1.0000".
+TEST(FailureTest, EvalOfPackedSeparatorsOnlyIsAnErrorNotPerplexityOne) {
+  const std::string root = TempDir("eval-separators");
+  const std::string run = root + "/run";
+  const std::string newlines = root + "/newlines.txt";
+  std::ofstream(newlines) << std::string(8192, '\n');
+  ASSERT_EQ(RunBaton({"run", "configs/gpt-tiny.yaml", "--set", "train.steps=1", "--set",
+                      "parallel.stages=1", "--set", "output.dir=" + run})
+                .exit_code,
+            0);
+  const CommandResult result =
+      RunBaton({"eval", "configs/gpt-tiny.yaml", "--resume", run, "--set",
+                "data.eval_path=" + newlines, "--set", "data.packing=true", "--set",
+                "data.document_separator=10", "--set", "parallel.stages=2"});
+  EXPECT_NE(result.exit_code, 0) << result.output;
+  EXPECT_NE(result.output.find("evaluation: windows 0 to 3 of " + newlines +
+                               ": all 4 x 128 tokens are data.document_separator 10"),
+            std::string::npos)
+      << result.output;
+  EXPECT_EQ(result.output.find("perplexity"), std::string::npos) << result.output;
+}
+
 TEST(FailureTest, HostileFilesFailAtOnceNamingTheFile) {
   const std::string dir = TempDir("hostile-files");
   // A FIFO as the data: opening it must not block (it would, forever, with a plain open).

@@ -4,7 +4,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <optional>
+#include <string>
 
 #include "comm/subgroup_communicator.h"
 #include "core/error.h"
@@ -226,14 +228,26 @@ int Trainer::first_microbatch() const {
 // Copies a micro-batch's host rows into the tensors this rank holds (tokens on the first
 // layer's rank, targets on the last's, segment starts on every rank with packed documents,
 // which also marks the targets across a document boundary as not counted: data/packing.h).
-void Trainer::CopyIn(MicroBatch& batch, std::vector<int32_t>& tokens,
-                     std::vector<int32_t>& targets) {
-  const int b = MicroBatchSize(setup_.config);
-  const int t = static_cast<int>(SequenceLength(setup_.config));
+// Packed rows that leave no target counted (every token the separator) are an error naming
+// `rows` (where they come from) and `source`: their mean loss is undefined, and taking it as 0
+// trained on nothing at loss 0 and evaluated to perplexity 1. Every rank packs the same rows, so
+// every rank stops here together.
+void Trainer::CopyIn(MicroBatch& batch, std::vector<int32_t>& tokens, std::vector<int32_t>& targets,
+                     const std::function<std::string()>& rows, const std::string& source) {
+  const Config& config = setup_.config;
+  const int b = MicroBatchSize(config);
+  const int t = static_cast<int>(SequenceLength(config));
   if (batch.segment_starts.defined()) {
     std::vector<int32_t> starts(tokens.size());
-    PackRows(tokens.data(), b, t, static_cast<int32_t>(setup_.config.data.document_separator),
-             kIgnoreTarget, starts.data(), targets.data());
+    const int64_t counted =
+        PackRows(tokens.data(), b, t, static_cast<int32_t>(config.data.document_separator),
+                 kIgnoreTarget, starts.data(), targets.data());
+    BATON_CHECK(counted > 0,
+                "{} of {}: all {} x {} tokens are data.document_separator {}, so data.packing "
+                "leaves no target to predict and the loss is undefined (is {} the id that ends "
+                "documents, and this the data meant?)",
+                rows(), source, b, t, config.data.document_separator,
+                config.data.document_separator);
     backend_.Copy(Tensor::Wrap(starts.data(), {b, t}, DType::kI32), batch.segment_starts);
   }
   if (batch.tokens.defined()) {
@@ -254,7 +268,10 @@ void Trainer::FillMicroBatches(int64_t step) {
     // Micro-batch k of this replica is the step's micro-batch first_microbatch() + k.
     FillBatch(data_->train, config.train.seed, step - 1, (first_microbatch() + k) * b, b, t,
               tokens.data(), targets.data());
-    CopyIn(batches_[static_cast<size_t>(k)], tokens, targets);
+    CopyIn(
+        batches_[static_cast<size_t>(k)], tokens, targets,
+        [&] { return fmt::format("step {}: micro-batch {}", step, first_microbatch() + k); },
+        data_->train.source());
   }
 }
 
@@ -269,7 +286,12 @@ void Trainer::FillEvalMicroBatches(int64_t batch) {
     const int64_t first_window =
         batch * config.train.batch_size + int64_t{first_microbatch() + k} * b;
     FillEvalWindows(*data_->eval, first_window, b, t, tokens.data(), targets.data());
-    CopyIn(batches_[static_cast<size_t>(k)], tokens, targets);
+    CopyIn(
+        batches_[static_cast<size_t>(k)], tokens, targets,
+        [&] {
+          return fmt::format("evaluation: windows {} to {}", first_window, first_window + b - 1);
+        },
+        data_->eval->source());
   }
 }
 
