@@ -1,6 +1,8 @@
 // JSON forms of checkpoint metadata (see checkpoint_manifest.h, docs/checkpoints.md).
 #include "checkpoint/checkpoint_manifest.h"
 
+#include <fmt/format.h>
+
 #include <bit>
 #include <charconv>
 #include <cmath>
@@ -10,7 +12,11 @@
 
 #include "core/error.h"
 #include "core/hash.h"
+#include "core/json_fields.h"
 
+// Every value is read through a JsonField, so an error names the file and the key path
+// ("x/state.json: loss_scaler.scale: expected a number, got string \"NaN\""), never the JSON
+// library's message.
 namespace baton {
 namespace {
 
@@ -18,36 +24,45 @@ constexpr const char* kManifestFormat = "baton-checkpoint";
 constexpr const char* kStateFormat = "baton-training-state";
 constexpr int kVersion = 1;
 
-uint64_t ParseHex64(const nlohmann::json& value, const std::string& what,
-                    const std::string& source) {
-  BATON_CHECK(value.is_string(), "{}: {} must be a string of 16 hex digits", source, what);
-  const std::string text = value.get<std::string>();
+uint64_t ParseHex64(const JsonField& field) {
+  const std::string text = field.String();
   uint64_t result = 0;
   const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), result, 16);
-  BATON_CHECK(text.size() == 16 && error == std::errc() && end == text.data() + text.size(),
-              "{}: {} must be 16 hex digits, got \"{}\"", source, what, text);
+  if (text.size() != 16 || error != std::errc() || end != text.data() + text.size()) {
+    field.Fail("expected 16 hex digits, got " + DescribeJson(field.json()));
+  }
   return result;
 }
 
-// An integer field read in its own type T: a number that does not fit (4294967304 for an int, -1
-// for a size), a fraction or another type is an error naming the field, never narrowed.
-template <typename T>
-T GetInteger(const nlohmann::json& value, const std::string& what, const std::string& source) {
-  const bool fits = value.is_number_unsigned()  ? std::in_range<T>(value.get<uint64_t>())
-                    : value.is_number_integer() ? std::in_range<T>(value.get<int64_t>())
-                                                : false;
-  BATON_CHECK(fits, "{}: {} must be an integer in [{}, {}], got {}", source, what,
-              std::numeric_limits<T>::min(), std::numeric_limits<T>::max(),
-              value.is_primitive() && !value.is_string() ? value.dump() : value.type_name());
-  return value.get<T>();
+// An unsigned 64-bit integer (a seed): the whole range, which JsonField::Int (int64) does not
+// cover.
+uint64_t ReadUint64(const JsonField& field) {
+  const nlohmann::json& value = field.json();
+  if (!value.is_number_unsigned()) {  // a non-negative integer parses as unsigned
+    field.Fail(fmt::format("expected an integer in [0, {}], got {}",
+                           std::numeric_limits<uint64_t>::max(), DescribeJson(value)));
+  }
+  return value.get<uint64_t>();
 }
 
-void CheckFormat(const nlohmann::json& json, const char* format, const std::string& source) {
-  BATON_CHECK(json.is_object() && json.value("format", "") == format,
-              "{}: not a {} file (\"format\" should be \"{}\")", source, format, format);
-  const int version = GetInteger<int>(json.at("version"), "version", source);
-  BATON_CHECK(version == kVersion, "{}: version {} is not supported (this Baton reads {})", source,
-              version, kVersion);
+// An int-typed field (a model dimension, a layer index).
+int ReadInt(const JsonField& field) {
+  return static_cast<int>(
+      field.Int(std::numeric_limits<int>::min(), std::numeric_limits<int>::max()));
+}
+
+int64_t ReadNonNegative(const JsonField& field) {
+  return field.Int(0, std::numeric_limits<int64_t>::max());
+}
+
+void CheckFormat(const JsonField& root, const char* format) {
+  const bool named = root.json().is_object() && root["format"].json() == format;
+  if (!named) root.Fail(fmt::format("not a {} file (\"format\" should be \"{}\")", format, format));
+  const int64_t version =
+      root["version"].Int(std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max());
+  if (version != kVersion) {
+    root.Fail(fmt::format("version {} is not supported (this Baton reads {})", version, kVersion));
+  }
 }
 
 nlohmann::json EntryJson(const CheckpointFileEntry& e) {
@@ -57,27 +72,79 @@ nlohmann::json EntryJson(const CheckpointFileEntry& e) {
   return j;
 }
 
-CheckpointFileEntry EntryFromJson(const nlohmann::json& j, const std::string& source) {
+CheckpointFileEntry EntryFromJson(const JsonField& j) {
   CheckpointFileEntry e;
-  e.name = j.at("name").get<std::string>();
-  BATON_CHECK(!e.name.empty() && e.name.find('/') == std::string::npos && e.name[0] != '.',
-              "{}: file name \"{}\" must be a plain name inside the step directory", source,
-              e.name);
-  e.bytes = GetInteger<uint64_t>(j.at("bytes"), "the bytes of " + e.name, source);
-  e.checksum = ParseHex64(j.at("fnv1a64"), "the fnv1a64 of " + e.name, source);
-  if (j.contains("layer")) e.layer = GetInteger<int>(j["layer"], "the layer of " + e.name, source);
-  if (j.contains("rank")) e.rank = GetInteger<int>(j["rank"], "the rank of " + e.name, source);
+  e.name = j["name"].String();
+  if (e.name.empty() || e.name.find('/') != std::string::npos || e.name[0] == '.') {
+    j["name"].Fail(fmt::format("file name {} must be a plain name inside the step directory",
+                               DescribeJson(j["name"].json())));
+  }
+  e.bytes = static_cast<uint64_t>(ReadNonNegative(j["bytes"]));
+  e.checksum = ParseHex64(j["fnv1a64"]);
+  if (j["layer"].present()) e.layer = ReadInt(j["layer"]);
+  if (j["rank"].present()) e.rank = ReadInt(j["rank"]);
   return e;
 }
 
-// Runs `parse`, turning nlohmann's type and key errors into a baton::Error naming `source`.
-template <typename F>
-auto Parsing(const std::string& source, F parse) {
-  try {
-    return parse();
-  } catch (const nlohmann::json::exception& e) {
-    BATON_FAIL("{}: malformed: {}", source, e.what());
+// The learning-rate segments of state.json (see TrainingState::lr_segments), checked against
+// the checkpoint's step: each segment was made by a run at or before it, and ends within
+// kMaxTrainSteps.
+std::vector<LrSegment> LrSegmentsFromJson(const JsonField& field, int64_t step) {
+  std::vector<LrSegment> segments;
+  if (!field.present()) return segments;
+  const size_t count = field.Array().json().size();
+  for (size_t i = 0; i < count; ++i) {
+    const JsonField e = field[i];
+    if (!e.json().is_array() || e.json().size() != 2) {
+      e.Fail("expected [from, to], got " + DescribeJson(e.json()));
+    }
+    // The first is the run as first planned, [0, train.steps]; each later one starts after the
+    // one before and no later than this checkpoint's step (an extension starts at the step of
+    // the checkpoint it resumed).
+    const bool first = segments.empty();
+    const int64_t after = first ? 0 : segments.back().from;
+    const int64_t from = e[0].Int(0, std::numeric_limits<int64_t>::max());
+    const int64_t to = e[1].Int(0, std::numeric_limits<int64_t>::max());
+    if (first ? from != 0 : from <= after) {
+      e.Fail(fmt::format("[{}, {}] must start {} {}", from, to, first ? "at" : "after", after));
+    }
+    if (from > step) {
+      e.Fail(
+          fmt::format("[{}, {}] starts after this checkpoint's step {}: an extension starts at "
+                      "the step of the checkpoint it resumed",
+                      from, to, step));
+    }
+    if (to <= from || to > kMaxTrainSteps) {
+      e.Fail(fmt::format("[{}, {}] must end after it starts and at most at step {}", from, to,
+                         kMaxTrainSteps));
+    }
+    segments.push_back({from, to});
   }
+  return segments;
+}
+
+// The loss scaler's state, checked against the checkpoint's step: every step either was clean or
+// was skipped, and clean_steps counts only those since the last skipped one.
+LossScalerState LossScalerFromJson(const JsonField& scaler, int64_t step) {
+  LossScalerState state{};
+  state.scale = scaler["scale"].Number();
+  if (!std::isfinite(state.scale) || state.scale <= 0) {
+    scaler["scale"].Fail(fmt::format("must be a positive number, got {}", state.scale));
+  }
+  state.clean = ReadNonNegative(scaler["clean_steps"]);
+  state.skipped = ReadNonNegative(scaler["skipped_steps"]);
+  if (state.skipped > step) {
+    scaler["skipped_steps"].Fail(
+        fmt::format("{} is more than the checkpoint's {} steps (each skipped one is one of them)",
+                    state.skipped, step));
+  }
+  if (state.clean > step - state.skipped) {
+    scaler["clean_steps"].Fail(fmt::format(
+        "{} with skipped_steps {} is more than the checkpoint's {} steps (clean_steps counts "
+        "those since the last skipped one)",
+        state.clean, state.skipped, step));
+  }
+  return state;
 }
 
 }  // namespace
@@ -90,13 +157,13 @@ std::string EncodeFileEntries(const std::vector<CheckpointFileEntry>& entries) {
 
 std::vector<CheckpointFileEntry> DecodeFileEntries(const std::string& text) {
   const std::string source = "checkpoint file entries";
-  return Parsing(source, [&] {
-    const nlohmann::json j = nlohmann::json::parse(text);
-    BATON_CHECK(j.is_array(), "{}: expected a JSON array", source);
-    std::vector<CheckpointFileEntry> entries;
-    for (const nlohmann::json& e : j) entries.push_back(EntryFromJson(e, source));
-    return entries;
-  });
+  const nlohmann::json j = ParseJson(text, source);
+  const JsonField entries(j, source);
+  std::vector<CheckpointFileEntry> decoded;
+  for (size_t i = 0; i < entries.Array().json().size(); ++i) {
+    decoded.push_back(EntryFromJson(entries[i]));
+  }
+  return decoded;
 }
 
 nlohmann::json ToJson(const TrainingState& state) {
@@ -124,52 +191,22 @@ nlohmann::json ToJson(const TrainingState& state) {
 }
 
 TrainingState TrainingStateFromJson(const nlohmann::json& j, const std::string& source) {
-  return Parsing(source, [&] {
-    CheckFormat(j, kStateFormat, source);
-    TrainingState state;
-    state.step = GetInteger<int64_t>(j.at("step"), "step", source);
-    BATON_CHECK(state.step >= 0, "{}: negative step {}", source, state.step);
-    state.seed = GetInteger<uint64_t>(j.at("data").at("seed"), "data.seed", source);
-    const nlohmann::json& scaler = j.at("loss_scaler");
-    state.loss_scaler.scale = scaler.at("scale").get<double>();
-    BATON_CHECK(std::isfinite(state.loss_scaler.scale) && state.loss_scaler.scale > 0,
-                "{}: loss_scaler.scale must be a positive number, got {}", source,
-                state.loss_scaler.scale);
-    state.loss_scaler.clean =
-        GetInteger<int64_t>(scaler.at("clean_steps"), "loss_scaler.clean_steps", source);
-    state.loss_scaler.skipped =
-        GetInteger<int64_t>(scaler.at("skipped_steps"), "loss_scaler.skipped_steps", source);
-    BATON_CHECK(state.loss_scaler.clean >= 0 && state.loss_scaler.skipped >= 0,
-                "{}: loss_scaler's step counts must be >= 0, got {} clean and {} skipped", source,
-                state.loss_scaler.clean, state.loss_scaler.skipped);
-    const nlohmann::json& rng = j.at("rng");
-    if (!rng.is_null()) {
-      Rng::State r{};
-      for (int i = 0; i < 4; ++i) r.s[i] = ParseHex64(rng.at("s").at(i), "rng.s", source);
-      r.has_spare = rng.at("has_spare").get<bool>();
-      r.spare = std::bit_cast<double>(ParseHex64(rng.at("spare_bits"), "rng.spare_bits", source));
-      state.rng = r;
-    }
-    if (j.contains("lr_segments")) {
-      const nlohmann::json& extensions = j.at("lr_segments");
-      BATON_CHECK(extensions.is_array(), "{}: lr_segments must be an array of [from, to]", source);
-      for (const nlohmann::json& e : extensions) {
-        BATON_CHECK(e.is_array() && e.size() == 2, "{}: lr_segments: expected [from, to], got {}",
-                    source, e.dump());
-        const LrSegment segment{GetInteger<int64_t>(e.at(0), "lr_segments[].from", source),
-                                GetInteger<int64_t>(e.at(1), "lr_segments[].to", source)};
-        // The first is the run as first planned, [0, train.steps]; each later one starts after it.
-        const bool first = state.lr_segments.empty();
-        const int64_t last = first ? 0 : state.lr_segments.back().from;
-        BATON_CHECK((first ? segment.from == 0 : segment.from > last) && segment.to > segment.from,
-                    "{}: lr_segments: [{}, {}] must start {} {} and end after it starts", source,
-                    segment.from, segment.to, first ? "at" : "after", last);
-        state.lr_segments.push_back(segment);
-      }
-    }
-    state.config = j.value("config", nlohmann::json());
-    return state;
-  });
+  const JsonField root(j, source);
+  CheckFormat(root, kStateFormat);
+  TrainingState state;
+  state.step = ReadNonNegative(root["step"]);
+  state.seed = ReadUint64(root["data"]["seed"]);
+  state.loss_scaler = LossScalerFromJson(root["loss_scaler"].Object(), state.step);
+  if (const JsonField rng = root["rng"]; rng.present()) {
+    Rng::State r{};
+    for (size_t i = 0; i < 4; ++i) r.s[i] = ParseHex64(rng["s"].Array()[i]);
+    r.has_spare = rng["has_spare"].Bool();
+    r.spare = std::bit_cast<double>(ParseHex64(rng["spare_bits"]));
+    state.rng = r;
+  }
+  state.lr_segments = LrSegmentsFromJson(root["lr_segments"], state.step);
+  state.config = root["config"].json();  // informational (TrainingState::config): kept as is
+  return state;
 }
 
 std::string CheckpointsRoot(const std::string& output_dir) {
@@ -232,56 +269,49 @@ nlohmann::json ToJson(const CheckpointManifest& m) {
 }
 
 CheckpointManifest ManifestFromJson(const nlohmann::json& j, const std::string& source) {
-  return Parsing(source, [&] {
-    CheckFormat(j, kManifestFormat, source);
-    CheckpointManifest m;
-    m.step = GetInteger<int64_t>(j.at("step"), "step", source);
-    BATON_CHECK(m.step >= 0, "{}: negative step {}", source, m.step);
-    const nlohmann::json& model = j.at("model");
-    const auto dim = [&](const char* key) {
-      return GetInteger<int>(model.at(key), std::string("model.") + key, source);
-    };
-    m.dims.vocab_size = dim("vocab_size");
-    m.dims.context = dim("context");
-    m.dims.num_layers = dim("num_layers");
-    m.dims.num_heads = dim("num_heads");
-    m.dims.width = dim("width");
-    if (model.contains("share")) {
-      const nlohmann::json& share = model.at("share");
-      m.dims.share_group = GetInteger<int>(share.at("group"), "model.share.group", source);
-      m.dims.share_attention = share.at("attention").get<bool>();
-      m.dims.share_mlp = share.at("mlp").get<bool>();
-    }
-    if (model.contains("low_rank")) {
-      const nlohmann::json& low_rank = model.at("low_rank");
-      m.dims.low_rank_attn = GetInteger<int>(low_rank.at("attn"), "model.low_rank.attn", source);
-      m.dims.low_rank_mlp = GetInteger<int>(low_rank.at("mlp"), "model.low_rank.mlp", source);
-    }
-    if (model.contains("llama")) {  // a Llama model (model/dims.h)
-      const nlohmann::json& llama = model.at("llama");
-      const nlohmann::json& rope = llama.at("rope");
-      m.dims.family = ModelFamily::kLlama;
-      m.dims.num_kv_heads =
-          GetInteger<int>(llama.at("num_kv_heads"), "model.llama.num_kv_heads", source);
-      m.dims.mlp_hidden = GetInteger<int>(llama.at("mlp_hidden"), "model.llama.mlp_hidden", source);
-      m.dims.norm_eps = llama.at("norm_eps").get<float>();
-      m.dims.rope = {rope.at("theta").get<double>(), rope.at("factor").get<double>(),
-                     rope.at("low_freq_factor").get<double>(),
-                     rope.at("high_freq_factor").get<double>(),
-                     GetInteger<int64_t>(rope.at("original_context"),
-                                         "model.llama.rope.original_context", source)};
-    }
-    if (model.contains("tie_embeddings"))
-      m.dims.tie_embeddings = model.at("tie_embeddings").get<bool>();
-    try {
-      Validate(m.dims);  // positive sizes, width a multiple of num_heads
-    } catch (const Error& e) {
-      BATON_FAIL("{}: model: {}", source, e.what());
-    }
-    m.layer_names = model.at("layers").get<std::vector<std::string>>();
-    for (const nlohmann::json& e : j.at("files")) m.files.push_back(EntryFromJson(e, source));
-    return m;
-  });
+  const JsonField root(j, source);
+  CheckFormat(root, kManifestFormat);
+  CheckpointManifest m;
+  m.step = ReadNonNegative(root["step"]);
+  const JsonField model = root["model"].Object();
+  m.dims.vocab_size = ReadInt(model["vocab_size"]);
+  m.dims.context = ReadInt(model["context"]);
+  m.dims.num_layers = ReadInt(model["num_layers"]);
+  m.dims.num_heads = ReadInt(model["num_heads"]);
+  m.dims.width = ReadInt(model["width"]);
+  if (const JsonField share = model["share"]; share.present()) {
+    m.dims.share_group = ReadInt(share["group"]);
+    m.dims.share_attention = share["attention"].Bool();
+    m.dims.share_mlp = share["mlp"].Bool();
+  }
+  if (const JsonField low_rank = model["low_rank"]; low_rank.present()) {
+    m.dims.low_rank_attn = ReadInt(low_rank["attn"]);
+    m.dims.low_rank_mlp = ReadInt(low_rank["mlp"]);
+  }
+  if (const JsonField llama = model["llama"]; llama.present()) {  // a Llama model (model/dims.h)
+    const JsonField rope = llama["rope"].Object();
+    m.dims.family = ModelFamily::kLlama;
+    m.dims.num_kv_heads = ReadInt(llama["num_kv_heads"]);
+    m.dims.mlp_hidden = ReadInt(llama["mlp_hidden"]);
+    m.dims.norm_eps = static_cast<float>(llama["norm_eps"].Number());
+    m.dims.rope = {rope["theta"].Number(), rope["factor"].Number(),
+                   rope["low_freq_factor"].Number(), rope["high_freq_factor"].Number(),
+                   rope["original_context"].Int(std::numeric_limits<int64_t>::min(),
+                                                std::numeric_limits<int64_t>::max())};
+  }
+  if (const std::optional<bool> tie = model["tie_embeddings"].OptionalBool()) {
+    m.dims.tie_embeddings = *tie;
+  }
+  try {
+    Validate(m.dims);  // positive sizes, width a multiple of num_heads
+  } catch (const Error& e) {
+    BATON_FAIL("{}: model: {}", source, e.what());
+  }
+  const JsonField layers = model["layers"].Array();
+  for (size_t i = 0; i < layers.json().size(); ++i) m.layer_names.push_back(layers[i].String());
+  const JsonField files = root["files"].Array();
+  for (size_t i = 0; i < files.json().size(); ++i) m.files.push_back(EntryFromJson(files[i]));
+  return m;
 }
 
 }  // namespace baton

@@ -41,9 +41,15 @@ struct TrainingState {
   // one segment per extension; a resumed run keeps them ("lr_segments": [[from, to], ...],
   // absent when the run was never extended).
   std::vector<LrSegment> lr_segments;
-  nlohmann::json config;  // the writing run's config (ToJson(Config)): informational
+  // The writing run's config (ToJson(Config)): informational. Resuming ignores it (the run's own
+  // config, its model checked against the manifest); `baton export` reads only data.tokenizer;
+  // `baton generate` and `compress`, which have no other source of the run's settings, rebuild
+  // the model from it (docs/checkpoints.md).
+  nlohmann::json config;
 };
 nlohmann::json ToJson(const TrainingState& state);
+// Reads state.json (`source` names it in errors, with the key path), checking the loss scaler's
+// counts and the lr_segments against the step (docs/checkpoints.md).
 TrainingState TrainingStateFromJson(const nlohmann::json& json, const std::string& source);
 
 inline constexpr const char* kCheckpointsDirName = "checkpoints";

@@ -6,7 +6,11 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <functional>
 #include <limits>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "core/error.h"
 
@@ -141,21 +145,23 @@ TEST(CheckpointManifestTest, NumbersThatDoNotFitTheirFieldAreRefusedNotNarrowed)
   nlohmann::json wide = ToJson(SmallManifest());
   wide["model"]["width"] = (uint64_t{1} << 32) + 768;
   EXPECT_THAT(ManifestError(wide),
-              ::testing::HasSubstr("x/manifest.json: model.width must be an integer in "
-                                   "[-2147483648, 2147483647], got 4294968064"));
+              ::testing::HasSubstr("x/manifest.json: model.width: 4294968064 is out of range "
+                                   "[-2147483648, 2147483647]"));
   nlohmann::json fraction = ToJson(SmallManifest());
   fraction["model"]["num_heads"] = 12.5;
-  EXPECT_THAT(ManifestError(fraction), ::testing::HasSubstr("model.num_heads must be an integer"));
+  EXPECT_THAT(ManifestError(fraction),
+              ::testing::HasSubstr("model.num_heads: expected an integer, got number 12.5"));
   nlohmann::json version = ToJson(SmallManifest());
   version["version"] = (uint64_t{1} << 32) + 1;
-  EXPECT_THAT(ManifestError(version), ::testing::HasSubstr("x/manifest.json: version must be"));
+  EXPECT_THAT(ManifestError(version),
+              ::testing::HasSubstr("x/manifest.json: version 4294967297 is not supported"));
   nlohmann::json negative = ToJson(SmallManifest());
   negative["files"][0]["bytes"] = -1;
   EXPECT_THAT(ManifestError(negative),
-              ::testing::HasSubstr("the bytes of layer-0.safetensors must be an integer in [0, "));
+              ::testing::HasSubstr("files[0].bytes: -1 is out of range [0, "));
   nlohmann::json layer = ToJson(SmallManifest());
   layer["files"][0]["layer"] = uint64_t{1} << 32;
-  EXPECT_THAT(ManifestError(layer), ::testing::HasSubstr("the layer of layer-0.safetensors"));
+  EXPECT_THAT(ManifestError(layer), ::testing::HasSubstr("x/manifest.json: files[0].layer: "));
 }
 
 // `baton export` reads the dims without a run's model to compare them with: they must describe a
@@ -184,12 +190,111 @@ TEST(CheckpointManifestTest, TrainingStateRefusesALossScalerTheTrainerCannotUse)
     }
     return std::string("(no error)");
   };
-  EXPECT_THAT(error("scale", 0.0), ::testing::HasSubstr("x/state.json: loss_scaler.scale must be "
+  EXPECT_THAT(error("scale", 0.0), ::testing::HasSubstr("x/state.json: loss_scaler.scale: must be "
                                                         "a positive number, got 0"));
   EXPECT_THAT(error("scale", -2.0), ::testing::HasSubstr("x/state.json: loss_scaler.scale"));
-  EXPECT_THAT(error("clean_steps", -1), ::testing::HasSubstr("x/state.json: loss_scaler's step"));
-  EXPECT_THAT(error("skipped_steps", 0.5),
-              ::testing::HasSubstr("loss_scaler.skipped_steps must be an integer"));
+  EXPECT_THAT(error("clean_steps", -1),
+              ::testing::HasSubstr("x/state.json: loss_scaler.clean_steps: -1 is out of range"));
+  EXPECT_THAT(
+      error("skipped_steps", 0.5),
+      ::testing::HasSubstr("loss_scaler.skipped_steps: expected an integer, got number 0.5"));
+  // JSON has no NaN: the value an editor leaves is a string, named by its key.
+  EXPECT_EQ(error("scale", "NaN"),
+            "x/state.json: loss_scaler.scale: expected a number, got string \"NaN\"");
+}
+
+// The step counts describe the checkpoint's steps: more skipped steps than steps resumed, then
+// stopped with "optimizer steps are 1-based, got -4", naming neither the file nor the key.
+TEST(CheckpointManifestTest, TrainingStateRefusesStepCountsPastItsStep) {
+  TrainingState state;
+  state.step = 20;
+  state.loss_scaler = {65536.0, 5, 3};
+  const auto error = [&](int64_t clean, int64_t skipped) {
+    nlohmann::json j = ToJson(state);
+    j["loss_scaler"]["clean_steps"] = clean;
+    j["loss_scaler"]["skipped_steps"] = skipped;
+    try {
+      TrainingStateFromJson(j, "x/state.json");
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("(no error)");
+  };
+  EXPECT_EQ(error(0, 25),
+            "x/state.json: loss_scaler.skipped_steps: 25 is more than the checkpoint's 20 steps "
+            "(each skipped one is one of them)");
+  EXPECT_THAT(error(18, 3), ::testing::HasSubstr("x/state.json: loss_scaler.clean_steps: 18 with "
+                                                 "skipped_steps 3 is more than the checkpoint's "
+                                                 "20 steps"));
+  EXPECT_EQ(error(17, 3), "(no error)");  // every step skipped or clean since the last skip
+  EXPECT_EQ(error(0, 20), "(no error)");  // every step skipped
+}
+
+// lr_segments decide where the run ends: a segment that ends at 2^63 - 1 trained towards an ETA
+// of 712 billion hours. Each must start by the checkpoint's step and end within kMaxTrainSteps.
+TEST(CheckpointManifestTest, LrSegmentsPastTheRunsBoundsAreRefusedNamingTheSegment) {
+  TrainingState state;
+  state.step = 20;
+  const auto error = [&](const char* segments) {
+    nlohmann::json j = ToJson(state);
+    j["lr_segments"] = nlohmann::json::parse(segments);
+    try {
+      TrainingStateFromJson(j, "x/state.json");
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("(no error)");
+  };
+  EXPECT_EQ(error("[[0, 9223372036854775807]]"),
+            "x/state.json: lr_segments[0]: [0, 9223372036854775807] must end after it starts and "
+            "at most at step 1000000000");
+  EXPECT_THAT(error("[[0, 100], [30, 200]]"),
+              ::testing::HasSubstr("x/state.json: lr_segments[1]: [30, 200] starts after this "
+                                   "checkpoint's step 20"));
+  EXPECT_THAT(error("[[0, 100], [\"20\", 200]]"),
+              ::testing::HasSubstr("x/state.json: lr_segments[1][0]: expected an integer, got "
+                                   "string \"20\""));
+  EXPECT_EQ(error("[[0, 10], [10, 30], [20, 1000000000]]"), "(no error)");
+}
+
+// Every field of state.json read with the wrong type is named by the file and its key path,
+// never by nlohmann's "[json.exception.type_error.302] ...".
+TEST(CheckpointManifestTest, TrainingStateTypeErrorsNameTheKeyPath) {
+  TrainingState state;
+  state.step = 3;
+  Rng rng(5);
+  state.rng = rng.state();
+  const auto error = [&](const std::function<void(nlohmann::json&)>& edit) {
+    nlohmann::json j = ToJson(state);
+    edit(j);
+    try {
+      TrainingStateFromJson(j, "x/state.json");
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("(no error)");
+  };
+  const std::vector<std::pair<std::function<void(nlohmann::json&)>, std::string>> cases = {
+      {[](auto& j) { j["step"] = "3"; }, "x/state.json: step: expected an integer"},
+      {[](auto& j) { j["data"]["seed"] = -1; }, "x/state.json: data.seed: expected an integer in"},
+      {[](auto& j) { j["data"] = 5; }, "x/state.json: data: expected an object, got number 5"},
+      {[](auto& j) { j.erase("loss_scaler"); },
+       "x/state.json: loss_scaler: missing; expected an object"},
+      {[](auto& j) { j["rng"]["has_spare"] = "yes"; },
+       "x/state.json: rng.has_spare: expected a boolean, got string \"yes\""},
+      {[](auto& j) { j["rng"]["s"][2] = 7; }, "x/state.json: rng.s[2]: expected a string"},
+      {[](auto& j) { j["rng"]["spare_bits"] = "12"; },
+       "x/state.json: rng.spare_bits: expected 16 hex digits, got string \"12\""},
+      {[](auto& j) {
+         j["lr_segments"] = {{0, 10}, 5};
+       },
+       "x/state.json: lr_segments[1]: expected [from, to], got number 5"},
+  };
+  for (const auto& [edit, expected] : cases) {
+    const std::string message = error(edit);
+    EXPECT_THAT(message, ::testing::HasSubstr(expected));
+    EXPECT_THAT(message, ::testing::Not(::testing::HasSubstr("json.exception")));
+  }
 }
 
 TEST(CheckpointManifestTest, StepDirectoryNames) {

@@ -12,6 +12,7 @@
 #include "core/error.h"
 #include "core/files.h"
 #include "core/hash.h"
+#include "core/json_fields.h"
 #include "kernels/quantize.h"
 
 namespace baton {
@@ -23,14 +24,9 @@ std::string Join(const std::string& dir, const std::string& name) {
   return (fs::path(dir) / name).string();
 }
 
-// The JSON of a checkpoint file: text that does not parse is an error naming the file.
-nlohmann::json ReadJsonFile(const std::string& path) {
-  try {
-    return nlohmann::json::parse(ReadFileToString(path));
-  } catch (const nlohmann::json::exception& e) {
-    BATON_FAIL("{}: not valid JSON: {}", path, e.what());
-  }
-}
+// The JSON of a checkpoint file: text that does not parse is an error naming the file and the
+// line and column (ParseJsonFile), never quoting its bytes.
+nlohmann::json ReadJsonFile(const std::string& path) { return ParseJsonFile(path); }
 
 bool HasManifest(const std::string& dir) { return FileExists(Join(dir, kManifestFileName)); }
 
@@ -110,6 +106,32 @@ std::vector<float> ReadF32(const SafetensorsFile& file, const SafetensorsEntry& 
   return values;
 }
 
+// Throws, naming the file and the tensor, when float tensor `entry` holds a negative value: a
+// second moment (Adam's v, a running mean of squared gradients) or a block maximum of absolute
+// values is never below zero, so the file is damaged or was edited. Resuming from it trained on
+// and stopped steps later with a loss that was "not finite", blaming the learning rate.
+void CheckNonNegative(const SafetensorsFile& file, const SafetensorsEntry& entry) {
+  const std::span<const std::byte> bytes = file.Bytes(entry);
+  const size_t width = entry.dtype == "F32"                            ? 4
+                       : entry.dtype == "F16" || entry.dtype == "BF16" ? 2
+                                                                       : 0;
+  if (width == 0) return;  // 8-bit codes: the code book's values are what they are
+  int64_t count = 0, first = -1;
+  for (size_t i = 0; i * width < bytes.size(); ++i) {
+    uint32_t bits = 0;
+    std::memcpy(&bits, bytes.data() + i * width, width);
+    const uint32_t sign = width == 4 ? 0x80000000u : 0x8000u;
+    if ((bits & sign) != 0 && (bits & (sign - 1)) != 0 && count++ == 0) {  // -0 is zero
+      first = static_cast<int64_t>(i);
+    }
+  }
+  BATON_CHECK(count == 0,
+              "{}: tensor {} holds {} negative value(s) (the first at flat index {}), but it is "
+              "never negative (Adam's second moment, a running mean of squared gradients, or a "
+              "block maximum): the file is damaged or was edited; refusing to load it",
+              file.path(), entry.name, count, first);
+}
+
 // Copies host values into `dst` (any device) through `backend`.
 void CopyFromHost(const void* data, DType dtype, const Shape& shape, Tensor& dst,
                   Backend& backend) {
@@ -120,15 +142,19 @@ void CopyFromHost(const void* data, DType dtype, const Shape& shape, Tensor& dst
 
 // Fills one moment (Adam's m or v) from `name` in `file`. The stored form (f32, or 8-bit codes
 // with "<name>_absmax") and the run's form (whether `absmax` is defined) may differ: a run
-// resumed with another optimizer.state converts, quantising or dequantising on the host.
+// resumed with another optimizer.state converts, quantising or dequantising on the host. Every
+// stored value must be finite (CopyTo, ReadF32), a block maximum non-negative, and so must a
+// second moment (`non_negative`).
 void LoadMoment(const SafetensorsFile& file, const std::string& name, const Tensor& moment,
-                const Tensor& absmax, const QuantMap& map, Backend& backend,
+                const Tensor& absmax, const QuantMap& map, bool non_negative, Backend& backend,
                 std::set<std::string>& used) {
   const std::string absmax_name = name + "_absmax";
   const bool stored_quantized = file.Has(absmax_name);
   const SafetensorsEntry& entry = file.Get(name);
   BATON_CHECK(entry.shape == moment.shape(), "{}: tensor {} has shape {} but {} was expected",
               file.path(), name, ToString(entry.shape), ToString(moment.shape()));
+  if (non_negative) CheckNonNegative(file, entry);
+  if (stored_quantized) CheckNonNegative(file, file.Get(absmax_name));
   const int64_t n = moment.numel();
   Tensor m = moment;  // a handle: the copies land in the caller's storage
   if (stored_quantized == absmax.defined()) {
@@ -219,10 +245,10 @@ void LoadParam(const SafetensorsFile& file, const ParamTensors& param, Backend& 
                   ? " (it holds weights only, as baton compress writes them, for baton eval, "
                     "generate and export)"
                   : "");
-  LoadMoment(file, name + ".adam_m", param.adam_m, param.adam_m_absmax, SignedQuantMap(), backend,
-             used);
-  LoadMoment(file, name + ".adam_v", param.adam_v, param.adam_v_absmax, UnsignedQuantMap(), backend,
-             used);
+  LoadMoment(file, name + ".adam_m", param.adam_m, param.adam_m_absmax, SignedQuantMap(),
+             /*non_negative=*/false, backend, used);
+  LoadMoment(file, name + ".adam_v", param.adam_v, param.adam_v_absmax, UnsignedQuantMap(),
+             /*non_negative=*/true, backend, used);
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 
@@ -20,13 +21,14 @@ namespace {
 using checkpoint_test::Fixture;
 using checkpoint_test::Rank;
 using checkpoint_test::TempDir;
+using ::testing::AllOf;
 using ::testing::HasSubstr;
 
 TrainingState StateAt(int64_t step) {
   TrainingState state;
   state.step = step;
   state.seed = 1337;
-  state.loss_scaler = {32768.0, 5, 1};
+  state.loss_scaler = {32768.0, step - 1, 1};  // one step skipped, the rest clean since
   return state;
 }
 
@@ -275,7 +277,7 @@ TEST(CheckpointTest, TrainingStateAndModelDescriptionRoundTrip) {
   EXPECT_EQ(reader.step(), 4);
   EXPECT_EQ(reader.state().seed, 1337u);
   EXPECT_EQ(reader.state().loss_scaler.scale, 32768.0);
-  EXPECT_EQ(reader.state().loss_scaler.clean, 5);
+  EXPECT_EQ(reader.state().loss_scaler.clean, 3);
   EXPECT_EQ(reader.state().loss_scaler.skipped, 1);
   EXPECT_EQ(reader.dims(), f.dims);
   EXPECT_THAT(reader.layer_names(),
@@ -345,6 +347,80 @@ TEST(CheckpointTest, StateFileThatIsNotJsonIsAnErrorNamingIt) {
   WriteFileAtomically(manifest_path, manifest.dump());
   EXPECT_THAT(ErrorOf([&] { CheckpointReader::Open(dir.path()); }),
               HasSubstr(state + ": not valid JSON"));
+}
+
+// Rewrites the manifest entry of `name` in `step_dir` to the file's size and checksum now, as
+// someone who edited the file would.
+void Rechecksum(const std::string& step_dir, const std::string& name) {
+  const std::string path = step_dir + "/" + name;
+  const std::string manifest_path = step_dir + "/manifest.json";
+  nlohmann::json manifest = nlohmann::json::parse(ReadFileToString(manifest_path));
+  for (nlohmann::json& entry : manifest["files"]) {
+    if (entry["name"] != name) continue;
+    entry["bytes"] = FileSize(path);
+    entry["fnv1a64"] = HexDigest(FileChecksum(path));
+  }
+  WriteFileAtomically(manifest_path, manifest.dump());
+}
+
+// The float at flat index `index` of F32 tensor `tensor` of a layer file.
+float F32At(const std::string& path, const std::string& tensor, int64_t index) {
+  const SafetensorsFile file = SafetensorsFile::Open(path);
+  float value = 0;
+  std::memcpy(&value, file.Bytes(file.Get(tensor)).data() + index * 4, 4);
+  return value;
+}
+
+// Negates that float in place (its sign bit: the file's bytes are little-endian).
+void NegateF32(const std::string& path, const std::string& tensor, int64_t index) {
+  uint64_t header_bytes = 0;
+  {
+    std::ifstream in(path, std::ios::binary);
+    in.read(reinterpret_cast<char*>(&header_bytes), sizeof(header_bytes));
+  }
+  const SafetensorsEntry entry = SafetensorsFile::Open(path).Get(tensor);
+  ASSERT_EQ(entry.dtype, "F32");
+  const auto offset = static_cast<std::streamoff>(8 + header_bytes + entry.begin + index * 4 + 3);
+  std::fstream file(path, std::ios::in | std::ios::out | std::ios::binary);
+  file.seekg(offset);
+  char high = 0;
+  file.read(&high, 1);
+  high = static_cast<char>(high ^ 0x80);
+  file.seekp(offset);
+  file.write(&high, 1);
+}
+
+// A second moment below zero (Adam's v is a mean of squares) resumed, then stopped steps later
+// with "the loss is not finite ... a learning rate too high": the cause is the file, and loading
+// names it and the tensor.
+TEST(CheckpointTest, NegativeSecondMomentIsRefusedNamingTheFileAndTheTensor) {
+  Fixture f;
+  TempDir dir;
+  Rank whole = f.MakeRank({{0, 3}}, 0, 1);
+  for (int step = 1; step <= 2; ++step) checkpoint_test::FakeStep({&whole}, step);
+  Save(f, dir.path(), 2, {&whole});
+  const std::string step_dir = dir / "step-2";
+  const std::string path = step_dir + "/layer-1.safetensors";
+  const std::string v_name = "h.0.mlp.c_fc.weight.adam_v";
+  ASSERT_GT(F32At(path, v_name, 5), 0.0f);
+  NegateF32(path, v_name, 5);
+  Rechecksum(step_dir, "layer-1.safetensors");
+
+  const CheckpointReader reader = CheckpointReader::Open(dir.path());
+  Rank fresh = f.MakeRank({{0, 3}}, 0, 1, DType::kF32, /*seed=*/99);
+  EXPECT_THAT(ErrorOf([&] { reader.LoadLayers(fresh.checkpoint_tensors(), *f.backend); }),
+              AllOf(HasSubstr(path), HasSubstr("tensor " + v_name +
+                                               " holds 1 negative value(s) "
+                                               "(the first at flat index 5)")));
+  // A negative first moment is a valid state (a mean of gradients), and loads.
+  NegateF32(path, v_name, 5);  // back
+  const std::string m_name = "h.0.mlp.c_fc.weight.adam_m";
+  int64_t positive = 0;
+  while (F32At(path, m_name, positive) <= 0.0f) ++positive;
+  NegateF32(path, m_name, positive);
+  Rechecksum(step_dir, "layer-1.safetensors");
+  const CheckpointReader again = CheckpointReader::Open(dir.path());
+  EXPECT_NO_THROW(again.LoadLayers(fresh.checkpoint_tensors(), *f.backend));
 }
 
 TEST(CheckpointTest, MissingLayerFileIsRejectedNamingTheFile) {

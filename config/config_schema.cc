@@ -58,7 +58,7 @@ void VisitData(DataConfig& d, FieldVisitor& v) {
 
 void VisitTrain(TrainConfig& t, FieldVisitor& v) {
   v.BeginSection("train");
-  v.Int("steps", t.steps, kPositiveInt);
+  v.Int("steps", t.steps, IntRule{1, kMaxTrainSteps});
   v.Int("batch_size", t.batch_size, IntRule{1, kMaxBatch});
   v.Int("micro_batches", t.micro_batches, IntRule{1, kMaxMicroBatches});
   v.VisitFloat("lr", t.lr, kPositiveFloat);

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "config/config.h"
+#include "core/lr_segment.h"  // kMaxTrainSteps
 
 namespace baton::config_internal {
 

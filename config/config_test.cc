@@ -80,12 +80,12 @@ TEST(ConfigTest, UnknownSectionIsAnError) {
 
 TEST(ConfigTest, StringForIntegerIsAnError) {
   EXPECT_EQ(ParseError(WithTrain("  steps: abc\n")),
-            "x.yaml:4: train.steps: expected a positive integer, got 'abc'");
+            "x.yaml:4: train.steps: expected an integer in [1, 1000000000], got 'abc'");
 }
 
 TEST(ConfigTest, NegativeStepsIsAnError) {
   EXPECT_EQ(ParseError(WithTrain("  steps: -5\n")),
-            "x.yaml:4: train.steps: expected a positive integer, got '-5'");
+            "x.yaml:4: train.steps: expected an integer in [1, 1000000000], got '-5'");
 }
 
 TEST(ConfigTest, FractionForIntegerIsAnError) {
@@ -214,8 +214,9 @@ TEST(ConfigTest, OverrideOfUnknownKeyNamesTheSet) {
 }
 
 TEST(ConfigTest, OverrideWithBadValueNamesTheSet) {
-  EXPECT_EQ(ParseError(kMinimal, {"train.steps=abc"}),
-            "--set train.steps=abc: train.steps: expected a positive integer, got 'abc'");
+  EXPECT_EQ(
+      ParseError(kMinimal, {"train.steps=abc"}),
+      "--set train.steps=abc: train.steps: expected an integer in [1, 1000000000], got 'abc'");
 }
 
 TEST(ConfigTest, OverrideWithoutSectionOrValueIsAnError) {

@@ -121,7 +121,17 @@ struct BinLayout {
 
 BinLayout LocateBinTokens(const Mapping& mapping, const std::string& path) {
   int32_t header[3] = {0, 0, 0};
-  if (mapping.bytes >= kLlmcHeaderBytes) std::memcpy(header, mapping.address, sizeof(header));
+  if (mapping.bytes >= sizeof(int32_t)) {  // a short file's words past its end stay 0
+    std::memcpy(header, mapping.address, std::min(sizeof(header), mapping.bytes));
+  }
+  const bool llmc = header[0] == kLlmcMagic || header[0] == kLlmcLlama3Magic;
+  if (llmc && mapping.bytes < kLlmcHeaderBytes) {  // not tokens: a header cut short
+    BATON_FAIL(
+        "{}: starts with llm.c's {}header magic {} but is {} bytes, shorter than the {}-byte "
+        "header: the file is truncated",
+        path, header[0] == kLlmcLlama3Magic ? "Llama 3 " : "", header[0], mapping.bytes,
+        kLlmcHeaderBytes);
+  }
   int token_bytes = 2;
   if (header[0] == kLlmcMagic) {
     if (header[1] != kLlmcVersion) {

@@ -433,6 +433,49 @@ TEST_F(DataTest, Llama3HeaderHoldsUint32Tokens) {
                         "7: uint32 tokens)"));
 }
 
+// A file that starts with an llm.c magic but is shorter than the 1024-byte header is a truncated
+// header, not uint16 tokens (which read the magic as token 55713 and blamed the vocabulary).
+TEST_F(DataTest, AnLlmcMagicInAFileShorterThanTheHeaderIsATruncatedHeader) {
+  for (const int32_t magic : {20240801, 20240520}) {
+    const std::vector<int32_t> header = {magic, magic == 20240801 ? 7 : 1, 4};
+    std::string bytes(1000, '\0');
+    std::memcpy(bytes.data(), header.data(), header.size() * sizeof(int32_t));
+    const std::string path = Write("cut-" + std::to_string(magic) + ".bin", bytes);
+    for (const std::function<void()>& read : std::vector<std::function<void()>>{
+             [&] { TokenDataset::Open(path, TokenFormat::kBin, 300, 4); },
+             [&] { CountTokens(path, TokenFormat::kBin); }}) {
+      const std::string error = ErrorOf(read);
+      EXPECT_THAT(error, AllOf(HasSubstr(path), HasSubstr("header magic " + std::to_string(magic)),
+                               HasSubstr("is 1000 bytes, shorter than the 1024-byte header"),
+                               HasSubstr("truncated")));
+      EXPECT_THAT(error, ::testing::Not(HasSubstr("vocab_size")));
+    }
+  }
+  // The magic's bytes alone (4 bytes) are a truncated header too; 2 bytes are one nanoGPT token.
+  const int32_t magic = 20240801;
+  EXPECT_THAT(ErrorOf([&] {
+                CountTokens(
+                    Write("four.bin", std::string(reinterpret_cast<const char*>(&magic), 4)),
+                    TokenFormat::kBin);
+              }),
+              HasSubstr("is 4 bytes, shorter than the 1024-byte header"));
+  EXPECT_EQ(CountTokens(Write("two.bin", std::string(reinterpret_cast<const char*>(&magic), 2)),
+                        TokenFormat::kBin),
+            1);
+}
+
+// A uint32 id past a large vocabulary is named with its position (the check the trainer makes
+// before it allocates the model: worker/trainer.cc).
+TEST_F(DataTest, AnIdOfTwoToTheThirtyOneIsNamedAgainstAVocabularyOfTwoToTheTwentyFour) {
+  std::vector<int32_t> header(256, 0);
+  header[0] = 20240801;
+  header[1] = 7;
+  header[2] = 4;
+  const std::string path = WriteTokens<uint32_t>("wide.bin", {5, 6, uint32_t{1} << 31, 7}, header);
+  EXPECT_THAT(ErrorOf([&] { TokenDataset::Open(path, TokenFormat::kBin, int64_t{1} << 24, 2); }),
+              HasSubstr("wide.bin: token 2147483648 at position 2 is >= vocab_size 16777216"));
+}
+
 TEST_F(DataTest, TokenizerWithoutEndOfTextJoinsFilesWithNothingBetween) {
   Write("tok/merges.txt", "a b\n");
   const Tokenizer tokenizer =

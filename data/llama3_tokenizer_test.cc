@@ -339,6 +339,25 @@ TEST_F(Llama3TokenizerTest, OtherSplitsAreRefusedNamingTheFile) {
   EXPECT_THAT(LoadError("alone.json", root), HasSubstr("use_regex false is not supported alone"));
 }
 
+// The Sequence's steps are read with their key paths: a wrong type names it.
+TEST_F(Llama3TokenizerTest, AWrongTypeInTheSequenceNamesItsKeyPath) {
+  nlohmann::json root = Fixture();
+  root["pre_tokenizer"]["pretokenizers"][0]["behavior"] = 3;
+  EXPECT_THAT(LoadError("behavior.json", root),
+              HasSubstr("behavior.json: pre_tokenizer.pretokenizers[0].behavior: expected a "
+                        "string, got number 3"));
+  root = Fixture();
+  root["pre_tokenizer"]["pretokenizers"][1]["use_regex"] = "false";
+  EXPECT_THAT(LoadError("use-regex.json", root),
+              HasSubstr("use-regex.json: pre_tokenizer.pretokenizers[1].use_regex: expected a "
+                        "boolean, got string \"false\""));
+  root = Fixture();
+  root["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"] = 5;
+  EXPECT_THAT(LoadError("pattern.json", root),
+              HasSubstr("pattern.json: pre_tokenizer.pretokenizers[0].pattern.Regex: expected a "
+                        "string, got number 5"));
+}
+
 TEST_F(Llama3TokenizerTest, IdsUpToTwoToTheThirtyOneMinusOneLoad) {
   nlohmann::json root = Fixture();
   root["model"]["vocab"]["<far>"] = 2147483647;

@@ -17,8 +17,10 @@
 namespace baton {
 
 // Writes segment_starts (rows, seq) and overwrites the targets (rows, seq) of separators with
-// `ignored_target`. Row-major; tokens and targets as FillBatch writes them.
-void PackRows(const int32_t* tokens, int rows, int seq, int32_t separator, int32_t ignored_target,
-              int32_t* segment_starts, int32_t* targets);
+// `ignored_target`. Row-major; tokens and targets as FillBatch writes them. Returns how many
+// targets are left counted (not `ignored_target`): 0 when every token is a separator, where the
+// rows' mean loss is undefined (the trainer refuses it, docs/data.md).
+int64_t PackRows(const int32_t* tokens, int rows, int seq, int32_t separator,
+                 int32_t ignored_target, int32_t* segment_starts, int32_t* targets);
 
 }  // namespace baton

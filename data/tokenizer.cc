@@ -13,6 +13,7 @@
 
 #include "core/error.h"
 #include "core/files.h"
+#include "core/json_fields.h"
 #include "data/pretokenize.h"
 #include "data/unicode.h"
 
@@ -96,13 +97,10 @@ void CheckRegularFile(const std::string& path, std::string_view what = "") {
        what);
 }
 
+// The JSON document of `path`: a syntax error gives its line and column (core/json_fields.h).
 Json ReadJson(const std::string& path) {
   CheckRegularFile(path);
-  try {
-    return Json::parse(ReadFileToString(path));
-  } catch (const Json::exception& e) {
-    Fail(path, "malformed JSON: {}", e.what());
-  }
+  return ParseJsonFile(path);
 }
 
 // "a b" -> {"a", "b"}; `where` names the merge in errors.
@@ -133,13 +131,28 @@ MergeList ReadMergesTxt(const std::string& path) {
   return merges;
 }
 
-int64_t IdOf(const Json& value, const std::string& token, const std::string& source) {
-  if (!value.is_number_integer())
-    Fail(source, "token '{}' has id {}, not an integer", token, value.dump());
+// Why `value` is not a token id for `token`, or "" when it is one: an integer in [0, 2^31 - 1].
+std::string IdProblem(const Json& value, const std::string& token) {
+  if (!value.is_number_integer()) {
+    return fmt::format("token '{}' has id {}, not an integer", token, DescribeJson(value));
+  }
   if (value.is_number_unsigned() && value.get<uint64_t>() > uint64_t{kMaxTokenId}) {
-    Fail(source,
-         "token '{}' has id {}, more than the largest token id {} (batches carry ids as int32)",
-         token, value.dump(), kMaxTokenId);  // as the unsigned text: 2^63 must not print negative
+    return fmt::format(
+        "token '{}' has id {}, more than the largest token id {} (batches carry ids as int32)",
+        token, value.dump(), kMaxTokenId);  // as the unsigned text: 2^63 must not print negative
+  }
+  if (value.get<int64_t>() < 0) {
+    return fmt::format("token '{}' has id {}: ids must be in [0, {}] (batches carry ids as int32)",
+                       token, value.dump(), kMaxTokenId);
+  }
+  return "";
+}
+
+// The id of `token`, member `token` of `table` (model.vocab, or vocab.json's whole document); an
+// error names the file and the key.
+int64_t VocabId(const JsonField& table, const std::string& token, const Json& value) {
+  if (const std::string problem = IdProblem(value, token); !problem.empty()) {
+    table[token].Fail(problem);  // the key's path is made only for the error
   }
   return value.get<int64_t>();
 }
@@ -149,47 +162,48 @@ struct PreTokenizerConfig {
   bool add_prefix_space;
 };
 
-std::string TypeOf(const Json& step) {
-  return step.is_object() ? step.value("type", std::string("?")) : step.dump();
+// A pre-tokenizer's (or normalizer's) "type", "?" without one, or what the value is when it is
+// not an object.
+std::string TypeOf(const JsonField& step) {
+  return step.json().is_object() ? step["type"].OptionalString().value_or("?")
+                                 : DescribeJson(step.json());
 }
 
 // Llama 3's pre_tokenizer: a Sequence of a Split on Llama 3's regex (Isolated, not inverted) and
 // a ByteLevel that only maps bytes. Anything else is refused: its pieces would differ.
-PreTokenizerConfig ReadLlama3PreTokenizer(const Json& sequence, const std::string& path) {
-  const Json steps = sequence.value("pretokenizers", Json());
-  if (!steps.is_array() || steps.size() != 2 || TypeOf(steps[0]) != "Split" ||
-      TypeOf(steps[1]) != "ByteLevel") {
+PreTokenizerConfig ReadLlama3PreTokenizer(const JsonField& sequence, const std::string& path) {
+  const JsonField steps = sequence["pretokenizers"];
+  const size_t count = steps.json().is_array() ? steps.json().size() : 0;
+  if (count != 2 || TypeOf(steps[0]) != "Split" || TypeOf(steps[1]) != "ByteLevel") {
     std::string types;
-    for (const Json& step : steps.is_array() ? steps : Json::array()) {
-      types += (types.empty() ? "" : ", ") + TypeOf(step);
-    }
+    for (size_t i = 0; i < count; ++i) types += (types.empty() ? "" : ", ") + TypeOf(steps[i]);
     Fail(path,
          "pre_tokenizer Sequence [{}] is not supported (only Llama 3's: Split on its regex, then "
          "ByteLevel)",
          types);
   }
-  const Json& split = steps[0];
-  const Json pattern = split.value("pattern", Json());
-  if (!pattern.is_object() || !pattern.contains("Regex") ||
-      pattern["Regex"] != kLlama3SplitPattern) {
+  const JsonField split = steps[0];
+  const JsonField pattern = split["pattern"];
+  if (!pattern.json().is_object() ||
+      pattern["Regex"].OptionalString() != std::string(kLlama3SplitPattern)) {
     Fail(path, "pre_tokenizer Split pattern {} is not supported (only Llama 3's regex {})",
-         pattern.dump(), Json(std::string(kLlama3SplitPattern)).dump());
+         pattern.json().dump(), Json(std::string(kLlama3SplitPattern)).dump());
   }
-  const std::string behavior = split.value("behavior", std::string("?"));
+  const std::string behavior = split["behavior"].OptionalString().value_or("?");
   if (behavior != "Isolated") {
     Fail(path, "pre_tokenizer Split behavior {} is not supported (only Isolated, Llama 3's)",
          behavior);
   }
-  if (split.value("invert", false)) {
+  if (split["invert"].OptionalBool().value_or(false)) {
     Fail(path, "pre_tokenizer Split with invert true is not supported (Llama 3's is false)");
   }
-  const Json& byte_level = steps[1];
-  if (byte_level.value("use_regex", true)) {
+  const JsonField byte_level = steps[1];
+  if (byte_level["use_regex"].OptionalBool().value_or(true)) {
     Fail(path,
          "pre_tokenizer ByteLevel after a Split must have use_regex false, as Llama 3's has "
          "(GPT-2's regex would cut the pieces again)");
   }
-  if (byte_level.value("add_prefix_space", false)) {
+  if (byte_level["add_prefix_space"].OptionalBool().value_or(false)) {
     Fail(path,
          "pre_tokenizer ByteLevel after a Split with add_prefix_space true is not supported (it "
          "puts a space before every piece; Llama 3's is false)");
@@ -198,8 +212,8 @@ PreTokenizerConfig ReadLlama3PreTokenizer(const Json& sequence, const std::strin
 }
 
 // GPT-2's pre_tokenizer (ByteLevel with its regex) or Llama 3's.
-PreTokenizerConfig ReadPreTokenizer(const Json& root, const std::string& path) {
-  const Json pre = root.value("pre_tokenizer", Json());
+PreTokenizerConfig ReadPreTokenizer(const JsonField& root, const std::string& path) {
+  const JsonField pre = root["pre_tokenizer"];
   const std::string type = TypeOf(pre);
   if (type == "Sequence") return ReadLlama3PreTokenizer(pre, path);
   if (type != "ByteLevel") {
@@ -208,31 +222,32 @@ PreTokenizerConfig ReadPreTokenizer(const Json& root, const std::string& path) {
          "Split and ByteLevel)",
          type);
   }
-  if (!pre.value("use_regex", true)) {
+  if (!pre["use_regex"].OptionalBool().value_or(true)) {
     Fail(path,
          "pre_tokenizer ByteLevel with use_regex false is not supported alone (only GPT-2's "
          "split, or after Llama 3's Split)");
   }
-  return {PreTokenizerScheme::kGpt2, pre.value("add_prefix_space", false)};
+  return {PreTokenizerScheme::kGpt2, pre["add_prefix_space"].OptionalBool().value_or(false)};
 }
 
 // Checks a tokenizer.json's parts other than the vocabulary and the pre-tokenizer: only
 // byte-level BPE without a normalizer is supported.
-void CheckHfPipeline(const Json& root, const Json& model, const std::string& path) {
-  const std::string type = model.value("type", std::string("BPE"));
+void CheckHfPipeline(const JsonField& root, const JsonField& model, const std::string& path) {
+  const std::string type = model["type"].OptionalString().value_or("BPE");
   if (type != "BPE") Fail(path, "model type '{}' is not supported (only BPE)", type);
   for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"}) {
-    if (model.contains(key) && !model[key].is_null() && model[key] != "") {
-      Fail(path, "model.{} {} is not supported (GPT-2's BPE has none)", key, model[key].dump());
+    const std::optional<std::string> affix = model[key].OptionalString();
+    if (affix.has_value() && !affix->empty()) {
+      Fail(path, "model.{} {} is not supported (GPT-2's BPE has none)", key, Json(*affix).dump());
     }
   }
-  if (model.contains("dropout") && !model["dropout"].is_null() && model["dropout"] != 0) {
-    Fail(path, "model.dropout {} is not supported (encoding must be deterministic)",
-         model["dropout"].dump());
+  const std::optional<double> dropout = model["dropout"].OptionalNumber();
+  if (dropout.has_value() && *dropout != 0) {
+    Fail(path, "model.dropout {} is not supported (encoding must be deterministic)", *dropout);
   }
-  if (root.contains("normalizer") && !root["normalizer"].is_null()) {
+  if (root["normalizer"].present()) {
     Fail(path, "normalizer {} is not supported (GPT-2's and Llama 3's byte-level BPE have none)",
-         root["normalizer"].value("type", std::string("?")));
+         TypeOf(root["normalizer"]));
   }
 }
 
@@ -262,74 +277,79 @@ Tokenizer Tokenizer::Load(const std::string& path) {
     Fail(path, "no such file or folder");
   }
   const std::string file = json_path.string();
-  const Json root = ReadJson(file);
-  if (!root.is_object()) Fail(file, "expected a JSON object (tokenizer.json or vocab.json)");
+  const Json document = ReadJson(file);
+  const JsonField root(document, file);
+  if (!document.is_object()) Fail(file, "expected a JSON object (tokenizer.json or vocab.json)");
 
   Tokenizer tokenizer;
   tokenizer.name_ = file;
   MergeList merges;
   std::string merges_source = file;
-  try {
-    if (root.contains("model")) {  // Hugging Face tokenizer.json
-      const Json& model = root["model"];
-      if (!model.is_object()) Fail(file, "\"model\" is not an object");
-      CheckHfPipeline(root, model, file);
-      const PreTokenizerConfig pre_tokenizer = ReadPreTokenizer(root, file);
-      tokenizer.files_.push_back({file, "tokenizer.json"});
-      tokenizer.pre_tokenizer_ = pre_tokenizer.scheme;
-      tokenizer.add_prefix_space_ = pre_tokenizer.add_prefix_space;
-      tokenizer.ignore_merges_ = model.value("ignore_merges", false);
-      if (!model.contains("vocab") || !model["vocab"].is_object()) {
-        Fail(file, "model.vocab is missing or not an object");
-      }
-      for (const auto& [token, id] : model["vocab"].items()) {
-        tokenizer.AddToken(token, IdOf(id, token, file), file);
-      }
-      // Without merges a BPE tokenizer gives one id per byte: not what the file's author meant.
-      if (!model.contains("merges")) Fail(file, "model.merges is missing (BPE needs its merges)");
-      const Json& list = model["merges"];
-      if (!list.is_array()) Fail(file, "model.merges is not a list");
-      for (size_t i = 0; i < list.size(); ++i) {
-        const Json& merge = list[i];
-        if (merge.is_string()) {  // "a b" (older tokenizers versions)
-          merges.push_back(
-              SplitMerge(merge.get<std::string>(), fmt::format("{}: model.merges[{}]", file, i)));
-        } else if (merge.is_array() && merge.size() == 2 && merge[0].is_string() &&
-                   merge[1].is_string()) {  // ["a", "b"] (newer versions)
-          merges.emplace_back(merge[0].get<std::string>(), merge[1].get<std::string>());
-        } else {
-          Fail(file, "model.merges[{}] is {}, neither \"a b\" nor [\"a\", \"b\"]", i, merge.dump());
-        }
-      }
-      for (const Json& added : root.value("added_tokens", Json::array())) {
-        const std::string content = added.at("content").get<std::string>();
-        const int64_t id = IdOf(added.at("id"), content, file);
-        tokenizer.AddToken(ByteMapped(content), id, file);  // may already be in the vocab
-        tokenizer.token_bytes_[static_cast<uint32_t>(id)] = content;
-        tokenizer.added_[content] = static_cast<uint32_t>(id);
-      }
-    } else {  // GPT-2's vocab.json, with merges.txt beside it
-      const std::string name = json_path.filename().string();
-      // A tokenizer.json that lost its "model" is no flat token -> id map: say so, rather than
-      // reading "added_tokens" as a token.
-      for (const char* key : {"added_tokens", "pre_tokenizer", "normalizer", "decoder"}) {
-        if (root.contains(key)) {
-          Fail(file, "a Hugging Face tokenizer.json (it has \"{}\") without its \"model\"", key);
-        }
-      }
-      const std::string merges_name =
-          name.ends_with("vocab.json")
-              ? name.substr(0, name.size() - std::string_view("vocab.json").size()) + "merges.txt"
-              : "merges.txt";
-      merges_source = (json_path.parent_path() / merges_name).string();
-      for (const auto& [token, id] : root.items()) {
-        tokenizer.AddToken(token, IdOf(id, token, file), file);
-      }
-      merges = ReadMergesTxt(merges_source);
-      tokenizer.files_ = {{file, "vocab.json"}, {merges_source, "merges.txt"}};
+  if (document.contains("model")) {  // Hugging Face tokenizer.json
+    const JsonField model = root["model"];
+    if (!model.json().is_object()) Fail(file, "\"model\" is not an object");
+    CheckHfPipeline(root, model, file);
+    const PreTokenizerConfig pre_tokenizer = ReadPreTokenizer(root, file);
+    tokenizer.files_.push_back({file, "tokenizer.json"});
+    tokenizer.pre_tokenizer_ = pre_tokenizer.scheme;
+    tokenizer.add_prefix_space_ = pre_tokenizer.add_prefix_space;
+    tokenizer.ignore_merges_ = model["ignore_merges"].OptionalBool().value_or(false);
+    const JsonField vocab = model["vocab"];
+    if (!vocab.json().is_object()) Fail(file, "model.vocab is missing or not an object");
+    for (const auto& [token, id] : vocab.json().items()) {
+      tokenizer.AddToken(token, VocabId(vocab, token, id), file);
     }
-  } catch (const Json::exception& e) {
-    Fail(file, "unexpected content: {}", e.what());
+    // Without merges a BPE tokenizer gives one id per byte: not what the file's author meant.
+    if (!model.json().contains("merges")) {
+      Fail(file, "model.merges is missing (BPE needs its merges)");
+    }
+    const Json& list = model["merges"].json();
+    if (!list.is_array()) Fail(file, "model.merges is not a list");
+    for (size_t i = 0; i < list.size(); ++i) {
+      const Json& merge = list[i];
+      if (merge.is_string()) {  // "a b" (older tokenizers versions)
+        merges.push_back(
+            SplitMerge(merge.get<std::string>(), fmt::format("{}: model.merges[{}]", file, i)));
+      } else if (merge.is_array() && merge.size() == 2 && merge[0].is_string() &&
+                 merge[1].is_string()) {  // ["a", "b"] (newer versions)
+        merges.emplace_back(merge[0].get<std::string>(), merge[1].get<std::string>());
+      } else {
+        Fail(file, "model.merges[{}] is {}, neither \"a b\" nor [\"a\", \"b\"]", i, merge.dump());
+      }
+    }
+    const JsonField added_tokens = root["added_tokens"];
+    const size_t added_count = added_tokens.present() ? added_tokens.Array().json().size() : 0;
+    for (size_t i = 0; i < added_count; ++i) {
+      const JsonField added = added_tokens[i];
+      const std::string content = added["content"].String();
+      const JsonField id_field = added["id"];
+      if (const std::string problem = IdProblem(id_field.json(), content); !problem.empty()) {
+        id_field.Fail(problem);
+      }
+      const int64_t id = id_field.json().get<int64_t>();
+      tokenizer.AddToken(ByteMapped(content), id, file);  // may already be in the vocab
+      tokenizer.token_bytes_[static_cast<uint32_t>(id)] = content;
+      tokenizer.added_[content] = static_cast<uint32_t>(id);
+    }
+  } else {  // GPT-2's vocab.json, with merges.txt beside it
+    const std::string name = json_path.filename().string();
+    // A tokenizer.json that lost its "model" is no flat token -> id map: say so, rather than
+    // reading "added_tokens" as a token.
+    for (const char* key : {"added_tokens", "pre_tokenizer", "normalizer", "decoder"}) {
+      if (document.contains(key)) {
+        Fail(file, "a Hugging Face tokenizer.json (it has \"{}\") without its \"model\"", key);
+      }
+    }
+    const std::string merges_name =
+        name.ends_with("vocab.json")
+            ? name.substr(0, name.size() - std::string_view("vocab.json").size()) + "merges.txt"
+            : "merges.txt";
+    merges_source = (json_path.parent_path() / merges_name).string();
+    for (const auto& [token, id] : document.items()) {
+      tokenizer.AddToken(token, VocabId(root, token, id), file);
+    }
+    merges = ReadMergesTxt(merges_source);
+    tokenizer.files_ = {{file, "vocab.json"}, {merges_source, "merges.txt"}};
   }
   tokenizer.Build(merges, merges_source);
   return tokenizer;

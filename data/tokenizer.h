@@ -24,7 +24,7 @@
 // Errors are baton::Error naming the file: missing, malformed JSON, not BPE, a pre-tokenizer or
 // normalizer other than GPT-2's or Llama 3's (a Split with another pattern among them), an id
 // above 2^31 - 1 (batches carry ids as int32), a merge or byte whose token is not in the
-// vocabulary.
+// vocabulary; a value of the wrong type names its key path too (core/json_fields.h).
 //
 // Thread safety: Encode, Decode and the accessors may run on many threads at once (the piece
 // cache has a lock). Move-only.

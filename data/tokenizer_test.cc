@@ -227,7 +227,7 @@ TEST_F(TokenizerTest, ErrorsNameTheFile) {
 
   const std::string broken = Write("broken.json", "{\"model\": [1, 2");
   EXPECT_THAT(ErrorOf([&] { Tokenizer::Load(broken); }),
-              AllOf(HasSubstr(broken), HasSubstr("malformed JSON")));
+              AllOf(HasSubstr(broken), HasSubstr("not valid JSON (syntax error at line 1")));
 
   const std::string wordpiece =
       Write("wordpiece.json", R"({"model": {"type": "WordPiece", "vocab": {"a": 0}}})");
@@ -281,6 +281,45 @@ TEST_F(TokenizerTest, ErrorsNameTheFile) {
   EXPECT_THAT(ErrorOf([&] { Tokenizer::Load(Write("negative.json", root.dump())); }),
               AllOf(HasSubstr("negative.json"), HasSubstr("'negative' has id -1"),
                     HasSubstr("[0, 2147483647]")));
+}
+
+// A value of the wrong type is named by the file and its key path, never by nlohmann's message
+// ("[json.exception.type_error.302] type must be boolean, but is string").
+TEST_F(TokenizerTest, AValueOfTheWrongTypeNamesTheFileAndTheKeyPath) {
+  const auto error = [&](const std::string& name,
+                         const std::function<void(nlohmann::json&)>& edit) {
+    nlohmann::json root = nlohmann::json::parse(ReadText(kFixture + "/tokenizer.json"));
+    edit(root);
+    const std::string path = Write(name, root.dump());
+    const std::string message = ErrorOf([&] { Tokenizer::Load(path); });
+    EXPECT_THAT(message, HasSubstr(path)) << name;
+    EXPECT_THAT(message, ::testing::Not(HasSubstr("json.exception"))) << name;
+    return message;
+  };
+  EXPECT_THAT(error("merges-flag.json", [](auto& r) { r["model"]["ignore_merges"] = "yes"; }),
+              HasSubstr("merges-flag.json: model.ignore_merges: expected a boolean, got string "
+                        "\"yes\""));
+  EXPECT_THAT(error("prefix.json", [](auto& r) { r["pre_tokenizer"]["add_prefix_space"] = 1; }),
+              HasSubstr("prefix.json: pre_tokenizer.add_prefix_space: expected a boolean, got "
+                        "number 1"));
+  EXPECT_THAT(error("type.json", [](auto& r) { r["model"]["type"] = 5; }),
+              HasSubstr("type.json: model.type: expected a string, got number 5"));
+  EXPECT_THAT(error("dropout.json", [](auto& r) { r["model"]["dropout"] = "0.1"; }),
+              HasSubstr("dropout.json: model.dropout: expected a number"));
+  EXPECT_THAT(error("content.json", [](auto& r) { r["added_tokens"][0]["content"] = 5; }),
+              HasSubstr("content.json: added_tokens[0].content: expected a string, got number 5"));
+  EXPECT_THAT(error("added-id.json", [](auto& r) { r["added_tokens"][0]["id"] = "0"; }),
+              HasSubstr("added-id.json: added_tokens[0].id: token '<|endoftext|>' has id string "
+                        "\"0\", not an integer"));
+  EXPECT_THAT(error("vocab-id.json", [](auto& r) { r["model"]["vocab"]["the"] = 1.5; }),
+              HasSubstr("vocab-id.json: model.vocab.the: token 'the' has id number 1.5"));
+  EXPECT_THAT(error("added.json", [](auto& r) { r["added_tokens"] = "none"; }),
+              HasSubstr("added.json: added_tokens: expected an array, got string"));
+  // A normalizer that is not an object was nlohmann's "cannot use value() with string".
+  EXPECT_THAT(error("normalizer.json", [](auto& r) { r["normalizer"] = "NFC"; }),
+              HasSubstr("normalizer string \"NFC\" is not supported"));
+  EXPECT_THAT(error("pre-type.json", [](auto& r) { r["pre_tokenizer"]["type"] = 7; }),
+              HasSubstr("pre-type.json: pre_tokenizer.type: expected a string, got number 7"));
 }
 
 TEST_F(TokenizerTest, IdsAbove65535AreAllowed) {

@@ -113,8 +113,10 @@ int BatonMain(int argc, char** argv) {
                    "folder for model.safetensors + config.json (+ the tokenizer's files)")
       ->required();
   export_cmd->add_option("--dtype", export_options.dtype, "f32, bf16 or f16");
-  export_cmd->add_option("--set", export_options.overrides,
-                         "override a field of the stored config, e.g. data.tokenizer=PATH");
+  export_cmd->add_option(
+      "--set", export_options.overrides,
+      "data.tokenizer=PATH: the tokenizer to copy (default: the one state.json's "
+      "config names)");
 
   baton::CompressOptions compress;
   CLI::App* compress_cmd = app.add_subcommand(

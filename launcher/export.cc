@@ -5,11 +5,14 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <string_view>
+#include <vector>
 
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/checkpoint_export.h"
-#include "config/config.h"
+#include "core/error.h"
 #include "core/files.h"
+#include "core/json_fields.h"
 #include "data/tokenizer.h"
 
 namespace baton {
@@ -59,18 +62,41 @@ void WriteTokenizerConfig(const std::string& dir, const Tokenizer& tokenizer, in
                       config.dump(2) + "\n");
 }
 
+// The tokenizer to copy beside the model: --set data.tokenizer=PATH, else the data.tokenizer of
+// the config state.json stores (the one field of it export reads: the checkpoint records the
+// tokenizer nowhere else; the model comes from the manifest), else none (byte-level).
+std::optional<std::string> TokenizerPath(const CheckpointReader& checkpoint,
+                                         const std::vector<std::string>& overrides) {
+  constexpr std::string_view kKey = "data.tokenizer=";
+  std::optional<std::string> path;
+  for (const std::string& set : overrides) {
+    BATON_CHECK(set.starts_with(kKey),
+                "--set {}: baton export takes only --set data.tokenizer=PATH (the model is the "
+                "checkpoint's, from its manifest)",
+                set);
+    path = set.substr(kKey.size());
+  }
+  if (!path.has_value()) {
+    const nlohmann::json state = {{"config", checkpoint.state().config}};
+    path = JsonField(state,
+                     checkpoint.step_dir() + "/" + kStateFileName)["config"]["data"]["tokenizer"]
+               .OptionalString();
+  }
+  if (path.has_value() && path->empty()) return std::nullopt;  // "": byte-level
+  return path;
+}
+
 }  // namespace
 
 int ExportCommand(const ExportOptions& options) {
   const CheckpointReader checkpoint = CheckpointReader::Open(options.checkpoint);
   std::optional<Tokenizer> tokenizer;
-  int64_t context = 0;
-  if (!checkpoint.state().config.is_null()) {  // a checkpoint stores its run's config
-    const Config config =
-        ParseConfigString(checkpoint.state().config.dump(2), checkpoint.step_dir() + "/state.json",
-                          options.overrides);
-    if (!config.data.tokenizer.empty()) tokenizer.emplace(Tokenizer::Load(config.data.tokenizer));
-    context = config.model.context;
+  if (const std::optional<std::string> path = TokenizerPath(checkpoint, options.overrides)) {
+    tokenizer.emplace(Tokenizer::Load(*path));
+    BATON_CHECK(tokenizer->vocab_size() <= checkpoint.dims().vocab_size,
+                "data.tokenizer {}: {} tokens, more than the checkpoint's model has "
+                "(vocab_size {}): not the tokenizer it was trained with",
+                *path, tokenizer->vocab_size(), checkpoint.dims().vocab_size);
   }
   SpecialTokens special;
   if (tokenizer.has_value()) special = SpecialTokensOf(*tokenizer);
@@ -78,7 +104,7 @@ int ExportCommand(const ExportOptions& options) {
                        special.bos_id);
   if (tokenizer.has_value()) {
     CopyTokenizerFiles(*tokenizer, options.output);
-    WriteTokenizerConfig(options.output, *tokenizer, context);
+    WriteTokenizerConfig(options.output, *tokenizer, checkpoint.dims().context);
     spdlog::info("exported to {} with the tokenizer {} ({} tokens)", options.output,
                  tokenizer->files().front().path, tokenizer->vocab_size());
   } else {

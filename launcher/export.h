@@ -8,8 +8,10 @@
 // tokenizer.json, else GPT2Tokenizer; model_max_length = model.context; bos/eos: GPT-2's
 // <|endoftext|>, or Llama 3's <|begin_of_text|> and <|end_of_text|> when the vocabulary has them),
 // and config.json's bos/eos ids are those tokens' ids, so pipeline("text-generation", model=OUT)
-// works. The config is the one the checkpoint stores; its data.tokenizer path is read as written
-// there (relative to the working directory), and --set data.tokenizer=PATH points elsewhere.
+// works. The model (and model_max_length) is the checkpoint manifest's; of the config state.json
+// stores, which is informational, export reads only data.tokenizer, as written there (relative to
+// the working directory; a wrong type is an error naming the file and the key), and
+// --set data.tokenizer=PATH (the only --set export takes) points elsewhere.
 #pragma once
 
 #include <string>
@@ -21,7 +23,7 @@ struct ExportOptions {
   std::string checkpoint;  // a step dir, checkpoints root or output dir
   std::string output;      // the folder to write
   std::string dtype = "f32";
-  std::vector<std::string> overrides;  // --set for the stored config (e.g. data.tokenizer=...)
+  std::vector<std::string> overrides;  // --set data.tokenizer=PATH (nothing else)
 };
 
 // Writes the folder; returns the exit code.

@@ -20,6 +20,7 @@
 #include "core/error.h"
 #include "core/files.h"
 #include "core/log.h"
+#include "core/lr_segment.h"
 #include "core/units.h"
 #include "job/agent.h"
 #include "job/process.h"
@@ -209,6 +210,9 @@ Plan ExtendSchedule(Plan plan, const RunOptions& options, Launch& launch) {
   }
   if (options.steps_more > 0) {
     const int64_t from = checkpoint.step();
+    BATON_CHECK(options.steps_more <= kMaxTrainSteps - from,
+                "--steps-more {}: from step {} that ends past step {}, the most a run trains",
+                options.steps_more, from, kMaxTrainSteps);
     if (launch.lr_segments.empty()) launch.lr_segments.push_back({0, steps});
     while (launch.lr_segments.size() > 1 && launch.lr_segments.back().from >= from) {
       launch.lr_segments.pop_back();  // an extension made later than this checkpoint

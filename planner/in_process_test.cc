@@ -7,11 +7,18 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <fstream>
 #include <map>
+#include <memory>
 #include <string>
+#include <vector>
 
 #include "config/config.h"
 #include "core/error.h"
+#include "core/memory.h"
+#include "core/temp_dir.h"
+#include "kernels/backend_factory.h"
 #include "planner/planner.h"
 
 namespace baton {
@@ -103,6 +110,63 @@ TEST(InProcessTest, PackedDocumentsAreBitIdenticalOnEveryCut) {
   const InProcessResult unpacked = RunInProcess(MakePlan(TinyConfig(
       {"parallel.stages=2", "model.num_layers=4", "train.steps=3", "data.eval_fraction=0.01"})));
   EXPECT_NE(unpacked.losses, one.losses);
+}
+
+// A token file is checked against model.vocab_size before the model is allocated: with a large
+// vocabulary the allocation failed first (a bare std::bad_alloc) and the data was never named.
+// Here nothing of the model is booked by the time the data's error is thrown.
+TEST(InProcessTest, DataIsCheckedAgainstTheVocabularyBeforeTheModelIsAllocated) {
+  const test_util::TempDir dir("baton-in-process-test");
+  const std::string path = dir / "wide.bin";
+  std::vector<uint16_t> tokens(64, 7);
+  tokens[10] = 300;  // past gpt-tiny's 256 ids
+  std::ofstream(path, std::ios::binary)
+      .write(reinterpret_cast<const char*>(tokens.data()),
+             static_cast<std::streamsize>(tokens.size() * sizeof(uint16_t)));
+  const Plan plan =
+      MakePlan(TinyConfig({"parallel.stages=1", "data.path=" + path, "data.format=bin"}));
+  MemoryLedger ledger;
+  const std::unique_ptr<Backend> backend =
+      MakeBackend(DeviceForLocalRank(DeviceType::kCpu, 0), ledger, 1);
+  try {
+    Trainer trainer(TrainerSetupFor(plan, 0, nullptr), *backend);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), ::testing::HasSubstr(path + ": token 300 at position 10 is >= "
+                                                      "vocab_size 256"));
+  }
+  EXPECT_EQ(ledger.Peak().total, 0);  // no parameter, gradient or optimizer state was allocated
+}
+
+// Packed rows made only of separators leave no target to predict: training stops at the first
+// such micro-batch naming it (not a loss and grad norm of 0.0), and evaluation likewise (not a
+// perplexity of 1.0). Every stage packs the rows, so every stage stops there.
+TEST(InProcessTest, PackedRowsOfSeparatorsOnlyAreAnErrorNotALossOfZero) {
+  const test_util::TempDir dir("baton-in-process-test");
+  const std::string path = dir / "newlines.txt";
+  std::ofstream(path) << std::string(4096, '\n');
+  for (const char* stages : {"parallel.stages=1", "parallel.stages=2"}) {
+    try {
+      RunInProcess(MakePlan(TinyConfig(
+          {stages, "data.path=" + path, "data.packing=true", "data.document_separator=10"})));
+      ADD_FAILURE() << "no error " << stages;
+    } catch (const Error& e) {
+      EXPECT_THAT(e.what(), ::testing::HasSubstr("step 1: micro-batch 0 of " + path +
+                                                 ": all 1 x 16 tokens are "
+                                                 "data.document_separator 10"));
+      EXPECT_THAT(e.what(), ::testing::HasSubstr("the loss is undefined"));
+    }
+  }
+  // Held-out data of separators only: the evaluation after step 1 stops, naming its windows.
+  try {
+    RunInProcess(MakePlan(
+        TinyConfig({"parallel.stages=2", "data.eval_path=" + path, "train.eval_every=1",
+                    "train.eval_batches=1", "data.packing=true", "data.document_separator=10"})));
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), ::testing::HasSubstr("evaluation: windows 0 to 0 of " + path +
+                                               ": all 1 x 16 tokens are"));
+  }
 }
 
 TEST(InProcessTest, NonFiniteLossStopsEveryRankAtThatStepNamingIt) {

@@ -161,6 +161,22 @@ std::string Headline(const std::string& output) {
 
 // Files an adversary (or an accident) hands over: each fails at once, the cause named in the
 // launcher's headline, in the user's words (no source paths, no "check failed").
+// Sets the manifest's entry for file `name` of `step_dir` to its size and checksum now, as someone
+// crafting a file would.
+void RecordInManifest(const std::string& step_dir, const std::string& name) {
+  const std::string bytes = ReadFile(step_dir + "/" + name);
+  nlohmann::json manifest = ReadJson(step_dir + "/manifest.json");
+  Fnv1a64 hash;
+  hash.Update(bytes.data(), bytes.size());
+  for (nlohmann::json& entry : manifest["files"]) {
+    if (entry["name"] == name) {
+      entry["bytes"] = bytes.size();
+      entry["fnv1a64"] = hash.hex();
+    }
+  }
+  std::ofstream(step_dir + "/manifest.json", std::ios::trunc) << manifest.dump(2);
+}
+
 // Rewrites the safetensors header of `path` with `edit` applied (the data bytes kept), then sets
 // the manifest's entry to the file's new size and checksum, as someone crafting a file would.
 void CraftLayerFile(const std::string& step_dir, const std::string& name,
@@ -176,16 +192,7 @@ void CraftLayerFile(const std::string& step_dir, const std::string& name,
   std::string crafted(reinterpret_cast<const char*>(&size), 8);
   crafted += text + bytes.substr(8 + header_size);
   std::ofstream(path, std::ios::binary | std::ios::trunc) << crafted;
-  nlohmann::json manifest = ReadJson(step_dir + "/manifest.json");
-  Fnv1a64 hash;
-  hash.Update(crafted.data(), crafted.size());
-  for (nlohmann::json& entry : manifest["files"]) {
-    if (entry["name"] == name) {
-      entry["bytes"] = crafted.size();
-      entry["fnv1a64"] = hash.hex();
-    }
-  }
-  std::ofstream(step_dir + "/manifest.json", std::ios::trunc) << manifest.dump(2);
+  RecordInManifest(step_dir, name);
 }
 
 // A weight stored at another shape (same bytes, a re-checksummed manifest: the checksum cannot
@@ -226,6 +233,73 @@ TEST(FailureTest, AWeightStoredAtAnotherShapeIsRefusedByEveryReader) {
           << result.output;
     }
   }
+}
+
+// state.json's config is informational: `baton export` takes the model from the manifest and
+// reads only config.data.tokenizer, so a config edited into one `baton run` would refuse still
+// exports (it failed on train.steps). A data.tokenizer of the wrong type is named by its key.
+TEST(FailureTest, ExportReadsOnlyTheTokenizerOfTheStoredConfig) {
+  const std::string root = TempDir("export-config");
+  const std::string run = root + "/run";
+  const std::string fixture = SourceDir() + "/tests/fixtures/bpe/tokenizer.json";  // 640 ids
+  ASSERT_EQ(
+      RunBaton({"run", "configs/gpt-tiny.yaml", "--set", "train.steps=1", "--set",
+                "parallel.stages=1", "--set", "model.vocab_size=704", "--set", "output.dir=" + run})
+          .exit_code,
+      0);
+  const std::string step_dir = run + "/checkpoints/step-1";
+  const auto set_config = [&](const nlohmann::json& config) {
+    nlohmann::json state = ReadJson(step_dir + "/state.json");
+    state["config"] = config;
+    std::ofstream(step_dir + "/state.json", std::ios::trunc) << state.dump(2);
+    RecordInManifest(step_dir, "state.json");
+  };
+  set_config({{"data", {{"tokenizer", fixture}}},
+              {"train", {{"steps", "abc"}}},
+              {"model", {{"context", 999}, {"preset", "nonsense"}}}});
+  const CommandResult exported = RunBaton({"export", run, root + "/hf"});
+  ASSERT_EQ(exported.exit_code, 0) << exported.output;
+  EXPECT_EQ(ReadFile(root + "/hf/tokenizer.json"), ReadFile(fixture));
+  EXPECT_EQ(ReadJson(root + "/hf/tokenizer_config.json")["model_max_length"], 128);  // manifest's
+  EXPECT_EQ(ReadJson(root + "/hf/config.json")["n_ctx"], 128);
+
+  set_config({{"data", {{"tokenizer", 5}}}});
+  const CommandResult typed = RunBaton({"export", run, root + "/hf-typed"});
+  EXPECT_NE(typed.exit_code, 0);
+  EXPECT_NE(typed.output.find(step_dir + "/state.json: config.data.tokenizer: expected a string, "
+                                         "got number 5"),
+            std::string::npos)
+      << typed.output;
+  EXPECT_EQ(typed.output.find("json.exception"), std::string::npos) << typed.output;
+  const CommandResult other = RunBaton({"export", run, root + "/hf-set", "--set", "model.width=8"});
+  EXPECT_NE(other.exit_code, 0);
+  EXPECT_NE(other.output.find("--set model.width=8: baton export takes only --set "
+                              "data.tokenizer=PATH"),
+            std::string::npos)
+      << other.output;
+}
+
+// Packed held-out data made only of separators leaves no target to predict: `baton eval` fails
+// naming the windows and the file, where it printed "perplexity 1.0000".
+TEST(FailureTest, EvalOfPackedSeparatorsOnlyIsAnErrorNotPerplexityOne) {
+  const std::string root = TempDir("eval-separators");
+  const std::string run = root + "/run";
+  const std::string newlines = root + "/newlines.txt";
+  std::ofstream(newlines) << std::string(8192, '\n');
+  ASSERT_EQ(RunBaton({"run", "configs/gpt-tiny.yaml", "--set", "train.steps=1", "--set",
+                      "parallel.stages=1", "--set", "output.dir=" + run})
+                .exit_code,
+            0);
+  const CommandResult result =
+      RunBaton({"eval", "configs/gpt-tiny.yaml", "--resume", run, "--set",
+                "data.eval_path=" + newlines, "--set", "data.packing=true", "--set",
+                "data.document_separator=10", "--set", "parallel.stages=2"});
+  EXPECT_NE(result.exit_code, 0) << result.output;
+  EXPECT_NE(result.output.find("evaluation: windows 0 to 3 of " + newlines +
+                               ": all 4 x 128 tokens are data.document_separator 10"),
+            std::string::npos)
+      << result.output;
+  EXPECT_EQ(result.output.find("perplexity"), std::string::npos) << result.output;
 }
 
 TEST(FailureTest, HostileFilesFailAtOnceNamingTheFile) {

@@ -4,7 +4,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <optional>
+#include <string>
 
 #include "comm/subgroup_communicator.h"
 #include "core/error.h"
@@ -18,6 +20,15 @@
 #include "worker/stage_tensors.h"
 
 namespace baton {
+namespace {
+
+// Whether one of `ranges` (a rank's chunks) holds graph layer `index`.
+bool HoldsLayer(const std::vector<LayerRange>& ranges, int index) {
+  return std::any_of(ranges.begin(), ranges.end(),
+                     [&](const LayerRange& r) { return r.first <= index && index <= r.last; });
+}
+
+}  // namespace
 
 TrainerSetup TrainerSetupFor(const Plan& plan, int world_rank, Communicator* comm) {
   BATON_CHECK(0 <= world_rank && world_rank < plan.world_size(),
@@ -150,6 +161,17 @@ Trainer::Trainer(TrainerSetup setup, Backend& backend)
         std::make_unique<CommTensorGroup>(*setup_.comm, setup_.tensor_group, setup_.tensor,
                                           config.parallel.sequence_parallel, setup_.timeout);
   }
+  // Packed documents: every stage attends within documents, so every stage reads its
+  // micro-batches' rows (the sampling is deterministic) to compute their segment starts.
+  const bool packing = config.data.packing;
+  const bool first = HoldsLayer(setup_.chunk_ranges, 0);
+  const bool last = HoldsLayer(setup_.chunk_ranges, static_cast<int>(setup_.graph.size()) - 1);
+  // The data is read, and its ids checked against model.vocab_size, before the model is
+  // allocated: a token file that does not fit the model is named at once, not after (or, for a
+  // vocabulary too large for memory, instead of: a bare std::bad_alloc) the model's allocation.
+  if ((first || last || packing) && !IsMeta(backend_)) {  // the memory planner reads no data
+    data_ = std::make_unique<RunData>(OpenRunData(config));
+  }
   model_ = std::make_unique<StageModel>(setup_.graph, setup_.dims, setup_.chunk_ranges,
                                         setup_.stage, setup_.num_stages, setup_.schedule.layout,
                                         backend_, dtype, dtype, config.train.seed, int8_weights,
@@ -174,14 +196,10 @@ Trainer::Trainer(TrainerSetup setup, Backend& backend)
   const int64_t seq_len = SequenceLength(config);
   engine_ = std::make_unique<StageEngine>(backend_, *model_, pipeline_, EngineOptionsFor(setup_));
 
-  const bool first = model_->holds_first_layer();
-  const bool last = model_->holds_last_layer();
-  // Packed documents: every stage attends within documents, so every stage reads its
-  // micro-batches' rows (the sampling is deterministic) to compute their segment starts.
-  const bool packing = config.data.packing;
-  if ((first || last || packing) && !IsMeta(backend_)) {  // the memory planner reads no data
-    data_ = std::make_unique<RunData>(OpenRunData(config));
-  }
+  BATON_CHECK(
+      first == model_->holds_first_layer() && last == model_->holds_last_layer(),
+      "stage {}: its chunk ranges and its model disagree on holding the first or last layer",
+      setup_.stage);
   for (int k = 0; k < MicroBatchesPerReplica(config); ++k) {
     MicroBatch batch;
     const Shape shape = {micro_batch_size, seq_len};
@@ -210,14 +228,26 @@ int Trainer::first_microbatch() const {
 // Copies a micro-batch's host rows into the tensors this rank holds (tokens on the first
 // layer's rank, targets on the last's, segment starts on every rank with packed documents,
 // which also marks the targets across a document boundary as not counted: data/packing.h).
-void Trainer::CopyIn(MicroBatch& batch, std::vector<int32_t>& tokens,
-                     std::vector<int32_t>& targets) {
-  const int b = MicroBatchSize(setup_.config);
-  const int t = static_cast<int>(SequenceLength(setup_.config));
+// Packed rows that leave no target counted (every token the separator) are an error naming
+// `rows` (where they come from) and `source`: their mean loss is undefined, and taking it as 0
+// trained on nothing at loss 0 and evaluated to perplexity 1. Every rank packs the same rows, so
+// every rank stops here together.
+void Trainer::CopyIn(MicroBatch& batch, std::vector<int32_t>& tokens, std::vector<int32_t>& targets,
+                     const std::function<std::string()>& rows, const std::string& source) {
+  const Config& config = setup_.config;
+  const int b = MicroBatchSize(config);
+  const int t = static_cast<int>(SequenceLength(config));
   if (batch.segment_starts.defined()) {
     std::vector<int32_t> starts(tokens.size());
-    PackRows(tokens.data(), b, t, static_cast<int32_t>(setup_.config.data.document_separator),
-             kIgnoreTarget, starts.data(), targets.data());
+    const int64_t counted =
+        PackRows(tokens.data(), b, t, static_cast<int32_t>(config.data.document_separator),
+                 kIgnoreTarget, starts.data(), targets.data());
+    BATON_CHECK(counted > 0,
+                "{} of {}: all {} x {} tokens are data.document_separator {}, so data.packing "
+                "leaves no target to predict and the loss is undefined (is {} the id that ends "
+                "documents, and this the data meant?)",
+                rows(), source, b, t, config.data.document_separator,
+                config.data.document_separator);
     backend_.Copy(Tensor::Wrap(starts.data(), {b, t}, DType::kI32), batch.segment_starts);
   }
   if (batch.tokens.defined()) {
@@ -238,7 +268,10 @@ void Trainer::FillMicroBatches(int64_t step) {
     // Micro-batch k of this replica is the step's micro-batch first_microbatch() + k.
     FillBatch(data_->train, config.train.seed, step - 1, (first_microbatch() + k) * b, b, t,
               tokens.data(), targets.data());
-    CopyIn(batches_[static_cast<size_t>(k)], tokens, targets);
+    CopyIn(
+        batches_[static_cast<size_t>(k)], tokens, targets,
+        [&] { return fmt::format("step {}: micro-batch {}", step, first_microbatch() + k); },
+        data_->train.source());
   }
 }
 
@@ -253,7 +286,12 @@ void Trainer::FillEvalMicroBatches(int64_t batch) {
     const int64_t first_window =
         batch * config.train.batch_size + int64_t{first_microbatch() + k} * b;
     FillEvalWindows(*data_->eval, first_window, b, t, tokens.data(), targets.data());
-    CopyIn(batches_[static_cast<size_t>(k)], tokens, targets);
+    CopyIn(
+        batches_[static_cast<size_t>(k)], tokens, targets,
+        [&] {
+          return fmt::format("evaluation: windows {} to {}", first_window, first_window + b - 1);
+        },
+        data_->eval->source());
   }
 }
 

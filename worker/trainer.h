@@ -29,6 +29,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -185,7 +186,8 @@ class Trainer {
  private:
   void FillMicroBatches(int64_t step);
   void FillEvalMicroBatches(int64_t batch);
-  void CopyIn(MicroBatch& batch, std::vector<int32_t>& tokens, std::vector<int32_t>& targets);
+  void CopyIn(MicroBatch& batch, std::vector<int32_t>& tokens, std::vector<int32_t>& targets,
+              const std::function<std::string()>& rows, const std::string& source);
   void CombineTiedGradients();
   // The optimizer and sync_ (ZeRO-1's or the all-reduce's), for a trainer that trains.
   void SetUpOptimizer();
