@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <regex>
@@ -185,6 +186,23 @@ TEST(RunPage, TimelineSvgsAreInlinedUnlessTheyCouldRunSomething) {
   EXPECT_NE(page.find("timeline_simulated.svg: not shown"), std::string::npos);
 }
 
+// Loss values a rounding apart (1 and the next double) or steps beyond 2^53 a few apart: the
+// page is drawn, with a handful of ticks (the tick loop once counted in doubles past 2^53 and
+// never ended).
+TEST(RunPage, ValuesARoundingApartDrawWithFewTicks) {
+  for (const std::string& text :
+       {std::string("{\"step\":1,\"loss\":1.0}\n{\"step\":2,\"loss\":1.0000000000000002}\n"),
+        std::string(
+            "{\"step\":1e17,\"loss\":1.0}\n{\"step\":100000000000000016,\"loss\":2.0}\n")}) {
+    RunPageInputs inputs;
+    inputs.dir = "out/rounding";
+    inputs.metrics = text;
+    const std::string loss = SvgById(RenderRunPage(inputs), "plot-loss");
+    EXPECT_EQ(PolylinePoints(loss, "loss"), 2) << text;
+    EXPECT_LE(Count(loss, "text-anchor=\"middle\">"), 20) << text;
+  }
+}
+
 TEST(RunPage, MissingFilesAreNamedAndAnEmptyFolderIsAnError) {
   TempDir dir("run-page");
   EXPECT_THROW(ReadRunPageInputs(dir.path(), ""), Error);
@@ -232,6 +250,40 @@ TEST(SvgPlot, NiceTicksCoverTheRangeInRoundSteps) {
   }
   EXPECT_EQ(TickLabel(0.001), "0.001");
   EXPECT_EQ(TickLabel(250), "250");
+}
+
+// Bounded for any input: a span below the values' rounding, beyond 2^53, overflowing, underflowing
+// or not finite gives a few distinct finite ticks in order.
+TEST(SvgPlot, NiceTicksAreFewAndFiniteForAnyInput) {
+  constexpr double kInf = std::numeric_limits<double>::infinity();
+  const double kNan = std::nan("");
+  const double kMax = std::numeric_limits<double>::max();
+  const double kTiny = std::numeric_limits<double>::denorm_min();
+  const std::pair<double, double> ranges[] = {{1.0, 1.0000000000000002},
+                                              {1e17, 1e17 + 16},
+                                              {9007199254740992.0, 9007199254740994.0},
+                                              {-kMax, kMax},
+                                              {0, kMax},
+                                              {kMax, kMax},
+                                              {0, kTiny},
+                                              {-kTiny, kTiny},
+                                              {kInf, -kInf},
+                                              {kNan, 1},
+                                              {1, kNan},
+                                              {kNan, kNan},
+                                              {-kInf, 3},
+                                              {5, 2}};
+  for (const auto& [low, high] : ranges) {
+    const std::vector<double> ticks = NiceTicks(low, high, 5);
+    ASSERT_GE(ticks.size(), 2u) << low << " " << high;
+    EXPECT_LE(ticks.size(), 10u) << low << " " << high;
+    for (size_t i = 0; i < ticks.size(); ++i) {
+      EXPECT_TRUE(std::isfinite(ticks[i])) << low << " " << high;
+      if (i > 0) {
+        EXPECT_LT(ticks[i - 1], ticks[i]) << low << " " << high;
+      }
+    }
+  }
 }
 
 }  // namespace
