@@ -22,7 +22,6 @@
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cmath>
-#include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -31,6 +30,7 @@
 #include "bench/bench_util.h"
 #include "config/config.h"
 #include "core/error.h"
+#include "core/files.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/gemm_peak.h"
 #include "model/cost.h"
@@ -263,9 +263,7 @@ int Main(const Options& options) {
                 {"onednn_version", cpu::OneDnnVersion()},
                 {"runs", json::array()}};
     for (const RunResult& r : runs) out["runs"].push_back(ToJson(r));
-    std::ofstream file(options.json_path);
-    file << out.dump(2) << "\n";
-    BATON_CHECK(file.good(), "cannot write {}", options.json_path);
+    WriteFileAtomically(options.json_path, out.dump(2) + "\n");
   }
   return 0;
 }

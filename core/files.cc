@@ -23,12 +23,63 @@ std::string ParentOf(const std::string& path) {
   return parent.empty() ? std::string(".") : parent.string();
 }
 
+// A new file at `path`, created exclusively: never through a link, never a file that was there.
+int CreateExclusively(const std::string& path) {
+  return ::open(path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
+                0644);
+}
+
+// unlink(2), tolerating nothing there; throws naming the path otherwise.
+void RemoveEntry(const std::string& path, const char* why) {
+  BATON_CHECK(::unlink(path.c_str()) == 0 || errno == ENOENT, "{}: cannot remove {}: {}", path, why,
+              Errno());
+}
+
 }  // namespace
 
 AtomicFileWriter::AtomicFileWriter(std::string path)
     : path_(std::move(path)), temp_path_(path_ + ".tmp." + std::to_string(getpid())) {
-  fd_ = ::open(temp_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  fd_ = CreateExclusively(temp_path_);
+  if (fd_ < 0 && errno == EEXIST) {
+    // An earlier process's temporary with this pid (it crashed), or a planted link: remove the
+    // entry itself (never what a link points to) and create ours.
+    RemoveEntry(temp_path_, "a stale temporary file");
+    fd_ = CreateExclusively(temp_path_);
+  }
   BATON_CHECK(fd_ >= 0, "{}: cannot create: {}", temp_path_, Errno());
+}
+
+int OpenOutputFile(const std::string& path, OutputMode mode) {
+  if (mode == OutputMode::kReplace) {
+    RemoveEntry(path, "what was there before");
+    const int fd = CreateExclusively(path);
+    BATON_CHECK(fd >= 0, "{}: cannot create: {}", path, Errno());
+    return fd;
+  }
+  // O_NONBLOCK: a FIFO there would block the open until a reader came.
+  const int fd = ::open(path.c_str(),
+                        O_WRONLY | O_APPEND | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0644);
+  if (fd < 0 && errno == ELOOP) {
+    BATON_FAIL(
+        "{}: is a symbolic link; Baton appends only to a file of its own, never through a "
+        "link",
+        path);
+  }
+  BATON_CHECK(fd >= 0, "{}: cannot open for appending: {}", path, Errno());
+  struct stat st {};
+  const bool stat_ok = ::fstat(fd, &st) == 0;
+  const std::string error = stat_ok ? std::string() : Errno();
+  if (!stat_ok || !S_ISREG(st.st_mode) || st.st_nlink != 1) {
+    ::close(fd);
+    if (!stat_ok) BATON_FAIL("{}: cannot stat: {}", path, error);
+    if (!S_ISREG(st.st_mode)) {
+      BATON_FAIL("{}: is {}, not a regular file", path, FileKind(st.st_mode));
+    }
+    BATON_FAIL("{}: has {} hard links; Baton appends only to a file of its own", path, st.st_nlink);
+  }
+  const int flags = ::fcntl(fd, F_GETFL);
+  if (flags >= 0) ::fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
+  return fd;
 }
 
 AtomicFileWriter::~AtomicFileWriter() {

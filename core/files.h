@@ -6,6 +6,12 @@
 // fsynced, so after a crash <path> is either absent, its old content or its whole new content,
 // never a prefix. Every error is a baton::Error naming the file and the failing system call.
 //
+// No write ever goes through a planted link: every file Baton writes is opened here, either
+// atomically (the temporary is created exclusively, O_EXCL | O_NOFOLLOW, and the rename replaces
+// whatever entry <path> was, a symbolic link included, without following it) or in place with
+// OpenOutputFile (which removes or refuses a link instead of following it). Nothing truncates an
+// output in place: a truncating open would follow a link, or empty a hard link's other file.
+//
 // Thread safety: the functions are safe to call concurrently on different paths.
 #pragma once
 
@@ -47,6 +53,22 @@ class AtomicFileWriter {
   uint64_t bytes_written_ = 0;
   Fnv1a64 hash_;
 };
+
+// How OpenOutputFile treats what is already at the path.
+enum class OutputMode {
+  // A fresh file: whatever is at the path (a file, a symbolic or hard link to another file) is
+  // removed, never followed or truncated, and a new file is created exclusively. A folder there
+  // is an error.
+  kReplace,
+  // Appends to the regular file at the path, created when absent. A symbolic link, a file with
+  // another hard link, a FIFO, a device or a folder there is an error naming the path.
+  kAppend,
+};
+
+// Opens an output that is written in place, one append at a time (metrics.jsonl, TensorBoard
+// event files), never through a planted link. Returns a close-on-exec O_APPEND descriptor the
+// caller closes; throws naming the path.
+int OpenOutputFile(const std::string& path, OutputMode mode);
 
 // write(2) until all of `bytes` went to `fd` (a short write or EINTR retries); throws naming
 // `path` when it fails.

@@ -144,5 +144,72 @@ TEST(CheckpointFilesTest, FifosAndFoldersAreRefusedWithoutBlocking) {
   }
 }
 
+// A link planted where Baton writes (output.dir/metrics.jsonl -> ../victim.txt) is replaced or
+// refused, never followed: the file it points to keeps its bytes.
+TEST(OutputFilesTest, APlantedSymbolicLinkIsNeverWrittenThrough) {
+  TempDir dir;
+  const std::string victim = dir / "victim.txt";
+  WriteFileAtomically(victim, "precious");
+  const std::string planted = dir / "metrics.jsonl";
+  ASSERT_EQ(::symlink(victim.c_str(), planted.c_str()), 0);
+
+  // Appending (a resumed run) refuses the link, naming it.
+  try {
+    ::close(OpenOutputFile(planted, OutputMode::kAppend));
+    ADD_FAILURE() << "appended through a symbolic link";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(planted + ": is a symbolic link"), std::string::npos)
+        << e.what();
+  }
+  // A fresh file (a fresh run) replaces the link with a file of its own.
+  const int fd = OpenOutputFile(planted, OutputMode::kReplace);
+  WriteAll(fd, "mine", 4, planted);
+  ::close(fd);
+  EXPECT_EQ(ReadFileToString(victim), "precious");
+  EXPECT_EQ(ReadFileToString(planted), "mine");
+  EXPECT_FALSE(std::filesystem::is_symlink(planted));
+  // Appending to its own regular file goes on at the end.
+  const int again = OpenOutputFile(planted, OutputMode::kAppend);
+  WriteAll(again, "+1", 2, planted);
+  ::close(again);
+  EXPECT_EQ(ReadFileToString(planted), "mine+1");
+}
+
+// A hard link to another file: a fresh file does not truncate it, appending refuses it.
+TEST(OutputFilesTest, APlantedHardLinkIsNeitherTruncatedNorAppendedTo) {
+  TempDir dir;
+  const std::string victim = dir / "victim.txt";
+  WriteFileAtomically(victim, "precious");
+  const std::string planted = dir / "events";
+  ASSERT_EQ(::link(victim.c_str(), planted.c_str()), 0);
+  EXPECT_THROW(OpenOutputFile(planted, OutputMode::kAppend), Error);
+  ::close(OpenOutputFile(planted, OutputMode::kReplace));
+  EXPECT_EQ(ReadFileToString(victim), "precious");
+  EXPECT_EQ(FileSize(planted), 0u);
+}
+
+// The atomic writer's temporary "<path>.tmp.<pid>" planted as a link to another file: the
+// temporary is created exclusively (the link removed, not followed), so the other file keeps its
+// bytes and <path> gets the new content.
+TEST(OutputFilesTest, APlantedLinkAtTheTemporaryPathIsNotFollowed) {
+  TempDir dir;
+  const std::string victim = dir / "victim.txt";
+  WriteFileAtomically(victim, "precious");
+  const std::string path = dir / "report.json";
+  const std::string temp = path + ".tmp." + std::to_string(::getpid());
+  ASSERT_EQ(::symlink(victim.c_str(), temp.c_str()), 0);
+  WriteFileAtomically(path, "{}");
+  EXPECT_EQ(ReadFileToString(victim), "precious");
+  EXPECT_EQ(ReadFileToString(path), "{}");
+  EXPECT_FALSE(std::filesystem::exists(std::filesystem::symlink_status(temp)));
+  // A link at the final path is replaced by the rename, not written through.
+  std::filesystem::remove(path);
+  ASSERT_EQ(::symlink(victim.c_str(), path.c_str()), 0);
+  WriteFileAtomically(path, "new");
+  EXPECT_EQ(ReadFileToString(victim), "precious");
+  EXPECT_FALSE(std::filesystem::is_symlink(path));
+  EXPECT_EQ(ReadFileToString(path), "new");
+}
+
 }  // namespace
 }  // namespace baton

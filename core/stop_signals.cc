@@ -19,15 +19,18 @@ std::atomic<bool> g_stop{false};
 std::atomic<int> g_first_signal{0};
 std::atomic<long> g_signal_count{0};
 
+constexpr int kStopSignals[] = {SIGTERM, SIGINT, SIGHUP, SIGUSR1};
+
 // The stop signals this process takes. A signal ignored at exec is discarded, never pending, so
 // each is set to its default action (harmless while blocked: sigwait takes it first), except
 // SIGHUP when it came in ignored: `nohup baton run ...` asks to outlive the terminal. SIGINT
 // ignored at entry (as `baton run ... &` from a script starts it) is taken all the same: Ctrl-C
 // and `kill -INT` must stop a run wherever it was started.
+// Async-signal-safe (sigaction only): it runs from BlockStopSignals too.
 sigset_t TakeStopSignals() {
   sigset_t set;
   sigemptyset(&set);
-  for (int s : {SIGTERM, SIGINT, SIGHUP, SIGUSR1}) {
+  for (int s : kStopSignals) {
     struct sigaction current = {};
     sigaction(s, nullptr, &current);
     if (s == SIGHUP && current.sa_handler == SIG_IGN) continue;
@@ -38,6 +41,15 @@ sigset_t TakeStopSignals() {
     sigaddset(&set, s);
   }
   return set;
+}
+
+// Blocks every stop signal in the calling thread (SIGHUP too, also when it is left ignored);
+// returns pthread_sigmask's error number (0: done).
+int BlockInThisThread() {
+  sigset_t all;
+  sigemptyset(&all);
+  for (int s : kStopSignals) sigaddset(&all, s);
+  return pthread_sigmask(SIG_BLOCK, &all, nullptr);
 }
 
 void ReceiveForever(sigset_t set) {
@@ -53,14 +65,15 @@ void ReceiveForever(sigset_t set) {
 
 }  // namespace
 
+void BlockStopSignals() {
+  // Blocked first: a signal that comes while the dispositions change stays pending.
+  if (BlockInThisThread() == 0) TakeStopSignals();
+}
+
 void InstallStopSignals() {
   static std::once_flag once;
   std::call_once(once, [] {
-    // Blocked first: a signal that comes while the dispositions change stays pending.
-    sigset_t all;
-    sigemptyset(&all);
-    for (int s : {SIGTERM, SIGINT, SIGHUP, SIGUSR1}) sigaddset(&all, s);
-    const int rc = pthread_sigmask(SIG_BLOCK, &all, nullptr);
+    const int rc = BlockInThisThread();
     BATON_CHECK(rc == 0, "pthread_sigmask: {}", strerror(rc));
     const sigset_t set = TakeStopSignals();
     struct sigaction ignore = {};
@@ -68,7 +81,8 @@ void InstallStopSignals() {
     sigemptyset(&ignore.sa_mask);
     BATON_CHECK(sigaction(SIGPIPE, &ignore, nullptr) == 0, "sigaction(SIGPIPE): {}",
                 strerror(errno));
-    // Detached: it lives as long as the process and touches only the atomics above.
+    // Detached: it lives as long as the process and touches only the atomics above. It takes
+    // what came while the signals were blocked (from BlockStopSignals on) as soon as it starts.
     std::thread(ReceiveForever, set).detach();
   });
 }

@@ -8,6 +8,14 @@
 // after it (the kernels' pool, oneDNN's OpenMP team, gRPC's and Gloo's threads) inherits that
 // mask; one thread receives them with sigwait() and sets the stop request.
 //
+// main() is late: the libraries' and the program's static constructors take about 0.1 s before
+// it, and a stop signal then would kill the process by its default action. So the `baton` binary
+// blocks them earlier still, with BlockStopSignals() from its .preinit_array (launcher/cli.cc),
+// which glibc runs before any shared library's constructor and any static constructor: a stop
+// signal from then on stays pending until the signal thread takes it. Only the dynamic loader's
+// own work before it (mapping and relocating the libraries, a few milliseconds) is uncovered:
+// no code of the program runs there.
+//
 //   - stop signals: SIGTERM (Slurm, mpirun, the launcher), SIGINT (Ctrl-C), SIGHUP (the terminal
 //     went away; left ignored when it came in ignored, as under nohup), SIGUSR1 (Slurm's
 //     `--signal=USR1@...` warning; what mpirun forwards without killing the job). Each asks for a
@@ -17,7 +25,10 @@
 //     which polls OutputClosed(), stops the run as a stop signal would: checkpoint, exit 0.
 //   - A child forked from any thread keeps the stop signals blocked across exec, so a signal that
 //     reaches a worker before its own main() has run stays pending until its signal thread takes
-//     it: a stop request is never lost, however early it comes.
+//     it: a stop request is never lost, however early it comes. This is meant: the only programs
+//     Baton starts are its own workers (job/process.h, the same binary), which take the blocked
+//     signals with their own signal thread. A child that is not Baton would have to unblock them
+//     between fork and exec.
 //
 // Thread-safety: everything here may be called from any thread. The signal thread touches only
 // atomics (never the logger or the heap), so it is safe while the process exits.
@@ -27,8 +38,15 @@
 
 namespace baton {
 
-// Blocks the stop signals in the calling thread, ignores SIGPIPE and starts the signal thread.
-// Idempotent; call it before any other thread starts.
+// Blocks the stop signals in the calling thread and sets their dispositions as InstallStopSignals
+// does, and nothing else: no heap, no lock, no thread, only sigaction and pthread_sigmask, so it
+// may run before anything else in the process (the `baton` binary's .preinit_array). A stop signal
+// from then on stays pending until InstallStopSignals' thread takes it. Idempotent.
+void BlockStopSignals();
+
+// Blocks the stop signals in the calling thread, ignores SIGPIPE and starts the signal thread,
+// which takes any that came while they were blocked. Idempotent; call it before any other thread
+// starts.
 void InstallStopSignals();
 
 // True once a stop signal arrived (or RequestStop() was called).

@@ -44,6 +44,17 @@ void AddMemoryOptions(CLI::App* command, baton::MemoryArgs& args) {
                       "to this many processes (stages x replicas; default: no replicas added)");
 }
 
+// Blocks the stop signals before anything else of the process runs (core/stop_signals.h): glibc
+// calls an executable's .preinit_array ahead of every shared library's constructor (gRPC,
+// protobuf, oneDNN, the CUDA runtime) and every static constructor, which together take about
+// 0.1 s before main(); a SIGTERM in that time used to kill `baton run` by the default action.
+// Here rather than in main.cc so that `baton_faults` (tests/) has it too: both link this file.
+void BlockStopSignalsAtLoad(int /*argc*/, char** /*argv*/, char** /*envp*/) {
+  baton::BlockStopSignals();
+}
+[[gnu::section(".preinit_array"),
+  gnu::used]] void (*block_stop_signals_at_load)(int, char**, char**) = BlockStopSignalsAtLoad;
+
 }  // namespace
 
 namespace baton {

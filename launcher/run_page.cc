@@ -2,11 +2,11 @@
 #include "launcher/run_page.h"
 
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
 
 #include <algorithm>
 #include <cctype>
 #include <filesystem>
-#include <regex>
 #include <sstream>
 #include <tuple>
 #include <vector>
@@ -14,6 +14,7 @@
 #include "core/error.h"
 #include "core/files.h"
 #include "core/memory.h"
+#include "launcher/inline_svg.h"
 #include "launcher/svg_plot.h"
 #include "scheduler/timeline.h"  // XmlEscape
 
@@ -38,11 +39,169 @@ constexpr const char* kEvalPalette[] = {"#ff7f0e", "#e377c2", "#17becf", "#bcbd2
 constexpr const char* kCategoryColors[kNumMemCategories] = {"#4c78a8", "#f58518", "#54a24b",
                                                             "#e45756", "#72b7b2", "#b279a2"};
 
-// metrics.jsonl's lines that parse as objects with a step, in file order.
+// metrics.jsonl's lines that parse as objects with a step and whose values have the types the
+// page reads, in file order.
 struct Metrics {
   std::vector<json> lines;
   int unreadable = 0;  // lines that did not parse (a line being written, a damaged file)
+  // Lines that parsed but hold a value of the wrong type, each "metrics.jsonl line N: KEY is ...".
+  std::vector<std::string> mistyped;
 };
+
+// What a value the page reads must be.
+enum class Want { kNumber, kNumberOrNull, kInteger, kString, kObject, kArray };
+
+bool Fits(const json& value, Want want) {
+  switch (want) {
+    case Want::kNumber:
+      return value.is_number();
+    case Want::kNumberOrNull:  // a value that was not finite is written as null
+      return value.is_number() || value.is_null();
+    case Want::kInteger:
+      return value.is_number_integer();
+    case Want::kString:
+      return value.is_string();
+    case Want::kObject:
+      return value.is_object();
+    case Want::kArray:
+      return value.is_array();
+  }
+  return false;
+}
+
+const char* WantName(Want want) {
+  switch (want) {
+    case Want::kNumber:
+      return "a number";
+    case Want::kNumberOrNull:
+      return "a number or null";
+    case Want::kInteger:
+      return "an integer";
+    case Want::kString:
+      return "a string";
+    case Want::kObject:
+      return "an object";
+    case Want::kArray:
+      return "an array";
+  }
+  return "?";
+}
+
+// What a value is, for a message ("a string", "a number with a fraction"), never its bytes.
+std::string KindOf(const json& value) {
+  if (value.is_number_float()) return "a number with a fraction";
+  if (value.is_null()) return "null";
+  const std::string name = value.type_name();
+  return (name == "object" || name == "array" ? "an " : "a ") + name;
+}
+
+// `parent`.`key`, the key as a JSON string when it is not a plain name, cut short: a path for a
+// message that never carries a file's raw bytes.
+std::string KeyPath(const std::string& parent, const std::string& key) {
+  const bool plain =
+      !key.empty() && key.size() <= 40 && std::all_of(key.begin(), key.end(), [](unsigned char c) {
+        return std::isalnum(c) != 0 || c == '_' || c == '-';
+      });
+  const std::string shown =
+      plain ? key : json(key.substr(0, 40)).dump(-1, ' ', true, json::error_handler_t::replace);
+  return parent.empty() ? shown : parent + "." + shown;
+}
+
+std::optional<std::string> Mistyped(const std::string& path, const json& value, Want want) {
+  if (Fits(value, want)) return std::nullopt;
+  return fmt::format("{} is {}, not {}", path, KindOf(value), WantName(want));
+}
+
+// The first value of `object`'s `fields` (where present) of the wrong type; with `required`, a
+// missing one too.
+std::optional<std::string> FieldProblem(const json& object, const std::string& path,
+                                        std::initializer_list<std::pair<const char*, Want>> fields,
+                                        const char* required = nullptr) {
+  if (required != nullptr && !object.contains(required)) {
+    return fmt::format("{} is missing", KeyPath(path, required));
+  }
+  for (const auto& [key, want] : fields) {
+    if (!object.contains(key)) continue;
+    if (auto problem = Mistyped(KeyPath(path, key), object[key], want)) return problem;
+  }
+  return std::nullopt;
+}
+
+// {"stage0": {"params": bytes, ...}, ...} (metrics.jsonl's memory_peak) or {"params": bytes, ...}
+// (`depth` 1: the report's memory.peak): objects of numbers.
+std::optional<std::string> PeaksProblem(const json& value, const std::string& path, int depth) {
+  if (auto problem = Mistyped(path, value, Want::kObject)) return problem;
+  for (const auto& [key, inner] : value.items()) {
+    auto problem = depth > 1 ? PeaksProblem(inner, KeyPath(path, key), depth - 1)
+                             : Mistyped(KeyPath(path, key), inner, Want::kNumber);
+    if (problem) return problem;
+  }
+  return std::nullopt;
+}
+
+// A metrics.jsonl line (an object): every key the page reads, of its type.
+std::optional<std::string> MetricsLineProblem(const json& line) {
+  if (auto problem = FieldProblem(line, "",
+                                  {{"step", Want::kNumber},
+                                   {"attempt", Want::kInteger},
+                                   {"elapsed_s", Want::kNumber},
+                                   {"time", Want::kString},
+                                   {"loss", Want::kNumberOrNull},
+                                   {"eval_loss", Want::kNumberOrNull},
+                                   {"lr", Want::kNumberOrNull},
+                                   {"grad_norm", Want::kNumberOrNull},
+                                   {"tokens_per_s", Want::kNumberOrNull}},
+                                  "step")) {
+    return problem;
+  }
+  if (!line.contains("memory_peak")) return std::nullopt;
+  return PeaksProblem(line["memory_peak"], "memory_peak", 2);
+}
+
+// A report's stages[i]: its stage, replica and memory figures, of their types.
+std::optional<std::string> ReportStageProblem(const json& stage, const std::string& path) {
+  if (auto problem = Mistyped(path, stage, Want::kObject)) return problem;
+  if (auto problem = FieldProblem(
+          stage, path,
+          {{"stage", Want::kInteger}, {"replica", Want::kInteger}, {"memory", Want::kObject}})) {
+    return problem;
+  }
+  if (!stage.contains("memory")) return std::nullopt;
+  for (const char* key : {"peak", "predicted"}) {
+    if (!stage["memory"].contains(key)) continue;
+    if (auto problem = PeaksProblem(stage["memory"][key], KeyPath(path + ".memory", key), 1)) {
+      return problem;
+    }
+  }
+  return std::nullopt;
+}
+
+// The run report's stages[] whose values have their types, and a message for each that does not.
+struct ReportStages {
+  bool present = false;  // the report has a stages array
+  std::vector<json> stages;
+  std::vector<std::string> mistyped;  // "report.json: stages[1].stage is a string, ..."
+};
+
+ReportStages CheckReportStages(const std::optional<json>& report, const std::string& file) {
+  ReportStages checked;
+  if (!report || !report->contains("stages")) return checked;
+  const json& stages = (*report)["stages"];
+  if (auto problem = Mistyped("stages", stages, Want::kArray)) {
+    checked.mistyped.push_back(file + ": " + *problem);
+    return checked;
+  }
+  checked.present = true;
+  for (size_t i = 0; i < stages.size(); ++i) {
+    const std::string path = fmt::format("stages[{}]", i);
+    if (auto problem = ReportStageProblem(stages[i], path)) {
+      checked.mistyped.push_back(file + ": " + *problem);
+    } else {
+      checked.stages.push_back(stages[i]);
+    }
+  }
+  return checked;
+}
 
 // A stretch of lines of one attempt of one launch: a new one begins at every restart (the
 // attempt changes) and every resumed run (the steps go back, or elapsed_s, counted from each
@@ -53,17 +212,20 @@ struct Part {
   int attempt = 0;
 };
 
-Metrics ParseMetrics(const std::string& text) {
+// `file`: metrics.jsonl's path, for messages.
+Metrics ParseMetrics(const std::string& text, const std::string& file) {
   Metrics metrics;
   std::istringstream in(text);
   std::string line;
-  while (std::getline(in, line)) {
+  for (int number = 1; std::getline(in, line); ++number) {
     if (line.empty()) continue;
     json j = json::parse(line, nullptr, /*allow_exceptions=*/false);
-    if (j.is_object() && j.contains("step") && j["step"].is_number()) {
-      metrics.lines.push_back(std::move(j));
-    } else {
+    if (!j.is_object()) {
       ++metrics.unreadable;
+    } else if (auto problem = MetricsLineProblem(j)) {
+      metrics.mistyped.push_back(fmt::format("{} line {}: {}", file, number, *problem));
+    } else {
+      metrics.lines.push_back(std::move(j));
     }
   }
   return metrics;
@@ -131,6 +293,19 @@ std::vector<std::pair<double, std::string>> PartMarkers(const Metrics& metrics,
   return markers;
 }
 
+// "2 line(s) with a value of the wrong type were skipped (A; B)", "" when there are none: at
+// most three messages, then how many more.
+std::string SkippedNote(const std::vector<std::string>& problems, const char* what) {
+  if (problems.empty()) return "";
+  std::string listed;
+  for (size_t i = 0; i < std::min<size_t>(problems.size(), 3); ++i) {
+    listed += (i > 0 ? "; " : "") + problems[i];
+  }
+  if (problems.size() > 3) listed += fmt::format("; and {} more", problems.size() - 3);
+  return fmt::format("{} {} with a value of the wrong type were skipped ({})", problems.size(),
+                     what, listed);
+}
+
 std::string NotYet(const std::string& file, const std::string& why = "not yet written") {
   return fmt::format("<p class=\"missing\">{}: {}</p>\n", XmlEscape(file), XmlEscape(why));
 }
@@ -143,11 +318,12 @@ std::string CurvesPanel(const std::optional<Metrics>& metrics) {
   const auto markers = PartMarkers(*metrics, parts);
   html += fmt::format(
       "<p class=\"note\">From metrics.jsonl: {} step(s) in {} part(s) (a new part at every "
-      "restart and resumed run, dashed){}.</p>\n<div class=\"plots\">\n",
+      "restart and resumed run, dashed){}{}.</p>\n<div class=\"plots\">\n",
       metrics->lines.size(), parts.size(),
       metrics->unreadable > 0
           ? fmt::format("; {} line(s) that did not parse were skipped", metrics->unreadable)
-          : "");
+          : "",
+      metrics->mistyped.empty() ? "" : "; " + XmlEscape(SkippedNote(metrics->mistyped, "line(s)")));
   LinePlot loss{"plot-loss",
                 "Loss",
                 "step",
@@ -188,18 +364,18 @@ Bar MemoryBar(const std::string& label, const json& figures) {
 }
 
 // Per stage, measured beside predicted from the report; else the last step's measured peaks.
-std::string MemoryPanel(const std::optional<Metrics>& metrics, const std::optional<json>& report) {
+std::string MemoryPanel(const std::optional<Metrics>& metrics, const ReportStages& report) {
   std::string html = "<section id=\"memory\"><h2>Memory by stage</h2>\n";
   StackedBarChart chart{"plot-memory", "Peak memory by category", "MiB", {}, {}};
   for (size_t c = 0; c < kAllMemCategories.size(); ++c) {
     chart.legend.emplace_back(std::string(Name(kAllMemCategories[c])), kCategoryColors[c]);
   }
   std::string note;
-  if (report && report->contains("stages") && (*report)["stages"].is_array()) {
-    for (const json& stage : (*report)["stages"]) {
+  if (report.present) {
+    for (const json& stage : report.stages) {  // checked: CheckReportStages
       std::string label = fmt::format("stage {}", stage.value("stage", -1));
       if (stage.contains("replica")) label += fmt::format(" replica {}", stage.value("replica", 0));
-      const json& memory = stage.contains("memory") ? stage["memory"] : json::object();
+      const json memory = stage.value("memory", json::object());
       chart.groups.push_back({label,
                               {MemoryBar("measured", memory.value("peak", json::object())),
                                MemoryBar("predicted", memory.value("predicted", json::object()))}});
@@ -218,36 +394,30 @@ std::string MemoryPanel(const std::optional<Metrics>& metrics, const std::option
         "predicted figures come with the run report).",
         StepOf(last));
   }
-  if (chart.groups.empty()) {
-    return html + NotYet("metrics.jsonl and the run report") + "</section>\n";
+  if (!report.mistyped.empty()) {
+    html += "<p class=\"note\">From the run report: " +
+            XmlEscape(SkippedNote(report.mistyped, "stage(s)")) + ".</p>\n";
   }
+  if (chart.groups.empty())
+    return html + NotYet("metrics.jsonl and the run report") + "</section>\n";
   html += "<p class=\"note\">" + XmlEscape(note) +
           " Stacked: each category's peak; black line: the peak of the total, which the "
           "categories need not reach together.</p>\n";
   return html + "<div class=\"scroll\">" + StackedBarSvg(chart) + "</div></section>\n";
 }
 
-// An SVG file's <svg> element, to place inline; nullopt when it holds anything that could run
-// (a script, an event handler, a foreign object) or no <svg> at all.
-std::optional<std::string> InlineSvg(const std::string& text) {
-  std::string lower = text;
-  std::transform(lower.begin(), lower.end(), lower.begin(),
-                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-  const size_t start = lower.find("<svg");
-  const size_t end = lower.rfind("</svg>");
-  if (start == std::string::npos || end == std::string::npos || end < start) return std::nullopt;
-  static const std::regex kActive(R"(<script|<foreignobject|javascript:|\son[a-z]+\s*=)");
-  if (std::regex_search(lower, kActive)) return std::nullopt;
-  return text.substr(start, end + 6 - start);
-}
-
 std::string TimelineFigure(const std::optional<std::string>& svg, const std::string& file,
                            const std::string& caption) {
   std::string html = "<figure><figcaption>" + XmlEscape(caption) + "</figcaption>\n";
   if (!svg) return html + NotYet(file, "not yet written (at the end of the run)") + "</figure>\n";
-  const std::optional<std::string> inline_svg = InlineSvg(*svg);
-  if (!inline_svg) return html + NotYet(file, "not shown: not a plain SVG picture") + "</figure>\n";
-  return html + "<div class=\"scroll\">" + *inline_svg + "</div></figure>\n";
+  const InlineSvgResult inline_svg = InlineSvg(*svg);
+  if (!inline_svg.svg) {
+    return html +
+           NotYet(file,
+                  "not shown: not one of Baton's timeline pictures (" + inline_svg.why + ")") +
+           "</figure>\n";
+  }
+  return html + "<div class=\"scroll\">" + *inline_svg.svg + "</div></figure>\n";
 }
 
 std::string TimelinePanel(const RunPageInputs& inputs) {
@@ -308,6 +478,16 @@ std::string SummaryTable(const std::optional<Metrics>& metrics, const std::optio
   return html + "</table>\n";
 }
 
+// metrics.jsonl's path, for messages.
+std::string MetricsName(const RunPageInputs& inputs) {
+  return (std::filesystem::path(inputs.dir) / "metrics.jsonl").string();
+}
+
+// The report's file, for messages.
+std::string ReportName(const RunPageInputs& inputs) {
+  return inputs.report_path.empty() ? std::string("the run report") : inputs.report_path;
+}
+
 }  // namespace
 
 RunPageInputs ReadRunPageInputs(const std::string& dir, const std::string& report_path) {
@@ -331,6 +511,7 @@ RunPageInputs ReadRunPageInputs(const std::string& dir, const std::string& repor
     json report = json::parse(ReadFileToString(path), nullptr, false);
     BATON_CHECK(report.is_object(), "{}: not a run report (a JSON object)", path);
     inputs.report = std::move(report);
+    inputs.report_path = path;
   }
   BATON_CHECK(inputs.metrics || inputs.timeline || inputs.timeline_simulated || inputs.report,
               "{} holds no metrics.jsonl, timeline.svg or timeline_simulated.svg: not a run's "
@@ -341,13 +522,23 @@ RunPageInputs ReadRunPageInputs(const std::string& dir, const std::string& repor
 
 std::string RenderRunPage(const RunPageInputs& inputs) {
   std::optional<Metrics> metrics;
-  if (inputs.metrics) metrics = ParseMetrics(*inputs.metrics);
+  if (inputs.metrics) metrics = ParseMetrics(*inputs.metrics, MetricsName(inputs));
+  const ReportStages stages = CheckReportStages(inputs.report, ReportName(inputs));
   const std::string title = "Baton run: " + inputs.dir;
   return "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n<title>" +
          XmlEscape(title) + "</title>\n<style>" + kStyle + "</style>\n</head>\n<body>\n<h1>" +
          XmlEscape(title) + "</h1>\n" + SummaryTable(metrics, inputs.report) +
-         CurvesPanel(metrics) + MemoryPanel(metrics, inputs.report) + TimelinePanel(inputs) +
+         CurvesPanel(metrics) + MemoryPanel(metrics, stages) + TimelinePanel(inputs) +
          ConfigPanel(inputs.report) + "</body>\n</html>\n";
+}
+
+std::vector<std::string> RunPageWarnings(const RunPageInputs& inputs) {
+  std::vector<std::string> warnings;
+  if (inputs.metrics) warnings = ParseMetrics(*inputs.metrics, MetricsName(inputs)).mistyped;
+  for (std::string& problem : CheckReportStages(inputs.report, ReportName(inputs)).mistyped) {
+    warnings.push_back(std::move(problem));
+  }
+  return warnings;
 }
 
 std::string WriteRunPage(const RunPageInputs& inputs) {
@@ -357,7 +548,11 @@ std::string WriteRunPage(const RunPageInputs& inputs) {
 }
 
 int ReportCommand(const std::string& dir, const std::string& report_path, std::ostream& out) {
-  const std::string path = WriteRunPage(ReadRunPageInputs(dir, report_path));
+  const RunPageInputs inputs = ReadRunPageInputs(dir, report_path);
+  for (const std::string& warning : RunPageWarnings(inputs)) {
+    spdlog::warn("skipped: {}", warning);
+  }
+  const std::string path = WriteRunPage(inputs);
   out << "wrote " << path << "\n";
   return 0;
 }

@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <fstream>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <regex>
 #include <string>
@@ -174,15 +175,117 @@ TEST(RunPage, ConfigValuesStayText) {
             std::string::npos);
 }
 
-TEST(RunPage, TimelineSvgsAreInlinedUnlessTheyCouldRunSomething) {
+TEST(RunPage, TimelineSvgsAreInlinedOnlyWhenMadeOfWhatBatonsTimelinesUse) {
   RunPageInputs inputs = Inputs();
-  inputs.timeline = "<?xml version=\"1.0\"?>\n<svg width=\"10\"><rect id=\"measured\"/></svg>\n";
+  inputs.timeline = "<svg width=\"10\">\n<rect x=\"1\" fill=\"#4c78a8\"/></svg>\n";
   inputs.timeline_simulated = "<svg><rect onload=\"alert(1)\"/></svg>";
-  const std::string page = RenderRunPage(inputs);
-  EXPECT_NE(page.find("<svg width=\"10\"><rect id=\"measured\"/></svg>"), std::string::npos);
-  EXPECT_EQ(page.find("<?xml"), std::string::npos);
+  std::string page = RenderRunPage(inputs);
+  EXPECT_NE(page.find("<svg width=\"10\">\n<rect x=\"1\" fill=\"#4c78a8\"/></svg>"),
+            std::string::npos);
   EXPECT_EQ(page.find("onload"), std::string::npos);
   EXPECT_NE(page.find("timeline_simulated.svg: not shown"), std::string::npos);
+  // An element Baton's timelines never use: not shown, and the reason names where.
+  inputs.timeline = "<svg><rect id=\"measured\"/></svg>";
+  page = RenderRunPage(inputs);
+  EXPECT_EQ(page.find("id=\"measured\""), std::string::npos);
+  EXPECT_NE(page.find("timeline.svg: not shown: not one of Baton&#39;s timeline pictures (byte 11: "
+                      "an attribute Baton&#39;s timeline pictures do not use)"),
+            std::string::npos)
+      << page;
+}
+
+// metrics.jsonl lines with a value of the wrong type where the page reads one are skipped and
+// counted as lines that do not parse are, each named with its file, line and key; so are the
+// report's stages. The page is drawn from the rest.
+TEST(RunPage, MistypedValuesSkipTheirLineOrStageNamingFileLineAndKey) {
+  RunPageInputs inputs = Inputs();
+  std::string text;
+  for (int64_t step = 1; step <= 4; ++step) {
+    json line = Line(step, 0);
+    if (step == 2) line["attempt"] = "<i>";
+    if (step == 3) line["memory_peak"]["stage1"]["params"] = json::array();
+    text += line.dump() + "\n";
+  }
+  inputs.metrics = text;
+  (*inputs.report)["stages"][0]["stage"] = "zero";
+  inputs.report_path = "out/synthetic/report.json";
+  const std::string page = RenderRunPage(inputs);
+  EXPECT_EQ(PolylinePoints(SvgById(page, "plot-loss"), "loss"), 2);
+  EXPECT_NE(page.find("2 line(s) with a value of the wrong type were skipped "
+                      "(out/synthetic/metrics.jsonl line 2: attempt is a string, not an integer; "
+                      "out/synthetic/metrics.jsonl line 3: memory_peak.stage1.params is an array, "
+                      "not a number)"),
+            std::string::npos)
+      << page;
+  EXPECT_NE(page.find("1 stage(s) with a value of the wrong type were skipped "
+                      "(out/synthetic/report.json: stages[0].stage is a string, not an integer)"),
+            std::string::npos)
+      << page;
+  EXPECT_EQ(Count(SvgById(page, "plot-memory"), "data-group=\"stage 1\""), 2 * 6);
+  EXPECT_EQ(page.find("<i>"), std::string::npos);
+  EXPECT_EQ(RunPageWarnings(inputs),
+            (std::vector<std::string>{
+                "out/synthetic/metrics.jsonl line 2: attempt is a string, not an integer",
+                "out/synthetic/metrics.jsonl line 3: memory_peak.stage1.params is an array, not a "
+                "number",
+                "out/synthetic/report.json: stages[0].stage is a string, not an integer"}));
+}
+
+// Every key the page reads, mistyped in turn: never an exception, always a named skip.
+TEST(RunPage, NoMistypedValueThrows) {
+  const std::vector<std::pair<std::string, json>> metrics_values = {
+      {"step", "1"},
+      {"attempt", 1.5},
+      {"elapsed_s", "x"},
+      {"time", 3},
+      {"loss", "x"},
+      {"eval_loss", json::object()},
+      {"lr", true},
+      {"grad_norm", "x"},
+      {"tokens_per_s", json::array()},
+      {"memory_peak", 7},
+      {"memory_peak", {{"stage0", 1}}}};
+  for (const auto& [key, value] : metrics_values) {
+    RunPageInputs inputs = Inputs();
+    json line = Line(1, 0);
+    line[key] = value;
+    inputs.metrics = line.dump() + "\n";
+    std::string page;
+    EXPECT_NO_THROW(page = RenderRunPage(inputs)) << key;
+    EXPECT_NE(page.find("metrics.jsonl line 1: " + key), std::string::npos) << key << page;
+  }
+  const std::vector<json> reports = {
+      {{"stages", "x"}},
+      {{"stages", {1}}},
+      {{"stages", {{{"stage", 0}, {"replica", "r"}}}}},
+      {{"stages", {{{"stage", 0}, {"memory", 1}}}}},
+      {{"stages", {{{"stage", 0}, {"memory", {{"peak", "p"}}}}}}},
+      {{"stages", {{{"stage", 0}, {"memory", {{"predicted", {{"params", "1"}}}}}}}}}};
+  for (const json& report : reports) {
+    RunPageInputs inputs = Inputs();
+    inputs.report = report;
+    std::string page;
+    EXPECT_NO_THROW(page = RenderRunPage(inputs)) << report.dump();
+    EXPECT_EQ(RunPageWarnings(inputs).size(), 1u) << report.dump();
+    EXPECT_NE(page.find("the run report: stages"), std::string::npos) << report.dump() << page;
+  }
+}
+
+// Loss values a rounding apart (1 and the next double) or steps beyond 2^53 a few apart: the
+// page is drawn, with a handful of ticks (the tick loop once counted in doubles past 2^53 and
+// never ended).
+TEST(RunPage, ValuesARoundingApartDrawWithFewTicks) {
+  for (const std::string& text :
+       {std::string("{\"step\":1,\"loss\":1.0}\n{\"step\":2,\"loss\":1.0000000000000002}\n"),
+        std::string(
+            "{\"step\":1e17,\"loss\":1.0}\n{\"step\":100000000000000016,\"loss\":2.0}\n")}) {
+    RunPageInputs inputs;
+    inputs.dir = "out/rounding";
+    inputs.metrics = text;
+    const std::string loss = SvgById(RenderRunPage(inputs), "plot-loss");
+    EXPECT_EQ(PolylinePoints(loss, "loss"), 2) << text;
+    EXPECT_LE(Count(loss, "text-anchor=\"middle\">"), 20) << text;
+  }
 }
 
 TEST(RunPage, MissingFilesAreNamedAndAnEmptyFolderIsAnError) {
@@ -232,6 +335,40 @@ TEST(SvgPlot, NiceTicksCoverTheRangeInRoundSteps) {
   }
   EXPECT_EQ(TickLabel(0.001), "0.001");
   EXPECT_EQ(TickLabel(250), "250");
+}
+
+// Bounded for any input: a span below the values' rounding, beyond 2^53, overflowing, underflowing
+// or not finite gives a few distinct finite ticks in order.
+TEST(SvgPlot, NiceTicksAreFewAndFiniteForAnyInput) {
+  constexpr double kInf = std::numeric_limits<double>::infinity();
+  const double kNan = std::nan("");
+  const double kMax = std::numeric_limits<double>::max();
+  const double kTiny = std::numeric_limits<double>::denorm_min();
+  const std::pair<double, double> ranges[] = {{1.0, 1.0000000000000002},
+                                              {1e17, 1e17 + 16},
+                                              {9007199254740992.0, 9007199254740994.0},
+                                              {-kMax, kMax},
+                                              {0, kMax},
+                                              {kMax, kMax},
+                                              {0, kTiny},
+                                              {-kTiny, kTiny},
+                                              {kInf, -kInf},
+                                              {kNan, 1},
+                                              {1, kNan},
+                                              {kNan, kNan},
+                                              {-kInf, 3},
+                                              {5, 2}};
+  for (const auto& [low, high] : ranges) {
+    const std::vector<double> ticks = NiceTicks(low, high, 5);
+    ASSERT_GE(ticks.size(), 2u) << low << " " << high;
+    EXPECT_LE(ticks.size(), 10u) << low << " " << high;
+    for (size_t i = 0; i < ticks.size(); ++i) {
+      EXPECT_TRUE(std::isfinite(ticks[i])) << low << " " << high;
+      if (i > 0) {
+        EXPECT_LT(ticks[i - 1], ticks[i]) << low << " " << high;
+      }
+    }
+  }
 }
 
 }  // namespace

@@ -1,12 +1,9 @@
 #include "launcher/step_metrics.h"
 
-#include <fcntl.h>
 #include <fmt/format.h>
 #include <unistd.h>
 
-#include <cerrno>
 #include <cmath>
-#include <cstring>
 #include <ctime>
 #include <filesystem>
 
@@ -131,9 +128,9 @@ MetricsLog::MetricsLog(const std::string& dir, bool append, bool tensorboard)
   std::error_code error;
   std::filesystem::create_directories(dir, error);
   BATON_CHECK(!error, "cannot create the output directory {}: {}", dir, error.message());
-  const int flags = O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | (append ? 0 : O_TRUNC);
-  fd_ = open(path_.c_str(), flags, 0644);
-  BATON_CHECK(fd_ >= 0, "cannot open {} for writing: {}", path_, std::strerror(errno));
+  // Never through a planted link: a fresh run replaces what is there, a resumed one appends only
+  // to a regular file of its own (core/files.h).
+  fd_ = OpenOutputFile(path_, append ? OutputMode::kAppend : OutputMode::kReplace);
   if (tensorboard) tensorboard_ = std::make_unique<TensorBoardLog>(dir + "/tensorboard");
 }
 

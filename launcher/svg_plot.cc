@@ -139,12 +139,25 @@ std::string SeriesSvg(const PlotSeries& series, const Scale& x, const Scale& y) 
 }  // namespace
 
 std::vector<double> NiceTicks(double low, double high, int target) {
-  if (!(high > low)) {
-    const double pad = low == 0 ? 1.0 : std::abs(low) * 0.1;
-    low -= pad;
-    high += pad;
+  // Beyond these the span or a padded end overflows, or a tenth of the span underflows; nothing a
+  // run logs comes near them.
+  constexpr double kLargest = 1e300, kSmallest = 1e-290;
+  // A span below this fraction of the values is rounding (1 and 1.0000000000000002): ticks that
+  // fine would be as many as the values' magnitude over their last bit.
+  constexpr double kFinestRelativeSpan = 1e-9;
+  if (!std::isfinite(low)) low = std::isfinite(high) ? high : 0;
+  if (!std::isfinite(high)) high = low;
+  low = std::clamp(std::min(low, high), -kLargest, kLargest);
+  high = std::clamp(high, low, kLargest);
+  const double magnitude_of_values = std::max(std::abs(low), std::abs(high));
+  if (!(high - low > std::max(magnitude_of_values * kFinestRelativeSpan, kSmallest))) {
+    const double middle = low / 2 + high / 2;
+    const double pad = std::abs(middle) < kSmallest ? 1.0 : std::abs(middle) * 0.1;
+    low = middle - pad;
+    high = middle + pad;
   }
-  const double raw = (high - low) / std::max(target, 1);
+  target = std::max(target, 1);
+  const double raw = high / target - low / target;  // never overflows, unlike (high - low)
   const double magnitude = std::pow(10.0, std::floor(std::log10(raw)));
   const double normalised = raw / magnitude;
   const double step = (normalised < 1.5 ? 1
@@ -152,10 +165,12 @@ std::vector<double> NiceTicks(double low, double high, int target) {
                        : normalised < 7 ? 5
                                         : 10) *
                       magnitude;
+  // The span is at least 1e-9 of the values and step about span / target, so first and last are
+  // integers well below 2^53 and the count is about target: every tick is distinct.
   const double first = std::floor(low / step);
-  const double last = std::ceil(high / step);
+  const int count = static_cast<int>(std::ceil(high / step) - first);
   std::vector<double> ticks;
-  for (double i = first; i <= last; ++i) ticks.push_back(i * step);
+  for (int i = 0; i <= count; ++i) ticks.push_back((first + i) * step);
   return ticks;
 }
 

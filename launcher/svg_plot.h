@@ -68,7 +68,10 @@ struct StackedBarChart {
 std::string StackedBarSvg(const StackedBarChart& chart);
 
 // Round tick positions (steps of 1, 2 or 5 times a power of ten) covering [low, high], about
-// `target` of them; the first is <= low and the last >= high. low == high gets a span around it.
+// `target` of them; the first is <= low and the last >= high. low == high gets a span around it,
+// and so does a span too small to tell from rounding (under 1e-9 of the values: 1 and
+// 1.0000000000000002). Bounded for any input: at most 1.5 x target + 2 distinct ticks, a
+// non-finite end taken as the other (0 when both are), ends beyond +-1e300 clamped there.
 std::vector<double> NiceTicks(double low, double high, int target);
 // A tick's text: up to 6 significant digits, no trailing zeros ("0.001", "250", "1.5e+06").
 std::string TickLabel(double value);

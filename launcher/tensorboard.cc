@@ -1,10 +1,8 @@
 #include "launcher/tensorboard.h"
 
-#include <fcntl.h>
 #include <fmt/format.h>
 #include <unistd.h>
 
-#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -96,8 +94,7 @@ TensorBoardLog::TensorBoardLog(const std::string& dir) {
   const double now = WallSeconds();
   path_ = fmt::format("{}/events.out.tfevents.{}.{}.{}", dir, static_cast<int64_t>(now), host,
                       getpid());
-  fd_ = open(path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  BATON_CHECK(fd_ >= 0, "cannot write the TensorBoard log {}: {}", path_, std::strerror(errno));
+  fd_ = OpenOutputFile(path_, OutputMode::kReplace);  // never through a planted link
   Append(FrameRecord(EncodeFileVersionEvent(now)));
 }
 

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cctype>
-#include <fstream>
 #include <sstream>
 #include <stdexcept>
 
@@ -136,9 +135,11 @@ Schedule ScheduleFromCsv(std::string_view text) {
 }
 
 void SaveScheduleCsv(const Schedule& schedule, const std::string& path) {
-  std::ofstream out(path);
-  out << ScheduleToCsv(schedule);
-  if (!out.flush()) throw Error("cannot write schedule CSV '" + path + "'");
+  try {
+    WriteFileAtomically(path, ScheduleToCsv(schedule));  // never through a planted link
+  } catch (const Error& e) {
+    throw Error("cannot write schedule CSV '" + path + "': " + e.what());
+  }
 }
 
 Schedule LoadScheduleCsv(const std::string& path) {
