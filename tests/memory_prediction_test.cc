@@ -4,7 +4,10 @@
 // per category and in total, byte for byte, as report.json gives them.
 //
 // The in-process planner tests (planner/memory_planner_test.cc) hold the prediction to
-// RunInProcess, which talks through FakeHub; this one reads what a user reads.
+// RunInProcess, which talks through FakeHub; this one reads what a user reads. The avx2_emulation
+// test (scripts/avx2-emulation.sh) runs it again with the launcher and its workers on an emulated
+// AVX2-only CPU (BATON_WORKER_PREFIX, tests/baton_process.h), where f32 products take OpenBLAS and
+// bf16 ones are staged to f32.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
