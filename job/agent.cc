@@ -5,10 +5,13 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdlib>
 #include <mutex>
 #include <optional>
+#include <sstream>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "coordinator/coordinator_client.h"
 #include "core/error.h"
@@ -101,6 +104,18 @@ WorkerExit WaitForExit(ProcessGroup& child, const AbortWatch& watch, const Worke
   }
 }
 
+// BATON_WORKER_PREFIX's words (split at spaces; the first an executable's path), which go before
+// the worker's command line: e.g. "/usr/bin/qemu-x86_64 -cpu Haswell", so that the avx2_emulation
+// test's workers run on the emulated CPU too (qemu's user mode does not follow an exec). Empty
+// when unset.
+std::vector<std::string> WorkerPrefix() {
+  const char* prefix = std::getenv("BATON_WORKER_PREFIX");
+  std::vector<std::string> words;
+  std::istringstream in(prefix != nullptr ? prefix : "");
+  for (std::string word; in >> word;) words.push_back(word);
+  return words;
+}
+
 // Runs `worker`'s attempt: starts the worker, waits for its exit, reports it, and returns what
 // the job does next (never kPending).
 JobNext RunAttempt(CoordinatorClient& client, const WorkerArgs& worker) {
@@ -124,12 +139,17 @@ JobNext RunAttempt(CoordinatorClient& client, const WorkerArgs& worker) {
 }  // namespace
 
 void SpawnWorker(ProcessGroup& group, const WorkerArgs& worker) {
-  group.Spawn(worker.rank,
-              {SelfExecutable(), "--log-level", worker.log_level, "worker", "--coordinator",
-               worker.coordinator, "--rank", std::to_string(worker.rank), "--world-size",
-               std::to_string(worker.world_size), "--local-rank", std::to_string(worker.local_rank),
-               "--attempt", std::to_string(worker.attempt), "--listen-host", worker.listen_host},
-              {"BATON_TOKEN=" + worker.token, "BATON_JOB_ID=" + worker.job_id});
+  const std::vector<std::string> command = {SelfExecutable(), "--log-level",
+                                            worker.log_level, "worker",
+                                            "--coordinator",  worker.coordinator,
+                                            "--rank",         std::to_string(worker.rank),
+                                            "--world-size",   std::to_string(worker.world_size),
+                                            "--local-rank",   std::to_string(worker.local_rank),
+                                            "--attempt",      std::to_string(worker.attempt),
+                                            "--listen-host",  worker.listen_host};
+  std::vector<std::string> argv = WorkerPrefix();
+  argv.insert(argv.end(), command.begin(), command.end());
+  group.Spawn(worker.rank, argv, {"BATON_TOKEN=" + worker.token, "BATON_JOB_ID=" + worker.job_id});
 }
 
 int RunAgent(const WorkerArgs& first) {

@@ -64,27 +64,16 @@ void SaveCheckpoint(const Plan& plan, const Launch& launch, int rank, Coordinato
   CheckpointWriter writer(CheckpointsRoot(config.output.dir));
   const auto key = [&](int r) { return fmt::format("ckpt/{}/{}/{}", launch.attempt, step, r); };
   const bool writes = plan.ReplicaOf(rank) == 0 && plan.TensorOf(rank) == 0;
-  if (trainer.zero() || trainer.tensor_parallel()) {
-    // Layer by layer: under ZeRO-1 replica 0 gathers the layer's optimizer state from the
-    // replicas' shards, and with tensor ranks replica 0's ranks make its tensors whole; one
-    // layer's whole state is held at a time.
-    std::vector<CheckpointFileEntry> entries;
-    for (auto& [index, layer] : trainer.model().layers()) {
-      std::optional<LayerTensors> gathered =
-          trainer.zero() ? trainer.GatherLayerState(index) : trainer.LayerWithState(index);
-      if (!gathered) continue;
-      if (trainer.tensor_parallel()) gathered = trainer.WholeLayer(*gathered);
-      if (!writes) continue;
-      for (CheckpointFileEntry& e : writer.WriteLayers(step, rank, {*gathered}, backend)) {
-        entries.push_back(std::move(e));
-      }
+  // Under ZeRO-1 or with tensor ranks layer by layer, one layer's gathered or whole state held
+  // at a time (Trainer::CheckpointLayers, through which the memory planner books the same).
+  std::vector<CheckpointFileEntry> entries;
+  trainer.CheckpointLayers([&](const std::vector<LayerTensors>& layers) {
+    if (!writes) return;
+    for (CheckpointFileEntry& e : writer.WriteLayers(step, rank, layers, backend)) {
+      entries.push_back(std::move(e));
     }
-    if (writes) client.KvSet(key(rank), EncodeFileEntries(entries));
-  } else if (writes) {
-    client.KvSet(key(rank), EncodeFileEntries(writer.WriteLayers(
-                                step, rank, CheckpointTensors(trainer.model(), trainer.optimizer()),
-                                backend)));
-  }
+  });
+  if (writes) client.KvSet(key(rank), EncodeFileEntries(entries));
   if (rank == 0) {
     std::vector<CheckpointFileEntry> all;
     for (int stage = 0; stage < plan.num_stages(); ++stage) {  // replica 0 writes the files
@@ -356,7 +345,6 @@ void TrainRank(const WorkerArgs& args, CoordinatorClient& client, const Plan& pl
 
   RankResult result;
   result.rank = args.rank;
-  const int64_t every = config.output.checkpoint_every;
   // `baton eval`: the loaded weights, once over the held-out data; nothing trained or saved.
   const int64_t last_step = launch.evaluate_only ? first_step - 1 : config.train.steps;
   if (launch.evaluate_only) {
@@ -373,8 +361,7 @@ void TrainRank(const WorkerArgs& args, CoordinatorClient& client, const Plan& pl
     client.Report(StepReport(plan, args.rank, record, trainer.holds_head(), ledger));
     // Every run ends with its last step saved (output.final_checkpoint), a stop too, so that
     // `latest` always names where the run got to; checkpoint_every adds intermediate ones.
-    const bool last = step == config.train.steps && config.output.final_checkpoint;
-    if (record.stop || last || (every > 0 && step % every == 0)) {
+    if (record.stop || CheckpointAfterStep(config, step)) {
       SaveCheckpoint(plan, launch, args.rank, client, trainer, *backend, step);
     }
     if (record.stop) {

@@ -16,7 +16,7 @@ namespace baton {
 
 struct InProcessRank {
   std::vector<StepRecord> steps;
-  MemoryFigures peak;  // the rank's ledger peaks over the whole run (setup included)
+  MemoryFigures peak;  // the rank's ledger peaks over the whole run (setup and saves included)
   std::vector<std::pair<int, uint64_t>> digests;
   std::map<std::string, uint64_t> tied_digests;  // Trainer::TiedParamDigests after the last step
   int peak_stashed_microbatches = 0;             // most (micro-batch, chunk) stashes alive at once
@@ -31,8 +31,10 @@ struct InProcessResult {
   std::string param_checksum;  // of replica 0's layers (each tensor rank's parts)
 };
 
-// Trains `plan` for plan.config.train.steps steps. Throws the first rank's error, if any. GPU
-// plans (device.type cuda) must have one stage.
+// Trains `plan` for plan.config.train.steps steps, gathering each checkpoint's tensors after the
+// steps a worker saves after (CheckpointAfterStep; nothing is written), so that the peaks are a
+// worker's. Throws the first rank's error, if any. GPU plans (device.type cuda) must have one
+// stage.
 InProcessResult RunInProcess(const Plan& plan);
 
 }  // namespace baton

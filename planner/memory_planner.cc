@@ -52,6 +52,10 @@ RankMemory PredictRank(const Plan& plan, int rank, const std::vector<LayerRange>
     cut.SetCut(virtual_stages);
     Trainer trainer(TrainerSetupFor(cut, rank, comm.get()), *backend);
     trainer.Step(1);
+    // Saving books after a step what the worker's save books: under ZeRO-1 replica 0's gathered
+    // optimizer state, with tensor ranks the whole tensors and their sums' staging, a layer at
+    // a time.
+    if (SavesACheckpoint(plan.config)) trainer.CheckpointLayers([](const auto&) {});
     result.peak_in_flight = trainer.peak_stashed_microbatches();
   }
   result.peak = ledger.Peak();

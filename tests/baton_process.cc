@@ -86,7 +86,10 @@ std::string Quote(const std::string& s) {
 }  // namespace
 
 CommandResult RunBaton(const std::vector<std::string>& args) {
-  std::string command = Quote(BatonBinary());
+  // The launcher on the workers' (emulated) CPU, so that it predicts what they book.
+  const char* prefix = std::getenv("BATON_WORKER_PREFIX");
+  std::string command = prefix != nullptr ? std::string(prefix) + " " : std::string();
+  command += Quote(BatonBinary());
   for (const std::string& a : args) command += " " + Quote(a);
   return RunShell("cd " + Quote(SourceDir()) + " && " + command);
 }

@@ -26,7 +26,9 @@ CommandResult RunShell(const std::string& command);
 int RunLogged(const std::vector<std::string>& argv, const std::string& log_path);
 // The last `count` lines of a file, each prefixed "  | " (a failed run's log, for its error).
 std::string LastLines(const std::string& path, size_t count);
-// Runs `baton ARGS...`; args are shell-quoted.
+// Runs `baton ARGS...`; args are shell-quoted. Under BATON_WORKER_PREFIX (job/agent.cc: words
+// before every worker's command line, e.g. "/usr/bin/qemu-x86_64 -cpu Haswell") the launcher
+// runs through it too, so that the whole job runs on the one (emulated) CPU.
 CommandResult RunBaton(const std::vector<std::string>& args);
 // A fresh temporary directory for one test, removed with everything in it when the test process
 // exits (BATON_KEEP_TEST_DIRS=1 keeps them, to look at a failure).

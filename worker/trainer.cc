@@ -30,6 +30,17 @@ bool HoldsLayer(const std::vector<LayerRange>& ranges, int index) {
 
 }  // namespace
 
+bool CheckpointAfterStep(const Config& config, int64_t step) {
+  const int64_t every = config.output.checkpoint_every;
+  return (step == config.train.steps && config.output.final_checkpoint) ||
+         (every > 0 && step % every == 0);
+}
+
+bool SavesACheckpoint(const Config& config) {
+  const int64_t every = config.output.checkpoint_every;
+  return config.output.final_checkpoint || (every > 0 && every <= config.train.steps);
+}
+
 TrainerSetup TrainerSetupFor(const Plan& plan, int world_rank, Communicator* comm) {
   BATON_CHECK(0 <= world_rank && world_rank < plan.world_size(),
               "rank {} of a job of {} stage(s) x {} replica(s) x {} tensor rank(s)", world_rank,

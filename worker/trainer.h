@@ -89,6 +89,13 @@ struct TrainerSetup {
 // re-derived. `comm` spans the world (all plan.world_size() ranks); null when that is one rank.
 TrainerSetup TrainerSetupFor(const Plan& plan, int world_rank, Communicator* comm);
 
+// Whether a run saves a checkpoint after `step` (Trainer::CheckpointLayers): its last step's
+// under output.final_checkpoint, and every output.checkpoint_every steps' (a stop signal adds
+// one after the step it stops at).
+bool CheckpointAfterStep(const Config& config, int64_t step);
+// Whether a run of config.train.steps steps saves one after any of them.
+bool SavesACheckpoint(const Config& config);
+
 struct StepRecord {
   int64_t step = 0;  // 1-based
   float loss = 0;    // mean over micro-batches; valid on the rank holding the head
@@ -149,6 +156,14 @@ class Trainer {
   bool tensor_parallel() const { return tensor_group_ != nullptr; }
   // The tensors of local layer `layer_index` with its optimizer state (none without one).
   LayerTensors LayerWithState(int layer_index);
+  // What a checkpoint of this rank stores, handed to `write` (each call's layers for one writer
+  // call): its layers with their optimizer state, in one call; under ZeRO-1 or with tensor
+  // ranks, one layer per call, gathered onto replica 0 (GatherLayerState) and made whole
+  // (WholeLayer), that layer's temporaries (workspace; the transport's staging, comm) alive
+  // until `write` returns. Under ZeRO-1 only replica 0's ranks get calls; which ranks write files
+  // is the caller's choice. Collective: every rank of the job calls it after the same step. The
+  // worker saves through it and the memory planner books through it (a `write` doing nothing).
+  void CheckpointLayers(const std::function<void(const std::vector<LayerTensors>&)>& write);
   // After the params were set from values only (model.init_from): every fp32 master from its
   // param's (rounded) value.
   void ResetMastersFromValues();

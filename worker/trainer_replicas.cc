@@ -1,7 +1,10 @@
 // The data-parallel parts of a Trainer beside its GradientSync (worker/gradient_sync.h): ZeRO-1's
-// layer-by-layer checkpoint state, the fp32 masters, and the job-wide all-reduce of host values.
+// layer-by-layer checkpoint state (and the checkpoint's tensors for every layout), the fp32
+// masters, and the job-wide all-reduce of host values.
 #include <algorithm>
+#include <functional>
 #include <optional>
+#include <vector>
 
 #include "core/error.h"
 #include "core/units.h"
@@ -19,6 +22,21 @@ LayerTensors Trainer::LayerOf(int layer_index, const Optimizer* optimizer) {
 
 LayerTensors Trainer::LayerWithState(int layer_index) {
   return LayerOf(layer_index, optimizer_.get());
+}
+
+void Trainer::CheckpointLayers(const std::function<void(const std::vector<LayerTensors>&)>& write) {
+  if (!zero() && !tensor_parallel()) {
+    write(CheckpointTensors(*model_, optimizer_.get()));
+    return;
+  }
+  // Layer by layer: one layer's full optimizer state (ZeRO-1) or whole tensors (tensor ranks)
+  // at a time.
+  for (auto& [index, layer] : model_->layers()) {
+    std::optional<LayerTensors> gathered = zero() ? GatherLayerState(index) : LayerWithState(index);
+    if (!gathered) continue;  // a ZeRO-1 replica other than 0: it sent its shards
+    if (tensor_parallel()) gathered = WholeLayer(*gathered);
+    write({*gathered});
+  }
 }
 
 std::optional<LayerTensors> Trainer::GatherLayerState(int layer_index) {

@@ -31,13 +31,15 @@ LayerTensors Trainer::WholeLayer(const LayerTensors& layer) {
       if (!part.defined()) continue;
       // This rank's part at its place in zeros; the group's sum is then the whole (x + 0 = x).
       const Shape shape = WholeShape(part.shape(), p.split);
-      std::vector<std::byte> host(static_cast<size_t>(NumElements(shape)) * SizeOf(part.dtype()));
-      InsertPart(HostBytes(backend_, part).data(), shape, SizeOf(part.dtype()), p.split,
-                 host.data());
       Tensor sum =
           Tensor::Empty(backend_.allocator(), shape, part.dtype(), MemCategory::kWorkspace);
-      backend_.Copy(Tensor::Wrap(host.data(), shape, part.dtype()), sum);
-      backend_.Synchronize();
+      if (!IsMeta(backend_)) {  // the memory planner books the sum and moves no bytes
+        std::vector<std::byte> host(static_cast<size_t>(NumElements(shape)) * SizeOf(part.dtype()));
+        InsertPart(HostBytes(backend_, part).data(), shape, SizeOf(part.dtype()), p.split,
+                   host.data());
+        backend_.Copy(Tensor::Wrap(host.data(), shape, part.dtype()), sum);
+        backend_.Synchronize();
+      }
       tensor_group_->AllReduceSum(sum);
       part = sum;
     }
