@@ -42,8 +42,8 @@ RunPageInputs ReadRunPageInputs(const std::string& dir, const std::string& repor
 std::string RenderRunPage(const RunPageInputs& inputs);
 
 // The messages for what RenderRunPage skips for a value of the wrong type, in file order:
-// "DIR/metrics.jsonl line 7: attempt is a string, not an integer", "DIR/report.json: stages[1].stage
-// is a string, not an integer". Never a value's bytes.
+// "DIR/metrics.jsonl line 7: attempt is a string, not an integer", "DIR/report.json:
+// stages[1].stage is a string, not an integer". Never a value's bytes.
 std::vector<std::string> RunPageWarnings(const RunPageInputs& inputs);
 
 // Writes RenderRunPage(inputs) to `inputs.dir`/report.html atomically; returns the path.
