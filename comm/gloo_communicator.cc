@@ -25,6 +25,7 @@
 
 #include "comm/host_sum.h"
 #include "comm/staging.h"
+#include "comm/waiter_pool.h"
 #include "core/error.h"
 #include "core/units.h"
 
@@ -75,61 +76,6 @@ class GlooStore final : public gloo::rendezvous::Store {
   KvStore& store_;
   std::string prefix_;
   CommTimeout timeout_;
-};
-
-// Threads that block in Gloo's waitSend/waitRecv, one per pending operation; idle threads are
-// reused, and the pool grows when all are busy.
-class WaiterPool {
- public:
-  ~WaiterPool() { Stop(); }
-
-  void Submit(std::function<void()> task) {
-    {
-      std::lock_guard lock(mutex_);
-      tasks_.push_back(std::move(task));
-      if (idle_ == 0) {
-        threads_.emplace_back([this] { Loop(); });
-        return;
-      }
-    }
-    // Outside the lock: the woken waiter does not run only to block on the mutex its poster still
-    // holds (two more context switches per message on a busy core).
-    cv_.notify_one();
-  }
-
-  // Runs the queued tasks to the end and joins; blocked tasks must have been released.
-  void Stop() {
-    {
-      std::lock_guard lock(mutex_);
-      stopping_ = true;
-    }
-    cv_.notify_all();
-    for (auto& thread : threads_) thread.join();
-    threads_.clear();
-  }
-
- private:
-  void Loop() {
-    std::unique_lock lock(mutex_);
-    while (true) {
-      ++idle_;
-      cv_.wait(lock, [&] { return stopping_ || !tasks_.empty(); });
-      --idle_;
-      if (tasks_.empty()) return;  // stopping
-      std::function<void()> task = std::move(tasks_.front());
-      tasks_.pop_front();
-      lock.unlock();
-      task();
-      lock.lock();
-    }
-  }
-
-  std::mutex mutex_;
-  std::condition_variable cv_;
-  std::deque<std::function<void()>> tasks_;
-  std::vector<std::thread> threads_;
-  int idle_ = 0;
-  bool stopping_ = false;
 };
 
 // One posted send or receive; shared by its Work, its waiter and the abort registry.
@@ -190,6 +136,11 @@ struct GlooCommunicator::Impl {
 
   const GlooOptions options;
   Allocator& allocator;
+  // Operations that ended without completing (aborted, failed) with their buffers and tensors:
+  // their message may still arrive, and Gloo's transport writes it into the buffer and signals
+  // it until the pair is closed. Declared before the context so that they outlive it; Close
+  // closes the pairs and then releases them. Guarded by `mutex`.
+  std::vector<std::shared_ptr<GlooOp>> abandoned;
   // The hellos' bytes, declared before the context so that they outlive it: a failed round's
   // context may write them until it is gone (a deque: growing it moves no buffer).
   std::deque<std::vector<int32_t>> hellos;
@@ -217,7 +168,19 @@ struct GlooCommunicator::Impl {
       std::lock_guard lock(mutex);
       if (abort_reason.empty()) abort_reason = "the communicator was destroyed";
     }
-    AbortPending();  // then `waiters` joins its threads, released
+    AbortPending();
+    waiters.Stop();  // every wait ended: each operation is done or abandoned
+    ClosePairs();    // then the abandoned operations' buffers may go, with the members
+  }
+
+  // Closes every pair: from here on, Gloo's transport writes into no buffer and signals none.
+  void ClosePairs() {
+    if (!context) return;
+    try {
+      context->closeConnections();
+    } catch (const std::exception& e) {  // a context whose mesh never formed has no pairs
+      spdlog::debug("rank {}: closing the Gloo pairs: {}", options.rank, e.what());
+    }
   }
 
   // One round of the mesh under `prefix`: connect, exchange hellos, agree with every rank.
@@ -225,7 +188,7 @@ struct GlooCommunicator::Impl {
   std::string MeshRound(KvStore& store, const std::string& prefix);
   std::string ConnectAndGreet(KvStore& store, const std::string& prefix);
   std::shared_ptr<GlooOp> Post(const Tensor& tensor, int peer, bool is_send, int channel);
-  void Finish(GlooOp& op, bool completed, const std::string& failure);
+  void Finish(const std::shared_ptr<GlooOp>& op, bool completed, const std::string& failure);
   void AbortPending();
   void RunCollective(const std::string& what, const std::function<void()>& run);
   void GroupAllReduce(Tensor& tensor, const std::vector<int>& group, Clock::time_point deadline);
@@ -271,25 +234,28 @@ std::shared_ptr<GlooOp> GlooCommunicator::Impl::Post(const Tensor& tensor, int p
     } catch (const std::exception& e) {
       failure = e.what();
     }
-    Finish(*op, completed, failure);
+    Finish(op, completed, failure);
   });
   return op;
 }
 
-void GlooCommunicator::Impl::Finish(GlooOp& op, bool completed, const std::string& failure) {
+void GlooCommunicator::Impl::Finish(const std::shared_ptr<GlooOp>& op, bool completed,
+                                    const std::string& failure) {
   std::string error;
   if (!completed) {
     std::lock_guard lock(mutex);
-    error = !abort_reason.empty() ? fmt::format("{} aborted: {}", op.Describe(), abort_reason)
-                                  : fmt::format("{} failed: {}", op.Describe(), failure);
+    error = !abort_reason.empty() ? fmt::format("{} aborted: {}", op->Describe(), abort_reason)
+                                  : fmt::format("{} failed: {}", op->Describe(), failure);
+    abandoned.push_back(op);  // its buffer and tensor stay until the pair is closed
   }
   {
-    std::lock_guard lock(op.mutex);
-    op.done = true;
-    op.error = error;
-    op.tensor = Tensor();  // the caller alone now decides when the memory goes
+    std::lock_guard lock(op->mutex);
+    op->done = true;
+    op->error = error;
+    // A completed op: the caller alone now decides when the memory goes.
+    if (completed) op->tensor = Tensor();
   }
-  op.done_cv.notify_all();
+  op->done_cv.notify_all();
 }
 
 void GlooCommunicator::Impl::AbortPending() {
@@ -627,6 +593,18 @@ void GlooCommunicator::Close(const std::string& reason) {
   // Post refuses new operations from here on, so the pending ones are all there will be.
   impl_->AbortPending();
   impl_->waiters.Stop();
+  impl_->ClosePairs();
+  // Closed pairs write into no buffer: the abandoned operations' tensors may go, also where a
+  // caller still holds the operation's Work.
+  std::vector<std::shared_ptr<GlooOp>> abandoned;
+  {
+    std::lock_guard lock(impl_->mutex);
+    abandoned.swap(impl_->abandoned);
+  }
+  for (const auto& op : abandoned) {
+    std::lock_guard lock(op->mutex);
+    op->tensor = Tensor();
+  }
 }
 
 }  // namespace baton
