@@ -291,5 +291,32 @@ TEST_F(GlooPairTest, CloseReleasesTheTensorsOfPendingOperations) {
   EXPECT_THROW(comms_[0]->Isend(Tensor::Wrap(&value, {1}, DType::kF32), 1), Error);
 }
 
+// An aborted receive is still posted in Gloo's pair: a message that comes after the abort is
+// written into its buffer. So the receive keeps its tensor until Close closes the pairs, not
+// only until its wait ends (before, the memory went back to the allocator and the late message
+// landed in whatever was allocated there next).
+TEST_F(GlooPairTest, AnAbortedReceiveKeepsItsTensorUntilCloseForTheMessageMayStillLand) {
+  {
+    Tensor t = Tensor::Empty(allocator_, {1024}, DType::kF32, MemCategory::kComm);
+    std::unique_ptr<Work> work = comms_[0]->Irecv(t, 1);
+    comms_[0]->Abort("the launcher stopped the job");
+    try {
+      work->Wait(kGenerous);
+      ADD_FAILURE() << "an aborted receive completed";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("aborted: the launcher stopped the job"),
+                std::string::npos)
+          << e.what();
+    }
+  }
+  EXPECT_EQ(ledger_.current(MemCategory::kComm), 4096);
+  std::vector<float> late(1024, 7.0f);
+  Tensor sent = Tensor::Wrap(late.data(), {1024}, DType::kF32);
+  comms_[1]->Isend(sent, 0)->Wait(kGenerous);  // lands in the aborted receive's buffer
+  EXPECT_EQ(ledger_.current(MemCategory::kComm), 4096);
+  comms_[0]->Close("the worker is leaving");
+  EXPECT_EQ(ledger_.current(MemCategory::kComm), 0);
+}
+
 }  // namespace
 }  // namespace baton
