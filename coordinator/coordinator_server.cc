@@ -7,16 +7,19 @@
 #include <grpcpp/generic/async_generic_service.h>
 #include <grpcpp/grpcpp.h>
 
+#include <atomic>
 #include <condition_variable>
 #include <functional>
 #include <map>
 #include <mutex>
 #include <random>
 #include <thread>
+#include <vector>
 
 #include "coordinator/convert.h"
 #include "coordinator/coordinator_state.h"
 #include "core/error.h"
+#include "core/happens_before.h"
 #include "core/units.h"
 #include "proto/baton.grpc.pb.h"
 
@@ -160,29 +163,47 @@ class CoordinatorHandlers {
 };
 
 // Runs a handler's calls on threads of their own (they block: barriers, waits, watches) and
-// lets the server's shutdown wait until the last has finished.
+// lets the server's shutdown wait until the last has finished. Every thread is joined: by the
+// next Start once it has finished, or by WaitUntilIdle, so none outlives the server.
 class CallThreads {
  public:
+  ~CallThreads() { WaitUntilIdle(); }
+
   void Start(std::function<void()> body) {
-    {
-      std::lock_guard lock(mutex_);
-      ++running_;
-    }
-    std::thread([this, body = std::move(body)] {
-      body();
-      std::lock_guard lock(mutex_);
-      if (--running_ == 0) idle_.notify_all();
-    }).detach();
+    std::lock_guard lock(mutex_);
+    JoinFinishedLocked();
+    const uint64_t id = next_id_++;
+    running_.emplace(id, std::thread([this, id, body = std::move(body)]() mutable {
+                       body();
+                       body = nullptr;  // its captures go before the thread counts as finished
+                       std::lock_guard lock(mutex_);
+                       finished_.push_back(id);
+                       idle_.notify_all();
+                     }));
   }
+
   void WaitUntilIdle() {
     std::unique_lock lock(mutex_);
-    idle_.wait(lock, [&] { return running_ == 0; });
+    idle_.wait(lock, [&] { return finished_.size() == running_.size(); });
+    JoinFinishedLocked();
   }
 
  private:
+  // A finished thread only returns from its body: joining it waits no longer than that.
+  void JoinFinishedLocked() {
+    for (uint64_t id : finished_) {
+      auto it = running_.find(id);
+      it->second.join();
+      running_.erase(it);
+    }
+    finished_.clear();
+  }
+
   std::mutex mutex_;
   std::condition_variable idle_;
-  int running_ = 0;
+  std::map<uint64_t, std::thread> running_;  // started and not yet joined
+  std::vector<uint64_t> finished_;           // of those, the ones whose body has returned
+  uint64_t next_id_ = 0;
 };
 
 // One call of any method, served generically so that the token is checked on the call's
@@ -199,37 +220,44 @@ class Call final : public grpc::ServerGenericBidiReactor {
       : context_(context), threads_(threads) {
     const auto it = methods.find(context->method());
     if (it == methods.end()) {
-      Finish(Status(StatusCode::UNIMPLEMENTED,
-                    fmt::format("the coordinator has no method '{}'", context->method())));
+      End(Status(StatusCode::UNIMPLEMENTED,
+                 fmt::format("the coordinator has no method '{}'", context->method())));
       return;
     }
     if (Status status = handlers.CheckToken(context->client_metadata()); !status.ok()) {
-      Finish(status);
+      End(status);
       return;
     }
     method_ = &it->second;
     StartRead(&request_);
   }
 
+  // gRPC runs each callback after the calls into it that led there, on a thread of its own, and
+  // OnDone after every other: HappensAfter tells TSan of that order (core/happens_before.h).
   void OnReadDone(bool ok) override {
+    HappensAfter(this);
     if (!ok) {
-      Finish(Status(StatusCode::INVALID_ARGUMENT, "the call carried no request"));
+      End(Status(StatusCode::INVALID_ARGUMENT, "the call carried no request"));
       return;
     }
     threads_.Start([this] {
-      const Status status = (*method_)(*this);  // the last use of this call: Finish ends it
-      Finish(status);
+      const Status status = (*method_)(*this);
+      End(status);  // the last use of this call
     });
   }
 
   void OnWriteDone(bool ok) override {
+    HappensAfter(this);
     std::lock_guard lock(mutex_);
     writing_ = false;
     write_ok_ = ok;
     written_.notify_all();
   }
 
-  void OnDone() override { delete this; }
+  void OnDone() override {
+    HappensAfter(this);
+    Release();
+  }
 
   // For the method's thread: the parsed request, or false when it is malformed.
   template <typename Request>
@@ -246,6 +274,7 @@ class Call final : public grpc::ServerGenericBidiReactor {
     }
     std::unique_lock lock(mutex_);
     writing_ = true;
+    HappensBefore(this);
     StartWrite(&buffer);
     written_.wait(lock, [&] { return !writing_; });
     return write_ok_;
@@ -255,6 +284,21 @@ class Call final : public grpc::ServerGenericBidiReactor {
   }
 
  private:
+  // Finishes the call. gRPC may run OnDone, on another thread, before Finish has returned (it still
+  // reads the reactor after handing the status over): the call has two owners meanwhile, gRPC
+  // until OnDone and the caller of Finish until it returns, and the last to let go deletes it.
+  void End(Status status) {
+    owners_.fetch_add(1, std::memory_order_relaxed);
+    HappensBefore(this);
+    Finish(std::move(status));
+    Release();
+  }
+
+  void Release() {
+    if (owners_.fetch_sub(1, std::memory_order_acq_rel) == 1) delete this;
+  }
+
+  std::atomic<int> owners_{1};  // gRPC's; End adds its caller while it runs
   grpc::GenericCallbackServerContext* context_;
   CallThreads& threads_;
   const Method* method_ = nullptr;
@@ -328,7 +372,11 @@ class CoordinatorService final : public grpc::CallbackGenericService {
 
   grpc::ServerGenericBidiReactor* CreateReactor(
       grpc::GenericCallbackServerContext* context) override {
-    return new Call(context, handlers_, methods_, threads_);
+    // What the constructor asked for (a read, or a refusal's Finish) waits in the reactor until
+    // gRPC binds it to the call, after this returns.
+    Call* call = new Call(context, handlers_, methods_, threads_);
+    HappensBefore(call);
+    return call;
   }
 
   // After the server's shutdown: every call's thread has returned.
