@@ -21,6 +21,7 @@
 #include <deque>
 #include <functional>
 #include <mutex>
+#include <string_view>
 #include <thread>
 
 #include "comm/host_sum.h"
@@ -190,7 +191,8 @@ struct GlooCommunicator::Impl {
   std::shared_ptr<GlooOp> Post(const Tensor& tensor, int peer, bool is_send, int channel);
   void Finish(const std::shared_ptr<GlooOp>& op, bool completed, const std::string& failure);
   void AbortPending();
-  void RunCollective(const std::string& what, const std::function<void()>& run);
+  void RunCollective(const std::string& what, CommTimeout timeout,
+                     const std::function<void()>& run);
   void GroupAllReduce(Tensor& tensor, const std::vector<int>& group, Clock::time_point deadline);
 };
 
@@ -276,7 +278,7 @@ void GlooCommunicator::Impl::AbortPending() {
   }
 }
 
-void GlooCommunicator::Impl::RunCollective(const std::string& what,
+void GlooCommunicator::Impl::RunCollective(const std::string& what, CommTimeout timeout,
                                            const std::function<void()>& run) {
   {
     std::lock_guard lock(mutex);
@@ -288,6 +290,12 @@ void GlooCommunicator::Impl::RunCollective(const std::string& what,
     std::lock_guard lock(mutex);
     if (broken_reason.empty()) broken_reason = fmt::format("{} failed: {}", what, e.what());
     if (!abort_reason.empty()) BATON_FAIL("{} aborted: {}", what, abort_reason);
+    // Gloo's own words for its timeout ("Timed out waiting 5000ms for recv operation") become
+    // the same as every other wait's, so a hang reads alike wherever the peer froze.
+    if (std::string_view(e.what()).find("Timed out") != std::string_view::npos) {
+      BATON_FAIL("{} timed out after {:.1f} s: a rank never joined it ({})", what, Seconds(timeout),
+                 e.what());
+    }
     BATON_FAIL("{} failed: {}", what, e.what());
   }
 }
@@ -546,7 +554,7 @@ void GlooCommunicator::AllReduceSum(Tensor& tensor, CommTimeout timeout) {
   }
   options.setTimeout(timeout);
   impl_->RunCollective(fmt::format("all-reduce of {} over all {} ranks", tensor.ToString(), size()),
-                       [&] { gloo::allreduce(options); });
+                       timeout, [&] { gloo::allreduce(options); });
   if (staging.defined()) {
     ConvertFloats(staging.raw(), DType::kF32, tensor.raw(), tensor.dtype(), n);
   }
@@ -572,7 +580,7 @@ void GlooCommunicator::Barrier(CommTimeout timeout) {
     options.setTag(impl_->next_tag++);
   }
   options.setTimeout(timeout);
-  impl_->RunCollective(fmt::format("barrier over all {} ranks", size()),
+  impl_->RunCollective(fmt::format("barrier over all {} ranks", size()), timeout,
                        [&] { gloo::barrier(options); });
 }
 
