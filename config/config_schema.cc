@@ -35,7 +35,8 @@ void VisitModel(ModelConfig& m, FieldVisitor& v) {
   v.Int("low_rank.mlp", m.low_rank_mlp, IntRule{0, kMaxWidth});
   v.Int("num_kv_heads", m.num_kv_heads, IntRule{0, kMaxWidth});
   v.Int("intermediate_size", m.intermediate_size, IntRule{0, 4 * kMaxWidth});
-  v.VisitFloat("rms_norm_eps", m.rms_norm_eps, FloatRule{0.0, false, 1.0, false});
+  v.VisitFloat("rms_norm_eps", m.rms_norm_eps,
+               FloatRule{std::numeric_limits<float>::min(), true, 1.0, false});
   v.VisitFloat("rope_theta", m.rope_theta, FloatRule{1.0, false, 1e12, true});
   v.VisitFloat("rope_scaling.factor", m.rope_scaling_factor, kNonNegativeFloat);
   v.VisitFloat("rope_scaling.low_freq_factor", m.rope_scaling_low_freq_factor, kPositiveFloat);
@@ -69,7 +70,7 @@ void VisitTrain(TrainConfig& t, FieldVisitor& v) {
   v.VisitFloat("grad_clip", t.grad_clip, kNonNegativeFloat);
   v.VisitFloat("beta1", t.beta1, kUnitInterval);
   v.VisitFloat("beta2", t.beta2, kUnitInterval);
-  v.VisitFloat("eps", t.eps, kPositiveFloat);
+  v.VisitFloat("eps", t.eps, kPositiveF32);
   v.Int("seed", t.seed, kNonNegativeInt);
   v.Int("log_every", t.log_every, kPositiveInt);
   v.Int("eval_every", t.eval_every, kNonNegativeInt);

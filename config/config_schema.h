@@ -42,6 +42,9 @@ struct FloatRule {
 inline constexpr IntRule kPositiveInt{1};
 inline constexpr IntRule kNonNegativeInt{0};
 inline constexpr FloatRule kPositiveFloat{0.0, false};
+// A positive number that stays positive as a 32-bit float (the kernels' epsilons): below float's
+// least normal value it would be a denormal or 0.
+inline constexpr FloatRule kPositiveF32{std::numeric_limits<float>::min(), true};
 inline constexpr FloatRule kNonNegativeFloat{0.0, true};
 inline constexpr FloatRule kUnitInterval{0.0, true, 1.0, false};         // [0, 1)
 inline constexpr FloatRule kTimeoutSeconds{0.0, false, 604800.0, true};  // (0, a week]

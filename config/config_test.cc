@@ -125,6 +125,11 @@ TEST(ConfigTest, SizesBeyondTheirStatedRangeAreRefusedNotNarrowed) {
   // 1e10 s is more milliseconds than the waits hold.
   EXPECT_THAT(ParseError(kMinimal, {"parallel.timeout_s=1e10"}),
               HasSubstr("parallel.timeout_s: expected a number in (0, 604800]"));
+  // Epsilons the kernels keep as 32-bit floats: 1e-300 would be 0 there ("norm eps 0" at plan).
+  EXPECT_THAT(ParseError(kMinimal, {"model.rms_norm_eps=1e-300"}),
+              HasSubstr("model.rms_norm_eps: expected a number in [1.1754943508222875e-38, 1)"));
+  EXPECT_THAT(ParseError(kMinimal, {"train.eps=1e-50"}),
+              HasSubstr("train.eps: expected a number >= 1.1754943508222875e-38"));
   const Config at_limit = ParseConfigString(kMinimal, "x.yaml", {"parallel.timeout_s=604800"});
   EXPECT_EQ(at_limit.parallel.timeout_s, 604800.0);
 }
