@@ -46,10 +46,18 @@ reports_dir() {
   echo "$dir"
 }
 
-# Fails (printing them) when a run left reports; `ctest_status` is the suite's own.
+# Fails (printing them) when a run left reports; `ctest_status` is the suite's own. Reports are
+# looked for twice: as files under DIR, and in ctest's log of every test's output
+# (Testing/Temporary/LastTest.log), where a worker's report lands when the sanitizer writes it to
+# stderr after all (UBSan's "runtime error" does, whatever log_path says).
 check_reports() {  # check_reports DIR NAME CTEST_STATUS
   local dir=$1 name=$2 status=$3
-  local files
+  local files marks='runtime error:|ERROR: AddressSanitizer|ERROR: LeakSanitizer|WARNING: ThreadSanitizer'
+  local log
+  log="$(dirname "$dir")/Testing/Temporary/LastTest.log"
+  if [ -f "$log" ] && grep -Eq "$marks" "$log"; then
+    grep -En "$marks" "$log" | head -50 > "$dir/in-test-output.txt"
+  fi
   files=$(find "$dir" -type f | sort)
   if [ -n "$files" ]; then
     echo "sanitize: $name left $(echo "$files" | wc -l) report file(s) in $dir:" >&2
