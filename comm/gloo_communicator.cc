@@ -169,18 +169,31 @@ struct GlooCommunicator::Impl {
       std::lock_guard lock(mutex);
       if (abort_reason.empty()) abort_reason = "the communicator was destroyed";
     }
-    AbortPending();
-    waiters.Stop();  // every wait ended: each operation is done or abandoned
-    ClosePairs();    // then the abandoned operations' buffers may go, with the members
+    EndOperations();  // then the abandoned operations' buffers go with the members
   }
 
-  // Closes every pair: from here on, Gloo's transport writes into no buffer and signals none.
-  void ClosePairs() {
-    if (!context) return;
-    try {
-      context->closeConnections();
-    } catch (const std::exception& e) {  // a context whose mesh never formed has no pairs
-      spdlog::debug("rank {}: closing the Gloo pairs: {}", options.rank, e.what());
+  // Once abort_reason is set (Post refuses new operations, so the pending ones are all there will
+  // be): ends every wait, joins the waiters, closes every pair (from here on Gloo's transport
+  // writes into no buffer and signals none), and releases the abandoned operations' tensors, also
+  // where a caller still holds the operation's Work.
+  void EndOperations() {
+    AbortPending();
+    waiters.Stop();
+    if (context) {
+      try {
+        context->closeConnections();
+      } catch (const std::exception& e) {  // a context whose mesh never formed has no pairs
+        spdlog::debug("rank {}: closing the Gloo pairs: {}", options.rank, e.what());
+      }
+    }
+    std::vector<std::shared_ptr<GlooOp>> ended;
+    {
+      std::lock_guard lock(mutex);
+      ended.swap(abandoned);
+    }
+    for (const auto& op : ended) {
+      std::lock_guard lock(op->mutex);
+      op->tensor = Tensor();
     }
   }
 
@@ -598,21 +611,7 @@ void GlooCommunicator::Close(const std::string& reason) {
     std::lock_guard lock(impl_->mutex);
     if (impl_->abort_reason.empty()) impl_->abort_reason = reason;
   }
-  // Post refuses new operations from here on, so the pending ones are all there will be.
-  impl_->AbortPending();
-  impl_->waiters.Stop();
-  impl_->ClosePairs();
-  // Closed pairs write into no buffer: the abandoned operations' tensors may go, also where a
-  // caller still holds the operation's Work.
-  std::vector<std::shared_ptr<GlooOp>> abandoned;
-  {
-    std::lock_guard lock(impl_->mutex);
-    abandoned.swap(impl_->abandoned);
-  }
-  for (const auto& op : abandoned) {
-    std::lock_guard lock(op->mutex);
-    op->tensor = Tensor();
-  }
+  impl_->EndOperations();
 }
 
 }  // namespace baton
