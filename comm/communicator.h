@@ -51,7 +51,7 @@ class Communicator {
   virtual int rank() const = 0;
   virtual int size() const = 0;
   // The job-wide (world) rank of this communicator's rank `rank`: itself, unless the
-  // communicator is a view of some ranks of another (SubgroupCommunicator). Status and failure
+  // communicator is a view of some ranks of another (Group). Status and failure
   // texts name peers by world rank, whatever communicator they talk through.
   virtual int WorldRank(int rank) const { return rank; }
 

@@ -9,8 +9,8 @@
 
 #include "comm/fake_communicator.h"
 #include "comm/gloo_communicator.h"
+#include "comm/group.h"
 #include "comm/kv_store.h"
-#include "comm/subgroup_communicator.h"
 #include "core/error.h"
 #include "core/random.h"
 
@@ -211,8 +211,8 @@ TEST_P(CommunicatorTest, SubgroupViewsMapRanksAndReduceOverTheirMembersOnly) {
   Comms comms = Make(4);
   RunRanks(4, [&](int rank) {
     const int stage = rank % 2, replica = rank / 2;
-    SubgroupCommunicator pipeline(*comms[rank], {replica * 2, replica * 2 + 1});
-    SubgroupCommunicator replicas(*comms[rank], {stage, stage + 2});
+    Group pipeline(*comms[rank], {replica * 2, replica * 2 + 1});
+    Group replicas(*comms[rank], {stage, stage + 2});
     BATON_CHECK(pipeline.rank() == stage && pipeline.size() == 2, "pipeline rank {} of {}",
                 pipeline.rank(), pipeline.size());
     BATON_CHECK(replicas.rank() == replica, "replica rank {}", replicas.rank());
@@ -239,7 +239,57 @@ TEST_P(CommunicatorTest, SubgroupViewsMapRanksAndReduceOverTheirMembersOnly) {
                 "replica sum {}", across_replicas.data<float>()[0]);
     replicas.Barrier(kGenerous);
   });
-  EXPECT_THROW(SubgroupCommunicator(*comms[0], {1, 2}), Error);  // rank 0 is not a member
+  EXPECT_THROW(Group(*comms[0], {1, 2}), Error);  // rank 0 is not a member
+}
+
+// A group of world ranks {2, 0} (its rank 0 is world rank 2) beside rank 1, which is no member:
+// slices move point to point and land at their member's place, sums keep the rank order.
+TEST_P(CommunicatorTest, GroupCollectivesMoveSlicesInTheGroupsRankOrder) {
+  Comms comms = Make(3);
+  constexpr int64_t kRows = 2, kCols = 5, kElements = 2 * kRows * kCols;
+  std::vector<Tensor> gathered(3), scattered(3), exchanged(3);
+  RunRanks(3, [&](int rank) {
+    if (rank == 1) return;
+    Group group(*comms[rank], {2, 0});
+    const int me = group.rank();
+    BATON_CHECK(me == (rank == 2 ? 0 : 1) && group.ViewRank(rank) == me &&
+                    group.ViewRank(1) == -1 && group.WorldRank(0) == 2,
+                "world rank {} is group rank {}", rank, me);
+    // All-gather: each member writes its slice; the other slice holds garbage until gathered.
+    gathered[rank] = Filled(-7.0f, kElements).View({2 * kRows, kCols});
+    Tensor mine = group.SliceOf(gathered[rank], me);
+    for (int64_t i = 0; i < kRows * kCols; ++i) mine.data<float>()[i] = 100.0f * me + i;
+    group.AllGather(gathered[rank], kGenerous);
+    // Reduce-scatter: the member's slice of the rank-order sum.
+    scattered[rank] = Random(20 + rank, kElements).View({2 * kRows, kCols});
+    group.ReduceScatterSum(scattered[rank], kGenerous);
+    // All-to-all: slice j of what member i sends is 1000 i + 10 j + element.
+    Tensor send = Filled(0, kElements).View({2 * kRows, kCols});
+    for (int j = 0; j < 2; ++j) {
+      Tensor slice = group.SliceOf(send, j);
+      for (int64_t i = 0; i < kRows * kCols; ++i) {
+        slice.data<float>()[i] = 1000.0f * me + 10.0f * j + i;
+      }
+    }
+    exchanged[rank] = Filled(-1, kElements).View({2 * kRows, kCols});
+    group.AllToAll(send, exchanged[rank], kGenerous);
+  });
+  const Tensor x_g0 = Random(22, kElements), x_g1 = Random(20, kElements);  // world 2, then 0
+  for (int rank : {0, 2}) {
+    const int me = rank == 2 ? 0 : 1;
+    for (int64_t e = 0; e < kElements; ++e) {
+      const int member = static_cast<int>(e / (kRows * kCols));
+      const int64_t i = e % (kRows * kCols);
+      ASSERT_EQ(gathered[rank].data<float>()[e], 100.0f * member + i) << rank << " " << e;
+      ASSERT_EQ(exchanged[rank].data<float>()[e], 1000.0f * member + 10.0f * me + i)
+          << rank << " " << e;
+      if (member == me) {
+        ASSERT_EQ(scattered[rank].data<float>()[e], x_g0.data<float>()[e] + x_g1.data<float>()[e])
+            << rank << " " << e;
+      }
+    }
+  }
+  EXPECT_THROW(Group(*comms[0], {0, 2}).SliceOf(Filled(0, 5), 0), Error);  // 5 rows, 2 members
 }
 
 TEST_P(CommunicatorTest, BarrierReturnsOnlyOnceEveryRankEntered) {

@@ -28,7 +28,7 @@ constexpr milliseconds kPollInterval{20};
 // How long one call to the coordinator waits before the agent asks again: not a bound on
 // anything (rank 0's launcher bounds its own waits and then decides).
 constexpr milliseconds kCoordinatorWait{10000};
-// A worker still running this long after its attempt aborted is killed (as ProcessGroup::StopAll).
+// A worker still running this long after its attempt aborted is killed (as ChildProcesses::StopAll).
 constexpr milliseconds kStopGrace{2000};
 
 std::string FirstLine(const std::string& text) { return text.substr(0, text.find('\n')); }
@@ -78,7 +78,7 @@ class AbortWatch {
 
 // Waits for the worker's exit: passes a stop request on to it, and stops it once the attempt
 // aborts.
-WorkerExit WaitForExit(ProcessGroup& child, const AbortWatch& watch, const WorkerArgs& worker) {
+WorkerExit WaitForExit(ChildProcesses& child, const AbortWatch& watch, const WorkerArgs& worker) {
   bool stop_forwarded = false;
   std::optional<Clock::time_point> kill_at;
   while (true) {
@@ -119,7 +119,7 @@ std::vector<std::string> WorkerPrefix() {
 // Runs `worker`'s attempt: starts the worker, waits for its exit, reports it, and returns what
 // the job does next (never kPending).
 JobNext RunAttempt(CoordinatorClient& client, const WorkerArgs& worker) {
-  ProcessGroup child;
+  ChildProcesses child;
   SpawnWorker(child, worker);
   WorkerExit exit;
   JobNext next;
@@ -138,7 +138,7 @@ JobNext RunAttempt(CoordinatorClient& client, const WorkerArgs& worker) {
 
 }  // namespace
 
-void SpawnWorker(ProcessGroup& group, const WorkerArgs& worker) {
+void SpawnWorker(ChildProcesses& group, const WorkerArgs& worker) {
   const std::vector<std::string> command = {SelfExecutable(), "--log-level",
                                             worker.log_level, "worker",
                                             "--coordinator",  worker.coordinator,

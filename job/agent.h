@@ -25,7 +25,7 @@
 namespace baton {
 
 // Starts `worker.rank`'s worker of `worker.attempt` as a child in `group`.
-void SpawnWorker(ProcessGroup& group, const WorkerArgs& worker);
+void SpawnWorker(ChildProcesses& group, const WorkerArgs& worker);
 
 // Runs `worker.rank`'s agent from attempt 0 until the job ends (see above); returns the process
 // exit code. Stop signals (core/stop_signals.h) go on to the worker. Call it from the thread that

@@ -16,9 +16,9 @@ extern char** environ;
 
 namespace baton {
 
-ProcessGroup::~ProcessGroup() { StopAll(); }
+ChildProcesses::~ChildProcesses() { StopAll(); }
 
-void ProcessGroup::Spawn(int rank, const std::vector<std::string>& argv,
+void ChildProcesses::Spawn(int rank, const std::vector<std::string>& argv,
                          const std::vector<std::string>& env) {
   BATON_CHECK(!argv.empty(), "empty command line");
   // Build everything before fork: the child may only call async-signal-safe functions.
@@ -43,7 +43,7 @@ void ProcessGroup::Spawn(int rank, const std::vector<std::string>& argv,
   children_[pid] = rank;
 }
 
-std::optional<WorkerExit> ProcessGroup::Poll() {
+std::optional<WorkerExit> ChildProcesses::Poll() {
   for (auto it = children_.begin(); it != children_.end(); ++it) {
     int status = 0;
     const pid_t r = waitpid(it->first, &status, WNOHANG);
@@ -59,18 +59,18 @@ std::optional<WorkerExit> ProcessGroup::Poll() {
   return std::nullopt;
 }
 
-pid_t ProcessGroup::pid(int rank) const {
+pid_t ChildProcesses::pid(int rank) const {
   for (const auto& [pid, r] : children_) {
     if (r == rank) return pid;
   }
   return -1;
 }
 
-void ProcessGroup::SignalAll(int signal) {
+void ChildProcesses::SignalAll(int signal) {
   for (const auto& [pid, index] : children_) kill(pid, signal);
 }
 
-void ProcessGroup::StopAll(std::chrono::milliseconds grace) {
+void ChildProcesses::StopAll(std::chrono::milliseconds grace) {
   for (const auto& [pid, index] : children_) kill(pid, SIGTERM);
   const auto deadline = Clock::now() + grace;
   while (!children_.empty() && Clock::now() < deadline) {

@@ -18,12 +18,12 @@
 
 namespace baton {
 
-class ProcessGroup {
+class ChildProcesses {
  public:
-  ProcessGroup() = default;
-  ~ProcessGroup();  // StopAll()
-  ProcessGroup(const ProcessGroup&) = delete;
-  ProcessGroup& operator=(const ProcessGroup&) = delete;
+  ChildProcesses() = default;
+  ~ChildProcesses();  // StopAll()
+  ChildProcesses(const ChildProcesses&) = delete;
+  ChildProcesses& operator=(const ChildProcesses&) = delete;
 
   // Starts argv[0] with argv and the current environment plus `env` (KEY=VALUE entries), as
   // `rank`'s worker.

@@ -63,7 +63,8 @@ void SaveCheckpoint(const Plan& plan, const Launch& launch, int rank, Coordinato
   const auto timeout = plan.timeouts.checkpoint;
   CheckpointWriter writer(CheckpointsRoot(config.output.dir));
   const auto key = [&](int r) { return fmt::format("ckpt/{}/{}/{}", launch.attempt, step, r); };
-  const bool writes = plan.ReplicaOf(rank) == 0 && plan.TensorOf(rank) == 0;
+  const ParallelLayout layout = plan.layout();
+  const bool writes = layout.ReplicaOf(rank) == 0 && layout.TensorOf(rank) == 0;
   // Under ZeRO-1 or with tensor ranks layer by layer, one layer's gathered or whole state held
   // at a time (Trainer::CheckpointLayers, through which the memory planner books the same).
   std::vector<CheckpointFileEntry> entries;
@@ -76,9 +77,9 @@ void SaveCheckpoint(const Plan& plan, const Launch& launch, int rank, Coordinato
   if (writes) client.KvSet(key(rank), EncodeFileEntries(entries));
   if (rank == 0) {
     std::vector<CheckpointFileEntry> all;
-    for (int stage = 0; stage < plan.num_stages(); ++stage) {  // replica 0 writes the files
+    for (int writer_rank : layout.GroupOf(Axis::kPipeline, 0)) {  // replica 0 writes the files
       std::vector<CheckpointFileEntry> entries =
-          DecodeFileEntries(client.KvGet(key(plan.WorldRank(stage, 0)), timeout));
+          DecodeFileEntries(client.KvGet(key(writer_rank), timeout));
       all.insert(all.end(), entries.begin(), entries.end());
     }
     TrainingState state;
@@ -182,17 +183,19 @@ int64_t LoadInitialState(const Plan& plan, const Launch& launch, Trainer& traine
   return 1;
 }
 
-// Who a world rank is in reports: its stage, and its replica when the job has several.
-void SetPlace(const Plan& plan, int rank, WorkerReport& report) {
-  report.stage = plan.StageOf(rank);
-  report.replica = plan.num_replicas() > 1 ? plan.ReplicaOf(rank) : -1;
-  report.tensor = plan.num_tensor() > 1 ? plan.TensorOf(rank) : -1;
+// Who a world rank is in reports: its stage, and its replica and tensor rank when the job has
+// several.
+void SetPlace(const ParallelLayout& layout, int rank, WorkerReport& report) {
+  const Coordinates at = layout.At(rank);
+  report.stage = at.stage;
+  report.replica = layout.replicas() > 1 ? at.replica : -1;
+  report.tensor = layout.tensor() > 1 ? at.tensor : -1;
 }
 
 WorkerReport StepReport(const Plan& plan, int rank, const StepRecord& record, bool holds_head,
                         const MemoryLedger& ledger) {
   WorkerReport report;
-  SetPlace(plan, rank, report);
+  SetPlace(plan.layout(), rank, report);
   report.step = record.step;
   if (holds_head) report.loss = record.loss;
   report.metrics = {{"lr", record.lr},
@@ -215,7 +218,7 @@ WorkerReport StepReport(const Plan& plan, int rank, const StepRecord& record, bo
 
 // Gloo over TCP for CPU stages; NCCL for GPU stages, set up for the links and groups this
 // rank's step uses (its pipeline neighbours, the stages holding a tied parameter's copies, and
-// its stage's replicas). Ranks are world ranks: replica * stages + stage.
+// its stage's replicas). Ranks are world ranks (plan/parallel_layout.h).
 std::shared_ptr<Communicator> MakeCommunicator(const WorkerArgs& args, const Plan& plan,
                                                const Launch& launch, Device device, KvStore& store,
                                                Backend& backend, Allocator& host_allocator) {
@@ -389,9 +392,8 @@ int RunWorker(const WorkerArgs& args) {
   const std::string job_id = EnvOr(args.job_id, "BATON_JOB_ID");
   std::unique_ptr<CoordinatorClient> client;
   BlockedState blocked;
-  int stage = args.rank;  // until the plan says otherwise (replicas)
-  int replica = -1;
-  int tensor = -1;
+  WorkerReport place;       // the rank's place in every report: its stage, replica and tensor rank
+  place.stage = args.rank;  // until the plan says otherwise
   try {
     // Hundreds of workers starting at once on few cores take a while to reach the coordinator.
     CoordinatorClientOptions client_options;
@@ -412,20 +414,14 @@ int RunWorker(const WorkerArgs& args) {
                 "started for attempt {}, this worker got the plan of attempt {}", args.attempt,
                 launch.attempt);
     {  // the stage, and the replica and tensor rank when there are several, from here on
-      stage = plan.StageOf(args.rank);
-      const std::string place = plan.PlaceOf(args.rank);
-      SetupLogging(place, args.log_level);
-      SetErrorContext(place);
-      if (plan.num_replicas() > 1) replica = plan.ReplicaOf(args.rank);
-      if (plan.num_tensor() > 1) tensor = plan.TensorOf(args.rank);
+      SetPlace(plan.layout(), args.rank, place);
+      SetupLogging(plan.layout().Place(args.rank), args.log_level);
+      SetErrorContext(plan.layout().Place(args.rank));
     }
     client->Watch();
     client->StartHeartbeat(plan.timeouts.heartbeat_interval);
     TrainRank(args, *client, plan, launch, blocked);
-    WorkerReport done;
-    done.stage = stage;
-    done.replica = replica;
-    done.tensor = tensor;
+    WorkerReport done = place;
     done.status = WorkerStatus::kDone;
     client->Report(done);
     return 0;
@@ -433,10 +429,7 @@ int RunWorker(const WorkerArgs& args) {
     spdlog::error("{}", e.what());
     LogOrigin(e);
     if (client) {
-      WorkerReport failed;
-      failed.stage = stage;
-      failed.replica = replica;
-      failed.tensor = tensor;
+      WorkerReport failed = place;
       failed.status = WorkerStatus::kFailed;
       failed.error = ValidUtf8(e.what());  // a std::exception may hold any bytes
       failed.blocked = blocked.action;

@@ -28,22 +28,23 @@ double Metric(const WorkerReport& report, const std::string& key) {
 }  // namespace
 
 std::optional<std::string> TensorGroupsAcrossHosts(const std::vector<RankState>& ranks,
-                                                   int tensor) {
+                                                   const ParallelLayout& layout) {
+  const int tensor = layout.tensor();
   if (tensor <= 1) return std::nullopt;
+  if (static_cast<int>(ranks.size()) != layout.world_size()) return std::nullopt;
   for (const RankState& r : ranks) {
     if (!r.joined) return std::nullopt;
   }
   std::vector<std::string> split;
-  for (size_t first = 0; first + static_cast<size_t>(tensor) <= ranks.size(); first += tensor) {
+  for (const std::vector<int>& group : layout.Groups(Axis::kTensor)) {
     std::vector<std::string> hosts;
-    for (size_t r = first; r < first + static_cast<size_t>(tensor); ++r) {
-      if (std::find(hosts.begin(), hosts.end(), ranks[r].host) == hosts.end()) {
-        hosts.push_back(ranks[r].host);
-      }
+    for (int r : group) {
+      const std::string& host = ranks[static_cast<size_t>(r)].host;
+      if (std::find(hosts.begin(), hosts.end(), host) == hosts.end()) hosts.push_back(host);
     }
     if (hosts.size() > 1) {
       split.push_back(
-          fmt::format("ranks {}-{} on {}", first, first + tensor - 1, fmt::join(hosts, ", ")));
+          fmt::format("ranks {}-{} on {}", group.front(), group.back(), fmt::join(hosts, ", ")));
     }
   }
   if (split.empty()) return std::nullopt;
@@ -54,13 +55,13 @@ std::optional<std::string> TensorGroupsAcrossHosts(const std::vector<RankState>&
       split.size(), fmt::join(split, "; "), tensor, tensor);
 }
 
-JobMonitor::JobMonitor(CoordinatorServer& server, ProcessGroup* children, MonitorOptions options,
+JobMonitor::JobMonitor(CoordinatorServer& server, ChildProcesses* children, MonitorOptions options,
                        MetricsLog* metrics)
     : server_(server),
       children_(children),
       options_(options),
       metrics_(metrics),
-      assembler_(options.world_size, options.head_rank, options.attempt),
+      assembler_(options.layout, options.head_rank, options.attempt),
       log_(spdlog::default_logger()) {}
 
 std::optional<std::string> JobMonitor::Run() {
@@ -80,7 +81,7 @@ std::optional<std::string> JobMonitor::Run() {
     if (!hosts_checked_ &&
         std::all_of(ranks.begin(), ranks.end(), [](const RankState& r) { return r.joined; })) {
       hosts_checked_ = true;
-      if (auto across = TensorGroupsAcrossHosts(ranks, options_.tensor)) log_->warn("{}", *across);
+      if (auto across = TensorGroupsAcrossHosts(ranks, options_.layout)) log_->warn("{}", *across);
     }
     if (auto failure = CheckFailure(ranks)) {
       LogNewSteps(/*flush=*/true);
@@ -88,7 +89,7 @@ std::optional<std::string> JobMonitor::Run() {
     }
     // Done is decided before the last reports are taken: a rank reports its last step before
     // it reports done, so nothing comes after.
-    const bool children_done = children_ == nullptr || exited_ok_ == options_.world_size;
+    const bool children_done = children_ == nullptr || exited_ok_ == options_.layout.world_size();
     const bool done = server_.AllDone() && children_done;
     LogNewSteps(/*flush=*/done);
     if (done) return std::nullopt;
@@ -160,7 +161,8 @@ std::optional<std::string> JobMonitor::DeadChild(std::chrono::milliseconds grace
     if (!failed_.empty()) {
       // A peer's failure can be in before the exit of the worker whose death caused it (it died
       // first, its agent or the launcher saw it later): wait for a cause while others may come.
-      const bool all_exited = exited_ok_ + static_cast<int>(failed_.size()) >= options_.world_size;
+      const bool all_exited =
+          exited_ok_ + static_cast<int>(failed_.size()) >= options_.layout.world_size();
       if (all_exited || CauseExited(server_.Ranks()) || Clock::now() >= deadline) {
         return DescribeDeadChild();
       }
@@ -185,13 +187,13 @@ std::string JobMonitor::DescribeDeadChild() {
       const auto exit = std::find_if(failed_.begin(), failed_.end(),
                                      [&](const WorkerExit& e) { return e.rank == first->rank; });
       const std::string how = exit == failed_.end() ? "still exiting" : exit->Describe();
-      return fmt::format("{} failed ({}): {}\n{}", Who(first->rank), how, first->report.error,
-                         RankTable(ranks));
+      return fmt::format("{} failed ({}): {}\n{}", options_.layout.Who(first->rank), how,
+                         first->report.error, RankTable(ranks));
     }
   }
   if (const RankState* r = ReportedFailure(ranks, cause->rank)) {
-    return fmt::format("{} failed ({}): {}\n{}", Who(r->rank), cause->Describe(), r->report.error,
-                       RankTable(ranks));
+    return fmt::format("{} failed ({}): {}\n{}", options_.layout.Who(r->rank), cause->Describe(),
+                       r->report.error, RankTable(ranks));
   }
   std::string doing = "not started";
   for (const RankState& r : ranks) {
@@ -199,50 +201,19 @@ std::string JobMonitor::DescribeDeadChild() {
     doing = r.report.blocked ? "blocked on " + r.report.blocked->ToString()
                              : fmt::format("last finished step {}", r.report.step);
   }
-  return fmt::format("{} worker process {} ({})\n{}", Who(cause->rank), cause->Describe(), doing,
-                     RankTable(ranks));
+  return fmt::format("{} worker process {} ({})\n{}", options_.layout.Who(cause->rank),
+                     cause->Describe(), doing, RankTable(ranks));
 }
 
 std::string JobMonitor::RankTable(const std::vector<RankState>& ranks) const {
   return FormatRankTable(ranks, exits_);
 }
 
-int JobMonitor::tensor() const { return std::max(1, options_.tensor); }
-
-int JobMonitor::stages() const {
-  return options_.stages > 0 ? options_.stages : options_.world_size / tensor();
-}
-
-JobMonitor::Place JobMonitor::PlaceOf(int rank) const {
-  return {rank / tensor() % stages(), rank / tensor() / stages(), rank % tensor()};
-}
-
-int JobMonitor::num_replicas() const {
-  return std::max(1, options_.world_size / (tensor() * stages()));
-}
-
-std::string JobMonitor::Who(int rank) const {
-  const Place p = PlaceOf(rank);
-  std::string who = fmt::format("stage {}", p.stage);
-  if (num_replicas() > 1) who += fmt::format(" replica {}", p.replica);
-  if (options_.tensor > 1) who += fmt::format(" tensor {}", p.tensor);
-  if (num_replicas() > 1 || options_.tensor > 1) who += fmt::format(" (rank {})", rank);
-  return who;
-}
-
-std::string JobMonitor::ShortPlace(int rank) const {
-  const Place p = PlaceOf(rank);
-  std::string place = fmt::format("s{}", p.stage);
-  if (num_replicas() > 1) place += fmt::format("r{}", p.replica);
-  if (options_.tensor > 1) place += fmt::format("t{}", p.tensor);
-  return place;
-}
-
 std::optional<std::string> JobMonitor::CheckFailure(const std::vector<RankState>& ranks) {
   if (auto dead = DeadChild(std::chrono::milliseconds(0))) {
     // In at once only if it names a cause (or every worker is gone); else wait for one below.
     if (CauseExited(server_.Ranks()) ||
-        exited_ok_ + static_cast<int>(failed_.size()) >= options_.world_size) {
+        exited_ok_ + static_cast<int>(failed_.size()) >= options_.layout.world_size()) {
       return dead;
     }
   }
@@ -253,8 +224,8 @@ std::optional<std::string> JobMonitor::CheckFailure(const std::vector<RankState>
     if (first == nullptr && r.has_report && r.report.status == WorkerStatus::kFailed) first = &r;
   }
   if (first != nullptr) {
-    failure =
-        fmt::format("{} failed: {}\n{}", Who(first->rank), first->report.error, RankTable(ranks));
+    failure = fmt::format("{} failed: {}\n{}", options_.layout.Who(first->rank),
+                          first->report.error, RankTable(ranks));
   }
   if (!failure && server_.aborted()) {
     failure = fmt::format("job aborted: {}\n{}", server_.abort_reason(), RankTable(ranks));
@@ -298,7 +269,7 @@ void JobMonitor::MaybePrintProgress(const JobStep& job_step) {
   for (const auto& [rank, peaks] : job_step.memory_peak) {
     const auto total = peaks.find("total");
     if (total == peaks.end()) continue;
-    memory += fmt::format(" {}={}", ShortPlace(rank), CompactBytes(total->second));
+    memory += fmt::format(" {}={}", options_.layout.ShortPlace(rank), CompactBytes(total->second));
   }
   const std::string eval_part = evaluated ? fmt::format(" | eval {:.4f}", eval->second) : "";
   log_->info(

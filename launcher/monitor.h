@@ -19,14 +19,13 @@
 #include "core/units.h"
 #include "job/process.h"
 #include "launcher/step_metrics.h"
+#include "plan/parallel_layout.h"
 
 namespace baton {
 
 struct MonitorOptions {
-  int world_size = 1;  // every rank of the job: stages x tensor ranks x replicas
-  int stages = 0;      // of one pipeline; 0: world_size / tensor
-  int tensor = 1;  // tensor ranks per stage (world rank = (replica * stages + stage) * tensor + t)
-  int head_rank = 0;  // the rank whose reports carry the loss
+  ParallelLayout layout;  // every rank of the job: stages x tensor ranks x replicas
+  int head_rank = 0;      // the rank whose reports carry the loss
   int64_t total_steps = 0;
   int64_t log_every = 10;
   int attempt = 0;  // restarts so far (--max-restarts), recorded with every step
@@ -35,17 +34,18 @@ struct MonitorOptions {
   std::chrono::milliseconds cause_wait{2000};
 };
 
-// Tensor parallelism's groups are consecutive ranks (`tensor` of them, Plan::WorldRank), and
-// they sum activations every layer and micro-batch: they belong on one node. Once every rank has
-// joined, the groups whose ranks report different hosts, as a warning naming them and the hosts;
-// nullopt when each group is on one host (or tensor is 1, or a rank has not joined).
-std::optional<std::string> TensorGroupsAcrossHosts(const std::vector<RankState>& ranks, int tensor);
+// Tensor parallelism's groups are consecutive ranks (ParallelLayout), and they sum activations
+// every layer and micro-batch: they belong on one node. Once every rank has joined, the groups
+// whose ranks report different hosts, as a warning naming them and the hosts; nullopt when each
+// group is on one host (or the layout has no tensor ranks, or a rank has not joined).
+std::optional<std::string> TensorGroupsAcrossHosts(const std::vector<RankState>& ranks,
+                                                   const ParallelLayout& layout);
 
 class JobMonitor {
  public:
   // `children` may be null (mpirun / srun: the agents report their workers' exits to the
   // coordinator instead); `metrics` may be null (no metrics.jsonl). Both must outlive the monitor.
-  JobMonitor(CoordinatorServer& server, ProcessGroup* children, MonitorOptions options,
+  JobMonitor(CoordinatorServer& server, ChildProcesses* children, MonitorOptions options,
              MetricsLog* metrics);
 
   // Blocks until every worker is done (returns nullopt) or the job fails (returns what failed,
@@ -61,18 +61,6 @@ class JobMonitor {
   void LogNewSteps(bool flush);
   void LogStep(const JobStep& step);
   void MaybePrintProgress(const JobStep& step);
-  // "stage 1", or "stage 1 replica 0 (rank 1)" when the job has data-parallel replicas,
-  // "stage 1 tensor 1 (rank 3)" with tensor ranks, "stage 1 replica 0 tensor 1 (rank 3)" both.
-  std::string Who(int rank) const;
-  // A rank's place, as the progress line's peaks name it: "s1", "s1r0", "s1t1", "s1r0t1".
-  std::string ShortPlace(int rank) const;
-  struct Place {
-    int stage, replica, tensor;
-  };
-  Place PlaceOf(int rank) const;
-  int tensor() const;  // options_' tensor ranks per stage, at least 1
-  int stages() const;  // options_' stages of one pipeline
-  int num_replicas() const;
   std::optional<std::string> CheckFailure(const std::vector<RankState>& ranks);
   // The worker exits that name the job's failure, described, once one of them is a cause (killed
   // by a signal, or died without reporting an error), every worker has exited, or `grace` is
@@ -87,7 +75,7 @@ class JobMonitor {
   std::vector<WorkerExit> NewExits();
 
   CoordinatorServer& server_;
-  ProcessGroup* children_;
+  ChildProcesses* children_;
   MonitorOptions options_;
   MetricsLog* metrics_;
   StepAssembler assembler_;

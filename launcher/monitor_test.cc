@@ -48,7 +48,7 @@ class MonitorTest : public ::testing::Test {
   }
   std::string Failure(milliseconds cause_wait = MonitorOptions().cause_wait) {
     MonitorOptions options;
-    options.world_size = 2;
+    options.layout = ParallelLayout(/*stages=*/2, /*tensor=*/1, /*replicas=*/1);
     options.cause_wait = cause_wait;
     JobMonitor monitor(server_, nullptr, options, nullptr);
     std::optional<std::string> failure = monitor.Run();
@@ -121,17 +121,21 @@ TEST(TensorGroupHostsTest, GroupsSplitAcrossHostsAreNamedOnceEveryRankHasJoined)
     ranks[static_cast<size_t>(r)].joined = true;
     ranks[static_cast<size_t>(r)].host = hosts[r];
   }
-  const std::optional<std::string> warning = TensorGroupsAcrossHosts(ranks, 2);
+  const std::optional<std::string> warning =
+      TensorGroupsAcrossHosts(ranks, ParallelLayout(2, 2, 1));
   ASSERT_TRUE(warning.has_value());
   EXPECT_NE(warning->find("1 of the job's tensor-parallel groups span hosts (ranks 2-3 on a, b)"),
             std::string::npos)
       << *warning;
-  EXPECT_FALSE(TensorGroupsAcrossHosts(ranks, 1).has_value());  // no tensor groups
+  EXPECT_FALSE(
+      TensorGroupsAcrossHosts(ranks, ParallelLayout(4, 1, 1)).has_value());  // no tensor groups
   ranks[3].host = "a";
-  EXPECT_FALSE(TensorGroupsAcrossHosts(ranks, 2).has_value());  // each group on one host
+  EXPECT_FALSE(TensorGroupsAcrossHosts(ranks, ParallelLayout(2, 2, 1))
+                   .has_value());  // each group on one host
   ranks[3].host = "b";
   ranks[1].joined = false;
-  EXPECT_FALSE(TensorGroupsAcrossHosts(ranks, 2).has_value());  // not every rank is known yet
+  EXPECT_FALSE(TensorGroupsAcrossHosts(ranks, ParallelLayout(2, 2, 1))
+                   .has_value());  // not every rank is known yet
 }
 
 }  // namespace

@@ -44,7 +44,7 @@ std::string ChromeTrace(const Plan& plan, const std::vector<RankResult>& results
                       {"ph", "M"},
                       {"pid", 0},
                       {"tid", r.rank},
-                      {"args", {{"name", plan.PlaceOf(r.rank)}}}});
+                      {"args", {{"name", plan.layout().Place(r.rank)}}}});
     for (const StepTrace& step : r.trace) {
       for (const TraceSpan& span : step.spans) {
         json args = {{"step", step.step}};

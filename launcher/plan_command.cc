@@ -90,15 +90,17 @@ int PlanCommand(const PlanOptions& options, std::ostream& out) {
               {"memory_budget", plan.memory_budget},
               {"partition_bound", plan.partition_bound},
               {"stages", json::array()}};
-    for (int r = 0; r < plan.world_size(); ++r) {
+    const ParallelLayout layout = plan.layout();
+    for (int r = 0; r < layout.world_size(); ++r) {
+      const Coordinates at = layout.At(r);
       json chunks = json::array();
-      for (const LayerRange& c : plan.ChunkRanges(plan.StageOf(r))) {
+      for (const LayerRange& c : plan.ChunkRanges(at.stage)) {
         chunks.push_back({c.first, c.last});
       }
       j["stages"].push_back(
-          {{"stage", plan.StageOf(r)},
-           {"replica", plan.ReplicaOf(r)},
-           {"tensor", plan.TensorOf(r)},
+          {{"stage", at.stage},
+           {"replica", at.replica},
+           {"tensor", at.tensor},
            {"rank", r},
            {"layers", {chunks.front()[0], chunks.back()[1]}},
            {"chunks", chunks},

@@ -40,25 +40,26 @@ json BuildReport(const Plan& plan, const std::vector<RankResult>& results,
   json stages = json::array();
   json job_peak = json::object();
   double wall_s = 0;
+  const ParallelLayout layout = plan.layout();
   for (const RankResult& r : results) {
-    const int replica = plan.ReplicaOf(r.rank);
-    if (replica == 0) {
+    const Coordinates at = layout.At(r.rank);
+    if (at.replica == 0) {
       digests.insert(digests.end(), r.digests.begin(), r.digests.end());
     } else {
       // Every replica takes the identical step: its layers must hold replica 0's bits.
-      const RankResult& first = results.at(
-          static_cast<size_t>(plan.WorldRank(plan.StageOf(r.rank), 0, plan.TensorOf(r.rank))));
+      const RankResult& first =
+          results.at(static_cast<size_t>(layout.GroupOf(Axis::kData, r.rank).front()));
       BATON_CHECK(r.digests == first.digests,
                   "replica {} of stage {} ends with parameters that differ from replica 0's: the "
                   "replicas diverged (a bug; please report it with this run's config)",
-                  replica, plan.StageOf(r.rank));
+                  at.replica, at.stage);
     }
     const double stage_wall = r.wall_s;
     const double busy = stage_wall > 0 ? r.compute_s / stage_wall : 0.0;
-    const std::vector<LayerRange> ranges = plan.ChunkRanges(plan.StageOf(r.rank));
+    const std::vector<LayerRange> ranges = plan.ChunkRanges(at.stage);
     json chunks = json::array();
     for (const LayerRange& range : ranges) chunks.push_back({range.first, range.last});
-    json stage = {{"stage", plan.StageOf(r.rank)},
+    json stage = {{"stage", at.stage},
                   {"layers", {ranges.front().first, ranges.back().last}},
                   {"chunks", chunks},
                   {"memory",
@@ -66,9 +67,9 @@ json BuildReport(const Plan& plan, const std::vector<RankResult>& results,
                     {"predicted", MemoryJson(predicted.at(static_cast<size_t>(r.rank)).peak)}}},
                   {"busy_fraction", busy},
                   {"bubble_fraction", 1.0 - busy}};
-    if (plan.num_replicas() > 1) stage["replica"] = replica;
-    if (plan.num_tensor() > 1) stage["tensor"] = plan.TensorOf(r.rank);
-    if (plan.num_replicas() > 1 || plan.num_tensor() > 1) stage["rank"] = r.rank;
+    if (layout.replicas() > 1) stage["replica"] = at.replica;
+    if (layout.tensor() > 1) stage["tensor"] = at.tensor;
+    if (layout.replicas() > 1 || layout.tensor() > 1) stage["rank"] = r.rank;
     stages.push_back(stage);
     for (const auto& [key, bytes] : MemoryEntries(r.memory_peak)) {
       job_peak[key] = std::max(job_peak.value(key, int64_t{0}), bytes);

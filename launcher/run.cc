@@ -91,11 +91,9 @@ int Finish(const Plan& plan, const std::string& address, const std::string& toke
 
 MonitorOptions MonitorOptionsFor(const Plan& plan, int attempt) {
   MonitorOptions m;
-  m.world_size = plan.world_size();
-  m.stages = plan.num_stages();
-  m.tensor = plan.num_tensor();
+  m.layout = plan.layout();
   // Replica 0's head at tensor rank 0: every replica's head (every tensor rank) has the loss.
-  m.head_rank = plan.WorldRank(plan.head_stage(), 0, 0);
+  m.head_rank = m.layout.WorldRank({.stage = plan.head_stage()});
   m.total_steps = plan.config.train.steps;
   m.log_every = plan.config.train.log_every;
   m.attempt = attempt;
@@ -103,7 +101,7 @@ MonitorOptions MonitorOptionsFor(const Plan& plan, int attempt) {
 }
 
 // Runs one attempt's monitor and adds its steps to `run_steps`.
-std::optional<std::string> MonitorAttempt(CoordinatorServer& server, ProcessGroup* children,
+std::optional<std::string> MonitorAttempt(CoordinatorServer& server, ChildProcesses* children,
                                           const Plan& plan, int attempt, MetricsLog& metrics,
                                           RunSteps& run_steps) {
   JobMonitor monitor(server, children, MonitorOptionsFor(plan, attempt), &metrics);
@@ -143,7 +141,7 @@ std::string RestartPoint(const Plan& plan, const std::string& previous) {
   }
 }
 
-void SpawnWorkers(ProcessGroup& children, const Plan& plan, const RunOptions& options,
+void SpawnWorkers(ChildProcesses& children, const Plan& plan, const RunOptions& options,
                   const std::string& address, const std::string& token, const std::string& job_id,
                   int attempt) {
   for (int r = 0; r < plan.world_size(); ++r) {
@@ -277,7 +275,7 @@ std::unique_ptr<MetricsLog> OpenMetrics(const Plan& plan, const RunOptions& opti
 // How a launch mode runs one attempt's workers.
 struct Supervision {
   std::function<void(int attempt)> start;  // starts its workers (local); agents start their own
-  ProcessGroup* children = nullptr;        // the local workers, watched by the monitor; or null
+  ChildProcesses* children = nullptr;        // the local workers, watched by the monitor; or null
   // After the attempt failed and the workers were told to abort: stops them, adding to `failure`
   // what went wrong on the way; false when the job cannot restart whatever --max-restarts says.
   std::function<bool(std::string& failure)> stop;
@@ -313,7 +311,7 @@ int RunLocal(const Plan& planned, const RunOptions& options, const std::string& 
   spdlog::info("coordinator on {}", server.address());
 
   RunSteps run_steps;
-  ProcessGroup children;
+  ChildProcesses children;
   Supervision local;
   local.start = [&](int attempt) {
     SpawnWorkers(children, plan, options, server.address(), token, job_id, attempt);

@@ -36,8 +36,8 @@ std::string IsoUtc(std::chrono::system_clock::time_point time) {
 
 }  // namespace
 
-StepAssembler::StepAssembler(int world_size, int head_rank, int attempt)
-    : world_size_(world_size), head_rank_(head_rank), attempt_(attempt) {}
+StepAssembler::StepAssembler(const ParallelLayout& layout, int head_rank, int attempt)
+    : layout_(layout), head_rank_(head_rank), attempt_(attempt) {}
 
 std::vector<JobStep> StepAssembler::Add(const std::vector<WorkerReport>& reports) {
   for (const WorkerReport& r : reports) {
@@ -45,10 +45,7 @@ std::vector<JobStep> StepAssembler::Add(const std::vector<WorkerReport>& reports
     p.step.step = r.step;
     p.step.attempt = attempt_;
     p.step.memory_peak[r.rank] = r.memory_peak;
-    std::string key = fmt::format("stage{}", r.replica >= 0 || r.tensor >= 0 ? r.stage : r.rank);
-    if (r.replica >= 0) key += fmt::format("_replica{}", r.replica);
-    if (r.tensor >= 0) key += fmt::format("_tensor{}", r.tensor);
-    p.step.rank_keys[r.rank] = key;
+    p.step.rank_keys[r.rank] = layout_.MetricsKey(r.rank);
     p.reported.insert(r.rank);
     if (r.rank == head_rank_) {
       p.step.head = r;
@@ -59,7 +56,7 @@ std::vector<JobStep> StepAssembler::Add(const std::vector<WorkerReport>& reports
   std::vector<JobStep> complete;
   while (!pending_.empty()) {
     Pending& first = pending_.begin()->second;
-    if (!first.has_head || static_cast<int>(first.reported.size()) < world_size_) break;
+    if (!first.has_head || static_cast<int>(first.reported.size()) < layout_.world_size()) break;
     complete.push_back(std::move(first.step));
     pending_.erase(pending_.begin());
   }

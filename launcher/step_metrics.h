@@ -19,6 +19,7 @@
 #include "coordinator/coordinator_types.h"
 #include "core/units.h"
 #include "launcher/tensorboard.h"
+#include "plan/parallel_layout.h"
 
 namespace baton {
 
@@ -39,7 +40,8 @@ struct JobStep {
 // Not thread-safe.
 class StepAssembler {
  public:
-  StepAssembler(int world_size, int head_rank, int attempt);
+  // `layout`: the job's ranks (each step waits for all of them) and their metrics keys.
+  StepAssembler(const ParallelLayout& layout, int head_rank, int attempt);
 
   // Adds reports; returns the steps they completed, in order.
   std::vector<JobStep> Add(const std::vector<WorkerReport>& reports);
@@ -53,7 +55,7 @@ class StepAssembler {
     bool has_head = false;
     std::set<int> reported;  // ranks
   };
-  int world_size_;
+  ParallelLayout layout_;
   int head_rank_;
   int attempt_;
   std::map<int64_t, Pending> pending_;  // by step

@@ -39,7 +39,7 @@ std::vector<std::string> Lines(const std::string& path) {
 }
 
 TEST(StepAssemblerTest, AStepIsCompleteOnceEveryRankReportedItAndStepsComeOutInOrder) {
-  StepAssembler assembler(/*world_size=*/2, /*head_rank=*/1, /*attempt=*/3);
+  StepAssembler assembler(ParallelLayout(/*stages=*/2, 1, 1), /*head_rank=*/1, /*attempt=*/3);
   EXPECT_TRUE(assembler.Add({StepOf(1, 1), StepOf(1, 2)}).empty());  // rank 0 has not reported
   const std::vector<JobStep> done = assembler.Add({StepOf(0, 1), StepOf(0, 2), StepOf(0, 3)});
   ASSERT_EQ(done.size(), 2u);
@@ -54,7 +54,7 @@ TEST(StepAssemblerTest, AStepIsCompleteOnceEveryRankReportedItAndStepsComeOutInO
 }
 
 TEST(StepAssemblerTest, FlushGivesTheHeadsStepsThatAPeerNeverReported) {
-  StepAssembler assembler(2, 1, 0);
+  StepAssembler assembler(ParallelLayout(2, 1, 1), 1, 0);
   EXPECT_TRUE(assembler.Add({StepOf(0, 1), StepOf(1, 1), StepOf(1, 2)}).size() == 1u);
   const std::vector<JobStep> flushed = assembler.Flush();
   ASSERT_EQ(flushed.size(), 1u);
@@ -64,7 +64,7 @@ TEST(StepAssemblerTest, FlushGivesTheHeadsStepsThatAPeerNeverReported) {
 }
 
 TEST(StepMetricsTest, ReportStepHasTheReportsKeys) {
-  StepAssembler assembler(2, 1, 0);
+  StepAssembler assembler(ParallelLayout(2, 1, 1), 1, 0);
   const JobStep step = assembler.Add({StepOf(0, 4), StepOf(1, 4)}).at(0);
   const nlohmann::json j = ReportStepJson(step);
   for (const char* key : {"step", "loss", "lr", "grad_norm", "tokens_per_s", "loss_scale",
@@ -79,7 +79,7 @@ TEST(StepMetricsTest, ReportStepHasTheReportsKeys) {
 }
 
 TEST(StepMetricsTest, MetricsLineCarriesTimeElapsedAttemptAndEveryStagesMemory) {
-  StepAssembler assembler(2, 1, 2);
+  StepAssembler assembler(ParallelLayout(2, 1, 1), 1, 2);
   const JobStep step = assembler.Add({StepOf(0, 7), StepOf(1, 7)}).at(0);
   const auto time = std::chrono::system_clock::time_point(std::chrono::milliseconds(1700000000123));
   const nlohmann::json j = MetricsLine(step, time, 12.5);
@@ -95,7 +95,7 @@ TEST(StepMetricsTest, MetricsLineCarriesTimeElapsedAttemptAndEveryStagesMemory) 
 TEST(StepMetricsTest, WithReplicasEachRankIsKeyedByStageAndReplica) {
   // 1 stage x 2 replicas: rank 1 is stage 0 of replica 1; the head (rank 0) reports the loss and
   // its all-reduce time.
-  StepAssembler assembler(2, 0, 0);
+  StepAssembler assembler(ParallelLayout(/*stages=*/1, /*tensor=*/1, /*replicas=*/2), 0, 0);
   WorkerReport head = StepOf(1, 5);
   head.rank = 0;
   head.stage = 0;
@@ -116,7 +116,7 @@ TEST(StepMetricsTest, WithReplicasEachRankIsKeyedByStageAndReplica) {
 TEST(MetricsLogTest, EachStepIsOnDiskAtOnceAndAResumeAppends) {
   const TempDir temp("baton-metrics-log");
   const std::string dir = temp.path();
-  StepAssembler assembler(2, 1, 0);
+  StepAssembler assembler(ParallelLayout(2, 1, 1), 1, 0);
   const std::vector<JobStep> steps =
       assembler.Add({StepOf(0, 1), StepOf(1, 1), StepOf(0, 2), StepOf(1, 2)});
   {

@@ -29,64 +29,42 @@ MicroBatchShape Plan::micro_batch_shape() const {
   return shape;
 }
 
-std::string Plan::PlaceOf(int world_rank) const {
-  std::string place = fmt::format("stage {}", StageOf(world_rank));
-  if (num_replicas() > 1) place += fmt::format(" replica {}", ReplicaOf(world_rank));
-  if (num_tensor() > 1) place += fmt::format(" tensor {}", TensorOf(world_rank));
-  return place;
-}
-
-std::vector<int> Plan::PipelineGroup(int world_rank) const {
-  std::vector<int> group;
-  for (int s = 0; s < num_stages(); ++s) {
-    group.push_back(WorldRank(s, ReplicaOf(world_rank), TensorOf(world_rank)));
-  }
-  return group;
-}
-
-std::vector<int> Plan::ReplicaGroup(int world_rank) const {
-  std::vector<int> group;
-  for (int r = 0; r < num_replicas(); ++r) {
-    group.push_back(WorldRank(StageOf(world_rank), r, TensorOf(world_rank)));
-  }
-  return group;
-}
-
-std::vector<int> Plan::TensorParallelGroup(int world_rank) const {
-  std::vector<int> group;
-  for (int t = 0; t < num_tensor(); ++t) {
-    group.push_back(WorldRank(StageOf(world_rank), ReplicaOf(world_rank), t));
-  }
-  return group;
-}
-
 std::vector<std::vector<int>> Plan::CollectiveGroups(int world_rank) const {
-  const int stage = StageOf(world_rank);
-  const int replica = ReplicaOf(world_rank);
-  const int tensor = TensorOf(world_rank);
+  const ParallelLayout l = layout();
   std::vector<std::vector<int>> groups;
   for (const TiedGroup& group : tied) {
-    const bool member =
-        std::find(group.stages.begin(), group.stages.end(), stage) != group.stages.end();
-    if (!member || group.stages.size() < 2) continue;
-    std::vector<int> ranks;
-    for (int s : group.stages) ranks.push_back(WorldRank(s, replica, tensor));
-    groups.push_back(ranks);
+    std::vector<int> ranks = TiedRanks(group, world_rank);
+    if (ranks.size() >= 2) groups.push_back(std::move(ranks));
   }
-  if (num_replicas() > 1) groups.push_back(ReplicaGroup(world_rank));
-  if (num_tensor() > 1) groups.push_back(TensorParallelGroup(world_rank));
+  if (l.replicas() > 1) groups.push_back(l.GroupOf(Axis::kData, world_rank));
+  if (l.tensor() > 1) groups.push_back(l.GroupOf(Axis::kTensor, world_rank));
   return groups;
 }
 
+std::vector<int> Plan::TiedRanks(const TiedGroup& group, int world_rank) const {
+  const ParallelLayout l = layout();
+  Coordinates at = l.At(world_rank);
+  if (std::find(group.stages.begin(), group.stages.end(), at.stage) == group.stages.end()) {
+    return {};
+  }
+  std::vector<int> ranks;
+  for (int s : group.stages) {
+    at.stage = s;
+    ranks.push_back(l.WorldRank(at));
+  }
+  return ranks;
+}
+
 std::vector<int> Plan::Peers(int world_rank) const {
-  const int stage = StageOf(world_rank);
-  const int replica = ReplicaOf(world_rank);
-  const int tensor = TensorOf(world_rank);
-  std::vector<int> peers = {WorldRank((stage + num_stages() - 1) % num_stages(), replica, tensor),
-                            WorldRank((stage + 1) % num_stages(), replica, tensor)};
-  if (num_replicas() > 1 && config.parallel.zero == 1) {
-    // ZeRO-1's reduce-scatter and all-gather are point-to-point between a stage's replicas.
-    for (int peer : ReplicaGroup(world_rank)) peers.push_back(peer);
+  // Its pipeline neighbours, then with ZeRO-1 its stage's replicas (the reduce-scatter and
+  // all-gather are point to point between them).
+  const ParallelLayout l = layout();
+  const std::vector<int> pipeline = l.GroupOf(Axis::kPipeline, world_rank);
+  const int stage = l.StageOf(world_rank);
+  std::vector<int> peers = {pipeline[static_cast<size_t>((stage + l.stages() - 1) % l.stages())],
+                            pipeline[static_cast<size_t>((stage + 1) % l.stages())]};
+  if (l.replicas() > 1 && config.parallel.zero == 1) {
+    for (int peer : l.GroupOf(Axis::kData, world_rank)) peers.push_back(peer);
   }
   std::sort(peers.begin(), peers.end());
   peers.erase(std::unique(peers.begin(), peers.end()), peers.end());

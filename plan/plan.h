@@ -14,6 +14,7 @@
 #include "config/config.h"
 #include "model/cost.h"
 #include "model/graph.h"
+#include "plan/parallel_layout.h"
 #include "scheduler/schedule.h"
 
 namespace baton {
@@ -69,20 +70,13 @@ struct Plan {
   std::string partition_bound = "compute balance";
 
   // The stages of one pipeline: the schedule's rows. Each stage runs on T tensor-parallel ranks
-  // (parallel.tensor), and a job of R data-parallel replicas runs R such pipelines: world rank =
-  // (replica * num_stages() + stage) * T + tensor rank (docs/parallel.md, "Rank layout").
+  // (parallel.tensor), and a job of R data-parallel replicas runs R such pipelines: who each
+  // world rank is, and every group, comes from the layout (plan/parallel_layout.h).
+  ParallelLayout layout() const { return ParallelLayout::Of(config.parallel); }
   int num_stages() const { return config.parallel.stages; }
   int num_replicas() const { return config.parallel.replicas; }
   int num_tensor() const { return config.parallel.tensor; }
-  int world_size() const { return num_stages() * num_replicas() * num_tensor(); }
-  int StageOf(int world_rank) const { return world_rank / num_tensor() % num_stages(); }
-  int ReplicaOf(int world_rank) const { return world_rank / num_tensor() / num_stages(); }
-  int TensorOf(int world_rank) const { return world_rank % num_tensor(); }
-  int WorldRank(int stage, int replica, int tensor = 0) const {
-    return (replica * num_stages() + stage) * num_tensor() + tensor;
-  }
-  // "stage 1", with " replica 0" when there are replicas and " tensor 1" with tensor ranks.
-  std::string PlaceOf(int world_rank) const;
+  int world_size() const { return layout().world_size(); }
   int num_chunks() const { return schedule.chunks; }
   // The stage holding the head (the last virtual stage): p-1, or 0 under the V layout.
   int head_stage() const { return schedule.StageOf(schedule.num_virtual_stages() - 1); }
@@ -90,17 +84,15 @@ struct Plan {
   std::vector<LayerRange> ChunkRanges(int stage) const;
   MicroBatchShape micro_batch_shape() const;
   // The groups and peers of world rank `world_rank`, as world ranks (docs/parallel.md, "Rank
-  // layout"): the workers build their communicators from these and derive none of their own.
-  // Its pipeline: its replica's stages at its tensor rank, stage order.
-  std::vector<int> PipelineGroup(int world_rank) const;
-  // Its stage's replicas at its tensor rank, replica order.
-  std::vector<int> ReplicaGroup(int world_rank) const;
-  // Its stage's tensor-parallel ranks in its replica, tensor order.
-  std::vector<int> TensorParallelGroup(int world_rank) const;
+  // layout"): the workers build their communicators from these and layout()'s groups, and derive
+  // none of their own.
   // Every group of two or more ranks it sums over besides its pipeline: each tied group that
   // spans stages it is one of (in its replica, at its tensor rank), then its replica group, then
   // its tensor group.
   std::vector<std::vector<int>> CollectiveGroups(int world_rank) const;
+  // The world ranks that sum `group`'s gradient with world rank `world_rank`: the group's stages
+  // in its replica at its tensor rank, stage order; empty when its stage holds no copy.
+  std::vector<int> TiedRanks(const TiedGroup& group, int world_rank) const;
   // The ranks it exchanges tensors with point to point, ascending: its pipeline neighbours
   // (stage 0 and the last are neighbours: an interleaved schedule's chunks wrap around), and
   // with ZeRO-1 its stage's other replicas.

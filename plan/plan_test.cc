@@ -26,8 +26,8 @@ Plan TinyPlan(const std::vector<std::string>& overrides) {
 // 3 stages x 2 replicas: world rank = replica * 3 + stage.
 TEST(PlanTest, EveryRankIsToldItsPipelineReplicasAndPeers) {
   const Plan plan = TinyPlan({"parallel.stages=3", "parallel.replicas=2"});
-  EXPECT_THAT(plan.PipelineGroup(4), ElementsAre(3, 4, 5));
-  EXPECT_THAT(plan.ReplicaGroup(4), ElementsAre(1, 4));
+  EXPECT_THAT(plan.layout().GroupOf(Axis::kPipeline, 4), ElementsAre(3, 4, 5));
+  EXPECT_THAT(plan.layout().GroupOf(Axis::kData, 4), ElementsAre(1, 4));
   EXPECT_THAT(plan.Peers(4), ElementsAre(3, 5));
   EXPECT_THAT(plan.Peers(3), ElementsAre(4, 5));  // stage 0's neighbours wrap to the last stage
   // The tied embedding spans stages 0 and 2 (embedding and head), within each replica; then the

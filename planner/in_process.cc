@@ -61,15 +61,17 @@ InProcessResult RunInProcess(const Plan& plan) {
     if (e) std::rethrow_exception(e);
   }
   std::vector<std::pair<int, uint64_t>> digests;
-  for (int s = 0; s < plan.num_stages(); ++s) {    // replica 0's: the others hold the same
-    for (int t = 0; t < plan.num_tensor(); ++t) {  // each tensor rank's parts
-      const InProcessRank& rank = result.ranks[static_cast<size_t>(plan.WorldRank(s, 0, t))];
+  // Replica 0's, each tensor rank's parts (the other replicas hold the same), in stage order.
+  const ParallelLayout layout = plan.layout();
+  for (int first : layout.GroupOf(Axis::kPipeline, 0)) {
+    for (int r : layout.GroupOf(Axis::kTensor, first)) {
+      const InProcessRank& rank = result.ranks[static_cast<size_t>(r)];
       digests.insert(digests.end(), rank.digests.begin(), rank.digests.end());
     }
   }
   result.param_checksum = CombineLayerDigests(digests);
   // The last replica's head (every replica's head has the step's loss).
-  const int head = plan.WorldRank(plan.head_stage(), plan.num_replicas() - 1);
+  const int head = layout.WorldRank({.stage = plan.head_stage(), .replica = layout.replicas() - 1});
   for (const StepRecord& s : result.ranks[static_cast<size_t>(head)].steps) {
     result.losses.push_back(s.loss);
     if (s.eval) result.eval_losses.push_back(s.eval->loss);

@@ -356,7 +356,7 @@ void ExpectReplicasIdentical(const Plan& plan, const InProcessResult& result,
                              const std::string& what) {
   ASSERT_EQ(static_cast<int>(result.ranks.size()), plan.world_size()) << what;
   for (int r = plan.num_stages(); r < plan.world_size(); ++r) {
-    const InProcessRank& first = result.ranks[static_cast<size_t>(plan.StageOf(r))];
+    const InProcessRank& first = result.ranks[static_cast<size_t>(plan.layout().StageOf(r))];
     const InProcessRank& other = result.ranks[static_cast<size_t>(r)];
     EXPECT_FALSE(other.digests.empty()) << what;
     EXPECT_EQ(other.digests, first.digests) << what << ", rank " << r;
@@ -384,7 +384,7 @@ TEST(InProcessReplicaTest, TwoReplicasTrainLikeOneOnTheSameGlobalBatch) {
     ExpectReplicasIdentical(plan, two, stages);
     // Every replica's head reports the whole step's loss.
     for (int r = 0; r < plan.world_size(); ++r) {
-      if (plan.StageOf(r) != plan.num_stages() - 1) continue;
+      if (plan.layout().StageOf(r) != plan.num_stages() - 1) continue;
       EXPECT_EQ(two.ranks[static_cast<size_t>(r)].steps.back().loss, two.losses.back()) << r;
     }
     const InProcessResult again = RunInProcess(plan);

@@ -134,7 +134,9 @@ std::vector<int64_t> RankTotals(const Plan& plan, const std::vector<LayerRange>&
                                 const MemoryPlanOptions& options) {
   std::vector<int64_t> totals;
   for (int s = 0; s < plan.num_stages(); ++s) {  // replica 0's, tensor rank 0's
-    totals.push_back(PredictRank(plan, plan.WorldRank(s, 0), virtual_stages, options).peak.total);
+    totals.push_back(
+        PredictRank(plan, plan.layout().WorldRank({.stage = s}), virtual_stages, options)
+            .peak.total);
   }
   return totals;
 }
@@ -173,7 +175,8 @@ BudgetedPartition PartitionWithinBudget(const Plan& plan, int64_t budget,
     if (inserted) {
       std::vector<LayerRange> cut = plan.virtual_stages;
       cut[static_cast<size_t>(k)] = r;
-      it->second = PredictRank(plan, plan.WorldRank(k, 0), cut, options).peak.total;
+      it->second =
+          PredictRank(plan, plan.layout().WorldRank({.stage = k}), cut, options).peak.total;
     }
     return it->second;
   };
@@ -204,22 +207,24 @@ BudgetedPartition PartitionWithinBudget(const Plan& plan, int64_t budget,
 }
 
 std::string FormatMemoryTable(const Plan& plan, const std::vector<RankMemory>& predicted) {
-  const bool replicas = plan.num_replicas() > 1;
-  const bool tensor = plan.num_tensor() > 1;
+  const ParallelLayout layout = plan.layout();
+  const bool replicas = layout.replicas() > 1;
+  const bool tensor = layout.tensor() > 1;
   std::string out = fmt::format("{:>5} {}{}{:>9}", "stage", replicas ? "replica " : "",
                                 tensor ? "tensor " : "", "layers");
   for (const auto& [key, bytes] : MemoryEntries(MemoryFigures{}))
     out += fmt::format(" {:>12}", key);
   out += fmt::format(" {:>9}\n", "in flight");
   for (int r = 0; r < static_cast<int>(predicted.size()); ++r) {
-    const std::vector<LayerRange> chunks = plan.ChunkRanges(plan.StageOf(r));
+    const Coordinates at = layout.At(r);
+    const std::vector<LayerRange> chunks = plan.ChunkRanges(at.stage);
     std::string layers;
     for (const LayerRange& c : chunks) {
       layers += fmt::format("{}{}-{}", layers.empty() ? "" : ",", c.first, c.last);
     }
-    out += fmt::format("{:>5} {}{}{:>9}", plan.StageOf(r),
-                       replicas ? fmt::format("{:>7} ", plan.ReplicaOf(r)) : "",
-                       tensor ? fmt::format("{:>6} ", plan.TensorOf(r)) : "", layers);
+    out +=
+        fmt::format("{:>5} {}{}{:>9}", at.stage, replicas ? fmt::format("{:>7} ", at.replica) : "",
+                    tensor ? fmt::format("{:>6} ", at.tensor) : "", layers);
     for (const auto& [key, bytes] : MemoryEntries(predicted.at(static_cast<size_t>(r)).peak)) {
       out += fmt::format(" {:>12}", FormatBytes(bytes));
     }

@@ -294,12 +294,12 @@ TEST(MemoryPlannerTest, ReplicasBookTheGradientBucketAndGloosStagingAsComm) {
   ASSERT_EQ(r2.size(), 4u);
   for (int r = 0; r < 4; ++r) {
     const MemoryFigures& peak = r2[static_cast<size_t>(r)].peak;
-    const MemoryFigures& same_stage = r1[static_cast<size_t>(plan.StageOf(r))].peak;
+    const MemoryFigures& same_stage = r1[static_cast<size_t>(plan.layout().StageOf(r))].peak;
     EXPECT_EQ(peak[MemCategory::kComm], 2 * peak[MemCategory::kGrads]) << r;
     EXPECT_EQ(peak[MemCategory::kParams], same_stage[MemCategory::kParams]) << r;
     EXPECT_EQ(peak[MemCategory::kGrads], same_stage[MemCategory::kGrads]) << r;
     EXPECT_EQ(peak[MemCategory::kOptimizer], same_stage[MemCategory::kOptimizer]) << r;
-    EXPECT_EQ(peak.total, r2[static_cast<size_t>(plan.StageOf(r))].peak.total) << r;
+    EXPECT_EQ(peak.total, r2[static_cast<size_t>(plan.layout().StageOf(r))].peak.total) << r;
   }
   // A model larger than a bucket reuses one kGradBucketBytes buffer, plus one staged bucket.
   const Plan small = MakePlan(SmallCpu({"parallel.stages=2", "parallel.replicas=2"}));

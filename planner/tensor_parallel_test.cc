@@ -58,14 +58,15 @@ TEST(TensorParallelTest, RankLayoutPutsTensorRanksInnermost) {
       Gpt({"parallel.stages=2", "parallel.replicas=2", "parallel.tensor=2", "train.steps=1"}));
   ASSERT_EQ(plan.world_size(), 8);
   // world rank = (replica * stages + stage) * tensor ranks + tensor rank
-  EXPECT_EQ(plan.WorldRank(1, 1, 0), 6);
-  EXPECT_EQ(plan.StageOf(6), 1);
-  EXPECT_EQ(plan.ReplicaOf(6), 1);
-  EXPECT_EQ(plan.TensorOf(7), 1);
-  EXPECT_EQ(plan.PlaceOf(7), "stage 1 replica 1 tensor 1");
-  EXPECT_EQ(plan.TensorParallelGroup(5), (std::vector<int>{4, 5}));
-  EXPECT_EQ(plan.PipelineGroup(5), (std::vector<int>{5, 7}));
-  EXPECT_EQ(plan.ReplicaGroup(3), (std::vector<int>{3, 7}));
+  const ParallelLayout layout = plan.layout();
+  EXPECT_EQ(layout.WorldRank({.stage = 1, .replica = 1, .tensor = 0}), 6);
+  EXPECT_EQ(layout.StageOf(6), 1);
+  EXPECT_EQ(layout.ReplicaOf(6), 1);
+  EXPECT_EQ(layout.TensorOf(7), 1);
+  EXPECT_EQ(layout.Place(7), "stage 1 replica 1 tensor 1");
+  EXPECT_EQ(layout.GroupOf(Axis::kTensor, 5), (std::vector<int>{4, 5}));
+  EXPECT_EQ(layout.GroupOf(Axis::kPipeline, 5), (std::vector<int>{5, 7}));
+  EXPECT_EQ(layout.GroupOf(Axis::kData, 3), (std::vector<int>{3, 7}));
   EXPECT_EQ(plan.Peers(5), (std::vector<int>{7}));
   // Its tied embedding (stages 0 and 1 at its tensor rank), its replicas, its tensor group.
   EXPECT_EQ(plan.CollectiveGroups(5), (std::vector<std::vector<int>>{{5, 7}, {1, 5}, {4, 5}}));

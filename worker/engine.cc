@@ -313,7 +313,7 @@ void StageEngine::Forward(const Action& action) {
   Tensor x = AwaitInput(action);
   SetStatus(nullptr, -1);
   const int num_layers = static_cast<int>(chunk.layers.size());
-  const int every = options_.checkpoint_every;
+  const int every = options_.layers_per_segment;
   s.stashes.resize(static_cast<size_t>(num_layers));
   peak_stashed_ = std::max(peak_stashed_, ++stashed_);
   for (int i = 0; i < num_layers; ++i) {
@@ -347,7 +347,7 @@ void StageEngine::Forward(const Action& action) {
 }
 
 void StageEngine::RecomputeSegment(Slot& s, Chunk& chunk, int segment, const MicroBatch& batch) {
-  const int every = options_.checkpoint_every;
+  const int every = options_.layers_per_segment;
   const int first = segment * every;
   const int last = std::min(first + every, static_cast<int>(chunk.layers.size())) - 1;
   Tensor x = s.segment_inputs[static_cast<size_t>(segment)];
@@ -365,7 +365,7 @@ void StageEngine::Backward(const Action& action, bool input_only) {
   Tensor dy = AwaitGradient(action);
   SetStatus(nullptr, -1);
   const BackwardArgs args{loss_grad_scale_};
-  const int every = options_.checkpoint_every;
+  const int every = options_.layers_per_segment;
   const int num_layers = static_cast<int>(chunk.layers.size());
   for (int i = num_layers - 1; i >= 0; --i) {
     if (every > 0 && (i % every == every - 1 || i == num_layers - 1)) {

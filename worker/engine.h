@@ -37,9 +37,9 @@ namespace baton {
 
 struct EngineOptions {
   int num_microbatches = 1;
-  // Activation checkpointing: segments of `checkpoint_every` layers keep only their input
+  // Activation checkpointing: segments of `layers_per_segment` layers keep only their input
   // (0 = off). Selective recompute is a layer setting (Layer::set_selective_recompute).
-  int checkpoint_every = 0;
+  int layers_per_segment = 0;
   std::chrono::milliseconds timeout{kDefaultWait};
   Shape activation_shape;  // (B,T,C) of the tensors passed between stages
   DType activation_dtype = DType::kF32;

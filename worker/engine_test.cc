@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "comm/fake_communicator.h"
-#include "comm/subgroup_communicator.h"
+#include "comm/group.h"
 #include "core/error.h"
 #include "kernels/backend.h"
 #include "model/graph.h"
@@ -179,7 +179,7 @@ TEST(StageEngineTest, AGradientThatNeverComesTimesOutNamingStageActionAndMicroBa
 TEST(StageEngineTest, TheStatusNamesThePeersWorldRankNotItsStage) {
   FakeHub hub(4);
   std::unique_ptr<Communicator> world = hub.Make(1);
-  SubgroupCommunicator pipeline(*world, {1, 3});
+  Group pipeline(*world, {1, 3});
   Stage first({{0, 1}}, 0, 2, nullptr, 1, std::chrono::milliseconds(300), &pipeline);
   std::vector<EngineStatus> seen;
   first.engine->set_status_callback([&seen](const EngineStatus& s) { seen.push_back(s); });

@@ -21,7 +21,7 @@ void Report(const ReplicaContext& context, const char* action, int peer) {
 
 // Another replica of this stage than this one, for the status line.
 int AnotherReplica(const ReplicaContext& context) {
-  return context.replica_group[context.replica == 0 ? 1 : 0];
+  return context.replicas->WorldRank(context.replica() == 0 ? 1 : 0);
 }
 
 }  // namespace
@@ -69,7 +69,7 @@ void AllReduceSync::Reduce(int64_t step) {
       backend.Copy(piece.grad, into);
     }
     try {
-      context_.comm->AllReduceSum(flat, context_.replica_group, context_.timeout);
+      context_.replicas->AllReduceSum(flat, context_.timeout);
     } catch (const Error& e) {
       BATON_FAIL(
           "step {}: the data-parallel all-reduce of stage {}'s gradients (bucket {} of {}) with "
@@ -111,7 +111,7 @@ Zero1Sync::Zero1Sync(ReplicaContext context, const std::vector<Param*>& params)
 }
 
 OptimizerShard Zero1Sync::shard() const {
-  const int64_t begin = std::min(flat_numel_, context_.replica * shard_size_);
+  const int64_t begin = std::min(flat_numel_, context_.replica() * shard_size_);
   return {begin, std::min(flat_numel_, begin + shard_size_)};
 }
 
@@ -144,7 +144,7 @@ void Zero1Sync::WaitAll(std::vector<std::unique_ptr<Work>>& works, const std::st
 
 void Zero1Sync::Reduce(int64_t step) {
   Backend& backend = *context_.backend;
-  const int r = context_.num_replicas(), me = context_.replica;
+  const int r = context_.num_replicas(), me = context_.replica();
   Report(context_, "ALLREDUCE", AnotherReplica(context_));
   const std::string what = fmt::format("step {}: the data-parallel reduce-scatter", step);
   std::vector<std::unique_ptr<Work>> works;
@@ -168,12 +168,12 @@ void Zero1Sync::Reduce(int64_t step) {
       }
       const int64_t slot = i < me ? i : i - 1;
       Tensor theirs = received_.Slice(0, slot * chunk_, slot * chunk_ + mine);
-      if (mine > 0) works.push_back(context_.comm->Irecv(theirs, WorldRank(i)));
+      if (mine > 0) works.push_back(context_.replicas->Irecv(theirs, i));
       in_order.push_back(theirs);
     }
     for (int j = 0; j < r; ++j) {
       if (j != me && chunks[static_cast<size_t>(j)].numel() > 0) {
-        works.push_back(context_.comm->Isend(chunks[static_cast<size_t>(j)], WorldRank(j)));
+        works.push_back(context_.replicas->Isend(chunks[static_cast<size_t>(j)], j));
       }
     }
     WaitAll(works, what);
@@ -196,7 +196,7 @@ void Zero1Sync::Reduce(int64_t step) {
 
 void Zero1Sync::AfterUpdate(int64_t step) {
   Backend& backend = *context_.backend;
-  const int r = context_.num_replicas(), me = context_.replica;
+  const int r = context_.num_replicas(), me = context_.replica();
   Tensor& buffer = values_.defined() ? values_ : buffer_;
   const std::string what =
       fmt::format("step {}: the data-parallel all-gather of the parameters", step);
@@ -215,12 +215,12 @@ void Zero1Sync::AfterUpdate(int64_t step) {
     });
     for (int i = 0; i < r; ++i) {
       if (i != me && chunks[static_cast<size_t>(i)].numel() > 0) {
-        works.push_back(context_.comm->Irecv(chunks[static_cast<size_t>(i)], WorldRank(i)));
+        works.push_back(context_.replicas->Irecv(chunks[static_cast<size_t>(i)], i));
       }
     }
     for (int j = 0; j < r; ++j) {
       if (j != me && mine > 0) {
-        works.push_back(context_.comm->Isend(chunks[static_cast<size_t>(me)], WorldRank(j)));
+        works.push_back(context_.replicas->Isend(chunks[static_cast<size_t>(me)], j));
       }
     }
     WaitAll(works, what);
@@ -238,7 +238,7 @@ void Zero1Sync::AfterUpdate(int64_t step) {
 
 std::vector<Tensor> Zero1Sync::ReducedGradient(Param& p) const {
   std::vector<Tensor> parts;
-  const int64_t own_begin = context_.replica * shard_size_, own_end = own_begin + shard_size_;
+  const int64_t own_begin = context_.replica() * shard_size_, own_end = own_begin + shard_size_;
   for (const FlatPiece& piece : flat_) {
     if (piece.param->value.raw() != p.value.raw()) continue;
     const int64_t lo = std::max(own_begin, piece.at) - piece.at;
@@ -251,8 +251,8 @@ std::vector<Tensor> Zero1Sync::ReducedGradient(Param& p) const {
 std::optional<LayerTensors> Zero1Sync::GatherLayerState(LayerTensors layer,
                                                         const Optimizer& optimizer) {
   Backend& backend = *context_.backend;
-  const int me = context_.replica;
-  const int holder = WorldRank(0);
+  const int me = context_.replica();
+  const int holder = 0;  // replica 0 writes the checkpoint
   std::vector<std::unique_ptr<Work>> works;
   std::vector<Tensor> keep;  // temporaries in flight
   for (ParamTensors& t : layer.params) {
@@ -290,11 +290,11 @@ std::optional<LayerTensors> Zero1Sync::GatherLayerState(LayerTensors layer,
         } else if (me == 0) {
           Tensor into = FlatSlice(full, lo, hi);
           keep.push_back(into);
-          works.push_back(context_.comm->Irecv(into, WorldRank(i)));
+          works.push_back(context_.replicas->Irecv(into, i));
         } else {
           const Tensor flat = shard.View({-1});
           keep.push_back(flat);
-          works.push_back(context_.comm->Isend(flat, holder));
+          works.push_back(context_.replicas->Isend(flat, holder));
         }
       }
     }

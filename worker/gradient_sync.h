@@ -24,7 +24,7 @@
 #include <vector>
 
 #include "checkpoint/layer_tensors.h"
-#include "comm/communicator.h"
+#include "comm/group.h"
 #include "kernels/backend.h"
 #include "model/layer.h"
 #include "worker/engine.h"
@@ -38,14 +38,13 @@ inline constexpr int64_t kGradBucketBytes = int64_t{4} << 20;
 // What every strategy works with: this rank's place among its stage's replicas.
 struct ReplicaContext {
   Backend* backend = nullptr;
-  Communicator* comm = nullptr;    // the job's (world ranks)
-  std::vector<int> replica_group;  // world ranks of this stage's replicas, replica order
-  int replica = 0;
+  Group* replicas = nullptr;  // this stage's replicas, replica order (its rank: this replica)
   int stage = 0;
   std::chrono::milliseconds timeout{0};
   // Told when this rank starts and stops waiting on its replicas ("ALLREDUCE"); may be empty.
   const StatusCallback* on_status = nullptr;
-  int num_replicas() const { return static_cast<int>(replica_group.size()); }
+  int replica() const { return replicas->rank(); }
+  int num_replicas() const { return replicas->size(); }
 };
 
 class GradientSync {
@@ -126,9 +125,6 @@ class Zero1Sync final : public GradientSync {
   // The flat elements of replica j's chunk in round k: [first, first + count).
   std::pair<int64_t, int64_t> Chunk(int j, int64_t k) const;
   int64_t rounds() const { return (shard_size_ + chunk_ - 1) / chunk_; }
-  int WorldRank(int replica) const {
-    return context_.replica_group.at(static_cast<size_t>(replica));
-  }
   void WaitAll(std::vector<std::unique_ptr<Work>>& works, const std::string& what) const;
 
   ReplicaContext context_;

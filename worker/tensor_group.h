@@ -1,5 +1,5 @@
-// The stage's tensor-parallel group (model/tensor_parallel.h) over the job's communicator: the
-// worker's side of what the layers call.
+// The stage's tensor-parallel group (model/tensor_parallel.h) over its comm/ Group: the worker's
+// side of what the layers call.
 #pragma once
 
 #include <chrono>
@@ -7,30 +7,25 @@
 #include <utility>
 #include <vector>
 
-#include "comm/communicator.h"
+#include "comm/group.h"
 #include "model/tensor_parallel.h"
 
 namespace baton {
 
 class CommTensorGroup final : public TensorGroup {
  public:
-  // `group`: the world ranks of the stage's tensor ranks, tensor order (Plan::TensorParallelGroup);
-  // `rank`: this rank's place in it. Every sum waits at most `timeout` (Timeouts::wait).
-  CommTensorGroup(Communicator& comm, std::vector<int> group, int rank, bool sequence_parallel,
-                  std::chrono::milliseconds timeout)
-      : comm_(comm),
-        group_(std::move(group)),
-        rank_(rank),
-        sequence_parallel_(sequence_parallel),
-        timeout_(timeout) {}
+  // `group`: the stage's tensor ranks, tensor order (it must outlive this). Every sum waits at
+  // most `timeout` (Timeouts::wait).
+  CommTensorGroup(Group& group, bool sequence_parallel, std::chrono::milliseconds timeout)
+      : group_(group), sequence_parallel_(sequence_parallel), timeout_(timeout) {}
 
-  int rank() const override { return rank_; }
-  int size() const override { return static_cast<int>(group_.size()); }
+  int rank() const override { return group_.rank(); }
+  int size() const override { return group_.size(); }
   bool sequence_parallel() const override { return sequence_parallel_; }
-  // The communicator's group sum: in rank order, the same bits on every member.
+  // The group's sum: in rank order, the same bits on every member.
   void AllReduceSum(Tensor& t) override {
     const auto start = std::chrono::steady_clock::now();
-    comm_.AllReduceSum(t, group_, timeout_);
+    group_.AllReduceSum(t, timeout_);
     traffic_.bytes += static_cast<int64_t>(t.nbytes());
     traffic_.seconds +=
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -45,9 +40,7 @@ class CommTensorGroup final : public TensorGroup {
   Traffic TakeTraffic() { return std::exchange(traffic_, Traffic()); }
 
  private:
-  Communicator& comm_;
-  std::vector<int> group_;
-  int rank_;
+  Group& group_;
   bool sequence_parallel_;
   std::chrono::milliseconds timeout_;
   Traffic traffic_;

@@ -8,7 +8,7 @@
 #include <optional>
 #include <string>
 
-#include "comm/subgroup_communicator.h"
+#include "comm/group.h"
 #include "core/error.h"
 #include "core/hash.h"
 #include "core/units.h"
@@ -42,28 +42,27 @@ bool SavesACheckpoint(const Config& config) {
 }
 
 TrainerSetup TrainerSetupFor(const Plan& plan, int world_rank, Communicator* comm) {
-  BATON_CHECK(0 <= world_rank && world_rank < plan.world_size(),
-              "rank {} of a job of {} stage(s) x {} replica(s) x {} tensor rank(s)", world_rank,
-              plan.num_stages(), plan.num_replicas(), plan.num_tensor());
   TrainerSetup setup;
   setup.config = plan.config;
   setup.dims = plan.dims;
   setup.graph = plan.graph;
-  setup.stage = plan.StageOf(world_rank);
-  setup.num_stages = plan.num_stages();
-  setup.replica = plan.ReplicaOf(world_rank);
-  setup.num_replicas = plan.num_replicas();
-  setup.tensor = plan.TensorOf(world_rank);
-  setup.num_tensor = plan.num_tensor();
+  setup.layout = plan.layout();
+  const Coordinates at = setup.layout.At(world_rank);
+  setup.stage = at.stage;
+  setup.replica = at.replica;
+  setup.tensor = at.tensor;
   setup.chunk_ranges = plan.ChunkRanges(setup.stage);
   setup.schedule = plan.schedule;
   setup.eval_schedule = plan.eval_schedule;
   setup.eval_batches = plan.eval_batches;
   setup.sends_complete_before_compute = plan.sends_complete_before_compute;
   setup.tied = plan.tied;
-  setup.pipeline_group = plan.PipelineGroup(world_rank);
-  setup.replica_group = plan.ReplicaGroup(world_rank);
-  setup.tensor_group = plan.TensorParallelGroup(world_rank);
+  for (const TiedGroup& group : plan.tied) {
+    setup.tied_ranks.push_back(plan.TiedRanks(group, world_rank));
+  }
+  setup.pipeline_group = setup.layout.GroupOf(Axis::kPipeline, world_rank);
+  setup.replica_group = setup.layout.GroupOf(Axis::kData, world_rank);
+  setup.tensor_group = setup.layout.GroupOf(Axis::kTensor, world_rank);
   setup.timeout = plan.timeouts.wait;
   setup.comm = comm;
   return setup;
@@ -76,13 +75,11 @@ constexpr const char* kInt8IsForInference =
     "training and its memory plan need model.weights: dense";
 
 // This rank among its stage's replicas, as the plan names them.
-ReplicaContext ReplicaContextOf(const TrainerSetup& setup, Backend& backend,
+ReplicaContext ReplicaContextOf(const TrainerSetup& setup, Group& replicas, Backend& backend,
                                 const StatusCallback* on_status) {
   ReplicaContext context;
   context.backend = &backend;
-  context.comm = setup.comm;
-  context.replica_group = setup.replica_group;
-  context.replica = setup.replica;
+  context.replicas = &replicas;
   context.stage = setup.stage;
   context.timeout = setup.timeout;
   context.on_status = on_status;
@@ -94,12 +91,12 @@ EngineOptions EngineOptionsFor(const TrainerSetup& setup) {
   const Config& config = setup.config;
   EngineOptions options;
   options.num_microbatches = MicroBatchesPerReplica(config);
-  options.checkpoint_every = config.parallel.checkpoint.kind == CheckpointPolicy::Kind::kEvery
+  options.layers_per_segment = config.parallel.checkpoint.kind == CheckpointPolicy::Kind::kEvery
                                  ? config.parallel.checkpoint.every
                                  : 0;
   options.timeout = setup.timeout;
   // Under sequence parallelism the stages pass each tensor rank its part of the sequence.
-  const int64_t parts = config.parallel.sequence_parallel ? setup.num_tensor : 1;
+  const int64_t parts = config.parallel.sequence_parallel ? setup.layout.tensor() : 1;
   options.activation_shape = {MicroBatchSize(config), SequenceLength(config) / parts,
                               setup.dims.width};
   options.activation_dtype = config.precision.dtype;
@@ -115,9 +112,9 @@ EngineOptions EngineOptionsFor(const TrainerSetup& setup) {
 void Trainer::SetUpOptimizer() {
   const Config& config = setup_.config;
   if (config.prune.enabled()) AllocatePruneMasks(backend_, model_->params());
-  if (config.parallel.zero == 1 && setup_.num_replicas > 1) {
-    auto zero1 = std::make_unique<Zero1Sync>(ReplicaContextOf(setup_, backend_, &on_status_),
-                                             model_->params());
+  if (config.parallel.zero == 1 && setup_.layout.replicas() > 1) {
+    auto zero1 = std::make_unique<Zero1Sync>(
+        ReplicaContextOf(setup_, *replica_group_, backend_, &on_status_), model_->params());
     zero1_ = zero1.get();
     sync_ = std::move(zero1);
   }
@@ -129,9 +126,9 @@ void Trainer::SetUpOptimizer() {
   optimizer_ = std::make_unique<Optimizer>(backend_, model_->params(), hyper,
                                            config.optimizer.state == OptimizerState::kInt8,
                                            zero() ? std::optional(zero1_->shard()) : std::nullopt);
-  if (setup_.num_replicas > 1 && !zero()) {
-    sync_ = std::make_unique<AllReduceSync>(ReplicaContextOf(setup_, backend_, &on_status_),
-                                            model_->params());
+  if (setup_.layout.replicas() > 1 && !zero()) {
+    sync_ = std::make_unique<AllReduceSync>(
+        ReplicaContextOf(setup_, *replica_group_, backend_, &on_status_), model_->params());
   }
 }
 
@@ -147,30 +144,40 @@ Trainer::Trainer(TrainerSetup setup, Backend& backend)
   const Config& config = setup_.config;
   const DType dtype = config.precision.dtype;
   const bool int8_weights = config.model.weights == WeightFormat::kInt8;
-  const int world_size = setup_.num_stages * setup_.num_replicas * setup_.num_tensor;
+  const int world_size = setup_.layout.world_size();
   BATON_CHECK(setup_.comm != nullptr || world_size == 1,
               "a job of {} stage(s) x {} replica(s) x {} tensor rank(s) needs a communicator",
-              setup_.num_stages, setup_.num_replicas, setup_.num_tensor);
-  if (world_size > setup_.num_stages) {
-    BATON_CHECK(static_cast<int>(setup_.pipeline_group.size()) == setup_.num_stages &&
-                    static_cast<int>(setup_.replica_group.size()) == setup_.num_replicas &&
-                    static_cast<int>(setup_.tensor_group.size()) == setup_.num_tensor,
+              setup_.layout.stages(), setup_.layout.replicas(), setup_.layout.tensor());
+  if (world_size > setup_.layout.stages()) {
+    BATON_CHECK(static_cast<int>(setup_.pipeline_group.size()) == setup_.layout.stages() &&
+                    static_cast<int>(setup_.replica_group.size()) == setup_.layout.replicas() &&
+                    static_cast<int>(setup_.tensor_group.size()) == setup_.layout.tensor(),
                 "the setup names a pipeline of {}, {} replicas and {} tensor ranks for {} "
                 "stage(s) x {} replica(s) x {} tensor rank(s)",
                 setup_.pipeline_group.size(), setup_.replica_group.size(),
-                setup_.tensor_group.size(), setup_.num_stages, setup_.num_replicas,
-                setup_.num_tensor);
-    if (setup_.num_stages > 1) {
-      pipeline_view_ = std::make_unique<SubgroupCommunicator>(*setup_.comm, setup_.pipeline_group);
-      pipeline_ = pipeline_view_.get();
+                setup_.tensor_group.size(), setup_.layout.stages(), setup_.layout.replicas(),
+                setup_.layout.tensor());
+    if (setup_.layout.stages() > 1) {
+      pipeline_group_ = std::make_unique<Group>(*setup_.comm, setup_.pipeline_group);
+      pipeline_ = pipeline_group_.get();
     }
   } else {
     pipeline_ = setup_.comm;
   }
-  if (setup_.num_tensor > 1) {
-    tensor_group_ =
-        std::make_unique<CommTensorGroup>(*setup_.comm, setup_.tensor_group, setup_.tensor,
-                                          config.parallel.sequence_parallel, setup_.timeout);
+  if (setup_.layout.replicas() > 1) {
+    replica_group_ = std::make_unique<Group>(*setup_.comm, setup_.replica_group);
+  }
+  if (setup_.layout.tensor() > 1) {
+    tensor_ranks_ = std::make_unique<Group>(*setup_.comm, setup_.tensor_group);
+    tensor_group_ = std::make_unique<CommTensorGroup>(
+        *tensor_ranks_, config.parallel.sequence_parallel, setup_.timeout);
+  }
+  BATON_CHECK(setup_.tied_ranks.size() == setup_.tied.size(),
+              "the setup names ranks for {} of {} tied groups", setup_.tied_ranks.size(),
+              setup_.tied.size());
+  for (const std::vector<int>& ranks : setup_.tied_ranks) {
+    tied_groups_.push_back(ranks.size() < 2 ? nullptr
+                                            : std::make_unique<Group>(*setup_.comm, ranks));
   }
   // Packed documents: every stage attends within documents, so every stage reads its
   // micro-batches' rows (the sampling is deterministic) to compute their segment starts.
@@ -183,10 +190,10 @@ Trainer::Trainer(TrainerSetup setup, Backend& backend)
   if ((first || last || packing) && !IsMeta(backend_)) {  // the memory planner reads no data
     data_ = std::make_unique<RunData>(OpenRunData(config));
   }
-  model_ = std::make_unique<StageModel>(setup_.graph, setup_.dims, setup_.chunk_ranges,
-                                        setup_.stage, setup_.num_stages, setup_.schedule.layout,
-                                        backend_, dtype, dtype, config.train.seed, int8_weights,
-                                        setup_.inference_only, tensor_group_.get());
+  model_ = std::make_unique<StageModel>(
+      setup_.graph, setup_.dims, setup_.chunk_ranges, setup_.stage, setup_.layout.stages(),
+      setup_.schedule.layout, backend_, dtype, dtype, config.train.seed, int8_weights,
+      setup_.inference_only, tensor_group_.get());
   if (config.parallel.checkpoint.kind == CheckpointPolicy::Kind::kSelective) {
     for (auto& [index, layer] : model_->layers()) layer->set_selective_recompute(true);
   }
@@ -321,13 +328,13 @@ EvalRecord Trainer::Evaluate() {
   for (int64_t batch = 0; batch < setup_.eval_batches; ++batch) {
     FillEvalMicroBatches(batch);
     const std::vector<float> local = engine_->RunForward(program, batches_);
-    if (setup_.num_replicas > 1 && setup_.tensor != 0) continue;  // tensor rank 0's count
+    if (setup_.layout.replicas() > 1 && setup_.tensor != 0) continue;  // tensor rank 0's count
     for (size_t k = 0; k < local.size(); ++k) {
       losses[static_cast<size_t>(batch * m + first_microbatch()) + k] = local[k];
     }
   }
   backend_.Synchronize();
-  if (setup_.num_replicas > 1) AllReduceOverJob(losses);  // every head gets every replica's
+  if (setup_.layout.replicas() > 1) AllReduceOverJob(losses);  // every head gets every replica's
   double sum = 0;
   int64_t count = 0;
   if (model_->holds_last_layer()) {
@@ -532,7 +539,8 @@ void Trainer::PrunePass(StepState& state) {
 }
 
 void Trainer::CombineTiedGradients() {
-  for (const TiedGroup& group : setup_.tied) {
+  for (size_t g = 0; g < setup_.tied.size(); ++g) {
+    const TiedGroup& group = setup_.tied[g];
     std::vector<Param*> copies;  // this rank's, graph order
     for (auto& [index, layer] : model_->layers()) {
       if (std::find(group.layers.begin(), group.layers.end(), index) == group.layers.end()) {
@@ -552,17 +560,13 @@ void Trainer::CombineTiedGradients() {
     // one addition of the same two numbers either way, so the bits agree however it is cut.
     for (size_t k = 1; k < copies.size(); ++k)
       backend_.Accumulate(copies[k]->grad, copies[0]->grad);
-    if (group.stages.size() > 1) {
-      BATON_CHECK(setup_.comm != nullptr, "tied group {} spans ranks but there is no transport",
-                  group.param);
-      pipeline_->AllReduceSum(copies[0]->grad, group.stages, timeout_);
-    }
+    if (Group* ranks = tied_groups_[g].get()) ranks->AllReduceSum(copies[0]->grad, timeout_);
   }
 }
 
 Trainer::StepEnd Trainer::ReduceStepEnd(bool local_loss_finite, std::vector<float>& losses) {
   const int num_layers = model_->num_layers_in_graph();
-  const bool replicated = setup_.num_replicas > 1;
+  const bool replicated = setup_.layout.replicas() > 1;
   // Slot i: layer i's sum of squares (f32; written by the one rank holding it, zero elsewhere, so
   // the all-reduce sum is exact; with replicas, whose gradients are equal by now, by replica 0's
   // rank); then this rank's overflow flag, its stop request and whether its loss was not finite;
@@ -599,7 +603,7 @@ Trainer::StepEnd Trainer::ReduceStepEnd(bool local_loss_finite, std::vector<floa
     if (writes_layer_sums) partial[static_cast<size_t>(index)] = static_cast<float>(sum);
     if (!finite) partial[overflow_slot] = 1.0f;
   }
-  if (setup_.num_stages * setup_.num_replicas * setup_.num_tensor > 1) AllReduceOverJob(partial);
+  if (setup_.layout.world_size() > 1) AllReduceOverJob(partial);
   if (replicated && model_->holds_last_layer()) {
     losses.assign(partial.begin() + static_cast<std::ptrdiff_t>(loss_slots), partial.end());
   }

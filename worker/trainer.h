@@ -60,25 +60,24 @@ struct TrainerSetup {
   Config config;
   std::vector<LayerSpec> graph;
   ModelDims dims;
-  int stage = 0;       // this rank's place in its pipeline (the schedule's stage)
-  int num_stages = 1;  // stages
-  int replica = 0;     // data-parallel replica
-  int num_replicas = 1;
-  int tensor = 0;  // tensor-parallel rank in its stage (Plan::TensorOf)
-  int num_tensor = 1;
+  ParallelLayout layout;  // the job's stages x tensor ranks x replicas (Plan::layout)
+  int stage = 0;          // this rank's place in its pipeline (the schedule's stage)
+  int replica = 0;        // data-parallel replica
+  int tensor = 0;         // tensor-parallel rank in its stage
   std::vector<LayerRange> chunk_ranges;        // this rank's layers, one range per chunk
   Schedule schedule;                           // with communication actions; validated
   Schedule eval_schedule;                      // forward-only, with communication; validated
   int64_t eval_batches = 0;                    // per evaluation (EvalBatchesFor); 0: no eval data
   bool sends_complete_before_compute = false;  // Plan::sends_complete_before_compute
   std::vector<TiedGroup> tied;                 // every tied group of the graph
-  // World ranks (Plan::PipelineGroup, ReplicaGroup, TensorParallelGroup): this rank's pipeline,
-  // stage order, its stage's replicas, replica order, and its stage's tensor ranks, tensor order.
+  std::vector<std::vector<int>> tied_ranks;    // by tied's index: Plan::TiedRanks of this rank
+  // World ranks (ParallelLayout::GroupOf): this rank's pipeline, stage order, its stage's
+  // replicas, replica order, and its stage's tensor ranks, tensor order.
   std::vector<int> pipeline_group;
   std::vector<int> replica_group;
   std::vector<int> tensor_group;
   std::chrono::milliseconds timeout{kDefaultWait};  // any wait on a peer (Timeouts::wait)
-  // All num_stages x num_replicas x num_tensor ranks, by world rank; null when that is one.
+  // All layout.world_size() ranks, by world rank; null when that is one.
   Communicator* comm = nullptr;
   // `baton eval`: the trainer only evaluates, so it keeps no gradients and no optimizer state
   // (Step throws). An INT8 model (model.weights: int8) is always so.
@@ -251,12 +250,19 @@ class Trainer {
 
   TrainerSetup setup_;
   Backend& backend_;
-  // The engine's and the tied sums' communicator: this replica's pipeline at this tensor rank (a
-  // view of the world communicator when there are replicas or tensor ranks), or null for a
-  // one-stage pipeline.
-  std::unique_ptr<Communicator> pipeline_view_;
+  // This rank's process groups over the world communicator (comm/group.h), from the plan's
+  // layout; each null where it would hold this rank alone:
+  //  - its pipeline (this replica's stages at this tensor rank), when the world is more;
+  //  - its stage's replicas, replica order, and its stage's tensor ranks, tensor order;
+  //  - by setup_.tied's index, the ranks holding that tied parameter's copies.
+  std::unique_ptr<Group> pipeline_group_;
+  std::unique_ptr<Group> replica_group_;
+  std::unique_ptr<Group> tensor_ranks_;
+  std::vector<std::unique_ptr<Group>> tied_groups_;
+  // The engine's communicator: pipeline_group_, or the world when that is the pipeline, or null
+  // for a one-rank job.
   Communicator* pipeline_ = nullptr;
-  // The stage's tensor-parallel group the layers sum over (parallel.tensor > 1), or null.
+  // What the layers sum over (parallel.tensor > 1): tensor_ranks_ as model/'s TensorGroup.
   std::unique_ptr<CommTensorGroup> tensor_group_;
   std::unique_ptr<GradientSync> sync_;  // how this stage's replicas make their gradients one
   Zero1Sync* zero1_ = nullptr;          // sync_, when it is ZeRO-1
