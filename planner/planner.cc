@@ -8,8 +8,8 @@
 #include "model/from_config.h"
 #include "planner/memory_planner.h"
 #include "planner/partitioner.h"
-#include "scheduler/communication.h"
 #include "scheduler/generators.h"
+#include "scheduler/lowering.h"
 #include "scheduler/validator.h"
 #include "worker/run_data.h"
 
@@ -54,27 +54,15 @@ Plan MakePlan(const Config& config, int64_t memory_budget) {
   Validate(plan.dims);
   plan.graph = GraphOf(config.model);
   plan.timeouts = TimeoutsFor(config.parallel);
-  Schedule schedule;
+  // The compute schedule lowered to the program the engines run (scheduler/lowering.h).
   try {
-    schedule = MakeComputeSchedule(config);
-    // RECVs placed when their data is produced, then posted one compute action earlier: safe for
-    // sends that complete before the next compute (worker/engine.h), which makes every rank's
-    // memory peak deterministic.
-    if (!HasCommunication(schedule)) {
-      schedule = InsertCommunication(schedule, CommPlacement::kRendezvousSafe);
-    }
-    CheckValid(schedule);
-    schedule = PostReceivesEarly(schedule);
-    CheckValid(schedule);
+    plan.schedule = Lower(MakeComputeSchedule(config), RuntimeLowering());
   } catch (const Error& e) {
     BATON_FAIL("schedule: {}", e.what());
   }
-  plan.schedule = std::move(schedule);
-  plan.eval_schedule = PostReceivesEarly(
-      InsertCommunication(ForwardOnly(plan.schedule.stages, plan.schedule.microbatches,
-                                      plan.schedule.chunks, plan.schedule.layout),
-                          CommPlacement::kRendezvousSafe));
-  CheckValid(plan.eval_schedule);
+  plan.eval_schedule = Lower(ForwardOnly(plan.schedule.stages, plan.schedule.microbatches,
+                                         plan.schedule.chunks, plan.schedule.layout),
+                             RuntimeLowering());
   plan.sends_complete_before_compute =
       plan.num_stages() > 1 &&
       static_cast<bool>(Validate(plan.schedule, CommSemantics::kRendezvous)) &&
