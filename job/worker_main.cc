@@ -66,9 +66,9 @@ void SaveCheckpoint(const Plan& plan, const Launch& launch, int rank, Coordinato
   const ParallelLayout layout = plan.layout();
   const bool writes = layout.ReplicaOf(rank) == 0 && layout.TensorOf(rank) == 0;
   // Under ZeRO-1 or with tensor ranks layer by layer, one layer's gathered or whole state held
-  // at a time (Trainer::CheckpointLayers, through which the memory planner books the same).
+  // at a time (StateLayout::Save, through which the memory planner books the same).
   std::vector<CheckpointFileEntry> entries;
-  trainer.CheckpointLayers([&](const std::vector<LayerTensors>& layers) {
+  trainer.state().Save([&](const std::vector<LayerTensors>& layers) {
     if (!writes) return;
     for (CheckpointFileEntry& e : writer.WriteLayers(step, rank, layers, backend)) {
       entries.push_back(std::move(e));
@@ -115,27 +115,11 @@ int64_t LoadInitialState(const Plan& plan, const Launch& launch, Trainer& traine
   if (!launch.resume_dir.empty()) {
     const CheckpointReader checkpoint = CheckpointReader::Open(launch.resume_dir);
     checkpoint.CheckCompatible(plan.dims, plan.graph);
-    if (trainer.zero() || trainer.tensor_parallel()) {
-      // Layer by layer: ZeRO-1 reads each layer's full state into temporaries and keeps this
-      // replica's shard; tensor ranks read whole tensors into temporaries and keep their parts.
-      for (auto& [index, layer] : trainer.model().layers()) {
-        const LayerTensors loaded =
-            trainer.zero() ? trainer.LayerStateToLoad(index) : trainer.LayerWithState(index);
-        if (trainer.tensor_parallel()) {
-          const LayerTensors whole = trainer.WholeTemporaries(loaded);
-          checkpoint.LoadLayers({whole}, backend);
-          trainer.KeepParts(whole, loaded);
-        } else {
-          checkpoint.LoadLayers({loaded}, backend);
-        }
-        if (trainer.zero()) trainer.KeepOwnState(loaded);
-      }
-    } else {
-      // An evaluation reads the weights only (a weights-only checkpoint of baton compress too).
-      checkpoint.LoadLayers(
-          CheckpointTensors(trainer.model(), launch.evaluate_only ? nullptr : trainer.optimizer()),
-          backend);
-    }
+    // Whole tensors read into the stage's, or (split state) layer by layer into temporaries of
+    // which each rank keeps its part; an evaluation keeps no optimizer state and reads the
+    // weights only (a weights-only checkpoint of baton compress too).
+    trainer.state().Load(
+        [&](const std::vector<LayerTensors>& layers) { checkpoint.LoadLayers(layers, backend); });
     trainer.set_loss_scaler_state(checkpoint.state().loss_scaler);
     spdlog::info("resumed from {} (step {})", checkpoint.step_dir(), checkpoint.step());
     return checkpoint.step() + 1;
@@ -145,9 +129,9 @@ int64_t LoadInitialState(const Plan& plan, const Launch& launch, Trainer& traine
     // reads only the shards holding its own layers.
     HfLlamaFolder folder = HfLlamaFolder::Open(config.model.init_from);
     ValidateHfLlamaFolder(folder, plan.dims);
-    InitFromHfLlama(folder, plan.dims, trainer.model().params(),
-                    trainer.zero() ? nullptr : trainer.optimizer(), backend);
-    if (trainer.zero()) trainer.ResetMastersFromValues();
+    trainer.state().InitValues([&](Optimizer* masters) {
+      InitFromHfLlama(folder, plan.dims, trainer.model().params(), masters, backend);
+    });
     spdlog::info("initialised from the Hugging Face Llama {} (read {})", config.model.init_from,
                  fmt::join(folder.opened_files(), ", "));
   } else if (!config.model.init_from.empty() &&
@@ -155,16 +139,15 @@ int64_t LoadInitialState(const Plan& plan, const Launch& launch, Trainer& traine
     // A Baton checkpoint (e.g. baton compress --low-rank's): its weights, with fresh moments.
     const CheckpointReader checkpoint = CheckpointReader::Open(config.model.init_from);
     checkpoint.CheckCompatible(plan.dims, plan.graph);
-    // ZeRO-1's masters are shards: the values load alone and the masters follow them.
-    std::vector<LayerTensors> layers =
-        CheckpointTensors(trainer.model(), trainer.zero() ? nullptr : trainer.optimizer());
-    for (LayerTensors& layer : layers) {
-      for (ParamTensors& p : layer.params) {
-        p.adam_m = p.adam_v = p.adam_m_absmax = p.adam_v_absmax = Tensor();
+    trainer.state().InitValues([&](Optimizer* masters) {
+      std::vector<LayerTensors> layers = CheckpointTensors(trainer.model(), masters);
+      for (LayerTensors& layer : layers) {
+        for (ParamTensors& p : layer.params) {
+          p.adam_m = p.adam_v = p.adam_m_absmax = p.adam_v_absmax = Tensor();
+        }
       }
-    }
-    checkpoint.LoadLayers(layers, backend);
-    if (trainer.zero()) trainer.ResetMastersFromValues();
+      checkpoint.LoadLayers(layers, backend);
+    });
     spdlog::info("initialised from the weights of {} (step {})", checkpoint.step_dir(),
                  checkpoint.step());
   } else if (!config.model.init_from.empty()) {
@@ -175,9 +158,9 @@ int64_t LoadInitialState(const Plan& plan, const Launch& launch, Trainer& traine
                 config.model.init_from, ToString(plan.dims));
     const SafetensorsFile weights = ReadSafetensors(config.model.init_from);
     ValidateGpt2File(weights, plan.dims);
-    InitFromSafetensors(weights, trainer.model().params(),
-                        trainer.zero() ? nullptr : trainer.optimizer(), backend);
-    if (trainer.zero()) trainer.ResetMastersFromValues();
+    trainer.state().InitValues([&](Optimizer* masters) {
+      InitFromSafetensors(weights, trainer.model().params(), masters, backend);
+    });
     spdlog::info("initialised from {}", config.model.init_from);
   }
   return 1;

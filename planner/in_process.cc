@@ -44,7 +44,7 @@ InProcessResult RunInProcess(const Plan& plan) {
                 std::max(out.peak_stashed_microbatches, trainer.peak_stashed_microbatches());
             // What a worker's save books (its gathered and whole temporaries), no file written.
             if (CheckpointAfterStep(plan.config, step))
-              trainer.CheckpointLayers([](const auto&) {});
+              trainer.state().Save([](const auto&) {});
           }
           out.digests = trainer.LayerDigests();
           out.tied_digests = trainer.TiedParamDigests();

@@ -55,7 +55,7 @@ RankMemory PredictRank(const Plan& plan, int rank, const std::vector<LayerRange>
     // Saving books after a step what the worker's save books: under ZeRO-1 replica 0's gathered
     // optimizer state, with tensor ranks the whole tensors and their sums' staging, a layer at
     // a time.
-    if (SavesACheckpoint(plan.config)) trainer.CheckpointLayers([](const auto&) {});
+    if (SavesACheckpoint(plan.config)) trainer.state().Save([](const auto&) {});
     result.peak_in_flight = trainer.peak_stashed_microbatches();
   }
   result.peak = ledger.Peak();

@@ -92,8 +92,8 @@ EngineOptions EngineOptionsFor(const TrainerSetup& setup) {
   EngineOptions options;
   options.num_microbatches = MicroBatchesPerReplica(config);
   options.layers_per_segment = config.parallel.checkpoint.kind == CheckpointPolicy::Kind::kEvery
-                                 ? config.parallel.checkpoint.every
-                                 : 0;
+                                   ? config.parallel.checkpoint.every
+                                   : 0;
   options.timeout = setup.timeout;
   // Under sequence parallelism the stages pass each tensor rank its part of the sequence.
   const int64_t parts = config.parallel.sequence_parallel ? setup.layout.tensor() : 1;
@@ -202,6 +202,8 @@ Trainer::Trainer(TrainerSetup setup, Backend& backend)
   }
   if (!int8_weights && !setup_.inference_only) SetUpOptimizer();  // evaluation keeps no state
   if (sync_ == nullptr) sync_ = std::make_unique<NoSync>();
+  state_ = std::make_unique<StateLayout>(backend_, *model_, optimizer_.get(), zero1_,
+                                         tensor_group_.get(), setup_.stage);
   step_end_ = StepEndPasses();
 
   lr_.lr = static_cast<float>(config.train.lr);
@@ -536,6 +538,21 @@ void Trainer::PrunePass(StepState& state) {
     spdlog::info("step {}: pruned {} of the {} weights of {} matrices ({}), masked from now on",
                  state.step, count.pruned, count.total, count.matrices, Name(prune.pattern));
   }
+}
+
+void Trainer::AllReduceOverJob(std::vector<float>& values) {
+  Tensor host = Tensor::Wrap(values.data(), {static_cast<int64_t>(values.size())}, DType::kF32);
+  if (backend_.device().is_cpu()) {
+    setup_.comm->AllReduceSum(host, timeout_);
+    return;
+  }
+  // NCCL reduces device memory.
+  Tensor on_device =
+      Tensor::Empty(backend_.allocator(), host.shape(), DType::kF32, MemCategory::kComm);
+  backend_.Copy(host, on_device);
+  setup_.comm->AllReduceSum(on_device, timeout_);
+  backend_.Copy(on_device, host);
+  backend_.Synchronize();
 }
 
 void Trainer::CombineTiedGradients() {

@@ -52,6 +52,7 @@
 #include "worker/optimizer.h"
 #include "worker/run_data.h"
 #include "worker/stage_model.h"
+#include "worker/state_layout.h"
 #include "worker/tensor_group.h"
 
 namespace baton {
@@ -131,41 +132,10 @@ class Trainer {
   // every rank calls it at the same point. The weights and the optimizer are untouched.
   EvalRecord Evaluate();
 
-  // ZeRO-1 (parallel.zero 1 with replicas): this trainer's optimizer holds only its replica's
-  // shard of the stage's optimizer state.
-  bool zero() const { return zero1_ != nullptr; }
-  // ZeRO-1 checkpoints, every replica of the stage calling it for each local layer in the same
-  // order: replica 0 gets the layer's tensors with its full optimizer state, gathered from the
-  // replicas' shards into temporaries (booked as workspace while they live); the others send
-  // their shards and get nothing.
-  std::optional<LayerTensors> GatherLayerState(int layer_index);
-  // ZeRO-1 loading: the layer's tensors with full-size temporaries for its optimizer state, for
-  // a CheckpointReader to fill; then KeepOwnState copies this replica's shard into the optimizer.
-  LayerTensors LayerStateToLoad(int layer_index);
-  void KeepOwnState(const LayerTensors& loaded);
-  // Tensor parallelism (checkpoints hold whole tensors; worker/trainer_tensor.cc):
-  // WholeLayer, every tensor rank of the stage calling it for the same layer in the same order:
-  // `layer` with each cut tensor (value, master, moments) made whole, a temporary booked as
-  // workspace while it lives (the group's parts summed into zeros at their places: exact).
-  LayerTensors WholeLayer(const LayerTensors& layer);
-  // `layer` with each cut tensor replaced by an uninitialised whole one (workspace) for a
-  // CheckpointReader to fill; then KeepParts copies this rank's part of each into `layer`'s.
-  LayerTensors WholeTemporaries(const LayerTensors& layer);
-  void KeepParts(const LayerTensors& whole, const LayerTensors& layer);
-  bool tensor_parallel() const { return tensor_group_ != nullptr; }
-  // The tensors of local layer `layer_index` with its optimizer state (none without one).
-  LayerTensors LayerWithState(int layer_index);
-  // What a checkpoint of this rank stores, handed to `write` (each call's layers for one writer
-  // call): its layers with their optimizer state, in one call; under ZeRO-1 or with tensor
-  // ranks, one layer per call, gathered onto replica 0 (GatherLayerState) and made whole
-  // (WholeLayer), that layer's temporaries (workspace; the transport's staging, comm) alive
-  // until `write` returns. Under ZeRO-1 only replica 0's ranks get calls; which ranks write files
-  // is the caller's choice. Collective: every rank of the job calls it after the same step. The
-  // worker saves through it and the memory planner books through it (a `write` doing nothing).
-  void CheckpointLayers(const std::function<void(const std::vector<LayerTensors>&)>& write);
-  // After the params were set from values only (model.init_from): every fp32 master from its
-  // param's (rounded) value.
-  void ResetMastersFromValues();
+  // How this rank's parameter state lies across its tensor ranks and replicas, and the whole <->
+  // part moves of checkpoints and initialisation (worker/state_layout.h). The worker saves and
+  // loads through it, and the memory planner books a checkpoint's save through it.
+  StateLayout& state() { return *state_; }
 
   // FNV-1a digest of each local layer's parameter bytes (tied copies excluded), by graph index.
   std::vector<std::pair<int, uint64_t>> LayerDigests();
@@ -205,8 +175,8 @@ class Trainer {
   void CombineTiedGradients();
   // The optimizer and sync_ (ZeRO-1's or the all-reduce's), for a trainer that trains.
   void SetUpOptimizer();
-  // The tensors of local layer `layer_index`, with `optimizer`'s state for them when given.
-  LayerTensors LayerOf(int layer_index, const Optimizer* optimizer = nullptr);
+  // ZeRO-1 (parallel.zero 1 with replicas): the optimizer holds only this replica's shard.
+  bool zero() const { return zero1_ != nullptr; }
   // Sums `values` over every rank of the job (host memory; staged through the device on GPUs).
   void AllReduceOverJob(std::vector<float>& values);
   struct StepEnd {
@@ -269,6 +239,7 @@ class Trainer {
   std::unique_ptr<RunData> data_;       // on the ranks holding the first or the last layer
   std::unique_ptr<StageModel> model_;
   std::unique_ptr<Optimizer> optimizer_;
+  std::unique_ptr<StateLayout> state_;  // over model_, optimizer_, zero1_ and tensor_group_
   std::unique_ptr<StageEngine> engine_;
   std::vector<MicroBatch> batches_;
   LearningRateSchedule lr_;

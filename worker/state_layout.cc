@@ -1,0 +1,185 @@
+#include "worker/state_layout.h"
+
+#include <cstddef>
+#include <vector>
+
+#include "core/error.h"
+#include "core/units.h"
+#include "model/init.h"
+#include "worker/stage_tensors.h"
+
+namespace baton {
+namespace {
+
+// The tensors of a param that a checkpoint stores with it and that are cut like its value.
+std::vector<Tensor ParamTensors::*> CutFields() {
+  return {&ParamTensors::value, &ParamTensors::master, &ParamTensors::adam_m,
+          &ParamTensors::adam_v};
+}
+
+}  // namespace
+
+StateLayout::StateLayout(Backend& backend, StageModel& model, Optimizer* optimizer,
+                         Zero1Sync* zero1, TensorGroup* tensor, int stage)
+    : backend_(backend),
+      model_(model),
+      optimizer_(optimizer),
+      zero1_(zero1),
+      tensor_(tensor),
+      stage_(stage) {
+  BATON_CHECK(zero1 == nullptr || optimizer != nullptr,
+              "stage {}: ZeRO-1 shards an optimizer's state, and there is none", stage);
+}
+
+void StateLayout::Save(const std::function<void(const std::vector<LayerTensors>&)>& write) {
+  if (!sharded() && !cut()) {
+    write(CheckpointTensors(model_, optimizer_));
+    return;
+  }
+  // Layer by layer: one layer's full optimizer state (ZeRO-1) or whole tensors (tensor ranks)
+  // at a time.
+  for (auto& [index, layer] : model_.layers()) {
+    std::optional<LayerTensors> gathered =
+        sharded() ? zero1_->GatherLayerState(LayerOf(index, nullptr), *optimizer_)
+                  : LayerOf(index, optimizer_);
+    if (!gathered) continue;  // a ZeRO-1 replica other than 0: it sent its shards
+    if (cut()) gathered = WholeLayer(*gathered);
+    write({*gathered});
+  }
+}
+
+void StateLayout::Load(const std::function<void(const std::vector<LayerTensors>&)>& read) {
+  if (!sharded() && !cut()) {
+    read(CheckpointTensors(model_, optimizer_));
+    return;
+  }
+  // Layer by layer: ZeRO-1 reads each layer's full state into temporaries and keeps this
+  // replica's shard; tensor ranks read whole tensors into temporaries and keep their parts.
+  for (auto& [index, layer] : model_.layers()) {
+    const LayerTensors loaded = sharded() ? LayerStateToLoad(index) : LayerOf(index, optimizer_);
+    if (cut()) {
+      const LayerTensors whole = WholeTemporaries(loaded);
+      read({whole});
+      KeepParts(whole, loaded);
+    } else {
+      read({loaded});
+    }
+    if (sharded()) KeepOwnState(loaded);
+  }
+}
+
+void StateLayout::InitValues(const std::function<void(Optimizer* masters)>& load) {
+  load(sharded() ? nullptr : optimizer_);
+  if (sharded()) ResetMastersFromValues();
+}
+
+LayerTensors StateLayout::LayerOf(int layer_index, const Optimizer* optimizer) const {
+  for (auto& [index, l] : model_.layers()) {
+    if (index == layer_index) return {index, l->name(), ParamTensorsOf(l->params(), optimizer)};
+  }
+  BATON_FAIL("stage {} holds no layer {}", stage_, layer_index);
+}
+
+LayerTensors StateLayout::LayerStateToLoad(int layer_index) const {
+  LayerTensors layer = LayerOf(layer_index, nullptr);
+  Allocator& a = backend_.allocator();
+  for (ParamTensors& t : layer.params) {
+    t.adam_m = Tensor::Empty(a, t.value.shape(), DType::kF32, MemCategory::kWorkspace);
+    t.adam_v = Tensor::Empty(a, t.value.shape(), DType::kF32, MemCategory::kWorkspace);
+    if (t.value.dtype() != DType::kF32) {
+      t.master = Tensor::Empty(a, t.value.shape(), DType::kF32, MemCategory::kWorkspace);
+    }
+  }
+  return layer;
+}
+
+void StateLayout::KeepOwnState(const LayerTensors& loaded) {
+  for (const ParamTensors& t : loaded.params) {
+    for (Optimizer::Slot& slot : optimizer_->slots()) {
+      if (slot.param->value.raw() != t.value.raw()) continue;
+      // The slot's state as flat views (a slot covering its whole parameter has its shape).
+      Tensor m = slot.m.View({-1}), v = slot.v.View({-1});
+      backend_.Copy(FlatSlice(t.adam_m, slot.begin, slot.end), m);
+      backend_.Copy(FlatSlice(t.adam_v, slot.begin, slot.end), v);
+      if (slot.master.defined()) {
+        Tensor master = slot.master.View({-1});
+        backend_.Copy(FlatSlice(t.master, slot.begin, slot.end), master);
+      }
+    }
+  }
+}
+
+void StateLayout::ResetMastersFromValues() {
+  if (optimizer_ == nullptr) return;
+  for (Optimizer::Slot& slot : optimizer_->slots()) {
+    if (slot.master.defined()) {
+      Tensor master = slot.master.View({-1});
+      backend_.Copy(FlatSlice(slot.param->value, slot.begin, slot.end), master);
+    }
+  }
+}
+
+LayerTensors StateLayout::WholeLayer(const LayerTensors& layer) {
+  BATON_CHECK(tensor_ != nullptr, "stage {}: WholeLayer is for tensor-parallel stages", stage_);
+  LayerTensors whole = layer;
+  for (ParamTensors& p : whole.params) {
+    if (!p.split.cut()) continue;
+    BATON_CHECK(!p.adam_m_absmax.defined(),
+                "{}: 8-bit optimizer state is not cut across tensor ranks", p.name);
+    for (Tensor ParamTensors::*field : CutFields()) {
+      Tensor& part = p.*field;
+      if (!part.defined()) continue;
+      // This rank's part at its place in zeros; the group's sum is then the whole (x + 0 = x).
+      const Shape shape = WholeShape(part.shape(), p.split);
+      Tensor sum =
+          Tensor::Empty(backend_.allocator(), shape, part.dtype(), MemCategory::kWorkspace);
+      if (!IsMeta(backend_)) {  // the memory planner books the sum and moves no bytes
+        std::vector<std::byte> host(static_cast<size_t>(NumElements(shape)) * SizeOf(part.dtype()));
+        InsertPart(HostBytes(backend_, part).data(), shape, SizeOf(part.dtype()), p.split,
+                   host.data());
+        backend_.Copy(Tensor::Wrap(host.data(), shape, part.dtype()), sum);
+        backend_.Synchronize();
+      }
+      tensor_->AllReduceSum(sum);
+      part = sum;
+    }
+    p.split = TensorSplit();
+  }
+  return whole;
+}
+
+LayerTensors StateLayout::WholeTemporaries(const LayerTensors& layer) const {
+  LayerTensors whole = layer;
+  for (ParamTensors& p : whole.params) {
+    if (!p.split.cut()) continue;
+    for (Tensor ParamTensors::*field : CutFields()) {
+      Tensor& part = p.*field;
+      if (!part.defined()) continue;
+      part = Tensor::Empty(backend_.allocator(), WholeShape(part.shape(), p.split), part.dtype(),
+                           MemCategory::kWorkspace);
+    }
+  }
+  return whole;
+}
+
+void StateLayout::KeepParts(const LayerTensors& whole, const LayerTensors& layer) {
+  BATON_CHECK(whole.params.size() == layer.params.size(), "{}: {} whole tensors for {} params",
+              layer.name, whole.params.size(), layer.params.size());
+  for (size_t i = 0; i < layer.params.size(); ++i) {
+    const ParamTensors& from = whole.params[i];
+    const ParamTensors& to = layer.params[i];
+    if (!to.split.cut()) continue;
+    for (Tensor ParamTensors::*field : CutFields()) {
+      const Tensor& source = from.*field;
+      Tensor target = to.*field;
+      if (!target.defined()) continue;
+      std::vector<std::byte> part(target.nbytes());
+      ExtractPart(HostBytes(backend_, source).data(), source.shape(), SizeOf(source.dtype()),
+                  to.split, part.data());
+      backend_.Copy(Tensor::Wrap(part.data(), target.shape(), target.dtype()), target);
+      backend_.Synchronize();
+    }
+  }
+}
+
+}  // namespace baton

@@ -1,0 +1,85 @@
+// How one rank's parameter state (value, master, moments) is laid out across its groups, and
+// the whole <-> part moves that checkpoints and initialisation need, in one place:
+//  - tensor ranks (parallel.tensor T > 1): each cut parameter's value, master and moments hold
+//    this rank's part of the whole (ParamTensors::split, model/tensor_parallel.h);
+//  - ZeRO-1 (parallel.zero 1 with replicas): the optimizer holds master and moments for this
+//    replica's shard of the stage's flat parameter space only (Zero1Sync::shard, the optimizer's
+//    slots); the values are whole on every replica.
+// A checkpoint holds every tensor whole (docs/checkpoints.md), so with either split saving and
+// loading go layer by layer through whole temporaries booked as workspace, one layer at a time;
+// without one, the stage's own tensors are written and filled directly.
+//
+// Collective where the state is split: every rank of the stage's tensor group and replicas calls
+// Save and Load at the same point (the worker after the same step; the memory planner books
+// through Save). Not thread-safe; the Trainer owns it, and the model, optimizer, sync and group
+// it was built with must outlive it.
+#pragma once
+
+#include <functional>
+#include <optional>
+#include <vector>
+
+#include "checkpoint/layer_tensors.h"
+#include "kernels/backend.h"
+#include "model/tensor_parallel.h"
+#include "worker/gradient_sync.h"
+#include "worker/optimizer.h"
+#include "worker/stage_model.h"
+
+namespace baton {
+
+class StateLayout {
+ public:
+  // `optimizer` null: the stage keeps no optimizer state (evaluation, INT8 weights). `zero1`
+  // null without ZeRO-1, `tensor` null without tensor ranks. `stage` names errors.
+  StateLayout(Backend& backend, StageModel& model, Optimizer* optimizer, Zero1Sync* zero1,
+              TensorGroup* tensor, int stage);
+  StateLayout(const StateLayout&) = delete;
+  StateLayout& operator=(const StateLayout&) = delete;
+
+  // ZeRO-1: the optimizer holds this replica's shard only.
+  bool sharded() const { return zero1_ != nullptr; }
+  // Tensor ranks: cut parameters hold parts.
+  bool cut() const { return tensor_ != nullptr; }
+
+  // Hands `write` what a checkpoint of this rank stores: its layers with their optimizer state,
+  // whole. Unsplit, all in one call; split, one layer per call, gathered onto replica 0 and made
+  // whole across the tensor ranks, that layer's temporaries alive until `write` returns (under
+  // ZeRO-1 only replica 0's ranks get calls).
+  void Save(const std::function<void(const std::vector<LayerTensors>&)>& write);
+
+  // Resuming: `read` fills the whole tensors it is handed (a CheckpointReader's LoadLayers), and
+  // each rank keeps its part and shard of them: values, and with an optimizer its state (an
+  // evaluation keeps none, so it reads the weights only).
+  void Load(const std::function<void(const std::vector<LayerTensors>&)>& read);
+
+  // model.init_from: `load` sets the params' values and, given an optimizer, each master from
+  // the source's values; under ZeRO-1 it is given none (the masters are shards) and every
+  // master is then set from its rounded parameter.
+  void InitValues(const std::function<void(Optimizer* masters)>& load);
+
+ private:
+  // The tensors of local layer `layer_index`, with `optimizer`'s state for them when given.
+  LayerTensors LayerOf(int layer_index, const Optimizer* optimizer) const;
+  // ZeRO-1 loading: the layer's values with whole temporaries for its optimizer state; then
+  // KeepOwnState copies this replica's shard of them into the optimizer.
+  LayerTensors LayerStateToLoad(int layer_index) const;
+  void KeepOwnState(const LayerTensors& loaded);
+  // Tensor ranks: `layer` with each cut tensor made whole (the group's parts summed into zeros
+  // at their places: exact), a temporary booked as workspace.
+  LayerTensors WholeLayer(const LayerTensors& layer);
+  // `layer` with each cut tensor replaced by an uninitialised whole one (workspace); then
+  // KeepParts copies this rank's part of each into `layer`'s.
+  LayerTensors WholeTemporaries(const LayerTensors& layer) const;
+  void KeepParts(const LayerTensors& whole, const LayerTensors& layer);
+  void ResetMastersFromValues();
+
+  Backend& backend_;
+  StageModel& model_;
+  Optimizer* optimizer_;
+  Zero1Sync* zero1_;
+  TensorGroup* tensor_;
+  int stage_;
+};
+
+}  // namespace baton
