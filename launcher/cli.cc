@@ -6,8 +6,12 @@
 #include <spdlog/spdlog.h>
 
 #include <CLI/CLI.hpp>
+#include <functional>
 #include <iostream>
+#include <memory>
 #include <optional>
+#include <string>
+#include <vector>
 
 #include "core/error.h"
 #include "core/log.h"
@@ -55,6 +59,247 @@ void BlockStopSignalsAtLoad(int /*argc*/, char** /*argv*/, char** /*envp*/) {
 [[gnu::section(".preinit_array"),
   gnu::used]] void (*block_stop_signals_at_load)(int, char**, char**) = BlockStopSignalsAtLoad;
 
+// A subcommand: its options, added to the app, and what runs once the command line names it.
+// The options it fills live as long as `run` does.
+struct Subcommand {
+  CLI::App* cli = nullptr;
+  std::function<int()> run;
+};
+
+// `log_level` is baton's own option (it may follow the subcommand): read once parsed.
+using LogLevel = const std::string&;
+
+Subcommand AddRun(CLI::App& app, LogLevel log_level) {
+  auto run = std::make_shared<baton::RunOptions>();
+  CLI::App* cmd = app.add_subcommand("run", "train a model (spawns one worker per stage)");
+  AddConfigOptions(cmd, run->config);
+  cmd->add_option("--report", run->report_path, "write a JSON report here");
+  cmd->add_option("--coordinator", run->coordinator,
+                  "HOST:PORT of the coordinator (rank 0 hosts it under mpirun/srun)");
+  cmd->add_option("--resume", run->resume,
+                  "continue from a checkpoint: a step dir, checkpoints root or output dir; "
+                  "auto: output.dir's latest checkpoint if there is one");
+  cmd->add_option("--steps-more", run->steps_more,
+                  "with --resume: train N steps past the checkpoint's, the learning rate "
+                  "decaying on from where it is (not a train.steps change, which reshapes it)")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--launcher", run->launcher,
+                  "who starts the workers: auto (from the environment), local, mpi, slurm")
+      ->check(CLI::IsMember({"auto", "local", "mpi", "slurm"}));
+  cmd->add_option("--max-restarts", run->max_restarts,
+                  "after a failure, restart every worker from the last checkpoint (also "
+                  "under mpirun and srun: give every rank the same value)");
+  AddMemoryOptions(cmd, run->memory);
+  return {cmd, [run, &log_level] {
+            baton::SetupLogging("launcher", log_level);
+            run->log_level = log_level;
+            return baton::RunCommand(*run);
+          }};
+}
+
+Subcommand AddEval(CLI::App& app, LogLevel log_level) {
+  auto eval = std::make_shared<baton::RunOptions>();
+  CLI::App* cmd = app.add_subcommand(
+      "eval",
+      "mean loss and perplexity of a checkpoint on held-out data (data.eval_path or "
+      "data.eval_fraction)");
+  AddConfigOptions(cmd, eval->config);
+  cmd->add_option("--resume", eval->resume,
+                  "the weights: a step dir, checkpoints root or output dir; auto: "
+                  "output.dir's latest (or --set model.init_from=FILE)");
+  cmd->add_option("--launcher", eval->launcher,
+                  "who starts the workers: auto (from the environment), local, mpi, slurm")
+      ->check(CLI::IsMember({"auto", "local", "mpi", "slurm"}));
+  cmd->add_option("--coordinator", eval->coordinator,
+                  "HOST:PORT of the coordinator (rank 0 hosts it under mpirun/srun)");
+  cmd->add_flag("--json", eval->eval_json, "print the result as one JSON object");
+  return {cmd, [eval, &log_level] {
+            baton::SetupLogging("eval", log_level);
+            eval->log_level = log_level;
+            return baton::EvalCommand(*eval, std::cout);
+          }};
+}
+
+Subcommand AddExport(CLI::App& app, LogLevel log_level) {
+  auto options = std::make_shared<baton::ExportOptions>();
+  CLI::App* cmd = app.add_subcommand(
+      "export", "write a checkpoint as Hugging Face GPT-2 safetensors (and its tokenizer)");
+  cmd->add_option("checkpoint", options->checkpoint, "step dir, checkpoints root or output dir")
+      ->required();
+  cmd->add_option("output", options->output,
+                  "folder for model.safetensors + config.json (+ the tokenizer's files)")
+      ->required();
+  cmd->add_option("--dtype", options->dtype, "f32, bf16 or f16");
+  cmd->add_option("--set", options->overrides,
+                  "data.tokenizer=PATH: the tokenizer to copy (default: the one state.json's "
+                  "config names)");
+  return {cmd, [options, &log_level] {
+            baton::SetupLogging("export", log_level);
+            return baton::ExportCommand(*options);
+          }};
+}
+
+Subcommand AddCompress(CLI::App& app, LogLevel log_level) {
+  auto compress = std::make_shared<baton::CompressOptions>();
+  CLI::App* cmd = app.add_subcommand(
+      "compress",
+      "a smaller checkpoint: --int8 weights, --prune or --low-rank (prints bytes, eval loss)");
+  cmd->add_option("checkpoint", compress->checkpoint, "step dir, checkpoints root or output dir")
+      ->required();
+  cmd->add_option("output", compress->output, "a new output directory to write")->required();
+  cmd->add_flag("--int8", compress->int8, "INT8 block weights, one f32 scale per output channel");
+  cmd->add_option("--prune", compress->prune,
+                  "zero this fraction of the block weights by magnitude (sparse storage)");
+  cmd->add_option("--low-rank", compress->low_rank,
+                  "rank R: every block matrix W as U (in,R) V (R,out) by truncated SVD");
+  cmd->add_option("--pattern", compress->pattern, "--prune's pattern: unstructured or 2:4")
+      ->check(CLI::IsMember({"unstructured", "2:4"}));
+  cmd->add_flag("!--no-eval", compress->eval,
+                "skip the eval loss before and after (two baton eval runs)");
+  cmd->add_option("--set", compress->overrides,
+                  "override a field of the stored config, e.g. data.eval_path=PATH");
+  return {cmd, [compress, &log_level] {
+            baton::SetupLogging("compress", log_level);
+            return baton::CompressCommand(*compress, std::cout);
+          }};
+}
+
+Subcommand AddGenerate(CLI::App& app, LogLevel log_level) {
+  auto generate = std::make_shared<baton::GenerateOptions>();
+  auto no_kv_cache = std::make_shared<bool>(false);
+  CLI::App* cmd =
+      app.add_subcommand("generate", "sample text from a checkpoint (bytes, or its tokenizer's)");
+  cmd->add_option("checkpoint", generate->checkpoint, "step dir, checkpoints root or output dir")
+      ->required();
+  cmd->add_option("--prompt", generate->prompt, "text to continue");
+  cmd->add_option("--tokens", generate->tokens, "new tokens to sample");
+  cmd->add_option("--temperature", generate->temperature, "0 = greedy");
+  cmd->add_option("--top-k", generate->top_k, "sample from the K likeliest; 0 = all");
+  cmd->add_option("--seed", generate->seed, "the same seed gives the same text");
+  cmd->add_option("--set", generate->overrides, "override a config field, e.g. device.type=cpu");
+  cmd->add_flag("--no-kv-cache", *no_kv_cache,
+                "recompute the window for every token instead of caching keys and values "
+                "(past model.context the cache recomputes the window anyway: positions "
+                "are absolute)");
+  return {cmd, [generate, no_kv_cache, &log_level] {
+            baton::SetupLogging("generate", log_level);
+            generate->kv_cache = !*no_kv_cache;
+            return baton::GenerateCommand(*generate, std::cout);
+          }};
+}
+
+Subcommand AddReport(CLI::App& app, LogLevel log_level) {
+  auto dir = std::make_shared<std::string>(), file = std::make_shared<std::string>();
+  CLI::App* cmd = app.add_subcommand(
+      "report", "write OUTPUT_DIR/report.html from what the run left there (also while it runs)");
+  cmd->add_option("output_dir", *dir, "the run's output.dir")->required();
+  cmd->add_option("--report", *file,
+                  "the run's --report JSON: adds the predicted memory and the config");
+  return {cmd, [dir, file, &log_level] {
+            baton::SetupLogging("report", log_level);
+            return baton::ReportCommand(*dir, *file, std::cout);
+          }};
+}
+
+Subcommand AddPlan(CLI::App& app, LogLevel log_level) {
+  auto plan = std::make_shared<baton::PlanOptions>();
+  CLI::App* cmd = app.add_subcommand(
+      "plan", "print the partition and each stage's predicted memory without training");
+  AddConfigOptions(cmd, plan->config);
+  AddMemoryOptions(cmd, plan->memory);
+  cmd->add_option("--format", plan->format, "text or json")->check(CLI::IsMember({"text", "json"}));
+  return {cmd, [plan, &log_level] {
+            baton::SetupLogging("plan", log_level);
+            return baton::PlanCommand(*plan, std::cout);
+          }};
+}
+
+Subcommand AddTune(CLI::App& app, LogLevel log_level) {
+  auto tune = std::make_shared<baton::TuneCommandOptions>();
+  CLI::App* cmd = app.add_subcommand(
+      "tune",
+      "profile the model's layers here, search schedule x stages x micro-batches x "
+      "checkpointing x cut under a budget, print the ranking, write the best config");
+  AddConfigOptions(cmd, tune->config);
+  cmd->add_option("--memory-budget", tune->budget,
+                  "bytes per process (60MiB, 1.5GB, 4096): candidates over it do not fit");
+  cmd->add_option("--max-stages", tune->max_stages, "most pipeline stages (default: processes)");
+  cmd->add_option(
+      "--max-processes", tune->max_processes,
+      "stages x replicas <= this (default: cores / device.threads, or --max-stages if more)");
+  cmd->add_option("--out", tune->out, "where to write the best config (default tuned.yaml)");
+  cmd->add_option("--repeats", tune->repeats, "timed repetitions per measurement (median)");
+  cmd->add_option("--top", tune->top, "rows of the ranked table");
+  return {cmd, [tune, &log_level] {
+            baton::SetupLogging("tune", log_level);
+            return baton::TuneCommand(*tune, std::cout);
+          }};
+}
+
+Subcommand AddSchedule(CLI::App& app) {
+  auto schedule = std::make_shared<baton::ScheduleCommandOptions>();
+  CLI::App* cmd = app.add_subcommand("schedule", "generate, validate, show a schedule");
+  cmd->add_option("--stages", schedule->stages, "pipeline ranks P");
+  cmd->add_option("--microbatches", schedule->microbatches, "micro-batches M");
+  cmd->add_option("--schedule", schedule->schedule,
+                  "gpipe, 1f1b, interleaved, zb-h1, looped-bfs, zb-h2, zb-v, v-half, v-min, "
+                  "dualpipev");
+  cmd->add_option("--chunks", schedule->chunks,
+                  "model chunks per stage (interleaved, looped-bfs; V schedules take 2)");
+  cmd->add_option(
+      "--costs", schedule->costs,
+      "action costs in any unit, e.g. F=1,B=2,I=1,W=1 (the default); the makespan is in it");
+  cmd->add_option("--file", schedule->file, "a schedule CSV to load instead");
+  cmd->add_option("--format", schedule->format, "text, csv, json, svg or chrome");
+  cmd->add_option("--comm", schedule->comm, "async or rendezvous send semantics");
+  return {cmd, [schedule] { return baton::RunScheduleCommand(*schedule, std::cout, std::cerr); }};
+}
+
+// `baton data prepare`: the one data tool.
+Subcommand AddDataPrepare(CLI::App& app, LogLevel log_level) {
+  struct Args {
+    std::string input, output, tokenizer;
+  };
+  auto args = std::make_shared<Args>();
+  CLI::App* data = app.add_subcommand("data", "data tools");
+  data->require_subcommand(1);
+  CLI::App* cmd = data->add_subcommand("prepare", "text (file or folder) to .bin");
+  cmd->add_option("input", args->input, "text file or folder")->required();
+  cmd->add_option("output", args->output, "output .bin (uint16 tokens)")->required();
+  cmd->add_option("--tokenizer", args->tokenizer,
+                  "BPE tokenizer: tokenizer.json, vocab.json (merges.txt beside it) or a "
+                  "folder; default: one token per byte");
+  return {cmd, [args, &log_level] {
+            baton::SetupLogging("data", log_level);
+            std::optional<baton::Tokenizer> tokenizer;
+            if (!args->tokenizer.empty())
+              tokenizer.emplace(baton::Tokenizer::Load(args->tokenizer));
+            const int64_t tokens = baton::PrepareTextData(args->input, args->output,
+                                                          tokenizer ? &*tokenizer : nullptr);
+            spdlog::info("wrote {} tokens to {} (vocab size {}: {})", tokens, args->output,
+                         tokenizer ? tokenizer->vocab_size() : 256,
+                         tokenizer ? tokenizer->files().front().path : std::string("bytes"));
+            return 0;
+          }};
+}
+
+// The internal `worker` the launchers start, hidden from --help.
+Subcommand AddWorker(CLI::App& app, LogLevel log_level) {
+  auto worker = std::make_shared<baton::WorkerArgs>();
+  CLI::App* cmd = app.add_subcommand("worker", "internal: one pipeline stage");
+  cmd->group("");
+  cmd->add_option("--coordinator", worker->coordinator)->required();
+  cmd->add_option("--rank", worker->rank)->required();
+  cmd->add_option("--world-size", worker->world_size)->required();
+  cmd->add_option("--local-rank", worker->local_rank);
+  cmd->add_option("--attempt", worker->attempt);
+  cmd->add_option("--listen-host", worker->listen_host);
+  return {cmd, [worker, &log_level] {
+            worker->log_level = log_level;
+            return baton::RunWorker(*worker);
+          }};
+}
+
 }  // namespace
 
 namespace baton {
@@ -62,7 +307,7 @@ namespace baton {
 int BatonMain(int argc, char** argv) {
   // Before any thread exists: every thread inherits the blocked stop signals, and one thread
   // receives them (core/stop_signals.h), so no signal lands in a compute thread.
-  baton::InstallStopSignals();
+  InstallStopSignals();
   CLI::App app{"Baton: pipeline-parallel training runtime"};
   app.require_subcommand(1);
   app.set_version_flag("--version", std::string("baton ") + BATON_VERSION);
@@ -71,232 +316,22 @@ int BatonMain(int argc, char** argv) {
   std::string log_level = "info";
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error")
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error"}));
-
-  baton::RunOptions run;
-  CLI::App* run_cmd = app.add_subcommand("run", "train a model (spawns one worker per stage)");
-  AddConfigOptions(run_cmd, run.config);
-  run_cmd->add_option("--report", run.report_path, "write a JSON report here");
-  run_cmd->add_option("--coordinator", run.coordinator,
-                      "HOST:PORT of the coordinator (rank 0 hosts it under mpirun/srun)");
-  run_cmd->add_option("--resume", run.resume,
-                      "continue from a checkpoint: a step dir, checkpoints root or output dir; "
-                      "auto: output.dir's latest checkpoint if there is one");
-  run_cmd
-      ->add_option("--steps-more", run.steps_more,
-                   "with --resume: train N steps past the checkpoint's, the learning rate "
-                   "decaying on from where it is (not a train.steps change, which reshapes it)")
-      ->check(CLI::PositiveNumber);
-  run_cmd
-      ->add_option("--launcher", run.launcher,
-                   "who starts the workers: auto (from the environment), local, mpi, slurm")
-      ->check(CLI::IsMember({"auto", "local", "mpi", "slurm"}));
-  run_cmd->add_option("--max-restarts", run.max_restarts,
-                      "after a failure, restart every worker from the last checkpoint (also "
-                      "under mpirun and srun: give every rank the same value)");
-  AddMemoryOptions(run_cmd, run.memory);
-
-  baton::RunOptions eval;
-  CLI::App* eval_cmd = app.add_subcommand(
-      "eval",
-      "mean loss and perplexity of a checkpoint on held-out data (data.eval_path or "
-      "data.eval_fraction)");
-  AddConfigOptions(eval_cmd, eval.config);
-  eval_cmd->add_option("--resume", eval.resume,
-                       "the weights: a step dir, checkpoints root or output dir; auto: "
-                       "output.dir's latest (or --set model.init_from=FILE)");
-  eval_cmd
-      ->add_option("--launcher", eval.launcher,
-                   "who starts the workers: auto (from the environment), local, mpi, slurm")
-      ->check(CLI::IsMember({"auto", "local", "mpi", "slurm"}));
-  eval_cmd->add_option("--coordinator", eval.coordinator,
-                       "HOST:PORT of the coordinator (rank 0 hosts it under mpirun/srun)");
-  eval_cmd->add_flag("--json", eval.eval_json, "print the result as one JSON object");
-
-  baton::ExportOptions export_options;
-  CLI::App* export_cmd = app.add_subcommand(
-      "export", "write a checkpoint as Hugging Face GPT-2 safetensors (and its tokenizer)");
-  export_cmd
-      ->add_option("checkpoint", export_options.checkpoint,
-                   "step dir, checkpoints root or output dir")
-      ->required();
-  export_cmd
-      ->add_option("output", export_options.output,
-                   "folder for model.safetensors + config.json (+ the tokenizer's files)")
-      ->required();
-  export_cmd->add_option("--dtype", export_options.dtype, "f32, bf16 or f16");
-  export_cmd->add_option(
-      "--set", export_options.overrides,
-      "data.tokenizer=PATH: the tokenizer to copy (default: the one state.json's "
-      "config names)");
-
-  baton::CompressOptions compress;
-  CLI::App* compress_cmd = app.add_subcommand(
-      "compress",
-      "a smaller checkpoint: --int8 weights, --prune or --low-rank (prints bytes, eval loss)");
-  compress_cmd
-      ->add_option("checkpoint", compress.checkpoint, "step dir, checkpoints root or output dir")
-      ->required();
-  compress_cmd->add_option("output", compress.output, "a new output directory to write")
-      ->required();
-  compress_cmd->add_flag("--int8", compress.int8,
-                         "INT8 block weights, one f32 scale per output channel");
-  compress_cmd->add_option("--prune", compress.prune,
-                           "zero this fraction of the block weights by magnitude (sparse storage)");
-  compress_cmd->add_option("--low-rank", compress.low_rank,
-                           "rank R: every block matrix W as U (in,R) V (R,out) by truncated SVD");
-  compress_cmd->add_option("--pattern", compress.pattern, "--prune's pattern: unstructured or 2:4")
-      ->check(CLI::IsMember({"unstructured", "2:4"}));
-  compress_cmd->add_flag("!--no-eval", compress.eval,
-                         "skip the eval loss before and after (two baton eval runs)");
-  compress_cmd->add_option("--set", compress.overrides,
-                           "override a field of the stored config, e.g. data.eval_path=PATH");
-
-  baton::GenerateOptions generate;
-  CLI::App* generate_cmd =
-      app.add_subcommand("generate", "sample text from a checkpoint (bytes, or its tokenizer's)");
-  generate_cmd
-      ->add_option("checkpoint", generate.checkpoint, "step dir, checkpoints root or output dir")
-      ->required();
-  generate_cmd->add_option("--prompt", generate.prompt, "text to continue");
-  generate_cmd->add_option("--tokens", generate.tokens, "new tokens to sample");
-  generate_cmd->add_option("--temperature", generate.temperature, "0 = greedy");
-  generate_cmd->add_option("--top-k", generate.top_k, "sample from the K likeliest; 0 = all");
-  generate_cmd->add_option("--seed", generate.seed, "the same seed gives the same text");
-  generate_cmd->add_option("--set", generate.overrides,
-                           "override a config field, e.g. device.type=cpu");
-  bool no_kv_cache = false;
-  generate_cmd->add_flag("--no-kv-cache", no_kv_cache,
-                         "recompute the window for every token instead of caching keys and values "
-                         "(past model.context the cache recomputes the window anyway: positions "
-                         "are absolute)");
-
-  std::string report_dir, report_file;
-  CLI::App* report_cmd = app.add_subcommand(
-      "report", "write OUTPUT_DIR/report.html from what the run left there (also while it runs)");
-  report_cmd->add_option("output_dir", report_dir, "the run's output.dir")->required();
-  report_cmd->add_option("--report", report_file,
-                         "the run's --report JSON: adds the predicted memory and the config");
-
-  baton::PlanOptions plan;
-  CLI::App* plan_cmd = app.add_subcommand(
-      "plan", "print the partition and each stage's predicted memory without training");
-  AddConfigOptions(plan_cmd, plan.config);
-  AddMemoryOptions(plan_cmd, plan.memory);
-  plan_cmd->add_option("--format", plan.format, "text or json")
-      ->check(CLI::IsMember({"text", "json"}));
-
-  baton::TuneCommandOptions tune;
-  CLI::App* tune_cmd = app.add_subcommand(
-      "tune",
-      "profile the model's layers here, search schedule x stages x micro-batches x "
-      "checkpointing x cut under a budget, print the ranking, write the best config");
-  AddConfigOptions(tune_cmd, tune.config);
-  tune_cmd->add_option("--memory-budget", tune.budget,
-                       "bytes per process (60MiB, 1.5GB, 4096): candidates over it do not fit");
-  tune_cmd->add_option("--max-stages", tune.max_stages,
-                       "most pipeline stages (default: processes)");
-  tune_cmd->add_option(
-      "--max-processes", tune.max_processes,
-      "stages x replicas <= this (default: cores / device.threads, or --max-stages if more)");
-  tune_cmd->add_option("--out", tune.out, "where to write the best config (default tuned.yaml)");
-  tune_cmd->add_option("--repeats", tune.repeats, "timed repetitions per measurement (median)");
-  tune_cmd->add_option("--top", tune.top, "rows of the ranked table");
-
-  baton::ScheduleCommandOptions schedule;
-  CLI::App* schedule_cmd = app.add_subcommand("schedule", "generate, validate, show a schedule");
-  schedule_cmd->add_option("--stages", schedule.stages, "pipeline ranks P");
-  schedule_cmd->add_option("--microbatches", schedule.microbatches, "micro-batches M");
-  schedule_cmd->add_option(
-      "--schedule", schedule.schedule,
-      "gpipe, 1f1b, interleaved, zb-h1, looped-bfs, zb-h2, zb-v, v-half, v-min, dualpipev");
-  schedule_cmd->add_option("--chunks", schedule.chunks,
-                           "model chunks per stage (interleaved, looped-bfs; V schedules take 2)");
-  schedule_cmd->add_option(
-      "--costs", schedule.costs,
-      "action costs in any unit, e.g. F=1,B=2,I=1,W=1 (the default); the makespan is in it");
-  schedule_cmd->add_option("--file", schedule.file, "a schedule CSV to load instead");
-  schedule_cmd->add_option("--format", schedule.format, "text, csv, json, svg or chrome");
-  schedule_cmd->add_option("--comm", schedule.comm, "async or rendezvous send semantics");
-
-  std::string data_input, data_output, data_tokenizer;
-  CLI::App* data_cmd = app.add_subcommand("data", "data tools");
-  data_cmd->require_subcommand(1);
-  CLI::App* prepare_cmd = data_cmd->add_subcommand("prepare", "text (file or folder) to .bin");
-  prepare_cmd->add_option("input", data_input, "text file or folder")->required();
-  prepare_cmd->add_option("output", data_output, "output .bin (uint16 tokens)")->required();
-  prepare_cmd->add_option("--tokenizer", data_tokenizer,
-                          "BPE tokenizer: tokenizer.json, vocab.json (merges.txt beside it) or a "
-                          "folder; default: one token per byte");
-
-  baton::WorkerArgs worker;
-  CLI::App* worker_cmd = app.add_subcommand("worker", "internal: one pipeline stage");
-  worker_cmd->group("");  // hidden from --help
-  worker_cmd->add_option("--coordinator", worker.coordinator)->required();
-  worker_cmd->add_option("--rank", worker.rank)->required();
-  worker_cmd->add_option("--world-size", worker.world_size)->required();
-  worker_cmd->add_option("--local-rank", worker.local_rank);
-  worker_cmd->add_option("--attempt", worker.attempt);
-  worker_cmd->add_option("--listen-host", worker.listen_host);
+  // In --help's order.
+  const std::vector<Subcommand> subcommands = {
+      AddRun(app, log_level),         AddEval(app, log_level),     AddExport(app, log_level),
+      AddCompress(app, log_level),    AddGenerate(app, log_level), AddReport(app, log_level),
+      AddPlan(app, log_level),        AddTune(app, log_level),     AddSchedule(app),
+      AddDataPrepare(app, log_level), AddWorker(app, log_level)};
 
   CLI11_PARSE(app, argc, argv);
 
   try {
-    if (run_cmd->parsed()) {
-      baton::SetupLogging("launcher", log_level);
-      run.log_level = log_level;
-      return baton::RunCommand(run);
-    }
-    if (eval_cmd->parsed()) {
-      baton::SetupLogging("eval", log_level);
-      eval.log_level = log_level;
-      return baton::EvalCommand(eval, std::cout);
-    }
-    if (plan_cmd->parsed()) {
-      baton::SetupLogging("plan", log_level);
-      return baton::PlanCommand(plan, std::cout);
-    }
-    if (report_cmd->parsed()) {
-      baton::SetupLogging("report", log_level);
-      return baton::ReportCommand(report_dir, report_file, std::cout);
-    }
-    if (tune_cmd->parsed()) {
-      baton::SetupLogging("tune", log_level);
-      return baton::TuneCommand(tune, std::cout);
-    }
-    if (schedule_cmd->parsed()) {
-      return baton::RunScheduleCommand(schedule, std::cout, std::cerr);
-    }
-    if (prepare_cmd->parsed()) {
-      baton::SetupLogging("data", log_level);
-      std::optional<baton::Tokenizer> tokenizer;
-      if (!data_tokenizer.empty()) tokenizer.emplace(baton::Tokenizer::Load(data_tokenizer));
-      const int64_t tokens =
-          baton::PrepareTextData(data_input, data_output, tokenizer ? &*tokenizer : nullptr);
-      spdlog::info("wrote {} tokens to {} (vocab size {}: {})", tokens, data_output,
-                   tokenizer ? tokenizer->vocab_size() : 256,
-                   tokenizer ? tokenizer->files().front().path : std::string("bytes"));
-      return 0;
-    }
-    if (generate_cmd->parsed()) {
-      baton::SetupLogging("generate", log_level);
-      generate.kv_cache = !no_kv_cache;
-      return baton::GenerateCommand(generate, std::cout);
-    }
-    if (compress_cmd->parsed()) {
-      baton::SetupLogging("compress", log_level);
-      return baton::CompressCommand(compress, std::cout);
-    }
-    if (export_cmd->parsed()) {
-      baton::SetupLogging("export", log_level);
-      return baton::ExportCommand(export_options);
-    }
-    if (worker_cmd->parsed()) {
-      worker.log_level = log_level;
-      return baton::RunWorker(worker);
+    for (const Subcommand& subcommand : subcommands) {
+      if (subcommand.cli->parsed()) return subcommand.run();
     }
   } catch (const std::exception& e) {
     std::cerr << "baton: error: " << e.what() << "\n";
-    baton::LogOrigin(e);
+    LogOrigin(e);
     return 1;
   }
   return 2;
