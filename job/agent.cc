@@ -28,7 +28,8 @@ constexpr milliseconds kPollInterval{20};
 // How long one call to the coordinator waits before the agent asks again: not a bound on
 // anything (rank 0's launcher bounds its own waits and then decides).
 constexpr milliseconds kCoordinatorWait{10000};
-// A worker still running this long after its attempt aborted is killed (as ChildProcesses::StopAll).
+// A worker still running this long after its attempt aborted is killed (as
+// ChildProcesses::StopAll).
 constexpr milliseconds kStopGrace{2000};
 
 std::string FirstLine(const std::string& text) { return text.substr(0, text.find('\n')); }

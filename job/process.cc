@@ -19,7 +19,7 @@ namespace baton {
 ChildProcesses::~ChildProcesses() { StopAll(); }
 
 void ChildProcesses::Spawn(int rank, const std::vector<std::string>& argv,
-                         const std::vector<std::string>& env) {
+                           const std::vector<std::string>& env) {
   BATON_CHECK(!argv.empty(), "empty command line");
   // Build everything before fork: the child may only call async-signal-safe functions.
   std::vector<std::string> env_strings;

@@ -275,7 +275,7 @@ std::unique_ptr<MetricsLog> OpenMetrics(const Plan& plan, const RunOptions& opti
 // How a launch mode runs one attempt's workers.
 struct Supervision {
   std::function<void(int attempt)> start;  // starts its workers (local); agents start their own
-  ChildProcesses* children = nullptr;        // the local workers, watched by the monitor; or null
+  ChildProcesses* children = nullptr;      // the local workers, watched by the monitor; or null
   // After the attempt failed and the workers were told to abort: stops them, adding to `failure`
   // what went wrong on the way; false when the job cannot restart whatever --max-restarts says.
   std::function<bool(std::string& failure)> stop;

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <string_view>
+
 #include "config/config.h"
 #include "core/error.h"
 
@@ -11,15 +13,28 @@ namespace {
 // How places print, in this order: the stage always, the other axes where the job has them.
 struct AxisName {
   Axis axis;
-  const char* word;   // "stage 1"
-  const char* key;    // "stage1" in a metrics key
+  const char* word;   // "stage 1", "stage1" in a metrics key
   const char* brief;  // "s1" on the progress line
 };
 constexpr std::array<AxisName, kNumAxes> kAxesAsPrinted = {{
-    {Axis::kPipeline, "stage", "stage", "s"},
-    {Axis::kData, "replica", "replica", "r"},
-    {Axis::kTensor, "tensor", "tensor", "t"},
+    {Axis::kPipeline, "stage", "s"},
+    {Axis::kData, "replica", "r"},
+    {Axis::kTensor, "tensor", "t"},
 }};
+
+// `rank`'s coordinates spelled with `name` (AxisName::word or ::brief), `inner` between a name
+// and its value, `separator` between axes; axes of one rank left out but the stage.
+std::string Spell(const ParallelLayout& layout, int rank, const char* AxisName::*name,
+                  std::string_view inner, std::string_view separator) {
+  const Coordinates at = layout.At(rank);
+  std::string text;
+  for (const AxisName& axis : kAxesAsPrinted) {
+    if (axis.axis != Axis::kPipeline && layout.size(axis.axis) == 1) continue;
+    text +=
+        fmt::format("{}{}{}{}", text.empty() ? "" : separator, axis.*name, inner, at[axis.axis]);
+  }
+  return text;
+}
 
 }  // namespace
 
@@ -107,13 +122,7 @@ std::vector<std::vector<int>> ParallelLayout::Groups(Axis axis) const {
 }
 
 std::string ParallelLayout::Place(int rank) const {
-  const Coordinates at = At(rank);
-  std::string place;
-  for (const AxisName& name : kAxesAsPrinted) {
-    if (name.axis != Axis::kPipeline && size(name.axis) == 1) continue;
-    place += fmt::format("{}{} {}", place.empty() ? "" : " ", name.word, at[name.axis]);
-  }
-  return place;
+  return Spell(*this, rank, &AxisName::word, " ", " ");
 }
 
 std::string ParallelLayout::Who(int rank) const {
@@ -122,23 +131,11 @@ std::string ParallelLayout::Who(int rank) const {
 }
 
 std::string ParallelLayout::ShortPlace(int rank) const {
-  const Coordinates at = At(rank);
-  std::string place;
-  for (const AxisName& name : kAxesAsPrinted) {
-    if (name.axis != Axis::kPipeline && size(name.axis) == 1) continue;
-    place += fmt::format("{}{}", name.brief, at[name.axis]);
-  }
-  return place;
+  return Spell(*this, rank, &AxisName::brief, "", "");
 }
 
 std::string ParallelLayout::MetricsKey(int rank) const {
-  const Coordinates at = At(rank);
-  std::string key;
-  for (const AxisName& name : kAxesAsPrinted) {
-    if (name.axis != Axis::kPipeline && size(name.axis) == 1) continue;
-    key += fmt::format("{}{}{}", key.empty() ? "" : "_", name.key, at[name.axis]);
-  }
-  return key;
+  return Spell(*this, rank, &AxisName::word, "", "_");
 }
 
 }  // namespace baton

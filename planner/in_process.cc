@@ -43,8 +43,7 @@ InProcessResult RunInProcess(const Plan& plan) {
             out.peak_stashed_microbatches =
                 std::max(out.peak_stashed_microbatches, trainer.peak_stashed_microbatches());
             // What a worker's save books (its gathered and whole temporaries), no file written.
-            if (CheckpointAfterStep(plan.config, step))
-              trainer.state().Save([](const auto&) {});
+            if (CheckpointAfterStep(plan.config, step)) trainer.state().Save([](const auto&) {});
           }
           out.digests = trainer.LayerDigests();
           out.tied_digests = trainer.TiedParamDigests();
