@@ -42,12 +42,14 @@ class Rendezvous {
 TEST(WaiterPoolTest, ATaskNeverQueuesBehindABlockedOne) {
   constexpr int kIdle = 4;
   constexpr auto kLimit = std::chrono::seconds(60);  // safety limit only
+  // Declared before the pool, so they outlive its threads: a released task still returns
+  // through its Rendezvous (re-locking its mutex) after WaitForAll has returned.
+  Rendezvous warm(kIdle);
+  Rendezvous all(kIdle + 1);
   WaiterPool pool;
-  {  // kIdle threads, then all idle
-    Rendezvous warm(kIdle);
-    for (int i = 0; i < kIdle; ++i) pool.Submit([&] { warm.Arrive(); });
-    ASSERT_EQ(warm.WaitForAll(kLimit), kIdle);
-  }
+  // kIdle threads, then all idle
+  for (int i = 0; i < kIdle; ++i) pool.Submit([&] { warm.Arrive(); });
+  ASSERT_EQ(warm.WaitForAll(kLimit), kIdle);
   const auto deadline = std::chrono::steady_clock::now() + kLimit;
   while (pool.idle() < kIdle && std::chrono::steady_clock::now() < deadline) {
     std::this_thread::yield();
@@ -56,7 +58,6 @@ TEST(WaiterPoolTest, ATaskNeverQueuesBehindABlockedOne) {
   // More tasks than idle threads, submitted before any woken thread has taken its task: each
   // must still run beside the others. Before, the last waited in the queue while every thread
   // was blocked in one of the others.
-  Rendezvous all(kIdle + 1);
   for (int i = 0; i < kIdle + 1; ++i) pool.Submit([&] { all.Arrive(); });
   EXPECT_EQ(all.WaitForAll(kLimit), kIdle + 1)
       << "tasks ran at once; the others were queued behind them";
