@@ -23,6 +23,7 @@
 #include "core/dtype.h"
 #include "core/timeouts.h"
 #include "core/units.h"
+#include "scheduler/schedule_kinds.h"
 
 namespace baton {
 
@@ -48,18 +49,7 @@ enum class OptimizerState { kF32, kInt8 };
 enum class PrunePattern { kUnstructured, k2of4 };
 enum class DataFormat { kAuto, kText, kBin };
 enum class LrSchedule { kConstant, kCosine };
-enum class ScheduleKind {
-  kGpipe,
-  k1F1B,
-  kInterleaved,
-  kZbH1,
-  kZbH2,
-  kZbV,
-  kVHalf,
-  kVMin,
-  kDualPipeV,
-  kLoopedBfs
-};
+// ScheduleKind and its names: scheduler/schedule_kinds.h's table.
 // The V-shaped schedules (zb-v, v-half, v-min, dualpipev): 2 chunks per stage, whatever
 // parallel.chunks says (scheduler/generators.h ChunksFor).
 bool IsVShaped(ScheduleKind schedule);

@@ -270,10 +270,7 @@ std::string_view Name(DataFormat format) { return LookUpName(kDataFormatNames, f
 std::string_view Name(LrSchedule schedule) { return LookUpName(kLrScheduleNames, schedule); }
 std::string_view Name(ScheduleKind schedule) { return LookUpName(kScheduleNames, schedule); }
 
-bool IsVShaped(ScheduleKind schedule) {
-  return schedule == ScheduleKind::kZbV || schedule == ScheduleKind::kVHalf ||
-         schedule == ScheduleKind::kVMin || schedule == ScheduleKind::kDualPipeV;
-}
+bool IsVShaped(ScheduleKind schedule) { return InfoOf(schedule).chunks == ChunkRule::kV; }
 std::string_view Name(PartitionPolicy policy) { return LookUpName(kPartitionNames, policy); }
 
 std::string CheckpointPolicy::ToString() const {

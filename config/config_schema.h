@@ -91,17 +91,13 @@ inline constexpr NameTable<DataFormat, 3> kDataFormatNames{
     {{"auto", DataFormat::kAuto}, {"text", DataFormat::kText}, {"bin", DataFormat::kBin}}};
 inline constexpr NameTable<LrSchedule, 2> kLrScheduleNames{
     {{"constant", LrSchedule::kConstant}, {"cosine", LrSchedule::kCosine}}};
-inline constexpr NameTable<ScheduleKind, 10> kScheduleNames{
-    {{"gpipe", ScheduleKind::kGpipe},
-     {"1f1b", ScheduleKind::k1F1B},
-     {"interleaved", ScheduleKind::kInterleaved},
-     {"zb-h1", ScheduleKind::kZbH1},
-     {"zb-h2", ScheduleKind::kZbH2},
-     {"zb-v", ScheduleKind::kZbV},
-     {"v-half", ScheduleKind::kVHalf},
-     {"v-min", ScheduleKind::kVMin},
-     {"dualpipev", ScheduleKind::kDualPipeV},
-     {"looped-bfs", ScheduleKind::kLoopedBfs}}};
+// From the schedules' one table (scheduler/schedule_kinds.h), in its order.
+inline constexpr NameTable<ScheduleKind, kScheduleKinds.size()> kScheduleNames = [] {
+  NameTable<ScheduleKind, kScheduleKinds.size()> names{};
+  for (size_t i = 0; i < names.size(); ++i)
+    names[i] = {kScheduleKinds[i].name, kScheduleKinds[i].kind};
+  return names;
+}();
 inline constexpr NameTable<PartitionPolicy, 3> kPartitionNames{
     {{"uniform", PartitionPolicy::kUniform},
      {"parameters", PartitionPolicy::kParameters},

@@ -224,8 +224,7 @@ void ValidatePacking(const Config& c, const Reporter& r) {
 
 void ValidateParallel(const Config& c, const Reporter& r) {
   const ParallelConfig& p = c.parallel;
-  const bool looped =
-      p.schedule == ScheduleKind::kInterleaved || p.schedule == ScheduleKind::kLoopedBfs;
+  const bool looped = InfoOf(p.schedule).chunks == ChunkRule::kMany;
   if (p.schedule_file.empty() && IsVShaped(p.schedule)) {
     r.Require(p.chunks <= 2, {"parallel.chunks", "parallel.schedule"},
               fmt::format("parallel.schedule {} places 2 model chunks per stage in a V; "

@@ -26,6 +26,7 @@
 #include "launcher/run_page.h"
 #include "launcher/tune.h"
 #include "scheduler/schedule_command.h"
+#include "scheduler/schedule_kinds.h"
 
 namespace {
 
@@ -241,9 +242,11 @@ Subcommand AddSchedule(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand("schedule", "generate, validate, show a schedule");
   cmd->add_option("--stages", schedule->stages, "pipeline ranks P");
   cmd->add_option("--microbatches", schedule->microbatches, "micro-batches M");
-  cmd->add_option("--schedule", schedule->schedule,
-                  "gpipe, 1f1b, interleaved, zb-h1, looped-bfs, zb-h2, zb-v, v-half, v-min, "
-                  "dualpipev");
+  std::string names;
+  for (const baton::ScheduleKindInfo& info : baton::kScheduleKinds) {
+    names += (names.empty() ? "" : ", ") + std::string(info.name);
+  }
+  cmd->add_option("--schedule", schedule->schedule, names);
   cmd->add_option("--chunks", schedule->chunks,
                   "model chunks per stage (interleaved, looped-bfs; V schedules take 2)");
   cmd->add_option(

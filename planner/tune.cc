@@ -17,20 +17,19 @@
 namespace baton {
 
 const std::vector<TunableSchedule>& TunableSchedules() {
-  // clang-format off
-  static const std::vector<TunableSchedule> kSchedules = {
-      {"gpipe",       1},
-      {"1f1b",        1},
-      {"zb-h1",       1},
-      {"zb-h2",       1},
-      {"interleaved", 2},
-      {"looped-bfs",  2},
-      {"zb-v",        2},
-      {"v-half",      2},
-      {"v-min",       2},
-      {"dualpipev",   2},
-  };
-  // clang-format on
+  // Every kind the generators know (scheduler/schedule_kinds.h), those of many chunks with 2;
+  // one-chunk kinds first, then the looped ones, then the V ones (ties go to the earlier).
+  static const std::vector<TunableSchedule> kSchedules = [] {
+    std::vector<TunableSchedule> all;
+    for (ChunkRule rule : {ChunkRule::kOne, ChunkRule::kMany, ChunkRule::kV}) {
+      for (const ScheduleKindInfo& info : kScheduleKinds) {
+        if (info.chunks == rule) {
+          all.push_back({std::string(info.name), rule == ChunkRule::kOne ? 1 : 2});
+        }
+      }
+    }
+    return all;
+  }();
   return kSchedules;
 }
 

@@ -31,7 +31,7 @@ struct TunableSchedule {
   int chunks = 1;
 };
 
-// The table of schedules searched, one line each (tune.cc).
+// The schedules searched: every kind of scheduler/schedule_kinds.h's table, one-chunk kinds first.
 const std::vector<TunableSchedule>& TunableSchedules();
 
 struct TuneOptions {

@@ -229,24 +229,19 @@ Schedule ForwardOnly(int stages, int microbatches, int chunks, ChunkLayout layou
 }
 
 const std::vector<std::string>& ScheduleNames() {
-  static const std::vector<std::string> names = {"gpipe",      "1f1b",     "interleaved", "zb-h1",
-                                                 "looped-bfs", "zb-h2",    "zb-v",        "v-half",
-                                                 "v-min",      "dualpipev"};
+  static const std::vector<std::string> names = [] {
+    std::vector<std::string> all;
+    for (const ScheduleKindInfo& info : kScheduleKinds) all.emplace_back(info.name);
+    return all;
+  }();
   return names;
 }
 
 namespace {
 
-bool IsVSchedule(std::string_view name) {
-  return name == "zb-v" || name == "v-half" || name == "v-min" || name == "dualpipev";
-}
-
-bool IsKnown(std::string_view name) {
-  const auto& names = ScheduleNames();
-  return std::find(names.begin(), names.end(), name) != names.end();
-}
-
-[[noreturn]] void ThrowUnknown(std::string_view name) {
+// The table's entry for `name`; throws naming the known ones when there is none.
+const ScheduleKindInfo& Known(std::string_view name) {
+  if (const ScheduleKindInfo* info = FindScheduleKind(name)) return *info;
   std::string known;
   for (const std::string& each : ScheduleNames()) known += (known.empty() ? "" : ", ") + each;
   throw Error("unknown schedule '" + std::string(name) + "' (known: " + known + ")");
@@ -255,45 +250,59 @@ bool IsKnown(std::string_view name) {
 }  // namespace
 
 int ChunksFor(std::string_view name, int requested) {
-  if (!IsKnown(name)) ThrowUnknown(name);
+  const ScheduleKindInfo& info = Known(name);
   const std::string quoted = "schedule '" + std::string(name) + "'";
-  if (IsVSchedule(name)) {
-    if (requested != 1 && requested != 2) {
-      throw Error(quoted + " runs 2 chunks per stage in a V; chunks " + std::to_string(requested) +
-                  " was asked for");
-    }
-    return 2;
+  switch (info.chunks) {
+    case ChunkRule::kV:
+      if (requested != 1 && requested != 2) {
+        throw Error(quoted + " runs 2 chunks per stage in a V; chunks " +
+                    std::to_string(requested) + " was asked for");
+      }
+      return 2;
+    case ChunkRule::kMany:
+      if (requested < 2) {
+        throw Error(quoted + " needs chunks >= 2 (model chunks per stage), got " +
+                    std::to_string(requested));
+      }
+      return requested;
+    case ChunkRule::kOne:
+      if (requested != 1) {
+        throw Error(quoted +
+                    " has one chunk per stage; chunks > 1 needs 'interleaved' or "
+                    "'looped-bfs' (the V schedules take 2 by themselves)");
+      }
+      return 1;
   }
-  if (name == "interleaved" || name == "looped-bfs") {
-    if (requested < 2) {
-      throw Error(quoted + " needs chunks >= 2 (model chunks per stage), got " +
-                  std::to_string(requested));
-    }
-    return requested;
-  }
-  if (requested != 1) {
-    throw Error(quoted +
-                " has one chunk per stage; chunks > 1 needs 'interleaved' or "
-                "'looped-bfs' (the V schedules take 2 by themselves)");
-  }
-  return 1;
+  throw Error(quoted + ": no chunk rule");
 }
 
 Schedule MakeSchedule(std::string_view name, int stages, int microbatches, int chunks) {
-  if (!IsKnown(name)) ThrowUnknown(name);
+  const ScheduleKindInfo& info = Known(name);
   // Interleaved keeps accepting one chunk (it is then 1F1B); everything else as ChunksFor says.
-  if (name != "interleaved") ChunksFor(name, chunks);
-  if (name == "gpipe") return GPipe(stages, microbatches);
-  if (name == "1f1b") return OneFOneB(stages, microbatches);
-  if (name == "interleaved") return Interleaved1F1B(stages, microbatches, chunks);
-  if (name == "zb-h1") return ZeroBubbleH1(stages, microbatches);
-  if (name == "looped-bfs") return LoopedBFS(stages, microbatches, chunks);
-  if (name == "zb-h2") return ZeroBubbleH2(stages, microbatches);
-  if (name == "zb-v") return ZeroBubbleV(stages, microbatches);
-  if (name == "v-half") return VHalf(stages, microbatches);
-  if (name == "v-min") return VMin(stages, microbatches);
-  if (name == "dualpipev") return DualPipeV(stages, microbatches);
-  ThrowUnknown(name);
+  if (info.kind != ScheduleKind::kInterleaved) ChunksFor(name, chunks);
+  switch (info.kind) {
+    case ScheduleKind::kGpipe:
+      return GPipe(stages, microbatches);
+    case ScheduleKind::k1F1B:
+      return OneFOneB(stages, microbatches);
+    case ScheduleKind::kInterleaved:
+      return Interleaved1F1B(stages, microbatches, chunks);
+    case ScheduleKind::kZbH1:
+      return ZeroBubbleH1(stages, microbatches);
+    case ScheduleKind::kZbH2:
+      return ZeroBubbleH2(stages, microbatches);
+    case ScheduleKind::kZbV:
+      return ZeroBubbleV(stages, microbatches);
+    case ScheduleKind::kVHalf:
+      return VHalf(stages, microbatches);
+    case ScheduleKind::kVMin:
+      return VMin(stages, microbatches);
+    case ScheduleKind::kDualPipeV:
+      return DualPipeV(stages, microbatches);
+    case ScheduleKind::kLoopedBfs:
+      return LoopedBFS(stages, microbatches, chunks);
+  }
+  throw Error("schedule '" + std::string(name) + "' has no generator");
 }
 
 }  // namespace baton

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "scheduler/schedule.h"
+#include "scheduler/schedule_kinds.h"
 
 namespace baton {
 
@@ -79,13 +80,12 @@ Schedule VMin(int stages, int microbatches);
 Schedule ForwardOnly(int stages, int microbatches, int chunks = 1,
                      ChunkLayout layout = ChunkLayout::kLoop);
 
-// Names MakeSchedule() accepts: "gpipe", "1f1b", "interleaved", "zb-h1", "looped-bfs", "zb-h2",
-// "zb-v", "v-half", "v-min", "dualpipev".
+// Names MakeSchedule() accepts: kScheduleKinds' (scheduler/schedule_kinds.h), in its order.
 const std::vector<std::string>& ScheduleNames();
 
-// The chunks per stage the named schedule runs with when `requested` were asked for: 2 for the V
-// schedules (zb-v, v-half, v-min, dualpipev; requested 1, the default, or 2); `requested` for
-// "interleaved" and "looped-bfs" (>= 2); 1 for the others (requested 1). Throws baton::Error saying
+// The chunks per stage the named schedule runs with when `requested` were asked for, by its
+// ChunkRule: 2 for the V schedules (requested 1, the default, or 2); `requested` for those of
+// many chunks (>= 2); 1 for the others (requested 1). Throws baton::Error saying
 // why for any other request or an unknown name.
 int ChunksFor(std::string_view name, int requested);
 
