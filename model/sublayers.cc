@@ -360,4 +360,39 @@ Tensor MlpSublayerInference(Backend& backend, const MlpParams& params, const Ten
   return AddResidual(backend, x, proj);
 }
 
+namespace {
+
+// A sublayer's collectives: ln gathered for the column-parallel linear, its output summed (or
+// scattered); backward gathers dy and ln (weight-GEMM operands) and sums (or scatters) the
+// input's gradient; per step, sequence parallelism sums the norm's partial gradients.
+LayerCollectives NormedLinearPairCollectives(int64_t rows, int64_t width, DType act_dtype,
+                                             bool norm_bias, const TensorLayout& layout) {
+  using Kind = TensorCollective::Kind;
+  LayerCollectives c;
+  if (layout.tensor == 1) return c;
+  const TensorCollective whole{Kind::kGatherSequence, rows * width, act_dtype};
+  if (layout.sequence_parallel) {
+    c.forward = {whole, {Kind::kScatterSequenceSum, rows * width, act_dtype}};
+    c.backward = {whole, whole, {Kind::kScatterSequenceSum, rows * width, act_dtype}};
+    c.step_end.push_back({Kind::kGradientSum, width, DType::kF32});
+    if (norm_bias) c.step_end.push_back({Kind::kGradientSum, width, DType::kF32});
+  } else {
+    c.forward = {{Kind::kSum, rows * width, act_dtype}};
+    c.backward = {{Kind::kSum, rows * width, act_dtype}};
+  }
+  return c;
+}
+
+}  // namespace
+
+LayerCollectives AttentionSublayerCollectives(int64_t rows, int64_t width, DType act_dtype,
+                                              bool norm_bias, const TensorLayout& layout) {
+  return NormedLinearPairCollectives(rows, width, act_dtype, norm_bias, layout);
+}
+
+LayerCollectives MlpSublayerCollectives(int64_t rows, int64_t width, DType act_dtype,
+                                        bool norm_bias, const TensorLayout& layout) {
+  return NormedLinearPairCollectives(rows, width, act_dtype, norm_bias, layout);
+}
+
 }  // namespace baton::model_ops

@@ -22,6 +22,7 @@
 #pragma once
 
 #include "kernels/backend.h"
+#include "model/collectives.h"
 #include "model/layer.h"
 #include "model/ops.h"
 #include "model/tensor_parallel.h"
@@ -75,5 +76,14 @@ Tensor MlpSublayerBackward(Backend& backend, const MlpParams& params, const Tens
 Tensor AttentionSublayerCached(Backend& backend, const AttentionParams& params, const Tensor& x,
                                int64_t context, KvCache& cache);
 Tensor MlpSublayerInference(Backend& backend, const MlpParams& params, const Tensor& x);
+
+// The collectives each sublayer issues over its tensor group (model/collectives.h), beside the
+// code that issues them: x (B,S,C) of `rows` = B*S rows of the whole sequence, `act_dtype`;
+// `norm_bias`: its norm has a bias (LayerNorm) besides the weight. Attention's and the MLP's are
+// the same: a column-parallel linear in, a row-parallel one out.
+LayerCollectives AttentionSublayerCollectives(int64_t rows, int64_t width, DType act_dtype,
+                                              bool norm_bias, const TensorLayout& layout);
+LayerCollectives MlpSublayerCollectives(int64_t rows, int64_t width, DType act_dtype,
+                                        bool norm_bias, const TensorLayout& layout);
 
 }  // namespace baton::model_ops

@@ -17,6 +17,7 @@
 #include "core/random.h"
 #include "core/units.h"
 #include "kernels/backend.h"
+#include "model/collectives.h"
 #include "model/from_config.h"
 #include "model/layer.h"
 #include "worker/optimizer.h"
@@ -414,55 +415,43 @@ std::vector<double> MeasuredLayerCosts(const Plan& plan, const MeasuredCosts& me
   return costs;
 }
 
-namespace {
-
-// Tensor parallelism: the activations (N, C) a layer of `kind` sums over its tensor group per
-// micro-batch, forward and backward (model/tensor_parallel.h; the head's row statistics are
-// counted as one more sum).
-struct TensorSums {
-  int forward = 0;
-  int backward = 0;
-};
-TensorSums TensorSumsOf(LayerKind kind) {
-  switch (kind) {
-    case LayerKind::kEmbedding:
-      return {1, 0};
-    case LayerKind::kBlock:
-      return {2, 2};
-    case LayerKind::kMlpBlock:
-      return {1, 1};
-    case LayerKind::kHead:
-      return {1, 1};
-  }
-  return {};
-}
-
-}  // namespace
-
 Costs MeasuredScheduleCosts(const Plan& plan, const MeasuredCosts& measured) {
   const std::map<LayerKind, KindTimes>& layers = LayersFor(plan, measured);
   const MicroBatchShape shape = plan.micro_batch_shape();
   const double message_bytes =
       static_cast<double>(shape.batch_size * shape.seq_len * plan.dims.width *
                           static_cast<int64_t>(SizeOf(shape.act_dtype)));
-  const double message =
-      measured.message_latency_s +
-      (measured.message_bytes_per_s > 0 ? message_bytes / measured.message_bytes_per_s : 0.0);
-  // With T tensor ranks each computes a T-th of every layer and sums activations over its group:
-  // a sum of T ranks is a message in and one out at the group's first rank.
-  const int tensor = plan.num_tensor();
-  const double slowdown = SlowdownFor(measured, plan.world_size()) / tensor;
-  const double sum = tensor > 1 ? 2 * message : 0.0;
+  const auto message_of = [&](double bytes) {
+    return measured.message_latency_s +
+           (measured.message_bytes_per_s > 0 ? bytes / measured.message_bytes_per_s : 0.0);
+  };
+  const double message = message_of(message_bytes);
+  // With T tensor ranks each computes a T-th of every layer and issues the collectives its
+  // layers declare (model/collectives.h): a sum over T ranks is a message in and one out at the
+  // group's first rank. (The step end's few norm-gradient sums under sequence parallelism are
+  // left out: C values each.)
+  const TensorLayout layout{plan.num_tensor(), plan.config.parallel.sequence_parallel};
+  const auto collectives_s = [&](const std::vector<TensorCollective>& collectives) {
+    double seconds = 0;
+    for (const TensorCollective& c : collectives) {
+      seconds += 2 * message_of(static_cast<double>(c.bytes()));
+    }
+    return seconds;
+  };
+  const bool recompute = plan.config.parallel.checkpoint.kind == CheckpointPolicy::Kind::kEvery;
+  const double slowdown = SlowdownFor(measured, plan.world_size()) / plan.num_tensor();
   Costs costs;
   for (size_t j = 0; j < plan.virtual_stages.size(); ++j) {
     ActionCosts c{0, 0, 0, 0, plan.num_stages() > 1 ? message : 0.0};
     for (int i = plan.virtual_stages[j].first; i <= plan.virtual_stages[j].last; ++i) {
-      const LayerKind kind = plan.graph[static_cast<size_t>(i)].kind;
-      const LayerTimes t = UnderPolicy(TimesOf(layers, kind), plan.config.parallel.checkpoint);
-      const TensorSums sums = TensorSumsOf(kind);
-      c.forward += slowdown * t.forward + sums.forward * sum;
-      c.backward += slowdown * t.backward + sums.backward * sum;
-      c.backward_input += slowdown * t.backward_input + sums.backward * sum;
+      const LayerSpec& spec = plan.graph[static_cast<size_t>(i)];
+      const LayerTimes t = UnderPolicy(TimesOf(layers, spec.kind), plan.config.parallel.checkpoint);
+      const LayerCollectives sums = CollectivesOf(spec, plan.dims, shape, layout);
+      const double forward_sums = collectives_s(sums.forward);
+      const double backward_sums = collectives_s(sums.backward) + (recompute ? forward_sums : 0);
+      c.forward += slowdown * t.forward + forward_sums;
+      c.backward += slowdown * t.backward + backward_sums;
+      c.backward_input += slowdown * t.backward_input + backward_sums;
       c.backward_weight += slowdown * t.backward_weight;
     }
     costs.per_virtual_stage[static_cast<int>(j)] = c;

@@ -26,14 +26,16 @@ class CommTensorGroup final : public TensorGroup {
   void AllReduceSum(Tensor& t) override {
     const auto start = std::chrono::steady_clock::now();
     group_.AllReduceSum(t, timeout_);
+    ++traffic_.sums;
     traffic_.bytes += static_cast<int64_t>(t.nbytes());
     traffic_.seconds +=
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   }
 
-  // What the sums moved since the last call: the bytes of the tensors summed (each sum's
-  // input; a transport moves about that much per member) and the seconds they took.
+  // What the sums moved since the last call: how many, the bytes of the tensors summed (each
+  // sum's input; a transport moves about that much per member) and the seconds they took.
   struct Traffic {
+    int64_t sums = 0;
     int64_t bytes = 0;
     double seconds = 0;
   };

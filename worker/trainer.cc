@@ -441,6 +441,7 @@ StepRecord Trainer::Step(int64_t step) {
   record.allreduce_s = clock.replicas_s;
   if (tensor_group_ != nullptr) {
     const CommTensorGroup::Traffic traffic = tensor_group_->TakeTraffic();
+    record.tensor_sums = traffic.sums;
     record.tensor_bytes = traffic.bytes;
     record.tensor_s = traffic.seconds;
   }

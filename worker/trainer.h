@@ -108,8 +108,9 @@ struct StepRecord {
   double compute_s = 0;    // inside F/B/I/W, and the update (the step end but its collectives)
   double wait_s = 0;       // blocked on peers
   double allreduce_s = 0;  // summing gradients across data-parallel replicas (step end)
-  // Tensor parallelism: the bytes this rank summed over its stage's tensor group in the step
-  // (the layers' sums; CommTensorGroup::Traffic) and the seconds those sums took.
+  // Tensor parallelism: the sums this rank issued over its stage's tensor group in the step (the
+  // layers' and the step end's; CommTensorGroup::Traffic), their bytes and their seconds.
+  int64_t tensor_sums = 0;
   int64_t tensor_bytes = 0;
   double tensor_s = 0;
   double tokens_per_s = 0;

@@ -1,0 +1,69 @@
+// Each layer kind's collectives: its sublayers' (sublayers.h), and the embedding's and the
+// head's (embedding.cc, head.cc issue them).
+#include "model/collectives.h"
+
+#include "model/sublayers.h"
+
+namespace baton {
+
+void LayerCollectives::Append(const LayerCollectives& other) {
+  forward.insert(forward.end(), other.forward.begin(), other.forward.end());
+  backward.insert(backward.end(), other.backward.begin(), other.backward.end());
+  step_end.insert(step_end.end(), other.step_end.begin(), other.step_end.end());
+}
+
+LayerCollectives CollectivesOf(const LayerSpec& spec, const ModelDims& dims,
+                               const MicroBatchShape& shape, const TensorLayout& layout) {
+  using Kind = TensorCollective::Kind;
+  LayerCollectives c;
+  if (layout.tensor == 1) return c;
+  const int64_t rows = shape.batch_size * shape.seq_len;  // the whole sequence's
+  const int64_t activation = rows * dims.width;
+  const DType act = shape.act_dtype;
+  const bool sp = layout.sequence_parallel;
+  const bool norm_bias = !dims.llama();  // LayerNorm (GPT-2) or RMSNorm (Llama)
+  switch (spec.kind) {
+    case LayerKind::kEmbedding:  // each rank's vocabulary rows, summed (or scattered)
+      c.forward = {{sp ? Kind::kScatterSequenceSum : Kind::kSum, activation, act}};
+      if (sp) c.backward = {{Kind::kGatherSequence, activation, act}};
+      break;
+    case LayerKind::kBlock:
+      c.Append(model_ops::AttentionSublayerCollectives(rows, dims.width, act, norm_bias, layout));
+      c.Append(model_ops::MlpSublayerCollectives(rows, dims.width, act, norm_bias, layout));
+      break;
+    case LayerKind::kMlpBlock:
+      c.Append(model_ops::MlpSublayerCollectives(rows, dims.width, act, norm_bias, layout));
+      break;
+    case LayerKind::kHead:  // ln_f gathered, the loss's row statistics summed; dln summed back
+      if (sp) c.forward.push_back({Kind::kGatherSequence, activation, act});
+      c.forward.push_back({Kind::kRowStats, layout.tensor * rows * 3, DType::kF32});
+      if (sp) {
+        c.backward = {{Kind::kGatherSequence, activation, act},
+                      {Kind::kScatterSequenceSum, activation, act}};
+        c.step_end.push_back({Kind::kGradientSum, dims.width, DType::kF32});
+        if (norm_bias) c.step_end.push_back({Kind::kGradientSum, dims.width, DType::kF32});
+      } else {
+        c.backward = {{Kind::kSum, activation, act}};
+      }
+      break;
+  }
+  return c;
+}
+
+const char* Name(TensorCollective::Kind kind) {
+  switch (kind) {
+    case TensorCollective::Kind::kSum:
+      return "sum";
+    case TensorCollective::Kind::kGatherSequence:
+      return "gather-sequence";
+    case TensorCollective::Kind::kScatterSequenceSum:
+      return "scatter-sequence-sum";
+    case TensorCollective::Kind::kRowStats:
+      return "row-stats";
+    case TensorCollective::Kind::kGradientSum:
+      return "gradient-sum";
+  }
+  return "?";
+}
+
+}  // namespace baton
