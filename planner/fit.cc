@@ -11,6 +11,7 @@
 #include "core/units.h"
 #include "kernels/backend.h"
 #include "model/from_config.h"
+#include "planner/candidates.h"
 #include "planner/memory_planner.h"
 #include "planner/planner.h"
 #include "planner/step_time.h"
@@ -18,75 +19,19 @@
 namespace baton {
 namespace {
 
-std::string PrecisionName(DType dtype) {
-  switch (dtype) {
-    case DType::kF32:
-      return "fp32";
-    case DType::kBF16:
-      return "bf16";
-    case DType::kF16:
-      return "fp16";
-    case DType::kI32:
-    case DType::kU8:
-    case DType::kI8:
-      break;
-  }
-  BATON_FAIL("{} is not a training precision", Name(dtype));
-}
-
-// Every checkpoint policy worth trying for stages of up to `max_layers` layers: none, selective,
-// then every:K for K = 1, 2, 4, ... (one segment per stage at the last).
-std::vector<CheckpointPolicy> Policies(const CheckpointPolicy& configured, int max_layers) {
-  std::vector<CheckpointPolicy> policies = {configured};
-  const auto add = [&](const CheckpointPolicy& p) {
-    if (std::find(policies.begin(), policies.end(), p) == policies.end()) policies.push_back(p);
-  };
-  add(CheckpointPolicy::None());
-  add(CheckpointPolicy::Selective());
-  for (int k = 1;; k *= 2) {
-    add(CheckpointPolicy::Every(std::min(k, max_layers)));
-    if (k >= max_layers) break;
-  }
-  return policies;
-}
-
-struct Lever {
-  DType dtype;
-  CheckpointPolicy checkpoint;
-  int micro_batches;
-  int stages;
-  int replicas;
-  OptimizerState state;
-  int tensor;
-};
-
-// The tensor-parallel rank counts --fit tries: the configured one, then 2, 4, 8, ... dividing the
-// heads, the key/value heads and the MLP's hidden units, while stages x tensor x replicas processes
-// stay within max_processes.
-std::vector<int> TensorCounts(const Config& config, int max_processes) {
-  const int configured = config.parallel.tensor;
-  std::vector<int> counts = {configured};
-  const ModelDims dims = DimsOf(config.model);
-  for (int t = 2 * configured; t * config.parallel.stages <= max_processes; t *= 2) {
-    if (dims.num_heads % t != 0 || dims.kv_heads() % t != 0 || dims.hidden() % t != 0) break;
-    counts.push_back(t);
-  }
-  return counts;
-}
-
-std::vector<Lever> Levers(const Config& config, int max_stages, int num_layers, int max_processes) {
+// Every candidate, in search order: the configured tensor ranks and replicas first, fewer stages,
+// micro-batches, optimizer state, checkpointing and precision changes before more.
+std::vector<Levers> Search(const Config& config, int max_stages, int num_layers,
+                           int max_processes) {
   std::vector<DType> dtypes = {config.precision.dtype};
   if (config.precision.dtype == DType::kF32) dtypes.push_back(DType::kBF16);
-  std::vector<int> micro_batches;
-  for (int m = config.train.micro_batches; m <= config.train.batch_size; ++m) {
-    if (config.train.batch_size % m == 0) micro_batches.push_back(m);
-  }
+  const std::vector<int> micro_batches = MicroBatchCounts(config, config.train.micro_batches);
   std::vector<OptimizerState> states = {config.optimizer.state};
   if (config.optimizer.state == OptimizerState::kF32) states.push_back(OptimizerState::kInt8);
-  std::vector<Lever> levers;
+  std::vector<Levers> levers;
   const int configured = config.parallel.replicas;
   const int configured_tensor = config.parallel.tensor;
-  for (int t : TensorCounts(config, max_processes)) {
+  for (int t : TensorCounts(config, configured_tensor, config.parallel.stages, max_processes)) {
     for (int r = configured; r == configured || r * t * config.parallel.stages <= max_processes;
          ++r) {
       for (int p = config.parallel.stages; p <= max_stages; ++p) {
@@ -96,7 +41,7 @@ std::vector<Lever> Levers(const Config& config, int max_stages, int num_layers, 
           if (m % r != 0) continue;
           for (OptimizerState state : states) {
             for (const CheckpointPolicy& policy :
-                 Policies(config.parallel.checkpoint, stage_layers)) {
+                 CheckpointPolicies(stage_layers, config.parallel.checkpoint)) {
               for (DType dtype : dtypes) levers.push_back({dtype, policy, m, p, r, state, t});
             }
           }
@@ -107,7 +52,7 @@ std::vector<Lever> Levers(const Config& config, int max_stages, int num_layers, 
   return levers;
 }
 
-int LevelOf(const Lever& lever, const Config& config) {
+int LevelOf(const Levers& lever, const Config& config) {
   if (lever.replicas != config.parallel.replicas) return 7;
   if (lever.tensor != config.parallel.tensor) return 6;
   if (lever.stages != config.parallel.stages) return 5;
@@ -118,37 +63,9 @@ int LevelOf(const Lever& lever, const Config& config) {
   return 0;
 }
 
-Config Apply(const Config& base, const Lever& lever) {
-  Config config = base;
-  config.precision.dtype = lever.dtype;
-  config.parallel.checkpoint = lever.checkpoint;
-  config.train.micro_batches = lever.micro_batches;
-  config.parallel.stages = lever.stages;
-  config.optimizer.state = lever.state;
-  config.parallel.tensor = lever.tensor;
-  // An explicit cut is for its own stage count: other counts are cut by parallel.partition.
-  if (lever.stages != base.parallel.stages) config.parallel.cut.clear();
-  if (lever.replicas != base.parallel.replicas) {
-    config.parallel.replicas = lever.replicas;
-    // ZeRO-1 where it applies (f32 optimizer state, no pruning): the replicas then divide the
-    // optimizer state too.
-    if (config.optimizer.state == OptimizerState::kF32 && !config.prune.enabled()) {
-      config.parallel.zero = 1;
-    }
-  }
-  Validate(config);
-  return config;
-}
-
-FitCandidate Evaluate(const Config& base, const Lever& lever, const FitOptions& options) {
+FitCandidate Evaluate(const Config& base, const Levers& lever, const FitOptions& options) {
   FitCandidate c;
-  c.dtype = lever.dtype;
-  c.checkpoint = lever.checkpoint;
-  c.micro_batches = lever.micro_batches;
-  c.stages = lever.stages;
-  c.replicas = lever.replicas;
-  c.state = lever.state;
-  c.tensor = lever.tensor;
+  static_cast<Levers&>(c) = lever;
   c.level = LevelOf(lever, base);
   Plan plan;
   try {
@@ -173,44 +90,13 @@ FitCandidate Evaluate(const Config& base, const Lever& lever, const FitOptions& 
 
 namespace {
 
-std::string ChosenFlags(const Config& c, const Config& base) {
-  std::string flags;
-  const auto add = [&](const std::string& flag) { flags += (flags.empty() ? "" : " ") + flag; };
-  if (c.precision.dtype != base.precision.dtype) {
-    add("--set precision.dtype=" + PrecisionName(c.precision.dtype));
-  }
-  if (!(c.parallel.checkpoint == base.parallel.checkpoint)) {
-    add("--set parallel.checkpoint=" + c.parallel.checkpoint.ToString());
-  }
-  if (c.train.micro_batches != base.train.micro_batches) {
-    add(fmt::format("--set train.micro_batches={}", c.train.micro_batches));
-  }
-  if (c.optimizer.state != base.optimizer.state) {
-    add(fmt::format("--set optimizer.state={}", Name(c.optimizer.state)));
-  }
-  if (c.parallel.stages != base.parallel.stages) {
-    add(fmt::format("--set parallel.stages={}", c.parallel.stages));
-  }
-  if (c.parallel.tensor != base.parallel.tensor) {
-    add(fmt::format("--set parallel.tensor={}", c.parallel.tensor));
-  }
-  if (c.parallel.replicas != base.parallel.replicas) {
-    add(fmt::format("--set parallel.replicas={}", c.parallel.replicas));
-  }
-  if (c.parallel.zero != base.parallel.zero) {
-    add(fmt::format("--set parallel.zero={}", c.parallel.zero));
-  }
-  return flags;
-}
-
 // When nothing fits: the structural changes (they change the model, so --fit never applies
 // them) that would, each on top of the leanest candidate's levers: the smallest share group
 // (model.share.group, all sublayers shared) and the largest low rank (model.low_rank) of C/2,
 // C/4, C/8 whose predicted peak fits. Lines "  --set ... fits at X per stage (with ...)".
 std::string StructuralSuggestions(const Config& config, const FitCandidate& leanest,
                                   const FitOptions& options) {
-  const Lever lever{leanest.dtype,    leanest.checkpoint, leanest.micro_batches, leanest.stages,
-                    leanest.replicas, leanest.state,      leanest.tensor};
+  const Levers& lever = leanest;
   std::vector<std::pair<std::string, Config>> tries;
   const ModelConfig& m = config.model;
   const bool structured = m.share_group > 1 || m.low_rank_attn > 0 || m.low_rank_mlp > 0;
@@ -248,7 +134,7 @@ std::string StructuralSuggestions(const Config& config, const FitCandidate& lean
     const FitCandidate c = Evaluate(structural, lever, options);
     if (!c.fits) continue;
     (share ? share_found : low_rank_found) = true;
-    const std::string levers = ChosenFlags(Apply(structural, lever), structural);
+    const std::string levers = SetFlags(Apply(structural, lever), structural);
     lines += fmt::format("\n  {} fits at {} per stage{}", flags, FormatBytes(c.peak),
                          levers.empty() ? "" : fmt::format(" (with {})", levers));
   }
@@ -266,7 +152,7 @@ FitResult FitToBudget(const Config& config, const FitOptions& options) {
   const int max_stages = options.max_stages > 0 ? options.max_stages
                                                 : std::min(2 * config.parallel.stages, num_layers);
   FitResult result;
-  for (const Lever& lever : Levers(config, max_stages, num_layers, options.max_processes)) {
+  for (const Levers& lever : Search(config, max_stages, num_layers, options.max_processes)) {
     result.candidates.push_back(Evaluate(config, lever, options));
   }
   std::vector<FitCandidate>& all = result.candidates;
@@ -315,9 +201,8 @@ FitResult FitToBudget(const Config& config, const FitOptions& options) {
         StructuralSuggestions(config, *leanest, options));
   }
   const FitCandidate& chosen = all[static_cast<size_t>(result.chosen)];
-  result.config = Apply(config, {chosen.dtype, chosen.checkpoint, chosen.micro_batches,
-                                 chosen.stages, chosen.replicas, chosen.state, chosen.tensor});
-  result.set_flags = ChosenFlags(result.config, config);
+  result.config = Apply(config, chosen);
+  result.set_flags = SetFlags(result.config, config);
   return result;
 }
 

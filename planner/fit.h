@@ -35,6 +35,7 @@
 
 #include "config/config.h"
 #include "plan/plan.h"
+#include "planner/candidates.h"
 #include "planner/measured_costs.h"
 #include "planner/step_time.h"
 
@@ -50,14 +51,8 @@ struct FitOptions {
   const MeasuredCosts* measured = nullptr;
 };
 
-struct FitCandidate {
-  DType dtype = DType::kF32;
-  CheckpointPolicy checkpoint;
-  int micro_batches = 1;
-  int stages = 1;
-  int replicas = 1;
-  OptimizerState state = OptimizerState::kF32;  // optimizer.state
-  int tensor = 1;                               // parallel.tensor
+// A candidate: the levers it pulls (planner/candidates.h), and how it came out.
+struct FitCandidate : Levers {
   int level = 0;       // 0 as configured, 1 precision, 2 checkpointing, 3 micro-batches, 4 8-bit
                        // optimizer state, 5 stages, 6 tensor ranks, 7 replicas
   bool valid = false;  // a plan could be made; else `note` says why not

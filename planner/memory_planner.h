@@ -58,7 +58,8 @@ struct BudgetedPartition {
   // Which constraint set the cut: "compute balance", or "memory on stage K (...)"; when nothing
   // fits, why, naming the smallest peak a cut reaches.
   std::string bound;
-  std::vector<int64_t> totals;  // predicted total per rank for that cut
+  std::vector<int64_t>
+      totals;  // predicted total per stage (replica 0's tensor rank 0) for that cut
 };
 BudgetedPartition PartitionWithinBudget(const Plan& plan, int64_t budget,
                                         const MemoryPlanOptions& options = {});

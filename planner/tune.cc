@@ -35,35 +35,6 @@ const std::vector<TunableSchedule>& TunableSchedules() {
 
 namespace {
 
-// none, selective, then every:K for K = 1, 2, 4, ... up to a stage's layers (the last K holding
-// the whole chunk as one segment).
-std::vector<CheckpointPolicy> Policies(int max_layers) {
-  std::vector<CheckpointPolicy> policies = {CheckpointPolicy::None(),
-                                            CheckpointPolicy::Selective()};
-  for (int k = 1;; k *= 2) {
-    const CheckpointPolicy p = CheckpointPolicy::Every(std::min(k, max_layers));
-    if (std::find(policies.begin(), policies.end(), p) == policies.end()) policies.push_back(p);
-    if (k >= max_layers) break;
-  }
-  return policies;
-}
-
-std::vector<int> MicroBatchCounts(const Config& config) {
-  std::vector<int> counts;
-  for (int m = 1; m <= config.train.batch_size; ++m) {
-    if (config.train.batch_size % m == 0) counts.push_back(m);
-  }
-  return counts;
-}
-
-struct Combination {
-  TunableSchedule schedule;
-  int stages = 1;
-  int replicas = 1;
-  int micro_batches = 1;
-  CheckpointPolicy checkpoint;
-};
-
 // The base config (as YAML) with `schedule`: the name goes through the config's own parser, so
 // any name parallel.schedule accepts works. Throws baton::Error for one it does not.
 Config WithSchedule(const std::string& base_yaml, const TunableSchedule& schedule) {
@@ -71,21 +42,6 @@ Config WithSchedule(const std::string& base_yaml, const TunableSchedule& schedul
       base_yaml, "tune",
       {"parallel.schedule=" + schedule.name, fmt::format("parallel.chunks={}", schedule.chunks),
        "parallel.schedule_file=\"\"", "parallel.cut=\"\""});
-}
-
-// The combination applied to a config that has its schedule already (the cut left to the tuner);
-// ZeRO-1 with replicas where it applies, as --fit does. Throws baton::Error when invalid.
-Config Apply(Config config, const Combination& c) {
-  config.parallel.stages = c.stages;
-  config.parallel.replicas = c.replicas;
-  config.parallel.zero =
-      c.replicas > 1 && config.optimizer.state == OptimizerState::kF32 && !config.prune.enabled()
-          ? 1
-          : 0;
-  config.train.micro_batches = c.micro_batches;
-  config.parallel.checkpoint = c.checkpoint;
-  Validate(config);
-  return config;
 }
 
 double PredictOn(Plan& plan, const MeasuredCosts& measured, const std::vector<LayerRange>& cut) {
@@ -138,8 +94,10 @@ void CheckMemory(Searched& s, const MeasuredCosts& measured, int64_t budget) {
   c.peaks.clear();
   if (budget <= 0) {
     const std::vector<RankMemory> ranks = PredictMemory(s.plan);
-    for (int r = 0; r < s.plan.num_stages(); ++r) {
-      c.peaks.push_back(ranks[static_cast<size_t>(r)].peak.total);
+    const ParallelLayout layout = s.plan.layout();
+    for (int stage = 0; stage < s.plan.num_stages(); ++stage) {
+      const int rank = layout.WorldRank({.stage = stage, .replica = 0, .tensor = 0});
+      c.peaks.push_back(ranks[static_cast<size_t>(rank)].peak.total);
     }
     c.fits = true;
     c.note = "no budget";
@@ -157,8 +115,9 @@ void CheckMemory(Searched& s, const MeasuredCosts& measured, int64_t budget) {
 }
 
 std::string Describe(const TuneCandidate& c) {
-  return fmt::format("{}{} on {} stages{}, {} micro-batches, checkpoint {}", c.schedule,
+  return fmt::format("{}{} on {} stages{}{}, {} micro-batches, checkpoint {}", c.schedule,
                      c.chunks > 1 ? fmt::format(" (v={})", c.chunks) : "", c.stages,
+                     c.tensor > 1 ? fmt::format(" x {} tensor ranks", c.tensor) : "",
                      c.replicas > 1 ? fmt::format(" x {} replicas", c.replicas) : "",
                      c.micro_batches, c.checkpoint.ToString());
 }
@@ -167,27 +126,6 @@ std::string CutText(const std::vector<LayerRange>& cut) {
   std::vector<std::pair<int, int>> ranges;
   for (const LayerRange& r : cut) ranges.emplace_back(r.first, r.last);
   return FormatCut(ranges);
-}
-
-std::string SetFlags(const Config& c, const Config& base) {
-  std::vector<std::string> flags;
-  const ParallelConfig &p = c.parallel, &b = base.parallel;
-  if (p.schedule != b.schedule)
-    flags.push_back(fmt::format("parallel.schedule={}", Name(p.schedule)));
-  if (p.chunks != b.chunks) flags.push_back(fmt::format("parallel.chunks={}", p.chunks));
-  if (p.stages != b.stages) flags.push_back(fmt::format("parallel.stages={}", p.stages));
-  if (p.replicas != b.replicas) flags.push_back(fmt::format("parallel.replicas={}", p.replicas));
-  if (p.zero != b.zero) flags.push_back(fmt::format("parallel.zero={}", p.zero));
-  if (c.train.micro_batches != base.train.micro_batches) {
-    flags.push_back(fmt::format("train.micro_batches={}", c.train.micro_batches));
-  }
-  if (!(p.checkpoint == b.checkpoint)) {
-    flags.push_back("parallel.checkpoint=" + p.checkpoint.ToString());
-  }
-  if (p.cut != b.cut) flags.push_back("parallel.cut=" + p.cut);
-  std::string out;
-  for (const std::string& f : flags) out += (out.empty() ? "--set " : " --set ") + f;
-  return out;
 }
 
 }  // namespace
@@ -199,7 +137,7 @@ int DefaultMaxProcesses(const Config& config) {
 
 std::vector<int64_t> TuneMicroBatchSizes(const Config& config) {
   std::vector<int64_t> sizes;
-  for (int m : MicroBatchCounts(config)) sizes.push_back(config.train.batch_size / m);
+  for (int m : MicroBatchCounts(config, 1)) sizes.push_back(config.train.batch_size / m);
   std::sort(sizes.begin(), sizes.end());
   return sizes;
 }
@@ -230,29 +168,29 @@ TuneResult Tune(const Config& config, const MeasuredCosts& measured, const TuneO
     for (int p = 1; p <= max_stages && p <= max_processes; ++p) {
       if (p * schedule.chunks > num_layers) break;
       const int chunk_layers = (num_layers + p * schedule.chunks - 1) / (p * schedule.chunks);
-      for (int r = 1; p * r <= max_processes; ++r) {
-        for (int m : MicroBatchCounts(config)) {
-          if (m % r != 0) continue;
-          for (const CheckpointPolicy& policy : Policies(chunk_layers)) {
-            const Combination combination{schedule, p, r, m, policy};
-            Searched s;
-            try {
-              s.plan = MakePlan(Apply(scheduled, combination));
-            } catch (const Error&) {
-              ++result.invalid;
-              continue;
+      for (int t : TensorCounts(config, 1, p, max_processes)) {
+        for (int r = 1; p * t * r <= max_processes; ++r) {
+          for (int m : MicroBatchCounts(config, 1)) {
+            if (m % r != 0) continue;
+            for (const CheckpointPolicy& policy :
+                 CheckpointPolicies(chunk_layers, CheckpointPolicy::None())) {
+              Searched s;
+              TuneCandidate& c = s.candidate;
+              static_cast<Levers&>(c) = {config.precision.dtype, policy, m, p, r,
+                                         config.optimizer.state, t};
+              try {
+                s.plan = MakePlan(Apply(scheduled, c));
+              } catch (const Error&) {
+                ++result.invalid;
+                continue;
+              }
+              s.plan.layer_costs = MeasuredLayerCosts(s.plan, measured);
+              c.schedule = schedule.name;
+              c.chunks = schedule.chunks;
+              c.cut = SimulatorCut(s.plan, measured);
+              c.prediction = PredictMeasuredStep(s.plan, measured);
+              all.push_back(std::move(s));
             }
-            s.plan.layer_costs = MeasuredLayerCosts(s.plan, measured);
-            TuneCandidate& c = s.candidate;
-            c.schedule = schedule.name;
-            c.chunks = schedule.chunks;
-            c.stages = p;
-            c.replicas = r;
-            c.micro_batches = m;
-            c.checkpoint = policy;
-            c.cut = SimulatorCut(s.plan, measured);
-            c.prediction = PredictMeasuredStep(s.plan, measured);
-            all.push_back(std::move(s));
           }
         }
       }
@@ -312,9 +250,10 @@ TuneResult Tune(const Config& config, const MeasuredCosts& measured, const TuneO
 }
 
 std::string FormatTuneTable(const TuneResult& result, int64_t budget, int top) {
-  std::string out = fmt::format("{:>4} {:<15} {:>6} {:>8} {:>5} {:<10} {:>9} {:>8}  {:<24} {}\n",
-                                "rank", "schedule", "stages", "replicas", "mbs", "checkpoint",
-                                "step ms", "bubble %", "peak MiB per stage", "fits");
+  std::string out =
+      fmt::format("{:>4} {:<15} {:>6} {:>6} {:>8} {:>5} {:<10} {:>9} {:>8}  {:<24} {}\n", "rank",
+                  "schedule", "stages", "tensor", "replicas", "mbs", "checkpoint", "step ms",
+                  "bubble %", "peak MiB per stage", "fits");
   int rank = 0;
   for (const TuneCandidate& c : result.ranked) {
     if (rank >= top) break;
@@ -326,10 +265,10 @@ std::string FormatTuneTable(const TuneResult& result, int64_t budget, int top) {
     }
     const std::string schedule =
         c.chunks > 1 ? fmt::format("{} v={}", c.schedule, c.chunks) : c.schedule;
-    out += fmt::format("{:>4} {:<15} {:>6} {:>8} {:>5} {:<10} {:>9.1f} {:>8.1f}  {:<24} {}\n", rank,
-                       schedule, c.stages, c.replicas, c.micro_batches, c.checkpoint.ToString(),
-                       1e3 * c.prediction.seconds, 100 * c.prediction.bubble, peaks,
-                       c.fits ? "yes" : "no");
+    out += fmt::format("{:>4} {:<15} {:>6} {:>6} {:>8} {:>5} {:<10} {:>9.1f} {:>8.1f}  {:<24} {}\n",
+                       rank, schedule, c.stages, c.tensor, c.replicas, c.micro_batches,
+                       c.checkpoint.ToString(), 1e3 * c.prediction.seconds,
+                       100 * c.prediction.bubble, peaks, c.fits ? "yes" : "no");
   }
   out +=
       fmt::format("searched {} candidates ({} more could not be planned); memory predicted for {}",
@@ -344,8 +283,8 @@ std::string FormatTuneTable(const TuneResult& result, int64_t budget, int top) {
       "best: {} {} cut {}: predicted {:.1f} ms per step = simulated schedule {:.1f} + step end "
       "{:.1f} + collectives {:.1f}\n",
       best.schedule,
-      fmt::format("p={} r={} m={} checkpoint {}", best.stages, best.replicas, best.micro_batches,
-                  best.checkpoint.ToString()),
+      fmt::format("p={} t={} r={} m={} checkpoint {}", best.stages, best.tensor, best.replicas,
+                  best.micro_batches, best.checkpoint.ToString()),
       best.config.parallel.cut, 1e3 * best.prediction.seconds, 1e3 * best.prediction.makespan,
       1e3 * best.prediction.step_end, 1e3 * best.prediction.collectives);
   out +=

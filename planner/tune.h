@@ -1,5 +1,6 @@
-// The tuner's search (`baton tune`, docs/memory.md "Tuning"): schedule x stages x replicas x
-// micro-batches x checkpoint policy x cut, ranked by the step time the measured costs predict
+// The tuner's search (`baton tune`, docs/memory.md "Tuning"): schedule x stages x tensor ranks x
+// replicas x micro-batches x checkpoint policy x cut (the levers and their values:
+// planner/candidates.h, as --fit's), ranked by the step time the measured costs predict
 // (measured_costs.h), under a memory budget checked by the exact memory planner.
 //
 // For each combination: the plan (planner.h) is cut to balance the measured per-layer costs
@@ -20,6 +21,7 @@
 
 #include "config/config.h"
 #include "model/graph.h"
+#include "planner/candidates.h"
 #include "planner/measured_costs.h"
 
 namespace baton {
@@ -37,25 +39,24 @@ const std::vector<TunableSchedule>& TunableSchedules();
 struct TuneOptions {
   int64_t budget = 0;  // bytes per rank; 0: none
   int max_stages = 0;  // 0: max_processes, at most the graph's layers
-  // stages x replicas <= this; 0: this machine's cores / device.threads, or max_stages if more
+  // stages x tensor ranks x replicas <= this; 0: this machine's cores / device.threads, or
+  // max_stages if more
   int max_processes = 0;
   std::vector<TunableSchedule> schedules;  // empty: TunableSchedules()
   int top = 15;                            // candidates the ranking must get exactly right
 };
 
-struct TuneCandidate {
+// A candidate: its schedule, the levers it pulls (planner/candidates.h; the tuner keeps the
+// config's precision and optimizer state), and how it came out.
+struct TuneCandidate : Levers {
   Config config;  // the candidate as a config, parallel.cut set to `cut`
   std::string schedule;
   int chunks = 1;
-  int stages = 1;
-  int replicas = 1;
-  int micro_batches = 1;
-  CheckpointPolicy checkpoint;
   std::vector<LayerRange> cut;
   StepPrediction prediction;    // on `cut`
   bool memory_checked = false;  // peaks and fits are known
   bool fits = false;
-  std::vector<int64_t> peaks;  // predicted total per stage (replica 0's ranks)
+  std::vector<int64_t> peaks;  // predicted total per stage (replica 0's tensor rank 0)
   std::string note;            // what bound the cut
 };
 

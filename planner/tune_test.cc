@@ -119,6 +119,32 @@ TEST(TuneTest, PicksTheScheduleAndCutTheSimulatorSaysWhenStagesAreImbalanced) {
       << result.set_flags;
 }
 
+// Tensor ranks halve every layer's work without a bubble; where their sums are cheap (a fast
+// link, small activations) and the replicas' exchange is not (large layers), two tensor ranks are
+// the fastest use of two processes, and the tuner says so.
+TEST(TuneTest, ChoosesTensorRanksWhereTheirSumsCostLessThanABubbleOrAnExchange) {
+  const Config config = Tiny();
+  MeasuredCosts measured = Synthetic(config, 0.01, 0.02);
+  for (auto& [kind, params] : measured.params) params = 1000000000;  // seconds to exchange
+  measured.message_bytes_per_s = 1e10;
+  TuneOptions options;
+  options.max_processes = 2;
+  options.top = 100000;
+  const TuneResult result = Tune(config, measured, options);
+  const TuneCandidate& best = result.ranked.front();
+  EXPECT_EQ(best.tensor, 2);
+  EXPECT_EQ(best.stages, 1);
+  EXPECT_EQ(best.replicas, 1);
+  EXPECT_EQ(best.config.parallel.tensor, 2);
+  EXPECT_NE(result.set_flags.find("--set parallel.tensor=2"), std::string::npos)
+      << result.set_flags;
+  // Both were searched, and the memory of the tensor-parallel ones predicted per stage.
+  EXPECT_TRUE(std::any_of(result.ranked.begin(), result.ranked.end(),
+                          [](const TuneCandidate& c) { return c.tensor == 1 && c.stages == 2; }));
+  EXPECT_EQ(best.peaks.size(), 1u);
+  EXPECT_GT(best.peaks.at(0), 0);
+}
+
 TEST(TuneTest, ABudgetExcludesEveryCandidateOverIt) {
   const Config config = Tiny();
   const MeasuredCosts measured = Synthetic(config, 0.01, 0.02);

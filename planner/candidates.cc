@@ -1,0 +1,115 @@
+// The search's levers (see candidates.h).
+#include "planner/candidates.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "core/error.h"
+#include "model/from_config.h"
+
+namespace baton {
+
+std::string PrecisionName(DType dtype) {
+  switch (dtype) {
+    case DType::kF32:
+      return "fp32";
+    case DType::kBF16:
+      return "bf16";
+    case DType::kF16:
+      return "fp16";
+    case DType::kI32:
+    case DType::kU8:
+    case DType::kI8:
+      break;
+  }
+  BATON_FAIL("{} is not a training precision", Name(dtype));
+}
+
+Levers Levers::Of(const Config& config) {
+  return {config.precision.dtype, config.parallel.checkpoint, config.train.micro_batches,
+          config.parallel.stages, config.parallel.replicas,   config.optimizer.state,
+          config.parallel.tensor};
+}
+
+Config Apply(const Config& base, const Levers& levers) {
+  Config config = base;
+  config.precision.dtype = levers.dtype;
+  config.parallel.checkpoint = levers.checkpoint;
+  config.train.micro_batches = levers.micro_batches;
+  config.parallel.stages = levers.stages;
+  config.optimizer.state = levers.state;
+  config.parallel.tensor = levers.tensor;
+  if (levers.stages != base.parallel.stages) config.parallel.cut.clear();
+  if (levers.replicas != base.parallel.replicas) {
+    config.parallel.replicas = levers.replicas;
+    const bool zero_applies =
+        config.optimizer.state == OptimizerState::kF32 && !config.prune.enabled();
+    config.parallel.zero = levers.replicas > 1 && zero_applies ? 1 : 0;
+  }
+  Validate(config);
+  return config;
+}
+
+std::vector<CheckpointPolicy> CheckpointPolicies(int max_layers, const CheckpointPolicy& first) {
+  std::vector<CheckpointPolicy> policies = {first};
+  const auto add = [&](const CheckpointPolicy& p) {
+    if (std::find(policies.begin(), policies.end(), p) == policies.end()) policies.push_back(p);
+  };
+  add(CheckpointPolicy::None());
+  add(CheckpointPolicy::Selective());
+  for (int k = 1;; k *= 2) {
+    add(CheckpointPolicy::Every(std::min(k, max_layers)));
+    if (k >= max_layers) break;
+  }
+  return policies;
+}
+
+std::vector<int> MicroBatchCounts(const Config& config, int from) {
+  std::vector<int> counts;
+  for (int m = std::max(1, from); m <= config.train.batch_size; ++m) {
+    if (config.train.batch_size % m == 0) counts.push_back(m);
+  }
+  return counts;
+}
+
+std::vector<int> TensorCounts(const Config& config, int from, int stages, int max_processes) {
+  std::vector<int> counts = {from};
+  const ModelDims dims = DimsOf(config.model);
+  for (int t = 2 * from; t * stages <= max_processes; t *= 2) {
+    if (dims.num_heads % t != 0 || dims.kv_heads() % t != 0 || dims.hidden() % t != 0) break;
+    counts.push_back(t);
+  }
+  return counts;
+}
+
+std::string SetFlags(const Config& chosen, const Config& base) {
+  std::vector<std::string> flags;
+  const ParallelConfig &p = chosen.parallel, &b = base.parallel;
+  if (p.schedule != b.schedule) {
+    flags.push_back(fmt::format("parallel.schedule={}", Name(p.schedule)));
+  }
+  if (p.chunks != b.chunks) flags.push_back(fmt::format("parallel.chunks={}", p.chunks));
+  if (chosen.precision.dtype != base.precision.dtype) {
+    flags.push_back("precision.dtype=" + PrecisionName(chosen.precision.dtype));
+  }
+  if (!(p.checkpoint == b.checkpoint)) {
+    flags.push_back("parallel.checkpoint=" + p.checkpoint.ToString());
+  }
+  if (chosen.train.micro_batches != base.train.micro_batches) {
+    flags.push_back(fmt::format("train.micro_batches={}", chosen.train.micro_batches));
+  }
+  if (chosen.optimizer.state != base.optimizer.state) {
+    flags.push_back(fmt::format("optimizer.state={}", Name(chosen.optimizer.state)));
+  }
+  if (p.stages != b.stages) flags.push_back(fmt::format("parallel.stages={}", p.stages));
+  if (p.tensor != b.tensor) flags.push_back(fmt::format("parallel.tensor={}", p.tensor));
+  if (p.replicas != b.replicas) flags.push_back(fmt::format("parallel.replicas={}", p.replicas));
+  if (p.zero != b.zero) flags.push_back(fmt::format("parallel.zero={}", p.zero));
+  if (p.cut != b.cut) flags.push_back("parallel.cut=" + p.cut);
+  std::string out;
+  for (const std::string& f : flags) out += (out.empty() ? "--set " : " --set ") + f;
+  return out;
+}
+
+}  // namespace baton
