@@ -29,10 +29,12 @@ json MemoryJson(const MemoryFigures& figures) {
 
 // Assembles the run report from every rank's final results (worker_main.cc, TrainRank) and the
 // steps the monitors logged.
-json BuildReport(const Plan& plan, const std::vector<RankResult>& results,
-                 const RunSteps& run_steps) {
+json BuildReport(const Plan& plan, const std::vector<RankMemory>& predicted,
+                 const std::vector<RankResult>& results, const RunSteps& run_steps) {
+  BATON_CHECK(predicted.size() == static_cast<size_t>(plan.world_size()),
+              "a memory prediction for {} ranks, the job has {}", predicted.size(),
+              plan.world_size());
   json report;
-  const std::vector<RankMemory> predicted = PredictMemory(plan);
   json job_predicted = json::object();
   report["schedule"] = plan.schedule.name;
   report["config"] = ToJson(plan.config);

@@ -11,6 +11,7 @@
 #include "core/memory.h"
 #include "plan/plan.h"
 #include "plan/result.h"
+#include "planner/memory_planner.h"
 
 namespace baton {
 
@@ -24,10 +25,11 @@ struct RunSteps {
   size_t in_final_attempt = 0;
 };
 
-// Assembles the run report from every rank's final results (job/worker_main.cc) and the steps the
+// Assembles the run report from every rank's final results (job/worker_main.cc), the memory the
+// run's start predicted for each (by world rank: PredictMemory, once per run) and the steps the
 // monitors logged; checks that every data-parallel replica ended with replica 0's parameters.
-nlohmann::json BuildReport(const Plan& plan, const std::vector<RankResult>& results,
-                           const RunSteps& run_steps);
+nlohmann::json BuildReport(const Plan& plan, const std::vector<RankMemory>& predicted,
+                           const std::vector<RankResult>& results, const RunSteps& run_steps);
 void WriteReport(const nlohmann::json& report, const std::string& path);
 // The run's result line ("done: N steps, final loss ..."), printed at any --log-level.
 void Summarise(const nlohmann::json& report, const std::string& report_path);

@@ -65,9 +65,35 @@ std::string WeightsOf(const Plan& plan, const std::string& resume_dir) {
   return resume_dir.empty() ? plan.config.model.init_from : resume_dir;
 }
 
-int Finish(const Plan& plan, const std::string& address, const std::string& token,
-           const std::string& report_path, const RunSteps& run_steps, const RunOptions& options,
-           const std::string& resume_dir) {
+// What a run is about to do, before any worker starts: the resolved config, the model's size, the
+// partition and each stage's predicted memory. Returns that prediction (by world rank; none for
+// INT8 inference weights): the run's report compares it with what the ranks measured.
+std::vector<RankMemory> LogStartup(const Plan& plan, const std::string& config_path) {
+  spdlog::info("config {} as resolved (defaults and --set applied):\n{}", config_path,
+               ToYaml(plan.config));
+  spdlog::info("model: {} parameters, {} layers ({})", ParamCount(plan.graph, plan.dims),
+               plan.graph.size(), ToString(plan.dims));
+  // The memory plan is a training step's; an INT8 model only evaluates.
+  const bool trains = plan.config.model.weights == WeightFormat::kDense;
+  std::string layout;
+  if (plan.num_tensor() > 1) layout += fmt::format(" x {} tensor ranks", plan.num_tensor());
+  if (plan.num_replicas() > 1)
+    layout += fmt::format(" x {} data-parallel replicas", plan.num_replicas());
+  if (!layout.empty()) layout += fmt::format(" = {} processes", plan.world_size());
+  const std::vector<RankMemory> predicted =
+      trains ? PredictMemory(plan) : std::vector<RankMemory>();
+  spdlog::info("plan: {} stage(s){}, schedule {}, {} micro-batches{}\n{}\n{}", plan.num_stages(),
+               layout, plan.schedule.name, plan.schedule.microbatches,
+               plan.num_replicas() > 1 ? " per replica" : "", FormatPartitionTable(plan),
+               trains ? FormatMemoryTable(plan, predicted)
+                      : std::string("memory: not predicted for INT8 inference weights"));
+  return predicted;
+}
+
+// `predicted`: each rank's memory as the run's start predicted it (LogStartup).
+int Finish(const Plan& plan, const std::vector<RankMemory>& predicted, const std::string& address,
+           const std::string& token, const std::string& report_path, const RunSteps& run_steps,
+           const RunOptions& options, const std::string& resume_dir) {
   const std::vector<RankResult> results = CollectResults(plan, address, token);
   if (options.evaluate_only && options.eval_into != nullptr) {
     *options.eval_into = HeadEval(results);
@@ -78,7 +104,7 @@ int Finish(const Plan& plan, const std::string& address, const std::string& toke
               options.eval_out != nullptr ? *options.eval_out : std::cout);
     return 0;
   }
-  const json report = BuildReport(plan, results, run_steps);
+  const json report = BuildReport(plan, predicted, results, run_steps);
   if (!report_path.empty()) WriteReport(report, report_path);
   const std::string& dir = plan.config.output.dir;
   // Its own copy, from which `baton report DIR` redraws the whole page later.
@@ -305,6 +331,7 @@ int RunLocal(const Plan& planned, const RunOptions& options, const std::string& 
   const std::string job_id = MakeJobToken().substr(0, 12);
   Launch launch{job_id, "", 0, options.evaluate_only, {}};
   const Plan plan = PrepareLaunch(planned, options, launch);
+  const std::vector<RankMemory> predicted = LogStartup(plan, options.config.path);
   std::unique_ptr<MetricsLog> metrics = OpenMetrics(plan, options, launch);
   CoordinatorServer server;
   StartCoordinator(server, plan, launch, "127.0.0.1:0", token);
@@ -322,7 +349,8 @@ int RunLocal(const Plan& planned, const RunOptions& options, const std::string& 
     return true;
   };
   if (SuperviseAttempts(server, plan, options, launch, *metrics, run_steps, local)) return 1;
-  return Finish(plan, server.address(), token, report_path, run_steps, options, launch.resume_dir);
+  return Finish(plan, predicted, server.address(), token, report_path, run_steps, options,
+                launch.resume_dir);
 }
 
 // Rank 0 under mpirun / srun: the local launcher's attempts with the ranks' agents (job/agent.h)
@@ -330,8 +358,8 @@ int RunLocal(const Plan& planned, const RunOptions& options, const std::string& 
 // exit; once all have, the job restarts from the newest checkpoint while restarts remain, else
 // ends. The agents learn what comes next from the coordinator (ResetJob, EndJob).
 int SuperviseJob(CoordinatorServer& server, const std::string& connect_address, const Plan& plan,
-                 const RunOptions& options, Launch launch, MetricsLog& metrics,
-                 const std::string& token, const std::string& report_path) {
+                 const std::vector<RankMemory>& predicted, const RunOptions& options, Launch launch,
+                 MetricsLog& metrics, const std::string& token, const std::string& report_path) {
   RunSteps run_steps;
   Supervision agents;
   agents.stop = [&](std::string& failure) {
@@ -351,8 +379,8 @@ int SuperviseJob(CoordinatorServer& server, const std::string& connect_address, 
   }
   // The address the workers dial: the coordinator binds only that one (another node's, not
   // loopback, in a multi-node job).
-  const int code =
-      Finish(plan, connect_address, token, report_path, run_steps, options, launch.resume_dir);
+  const int code = Finish(plan, predicted, connect_address, token, report_path, run_steps, options,
+                          launch.resume_dir);
   server.EndJob(/*succeeded=*/true, "");
   return code;
 }
@@ -372,8 +400,10 @@ int RunUnderLauncher(const Plan& planned, const RunOptions& options, const Launc
   std::unique_ptr<CoordinatorServer> server;
   std::unique_ptr<MetricsLog> metrics;
   Launch launch{rendezvous.job_id, "", 0, options.evaluate_only, {}};
+  std::vector<RankMemory> predicted;
   if (env.rank == 0) {
     plan = PrepareLaunch(plan, options, launch);
+    predicted = LogStartup(plan, options.config.path);
     metrics = OpenMetrics(plan, options, launch);
     server = std::make_unique<CoordinatorServer>();
     StartCoordinator(*server, plan, launch, rendezvous.bind_address, rendezvous.token);
@@ -399,8 +429,8 @@ int RunUnderLauncher(const Plan& planned, const RunOptions& options, const Launc
   int supervisor_code = 1;
   std::thread supervisor([&] {
     try {
-      supervisor_code = SuperviseJob(*server, rendezvous.connect_address, plan, options, launch,
-                                     *metrics, rendezvous.token, report_path);
+      supervisor_code = SuperviseJob(*server, rendezvous.connect_address, plan, predicted, options,
+                                     launch, *metrics, rendezvous.token, report_path);
     } catch (const std::exception& e) {
       spdlog::error("{}", e.what());
       LogOrigin(e);
@@ -419,26 +449,6 @@ int RunUnderLauncher(const Plan& planned, const RunOptions& options, const Launc
   return agent_code != 0 ? agent_code : supervisor_code;
 }
 
-// What a run is about to do, before any worker starts: the resolved config, the model's size, the
-// partition and each stage's predicted memory.
-void LogStartup(const Plan& plan, const std::string& config_path) {
-  spdlog::info("config {} as resolved (defaults and --set applied):\n{}", config_path,
-               ToYaml(plan.config));
-  spdlog::info("model: {} parameters, {} layers ({})", ParamCount(plan.graph, plan.dims),
-               plan.graph.size(), ToString(plan.dims));
-  // The memory plan is a training step's; an INT8 model only evaluates.
-  const bool trains = plan.config.model.weights == WeightFormat::kDense;
-  std::string layout;
-  if (plan.num_tensor() > 1) layout += fmt::format(" x {} tensor ranks", plan.num_tensor());
-  if (plan.num_replicas() > 1)
-    layout += fmt::format(" x {} data-parallel replicas", plan.num_replicas());
-  if (!layout.empty()) layout += fmt::format(" = {} processes", plan.world_size());
-  spdlog::info("plan: {} stage(s){}, schedule {}, {} micro-batches{}\n{}\n{}", plan.num_stages(),
-               layout, plan.schedule.name, plan.schedule.microbatches,
-               plan.num_replicas() > 1 ? " per replica" : "", FormatPartitionTable(plan),
-               trains ? FormatMemoryTable(plan, PredictMemory(plan))
-                      : std::string("memory: not predicted for INT8 inference weights"));
-}
 }  // namespace
 
 namespace {
@@ -564,7 +574,6 @@ int RunCommand(const RunOptions& options) {
   if (options.memory.fit && env.rank == 0) {
     spdlog::info("--fit considered:\n{}", FormatFitTable(fit, budget));
   }
-  if (env.rank == 0) LogStartup(plan, options.config.path);
   const Config& config = plan.config;
   const std::string report_path =
       options.report_path.empty() ? config.output.report : options.report_path;
