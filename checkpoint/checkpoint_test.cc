@@ -10,6 +10,7 @@
 #include <fstream>
 
 #include "checkpoint/checkpoint_test_util.h"
+#include "checkpoint/init_source.h"
 #include "core/error.h"
 #include "core/files.h"
 #include "core/hash.h"
@@ -58,6 +59,38 @@ std::string ErrorOf(const std::function<void()>& action) {
     return e.what();
   }
   return "(no error)";
+}
+
+// model.init_from's one resolution (checkpoint/init_source.h), which the launcher and the
+// worker share: each kind of source, a Hugging Face GPT-2 folder read through its weights file,
+// and a folder that is none of them refused naming the config and the key.
+TEST(InitSourceTest, EachKindOfFolderAndFileResolvesToWhatToRead) {
+  using Kind = InitSource::Kind;
+  TempDir dir("init-source");
+  const std::filesystem::path root(dir.path());
+  EXPECT_EQ(ResolveInitSource("", "c.yaml", false).kind, Kind::kNone);
+
+  Fixture f;
+  Rank whole = f.MakeRank({{0, 3}}, 0, 1);
+  Save(f, (root / "run").string(), 2, {&whole});
+  const InitSource checkpoint = ResolveInitSource((root / "run").string(), "c.yaml", false);
+  EXPECT_EQ(checkpoint.kind, Kind::kCheckpoint);
+  EXPECT_EQ(checkpoint.path, (root / "run").string());
+
+  const std::string llama = std::string(BATON_SOURCE_DIR) + "/tests/fixtures/llama-hf";
+  EXPECT_EQ(ResolveInitSource(llama, "c.yaml", true).kind, Kind::kHfLlamaFolder);
+
+  std::filesystem::create_directories(root / "gpt2");
+  std::ofstream(root / "gpt2" / "model.safetensors") << "weights";
+  const InitSource gpt2 = ResolveInitSource((root / "gpt2").string(), "c.yaml", false);
+  EXPECT_EQ(gpt2.kind, Kind::kGpt2File);
+  EXPECT_EQ(gpt2.path, (root / "gpt2" / "model.safetensors").string());
+  EXPECT_EQ(ResolveInitSource(gpt2.path, "c.yaml", false).kind, Kind::kGpt2File);
+
+  std::filesystem::create_directories(root / "empty");
+  const std::string error =
+      ErrorOf([&] { ResolveInitSource((root / "empty").string(), "c.yaml", false); });
+  EXPECT_THAT(error, HasSubstr("c.yaml: model.init_from " + (root / "empty").string()));
 }
 
 TEST(CheckpointTest, OneRankCheckpointLoadsBitwiseIntoTwoRankPartition) {

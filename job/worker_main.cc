@@ -18,6 +18,7 @@
 #include "comm/nccl_communicator.h"
 #endif
 #include "checkpoint/checkpoint.h"
+#include "checkpoint/init_source.h"
 #include "checkpoint/safetensors_gpt2.h"
 #include "checkpoint/safetensors_llama.h"
 #include "coordinator/coordinator_client.h"
@@ -124,44 +125,55 @@ int64_t LoadInitialState(const Plan& plan, const Launch& launch, Trainer& traine
     spdlog::info("resumed from {} (step {})", checkpoint.step_dir(), checkpoint.step());
     return checkpoint.step() + 1;
   }
-  if (!config.model.init_from.empty() && IsHfLlamaFolder(config.model.init_from)) {
-    // A Hugging Face Llama folder (the launcher took the dims from its config.json): this rank
-    // reads only the shards holding its own layers.
-    HfLlamaFolder folder = HfLlamaFolder::Open(config.model.init_from);
-    ValidateHfLlamaFolder(folder, plan.dims);
-    trainer.state().InitValues([&](Optimizer* masters) {
-      InitFromHfLlama(folder, plan.dims, trainer.model().params(), masters, backend);
-    });
-    spdlog::info("initialised from the Hugging Face Llama {} (read {})", config.model.init_from,
-                 fmt::join(folder.opened_files(), ", "));
-  } else if (!config.model.init_from.empty() &&
-             std::filesystem::is_directory(config.model.init_from)) {
-    // A Baton checkpoint (e.g. baton compress --low-rank's): its weights, with fresh moments.
-    const CheckpointReader checkpoint = CheckpointReader::Open(config.model.init_from);
-    checkpoint.CheckCompatible(plan.dims, plan.graph);
-    trainer.state().InitValues([&](Optimizer* masters) {
-      std::vector<LayerTensors> layers = CheckpointTensors(trainer.model(), masters);
-      for (LayerTensors& layer : layers) {
-        for (ParamTensors& p : layer.params) {
-          p.adam_m = p.adam_v = p.adam_m_absmax = p.adam_v_absmax = Tensor();
+  // The launcher resolved model.init_from (CheckNamedFiles): this is the same resolution.
+  const InitSource source = ResolveInitSource(config.model.init_from, "the job's config",
+                                              config.model.preset == ModelPreset::kLlama);
+  switch (source.kind) {
+    case InitSource::Kind::kNone:
+      break;
+    case InitSource::Kind::kHfLlamaFolder: {
+      // The launcher took the dims from its config.json: this rank reads only the shards
+      // holding its own layers.
+      HfLlamaFolder folder = HfLlamaFolder::Open(source.path);
+      ValidateHfLlamaFolder(folder, plan.dims);
+      trainer.state().InitValues([&](Optimizer* masters) {
+        InitFromHfLlama(folder, plan.dims, trainer.model().params(), masters, backend);
+      });
+      spdlog::info("initialised from the Hugging Face Llama {} (read {})", source.path,
+                   fmt::join(folder.opened_files(), ", "));
+      break;
+    }
+    case InitSource::Kind::kCheckpoint: {
+      // A Baton checkpoint (e.g. baton compress --low-rank's): its weights, with fresh moments.
+      const CheckpointReader checkpoint = CheckpointReader::Open(source.path);
+      checkpoint.CheckCompatible(plan.dims, plan.graph);
+      trainer.state().InitValues([&](Optimizer* masters) {
+        std::vector<LayerTensors> layers = CheckpointTensors(trainer.model(), masters);
+        for (LayerTensors& layer : layers) {
+          for (ParamTensors& p : layer.params) {
+            p.adam_m = p.adam_v = p.adam_m_absmax = p.adam_v_absmax = Tensor();
+          }
         }
-      }
-      checkpoint.LoadLayers(layers, backend);
-    });
-    spdlog::info("initialised from the weights of {} (step {})", checkpoint.step_dir(),
-                 checkpoint.step());
-  } else if (!config.model.init_from.empty()) {
-    BATON_CHECK(plan.dims.low_rank_attn == 0 && plan.dims.low_rank_mlp == 0,
-                "model.init_from {}: a GPT-2 file holds dense matrices, and this model is low-rank "
-                "({}); factor a Baton checkpoint with baton compress --low-rank R and start from "
-                "that directory",
-                config.model.init_from, ToString(plan.dims));
-    const SafetensorsFile weights = ReadSafetensors(config.model.init_from);
-    ValidateGpt2File(weights, plan.dims);
-    trainer.state().InitValues([&](Optimizer* masters) {
-      InitFromSafetensors(weights, trainer.model().params(), masters, backend);
-    });
-    spdlog::info("initialised from {}", config.model.init_from);
+        checkpoint.LoadLayers(layers, backend);
+      });
+      spdlog::info("initialised from the weights of {} (step {})", checkpoint.step_dir(),
+                   checkpoint.step());
+      break;
+    }
+    case InitSource::Kind::kGpt2File: {
+      BATON_CHECK(plan.dims.low_rank_attn == 0 && plan.dims.low_rank_mlp == 0,
+                  "model.init_from {}: a GPT-2 file holds dense matrices, and this model is "
+                  "low-rank ({}); factor a Baton checkpoint with baton compress --low-rank R and "
+                  "start from that directory",
+                  source.path, ToString(plan.dims));
+      const SafetensorsFile weights = ReadSafetensors(source.path);
+      ValidateGpt2File(weights, plan.dims);
+      trainer.state().InitValues([&](Optimizer* masters) {
+        InitFromSafetensors(weights, trainer.model().params(), masters, backend);
+      });
+      spdlog::info("initialised from {}", source.path);
+      break;
+    }
   }
   return 1;
 }

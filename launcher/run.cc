@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "checkpoint/checkpoint.h"
+#include "checkpoint/init_source.h"
 #include "checkpoint/safetensors_llama.h"
 #include "config/config.h"
 #include "coordinator/coordinator_client.h"
@@ -539,23 +540,14 @@ Config CheckNamedFiles(Config config, const std::string& config_path, bool evalu
   require("data.eval_path", config.data.eval_path);
   std::string& init = config.model.init_from;
   require("model.init_from", init);
-  if (!init.empty() && IsHfLlamaFolder(init)) {
+  const InitSource source =
+      ResolveInitSource(init, config_path, config.model.preset == ModelPreset::kLlama);
+  if (source.kind == InitSource::Kind::kHfLlamaFolder) {
     config = WithHfLlamaModel(std::move(config));
-  } else if (!init.empty() && fs::is_directory(init, error)) {
-    try {
-      CheckpointReader::Open(init);
-    } catch (const Error& e) {
-      if (config.model.preset == ModelPreset::kLlama &&
-          fs::exists(fs::path(init) / "config.json", error)) {
-        HfLlamaFolder::Open(init);  // names what makes the folder's config.json not a Llama
-      }
-      const fs::path weights = fs::path(init) / "model.safetensors";
-      BATON_CHECK(fs::is_regular_file(weights, error), "{}: model.init_from {}: {}", config_path,
-                  init, e.what());
-      spdlog::info("model.init_from {}: a Hugging Face folder, read through its {}", init,
-                   weights.filename().string());
-      init = weights.string();
-    }
+  } else if (source.path != init) {
+    spdlog::info("model.init_from {}: a Hugging Face folder, read through its {}", init,
+                 std::filesystem::path(source.path).filename().string());
+    init = source.path;  // the workers resolve it to the same source
   }
   return config;
 }
