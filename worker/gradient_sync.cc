@@ -110,9 +110,9 @@ Zero1Sync::Zero1Sync(ReplicaContext context, const std::vector<Param*>& params)
   }
 }
 
-OptimizerShard Zero1Sync::shard() const {
+std::optional<OptimizerShard> Zero1Sync::optimizer_shard() const {
   const int64_t begin = std::min(flat_numel_, context_.replica() * shard_size_);
-  return {begin, std::min(flat_numel_, begin + shard_size_)};
+  return OptimizerShard{begin, std::min(flat_numel_, begin + shard_size_)};
 }
 
 template <typename Fn>

@@ -64,6 +64,18 @@ class GradientSync {
   // Whether replica `replica` adds its layers' sums of squares into the job-wide norm: replica 0
   // alone when every replica holds the whole sums, every replica (its shard's part) under ZeRO-1.
   virtual bool writes_layer_sums(int replica) const { return replica == 0; }
+
+  // How the optimizer's state lies across the replicas (worker/state_layout.h asks): the flat
+  // elements this replica's optimizer holds state for under ZeRO-1, nullopt when it holds all.
+  virtual std::optional<OptimizerShard> optimizer_shard() const { return std::nullopt; }
+  // Checkpoints of sharded state, every replica of the stage calling it for each local layer in
+  // the same order: replica 0 gets `layer` with its full optimizer state, gathered from the
+  // replicas' shards (`optimizer`'s slots) into temporaries booked as workspace while they live;
+  // the others send their shards and get nothing. Unsharded: `layer` as it is.
+  virtual std::optional<LayerTensors> GatherLayerState(LayerTensors layer,
+                                                       const Optimizer& /*optimizer*/) {
+    return layer;
+  }
 };
 
 class NoSync final : public GradientSync {};
@@ -105,13 +117,9 @@ class Zero1Sync final : public GradientSync {
   std::vector<Tensor> ReducedGradient(Param& p) const override;
   bool writes_layer_sums(int) const override { return true; }
 
-  // The flat elements this replica's optimizer holds state for.
-  OptimizerShard shard() const;
-  // Checkpoints, every replica of the stage calling it for each local layer in the same order:
-  // replica 0 gets `layer` with its full optimizer state, gathered from the replicas' shards
-  // (`optimizer`'s slots) into temporaries booked as workspace while they live; the others send
-  // their shards and get nothing.
-  std::optional<LayerTensors> GatherLayerState(LayerTensors layer, const Optimizer& optimizer);
+  std::optional<OptimizerShard> optimizer_shard() const override;
+  std::optional<LayerTensors> GatherLayerState(LayerTensors layer,
+                                               const Optimizer& optimizer) override;
 
  private:
   struct FlatPiece {

@@ -20,14 +20,14 @@ std::vector<Tensor ParamTensors::*> CutFields() {
 }  // namespace
 
 StateLayout::StateLayout(Backend& backend, StageModel& model, Optimizer* optimizer,
-                         Zero1Sync* zero1, TensorGroup* tensor, int stage)
+                         GradientSync& sync, TensorGroup* tensor, int stage)
     : backend_(backend),
       model_(model),
       optimizer_(optimizer),
-      zero1_(zero1),
+      sync_(sync),
       tensor_(tensor),
       stage_(stage) {
-  BATON_CHECK(zero1 == nullptr || optimizer != nullptr,
+  BATON_CHECK(!sharded() || optimizer != nullptr,
               "stage {}: ZeRO-1 shards an optimizer's state, and there is none", stage);
 }
 
@@ -40,7 +40,7 @@ void StateLayout::Save(const std::function<void(const std::vector<LayerTensors>&
   // at a time.
   for (auto& [index, layer] : model_.layers()) {
     std::optional<LayerTensors> gathered =
-        sharded() ? zero1_->GatherLayerState(LayerOf(index, nullptr), *optimizer_)
+        sharded() ? sync_.GatherLayerState(LayerOf(index, nullptr), *optimizer_)
                   : LayerOf(index, optimizer_);
     if (!gathered) continue;  // a ZeRO-1 replica other than 0: it sent its shards
     if (cut()) gathered = WholeLayer(*gathered);

@@ -3,8 +3,8 @@
 //  - tensor ranks (parallel.tensor T > 1): each cut parameter's value, master and moments hold
 //    this rank's part of the whole (ParamTensors::split, model/tensor_parallel.h);
 //  - ZeRO-1 (parallel.zero 1 with replicas): the optimizer holds master and moments for this
-//    replica's shard of the stage's flat parameter space only (Zero1Sync::shard, the optimizer's
-//    slots); the values are whole on every replica.
+//    replica's shard of the stage's flat parameter space only (GradientSync::optimizer_shard,
+//    the optimizer's slots); the values are whole on every replica.
 // A checkpoint holds every tensor whole (docs/checkpoints.md), so with either split saving and
 // loading go layer by layer through whole temporaries booked as workspace, one layer at a time;
 // without one, the stage's own tensors are written and filled directly.
@@ -30,15 +30,16 @@ namespace baton {
 
 class StateLayout {
  public:
-  // `optimizer` null: the stage keeps no optimizer state (evaluation, INT8 weights). `zero1`
-  // null without ZeRO-1, `tensor` null without tensor ranks. `stage` names errors.
-  StateLayout(Backend& backend, StageModel& model, Optimizer* optimizer, Zero1Sync* zero1,
+  // `optimizer` null: the stage keeps no optimizer state (evaluation, INT8 weights). `sync`: the
+  // replicas' gradient sync, which says whether (and how) they shard the optimizer's state
+  // (GradientSync::optimizer_shard). `tensor` null without tensor ranks. `stage` names errors.
+  StateLayout(Backend& backend, StageModel& model, Optimizer* optimizer, GradientSync& sync,
               TensorGroup* tensor, int stage);
   StateLayout(const StateLayout&) = delete;
   StateLayout& operator=(const StateLayout&) = delete;
 
   // ZeRO-1: the optimizer holds this replica's shard only.
-  bool sharded() const { return zero1_ != nullptr; }
+  bool sharded() const { return sync_.optimizer_shard().has_value(); }
   // Tensor ranks: cut parameters hold parts.
   bool cut() const { return tensor_ != nullptr; }
 
@@ -77,7 +78,7 @@ class StateLayout {
   Backend& backend_;
   StageModel& model_;
   Optimizer* optimizer_;
-  Zero1Sync* zero1_;
+  GradientSync& sync_;
   TensorGroup* tensor_;
   int stage_;
 };

@@ -113,10 +113,8 @@ void Trainer::SetUpOptimizer() {
   const Config& config = setup_.config;
   if (config.prune.enabled()) AllocatePruneMasks(backend_, model_->params());
   if (config.parallel.zero == 1 && setup_.layout.replicas() > 1) {
-    auto zero1 = std::make_unique<Zero1Sync>(
+    sync_ = std::make_unique<Zero1Sync>(
         ReplicaContextOf(setup_, *replica_group_, backend_, &on_status_), model_->params());
-    zero1_ = zero1.get();
-    sync_ = std::move(zero1);
   }
   AdamWConfig hyper;
   hyper.beta1 = static_cast<float>(config.train.beta1);
@@ -125,7 +123,7 @@ void Trainer::SetUpOptimizer() {
   hyper.weight_decay = static_cast<float>(config.train.weight_decay);
   optimizer_ = std::make_unique<Optimizer>(backend_, model_->params(), hyper,
                                            config.optimizer.state == OptimizerState::kInt8,
-                                           zero() ? std::optional(zero1_->shard()) : std::nullopt);
+                                           zero() ? sync_->optimizer_shard() : std::nullopt);
   if (setup_.layout.replicas() > 1 && !zero()) {
     sync_ = std::make_unique<AllReduceSync>(
         ReplicaContextOf(setup_, *replica_group_, backend_, &on_status_), model_->params());
@@ -202,7 +200,7 @@ Trainer::Trainer(TrainerSetup setup, Backend& backend)
   }
   if (!int8_weights && !setup_.inference_only) SetUpOptimizer();  // evaluation keeps no state
   if (sync_ == nullptr) sync_ = std::make_unique<NoSync>();
-  state_ = std::make_unique<StateLayout>(backend_, *model_, optimizer_.get(), zero1_,
+  state_ = std::make_unique<StateLayout>(backend_, *model_, optimizer_.get(), *sync_,
                                          tensor_group_.get(), setup_.stage);
   step_end_ = StepEndPasses();
 

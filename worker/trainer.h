@@ -177,7 +177,7 @@ class Trainer {
   // The optimizer and sync_ (ZeRO-1's or the all-reduce's), for a trainer that trains.
   void SetUpOptimizer();
   // ZeRO-1 (parallel.zero 1 with replicas): the optimizer holds only this replica's shard.
-  bool zero() const { return zero1_ != nullptr; }
+  bool zero() const { return sync_ != nullptr && sync_->optimizer_shard().has_value(); }
   // Sums `values` over every rank of the job (host memory; staged through the device on GPUs).
   void AllReduceOverJob(std::vector<float>& values);
   struct StepEnd {
@@ -236,11 +236,10 @@ class Trainer {
   // What the layers sum over (parallel.tensor > 1): tensor_ranks_ as model/'s TensorGroup.
   std::unique_ptr<CommTensorGroup> tensor_group_;
   std::unique_ptr<GradientSync> sync_;  // how this stage's replicas make their gradients one
-  Zero1Sync* zero1_ = nullptr;          // sync_, when it is ZeRO-1
   std::unique_ptr<RunData> data_;       // on the ranks holding the first or the last layer
   std::unique_ptr<StageModel> model_;
   std::unique_ptr<Optimizer> optimizer_;
-  std::unique_ptr<StateLayout> state_;  // over model_, optimizer_, zero1_ and tensor_group_
+  std::unique_ptr<StateLayout> state_;  // over model_, optimizer_, sync_ and tensor_group_
   std::unique_ptr<StageEngine> engine_;
   std::vector<MicroBatch> batches_;
   LearningRateSchedule lr_;
