@@ -75,7 +75,7 @@ void AppendNormDefs(std::vector<ParamDef>& defs, const SublayerSource& source,
   const int64_t c = dims.width;
   defs.push_back(
       {source.prefix + name + ".weight", {c}, ParamInit::kOnes, 0.0, source.source_layer});
-  if (!dims.llama()) {
+  if (dims.spec().norm_bias()) {
     defs.push_back(
         {source.prefix + name + ".bias", {c}, ParamInit::kZeros, 0.0, source.source_layer});
   }
@@ -84,7 +84,7 @@ void AppendNormDefs(std::vector<ParamDef>& defs, const SublayerSource& source,
 void AppendAttentionDefs(std::vector<ParamDef>& defs, const SublayerSource& source,
                          const ModelDims& dims) {
   const int64_t c = dims.width;
-  const bool bias = !dims.llama();
+  const bool bias = dims.spec().linear_biases;
   AppendNormDefs(defs, source, "ln_1", dims);
   const int64_t kv = int64_t{dims.kv_heads()} * dims.head_dim();
   AppendLinearDefs(defs, source, "attn.c_attn", c, dims.qkv_width(), false, dims.low_rank_attn,
@@ -97,12 +97,13 @@ void AppendAttentionDefs(std::vector<ParamDef>& defs, const SublayerSource& sour
 void AppendMlpDefs(std::vector<ParamDef>& defs, const SublayerSource& source,
                    const ModelDims& dims) {
   const int64_t c = dims.width;
-  const bool bias = !dims.llama();
+  const bool bias = dims.spec().linear_biases;
   AppendNormDefs(defs, source, "ln_2", dims);
   const int64_t h = dims.hidden();
-  AppendLinearDefs(
-      defs, source, "mlp.c_fc", c, dims.fc_width(), false, dims.low_rank_mlp, dims.num_layers, bias,
-      {LinearCut::kColumns, dims.llama() ? std::vector<int64_t>{h, h} : std::vector<int64_t>{h}});
+  AppendLinearDefs(defs, source, "mlp.c_fc", c, dims.fc_width(), false, dims.low_rank_mlp,
+                   dims.num_layers, bias,
+                   {LinearCut::kColumns,
+                    dims.spec().swiglu() ? std::vector<int64_t>{h, h} : std::vector<int64_t>{h}});
   AppendLinearDefs(defs, source, "mlp.c_proj", h, c, true, dims.low_rank_mlp, dims.num_layers, bias,
                    {LinearCut::kRows, {}});
 }
@@ -115,7 +116,8 @@ Param* Find(std::vector<Param>& params, const std::string& name) {
 }
 
 Norm NormView(std::vector<Param>& p, const std::string& base, const ModelDims& dims) {
-  Norm norm{Find(p, base + ".weight"), Find(p, base + ".bias"), dims.llama(), dims.norm_eps};
+  Norm norm{Find(p, base + ".weight"), Find(p, base + ".bias"), dims.spec().rms_norm(),
+            dims.norm_eps};
   BATON_CHECK(norm.weight != nullptr && (norm.rms || norm.bias != nullptr), "no norm {}", base);
   return norm;
 }
@@ -134,7 +136,7 @@ Linear LinearView(std::vector<Param>& p, const std::string& base) {
 model_ops::MlpParams MlpView(std::vector<Param>& p, const SublayerSource& source,
                              const ModelDims& dims, TensorGroup* tensor) {
   return {NormView(p, source.prefix + "ln_2", dims), LinearView(p, source.prefix + "mlp.c_fc"),
-          LinearView(p, source.prefix + "mlp.c_proj"), dims.llama(), tensor};
+          LinearView(p, source.prefix + "mlp.c_proj"), dims.spec().swiglu(), tensor};
 }
 
 // Sequence parallelism: a norm applied to this rank's part of the sequence has a part of its
@@ -244,7 +246,7 @@ BlockLayer::BlockLayer(Backend& backend, const ModelDims& dims, DType param_dtyp
            LinearView(params_, attn.prefix + "attn.c_proj"),
            AttentionHeads{dims.num_heads / t, dims.kv_heads() / t},
            /*flash=*/true,
-           /*rotary=*/dims.llama(),
+           /*rotary=*/dims.spec().rotary(),
            dims.rope,
            tensor};
   mlp_ = MlpView(params_, mlp, dims, tensor);

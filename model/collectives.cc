@@ -21,7 +21,7 @@ LayerCollectives CollectivesOf(const LayerSpec& spec, const ModelDims& dims,
   const int64_t activation = rows * dims.width;
   const DType act = shape.act_dtype;
   const bool sp = layout.sequence_parallel;
-  const bool norm_bias = !dims.llama();  // LayerNorm (GPT-2) or RMSNorm (Llama)
+  const bool norm_bias = dims.spec().norm_bias();
   switch (spec.kind) {
     case LayerKind::kEmbedding:  // each rank's vocabulary rows, summed (or scattered)
       c.forward = {{sp ? Kind::kScatterSequenceSum : Kind::kSum, activation, act}};

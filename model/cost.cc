@@ -56,13 +56,15 @@ int64_t WeightCount(int64_t in, int64_t out, int64_t rank) {
 }
 
 // A norm: LayerNorm weight and bias 2C; RMSNorm (Llama) weight C.
-int64_t NormParams(const ModelDims& dims) { return dims.llama() ? dims.width : 2 * dims.width; }
+int64_t NormParams(const ModelDims& dims) {
+  return dims.spec().norm_bias() ? 2 * dims.width : dims.width;
+}
 
 // The attention sublayer: ln_1, c_attn (C, Q) weight + Q bias, c_proj weight + C bias; Q = 3C, or
 // (NH + 2 KVH) D with grouped-query attention; Llama has no biases.
 int64_t AttentionParams(const ModelDims& dims) {
   const int64_t c = dims.width, q = dims.qkv_width(), r = dims.low_rank_attn;
-  const int64_t biases = dims.llama() ? 0 : q + c;
+  const int64_t biases = dims.spec().linear_biases ? q + c : 0;
   return NormParams(dims) + WeightCount(c, q, r) + WeightCount(c, c, r) + biases;
 }
 
@@ -70,7 +72,7 @@ int64_t AttentionParams(const ModelDims& dims) {
 // F = H = 4C, SwiGLU F = 2H; Llama has no biases.
 int64_t MlpParams(const ModelDims& dims) {
   const int64_t c = dims.width, f = dims.fc_width(), h = dims.hidden(), r = dims.low_rank_mlp;
-  const int64_t biases = dims.llama() ? 0 : f + c;
+  const int64_t biases = dims.spec().linear_biases ? f + c : 0;
   return NormParams(dims) + WeightCount(c, f, r) + WeightCount(h, c, r) + biases;
 }
 

@@ -7,6 +7,17 @@
 
 namespace baton {
 
+BlockSpec SpecOf(ModelFamily family) {
+  switch (family) {
+    case ModelFamily::kGpt2:
+      return {};
+    case ModelFamily::kLlama:
+      return {BlockSpec::Norm::kRmsNorm, BlockSpec::Positions::kRotary, BlockSpec::Mlp::kSwiGlu,
+              /*linear_biases=*/false};
+  }
+  BATON_FAIL("unknown model family {}", static_cast<int>(family));
+}
+
 void Validate(const ModelDims& dims) {
   BATON_CHECK(dims.vocab_size > 0, "vocab_size must be positive, got {}", dims.vocab_size);
   BATON_CHECK(dims.context > 0, "context must be positive, got {}", dims.context);
@@ -23,11 +34,13 @@ void Validate(const ModelDims& dims) {
   BATON_CHECK(dims.num_kv_heads >= 0 && dims.num_heads % dims.kv_heads() == 0,
               "num_kv_heads {} must divide num_heads {}", dims.num_kv_heads, dims.num_heads);
   BATON_CHECK(dims.mlp_hidden >= 0, "mlp_hidden must be non-negative, got {}", dims.mlp_hidden);
-  if (dims.llama()) {
+  if (dims.spec().rotary()) {
     BATON_CHECK(dims.head_dim() % 2 == 0, "rotary positions need an even head size, got {}",
                 dims.head_dim());
-    BATON_CHECK(dims.norm_eps > 0.0f && dims.rope.theta > 0.0, "norm eps {} and rope theta {}",
-                dims.norm_eps, dims.rope.theta);
+    BATON_CHECK(dims.rope.theta > 0.0, "rope theta {}", dims.rope.theta);
+  }
+  if (dims.spec().rms_norm()) {
+    BATON_CHECK(dims.norm_eps > 0.0f, "norm eps {}", dims.norm_eps);
   }
 }
 

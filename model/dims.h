@@ -13,6 +13,30 @@ namespace baton {
 // grouped-query attention, no biases).
 enum class ModelFamily { kGpt2, kLlama };
 
+// What a block (and the embedding and head around it) is made of, as every layer and the cost
+// model ask it: a family is one choice of these (ModelDims::spec()), so a new family is a new
+// row of choices where the layers already know each one (docs/architecture.md, "Adding a layer
+// kind").
+struct BlockSpec {
+  enum class Norm { kLayerNorm, kRmsNorm };    // ln_1, ln_2, ln_f; a LayerNorm has a bias
+  enum class Positions { kLearned, kRotary };  // wpe in the embedding, or q and k rotated
+  enum class Mlp { kGelu, kSwiGlu };           // c_fc (C, H) then GELU, or (C, 2H) gate and up
+  Norm norm = Norm::kLayerNorm;
+  Positions positions = Positions::kLearned;
+  Mlp mlp = Mlp::kGelu;
+  bool linear_biases = true;  // every linear's bias (c_attn, c_proj, c_fc)
+
+  bool rms_norm() const { return norm == Norm::kRmsNorm; }
+  bool norm_bias() const { return norm == Norm::kLayerNorm; }
+  bool rotary() const { return positions == Positions::kRotary; }
+  bool swiglu() const { return mlp == Mlp::kSwiGlu; }
+  bool operator==(const BlockSpec&) const = default;
+};
+
+// GPT-2's: LayerNorm, learned positions, GELU, biases. Llama's: RMSNorm, rotary positions,
+// SwiGLU, no biases.
+BlockSpec SpecOf(ModelFamily family);
+
 struct ModelDims {
   int vocab_size = 0;  // V
   int context = 0;     // maxT: rows of the position embedding; a micro-batch's T <= context
@@ -37,15 +61,17 @@ struct ModelDims {
   bool tie_embeddings = true;  // the LM head is the token embedding's transpose
 
   int head_dim() const { return width / num_heads; }
+  // The family's block (the layers and the cost model ask it, not the family).
+  BlockSpec spec() const { return SpecOf(family); }
   bool llama() const { return family == ModelFamily::kLlama; }
   int kv_heads() const { return num_kv_heads > 0 ? num_kv_heads : num_heads; }
   int hidden() const { return mlp_hidden > 0 ? mlp_hidden : 4 * width; }
   // Columns of the attention's fused projection c_attn: queries C, keys and values KVH*D each.
   int64_t qkv_width() const { return int64_t{width} + 2 * int64_t{kv_heads()} * head_dim(); }
   // Columns of the MLP's c_fc: the hidden width, twice for SwiGLU (gate, then up).
-  int64_t fc_width() const { return llama() ? 2 * int64_t{hidden()} : hidden(); }
-  // Whether the embedding holds learned positions (wpe): GPT-2's; Llama rotates q and k instead.
-  bool learned_positions() const { return !llama(); }
+  int64_t fc_width() const { return spec().swiglu() ? 2 * int64_t{hidden()} : hidden(); }
+  // Whether the embedding holds learned positions (wpe); rotary positions turn q and k instead.
+  bool learned_positions() const { return !spec().rotary(); }
   bool shares() const { return share_group > 1 && (share_attention || share_mlp); }
   // The first block of block i's share group (i itself without sharing).
   int share_leader(int block) const { return shares() ? block - block % share_group : block; }

@@ -19,7 +19,8 @@ HeadLayer::HeadLayer(Backend& backend, const ModelDims& dims, DType param_dtype,
   const int64_t c = dims.width;
   const TensorSplit split = VocabSplit(dims, tensor);
   std::vector<ParamDef> defs = {{"ln_f.weight", {c}, ParamInit::kOnes}};
-  if (!dims.llama()) defs.push_back({"ln_f.bias", {c}, ParamInit::kZeros});
+  const BlockSpec spec = dims.spec();
+  if (spec.norm_bias()) defs.push_back({"ln_f.bias", {c}, ParamInit::kZeros});
   if (!dims.tie_embeddings) {
     defs.push_back({"lm_head.weight",
                     {dims.vocab_size, c},
@@ -31,8 +32,8 @@ HeadLayer::HeadLayer(Backend& backend, const ModelDims& dims, DType param_dtype,
   std::vector<Param> params =
       NewParams(backend, defs, param_dtype, seed, layer_index, dims.num_layers, nullptr, tensor);
   ln_weight_ = std::move(params[0]);
-  if (!dims.llama()) ln_bias_ = std::move(params[1]);
-  norm_ = {&ln_weight_, dims.llama() ? nullptr : &ln_bias_, dims.llama(), dims.norm_eps};
+  if (spec.norm_bias()) ln_bias_ = std::move(params[1]);
+  norm_ = {&ln_weight_, spec.norm_bias() ? &ln_bias_ : nullptr, spec.rms_norm(), dims.norm_eps};
   if (!dims.tie_embeddings) {  // its own matrix, drawn from this layer's stream
     wte_ = std::move(params.back());
     MarkSequencePartial();

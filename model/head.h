@@ -11,9 +11,9 @@
 // embedding's init stream so it equals it bit for bit, marked Param::tied. When the embedding and
 // the head live in one process, TieEmbedding makes the copy share the embedding's storage; the
 // two grads stay separate either way (the engine sums them at step end, in a fixed order).
-// Llama (dims.llama()): the final norm is an RMSNorm, "ln_f.weight" only (no bias, no mean
-// stashed). Untied (dims.tie_embeddings false, Llama's default): the LM head is its own
-// "lm_head.weight" (V,C), N(0, 0.02) from this layer's stream, not tied, in wte's place.
+// An RMSNorm block (BlockSpec::rms_norm, Llama): the final norm is an RMSNorm, "ln_f.weight"
+// only (no bias, no mean stashed). Untied (dims.tie_embeddings false, Llama's default): the LM head
+// is its own "lm_head.weight" (V,C), N(0, 0.02) from this layer's stream, not tied, in wte's place.
 // Stash after Forward: x, ln (B,T,C); mean, rstd (B*T) f32; logits (B*T,V), activation dtype.
 // BackwardInput leaves "wte.weight.lhs" = dlogits and "wte.weight.rhs" = ln (or lm_head's).
 // Tensor parallelism (parallel.tensor T > 1): the LM head is vocab-parallel (VocabSplit), so

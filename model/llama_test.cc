@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -102,6 +103,37 @@ void ExpectFiniteDifferences(LayerKind kind, const ModelDims& dims, bool selecti
   for (Param* p : c.layer->params()) {
     const auto result = CheckGradient(p->value, loss, p->grad, options);
     EXPECT_TRUE(result.ok) << p->name << ": " << result.Describe();
+  }
+}
+
+// The block a family is made of, which the layers build and the cost model counts: the spec's
+// choices show in the parameters every layer holds, and in their count.
+TEST(BlockSpecTest, EachFamilysChoicesAreTheParametersItsLayersHold) {
+  const ModelDims llama = LlamaDims();
+  ModelDims gpt = llama;
+  gpt.family = ModelFamily::kGpt2;
+  EXPECT_TRUE(llama.spec().rms_norm() && llama.spec().rotary() && llama.spec().swiglu());
+  EXPECT_FALSE(llama.spec().linear_biases || llama.spec().norm_bias());
+  EXPECT_EQ(gpt.spec(), BlockSpec());
+  CpuFixture fx;
+  for (const ModelDims& dims : {gpt, llama}) {
+    const BlockSpec spec = dims.spec();
+    std::set<std::string> names;
+    for (const LayerSpec& layer_spec : GptGraph(dims)) {
+      std::unique_ptr<Layer> layer =
+          BuildLayer(layer_spec, dims, *fx.backend, DType::kF32, DType::kF32, kSeed);
+      int64_t numel = 0;
+      for (Param* p : layer->params()) {
+        names.insert(p->name);
+        numel += p->value.numel();
+      }
+      EXPECT_EQ(numel, StoredParamCount(layer_spec, dims)) << layer_spec.name;
+    }
+    EXPECT_EQ(names.count("h.0.ln_1.bias"), spec.norm_bias() ? 1u : 0u) << ToString(dims);
+    EXPECT_EQ(names.count("ln_f.bias"), spec.norm_bias() ? 1u : 0u) << ToString(dims);
+    EXPECT_EQ(names.count("h.0.attn.c_attn.bias"), spec.linear_biases ? 1u : 0u);
+    EXPECT_EQ(names.count("h.0.mlp.c_fc.bias"), spec.linear_biases ? 1u : 0u);
+    EXPECT_EQ(names.count("wpe.weight"), spec.rotary() ? 0u : 1u) << ToString(dims);
   }
 }
 
