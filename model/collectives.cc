@@ -50,20 +50,4 @@ LayerCollectives CollectivesOf(const LayerSpec& spec, const ModelDims& dims,
   return c;
 }
 
-const char* Name(TensorCollective::Kind kind) {
-  switch (kind) {
-    case TensorCollective::Kind::kSum:
-      return "sum";
-    case TensorCollective::Kind::kGatherSequence:
-      return "gather-sequence";
-    case TensorCollective::Kind::kScatterSequenceSum:
-      return "scatter-sequence-sum";
-    case TensorCollective::Kind::kRowStats:
-      return "row-stats";
-    case TensorCollective::Kind::kGradientSum:
-      return "gradient-sum";
-  }
-  return "?";
-}
-
 }  // namespace baton

@@ -50,6 +50,4 @@ struct TensorLayout {
 LayerCollectives CollectivesOf(const LayerSpec& spec, const ModelDims& dims,
                                const MicroBatchShape& shape, const TensorLayout& layout);
 
-const char* Name(TensorCollective::Kind kind);
-
 }  // namespace baton

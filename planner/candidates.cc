@@ -26,12 +26,6 @@ std::string PrecisionName(DType dtype) {
   BATON_FAIL("{} is not a training precision", Name(dtype));
 }
 
-Levers Levers::Of(const Config& config) {
-  return {config.precision.dtype, config.parallel.checkpoint, config.train.micro_batches,
-          config.parallel.stages, config.parallel.replicas,   config.optimizer.state,
-          config.parallel.tensor};
-}
-
 Config Apply(const Config& base, const Levers& levers) {
   Config config = base;
   config.precision.dtype = levers.dtype;

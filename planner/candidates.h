@@ -19,7 +19,6 @@ struct Levers {
   OptimizerState state = OptimizerState::kF32;  // optimizer.state
   int tensor = 1;                               // parallel.tensor
 
-  static Levers Of(const Config& config);
   bool operator==(const Levers&) const = default;
 };
 
