@@ -115,7 +115,7 @@ TEST_F(LedgerTest, KernelsWithScratchReleaseItBeforeReturning) {
 // The meta backend computes nothing on a one-thread pool, yet books the per-thread buffers of
 // the thread count it was made with, as the CPU backend does: f16 rows (LayerNorm; bf16 ones are
 // read directly and book none) and the blocks of a 16-bit Matmul (c (1000, 24): 8 blocks, one
-// buffer per thread).
+// buffer per thread); and every other kind of kernel books the same as the CPU backend's.
 TEST(LedgerMetaTest, MetaBackendBooksPerThreadBuffersForItsThreadCount) {
   const auto peaks = [](bool meta) {
     MemoryLedger ledger;
@@ -141,11 +141,30 @@ TEST(LedgerMetaTest, MetaBackendBooksPerThreadBuffersForItsThreadCount) {
     Tensor a = make({1000, 40}, DType::kBF16), b = make({24, 40}, DType::kF16);
     Tensor c = make({1000, 24}, DType::kBF16);
     peak_of([&] { backend->Matmul(a, false, b, true, c, false); });
+    // One kernel of each other kind that books something, on 16-bit tensors (staged or in
+    // pieces) and bf16 ones (read directly, or with flash attention's own scratch).
+    Tensor qkv = make({2, 8, 48}, DType::kF16), att = make({2, 8, 16}, DType::kF16);
+    Tensor probs = make({2, 2, 8, 8}, DType::kF32), lse = make({2, 2, 8}, DType::kF32);
+    peak_of([&] { backend->AttentionForward(qkv, 2, att, probs); });
+    Tensor qkv16 = make({2, 8, 48}, DType::kBF16), att16 = make({2, 8, 16}, DType::kBF16);
+    peak_of([&] { backend->FlashAttentionForward(qkv16, 2, att16, lse); });
+    Tensor dqkv16 = make({2, 8, 48}, DType::kBF16);
+    peak_of([&] { backend->FlashAttentionBackward(att16, qkv16, att16, lse, 2, dqkv16); });
+    Tensor logits = make({16, 40}, DType::kF16), targets = make({16}, DType::kI32);
+    Tensor loss = make({1}, DType::kF32);
+    peak_of([&] { backend->CrossEntropyForward(logits, targets, loss); });
+    peak_of([&] { backend->CrossEntropyBackward(logits, targets, 1.0f, logits); });
+    peak_of([&] { backend->RmsNormForward(x, weight, 1e-6f, out, rstd); });
+    Tensor gate_up = make({40, 32}, DType::kF16);
+    peak_of([&] { backend->SwiGluForward(gate_up, out); });
+    peak_of([&] { backend->SumOfSquares(x); });
     return result;
   };
   const std::vector<int64_t> real = peaks(false);
   EXPECT_EQ(real[0], 3 * 2 * 4 * 16);  // x's and out's rows, per thread
   EXPECT_EQ(real[1], 0);               // bf16: none
+  EXPECT_GT(real[5], 0);               // flash attention backward: scratch or staging
+  EXPECT_GT(real.back(), 0);           // the sum's partials
   EXPECT_EQ(peaks(true), real);
 }
 

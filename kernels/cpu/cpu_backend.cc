@@ -33,7 +33,7 @@ std::unique_ptr<Backend> MakeCpuBackend(MemoryLedger& ledger, int num_threads) {
 }
 
 std::unique_ptr<Backend> MakeCpuMetaBackend(MemoryLedger& ledger, int num_threads) {
-  return std::make_unique<cpu::CpuBackend>(ledger, num_threads, /*meta=*/true);
+  return std::make_unique<cpu::CpuMetaBackend>(ledger, num_threads);
 }
 
 namespace cpu {
@@ -102,14 +102,17 @@ BATON_SIMD_CLONES void AddRange(const BF16* a, const BF16* b, BF16* out, int64_t
 
 }  // namespace
 
-CpuBackend::CpuBackend(MemoryLedger& ledger, int num_threads, bool meta)
-    : allocator_(meta ? std::unique_ptr<Allocator>(new MetaAllocator(ledger, Device::Cpu()))
-                      : std::unique_ptr<Allocator>(new CpuAllocator(ledger))),
-      meta_(meta),
-      threads_(num_threads),
-      pool_(meta ? 1 : num_threads) {
-  if (!meta) KeepFreedMemory();
+CpuBackend::CpuBackend(MemoryLedger& ledger, int num_threads)
+    : CpuBackend(std::make_unique<CpuAllocator>(ledger), num_threads, num_threads) {
+  KeepFreedMemory();
 }
+
+CpuBackend::CpuBackend(std::unique_ptr<Allocator> allocator, int num_threads, int pool_threads)
+    : allocator_(std::move(allocator)), threads_(num_threads), pool_(pool_threads) {}
+
+CpuMetaBackend::CpuMetaBackend(MemoryLedger& ledger, int num_threads)
+    : CpuBackend(std::make_unique<MetaAllocator>(ledger, Device::Cpu()), num_threads,
+                 /*pool_threads=*/1) {}
 
 Tensor CpuBackend::Workspace(int64_t floats) {
   return Tensor::Empty(*allocator_, {floats}, DType::kF32, MemCategory::kWorkspace);
@@ -117,28 +120,30 @@ Tensor CpuBackend::Workspace(int64_t floats) {
 
 void CpuBackend::Zero(Tensor& t) {
   CheckHostContiguous(t, "t");
-  if (meta_) return;
-  if (t.nbytes() > 0) std::memset(t.raw(), 0, t.nbytes());
+  Compute([&] {
+    if (t.nbytes() > 0) std::memset(t.raw(), 0, t.nbytes());
+  });
 }
 
 void CpuBackend::Copy(const Tensor& src, Tensor& dst) {
   CheckHostContiguous(src, "src");
   CheckHostContiguous(dst, "dst");
   CheckSameShape(src, dst, "src", "dst");
-  if (meta_) return;
-  if (src.dtype() == dst.dtype()) {
-    if (src.raw() == dst.raw()) return;
-    const char* from = static_cast<const char*>(src.raw());
-    char* to = static_cast<char*>(dst.raw());
-    const int64_t bytes = static_cast<int64_t>(src.nbytes());
-    ParallelChunks(bytes, 1 << 18, &pool_, [&](int64_t begin, int64_t end) {
-      std::memmove(to + begin, from + begin, static_cast<size_t>(end - begin));
-    });
-    return;
-  }
-  BATON_CHECK(IsFloating(src.dtype()) && IsFloating(dst.dtype()), "cannot copy {} into {}",
-              src.ToString(), dst.ToString());
-  ConvertFloatsParallel(src.raw(), src.dtype(), dst.raw(), dst.dtype(), src.numel(), &pool_);
+  Compute([&] {
+    if (src.dtype() == dst.dtype()) {
+      if (src.raw() == dst.raw()) return;
+      const char* from = static_cast<const char*>(src.raw());
+      char* to = static_cast<char*>(dst.raw());
+      const int64_t bytes = static_cast<int64_t>(src.nbytes());
+      ParallelChunks(bytes, 1 << 18, &pool_, [&](int64_t begin, int64_t end) {
+        std::memmove(to + begin, from + begin, static_cast<size_t>(end - begin));
+      });
+      return;
+    }
+    BATON_CHECK(IsFloating(src.dtype()) && IsFloating(dst.dtype()), "cannot copy {} into {}",
+                src.ToString(), dst.ToString());
+    ConvertFloatsParallel(src.raw(), src.dtype(), dst.raw(), dst.dtype(), src.numel(), &pool_);
+  });
 }
 
 void CpuBackend::Matmul(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, Tensor& out,
@@ -166,14 +171,15 @@ void CpuBackend::Matmul(const Tensor& a, bool trans_a, const Tensor& b, bool tra
   if (a.dtype() == DType::kBF16 && b.dtype() == DType::kBF16 &&
       (out.dtype() == DType::kF32 || out.dtype() == DType::kBF16) && Bf16GemmInUse()) {
     // bf16 x bf16 with f32 accumulation in oneDNN: no f32 copy of the operands.
-    if (meta_) return;
-    float beta = accumulate ? 1.0f : 0.0f;
-    if (bias != nullptr) {
-      BroadcastBiasRows(*bias, out, m, n, accumulate);
-      beta = 1.0f;
-    }
-    Bf16Gemm(trans_a, trans_b, m, n, k, 1.0f, a.raw(), am.cols, b.raw(), bm.cols, beta, out.raw(),
-             out.dtype(), n, &pool_);
+    Compute([&] {
+      float beta = accumulate ? 1.0f : 0.0f;
+      if (bias != nullptr) {
+        BroadcastBiasRows(*bias, out, m, n, accumulate);
+        beta = 1.0f;
+      }
+      Bf16Gemm(trans_a, trans_b, m, n, k, 1.0f, a.raw(), am.cols, b.raw(), bm.cols, beta, out.raw(),
+               out.dtype(), n, &pool_);
+    });
     return;
   }
   const bool any_half =
@@ -187,14 +193,15 @@ void CpuBackend::Matmul(const Tensor& a, bool trans_a, const Tensor& b, bool tra
   const float* pb = staging.In(b);
   const float* pbias = bias != nullptr ? staging.In(*bias) : nullptr;
   float* po = accumulate ? staging.InOut(out) : staging.Out(out);
-  if (meta_) return;
-  float beta = accumulate ? 1.0f : 0.0f;
-  if (pbias != nullptr) {
-    BroadcastRows(pbias, po, m, n, accumulate, &pool_);
-    beta = 1.0f;
-  }
-  Sgemm(trans_a, trans_b, m, n, k, 1.0f, pa, am.cols, pb, bm.cols, beta, po, n, &pool_);
-  staging.Commit();
+  Compute([&] {
+    float beta = accumulate ? 1.0f : 0.0f;
+    if (pbias != nullptr) {
+      BroadcastRows(pbias, po, m, n, accumulate, &pool_);
+      beta = 1.0f;
+    }
+    Sgemm(trans_a, trans_b, m, n, k, 1.0f, pa, am.cols, pb, bm.cols, beta, po, n, &pool_);
+    staging.Commit();
+  });
 }
 
 void CpuBackend::MatmulByBlocks(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b,
@@ -214,43 +221,44 @@ void CpuBackend::MatmulByBlocks(const Tensor& a, bool trans_a, const Tensor& b, 
   F32Staging staging(*allocator_, &pool_);
   const float* shared = staging.In(g.split_rows ? b : a);  // mostly a weight
   const float* pbias = bias != nullptr ? staging.In(*bias) : nullptr;
-  if (meta_) return;
-  CheckGemmSizes(m, n, k);  // before the parallel loop: its tasks must not throw
-  const float beta = accumulate || pbias != nullptr ? 1.0f : 0.0f;
-  ParallelForWithSlot(g.blocks, &pool_, g.block * c_cross * k, [&](int64_t index, int slot) {
-    const int64_t begin = index * g.block;
-    const int64_t size = std::min(g.block, (g.split_rows ? m : n) - begin);
-    float* varying_buffer =
-        varying_floats > 0 ? buffers.data<float>() + slot * slot_floats : nullptr;
-    float* c_buffer =
-        c_floats > 0 ? buffers.data<float>() + slot * slot_floats + varying_floats : nullptr;
-    // The block of the varying operand, as stored: op(a)'s rows are a's rows, or its columns
-    // when transposed; op(b)'s columns are b's columns, or its rows when transposed.
-    MatrixView part;
-    if (g.split_rows) {
-      part = trans_a ? LoadSubMatrix(a, m, 0, k, begin, size, varying_buffer)
-                     : LoadSubMatrix(a, k, begin, size, 0, k, varying_buffer);
-    } else {
-      part = trans_b ? LoadSubMatrix(b, k, begin, size, 0, k, varying_buffer)
-                     : LoadSubMatrix(b, n, 0, k, begin, size, varying_buffer);
-    }
-    const int64_t row0 = g.split_rows ? begin : 0, rows = g.split_rows ? size : m;
-    const int64_t col0 = g.split_rows ? 0 : begin, cols = g.split_rows ? n : size;
-    const MatrixView c = accumulate ? LoadSubMatrix(out, n, row0, rows, col0, cols, c_buffer)
-                                    : SubMatrixTarget(out, n, row0, col0, cols, c_buffer);
-    if (pbias != nullptr) {
-      for (int64_t r = 0; r < rows; ++r) {
-        BroadcastRows(pbias + col0, c.data + r * c.ld, 1, cols, accumulate, nullptr);
+  Compute([&] {
+    CheckGemmSizes(m, n, k);  // before the parallel loop: its tasks must not throw
+    const float beta = accumulate || pbias != nullptr ? 1.0f : 0.0f;
+    ParallelForWithSlot(g.blocks, &pool_, g.block * c_cross * k, [&](int64_t index, int slot) {
+      const int64_t begin = index * g.block;
+      const int64_t size = std::min(g.block, (g.split_rows ? m : n) - begin);
+      float* varying_buffer =
+          varying_floats > 0 ? buffers.data<float>() + slot * slot_floats : nullptr;
+      float* c_buffer =
+          c_floats > 0 ? buffers.data<float>() + slot * slot_floats + varying_floats : nullptr;
+      // The block of the varying operand, as stored: op(a)'s rows are a's rows, or its columns
+      // when transposed; op(b)'s columns are b's columns, or its rows when transposed.
+      MatrixView part;
+      if (g.split_rows) {
+        part = trans_a ? LoadSubMatrix(a, m, 0, k, begin, size, varying_buffer)
+                       : LoadSubMatrix(a, k, begin, size, 0, k, varying_buffer);
+      } else {
+        part = trans_b ? LoadSubMatrix(b, k, begin, size, 0, k, varying_buffer)
+                       : LoadSubMatrix(b, n, 0, k, begin, size, varying_buffer);
       }
-    }
-    if (g.split_rows) {
-      SgemmBlock(trans_a, trans_b, size, n, k, 1.0f, part.data, part.ld, shared, trans_b ? k : n,
-                 beta, c.data, c.ld);
-    } else {
-      SgemmBlock(trans_a, trans_b, m, size, k, 1.0f, shared, trans_a ? m : k, part.data, part.ld,
-                 beta, c.data, c.ld);
-    }
-    StoreSubMatrix(c, out, n, row0, rows, col0, cols);
+      const int64_t row0 = g.split_rows ? begin : 0, rows = g.split_rows ? size : m;
+      const int64_t col0 = g.split_rows ? 0 : begin, cols = g.split_rows ? n : size;
+      const MatrixView c = accumulate ? LoadSubMatrix(out, n, row0, rows, col0, cols, c_buffer)
+                                      : SubMatrixTarget(out, n, row0, col0, cols, c_buffer);
+      if (pbias != nullptr) {
+        for (int64_t r = 0; r < rows; ++r) {
+          BroadcastRows(pbias + col0, c.data + r * c.ld, 1, cols, accumulate, nullptr);
+        }
+      }
+      if (g.split_rows) {
+        SgemmBlock(trans_a, trans_b, size, n, k, 1.0f, part.data, part.ld, shared, trans_b ? k : n,
+                   beta, c.data, c.ld);
+      } else {
+        SgemmBlock(trans_a, trans_b, m, size, k, 1.0f, shared, trans_a ? m : k, part.data, part.ld,
+                   beta, c.data, c.ld);
+      }
+      StoreSubMatrix(c, out, n, row0, rows, col0, cols);
+    });
   });
 }
 
@@ -263,13 +271,14 @@ void CpuBackend::BiasBackward(const Tensor& dout, Tensor& dbias) {
   const bool direct = AllBf16({&dout});  // summed as it is, not staged
   const float* pd = direct ? nullptr : staging.In(dout);
   float* pdbias = staging.InOut(dbias);
-  if (meta_) return;
-  if (direct) {
-    ColumnSumsAccumulate(Bf16Data(dout), dm.rows, dm.cols, pdbias, &pool_);
-  } else {
-    ColumnSumsAccumulate(pd, dm.rows, dm.cols, pdbias, &pool_);
-  }
-  staging.Commit();
+  Compute([&] {
+    if (direct) {
+      ColumnSumsAccumulate(Bf16Data(dout), dm.rows, dm.cols, pdbias, &pool_);
+    } else {
+      ColumnSumsAccumulate(pd, dm.rows, dm.cols, pdbias, &pool_);
+    }
+    staging.Commit();
+  });
 }
 
 void CpuBackend::Add(const Tensor& a, const Tensor& b, Tensor& out) {
@@ -278,21 +287,22 @@ void CpuBackend::Add(const Tensor& a, const Tensor& b, Tensor& out) {
   CheckFloat(out, "out");
   CheckSameShape(a, out, "a", "out");
   CheckSameShape(b, out, "b", "out");
-  if (meta_) return;
-  if (AllBf16({&a, &b, &out})) {
+  Compute([&] {
+    if (AllBf16({&a, &b, &out})) {
+      ParallelChunks(out.numel(), kChunk, &pool_, [&](int64_t begin, int64_t end) {
+        AddRange(Bf16Data(a) + begin, Bf16Data(b) + begin, Bf16Data(out) + begin, end - begin);
+      });
+      return;
+    }
     ParallelChunks(out.numel(), kChunk, &pool_, [&](int64_t begin, int64_t end) {
-      AddRange(Bf16Data(a) + begin, Bf16Data(b) + begin, Bf16Data(out) + begin, end - begin);
+      float a_buffer[kChunk], b_buffer[kChunk], out_buffer[kChunk];
+      const int64_t n = end - begin;
+      const float* pa = LoadChunk(a, begin, n, a_buffer);
+      const float* pb = LoadChunk(b, begin, n, b_buffer);
+      float* po = ChunkTarget(out, begin, out_buffer);
+      for (int64_t i = 0; i < n; ++i) po[i] = pa[i] + pb[i];
+      StoreChunk(po, out, begin, n);
     });
-    return;
-  }
-  ParallelChunks(out.numel(), kChunk, &pool_, [&](int64_t begin, int64_t end) {
-    float a_buffer[kChunk], b_buffer[kChunk], out_buffer[kChunk];
-    const int64_t n = end - begin;
-    const float* pa = LoadChunk(a, begin, n, a_buffer);
-    const float* pb = LoadChunk(b, begin, n, b_buffer);
-    float* po = ChunkTarget(out, begin, out_buffer);
-    for (int64_t i = 0; i < n; ++i) po[i] = pa[i] + pb[i];
-    StoreChunk(po, out, begin, n);
   });
 }
 
@@ -300,32 +310,34 @@ void CpuBackend::Accumulate(const Tensor& x, Tensor& acc) {
   CheckFloat(x, "x");
   CheckFloat(acc, "acc");
   CheckSameShape(x, acc, "x", "acc");
-  if (meta_) return;
-  if (AllBf16({&x, &acc})) {
+  Compute([&] {
+    if (AllBf16({&x, &acc})) {
+      ParallelChunks(acc.numel(), kChunk, &pool_, [&](int64_t begin, int64_t end) {
+        AddRange(Bf16Data(x) + begin, Bf16Data(acc) + begin, Bf16Data(acc) + begin, end - begin);
+      });
+      return;
+    }
     ParallelChunks(acc.numel(), kChunk, &pool_, [&](int64_t begin, int64_t end) {
-      AddRange(Bf16Data(x) + begin, Bf16Data(acc) + begin, Bf16Data(acc) + begin, end - begin);
+      float x_buffer[kChunk], acc_buffer[kChunk];
+      const int64_t n = end - begin;
+      const float* px = LoadChunk(x, begin, n, x_buffer);
+      float* pacc = LoadChunkInOut(acc, begin, n, acc_buffer);
+      for (int64_t i = 0; i < n; ++i) pacc[i] += px[i];
+      StoreChunk(pacc, acc, begin, n);
     });
-    return;
-  }
-  ParallelChunks(acc.numel(), kChunk, &pool_, [&](int64_t begin, int64_t end) {
-    float x_buffer[kChunk], acc_buffer[kChunk];
-    const int64_t n = end - begin;
-    const float* px = LoadChunk(x, begin, n, x_buffer);
-    float* pacc = LoadChunkInOut(acc, begin, n, acc_buffer);
-    for (int64_t i = 0; i < n; ++i) pacc[i] += px[i];
-    StoreChunk(pacc, acc, begin, n);
   });
 }
 
 void CpuBackend::Scale(Tensor& t, float factor) {
   CheckFloat(t, "t");
-  if (meta_) return;
-  ParallelChunks(t.numel(), kChunk, &pool_, [&](int64_t begin, int64_t end) {
-    float buffer[kChunk];
-    const int64_t n = end - begin;
-    float* p = LoadChunkInOut(t, begin, n, buffer);
-    for (int64_t i = 0; i < n; ++i) p[i] *= factor;
-    StoreChunk(p, t, begin, n);
+  Compute([&] {
+    ParallelChunks(t.numel(), kChunk, &pool_, [&](int64_t begin, int64_t end) {
+      float buffer[kChunk];
+      const int64_t n = end - begin;
+      float* p = LoadChunkInOut(t, begin, n, buffer);
+      for (int64_t i = 0; i < n; ++i) p[i] *= factor;
+      StoreChunk(p, t, begin, n);
+    });
   });
 }
 
@@ -334,18 +346,19 @@ void CpuBackend::DequantizeInt8(const Tensor& q, const Tensor& scale, Tensor& ou
   CheckF32(scale, "scale");
   CheckFloat(out, "out");
   CheckInt8WeightShapes(q, scale, out);
-  if (meta_) return;
-  const int64_t cols = q.size(1);
-  const int8_t* codes = q.data<int8_t>();
-  const float* scales = scale.data<float>();
-  ParallelChunks(q.numel(), kChunk, &pool_, [&](int64_t begin, int64_t end) {
-    float buffer[kChunk];
-    const int64_t n = end - begin;
-    float* values = ChunkTarget(out, begin, buffer);
-    for (int64_t i = 0; i < n; ++i) {
-      values[i] = static_cast<float>(codes[begin + i]) * scales[(begin + i) % cols];
-    }
-    StoreChunk(values, out, begin, n);
+  Compute([&] {
+    const int64_t cols = q.size(1);
+    const int8_t* codes = q.data<int8_t>();
+    const float* scales = scale.data<float>();
+    ParallelChunks(q.numel(), kChunk, &pool_, [&](int64_t begin, int64_t end) {
+      float buffer[kChunk];
+      const int64_t n = end - begin;
+      float* values = ChunkTarget(out, begin, buffer);
+      for (int64_t i = 0; i < n; ++i) {
+        values[i] = static_cast<float>(codes[begin + i]) * scales[(begin + i) % cols];
+      }
+      StoreChunk(values, out, begin, n);
+    });
   });
 }
 
@@ -353,14 +366,15 @@ void CpuBackend::ApplyMask(Tensor& t, const Tensor& mask) {
   CheckFloat(t, "t");
   CheckU8(mask, "mask");
   CheckSameShape(t, mask, "t", "mask");
-  if (meta_) return;
-  const size_t element = SizeOf(t.dtype());
-  char* values = static_cast<char*>(t.raw());
-  const uint8_t* keep = mask.data<uint8_t>();
-  ParallelChunks(t.numel(), kChunk, &pool_, [&](int64_t begin, int64_t end) {
-    for (int64_t i = begin; i < end; ++i) {
-      if (keep[i] == 0) std::memset(values + static_cast<size_t>(i) * element, 0, element);
-    }
+  Compute([&] {
+    const size_t element = SizeOf(t.dtype());
+    char* values = static_cast<char*>(t.raw());
+    const uint8_t* keep = mask.data<uint8_t>();
+    ParallelChunks(t.numel(), kChunk, &pool_, [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) {
+        if (keep[i] == 0) std::memset(values + static_cast<size_t>(i) * element, 0, element);
+      }
+    });
   });
 }
 
@@ -368,35 +382,37 @@ double CpuBackend::SumOfSquares(const Tensor& t) {
   CheckFloat(t, "t");
   const int64_t blocks = (t.numel() + kChunk - 1) / kChunk;
   Tensor partials = Workspace(2 * blocks);  // one double per block
-  if (meta_) return 0.0;
-  double* block_sums = reinterpret_cast<double*>(partials.raw());
-  ParallelChunks(t.numel(), kChunk, &pool_, [&](int64_t begin, int64_t end) {
-    float buffer[kChunk];
-    const int64_t n = end - begin;
-    const float* p = LoadChunk(t, begin, n, buffer);
-    double lanes[4] = {};
-    int64_t i = 0;
-    for (; i + 4 <= n; i += 4) {
-      for (int j = 0; j < 4; ++j) lanes[j] += static_cast<double>(p[i + j]) * p[i + j];
-    }
-    for (; i < n; ++i) lanes[0] += static_cast<double>(p[i]) * p[i];
-    block_sums[begin / kChunk] = (lanes[0] + lanes[2]) + (lanes[1] + lanes[3]);
+  double total = 0.0;                       // the meta backend's: nothing is summed
+  Compute([&] {
+    double* block_sums = reinterpret_cast<double*>(partials.raw());
+    ParallelChunks(t.numel(), kChunk, &pool_, [&](int64_t begin, int64_t end) {
+      float buffer[kChunk];
+      const int64_t n = end - begin;
+      const float* p = LoadChunk(t, begin, n, buffer);
+      double lanes[4] = {};
+      int64_t i = 0;
+      for (; i + 4 <= n; i += 4) {
+        for (int j = 0; j < 4; ++j) lanes[j] += static_cast<double>(p[i + j]) * p[i + j];
+      }
+      for (; i < n; ++i) lanes[0] += static_cast<double>(p[i]) * p[i];
+      block_sums[begin / kChunk] = (lanes[0] + lanes[2]) + (lanes[1] + lanes[3]);
+    });
+    for (int64_t block = 0; block < blocks; ++block) total += block_sums[block];
   });
-  double total = 0.0;
-  for (int64_t block = 0; block < blocks; ++block) total += block_sums[block];
   return total;
 }
 
 bool CpuBackend::AllFinite(const Tensor& t) {
   CheckFloat(t, "t");
-  if (meta_) return true;
-  std::atomic<bool> all_finite{true};
-  const size_t element = SizeOf(t.dtype());
-  ParallelChunks(t.numel(), kChunk, &pool_, [&](int64_t begin, int64_t end) {
-    const char* data = static_cast<const char*>(t.raw()) + begin * static_cast<int64_t>(element);
-    if (!ChunkAllFinite(data, t.dtype(), end - begin)) {
-      all_finite.store(false, std::memory_order_relaxed);
-    }
+  std::atomic<bool> all_finite{true};  // the meta backend's answer: nothing is read
+  Compute([&] {
+    const size_t element = SizeOf(t.dtype());
+    ParallelChunks(t.numel(), kChunk, &pool_, [&](int64_t begin, int64_t end) {
+      const char* data = static_cast<const char*>(t.raw()) + begin * static_cast<int64_t>(element);
+      if (!ChunkAllFinite(data, t.dtype(), end - begin)) {
+        all_finite.store(false, std::memory_order_relaxed);
+      }
+    });
   });
   return all_finite.load();
 }
@@ -587,15 +603,16 @@ void CpuBackend::AdamW(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v,
   CheckSameShape(param, m, "param", "m");
   CheckSameShape(param, v, "param", "v");
   BATON_CHECK(config.step >= 1, "AdamW step is 1-based, got {}", config.step);
-  if (meta_) return;
-  const AdamWScalars s = ScalarsOf(config);
-  float* pp = param.data<float>();
-  float* pm = m.data<float>();
-  float* pv = v.data<float>();
-  ParallelChunks(param.numel(), kChunk, &pool_, [&](int64_t begin, int64_t end) {
-    float buffer[kChunk];
-    const float* g = LoadChunk(grad, begin, end - begin, buffer);
-    AdamWRow(s, g, grad_scale, pm + begin, pv + begin, pp + begin, end - begin);
+  Compute([&] {
+    const AdamWScalars s = ScalarsOf(config);
+    float* pp = param.data<float>();
+    float* pm = m.data<float>();
+    float* pv = v.data<float>();
+    ParallelChunks(param.numel(), kChunk, &pool_, [&](int64_t begin, int64_t end) {
+      float buffer[kChunk];
+      const float* g = LoadChunk(grad, begin, end - begin, buffer);
+      AdamWRow(s, g, grad_scale, pm + begin, pv + begin, pp + begin, end - begin);
+    });
   });
 }
 
@@ -613,39 +630,40 @@ void CpuBackend::AdamW8bit(Tensor& param, const Tensor& grad, Tensor& m, Tensor&
   CheckSameShape(param, v, "param", "v");
   CheckQuantBlocks(param, m_absmax, v_absmax);
   BATON_CHECK(config.step >= 1, "AdamW step is 1-based, got {}", config.step);
-  if (meta_) return;
-  static_assert(kChunk % kQuantBlock == 0, "a quantisation block never straddles two chunks");
-  const AdamWScalars s = ScalarsOf(config);
-  const QuantMap& m_map = SignedQuantMap();
-  const QuantMap& v_map = UnsignedQuantMap();
-  const QuantCoder& m_coder = SignedQuantCoder();
-  const QuantCoder& v_coder = UnsignedQuantCoder();
-  float* pp = param.data<float>();
-  uint8_t* pm = m.data<uint8_t>();
-  uint8_t* pv = v.data<uint8_t>();
-  float* am = m_absmax.data<float>();
-  float* av = v_absmax.data<float>();
-  const DequantizeFn dequantize = Dequantizer();
-  const UpdateBlockFn update_block = BlockUpdater();
-  ParallelChunks(param.numel(), kChunk, &pool_, [&](int64_t begin, int64_t end) {
-    float buffer[kChunk];
-    const float* g = LoadChunk(grad, begin, end - begin, buffer);
-    for (int64_t b0 = begin; b0 < end; b0 += kQuantBlock) {
-      const int64_t n = std::min(kQuantBlock, end - b0);
-      const int64_t block = b0 / kQuantBlock;
-      // Dequantise the block, update it as f32 AdamW does, then requantise with its new absmax.
-      float block_m[kQuantBlock], block_v[kQuantBlock];
-      dequantize(pm + b0, m_map.data(), am[block], block_m, n);
-      dequantize(pv + b0, v_map.data(), av[block], block_v, n);
-      float max_m, max_v;
-      update_block(s, g + (b0 - begin), grad_scale, block_m, block_v, pp + b0, n, max_m, max_v);
-      am[block] = max_m;
-      av[block] = max_v;
-      const float inv_m = max_m > 0.0f ? 1.0f / max_m : 0.0f;
-      const float inv_v = max_v > 0.0f ? 1.0f / max_v : 0.0f;
-      m_coder.EncodeRow(block_m, inv_m, n, pm + b0);
-      v_coder.EncodeRow(block_v, inv_v, n, pv + b0);
-    }
+  Compute([&] {
+    static_assert(kChunk % kQuantBlock == 0, "a quantisation block never straddles two chunks");
+    const AdamWScalars s = ScalarsOf(config);
+    const QuantMap& m_map = SignedQuantMap();
+    const QuantMap& v_map = UnsignedQuantMap();
+    const QuantCoder& m_coder = SignedQuantCoder();
+    const QuantCoder& v_coder = UnsignedQuantCoder();
+    float* pp = param.data<float>();
+    uint8_t* pm = m.data<uint8_t>();
+    uint8_t* pv = v.data<uint8_t>();
+    float* am = m_absmax.data<float>();
+    float* av = v_absmax.data<float>();
+    const DequantizeFn dequantize = Dequantizer();
+    const UpdateBlockFn update_block = BlockUpdater();
+    ParallelChunks(param.numel(), kChunk, &pool_, [&](int64_t begin, int64_t end) {
+      float buffer[kChunk];
+      const float* g = LoadChunk(grad, begin, end - begin, buffer);
+      for (int64_t b0 = begin; b0 < end; b0 += kQuantBlock) {
+        const int64_t n = std::min(kQuantBlock, end - b0);
+        const int64_t block = b0 / kQuantBlock;
+        // Dequantise the block, update it as f32 AdamW does, then requantise with its new absmax.
+        float block_m[kQuantBlock], block_v[kQuantBlock];
+        dequantize(pm + b0, m_map.data(), am[block], block_m, n);
+        dequantize(pv + b0, v_map.data(), av[block], block_v, n);
+        float max_m, max_v;
+        update_block(s, g + (b0 - begin), grad_scale, block_m, block_v, pp + b0, n, max_m, max_v);
+        am[block] = max_m;
+        av[block] = max_v;
+        const float inv_m = max_m > 0.0f ? 1.0f / max_m : 0.0f;
+        const float inv_v = max_v > 0.0f ? 1.0f / max_v : 0.0f;
+        m_coder.EncodeRow(block_m, inv_m, n, pm + b0);
+        v_coder.EncodeRow(block_v, inv_v, n, pv + b0);
+      }
+    });
   });
 }
 

@@ -15,9 +15,11 @@
 //
 // Threads: the backend's pool does all the work, GEMMs included (each oneDNN call runs on
 // one thread, once per fixed block of c; see gemm.h).
-// Meta mode (MakeMetaBackend for the CPU): the allocator is a MetaAllocator and every method
-// validates its arguments and books its workspace and staging exactly as it would, then returns
-// before computing anything. The memory planner runs the real stage code on it.
+// Every kernel has two halves: first it validates its arguments and books its workspace and
+// staging, then it hands its computation to Compute(). CpuMetaBackend (MakeCpuMetaBackend, the
+// ledger-only backend the memory planner runs the real stage code on) is this backend with a
+// MetaAllocator and a Compute() that runs nothing: the same checks and the same bookings, by
+// construction, and no kernel has a meta branch of its own.
 //
 // Thread safety: one backend serves one thread; several backends may run concurrently.
 #pragma once
@@ -25,6 +27,7 @@
 #include <initializer_list>
 #include <memory>
 
+#include "core/function_ref.h"
 #include "kernels/backend.h"
 #include "kernels/cpu/thread_pool.h"
 
@@ -32,12 +35,11 @@ namespace baton::cpu {
 
 struct VocabRows;  // layer_kernels.h
 
-class CpuBackend final : public Backend {
+class CpuBackend : public Backend {
  public:
-  CpuBackend(MemoryLedger& ledger, int num_threads, bool meta = false);
+  CpuBackend(MemoryLedger& ledger, int num_threads);
 
   int num_threads() const { return threads_; }
-  bool meta() const { return meta_; }
 
   Device device() const override { return Device::Cpu(); }
   Allocator& allocator() override { return *allocator_; }
@@ -119,7 +121,17 @@ class CpuBackend final : public Backend {
   void AdamW(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const AdamWConfig& config,
              float grad_scale) override;
 
+ protected:
+  // Tensors from `allocator`; `num_threads` sizes the per-thread buffers booked, `pool_threads`
+  // the pool that computes.
+  CpuBackend(std::unique_ptr<Allocator> allocator, int num_threads, int pool_threads);
+
  private:
+  // A kernel's second half, after its checks and bookings: runs `computation` (on the calling
+  // thread; it uses the pool itself). The booked workspace is released after it, when the kernel
+  // returns.
+  virtual void Compute(FunctionRef<void()> computation) { computation(); }
+
   // Uninitialised f32 scratch of `floats` elements, booked as workspace.
   Tensor Workspace(int64_t floats);
   // Matmul with a 16-bit operand or out, m, n, k > 0, on a CPU that multiplies f32 only: the
@@ -140,10 +152,21 @@ class CpuBackend final : public Backend {
   void CrossEntropyGradient(const Tensor& logits, const Tensor& targets, VocabRows vocab,
                             const Tensor& row_stats, float grad_scale, Tensor& dlogits);
 
-  std::unique_ptr<Allocator> allocator_;  // CpuAllocator, or MetaAllocator in meta mode
-  bool meta_;
+  std::unique_ptr<Allocator> allocator_;  // CpuAllocator, or CpuMetaBackend's MetaAllocator
   int threads_;
   ThreadPool pool_;
+};
+
+// The CPU backend that books and never computes (MakeCpuMetaBackend): its tensors are meta
+// tensors (core/tensor.h), each kernel checks its arguments and books exactly what CpuBackend's
+// would for `num_threads` threads, and Compute() drops the computation. So SumOfSquares returns
+// 0, AllFinite true, and copies move nothing.
+class CpuMetaBackend final : public CpuBackend {
+ public:
+  CpuMetaBackend(MemoryLedger& ledger, int num_threads);
+
+ private:
+  void Compute(FunctionRef<void()>) override {}
 };
 
 }  // namespace baton::cpu

@@ -188,10 +188,11 @@ void CpuBackend::EmbeddingShardForward(const Tensor& tokens, const Tensor& segme
   const float* pwte = staging.In(wte);
   const float* pwpe = staging.In(wpe);
   float* pout = staging.Out(out);
-  if (meta_) return;
-  cpu::EmbeddingForward(tokens.data<int32_t>(), segments, {vocab_begin, wte.size(0)}, pwte, pwpe,
-                        pout, batch, seq, channels, &pool_);
-  staging.Commit();
+  Compute([&] {
+    cpu::EmbeddingForward(tokens.data<int32_t>(), segments, {vocab_begin, wte.size(0)}, pwte, pwpe,
+                          pout, batch, seq, channels, &pool_);
+    staging.Commit();
+  });
 }
 
 void CpuBackend::EmbeddingBackward(const Tensor& tokens, const Tensor& segment_starts,
@@ -230,11 +231,12 @@ void CpuBackend::EmbeddingShardBackward(const Tensor& tokens, const Tensor& segm
   const float* pdout = staging.In(dout);
   float* pdwte = staging.InOut(dwte);
   float* pdwpe = staging.InOut(dwpe);
-  if (meta_) return;
-  const VocabRows vocab{vocab_begin, dwte.defined() ? dwte.size(0) : 0};
-  cpu::EmbeddingBackward(tokens.data<int32_t>(), segments, vocab, pdout, pdwte, pdwpe, batch, seq,
-                         channels, &pool_);
-  staging.Commit();
+  Compute([&] {
+    const VocabRows vocab{vocab_begin, dwte.defined() ? dwte.size(0) : 0};
+    cpu::EmbeddingBackward(tokens.data<int32_t>(), segments, vocab, pdout, pdwte, pdwpe, batch, seq,
+                           channels, &pool_);
+    staging.Commit();
+  });
 }
 
 void CpuBackend::LayerNormForward(const Tensor& x, const Tensor& weight, const Tensor& bias,
@@ -258,23 +260,25 @@ void CpuBackend::LayerNormForward(const Tensor& x, const Tensor& weight, const T
     F32Staging staging(*allocator_, &pool_);
     const float* pw = staging.In(weight);
     const float* pb = staging.In(bias);
-    if (meta_) return;
-    cpu::LayerNormForward(Bf16Data(x), pw, pb, Bf16Data(out), mean.data<float>(),
-                          rstd.data<float>(), xm.rows, cols, &pool_);
+    Compute([&] {
+      cpu::LayerNormForward(Bf16Data(x), pw, pb, Bf16Data(out), mean.data<float>(),
+                            rstd.data<float>(), xm.rows, cols, &pool_);
+    });
     return;
   }
   Tensor buffers = PieceBuffers({&x, &out}, cols);
   F32Staging staging(*allocator_, &pool_);
   const float* pw = staging.In(weight);
   const float* pb = staging.In(bias);
-  if (meta_) return;
-  float* pmean = mean.data<float>();
-  float* prstd = rstd.data<float>();
-  ParallelForWithSlot(xm.rows, &pool_, cols, [&](int64_t r, int slot) {
-    const float* px = LoadChunk(x, r * cols, cols, PieceBuffer(buffers, slot, 2, 0, cols));
-    float* po = ChunkTarget(out, r * cols, PieceBuffer(buffers, slot, 2, 1, cols));
-    cpu::LayerNormForward(px, pw, pb, po, pmean + r, prstd + r, 1, cols, nullptr);
-    StoreChunk(po, out, r * cols, cols);
+  Compute([&] {
+    float* pmean = mean.data<float>();
+    float* prstd = rstd.data<float>();
+    ParallelForWithSlot(xm.rows, &pool_, cols, [&](int64_t r, int slot) {
+      const float* px = LoadChunk(x, r * cols, cols, PieceBuffer(buffers, slot, 2, 0, cols));
+      float* po = ChunkTarget(out, r * cols, PieceBuffer(buffers, slot, 2, 1, cols));
+      cpu::LayerNormForward(px, pw, pb, po, pmean + r, prstd + r, 1, cols, nullptr);
+      StoreChunk(po, out, r * cols, cols);
+    });
   });
 }
 
@@ -311,46 +315,49 @@ void CpuBackend::LayerNormBackward(const Tensor& dout, const Tensor& x, const Te
   const float* pw = staging.In(weight);
   float* pdw = staging.InOut(dweight);
   float* pdb = staging.InOut(dbias);
-  if (meta_) return;
-  const float* pmean = mean.data<float>();
-  const float* prstd = rstd.data<float>();
-  ParallelForWithSlot(blocks, &pool_, block_floats, [&](int64_t block, int slot) {
-    const int64_t r0 = block * kLayerNormRowBlock;
-    const int64_t begin = r0 * cols;
-    const int64_t n = std::min(xm.rows - r0, kLayerNormRowBlock) * cols;
-    float* block_partials = partials.data<float>() + block * 2 * cols;
-    if (direct) {
-      LayerNormBackwardBlock(Bf16Data(dout) + begin, Bf16Data(x) + begin, pw, pmean + r0,
-                             prstd + r0, Bf16Data(dx) + begin, block_partials, n / cols, cols);
-      return;
-    }
-    const float* pdout = LoadChunk(dout, begin, n, PieceBuffer(buffers, slot, 3, 0, block_floats));
-    const float* px = LoadChunk(x, begin, n, PieceBuffer(buffers, slot, 3, 1, block_floats));
-    float* pdx = LoadChunkInOut(dx, begin, n, PieceBuffer(buffers, slot, 3, 2, block_floats));
-    LayerNormBackwardBlock(pdout, px, pw, pmean + r0, prstd + r0, pdx, block_partials, n / cols,
-                           cols);
-    StoreChunk(pdx, dx, begin, n);
+  Compute([&] {
+    const float* pmean = mean.data<float>();
+    const float* prstd = rstd.data<float>();
+    ParallelForWithSlot(blocks, &pool_, block_floats, [&](int64_t block, int slot) {
+      const int64_t r0 = block * kLayerNormRowBlock;
+      const int64_t begin = r0 * cols;
+      const int64_t n = std::min(xm.rows - r0, kLayerNormRowBlock) * cols;
+      float* block_partials = partials.data<float>() + block * 2 * cols;
+      if (direct) {
+        LayerNormBackwardBlock(Bf16Data(dout) + begin, Bf16Data(x) + begin, pw, pmean + r0,
+                               prstd + r0, Bf16Data(dx) + begin, block_partials, n / cols, cols);
+        return;
+      }
+      const float* pdout =
+          LoadChunk(dout, begin, n, PieceBuffer(buffers, slot, 3, 0, block_floats));
+      const float* px = LoadChunk(x, begin, n, PieceBuffer(buffers, slot, 3, 1, block_floats));
+      float* pdx = LoadChunkInOut(dx, begin, n, PieceBuffer(buffers, slot, 3, 2, block_floats));
+      LayerNormBackwardBlock(pdout, px, pw, pmean + r0, prstd + r0, pdx, block_partials, n / cols,
+                             cols);
+      StoreChunk(pdx, dx, begin, n);
+    });
+    LayerNormBackwardReduce(partials.data<float>(), blocks, pdw, pdb, cols, &pool_);
+    staging.Commit();
   });
-  LayerNormBackwardReduce(partials.data<float>(), blocks, pdw, pdb, cols, &pool_);
-  staging.Commit();
 }
 
 void CpuBackend::GeluForward(const Tensor& x, Tensor& out) {
   CheckFloat(x, "x");
   CheckFloat(out, "out");
   CheckShape(out, x.shape(), "out");
-  if (meta_) return;
-  if (AllBf16({&x, &out})) {
-    cpu::GeluForward(Bf16Data(x), Bf16Data(out), x.numel(), &pool_);
-    return;
-  }
-  ParallelChunks(x.numel(), kChunk, &pool_, [&](int64_t begin, int64_t end) {
-    float x_buffer[kChunk], out_buffer[kChunk];
-    const int64_t n = end - begin;
-    const float* px = LoadChunk(x, begin, n, x_buffer);
-    float* po = ChunkTarget(out, begin, out_buffer);
-    cpu::GeluForward(px, po, n, nullptr);
-    StoreChunk(po, out, begin, n);
+  Compute([&] {
+    if (AllBf16({&x, &out})) {
+      cpu::GeluForward(Bf16Data(x), Bf16Data(out), x.numel(), &pool_);
+      return;
+    }
+    ParallelChunks(x.numel(), kChunk, &pool_, [&](int64_t begin, int64_t end) {
+      float x_buffer[kChunk], out_buffer[kChunk];
+      const int64_t n = end - begin;
+      const float* px = LoadChunk(x, begin, n, x_buffer);
+      float* po = ChunkTarget(out, begin, out_buffer);
+      cpu::GeluForward(px, po, n, nullptr);
+      StoreChunk(po, out, begin, n);
+    });
   });
 }
 
@@ -360,19 +367,20 @@ void CpuBackend::GeluBackward(const Tensor& x, const Tensor& dout, Tensor& dx) {
   CheckFloat(dx, "dx");
   CheckShape(dout, x.shape(), "dout");
   CheckShape(dx, x.shape(), "dx");
-  if (meta_) return;
-  if (AllBf16({&x, &dout, &dx})) {
-    cpu::GeluBackward(Bf16Data(x), Bf16Data(dout), Bf16Data(dx), x.numel(), &pool_);
-    return;
-  }
-  ParallelChunks(x.numel(), kChunk, &pool_, [&](int64_t begin, int64_t end) {
-    float x_buffer[kChunk], dout_buffer[kChunk], dx_buffer[kChunk];
-    const int64_t n = end - begin;
-    const float* px = LoadChunk(x, begin, n, x_buffer);
-    const float* pdout = LoadChunk(dout, begin, n, dout_buffer);
-    float* pdx = LoadChunkInOut(dx, begin, n, dx_buffer);
-    cpu::GeluBackward(px, pdout, pdx, n, nullptr);
-    StoreChunk(pdx, dx, begin, n);
+  Compute([&] {
+    if (AllBf16({&x, &dout, &dx})) {
+      cpu::GeluBackward(Bf16Data(x), Bf16Data(dout), Bf16Data(dx), x.numel(), &pool_);
+      return;
+    }
+    ParallelChunks(x.numel(), kChunk, &pool_, [&](int64_t begin, int64_t end) {
+      float x_buffer[kChunk], dout_buffer[kChunk], dx_buffer[kChunk];
+      const int64_t n = end - begin;
+      const float* px = LoadChunk(x, begin, n, x_buffer);
+      const float* pdout = LoadChunk(dout, begin, n, dout_buffer);
+      float* pdx = LoadChunkInOut(dx, begin, n, dx_buffer);
+      cpu::GeluBackward(px, pdout, pdx, n, nullptr);
+      StoreChunk(pdx, dx, begin, n);
+    });
   });
 }
 
@@ -387,9 +395,10 @@ void CpuBackend::AttentionForward(const Tensor& qkv, const Tensor& segment_start
   F32Staging staging(*allocator_, &pool_);
   const float* pqkv = staging.In(qkv);
   float* pout = staging.Out(out);
-  if (meta_) return;
-  cpu::AttentionForward(pqkv, segments, pout, probs.data<float>(), shape, &pool_);
-  staging.Commit();
+  Compute([&] {
+    cpu::AttentionForward(pqkv, segments, pout, probs.data<float>(), shape, &pool_);
+    staging.Commit();
+  });
 }
 
 void CpuBackend::AttentionBackward(const Tensor& dout, const Tensor& qkv,
@@ -408,10 +417,11 @@ void CpuBackend::AttentionBackward(const Tensor& dout, const Tensor& qkv,
   const float* pdout = staging.In(dout);
   const float* pqkv = staging.In(qkv);
   float* pdqkv = staging.InOut(dqkv);
-  if (meta_) return;
-  cpu::AttentionBackward(pdout, pqkv, segments, probs.data<float>(), pdqkv, scratch.data<float>(),
-                         shape, &pool_);
-  staging.Commit();
+  Compute([&] {
+    cpu::AttentionBackward(pdout, pqkv, segments, probs.data<float>(), pdqkv, scratch.data<float>(),
+                           shape, &pool_);
+    staging.Commit();
+  });
 }
 
 void CpuBackend::FlashAttentionForward(const Tensor& qkv, const Tensor& segment_starts,
@@ -424,19 +434,21 @@ void CpuBackend::FlashAttentionForward(const Tensor& qkv, const Tensor& segment_
   CheckShape(lse, {shape.batch, shape.heads, shape.seq}, "lse");
   if (AllBf16({&qkv, &out}) && Bf16GemmInUse()) {  // bf16 products, nothing staged
     Tensor scratch = Workspace(FlashAttentionForwardScratchBf16(shape, threads_));
-    if (meta_) return;
-    cpu::FlashAttentionForwardBf16(Bf16Data(qkv), segments, Bf16Data(out), lse.data<float>(),
-                                   scratch.data<float>(), shape, &pool_);
+    Compute([&] {
+      cpu::FlashAttentionForwardBf16(Bf16Data(qkv), segments, Bf16Data(out), lse.data<float>(),
+                                     scratch.data<float>(), shape, &pool_);
+    });
     return;
   }
   Tensor scratch = Workspace(FlashAttentionForwardScratch(shape, threads_));
   F32Staging staging(*allocator_, &pool_);
   const float* pqkv = staging.In(qkv);
   float* pout = staging.Out(out);
-  if (meta_) return;
-  cpu::FlashAttentionForward(pqkv, segments, pout, lse.data<float>(), scratch.data<float>(), shape,
-                             &pool_);
-  staging.Commit();
+  Compute([&] {
+    cpu::FlashAttentionForward(pqkv, segments, pout, lse.data<float>(), scratch.data<float>(),
+                               shape, &pool_);
+    staging.Commit();
+  });
 }
 
 void CpuBackend::FlashAttentionBackward(const Tensor& dout, const Tensor& qkv,
@@ -454,10 +466,11 @@ void CpuBackend::FlashAttentionBackward(const Tensor& dout, const Tensor& qkv,
   CheckShape(dqkv, qkv.shape(), "dqkv");
   if (AllBf16({&dout, &qkv, &out, &dqkv}) && Bf16GemmInUse()) {  // bf16 products, nothing staged
     Tensor scratch = Workspace(FlashAttentionBackwardScratchBf16(shape, threads_));
-    if (meta_) return;
-    cpu::FlashAttentionBackwardBf16(Bf16Data(dout), Bf16Data(qkv), segments, Bf16Data(out),
-                                    lse.data<float>(), Bf16Data(dqkv), scratch.data<float>(), shape,
-                                    &pool_);
+    Compute([&] {
+      cpu::FlashAttentionBackwardBf16(Bf16Data(dout), Bf16Data(qkv), segments, Bf16Data(out),
+                                      lse.data<float>(), Bf16Data(dqkv), scratch.data<float>(),
+                                      shape, &pool_);
+    });
     return;
   }
   Tensor scratch = Workspace(FlashAttentionBackwardScratch(shape, threads_));
@@ -466,10 +479,11 @@ void CpuBackend::FlashAttentionBackward(const Tensor& dout, const Tensor& qkv,
   const float* pqkv = staging.In(qkv);
   const float* pout = staging.In(out);
   float* pdqkv = staging.InOut(dqkv);
-  if (meta_) return;
-  cpu::FlashAttentionBackward(pdout, pqkv, segments, pout, lse.data<float>(), pdqkv,
-                              scratch.data<float>(), shape, &pool_);
-  staging.Commit();
+  Compute([&] {
+    cpu::FlashAttentionBackward(pdout, pqkv, segments, pout, lse.data<float>(), pdqkv,
+                                scratch.data<float>(), shape, &pool_);
+    staging.Commit();
+  });
 }
 
 // New keys and values are copied into the caches first; then the kernel reads f32: qkv and the
@@ -498,25 +512,26 @@ void CpuBackend::CachedAttentionForward(const Tensor& qkv, int num_heads, int64_
   args.past = past;
   args.shape = shape;
   args.bf16_probs = AllBf16({&qkv, &out}) && Bf16GemmInUse();  // as FlashAttentionForward
-  if (meta_) return;
-  AppendToCache(qkv, 1, past, k_cache);
-  AppendToCache(qkv, 2, past, v_cache);
-  const int64_t slots = k_cache.size(1);
-  if (half) {
-    for (int64_t b = 0; b < shape.batch; ++b) {
-      const size_t offset = b * slots * c * SizeOf(qkv.dtype());
-      ConvertFloatsParallel(static_cast<const char*>(k_cache.raw()) + offset, qkv.dtype(),
-                            k_f32.data<float>() + b * keys * c, DType::kF32, keys * c, &pool_);
-      ConvertFloatsParallel(static_cast<const char*>(v_cache.raw()) + offset, qkv.dtype(),
-                            v_f32.data<float>() + b * keys * c, DType::kF32, keys * c, &pool_);
+  Compute([&] {
+    AppendToCache(qkv, 1, past, k_cache);
+    AppendToCache(qkv, 2, past, v_cache);
+    const int64_t slots = k_cache.size(1);
+    if (half) {
+      for (int64_t b = 0; b < shape.batch; ++b) {
+        const size_t offset = b * slots * c * SizeOf(qkv.dtype());
+        ConvertFloatsParallel(static_cast<const char*>(k_cache.raw()) + offset, qkv.dtype(),
+                              k_f32.data<float>() + b * keys * c, DType::kF32, keys * c, &pool_);
+        ConvertFloatsParallel(static_cast<const char*>(v_cache.raw()) + offset, qkv.dtype(),
+                              v_f32.data<float>() + b * keys * c, DType::kF32, keys * c, &pool_);
+      }
     }
-  }
-  args.k = half ? k_f32.data<float>() : k_cache.data<float>();
-  args.v = half ? v_f32.data<float>() : v_cache.data<float>();
-  args.kv_ld = c;
-  args.kv_batch = (half ? keys : slots) * c;
-  cpu::CachedAttentionForward(args, scratch.data<float>(), &pool_);
-  staging.Commit();
+    args.k = half ? k_f32.data<float>() : k_cache.data<float>();
+    args.v = half ? v_f32.data<float>() : v_cache.data<float>();
+    args.kv_ld = c;
+    args.kv_batch = (half ? keys : slots) * c;
+    cpu::CachedAttentionForward(args, scratch.data<float>(), &pool_);
+    staging.Commit();
+  });
 }
 
 void CpuBackend::CrossEntropyForward(const Tensor& logits, const Tensor& targets, Tensor& loss) {
@@ -525,15 +540,16 @@ void CpuBackend::CrossEntropyForward(const Tensor& logits, const Tensor& targets
   CheckNumel(loss, 1, "loss");
   Tensor row_losses = Workspace(lm.rows);
   Tensor buffers = PieceBuffers({&logits}, lm.cols);  // one row at a time
-  if (meta_) return;
-  const int32_t* ptargets = targets.data<int32_t>();
-  float* plosses = row_losses.data<float>();
-  ParallelForWithSlot(lm.rows, &pool_, lm.cols, [&](int64_t r, int slot) {
-    const float* prow =
-        LoadChunk(logits, r * lm.cols, lm.cols, PieceBuffer(buffers, slot, 1, 0, lm.cols));
-    cpu::CrossEntropyRowLosses(prow, ptargets + r, plosses + r, 1, lm.cols, nullptr);
+  Compute([&] {
+    const int32_t* ptargets = targets.data<int32_t>();
+    float* plosses = row_losses.data<float>();
+    ParallelForWithSlot(lm.rows, &pool_, lm.cols, [&](int64_t r, int slot) {
+      const float* prow =
+          LoadChunk(logits, r * lm.cols, lm.cols, PieceBuffer(buffers, slot, 1, 0, lm.cols));
+      cpu::CrossEntropyRowLosses(prow, ptargets + r, plosses + r, 1, lm.cols, nullptr);
+    });
+    loss.data<float>()[0] = MeanOverCountedRows(plosses, targets);
   });
-  loss.data<float>()[0] = MeanOverCountedRows(plosses, targets);
 }
 
 void CpuBackend::CrossEntropyBackward(const Tensor& logits, const Tensor& targets, float grad_scale,
@@ -549,14 +565,15 @@ void CpuBackend::CrossEntropyShardStats(const Tensor& logits, const Tensor& targ
   CheckF32(stats, "stats");
   CheckShape(stats, {lm.rows, 3}, "stats");
   Tensor buffers = PieceBuffers({&logits}, lm.cols);  // one row at a time
-  if (meta_) return;
-  const int32_t* ptargets = targets.data<int32_t>();
-  float* pstats = stats.data<float>();
-  ParallelForWithSlot(lm.rows, &pool_, lm.cols, [&](int64_t r, int slot) {
-    const float* prow =
-        LoadChunk(logits, r * lm.cols, lm.cols, PieceBuffer(buffers, slot, 1, 0, lm.cols));
-    cpu::CrossEntropyShardStats(prow, ptargets + r, {vocab_begin, lm.cols}, pstats + 3 * r, 1,
-                                nullptr);
+  Compute([&] {
+    const int32_t* ptargets = targets.data<int32_t>();
+    float* pstats = stats.data<float>();
+    ParallelForWithSlot(lm.rows, &pool_, lm.cols, [&](int64_t r, int slot) {
+      const float* prow =
+          LoadChunk(logits, r * lm.cols, lm.cols, PieceBuffer(buffers, slot, 1, 0, lm.cols));
+      cpu::CrossEntropyShardStats(prow, ptargets + r, {vocab_begin, lm.cols}, pstats + 3 * r, 1,
+                                  nullptr);
+    });
   });
 }
 
@@ -575,10 +592,11 @@ void CpuBackend::CrossEntropyShardCombine(const Tensor& all_stats, const Tensor&
   CheckShape(row_stats, {rows, 2}, "row_stats");
   CheckNumel(loss, 1, "loss");
   Tensor row_losses = Workspace(rows);
-  if (meta_) return;
-  cpu::CrossEntropyCombineStats(all_stats.data<float>(), targets.data<int32_t>(), ranks, rows,
-                                row_stats.data<float>(), row_losses.data<float>());
-  loss.data<float>()[0] = MeanOverCountedRows(row_losses.data<float>(), targets);
+  Compute([&] {
+    cpu::CrossEntropyCombineStats(all_stats.data<float>(), targets.data<int32_t>(), ranks, rows,
+                                  row_stats.data<float>(), row_losses.data<float>());
+    loss.data<float>()[0] = MeanOverCountedRows(row_losses.data<float>(), targets);
+  });
 }
 
 void CpuBackend::CrossEntropyShardBackward(const Tensor& logits, const Tensor& targets,
@@ -599,19 +617,20 @@ void CpuBackend::CrossEntropyGradient(const Tensor& logits, const Tensor& target
   // (into its own buffer when 16-bit) before it is written.
   const int64_t rows = targets.numel(), cols = vocab.rows;
   Tensor buffers = PieceBuffers({&logits, &dlogits}, cols);
-  if (meta_) return;
-  const int64_t counted = CountedTargets(targets);
-  const float factor = counted == 0 ? 0.0f : grad_scale / static_cast<float>(counted);
-  const int32_t* ptargets = targets.data<int32_t>();
-  const float* pstats = row_stats.defined() ? row_stats.data<float>() : nullptr;
-  ParallelForWithSlot(rows, &pool_, cols, [&](int64_t r, int slot) {
-    const int64_t begin = r * cols;
-    const float* prow = LoadChunk(logits, begin, cols, PieceBuffer(buffers, slot, 2, 0, cols));
-    float* pout = ChunkTarget(dlogits, begin, PieceBuffer(buffers, slot, 2, 1, cols));
-    cpu::CrossEntropyBackward(prow, ptargets + r, vocab,
-                              pstats == nullptr ? nullptr : pstats + 2 * r, factor, pout, 1,
-                              nullptr);
-    StoreChunk(pout, dlogits, begin, cols);
+  Compute([&] {
+    const int64_t counted = CountedTargets(targets);
+    const float factor = counted == 0 ? 0.0f : grad_scale / static_cast<float>(counted);
+    const int32_t* ptargets = targets.data<int32_t>();
+    const float* pstats = row_stats.defined() ? row_stats.data<float>() : nullptr;
+    ParallelForWithSlot(rows, &pool_, cols, [&](int64_t r, int slot) {
+      const int64_t begin = r * cols;
+      const float* prow = LoadChunk(logits, begin, cols, PieceBuffer(buffers, slot, 2, 0, cols));
+      float* pout = ChunkTarget(dlogits, begin, PieceBuffer(buffers, slot, 2, 1, cols));
+      cpu::CrossEntropyBackward(prow, ptargets + r, vocab,
+                                pstats == nullptr ? nullptr : pstats + 2 * r, factor, pout, 1,
+                                nullptr);
+      StoreChunk(pout, dlogits, begin, cols);
+    });
   });
 }
 

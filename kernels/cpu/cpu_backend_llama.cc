@@ -56,13 +56,14 @@ void CpuBackend::RmsNormForward(const Tensor& x, const Tensor& weight, float eps
   Tensor buffers = PieceBuffers({&x, &out}, cols);
   F32Staging staging(*allocator_, &pool_);
   const float* pw = staging.In(weight);
-  if (meta_) return;
-  float* prstd = rstd.data<float>();
-  ParallelForWithSlot(xm.rows, &pool_, cols, [&](int64_t r, int slot) {
-    const float* px = LoadChunk(x, r * cols, cols, PieceBuffer(buffers, slot, 2, 0, cols));
-    float* po = ChunkTarget(out, r * cols, PieceBuffer(buffers, slot, 2, 1, cols));
-    prstd[r] = RmsNormForwardRow(px, pw, eps, po, cols);
-    StoreChunk(po, out, r * cols, cols);
+  Compute([&] {
+    float* prstd = rstd.data<float>();
+    ParallelForWithSlot(xm.rows, &pool_, cols, [&](int64_t r, int slot) {
+      const float* px = LoadChunk(x, r * cols, cols, PieceBuffer(buffers, slot, 2, 0, cols));
+      float* po = ChunkTarget(out, r * cols, PieceBuffer(buffers, slot, 2, 1, cols));
+      prstd[r] = RmsNormForwardRow(px, pw, eps, po, cols);
+      StoreChunk(po, out, r * cols, cols);
+    });
   });
 }
 
@@ -90,21 +91,23 @@ void CpuBackend::RmsNormBackward(const Tensor& dout, const Tensor& x, const Tens
   F32Staging staging(*allocator_, &pool_);
   const float* pw = staging.In(weight);
   float* pdw = staging.InOut(dweight);
-  if (meta_) return;
-  const float* prstd = rstd.data<float>();
-  ParallelForWithSlot(blocks, &pool_, block_floats, [&](int64_t block, int slot) {
-    const int64_t r0 = block * kLayerNormRowBlock;
-    const int64_t begin = r0 * cols;
-    const int64_t n = std::min(xm.rows - r0, kLayerNormRowBlock) * cols;
-    const float* pdout = LoadChunk(dout, begin, n, PieceBuffer(buffers, slot, 3, 0, block_floats));
-    const float* px = LoadChunk(x, begin, n, PieceBuffer(buffers, slot, 3, 1, block_floats));
-    float* pdx = LoadChunkInOut(dx, begin, n, PieceBuffer(buffers, slot, 3, 2, block_floats));
-    RmsNormBackwardBlock(pdout, px, pw, prstd + r0, pdx, partials.data<float>() + block * cols,
-                         n / cols, cols);
-    StoreChunk(pdx, dx, begin, n);
+  Compute([&] {
+    const float* prstd = rstd.data<float>();
+    ParallelForWithSlot(blocks, &pool_, block_floats, [&](int64_t block, int slot) {
+      const int64_t r0 = block * kLayerNormRowBlock;
+      const int64_t begin = r0 * cols;
+      const int64_t n = std::min(xm.rows - r0, kLayerNormRowBlock) * cols;
+      const float* pdout =
+          LoadChunk(dout, begin, n, PieceBuffer(buffers, slot, 3, 0, block_floats));
+      const float* px = LoadChunk(x, begin, n, PieceBuffer(buffers, slot, 3, 1, block_floats));
+      float* pdx = LoadChunkInOut(dx, begin, n, PieceBuffer(buffers, slot, 3, 2, block_floats));
+      RmsNormBackwardBlock(pdout, px, pw, prstd + r0, pdx, partials.data<float>() + block * cols,
+                           n / cols, cols);
+      StoreChunk(pdx, dx, begin, n);
+    });
+    RmsNormBackwardReduce(partials.data<float>(), blocks, pdw, cols, &pool_);
+    staging.Commit();
   });
-  RmsNormBackwardReduce(partials.data<float>(), blocks, pdw, cols, &pool_);
-  staging.Commit();
 }
 
 void CpuBackend::SwiGluForward(const Tensor& gate_up, Tensor& out) {
@@ -112,13 +115,14 @@ void CpuBackend::SwiGluForward(const Tensor& gate_up, Tensor& out) {
   const RowsCols gm = AsMatrix(gate_up, "gate_up");
   const int64_t hidden = CheckSwiGlu(gate_up, out, "out");
   Tensor buffers = PieceBuffers({&gate_up, &out}, gm.cols);
-  if (meta_) return;
-  ParallelForWithSlot(gm.rows, &pool_, gm.cols, [&](int64_t r, int slot) {
-    const float* pg =
-        LoadChunk(gate_up, r * gm.cols, gm.cols, PieceBuffer(buffers, slot, 2, 0, gm.cols));
-    float* po = ChunkTarget(out, r * hidden, PieceBuffer(buffers, slot, 2, 1, gm.cols));
-    SwiGluForwardRow(pg, po, hidden);
-    StoreChunk(po, out, r * hidden, hidden);
+  Compute([&] {
+    ParallelForWithSlot(gm.rows, &pool_, gm.cols, [&](int64_t r, int slot) {
+      const float* pg =
+          LoadChunk(gate_up, r * gm.cols, gm.cols, PieceBuffer(buffers, slot, 2, 0, gm.cols));
+      float* po = ChunkTarget(out, r * hidden, PieceBuffer(buffers, slot, 2, 1, gm.cols));
+      SwiGluForwardRow(pg, po, hidden);
+      StoreChunk(po, out, r * hidden, hidden);
+    });
   });
 }
 
@@ -129,16 +133,17 @@ void CpuBackend::SwiGluBackward(const Tensor& gate_up, const Tensor& dout, Tenso
   const int64_t hidden = CheckSwiGlu(gate_up, dout, "dout");
   CheckShape(dgate_up, gate_up.shape(), "dgate_up");
   Tensor buffers = PieceBuffers({&gate_up, &dout, &dgate_up}, gm.cols);
-  if (meta_) return;
-  ParallelForWithSlot(gm.rows, &pool_, gm.cols, [&](int64_t r, int slot) {
-    const float* pg =
-        LoadChunk(gate_up, r * gm.cols, gm.cols, PieceBuffer(buffers, slot, 3, 0, gm.cols));
-    const float* pdo =
-        LoadChunk(dout, r * hidden, hidden, PieceBuffer(buffers, slot, 3, 1, gm.cols));
-    float* pdg =
-        LoadChunkInOut(dgate_up, r * gm.cols, gm.cols, PieceBuffer(buffers, slot, 3, 2, gm.cols));
-    SwiGluBackwardRow(pg, pdo, pdg, hidden);
-    StoreChunk(pdg, dgate_up, r * gm.cols, gm.cols);
+  Compute([&] {
+    ParallelForWithSlot(gm.rows, &pool_, gm.cols, [&](int64_t r, int slot) {
+      const float* pg =
+          LoadChunk(gate_up, r * gm.cols, gm.cols, PieceBuffer(buffers, slot, 3, 0, gm.cols));
+      const float* pdo =
+          LoadChunk(dout, r * hidden, hidden, PieceBuffer(buffers, slot, 3, 1, gm.cols));
+      float* pdg =
+          LoadChunkInOut(dgate_up, r * gm.cols, gm.cols, PieceBuffer(buffers, slot, 3, 2, gm.cols));
+      SwiGluBackwardRow(pg, pdo, pdg, hidden);
+      StoreChunk(pdg, dgate_up, r * gm.cols, gm.cols);
+    });
   });
 }
 
@@ -160,14 +165,16 @@ void CpuBackend::RotaryEmbedding(Tensor& qkv, const Tensor& segment_starts, int6
   // The query and key heads are the first (NH + KVH) D columns of a row.
   const int64_t rotated = (heads.query + int64_t{heads.kv}) * dim;
   Tensor buffers = PieceBuffers({&qkv}, rotated);
-  if (meta_) return;
-  const std::vector<float> inv_freq = RopeInverseFrequencies(rope, dim);
-  ParallelForWithSlot(batch * seq, &pool_, rotated, [&](int64_t row, int slot) {
-    const int64_t t = row % seq;
-    const int64_t position = segments != nullptr ? t - segments[row] : start + t;
-    float* px = LoadChunkInOut(qkv, row * cols, rotated, PieceBuffer(buffers, slot, 1, 0, rotated));
-    RotateHeads(px, heads.query + heads.kv, dim, inv_freq.data(), position, inverse);
-    StoreChunk(px, qkv, row * cols, rotated);
+  Compute([&] {
+    const std::vector<float> inv_freq = RopeInverseFrequencies(rope, dim);
+    ParallelForWithSlot(batch * seq, &pool_, rotated, [&](int64_t row, int slot) {
+      const int64_t t = row % seq;
+      const int64_t position = segments != nullptr ? t - segments[row] : start + t;
+      float* px =
+          LoadChunkInOut(qkv, row * cols, rotated, PieceBuffer(buffers, slot, 1, 0, rotated));
+      RotateHeads(px, heads.query + heads.kv, dim, inv_freq.data(), position, inverse);
+      StoreChunk(px, qkv, row * cols, rotated);
+    });
   });
 }
 
@@ -178,23 +185,24 @@ void CpuBackend::RepeatKv(const Tensor& qkv, const AttentionHeads& heads, Tensor
               Name(qkv.dtype()));
   const int64_t c = heads.query * dim;
   CheckShape(out, {qkv.size(0), qkv.size(1), 3 * c}, "out");
-  if (meta_) return;
-  const int64_t rows = qkv.size(0) * qkv.size(1), in_cols = qkv.size(2);
-  const int64_t group = heads.query / heads.kv;
-  const size_t element = SizeOf(qkv.dtype());
-  const char* src = static_cast<const char*>(qkv.raw());
-  char* dst = static_cast<char*>(out.raw());
-  ParallelFor(rows, &pool_, 3 * c, [&](int64_t r) {
-    const char* in = src + r * in_cols * element;
-    char* o = dst + r * 3 * c * element;
-    std::memcpy(o, in, c * element);         // the queries
-    for (int part = 1; part <= 2; ++part) {  // keys, then values
-      const char* kv = in + (c + (part - 1) * heads.kv * dim) * element;
-      for (int64_t h = 0; h < heads.query; ++h) {
-        std::memcpy(o + (part * c + h * dim) * element, kv + (h / group) * dim * element,
-                    dim * element);
+  Compute([&] {
+    const int64_t rows = qkv.size(0) * qkv.size(1), in_cols = qkv.size(2);
+    const int64_t group = heads.query / heads.kv;
+    const size_t element = SizeOf(qkv.dtype());
+    const char* src = static_cast<const char*>(qkv.raw());
+    char* dst = static_cast<char*>(out.raw());
+    ParallelFor(rows, &pool_, 3 * c, [&](int64_t r) {
+      const char* in = src + r * in_cols * element;
+      char* o = dst + r * 3 * c * element;
+      std::memcpy(o, in, c * element);         // the queries
+      for (int part = 1; part <= 2; ++part) {  // keys, then values
+        const char* kv = in + (c + (part - 1) * heads.kv * dim) * element;
+        for (int64_t h = 0; h < heads.query; ++h) {
+          std::memcpy(o + (part * c + h * dim) * element, kv + (h / group) * dim * element,
+                      dim * element);
+        }
       }
-    }
+    });
   });
 }
 
@@ -205,23 +213,24 @@ void CpuBackend::RepeatKvBackward(const Tensor& dout, const AttentionHeads& head
   CheckShape(dout, {dqkv.size(0), dqkv.size(1), 3 * c}, "dout");
   const int64_t rows = dqkv.size(0) * dqkv.size(1), cols = dqkv.size(2);
   Tensor buffers = PieceBuffers({&dout, &dqkv}, 3 * c);
-  if (meta_) return;
-  const int64_t group = heads.query / heads.kv;
-  ParallelForWithSlot(rows, &pool_, 3 * c, [&](int64_t r, int slot) {
-    const float* pd = LoadChunk(dout, r * 3 * c, 3 * c, PieceBuffer(buffers, slot, 2, 0, 3 * c));
-    float* pq = LoadChunkInOut(dqkv, r * cols, cols, PieceBuffer(buffers, slot, 2, 1, 3 * c));
-    for (int64_t i = 0; i < c; ++i) pq[i] += pd[i];
-    for (int part = 1; part <= 2; ++part) {
-      float* kv = pq + c + (part - 1) * heads.kv * dim;
-      for (int64_t j = 0; j < heads.kv; ++j) {
-        for (int64_t i = 0; i < dim; ++i) {
-          float sum = 0.0f;
-          for (int64_t h = j * group; h < (j + 1) * group; ++h) sum += pd[part * c + h * dim + i];
-          kv[j * dim + i] += sum;
+  Compute([&] {
+    const int64_t group = heads.query / heads.kv;
+    ParallelForWithSlot(rows, &pool_, 3 * c, [&](int64_t r, int slot) {
+      const float* pd = LoadChunk(dout, r * 3 * c, 3 * c, PieceBuffer(buffers, slot, 2, 0, 3 * c));
+      float* pq = LoadChunkInOut(dqkv, r * cols, cols, PieceBuffer(buffers, slot, 2, 1, 3 * c));
+      for (int64_t i = 0; i < c; ++i) pq[i] += pd[i];
+      for (int part = 1; part <= 2; ++part) {
+        float* kv = pq + c + (part - 1) * heads.kv * dim;
+        for (int64_t j = 0; j < heads.kv; ++j) {
+          for (int64_t i = 0; i < dim; ++i) {
+            float sum = 0.0f;
+            for (int64_t h = j * group; h < (j + 1) * group; ++h) sum += pd[part * c + h * dim + i];
+            kv[j * dim + i] += sum;
+          }
         }
       }
-    }
-    StoreChunk(pq, dqkv, r * cols, cols);
+      StoreChunk(pq, dqkv, r * cols, cols);
+    });
   });
 }
 
