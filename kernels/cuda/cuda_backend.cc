@@ -20,8 +20,7 @@ std::unique_ptr<Backend> MakeCudaBackend(MemoryLedger& ledger, int device_index,
 
 std::unique_ptr<Backend> MakeCudaMetaBackend(MemoryLedger& ledger, int device_index,
                                              cuda::CudaBackendOptions options) {
-  return std::make_unique<cuda::CudaBackend>(cuda::CudaBackend::Meta{}, ledger, device_index,
-                                             options);
+  return std::make_unique<cuda::CudaMetaBackend>(ledger, device_index, options);
 }
 
 namespace cuda {
@@ -74,11 +73,9 @@ CudaBackend::CudaBackend(MemoryLedger& ledger, int device_index, CudaBackendOpti
                                          options_.allow_tf32, options_.force_cublas);
 }
 
-CudaBackend::CudaBackend(Meta, MemoryLedger& ledger, int device_index, CudaBackendOptions options)
-    : index_(device_index),
-      options_(options),
-      meta_(true),
-      allocator_(std::make_unique<MetaAllocator>(ledger, Device::Cuda(device_index))) {
+CudaBackend::CudaBackend(std::unique_ptr<MetaAllocator> allocator, int device_index,
+                         CudaBackendOptions options)
+    : index_(device_index), options_(options), allocator_(std::move(allocator)) {
   BATON_CHECK(device_index >= 0, "CUDA device {} does not exist", device_index);
   // What the real constructor books: the id-error record and the cuBLASLt workspace.
   id_error_buffer_ = Workspace(static_cast<int64_t>(sizeof(IdError) / 4), DType::kI32);
@@ -86,13 +83,18 @@ CudaBackend::CudaBackend(Meta, MemoryLedger& ledger, int device_index, CudaBacke
       Workspace(static_cast<int64_t>((options_.gemm_workspace_bytes + 3) / 4), DType::kF32);
 }
 
+CudaMetaBackend::CudaMetaBackend(MemoryLedger& ledger, int device_index, CudaBackendOptions options)
+    : CudaBackend(std::make_unique<MetaAllocator>(ledger, Device::Cuda(device_index)), device_index,
+                  options) {}
+
 CachingAllocator& CudaBackend::caching_allocator() {
-  BATON_CHECK(!meta_, "a meta CUDA backend has no caching allocator");
-  return static_cast<CachingAllocator&>(*allocator_);
+  auto* caching = dynamic_cast<CachingAllocator*>(allocator_.get());
+  BATON_CHECK(caching != nullptr, "a meta CUDA backend has no caching allocator");
+  return *caching;
 }
 
 CudaBackend::~CudaBackend() {
-  if (meta_) {
+  if (stream_ == nullptr) {  // a meta backend: nothing was queued
     gemm_workspace_ = Tensor();
     id_error_buffer_ = Tensor();
     return;
@@ -107,10 +109,11 @@ CudaBackend::~CudaBackend() {
 }
 
 void CudaBackend::Activate() const {
-  if (meta_) return;
-  int current = -1;
-  BATON_CUDA_CHECK(cudaGetDevice(&current));
-  if (current != index_) BATON_CUDA_CHECK(cudaSetDevice(index_));
+  Compute([&] {
+    int current = -1;
+    BATON_CUDA_CHECK(cudaGetDevice(&current));
+    if (current != index_) BATON_CUDA_CHECK(cudaSetDevice(index_));
+  });
 }
 
 Tensor CudaBackend::Workspace(int64_t elements, DType dtype) {
@@ -120,25 +123,25 @@ Tensor CudaBackend::Workspace(int64_t elements, DType dtype) {
 Tensor CudaBackend::Cast(const Tensor& t, DType dtype) {
   if (t.dtype() == dtype) return t;
   Tensor cast = Workspace(t.numel(), dtype).View(t.shape());
-  if (meta_) return cast;
-  LaunchCast(t.raw(), t.dtype(), cast.raw(), dtype, t.numel(), stream_);
+  Compute([&] { LaunchCast(t.raw(), t.dtype(), cast.raw(), dtype, t.numel(), stream_); });
   return cast;
 }
 
 void CudaBackend::SyncAndCheck() {
-  if (meta_) return;
-  Activate();
-  IdError error{};
-  BATON_CUDA_CHECK(
-      cudaMemcpyAsync(&error, id_error_, sizeof(IdError), cudaMemcpyDeviceToHost, stream_));
-  BATON_CUDA_CHECK(cudaStreamSynchronize(stream_));
-  if (error.set != 0) {
-    BATON_CUDA_CHECK(cudaMemsetAsync(id_error_, 0, sizeof(IdError), stream_));  // report once
-    BATON_FAIL(
-        "an id is out of range: element {} of a token/target tensor is {}, outside [0, {}) "
-        "(found by a kernel queued before this call)",
-        error.index, error.value, error.bound);
-  }
+  Compute([&] {
+    Activate();
+    IdError error{};
+    BATON_CUDA_CHECK(
+        cudaMemcpyAsync(&error, id_error_, sizeof(IdError), cudaMemcpyDeviceToHost, stream_));
+    BATON_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    if (error.set != 0) {
+      BATON_CUDA_CHECK(cudaMemsetAsync(id_error_, 0, sizeof(IdError), stream_));  // report once
+      BATON_FAIL(
+          "an id is out of range: element {} of a token/target tensor is {}, outside [0, {}) "
+          "(found by a kernel queued before this call)",
+          error.index, error.value, error.bound);
+    }
+  });
 }
 
 void CudaBackend::Synchronize() { SyncAndCheck(); }
@@ -146,8 +149,9 @@ void CudaBackend::Synchronize() { SyncAndCheck(); }
 void CudaBackend::Zero(Tensor& t) {
   Activate();
   CheckOnDevice(t, device(), "t");
-  if (meta_) return;
-  if (t.nbytes() > 0) BATON_CUDA_CHECK(cudaMemsetAsync(t.raw(), 0, t.nbytes(), stream_));
+  Compute([&] {
+    if (t.nbytes() > 0) BATON_CUDA_CHECK(cudaMemsetAsync(t.raw(), 0, t.nbytes(), stream_));
+  });
 }
 
 void CudaBackend::Copy(const Tensor& src, Tensor& dst) {
@@ -165,37 +169,33 @@ void CudaBackend::Copy(const Tensor& src, Tensor& dst) {
     CopyHost(src, dst);
     return;
   }
+  const bool converts = src.dtype() != dst.dtype();
+  BATON_CHECK(!converts || (IsFloating(src.dtype()) && IsFloating(dst.dtype())),
+              "cannot copy {} into {}", src.ToString(), dst.ToString());
   Tensor staged;  // a device copy in the other dtype, alive until the transfer is done
-  if (meta_) {    // book the staging copy, move nothing
-    if (src.dtype() != dst.dtype() && (host_src || host_dst)) {
-      staged = Workspace(src.numel(), host_src ? src.dtype() : dst.dtype());
-    }
-    return;
+  if (converts && (host_src || host_dst)) {
+    staged = Workspace(src.numel(), host_src ? src.dtype() : dst.dtype());
   }
-  if (src.dtype() == dst.dtype()) {
-    if (src.raw() == dst.raw() || src.nbytes() == 0) return;
-    BATON_CUDA_CHECK(
-        cudaMemcpyAsync(dst.raw(), src.raw(), src.nbytes(), cudaMemcpyDefault, stream_));
-  } else {
-    BATON_CHECK(IsFloating(src.dtype()) && IsFloating(dst.dtype()), "cannot copy {} into {}",
-                src.ToString(), dst.ToString());
+  Compute([&] {
     const int64_t n = src.numel();
-    if (!host_src && !host_dst) {
+    if (!converts) {
+      if (src.raw() == dst.raw() || src.nbytes() == 0) return;
+      BATON_CUDA_CHECK(
+          cudaMemcpyAsync(dst.raw(), src.raw(), src.nbytes(), cudaMemcpyDefault, stream_));
+    } else if (!host_src && !host_dst) {
       LaunchCast(src.raw(), src.dtype(), dst.raw(), dst.dtype(), n, stream_);
     } else if (host_src) {  // upload as it is, convert on the device
-      staged = Workspace(n, src.dtype());
       BATON_CUDA_CHECK(
           cudaMemcpyAsync(staged.raw(), src.raw(), src.nbytes(), cudaMemcpyHostToDevice, stream_));
       LaunchCast(staged.raw(), src.dtype(), dst.raw(), dst.dtype(), n, stream_);
     } else {  // convert on the device, download
-      staged = Workspace(n, dst.dtype());
       LaunchCast(src.raw(), src.dtype(), staged.raw(), dst.dtype(), n, stream_);
       BATON_CUDA_CHECK(
           cudaMemcpyAsync(dst.raw(), staged.raw(), dst.nbytes(), cudaMemcpyDeviceToHost, stream_));
     }
-  }
-  // Host memory is the caller's again only once the transfer is done.
-  if (host_src || host_dst) SyncAndCheck();
+    // Host memory is the caller's again only once the transfer is done.
+    if (host_src || host_dst) SyncAndCheck();
+  });
 }
 
 void CudaBackend::RunMatmul(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b,
@@ -218,8 +218,7 @@ void CudaBackend::RunMatmul(const Tensor& a, bool trans_a, const Tensor& b, bool
   p.ldo = om.cols;
   p.beta = accumulate ? 1.0f : 0.0f;
   p.bias = bias != nullptr ? bias_cast.raw() : nullptr;
-  if (meta_) return;
-  gemm_->Run(p, stream_);
+  Compute([&] { gemm_->Run(p, stream_); });
 }
 
 void CudaBackend::Matmul(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, Tensor& out,
@@ -247,9 +246,11 @@ void CudaBackend::Matmul(const Tensor& a, bool trans_a, const Tensor& b, bool tr
   if (m == 0 || n == 0) return;
   if (k == 0) {  // op(a) op(b) is zero
     if (!accumulate) Zero(out);
-    if (bias != nullptr && !meta_) {
-      LaunchBroadcastRows(bias->raw(), bias->dtype(), out.raw(), out.dtype(), m, n,
-                          /*accumulate=*/true, stream_);
+    if (bias != nullptr) {
+      Compute([&] {
+        LaunchBroadcastRows(bias->raw(), bias->dtype(), out.raw(), out.dtype(), m, n,
+                            /*accumulate=*/true, stream_);
+      });
     }
     return;
   }
@@ -270,8 +271,8 @@ void CudaBackend::Matmul(const Tensor& a, bool trans_a, const Tensor& b, bool tr
   Tensor out32 = accumulate ? Cast(out, DType::kF32) : Workspace(out.numel(), DType::kF32);
   out32 = out32.View(out.shape());
   RunMatmul(a32, trans_a, b32, trans_b, out32, accumulate, bias_arg);
-  if (meta_) return;
-  LaunchCast(out32.raw(), DType::kF32, out.raw(), out.dtype(), out.numel(), stream_);
+  Compute(
+      [&] { LaunchCast(out32.raw(), DType::kF32, out.raw(), out.dtype(), out.numel(), stream_); });
 }
 
 void CudaBackend::BiasBackward(const Tensor& dout, Tensor& dbias) {
@@ -281,9 +282,10 @@ void CudaBackend::BiasBackward(const Tensor& dout, Tensor& dbias) {
   const RowsCols dm = AsMatrix(dout, "dout");
   CheckNumel(dbias, dm.cols, "dbias");
   Tensor partials = Workspace(ColumnSumsPartials(dm.rows, dm.cols), DType::kF32);
-  if (meta_) return;
-  LaunchColumnSums(dout.raw(), dout.dtype(), dm.rows, dm.cols, static_cast<float*>(partials.raw()),
-                   dbias.raw(), dbias.dtype(), stream_);
+  Compute([&] {
+    LaunchColumnSums(dout.raw(), dout.dtype(), dm.rows, dm.cols,
+                     static_cast<float*>(partials.raw()), dbias.raw(), dbias.dtype(), stream_);
+  });
 }
 
 void CudaBackend::Add(const Tensor& a, const Tensor& b, Tensor& out) {
@@ -293,8 +295,9 @@ void CudaBackend::Add(const Tensor& a, const Tensor& b, Tensor& out) {
   CheckFloat(out, device(), "out");
   CheckSameShape(a, out, "a", "out");
   CheckSameShape(b, out, "b", "out");
-  if (meta_) return;
-  LaunchAdd(a.raw(), a.dtype(), b.raw(), b.dtype(), out.raw(), out.dtype(), out.numel(), stream_);
+  Compute([&] {
+    LaunchAdd(a.raw(), a.dtype(), b.raw(), b.dtype(), out.raw(), out.dtype(), out.numel(), stream_);
+  });
 }
 
 void CudaBackend::Accumulate(const Tensor& x, Tensor& acc) {
@@ -302,15 +305,14 @@ void CudaBackend::Accumulate(const Tensor& x, Tensor& acc) {
   CheckFloat(x, device(), "x");
   CheckFloat(acc, device(), "acc");
   CheckSameShape(x, acc, "x", "acc");
-  if (meta_) return;
-  LaunchAccumulate(x.raw(), x.dtype(), acc.raw(), acc.dtype(), acc.numel(), stream_);
+  Compute(
+      [&] { LaunchAccumulate(x.raw(), x.dtype(), acc.raw(), acc.dtype(), acc.numel(), stream_); });
 }
 
 void CudaBackend::Scale(Tensor& t, float factor) {
   Activate();
   CheckFloat(t, device(), "t");
-  if (meta_) return;
-  LaunchScale(t.raw(), t.dtype(), factor, t.numel(), stream_);
+  Compute([&] { LaunchScale(t.raw(), t.dtype(), factor, t.numel(), stream_); });
 }
 
 void CudaBackend::ApplyMask(Tensor& t, const Tensor& mask) {
@@ -318,8 +320,10 @@ void CudaBackend::ApplyMask(Tensor& t, const Tensor& mask) {
   CheckFloat(t, device(), "t");
   CheckU8(mask, device(), "mask");
   CheckSameShape(t, mask, "t", "mask");
-  if (meta_) return;
-  LaunchApplyMask(t.raw(), t.dtype(), static_cast<const uint8_t*>(mask.raw()), t.numel(), stream_);
+  Compute([&] {
+    LaunchApplyMask(t.raw(), t.dtype(), static_cast<const uint8_t*>(mask.raw()), t.numel(),
+                    stream_);
+  });
 }
 
 void CudaBackend::DequantizeInt8(const Tensor& q, const Tensor& scale, Tensor& out) {
@@ -328,9 +332,11 @@ void CudaBackend::DequantizeInt8(const Tensor& q, const Tensor& scale, Tensor& o
   CheckF32(scale, device(), "scale");
   CheckFloat(out, device(), "out");
   CheckInt8WeightShapes(q, scale, out);
-  if (meta_) return;
-  LaunchDequantizeInt8(static_cast<const int8_t*>(q.raw()), static_cast<const float*>(scale.raw()),
-                       out.raw(), out.dtype(), q.size(0), q.size(1), stream_);
+  Compute([&] {
+    LaunchDequantizeInt8(static_cast<const int8_t*>(q.raw()),
+                         static_cast<const float*>(scale.raw()), out.raw(), out.dtype(), q.size(0),
+                         q.size(1), stream_);
+  });
 }
 
 double CudaBackend::SumOfSquares(const Tensor& t) {
@@ -339,13 +345,14 @@ double CudaBackend::SumOfSquares(const Tensor& t) {
   const int64_t blocks = SumOfSquaresBlocks(t.numel());
   // One double for the total, then one per block (two f32 slots each).
   Tensor scratch = Workspace(2 * (blocks + 1), DType::kF32);
-  if (meta_) return 0.0;
-  double* total = static_cast<double*>(scratch.raw());
-  LaunchSumOfSquares(t.raw(), t.dtype(), t.numel(), total + 1, total, stream_);
-  double result = 0.0;
-  BATON_CUDA_CHECK(
-      cudaMemcpyAsync(&result, total, sizeof(double), cudaMemcpyDeviceToHost, stream_));
-  SyncAndCheck();
+  double result = 0.0;  // the meta backend's: nothing is summed
+  Compute([&] {
+    double* total = static_cast<double*>(scratch.raw());
+    LaunchSumOfSquares(t.raw(), t.dtype(), t.numel(), total + 1, total, stream_);
+    BATON_CUDA_CHECK(
+        cudaMemcpyAsync(&result, total, sizeof(double), cudaMemcpyDeviceToHost, stream_));
+    SyncAndCheck();
+  });
   return result;
 }
 
@@ -353,13 +360,14 @@ bool CudaBackend::AllFinite(const Tensor& t) {
   Activate();
   CheckFloat(t, device(), "t");
   Tensor flag = Workspace(1, DType::kI32);
-  if (meta_) return true;
-  BATON_CUDA_CHECK(cudaMemsetAsync(flag.raw(), 0, sizeof(int32_t), stream_));
-  LaunchNonFiniteFlag(t.raw(), t.dtype(), t.numel(), static_cast<int*>(flag.raw()), stream_);
-  int32_t bad = 0;
-  BATON_CUDA_CHECK(
-      cudaMemcpyAsync(&bad, flag.raw(), sizeof(int32_t), cudaMemcpyDeviceToHost, stream_));
-  SyncAndCheck();
+  int32_t bad = 0;  // the meta backend's answer: nothing is read
+  Compute([&] {
+    BATON_CUDA_CHECK(cudaMemsetAsync(flag.raw(), 0, sizeof(int32_t), stream_));
+    LaunchNonFiniteFlag(t.raw(), t.dtype(), t.numel(), static_cast<int*>(flag.raw()), stream_);
+    BATON_CUDA_CHECK(
+        cudaMemcpyAsync(&bad, flag.raw(), sizeof(int32_t), cudaMemcpyDeviceToHost, stream_));
+    SyncAndCheck();
+  });
   return bad == 0;
 }
 
@@ -397,10 +405,11 @@ void CudaBackend::AdamW(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v,
   CheckSameShape(param, m, "param", "m");
   CheckSameShape(param, v, "param", "v");
   BATON_CHECK(config.step >= 1, "AdamW step is 1-based, got {}", config.step);
-  if (meta_) return;
-  LaunchAdamW(static_cast<float*>(param.raw()), grad.raw(), grad.dtype(),
-              static_cast<float*>(m.raw()), static_cast<float*>(v.raw()), param.numel(),
-              ScalarsOf(config, grad_scale), stream_);
+  Compute([&] {
+    LaunchAdamW(static_cast<float*>(param.raw()), grad.raw(), grad.dtype(),
+                static_cast<float*>(m.raw()), static_cast<float*>(v.raw()), param.numel(),
+                ScalarsOf(config, grad_scale), stream_);
+  });
 }
 
 void CudaBackend::AdamW8bit(Tensor& param, const Tensor& grad, Tensor& m, Tensor& m_absmax,
@@ -418,11 +427,12 @@ void CudaBackend::AdamW8bit(Tensor& param, const Tensor& grad, Tensor& m, Tensor
   CheckSameShape(param, v, "param", "v");
   CheckQuantBlocks(param, m_absmax, v_absmax);
   BATON_CHECK(config.step >= 1, "AdamW step is 1-based, got {}", config.step);
-  if (meta_) return;
-  LaunchAdamW8bit(static_cast<float*>(param.raw()), grad.raw(), grad.dtype(),
-                  static_cast<uint8_t*>(m.raw()), static_cast<float*>(m_absmax.raw()),
-                  static_cast<uint8_t*>(v.raw()), static_cast<float*>(v_absmax.raw()),
-                  param.numel(), ScalarsOf(config, grad_scale), stream_);
+  Compute([&] {
+    LaunchAdamW8bit(static_cast<float*>(param.raw()), grad.raw(), grad.dtype(),
+                    static_cast<uint8_t*>(m.raw()), static_cast<float*>(m_absmax.raw()),
+                    static_cast<uint8_t*>(v.raw()), static_cast<float*>(v_absmax.raw()),
+                    param.numel(), ScalarsOf(config, grad_scale), stream_);
+  });
 }
 
 }  // namespace cuda

@@ -13,10 +13,11 @@
 // reduction orders, one cuBLASLt algorithm per problem). f32 GEMMs are exact f32 unless
 // options.allow_tf32.
 //
-// Meta mode (MakeCudaMetaBackend, for the memory planner): no GPU is touched. The allocator is a
-// MetaAllocator for cuda:N, every method validates its arguments and books the workspace it
-// would (the cuBLASLt workspace included) and queues nothing; SumOfSquares returns 0, AllFinite
-// true.
+// Every method first validates its arguments and books its workspace, then hands what it queues
+// on the GPU to Compute(). CudaMetaBackend (MakeCudaMetaBackend, for the memory planner) is this
+// backend with a MetaAllocator for cuda:N and a Compute() that runs nothing: the same checks and
+// bookings (the cuBLASLt workspace included), no GPU touched, and no kernel with a meta branch of
+// its own.
 //
 // Thread safety: one backend serves one thread, which it makes use its GPU (cudaSetDevice) on
 // every call. Tensors must be released before the backend (they return to its allocator).
@@ -27,6 +28,7 @@
 #include <memory>
 #include <string>
 
+#include "core/function_ref.h"
 #include "kernels/backend.h"
 #include "kernels/cuda/caching_allocator.h"
 
@@ -42,19 +44,16 @@ struct CudaBackendOptions {
   size_t gemm_workspace_bytes = 32 << 20;  // cuBLASLt workspace, booked as workspace
 };
 
-class CudaBackend final : public Backend {
+class CudaBackend : public Backend {
  public:
   // Throws baton::Error when GPU `device_index` does not exist (or no driver is loaded).
   CudaBackend(MemoryLedger& ledger, int device_index, CudaBackendOptions options = {});
-  // Meta mode: stands for GPU `device_index` without using any GPU.
-  struct Meta {};
-  CudaBackend(Meta, MemoryLedger& ledger, int device_index, CudaBackendOptions options = {});
   ~CudaBackend() override;
 
   // The compute stream: everything this backend does is ordered on it. A communicator orders its
   // own stream after this one with events (record here, wait there) and back.
   cudaStream_t stream() const { return stream_; }
-  CachingAllocator& caching_allocator();  // not in meta mode
+  CachingAllocator& caching_allocator();  // not in a CudaMetaBackend
   const CudaBackendOptions& options() const { return options_; }
 
   Device device() const override { return Device::Cuda(index_); }
@@ -137,7 +136,17 @@ class CudaBackend final : public Backend {
   void AdamW8bit(Tensor& param, const Tensor& grad, Tensor& m, Tensor& m_absmax, Tensor& v,
                  Tensor& v_absmax, const AdamWConfig& config, float grad_scale) override;
 
+ protected:
+  // CudaMetaBackend's: books what the other constructor books, touches no GPU.
+  CudaBackend(std::unique_ptr<MetaAllocator> allocator, int device_index,
+              CudaBackendOptions options);
+
  private:
+  // A method's second half, after its checks and bookings: queues (or, where the method reads a
+  // result back, runs) `computation`'s GPU work.
+  virtual void Compute(FunctionRef<void()> computation) const { computation(); }
+  // The bytes of the radix sort's temporary storage for an embedding backward over `rows` ids.
+  virtual size_t SortWorkspaceBytes(int64_t rows) const;
   // Makes this backend's GPU current on the calling thread.
   void Activate() const;
   // Uninitialised device scratch, booked as workspace; freed (to the cache) with the handle.
@@ -165,13 +174,26 @@ class CudaBackend final : public Backend {
 
   int index_;
   CudaBackendOptions options_;
-  bool meta_ = false;
-  std::unique_ptr<Allocator> allocator_;  // a CachingAllocator, or a MetaAllocator in meta mode
-  cudaStream_t stream_ = nullptr;
-  Tensor id_error_buffer_;       // device memory for the kernels' first bad id...
-  IdError* id_error_ = nullptr;  // ...as an IdError; read back by SyncAndCheck
+  std::unique_ptr<Allocator> allocator_;  // a CachingAllocator, or CudaMetaBackend's MetaAllocator
+  cudaStream_t stream_ = nullptr;         // null in a CudaMetaBackend
+  Tensor id_error_buffer_;                // device memory for the kernels' first bad id...
+  IdError* id_error_ = nullptr;           // ...as an IdError; read back by SyncAndCheck
   Tensor gemm_workspace_;
   std::unique_ptr<CublasLtGemm> gemm_;
+};
+
+// The CUDA backend that books and never computes (MakeCudaMetaBackend): stands for GPU
+// `device_index` without using any GPU. Its tensors are meta tensors, each method checks its
+// arguments and books what CudaBackend's would, and Compute() drops the GPU work: SumOfSquares
+// returns 0, AllFinite true. Where the machine has no GPU, an embedding backward books a bound on
+// the sort's storage instead of its exact size (docs/memory.md, Limits).
+class CudaMetaBackend final : public CudaBackend {
+ public:
+  CudaMetaBackend(MemoryLedger& ledger, int device_index, CudaBackendOptions options = {});
+
+ private:
+  void Compute(FunctionRef<void()>) const override {}
+  size_t SortWorkspaceBytes(int64_t rows) const override;
 };
 
 // Number of CUDA devices, or 0 when there is none or no driver (never throws). `why` (optional)

@@ -139,12 +139,22 @@ void CudaBackend::EmbeddingRowsForward(const Tensor& tokens, const Tensor& segme
   }
   CheckShape(out, {batch, seq, channels}, "out");
   const int32_t* segments = SegmentStarts(segment_starts, batch, seq, device());
-  if (meta_) return;
-  LaunchEmbeddingForward(static_cast<const int32_t*>(tokens.raw()), segments, wte.raw(),
-                         wte.dtype(), wpe.defined() ? wpe.raw() : nullptr,
-                         wpe.defined() ? wpe.dtype() : wte.dtype(), out.raw(), out.dtype(), batch,
-                         seq, channels, VocabRows{vocab_begin, wte.size(0), whole}, id_error_,
-                         stream_);
+  Compute([&] {
+    LaunchEmbeddingForward(static_cast<const int32_t*>(tokens.raw()), segments, wte.raw(),
+                           wte.dtype(), wpe.defined() ? wpe.raw() : nullptr,
+                           wpe.defined() ? wpe.dtype() : wte.dtype(), out.raw(), out.dtype(), batch,
+                           seq, channels, VocabRows{vocab_begin, wte.size(0), whole}, id_error_,
+                           stream_);
+  });
+}
+
+size_t CudaBackend::SortWorkspaceBytes(int64_t rows) const {
+  return EmbeddingBackwardWorkspaceBytes(rows);
+}
+
+size_t CudaMetaBackend::SortWorkspaceBytes(int64_t rows) const {
+  return CudaDeviceCount() == 0 ? EmbeddingBackwardWorkspaceBound(rows)
+                                : EmbeddingBackwardWorkspaceBytes(rows);
 }
 
 void CudaBackend::EmbeddingRowsBackward(const Tensor& tokens, const Tensor& segment_starts,
@@ -161,22 +171,19 @@ void CudaBackend::EmbeddingRowsBackward(const Tensor& tokens, const Tensor& segm
   const int32_t* segments = SegmentStarts(segment_starts, batch, seq, device());
   const int64_t rows = batch * seq;
   // The radix sort's workspace for the scatter-adds by id (tokens, or positions below).
-  const auto sort_bytes = [&] {
-    return meta_ && CudaDeviceCount() == 0 ? EmbeddingBackwardWorkspaceBound(rows)
-                                           : EmbeddingBackwardWorkspaceBytes(rows);
-  };
+  const auto sort_bytes = [&] { return SortWorkspaceBytes(rows); };
   if (dwte.defined()) {
     CheckFloat(dwte, device(), "dwte");
     BATON_CHECK(dwte.dim() == 2 && dwte.size(1) == channels, "dwte {} must be (V, {})",
                 dwte.ToString(), channels);
     const size_t bytes = sort_bytes();
     Tensor scratch = Workspace(static_cast<int64_t>((bytes + 3) / 4), DType::kF32);
-    if (!meta_) {
+    Compute([&] {
       LaunchEmbeddingBackwardTokens(static_cast<const int32_t*>(tokens.raw()), dout.raw(),
                                     dout.dtype(), dwte.raw(), dwte.dtype(), rows, channels,
                                     VocabRows{vocab_begin, dwte.size(0), whole}, scratch.raw(),
                                     scratch.nbytes(), id_error_, stream_);
-    }
+    });
   }
   if (dwpe.defined()) {
     CheckFloat(dwpe, device(), "dwpe");
@@ -188,21 +195,21 @@ void CudaBackend::EmbeddingRowsBackward(const Tensor& tokens, const Tensor& segm
       Tensor positions = Workspace(rows, DType::kI32);
       const size_t bytes = sort_bytes();
       Tensor scratch = Workspace(static_cast<int64_t>((bytes + 3) / 4), DType::kF32);
-      if (!meta_) {
+      Compute([&] {
         int32_t* p = static_cast<int32_t*>(positions.raw());
         LaunchPositions(segments, rows, seq, p, stream_);
         LaunchEmbeddingBackwardTokens(p, dout.raw(), dout.dtype(), dwpe.raw(), dwpe.dtype(), rows,
                                       channels, VocabRows{0, dwpe.size(0), true}, scratch.raw(),
                                       scratch.nbytes(), id_error_, stream_);
-      }
+      });
       return;
     }
     // dwpe[t] += sum_b dout[b, t]: column sums of dout seen as (B, T*C) into dwpe's first T rows.
     Tensor partials = Workspace(ColumnSumsPartials(batch, seq * channels), DType::kF32);
-    if (!meta_) {
+    Compute([&] {
       LaunchColumnSums(dout.raw(), dout.dtype(), batch, seq * channels,
                        static_cast<float*>(partials.raw()), dwpe.raw(), dwpe.dtype(), stream_);
-    }
+    });
   }
 }
 
@@ -221,10 +228,11 @@ void CudaBackend::LayerNormForward(const Tensor& x, const Tensor& weight, const 
   CheckShape(out, x.shape(), "out");
   CheckNumel(mean, xm.rows, "mean");
   CheckNumel(rstd, xm.rows, "rstd");
-  if (meta_) return;
-  LaunchLayerNormForward(x.raw(), x.dtype(), weight.raw(), weight.dtype(), bias.raw(), bias.dtype(),
-                         out.raw(), out.dtype(), static_cast<float*>(mean.raw()),
-                         static_cast<float*>(rstd.raw()), xm.rows, xm.cols, stream_);
+  Compute([&] {
+    LaunchLayerNormForward(x.raw(), x.dtype(), weight.raw(), weight.dtype(), bias.raw(),
+                           bias.dtype(), out.raw(), out.dtype(), static_cast<float*>(mean.raw()),
+                           static_cast<float*>(rstd.raw()), xm.rows, xm.cols, stream_);
+  });
 }
 
 void CudaBackend::LayerNormBackward(const Tensor& dout, const Tensor& x, const Tensor& weight,
@@ -250,12 +258,13 @@ void CudaBackend::LayerNormBackward(const Tensor& dout, const Tensor& x, const T
   CheckNumel(mean, xm.rows, "mean");
   CheckNumel(rstd, xm.rows, "rstd");
   Tensor partials = Workspace(2 * ColumnSumsPartials(xm.rows, xm.cols), DType::kF32);
-  if (meta_) return;
-  LaunchLayerNormBackward(dout.raw(), dout.dtype(), x.raw(), x.dtype(), weight.raw(),
-                          weight.dtype(), static_cast<const float*>(mean.raw()),
-                          static_cast<const float*>(rstd.raw()), dx.raw(), dx.dtype(),
-                          dweight.raw(), dweight.dtype(), dbias.raw(), dbias.dtype(),
-                          static_cast<float*>(partials.raw()), xm.rows, xm.cols, stream_);
+  Compute([&] {
+    LaunchLayerNormBackward(dout.raw(), dout.dtype(), x.raw(), x.dtype(), weight.raw(),
+                            weight.dtype(), static_cast<const float*>(mean.raw()),
+                            static_cast<const float*>(rstd.raw()), dx.raw(), dx.dtype(),
+                            dweight.raw(), dweight.dtype(), dbias.raw(), dbias.dtype(),
+                            static_cast<float*>(partials.raw()), xm.rows, xm.cols, stream_);
+  });
 }
 
 void CudaBackend::GeluForward(const Tensor& x, Tensor& out) {
@@ -263,8 +272,8 @@ void CudaBackend::GeluForward(const Tensor& x, Tensor& out) {
   CheckFloat(x, device(), "x");
   CheckFloat(out, device(), "out");
   CheckShape(out, x.shape(), "out");
-  if (meta_) return;
-  LaunchGeluForward(x.raw(), x.dtype(), out.raw(), out.dtype(), x.numel(), stream_);
+  Compute(
+      [&] { LaunchGeluForward(x.raw(), x.dtype(), out.raw(), out.dtype(), x.numel(), stream_); });
 }
 
 void CudaBackend::GeluBackward(const Tensor& x, const Tensor& dout, Tensor& dx) {
@@ -274,9 +283,10 @@ void CudaBackend::GeluBackward(const Tensor& x, const Tensor& dout, Tensor& dx) 
   CheckFloat(dx, device(), "dx");
   CheckShape(dout, x.shape(), "dout");
   CheckShape(dx, x.shape(), "dx");
-  if (meta_) return;
-  LaunchGeluBackward(x.raw(), x.dtype(), dout.raw(), dout.dtype(), dx.raw(), dx.dtype(), x.numel(),
-                     stream_);
+  Compute([&] {
+    LaunchGeluBackward(x.raw(), x.dtype(), dout.raw(), dout.dtype(), dx.raw(), dx.dtype(),
+                       x.numel(), stream_);
+  });
 }
 
 // Per batch element b, as a batch over heads: S = scale Q K^T into probs (f32), the causal
@@ -301,41 +311,42 @@ void CudaBackend::AttentionForward(const Tensor& qkv, const Tensor& segment_star
   Tensor probs_io;  // P in the operand dtype, when that isn't f32
   if (io != DType::kF32) probs_io = Workspace(probs.numel(), io);
   const Tensor& p_operand = io == DType::kF32 ? probs : probs_io;
-  if (meta_) return;
-  for (int64_t b = 0; b < shape.batch; ++b) {
-    const int64_t qkv_b = b * t * 3 * c;
-    GemmProblem scores;
-    scores.trans_b = true;
-    scores.m = t;
-    scores.n = t;
-    scores.k = d;
-    scores.a = Heads(q, qkv_b, 3 * c, d);
-    scores.b = Heads(q, qkv_b + c, 3 * c, d);
-    scores.out = At(probs, b * nh * t * t);
-    scores.out_dtype = DType::kF32;
-    scores.ldo = t;
-    scores.out_batch_stride = t * t;
-    scores.batch = static_cast<int>(nh);
-    scores.alpha = scale;
-    gemm_->Run(scores, stream_);
-  }
-  LaunchCausalSoftmax(static_cast<float*>(probs.raw()), shape.batch * nh * t, t, segments, nh * t,
-                      probs_io.defined() ? probs_io.raw() : nullptr, io, stream_);
-  for (int64_t b = 0; b < shape.batch; ++b) {
-    GemmProblem values;
-    values.m = t;
-    values.n = d;
-    values.k = t;
-    values.a = Squares(p_operand, b * nh * t * t, t);
-    values.b = Heads(q, b * t * 3 * c + 2 * c, 3 * c, d);
-    values.out = At(o, b * t * c);
-    values.out_dtype = io;
-    values.ldo = c;
-    values.out_batch_stride = d;
-    values.batch = static_cast<int>(nh);
-    gemm_->Run(values, stream_);
-  }
-  if (o.raw() != out.raw()) LaunchCast(o.raw(), io, out.raw(), out.dtype(), out.numel(), stream_);
+  Compute([&] {
+    for (int64_t b = 0; b < shape.batch; ++b) {
+      const int64_t qkv_b = b * t * 3 * c;
+      GemmProblem scores;
+      scores.trans_b = true;
+      scores.m = t;
+      scores.n = t;
+      scores.k = d;
+      scores.a = Heads(q, qkv_b, 3 * c, d);
+      scores.b = Heads(q, qkv_b + c, 3 * c, d);
+      scores.out = At(probs, b * nh * t * t);
+      scores.out_dtype = DType::kF32;
+      scores.ldo = t;
+      scores.out_batch_stride = t * t;
+      scores.batch = static_cast<int>(nh);
+      scores.alpha = scale;
+      gemm_->Run(scores, stream_);
+    }
+    LaunchCausalSoftmax(static_cast<float*>(probs.raw()), shape.batch * nh * t, t, segments, nh * t,
+                        probs_io.defined() ? probs_io.raw() : nullptr, io, stream_);
+    for (int64_t b = 0; b < shape.batch; ++b) {
+      GemmProblem values;
+      values.m = t;
+      values.n = d;
+      values.k = t;
+      values.a = Squares(p_operand, b * nh * t * t, t);
+      values.b = Heads(q, b * t * 3 * c + 2 * c, 3 * c, d);
+      values.out = At(o, b * t * c);
+      values.out_dtype = io;
+      values.ldo = c;
+      values.out_batch_stride = d;
+      values.batch = static_cast<int>(nh);
+      gemm_->Run(values, stream_);
+    }
+    if (o.raw() != out.raw()) LaunchCast(o.raw(), io, out.raw(), out.dtype(), out.numel(), stream_);
+  });
 }
 
 // Per batch element b, as a batch over heads: dP = dO V^T (f32), dS = scale P (dP - rowsum(P dP))
@@ -366,56 +377,57 @@ void CudaBackend::AttentionBackward(const Tensor& dout, const Tensor& qkv,
     ds_io = Workspace(nh * t * t, io);
     probs_io = Workspace(nh * t * t, io);
   }
-  if (meta_) return;
-  for (int64_t b = 0; b < shape.batch; ++b) {
-    const int64_t qkv_b = b * t * 3 * c;
-    const int64_t probs_b = b * nh * t * t;
-    GemmProblem dp;
-    dp.trans_b = true;
-    dp.m = t;
-    dp.n = t;
-    dp.k = d;
-    dp.a = Heads(g, b * t * c, c, d);
-    dp.b = Heads(q, qkv_b + 2 * c, 3 * c, d);
-    dp.out = ds.raw();
-    dp.out_dtype = DType::kF32;
-    dp.ldo = t;
-    dp.out_batch_stride = t * t;
-    dp.batch = static_cast<int>(nh);
-    gemm_->Run(dp, stream_);
-    LaunchCausalSoftmaxBackward(static_cast<const float*>(At(probs, probs_b)),
-                                static_cast<float*>(ds.raw()), nh * t, t,
-                                segments == nullptr ? nullptr : segments + b * t, nh * t, scale,
-                                ds_io.defined() ? ds_io.raw() : nullptr,
-                                probs_io.defined() ? probs_io.raw() : nullptr, io, stream_);
-    const GemmMatrix ds_operand = Squares(io == DType::kF32 ? ds : ds_io, 0, t);
-    const GemmMatrix p_operand =
-        io == DType::kF32 ? Squares(probs, probs_b, t) : Squares(probs_io, 0, t);
-    // Three products of the same form: out (T, D) head slices of dq, accumulated.
-    const auto accumulate = [&](bool trans_a, const GemmMatrix& lhs, const GemmMatrix& rhs,
-                                int64_t out_offset) {
-      GemmProblem p;
-      p.trans_a = trans_a;
-      p.m = t;
-      p.n = d;
-      p.k = t;
-      p.a = lhs;
-      p.b = rhs;
-      p.out = At(dq, qkv_b + out_offset);
-      p.out_dtype = io;
-      p.ldo = 3 * c;
-      p.out_batch_stride = d;
-      p.batch = static_cast<int>(nh);
-      p.beta = 1.0f;
-      gemm_->Run(p, stream_);
-    };
-    accumulate(false, ds_operand, Heads(q, qkv_b + c, 3 * c, d), 0);  // dQ += dS K
-    accumulate(true, ds_operand, Heads(q, qkv_b, 3 * c, d), c);       // dK += dS^T Q
-    accumulate(true, p_operand, Heads(g, b * t * c, c, d), 2 * c);    // dV += P^T dO
-  }
-  if (dq.raw() != dqkv.raw()) {
-    LaunchCast(dq.raw(), io, dqkv.raw(), dqkv.dtype(), dqkv.numel(), stream_);
-  }
+  Compute([&] {
+    for (int64_t b = 0; b < shape.batch; ++b) {
+      const int64_t qkv_b = b * t * 3 * c;
+      const int64_t probs_b = b * nh * t * t;
+      GemmProblem dp;
+      dp.trans_b = true;
+      dp.m = t;
+      dp.n = t;
+      dp.k = d;
+      dp.a = Heads(g, b * t * c, c, d);
+      dp.b = Heads(q, qkv_b + 2 * c, 3 * c, d);
+      dp.out = ds.raw();
+      dp.out_dtype = DType::kF32;
+      dp.ldo = t;
+      dp.out_batch_stride = t * t;
+      dp.batch = static_cast<int>(nh);
+      gemm_->Run(dp, stream_);
+      LaunchCausalSoftmaxBackward(static_cast<const float*>(At(probs, probs_b)),
+                                  static_cast<float*>(ds.raw()), nh * t, t,
+                                  segments == nullptr ? nullptr : segments + b * t, nh * t, scale,
+                                  ds_io.defined() ? ds_io.raw() : nullptr,
+                                  probs_io.defined() ? probs_io.raw() : nullptr, io, stream_);
+      const GemmMatrix ds_operand = Squares(io == DType::kF32 ? ds : ds_io, 0, t);
+      const GemmMatrix p_operand =
+          io == DType::kF32 ? Squares(probs, probs_b, t) : Squares(probs_io, 0, t);
+      // Three products of the same form: out (T, D) head slices of dq, accumulated.
+      const auto accumulate = [&](bool trans_a, const GemmMatrix& lhs, const GemmMatrix& rhs,
+                                  int64_t out_offset) {
+        GemmProblem p;
+        p.trans_a = trans_a;
+        p.m = t;
+        p.n = d;
+        p.k = t;
+        p.a = lhs;
+        p.b = rhs;
+        p.out = At(dq, qkv_b + out_offset);
+        p.out_dtype = io;
+        p.ldo = 3 * c;
+        p.out_batch_stride = d;
+        p.batch = static_cast<int>(nh);
+        p.beta = 1.0f;
+        gemm_->Run(p, stream_);
+      };
+      accumulate(false, ds_operand, Heads(q, qkv_b + c, 3 * c, d), 0);  // dQ += dS K
+      accumulate(true, ds_operand, Heads(q, qkv_b, 3 * c, d), c);       // dK += dS^T Q
+      accumulate(true, p_operand, Heads(g, b * t * c, c, d), 2 * c);    // dV += P^T dO
+    }
+    if (dq.raw() != dqkv.raw()) {
+      LaunchCast(dq.raw(), io, dqkv.raw(), dqkv.dtype(), dqkv.numel(), stream_);
+    }
+  });
 }
 
 // One kernel (flash_attention.cu): per (query tile, b, h) block, key tiles streamed with an
@@ -431,10 +443,11 @@ void CudaBackend::FlashAttentionForward(const Tensor& qkv, const Tensor& segment
   CheckFlashShape(shape, FlashForwardBlocks(shape.batch, shape.seq, shape.heads));
   const int32_t* segments = SegmentStarts(segment_starts, shape.batch, shape.seq, device());
   if (shape.batch * shape.seq == 0) return;
-  if (meta_) return;
-  LaunchFlashAttentionForward(qkv.raw(), segments, qkv.dtype(), out.raw(), out.dtype(),
-                              static_cast<float*>(lse.raw()), shape.batch, shape.seq,
-                              shape.channels, shape.heads, stream_);
+  Compute([&] {
+    LaunchFlashAttentionForward(qkv.raw(), segments, qkv.dtype(), out.raw(), out.dtype(),
+                                static_cast<float*>(lse.raw()), shape.batch, shape.seq,
+                                shape.channels, shape.heads, stream_);
+  });
 }
 
 // One kernel: key blocks (dK, dV) and query blocks (dQ) in one grid, P recomputed from lse, each
@@ -455,11 +468,12 @@ void CudaBackend::FlashAttentionBackward(const Tensor& dout, const Tensor& qkv,
   CheckFlashShape(shape, FlashBackwardBlocks(shape.batch, shape.seq, shape.heads));
   const int32_t* segments = SegmentStarts(segment_starts, shape.batch, shape.seq, device());
   if (shape.batch * shape.seq == 0) return;
-  if (meta_) return;
-  LaunchFlashAttentionBackward(dout.raw(), dout.dtype(), qkv.raw(), segments, qkv.dtype(),
-                               out.raw(), out.dtype(), static_cast<const float*>(lse.raw()),
-                               dqkv.raw(), dqkv.dtype(), shape.batch, shape.seq, shape.channels,
-                               shape.heads, stream_);
+  Compute([&] {
+    LaunchFlashAttentionBackward(dout.raw(), dout.dtype(), qkv.raw(), segments, qkv.dtype(),
+                                 out.raw(), out.dtype(), static_cast<const float*>(lse.raw()),
+                                 dqkv.raw(), dqkv.dtype(), shape.batch, shape.seq, shape.channels,
+                                 shape.heads, stream_);
+  });
 }
 
 // Two copy kernels and one attention kernel (cached_attention.cu); no workspace.
@@ -484,10 +498,11 @@ void CudaBackend::CachedAttentionForward(const Tensor& qkv, int num_heads, int64
               "cached attention of batch {} x {} heads x {} queries is too large for one grid",
               shape.batch, shape.heads, shape.seq);
   if (shape.batch * shape.seq == 0) return;
-  if (meta_) return;
-  LaunchCachedAttentionForward(qkv.raw(), qkv.dtype(), k_cache.raw(), v_cache.raw(), out.raw(),
-                               out.dtype(), shape.batch, shape.seq, past, k_cache.size(1),
-                               shape.channels, shape.heads, stream_);
+  Compute([&] {
+    LaunchCachedAttentionForward(qkv.raw(), qkv.dtype(), k_cache.raw(), v_cache.raw(), out.raw(),
+                                 out.dtype(), shape.batch, shape.seq, past, k_cache.size(1),
+                                 shape.channels, shape.heads, stream_);
+  });
 }
 
 void CudaBackend::CrossEntropyForward(const Tensor& logits, const Tensor& targets, Tensor& loss) {
@@ -496,11 +511,12 @@ void CudaBackend::CrossEntropyForward(const Tensor& logits, const Tensor& target
   CheckF32(loss, device(), "loss");
   CheckNumel(loss, 1, "loss");
   Tensor row_losses = Workspace(lm.rows, DType::kF32);
-  if (meta_) return;
-  LaunchCrossEntropyForward(logits.raw(), logits.dtype(),
-                            static_cast<const int32_t*>(targets.raw()),
-                            static_cast<float*>(row_losses.raw()), static_cast<float*>(loss.raw()),
-                            lm.rows, lm.cols, id_error_, stream_);
+  Compute([&] {
+    LaunchCrossEntropyForward(
+        logits.raw(), logits.dtype(), static_cast<const int32_t*>(targets.raw()),
+        static_cast<float*>(row_losses.raw()), static_cast<float*>(loss.raw()), lm.rows, lm.cols,
+        id_error_, stream_);
+  });
 }
 
 void CudaBackend::CrossEntropyBackward(const Tensor& logits, const Tensor& targets,
@@ -517,11 +533,12 @@ void CudaBackend::CrossEntropyShardStats(const Tensor& logits, const Tensor& tar
   CheckVocabBegin(vocab_begin);
   CheckF32(stats, device(), "stats");
   CheckShape(stats, {lm.rows, 3}, "stats");
-  if (meta_) return;
-  LaunchCrossEntropyShardStats(logits.raw(), logits.dtype(),
-                               static_cast<const int32_t*>(targets.raw()),
-                               VocabRows{vocab_begin, lm.cols, false},
-                               static_cast<float*>(stats.raw()), lm.rows, id_error_, stream_);
+  Compute([&] {
+    LaunchCrossEntropyShardStats(logits.raw(), logits.dtype(),
+                                 static_cast<const int32_t*>(targets.raw()),
+                                 VocabRows{vocab_begin, lm.cols, false},
+                                 static_cast<float*>(stats.raw()), lm.rows, id_error_, stream_);
+  });
 }
 
 void CudaBackend::CrossEntropyShardCombine(const Tensor& all_stats, const Tensor& targets,
@@ -539,11 +556,12 @@ void CudaBackend::CrossEntropyShardCombine(const Tensor& all_stats, const Tensor
   CheckShape(row_stats, {rows, 2}, "row_stats");
   CheckNumel(loss, 1, "loss");
   Tensor row_losses = Workspace(rows, DType::kF32);
-  if (meta_) return;
-  LaunchCrossEntropyShardCombine(
-      static_cast<const float*>(all_stats.raw()), static_cast<const int32_t*>(targets.raw()), ranks,
-      rows, static_cast<float*>(row_stats.raw()), static_cast<float*>(row_losses.raw()),
-      static_cast<float*>(loss.raw()), id_error_, stream_);
+  Compute([&] {
+    LaunchCrossEntropyShardCombine(
+        static_cast<const float*>(all_stats.raw()), static_cast<const int32_t*>(targets.raw()),
+        ranks, rows, static_cast<float*>(row_stats.raw()), static_cast<float*>(row_losses.raw()),
+        static_cast<float*>(loss.raw()), id_error_, stream_);
+  });
 }
 
 void CudaBackend::CrossEntropyShardBackward(const Tensor& logits, const Tensor& targets,
@@ -567,12 +585,13 @@ void CudaBackend::CrossEntropyGradient(const Tensor& logits, const Tensor& targe
               "in-place cross-entropy backward needs one dtype, got {} and {}", logits.ToString(),
               dlogits.ToString());
   Tensor factor = Workspace(1, DType::kF32);  // grad_scale / counted rows, computed on the device
-  if (meta_) return;
-  LaunchCrossEntropyBackward(
-      logits.raw(), logits.dtype(), static_cast<const int32_t*>(targets.raw()), vocab,
-      row_stats.defined() ? static_cast<const float*>(row_stats.raw()) : nullptr, grad_scale,
-      static_cast<float*>(factor.raw()), dlogits.raw(), dlogits.dtype(), targets.numel(), id_error_,
-      stream_);
+  Compute([&] {
+    LaunchCrossEntropyBackward(
+        logits.raw(), logits.dtype(), static_cast<const int32_t*>(targets.raw()), vocab,
+        row_stats.defined() ? static_cast<const float*>(row_stats.raw()) : nullptr, grad_scale,
+        static_cast<float*>(factor.raw()), dlogits.raw(), dlogits.dtype(), targets.numel(),
+        id_error_, stream_);
+  });
 }
 
 }  // namespace baton::cuda

@@ -47,9 +47,10 @@ void CudaBackend::RmsNormForward(const Tensor& x, const Tensor& weight, float ep
   CheckNumel(weight, xm.cols, "weight");
   CheckShape(out, x.shape(), "out");
   CheckNumel(rstd, xm.rows, "rstd");
-  if (meta_) return;
-  LaunchRmsNormForward(x.raw(), x.dtype(), weight.raw(), weight.dtype(), eps, out.raw(),
-                       out.dtype(), static_cast<float*>(rstd.raw()), xm.rows, xm.cols, stream_);
+  Compute([&] {
+    LaunchRmsNormForward(x.raw(), x.dtype(), weight.raw(), weight.dtype(), eps, out.raw(),
+                         out.dtype(), static_cast<float*>(rstd.raw()), xm.rows, xm.cols, stream_);
+  });
 }
 
 void CudaBackend::RmsNormBackward(const Tensor& dout, const Tensor& x, const Tensor& weight,
@@ -70,11 +71,12 @@ void CudaBackend::RmsNormBackward(const Tensor& dout, const Tensor& x, const Ten
   CheckNumel(dweight, xm.cols, "dweight");
   CheckNumel(rstd, xm.rows, "rstd");
   Tensor partials = Workspace(ColumnSumsPartials(xm.rows, xm.cols), DType::kF32);
-  if (meta_) return;
-  LaunchRmsNormBackward(dout.raw(), dout.dtype(), x.raw(), x.dtype(), weight.raw(), weight.dtype(),
-                        static_cast<const float*>(rstd.raw()), dx.raw(), dx.dtype(), dweight.raw(),
-                        dweight.dtype(), static_cast<float*>(partials.raw()), xm.rows, xm.cols,
-                        stream_);
+  Compute([&] {
+    LaunchRmsNormBackward(dout.raw(), dout.dtype(), x.raw(), x.dtype(), weight.raw(),
+                          weight.dtype(), static_cast<const float*>(rstd.raw()), dx.raw(),
+                          dx.dtype(), dweight.raw(), dweight.dtype(),
+                          static_cast<float*>(partials.raw()), xm.rows, xm.cols, stream_);
+  });
 }
 
 void CudaBackend::SwiGluForward(const Tensor& gate_up, Tensor& out) {
@@ -84,9 +86,10 @@ void CudaBackend::SwiGluForward(const Tensor& gate_up, Tensor& out) {
   Shape shape = gate_up.shape();
   shape.back() = hidden;
   CheckShape(out, shape, "out");
-  if (meta_) return;
-  LaunchSwiGluForward(gate_up.raw(), gate_up.dtype(), out.raw(), out.dtype(),
-                      AsMatrix(gate_up, "gate_up").rows, hidden, stream_);
+  Compute([&] {
+    LaunchSwiGluForward(gate_up.raw(), gate_up.dtype(), out.raw(), out.dtype(),
+                        AsMatrix(gate_up, "gate_up").rows, hidden, stream_);
+  });
 }
 
 void CudaBackend::SwiGluBackward(const Tensor& gate_up, const Tensor& dout, Tensor& dgate_up) {
@@ -98,9 +101,10 @@ void CudaBackend::SwiGluBackward(const Tensor& gate_up, const Tensor& dout, Tens
   shape.back() = hidden;
   CheckShape(dout, shape, "dout");
   CheckShape(dgate_up, gate_up.shape(), "dgate_up");
-  if (meta_) return;
-  LaunchSwiGluBackward(gate_up.raw(), gate_up.dtype(), dout.raw(), dout.dtype(), dgate_up.raw(),
-                       dgate_up.dtype(), AsMatrix(gate_up, "gate_up").rows, hidden, stream_);
+  Compute([&] {
+    LaunchSwiGluBackward(gate_up.raw(), gate_up.dtype(), dout.raw(), dout.dtype(), dgate_up.raw(),
+                         dgate_up.dtype(), AsMatrix(gate_up, "gate_up").rows, hidden, stream_);
+  });
 }
 
 // The inverse frequencies are made on the host (RopeInverseFrequency, the CPU's f32 values bit
@@ -123,13 +127,14 @@ void CudaBackend::RotaryEmbedding(Tensor& qkv, const Tensor& segment_starts, int
     CheckShape(segment_starts, {batch, seq}, "segment_starts");
     segments = static_cast<const int32_t*>(segment_starts.raw());
   }
-  if (meta_) return;
-  RopeFrequencies frequencies{};
-  for (int64_t i = 0; i < dim / 2; ++i)
-    frequencies.inv_freq[i] = RopeInverseFrequency(rope, i, dim);
-  // The query and key heads are the first NH + KVH heads of a row.
-  LaunchRotaryEmbedding(qkv.raw(), qkv.dtype(), segments, start, batch, seq, qkv.size(2),
-                        heads.query + int64_t{heads.kv}, dim, frequencies, inverse, stream_);
+  Compute([&] {
+    RopeFrequencies frequencies{};
+    for (int64_t i = 0; i < dim / 2; ++i)
+      frequencies.inv_freq[i] = RopeInverseFrequency(rope, i, dim);
+    // The query and key heads are the first NH + KVH heads of a row.
+    LaunchRotaryEmbedding(qkv.raw(), qkv.dtype(), segments, start, batch, seq, qkv.size(2),
+                          heads.query + int64_t{heads.kv}, dim, frequencies, inverse, stream_);
+  });
 }
 
 void CudaBackend::RepeatKv(const Tensor& qkv, const AttentionHeads& heads, Tensor& out) {
@@ -139,9 +144,10 @@ void CudaBackend::RepeatKv(const Tensor& qkv, const AttentionHeads& heads, Tenso
   BATON_CHECK(out.dtype() == qkv.dtype(), "out {} must have qkv's dtype {}", out.ToString(),
               Name(qkv.dtype()));
   CheckShape(out, {qkv.size(0), qkv.size(1), 3 * heads.query * dim}, "out");
-  if (meta_) return;
-  LaunchRepeatKv(qkv.raw(), out.raw(), qkv.dtype(), qkv.size(0) * qkv.size(1), heads.query,
-                 heads.kv, dim, stream_);
+  Compute([&] {
+    LaunchRepeatKv(qkv.raw(), out.raw(), qkv.dtype(), qkv.size(0) * qkv.size(1), heads.query,
+                   heads.kv, dim, stream_);
+  });
 }
 
 void CudaBackend::RepeatKvBackward(const Tensor& dout, const AttentionHeads& heads, Tensor& dqkv) {
@@ -149,9 +155,10 @@ void CudaBackend::RepeatKvBackward(const Tensor& dout, const AttentionHeads& hea
   const int64_t dim = QkvHeadDim(dqkv, heads, device(), "dqkv");
   CheckFloat(dout, device(), "dout");
   CheckShape(dout, {dqkv.size(0), dqkv.size(1), 3 * heads.query * dim}, "dout");
-  if (meta_) return;
-  LaunchRepeatKvBackward(dout.raw(), dout.dtype(), dqkv.raw(), dqkv.dtype(),
-                         dqkv.size(0) * dqkv.size(1), heads.query, heads.kv, dim, stream_);
+  Compute([&] {
+    LaunchRepeatKvBackward(dout.raw(), dout.dtype(), dqkv.raw(), dqkv.dtype(),
+                           dqkv.size(0) * dqkv.size(1), heads.query, heads.kv, dim, stream_);
+  });
 }
 
 }  // namespace baton::cuda
