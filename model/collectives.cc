@@ -1,8 +1,8 @@
-// Each layer kind's collectives: its sublayers' (sublayers.h), and the embedding's and the
+// Each layer kind's collectives: a block's sublayers' (sublayer.h), and the embedding's and the
 // head's (embedding.cc, head.cc issue them).
 #include "model/collectives.h"
 
-#include "model/sublayers.h"
+#include "model/sublayer.h"
 
 namespace baton {
 
@@ -28,11 +28,10 @@ LayerCollectives CollectivesOf(const LayerSpec& spec, const ModelDims& dims,
       if (sp) c.backward = {{Kind::kGatherSequence, activation, act}};
       break;
     case LayerKind::kBlock:
-      c.Append(model_ops::AttentionSublayerCollectives(rows, dims.width, act, norm_bias, layout));
-      c.Append(model_ops::MlpSublayerCollectives(rows, dims.width, act, norm_bias, layout));
-      break;
     case LayerKind::kMlpBlock:
-      c.Append(model_ops::MlpSublayerCollectives(rows, dims.width, act, norm_bias, layout));
+      for (const auto& sublayer : SublayersOf(spec.kind, dims)) {
+        c.Append(sublayer->Collectives(rows, act, layout));
+      }
       break;
     case LayerKind::kHead:  // ln_f gathered, the loss's row statistics summed; dln summed back
       if (sp) c.forward.push_back({Kind::kGatherSequence, activation, act});

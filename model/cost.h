@@ -1,7 +1,8 @@
 // The cost model: per layer of the graph, parameters and FLOPs, computed analytically (closed
-// forms, not by building layers), so a partitioner can balance stages and a simulator can time
-// them before anything runs. docs/model.md derives every formula. Memory is not modelled here:
-// the memory planner runs the real layers on a meta backend (planner/memory_planner.h).
+// forms, not by building layers; a block's are its sublayers', model/sublayer.h), so a
+// partitioner can balance stages and a simulator can time them before anything runs.
+// docs/model.md derives every formula. Memory is not modelled here: the memory planner runs the
+// real layers on a meta backend (planner/memory_planner.h).
 // Notation: V vocab, maxT context, C width, NH heads, L num_layers; per micro-batch B sequences of
 // T tokens, N = B*T rows.
 //

@@ -84,11 +84,9 @@ std::unique_ptr<Layer> BuildUnwrapped(const LayerSpec& spec, const ModelDims& di
       return std::make_unique<EmbeddingLayer>(backend, dims, param_dtype, act_dtype, seed,
                                               spec.index, tensor);
     case LayerKind::kBlock:
-      return std::make_unique<BlockLayer>(backend, dims, param_dtype, act_dtype, seed, spec.index,
-                                          spec.block_index, local, tensor);
     case LayerKind::kMlpBlock:
-      return std::make_unique<MlpBlockLayer>(backend, dims, param_dtype, act_dtype, seed,
-                                             spec.index, spec.block_index, local, tensor);
+      return std::make_unique<BlockLayer>(spec.kind, backend, dims, param_dtype, act_dtype, seed,
+                                          spec.index, spec.block_index, local, tensor);
     case LayerKind::kHead:
       return std::make_unique<HeadLayer>(backend, dims, param_dtype, act_dtype, seed, spec.index,
                                          tensor);

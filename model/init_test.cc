@@ -112,9 +112,9 @@ TEST(Init, SameSeedAndLayerIndexGiveIdenticalBitsInAnyBuildOrder) {
 TEST(Init, OtherSeedsOrLayerIndicesGiveOtherWeights) {
   CpuFixture fx;
   const ModelDims dims = model_test::TinyDims();
-  BlockLayer base(*fx.backend, dims, DType::kF32, DType::kF32, 9, 1, 0);
-  BlockLayer other_seed(*fx.backend, dims, DType::kF32, DType::kF32, 10, 1, 0);
-  BlockLayer other_index(*fx.backend, dims, DType::kF32, DType::kF32, 9, 2, 0);
+  BlockLayer base(LayerKind::kBlock, *fx.backend, dims, DType::kF32, DType::kF32, 9, 1, 0);
+  BlockLayer other_seed(LayerKind::kBlock, *fx.backend, dims, DType::kF32, DType::kF32, 10, 1, 0);
+  BlockLayer other_index(LayerKind::kBlock, *fx.backend, dims, DType::kF32, DType::kF32, 9, 2, 0);
   const int c_attn = 2;
   EXPECT_NE(Bits(base.params()[c_attn]->value), Bits(other_seed.params()[c_attn]->value));
   EXPECT_NE(Bits(base.params()[c_attn]->value), Bits(other_index.params()[c_attn]->value));
@@ -123,8 +123,8 @@ TEST(Init, OtherSeedsOrLayerIndicesGiveOtherWeights) {
 TEST(Init, Bf16ParametersAreTheF32DrawsRoundedToNearestEven) {
   CpuFixture fx;
   const ModelDims dims = model_test::TinyDims();
-  BlockLayer f32(*fx.backend, dims, DType::kF32, DType::kF32, 5, 1, 0);
-  BlockLayer bf16(*fx.backend, dims, DType::kBF16, DType::kBF16, 5, 1, 0);
+  BlockLayer f32(LayerKind::kBlock, *fx.backend, dims, DType::kF32, DType::kF32, 5, 1, 0);
+  BlockLayer bf16(LayerKind::kBlock, *fx.backend, dims, DType::kBF16, DType::kBF16, 5, 1, 0);
   for (size_t i = 0; i < f32.params().size(); ++i) {
     const Tensor& full = f32.params()[i]->value;
     const Tensor& half = bf16.params()[i]->value;
@@ -178,7 +178,7 @@ TEST(TiedEmbedding, TyingAnythingButAnEmbeddingAndAHeadIsAnError) {
   CpuFixture fx;
   const ModelDims dims = model_test::TinyDims();
   EmbeddingLayer embedding(*fx.backend, dims, DType::kF32, DType::kF32, 1, 0);
-  BlockLayer block(*fx.backend, dims, DType::kF32, DType::kF32, 1, 1, 0);
+  BlockLayer block(LayerKind::kBlock, *fx.backend, dims, DType::kF32, DType::kF32, 1, 1, 0);
   EXPECT_THROW(TieEmbedding(static_cast<Layer&>(embedding), static_cast<Layer&>(block)), Error);
 }
 
@@ -191,7 +191,7 @@ TEST(Init, TheEmbeddingMustBeLayerZero) {
 TEST(ParamNames, BlockParametersFollowHuggingFaceGpt2) {
   CpuFixture fx;
   const ModelDims dims = model_test::TinyDims();
-  BlockLayer block(*fx.backend, dims, DType::kF32, DType::kF32, 1, 4, 3);
+  BlockLayer block(LayerKind::kBlock, *fx.backend, dims, DType::kF32, DType::kF32, 1, 4, 3);
   std::vector<std::string> names;
   std::vector<Shape> shapes;
   for (Param* p : block.params()) {
@@ -213,7 +213,7 @@ TEST(ParamNames, BlockParametersFollowHuggingFaceGpt2) {
 TEST(ParamNames, MlpBlockAndHeadParameters) {
   CpuFixture fx;
   const ModelDims dims = model_test::TinyDims();
-  MlpBlockLayer mlp(*fx.backend, dims, DType::kF32, DType::kF32, 1, 1, 0);
+  BlockLayer mlp(LayerKind::kMlpBlock, *fx.backend, dims, DType::kF32, DType::kF32, 1, 1, 0);
   std::vector<std::string> names;
   for (Param* p : mlp.params()) names.push_back(p->name);
   EXPECT_EQ(names, (std::vector<std::string>{"h.0.ln_2.weight", "h.0.ln_2.bias",

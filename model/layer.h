@@ -116,7 +116,7 @@ class Layer {
   virtual void set_selective_recompute(bool on) { (void)on; }
   virtual bool selective_recompute() const { return false; }
   // Attention computed flash-style (on by default): the stash keeps each row's log-sum-exp
-  // instead of the T x T probabilities (model/sublayers.h). Layers without attention ignore it.
+  // instead of the T x T probabilities (model/sublayer_ops.h). Layers without attention ignore it.
   virtual void set_flash_attention(bool on) { (void)on; }
   virtual bool flash_attention() const { return false; }
 

@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "model/from_config.h"
+#include "model/sublayer.h"
 
 namespace baton {
 
@@ -70,8 +71,9 @@ std::vector<int> MicroBatchCounts(const Config& config, int from) {
 std::vector<int> TensorCounts(const Config& config, int from, int stages, int max_processes) {
   std::vector<int> counts = {from};
   const ModelDims dims = DimsOf(config.model);
+  const std::vector<LayerSpec> graph = GraphOf(config.model);
   for (int t = 2 * from; t * stages <= max_processes; t *= 2) {
-    if (dims.num_heads % t != 0 || dims.kv_heads() % t != 0 || dims.hidden() % t != 0) break;
+    if (!BlocksSplitOver(graph, dims, t)) break;
     counts.push_back(t);
   }
   return counts;

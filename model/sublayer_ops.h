@@ -1,4 +1,5 @@
-// The two pre-norm residual sublayers of a block (internal to model/):
+// The computations of a block's two pre-norm residual sublayers (internal to model/; the
+// Sublayer type that owns each, its parameters and its collectives is in model/sublayer.h):
 //   attention: y = x + c_proj(attention(c_attn(ln(x))))
 //   mlp:       y = x + c_proj(gelu(c_fc(ln(x))))               GPT-2
 //              y = x + c_proj(silu(gate) * up), [gate | up] = c_fc(ln(x))   Llama (SwiGLU)
@@ -17,7 +18,7 @@
 //   mlp.fc (N,4C) mlp.act (N,4C)                            -- not under selective recompute
 //   (SwiGLU: fc (N,2H), act (N,H))
 // Backward recomputes whatever the stash lacks, with the same kernels, so the bits agree. The
-// order of allocations and frees in sublayers.cc is what model/cost.cc's workspace formulas
+// order of allocations and frees in sublayer_ops.cc is what model/cost.cc's workspace formulas
 // describe.
 #pragma once
 

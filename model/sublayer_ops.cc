@@ -1,5 +1,5 @@
-// The attention and MLP residual sublayers (see sublayers.h).
-#include "model/sublayers.h"
+// The attention and MLP sublayers' kernels (see sublayer_ops.h).
+#include "model/sublayer_ops.h"
 
 #include <string>
 

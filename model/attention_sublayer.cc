@@ -1,0 +1,120 @@
+// The attention sublayer (model/sublayer.h): y = x + c_proj(attention(c_attn(ln_1(x)))), its
+// kernels in model/sublayer_ops.cc. Parameters, in order ("h.{i}." prefixed): ln_1.weight (C),
+// ln_1.bias (C, LayerNorm only), attn.c_attn.weight (C, (NH+2KVH)D), attn.c_attn.bias,
+// attn.c_proj.weight (C, C), attn.c_proj.bias (biases per BlockSpec::linear_biases).
+#include <fmt/format.h>
+
+#include <memory>
+#include <string>
+
+#include "core/error.h"
+#include "model/sublayer.h"
+#include "model/sublayer_ops.h"
+
+namespace baton {
+namespace {
+
+using model_ops::LinearCut;
+
+class AttentionSublayer final : public Sublayer {
+ public:
+  explicit AttentionSublayer(const ModelDims& dims) : dims_(dims) {}
+
+  const char* name() const override { return "attention"; }
+  bool shared() const override { return dims_.share_attention; }
+
+  void AppendDefs(std::vector<ParamDef>& defs, const SublayerSource& source) const override {
+    const int64_t c = dims_.width;
+    const bool bias = dims_.spec().linear_biases;
+    model_ops::AppendNormDefs(defs, source, "ln_1", dims_);
+    const int64_t kv = int64_t{dims_.kv_heads()} * dims_.head_dim();
+    // Column-parallel by heads: each rank's queries, keys and values.
+    model_ops::AppendLinearDefs(defs, source, "attn.c_attn", c, dims_.qkv_width(), false,
+                                dims_.low_rank_attn, dims_.num_layers, bias,
+                                {LinearCut::kColumns, {c, kv, kv}});
+    model_ops::AppendLinearDefs(defs, source, "attn.c_proj", c, c, true, dims_.low_rank_attn,
+                                dims_.num_layers, bias, {LinearCut::kRows, {}});
+  }
+
+  std::string TensorSplitProblem(int tensor) const override {
+    if (dims_.num_heads % tensor == 0 && dims_.kv_heads() % tensor == 0) return "";
+    return fmt::format("{} query and {} key/value heads do not split over {} tensor ranks",
+                       dims_.num_heads, dims_.kv_heads(), tensor);
+  }
+
+  LayerCollectives Collectives(int64_t rows, DType act_dtype,
+                               const TensorLayout& layout) const override {
+    return model_ops::AttentionSublayerCollectives(rows, dims_.width, act_dtype,
+                                                   dims_.spec().norm_bias(), layout);
+  }
+
+  // c_attn and c_proj; QK^T and PV 2*2*B*T*T*C, counted for the full T x T.
+  int64_t ForwardFlops(const MicroBatchShape& shape) const override {
+    const int64_t n = shape.batch_size * shape.seq_len, c = dims_.width, r = dims_.low_rank_attn;
+    const int64_t linears =
+        2 * n * (model_ops::WeightCount(c, dims_.qkv_width(), r) + model_ops::WeightCount(c, c, r));
+    return linears + 4 * n * shape.seq_len * c;
+  }
+
+  // A low-rank linear's backward redoes x @ U; flash attention's backward redoes QK^T, and
+  // materialized attention under selective recompute QK^T and PV.
+  int64_t RecomputeFlops(const MicroBatchShape& shape) const override {
+    const int64_t n = shape.batch_size * shape.seq_len, c = dims_.width, r = dims_.low_rank_attn;
+    const int64_t low_rank = r > 0 ? 2 * n * r * (c + c) : 0;
+    if (shape.flash_attention) return low_rank + 2 * n * shape.seq_len * c;
+    return low_rank + (shape.selective_recompute ? 4 * n * shape.seq_len * c : 0);
+  }
+
+  void Bind(std::vector<Param>& params, const SublayerSource& source,
+            TensorGroup* tensor) override {
+    const int t = TensorSize(tensor);  // each tensor rank attends with its share of the heads
+    params_ = {model_ops::NormView(params, source.prefix + "ln_1", dims_),
+               model_ops::LinearView(params, source.prefix + "attn.c_attn"),
+               model_ops::LinearView(params, source.prefix + "attn.c_proj"),
+               AttentionHeads{dims_.num_heads / t, dims_.kv_heads() / t},
+               /*flash=*/true,
+               /*rotary=*/dims_.spec().rotary(),
+               dims_.rope,
+               tensor};
+    model_ops::MarkSequencePartial(params_.ln, tensor);
+  }
+
+  Tensor Forward(Backend& backend, const Tensor& x, const MicroBatch& batch,
+                 bool selective_recompute, Stash& stash) override {
+    return model_ops::AttentionSublayerForward(backend, params_, x, batch.segment_starts,
+                                               selective_recompute, stash);
+  }
+
+  Tensor Backward(Backend& backend, const Tensor& dy, const MicroBatch& batch, const Stash& stash,
+                  model_ops::WeightGradSink& sink, MemCategory dx_category) override {
+    return model_ops::AttentionSublayerBackward(backend, params_, dy, batch.segment_starts, stash,
+                                                sink, dx_category);
+  }
+
+  Tensor ForwardCached(Backend& backend, const Tensor& x, int64_t start, KvCache& cache,
+                       const std::string& who) override {
+    BATON_CHECK(start == cache.length, "{}: new positions from {}, but the cache holds {}", who,
+                start, cache.length);
+    return model_ops::AttentionSublayerCached(backend, params_, x, dims_.context, cache);
+  }
+
+  void AppendWeightMatrices(std::vector<Param*>& out) const override {
+    model_ops::AppendWeightMatrices(params_.c_attn, out);
+    model_ops::AppendWeightMatrices(params_.c_proj, out);
+  }
+
+  void set_flash_attention(bool on) override { params_.flash = on; }
+  bool flash_attention() const override { return params_.flash; }
+
+ private:
+  ModelDims dims_;
+  model_ops::AttentionParams params_;
+};
+
+}  // namespace
+
+std::unique_ptr<Sublayer> MakeAttentionSublayer(const ModelDims& dims) {
+  return std::make_unique<AttentionSublayer>(dims);
+}
+
+}  // namespace baton
