@@ -48,7 +48,7 @@ enum class OptimizerState { kF32, kInt8 };
 // smallest of every four consecutive inputs of each output channel (NVIDIA's 2:4 sparsity).
 enum class PrunePattern { kUnstructured, k2of4 };
 enum class DataFormat { kAuto, kText, kBin };
-enum class LrSchedule { kConstant, kCosine };
+enum class LrSchedule { kConstant, kCosine, kLinear, kWsd };
 // ScheduleKind and its names: scheduler/schedule_kinds.h's table.
 // The V-shaped schedules (zb-v, v-half, v-min, dualpipev): 2 chunks per stage, whatever
 // parallel.chunks says (scheduler/generators.h ChunksFor).
@@ -154,9 +154,10 @@ struct TrainConfig {
   int batch_size = 16;    // sequences per optimizer step
   int micro_batches = 4;  // the batch is cut into this many equal micro-batches
   double lr = 1e-3;
-  double min_lr = 0.0;  // the cosine schedule's floor
+  double min_lr = 0.0;  // the floor the decaying schedules end at
   int64_t warmup_steps = 0;
   LrSchedule lr_schedule = LrSchedule::kCosine;
+  int64_t decay_steps = 0;  // wsd: the last steps, decaying linearly to min_lr; 0 for the others
   double weight_decay = 0.1;
   double grad_clip = 1.0;  // global-norm clip; 0 disables
   double beta1 = 0.9;

@@ -66,6 +66,7 @@ void VisitTrain(TrainConfig& t, FieldVisitor& v) {
   v.VisitFloat("min_lr", t.min_lr, kNonNegativeFloat);
   v.Int("warmup_steps", t.warmup_steps, kNonNegativeInt);
   v.Enum("lr_schedule", t.lr_schedule, kLrScheduleNames);
+  v.Int("decay_steps", t.decay_steps, IntRule{0, kMaxTrainSteps});
   v.VisitFloat("weight_decay", t.weight_decay, kNonNegativeFloat);
   v.VisitFloat("grad_clip", t.grad_clip, kNonNegativeFloat);
   v.VisitFloat("beta1", t.beta1, kUnitInterval);

@@ -89,8 +89,10 @@ inline constexpr NameTable<LayerKind, 4> kLayerKindNames{{{"embedding", LayerKin
                                                           {"head", LayerKind::kHead}}};
 inline constexpr NameTable<DataFormat, 3> kDataFormatNames{
     {{"auto", DataFormat::kAuto}, {"text", DataFormat::kText}, {"bin", DataFormat::kBin}}};
-inline constexpr NameTable<LrSchedule, 2> kLrScheduleNames{
-    {{"constant", LrSchedule::kConstant}, {"cosine", LrSchedule::kCosine}}};
+inline constexpr NameTable<LrSchedule, 4> kLrScheduleNames{{{"constant", LrSchedule::kConstant},
+                                                            {"cosine", LrSchedule::kCosine},
+                                                            {"linear", LrSchedule::kLinear},
+                                                            {"wsd", LrSchedule::kWsd}}};
 // From the schedules' one table (scheduler/schedule_kinds.h), in its order.
 inline constexpr NameTable<ScheduleKind, kScheduleKinds.size()> kScheduleNames = [] {
   NameTable<ScheduleKind, kScheduleKinds.size()> names{};

@@ -487,6 +487,8 @@ Config UnusualConfig() {
   config.train.eps = 1e-8;
   config.train.min_lr = 1.0 / 3.0 * 1e-4;
   config.train.seed = 42;
+  config.train.lr_schedule = LrSchedule::kWsd;
+  config.train.decay_steps = 30;
   config.parallel.schedule = ScheduleKind::kInterleaved;
   config.parallel.chunks = 2;
   config.parallel.checkpoint = CheckpointPolicy::Selective();
@@ -494,6 +496,24 @@ Config UnusualConfig() {
   config.device.type = DeviceType::kCuda;
   config.output.report = "";
   return config;
+}
+
+// WSD decays over train.decay_steps, which must fit after the warmup; the other schedules decay
+// over every step after it and take no decay_steps.
+TEST(ConfigTest, DecayStepsAreWsdsAndFitAfterTheWarmup) {
+  const Config wsd = ParseConfigString(
+      kMinimal, "x.yaml", {"train.lr_schedule=wsd", "train.decay_steps=20", "train.steps=50"});
+  EXPECT_EQ(wsd.train.lr_schedule, LrSchedule::kWsd);
+  EXPECT_EQ(wsd.train.decay_steps, 20);
+  EXPECT_NO_THROW(ParseConfigString(kMinimal, "x.yaml", {"train.lr_schedule=linear"}));
+  EXPECT_THAT(ParseError(kMinimal, {"train.lr_schedule=wsd"}),
+              HasSubstr("train.lr_schedule wsd decays over train.decay_steps, which must be 1 to "
+                        "train.steps - train.warmup_steps = 100, got 0"));
+  EXPECT_THAT(ParseError(kMinimal, {"train.lr_schedule=wsd", "train.decay_steps=41",
+                                    "train.steps=50", "train.warmup_steps=10"}),
+              HasSubstr("= 40, got 41"));
+  EXPECT_THAT(ParseError(kMinimal, {"train.decay_steps=10"}),
+              HasSubstr("train.decay_steps is the wsd schedule's; train.lr_schedule is cosine"));
 }
 
 TEST(ConfigTest, ToYamlRoundTripsToAnEqualConfig) {

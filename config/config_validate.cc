@@ -136,6 +136,17 @@ void ValidateTrain(const TrainConfig& t, const Reporter& r) {
                         t.batch_size, t.micro_batches));
   r.Require(t.min_lr <= t.lr, {"train.min_lr", "train.lr"},
             fmt::format("train.min_lr {} exceeds train.lr {}", t.min_lr, t.lr));
+  if (t.lr_schedule == LrSchedule::kWsd) {
+    r.Require(t.decay_steps >= 1 && t.decay_steps <= t.steps - t.warmup_steps,
+              {"train.decay_steps", "train.lr_schedule"},
+              fmt::format("train.lr_schedule wsd decays over train.decay_steps, which must be "
+                          "1 to train.steps - train.warmup_steps = {}, got {}",
+                          t.steps - t.warmup_steps, t.decay_steps));
+  } else {
+    r.Require(t.decay_steps == 0, {"train.decay_steps", "train.lr_schedule"},
+              fmt::format("train.decay_steps is the wsd schedule's; train.lr_schedule is {}",
+                          Name(t.lr_schedule)));
+  }
 }
 
 void ValidatePrune(const Config& c, const Reporter& r) {

@@ -12,12 +12,27 @@ namespace baton {
 
 namespace {
 
-// Cosine from `start` at step `from` to `floor` at step `to`, and `floor` after it.
-double CosineDecay(double start, double floor, int64_t from, int64_t to, int64_t step) {
-  const int64_t decay_steps = std::max<int64_t>(1, to - from);
-  const double progress =
-      std::min(1.0, static_cast<double>(step - from) / static_cast<double>(decay_steps));
-  return floor + 0.5 * (1.0 + std::cos(std::numbers::pi * progress)) * (start - floor);
+// The rate at `step` of a decay from `start` after step `from` to `floor` at step `to` (and
+// `floor` after it), by `schedule`; wsd holds `start` until `to - decay_steps`.
+double Decay(LrSchedule schedule, int64_t decay_steps, double start, double floor, int64_t from,
+             int64_t to, int64_t step) {
+  if (schedule == LrSchedule::kConstant) return start;
+  if (schedule == LrSchedule::kWsd) {
+    from = std::max(from, to - decay_steps);
+    if (step <= from) return start;
+  }
+  const double progress = std::min(
+      1.0, static_cast<double>(step - from) / static_cast<double>(std::max<int64_t>(1, to - from)));
+  switch (schedule) {
+    case LrSchedule::kCosine:
+      return floor + 0.5 * (1.0 + std::cos(std::numbers::pi * progress)) * (start - floor);
+    case LrSchedule::kLinear:
+    case LrSchedule::kWsd:
+      return floor + (1.0 - progress) * (start - floor);
+    case LrSchedule::kConstant:
+      break;
+  }
+  return start;
 }
 
 }  // namespace
@@ -29,14 +44,14 @@ float LearningRateSchedule::At(int64_t step) const {
     LearningRateSchedule before = *this;
     before.extensions.resize(k);
     const float start = before.At(segment.from);
-    if (!cosine) return start;
-    return static_cast<float>(CosineDecay(start, min_lr, segment.from, segment.to, step));
+    return static_cast<float>(
+        Decay(schedule, decay_steps, start, min_lr, segment.from, segment.to, step));
   }
   if (warmup_steps > 0 && step <= warmup_steps) {
     return lr * static_cast<float>(step) / static_cast<float>(warmup_steps);
   }
-  if (!cosine) return lr;
-  return static_cast<float>(CosineDecay(lr, min_lr, warmup_steps, total_steps, step));
+  return static_cast<float>(
+      Decay(schedule, decay_steps, lr, min_lr, warmup_steps, total_steps, step));
 }
 
 Tensor FlatSlice(const Tensor& t, int64_t begin, int64_t end) {

@@ -15,24 +15,29 @@
 #include <optional>
 #include <vector>
 
+#include "config/config.h"
 #include "core/lr_segment.h"
 #include "kernels/backend.h"
 #include "model/layer.h"
 
 namespace baton {
 
-// Linear warmup from 0 over `warmup_steps`, then constant or cosine decay to `min_lr` at
-// `total_steps`. Steps are 1-based: step 1 of a 20-step warmup runs at lr/20.
+// Linear warmup from 0 over `warmup_steps`, then (train.lr_schedule, docs/config.md) from `lr`
+// to `min_lr` at `total_steps`: constant (no decay), cosine, linear, or wsd (warmup-stable-decay:
+// `lr` until the last `decay_steps` steps, which fall linearly). Steps are 1-based: step 1 of a
+// 20-step warmup runs at lr/20.
 //
 // An extended run (`--steps-more`) adds `extensions`, in increasing `from`: after step `from` the
-// rate decays afresh from the one reached at `from` (continuous there) to `min_lr` at `to`; a
-// constant schedule keeps the rate it reached. Steps past the last `to` stay at the last rate.
+// rate decays afresh, by the same schedule, from the one reached at `from` (continuous there) to
+// `min_lr` at `to` (wsd: stable until to - decay_steps); a constant schedule keeps the rate it
+// reached. Steps past the last `to` stay at the last rate.
 struct LearningRateSchedule {
   float lr = 1e-3f;
   float min_lr = 0.0f;
   int64_t warmup_steps = 0;
   int64_t total_steps = 1;
-  bool cosine = true;
+  LrSchedule schedule = LrSchedule::kCosine;
+  int64_t decay_steps = 0;  // wsd only
   std::vector<LrSegment> extensions;
 
   float At(int64_t step) const;

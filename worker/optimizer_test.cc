@@ -12,14 +12,14 @@ TEST(LearningRateScheduleTest, WarmsUpLinearlyThenDecaysToTheFloor) {
                           .min_lr = 1e-4f,
                           .warmup_steps = 10,
                           .total_steps = 110,
-                          .cosine = true,
+                          .schedule = LrSchedule::kCosine,
                           .extensions = {}};
   EXPECT_FLOAT_EQ(lr.At(1), 1e-4f);
   EXPECT_FLOAT_EQ(lr.At(10), 1e-3f);
   EXPECT_NEAR(lr.At(60), 0.5f * (1e-3f + 1e-4f), 1e-9);
   EXPECT_FLOAT_EQ(lr.At(110), 1e-4f);
   EXPECT_FLOAT_EQ(lr.At(500), 1e-4f);
-  lr.cosine = false;
+  lr.schedule = LrSchedule::kConstant;
   EXPECT_FLOAT_EQ(lr.At(60), 1e-3f);
 }
 
@@ -31,7 +31,7 @@ TEST(LearningRateScheduleTest, AnExtensionContinuesFromTheRateReachedAndDecaysTo
                                       .min_lr = 1e-4f,
                                       .warmup_steps = 10,
                                       .total_steps = 110,
-                                      .cosine = true,
+                                      .schedule = LrSchedule::kCosine,
                                       .extensions = {}};
   LearningRateSchedule extended = original;
   extended.extensions = {{.from = 60, .to = 160}};
@@ -51,20 +51,74 @@ TEST(LearningRateScheduleTest, AnExtensionContinuesFromTheRateReachedAndDecaysTo
   finished.extensions = {{.from = 110, .to = 150}};
   EXPECT_FLOAT_EQ(finished.At(130), 1e-4f);
   extended.extensions.push_back({.from = 100, .to = 120});
-  const float at_100 =
-      LearningRateSchedule{
-          extended.lr, extended.min_lr, extended.warmup_steps, extended.total_steps,
-          true,        {{60, 160}}}
-          .At(100);
+  const float at_100 = LearningRateSchedule{
+      extended.lr,          extended.min_lr,     extended.warmup_steps,
+      extended.total_steps, LrSchedule::kCosine, 0,
+      {{60, 160}}}.At(100);
   EXPECT_EQ(extended.At(100), at_100);
   EXPECT_NEAR(extended.At(110), 0.5f * (at_100 + 1e-4f), 1e-9);
   EXPECT_FLOAT_EQ(extended.At(120), 1e-4f);
 
   // A constant schedule keeps its rate.
   LearningRateSchedule constant = original;
-  constant.cosine = false;
+  constant.schedule = LrSchedule::kConstant;
   constant.extensions = {{.from = 60, .to = 160}};
   EXPECT_EQ(constant.At(100), 1e-3f);
+}
+
+// Linear: a straight line from lr after the warmup to min_lr at the end. WSD: lr until the last
+// decay_steps steps, then a straight line to min_lr.
+TEST(LearningRateScheduleTest, LinearAndWarmupStableDecayFallInStraightLines) {
+  LearningRateSchedule linear{.lr = 1e-3f,
+                              .min_lr = 1e-4f,
+                              .warmup_steps = 10,
+                              .total_steps = 110,
+                              .schedule = LrSchedule::kLinear,
+                              .decay_steps = 0,
+                              .extensions = {}};
+  EXPECT_FLOAT_EQ(linear.At(5), 5e-4f);  // the warmup is every schedule's
+  EXPECT_FLOAT_EQ(linear.At(10), 1e-3f);
+  EXPECT_FLOAT_EQ(linear.At(35), 1e-4f + 0.75f * 9e-4f);
+  EXPECT_FLOAT_EQ(linear.At(60), 1e-4f + 0.5f * 9e-4f);
+  EXPECT_FLOAT_EQ(linear.At(110), 1e-4f);
+  EXPECT_FLOAT_EQ(linear.At(200), 1e-4f);
+
+  LearningRateSchedule wsd = linear;
+  wsd.schedule = LrSchedule::kWsd;
+  wsd.decay_steps = 20;
+  EXPECT_FLOAT_EQ(wsd.At(5), 5e-4f);
+  for (int64_t step = 10; step <= 90; ++step) EXPECT_EQ(wsd.At(step), 1e-3f) << step;
+  EXPECT_FLOAT_EQ(wsd.At(95), 1e-4f + 0.75f * 9e-4f);
+  EXPECT_FLOAT_EQ(wsd.At(100), 1e-4f + 0.5f * 9e-4f);
+  EXPECT_FLOAT_EQ(wsd.At(110), 1e-4f);
+  for (int64_t step = 91; step <= 110; ++step) EXPECT_LT(wsd.At(step), wsd.At(step - 1));
+}
+
+// --steps-more under WSD: a run resumed from a step of its stable phase stays stable until the
+// new end's decay; a linear schedule falls from the rate reached to the floor at the new end.
+TEST(LearningRateScheduleTest, AnExtendedWsdRunDecaysBeforeItsNewEnd) {
+  LearningRateSchedule wsd{.lr = 1e-3f,
+                           .min_lr = 0.0f,
+                           .warmup_steps = 10,
+                           .total_steps = 110,
+                           .schedule = LrSchedule::kWsd,
+                           .decay_steps = 20,
+                           .extensions = {}};
+  LearningRateSchedule extended = wsd;
+  extended.extensions = {{.from = 50, .to = 210}};
+  for (int64_t step = 1; step <= 50; ++step) EXPECT_EQ(extended.At(step), wsd.At(step)) << step;
+  for (int64_t step = 51; step <= 190; ++step) EXPECT_EQ(extended.At(step), 1e-3f) << step;
+  EXPECT_FLOAT_EQ(extended.At(200), 5e-4f);
+  EXPECT_FLOAT_EQ(extended.At(210), 0.0f);
+
+  LearningRateSchedule linear = wsd;
+  linear.schedule = LrSchedule::kLinear;
+  linear.extensions = {{.from = 60, .to = 160}};
+  const float at_60 =
+      LearningRateSchedule{linear.lr, linear.min_lr, 10, 110, LrSchedule::kLinear, 0, {}}.At(60);
+  EXPECT_FLOAT_EQ(linear.At(60), at_60);
+  EXPECT_FLOAT_EQ(linear.At(110), 0.5f * at_60);
+  EXPECT_FLOAT_EQ(linear.At(160), 0.0f);
 }
 
 TEST(LossScalerTest, HalvesAndSkipsOnOverflowDoublesAfterCleanInterval) {

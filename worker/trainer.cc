@@ -208,7 +208,8 @@ Trainer::Trainer(TrainerSetup setup, Backend& backend)
   lr_.min_lr = static_cast<float>(config.train.min_lr);
   lr_.warmup_steps = config.train.warmup_steps;
   lr_.total_steps = config.train.steps;
-  lr_.cosine = config.train.lr_schedule == LrSchedule::kCosine;
+  lr_.schedule = config.train.lr_schedule;
+  lr_.decay_steps = config.train.decay_steps;
 
   const int micro_batch_size = MicroBatchSize(config);
   const int64_t seq_len = SequenceLength(config);
