@@ -84,9 +84,10 @@ Subcommand AddRun(CLI::App& app, LogLevel log_level) {
                   "with --resume: train N steps past the checkpoint's, the learning rate "
                   "decaying on from where it is (not a train.steps change, which reshapes it)")
       ->check(CLI::PositiveNumber);
-  cmd->add_option("--launcher", run->launcher,
-                  "who starts the workers: auto (from the environment), local, mpi, slurm")
-      ->check(CLI::IsMember({"auto", "local", "mpi", "slurm"}));
+  cmd->add_option(
+         "--launcher", run->launcher,
+         "who starts the workers: auto (from the environment), local, mpi, slurm, torchrun")
+      ->check(CLI::IsMember({"auto", "local", "mpi", "slurm", "torchrun"}));
   cmd->add_option("--max-restarts", run->max_restarts,
                   "after a failure, restart every worker from the last checkpoint (also "
                   "under mpirun and srun: give every rank the same value)");
@@ -108,9 +109,10 @@ Subcommand AddEval(CLI::App& app, LogLevel log_level) {
   cmd->add_option("--resume", eval->resume,
                   "the weights: a step dir, checkpoints root or output dir; auto: "
                   "output.dir's latest (or --set model.init_from=FILE)");
-  cmd->add_option("--launcher", eval->launcher,
-                  "who starts the workers: auto (from the environment), local, mpi, slurm")
-      ->check(CLI::IsMember({"auto", "local", "mpi", "slurm"}));
+  cmd->add_option(
+         "--launcher", eval->launcher,
+         "who starts the workers: auto (from the environment), local, mpi, slurm, torchrun")
+      ->check(CLI::IsMember({"auto", "local", "mpi", "slurm", "torchrun"}));
   cmd->add_option("--coordinator", eval->coordinator,
                   "HOST:PORT of the coordinator (rank 0 hosts it under mpirun/srun)");
   cmd->add_flag("--json", eval->eval_json, "print the result as one JSON object");

@@ -1,6 +1,7 @@
 #include "launcher/mpi_bootstrap.h"
 
 #include <arpa/inet.h>
+#include <fmt/format.h>
 #include <mpi.h>
 #include <netdb.h>
 #include <netinet/in.h>
@@ -14,6 +15,7 @@
 
 #include "coordinator/coordinator_server.h"
 #include "core/error.h"
+#include "core/hash.h"
 
 namespace baton {
 namespace {
@@ -86,13 +88,25 @@ JobRendezvous ShareCoordinator(const LaunchEnvironment& env, const std::string& 
               "address, where rank 0 hosts the coordinator",
               Name(env.mode));
   const char* token = std::getenv("BATON_TOKEN");
+  r.bind_address = address;
+  r.connect_address = address;
+  if (env.mode == LaunchMode::kTorchrun) {
+    // torchrun's variables carry no secret: without BATON_TOKEN the token is a digest of the
+    // job's rendezvous, the same on every rank, which keeps jobs apart but authenticates nobody.
+    const char* run_id = std::getenv("TORCHELASTIC_RUN_ID");
+    const std::string job = run_id != nullptr && *run_id != '\0' ? run_id : "torchrun";
+    Fnv1a64 digest;
+    const std::string rendezvous = fmt::format("torchrun {} {} {}", address, env.world_size, job);
+    digest.Update(rendezvous.data(), rendezvous.size());
+    r.token = token != nullptr && *token != '\0' ? token : digest.hex();
+    r.job_id = job;
+    return r;
+  }
   BATON_CHECK(token != nullptr && *token != '\0',
               "under {} set BATON_TOKEN to the same random secret for every task "
               "(e.g. BATON_TOKEN=$(openssl rand -hex 16))",
               Name(env.mode));
   const char* job = std::getenv("SLURM_JOB_ID");
-  r.bind_address = address;
-  r.connect_address = address;
   r.token = token;
   r.job_id = job != nullptr ? job : "slurm";
   return r;

@@ -4,7 +4,9 @@
 // BATON_COORDINATOR if given, else loopback with a free port, which serves one node), and
 // broadcasts "address token job" to every rank through MPI; MPI is used for nothing else and is
 // finalised right after. srun without MPI: BATON_COORDINATOR and BATON_TOKEN must be set for
-// every task (deploy/slurm/train.sbatch does it); the job id is SLURM_JOB_ID.
+// every task (deploy/slurm/train.sbatch does it); the job id is SLURM_JOB_ID. torchrun: the
+// address from its variables (environment.h), the token BATON_TOKEN or, without it, a digest of
+// the rendezvous (not a secret), the job id TORCHELASTIC_RUN_ID (or "torchrun").
 #pragma once
 
 #include <string>

@@ -1,7 +1,12 @@
 // Integration tests of the distributed pipeline: real `baton` processes exchanging activations
 // and gradients over Gloo, coordinated over gRPC (issue: the distributed pipeline).
+#include <arpa/inet.h>
+#include <fmt/format.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -77,6 +82,46 @@ TEST(PipelineTest, MpirunGivesTheLocalLaunchersChecksum) {
       " --report " + report);
   ASSERT_EQ(mpi.exit_code, 0) << mpi.output;
   const nlohmann::json j = ReadJson(report);
+  EXPECT_EQ(Losses(j), local.losses);
+  EXPECT_EQ(j.at("param_checksum").get<std::string>(), local.checksum);
+}
+
+// A TCP port no socket holds now: the kernel's pick for a loopback bind to port 0.
+int FreePort() {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t length = sizeof(address);
+  const bool ok = fd >= 0 && bind(fd, reinterpret_cast<sockaddr*>(&address), length) == 0 &&
+                  getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) == 0;
+  if (fd >= 0) close(fd);
+  return ok ? ntohs(address.sin_port) : 0;
+}
+
+// torchrun's environment, as torchrun or a Kubeflow PyTorchJob gives it: four processes with
+// only RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR and MASTER_PORT set train the local launcher's
+// bits (rank 0 hosts the coordinator on MASTER_PORT; no BATON_* variable is needed).
+TEST(PipelineTest, TorchrunsVariablesGiveTheLocalLaunchersChecksum) {
+  const RunSummary local = Train("local", {"parallel.stages=4"});
+  const std::string dir = TempDir("torchrun");
+  const int port = FreePort();
+  ASSERT_GT(port, 0);
+  std::string ranks;
+  for (int rank = 0; rank < 4; ++rank) {
+    ranks += fmt::format(
+        "env -u BATON_COORDINATOR -u BATON_TOKEN -u TORCHELASTIC_RUN_ID RANK={0} WORLD_SIZE=4 "
+        "LOCAL_RANK={0} MASTER_ADDR=127.0.0.1 MASTER_PORT={1} '{2}' run configs/gpt-tiny.yaml "
+        "--set train.steps=3 --set parallel.stages=4 --set output.dir='{3}/out' "
+        "--report '{3}/report.json' > '{3}/rank{0}.log' 2>&1 & pids=\"$pids $!\"; ",
+        rank, port, BatonBinary(), dir);
+  }
+  const CommandResult run = RunShell("cd '" + SourceDir() + "' && pids=; " + ranks +
+                                     "status=0; for p in $pids; do wait $p || status=1; done; "
+                                     "tail -n 5 '" +
+                                     dir + "'/rank*.log; exit $status");
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  const nlohmann::json j = ReadJson(dir + "/report.json");
   EXPECT_EQ(Losses(j), local.losses);
   EXPECT_EQ(j.at("param_checksum").get<std::string>(), local.checksum);
 }
