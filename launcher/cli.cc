@@ -126,7 +126,9 @@ Subcommand AddEval(CLI::App& app, LogLevel log_level) {
 Subcommand AddExport(CLI::App& app, LogLevel log_level) {
   auto options = std::make_shared<baton::ExportOptions>();
   CLI::App* cmd = app.add_subcommand(
-      "export", "write a checkpoint as Hugging Face GPT-2 safetensors (and its tokenizer)");
+      "export",
+      "write a checkpoint as a Hugging Face model folder: GPT2LMHeadModel or LlamaForCausalLM "
+      "safetensors, config.json (and its tokenizer)");
   cmd->add_option("checkpoint", options->checkpoint, "step dir, checkpoints root or output dir")
       ->required();
   cmd->add_option("output", options->output,
