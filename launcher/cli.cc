@@ -251,8 +251,9 @@ Subcommand AddSchedule(CLI::App& app) {
     names += (names.empty() ? "" : ", ") + std::string(info.name);
   }
   cmd->add_option("--schedule", schedule->schedule, names);
-  cmd->add_option("--chunks", schedule->chunks,
-                  "model chunks per stage (interleaved, looped-bfs; V schedules take 2)");
+  cmd->add_option(
+      "--chunks", schedule->chunks,
+      "model chunks per stage (interleaved, looped-bfs: >= 2, default 2; V schedules: 2)");
   cmd->add_option(
       "--costs", schedule->costs,
       "action costs in any unit, e.g. F=1,B=2,I=1,W=1 (the default); the makespan is in it");

@@ -42,12 +42,16 @@ Schedule LoadFromFile(const ScheduleCommandOptions& options) {
 }
 
 Schedule Generate(const ScheduleCommandOptions& options) {
-  if (options.stages < 1 || options.microbatches < 1 || options.chunks < 1) {
-    throw BadArguments("--stages, --microbatches and --chunks must be >= 1 (or give --file)");
+  if (options.stages < 1 || options.microbatches < 1 || options.chunks < 0) {
+    throw BadArguments("--stages and --microbatches must be >= 1 (or give --file), --chunks too");
   }
   try {
-    // V schedules get their 2 chunks without --chunks; interleaved needs --chunks >= 2.
-    const int chunks = ChunksFor(options.schedule, options.chunks);
+    int requested = options.chunks;
+    if (requested == 0) {  // not given: the least the schedule runs
+      const ScheduleKindInfo* info = FindScheduleKind(options.schedule);
+      requested = info != nullptr && info->chunks != ChunkRule::kOne ? 2 : 1;
+    }
+    const int chunks = ChunksFor(options.schedule, requested);
     return MakeSchedule(options.schedule, options.stages, options.microbatches, chunks);
   } catch (const Error& error) {
     throw BadArguments(error.what());

@@ -12,7 +12,9 @@ struct ScheduleCommandOptions {
   int stages = 0;                 // --stages P (required unless --file)
   int microbatches = 0;           // --microbatches M (required unless --file)
   std::string schedule = "1f1b";  // --schedule NAME: one of ScheduleNames() (generators.h)
-  int chunks = 1;  // --chunks V: interleaved (>= 2); V schedules take 2 by themselves (ChunksFor)
+  // --chunks V; 0 (not given): the least the schedule runs, 2 for interleaved, looped-bfs and the
+  // V schedules (which take no other), 1 for the rest.
+  int chunks = 0;
   std::string costs;  // --costs "F=1,B=2,I=1,W=1,COMM=0,POST=0[,F@STAGE=...]"; empty = defaults
   // --file custom.csv: the schedule to use instead of a generator (CSV form, schedule.h). If it
   // has no SEND/RECV, communication is inserted. Nonzero stages/microbatches must then match it.

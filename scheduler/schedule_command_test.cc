@@ -157,6 +157,21 @@ TEST(ScheduleCommandTest, ZeroBubbleVRendersWithTwoChunksAndAThirdOfOneF1BsBubbl
   EXPECT_LE(zb_v_bubble, one_f_one_b_bubble / 3);
 }
 
+// Without --chunks each schedule takes the least it runs: 2 for the looped and V ones (a new
+// user's `--schedule looped-bfs` works as `--schedule zb-v` does), 1 for the rest; an explicit
+// --chunks 1 is still refused where it cannot run.
+TEST(ScheduleCommandTest, WithoutChunksEachScheduleTakesTheLeastItRuns) {
+  for (const std::string& name : ScheduleNames()) {
+    const Outcome outcome = RunCommand(Options(name, 4, 8, /*v=*/0));
+    ASSERT_EQ(outcome.code, kScheduleCommandOk) << name << ": " << outcome.err;
+    const bool one = name == "gpipe" || name == "1f1b" || name == "zb-h1" || name == "zb-h2";
+    EXPECT_NE(outcome.out.find(one ? "1 chunk(s) per stage" : "2 chunk(s) per stage"),
+              std::string::npos)
+        << name << ": " << outcome.out;
+  }
+  EXPECT_NE(RunCommand(Options("looped-bfs", 4, 8, 1)).code, kScheduleCommandOk);
+}
+
 TEST(ScheduleCommandTest, EveryScheduleNameRendersWithItsOwnChunks) {
   for (const std::string& name : ScheduleNames()) {
     const bool looped = name == "interleaved" || name == "looped-bfs";

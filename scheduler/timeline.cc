@@ -139,7 +139,14 @@ std::string RenderText(const Schedule& schedule, const SimulationResult& simulat
     while (!row.empty() && row.back() == ' ') row.pop_back();
     text += label + row + "\n";
   }
-  text += "(one cell = " + Number(quantum) + " time unit(s); '.' = idle)\n\n";
+  text += "(one cell = " + Number(quantum) + " time unit(s); '.' = idle)\n";
+  if (schedule.chunks > 1) {  // cells then carry a virtual stage
+    text +=
+        "(a cell is [virtual stage]KIND micro-batch: F forward, B backward, I input gradient, W "
+        "weight gradient; the prefix names a chunk other than the stage's first, e.g. 3F1 = "
+        "virtual stage 3's forward of micro-batch 1)\n";
+  }
+  text += "\n";
   text += "stage  busy        idle        peak_in_flight\n";
   for (const StageFigures& figures : simulation.per_stage) {
     char line[128];

@@ -46,6 +46,8 @@ TEST(TimelineTest, TextGridNamesLaterChunksByVirtualStage) {
   const std::string text = RenderText(schedule, Simulate(schedule));
   EXPECT_NE(text.find("2F0"), std::string::npos) << text;
   EXPECT_NE(text.find("3B1"), std::string::npos) << text;
+  EXPECT_NE(text.find("e.g. 3F1 = virtual stage 3's forward of micro-batch 1"), std::string::npos)
+      << text;  // the legend, under more than one chunk only
 }
 
 TEST(TimelineTest, JsonHasExactlyTheDocumentedFields) {
