@@ -154,6 +154,12 @@ GenerateResult Generate(const GenerateOptions& options) {
                             : MakeWindowDecoder(layers, *backend, dims.context);
   };
   const std::vector<int32_t> prompt = PromptTokens(options.prompt, tokenizer);
+  if (prompt.size() > static_cast<size_t>(dims.context)) {
+    spdlog::warn(
+        "the prompt's {} tokens exceed the model's context of {}: the model reads only the last "
+        "{} (the first {} are not seen), and each new token slides that window on",
+        prompt.size(), dims.context, dims.context, prompt.size() - dims.context);
+  }
   GenerateResult result;
   if (options.tokens > 0) {
     // Warm-up, untimed: the prompt and one token more through a decoder that is then dropped.

@@ -617,6 +617,14 @@ TEST(OperationsTest, GenerateWithTheKvCacheWritesWhatRecomputingWrites) {
                 std::string::npos);
     }
   }
+  // A prompt past the context is cut, and the log says so.
+  const std::string long_prompt(150, 'a');
+  GenerateText({root + "/run", "--prompt", long_prompt, "--tokens", "2"}, root + "/long.log");
+  EXPECT_NE(ReadFile(root + "/long.log")
+                .find("the prompt's 150 tokens exceed the model's context of 128: the model "
+                      "reads only the last 128 (the first 22 are not seen)"),
+            std::string::npos)
+      << ReadFile(root + "/long.log");
 }
 
 TEST(OperationsTest, EveryRunEndsWithItsLastStepSavedAndResumeAutoMovesLatestOn) {
