@@ -528,20 +528,29 @@ Config WithHfLlamaModel(Config config) {
   return config;
 }
 
-Config CheckNamedFiles(Config config, const std::string& config_path, bool evaluate_only) {
+// Whether an override (`--set key=...`) gave `key` its value, rather than the config file.
+bool SetOnCommandLine(const ConfigArgs& args, const std::string& key) {
+  return std::any_of(args.overrides.begin(), args.overrides.end(),
+                     [&](const std::string& o) { return o.starts_with(key + "="); });
+}
+
+Config CheckNamedFiles(Config config, const ConfigArgs& args, bool evaluate_only) {
   namespace fs = std::filesystem;
   std::error_code error;
-  const auto require = [&](const char* key, const std::string& path) {
-    BATON_CHECK(path.empty() || fs::exists(path, error), "{}: {} {}: no such file or folder",
-                config_path, key, path);
+  const auto require = [&](const std::string& key, const std::string& path) {
+    if (path.empty() || fs::exists(path, error)) return;
+    if (SetOnCommandLine(args, key)) BATON_FAIL("--set {}={}: no such file or folder", key, path);
+    BATON_FAIL("{}: {} {}: no such file or folder", args.path, key, path);
   };
+  const std::string init_where =
+      SetOnCommandLine(args, "model.init_from") ? "--set model.init_from" : args.path;
   // `baton eval` with its own held-out file reads nothing else.
   if (!evaluate_only || config.data.eval_path.empty()) require("data.path", config.data.path);
   require("data.eval_path", config.data.eval_path);
   std::string& init = config.model.init_from;
   require("model.init_from", init);
   const InitSource source =
-      ResolveInitSource(init, config_path, config.model.preset == ModelPreset::kLlama);
+      ResolveInitSource(init, init_where, config.model.preset == ModelPreset::kLlama);
   if (source.kind == InitSource::Kind::kHfLlamaFolder) {
     config = WithHfLlamaModel(std::move(config));
   } else if (source.path != init) {
@@ -554,7 +563,7 @@ Config CheckNamedFiles(Config config, const std::string& config_path, bool evalu
 
 int RunCommand(const RunOptions& options) {
   const Config loaded = CheckNamedFiles(LoadConfig(options.config.path, options.config.overrides),
-                                        options.config.path, options.evaluate_only);
+                                        options.config, options.evaluate_only);
   BATON_CHECK(options.evaluate_only || loaded.model.weights == WeightFormat::kDense,
               "{}: model.weights: int8 is for inference (baton eval, baton generate); baton run "
               "trains dense weights",

@@ -127,16 +127,28 @@ TEST(FailureTest, UnreadableDataIsAClearErrorNamingTheFile) {
                 "--set", "train.steps=1", "--set", "parallel.stages=2"});
   EXPECT_NE(result.exit_code, 0);
   EXPECT_NE(result.output.find("/nonexistent/corpus.txt"), std::string::npos) << result.output;
-  // Found by the launcher, naming the key, before any worker starts.
-  EXPECT_NE(result.output.find("data.path /nonexistent/corpus.txt: no such file or folder"),
+  // Found by the launcher, naming the key and where it was set (the --set, not the file), before
+  // any worker starts.
+  EXPECT_NE(result.output.find("--set data.path=/nonexistent/corpus.txt: no such file or folder"),
             std::string::npos)
       << result.output;
+  EXPECT_EQ(result.output.find("gpt-tiny.yaml: data.path"), std::string::npos) << result.output;
+  // Set in the file: the file is named.
+  const std::string yaml = TempDir("missing-data") + "/missing.yaml";
+  std::string text = ReadFile(SourceDir() + "/configs/gpt-tiny.yaml");
+  text.replace(text.find("/usr/share/common-licenses"), 26, "/nonexistent/in-file.txt");
+  std::ofstream(yaml) << text;
+  const CommandResult in_file = RunBaton({"run", yaml, "--set", "train.steps=1"});
+  EXPECT_NE(in_file.output.find("missing.yaml: data.path /nonexistent/in-file.txt: no such file "
+                                "or folder"),
+            std::string::npos)
+      << in_file.output;
   EXPECT_FALSE(AnyWorkerLogged(result.output)) << result.output;
   const CommandResult init =
       RunBaton({"run", "configs/gpt-tiny.yaml", "--set", "model.init_from=/nonexistent/gpt2",
                 "--set", "train.steps=1"});
   EXPECT_NE(init.exit_code, 0);
-  EXPECT_NE(init.output.find("model.init_from /nonexistent/gpt2: no such file or folder"),
+  EXPECT_NE(init.output.find("--set model.init_from=/nonexistent/gpt2: no such file or folder"),
             std::string::npos)
       << init.output;
   EXPECT_FALSE(AnyWorkerLogged(init.output)) << init.output;
