@@ -170,13 +170,11 @@ void CudaBackend::EmbeddingRowsBackward(const Tensor& tokens, const Tensor& segm
   CheckShape(dout, {batch, seq, channels}, "dout");
   const int32_t* segments = SegmentStarts(segment_starts, batch, seq, device());
   const int64_t rows = batch * seq;
-  // The radix sort's workspace for the scatter-adds by id (tokens, or positions below).
-  const auto sort_bytes = [&] { return SortWorkspaceBytes(rows); };
   if (dwte.defined()) {
     CheckFloat(dwte, device(), "dwte");
     BATON_CHECK(dwte.dim() == 2 && dwte.size(1) == channels, "dwte {} must be (V, {})",
                 dwte.ToString(), channels);
-    const size_t bytes = sort_bytes();
+    const size_t bytes = SortWorkspaceBytes(rows);  // the radix sort's, for the scatter-add by id
     Tensor scratch = Workspace(static_cast<int64_t>((bytes + 3) / 4), DType::kF32);
     Compute([&] {
       LaunchEmbeddingBackwardTokens(static_cast<const int32_t*>(tokens.raw()), dout.raw(),
@@ -193,7 +191,7 @@ void CudaBackend::EmbeddingRowsBackward(const Tensor& tokens, const Tensor& segm
       // Packed documents: dwpe[t - start[b,t]] += dout[b,t], the tokens' scatter-add with the
       // positions as ids (rows of one position summed in row order, no atomics).
       Tensor positions = Workspace(rows, DType::kI32);
-      const size_t bytes = sort_bytes();
+      const size_t bytes = SortWorkspaceBytes(rows);  // the radix sort's, for the scatter-add by id
       Tensor scratch = Workspace(static_cast<int64_t>((bytes + 3) / 4), DType::kF32);
       Compute([&] {
         int32_t* p = static_cast<int32_t*>(positions.raw());
