@@ -292,6 +292,47 @@ TEST_P(CommunicatorTest, GroupCollectivesMoveSlicesInTheGroupsRankOrder) {
   EXPECT_THROW(Group(*comms[0], {0, 2}).SliceOf(Filled(0, 5), 0), Error);  // 5 rows, 2 members
 }
 
+// Along a later dimension a slice is one piece per leading index: a (B, S, C) activation cut
+// along the sequence over 3 members gathers every batch row's parts at their places, and the
+// reduce-scatter leaves each member's positions of every row summed.
+TEST_P(CommunicatorTest, GroupCollectivesCutAlongALaterDimension) {
+  Comms comms = Make(3);
+  constexpr int64_t kBatch = 2, kSeq = 6, kWidth = 3, kElements = kBatch * kSeq * kWidth;
+  std::vector<Tensor> gathered(3), scattered(3);
+  RunRanks(3, [&](int rank) {
+    Group group(*comms[rank], {1, 2, 0});
+    const int me = group.rank();
+    gathered[rank] = Filled(-7.0f, kElements).View({kBatch, kSeq, kWidth});
+    ASSERT_EQ(group.SliceOf(gathered[rank], me, /*dim=*/1).shape(), Shape({kBatch, 2, kWidth}));
+    for (int64_t b = 0; b < kBatch; ++b) {
+      for (int64_t s = 0; s < kSeq / 3; ++s) {
+        for (int64_t c = 0; c < kWidth; ++c) {
+          gathered[rank].data<float>()[(b * kSeq + 2 * me + s) * kWidth + c] =
+              100.0f * b + 10.0f * (2 * me + s) + c;
+        }
+      }
+    }
+    group.AllGather(gathered[rank], kGenerous, /*dim=*/1);
+    scattered[rank] = Random(30 + rank, kElements).View({kBatch, kSeq, kWidth});
+    group.ReduceScatterSum(scattered[rank], kGenerous, /*dim=*/1);
+  });
+  // Group ranks 0, 1, 2 are world ranks 1, 2, 0; the world's subgroup sum adds in world order.
+  const Tensor x0 = Random(30, kElements), x1 = Random(31, kElements), x2 = Random(32, kElements);
+  for (int rank = 0; rank < 3; ++rank) {
+    const int me = (rank + 2) % 3;
+    for (int64_t e = 0; e < kElements; ++e) {
+      const int64_t b = e / (kSeq * kWidth), s = e / kWidth % kSeq, c = e % kWidth;
+      ASSERT_EQ(gathered[rank].data<float>()[e], 100.0f * b + 10.0f * s + c) << rank << " " << e;
+      if (s / 2 == me) {
+        ASSERT_EQ(scattered[rank].data<float>()[e],
+                  x0.data<float>()[e] + x1.data<float>()[e] + x2.data<float>()[e])
+            << rank << " " << e;
+      }
+    }
+  }
+  EXPECT_THROW(Group(*comms[0], {0, 1}).SliceOf(Filled(0, 6).View({2, 3}), 0, 1), Error);
+}
+
 TEST_P(CommunicatorTest, BarrierReturnsOnlyOnceEveryRankEntered) {
   Comms comms = Make(3);
   std::atomic<int> entered = 0;

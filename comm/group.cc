@@ -57,32 +57,49 @@ void Group::Barrier(CommTimeout timeout) {
   world_.AllReduceSum(token, members_, timeout);
 }
 
-Tensor Group::SliceOf(const Tensor& t, int member) const {
-  BATON_CHECK(t.defined() && t.is_contiguous() && t.dim() >= 1 && t.size(0) % size() == 0,
-              "a group of {} cuts a contiguous tensor along dimension 0 into equal slices, got {}",
-              size(), t.defined() ? t.ToString() : "an undefined tensor");
+Tensor Group::SliceOf(const Tensor& t, int member, int dim) const {
+  BATON_CHECK(
+      t.defined() && t.is_contiguous() && 0 <= dim && dim < t.dim() && t.size(dim) % size() == 0,
+      "a group of {} cuts a contiguous tensor along dimension {} into equal parts: {}", size(), dim,
+      t.defined() ? t.ToString() : "an undefined tensor");
   BATON_CHECK(0 <= member && member < size(), "member {} of a group of {}", member, size());
-  const int64_t rows = t.size(0) / size();
-  return t.Slice(0, rows * member, rows * (member + 1));
+  const int64_t rows = t.size(dim) / size();
+  return t.Slice(dim, rows * member, rows * (member + 1));
 }
 
-void Group::AllGather(Tensor& whole, CommTimeout timeout) {
-  const Tensor mine = SliceOf(whole, rank_);
+std::vector<Tensor> Group::PiecesOf(const Tensor& t, int member, int dim) const {
+  SliceOf(t, member, dim);  // checks the shape
+  int64_t outer = 1, inner = 1;
+  for (int d = 0; d < dim; ++d) outer *= t.size(d);
+  for (int d = dim + 1; d < t.dim(); ++d) inner *= t.size(d);
+  const int64_t rows = t.size(dim) / size();
+  const Tensor blocks = t.View({outer, t.size(dim), inner});
+  std::vector<Tensor> pieces;
+  for (int64_t o = 0; o < outer; ++o) {
+    pieces.push_back(blocks.Slice(0, o, o + 1)
+                         .View({t.size(dim), inner})
+                         .Slice(0, rows * member, rows * (member + 1)));
+  }
+  return pieces;
+}
+
+void Group::AllGather(Tensor& whole, CommTimeout timeout, int dim) {
+  const std::vector<Tensor> mine = PiecesOf(whole, rank_, dim);
   // Receives first (a send may complete only once its receive is posted), then sends.
   std::vector<std::unique_ptr<Work>> works;
   for (int j = 0; j < size(); ++j) {
     if (j == rank_) continue;
-    Tensor theirs = SliceOf(whole, j);
-    works.push_back(Irecv(theirs, j));
+    for (Tensor& theirs : PiecesOf(whole, j, dim)) works.push_back(Irecv(theirs, j));
   }
   for (int j = 0; j < size(); ++j) {
-    if (j != rank_) works.push_back(Isend(mine, j));
+    if (j == rank_) continue;
+    for (const Tensor& piece : mine) works.push_back(Isend(piece, j));
   }
   WaitAll(works, timeout);
 }
 
-void Group::ReduceScatterSum(Tensor& whole, CommTimeout timeout) {
-  SliceOf(whole, rank_);  // checks the shape
+void Group::ReduceScatterSum(Tensor& whole, CommTimeout timeout, int dim) {
+  SliceOf(whole, rank_, dim);  // checks the shape
   // The all-reduce's rank-order sum gives every slice its bits; a transport's own reduce-scatter
   // may replace this where it sums in the same order.
   AllReduceSum(whole, timeout);

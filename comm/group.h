@@ -9,8 +9,8 @@
 //  - Isend/Irecv to member i go to world rank members[i]; FIFO order per link is the world's
 //    (a link of the group is a link of the world);
 //  - AllReduceSum over the group is the world's subgroup all-reduce over `members`, and over a
-//    subset of the group the world's over the mapped ranks: summed in rank order, the same bits
-//    on every member;
+//    subset of the group the world's over the mapped ranks: summed in world-rank order, the same
+//    bits on every member;
 //  - AllGather and AllToAll move slices point to point (no arithmetic: every member ends with
 //    the bits that were sent); the members must be each other's peers (Plan::Peers lists the
 //    links a transport sets up);
@@ -20,8 +20,10 @@
 //  - Abort and Close forward to the world communicator, which every group shares.
 // Status and failure texts name peers by world rank (WorldRank), whatever group they talk in.
 //
-// The slice collectives cut a contiguous tensor along dimension 0 into size() equal slices,
-// slice i belonging to member i.
+// The slice collectives cut a contiguous tensor along one dimension (0 unless named) into
+// size() equal slices, slice i belonging to member i. Along a later dimension a slice is one
+// contiguous piece per index of the dimensions before it (a (B, S, C) activation cut along the
+// sequence: B pieces), each moved as its own message.
 //
 // Ownership: `world` must outlive the group. Thread safety: the world's (collectives from one
 // thread at a time).
@@ -57,18 +59,23 @@ class Group final : public Communicator {
   void Close(const std::string& reason) override { world_.Close(reason); }
 
   // `whole` holds this member's slice at its place; on return every slice holds its member's.
-  void AllGather(Tensor& whole, CommTimeout timeout);
+  void AllGather(Tensor& whole, CommTimeout timeout, int dim = 0);
   // On return this member's slice of `whole` holds the group's sum of that slice, in rank order;
   // the other slices hold no promised values.
-  void ReduceScatterSum(Tensor& whole, CommTimeout timeout);
+  void ReduceScatterSum(Tensor& whole, CommTimeout timeout, int dim = 0);
   // Slice j of `send` goes to member j, which receives it into its slice rank() of `recv` (its
   // own slice is copied from `send`). Both the same shape and dtype, not overlapping.
   void AllToAll(const Tensor& send, Tensor& recv, CommTimeout timeout);
 
-  // Slice `member` of `t` along dimension 0 (a view).
-  Tensor SliceOf(const Tensor& t, int member) const;
+  // Slice `member` of `t` along dimension `dim` (a view; contiguous only along dimension 0 or
+  // where the dimensions before `dim` are all 1).
+  Tensor SliceOf(const Tensor& t, int member, int dim = 0) const;
 
  private:
+  // Slice `member` of `t` along `dim` as contiguous pieces, one per index of the dimensions
+  // before `dim`, in row-major order.
+  std::vector<Tensor> PiecesOf(const Tensor& t, int member, int dim) const;
+
   Communicator& world_;
   std::vector<int> members_;
   int rank_ = -1;

@@ -4,8 +4,9 @@
 // tuner prices them (planner/measured_costs.cc); planner/collectives_test.cc checks them against
 // what a real step issues. With one tensor rank a layer issues none.
 //
-// Every collective is an all-reduce of its whole tensor today: a gather sums each rank's part at
-// its place in zeros, a scatter keeps this rank's part of the sum (tensor_parallel.h).
+// A gather (and the row statistics) is an all-gather (point to point, TensorGroup::AllGather); a
+// scatter is a reduce-scatter, whose bits are the all-reduce's (TensorGroup::ReduceScatterSum);
+// the others are all-reduces of their whole tensor.
 #pragma once
 
 #include <cstdint>
@@ -23,11 +24,11 @@ struct TensorCollective {
     kSum,                 // a row-parallel output, a column-parallel input's gradient
     kGatherSequence,      // sequence parallelism: the whole (B,S,C) from every rank's part
     kScatterSequenceSum,  // sequence parallelism: this rank's part of a sum
-    kRowStats,            // the vocabulary-parallel loss's (T,N,3) row statistics
+    kRowStats,            // the vocabulary-parallel loss's (T,N,3) row statistics, gathered
     kGradientSum,         // per step: a sequence-partial parameter's gradient (f32)
   };
   Kind kind;
-  int64_t elements;  // of the tensor summed: the whole one, also for a gather or a scatter
+  int64_t elements;  // of the whole tensor: summed, gathered into or scattered from
   DType dtype;
   int64_t bytes() const { return elements * static_cast<int64_t>(SizeOf(dtype)); }
   bool operator==(const TensorCollective&) const = default;

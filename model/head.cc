@@ -96,16 +96,16 @@ Tensor HeadLayer::Forward(const Tensor& x, const MicroBatch& batch, Stash& stash
   return loss;
 }
 
-// Every rank's row statistics of its logits, gathered as a sum over the group of (T,N,3) zeros
-// but for each rank's own slot (exact: x + 0 is x), then combined on every rank alike.
+// Every rank's row statistics of its logits, all-gathered into (T,N,3) (slot t rank t's), then
+// combined on every rank alike.
 Tensor HeadLayer::VocabParallelLoss(const Tensor& logits, const Tensor& targets, Tensor& loss) {
   const int64_t rows = logits.size(0);
-  Tensor all_stats = model_ops::NewZeros(backend_, {TensorSize(tensor_), rows, 3}, DType::kF32,
-                                         MemCategory::kWorkspace);
+  Tensor all_stats = model_ops::NewTensor(backend_, {TensorSize(tensor_), rows, 3}, DType::kF32,
+                                          MemCategory::kWorkspace);
   Tensor own = all_stats.Slice(0, tensor_->rank(), tensor_->rank() + 1).View({rows, 3});
   backend_.CrossEntropyShardStats(logits, targets, VocabBegin(wte_.split), own);
   own = Tensor();
-  tensor_->AllReduceSum(all_stats);
+  tensor_->AllGather(all_stats, /*dim=*/0);
   Tensor row_stats = NewTensor(backend_, {rows, 2}, DType::kF32, MemCategory::kActivations);
   backend_.CrossEntropyShardCombine(all_stats, targets, row_stats, loss);
   return row_stats;

@@ -118,19 +118,21 @@ std::vector<Tensor> SequenceRows(const Tensor& t, int64_t begin, int64_t end) {
   return rows;
 }
 
+constexpr int kSequenceDim = 1;
+
 }  // namespace
 
 Tensor GatherSequence(Backend& backend, TensorGroup& group, const Tensor& part,
                       MemCategory category) {
   BATON_CHECK(part.dim() == 3, "a sequence part must be (B, S/T, C), got {}", part.ToString());
   const int64_t s = part.size(1);
-  Tensor full = model_ops::NewZeros(backend, {part.size(0), s * group.size(), part.size(2)},
-                                    part.dtype(), category);
+  Tensor full = model_ops::NewTensor(backend, {part.size(0), s * group.size(), part.size(2)},
+                                     part.dtype(), category);
   const int64_t begin = s * group.rank();
   std::vector<Tensor> to = SequenceRows(full, begin, begin + s);
   const std::vector<Tensor> from = SequenceRows(part, 0, s);
   for (size_t b = 0; b < to.size(); ++b) backend.Copy(from[b], to[b]);
-  group.AllReduceSum(full);
+  group.AllGather(full, kSequenceDim);
   return full;
 }
 
@@ -144,7 +146,7 @@ Tensor ScatterSequenceSum(Backend& backend, TensorGroup& group, Tensor& full,
   BATON_CHECK(full.dim() == 3 && full.size(1) % group.size() == 0,
               "a sequence of {} positions does not cut into {} parts ({})", full.size(1),
               group.size(), full.ToString());
-  group.AllReduceSum(full);
+  group.ReduceScatterSum(full, kSequenceDim);
   const int64_t s = full.size(1) / group.size();
   Tensor part =
       model_ops::NewTensor(backend, {full.size(0), s, full.size(2)}, full.dtype(), category);

@@ -57,8 +57,8 @@ void InsertPart(const void* part, const Shape& full_shape, size_t element_bytes,
                 const TensorSplit& split, void* full);
 
 // The tensor-parallel group of this rank's stage, as the layers see it: its size, this rank's
-// place, and an in-place sum over it. Implemented by the worker over its communicator (model/
-// knows no transport); every rank of the group calls it in the same order.
+// place, and in-place collectives over it. Implemented by the worker over its comm/ Group
+// (model/ knows no transport); every rank of the group calls them in the same order.
 class TensorGroup {
  public:
   virtual ~TensorGroup() = default;
@@ -69,15 +69,22 @@ class TensorGroup {
   virtual bool sequence_parallel() const = 0;
   // t = sum over the group, in rank order; the same bits on every member.
   virtual void AllReduceSum(Tensor& t) = 0;
+  // `whole` (contiguous) is cut along `dim` into size() equal slices, slice t being rank t's.
+  // AllGather: `whole` holds this rank's slice at its place; on return every slice holds the
+  // bits its rank had (moved, not summed).
+  virtual void AllGather(Tensor& whole, int dim) = 0;
+  // On return this rank's slice of `whole` holds the group's sum of that slice: AllReduceSum's
+  // bits. The other slices hold no promised values.
+  virtual void ReduceScatterSum(Tensor& whole, int dim) = 0;
 };
 
 // Sequence parallelism (parallel.sequence_parallel): a (B, S, C) activation cut along the
 // sequence into T equal parts (S/T positions each), rank t holding part t.
 // GatherSequence: the whole (B, S, C), booked under `category`, from every rank's part
-// (B, S/T, C), as the group's sum of each part at its place in zeros (exact: x + 0 is x).
+// (B, S/T, C): an all-gather along the sequence, every part's bits as its rank had them.
 // ScatterSequenceSum: this rank's part (B, S/T, C), booked under `category`, of the group's sum
-// of `full` (B, S, C) (which is summed in place, so every rank's part has the same bits as any
-// other layout of the sum).
+// of `full` (B, S, C) (reduce-scattered in place: every rank's part has the bits of the whole
+// all-reduce, so any layout of the sum agrees).
 Tensor GatherSequence(Backend& backend, TensorGroup& group, const Tensor& part,
                       MemCategory category);
 Tensor ScatterSequenceSum(Backend& backend, TensorGroup& group, Tensor& full, MemCategory category);

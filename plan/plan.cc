@@ -57,7 +57,8 @@ std::vector<int> Plan::TiedRanks(const TiedGroup& group, int world_rank) const {
 
 std::vector<int> Plan::Peers(int world_rank) const {
   // Its pipeline neighbours, then with ZeRO-1 its stage's replicas (the reduce-scatter and
-  // all-gather are point to point between them).
+  // all-gather are point to point between them), then its stage's tensor ranks (sequence
+  // parallelism's and the checkpoint's all-gathers are point to point too).
   const ParallelLayout l = layout();
   const std::vector<int> pipeline = l.GroupOf(Axis::kPipeline, world_rank);
   const int stage = l.StageOf(world_rank);
@@ -65,6 +66,9 @@ std::vector<int> Plan::Peers(int world_rank) const {
                             pipeline[static_cast<size_t>((stage + 1) % l.stages())]};
   if (l.replicas() > 1 && config.parallel.zero == 1) {
     for (int peer : l.GroupOf(Axis::kData, world_rank)) peers.push_back(peer);
+  }
+  if (l.tensor() > 1) {
+    for (int peer : l.GroupOf(Axis::kTensor, world_rank)) peers.push_back(peer);
   }
   std::sort(peers.begin(), peers.end());
   peers.erase(std::unique(peers.begin(), peers.end()), peers.end());

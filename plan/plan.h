@@ -95,7 +95,7 @@ struct Plan {
   std::vector<int> TiedRanks(const TiedGroup& group, int world_rank) const;
   // The ranks it exchanges tensors with point to point, ascending: its pipeline neighbours
   // (stage 0 and the last are neighbours: an interleaved schedule's chunks wrap around), and
-  // with ZeRO-1 its stage's other replicas.
+  // with ZeRO-1 its stage's other replicas, and its stage's other tensor ranks.
   std::vector<int> Peers(int world_rank) const;
   // Cuts the graph at `cut` (virtual_stages), and the tied groups with it.
   void SetCut(std::vector<LayerRange> cut);

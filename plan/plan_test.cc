@@ -44,6 +44,16 @@ TEST(PlanTest, ZeroOneAddsTheStagesReplicasAsPeers) {
   EXPECT_THAT(plan.Peers(0), ElementsAre(1, 2, 4));
 }
 
+// 2 stages x 2 tensor ranks: world rank = stage * 2 + tensor rank. Sequence parallelism's
+// all-gathers go point to point between a stage's tensor ranks.
+TEST(PlanTest, TensorRanksAreEachOthersPeers) {
+  const Plan plan = TinyPlan({"parallel.stages=2", "parallel.tensor=2"});
+  EXPECT_THAT(plan.Peers(0), ElementsAre(1, 2));  // its tensor rank, then stage 1's same rank
+  EXPECT_THAT(plan.Peers(3), ElementsAre(1, 2));
+  const Plan one_stage = TinyPlan({"parallel.stages=1", "parallel.tensor=2"});
+  EXPECT_THAT(one_stage.Peers(1), ElementsAre(0));
+}
+
 TEST(PlanTest, OneStageHasNoPipelinePeersAndKeepsItsTiedCopiesLocal) {
   const Plan plan = TinyPlan({"parallel.stages=1", "parallel.replicas=2"});
   EXPECT_TRUE(plan.Peers(1).empty());

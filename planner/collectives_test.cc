@@ -1,8 +1,9 @@
 // The collectives the layers declare (model/collectives.h) against those a real step issues:
-// every rank of an in-process run counts its tensor group's sums and their bytes
-// (StepRecord::tensor_sums, tensor_bytes), and each must equal what its stage's layers declare
-// for the step's micro-batches (a recompute repeating the forward's) plus the step end's. GPT-2
-// and Llama, with and without sequence parallelism, one and two stages, fp32 and bf16.
+// every rank of an in-process run counts its tensor group's collectives, the all-gathers among
+// them, and their bytes (StepRecord::tensor_collectives, tensor_gathers, tensor_bytes), and each
+// must equal what its stage's layers declare for the step's micro-batches (a recompute repeating
+// the forward's) plus the step end's. GPT-2 and Llama, with and without sequence parallelism,
+// one and two stages, fp32 and bf16.
 #include "model/collectives.h"
 
 #include <fmt/format.h>
@@ -19,13 +20,18 @@ namespace baton {
 namespace {
 
 struct Totals {
-  int64_t sums = 0;
+  int64_t collectives = 0;
+  int64_t gathers = 0;
   int64_t bytes = 0;
 };
 
 void Add(const std::vector<TensorCollective>& collectives, int64_t times, Totals& totals) {
   for (const TensorCollective& c : collectives) {
-    totals.sums += times;
+    totals.collectives += times;
+    if (c.kind == TensorCollective::Kind::kGatherSequence ||
+        c.kind == TensorCollective::Kind::kRowStats) {
+      totals.gathers += times;
+    }
     totals.bytes += times * c.bytes();
   }
 }
@@ -59,7 +65,7 @@ Config Tiny(const std::string& file, const std::vector<std::string>& more) {
   return LoadConfig(std::string(BATON_SOURCE_DIR) + "/configs/" + file, all);
 }
 
-TEST(CollectivesTest, EveryRanksSumsAreThoseItsLayersDeclare) {
+TEST(CollectivesTest, EveryRanksCollectivesAreThoseItsLayersDeclare) {
   for (const std::string file : {"gpt-tiny.yaml", "llama-tiny.yaml"}) {
     for (const std::string sp : {"false", "true"}) {
       for (const std::vector<std::string>& layout : std::vector<std::vector<std::string>>{
@@ -77,8 +83,9 @@ TEST(CollectivesTest, EveryRanksSumsAreThoseItsLayersDeclare) {
         for (int rank = 0; rank < plan.world_size(); ++rank) {
           const StepRecord& step = result.ranks[static_cast<size_t>(rank)].steps.at(0);
           const Totals declared = Declared(plan, plan.layout().StageOf(rank));
-          EXPECT_GT(declared.sums, 0) << what;
-          EXPECT_EQ(step.tensor_sums, declared.sums) << what << ", rank " << rank;
+          EXPECT_GT(declared.collectives, 0) << what;
+          EXPECT_EQ(step.tensor_collectives, declared.collectives) << what << ", rank " << rank;
+          EXPECT_EQ(step.tensor_gathers, declared.gathers) << what << ", rank " << rank;
           EXPECT_EQ(step.tensor_bytes, declared.bytes) << what << ", rank " << rank;
         }
       }

@@ -427,14 +427,31 @@ Costs MeasuredScheduleCosts(const Plan& plan, const MeasuredCosts& measured) {
   };
   const double message = message_of(message_bytes);
   // With T tensor ranks each computes a T-th of every layer and issues the collectives its
-  // layers declare (model/collectives.h): a sum over T ranks is a message in and one out at the
-  // group's first rank. (The step end's few norm-gradient sums under sequence parallelism are
-  // left out: C values each.)
+  // layers declare (model/collectives.h): a sum (or a reduce-scatter, which is one) over T ranks
+  // is a message in and one out at the group's first rank; an all-gather sends each other rank
+  // this rank's part and receives theirs, one message per batch row along the sequence (the
+  // loss's row statistics: one). (The step end's few
+  // norm-gradient sums under sequence parallelism are left out: C values each.)
   const TensorLayout layout{plan.num_tensor(), plan.config.parallel.sequence_parallel};
+  const double tensor = plan.num_tensor();
+  const double rows = static_cast<double>(shape.batch_size);
   const auto collectives_s = [&](const std::vector<TensorCollective>& collectives) {
     double seconds = 0;
     for (const TensorCollective& c : collectives) {
-      seconds += 2 * message_of(static_cast<double>(c.bytes()));
+      const double bytes = static_cast<double>(c.bytes());
+      switch (c.kind) {
+        case TensorCollective::Kind::kGatherSequence:
+          seconds += 2 * (tensor - 1) * rows * message_of(bytes / (tensor * rows));
+          break;
+        case TensorCollective::Kind::kRowStats:
+          seconds += 2 * (tensor - 1) * message_of(bytes / tensor);
+          break;
+        case TensorCollective::Kind::kSum:
+        case TensorCollective::Kind::kScatterSequenceSum:
+        case TensorCollective::Kind::kGradientSum:
+          seconds += 2 * message_of(bytes);
+          break;
+      }
     }
     return seconds;
   };

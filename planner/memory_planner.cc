@@ -71,6 +71,8 @@ class LedgerOnlyTensorGroup final : public TensorGroup {
   int size() const override { return size_; }
   bool sequence_parallel() const override { return sequence_parallel_; }
   void AllReduceSum(Tensor& /*t*/) override {}
+  void AllGather(Tensor& /*whole*/, int /*dim*/) override {}
+  void ReduceScatterSum(Tensor& /*whole*/, int /*dim*/) override {}
 
  private:
   int size_;

@@ -67,7 +67,8 @@ TEST(TensorParallelTest, RankLayoutPutsTensorRanksInnermost) {
   EXPECT_EQ(layout.GroupOf(Axis::kTensor, 5), (std::vector<int>{4, 5}));
   EXPECT_EQ(layout.GroupOf(Axis::kPipeline, 5), (std::vector<int>{5, 7}));
   EXPECT_EQ(layout.GroupOf(Axis::kData, 3), (std::vector<int>{3, 7}));
-  EXPECT_EQ(plan.Peers(5), (std::vector<int>{7}));
+  // Its pipeline neighbour, then its tensor rank (the all-gathers are point to point).
+  EXPECT_EQ(plan.Peers(5), (std::vector<int>{4, 7}));
   // Its tied embedding (stages 0 and 1 at its tensor rank), its replicas, its tensor group.
   EXPECT_EQ(plan.CollectiveGroups(5), (std::vector<std::vector<int>>{{5, 7}, {1, 5}, {4, 5}}));
 }

@@ -1,5 +1,6 @@
 #include "worker/state_layout.h"
 
+#include <algorithm>
 #include <cstddef>
 #include <vector>
 
@@ -18,6 +19,42 @@ std::vector<Tensor ParamTensors::*> CutFields() {
 }
 
 }  // namespace
+
+Tensor StateLayout::GatherWhole(const Tensor& part, const TensorSplit& split) {
+  // Every rank's part gathered point to point into its slot (the slots as long as the longest
+  // part: a vocabulary need not cut evenly), then put at its place on the host. The slots are
+  // freed before the whole is booked, so the peak is the larger of the two.
+  const Shape shape = WholeShape(part.shape(), split);
+  const size_t element_bytes = SizeOf(part.dtype());
+  int64_t slot = 0;
+  for (int t = 0; t < split.parts; ++t) {
+    TensorSplit theirs = split;
+    theirs.part = t;
+    slot = std::max(slot, NumElements(PartShape(shape, theirs)));
+  }
+  std::vector<std::byte> gathered;
+  {
+    Tensor slots = Tensor::Empty(backend_.allocator(), {split.parts, slot}, part.dtype(),
+                                 MemCategory::kWorkspace);
+    Tensor mine = slots.Slice(0, split.part, split.part + 1).Slice(1, 0, part.numel());
+    backend_.Copy(part.View({1, part.numel()}), mine);
+    tensor_->AllGather(slots, /*dim=*/0);
+    if (!IsMeta(backend_)) gathered = HostBytes(backend_, slots);  // the planner moves no bytes
+  }
+  Tensor whole = Tensor::Empty(backend_.allocator(), shape, part.dtype(), MemCategory::kWorkspace);
+  if (!IsMeta(backend_)) {
+    std::vector<std::byte> host(static_cast<size_t>(NumElements(shape)) * element_bytes);
+    for (int t = 0; t < split.parts; ++t) {
+      TensorSplit theirs = split;
+      theirs.part = t;
+      InsertPart(gathered.data() + static_cast<size_t>(t * slot) * element_bytes, shape,
+                 element_bytes, theirs, host.data());
+    }
+    backend_.Copy(Tensor::Wrap(host.data(), shape, part.dtype()), whole);
+    backend_.Synchronize();
+  }
+  return whole;
+}
 
 StateLayout::StateLayout(Backend& backend, StageModel& model, Optimizer* optimizer,
                          GradientSync& sync, TensorGroup* tensor, int stage)
@@ -129,19 +166,7 @@ LayerTensors StateLayout::WholeLayer(const LayerTensors& layer) {
     for (Tensor ParamTensors::*field : CutFields()) {
       Tensor& part = p.*field;
       if (!part.defined()) continue;
-      // This rank's part at its place in zeros; the group's sum is then the whole (x + 0 = x).
-      const Shape shape = WholeShape(part.shape(), p.split);
-      Tensor sum =
-          Tensor::Empty(backend_.allocator(), shape, part.dtype(), MemCategory::kWorkspace);
-      if (!IsMeta(backend_)) {  // the memory planner books the sum and moves no bytes
-        std::vector<std::byte> host(static_cast<size_t>(NumElements(shape)) * SizeOf(part.dtype()));
-        InsertPart(HostBytes(backend_, part).data(), shape, SizeOf(part.dtype()), p.split,
-                   host.data());
-        backend_.Copy(Tensor::Wrap(host.data(), shape, part.dtype()), sum);
-        backend_.Synchronize();
-      }
-      tensor_->AllReduceSum(sum);
-      part = sum;
+      part = GatherWhole(part, p.split);
     }
     p.split = TensorSplit();
   }

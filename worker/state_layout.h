@@ -66,9 +66,11 @@ class StateLayout {
   // KeepOwnState copies this replica's shard of them into the optimizer.
   LayerTensors LayerStateToLoad(int layer_index) const;
   void KeepOwnState(const LayerTensors& loaded);
-  // Tensor ranks: `layer` with each cut tensor made whole (the group's parts summed into zeros
-  // at their places: exact), a temporary booked as workspace.
+  // Tensor ranks: `layer` with each cut tensor made whole (the group's parts all-gathered and
+  // put at their places: the bits each rank holds), a temporary booked as workspace.
   LayerTensors WholeLayer(const LayerTensors& layer);
+  // The whole of one cut tensor from this rank's `part` of it and the other ranks'.
+  Tensor GatherWhole(const Tensor& part, const TensorSplit& split);
   // `layer` with each cut tensor replaced by an uninitialised whole one (workspace); then
   // KeepParts copies this rank's part of each into `layer`'s.
   LayerTensors WholeTemporaries(const LayerTensors& layer) const;

@@ -24,24 +24,39 @@ class CommTensorGroup final : public TensorGroup {
   bool sequence_parallel() const override { return sequence_parallel_; }
   // The group's sum: in rank order, the same bits on every member.
   void AllReduceSum(Tensor& t) override {
-    const auto start = std::chrono::steady_clock::now();
-    group_.AllReduceSum(t, timeout_);
-    ++traffic_.sums;
-    traffic_.bytes += static_cast<int64_t>(t.nbytes());
-    traffic_.seconds +=
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    Count(t, [&] { group_.AllReduceSum(t, timeout_); });
+  }
+  // Slices moved point to point (Group::AllGather): the members are each other's peers
+  // (Plan::Peers).
+  void AllGather(Tensor& whole, int dim) override {
+    Count(whole, [&] { group_.AllGather(whole, timeout_, dim); });
+    ++traffic_.gathers;
+  }
+  void ReduceScatterSum(Tensor& whole, int dim) override {
+    Count(whole, [&] { group_.ReduceScatterSum(whole, timeout_, dim); });
   }
 
-  // What the sums moved since the last call: how many, the bytes of the tensors summed (each
-  // sum's input; a transport moves about that much per member) and the seconds they took.
+  // What the collectives moved since the last call: how many (of them all-gathers), the bytes
+  // of their whole tensors (a sum's input, a gather's output) and the seconds they took.
   struct Traffic {
-    int64_t sums = 0;
+    int64_t collectives = 0;
+    int64_t gathers = 0;
     int64_t bytes = 0;
     double seconds = 0;
   };
   Traffic TakeTraffic() { return std::exchange(traffic_, Traffic()); }
 
  private:
+  template <typename Run>
+  void Count(const Tensor& whole, Run run) {
+    const auto start = std::chrono::steady_clock::now();
+    run();
+    ++traffic_.collectives;
+    traffic_.bytes += static_cast<int64_t>(whole.nbytes());
+    traffic_.seconds +=
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  }
+
   Group& group_;
   bool sequence_parallel_;
   std::chrono::milliseconds timeout_;

@@ -440,7 +440,8 @@ StepRecord Trainer::Step(int64_t step) {
   record.allreduce_s = clock.replicas_s;
   if (tensor_group_ != nullptr) {
     const CommTensorGroup::Traffic traffic = tensor_group_->TakeTraffic();
-    record.tensor_sums = traffic.sums;
+    record.tensor_collectives = traffic.collectives;
+    record.tensor_gathers = traffic.gathers;
     record.tensor_bytes = traffic.bytes;
     record.tensor_s = traffic.seconds;
   }

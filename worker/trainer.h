@@ -108,9 +108,11 @@ struct StepRecord {
   double compute_s = 0;    // inside F/B/I/W, and the update (the step end but its collectives)
   double wait_s = 0;       // blocked on peers
   double allreduce_s = 0;  // summing gradients across data-parallel replicas (step end)
-  // Tensor parallelism: the sums this rank issued over its stage's tensor group in the step (the
-  // layers' and the step end's; CommTensorGroup::Traffic), their bytes and their seconds.
-  int64_t tensor_sums = 0;
+  // Tensor parallelism: the collectives this rank issued over its stage's tensor group in the
+  // step (the layers' and the step end's; CommTensorGroup::Traffic), how many of them were
+  // all-gathers, their bytes and seconds.
+  int64_t tensor_collectives = 0;
+  int64_t tensor_gathers = 0;
   int64_t tensor_bytes = 0;
   double tensor_s = 0;
   double tokens_per_s = 0;
