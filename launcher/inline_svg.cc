@@ -19,6 +19,7 @@ enum class ValueKind {
   kNamespace,   // exactly the SVG namespace
   kLength,      // a number, or a number followed by '%'
   kNumber,      // -12, 3.5, 1e+06
+  kViewBox,     // four numbers, space-separated
   kColor,       // #rgb, #rrggbb, white, black, none
   kFontFamily,  // sans-serif, monospace
   kTextAnchor,  // start, middle, end
@@ -33,7 +34,8 @@ constexpr std::pair<std::string_view, ValueKind> kAttributes[] = {
     {"y", ValueKind::kLength},            {"dy", ValueKind::kLength},
     {"font-size", ValueKind::kNumber},    {"fill-opacity", ValueKind::kNumber},
     {"fill", ValueKind::kColor},          {"stroke", ValueKind::kColor},
-    {"font-family", ValueKind::kFontFamily}, {"text-anchor", ValueKind::kTextAnchor}};
+    {"font-family", ValueKind::kFontFamily}, {"text-anchor", ValueKind::kTextAnchor},
+    {"viewBox", ValueKind::kViewBox}};
 
 // Each element and the elements it may hold; <svg> only as the root.
 struct ElementRule {
@@ -110,6 +112,15 @@ bool ValueFits(std::string_view value, ValueKind kind) {
       return IsNumber(value.substr(0, value.size() - (value.ends_with('%') ? 1 : 0)));
     case ValueKind::kNumber:
       return IsNumber(value);
+    case ValueKind::kViewBox: {
+      int numbers = 0;
+      for (size_t at = 0; at <= value.size(); ++numbers) {
+        const size_t space = std::min(value.find(' ', at), value.size());
+        if (!IsNumber(value.substr(at, space - at))) return false;
+        at = space + 1;
+      }
+      return numbers == 4;
+    }
     case ValueKind::kColor:
       return IsHexColor(value) || IsOneOf(value, {"white", "black", "none"});
     case ValueKind::kFontFamily:
@@ -158,14 +169,15 @@ class Parser {
     while (pos_ < text_.size() && IsSpace(text_[pos_])) ++pos_;
     return pos_ - start;
   }
-  // [a-z][a-z-]*: every element and attribute name Baton writes; anything else (a colon, an
-  // uppercase letter, '!' or '?' of a comment or declaration) ends the name there.
+  // [a-z][a-zA-Z-]*: every element and attribute name Baton writes (viewBox the one with an
+  // uppercase letter); anything else (a colon, '!' or '?' of a comment or declaration) ends the
+  // name there. Only the allowlist's names pass after that.
   std::string_view Name() {
     const size_t start = pos_;
-    while (pos_ < text_.size() &&
-           ((text_[pos_] >= 'a' && text_[pos_] <= 'z') || (pos_ > start && text_[pos_] == '-'))) {
-      ++pos_;
-    }
+    const auto fits = [&](char c) {
+      return (c >= 'a' && c <= 'z') || (pos_ > start && ((c >= 'A' && c <= 'Z') || c == '-'));
+    };
+    while (pos_ < text_.size() && fits(text_[pos_])) ++pos_;
     return text_.substr(start, pos_ - start);
   }
 

@@ -25,6 +25,12 @@ struct Payload {
 };
 // clang-format off
 constexpr Payload kPayloads[] = {
+    {"viewBox smuggling a value",
+     R"svg(<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 10 javascript:alert(1)"></svg>)svg",
+     "javascript"},
+    {"viewBox of three numbers",
+     R"svg(<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 10"></svg>)svg",
+     "viewBox=\"0 0 10\""},
     {"slash before an event handler",
      R"svg(<svg/onload="alert(1)" xmlns="http://www.w3.org/2000/svg"></svg>)svg", "onload"},
     {"entity-encoded colon in href",

@@ -96,8 +96,9 @@ SimulationResult MeasuredTimeline(const Plan& plan, const std::vector<RankResult
   }
   measured.timeline.resize(results.size());
   for (const RankResult& r : results) {
+    const int stage = plan.layout().StageOf(r.rank);
     StageFigures figures;
-    figures.stage = r.rank;
+    figures.stage = stage;
     for (const TraceSpan& span : r.trace.back().spans) {
       if (span.kind != TraceSpan::Kind::kCompute) continue;
       TimedAction t;
@@ -105,7 +106,7 @@ SimulationResult MeasuredTimeline(const Plan& plan, const std::vector<RankResult
       t.start = (span.start_us - start) / 1000.0;
       t.end = (span.end_us - start) / 1000.0;
       figures.busy += t.end - t.start;
-      measured.timeline[static_cast<size_t>(r.rank)].push_back(t);
+      measured.timeline[static_cast<size_t>(stage)].push_back(t);
     }
     measured.per_stage.push_back(figures);
   }
@@ -122,33 +123,18 @@ SimulationResult MeasuredTimeline(const Plan& plan, const std::vector<RankResult
 std::string MeasuredTimelineSvg(const Plan& plan, const std::vector<RankResult>& results) {
   const SimulationResult measured = MeasuredTimeline(plan, results);
   if (measured.timeline.empty()) return "";
-  const int p = plan.num_stages();
-  std::string svg = RenderSvg(plan.schedule, measured);
-  // Measured against predicted, per stage, under the picture.
+  // Measured against predicted, per stage, under the picture: the headline's bubble fraction is
+  // the mean of these.
   const SimulationResult predicted = PredictTimeline(plan);
-  std::string notes;
-  for (int r = 0; r < p; ++r) {
+  SvgLabels labels{.unit = "ms",
+                   .notes = {"bubble fraction per stage, measured step vs simulator (FLOP costs)"}};
+  for (int r = 0; r < plan.num_stages(); ++r) {
     const StageFigures& m = measured.per_stage[static_cast<size_t>(r)];
     const StageFigures& s = predicted.per_stage[static_cast<size_t>(r)];
-    notes += fmt::format(
-        "<tspan x=\"10\" dy=\"16\">stage {}: measured bubble {:.3f}, predicted {:.3f}</tspan>", r,
-        m.idle / measured.makespan, s.idle / predicted.makespan);
+    labels.notes.push_back(fmt::format("stage {}: measured {:.3f}, predicted {:.3f}", r,
+                                       m.idle / measured.makespan, s.idle / predicted.makespan));
   }
-  const size_t close = svg.rfind("</svg>");
-  if (close == std::string::npos) return svg;
-  const size_t height_pos = svg.find("height=\"");
-  double height = 0;
-  if (height_pos != std::string::npos) height = std::stod(svg.substr(height_pos + 8));
-  const int extra = 16 * (p + 2);
-  if (height_pos != std::string::npos) {
-    const size_t quote = svg.find('"', height_pos + 8);
-    svg.replace(height_pos + 8, quote - (height_pos + 8), fmt::format("{}", height + extra));
-  }
-  svg.insert(close, fmt::format("<text font-family=\"monospace\" font-size=\"12\" y=\"{}\">"
-                                "<tspan x=\"10\">measured step (ms) vs simulator (FLOP costs)"
-                                "</tspan>{}</text>\n",
-                                height + 4, notes));
-  return svg;
+  return RenderSvg(plan.schedule, measured, labels);
 }
 
 std::string SimulatedTimelineSvg(const Plan& plan, double makespan) {
@@ -165,16 +151,19 @@ std::string SimulatedTimelineSvg(const Plan& plan, double makespan) {
     f.idle *= factor;
   }
   simulated.makespan = makespan;
-  return RenderSvg(plan.schedule, simulated);
+  return RenderSvg(plan.schedule, simulated, {.unit = "ms", .notes = {}});
 }
 
 void WriteRunOutputs(const std::string& dir, const Plan& plan,
                      const std::vector<RankResult>& results) {
   MakeDirectories(dir);
   WriteFileAtomically(dir + "/trace.json", ChromeTrace(plan, results));
-  // The timeline is one pipeline's: replica 0's (every replica runs the same schedule).
-  const std::vector<RankResult> pipeline(
-      results.begin(), results.begin() + std::min<ptrdiff_t>(plan.num_stages(), results.size()));
+  // The timeline is one pipeline's, in stage order: replica 0's at tensor rank 0 (every replica
+  // and tensor rank runs the same schedule).
+  std::vector<RankResult> pipeline;
+  for (int rank : plan.layout().GroupOf(Axis::kPipeline, 0)) {
+    if (rank < static_cast<int>(results.size())) pipeline.push_back(results[rank]);
+  }
   const std::string svg = MeasuredTimelineSvg(plan, pipeline);
   if (svg.empty()) return;
   WriteFileAtomically(dir + "/timeline.svg", svg);

@@ -22,8 +22,9 @@ namespace baton {
 std::string ChromeTrace(const Plan& plan, const std::vector<RankResult>& results);
 // The simulator's figures for `plan` with per-virtual-stage costs from the cost model's FLOPs.
 SimulationResult PredictTimeline(const Plan& plan);
-// The last traced step of `results` (one pipeline's ranks) in milliseconds from its start, as the
-// simulator's result type; an empty timeline when a rank traced no step.
+// The last traced step of `results` (one pipeline's ranks, in stage order; each drawn in the
+// lane of its stage, Plan::layout().StageOf) in milliseconds from its start, as the simulator's
+// result type; an empty timeline when a rank traced no step.
 SimulationResult MeasuredTimeline(const Plan& plan, const std::vector<RankResult>& results);
 // The measured step drawn, with each stage's bubble measured and predicted under it; "" when a
 // rank traced no step.

@@ -28,6 +28,7 @@ constexpr const char* kStyle =
     "body{font-family:sans-serif;margin:24px;color:#222;max-width:1300px}"
     "h1{font-size:22px}h2{font-size:18px;border-bottom:1px solid #ccc;padding-bottom:4px}"
     ".plots{display:flex;flex-wrap:wrap;gap:12px}.scroll{overflow-x:auto}"
+    ".scroll svg{max-width:100%;height:auto}"
     ".missing{color:#a33;font-style:italic}.note{color:#555;font-size:13px}"
     "pre{background:#f6f6f6;padding:8px;overflow-x:auto;font-size:12px}"
     "table{border-collapse:collapse}td{padding:2px 12px 2px 0}";
@@ -158,12 +159,14 @@ std::optional<std::string> MetricsLineProblem(const json& line) {
   return PeaksProblem(line["memory_peak"], "memory_peak", 2);
 }
 
-// A report's stages[i]: its stage, replica and memory figures, of their types.
+// A report's stages[i]: its stage, replica, tensor rank and memory figures, of their types.
 std::optional<std::string> ReportStageProblem(const json& stage, const std::string& path) {
   if (auto problem = Mistyped(path, stage, Want::kObject)) return problem;
-  if (auto problem = FieldProblem(
-          stage, path,
-          {{"stage", Want::kInteger}, {"replica", Want::kInteger}, {"memory", Want::kObject}})) {
+  if (auto problem = FieldProblem(stage, path,
+                                  {{"stage", Want::kInteger},
+                                   {"replica", Want::kInteger},
+                                   {"tensor", Want::kInteger},
+                                   {"memory", Want::kObject}})) {
     return problem;
   }
   if (!stage.contains("memory")) return std::nullopt;
@@ -375,6 +378,7 @@ std::string MemoryPanel(const std::optional<Metrics>& metrics, const ReportStage
     for (const json& stage : report.stages) {  // checked: CheckReportStages
       std::string label = fmt::format("stage {}", stage.value("stage", -1));
       if (stage.contains("replica")) label += fmt::format(" replica {}", stage.value("replica", 0));
+      if (stage.contains("tensor")) label += fmt::format(" tensor {}", stage.value("tensor", 0));
       const json memory = stage.value("memory", json::object());
       chart.groups.push_back({label,
                               {MemoryBar("measured", memory.value("peak", json::object())),

@@ -20,11 +20,12 @@ std::string Percent(double fraction) {
   return buffer;
 }
 
-std::string Headline(const Schedule& schedule, const SimulationResult& simulation) {
+std::string Headline(const Schedule& schedule, const SimulationResult& simulation,
+                     const std::string& unit = "cost units") {
   return "schedule " + schedule.name + ": " + std::to_string(schedule.stages) + " stages, " +
          std::to_string(schedule.microbatches) + " micro-batches, " +
          std::to_string(schedule.chunks) + " chunk(s) per stage; makespan " +
-         Number(simulation.makespan) + " cost units, bubble fraction " +
+         Number(simulation.makespan) + " " + unit + ", bubble fraction " +
          Number(simulation.bubble_fraction) + " (" + Percent(simulation.bubble_fraction) + ")";
 }
 
@@ -177,17 +178,23 @@ std::string RenderJson(const Schedule& schedule, const SimulationResult& simulat
   return json.dump(2) + "\n";
 }
 
-std::string RenderSvg(const Schedule& schedule, const SimulationResult& simulation) {
-  constexpr double kLeft = 80, kTop = 50, kLane = 30, kBox = 24;
+std::string RenderSvg(const Schedule& schedule, const SimulationResult& simulation,
+                      const SvgLabels& labels) {
+  constexpr double kLeft = 80, kTop = 50, kLane = 30, kBox = 24, kNote = 16;
   const double makespan = simulation.makespan > 0 ? simulation.makespan : 1;
   const double scale = std::clamp(1200 / makespan, 2.0, 40.0);  // pixels per time unit
   const double lanes_bottom = kTop + kLane * schedule.stages;
   const double width = kLeft + makespan * scale + 20;
-  const double height = lanes_bottom + 70;
+  const double notes_top = lanes_bottom + 70;
+  const double height =
+      notes_top + (labels.notes.empty() ? 0 : kNote * static_cast<double>(labels.notes.size() + 1));
   std::string svg = "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" + Number(width) +
-                    "\" height=\"" + Number(height) + "\" font-family=\"sans-serif\">\n";
+                    "\" height=\"" + Number(height) + "\" viewBox=\"0 0 " + Number(width) + " " +
+                    Number(height) + "\" font-family=\"sans-serif\">\n";
   svg += "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n";
-  svg += "<text x=\"10\" y=\"24\" font-size=\"15\">" + XmlEscape(Headline(schedule, simulation)) +
+  svg += "<text x=\"10\" y=\"24\" font-size=\"15\">" +
+         XmlEscape(Headline(schedule, simulation, labels.unit) +
+                   "; bubble fraction = idle / makespan, the stages' mean") +
          "</text>\n";
   for (int rank = 0; rank < schedule.stages; ++rank) {
     const double y = kTop + kLane * rank;
@@ -218,6 +225,8 @@ std::string RenderSvg(const Schedule& schedule, const SimulationResult& simulati
     svg += "<text x=\"" + Number(kLeft + t * scale) + "\" y=\"" + Number(lanes_bottom + 14) +
            "\" font-size=\"10\" text-anchor=\"middle\">" + Number(t) + "</text>\n";
   }
+  svg += "<text x=\"10\" y=\"" + Number(lanes_bottom + 14) + "\" font-size=\"10\">time (" +
+         XmlEscape(labels.unit) + ")</text>\n";
   double x = kLeft;
   for (ActionKind kind : {ActionKind::kForward, ActionKind::kBackward, ActionKind::kBackwardInput,
                           ActionKind::kBackwardWeight}) {
@@ -230,6 +239,13 @@ std::string RenderSvg(const Schedule& schedule, const SimulationResult& simulati
   }
   svg += "<text x=\"" + Number(x) + "\" y=\"" + Number(lanes_bottom + 44) +
          "\" font-size=\"12\">idle = grey; later chunks lighter; numbers = micro-batch</text>\n";
+  if (!labels.notes.empty()) {
+    svg += "<text font-family=\"monospace\" font-size=\"12\" y=\"" + Number(notes_top) + "\">";
+    for (const std::string& note : labels.notes) {
+      svg += "<tspan x=\"10\" dy=\"" + Number(kNote) + "\">" + XmlEscape(note) + "</tspan>";
+    }
+    svg += "</text>\n";
+  }
   svg += "</svg>\n";
   return svg;
 }

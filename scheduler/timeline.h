@@ -5,6 +5,7 @@
 
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "scheduler/schedule.h"
 #include "scheduler/simulator.h"
@@ -24,9 +25,18 @@ std::string RenderText(const Schedule& schedule, const SimulationResult& simulat
 //  "per_stage": [{"stage", "busy", "idle", "peak_in_flight"}]}, in that order.
 std::string RenderJson(const Schedule& schedule, const SimulationResult& simulation);
 
+// How RenderSvg labels a picture: the unit of its times (the simulator's cost units, or "ms" for
+// a measured or rescaled timeline) and lines of notes under the legend.
+struct SvgLabels {
+  std::string unit = "cost units";
+  std::vector<std::string> notes;
+};
+
 // A standalone SVG: one lane per stage, a box per compute action colored by kind (F, B, I, W; later
-// chunks lighter) labelled with its micro-batch, a time axis, a legend and the figures.
-std::string RenderSvg(const Schedule& schedule, const SimulationResult& simulation);
+// chunks lighter) labelled with its micro-batch, a time axis in `labels.unit`, a legend, the
+// figures and `labels.notes`. Its viewBox lets a page scale it to its width.
+std::string RenderSvg(const Schedule& schedule, const SimulationResult& simulation,
+                      const SvgLabels& labels = {});
 
 // Chrome trace-event JSON ({"traceEvents": [...]}, open in chrome://tracing or ui.perfetto.dev):
 // a complete event (ph "X") per compute action with pid = tid = stage; one cost unit is 1 ms.

@@ -86,6 +86,13 @@ TEST(TimelineTest, SvgIsAStandaloneDocumentWithABoxPerComputeAction) {
   EXPECT_EQ(Count(svg, "</g>"), ComputeActions(result));
   EXPECT_EQ(Count(svg, "<text"), Count(svg, "</text>"));
   EXPECT_NE(svg.find("bubble fraction"), std::string::npos);
+  EXPECT_NE(svg.find("time (cost units)"), std::string::npos);  // the axis says its unit
+  // A viewBox as large as the picture, so that a page can scale it to its width.
+  const std::string width = svg.substr(svg.find("width=\"") + 7);
+  const std::string height = svg.substr(svg.find("height=\"") + 8);
+  EXPECT_NE(svg.find("viewBox=\"0 0 " + width.substr(0, width.find('"')) + " " +
+                     height.substr(0, height.find('"')) + "\""),
+            std::string::npos);
   for (const char* legend : {"F forward", "B backward", "I backward-input", "W backward-weight"}) {
     EXPECT_NE(svg.find(legend), std::string::npos) << legend;
   }
