@@ -131,6 +131,23 @@ TEST(LlamaConfigTest, Llama32OneBillionHasMetasParameterCount) {
   EXPECT_FALSE(DimsOf(LlamaTiny({}).model).tie_embeddings);  // auto: untied for llama
 }
 
+// Its 4 stages hold the tied embedding on the first and the last: the table says so, and why its
+// chunks' parameters add up to one V x C embedding more than the model's.
+TEST(LlamaConfigTest, ThePartitionTableSaysWhyItsStagesHoldMoreThanTheModel) {
+  const std::string file = std::string(BATON_SOURCE_DIR) + "/configs/llama3.2-1b.yaml";
+  const std::string table = FormatPartitionTable(MakePlan(LoadConfig(file, {})));
+  constexpr int64_t kModel = 1235814400, kEmbedding = int64_t{128256} * 2048;
+  EXPECT_NE(table.find("tied: wte.weight on stages 0, 3: each holds a copy"), std::string::npos)
+      << table;
+  EXPECT_NE(table.find(fmt::format("add up to {}, {} more than the model's {}", kModel + kEmbedding,
+                                   kEmbedding, kModel)),
+            std::string::npos)
+      << table;
+  const std::string one = FormatPartitionTable(MakePlan(LoadConfig(file, {"parallel.stages=1"})));
+  EXPECT_EQ(one.find("tied:"), std::string::npos) << one;
+  EXPECT_EQ(one.find("add up to"), std::string::npos) << one;
+}
+
 TEST(LlamaMemoryPlannerTest, PredictsTheLedgerExactly) {
   for (const std::vector<std::string>& overrides : std::vector<std::vector<std::string>>{
            {"parallel.stages=2", "parallel.schedule=1f1b"},

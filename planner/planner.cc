@@ -116,9 +116,11 @@ std::string FormatPartitionTable(const Plan& plan) {
   const MicroBatchShape shape = plan.micro_batch_shape();
   std::string out = fmt::format("{:>5} {:>5} {:>9} {:>14} {:>14} {:>16}\n", "stage", "chunk",
                                 "layers", "parameters", "fwd+bwd FLOPs", "stash B/mbatch");
+  int64_t held = 0;
   for (int j = 0; j < static_cast<int>(plan.virtual_stages.size()); ++j) {
     const LayerRange& r = plan.virtual_stages[static_cast<size_t>(j)];
     const int64_t params = StoredParamCount(plan.graph, r.first, r.last, plan.dims);
+    held += params;
     int64_t flops = 0;
     for (int i = r.first; i <= r.last; ++i) {
       const LayerSpec& spec = plan.graph[static_cast<size_t>(i)];
@@ -129,9 +131,22 @@ std::string FormatPartitionTable(const Plan& plan) {
                        fmt::format("{}-{}", r.first, r.last), params, flops,
                        StashBytesPerMicroBatch(plan, r));
   }
+  for (const TiedGroup& tied : plan.tied) {
+    if (tied.stages.size() < 2) continue;
+    out += fmt::format("tied: {} on stages {}: each holds a copy, gradients summed across them\n",
+                       tied.param, fmt::join(tied.stages, ", "));
+  }
   for (const std::string& group : SplitShareGroups(plan)) {
     out += fmt::format("share group split: {}: each holds a copy, gradients summed across them\n",
                        group);
+  }
+  const int64_t model =
+      StoredParamCount(plan.graph, 0, static_cast<int>(plan.graph.size()) - 1, plan.dims);
+  if (held != model) {
+    out += fmt::format(
+        "the chunks' parameters add up to {}, {} more than the model's {}: a parameter held in "
+        "more than one chunk counts in each\n",
+        held, held - model, model);
   }
   return out;
 }
