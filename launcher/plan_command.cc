@@ -12,6 +12,7 @@
 #include "launcher/report.h"
 #include "launcher/run.h"
 #include "model/cost.h"
+#include "planner/measured_costs.h"
 #include "planner/memory_planner.h"
 #include "planner/planner.h"
 
@@ -68,6 +69,13 @@ Plan PlanConfig(const Config& config, const std::string& config_path, int64_t bu
     const MeasuredCosts measured =
         measure ? MeasureCosts(config, FitProfileRequest(config)) : MeasuredCosts();
     if (measure) spdlog::debug("--fit measured:\n{}", FormatMeasuredCosts(measured));
+    if (measure && measured.spread > kUnsteadySpread) {
+      spdlog::warn(
+          "--fit's timing profile spread {:.0f}% over its rounds (the machine's load changed "
+          "while profiling): candidates whose predicted steps are close may rank the other way on "
+          "a second run; run it again on a quiet machine to be sure of the choice",
+          100 * measured.spread);
+    }
     return PlanForBudget(config, budget, memory.fit, memory.max_stages,
                          memory.fit && !measure ? MeasureStepRates(config) : StepRates(), fit,
                          memory.max_processes, measure ? &measured : nullptr);

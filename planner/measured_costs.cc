@@ -285,11 +285,19 @@ void ProfileContention(const Config& config, const ProfileRequest& request, Meas
 
 // The slowdown for `processes` busy at once: measured, else that of the most measured below it.
 double SlowdownFor(const MeasuredCosts& measured, int processes) {
-  double factor = 1.0;
-  for (const auto& [p, s] : measured.slowdown) {
-    if (p <= processes) factor = s;
-  }
-  return factor;
+  const auto measured_below = [&](int count) {
+    double factor = 1.0;
+    for (const auto& [p, s] : measured.slowdown) {
+      if (p <= count) factor = s;
+    }
+    return factor;
+  };
+  const double factor = measured_below(processes);
+  if (measured.cores <= 0 || processes <= measured.cores) return factor;
+  // Oversubscribed: the processes take turns on the cores, so each computes at most
+  // cores / processes of the time that `cores` processes at once had.
+  const double shared = measured_below(measured.cores) * processes / measured.cores;
+  return std::max(factor, shared);
 }
 
 // One-way seconds of a message of `bytes` between two Gloo ranks (threads of this process, over
@@ -361,8 +369,11 @@ void ProfileMessages(const Config& config, const ProfileRequest& request, Measur
   const int64_t bytes =
       largest * SequenceLength(config) * config.model.width * static_cast<int64_t>(sizeof(float));
   const double seconds = TimeMessage(raw, allocator, bytes, request.repeats * 2);
-  out.message_bytes_per_s =
-      static_cast<double>(bytes) / std::max(seconds - out.message_latency_s, 1e-9);
+  // Under load the small message's time can be as long as the large one's: their difference is
+  // then noise, and the rate is bounded by the large message's whole time instead.
+  out.message_rate_bounded = seconds < 2 * out.message_latency_s;
+  out.message_bytes_per_s = static_cast<double>(bytes) /
+                            (out.message_rate_bounded ? seconds : seconds - out.message_latency_s);
 }
 
 const std::map<LayerKind, KindTimes>& LayersFor(const Plan& plan, const MeasuredCosts& measured) {
@@ -402,6 +413,8 @@ MeasuredCosts MeasureCosts(const Config& config, const ProfileRequest& request) 
   ProfileLayers(config, request, out);
   ProfileMessages(config, request, out);
   ProfileContention(config, request, out);
+  const int threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  out.cores = std::max(1, threads / std::max(1, config.device.threads));
   return out;
 }
 
@@ -546,14 +559,25 @@ std::string FormatMeasuredCosts(const MeasuredCosts& measured) {
                          params > 0 ? 1e9 * seconds / static_cast<double>(params) : 0.0);
     }
   }
-  out += fmt::format("message: {:.1f} us latency, {:.2f} GB/s (Gloo, loopback)\n",
-                     1e6 * measured.message_latency_s, measured.message_bytes_per_s / 1e9);
+  out += fmt::format("message: {:.1f} us latency, {}{:.2f} GB/s (Gloo, loopback){}\n",
+                     1e6 * measured.message_latency_s, measured.message_rate_bounded ? ">= " : "",
+                     measured.message_bytes_per_s / 1e9,
+                     measured.message_rate_bounded
+                         ? ": an activation-sized message took under twice a small one's time, "
+                           "so the rate is only bounded (the machine was busy)"
+                         : "");
   if (measured.spread > 0) {
-    out +=
-        fmt::format("spread of a block's F + B over the rounds: {:.0f}%{}\n", 100 * measured.spread,
-                    measured.spread > 0.25 ? " (the machine's load changed while profiling: "
-                                             "the figures deserve a second run)"
-                                           : "");
+    out += fmt::format(
+        "spread of a block's F + B over the rounds: {:.0f}%{}\n", 100 * measured.spread,
+        measured.spread > kUnsteadySpread ? " (the machine's load changed while profiling: "
+                                            "the figures deserve a second run)"
+                                          : "");
+  }
+  if (measured.cores > 0) {
+    out += fmt::format(
+        "{} process(es) compute at once here; more take turns (slower by the "
+        "count over {})\n",
+        measured.cores, measured.cores);
   }
   for (const auto& [processes, factor] : measured.slowdown) {
     if (processes > 1)

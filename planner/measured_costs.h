@@ -58,16 +58,26 @@ struct MeasuredCosts {
   std::map<LayerKind, int64_t> params;
   double message_latency_s = 0;    // one small message, one way
   double message_bytes_per_s = 0;  // transfer rate of an activation-sized message
+  // The activation-sized message took no clearly longer than a small one (under 2x: the
+  // difference is noise), so message_bytes_per_s is its bytes over its whole time: a lower bound
+  // on the rate, not a measurement of it.
+  bool message_rate_bounded = false;
   // Processes busy at once -> how much slower each computes than one alone (a block's F + B at
   // the config's micro-batch size run in that many threads at once); 1 for one process. A plan of
   // P processes has its compute and step end scaled by slowdown[P] (else the largest measured
-  // below P; none: 1).
+  // below P; none: 1); where P exceeds `cores`, by at least slowdown[cores] x P / cores.
   std::map<int, double> slowdown;
+  // How many processes can compute at once here: hardware threads / device.threads when
+  // profiled (0: unknown, no oversubscription charged). More processes than that time-share.
+  int cores = 0;
   // How steady the machine was while profiling: (max - min) / median of a block's F + B at the
   // config's micro-batch size over the rounds (0 when it was not profiled). Above about 0.25 the
   // machine's load changed while profiling and the figures deserve a second run.
   double spread = 0;
 };
+
+// The spread above which a profile is called unsteady (FormatMeasuredCosts, plan --fit).
+inline constexpr double kUnsteadySpread = 0.25;
 
 // What to profile: every combination of these (default: the config's own).
 struct ProfileRequest {

@@ -226,6 +226,31 @@ TEST(MeasuredCostsTest, ComputeIsScaledByTheSlowdownOfTheJobsProcessCount) {
   const double unscaled = MeasuredScheduleCosts(three, measured).For(0).forward;
   measured.slowdown = {{1, 1.0}, {2, 1.5}};
   EXPECT_DOUBLE_EQ(MeasuredScheduleCosts(three, measured).For(0).forward, 1.5 * unscaled);
+  // On a machine where only 2 compute at once, 3 processes take turns: 1.5 x 3 / 2 each.
+  measured.cores = 2;
+  EXPECT_DOUBLE_EQ(MeasuredScheduleCosts(three, measured).For(0).forward, 2.25 * unscaled);
+  EXPECT_DOUBLE_EQ(MeasuredScheduleCosts(two, measured).For(1).forward, shared.forward);
+  // Where only one computes at once, two stages take twice one's time, whatever was measured.
+  measured.cores = 1;
+  measured.slowdown = {{1, 1.0}};
+  EXPECT_DOUBLE_EQ(MeasuredScheduleCosts(two, measured).For(1).forward, 2 * alone.forward);
+}
+
+// A busy machine can time an activation-sized message no longer than a 4-byte one: the rate is
+// then printed as the bound it is, never as a difference of noise.
+TEST(MeasuredCostsTest, AnUnresolvedMessageRateIsPrintedAsABound) {
+  MeasuredCosts measured = Synthetic(Tiny(), 0.01, 0.02);
+  measured.message_latency_s = 1e-3;
+  measured.message_bytes_per_s = 2e9;
+  EXPECT_NE(FormatMeasuredCosts(measured).find("1000.0 us latency, 2.00 GB/s (Gloo, loopback)\n"),
+            std::string::npos)
+      << FormatMeasuredCosts(measured);
+  measured.message_rate_bounded = true;
+  const std::string text = FormatMeasuredCosts(measured);
+  EXPECT_NE(text.find("1000.0 us latency, >= 2.00 GB/s (Gloo, loopback): an activation-sized "
+                      "message took under twice"),
+            std::string::npos)
+      << text;
 }
 
 TEST(MeasuredCostsTest, ProfilingGivesPositiveFiniteTimesForEveryLayerKind) {
@@ -237,6 +262,7 @@ TEST(MeasuredCostsTest, ProfilingGivesPositiveFiniteTimesForEveryLayerKind) {
   request.repeats = 1;
   request.concurrency = {1, 2};
   const MeasuredCosts m = MeasureCosts(config, request);
+  EXPECT_GE(m.cores, 1);
   ASSERT_EQ(m.slowdown.count(2), 1u);
   EXPECT_TRUE(std::isfinite(m.slowdown.at(2)) && m.slowdown.at(2) >= 1.0);
   const auto positive = [](double s) { return std::isfinite(s) && s > 0; };
