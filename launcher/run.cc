@@ -26,6 +26,7 @@
 #include "job/agent.h"
 #include "job/process.h"
 #include "job/worker_main.h"
+#include "kernels/backend_factory.h"
 #include "launcher/environment.h"
 #include "launcher/monitor.h"
 #include "launcher/mpi_bootstrap.h"
@@ -327,7 +328,22 @@ std::optional<std::string> SuperviseAttempts(CoordinatorServer& server, const Pl
   }
 }
 
+// A local job's workers all run on this machine: a missing GPU is one error here, before the
+// coordinator or any worker starts, not one per worker blaming whichever stage failed first.
+void CheckLocalDevice(const Config& config) {
+  if (config.device.type != DeviceType::kCuda) return;
+  try {
+    DeviceForLocalRank(DeviceType::kCuda, 0);
+  } catch (const Error& e) {
+    BATON_FAIL(
+        "device.type is cuda, and this machine cannot run it: {}. Set device.type=cpu to train "
+        "on the CPU (docs/cuda.md)",
+        e.what());
+  }
+}
+
 int RunLocal(const Plan& planned, const RunOptions& options, const std::string& report_path) {
+  CheckLocalDevice(planned.config);
   const std::string token = MakeJobToken();
   const std::string job_id = MakeJobToken().substr(0, 12);
   Launch launch{job_id, "", 0, options.evaluate_only, {}};

@@ -34,6 +34,26 @@ TEST(FailureTest, TheBatonBinaryCarriesNoFaultHooks) {
   EXPECT_EQ(result.output.find("BATON_TEST_STALL"), std::string::npos) << result.output;
 }
 
+// device.type=cuda where no GPU can be used: one error naming the cause, before the coordinator
+// or any worker starts (it used to start all four and blame whichever stage failed first).
+TEST(FailureTest, NoGpuIsOneErrorBeforeAnyWorkerStarts) {
+  const std::string root = TempDir("no-gpu");
+  const CommandResult result =
+      RunShell("cd '" + SourceDir() + "' && '" + BatonBinary() +
+               "' run configs/gpt-tiny.yaml --set device.type=cuda --set train.steps=1"
+               " --set output.dir=" +
+               root);
+  if (result.exit_code == 0) GTEST_SKIP() << "this machine has a GPU: " << result.output;
+  // "no CUDA device: ...", or that the binary was built without CUDA (the sanitizer builds).
+  EXPECT_NE(result.output.find("baton: error: device.type is cuda, and this machine cannot run "
+                               "it: "),
+            std::string::npos)
+      << result.output;
+  EXPECT_NE(result.output.find("Set device.type=cpu"), std::string::npos) << result.output;
+  EXPECT_EQ(result.output.find("coordinator on"), std::string::npos) << result.output;
+  EXPECT_FALSE(AnyWorkerLogged(result.output)) << result.output;
+}
+
 TEST(FailureTest, StalledPeerTimesOutWithATableNamingStageActionAndPeer) {
   // Stage 1 stops answering at step 2 (it sleeps; its heartbeats go on): stage 0 waits for the
   // gradient of its first backward and gives up after parallel.timeout_s. Start-up waits (Gloo's
