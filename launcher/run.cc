@@ -14,6 +14,8 @@
 
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/init_source.h"
+#include "checkpoint/safetensors.h"
+#include "checkpoint/safetensors_gpt2.h"
 #include "checkpoint/safetensors_llama.h"
 #include "config/config.h"
 #include "coordinator/coordinator_client.h"
@@ -550,6 +552,42 @@ bool SetOnCommandLine(const ConfigArgs& args, const std::string& key) {
                      [&](const std::string& o) { return o.starts_with(key + "="); });
 }
 
+// The GPT-2 weights file a run will read, opened once here rather than by every worker: a file
+// that is not safetensors, or one holding another family's tensors, is one error naming where
+// model.init_from was set.
+void CheckGpt2WeightsFile(const std::string& path, const std::string& where,
+                          const ModelDims& dims) {
+  const SafetensorsFile file = [&] {
+    try {
+      return SafetensorsFile::Open(path);
+    } catch (const Error& e) {
+      BATON_FAIL(
+          "{}: model.init_from {} is not a GPT-2 safetensors file, a Baton checkpoint or a Hugging "
+          "Face folder: {}",
+          where, path, e.what());
+    }
+  }();
+  if (FindGpt2Tensor(file, "wte.weight") != nullptr) {
+    try {
+      ValidateGpt2File(file, dims);  // its shapes against this config's model, once
+    } catch (const Error& e) {
+      BATON_FAIL("{}: model.init_from: {}", where, e.what());
+    }
+    return;
+  }
+  if (file.Has("model.embed_tokens.weight")) {
+    BATON_FAIL(
+        "{}: model.init_from {} holds a Llama's weights (model.embed_tokens.weight), and this "
+        "config's model is GPT-2: give the Hugging Face folder holding the file and its "
+        "config.json (it sets model.preset: llama and the shape), or a GPT-2 file",
+        where, path);
+  }
+  BATON_FAIL(
+      "{}: model.init_from {} holds no GPT-2 embedding (transformer.wte.weight, nor wte.weight): "
+      "not GPT-2 weights",
+      where, path);
+}
+
 Config CheckNamedFiles(Config config, const ConfigArgs& args, bool evaluate_only) {
   namespace fs = std::filesystem;
   std::error_code error;
@@ -573,6 +611,9 @@ Config CheckNamedFiles(Config config, const ConfigArgs& args, bool evaluate_only
     spdlog::info("model.init_from {}: a Hugging Face folder, read through its {}", init,
                  std::filesystem::path(source.path).filename().string());
     init = source.path;  // the workers resolve it to the same source
+  }
+  if (source.kind == InitSource::Kind::kGpt2File && config.model.preset != ModelPreset::kLlama) {
+    CheckGpt2WeightsFile(source.path, init_where, DimsOf(config.model));
   }
   return config;
 }

@@ -141,6 +141,38 @@ TEST(FailureTest, ATimedOutWaitFailsTheJobWithoutACrash) {
   EXPECT_EQ(text.find("killed by signal"), std::string::npos) << text;
 }
 
+// A model.init_from file that is not GPT-2 weights is one error from the launcher naming the key
+// and what the file is, before any worker starts (each worker used to fail on it alone).
+TEST(FailureTest, InitFromThatIsNotGpt2WeightsIsOneErrorNamingWhatItIs) {
+  const std::string root = TempDir("init-from");
+  const auto run = [&](const std::string& init_from) {
+    return RunShell("cd '" + SourceDir() + "' && '" + BatonBinary() +
+                    "' run configs/gpt-tiny.yaml --set train.steps=1 --set output.dir=" + root +
+                    " --set model.init_from=" + init_from);
+  };
+  const CommandResult text = run("README.md");
+  EXPECT_NE(text.exit_code, 0);
+  EXPECT_NE(text.output.find("baton: error: --set model.init_from: model.init_from README.md is "
+                             "not a GPT-2 safetensors file, a Baton checkpoint or a Hugging Face "
+                             "folder: README.md: the header length field exceeds"),
+            std::string::npos)
+      << text.output;
+  EXPECT_FALSE(AnyWorkerLogged(text.output)) << text.output;
+  const std::string shard = "tests/fixtures/llama-hf/model-00001-of-00003.safetensors";
+  const CommandResult llama = run(shard);
+  EXPECT_NE(llama.exit_code, 0);
+  EXPECT_NE(llama.output.find("model.init_from " + shard +
+                              " holds a Llama's weights (model.embed_tokens.weight), and this "
+                              "config's model is GPT-2: give the Hugging Face folder"),
+            std::string::npos)
+      << llama.output;
+  EXPECT_FALSE(AnyWorkerLogged(llama.output)) << llama.output;
+  const CommandResult other = run("tests/fixtures/llama-hf/model-00002-of-00003.safetensors");
+  EXPECT_NE(other.output.find("holds no GPT-2 embedding (transformer.wte.weight, nor wte.weight)"),
+            std::string::npos)
+      << other.output;
+}
+
 TEST(FailureTest, UnreadableDataIsAClearErrorNamingTheFile) {
   const CommandResult result =
       RunBaton({"run", "configs/gpt-tiny.yaml", "--set", "data.path=/nonexistent/corpus.txt",
