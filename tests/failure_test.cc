@@ -376,8 +376,8 @@ TEST(FailureTest, HostileFilesFailAtOnceNamingTheFile) {
   EXPECT_NE(result.exit_code, 0);
   EXPECT_NE(result.output.find(fifo + ": is a FIFO, not a regular file"), std::string::npos)
       << result.output;
-  // Weights whose safetensors header has a byte flipped to 0xff (invalid UTF-8, which protobuf
-  // and JSON refuse): the stage's error still reaches the launcher, naming the file.
+  // model.init_from weights whose safetensors header has a byte flipped to 0xff (invalid UTF-8,
+  // which JSON refuses): the launcher opens the file before any worker and names it.
   const std::string weights = dir + "/weights.safetensors";
   {
     const std::string header =
@@ -391,7 +391,43 @@ TEST(FailureTest, HostileFilesFailAtOnceNamingTheFile) {
                      "train.steps=1", "--set", "parallel.stages=2", "--set",
                      "output.dir=" + dir + "/out"});
   EXPECT_NE(result.exit_code, 0);
-  EXPECT_NE(Headline(result.output).find(weights), std::string::npos) << result.output;
+  EXPECT_NE(result.output.find("baton: error: --set model.init_from: model.init_from " + weights),
+            std::string::npos)
+      << result.output;
+  EXPECT_FALSE(AnyWorkerLogged(result.output)) << result.output;
+  for (const char* internal : {"check failed", ".cc:"}) {
+    EXPECT_EQ(result.output.find(internal), std::string::npos) << result.output;
+  }
+  // The same byte in a checkpoint's layer file (the manifest re-recorded, as a crafter would):
+  // a stage reads it, and its error (invalid UTF-8, which protobuf refuses too) still reaches
+  // the launcher's headline, naming the file and the stage.
+  const std::string run = dir + "/run";
+  ASSERT_EQ(RunBaton({"run", "configs/gpt-tiny.yaml", "--set", "train.steps=1", "--set",
+                      "parallel.stages=2", "--set", "output.dir=" + run})
+                .exit_code,
+            0);
+  const std::string step_dir = run + "/checkpoints/step-1";
+  const std::string layer = step_dir + "/layer-1.safetensors";
+  {
+    std::string bytes = ReadFile(layer);
+    uint64_t header_size = 0;
+    std::memcpy(&header_size, bytes.data(), 8);
+    std::string header = bytes.substr(8, header_size);
+    const size_t name_end = header.find(".weight\"");
+    ASSERT_NE(name_end, std::string::npos) << header;
+    header.insert(name_end + 7, "\xff");
+    const uint64_t size = header.size();
+    std::string crafted(reinterpret_cast<const char*>(&size), 8);
+    crafted += header + bytes.substr(8 + header_size);
+    std::ofstream(layer, std::ios::binary | std::ios::trunc) << crafted;
+    RecordInManifest(step_dir, "layer-1.safetensors");
+  }
+  result = RunBaton({"run", "configs/gpt-tiny.yaml", "--resume", run + "/checkpoints", "--set",
+                     "train.steps=2", "--set", "parallel.stages=2", "--set",
+                     "output.dir=" + dir + "/resumed"});
+  EXPECT_NE(result.exit_code, 0);
+  EXPECT_NE(Headline(result.output).find("layer-1.safetensors"), std::string::npos)
+      << result.output;
   EXPECT_NE(Headline(result.output).find("stage"), std::string::npos) << result.output;
   for (const char* internal : {"check failed", ".cc:"}) {
     EXPECT_EQ(result.output.find(internal), std::string::npos) << result.output;
