@@ -178,8 +178,10 @@ Subcommand AddGenerate(CLI::App& app, LogLevel log_level) {
       ->required();
   cmd->add_option("--prompt", generate->prompt, "text to continue");
   cmd->add_option("--tokens", generate->tokens, "new tokens to sample");
-  cmd->add_option("--temperature", generate->temperature, "0 = greedy");
-  cmd->add_option("--top-k", generate->top_k, "sample from the K likeliest; 0 = all");
+  cmd->add_option("--temperature", generate->sampling.temperature, "0 = greedy");
+  cmd->add_option("--top-k", generate->sampling.top_k, "sample from the K likeliest; 0 = all");
+  cmd->add_option("--top-p", generate->sampling.top_p,
+                  "then from the fewest likeliest whose probability reaches P (nucleus); 1 = all");
   cmd->add_option("--seed", generate->seed, "the same seed gives the same text");
   cmd->add_option("--set", generate->overrides, "override a config field, e.g. device.type=cpu");
   cmd->add_flag("--no-kv-cache", *no_kv_cache,

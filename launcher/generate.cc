@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <numeric>
 #include <optional>
 
 #include "checkpoint/checkpoint.h"
@@ -13,6 +12,7 @@
 #include "core/units.h"
 #include "data/tokenizer.h"
 #include "kernels/backend_factory.h"
+#include "launcher/sampling.h"
 #include "model/decode.h"
 #include "model/from_config.h"
 #include "worker/stage_model.h"
@@ -20,49 +20,6 @@
 
 namespace baton {
 namespace {
-
-// SplitMix64: a small generator whose sequence is the same on every platform and compiler.
-class SplitMix64 {
- public:
-  explicit SplitMix64(uint64_t seed) : state_(seed) {}
-  uint64_t Next() {
-    uint64_t z = (state_ += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-  }
-  double Uniform() { return static_cast<double>(Next() >> 11) * 0x1.0p-53; }  // [0, 1)
-
- private:
-  uint64_t state_;
-};
-
-// One token drawn from `logits` as the file comment says.
-int Sample(std::vector<float> logits, double temperature, int top_k, SplitMix64& rng) {
-  const int v = static_cast<int>(logits.size());
-  std::vector<int> order(static_cast<size_t>(v));
-  std::iota(order.begin(), order.end(), 0);
-  // Largest first; ties by token id, so the order never depends on the sort.
-  std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
-    return logits[static_cast<size_t>(a)] > logits[static_cast<size_t>(b)];
-  });
-  if (temperature == 0.0) return order.front();
-  const int k = top_k > 0 ? std::min(top_k, v) : v;
-  const double top = logits[static_cast<size_t>(order.front())];
-  std::vector<double> weights(static_cast<size_t>(k));
-  double sum = 0;
-  for (int i = 0; i < k; ++i) {
-    weights[static_cast<size_t>(i)] =
-        std::exp((logits[static_cast<size_t>(order[static_cast<size_t>(i)])] - top) / temperature);
-    sum += weights[static_cast<size_t>(i)];
-  }
-  double u = rng.Uniform() * sum;
-  for (int i = 0; i < k; ++i) {
-    u -= weights[static_cast<size_t>(i)];
-    if (u < 0) return order[static_cast<size_t>(i)];
-  }
-  return order[static_cast<size_t>(k - 1)];
-}
 
 // The prompt's tokens. An empty prompt starts a new document: <|endoftext|> (as between training
 // files) when the tokenizer has it, else a newline.
@@ -97,7 +54,7 @@ std::vector<uint32_t> SampleTokens(const GenerateOptions& options, Decoder& deco
   for (int n = 0; n < options.tokens; ++n) {
     std::vector<float> logits = decoder.NextLogits(tokens);
     logits.resize(static_cast<size_t>(drawn_vocab));
-    const int next = Sample(std::move(logits), options.temperature, options.top_k, rng);
+    const int next = SampleToken(logits, options.sampling, rng);
     tokens.push_back(next);
     generated.push_back(static_cast<uint32_t>(next));
   }
@@ -111,9 +68,7 @@ std::vector<uint32_t> SampleTokens(const GenerateOptions& options, Decoder& deco
 
 GenerateResult Generate(const GenerateOptions& options) {
   BATON_CHECK(options.tokens >= 0, "--tokens {}: must be >= 0", options.tokens);
-  BATON_CHECK(options.temperature >= 0 && std::isfinite(options.temperature),
-              "--temperature {}: must be >= 0", options.temperature);
-  BATON_CHECK(options.top_k >= 0, "--top-k {}: must be >= 0", options.top_k);
+  CheckSamplingOptions(options.sampling);
   const CheckpointReader checkpoint = CheckpointReader::Open(options.checkpoint);
   const Config config = ParseConfigString(checkpoint.state().config.dump(2),
                                           checkpoint.step_dir() + "/state.json", options.overrides);

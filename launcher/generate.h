@@ -14,9 +14,9 @@
 // give the same logits up to float rounding, so the same text but where two tokens' logits tie
 // to within it.
 //
-// Sampling: logits / temperature, restricted to the top_k largest (0 = all), softmax, then one
-// draw from a 64-bit generator seeded with `seed` (temperature 0: the argmax). The same
-// checkpoint, prompt and options give the same text.
+// Sampling (launcher/sampling.h): logits / temperature, restricted to the top_k largest (0 =
+// all), softmax, the nucleus of top_p, then one draw from a 64-bit generator seeded with `seed`
+// (temperature 0: the argmax). The same checkpoint, prompt and options give the same text.
 //
 // Tokens: when the checkpoint's config has data.tokenizer, the prompt is encoded with it, only
 // its ids are drawn (a model's vocabulary may be padded past them) and the continuation is
@@ -29,14 +29,15 @@
 #include <string>
 #include <vector>
 
+#include "launcher/sampling.h"
+
 namespace baton {
 
 struct GenerateOptions {
   std::string checkpoint;  // a step dir, checkpoints root or output dir
   std::string prompt;
   int tokens = 200;          // new tokens to sample
-  double temperature = 0.8;  // >= 0; 0 = greedy
-  int top_k = 40;            // 0 = every token
+  SamplingOptions sampling;  // temperature, top_k, top_p
   uint64_t seed = 1;
   std::vector<std::string> overrides;  // --set for the config (e.g. device.type=cpu)
   bool kv_cache = true;                // false: recompute the window for every token
