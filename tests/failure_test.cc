@@ -241,17 +241,17 @@ void RecordInManifest(const std::string& step_dir, const std::string& name) {
   std::ofstream(step_dir + "/manifest.json", std::ios::trunc) << manifest.dump(2);
 }
 
-// Rewrites the safetensors header of `path` with `edit` applied (the data bytes kept), then sets
-// the manifest's entry to the file's new size and checksum, as someone crafting a file would.
-void CraftLayerFile(const std::string& step_dir, const std::string& name,
-                    const std::function<void(nlohmann::json&)>& edit) {
+// Rewrites the safetensors header text of layer file `name` with `edit` applied (the data bytes
+// kept), then sets the manifest's entry to the file's new size and checksum, as someone crafting
+// a file would.
+void CraftLayerHeader(const std::string& step_dir, const std::string& name,
+                      const std::function<void(std::string&)>& edit) {
   const std::string path = step_dir + "/" + name;
   const std::string bytes = ReadFile(path);
   uint64_t header_size = 0;
   std::memcpy(&header_size, bytes.data(), 8);
-  nlohmann::json header = nlohmann::json::parse(bytes.substr(8, header_size));
-  edit(header);
-  const std::string text = header.dump();
+  std::string text = bytes.substr(8, header_size);
+  edit(text);
   const uint64_t size = text.size();
   std::string crafted(reinterpret_cast<const char*>(&size), 8);
   crafted += text + bytes.substr(8 + header_size);
@@ -259,15 +259,31 @@ void CraftLayerFile(const std::string& step_dir, const std::string& name,
   RecordInManifest(step_dir, name);
 }
 
+// CraftLayerFile with the header as JSON.
+void CraftLayerFile(const std::string& step_dir, const std::string& name,
+                    const std::function<void(nlohmann::json&)>& edit) {
+  CraftLayerHeader(step_dir, name, [&](std::string& text) {
+    nlohmann::json header = nlohmann::json::parse(text);
+    edit(header);
+    text = header.dump();
+  });
+}
+
+// One training step of gpt-tiny on `stages` stages into `output_dir`: a checkpoint to craft.
+void TrainOneStep(const std::string& output_dir, int stages) {
+  ASSERT_EQ(
+      RunBaton({"run", "configs/gpt-tiny.yaml", "--set", "train.steps=1", "--set",
+                "parallel.stages=" + std::to_string(stages), "--set", "output.dir=" + output_dir})
+          .exit_code,
+      0);
+}
+
 // A weight stored at another shape (same bytes, a re-checksummed manifest: the checksum cannot
 // catch it) is refused by every command that reads it, naming the tensor and both shapes.
 TEST(FailureTest, AWeightStoredAtAnotherShapeIsRefusedByEveryReader) {
   const std::string root = TempDir("shape");
   const std::string run = root + "/run";
-  ASSERT_EQ(RunBaton({"run", "configs/gpt-tiny.yaml", "--set", "train.steps=1", "--set",
-                      "parallel.stages=1", "--set", "output.dir=" + run})
-                .exit_code,
-            0);
+  TrainOneStep(run, 1);
   const std::string step_dir = run + "/checkpoints/step-1";
   std::string transposed;
   CraftLayerFile(step_dir, "layer-1.safetensors", [&](nlohmann::json& header) {
@@ -402,26 +418,13 @@ TEST(FailureTest, HostileFilesFailAtOnceNamingTheFile) {
   // a stage reads it, and its error (invalid UTF-8, which protobuf refuses too) still reaches
   // the launcher's headline, naming the file and the stage.
   const std::string run = dir + "/run";
-  ASSERT_EQ(RunBaton({"run", "configs/gpt-tiny.yaml", "--set", "train.steps=1", "--set",
-                      "parallel.stages=2", "--set", "output.dir=" + run})
-                .exit_code,
-            0);
+  TrainOneStep(run, 2);
   const std::string step_dir = run + "/checkpoints/step-1";
-  const std::string layer = step_dir + "/layer-1.safetensors";
-  {
-    std::string bytes = ReadFile(layer);
-    uint64_t header_size = 0;
-    std::memcpy(&header_size, bytes.data(), 8);
-    std::string header = bytes.substr(8, header_size);
+  CraftLayerHeader(step_dir, "layer-1.safetensors", [](std::string& header) {
     const size_t name_end = header.find(".weight\"");
     ASSERT_NE(name_end, std::string::npos) << header;
     header.insert(name_end + 7, "\xff");
-    const uint64_t size = header.size();
-    std::string crafted(reinterpret_cast<const char*>(&size), 8);
-    crafted += header + bytes.substr(8 + header_size);
-    std::ofstream(layer, std::ios::binary | std::ios::trunc) << crafted;
-    RecordInManifest(step_dir, "layer-1.safetensors");
-  }
+  });
   result = RunBaton({"run", "configs/gpt-tiny.yaml", "--resume", run + "/checkpoints", "--set",
                      "train.steps=2", "--set", "parallel.stages=2", "--set",
                      "output.dir=" + dir + "/resumed"});
