@@ -26,11 +26,14 @@ Tensor StateLayout::GatherWhole(const Tensor& part, const TensorSplit& split) {
   // freed before the whole is booked, so the peak is the larger of the two.
   const Shape shape = WholeShape(part.shape(), split);
   const size_t element_bytes = SizeOf(part.dtype());
-  int64_t slot = 0;
-  for (int t = 0; t < split.parts; ++t) {
+  const auto part_of = [&](int t) {
     TensorSplit theirs = split;
     theirs.part = t;
-    slot = std::max(slot, NumElements(PartShape(shape, theirs)));
+    return theirs;
+  };
+  int64_t slot = 0;
+  for (int t = 0; t < split.parts; ++t) {
+    slot = std::max(slot, NumElements(PartShape(shape, part_of(t))));
   }
   std::vector<std::byte> gathered;
   {
@@ -45,10 +48,8 @@ Tensor StateLayout::GatherWhole(const Tensor& part, const TensorSplit& split) {
   if (!IsMeta(backend_)) {
     std::vector<std::byte> host(static_cast<size_t>(NumElements(shape)) * element_bytes);
     for (int t = 0; t < split.parts; ++t) {
-      TensorSplit theirs = split;
-      theirs.part = t;
       InsertPart(gathered.data() + static_cast<size_t>(t * slot) * element_bytes, shape,
-                 element_bytes, theirs, host.data());
+                 element_bytes, part_of(t), host.data());
     }
     backend_.Copy(Tensor::Wrap(host.data(), shape, part.dtype()), whole);
     backend_.Synchronize();
