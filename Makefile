@@ -16,8 +16,9 @@ build: setup
 test: build
 	ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS)
 
+# --overwrite: the demo again replaces its own earlier run in the config's output.dir.
 demo: build
-	$(BUILD)/baton run $(CONFIG)
+	$(BUILD)/baton run $(CONFIG) --overwrite
 
 bench: build
 	bench/run.sh $(BUILD)

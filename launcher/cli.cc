@@ -80,6 +80,9 @@ Subcommand AddRun(CLI::App& app, LogLevel log_level) {
   cmd->add_option("--resume", run->resume,
                   "continue from a checkpoint: a step dir, checkpoints root or output dir; "
                   "auto: output.dir's latest checkpoint if there is one");
+  cmd->add_flag("--overwrite", run->overwrite,
+                "a fresh run into an output.dir that holds another run: delete that run's "
+                "checkpoints, metrics and reports first (without it such a run is refused)");
   cmd->add_option("--steps-more", run->steps_more,
                   "with --resume: train N steps past the checkpoint's, the learning rate "
                   "decaying on from where it is (not a train.steps change, which reshapes it)")

@@ -32,6 +32,7 @@
 #include "launcher/environment.h"
 #include "launcher/monitor.h"
 #include "launcher/mpi_bootstrap.h"
+#include "launcher/output_dir.h"
 #include "launcher/outputs.h"
 #include "launcher/plan_command.h"
 #include "launcher/report.h"
@@ -283,12 +284,19 @@ void ResetForRestart(CoordinatorServer& server, const Plan& plan, const RunOptio
 }
 
 // What every launch does before its coordinator starts: where it resumes from, the learning-rate
-// schedule it extends, the checks that it can run at all.
+// schedule it extends, the checks that it can run at all, and (a fresh run) that output.dir holds
+// no other run, or --overwrite's removal of it.
 Plan PrepareLaunch(const Plan& planned, const RunOptions& options, Launch& launch) {
+  BATON_CHECK(!options.overwrite || options.resume.empty(),
+              "--overwrite starts a run afresh in output.dir, --resume continues one: give one "
+              "of them");
   launch.resume_dir = ResumePoint(planned, options.resume);
   Plan plan = ExtendSchedule(planned, options, launch);
   CheckEvaluable(plan, options, launch.resume_dir);
   CheckStepsLeft(plan, options, launch.resume_dir);
+  if (!options.evaluate_only && options.resume.empty()) {
+    ClaimOutputDir(plan.config.output.dir, options.overwrite);
+  }
   return plan;
 }
 

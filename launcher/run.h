@@ -47,6 +47,9 @@ struct RunOptions {
   // With a resume: train this many steps past the checkpoint's, the learning rate decaying on
   // from the rate it had reached (Launch::lr_segments); the checkpoints keep the extension.
   int64_t steps_more = 0;
+  // A fresh run into an output.dir that holds another run's outputs removes them first
+  // (launcher/output_dir.h); without it such a run is refused.
+  bool overwrite = false;
   std::string launcher = "auto";  // auto | local | mpi | slurm (launcher/environment.h)
   // Restarts of every worker from the newest checkpoint after a failure (any launcher).
   int max_restarts = 0;

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -59,6 +60,46 @@ TEST(OutputsTest, LinksPlantedInOutputDirAreReplacedNeverWrittenThrough) {
   EXPECT_NE(resumed.output.find(out + "/metrics.jsonl: is a symbolic link"), std::string::npos)
       << resumed.output;
   EXPECT_EQ(ReadFile(root + "/victim-metrics.jsonl"), "precious metrics.jsonl");
+}
+
+// A fresh run into the folder of another is refused before any worker starts, touching nothing;
+// --resume auto continues that run, --overwrite replaces it (docs/outputs.md, "One run per
+// folder").
+TEST(OutputsTest, AFreshRunIntoAnotherRunsFolderIsRefusedUnlessResumedOrOverwritten) {
+  const std::string out = TempDir("used-output-dir") + "/o";
+  ASSERT_EQ(Train(out).exit_code, 0);
+  const std::string metrics = ReadFile(out + "/metrics.jsonl");
+  const CommandResult again = Train(out);
+  EXPECT_NE(again.exit_code, 0) << again.output;
+  EXPECT_NE(again.output.find("output.dir " + out +
+                              " holds another run: checkpoints/, "
+                              "metrics.jsonl, report.json, report.html, trace.json"),
+            std::string::npos)
+      << again.output;
+  EXPECT_NE(again.output.find("(checkpoints: latest, step-2)"), std::string::npos) << again.output;
+  EXPECT_FALSE(AnyWorkerLogged(again.output)) << again.output;
+  EXPECT_EQ(ReadFile(out + "/metrics.jsonl"), metrics);
+  EXPECT_TRUE(fs::exists(out + "/checkpoints/step-2"));
+
+  const CommandResult resumed = Train(out, "--set train.steps=3 --resume auto");
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  EXPECT_NE(ReadFile(out + "/metrics.jsonl").find("\"step\":3"), std::string::npos);
+
+  const CommandResult both = Train(out, "--overwrite --resume auto");
+  EXPECT_NE(both.exit_code, 0) << both.output;
+  EXPECT_NE(both.output.find("--overwrite starts a run afresh"), std::string::npos) << both.output;
+
+  const CommandResult overwritten = Train(out, "--overwrite --set train.steps=1");
+  ASSERT_EQ(overwritten.exit_code, 0) << overwritten.output;
+  EXPECT_NE(overwritten.output.find("--overwrite: emptied " + out + "/checkpoints/"),
+            std::string::npos)
+      << overwritten.output;
+  EXPECT_TRUE(fs::exists(out + "/checkpoints/step-1"));
+  EXPECT_FALSE(fs::exists(out + "/checkpoints/step-2"));
+  EXPECT_FALSE(fs::exists(out + "/checkpoints/step-3"));
+  const std::string fresh = ReadFile(out + "/metrics.jsonl");
+  EXPECT_EQ(std::count(fresh.begin(), fresh.end(), '\n'), 1) << fresh;
+  EXPECT_EQ(fresh.find("\"step\":2"), std::string::npos) << fresh;
 }
 
 // What a trial against the old denylist got through (issue 56): the repro from the issue for

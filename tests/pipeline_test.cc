@@ -22,9 +22,11 @@ struct RunSummary {
 };
 
 RunSummary Train(const std::string& name, const std::vector<std::string>& overrides) {
-  const std::string report = TempDir(name) + "/report.json";
-  std::vector<std::string> args = {"run",   "configs/gpt-tiny.yaml", "--report", report,
-                                   "--set", "train.steps=3"};
+  const std::string dir = TempDir(name);
+  const std::string report = dir + "/report.json";
+  std::vector<std::string> args = {
+      "run",   "configs/gpt-tiny.yaml", "--report", report,
+      "--set", "train.steps=3",         "--set",    "output.dir=" + dir};
   for (const std::string& o : overrides) {
     args.push_back("--set");
     args.push_back(o);

@@ -13,11 +13,12 @@ namespace baton::testing {
 namespace {
 
 double FinalLoss(const std::string& dtype, const std::string& state = "f32") {
-  const std::string report = TempDir("precision-" + dtype + "-" + state) + "/report.json";
-  const CommandResult result = RunBaton({"run", "configs/gpt-tiny.yaml", "--set", "train.steps=300",
-                                         "--set", "train.log_every=100", "--set",
-                                         "parallel.stages=2", "--set", "precision.dtype=" + dtype,
-                                         "--set", "optimizer.state=" + state, "--report", report});
+  const std::string dir = TempDir("precision-" + dtype + "-" + state);
+  const std::string report = dir + "/report.json";
+  const CommandResult result = RunBaton(
+      {"run", "configs/gpt-tiny.yaml", "--set", "train.steps=300", "--set", "train.log_every=100",
+       "--set", "parallel.stages=2", "--set", "precision.dtype=" + dtype, "--set",
+       "optimizer.state=" + state, "--set", "output.dir=" + dir, "--report", report});
   EXPECT_EQ(result.exit_code, 0) << result.output;
   if (result.exit_code != 0) return std::nan("");
   const std::vector<double> losses = Losses(ReadJson(report));
