@@ -4,7 +4,9 @@
 # (so that prompt + 200 new tokens stay inside the context), then times 200 new tokens both ways,
 # sampled and greedy, each REPEATS times alternating, and prints each way's fastest tokens/s and
 # their ratio. Check: both ways print the same text every time; exits 1 if they differ or a
-# command fails.
+# command fails. Then a rotary model past its context: a short llama-tiny checkpoint (context
+# 128), greedy with the cache, 100 new tokens (inside the context) against 500 (past it, where
+# the cache slides: model/decode.h), each way's fastest tokens/s and the ratio past / inside.
 #
 # Environment: GENERATE_TOKENS (default 200), GENERATE_THREADS (device.threads, default 1),
 # BENCH_REPEATS (default 3).
@@ -54,5 +56,22 @@ for temperature in 0.8 0; do
   printf 'temperature %-3s %d new tokens: KV cache %8.1f tokens/s, recompute %7.1f tokens/s, ratio %.1fx\n' \
     "$temperature" "$tokens" "$cached" "$recomputed" "$(awk -v a="$cached" -v b="$recomputed" 'BEGIN { print a / b }')"
 done
+"$baton" run "$root/configs/llama-tiny.yaml" --set parallel.stages=1 --set train.steps=20 \
+  --set output.dir="$work/llama" >"$work/llama-train.log" 2>&1 ||
+  { tail -20 "$work/llama-train.log"; exit 1; }
+llama_once() {  # llama_once TOKENS: tokens/s of a greedy cached generation
+  "$baton" generate "$work/llama" --prompt "The license" --tokens "$1" --temperature 0 \
+    --set device.threads="$threads" >"$work/llama.txt" 2>"$work/llama.log"
+  sed -n 's/.*generated \([0-9]*\) tokens in \([0-9.]*\) s:.*/\1 \2/p' "$work/llama.log" |
+    awk '{ printf "%.1f", $1 / $2 }'
+}
+inside=0
+past=0
+for ((r = 0; r < repeats; ++r)); do
+  inside=$(faster "$inside" "$(llama_once 100)")
+  past=$(faster "$past" "$(llama_once 500)")
+done
+printf 'llama-tiny (context 128), KV cache: 100 new tokens %8.1f tokens/s, 500 (past the context) %8.1f tokens/s, ratio %.2f\n' \
+  "$inside" "$past" "$(awk -v a="$past" -v b="$inside" 'BEGIN { print a / b }')"
 echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
 exit "$status"

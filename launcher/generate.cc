@@ -105,11 +105,21 @@ GenerateResult Generate(const GenerateOptions& options) {
   std::vector<Layer*> layers;
   for (auto& [index, layer] : model.layers()) layers.push_back(layer);
   const auto make_decoder = [&] {
-    return options.kv_cache ? MakeCachedDecoder(layers, *backend, dims.context)
-                            : MakeWindowDecoder(layers, *backend, dims.context);
+    return options.kv_cache
+               ? MakeCachedDecoder(layers, *backend, dims.context, !dims.learned_positions())
+               : MakeWindowDecoder(layers, *backend, dims.context);
   };
+  // Rotary positions with the cache slide it: the whole prompt is read, each token over the
+  // context - 1 before it (model/decode.h). Otherwise only the last window is.
+  const bool sliding = options.kv_cache && !dims.learned_positions();
   const std::vector<int32_t> prompt = PromptTokens(options.prompt, tokenizer);
-  if (prompt.size() > static_cast<size_t>(dims.context)) {
+  if (prompt.size() > static_cast<size_t>(dims.context) && sliding) {
+    spdlog::warn(
+        "the prompt's {} tokens exceed the model's context of {}: each token attends over the "
+        "{} before it (sliding-window attention with the key-value cache), so the prompt's "
+        "first {} tokens reach the continuation only through the tokens after them",
+        prompt.size(), dims.context, dims.context - 1, prompt.size() - dims.context);
+  } else if (prompt.size() > static_cast<size_t>(dims.context)) {
     spdlog::warn(
         "the prompt's {} tokens exceed the model's context of {}: the model reads only the last "
         "{} (the first {} are not seen), and each new token slides that window on",

@@ -7,12 +7,15 @@
 //
 // Key-value cache (the default; model/decode.h): the prompt is prefilled once, then each new
 // token runs every layer on its one position, attending over the cached keys and values of the
-// earlier ones. Positions are learned and absolute (GPT-2), so once prompt + continuation exceed
-// model.context the window slides, every cached key changes, and each further token recomputes
-// the whole window (a fresh prefill), as without the cache. `kv_cache = false`
+// earlier ones. Once prompt + continuation exceed model.context: learned absolute positions
+// (GPT-2) make the window slide, every cached key change, and each further token recompute the
+// whole window (a fresh prefill), as without the cache; rotary positions (Llama) keep the cache,
+// dropping its oldest position per new token (sliding-window attention of width model.context,
+// model/decode.h), at the speed of a token inside the context. `kv_cache = false`
 // (--no-kv-cache) recomputes the window (the last model.context tokens) for every token. Both
-// give the same logits up to float rounding, so the same text but where two tokens' logits tie
-// to within it.
+// give the same logits up to float rounding while the sequence fits the context (and past it
+// for learned positions), so the same text but where two tokens' logits tie to within it; past
+// the context a rotary model's two modes differ by design.
 //
 // Sampling (launcher/sampling.h): logits / temperature, restricted to the top_k largest (0 =
 // all), softmax, the nucleus of top_p, then one draw from a 64-bit generator seeded with `seed`

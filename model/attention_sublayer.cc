@@ -93,8 +93,8 @@ class AttentionSublayer final : public Sublayer {
 
   Tensor ForwardCached(Backend& backend, const Tensor& x, int64_t start, KvCache& cache,
                        const std::string& who) override {
-    BATON_CHECK(start == cache.length, "{}: new positions from {}, but the cache holds {}", who,
-                start, cache.length);
+    BATON_CHECK(start == cache.end(), "{}: new positions from {}, but the cache holds {} .. {}",
+                who, start, cache.first, cache.end() - 1);
     return model_ops::AttentionSublayerCached(backend, params_, x, dims_.context, cache);
   }
 

@@ -24,11 +24,12 @@ void CheckInput(const Tensor& x, const ModelDims& dims, DType act_dtype, const s
 }
 
 // New positions start .. start+T-1 of x (B,T,C) fit the context.
+// Learned positions end at the context; rotary ones go on (a slid cache: Layer::ForwardCached).
 void CheckCachedPositions(const Tensor& x, int64_t start, const ModelDims& dims,
                           const std::string& who) {
-  BATON_CHECK(start >= 0 && start + x.size(1) <= dims.context,
-              "{}: positions {}..{} exceed the context {}", who, start, start + x.size(1) - 1,
-              dims.context);
+  const int64_t end = dims.learned_positions() ? start + x.size(1) : x.size(1);
+  BATON_CHECK(start >= 0 && end <= dims.context, "{}: positions {}..{} exceed the context {}", who,
+              start, start + x.size(1) - 1, dims.context);
 }
 
 void CheckGradient(const Tensor& dy, const ModelDims& dims, DType act_dtype,

@@ -60,36 +60,23 @@ class WindowDecoder final : public Decoder {
 
 class CachedDecoder final : public Decoder {
  public:
-  CachedDecoder(std::vector<Layer*> layers, Backend& backend, int context)
-      : layers_(std::move(layers)), backend_(backend), context_(context), caches_(layers_.size()) {
+  CachedDecoder(std::vector<Layer*> layers, Backend& backend, int context, bool rotary)
+      : layers_(std::move(layers)),
+        backend_(backend),
+        context_(context),
+        rotary_(rotary),
+        caches_(layers_.size()) {
     BATON_CHECK(layers_.size() >= 2, "a decoder needs an embedding and a head");
   }
 
   std::vector<float> NextLogits(std::span<const int32_t> sequence) override {
-    const std::span<const int32_t> window = Window(sequence, context_);
-    // The caches serve when the window extends what they hold at the same positions: never once
-    // the window slides (its first token is then a new one at position 0).
-    int64_t start = static_cast<int64_t>(cached_.size());
-    const bool extends = sequence.size() <= static_cast<size_t>(context_) &&
-                         cached_.size() < window.size() &&
-                         std::equal(cached_.begin(), cached_.end(), window.begin());
-    if (!extends) {
-      for (KvCache& cache : caches_) cache.Reset();
-      start = 0;
-    }
-    cached_.clear();  // until this call succeeds: after a throw, the next call starts afresh
-    const std::span<const int32_t> fresh = window.subspan(static_cast<size_t>(start));
-    const int64_t t = static_cast<int64_t>(fresh.size());
-    const MicroBatch batch{TokenTensor(backend_, fresh), Tensor()};
-    Tensor x;  // (1,t,C)
-    for (size_t i = 0; i + 1 < layers_.size(); ++i) {
-      x = layers_[i]->ForwardCached(x, batch, start, caches_[i]);
-    }
-    // The head on the last row only: (1,1,C) -> logits (1,V).
-    const int64_t width = x.size(2);
+    BATON_CHECK(!sequence.empty(), "next-token logits need at least one token");
+    const Tensor x = rotary_ ? RunSliding(sequence) : RunWindow(sequence);
+    // The head on the last row only: (1,t,C) -> (1,1,C) -> logits (1,V).
+    const int64_t t = x.size(1), width = x.size(2);
     const Tensor last = x.View({t, width}).Slice(0, t - 1, t).View({1, 1, width});
-    const Tensor logits = layers_.back()->ForwardCached(last, batch, start + t - 1, caches_.back());
-    cached_.assign(window.begin(), window.end());
+    const MicroBatch none{Tensor(), Tensor()};
+    const Tensor logits = layers_.back()->ForwardCached(last, none, 0, caches_.back());
     return HostRow(backend_, logits, 0);
   }
 
@@ -100,11 +87,75 @@ class CachedDecoder final : public Decoder {
   }
 
  private:
+  // The tokens at positions start .. start+T-1 through every layer but the head: (1,T,C).
+  Tensor RunBlocks(std::span<const int32_t> tokens, int64_t start) {
+    const MicroBatch batch{TokenTensor(backend_, tokens), Tensor()};
+    Tensor x;
+    for (size_t i = 0; i + 1 < layers_.size(); ++i) {
+      x = layers_[i]->ForwardCached(x, batch, start, caches_[i]);
+    }
+    return x;
+  }
+
+  // Learned positions: the window's first token sits at position 0. The caches serve when the
+  // window extends what they hold at the same positions: never once the window slides (its first
+  // token is then a new one at position 0), so every call past the context prefills it afresh.
+  Tensor RunWindow(std::span<const int32_t> sequence) {
+    const std::span<const int32_t> window = Window(sequence, context_);
+    int64_t start = static_cast<int64_t>(seen_.size());
+    const bool extends = !seen_.empty() && sequence.size() <= static_cast<size_t>(context_) &&
+                         seen_.size() < window.size() &&
+                         std::equal(seen_.begin(), seen_.end(), window.begin());
+    if (!extends) {
+      for (KvCache& cache : caches_) cache.Reset();
+      start = 0;
+    }
+    seen_.clear();  // until this call succeeds: after a throw, the next call starts afresh
+    Tensor x = RunBlocks(window.subspan(static_cast<size_t>(start)), start);
+    seen_.assign(window.begin(), window.end());
+    return x;
+  }
+
+  // Rotary positions: every token runs once, at its own position. While the caches have room,
+  // new tokens run together; once they hold `context` positions, each further token first drops
+  // the oldest (DropOldest), so it attends over itself and the context - 1 tokens before it, whose
+  // keys and values stay as they were computed (sliding-window attention, as Mistral's rolling
+  // cache). A sequence that does not extend the one run so far starts afresh.
+  Tensor RunSliding(std::span<const int32_t> sequence) {
+    size_t done = seen_.size();
+    const bool extends = !seen_.empty() && done < sequence.size() &&
+                         std::equal(seen_.begin(), seen_.end(), sequence.begin());
+    if (!extends) {
+      for (KvCache& cache : caches_) cache.Reset();
+      done = 0;
+      first_ = 0;
+    }
+    seen_.clear();  // until this call succeeds
+    Tensor x;
+    while (done < sequence.size()) {
+      int64_t room = context_ - (static_cast<int64_t>(done) - first_);
+      if (room == 0) {
+        for (KvCache& cache : caches_) DropOldest(backend_, cache, 1);
+        ++first_;
+        room = 1;
+      }
+      const size_t take = std::min(sequence.size() - done, static_cast<size_t>(room));
+      x = RunBlocks(sequence.subspan(done, take), static_cast<int64_t>(done));
+      done += take;
+    }
+    seen_.assign(sequence.begin(), sequence.end());
+    return x;
+  }
+
   std::vector<Layer*> layers_;
   Backend& backend_;
   int context_;
+  bool rotary_;
   std::vector<KvCache> caches_;  // one per layer; empty for layers without attention
-  std::vector<int32_t> cached_;  // the tokens at positions 0 .. length-1 of the caches
+  // The tokens the caches were built from: the window (learned positions) or the whole sequence
+  // (rotary, whose first first_ positions have been dropped).
+  std::vector<int32_t> seen_;
+  int64_t first_ = 0;
 };
 
 }  // namespace
@@ -115,8 +166,8 @@ std::unique_ptr<Decoder> MakeWindowDecoder(std::vector<Layer*> layers, Backend& 
 }
 
 std::unique_ptr<Decoder> MakeCachedDecoder(std::vector<Layer*> layers, Backend& backend,
-                                           int context) {
-  return std::make_unique<CachedDecoder>(std::move(layers), backend, context);
+                                           int context, bool rotary) {
+  return std::make_unique<CachedDecoder>(std::move(layers), backend, context, rotary);
 }
 
 }  // namespace baton

@@ -79,9 +79,10 @@ Tensor EmbeddingLayer::ForwardCached(const Tensor& /*x*/, const MicroBatch& batc
   const Tensor& tokens = batch.tokens;
   BATON_CHECK(tokens.defined() && tokens.dtype() == DType::kI32 && tokens.dim() == 2,
               "the embedding needs tokens (B,T) i32, got {}", tokens.ToString());
-  BATON_CHECK(start >= 0 && start + tokens.size(1) <= dims_.context,
-              "positions {}..{} exceed the context {}", start, start + tokens.size(1) - 1,
-              dims_.context);
+  // Learned positions end at the context; rotary ones go on (Layer::ForwardCached).
+  const int64_t end = dims_.learned_positions() ? start + tokens.size(1) : tokens.size(1);
+  BATON_CHECK(start >= 0 && end <= dims_.context, "positions {}..{} exceed the context {}", start,
+              start + tokens.size(1) - 1, dims_.context);
   Tensor out = model_ops::NewTensor(backend_, {tokens.size(0), tokens.size(1), dims_.width},
                                     act_dtype_, MemCategory::kActivations);
   const Tensor positions = dims_.learned_positions()

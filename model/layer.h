@@ -57,20 +57,30 @@ class Stash {
   std::vector<std::pair<std::string, Tensor>> entries_;
 };
 
-// One attention layer's keys and values of every position run so far, for inference with a
+// One attention layer's keys and values of the positions run so far, for inference with a
 // key-value cache (Layer::ForwardCached). keys, values (B,S,C) in the activation dtype, S =
-// model.context; rows [0, length) are filled. The layer allocates both on first use through the
-// backend's allocator, booked as activations; they are freed when the cache goes (or Release()).
-// Reset() empties it and keeps the memory. Owned by the caller, one per layer and sequence batch.
+// model.context; rows [0, length) are filled, with the positions first .. first+length-1. first
+// is 0 until DropOldest slides the cache (rotary models only: their keys are turned by their own
+// position, and attention depends only on differences of positions, so the kept rows stay valid
+// when older ones go). The layer allocates both on first use through the backend's allocator,
+// booked as activations; they are freed when the cache goes (or Release()). Reset() empties it
+// and keeps the memory. Owned by the caller, one per layer and sequence batch.
 struct KvCache {
   Tensor keys;
   Tensor values;
   int64_t length = 0;
+  int64_t first = 0;  // the position of row 0
 
-  void Reset() { length = 0; }
+  void Reset() { length = first = 0; }
   void Release() { *this = KvCache(); }
-  int64_t bytes() const;  // of keys and values, 0 before first use
+  int64_t bytes() const;                          // of keys and values, 0 before first use
+  int64_t end() const { return first + length; }  // the next position to run
 };
+
+// Drops the n oldest positions of `cache` (0 <= n <= length; batch 1): rows n .. length-1 move
+// to 0 .. length-n-1 (through a workspace copy), first += n. An unused cache (a layer without
+// attention) is left alone.
+void DropOldest(Backend& backend, KvCache& cache, int64_t n);
 
 struct Param {
   std::string name;           // Hugging Face GPT-2 style: "h.3.attn.c_attn.weight", "wte.weight"
@@ -130,8 +140,10 @@ class Layer {
   // new positions' tokens); returns (B,T,C), or for the head the logits (B*T,V) in the activation
   // dtype (batch.targets is not read). No stash, no gradients: every tensor but the result and
   // the cache is freed on return. A layer with attention appends the new positions' keys and
-  // values to `cache` (allocating it on first use; cache.length must equal start); the others
-  // leave it alone. start + T <= context. Layers that cannot run this way throw (the default).
+  // values to `cache` (allocating it on first use; start must equal cache.end(), and the cache
+  // must have room: cache.length + T <= context); the others leave it alone. Learned positions
+  // need start + T <= context; rotary ones any start >= 0 (a slid cache, DropOldest). Layers
+  // that cannot run this way throw (the default).
   virtual Tensor ForwardCached(const Tensor& x, const MicroBatch& batch, int64_t start,
                                KvCache& cache);
 

@@ -334,7 +334,7 @@ Tensor AttentionSublayerCached(Backend& backend, const AttentionParams& params, 
   Tensor qkv = LinearForward(backend, params.c_attn, NormInference(backend, params.ln, x),
                              kWorkspace);  // (B,T,(NH+2KVH)D)
   if (params.rotary) {
-    backend.RotaryEmbedding(qkv, Tensor(), cache.length, params.heads, params.rope,
+    backend.RotaryEmbedding(qkv, Tensor(), cache.end(), params.heads, params.rope,
                             /*inverse=*/false);
   }
   const Tensor full = FullQkv(backend, params, qkv);
