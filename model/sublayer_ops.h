@@ -72,8 +72,9 @@ Tensor MlpSublayerBackward(Backend& backend, const MlpParams& params, const Tens
 // Inference with a key-value cache (Layer::ForwardCached): x (B,T,C) are the new positions.
 // The attention sublayer appends their keys and values to `cache` (allocating (B,context,C) of
 // each on first use, as activations) and attends over every cached position
-// (Backend::CachedAttentionForward); rotary positions turn q and k by cache.end() onwards; the MLP sublayer is Forward's without a stash. Every
-// intermediate is workspace, freed on return; y is booked as activations.
+// (Backend::CachedAttentionForward); rotary positions turn q and k by cache.end() onwards; the MLP
+// sublayer is Forward's without a stash. Every intermediate is workspace, freed on return; y is
+// booked as activations.
 Tensor AttentionSublayerCached(Backend& backend, const AttentionParams& params, const Tensor& x,
                                int64_t context, KvCache& cache);
 Tensor MlpSublayerInference(Backend& backend, const MlpParams& params, const Tensor& x);
