@@ -258,6 +258,7 @@ nlohmann::json ToJson(const CheckpointManifest& m) {
                         {"low_freq_factor", rope.low_freq_factor},
                         {"high_freq_factor", rope.high_freq_factor},
                         {"original_context", rope.original_context}}}};
+    if (m.dims.qwen2()) model["llama"]["family"] = "qwen2";  // a Llama's reads as before
   }
   if (!m.dims.tie_embeddings) model["tie_embeddings"] = false;
   model["layers"] = m.layer_names;
@@ -291,6 +292,10 @@ CheckpointManifest ManifestFromJson(const nlohmann::json& j, const std::string& 
   if (const JsonField llama = model["llama"]; llama.present()) {  // a Llama model (model/dims.h)
     const JsonField rope = llama["rope"].Object();
     m.dims.family = ModelFamily::kLlama;
+    if (const std::optional<std::string> family = llama["family"].OptionalString()) {
+      if (*family != "qwen2") llama["family"].Fail("\"" + *family + "\", not \"qwen2\"");
+      m.dims.family = ModelFamily::kQwen2;
+    }
     m.dims.num_kv_heads = ReadInt(llama["num_kv_heads"]);
     m.dims.mlp_hidden = ReadInt(llama["mlp_hidden"]);
     m.dims.norm_eps = static_cast<float>(llama["norm_eps"].Number());

@@ -33,38 +33,57 @@ constexpr int64_t kMaxSize = std::numeric_limits<int>::max();
 
 int64_t Size(const JsonField& field) { return field.Int(1, kMaxSize); }
 
-// Whether config.json claims a Llama: model_type "llama", or an architectures list holding
-// "LlamaForCausalLM". Lenient about the other fields' types: ReadHfLlamaConfig checks them all.
-bool ClaimsLlama(const Json& config) {
+// The Hugging Face model types Baton loads as Llama blocks: model_type and architecture.
+struct HfType {
+  const char* model_type;
+  const char* causal_lm;
+};
+constexpr HfType kLlamaType{"llama", "LlamaForCausalLM"};
+constexpr HfType kQwen2Type{"qwen2", "Qwen2ForCausalLM"};
+
+// Whether config.json claims `type`: its model_type, or an architectures list holding its causal
+// LM. Lenient about the other fields' types: ReadHfLlamaConfig checks them all.
+bool Claims(const Json& config, const HfType& type) {
   if (!config.is_object()) return false;
-  const auto type = config.find("model_type");
-  if (type != config.end() && *type == "llama") return true;
+  const auto model_type = config.find("model_type");
+  if (model_type != config.end() && *model_type == type.model_type) return true;
   const auto architectures = config.find("architectures");
   return architectures != config.end() && architectures->is_array() &&
-         std::find(architectures->begin(), architectures->end(), Json("LlamaForCausalLM")) !=
+         std::find(architectures->begin(), architectures->end(), Json(type.causal_lm)) !=
              architectures->end();
 }
 
-// model_type "llama", or model_type absent (or null) with architectures holding LlamaForCausalLM.
-void CheckIsLlama(const JsonField& config) {
+// model_type "llama" or "qwen2", or model_type absent (or null) with architectures holding
+// LlamaForCausalLM or Qwen2ForCausalLM. Returns whether it is a Qwen2.
+bool CheckIsLlama(const JsonField& config) {
   const std::optional<std::string> model_type = config["model_type"].OptionalString();
   const JsonField architectures = config["architectures"];
-  bool causal_lm = false;
+  bool llama = false, qwen2 = false;
   if (architectures.present()) {
     for (size_t i = 0; i < architectures.Array().json().size(); ++i) {
-      causal_lm |= architectures[i].String() == "LlamaForCausalLM";
+      llama |= architectures[i].String() == kLlamaType.causal_lm;
+      qwen2 |= architectures[i].String() == kQwen2Type.causal_lm;
     }
   }
-  if (model_type && *model_type != "llama") {
+  if (model_type) {
+    if (*model_type == kLlamaType.model_type) return false;
+    if (*model_type == kQwen2Type.model_type) return true;
     config["model_type"].Fail(fmt::format(
-        "\"{}\", not \"llama\": not a Hugging Face Llama (LlamaForCausalLM)", *model_type));
+        "\"{}\", not \"llama\" or \"qwen2\": not a Hugging Face Llama (LlamaForCausalLM) or "
+        "Qwen2 (Qwen2ForCausalLM)",
+        *model_type));
   }
-  if (!model_type && !causal_lm) {
-    config.Fail(
-        fmt::format("neither model_type \"llama\" nor architectures holding \"LlamaForCausalLM\" "
-                    "(architectures: {}): not a Hugging Face Llama",
-                    architectures.json().dump()));
+  if (!llama && !qwen2) {
+    config.Fail(fmt::format(
+        "neither model_type \"llama\" or \"qwen2\" nor architectures holding "
+        "\"LlamaForCausalLM\" or \"Qwen2ForCausalLM\" (architectures: {}): not a Hugging Face "
+        "Llama",
+        architectures.json().dump()));
   }
+  if (llama && qwen2) {
+    config["architectures"].Fail("names both a Llama and a Qwen2, and there is no model_type");
+  }
+  return qwen2;
 }
 
 // rms_norm_eps: in (0, 1) as the YAML's model.rms_norm_eps, and a normal f32, which is what
@@ -182,10 +201,12 @@ std::vector<float> AssembleParam(HfLlamaFolder& folder, const std::string& baton
   const int64_t rows = shape[0], cols = shape.size() == 2 ? shape[1] : 1;
   std::vector<float> dense(static_cast<size_t>(rows * cols));
   int64_t column = 0;
+  size_t offset = 0;  // of vector parts, one after the other
   for (const HfLlamaPart& part : LlamaHfParts(baton_name, dims)) {
     const std::vector<float> values = ReadPart(folder, part, baton_name);
-    if (!part.transposed) {  // the whole parameter
-      std::copy(values.begin(), values.end(), dense.begin());
+    if (!part.transposed) {
+      std::copy(values.begin(), values.end(), dense.begin() + static_cast<ptrdiff_t>(offset));
+      offset += values.size();
       continue;
     }
     const int64_t out = part.shape[0];  // nn.Linear (out, in = rows)
@@ -207,16 +228,25 @@ std::vector<float> AssembleParam(HfLlamaFolder& folder, const std::string& baton
 HfLlamaConfig ReadHfLlamaConfig(const std::string& path) {
   const Json json = ParseJsonFile(path);
   const JsonField config = JsonField(json, path).Object();
-  CheckIsLlama(config);
+  HfLlamaConfig c;
+  c.qwen2 = CheckIsLlama(config);
   const std::string act = config["hidden_act"].OptionalString().value_or("silu");
   BATON_CHECK(act == "silu", "{}: hidden_act \"{}\": Baton's Llama MLP is SwiGLU (silu)", path,
               act);
-  for (const char* bias : {"attention_bias", "mlp_bias"}) {
-    BATON_CHECK(!config[bias].OptionalBool().value_or(false),
-                "{}: {} is true: Baton's Llama has no biases; this model cannot be loaded", path,
-                bias);
+  if (c.qwen2) {
+    // Qwen2's sliding window is off in every released model (use_sliding_window false); Baton's
+    // attention is causal over the whole sequence.
+    BATON_CHECK(!config["use_sliding_window"].OptionalBool().value_or(false),
+                "{}: use_sliding_window is true: Baton's Qwen2 attends over the whole sequence; "
+                "this model cannot be loaded",
+                path);
+  } else {
+    for (const char* bias : {"attention_bias", "mlp_bias"}) {
+      BATON_CHECK(!config[bias].OptionalBool().value_or(false),
+                  "{}: {} is true: Baton's Llama has no biases; this model cannot be loaded", path,
+                  bias);
+    }
   }
-  HfLlamaConfig c;
   c.vocab_size = Size(config["vocab_size"]);
   c.hidden_size = Size(config["hidden_size"]);
   c.num_hidden_layers = Size(config["num_hidden_layers"]);
@@ -250,7 +280,8 @@ bool IsHfLlamaFolder(const std::string& dir) {
   const fs::path config = fs::path(dir) / "config.json";
   if (!fs::is_regular_file(config, error)) return false;
   try {
-    return ClaimsLlama(ParseJsonFile(config.string()));
+    const Json json = ParseJsonFile(config.string());
+    return Claims(json, kLlamaType) || Claims(json, kQwen2Type);
   } catch (const std::exception&) {
     return false;  // not JSON: not a Llama folder (an error reading it names the file later)
   }
@@ -258,7 +289,7 @@ bool IsHfLlamaFolder(const std::string& dir) {
 
 ModelDims DimsOfHfLlama(const HfLlamaConfig& config, int64_t context) {
   ModelDims dims;
-  dims.family = ModelFamily::kLlama;
+  dims.family = config.qwen2 ? ModelFamily::kQwen2 : ModelFamily::kLlama;
   dims.vocab_size = static_cast<int>(config.vocab_size);
   dims.context = static_cast<int>(context);
   dims.num_layers = static_cast<int>(config.num_hidden_layers);
@@ -346,6 +377,11 @@ std::vector<HfLlamaPart> LlamaHfParts(const std::string& baton_name, const Model
             {HfLayer(block, "self_attn.k_proj.weight"), {kv, c}, true},
             {HfLayer(block, "self_attn.v_proj.weight"), {kv, c}, true}};
   }
+  if (rest == "attn.c_attn.bias" && dims.spec().qkv_bias) {
+    return {{HfLayer(block, "self_attn.q_proj.bias"), {q}, false},
+            {HfLayer(block, "self_attn.k_proj.bias"), {kv}, false},
+            {HfLayer(block, "self_attn.v_proj.bias"), {kv}, false}};
+  }
   if (rest == "attn.c_proj.weight")
     return {{HfLayer(block, "self_attn.o_proj.weight"), {c, q}, true}};
   if (rest == "mlp.c_fc.weight") {
@@ -356,9 +392,17 @@ std::vector<HfLlamaPart> LlamaHfParts(const std::string& baton_name, const Model
   BATON_FAIL("{} is not a parameter of this Llama ({})", baton_name, ToString(dims));
 }
 
+// A parameter's parts are either nn.Linear weights side by side by columns (transposed), or
+// vectors one after the other (a norm's weight, the table of an embedding: one part; a Qwen2's
+// q, k and v biases: three).
 Shape LlamaParamShape(const std::string& baton_name, const ModelDims& dims) {
   const std::vector<HfLlamaPart> parts = LlamaHfParts(baton_name, dims);
-  if (!parts.front().transposed) return parts.front().shape;
+  if (parts.size() == 1 && !parts.front().transposed) return parts.front().shape;
+  if (!parts.front().transposed) {
+    Shape shape = {0};
+    for (const HfLlamaPart& part : parts) shape[0] += part.shape.at(0);
+    return shape;
+  }
   Shape shape = {parts.front().shape[1], 0};
   for (const HfLlamaPart& part : parts) shape[1] += part.shape[0];
   return shape;
@@ -367,8 +411,10 @@ Shape LlamaParamShape(const std::string& baton_name, const ModelDims& dims) {
 std::vector<std::string> LlamaParamNames(const ModelDims& dims) {
   std::vector<std::string> names = {"wte.weight"};
   for (int i = 0; i < dims.num_layers; ++i) {
-    for (const char* rest : {"ln_1.weight", "attn.c_attn.weight", "attn.c_proj.weight",
-                             "ln_2.weight", "mlp.c_fc.weight", "mlp.c_proj.weight"}) {
+    for (const char* rest :
+         {"ln_1.weight", "attn.c_attn.weight", "attn.c_attn.bias", "attn.c_proj.weight",
+          "ln_2.weight", "mlp.c_fc.weight", "mlp.c_proj.weight"}) {
+      if (std::string_view(rest) == "attn.c_attn.bias" && !dims.spec().qkv_bias) continue;
       names.push_back(fmt::format("h.{}.{}", i, rest));
     }
   }
@@ -403,8 +449,10 @@ void ValidateHfLlamaFolder(const HfLlamaFolder& folder, const ModelDims& dims) {
     const auto [block, rest] = SplitBlock(name, "model.layers.");
     if (rest.ends_with("rotary_emb.inv_freq")) continue;  // a buffer older transformers saved
     if (name == "lm_head.weight" && dims.tie_embeddings) continue;  // transformers ties it
-    BATON_CHECK(!name.ends_with(".bias"), "{}/{}: tensor {} is a bias; Baton's Llama has no biases",
-                folder.dir(), file, name);
+    BATON_CHECK(!name.ends_with(".bias"), "{}/{}: tensor {} is a bias; {}", folder.dir(), file,
+                name,
+                dims.qwen2() ? "Baton's Qwen2 has biases on q, k and v only"
+                             : "Baton's Llama has no biases");
     BATON_CHECK(block < 0 || block < dims.num_layers,
                 "{}/{}: tensor {} belongs to layer {} but the model has {} (model.layers.0 .. {})",
                 folder.dir(), file, name, block, dims.num_layers, dims.num_layers - 1);
@@ -464,8 +512,9 @@ NamedTensors LlamaHfTensorsOf(const std::string& baton_name, const Tensor& dense
   const float* in = dense.data<float>();
   NamedTensors tensors;
   int64_t column = 0;
+  int64_t offset = 0;  // of vector parts, one after the other
   for (const HfLlamaPart& part : LlamaHfParts(baton_name, dims)) {
-    std::vector<float> values(static_cast<size_t>(dense.numel()));
+    std::vector<float> values(static_cast<size_t>(NumElements(part.shape)));
     if (part.transposed) {
       const int64_t out = part.shape[0];
       values.resize(static_cast<size_t>(out * rows));
@@ -476,7 +525,8 @@ NamedTensors LlamaHfTensorsOf(const std::string& baton_name, const Tensor& dense
       }
       column += out;
     } else {
-      std::copy(in, in + dense.numel(), values.begin());
+      std::copy(in + offset, in + offset + static_cast<int64_t>(values.size()), values.begin());
+      offset += static_cast<int64_t>(values.size());
     }
     Tensor t = Tensor::Empty(allocator, part.shape, dtype, MemCategory::kWorkspace);
     ConvertFloats(values.data(), DType::kF32, t.raw(), dtype, values.size());
@@ -518,30 +568,41 @@ void WriteHfLlamaConfig(const std::string& dir, const ModelDims& dims, DType dty
                  {"original_max_position_embeddings", dims.rope.original_context}}
           : Json(nullptr);
   const auto id_or_null = [](std::optional<int64_t> id) { return id ? Json(*id) : Json(nullptr); };
-  const nlohmann::ordered_json config = {{"architectures", {"LlamaForCausalLM"}},
-                                         {"model_type", "llama"},
-                                         {"vocab_size", dims.vocab_size},
-                                         {"hidden_size", dims.width},
-                                         {"intermediate_size", dims.hidden()},
-                                         {"num_hidden_layers", dims.num_layers},
-                                         {"num_attention_heads", dims.num_heads},
-                                         {"num_key_value_heads", dims.kv_heads()},
-                                         {"head_dim", dims.head_dim()},
-                                         {"hidden_act", "silu"},
-                                         {"max_position_embeddings", dims.context},
-                                         {"rms_norm_eps", ShortestDouble(dims.norm_eps)},
-                                         {"rope_theta", dims.rope.theta},
-                                         {"rope_scaling", rope_scaling},
-                                         {"tie_word_embeddings", dims.tie_embeddings},
-                                         {"attention_bias", false},
-                                         {"mlp_bias", false},
-                                         {"attention_dropout", 0.0},
-                                         {"initializer_range", 0.02},
-                                         {"pretraining_tp", 1},
-                                         {"use_cache", true},
-                                         {"bos_token_id", id_or_null(bos_token_id)},
-                                         {"eos_token_id", id_or_null(eos_token_id)},
-                                         {"torch_dtype", HfTorchDType(dtype)}};
+  const HfType& type = dims.qwen2() ? kQwen2Type : kLlamaType;
+  nlohmann::ordered_json config = {{"architectures", {type.causal_lm}},
+                                   {"model_type", type.model_type},
+                                   {"vocab_size", dims.vocab_size},
+                                   {"hidden_size", dims.width},
+                                   {"intermediate_size", dims.hidden()},
+                                   {"num_hidden_layers", dims.num_layers},
+                                   {"num_attention_heads", dims.num_heads},
+                                   {"num_key_value_heads", dims.kv_heads()},
+                                   {"head_dim", dims.head_dim()},
+                                   {"hidden_act", "silu"},
+                                   {"max_position_embeddings", dims.context},
+                                   {"rms_norm_eps", ShortestDouble(dims.norm_eps)},
+                                   {"rope_theta", dims.rope.theta},
+                                   {"rope_scaling", rope_scaling},
+                                   {"tie_word_embeddings", dims.tie_embeddings},
+                                   {"attention_bias", false},
+                                   {"mlp_bias", false},
+                                   {"attention_dropout", 0.0},
+                                   {"initializer_range", 0.02},
+                                   {"pretraining_tp", 1},
+                                   {"use_cache", true},
+                                   {"bos_token_id", id_or_null(bos_token_id)},
+                                   {"eos_token_id", id_or_null(eos_token_id)},
+                                   {"torch_dtype", HfTorchDType(dtype)}};
+  if (dims.qwen2()) {
+    // Qwen2Config's own keys: biases on q, k and v are its architecture (no attention_bias key),
+    // and its sliding window stays off.
+    config.erase("attention_bias");
+    config.erase("mlp_bias");
+    config.erase("pretraining_tp");
+    config["use_sliding_window"] = false;
+    config["sliding_window"] = nullptr;
+    config["max_window_layers"] = dims.num_layers;
+  }
   MakeDirectories(dir);
   WriteFileAtomically((fs::path(dir) / "config.json").string(), config.dump(2) + "\n");
 }

@@ -41,19 +41,23 @@ struct HfLlamaConfig {
   bool tie_word_embeddings = false;
   std::optional<int64_t> bos_token_id;
   std::optional<int64_t> eos_token_id;
+  bool qwen2 = false;  // model_type qwen2 (Qwen2ForCausalLM): q, k and v have biases
 };
 
 // Reads and checks `path` (a config.json): model_type "llama", or model_type absent (or null) and
-// an architectures entry "LlamaForCausalLM"; hidden_act silu; no attention_bias or mlp_bias;
+// an architectures entry "LlamaForCausalLM"; or a Qwen2 the same way (model_type "qwen2",
+// Qwen2ForCausalLM: biases on q, k and v, use_sliding_window false); hidden_act silu; for a
+// Llama no attention_bias or mlp_bias;
 // head_dim, when given, hidden_size / num_attention_heads; rope_scaling null or of rope_type
 // llama3; rms_norm_eps in (0, 1) and a normal f32. Every field read has its type checked and
 // every size its range (core/json_fields.h); each refusal names the file and the key path.
 HfLlamaConfig ReadHfLlamaConfig(const std::string& path);
-// Whether `dir` is a Hugging Face folder whose config.json claims a Llama: model_type "llama" or
-// an architectures entry "LlamaForCausalLM" (it may still fail ReadHfLlamaConfig's checks).
+// Whether `dir` is a Hugging Face folder whose config.json claims a Llama or a Qwen2: model_type
+// "llama" / "qwen2" or an architectures entry "LlamaForCausalLM" / "Qwen2ForCausalLM" (it may
+// still fail ReadHfLlamaConfig's checks).
 bool IsHfLlamaFolder(const std::string& dir);
 
-// The dims of a model built from `config` (preset llama), with `context` positions.
+// The dims of a model built from `config` (preset llama, or qwen2), with `context` positions.
 ModelDims DimsOfHfLlama(const HfLlamaConfig& config, int64_t context);
 
 // An open folder: config.json read, the index (or the single file's header) read; shards mapped
@@ -87,19 +91,21 @@ struct HfLlamaPart {
 };
 
 // The Hugging Face tensors Baton parameter `baton_name` is made of, left to right by columns
-// ("h.3.attn.c_attn.weight" -> q_proj, k_proj, v_proj of model.layers.3). Throws for a name that
-// is not a Llama parameter.
+// ("h.3.attn.c_attn.weight" -> q_proj, k_proj, v_proj of model.layers.3; a Qwen2's
+// "h.3.attn.c_attn.bias" -> their biases, one after the other). Throws for a name that is not a
+// parameter of this Llama or Qwen2.
 std::vector<HfLlamaPart> LlamaHfParts(const std::string& baton_name, const ModelDims& dims);
 // Baton's shape of a Llama parameter: (in, out) for a projection.
 Shape LlamaParamShape(const std::string& baton_name, const ModelDims& dims);
-// Baton's names of every parameter of a Llama with `dims`: wte, the blocks' h.{i}.* in order,
-// ln_f, and lm_head when the head is untied.
+// Baton's names of every parameter of a Llama (or Qwen2) with `dims`: wte, the blocks' h.{i}.* in
+// order (a Qwen2's attn.c_attn.bias after its weight), ln_f, and lm_head when the head is untied.
 std::vector<std::string> LlamaParamNames(const ModelDims& dims);
 
 // Checks the whole folder against `dims` without reading a shard: config.json's dims are the
 // model's, and the index lists exactly the model's tensors (lm_head.weight only when untied;
-// model.layers.0 .. L-1; any bias, any other tensor refused; rotary_emb.inv_freq buffers and a
-// tied model's stored lm_head.weight ignored, as transformers ignores them).
+// model.layers.0 .. L-1; any bias but a Qwen2's q/k/v biases, any other tensor refused;
+// rotary_emb.inv_freq buffers and a tied model's stored lm_head.weight ignored, as transformers
+// ignores them).
 void ValidateHfLlamaFolder(const HfLlamaFolder& folder, const ModelDims& dims);
 
 // Fills each param (and its defined master, from the file's values) of one rank from the folder,
@@ -119,9 +125,10 @@ NamedTensors LlamaHfTensorsOf(const std::string& baton_name, const Tensor& dense
 void ExportHfLlama(const std::string& dir, const std::vector<ParamTensors>& params,
                    const ModelDims& dims, Backend& backend);
 
-// <dir>/config.json for LlamaForCausalLM.from_pretrained(dir): every HfLlamaConfig field from
-// `dims`, max_position_embeddings = context, head_dim, hidden_act silu, no biases, torch_dtype
-// `dtype`, and bos/eos ids when given. Written atomically.
+// <dir>/config.json for LlamaForCausalLM.from_pretrained(dir) (Qwen2ForCausalLM for a Qwen2):
+// every HfLlamaConfig field from `dims`, max_position_embeddings = context, head_dim, hidden_act
+// silu, no biases (a Qwen2: q/k/v biases, no sliding window), torch_dtype `dtype`, and bos/eos ids
+// when given. Written atomically.
 void WriteHfLlamaConfig(const std::string& dir, const ModelDims& dims, DType dtype,
                         std::optional<int64_t> bos_token_id = std::nullopt,
                         std::optional<int64_t> eos_token_id = std::nullopt);

@@ -10,6 +10,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <nlohmann/json.hpp>
 
 #include "checkpoint/checkpoint.h"
@@ -71,6 +72,7 @@ struct RoundTripCase {
   const char* name;
   int kv_heads;  // 0 = num_heads (MHA)
   bool tied;
+  bool qwen2 = false;  // q, k and v biases
 };
 
 class LlamaRoundTripTest : public ::testing::TestWithParam<RoundTripCase> {};
@@ -80,6 +82,7 @@ class LlamaRoundTripTest : public ::testing::TestWithParam<RoundTripCase> {};
 TEST_P(LlamaRoundTripTest, CheckpointExportThenImportIsBitwise) {
   Fixture f;
   f.dims = TinyLlamaDims(GetParam().kv_heads, GetParam().tied);
+  if (GetParam().qwen2) f.dims.family = ModelFamily::kQwen2;
   f.graph = GptGraph(f.dims);
   TempDir dir;
   Rank first = f.MakeRank({{0, 1}}, 0, 2);
@@ -111,7 +114,8 @@ TEST_P(LlamaRoundTripTest, CheckpointExportThenImportIsBitwise) {
       }
     }
   }
-  EXPECT_EQ(compared, 1 + 6 * 2 + 2);  // wte, the blocks, ln_f, lm_head or the tied copy
+  // wte, the blocks (a Qwen2's c_attn bias too), ln_f, lm_head or the tied copy
+  EXPECT_EQ(compared, 1 + (GetParam().qwen2 ? 7 : 6) * 2 + 2);
   if (GetParam().tied) {
     EXPECT_EQ(checkpoint_test::Bytes(head_last.model->head_wte()->value),
               checkpoint_test::Bytes(first.model->embedding_wte()->value));
@@ -122,7 +126,9 @@ INSTANTIATE_TEST_SUITE_P(TiedAndUntiedGqaAndMha, LlamaRoundTripTest,
                          ::testing::Values(RoundTripCase{"UntiedGqa", 2, false},
                                            RoundTripCase{"TiedGqa", 1, true},
                                            RoundTripCase{"UntiedMha", 0, false},
-                                           RoundTripCase{"TiedMha", 0, true}),
+                                           RoundTripCase{"TiedMha", 0, true},
+                                           RoundTripCase{"Qwen2UntiedGqa", 2, false, true},
+                                           RoundTripCase{"Qwen2TiedGqa", 1, true, true}),
                          [](const auto& info) { return std::string(info.param.name); });
 
 TEST(SafetensorsLlamaTest, ExportWritesTransformersNamesLayoutsAndConfig) {
@@ -161,31 +167,62 @@ TEST(SafetensorsLlamaTest, ExportWritesTransformersNamesLayoutsAndConfig) {
   EXPECT_EQ(ReadHfLlamaConfig(dir / "config.json").rope, f.dims.rope);
 }
 
-// tests/fixtures/llama-hf: a LlamaForCausalLM transformers made and saved in 3 shards
-// (make_llama_hf_fixture.py), with the logits transformers computed. Loaded as model.init_from
-// loads it, Baton's forward gives the same logits: the independent check of the RoPE layout and
-// Llama 3 scaling, the grouping of query heads onto key/value heads, SwiGLU's gate/up order and
-// RMSNorm. f32 throughout; the two differ by summation order only.
-TEST(SafetensorsLlamaTest, TransformersFolderGivesTransformersLogits) {
-  const nlohmann::json reference =
-      nlohmann::json::parse(ReadFileToString(kFixtureDir + "/reference.json"));
+// A Qwen2 exports its q, k and v biases under their Hugging Face names, c_attn.bias's three parts
+// in order, and a config.json Qwen2ForCausalLM reads: model_type qwen2, no sliding window, no
+// attention_bias key (Qwen2's biases are its architecture).
+TEST(SafetensorsLlamaTest, Qwen2ExportWritesItsQkvBiasesAndAQwen2Config) {
+  Fixture f;
+  f.dims = TinyLlamaDims(2, true);
+  f.dims.family = ModelFamily::kQwen2;
+  f.graph = GptGraph(f.dims);
+  TempDir dir;
+  Rank whole = f.MakeRank({{0, 3}}, 0, 1);
+  checkpoint_test::FakeStep({&whole}, 1);  // biases start at 0: one step makes them differ
+  ExportHfLlama(dir.path(), whole.param_tensors(), f.dims, *f.backend);
+  const SafetensorsFile file = ReadSafetensors(dir / "model.safetensors");
+  EXPECT_EQ(file.entries().size(), 1u + 12u * 2u + 1u);  // embed, 12 per layer, norm; tied
+  EXPECT_EQ(file.Get("model.layers.1.self_attn.q_proj.bias").shape, (Shape{16}));
+  EXPECT_EQ(file.Get("model.layers.1.self_attn.k_proj.bias").shape, (Shape{8}));
+  EXPECT_EQ(file.Get("model.layers.1.self_attn.v_proj.bias").shape, (Shape{8}));
+  EXPECT_FALSE(file.Has("model.layers.1.self_attn.o_proj.bias"));
+  // v_proj's bias j is element C + KV + j of c_attn.bias.
+  const Param* bias = checkpoint_test::FindParam({&whole}, 2, "h.1.attn.c_attn.bias").second;
+  ASSERT_NE(bias, nullptr);
+  const float* v = reinterpret_cast<const float*>(
+      file.Bytes(file.Get("model.layers.1.self_attn.v_proj.bias")).data());
+  EXPECT_EQ(v[3], bias->value.data<float>()[16 + 8 + 3]);
+  const nlohmann::json config = nlohmann::json::parse(ReadFileToString(dir / "config.json"));
+  EXPECT_EQ(config["architectures"], nlohmann::json::array({"Qwen2ForCausalLM"}));
+  EXPECT_EQ(config["model_type"], "qwen2");
+  EXPECT_EQ(config["use_sliding_window"], false);
+  EXPECT_FALSE(config.contains("attention_bias"));
+  const HfLlamaConfig read = ReadHfLlamaConfig(dir / "config.json");
+  EXPECT_TRUE(read.qwen2);
+  EXPECT_EQ(DimsOfHfLlama(read, f.dims.context), f.dims);
+  // A Qwen2 with its sliding window on is refused, naming the key.
+  nlohmann::json sliding = config;
+  sliding["use_sliding_window"] = true;
+  std::ofstream(dir / "config.json", std::ios::trunc) << sliding.dump();
+  EXPECT_THAT(ErrorOf([&] { ReadHfLlamaConfig(dir / "config.json"); }),
+              HasSubstr("use_sliding_window is true"));
+}
+
+// The logits of `folder` (loaded as model.init_from loads it: InitFromHfLlama) for the fixture's
+// input_ids, against the ones transformers stored: the normalised error. Baton's CPU forward in
+// f32; the two differ by summation order only.
+double ErrorAgainstTransformers(const std::string& dir, const nlohmann::json& reference,
+                                const std::function<void(const ModelDims&)>& check_dims) {
   const auto ids = reference["input_ids"].get<std::vector<std::vector<int32_t>>>();
   const int64_t batch = static_cast<int64_t>(ids.size());
   const int64_t seq = static_cast<int64_t>(ids[0].size());
-  HfLlamaFolder folder = HfLlamaFolder::Open(kFixtureDir);
+  HfLlamaFolder folder = HfLlamaFolder::Open(dir);
   Fixture f;
   f.dims = DimsOfHfLlama(folder.config(), seq);
   f.graph = GptGraph(f.dims);
-  ASSERT_LT(f.dims.kv_heads(), f.dims.num_heads);  // grouped-query attention
-  ASSERT_GT(f.dims.rope.factor, 0.0);              // Llama 3 rope scaling
-  ASSERT_FALSE(f.dims.tie_embeddings);
+  check_dims(f.dims);
   ValidateHfLlamaFolder(folder, f.dims);
   Rank whole = f.MakeRank({{0, f.last_layer()}}, 0, 1, DType::kF32, /*seed=*/5);
   InitFromHfLlama(folder, f.dims, whole.model->params(), whole.optimizer.get(), *f.backend);
-  EXPECT_THAT(folder.opened_files(),
-              ElementsAre("model-00001-of-00003.safetensors", "model-00002-of-00003.safetensors",
-                          "model-00003-of-00003.safetensors"));
-
   std::vector<int32_t> tokens;
   for (const auto& row : ids) tokens.insert(tokens.end(), row.begin(), row.end());
   std::vector<int32_t> targets(tokens.size(), 0);
@@ -203,11 +240,44 @@ TEST(SafetensorsLlamaTest, TransformersFolderGivesTransformersLogits) {
       for (const auto& v : position) expected.push_back(v.get<float>());
     }
   }
-  ASSERT_EQ(logits.numel(), static_cast<int64_t>(expected.size()));
+  EXPECT_EQ(logits.numel(), static_cast<int64_t>(expected.size()));
+  if (logits.numel() != static_cast<int64_t>(expected.size())) return 1.0;
   const std::span<const float> got(logits.data<float>(), expected.size());
-  const double error = numeric_check::NormalisedError(got, expected);
-  EXPECT_LT(error, 1e-5) << "transformers " << reference["transformers_version"];
   EXPECT_GT(numeric_check::NormalisedError(got, std::vector<float>(expected.size(), 0.0f)), 0.5);
+  return numeric_check::NormalisedError(got, expected);
+}
+
+// tests/fixtures/llama-hf: a LlamaForCausalLM transformers made and saved in 3 shards
+// (make_llama_hf_fixture.py), with the logits transformers computed. Loaded as model.init_from
+// loads it, Baton's forward gives the same logits: the independent check of the RoPE layout and
+// Llama 3 scaling, the grouping of query heads onto key/value heads, SwiGLU's gate/up order and
+// RMSNorm. f32 throughout; the two differ by summation order only.
+TEST(SafetensorsLlamaTest, TransformersFolderGivesTransformersLogits) {
+  const nlohmann::json reference =
+      nlohmann::json::parse(ReadFileToString(kFixtureDir + "/reference.json"));
+  const double error = ErrorAgainstTransformers(kFixtureDir, reference, [](const ModelDims& dims) {
+    ASSERT_LT(dims.kv_heads(), dims.num_heads);  // grouped-query attention
+    ASSERT_GT(dims.rope.factor, 0.0);            // Llama 3 rope scaling
+    ASSERT_FALSE(dims.tie_embeddings);
+    ASSERT_FALSE(dims.qwen2());
+  });
+  EXPECT_LT(error, 1e-5) << "transformers " << reference["transformers_version"];
+  RecordProperty("normalised_error", fmt::format("{:.3g}", error));
+}
+
+// tests/fixtures/qwen2-hf: a Qwen2ForCausalLM (make_qwen2_hf_fixture.py: q, k and v biases drawn
+// N(0, 0.3^2), which move its logits by up to 4; tied head; grouped-query attention) saved in 2
+// shards with transformers' logits: Baton's Qwen2 gives them within 1e-6.
+TEST(SafetensorsLlamaTest, TransformersQwen2FolderGivesTransformersLogits) {
+  const std::string dir = std::string(BATON_SOURCE_DIR) + "/tests/fixtures/qwen2-hf";
+  const nlohmann::json reference = nlohmann::json::parse(ReadFileToString(dir + "/reference.json"));
+  const double error = ErrorAgainstTransformers(dir, reference, [](const ModelDims& dims) {
+    ASSERT_TRUE(dims.qwen2());
+    ASSERT_LT(dims.kv_heads(), dims.num_heads);
+    ASSERT_TRUE(dims.tie_embeddings);
+  });
+  EXPECT_LT(error, 1e-6) << "transformers " << reference["transformers_version"];
+  RecordProperty("normalised_error", fmt::format("{:.3g}", error));
 }
 
 // The fixture's weight map puts the embedding in shard 1, layer 1 and the norm in shard 2 and the
@@ -384,7 +454,7 @@ TEST(SafetensorsLlamaTest, ArchitecturesAloneNameALlamaAsDocumented) {
   CopyFixture(other, [](auto& c) { c["model_type"] = "mistral"; });
   EXPECT_TRUE(IsHfLlamaFolder(other.path()));
   EXPECT_THAT(ErrorOf([&] { HfLlamaFolder::Open(other.path()); }),
-              HasSubstr("config.json: model_type: \"mistral\", not \"llama\""));
+              HasSubstr("config.json: model_type: \"mistral\", not \"llama\" or \"qwen2\""));
 }
 
 // The Hugging Face cache's layout: snapshots/REV/ holds links to ../../blobs/HASH. Links are

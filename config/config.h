@@ -28,8 +28,14 @@
 namespace baton {
 
 // gpt: GPT-2 blocks; mlp: attention-free GPT-2 MLP blocks; custom: a graph of GPT-2 layers;
-// llama: Llama blocks (RMSNorm, rotary positions, SwiGLU, grouped-query attention; docs/model.md).
-enum class ModelPreset { kGpt, kMlp, kCustom, kLlama };
+// llama: Llama blocks (RMSNorm, rotary positions, SwiGLU, grouped-query attention; docs/model.md);
+// qwen2: Llama blocks with biases on q, k and v (Qwen2 / Qwen2.5).
+enum class ModelPreset { kGpt, kMlp, kCustom, kLlama, kQwen2 };
+// Llama's blocks or a variant of them: the presets the Llama knobs (num_kv_heads, rope_*, ...)
+// and Hugging Face Llama-layout folders are for.
+inline bool LlamaLike(ModelPreset preset) {
+  return preset == ModelPreset::kLlama || preset == ModelPreset::kQwen2;
+}
 // Whether the LM head is the token embedding's transpose: auto = the preset's (GPT-2 tied, Llama
 // untied).
 enum class TieEmbeddings { kAuto, kTied, kUntied };

@@ -421,7 +421,7 @@ TEST(ConfigTest, LlamaKeysAreReadAndTheirRulesChecked) {
   EXPECT_EQ(config.model.rope_scaling_factor, 32.0);
   EXPECT_EQ(config.model.tie_embeddings, TieEmbeddings::kAuto);
   EXPECT_THAT(ParseError(kMinimal, {"model.num_kv_heads=2"}),
-              HasSubstr("model.num_kv_heads is for preset llama; preset gpt has none"));
+              HasSubstr("model.num_kv_heads is for preset llama or qwen2; preset gpt has none"));
   EXPECT_THAT(ParseError(kMinimal, {"model.intermediate_size=64", "model.preset=mlp"}),
               HasSubstr("model.intermediate_size is for preset llama"));
   EXPECT_THAT(ParseError(kMinimal, {"model.preset=llama", "model.num_kv_heads=3"}),

@@ -85,7 +85,7 @@ void ValidateModel(const ModelConfig& m, const DataConfig& d, const Reporter& r)
     r.Require(count(LayerKind::kEmbedding) == 1 && count(LayerKind::kHead) == 1, {"model.layers"},
               "embedding and head appear once each, at the ends");
   }
-  const bool llama = m.preset == ModelPreset::kLlama;
+  const bool llama = LlamaLike(m.preset);
   const bool attention = m.preset == ModelPreset::kGpt || llama ||
                          (custom && std::ranges::count(m.layers, LayerKind::kBlock) > 0);
   r.Require(
@@ -93,8 +93,9 @@ void ValidateModel(const ModelConfig& m, const DataConfig& d, const Reporter& r)
       fmt::format("model.width {} is not divisible by model.num_heads {}", m.width, m.num_heads));
   for (const auto& [key, set] : {std::pair{"model.num_kv_heads", m.num_kv_heads != 0},
                                  {"model.intermediate_size", m.intermediate_size != 0}}) {
-    r.Require(llama || !set, {key, "model.preset"},
-              fmt::format("{} is for preset llama; preset {} has none", key, Name(m.preset)));
+    r.Require(
+        llama || !set, {key, "model.preset"},
+        fmt::format("{} is for preset llama or qwen2; preset {} has none", key, Name(m.preset)));
   }
   if (llama) {
     r.Require(
@@ -188,7 +189,7 @@ void ValidateStructure(const Config& c, const Reporter& r) {
               "model.share.what attention needs attention: preset mlp has none");
   }
   const bool attention =
-      m.preset == ModelPreset::kGpt || m.preset == ModelPreset::kLlama ||
+      m.preset == ModelPreset::kGpt || LlamaLike(m.preset) ||
       (m.preset == ModelPreset::kCustom && std::ranges::count(m.layers, LayerKind::kBlock) > 0);
   r.Require(m.low_rank_attn == 0 || attention, {"model.low_rank.attn", "model.preset"},
             "model.low_rank.attn needs attention blocks: this model has none");

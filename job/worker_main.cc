@@ -126,8 +126,8 @@ int64_t LoadInitialState(const Plan& plan, const Launch& launch, Trainer& traine
     return checkpoint.step() + 1;
   }
   // The launcher resolved model.init_from (CheckNamedFiles): this is the same resolution.
-  const InitSource source = ResolveInitSource(config.model.init_from, "the job's config",
-                                              config.model.preset == ModelPreset::kLlama);
+  const InitSource source =
+      ResolveInitSource(config.model.init_from, "the job's config", LlamaLike(config.model.preset));
   switch (source.kind) {
     case InitSource::Kind::kNone:
       break;

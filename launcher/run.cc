@@ -480,7 +480,7 @@ int RunUnderLauncher(const Plan& planned, const RunOptions& options, const Launc
 
 namespace {
 // A Hugging Face Llama folder as model.init_from: config.json decides the architecture (preset
-// llama, every dim, the norm's epsilon, rotary positions, the head's tie); the YAML keeps
+// llama or qwen2, every dim, the norm's epsilon, rotary positions, the head's tie); the YAML keeps
 // model.context when it is at most max_position_embeddings. Every value config.json changes is
 // logged with the YAML's; returns those lines. The casts to int are exact: ReadHfLlamaConfig
 // refuses, naming config.json and the key, any size above INT_MAX.
@@ -492,10 +492,11 @@ std::vector<std::string> TakeHfLlamaDims(const HfLlamaConfig& hf, ModelConfig& m
         fmt::format("model.{}: {} from config.json (the YAML's {})", key, value, field));
     field = value;
   };
-  if (model.preset != ModelPreset::kLlama) {
-    taken.push_back(
-        fmt::format("model.preset: llama from config.json (the YAML's {})", Name(model.preset)));
-    model.preset = ModelPreset::kLlama;
+  const ModelPreset preset = hf.qwen2 ? ModelPreset::kQwen2 : ModelPreset::kLlama;
+  if (model.preset != preset) {
+    taken.push_back(fmt::format("model.preset: {} from config.json (the YAML's {})", Name(preset),
+                                Name(model.preset)));
+    model.preset = preset;
   }
   take("vocab_size", model.vocab_size, hf.vocab_size);
   take("width", model.width, hf.hidden_size);
@@ -550,7 +551,8 @@ Config WithHfLlamaModel(Config config) {
   ValidateHfLlamaFolder(folder, DimsOf(config.model));
   std::set<std::string> files;
   for (const auto& [tensor, file] : folder.weight_map()) files.insert(file);
-  spdlog::info("model.init_from {}: a Hugging Face Llama in {} weight file(s)", init, files.size());
+  spdlog::info("model.init_from {}: a Hugging Face {} in {} weight file(s)", init,
+               folder.config().qwen2 ? "Qwen2" : "Llama", files.size());
   return config;
 }
 
@@ -611,8 +613,7 @@ Config CheckNamedFiles(Config config, const ConfigArgs& args, bool evaluate_only
   require("data.eval_path", config.data.eval_path);
   std::string& init = config.model.init_from;
   require("model.init_from", init);
-  const InitSource source =
-      ResolveInitSource(init, init_where, config.model.preset == ModelPreset::kLlama);
+  const InitSource source = ResolveInitSource(init, init_where, LlamaLike(config.model.preset));
   if (source.kind == InitSource::Kind::kHfLlamaFolder) {
     config = WithHfLlamaModel(std::move(config));
   } else if (source.path != init) {
@@ -620,7 +621,7 @@ Config CheckNamedFiles(Config config, const ConfigArgs& args, bool evaluate_only
                  std::filesystem::path(source.path).filename().string());
     init = source.path;  // the workers resolve it to the same source
   }
-  if (source.kind == InitSource::Kind::kGpt2File && config.model.preset != ModelPreset::kLlama) {
+  if (source.kind == InitSource::Kind::kGpt2File && !LlamaLike(config.model.preset)) {
     CheckGpt2WeightsFile(source.path, init_where, DimsOf(config.model));
   }
   return config;

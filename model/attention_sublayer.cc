@@ -1,7 +1,8 @@
 // The attention sublayer (model/sublayer.h): y = x + c_proj(attention(c_attn(ln_1(x)))), its
 // kernels in model/sublayer_ops.cc. Parameters, in order ("h.{i}." prefixed): ln_1.weight (C),
 // ln_1.bias (C, LayerNorm only), attn.c_attn.weight (C, (NH+2KVH)D), attn.c_attn.bias,
-// attn.c_proj.weight (C, C), attn.c_proj.bias (biases per BlockSpec::linear_biases).
+// attn.c_proj.weight (C, C), attn.c_proj.bias (biases per BlockSpec::linear_biases; c_attn's
+// also with BlockSpec::qkv_bias).
 #include <fmt/format.h>
 
 #include <memory>
@@ -25,15 +26,15 @@ class AttentionSublayer final : public Sublayer {
 
   void AppendDefs(std::vector<ParamDef>& defs, const SublayerSource& source) const override {
     const int64_t c = dims_.width;
-    const bool bias = dims_.spec().linear_biases;
+    const BlockSpec spec = dims_.spec();
     model_ops::AppendNormDefs(defs, source, "ln_1", dims_);
     const int64_t kv = int64_t{dims_.kv_heads()} * dims_.head_dim();
     // Column-parallel by heads: each rank's queries, keys and values.
     model_ops::AppendLinearDefs(defs, source, "attn.c_attn", c, dims_.qkv_width(), false,
-                                dims_.low_rank_attn, dims_.num_layers, bias,
+                                dims_.low_rank_attn, dims_.num_layers, spec.attention_in_bias(),
                                 {LinearCut::kColumns, {c, kv, kv}});
     model_ops::AppendLinearDefs(defs, source, "attn.c_proj", c, c, true, dims_.low_rank_attn,
-                                dims_.num_layers, bias, {LinearCut::kRows, {}});
+                                dims_.num_layers, spec.linear_biases, {LinearCut::kRows, {}});
   }
 
   std::string TensorSplitProblem(int tensor) const override {

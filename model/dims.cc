@@ -14,6 +14,9 @@ BlockSpec SpecOf(ModelFamily family) {
     case ModelFamily::kLlama:
       return {BlockSpec::Norm::kRmsNorm, BlockSpec::Positions::kRotary, BlockSpec::Mlp::kSwiGlu,
               /*linear_biases=*/false};
+    case ModelFamily::kQwen2:
+      return {BlockSpec::Norm::kRmsNorm, BlockSpec::Positions::kRotary, BlockSpec::Mlp::kSwiGlu,
+              /*linear_biases=*/false, /*qkv_bias=*/true};
   }
   BATON_FAIL("unknown model family {}", static_cast<int>(family));
 }
@@ -56,8 +59,8 @@ std::string ToString(const ModelDims& dims) {
   if (dims.low_rank_attn > 0) out += fmt::format(" low_rank.attn={}", dims.low_rank_attn);
   if (dims.low_rank_mlp > 0) out += fmt::format(" low_rank.mlp={}", dims.low_rank_mlp);
   if (dims.llama()) {
-    out +=
-        fmt::format(" llama KVH={} H={} theta={}", dims.kv_heads(), dims.hidden(), dims.rope.theta);
+    out += fmt::format(" {} KVH={} H={} theta={}", dims.qwen2() ? "qwen2" : "llama",
+                       dims.kv_heads(), dims.hidden(), dims.rope.theta);
   }
   if (!dims.tie_embeddings) out += " untied";
   return out;

@@ -9,9 +9,9 @@
 namespace baton {
 
 // The block a preset builds (docs/model.md): GPT-2's (LayerNorm with bias, learned positions,
-// GELU MLP, multi-head attention, biases) or Llama's (RMSNorm, rotary positions, SwiGLU MLP,
-// grouped-query attention, no biases).
-enum class ModelFamily { kGpt2, kLlama };
+// GELU MLP, multi-head attention, biases), Llama's (RMSNorm, rotary positions, SwiGLU MLP,
+// grouped-query attention, no biases) or Qwen2's (Llama's with biases on q, k and v).
+enum class ModelFamily { kGpt2, kLlama, kQwen2 };
 
 // What a block (and the embedding and head around it) is made of, as every layer and the cost
 // model ask it: a family is one choice of these (ModelDims::spec()), so a new family is a new
@@ -25,16 +25,18 @@ struct BlockSpec {
   Positions positions = Positions::kLearned;
   Mlp mlp = Mlp::kGelu;
   bool linear_biases = true;  // every linear's bias (c_attn, c_proj, c_fc)
+  bool qkv_bias = false;      // c_attn's bias without the others (Qwen2's q, k, v biases)
 
   bool rms_norm() const { return norm == Norm::kRmsNorm; }
   bool norm_bias() const { return norm == Norm::kLayerNorm; }
   bool rotary() const { return positions == Positions::kRotary; }
   bool swiglu() const { return mlp == Mlp::kSwiGlu; }
+  bool attention_in_bias() const { return linear_biases || qkv_bias; }  // c_attn's
   bool operator==(const BlockSpec&) const = default;
 };
 
 // GPT-2's: LayerNorm, learned positions, GELU, biases. Llama's: RMSNorm, rotary positions,
-// SwiGLU, no biases.
+// SwiGLU, no biases. Qwen2's: Llama's and c_attn's bias.
 BlockSpec SpecOf(ModelFamily family);
 
 struct ModelDims {
@@ -63,7 +65,9 @@ struct ModelDims {
   int head_dim() const { return width / num_heads; }
   // The family's block (the layers and the cost model ask it, not the family).
   BlockSpec spec() const { return SpecOf(family); }
-  bool llama() const { return family == ModelFamily::kLlama; }
+  // Llama's block or a variant of it (Qwen2): Hugging Face's Llama names, the Llama knobs.
+  bool llama() const { return family != ModelFamily::kGpt2; }
+  bool qwen2() const { return family == ModelFamily::kQwen2; }
   int kv_heads() const { return num_kv_heads > 0 ? num_kv_heads : num_heads; }
   int hidden() const { return mlp_hidden > 0 ? mlp_hidden : 4 * width; }
   // Columns of the attention's fused projection c_attn: queries C, keys and values KVH*D each.

@@ -24,8 +24,8 @@ ModelDims DimsOf(const ModelConfig& model) {
   if (model.share_group <= 1) dims.share_attention = dims.share_mlp = false;  // one form for none
   dims.low_rank_attn = static_cast<int>(model.low_rank_attn);
   dims.low_rank_mlp = static_cast<int>(model.low_rank_mlp);
-  if (model.preset == ModelPreset::kLlama) {
-    dims.family = ModelFamily::kLlama;
+  if (LlamaLike(model.preset)) {
+    dims.family = model.preset == ModelPreset::kQwen2 ? ModelFamily::kQwen2 : ModelFamily::kLlama;
     dims.num_kv_heads = static_cast<int>(model.num_kv_heads);
     dims.mlp_hidden = static_cast<int>(LlamaIntermediateSize(model));
     dims.norm_eps = static_cast<float>(model.rms_norm_eps);
@@ -33,7 +33,7 @@ ModelDims DimsOf(const ModelConfig& model) {
                  model.rope_scaling_high_freq_factor, model.rope_scaling_original_context};
   }
   dims.tie_embeddings = model.tie_embeddings == TieEmbeddings::kAuto
-                            ? model.preset != ModelPreset::kLlama
+                            ? !LlamaLike(model.preset)
                             : model.tie_embeddings == TieEmbeddings::kTied;
   if (model.preset == ModelPreset::kCustom) {
     int blocks = 0;
@@ -49,6 +49,7 @@ std::vector<LayerSpec> GraphOf(const ModelConfig& model) {
   switch (model.preset) {
     case ModelPreset::kGpt:
     case ModelPreset::kLlama:  // the same graph; the blocks differ (dims.family)
+    case ModelPreset::kQwen2:
       return GptGraph(dims);
     case ModelPreset::kMlp:
       return MlpGraph(dims);

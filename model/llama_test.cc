@@ -112,11 +112,17 @@ TEST(BlockSpecTest, EachFamilysChoicesAreTheParametersItsLayersHold) {
   const ModelDims llama = LlamaDims();
   ModelDims gpt = llama;
   gpt.family = ModelFamily::kGpt2;
+  ModelDims qwen2 = llama;
+  qwen2.family = ModelFamily::kQwen2;
   EXPECT_TRUE(llama.spec().rms_norm() && llama.spec().rotary() && llama.spec().swiglu());
-  EXPECT_FALSE(llama.spec().linear_biases || llama.spec().norm_bias());
+  EXPECT_FALSE(llama.spec().linear_biases || llama.spec().norm_bias() || llama.spec().qkv_bias);
   EXPECT_EQ(gpt.spec(), BlockSpec());
+  BlockSpec llama_with_qkv_bias = llama.spec();
+  llama_with_qkv_bias.qkv_bias = true;
+  EXPECT_EQ(qwen2.spec(), llama_with_qkv_bias);
+  EXPECT_TRUE(qwen2.llama());
   CpuFixture fx;
-  for (const ModelDims& dims : {gpt, llama}) {
+  for (const ModelDims& dims : {gpt, llama, qwen2}) {
     const BlockSpec spec = dims.spec();
     std::set<std::string> names;
     for (const LayerSpec& layer_spec : GptGraph(dims)) {
@@ -131,7 +137,8 @@ TEST(BlockSpecTest, EachFamilysChoicesAreTheParametersItsLayersHold) {
     }
     EXPECT_EQ(names.count("h.0.ln_1.bias"), spec.norm_bias() ? 1u : 0u) << ToString(dims);
     EXPECT_EQ(names.count("ln_f.bias"), spec.norm_bias() ? 1u : 0u) << ToString(dims);
-    EXPECT_EQ(names.count("h.0.attn.c_attn.bias"), spec.linear_biases ? 1u : 0u);
+    EXPECT_EQ(names.count("h.0.attn.c_attn.bias"), spec.attention_in_bias() ? 1u : 0u);
+    EXPECT_EQ(names.count("h.0.attn.c_proj.bias"), spec.linear_biases ? 1u : 0u);
     EXPECT_EQ(names.count("h.0.mlp.c_fc.bias"), spec.linear_biases ? 1u : 0u);
     EXPECT_EQ(names.count("wpe.weight"), spec.rotary() ? 0u : 1u) << ToString(dims);
   }
@@ -142,6 +149,15 @@ TEST(LlamaGradient, BlockWithGroupedQueryAttentionMatchesFiniteDifferences) {
   ExpectFiniteDifferences(LayerKind::kBlock, LlamaDims(2), /*selective=*/true);
   ExpectFiniteDifferences(LayerKind::kBlock, LlamaDims(2), false, /*flash=*/false);
   ExpectFiniteDifferences(LayerKind::kBlock, LlamaDims(2), true, /*flash=*/false);
+}
+
+// Qwen2: Llama's block with c_attn's bias (q, k and v biases); the bias's gradient too (every
+// parameter is checked), through flash and materialized attention.
+TEST(LlamaGradient, Qwen2BlockWithQkvBiasesMatchesFiniteDifferences) {
+  ModelDims qwen2 = LlamaDims(2);
+  qwen2.family = ModelFamily::kQwen2;
+  ExpectFiniteDifferences(LayerKind::kBlock, qwen2);
+  ExpectFiniteDifferences(LayerKind::kBlock, qwen2, /*selective=*/true, /*flash=*/false);
 }
 
 TEST(LlamaGradient, MultiQueryAndMultiHeadBlocksMatchFiniteDifferences) {

@@ -117,7 +117,7 @@ std::string StructuralSuggestions(const Config& config, const FitCandidate& lean
       const int64_t r = m.width / divisor;
       if (r < 1) continue;
       Config c = config;
-      const bool attention = m.preset == ModelPreset::kGpt || m.preset == ModelPreset::kLlama;
+      const bool attention = m.preset == ModelPreset::kGpt || LlamaLike(m.preset);
       if (attention) c.model.low_rank_attn = r;
       c.model.low_rank_mlp = r;
       tries.emplace_back(

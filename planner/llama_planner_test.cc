@@ -117,6 +117,33 @@ TEST(LlamaInProcessTest, SharingAndLowRankAreBitIdenticalAcrossStages) {
   }
 }
 
+// Qwen2 (preset qwen2: Llama's blocks with q, k and v biases): bit-identical across stages and
+// schedules and with checkpointing, and the memory plan exact, also under tensor parallelism
+// (the biases cut by heads as c_attn's columns; its losses: tensor_parallel_test.cc). Its biases
+// train: the losses part from a Llama's.
+TEST(Qwen2InProcessTest, QkvBiasesTrainBitIdenticallyOnEveryCutAndThePlanIsExact) {
+  const InProcessResult one =
+      RunInProcess(MakePlan(LlamaTiny({"model.preset=qwen2", "parallel.stages=1"})));
+  const InProcessResult llama = RunInProcess(MakePlan(LlamaTiny({"parallel.stages=1"})));
+  ASSERT_EQ(one.losses.size(), 3u);
+  EXPECT_NE(one.losses.back(), llama.losses.back());
+  EXPECT_NE(one.param_checksum, llama.param_checksum);
+  for (const std::vector<std::string>& variant : std::vector<std::vector<std::string>>{
+           {"parallel.stages=2", "parallel.schedule=zb-h1", "parallel.checkpoint=every:1"},
+           {"parallel.stages=4", "parallel.schedule=1f1b"}}) {
+    std::vector<std::string> overrides = variant;
+    overrides.push_back("model.preset=qwen2");
+    const Plan plan = MakePlan(LlamaTiny(overrides));
+    const InProcessResult other = RunInProcess(plan);
+    EXPECT_EQ(other.losses, one.losses) << variant.back();
+    EXPECT_EQ(other.param_checksum, one.param_checksum) << variant.back();
+    ExpectPredictedEqualsMeasured(plan, variant.back());
+  }
+  ExpectPredictedEqualsMeasured(
+      MakePlan(LlamaTiny({"model.preset=qwen2", "parallel.stages=2", "parallel.tensor=2"})),
+      "qwen2 P=2 T=2");
+}
+
 // The shipped 1B config is Llama 3.2 1B's shape: Meta's parameter count, and the default
 // intermediate size rule (8C/3 up to a multiple of 256) where the config leaves it out.
 TEST(LlamaConfigTest, Llama32OneBillionHasMetasParameterCount) {
@@ -129,6 +156,16 @@ TEST(LlamaConfigTest, Llama32OneBillionHasMetasParameterCount) {
   unset.intermediate_size = 0;
   EXPECT_EQ(LlamaIntermediateSize(unset), 5632);             // 8 * 2048 / 3 = 5461 -> 5632
   EXPECT_FALSE(DimsOf(LlamaTiny({}).model).tie_embeddings);  // auto: untied for llama
+}
+
+// The shipped Qwen2.5 0.5B config: Qwen's parameter count (the q, k and v biases counted, the
+// head tied).
+TEST(LlamaConfigTest, Qwen25HalfBillionHasQwensParameterCount) {
+  const Config config =
+      LoadConfig(std::string(BATON_SOURCE_DIR) + "/configs/qwen2.5-0.5b.yaml", {});
+  const ModelDims dims = DimsOf(config.model);
+  EXPECT_TRUE(dims.qwen2());
+  EXPECT_EQ(ParamCount(GraphOf(config.model), dims), 494032768);
 }
 
 // Its 4 stages hold the tied embedding on the first and the last: the table says so, and why its

@@ -93,6 +93,14 @@ TEST(TensorParallelTest, LlamaTrainsOneRanksLossesOnTwoAndFourTensorRanks) {
   ExpectLossesNear(mha.losses, tp4.losses, 1e-6, "llama T=4");
 }
 
+// Qwen2's q, k and v biases cut with c_attn's columns, by heads.
+TEST(TensorParallelTest, Qwen2TrainsOneRanksLossesOnTwoTensorRanks) {
+  const InProcessResult one = RunInProcess(MakePlan(Llama({"model.preset=qwen2"})));
+  const InProcessResult tp =
+      RunInProcess(MakePlan(Llama({"model.preset=qwen2", "parallel.tensor=2"})));
+  ExpectLossesNear(one.losses, tp.losses, 1e-6, "qwen2 T=2");
+}
+
 TEST(TensorParallelTest, TwoStagesTimesTwoTensorRanksTimesTwoReplicasTrainOneRanksLosses) {
   const InProcessResult one = RunInProcess(MakePlan(Gpt({})));
   for (const std::vector<std::string>& zero :

@@ -6,6 +6,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <regex>
 
 #include "tests/baton_process.h"
 #include "tests/run_report.h"
@@ -104,6 +105,48 @@ void FillTensor(const std::string& path, const std::string& name, float value) {
   file.seekp(static_cast<std::streamoff>(8 + header_bytes + begin));
   for (uint64_t at = begin; at < end; at += 4) file.write(reinterpret_cast<const char*>(&value), 4);
   ASSERT_TRUE(file.good()) << path;
+}
+
+// The eval loss `baton eval` printed ("eval loss 2.7534406 (perplexity ...)"), or "" when none.
+std::string EvalLoss(const std::string& output) {
+  std::smatch m;
+  return std::regex_search(output, m, std::regex(R"(eval loss ([0-9.]+))")) ? m[1].str() : "";
+}
+
+// A Qwen2 (preset qwen2: Llama's block with q, k and v biases) trains on 2 stages, exports as a
+// Hugging Face Qwen2ForCausalLM folder, and comes back from it as model.init_from of a YAML that
+// says llama (config.json decides: the preset becomes qwen2, logged) with the same eval loss as
+// its checkpoint, to the last digit printed.
+TEST(LlamaOperationsTest, AQwen2TrainsExportsAndComesBackAsTheSameModel) {
+  const std::string root = TempDir("qwen2");
+  const nlohmann::json report = TrainLlama(
+      root + "/run",
+      {"--set", "model.preset=qwen2", "--set", "train.steps=3", "--set", "parallel.stages=2"});
+  ASSERT_EQ(Losses(report).size(), 3u);
+  const std::string hf = root + "/hf";
+  const CommandResult exported = RunBaton({"export", root + "/run/checkpoints/step-3", hf});
+  ASSERT_EQ(exported.exit_code, 0) << exported.output;
+  EXPECT_EQ(ReadJson(hf + "/config.json").at("model_type"), "qwen2");
+  EXPECT_NE(ReadFile(hf + "/model.safetensors").find("model.layers.3.self_attn.v_proj.bias"),
+            std::string::npos);
+
+  std::vector<std::string> from_checkpoint = {
+      "eval",  "configs/llama-tiny.yaml", "--set",    "model.preset=qwen2",
+      "--set", "data.eval_fraction=0.01", "--resume", root + "/run/checkpoints/step-3"};
+  from_checkpoint.insert(from_checkpoint.end(), kSmall.begin(), kSmall.end());
+  const CommandResult a = RunBaton(from_checkpoint);
+  ASSERT_EQ(a.exit_code, 0) << a.output;
+  std::vector<std::string> from_folder = {
+      "eval",  "configs/llama-tiny.yaml", "--set", "model.init_from=" + hf,
+      "--set", "data.eval_fraction=0.01", "--set", "parallel.stages=2"};
+  from_folder.insert(from_folder.end(), kSmall.begin(), kSmall.end());
+  const CommandResult b = RunBaton(from_folder);
+  ASSERT_EQ(b.exit_code, 0) << b.output;
+  EXPECT_NE(b.output.find("model.preset: qwen2 from config.json (the YAML's llama)"),
+            std::string::npos)
+      << b.output;
+  ASSERT_NE(EvalLoss(a.output), "") << a.output;
+  EXPECT_EQ(EvalLoss(b.output), EvalLoss(a.output)) << b.output;
 }
 
 // A folder `baton export` wrote, as model.init_from of `baton eval`: config.json naming the model
