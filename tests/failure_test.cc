@@ -29,7 +29,9 @@ TEST(FailureTest, TheBatonBinaryCarriesNoFaultHooks) {
   const CommandResult result =
       RunShell("cd '" + SourceDir() + "' && BATON_TEST_STALL=1:2 '" + BatonBinary() +
                "' run configs/gpt-tiny.yaml --set train.steps=3 --set parallel.stages=2"
-               " --set parallel.timeout_s=5 --set output.final_checkpoint=false");
+               " --set parallel.timeout_s=5 --set output.final_checkpoint=false"
+               " --set output.dir=" +
+               TempDir("no-hooks"));
   EXPECT_EQ(result.exit_code, 0) << result.output;
   EXPECT_EQ(result.output.find("BATON_TEST_STALL"), std::string::npos) << result.output;
 }
@@ -62,7 +64,8 @@ TEST(FailureTest, StalledPeerTimesOutWithATableNamingStageActionAndPeer) {
   const CommandResult result =
       RunShell("cd '" + SourceDir() + "' && BATON_TEST_STALL=1:2 '" + BatonFaultsBinary() +
                "' run configs/gpt-tiny.yaml --set train.steps=4 --set parallel.stages=2"
-               " --set parallel.timeout_s=5");
+               " --set parallel.timeout_s=5 --set output.dir=" +
+               TempDir("stalled-peer"));
   EXPECT_NE(result.exit_code, 0) << result.output;
   // Stage 0 gives up on its first exchange with stage 1: the send of micro-batch 0's activation
   // (when sends complete before the next compute) or the wait for its gradient.
@@ -82,7 +85,8 @@ TEST(FailureTest, AWaitOnAnotherTensorRanksStageNamesThePeersWorldRank) {
   const CommandResult result =
       RunShell("cd '" + SourceDir() + "' && BATON_TEST_STALL=3:2 '" + BatonFaultsBinary() +
                "' run configs/gpt-tiny.yaml --set train.steps=4 --set parallel.stages=2"
-               " --set parallel.tensor=2 --set parallel.timeout_s=5");
+               " --set parallel.tensor=2 --set parallel.timeout_s=5 --set output.dir=" +
+               TempDir("stalled-tensor-peer"));
   EXPECT_NE(result.exit_code, 0) << result.output;
   // Columns: rank, stage, tensor, status, blocked on, mb, peer.
   const std::regex row(R"(\n\s+1\s+0\s+1\s+\w+\s+(SEND_F|RECV_B)\s+0\s+3\s+[0-9.]+\s)");
@@ -388,7 +392,8 @@ TEST(FailureTest, HostileFilesFailAtOnceNamingTheFile) {
   const std::string fifo = dir + "/corpus.fifo";
   ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
   CommandResult result = RunBaton({"run", "configs/gpt-tiny.yaml", "--set", "data.path=" + fifo,
-                                   "--set", "train.steps=1", "--set", "parallel.stages=2"});
+                                   "--set", "train.steps=1", "--set", "parallel.stages=2", "--set",
+                                   "output.dir=" + dir + "/fifo"});
   EXPECT_NE(result.exit_code, 0);
   EXPECT_NE(result.output.find(fifo + ": is a FIFO, not a regular file"), std::string::npos)
       << result.output;

@@ -77,11 +77,12 @@ TEST(PipelineTest, DifferentSchedulesComputeTheSameStep) {
 TEST(PipelineTest, MpirunGivesTheLocalLaunchersChecksum) {
   if (RunShell("command -v mpirun").exit_code != 0) GTEST_SKIP() << "mpirun is not installed";
   const RunSummary local = Train("local", {"parallel.stages=4"});
-  const std::string report = TempDir("mpi") + "/report.json";
+  const std::string dir = TempDir("mpi");
+  const std::string report = dir + "/report.json";
   const CommandResult mpi = RunShell(
       "cd '" + SourceDir() + "' && mpirun --allow-run-as-root --oversubscribe -np 4 '" +
       BatonBinary() + "' run configs/gpt-tiny.yaml --set train.steps=3 --set parallel.stages=4" +
-      " --report " + report);
+      " --set output.dir=" + dir + " --report " + report);
   ASSERT_EQ(mpi.exit_code, 0) << mpi.output;
   const nlohmann::json j = ReadJson(report);
   EXPECT_EQ(Losses(j), local.losses);
@@ -160,7 +161,9 @@ TEST(PipelineTest, KillingOneWorkerStopsTheJobNamingTheStageAndLeavesNoProcess) 
   // The subshell records the launcher's exit code after it ends.
   const int shell = Background("'" + BatonBinary() +
                                    "' run configs/gpt-tiny.yaml --set train.steps=100000"
-                                   " --set train.log_every=1 --set parallel.stages=2",
+                                   " --set train.log_every=1 --set parallel.stages=2"
+                                   " --set output.dir=" +
+                                   dir + "/out",
                                log);
   // Training is under way (a progress line): kill stage 1's worker.
   ASSERT_TRUE(WaitFor(log, "step     1/", 120)) << ReadFile(log);

@@ -153,7 +153,8 @@ TEST(ReplicaTest, AStalledReplicaTimesOutNamingTheStageGroupAndTheTableShowsRepl
   const CommandResult result =
       RunShell("cd '" + SourceDir() + "' && BATON_TEST_STALL=1:2 '" + BatonFaultsBinary() +
                "' run configs/gpt-tiny.yaml --set train.steps=4 --set parallel.stages=1"
-               " --set parallel.replicas=2 --set parallel.timeout_s=5");
+               " --set parallel.replicas=2 --set parallel.timeout_s=5 --set output.dir=" +
+               TempDir("stalled-replica"));
   EXPECT_NE(result.exit_code, 0) << result.output;
   EXPECT_NE(result.output.find("stage 0 replica 0 (rank 0) failed"), std::string::npos)
       << result.output;
