@@ -258,7 +258,10 @@ nlohmann::json ToJson(const CheckpointManifest& m) {
                         {"low_freq_factor", rope.low_freq_factor},
                         {"high_freq_factor", rope.high_freq_factor},
                         {"original_context", rope.original_context}}}};
-    if (m.dims.qwen2()) model["llama"]["family"] = "qwen2";  // a Llama's reads as before
+    // A Llama's reads as before.
+    if (m.dims.qwen2()) model["llama"]["family"] = "qwen2";
+    if (m.dims.mistral()) model["llama"]["family"] = "mistral";
+    if (m.dims.sliding_window > 0) model["llama"]["sliding_window"] = m.dims.sliding_window;
   }
   if (!m.dims.tie_embeddings) model["tie_embeddings"] = false;
   model["layers"] = m.layer_names;
@@ -293,9 +296,13 @@ CheckpointManifest ManifestFromJson(const nlohmann::json& j, const std::string& 
     const JsonField rope = llama["rope"].Object();
     m.dims.family = ModelFamily::kLlama;
     if (const std::optional<std::string> family = llama["family"].OptionalString()) {
-      if (*family != "qwen2") llama["family"].Fail("\"" + *family + "\", not \"qwen2\"");
-      m.dims.family = ModelFamily::kQwen2;
+      if (*family != "qwen2" && *family != "mistral") {
+        llama["family"].Fail("\"" + *family + "\", not \"qwen2\" or \"mistral\"");
+      }
+      m.dims.family = *family == "qwen2" ? ModelFamily::kQwen2 : ModelFamily::kMistral;
     }
+    m.dims.sliding_window = static_cast<int>(
+        llama["sliding_window"].OptionalInt(1, std::numeric_limits<int>::max()).value_or(0));
     m.dims.num_kv_heads = ReadInt(llama["num_kv_heads"]);
     m.dims.mlp_hidden = ReadInt(llama["mlp_hidden"]);
     m.dims.norm_eps = static_cast<float>(llama["norm_eps"].Number());

@@ -40,6 +40,8 @@ struct HfType {
 };
 constexpr HfType kLlamaType{"llama", "LlamaForCausalLM"};
 constexpr HfType kQwen2Type{"qwen2", "Qwen2ForCausalLM"};
+constexpr HfType kMistralType{"mistral", "MistralForCausalLM"};
+constexpr const HfType* kHfTypes[] = {&kLlamaType, &kQwen2Type, &kMistralType};
 
 // Whether config.json claims `type`: its model_type, or an architectures list holding its causal
 // LM. Lenient about the other fields' types: ReadHfLlamaConfig checks them all.
@@ -53,37 +55,46 @@ bool Claims(const Json& config, const HfType& type) {
              architectures->end();
 }
 
-// model_type "llama" or "qwen2", or model_type absent (or null) with architectures holding
-// LlamaForCausalLM or Qwen2ForCausalLM. Returns whether it is a Qwen2.
-bool CheckIsLlama(const JsonField& config) {
+// model_type "llama", "qwen2" or "mistral", or model_type absent (or null) with architectures
+// holding exactly one of LlamaForCausalLM, Qwen2ForCausalLM and MistralForCausalLM. Returns the
+// type it is.
+const HfType& CheckIsLlama(const JsonField& config) {
   const std::optional<std::string> model_type = config["model_type"].OptionalString();
   const JsonField architectures = config["architectures"];
-  bool llama = false, qwen2 = false;
+  const HfType* named = nullptr;  // by architectures (each entry's type checked)
+  bool two = false;
   if (architectures.present()) {
     for (size_t i = 0; i < architectures.Array().json().size(); ++i) {
-      llama |= architectures[i].String() == kLlamaType.causal_lm;
-      qwen2 |= architectures[i].String() == kQwen2Type.causal_lm;
+      const std::string architecture = architectures[i].String();
+      for (const HfType* type : kHfTypes) {
+        if (architecture != type->causal_lm) continue;
+        two |= named != nullptr && named != type;
+        named = type;
+      }
     }
   }
   if (model_type) {
-    if (*model_type == kLlamaType.model_type) return false;
-    if (*model_type == kQwen2Type.model_type) return true;
-    config["model_type"].Fail(fmt::format(
-        "\"{}\", not \"llama\" or \"qwen2\": not a Hugging Face Llama (LlamaForCausalLM) or "
-        "Qwen2 (Qwen2ForCausalLM)",
-        *model_type));
+    for (const HfType* type : kHfTypes) {
+      if (*model_type == type->model_type) return *type;
+    }
+    config["model_type"].Fail(
+        fmt::format("\"{}\", not \"llama\", \"qwen2\" or \"mistral\": not a Hugging Face Llama "
+                    "(LlamaForCausalLM), Qwen2 or Mistral",
+                    *model_type));
   }
-  if (!llama && !qwen2) {
+  if (two) {
+    config["architectures"].Fail(
+        "names two of LlamaForCausalLM, Qwen2ForCausalLM and MistralForCausalLM, and there is no "
+        "model_type");
+  }
+  if (named == nullptr) {
     config.Fail(fmt::format(
-        "neither model_type \"llama\" or \"qwen2\" nor architectures holding "
-        "\"LlamaForCausalLM\" or \"Qwen2ForCausalLM\" (architectures: {}): not a Hugging Face "
-        "Llama",
+        "neither model_type \"llama\", \"qwen2\" or \"mistral\" nor architectures holding "
+        "\"LlamaForCausalLM\", \"Qwen2ForCausalLM\" or \"MistralForCausalLM\" "
+        "(architectures: {}): not a Hugging Face Llama",
         architectures.json().dump()));
   }
-  if (llama && qwen2) {
-    config["architectures"].Fail("names both a Llama and a Qwen2, and there is no model_type");
-  }
-  return qwen2;
+  return *named;
 }
 
 // rms_norm_eps: in (0, 1) as the YAML's model.rms_norm_eps, and a normal f32, which is what
@@ -229,7 +240,9 @@ HfLlamaConfig ReadHfLlamaConfig(const std::string& path) {
   const Json json = ParseJsonFile(path);
   const JsonField config = JsonField(json, path).Object();
   HfLlamaConfig c;
-  c.qwen2 = CheckIsLlama(config);
+  const HfType& type = CheckIsLlama(config);
+  c.qwen2 = &type == &kQwen2Type;
+  c.mistral = &type == &kMistralType;
   const std::string act = config["hidden_act"].OptionalString().value_or("silu");
   BATON_CHECK(act == "silu", "{}: hidden_act \"{}\": Baton's Llama MLP is SwiGLU (silu)", path,
               act);
@@ -240,6 +253,8 @@ HfLlamaConfig ReadHfLlamaConfig(const std::string& path) {
                 "{}: use_sliding_window is true: Baton's Qwen2 attends over the whole sequence; "
                 "this model cannot be loaded",
                 path);
+  } else if (c.mistral) {
+    c.sliding_window = config["sliding_window"].OptionalInt(1, kMaxSize).value_or(0);
   } else {
     for (const char* bias : {"attention_bias", "mlp_bias"}) {
       BATON_CHECK(!config[bias].OptionalBool().value_or(false),
@@ -281,7 +296,8 @@ bool IsHfLlamaFolder(const std::string& dir) {
   if (!fs::is_regular_file(config, error)) return false;
   try {
     const Json json = ParseJsonFile(config.string());
-    return Claims(json, kLlamaType) || Claims(json, kQwen2Type);
+    return std::any_of(std::begin(kHfTypes), std::end(kHfTypes),
+                       [&](const HfType* type) { return Claims(json, *type); });
   } catch (const std::exception&) {
     return false;  // not JSON: not a Llama folder (an error reading it names the file later)
   }
@@ -289,7 +305,10 @@ bool IsHfLlamaFolder(const std::string& dir) {
 
 ModelDims DimsOfHfLlama(const HfLlamaConfig& config, int64_t context) {
   ModelDims dims;
-  dims.family = config.qwen2 ? ModelFamily::kQwen2 : ModelFamily::kLlama;
+  dims.family = config.qwen2     ? ModelFamily::kQwen2
+                : config.mistral ? ModelFamily::kMistral
+                                 : ModelFamily::kLlama;
+  dims.sliding_window = static_cast<int>(config.sliding_window);
   dims.vocab_size = static_cast<int>(config.vocab_size);
   dims.context = static_cast<int>(context);
   dims.num_layers = static_cast<int>(config.num_hidden_layers);
@@ -568,7 +587,7 @@ void WriteHfLlamaConfig(const std::string& dir, const ModelDims& dims, DType dty
                  {"original_max_position_embeddings", dims.rope.original_context}}
           : Json(nullptr);
   const auto id_or_null = [](std::optional<int64_t> id) { return id ? Json(*id) : Json(nullptr); };
-  const HfType& type = dims.qwen2() ? kQwen2Type : kLlamaType;
+  const HfType& type = dims.qwen2() ? kQwen2Type : (dims.mistral() ? kMistralType : kLlamaType);
   nlohmann::ordered_json config = {{"architectures", {type.causal_lm}},
                                    {"model_type", type.model_type},
                                    {"vocab_size", dims.vocab_size},
@@ -593,6 +612,13 @@ void WriteHfLlamaConfig(const std::string& dir, const ModelDims& dims, DType dty
                                    {"bos_token_id", id_or_null(bos_token_id)},
                                    {"eos_token_id", id_or_null(eos_token_id)},
                                    {"torch_dtype", HfTorchDType(dtype)}};
+  if (dims.mistral()) {
+    // MistralConfig's own keys: no biases to name, and its window (null: none).
+    config.erase("attention_bias");
+    config.erase("mlp_bias");
+    config.erase("pretraining_tp");
+    config["sliding_window"] = dims.sliding_window > 0 ? Json(dims.sliding_window) : Json(nullptr);
+  }
   if (dims.qwen2()) {
     // Qwen2Config's own keys: biases on q, k and v are its architecture (no attention_bias key),
     // and its sliding window stays off.

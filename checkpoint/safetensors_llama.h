@@ -41,12 +41,15 @@ struct HfLlamaConfig {
   bool tie_word_embeddings = false;
   std::optional<int64_t> bos_token_id;
   std::optional<int64_t> eos_token_id;
-  bool qwen2 = false;  // model_type qwen2 (Qwen2ForCausalLM): q, k and v have biases
+  bool qwen2 = false;          // model_type qwen2 (Qwen2ForCausalLM): q, k and v have biases
+  bool mistral = false;        // model_type mistral (MistralForCausalLM)
+  int64_t sliding_window = 0;  // Mistral's; 0 = none (null in config.json)
 };
 
 // Reads and checks `path` (a config.json): model_type "llama", or model_type absent (or null) and
 // an architectures entry "LlamaForCausalLM"; or a Qwen2 the same way (model_type "qwen2",
-// Qwen2ForCausalLM: biases on q, k and v, use_sliding_window false); hidden_act silu; for a
+// Qwen2ForCausalLM: biases on q, k and v, use_sliding_window false) or a Mistral (model_type
+// "mistral", MistralForCausalLM: sliding_window null or a window); hidden_act silu; for a
 // Llama no attention_bias or mlp_bias;
 // head_dim, when given, hidden_size / num_attention_heads; rope_scaling null or of rope_type
 // llama3; rms_norm_eps in (0, 1) and a normal f32. Every field read has its type checked and

@@ -73,6 +73,7 @@ struct RoundTripCase {
   int kv_heads;  // 0 = num_heads (MHA)
   bool tied;
   bool qwen2 = false;  // q, k and v biases
+  int window = 0;      // a Mistral with this sliding window
 };
 
 class LlamaRoundTripTest : public ::testing::TestWithParam<RoundTripCase> {};
@@ -83,6 +84,10 @@ TEST_P(LlamaRoundTripTest, CheckpointExportThenImportIsBitwise) {
   Fixture f;
   f.dims = TinyLlamaDims(GetParam().kv_heads, GetParam().tied);
   if (GetParam().qwen2) f.dims.family = ModelFamily::kQwen2;
+  if (GetParam().window > 0) {
+    f.dims.family = ModelFamily::kMistral;
+    f.dims.sliding_window = GetParam().window;
+  }
   f.graph = GptGraph(f.dims);
   TempDir dir;
   Rank first = f.MakeRank({{0, 1}}, 0, 2);
@@ -128,7 +133,8 @@ INSTANTIATE_TEST_SUITE_P(TiedAndUntiedGqaAndMha, LlamaRoundTripTest,
                                            RoundTripCase{"UntiedMha", 0, false},
                                            RoundTripCase{"TiedMha", 0, true},
                                            RoundTripCase{"Qwen2UntiedGqa", 2, false, true},
-                                           RoundTripCase{"Qwen2TiedGqa", 1, true, true}),
+                                           RoundTripCase{"Qwen2TiedGqa", 1, true, true},
+                                           RoundTripCase{"MistralWindow3", 2, false, false, 3}),
                          [](const auto& info) { return std::string(info.param.name); });
 
 TEST(SafetensorsLlamaTest, ExportWritesTransformersNamesLayoutsAndConfig) {
@@ -278,6 +284,27 @@ TEST(SafetensorsLlamaTest, TransformersQwen2FolderGivesTransformersLogits) {
   });
   EXPECT_LT(error, 1e-6) << "transformers " << reference["transformers_version"];
   RecordProperty("normalised_error", fmt::format("{:.3g}", error));
+}
+
+// tests/fixtures/mistral-hf: a MistralForCausalLM (make_mistral_hf_fixture.py: sliding_window 4,
+// 11 tokens, eager attention, in which query t sees keys t - 3 .. t) with transformers' logits, and
+// the same weights' logits without the window: Baton's window gives the first within 1e-6 and is
+// far from the second (the window matters from position 4 on).
+TEST(SafetensorsLlamaTest, TransformersMistralFolderGivesTransformersSlidingWindowLogits) {
+  const std::string dir = std::string(BATON_SOURCE_DIR) + "/tests/fixtures/mistral-hf";
+  const nlohmann::json reference = nlohmann::json::parse(ReadFileToString(dir + "/reference.json"));
+  const double error = ErrorAgainstTransformers(dir, reference, [](const ModelDims& dims) {
+    ASSERT_TRUE(dims.mistral());
+    ASSERT_EQ(dims.sliding_window, 4);
+    ASSERT_FALSE(dims.tie_embeddings);
+  });
+  EXPECT_LT(error, 1e-6) << "transformers " << reference["transformers_version"];
+  RecordProperty("normalised_error", fmt::format("{:.3g}", error));
+  nlohmann::json no_window = reference;
+  no_window["logits"] = reference["logits_no_window"];
+  const double apart = ErrorAgainstTransformers(dir, no_window, [](const ModelDims&) {});
+  EXPECT_GT(apart, 1e-2);
+  RecordProperty("against_no_window", fmt::format("{:.3g}", apart));
 }
 
 // The fixture's weight map puts the embedding in shard 1, layer 1 and the norm in shard 2 and the
@@ -451,10 +478,11 @@ TEST(SafetensorsLlamaTest, ArchitecturesAloneNameALlamaAsDocumented) {
   EXPECT_THAT(ErrorOf([&] { HfLlamaFolder::Open(neither.path()); }),
               HasSubstr("not a Hugging Face Llama"));
   TempDir other;  // an explicit other model_type wins over architectures
-  CopyFixture(other, [](auto& c) { c["model_type"] = "mistral"; });
+  CopyFixture(other, [](auto& c) { c["model_type"] = "gemma"; });
   EXPECT_TRUE(IsHfLlamaFolder(other.path()));
   EXPECT_THAT(ErrorOf([&] { HfLlamaFolder::Open(other.path()); }),
-              HasSubstr("config.json: model_type: \"mistral\", not \"llama\" or \"qwen2\""));
+              HasSubstr("config.json: model_type: \"gemma\", not \"llama\", \"qwen2\" or "
+                        "\"mistral\""));
 }
 
 // The Hugging Face cache's layout: snapshots/REV/ holds links to ../../blobs/HASH. Links are

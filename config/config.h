@@ -29,12 +29,14 @@ namespace baton {
 
 // gpt: GPT-2 blocks; mlp: attention-free GPT-2 MLP blocks; custom: a graph of GPT-2 layers;
 // llama: Llama blocks (RMSNorm, rotary positions, SwiGLU, grouped-query attention; docs/model.md);
-// qwen2: Llama blocks with biases on q, k and v (Qwen2 / Qwen2.5).
-enum class ModelPreset { kGpt, kMlp, kCustom, kLlama, kQwen2 };
+// qwen2: Llama blocks with biases on q, k and v (Qwen2 / Qwen2.5); mistral: Llama blocks, named
+// as Mistral's (sliding-window attention with model.sliding_window, which any of the three takes).
+enum class ModelPreset { kGpt, kMlp, kCustom, kLlama, kQwen2, kMistral };
 // Llama's blocks or a variant of them: the presets the Llama knobs (num_kv_heads, rope_*, ...)
 // and Hugging Face Llama-layout folders are for.
 inline bool LlamaLike(ModelPreset preset) {
-  return preset == ModelPreset::kLlama || preset == ModelPreset::kQwen2;
+  return preset == ModelPreset::kLlama || preset == ModelPreset::kQwen2 ||
+         preset == ModelPreset::kMistral;
 }
 // Whether the LM head is the token embedding's transpose: auto = the preset's (GPT-2 tied, Llama
 // untied).
@@ -126,6 +128,9 @@ struct ModelConfig {
   double rope_scaling_low_freq_factor = 1.0;
   double rope_scaling_high_freq_factor = 4.0;
   int64_t rope_scaling_original_context = 8192;
+  // Sliding-window attention (Mistral's): each token attends over itself and the W - 1 tokens
+  // before it; 0 = the whole causal context.
+  int64_t sliding_window = 0;
   TieEmbeddings tie_embeddings = TieEmbeddings::kAuto;
   bool operator==(const ModelConfig&) const = default;
 };

@@ -42,6 +42,7 @@ void VisitModel(ModelConfig& m, FieldVisitor& v) {
   v.VisitFloat("rope_scaling.low_freq_factor", m.rope_scaling_low_freq_factor, kPositiveFloat);
   v.VisitFloat("rope_scaling.high_freq_factor", m.rope_scaling_high_freq_factor, kPositiveFloat);
   v.Int("rope_scaling.original_context", m.rope_scaling_original_context, IntRule{1, kMaxContext});
+  v.Int("sliding_window", m.sliding_window, IntRule{0, kMaxContext});
   v.Enum("tie_embeddings", m.tie_embeddings, kTieEmbeddingsNames);
 }
 

@@ -65,11 +65,12 @@ inline constexpr uint64_t kMaxConfigBytes = 1 << 20;  // a config file's size
 template <typename E, size_t N>
 using NameTable = std::array<std::pair<std::string_view, E>, N>;
 
-inline constexpr NameTable<ModelPreset, 5> kPresetNames{{{"gpt", ModelPreset::kGpt},
+inline constexpr NameTable<ModelPreset, 6> kPresetNames{{{"gpt", ModelPreset::kGpt},
                                                          {"mlp", ModelPreset::kMlp},
                                                          {"custom", ModelPreset::kCustom},
                                                          {"llama", ModelPreset::kLlama},
-                                                         {"qwen2", ModelPreset::kQwen2}}};
+                                                         {"qwen2", ModelPreset::kQwen2},
+                                                         {"mistral", ModelPreset::kMistral}}};
 inline constexpr NameTable<TieEmbeddings, 3> kTieEmbeddingsNames{
     {{"auto", TieEmbeddings::kAuto},
      {"true", TieEmbeddings::kTied},

@@ -420,10 +420,13 @@ TEST(ConfigTest, LlamaKeysAreReadAndTheirRulesChecked) {
   EXPECT_EQ(config.model.rope_theta, 500000.0);
   EXPECT_EQ(config.model.rope_scaling_factor, 32.0);
   EXPECT_EQ(config.model.tie_embeddings, TieEmbeddings::kAuto);
-  EXPECT_THAT(ParseError(kMinimal, {"model.num_kv_heads=2"}),
-              HasSubstr("model.num_kv_heads is for preset llama or qwen2; preset gpt has none"));
+  EXPECT_THAT(
+      ParseError(kMinimal, {"model.num_kv_heads=2"}),
+      HasSubstr("model.num_kv_heads is for preset llama, qwen2 or mistral; preset gpt has none"));
   EXPECT_THAT(ParseError(kMinimal, {"model.intermediate_size=64", "model.preset=mlp"}),
               HasSubstr("model.intermediate_size is for preset llama"));
+  EXPECT_THAT(ParseError(kMinimal, {"model.preset=llama", "model.sliding_window=4"}),
+              HasSubstr("model.sliding_window is for preset mistral"));
   EXPECT_THAT(ParseError(kMinimal, {"model.preset=llama", "model.num_kv_heads=3"}),
               HasSubstr("model.num_kv_heads 3 does not divide model.num_heads 4"));
   EXPECT_THAT(ParseError(kMinimal, {"model.preset=llama", "model.width=12"}),

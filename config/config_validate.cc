@@ -91,11 +91,16 @@ void ValidateModel(const ModelConfig& m, const DataConfig& d, const Reporter& r)
   r.Require(
       !attention || m.width % m.num_heads == 0, {"model.width", "model.num_heads"},
       fmt::format("model.width {} is not divisible by model.num_heads {}", m.width, m.num_heads));
+  r.Require(m.sliding_window == 0 || m.preset == ModelPreset::kMistral,
+            {"model.sliding_window", "model.preset"},
+            fmt::format("model.sliding_window is for preset mistral (a Llama block with Mistral's "
+                        "sliding-window attention); preset {} has none",
+                        Name(m.preset)));
   for (const auto& [key, set] : {std::pair{"model.num_kv_heads", m.num_kv_heads != 0},
                                  {"model.intermediate_size", m.intermediate_size != 0}}) {
-    r.Require(
-        llama || !set, {key, "model.preset"},
-        fmt::format("{} is for preset llama or qwen2; preset {} has none", key, Name(m.preset)));
+    r.Require(llama || !set, {key, "model.preset"},
+              fmt::format("{} is for preset llama, qwen2 or mistral; preset {} has none", key,
+                          Name(m.preset)));
   }
   if (llama) {
     r.Require(

@@ -123,7 +123,9 @@ class Backend {
   // (0 <= segment_starts[b,t] <= t, non-decreasing in t). Where it is given, attention is causal
   // AND within the document: query t attends keys s with segment_starts[b,t] <= s <= t, and the
   // embedding's position of token t is t - segment_starts[b,t]. Undefined (the overloads without
-  // it) means one document per row: plain causal attention, positions 0..T-1.
+  // it) means one document per row: plain causal attention, positions 0..T-1. The attention
+  // kernels read it only as each query's first key, so they take any non-decreasing starts with
+  // start <= t: a sliding window narrows packed documents' that way (model/sublayer_ops.cc).
   //
   // Causal self-attention. qkv (B,T,3C): q, k, v are its column thirds; head h uses columns
   // h*D..(h+1)*D of each, D = C / num_heads. out (B,T,C): head h's output in columns h*D..;

@@ -105,8 +105,14 @@ GenerateResult Generate(const GenerateOptions& options) {
   std::vector<Layer*> layers;
   for (auto& [index, layer] : model.layers()) layers.push_back(layer);
   const auto make_decoder = [&] {
+    // Rotary caches hold the attention window's positions (model.sliding_window, else the
+    // context) and slide past them.
     return options.kv_cache
-               ? MakeCachedDecoder(layers, *backend, dims.context, !dims.learned_positions())
+               ? (dims.learned_positions()
+                      ? MakeCachedDecoder(layers, *backend, dims.context)
+                      : MakeCachedDecoder(layers, *backend,
+                                          static_cast<int>(dims.attention_window(dims.context)),
+                                          /*rotary=*/true))
                : MakeWindowDecoder(layers, *backend, dims.context);
   };
   // Rotary positions with the cache slide it: the whole prompt is read, each token over the
@@ -114,11 +120,12 @@ GenerateResult Generate(const GenerateOptions& options) {
   const bool sliding = options.kv_cache && !dims.learned_positions();
   const std::vector<int32_t> prompt = PromptTokens(options.prompt, tokenizer);
   if (prompt.size() > static_cast<size_t>(dims.context) && sliding) {
+    const int64_t window = dims.attention_window(dims.context);
     spdlog::warn(
         "the prompt's {} tokens exceed the model's context of {}: each token attends over the "
         "{} before it (sliding-window attention with the key-value cache), so the prompt's "
         "first {} tokens reach the continuation only through the tokens after them",
-        prompt.size(), dims.context, dims.context - 1, prompt.size() - dims.context);
+        prompt.size(), dims.context, window - 1, prompt.size() - window);
   } else if (prompt.size() > static_cast<size_t>(dims.context)) {
     spdlog::warn(
         "the prompt's {} tokens exceed the model's context of {}: the model reads only the last "

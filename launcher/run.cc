@@ -492,7 +492,9 @@ std::vector<std::string> TakeHfLlamaDims(const HfLlamaConfig& hf, ModelConfig& m
         fmt::format("model.{}: {} from config.json (the YAML's {})", key, value, field));
     field = value;
   };
-  const ModelPreset preset = hf.qwen2 ? ModelPreset::kQwen2 : ModelPreset::kLlama;
+  const ModelPreset preset = hf.qwen2     ? ModelPreset::kQwen2
+                             : hf.mistral ? ModelPreset::kMistral
+                                          : ModelPreset::kLlama;
   if (model.preset != preset) {
     taken.push_back(fmt::format("model.preset: {} from config.json (the YAML's {})", Name(preset),
                                 Name(model.preset)));
@@ -505,6 +507,7 @@ std::vector<std::string> TakeHfLlamaDims(const HfLlamaConfig& hf, ModelConfig& m
   take("num_kv_heads", model.num_kv_heads, hf.num_key_value_heads);
   take("intermediate_size", model.intermediate_size, hf.intermediate_size);
   take("rms_norm_eps", model.rms_norm_eps, hf.rms_norm_eps);
+  take("sliding_window", model.sliding_window, hf.sliding_window);
   take("rope_theta", model.rope_theta, hf.rope.theta);
   take("rope_scaling.factor", model.rope_scaling_factor, hf.rope.factor);
   if (hf.rope.factor > 0.0) {
@@ -552,7 +555,10 @@ Config WithHfLlamaModel(Config config) {
   std::set<std::string> files;
   for (const auto& [tensor, file] : folder.weight_map()) files.insert(file);
   spdlog::info("model.init_from {}: a Hugging Face {} in {} weight file(s)", init,
-               folder.config().qwen2 ? "Qwen2" : "Llama", files.size());
+               folder.config().qwen2     ? "Qwen2"
+               : folder.config().mistral ? "Mistral"
+                                         : "Llama",
+               files.size());
   return config;
 }
 

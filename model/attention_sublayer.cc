@@ -76,6 +76,7 @@ class AttentionSublayer final : public Sublayer {
                /*flash=*/true,
                /*rotary=*/dims_.spec().rotary(),
                dims_.rope,
+               dims_.sliding_window,
                tensor};
     model_ops::MarkSequencePartial(params_.ln, tensor);
   }
@@ -96,7 +97,9 @@ class AttentionSublayer final : public Sublayer {
                        const std::string& who) override {
     BATON_CHECK(start == cache.end(), "{}: new positions from {}, but the cache holds {} .. {}",
                 who, start, cache.first, cache.end() - 1);
-    return model_ops::AttentionSublayerCached(backend, params_, x, dims_.context, cache);
+    // A sliding window holds at most its own positions (the decoder drops the older ones).
+    return model_ops::AttentionSublayerCached(backend, params_, x,
+                                              dims_.attention_window(dims_.context), cache);
   }
 
   void AppendWeightMatrices(std::vector<Param*>& out) const override {

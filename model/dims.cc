@@ -14,6 +14,8 @@ BlockSpec SpecOf(ModelFamily family) {
     case ModelFamily::kLlama:
       return {BlockSpec::Norm::kRmsNorm, BlockSpec::Positions::kRotary, BlockSpec::Mlp::kSwiGlu,
               /*linear_biases=*/false};
+    case ModelFamily::kMistral:
+      return SpecOf(ModelFamily::kLlama);
     case ModelFamily::kQwen2:
       return {BlockSpec::Norm::kRmsNorm, BlockSpec::Positions::kRotary, BlockSpec::Mlp::kSwiGlu,
               /*linear_biases=*/false, /*qkv_bias=*/true};
@@ -42,6 +44,9 @@ void Validate(const ModelDims& dims) {
                 dims.head_dim());
     BATON_CHECK(dims.rope.theta > 0.0, "rope theta {}", dims.rope.theta);
   }
+  BATON_CHECK(dims.sliding_window >= 0 && (dims.sliding_window == 0 || dims.spec().rotary()),
+              "a sliding window ({}) needs rotary positions (a Llama-family block)",
+              dims.sliding_window);
   if (dims.spec().rms_norm()) {
     BATON_CHECK(dims.norm_eps > 0.0f, "norm eps {}", dims.norm_eps);
   }
@@ -59,9 +64,11 @@ std::string ToString(const ModelDims& dims) {
   if (dims.low_rank_attn > 0) out += fmt::format(" low_rank.attn={}", dims.low_rank_attn);
   if (dims.low_rank_mlp > 0) out += fmt::format(" low_rank.mlp={}", dims.low_rank_mlp);
   if (dims.llama()) {
-    out += fmt::format(" {} KVH={} H={} theta={}", dims.qwen2() ? "qwen2" : "llama",
+    out += fmt::format(" {} KVH={} H={} theta={}",
+                       dims.qwen2() ? "qwen2" : (dims.mistral() ? "mistral" : "llama"),
                        dims.kv_heads(), dims.hidden(), dims.rope.theta);
   }
+  if (dims.sliding_window > 0) out += fmt::format(" window={}", dims.sliding_window);
   if (!dims.tie_embeddings) out += " untied";
   return out;
 }

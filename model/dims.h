@@ -10,8 +10,9 @@ namespace baton {
 
 // The block a preset builds (docs/model.md): GPT-2's (LayerNorm with bias, learned positions,
 // GELU MLP, multi-head attention, biases), Llama's (RMSNorm, rotary positions, SwiGLU MLP,
-// grouped-query attention, no biases) or Qwen2's (Llama's with biases on q, k and v).
-enum class ModelFamily { kGpt2, kLlama, kQwen2 };
+// grouped-query attention, no biases), Qwen2's (Llama's with biases on q, k and v) or Mistral's
+// (Llama's block under Mistral's names; its sliding window is ModelDims::sliding_window).
+enum class ModelFamily { kGpt2, kLlama, kQwen2, kMistral };
 
 // What a block (and the embedding and head around it) is made of, as every layer and the cost
 // model ask it: a family is one choice of these (ModelDims::spec()), so a new family is a new
@@ -61,6 +62,9 @@ struct ModelDims {
   float norm_eps = 1e-5f;      // RMSNorm's epsilon (GPT-2's LayerNorm always uses 1e-5)
   RopeConfig rope{};           // rotary positions (Llama)
   bool tie_embeddings = true;  // the LM head is the token embedding's transpose
+  // Sliding-window attention (Mistral's; rotary positions only): each token attends over itself
+  // and the sliding_window - 1 tokens before it; 0 = the whole causal context.
+  int sliding_window = 0;
 
   int head_dim() const { return width / num_heads; }
   // The family's block (the layers and the cost model ask it, not the family).
@@ -68,6 +72,12 @@ struct ModelDims {
   // Llama's block or a variant of it (Qwen2): Hugging Face's Llama names, the Llama knobs.
   bool llama() const { return family != ModelFamily::kGpt2; }
   bool qwen2() const { return family == ModelFamily::kQwen2; }
+  bool mistral() const { return family == ModelFamily::kMistral; }
+  // The keys a query attends at most: itself and the W - 1 before it (sliding-window attention),
+  // within `seq` positions; `seq` without a window (sliding_window 0).
+  int64_t attention_window(int64_t seq) const {
+    return sliding_window > 0 && sliding_window < seq ? sliding_window : seq;
+  }
   int kv_heads() const { return num_kv_heads > 0 ? num_kv_heads : num_heads; }
   int hidden() const { return mlp_hidden > 0 ? mlp_hidden : 4 * width; }
   // Columns of the attention's fused projection c_attn: queries C, keys and values KVH*D each.

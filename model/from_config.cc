@@ -25,7 +25,10 @@ ModelDims DimsOf(const ModelConfig& model) {
   dims.low_rank_attn = static_cast<int>(model.low_rank_attn);
   dims.low_rank_mlp = static_cast<int>(model.low_rank_mlp);
   if (LlamaLike(model.preset)) {
-    dims.family = model.preset == ModelPreset::kQwen2 ? ModelFamily::kQwen2 : ModelFamily::kLlama;
+    dims.family = model.preset == ModelPreset::kQwen2     ? ModelFamily::kQwen2
+                  : model.preset == ModelPreset::kMistral ? ModelFamily::kMistral
+                                                          : ModelFamily::kLlama;
+    dims.sliding_window = static_cast<int>(model.sliding_window);
     dims.num_kv_heads = static_cast<int>(model.num_kv_heads);
     dims.mlp_hidden = static_cast<int>(LlamaIntermediateSize(model));
     dims.norm_eps = static_cast<float>(model.rms_norm_eps);
@@ -50,6 +53,7 @@ std::vector<LayerSpec> GraphOf(const ModelConfig& model) {
     case ModelPreset::kGpt:
     case ModelPreset::kLlama:  // the same graph; the blocks differ (dims.family)
     case ModelPreset::kQwen2:
+    case ModelPreset::kMistral:
       return GptGraph(dims);
     case ModelPreset::kMlp:
       return MlpGraph(dims);

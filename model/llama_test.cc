@@ -160,6 +160,17 @@ TEST(LlamaGradient, Qwen2BlockWithQkvBiasesMatchesFiniteDifferences) {
   ExpectFiniteDifferences(LayerKind::kBlock, qwen2, /*selective=*/true, /*flash=*/false);
 }
 
+// Mistral's sliding window of 2 over 5 positions: each query sees itself and one key before it;
+// packed documents narrow it further.
+TEST(LlamaGradient, SlidingWindowBlockMatchesFiniteDifferences) {
+  ModelDims mistral = LlamaDims(2);
+  mistral.family = ModelFamily::kMistral;
+  mistral.sliding_window = 2;
+  ExpectFiniteDifferences(LayerKind::kBlock, mistral);
+  ExpectFiniteDifferences(LayerKind::kBlock, mistral, /*selective=*/true, /*flash=*/false);
+  ExpectFiniteDifferences(LayerKind::kBlock, mistral, false, true, /*packed=*/true);
+}
+
 TEST(LlamaGradient, MultiQueryAndMultiHeadBlocksMatchFiniteDifferences) {
   ExpectFiniteDifferences(LayerKind::kBlock, LlamaDims(1));
   ExpectFiniteDifferences(LayerKind::kBlock, LlamaDims(4));

@@ -178,6 +178,34 @@ Tensor ActivationOf(Backend& backend, const MlpParams& params, const Tensor& fc,
   return act;
 }
 
+// The first key each query attends, as the attention kernels take it (Backend::AttentionForward's
+// segment_starts): the document's first position (packed documents) or 0, raised to t - W + 1
+// under a sliding window of W. segment_starts itself where no window binds (W = 0 or W >= T);
+// otherwise a (B,T) i32 workspace tensor, made on the host (a GPU's segment starts read back
+// first) and copied to the backend. Rotary positions keep segment_starts: only what a query sees
+// narrows.
+Tensor AttentionStarts(Backend& backend, const Tensor& segment_starts, int64_t batch, int64_t seq,
+                       int window) {
+  if (window <= 0 || window >= seq) return segment_starts;
+  Tensor starts = NewTensor(backend, {batch, seq}, DType::kI32, kWorkspace);
+  if (starts.is_meta()) return starts;  // a ledger-only backend: the booking is what counts
+  std::vector<int32_t> host(static_cast<size_t>(batch * seq), 0);
+  Tensor host_view = Tensor::Wrap(host.data(), {batch, seq}, DType::kI32);
+  if (segment_starts.defined()) {
+    backend.Copy(segment_starts, host_view);
+    backend.Synchronize();
+  }
+  for (int64_t b = 0; b < batch; ++b) {
+    for (int64_t t = 0; t < seq; ++t) {
+      int32_t& start = host[static_cast<size_t>(b * seq + t)];
+      start = std::max(start, static_cast<int32_t>(std::max<int64_t>(0, t - window + 1)));
+    }
+  }
+  backend.Copy(host_view, starts);
+  backend.Synchronize();  // `host` must outlive an asynchronous copy
+  return starts;
+}
+
 }  // namespace
 
 Tensor AttentionSublayerForward(Backend& backend, const AttentionParams& params, const Tensor& x,
@@ -194,17 +222,20 @@ Tensor AttentionSublayerForward(Backend& backend, const AttentionParams& params,
   Tensor out = NewTensor(backend, HeadsShape(params, qkv), x.dtype(), kActivations);
   const int num_heads = params.heads.query;
   Tensor full = FullQkv(backend, params, qkv);
+  Tensor starts =
+      AttentionStarts(backend, segment_starts, qkv.size(0), qkv.size(1), params.sliding_window);
   if (params.flash) {  // the row log-sum-exps are all backward needs: kept under selective too
     Tensor lse =
         NewTensor(backend, {qkv.size(0), num_heads, qkv.size(1)}, DType::kF32, kActivations);
-    backend.FlashAttentionForward(full, segment_starts, num_heads, out, lse);
+    backend.FlashAttentionForward(full, starts, num_heads, out, lse);
     stash.Put("attn.lse", std::move(lse));
   } else {
     Tensor probs = NewTensor(backend, ProbsShape(qkv, num_heads), DType::kF32,
                              selective_recompute ? kWorkspace : kActivations);
-    backend.AttentionForward(full, segment_starts, num_heads, out, probs);
+    backend.AttentionForward(full, starts, num_heads, out, probs);
     if (!selective_recompute) stash.Put("attn.probs", std::move(probs));
   }
+  starts = Tensor();
   full = Tensor();
   stash.Put("attn.out", out);
   const Tensor proj = RowParallelForward(backend, params.c_proj, out, kWorkspace, params.tensor);
@@ -218,13 +249,15 @@ Tensor AttentionSublayerBackward(Backend& backend, const AttentionParams& params
   const bool flash = stash.Has("attn.lse");   // the forward's kind decides
   const int num_heads = params.heads.query;
   Tensor full = FullQkv(backend, params, qkv);
+  Tensor starts =
+      AttentionStarts(backend, segment_starts, qkv.size(0), qkv.size(1), params.sliding_window);
   Tensor probs;
   if (stash.Has("attn.probs")) {
     probs = stash.Get("attn.probs");
   } else if (!flash) {  // selective recompute: the same kernel on the same qkv gives the same probs
     probs = NewTensor(backend, ProbsShape(qkv, num_heads), DType::kF32, kWorkspace);
     Tensor scratch = NewTensor(backend, HeadsShape(params, qkv), dy.dtype(), kWorkspace);
-    backend.AttentionForward(full, segment_starts, num_heads, scratch, probs);
+    backend.AttentionForward(full, starts, num_heads, scratch, probs);
   }
   // dy is c_proj's output gradient: under sequence parallelism gathered, a weight-GEMM operand.
   const Tensor dy_whole = WholeSequence(backend, params.tensor, dy, sink.operand_category());
@@ -233,11 +266,12 @@ Tensor AttentionSublayerBackward(Backend& backend, const AttentionParams& params
   Tensor dfull =
       NewZeros(backend, full.shape(), qkv.dtype(), grouped ? kWorkspace : sink.operand_category());
   if (flash) {
-    backend.FlashAttentionBackward(dout, full, segment_starts, stash.Get("attn.out"),
-                                   stash.Get("attn.lse"), num_heads, dfull);
+    backend.FlashAttentionBackward(dout, full, starts, stash.Get("attn.out"), stash.Get("attn.lse"),
+                                   num_heads, dfull);
   } else {
-    backend.AttentionBackward(dout, full, segment_starts, probs, num_heads, dfull);
+    backend.AttentionBackward(dout, full, starts, probs, num_heads, dfull);
   }
+  starts = Tensor();
   dout = Tensor();
   probs = Tensor();
   full = Tensor();

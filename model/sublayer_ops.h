@@ -38,6 +38,9 @@ struct AttentionParams {
   bool flash = true;    // flash-style attention (stash lse) or materialized (stash probs)
   bool rotary = false;  // Llama: rotary positions on q and k
   RopeConfig rope;
+  // Sliding-window attention (Mistral's): a query attends itself and the W - 1 keys before it;
+  // 0 = none. Positions stay the sequence's (or the document's).
+  int sliding_window = 0;
   // Tensor parallelism (null: T = 1): c_attn holds this rank's heads' columns and `heads` counts
   // them; c_proj holds the matching rows, its output summed over the group (its bias added by
   // rank 0 alone), and so is the gradient of c_attn's input.

@@ -99,6 +99,8 @@ std::string EncodeJobPlan(const Plan& plan, const Launch& launch) {
   dims->set_low_rank_mlp(plan.dims.low_rank_mlp);
   dims->set_llama(plan.dims.llama());
   dims->set_qwen2(plan.dims.qwen2());
+  dims->set_mistral(plan.dims.mistral());
+  dims->set_sliding_window(plan.dims.sliding_window);
   dims->set_num_kv_heads(plan.dims.num_kv_heads);
   dims->set_mlp_hidden(plan.dims.mlp_hidden);
   dims->set_norm_eps(plan.dims.norm_eps);
@@ -180,9 +182,11 @@ Plan DecodeJobPlan(const std::string& bytes, Launch* launch) {
   plan.dims.share_mlp = dims.share_mlp();
   plan.dims.low_rank_attn = dims.low_rank_attn();
   plan.dims.low_rank_mlp = dims.low_rank_mlp();
-  plan.dims.family = !dims.llama()  ? ModelFamily::kGpt2
-                     : dims.qwen2() ? ModelFamily::kQwen2
-                                    : ModelFamily::kLlama;
+  plan.dims.family = !dims.llama()    ? ModelFamily::kGpt2
+                     : dims.qwen2()   ? ModelFamily::kQwen2
+                     : dims.mistral() ? ModelFamily::kMistral
+                                      : ModelFamily::kLlama;
+  plan.dims.sliding_window = dims.sliding_window();
   plan.dims.num_kv_heads = dims.num_kv_heads();
   plan.dims.mlp_hidden = dims.mlp_hidden();
   if (dims.norm_eps() > 0.0f) plan.dims.norm_eps = dims.norm_eps();  // 0: an older plan

@@ -158,6 +158,42 @@ TEST(LlamaConfigTest, Llama32OneBillionHasMetasParameterCount) {
   EXPECT_FALSE(DimsOf(LlamaTiny({}).model).tie_embeddings);  // auto: untied for llama
 }
 
+// Mistral (preset mistral, model.sliding_window 5 of 16 positions): bit-identical across stages,
+// schedules and checkpointing, with packed documents too, and the memory plan exact (the window's
+// key starts are workspace the plan books); the window changes what it learns.
+TEST(MistralInProcessTest, SlidingWindowTrainsBitIdenticallyOnEveryCutAndThePlanIsExact) {
+  const std::vector<std::string> mistral = {"model.preset=mistral", "model.sliding_window=5"};
+  const auto with = [&](std::vector<std::string> more) {
+    more.insert(more.begin(), mistral.begin(), mistral.end());
+    return more;
+  };
+  const InProcessResult one = RunInProcess(MakePlan(LlamaTiny(with({"parallel.stages=1"}))));
+  const InProcessResult llama = RunInProcess(MakePlan(LlamaTiny({"parallel.stages=1"})));
+  ASSERT_EQ(one.losses.size(), 3u);
+  EXPECT_NE(one.losses, llama.losses);
+  const Plan zb = MakePlan(LlamaTiny(
+      with({"parallel.stages=2", "parallel.schedule=zb-h1", "parallel.checkpoint=every:1"})));
+  const InProcessResult other = RunInProcess(zb);
+  EXPECT_EQ(other.losses, one.losses);
+  EXPECT_EQ(other.param_checksum, one.param_checksum);
+  ExpectPredictedEqualsMeasured(zb, "zb-h1 every:1");
+  // Materialized attention (its own rounding: against its own one stage) under selective
+  // recompute, which rebuilds the window's first keys for the probabilities.
+  const InProcessResult materialized_one = RunInProcess(
+      MakePlan(LlamaTiny(with({"parallel.stages=1", "model.attention=materialized"}))));
+  const Plan materialized = MakePlan(LlamaTiny(with(
+      {"parallel.stages=2", "model.attention=materialized", "parallel.checkpoint=selective"})));
+  const InProcessResult materialized_two = RunInProcess(materialized);
+  EXPECT_EQ(materialized_two.losses, materialized_one.losses);
+  EXPECT_EQ(materialized_two.param_checksum, materialized_one.param_checksum);
+  ExpectPredictedEqualsMeasured(materialized, "materialized selective");
+  const InProcessResult packed_one = RunInProcess(MakePlan(
+      LlamaTiny(with({"parallel.stages=1", "data.packing=true", "data.document_separator=10"}))));
+  const InProcessResult packed_two = RunInProcess(MakePlan(
+      LlamaTiny(with({"parallel.stages=2", "data.packing=true", "data.document_separator=10"}))));
+  EXPECT_EQ(packed_two.losses, packed_one.losses);
+}
+
 // The shipped Qwen2.5 0.5B config: Qwen's parameter count (the q, k and v biases counted, the
 // head tied).
 TEST(LlamaConfigTest, Qwen25HalfBillionHasQwensParameterCount) {

@@ -113,40 +113,57 @@ std::string EvalLoss(const std::string& output) {
   return std::regex_search(output, m, std::regex(R"(eval loss ([0-9.]+))")) ? m[1].str() : "";
 }
 
-// A Qwen2 (preset qwen2: Llama's block with q, k and v biases) trains on 2 stages, exports as a
-// Hugging Face Qwen2ForCausalLM folder, and comes back from it as model.init_from of a YAML that
-// says llama (config.json decides: the preset becomes qwen2, logged) with the same eval loss as
-// its checkpoint, to the last digit printed.
-TEST(LlamaOperationsTest, AQwen2TrainsExportsAndComesBackAsTheSameModel) {
-  const std::string root = TempDir("qwen2");
-  const nlohmann::json report = TrainLlama(
-      root + "/run",
-      {"--set", "model.preset=qwen2", "--set", "train.steps=3", "--set", "parallel.stages=2"});
-  ASSERT_EQ(Losses(report).size(), 3u);
+// A model of `preset` (with `extra` settings) trains on 2 stages, exports as a Hugging Face
+// folder of `model_type`, and comes back from it as model.init_from of a YAML that says llama
+// (config.json decides: the preset, logged) with the same eval loss as its checkpoint, to the
+// last digit printed. Returns the export folder.
+std::string TrainExportAndComeBack(const std::string& root, const std::string& preset,
+                                   const std::vector<std::string>& extra,
+                                   const std::string& model_type) {
+  std::vector<std::string> model = {"--set", "model.preset=" + preset};
+  model.insert(model.end(), extra.begin(), extra.end());
+  std::vector<std::string> train = model;
+  train.insert(train.end(), {"--set", "train.steps=3", "--set", "parallel.stages=2"});
+  EXPECT_EQ(Losses(TrainLlama(root + "/run", train)).size(), 3u);
   const std::string hf = root + "/hf";
   const CommandResult exported = RunBaton({"export", root + "/run/checkpoints/step-3", hf});
-  ASSERT_EQ(exported.exit_code, 0) << exported.output;
-  EXPECT_EQ(ReadJson(hf + "/config.json").at("model_type"), "qwen2");
-  EXPECT_NE(ReadFile(hf + "/model.safetensors").find("model.layers.3.self_attn.v_proj.bias"),
-            std::string::npos);
+  EXPECT_EQ(exported.exit_code, 0) << exported.output;
+  EXPECT_EQ(ReadJson(hf + "/config.json").at("model_type"), model_type);
 
-  std::vector<std::string> from_checkpoint = {
-      "eval",  "configs/llama-tiny.yaml", "--set",    "model.preset=qwen2",
-      "--set", "data.eval_fraction=0.01", "--resume", root + "/run/checkpoints/step-3"};
+  std::vector<std::string> from_checkpoint = {"eval",     "configs/llama-tiny.yaml",
+                                              "--set",    "data.eval_fraction=0.01",
+                                              "--resume", root + "/run/checkpoints/step-3"};
+  from_checkpoint.insert(from_checkpoint.end(), model.begin(), model.end());
   from_checkpoint.insert(from_checkpoint.end(), kSmall.begin(), kSmall.end());
   const CommandResult a = RunBaton(from_checkpoint);
-  ASSERT_EQ(a.exit_code, 0) << a.output;
+  EXPECT_EQ(a.exit_code, 0) << a.output;
   std::vector<std::string> from_folder = {
       "eval",  "configs/llama-tiny.yaml", "--set", "model.init_from=" + hf,
       "--set", "data.eval_fraction=0.01", "--set", "parallel.stages=2"};
   from_folder.insert(from_folder.end(), kSmall.begin(), kSmall.end());
   const CommandResult b = RunBaton(from_folder);
-  ASSERT_EQ(b.exit_code, 0) << b.output;
-  EXPECT_NE(b.output.find("model.preset: qwen2 from config.json (the YAML's llama)"),
+  EXPECT_EQ(b.exit_code, 0) << b.output;
+  EXPECT_NE(b.output.find("model.preset: " + preset + " from config.json (the YAML's llama)"),
             std::string::npos)
       << b.output;
-  ASSERT_NE(EvalLoss(a.output), "") << a.output;
+  EXPECT_NE(EvalLoss(a.output), "") << a.output;
   EXPECT_EQ(EvalLoss(b.output), EvalLoss(a.output)) << b.output;
+  return hf;
+}
+
+// Qwen2: Llama's block with q, k and v biases, exported as Qwen2ForCausalLM.
+TEST(LlamaOperationsTest, AQwen2TrainsExportsAndComesBackAsTheSameModel) {
+  const std::string hf = TrainExportAndComeBack(TempDir("qwen2"), "qwen2", {}, "qwen2");
+  EXPECT_NE(ReadFile(hf + "/model.safetensors").find("model.layers.3.self_attn.v_proj.bias"),
+            std::string::npos);
+}
+
+// Mistral: a sliding window of 16 over the 64-token context, exported as MistralForCausalLM with
+// its window, which config.json gives back (logged).
+TEST(LlamaOperationsTest, AMistralWithASlidingWindowTrainsExportsAndComesBackAsTheSameModel) {
+  const std::string hf = TrainExportAndComeBack(TempDir("mistral"), "mistral",
+                                                {"--set", "model.sliding_window=16"}, "mistral");
+  EXPECT_EQ(ReadJson(hf + "/config.json").at("sliding_window"), 16);
 }
 
 // A folder `baton export` wrote, as model.init_from of `baton eval`: config.json naming the model

@@ -52,9 +52,12 @@ void CheckTargets(const Tensor& targets, int64_t bound) {
 }
 
 // Packed documents' segment starts (Backend::AttentionForward): undefined, or (B,T) i32 on the
-// host with 0 <= start[b,t] <= t, each either t (a document starts) or start[b,t-1]. Returns
-// the data, or null when undefined (or meta).
-const int32_t* CheckSegmentStarts(const Tensor& segment_starts, int64_t batch, int64_t seq) {
+// host. Positions (the embedding's; `documents`): 0 <= start[b,t] <= t, each either t (a
+// document starts) or start[b,t-1]. What attention takes, the first key of each query (packed
+// documents, narrowed by a sliding window: model/sublayer_ops.cc): 0 <= start[b,t] <= t and
+// non-decreasing in t. Returns the data, or null when undefined (or meta).
+const int32_t* CheckSegmentStarts(const Tensor& segment_starts, int64_t batch, int64_t seq,
+                                  bool documents = false) {
   if (!segment_starts.defined()) return nullptr;
   CheckI32(segment_starts, "segment_starts");
   CheckShape(segment_starts, {batch, seq}, "segment_starts");
@@ -63,10 +66,18 @@ const int32_t* CheckSegmentStarts(const Tensor& segment_starts, int64_t batch, i
   for (int64_t b = 0; b < batch; ++b) {
     for (int64_t t = 0; t < seq; ++t) {
       const int32_t start = p[b * seq + t];
-      BATON_CHECK(start == t || (t > 0 && start == p[b * seq + t - 1]),
-                  "segment_starts[{}, {}] = {}: a token's document starts at the token or where "
-                  "the previous token's does",
-                  b, t, start);
+      const int32_t previous = t > 0 ? p[b * seq + t - 1] : 0;
+      if (documents) {
+        BATON_CHECK(start == t || (t > 0 && start == previous),
+                    "segment_starts[{}, {}] = {}: a token's document starts at the token or where "
+                    "the previous token's does",
+                    b, t, start);
+      } else {
+        BATON_CHECK(start >= previous && start <= t,
+                    "segment_starts[{}, {}] = {}: a query's first key is at most the query and "
+                    "never before the previous query's ({})",
+                    b, t, start, previous);
+      }
     }
   }
   return p;
@@ -183,7 +194,7 @@ void CpuBackend::EmbeddingShardForward(const Tensor& tokens, const Tensor& segme
   }
   CheckShape(out, {batch, seq, channels}, "out");
   CheckIdsBelow(tokens, kAnyId, "tokens");
-  const int32_t* segments = CheckSegmentStarts(segment_starts, batch, seq);
+  const int32_t* segments = CheckSegmentStarts(segment_starts, batch, seq, /*documents=*/true);
   F32Staging staging(*allocator_, &pool_);
   const float* pwte = staging.In(wte);
   const float* pwpe = staging.In(wpe);
@@ -215,7 +226,7 @@ void CpuBackend::EmbeddingShardBackward(const Tensor& tokens, const Tensor& segm
   BATON_CHECK(dout.dim() == 3, "dout {} must be (B, T, C)", dout.ToString());
   const int64_t batch = tokens.size(0), seq = tokens.size(1), channels = dout.size(2);
   CheckShape(dout, {batch, seq, channels}, "dout");
-  const int32_t* segments = CheckSegmentStarts(segment_starts, batch, seq);
+  const int32_t* segments = CheckSegmentStarts(segment_starts, batch, seq, /*documents=*/true);
   if (dwte.defined()) {
     CheckFloat(dwte, "dwte");
     BATON_CHECK(dwte.dim() == 2 && dwte.size(1) == channels, "dwte {} must be (V, {})",
