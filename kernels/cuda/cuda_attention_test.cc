@@ -181,11 +181,16 @@ void FillSegmentStarts(Tensor& segment_starts, const std::vector<std::vector<int
 
 // Flash and materialized attention with segment starts against the CPU's, forward and backward,
 // across tiles (32) and with documents starting inside, at and past tile edges.
-TEST_F(CudaVsCpuTest, SegmentedAttentionMatchesCpu) {
+// Flash and materialized attention, forward and backward, of the GPU against the CPU with given
+// first keys per query (segments: (2, 100) i32): packed documents' or a sliding window's.
+class CudaFirstKeysTest : public CudaVsCpuTest {
+ protected:
+  void ExpectFirstKeysMatchCpu(const Tensor& segments);
+};
+
+void CudaFirstKeysTest::ExpectFirstKeysMatchCpu(const Tensor& segments) {
   const int64_t batch = 2, seq = 100, channels = 32;
   const int heads = 2;
-  Tensor segments = HostZeros({batch, seq}, DType::kI32);
-  FillSegmentStarts(segments, {{0, 5, 6, 32, 70, 99}, {0, 64}});
   const Tensor gpu_segments = ToGpu(segments);
   const Tensor qkv = Random({batch, seq, 3 * channels});
   const Tensor dout = Random({batch, seq, channels});
@@ -214,6 +219,24 @@ TEST_F(CudaVsCpuTest, SegmentedAttentionMatchesCpu) {
   gpu_dqkv = GpuZeros(qkv.shape());
   gpu().AttentionBackward(gpu_dout, gpu_qkv, gpu_segments, gpu_probs, heads, gpu_dqkv);
   EXPECT_LT(ErrorVsCpu(gpu_dqkv, cpu_dqkv), 1e-5);
+}
+
+TEST_F(CudaFirstKeysTest, SegmentedAttentionMatchesCpu) {
+  Tensor segments = HostZeros({2, 100}, DType::kI32);
+  FillSegmentStarts(segments, {{0, 5, 6, 32, 70, 99}, {0, 64}});
+  ExpectFirstKeysMatchCpu(segments);
+}
+
+// Mistral's sliding window (model/sublayer_ops.cc): first keys max(start, t - 16) that rise by one
+// per query, over documents in row 1 (a tile of 64 keys is partly seen by a row's queries).
+TEST_F(CudaFirstKeysTest, SlidingWindowFirstKeysMatchCpu) {
+  Tensor segments = HostZeros({2, 100}, DType::kI32);
+  FillSegmentStarts(segments, {{0}, {0, 40, 41, 90}});
+  int32_t* starts = segments.data<int32_t>();
+  for (int64_t t = 0; t < 2 * 100; ++t) {
+    starts[t] = std::max<int32_t>(starts[t], static_cast<int32_t>(t % 100) - 16);
+  }
+  ExpectFirstKeysMatchCpu(segments);
 }
 
 TEST(CudaMetaFlashAttention, BooksNoWorkspaceAndRefusesHeadsWiderThan256) {
