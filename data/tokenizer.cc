@@ -15,6 +15,7 @@
 #include "core/files.h"
 #include "core/json_fields.h"
 #include "data/pretokenize.h"
+#include "data/sentencepiece.h"
 #include "data/unicode.h"
 
 namespace baton {
@@ -267,14 +268,21 @@ Tokenizer Tokenizer::Load(const std::string& path) {
   std::error_code error;
   fs::path json_path(path);
   if (fs::is_directory(json_path, error)) {
-    json_path = fs::is_regular_file(json_path / "tokenizer.json", error)
-                    ? json_path / "tokenizer.json"
-                    : json_path / "vocab.json";
+    const fs::path folder = json_path;
+    json_path = fs::is_regular_file(folder / "tokenizer.json", error) ? folder / "tokenizer.json"
+                                                                      : folder / "vocab.json";
     if (!fs::is_regular_file(json_path, error)) {
-      Fail(path, "the folder holds neither tokenizer.json nor vocab.json + merges.txt");
+      if (fs::is_regular_file(folder / "tokenizer.model", error)) {
+        return LoadSentencePiece((folder / "tokenizer.model").string());
+      }
+      Fail(path,
+           "the folder holds neither tokenizer.json, nor vocab.json + merges.txt, nor "
+           "tokenizer.model");
     }
   } else if (!fs::exists(json_path, error)) {
     Fail(path, "no such file or folder");
+  } else if (json_path.extension() == ".model") {
+    return LoadSentencePiece(path);
   }
   const std::string file = json_path.string();
   const Json document = ReadJson(file);
@@ -352,6 +360,15 @@ Tokenizer Tokenizer::Load(const std::string& path) {
     tokenizer.files_ = {{file, "vocab.json"}, {merges_source, "merges.txt"}};
   }
   tokenizer.Build(merges, merges_source);
+  return tokenizer;
+}
+
+Tokenizer Tokenizer::LoadSentencePiece(const std::string& path) {
+  Tokenizer tokenizer;
+  tokenizer.name_ = path;
+  tokenizer.sentencepiece_ = SentencePieceModel::Load(path);
+  tokenizer.vocab_size_ = tokenizer.sentencepiece_->size();
+  tokenizer.files_ = {{path, "tokenizer.model"}};
   return tokenizer;
 }
 
@@ -450,6 +467,7 @@ void Tokenizer::EncodePiece(std::string_view piece, std::vector<uint32_t>& ids) 
 }
 
 std::vector<uint32_t> Tokenizer::Encode(std::string_view text) const {
+  if (sentencepiece_) return sentencepiece_->Encode(text);
   std::string prefixed;
   if (add_prefix_space_ && !text.empty() && text.front() != ' ') {
     prefixed = " " + std::string(text);
@@ -470,6 +488,7 @@ std::vector<uint32_t> Tokenizer::Encode(std::string_view text) const {
 }
 
 std::string Tokenizer::Decode(std::span<const uint32_t> ids) const {
+  if (sentencepiece_) return sentencepiece_->Decode(ids);
   std::string bytes;
   for (const uint32_t id : ids) {
     const auto it = token_bytes_.find(id);
@@ -482,6 +501,7 @@ std::string Tokenizer::Decode(std::span<const uint32_t> ids) const {
 }
 
 std::optional<uint32_t> Tokenizer::TokenId(std::string_view token) const {
+  if (sentencepiece_) return sentencepiece_->PieceId(token);
   const std::string key(token);
   if (const auto it = added_.find(key); it != added_.end()) return it->second;
   if (const auto it = vocab_.find(key); it != vocab_.end()) return it->second;
@@ -490,7 +510,9 @@ std::optional<uint32_t> Tokenizer::TokenId(std::string_view token) const {
 
 std::optional<uint32_t> Tokenizer::DocumentSeparator() const {
   if (const std::optional<uint32_t> id = TokenId(kEndOfText)) return id;
-  return TokenId(kLlama3EndOfText);
+  if (const std::optional<uint32_t> id = TokenId(kLlama3EndOfText)) return id;
+  if (sentencepiece_) return sentencepiece_->eos_id();
+  return std::nullopt;
 }
 
 void CopyTokenizerFiles(const Tokenizer& tokenizer, const std::string& dir) {

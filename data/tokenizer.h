@@ -1,5 +1,7 @@
 // A byte-level BPE tokenizer in GPT-2's or Llama 3's scheme, read from Hugging Face's
-// tokenizer.json or from GPT-2's vocab.json + merges.txt (docs/data.md, "Tokenizers").
+// tokenizer.json or from GPT-2's vocab.json + merges.txt, or a SentencePiece tokenizer.model
+// (Llama 2, Mistral: data/sentencepiece.h, which Encode and Decode then are) (docs/data.md,
+// "Tokenizers").
 //
 // Encode(text):
 //   1. The pre-tokenizer (pretokenize.h: GPT-2's, or Llama 3's for a tokenizer.json whose
@@ -43,6 +45,8 @@
 
 namespace baton {
 
+class SentencePieceModel;
+
 // GPT-2's document separator, the token `baton data prepare` puts between files.
 inline constexpr std::string_view kEndOfText = "<|endoftext|>";
 // Llama 3's, put between files when there is no kEndOfText.
@@ -60,8 +64,9 @@ struct TokenizerFile {
 class Tokenizer {
  public:
   // `path` is a tokenizer.json; a vocab.json (or PREFIX-vocab.json) with merges.txt (or
-  // PREFIX-merges.txt) beside it; or a folder holding tokenizer.json, else vocab.json +
-  // merges.txt. A .json file is a tokenizer.json when it has a "model" object.
+  // PREFIX-merges.txt) beside it; a SentencePiece model (a file named *.model); or a folder
+  // holding tokenizer.json, else vocab.json + merges.txt, else tokenizer.model. A .json file is a
+  // tokenizer.json when it has a "model" object.
   static Tokenizer Load(const std::string& path);
 
   Tokenizer(Tokenizer&&) noexcept;
@@ -80,14 +85,18 @@ class Tokenizer {
   // The id of a vocabulary entry or added token by its text ("<|endoftext|>"), if there is one.
   std::optional<uint32_t> TokenId(std::string_view token) const;
   // The token `baton data prepare` puts between documents: kEndOfText if the vocabulary has it,
-  // else kLlama3EndOfText if it has that, else none.
+  // else kLlama3EndOfText if it has that, else a SentencePiece model's end of sentence ("</s>"),
+  // else none.
   std::optional<uint32_t> DocumentSeparator() const;
   PreTokenizerScheme pre_tokenizer() const { return pre_tokenizer_; }
   // The files it was read from, in the order Load read them.
   const std::vector<TokenizerFile>& files() const { return files_; }
   // Whether Encode puts a space before text that does not start with one (a tokenizer.json's
-  // ByteLevel add_prefix_space; never for vocab.json + merges.txt, as in GPT-2).
+  // ByteLevel add_prefix_space; never for vocab.json + merges.txt, as in GPT-2; a SentencePiece
+  // model's add_dummy_prefix is its own, inside it).
   bool add_prefix_space() const { return add_prefix_space_; }
+  // Whether it is a SentencePiece model (tokenizer.model).
+  bool sentencepiece() const { return sentencepiece_ != nullptr; }
 
  private:
   struct Merge {
@@ -97,6 +106,7 @@ class Tokenizer {
   struct Cache;
 
   Tokenizer();
+  static Tokenizer LoadSentencePiece(const std::string& path);
   // Builds the tables once vocab_, merges (by rank) and added tokens are in. `source` names
   // the file in errors.
   void Build(const std::vector<std::pair<std::string, std::string>>& merges,
@@ -117,6 +127,7 @@ class Tokenizer {
   PreTokenizerScheme pre_tokenizer_ = PreTokenizerScheme::kGpt2;
   bool ignore_merges_ = false;  // a piece that is itself a token skips BPE (newer tokenizers)
   std::unique_ptr<Cache> cache_;
+  std::unique_ptr<SentencePieceModel> sentencepiece_;  // set: a tokenizer.model does the work
 };
 
 // Copies the tokenizer's files into `dir` under their Hugging Face names, each atomically.

@@ -39,12 +39,17 @@ SpecialTokens SpecialTokensOf(const Tokenizer& tokenizer) {
   set(kEndOfText, special.eos, special.eos_id);
   set(kLlama3BeginOfText, special.bos, special.bos_id);
   set(kLlama3EndOfText, special.eos, special.eos_id);
+  if (tokenizer.sentencepiece()) {  // Llama 2's and Mistral's control pieces
+    set("<s>", special.bos, special.bos_id);
+    set("</s>", special.eos, special.eos_id);
+  }
   return special;
 }
 
 // What AutoTokenizer reads besides the vocabulary: the class, the context, the special tokens.
 // A tokenizer.json loads as PreTrainedTokenizerFast (Llama 3's class), vocab.json + merges.txt
-// as GPT2Tokenizer.
+// as GPT2Tokenizer, a SentencePiece tokenizer.model as LlamaTokenizer (Llama 2's and Mistral's,
+// adding no <s> of its own: Baton trains ordinary text).
 void WriteTokenizerConfig(const std::string& dir, const Tokenizer& tokenizer, int64_t context) {
   const SpecialTokens special = SpecialTokensOf(tokenizer);
   const auto token = [](const std::string& text) {
@@ -52,12 +57,21 @@ void WriteTokenizerConfig(const std::string& dir, const Tokenizer& tokenizer, in
   };
   const bool fast = tokenizer.files().front().hf_name == "tokenizer.json";
   nlohmann::ordered_json config = {
-      {"tokenizer_class", fast ? "PreTrainedTokenizerFast" : "GPT2Tokenizer"},
+      {"tokenizer_class", fast                        ? "PreTrainedTokenizerFast"
+                          : tokenizer.sentencepiece() ? "LlamaTokenizer"
+                                                      : "GPT2Tokenizer"},
       {"model_max_length", context},
       {"add_prefix_space", tokenizer.add_prefix_space()},
       {"bos_token", token(special.bos)},
       {"eos_token", token(special.eos)}};
-  if (!fast) config["unk_token"] = token(special.eos);
+  if (tokenizer.sentencepiece()) {
+    config.erase("add_prefix_space");  // the model's add_dummy_prefix decides
+    config["unk_token"] = tokenizer.TokenId("<unk>") ? nlohmann::json("<unk>") : nullptr;
+    config["add_bos_token"] = false;
+    config["add_eos_token"] = false;
+  } else if (!fast) {
+    config["unk_token"] = token(special.eos);
+  }
   WriteFileAtomically((std::filesystem::path(dir) / "tokenizer_config.json").string(),
                       config.dump(2) + "\n");
 }

@@ -64,6 +64,22 @@ std::vector<uint32_t> SampleTokens(const GenerateOptions& options, Decoder& deco
   return generated;
 }
 
+// The text of `generated` as it continues `prompt`: the decoded whole less the decoded prompt.
+// A byte-level BPE decodes token by token, so that is Decode(generated); a SentencePiece model
+// drops the leading "▁" of what it decodes first (the dummy prefix), which would glue the first
+// new word to the prompt. Where the prompt's text is not a prefix of the whole's (a byte-fallback
+// character cut between the two), Decode(generated).
+std::string Continuation(const Tokenizer& tokenizer, const std::vector<int32_t>& prompt,
+                         const std::vector<uint32_t>& generated) {
+  if (!tokenizer.sentencepiece()) return tokenizer.Decode(generated);
+  std::vector<uint32_t> all(prompt.begin(), prompt.end());
+  const std::string head = tokenizer.Decode(all);
+  all.insert(all.end(), generated.begin(), generated.end());
+  const std::string whole = tokenizer.Decode(all);
+  if (whole.starts_with(head)) return whole.substr(head.size());
+  return tokenizer.Decode(generated);
+}
+
 }  // namespace
 
 GenerateResult Generate(const GenerateOptions& options) {
@@ -149,7 +165,7 @@ GenerateResult Generate(const GenerateOptions& options) {
   const std::vector<uint32_t> generated =
       SampleTokens(options, *decoder, prompt, drawn_vocab, result);
   if (tokenizer.has_value()) {
-    result.text = tokenizer->Decode(generated);
+    result.text = Continuation(*tokenizer, prompt, generated);
   } else {
     for (const uint32_t id : generated) result.text.push_back(static_cast<char>(id));  // bytes
   }

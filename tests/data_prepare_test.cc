@@ -1,7 +1,8 @@
-// `baton data prepare` end to end with a Llama 3 tokenizer.json (tests/fixtures/llama3): the
-// .bin it writes is llm.c's Llama 3 layout (a 256 x int32 header with magic 20240801, version 7
-// and the token count, then uint32 ids), and the ids in it are those Tokenizer::Encode gives,
-// with <|end_of_text|> between files (docs/data.md).
+// `baton data prepare` end to end with a Llama 3 tokenizer.json (tests/fixtures/llama3) and a
+// SentencePiece tokenizer.model (tests/fixtures/sentencepiece, which also trains, generates and
+// exports). Llama 3's .bin is llm.c's Llama 3 layout (a 256 x int32 header with magic 20240801,
+// version 7 and the token count, then uint32 ids), and the ids in it are those Tokenizer::Encode
+// gives, with <|end_of_text|> between files (docs/data.md).
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -58,6 +59,61 @@ TEST(DataPrepareTest, Llama3TokenizerWritesUint32IdsThatReadBackAsEncoded) {
   std::memcpy(ids.data(), bytes.data() + 1024, 4 * ids.size());
   EXPECT_EQ(ids, expected);
   EXPECT_EQ(tokenizer.Decode(ids), first + "<|end_of_text|>" + second);
+}
+
+// A SentencePiece tokenizer.model (tests/fixtures/sentencepiece, 500 pieces) through every command:
+// `data prepare` writes uint16 ids (nanoGPT's layout) equal to Encode's with </s> between the
+// files; a Llama trains on them with data.tokenizer, generates from a prompt, and exports the
+// model with the tokenizer.model beside it for LlamaTokenizer.
+TEST(DataPrepareTest, ASentencePieceModelPreparesTrainsGeneratesAndExports) {
+  const std::string root = TempDir("sentencepiece-prepare");
+  const std::string model = SourceDir() + "/tests/fixtures/sentencepiece/tokenizer.model";
+  const Tokenizer tokenizer = Tokenizer::Load(model);
+  const std::string corpus = ReadFile(SourceDir() + "/tests/fixtures/sentencepiece/corpus.txt");
+  const size_t middle = corpus.find('\n', corpus.size() / 2) + 1;
+  const std::string first = corpus.substr(0, middle), second = corpus.substr(middle);
+  fs::create_directories(root + "/corpus");
+  std::ofstream(root + "/corpus/1.txt", std::ios::binary) << first;
+  std::ofstream(root + "/corpus/2.txt", std::ios::binary) << second;
+  const std::string bin = root + "/corpus.bin";
+  const CommandResult prepared =
+      RunBaton({"data", "prepare", root + "/corpus", bin, "--tokenizer", model});
+  ASSERT_EQ(prepared.exit_code, 0) << prepared.output;
+  std::vector<uint32_t> expected = tokenizer.Encode(first);
+  expected.push_back(2);  // </s>
+  for (const uint32_t id : tokenizer.Encode(second)) expected.push_back(id);
+  const std::string bytes = ReadFile(bin);
+  ASSERT_EQ(bytes.size(), 2 * expected.size());  // nanoGPT's layout: uint16, no header
+  std::vector<uint16_t> stored(expected.size());
+  std::memcpy(stored.data(), bytes.data(), 2 * stored.size());
+  EXPECT_EQ(std::vector<uint32_t>(stored.begin(), stored.end()), expected);
+
+  const std::string run = root + "/run";
+  const CommandResult trained =
+      RunBaton({"run",   "configs/llama-tiny.yaml", "--set", "data.path=" + bin,
+                "--set", "data.format=auto",        "--set", "data.tokenizer=" + model,
+                "--set", "model.vocab_size=512",    "--set", "model.num_layers=2",
+                "--set", "model.context=64",        "--set", "train.steps=2",
+                "--set", "parallel.stages=1",       "--set", "output.dir=" + run});
+  ASSERT_EQ(trained.exit_code, 0) << trained.output;
+  const CommandResult generated =
+      RunBaton({"generate", run, "--prompt", "The license", "--tokens", "6", "--temperature", "0"});
+  ASSERT_EQ(generated.exit_code, 0) << generated.output;
+  EXPECT_NE(
+      generated.output.find("prompt: " + std::to_string(tokenizer.Encode("The license").size()) +
+                            " tokens (" + model + ", 500 tokens)"),
+      std::string::npos)
+      << generated.output;
+  EXPECT_NE(generated.output.find("The license"), std::string::npos) << generated.output;
+
+  const CommandResult exported = RunBaton({"export", run, root + "/hf"});
+  ASSERT_EQ(exported.exit_code, 0) << exported.output;
+  EXPECT_EQ(ReadFile(root + "/hf/tokenizer.model"), ReadFile(model));
+  const nlohmann::json config = ReadJson(root + "/hf/tokenizer_config.json");
+  EXPECT_EQ(config.at("tokenizer_class"), "LlamaTokenizer");
+  EXPECT_EQ(config.at("eos_token"), "</s>");
+  EXPECT_EQ(config.at("add_bos_token"), false);
+  EXPECT_EQ(ReadJson(root + "/hf/config.json").at("eos_token_id"), 2);
 }
 
 }  // namespace
