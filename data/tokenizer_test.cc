@@ -358,8 +358,10 @@ TEST_F(TokenizerTest, VocabAndMergesErrorsNameTheFileAndLine) {
 
   const std::string empty_folder = (dir_ / "empty").string();
   fs::create_directories(empty_folder);
-  EXPECT_THAT(ErrorOf([&] { Tokenizer::Load(empty_folder); }),
-              AllOf(HasSubstr(empty_folder), HasSubstr("neither tokenizer.json nor vocab.json")));
+  EXPECT_THAT(
+      ErrorOf([&] { Tokenizer::Load(empty_folder); }),
+      AllOf(HasSubstr(empty_folder),
+            HasSubstr("neither tokenizer.json, nor vocab.json + merges.txt, nor tokenizer.model")));
 }
 
 }  // namespace
