@@ -49,12 +49,13 @@ class AttentionSublayer final : public Sublayer {
                                                    dims_.spec().norm_bias(), layout);
   }
 
-  // c_attn and c_proj; QK^T and PV 2*2*B*T*T*C, counted for the full T x T.
+  // c_attn and c_proj; QK^T and PV 2*2*B*T*K*C, K = T keys per query (the full T x T), or the
+  // sliding window's W when it is shorter.
   int64_t ForwardFlops(const MicroBatchShape& shape) const override {
     const int64_t n = shape.batch_size * shape.seq_len, c = dims_.width, r = dims_.low_rank_attn;
     const int64_t linears =
         2 * n * (model_ops::WeightCount(c, dims_.qkv_width(), r) + model_ops::WeightCount(c, c, r));
-    return linears + 4 * n * shape.seq_len * c;
+    return linears + 4 * n * dims_.attention_window(shape.seq_len) * c;
   }
 
   // A low-rank linear's backward redoes x @ U; flash attention's backward redoes QK^T, and
@@ -62,8 +63,9 @@ class AttentionSublayer final : public Sublayer {
   int64_t RecomputeFlops(const MicroBatchShape& shape) const override {
     const int64_t n = shape.batch_size * shape.seq_len, c = dims_.width, r = dims_.low_rank_attn;
     const int64_t low_rank = r > 0 ? 2 * n * r * (c + c) : 0;
-    if (shape.flash_attention) return low_rank + 2 * n * shape.seq_len * c;
-    return low_rank + (shape.selective_recompute ? 4 * n * shape.seq_len * c : 0);
+    const int64_t keys = dims_.attention_window(shape.seq_len);
+    if (shape.flash_attention) return low_rank + 2 * n * keys * c;
+    return low_rank + (shape.selective_recompute ? 4 * n * keys * c : 0);
   }
 
   void Bind(std::vector<Param>& params, const SublayerSource& source,

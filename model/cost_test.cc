@@ -85,6 +85,28 @@ TEST(Flops, FlashAttentionBackwardRedoesQKTransposeSelectiveOrNot) {
   EXPECT_EQ(RecomputeFlops(SpecOf(LayerKind::kMlpBlock, d), d, shape), 2 * 10 * 8 * 32);
 }
 
+// Mistral's sliding window: each query's keys are W, not T (QK^T and PV 2 B NH T W D each); a
+// window as long as the sequence changes nothing.
+TEST(Flops, ASlidingWindowCountsWKeysPerQuery) {
+  ModelDims llama = model_test::TinyDims();  // C=8 NH=2, T=5 here
+  llama.family = ModelFamily::kLlama;
+  ModelDims mistral = llama;
+  mistral.family = ModelFamily::kMistral;
+  mistral.sliding_window = 2;
+  MicroBatchShape shape{2, 5, DType::kF32, false, /*flash_attention=*/true};
+  const int64_t n = 10, c = 8;
+  const auto forward = [&](const ModelDims& d) {
+    return ForwardFlops(SpecOf(LayerKind::kBlock, d), d, shape);
+  };
+  const auto recompute = [&](const ModelDims& d) {
+    return RecomputeFlops(SpecOf(LayerKind::kBlock, d), d, shape);
+  };
+  EXPECT_EQ(forward(llama) - forward(mistral), 4 * n * (5 - 2) * c);
+  EXPECT_EQ(recompute(llama) - recompute(mistral), 2 * n * (5 - 2) * c);
+  mistral.sliding_window = 5;
+  EXPECT_EQ(forward(mistral), forward(llama));
+}
+
 TEST(Flops, Gpt2SmallModelFlopsPerTokenIs6NPlus12LTC) {
   const int64_t l = 12, c = 768, v = 50257, t = 1024;
   const int64_t gemm_params = 12 * l * c * c + v * c;
