@@ -2,8 +2,8 @@
 // `sentencepiece` Python package on tests/fixtures/sentencepiece (make_sentencepiece_fixture.py:
 // a 500-piece BPE model with Llama 2's settings, byte fallback, trained on licenses; 66 cases of
 // held-out text, whitespace, digits, non-ASCII and characters the corpus never had): the same ids
-// and the same decoded text, byte for byte. Also the folder form, the special pieces and the
-// errors.
+// and the same decoded text, byte for byte, and the ids of the whole training corpus. Also the
+// folder form, the special pieces and the errors.
 #include "data/sentencepiece.h"
 
 #include <gmock/gmock.h>
@@ -59,6 +59,22 @@ TEST(SentencePieceTest, IdsAndDecodedTextEqualThePythonPackagesOnEveryCase) {
   }
   EXPECT_GE(cases, 60);
   EXPECT_GT(byte_fallback, 0);  // the cases reach the byte pieces
+}
+
+// The fixture's whole training corpus (59 KB, about 28,800 ids) as one text, as `baton data
+// prepare` encodes a file: the package's ids, and back to the text.
+TEST(SentencePieceTest, TheWholeCorpusEncodesToThePackagesIds) {
+  std::ifstream corpus_file(kFixture + "/corpus.txt", std::ios::binary);
+  std::stringstream corpus;
+  corpus << corpus_file.rdbuf();
+  std::ifstream ids_file(kFixture + "/corpus_ids.json");
+  const std::vector<uint32_t> expected =
+      nlohmann::json::parse(ids_file).get<std::vector<uint32_t>>();
+  const Tokenizer tokenizer = Tokenizer::Load(kFixture + "/tokenizer.model");
+  const std::vector<uint32_t> ids = tokenizer.Encode(corpus.str());
+  ASSERT_GT(expected.size(), 20000u);
+  EXPECT_EQ(ids, expected);
+  EXPECT_EQ(tokenizer.Decode(ids), corpus.str());
 }
 
 TEST(SentencePieceTest, AFolderWithoutTokenizerJsonReadsItsTokenizerModel) {
