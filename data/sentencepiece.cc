@@ -122,6 +122,64 @@ SentencePieceModel::Piece ReadPiece(std::string_view bytes, const std::string& p
   return piece;
 }
 
+// What a ModelProto's trainer_spec and normalizer_spec say, with the library's defaults for
+// what they leave out.
+struct Settings {
+  int model_type = 1;  // unigram
+  bool whitespace_suffix = false;
+  bool byte_fallback = false;
+  int64_t unk_id = 0;
+  int64_t eos_id = 2;
+  std::string unk_surface = " \xe2\x81\x87 ";  // " ⁇ "
+  std::string normalizer = "nmt_nfkc";
+  bool charsmap = false;
+  bool add_dummy_prefix = true;
+  bool remove_extra_whitespaces = true;
+  bool escape_whitespaces = true;
+};
+
+void ReadTrainerSpec(std::string_view bytes, const std::string& path, Settings& settings) {
+  WireReader spec(bytes, path);
+  while (!spec.done()) {
+    const auto [field, wire] = spec.Tag();
+    if (field == 3 && wire == 0) {
+      settings.model_type = static_cast<int>(spec.Varint());
+    } else if (field == 24 && wire == 0) {
+      settings.whitespace_suffix = spec.Varint() != 0;
+    } else if (field == 35 && wire == 0) {
+      settings.byte_fallback = spec.Varint() != 0;
+    } else if (field == 40 && wire == 0) {
+      settings.unk_id = Int32(spec.Varint());
+    } else if (field == 42 && wire == 0) {
+      settings.eos_id = Int32(spec.Varint());
+    } else if (field == 44 && wire == 2) {
+      settings.unk_surface = std::string(spec.Bytes());
+    } else {
+      spec.Skip(wire);
+    }
+  }
+}
+
+void ReadNormalizerSpec(std::string_view bytes, const std::string& path, Settings& settings) {
+  WireReader spec(bytes, path);
+  while (!spec.done()) {
+    const auto [field, wire] = spec.Tag();
+    if (field == 1 && wire == 2) {
+      settings.normalizer = std::string(spec.Bytes());
+    } else if (field == 2 && wire == 2) {
+      settings.charsmap = !spec.Bytes().empty();
+    } else if (field == 3 && wire == 0) {
+      settings.add_dummy_prefix = spec.Varint() != 0;
+    } else if (field == 4 && wire == 0) {
+      settings.remove_extra_whitespaces = spec.Varint() != 0;
+    } else if (field == 5 && wire == 0) {
+      settings.escape_whitespaces = spec.Varint() != 0;
+    } else {
+      spec.Skip(wire);
+    }
+  }
+}
+
 // One "a run of symbols" node of the merge: [begin, end) of the normalized text.
 struct Symbol {
   size_t begin, end;
@@ -146,75 +204,41 @@ std::unique_ptr<SentencePieceModel> SentencePieceModel::Load(const std::string& 
   const std::string bytes = ReadFileToString(path);
   std::unique_ptr<SentencePieceModel> model(new SentencePieceModel());
   model->path_ = path;
-  int model_type = 1;  // the library's default, unigram
-  bool whitespace_suffix = false;
-  std::string normalizer = "nmt_nfkc";  // the defaults, when the message leaves them out
-  bool charsmap = false;
-  model->unk_id_ = 0;
-  model->eos_id_ = 2;
-  model->unk_surface_ = " \xe2\x81\x87 ";  // " ⁇ "
+  Settings settings;
   WireReader in(bytes, path);
   while (!in.done()) {
     const auto [field, wire] = in.Tag();
-    if (field == 1) {  // pieces
-      in.Expect(wire, 2, field);
+    if (field == 1 || field == 2 || field == 3) in.Expect(wire, 2, field);
+    if (field == 1) {
       model->pieces_.push_back(ReadPiece(in.Bytes(), path));
-    } else if (field == 2) {  // trainer_spec
-      in.Expect(wire, 2, field);
-      WireReader spec(in.Bytes(), path);
-      while (!spec.done()) {
-        const auto [f, w] = spec.Tag();
-        if (f == 3 && w == 0) {
-          model_type = static_cast<int>(spec.Varint());
-        } else if (f == 24 && w == 0) {
-          whitespace_suffix = spec.Varint() != 0;
-        } else if (f == 35 && w == 0) {
-          model->byte_fallback_ = spec.Varint() != 0;
-        } else if (f == 40 && w == 0) {
-          model->unk_id_ = Int32(spec.Varint());
-        } else if (f == 42 && w == 0) {
-          model->eos_id_ = Int32(spec.Varint());
-        } else if (f == 44 && w == 2) {
-          model->unk_surface_ = std::string(spec.Bytes());
-        } else {
-          spec.Skip(w);
-        }
-      }
-    } else if (field == 3) {  // normalizer_spec
-      in.Expect(wire, 2, field);
-      WireReader spec(in.Bytes(), path);
-      while (!spec.done()) {
-        const auto [f, w] = spec.Tag();
-        if (f == 1 && w == 2) {
-          normalizer = std::string(spec.Bytes());
-        } else if (f == 2 && w == 2) {
-          charsmap = !spec.Bytes().empty();
-        } else if (f == 3 && w == 0) {
-          model->add_dummy_prefix_ = spec.Varint() != 0;
-        } else if (f == 4 && w == 0) {
-          model->remove_extra_whitespaces_ = spec.Varint() != 0;
-        } else if (f == 5 && w == 0) {
-          model->escape_whitespaces_ = spec.Varint() != 0;
-        } else {
-          spec.Skip(w);
-        }
-      }
+    } else if (field == 2) {
+      ReadTrainerSpec(in.Bytes(), path, settings);
+    } else if (field == 3) {
+      ReadNormalizerSpec(in.Bytes(), path, settings);
     } else {
       in.Skip(wire);
     }
   }
+  model->byte_fallback_ = settings.byte_fallback;
+  model->unk_id_ = settings.unk_id;
+  model->eos_id_ = settings.eos_id;
+  model->unk_surface_ = settings.unk_surface;
+  model->add_dummy_prefix_ = settings.add_dummy_prefix;
+  model->remove_extra_whitespaces_ = settings.remove_extra_whitespaces;
+  model->escape_whitespaces_ = settings.escape_whitespaces;
   BATON_CHECK(!model->pieces_.empty(), "{}: a SentencePiece model without pieces", path);
-  BATON_CHECK(model_type == kBpe,
+  BATON_CHECK(settings.model_type == kBpe,
               "{}: a SentencePiece {} model; Baton runs BPE models (Llama 2's, Mistral's) only",
-              path, model_type == 1 ? "unigram" : fmt::format("type-{}", model_type));
-  BATON_CHECK(normalizer == "identity" && !charsmap,
+              path,
+              settings.model_type == 1 ? "unigram" : fmt::format("type-{}", settings.model_type));
+  BATON_CHECK(settings.normalizer == "identity" && !settings.charsmap,
               "{}: normalizer \"{}\"; Baton runs SentencePiece models with the identity "
               "normalizer (Llama 2's, Mistral's) only",
-              path, normalizer);
-  BATON_CHECK(!whitespace_suffix, "{}: treat_whitespace_as_suffix is not supported", path);
+              path, settings.normalizer);
+  BATON_CHECK(!settings.whitespace_suffix, "{}: treat_whitespace_as_suffix is not supported", path);
   bool bytes_known[256] = {};
   for (size_t id = 0; id < model->pieces_.size(); ++id) {
-    const Piece& piece = model->pieces_[id];
+    Piece& piece = model->pieces_[id];
     const auto index = static_cast<uint32_t>(id);
     BATON_CHECK(model->ids_.emplace(piece.text, index).second, "{}: piece '{}' appears twice", path,
                 piece.text);
@@ -228,6 +252,7 @@ std::unique_ptr<SentencePieceModel> SentencePieceModel::Load(const std::string& 
                       piece.text.ends_with(">") &&
                       std::sscanf(piece.text.c_str() + 3, "%2X", &value) == 1 && value < 256,
                   "{}: byte piece '{}' is not <0xXX>", path, piece.text);
+      piece.byte = static_cast<uint8_t>(value);
       model->byte_ids_[value] = index;
       bytes_known[value] = true;
     }
@@ -346,9 +371,7 @@ std::string SentencePieceModel::Decode(std::span<const uint32_t> ids) const {
                 pieces_.size());
     const Piece& piece = pieces_[id];
     if (piece.type == Type::kByte) {
-      unsigned value = 0;
-      std::sscanf(piece.text.c_str() + 3, "%2X", &value);
-      bytes.push_back(static_cast<char>(value));
+      bytes.push_back(static_cast<char>(piece.byte));
       continue;
     }
     flush_bytes();

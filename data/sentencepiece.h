@@ -65,6 +65,7 @@ class SentencePieceModel {
     std::string text;
     float score = 0;
     Type type = Type::kNormal;
+    uint8_t byte = 0;  // a byte piece's value (<0xXX>)
   };
 
  private:

@@ -121,15 +121,11 @@ GenerateResult Generate(const GenerateOptions& options) {
   std::vector<Layer*> layers;
   for (auto& [index, layer] : model.layers()) layers.push_back(layer);
   const auto make_decoder = [&] {
-    // Rotary caches hold the attention window's positions (model.sliding_window, else the
-    // context) and slide past them.
-    return options.kv_cache
-               ? (dims.learned_positions()
-                      ? MakeCachedDecoder(layers, *backend, dims.context)
-                      : MakeCachedDecoder(layers, *backend,
-                                          static_cast<int>(dims.attention_window(dims.context)),
-                                          /*rotary=*/true))
-               : MakeWindowDecoder(layers, *backend, dims.context);
+    // The caches hold the attention window's positions (model.sliding_window, else the
+    // context); rotary ones slide past them.
+    const int window = static_cast<int>(dims.attention_window(dims.context));
+    return options.kv_cache ? MakeCachedDecoder(layers, *backend, window, !dims.learned_positions())
+                            : MakeWindowDecoder(layers, *backend, dims.context);
   };
   // Rotary positions with the cache slide it: the whole prompt is read, each token over the
   // context - 1 before it (model/decode.h). Otherwise only the last window is.

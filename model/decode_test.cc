@@ -142,12 +142,9 @@ std::vector<ModelCase> RotaryCases() {
 
 // As generate makes it: rotary caches hold the attention window and slide.
 std::unique_ptr<Decoder> CachedDecoderOf(TinyModel& model) {
-  if (model.dims.learned_positions()) {
-    return MakeCachedDecoder(model.layers, *model.fx.backend, model.dims.context);
-  }
   return MakeCachedDecoder(model.layers, *model.fx.backend,
                            static_cast<int>(model.dims.attention_window(model.dims.context)),
-                           /*rotary=*/true);
+                           !model.dims.learned_positions());
 }
 
 // (1,T) i32 tokens on the CPU fixture's allocator.
