@@ -180,6 +180,10 @@ Subcommand AddGenerate(CLI::App& app, LogLevel log_level) {
   cmd->add_option("checkpoint", generate->checkpoint, "step dir, checkpoints root or output dir")
       ->required();
   cmd->add_option("--prompt", generate->prompt, "text to continue");
+  cmd->add_option("--prompts", generate->prompts_file,
+                  "a file of prompts, one per line (empty lines skipped): prints a JSON line "
+                  "{\"prompt\", \"continuation\"} for each");
+  cmd->add_option("--batch", generate->batch, "prompts of --prompts decoded together");
   cmd->add_option("--tokens", generate->tokens, "new tokens to sample");
   cmd->add_option("--temperature", generate->sampling.temperature, "0 = greedy");
   cmd->add_option("--top-k", generate->sampling.top_k, "sample from the K likeliest; 0 = all");

@@ -4,11 +4,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <nlohmann/json.hpp>
 #include <optional>
 
 #include "checkpoint/checkpoint.h"
 #include "config/config.h"
 #include "core/error.h"
+#include "core/files.h"
 #include "core/units.h"
 #include "data/tokenizer.h"
 #include "kernels/backend_factory.h"
@@ -32,8 +34,6 @@ std::vector<int32_t> PromptTokens(const std::string& prompt,
     if (ids.empty())
       ids = end_of_text.has_value() ? std::vector{*end_of_text} : tokenizer->Encode("\n");
     tokens.assign(ids.begin(), ids.end());
-    spdlog::info("prompt: {} tokens ({}, {} tokens)", tokens.size(),
-                 tokenizer->files().front().path, tokenizer->vocab_size());
   } else {
     tokens.assign(prompt.begin(), prompt.end());
     for (int32_t& t : tokens) t &= 0xff;  // bytes, whatever char's signedness
@@ -42,25 +42,59 @@ std::vector<int32_t> PromptTokens(const std::string& prompt,
   return tokens;
 }
 
-// The generation loop: options.tokens draws, each from the decoder's logits for every token so
-// far (only the first drawn_vocab ids); returns them. Timed from the prefill to the last draw,
-// into `result` with the caches' size.
-std::vector<uint32_t> SampleTokens(const GenerateOptions& options, Decoder& decoder,
-                                   std::vector<int32_t> tokens, int64_t drawn_vocab,
-                                   GenerateResult& result) {
-  SplitMix64 rng(options.seed);
-  std::vector<uint32_t> generated;
+// The prompts of --prompts FILE: one per line (a final newline ends the last; "\r\n" is read
+// as "\n"); empty lines are skipped. `lines` gets each prompt's line number.
+std::vector<std::string> ReadPrompts(const std::string& path, std::vector<int>& lines) {
+  BATON_CHECK(FileExists(path), "--prompts {}: no such file", path);
+  const std::string text = ReadFileToString(path);
+  std::vector<std::string> prompts;
+  size_t begin = 0;
+  for (int line = 1; begin < text.size(); ++line) {
+    size_t end = text.find('\n', begin);
+    if (end == std::string::npos) end = text.size();
+    std::string prompt = text.substr(begin, end - begin);
+    if (prompt.ends_with('\r')) prompt.pop_back();
+    if (!prompt.empty()) {
+      prompts.push_back(std::move(prompt));
+      lines.push_back(line);
+    }
+    begin = end + 1;
+  }
+  BATON_CHECK(!prompts.empty(),
+              "--prompts {} holds no prompt (one per line; empty lines are skipped)", path);
+  return prompts;
+}
+
+// Prompt i's generator: seeded with --seed for the first (so a file's first prompt continues as
+// --prompt does), with SplitMix64(seed + i)'s first output for the others.
+uint64_t PromptSeed(uint64_t seed, size_t i) { return i == 0 ? seed : SplitMix64(seed + i).Next(); }
+
+// The generation loop over a batch of prompts (prompts[b] is the file's prompt first + b):
+// options.tokens draws per row, each from the decoder's logits for every token of that row so
+// far (only the first drawn_vocab ids), with the row's own generator. Returns each row's draws;
+// adds its time (from the prefill to the last draw), tokens and the caches' size to `result`.
+std::vector<std::vector<uint32_t>> SampleTokens(const GenerateOptions& options, Decoder& decoder,
+                                                std::vector<std::vector<int32_t>> sequences,
+                                                size_t first, int64_t drawn_vocab,
+                                                GenerateResult& result) {
+  std::vector<SplitMix64> rngs;
+  for (size_t b = 0; b < sequences.size(); ++b) {
+    rngs.emplace_back(PromptSeed(options.seed, first + b));
+  }
+  std::vector<std::vector<uint32_t>> generated(sequences.size());
   const Clock::time_point begin = Clock::now();
   for (int n = 0; n < options.tokens; ++n) {
-    std::vector<float> logits = decoder.NextLogits(tokens);
-    logits.resize(static_cast<size_t>(drawn_vocab));
-    const int next = SampleToken(logits, options.sampling, rng);
-    tokens.push_back(next);
-    generated.push_back(static_cast<uint32_t>(next));
+    std::vector<std::vector<float>> logits = decoder.NextLogitsBatch(sequences);
+    for (size_t b = 0; b < sequences.size(); ++b) {
+      logits[b].resize(static_cast<size_t>(drawn_vocab));
+      const int next = SampleToken(logits[b], options.sampling, rngs[b]);
+      sequences[b].push_back(next);
+      generated[b].push_back(static_cast<uint32_t>(next));
+    }
   }
-  result.seconds = Seconds(Clock::now() - begin);
-  result.tokens = options.tokens;
-  result.kv_cache_bytes = decoder.cache_bytes();
+  result.seconds += Seconds(Clock::now() - begin);
+  result.tokens += static_cast<int64_t>(options.tokens) * static_cast<int64_t>(sequences.size());
+  result.kv_cache_bytes = std::max(result.kv_cache_bytes, decoder.cache_bytes());
   return generated;
 }
 
@@ -84,7 +118,16 @@ std::string Continuation(const Tokenizer& tokenizer, const std::vector<int32_t>&
 
 GenerateResult Generate(const GenerateOptions& options) {
   BATON_CHECK(options.tokens >= 0, "--tokens {}: must be >= 0", options.tokens);
+  BATON_CHECK(options.batch >= 1, "--batch {}: must be >= 1", options.batch);
+  BATON_CHECK(options.batch == 1 || !options.prompts_file.empty(),
+              "--batch {} needs --prompts FILE (one prompt per line)", options.batch);
+  BATON_CHECK(options.prompt.empty() || options.prompts_file.empty(),
+              "--prompt and --prompts {}: give one or the other", options.prompts_file);
   CheckSamplingOptions(options.sampling);
+  GenerateResult result;
+  std::vector<int> lines;  // of the prompts in the file
+  result.prompts = options.prompts_file.empty() ? std::vector{options.prompt}
+                                                : ReadPrompts(options.prompts_file, lines);
   const CheckpointReader checkpoint = CheckpointReader::Open(options.checkpoint);
   const Config config = ParseConfigString(checkpoint.state().config.dump(2),
                                           checkpoint.step_dir() + "/state.json", options.overrides);
@@ -130,53 +173,98 @@ GenerateResult Generate(const GenerateOptions& options) {
   // Rotary positions with the cache slide it: the whole prompt is read, each token over the
   // context - 1 before it (model/decode.h). Otherwise only the last window is.
   const bool sliding = options.kv_cache && !dims.learned_positions();
-  const std::vector<int32_t> prompt = PromptTokens(options.prompt, tokenizer);
-  if (prompt.size() > static_cast<size_t>(dims.context) && sliding) {
-    const int64_t window = dims.attention_window(dims.context);
-    spdlog::warn(
-        "the prompt's {} tokens exceed the model's context of {}: each token attends over the "
-        "{} before it (sliding-window attention with the key-value cache), so the prompt's "
-        "first {} tokens reach the continuation only through the tokens after them",
-        prompt.size(), dims.context, window - 1, prompt.size() - window);
-  } else if (prompt.size() > static_cast<size_t>(dims.context)) {
-    spdlog::warn(
-        "the prompt's {} tokens exceed the model's context of {}: the model reads only the last "
-        "{} (the first {} are not seen), and each new token slides that window on",
-        prompt.size(), dims.context, dims.context, prompt.size() - dims.context);
+  std::vector<std::vector<int32_t>> prompts;
+  size_t fewest = SIZE_MAX, most = 0;
+  for (size_t i = 0; i < result.prompts.size(); ++i) {
+    const std::vector<int32_t>& prompt =
+        prompts.emplace_back(PromptTokens(result.prompts[i], tokenizer));
+    fewest = std::min(fewest, prompt.size());
+    most = std::max(most, prompt.size());
+    const std::string where =
+        lines.empty() ? "" : fmt::format("{}:{}: ", options.prompts_file, lines[i]);
+    if (prompt.size() > static_cast<size_t>(dims.context) && sliding) {
+      const int64_t window = dims.attention_window(dims.context);
+      spdlog::warn(
+          "{}the prompt's {} tokens exceed the model's context of {}: each token attends over "
+          "the {} before it (sliding-window attention with the key-value cache), so the prompt's "
+          "first {} tokens reach the continuation only through the tokens after them",
+          where, prompt.size(), dims.context, window - 1, prompt.size() - window);
+    } else if (prompt.size() > static_cast<size_t>(dims.context)) {
+      spdlog::warn(
+          "{}the prompt's {} tokens exceed the model's context of {}: the model reads only the "
+          "last {} (the first {} are not seen), and each new token slides that window on",
+          where, prompt.size(), dims.context, dims.context, prompt.size() - dims.context);
+    }
   }
-  GenerateResult result;
+  const std::string source =
+      tokenizer.has_value()
+          ? fmt::format("{}, {} tokens", tokenizer->files().front().path, tokenizer->vocab_size())
+          : "bytes";
+  if (lines.empty()) {
+    spdlog::info("prompt: {} tokens ({})", prompts[0].size(), source);
+  } else {
+    spdlog::info("{} prompts from {}: {} to {} tokens ({}), {} at a time", prompts.size(),
+                 options.prompts_file, fewest, most, source, options.batch);
+  }
+  // The prompts in batches of --batch, in the file's order.
+  const auto batch_of = [&](size_t first) {
+    const size_t end = std::min(prompts.size(), first + static_cast<size_t>(options.batch));
+    return std::vector<std::vector<int32_t>>(prompts.begin() + static_cast<std::ptrdiff_t>(first),
+                                             prompts.begin() + static_cast<std::ptrdiff_t>(end));
+  };
   if (options.tokens > 0) {
-    // Warm-up, untimed: the prompt and one token more through a decoder that is then dropped.
-    // The backend's GEMM library generates its kernels on first use in a process (oneDNN: about
-    // 20 ms for the prompt's shapes), a start-up cost that would otherwise count as generation.
+    // Warm-up, untimed: the first batch's prompts and one token more through a decoder that is
+    // then dropped. The backend's GEMM library generates its kernels on first use in a process
+    // (oneDNN: about 20 ms for the prompt's shapes), a start-up cost that would otherwise count
+    // as generation.
     const Clock::time_point begin = Clock::now();
     const std::unique_ptr<Decoder> warm = make_decoder();
-    std::vector<int32_t> sequence = prompt;
-    warm->NextLogits(sequence);
-    sequence.push_back(sequence.back());
-    warm->NextLogits(sequence);
+    std::vector<std::vector<int32_t>> sequences = batch_of(0);
+    warm->NextLogitsBatch(sequences);
+    for (std::vector<int32_t>& sequence : sequences) sequence.push_back(sequence.back());
+    warm->NextLogitsBatch(sequences);
     result.warmup_seconds = Seconds(Clock::now() - begin);
   }
-  const std::unique_ptr<Decoder> decoder = make_decoder();
-  const std::vector<uint32_t> generated =
-      SampleTokens(options, *decoder, prompt, drawn_vocab, result);
-  if (tokenizer.has_value()) {
-    result.text = Continuation(*tokenizer, prompt, generated);
-  } else {
-    for (const uint32_t id : generated) result.text.push_back(static_cast<char>(id));  // bytes
+  for (size_t first = 0; first < prompts.size(); first += static_cast<size_t>(options.batch)) {
+    const std::vector<std::vector<int32_t>> sequences = batch_of(first);
+    const std::unique_ptr<Decoder> decoder = make_decoder();
+    const std::vector<std::vector<uint32_t>> generated =
+        SampleTokens(options, *decoder, sequences, first, drawn_vocab, result);
+    for (size_t b = 0; b < generated.size(); ++b) {
+      std::string& text = result.texts.emplace_back();
+      if (tokenizer.has_value()) {
+        text = Continuation(*tokenizer, sequences[b], generated[b]);
+      } else {
+        for (const uint32_t id : generated[b]) text.push_back(static_cast<char>(id));  // bytes
+      }
+    }
   }
   return result;
 }
 
 int GenerateCommand(const GenerateOptions& options, std::ostream& out) {
   const GenerateResult result = Generate(options);
-  spdlog::info("generated {} tokens in {:.3f} s: {:.0f} tokens/s ({}; untimed warm-up {:.3f} s)",
-               result.tokens, result.seconds, result.tokens_per_second(),
+  const std::string prompts =
+      options.prompts_file.empty()
+          ? ""
+          : fmt::format("{} prompts, {} at a time; ", result.prompts.size(), options.batch);
+  spdlog::info("generated {} tokens in {:.3f} s: {:.0f} tokens/s ({}{}; untimed warm-up {:.3f} s)",
+               result.tokens, result.seconds, result.tokens_per_second(), prompts,
                options.kv_cache
                    ? fmt::format("KV cache, {} as activations", FormatBytes(result.kv_cache_bytes))
                    : "no KV cache: the window recomputed for every token",
                result.warmup_seconds);
-  out << options.prompt << result.text << "\n";
+  if (options.prompts_file.empty()) {
+    out << options.prompt << result.texts.front() << "\n";
+    return 0;
+  }
+  // One JSON object per prompt and line, in the file's order. Text that is not valid UTF-8 (a
+  // byte-level model's bytes, a character cut by the last token) has its bad bytes replaced.
+  for (size_t i = 0; i < result.prompts.size(); ++i) {
+    const nlohmann::ordered_json line = {{"prompt", result.prompts[i]},
+                                         {"continuation", result.texts[i]}};
+    out << line.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
+  }
   return 0;
 }
 

@@ -95,10 +95,17 @@ class AttentionSublayer final : public Sublayer {
                                                 sink, dx_category);
   }
 
-  Tensor ForwardCached(Backend& backend, const Tensor& x, int64_t start, KvCache& cache,
-                       const std::string& who) override {
-    BATON_CHECK(start == cache.end(), "{}: new positions from {}, but the cache holds {} .. {}",
-                who, start, cache.first, cache.end() - 1);
+  Tensor ForwardCached(Backend& backend, const Tensor& x, const std::vector<int64_t>& starts,
+                       KvCache& cache, const std::string& who) override {
+    BATON_CHECK(cache.rows() == 0 || cache.rows() == static_cast<int64_t>(starts.size()),
+                "{}: {} rows of new positions for a key-value cache of {} rows", who, starts.size(),
+                cache.rows());
+    for (size_t b = 0; b < starts.size(); ++b) {
+      const auto row = static_cast<int64_t>(b);
+      BATON_CHECK(starts[b] == cache.end(row),
+                  "{}: row {}'s new positions start at {}, but its cache ends at {}", who, b,
+                  starts[b], cache.end(row));
+    }
     // A sliding window holds at most its own positions (the decoder drops the older ones).
     return model_ops::AttentionSublayerCached(backend, params_, x,
                                               dims_.attention_window(dims_.context), cache);

@@ -23,13 +23,17 @@ void CheckInput(const Tensor& x, const ModelDims& dims, DType act_dtype, const s
               x.size(1), dims.context);
 }
 
-// New positions start .. start+T-1 of x (B,T,C) fit the context.
+// Each row's new positions starts[b] .. starts[b]+T-1 of x (B,T,C) fit the context.
 // Learned positions end at the context; rotary ones go on (a slid cache: Layer::ForwardCached).
-void CheckCachedPositions(const Tensor& x, int64_t start, const ModelDims& dims,
-                          const std::string& who) {
-  const int64_t end = dims.learned_positions() ? start + x.size(1) : x.size(1);
-  BATON_CHECK(start >= 0 && end <= dims.context, "{}: positions {}..{} exceed the context {}", who,
-              start, start + x.size(1) - 1, dims.context);
+void CheckCachedPositions(const Tensor& x, const std::vector<int64_t>& starts,
+                          const ModelDims& dims, const std::string& who) {
+  BATON_CHECK(static_cast<int64_t>(starts.size()) == x.size(0),
+              "{}: {} start positions for {} rows", who, starts.size(), x.size(0));
+  for (const int64_t start : starts) {
+    const int64_t end = dims.learned_positions() ? start + x.size(1) : x.size(1);
+    BATON_CHECK(start >= 0 && end <= dims.context, "{}: positions {}..{} exceed the context {}",
+                who, start, start + x.size(1) - 1, dims.context);
+  }
 }
 
 void CheckGradient(const Tensor& dy, const ModelDims& dims, DType act_dtype,
@@ -116,13 +120,13 @@ Tensor BlockLayer::Forward(const Tensor& x, const MicroBatch& batch, Stash& stas
   return y;
 }
 
-Tensor BlockLayer::ForwardCached(const Tensor& x, const MicroBatch& /*batch*/, int64_t start,
-                                 KvCache& cache) {
+Tensor BlockLayer::ForwardCached(const Tensor& x, const MicroBatch& /*batch*/,
+                                 const std::vector<int64_t>& starts, KvCache& cache) {
   CheckInput(x, dims_, act_dtype_, name_);
-  CheckCachedPositions(x, start, dims_, name_);
+  CheckCachedPositions(x, starts, dims_, name_);
   Tensor y = x;
   for (const auto& sublayer : sublayers_) {
-    y = sublayer->ForwardCached(backend_, y, start, cache, name_);
+    y = sublayer->ForwardCached(backend_, y, starts, cache, name_);
   }
   return y;
 }

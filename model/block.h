@@ -70,7 +70,7 @@ class BlockLayer final : public Layer {
   // Each sublayer's cached forward: attention over `cache` (Backend::CachedAttentionForward,
   // whichever of flash or materialized Forward uses: the same attention up to rounding), the
   // MLP over the new positions alone.
-  Tensor ForwardCached(const Tensor& x, const MicroBatch& batch, int64_t start,
+  Tensor ForwardCached(const Tensor& x, const MicroBatch& batch, const std::vector<int64_t>& starts,
                        KvCache& cache) override;
   Tensor Backward(const Tensor& dy, const MicroBatch& batch, Stash& stash,
                   const BackwardArgs& args) override;

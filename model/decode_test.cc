@@ -273,6 +273,54 @@ TEST(DecodeTest, SlidingCachesOfARotaryModelEqualSlidingWindowAttentionRecompute
   }
 }
 
+// Three sequences of different lengths decoded as one batch (prompts of 3, 9 and 15 tokens, the
+// last longer than the context for rotary models, whose sliding caches then read it whole) grow
+// a token per row and call up to 2 * context + 5 tokens, once by uneven numbers (2, 1, 3 tokens):
+// at every call each row's logits equal those of its sequence decoded alone, with the cache and
+// without it; the caches hold three rows of one sequence's.
+TEST(DecodeTest, EachRowOfABatchEqualsItsSequenceDecodedAlone) {
+  for (const ModelCase& c : Cases()) {
+    SCOPED_TRACE(c.name);
+    TinyModel model(c);
+    const int context = model.dims.context;
+    Backend& backend = *model.fx.backend;
+    const std::unique_ptr<Decoder> cached = CachedDecoderOf(model);
+    const std::unique_ptr<Decoder> window = MakeWindowDecoder(model.layers, backend, context);
+    std::vector<std::unique_ptr<Decoder>> alone_cached, alone_window;
+    std::vector<std::vector<int32_t>> sequences;
+    std::vector<size_t> lengths;
+    for (int b = 0; b < 3; ++b) {
+      alone_cached.push_back(CachedDecoderOf(model));
+      alone_window.push_back(MakeWindowDecoder(model.layers, backend, context));
+      lengths.push_back(b == 2 && c.llama ? context + 4 : 3 + 6 * b);
+      sequences.push_back(RandomTokens(static_cast<int>(lengths[b]) + 2 * context + 5,
+                                       model.dims.vocab_size, 20 + b));
+    }
+    double worst = 0;
+    for (int call = 0; lengths[0] <= static_cast<size_t>(2 * context + 5); ++call) {
+      std::vector<std::vector<int32_t>> prefixes;
+      for (size_t b = 0; b < 3; ++b) {
+        prefixes.emplace_back(sequences[b].begin(), sequences[b].begin() + lengths[b]);
+        lengths[b] += call == 9 ? std::vector<size_t>{2, 1, 3}[b] : 1;
+      }
+      const std::vector<std::vector<float>> got = cached->NextLogitsBatch(prefixes);
+      const std::vector<std::vector<float>> recomputed = window->NextLogitsBatch(prefixes);
+      ASSERT_EQ(got.size(), 3u);
+      ASSERT_EQ(recomputed.size(), 3u);
+      for (size_t b = 0; b < 3; ++b) {
+        const double error = NormalisedError(got[b], alone_cached[b]->NextLogits(prefixes[b]));
+        EXPECT_LT(error, c.tolerance) << "row " << b << ", " << prefixes[b].size() << " tokens";
+        EXPECT_LT(NormalisedError(recomputed[b], alone_window[b]->NextLogits(prefixes[b])),
+                  c.tolerance)
+            << "row " << b << ", " << prefixes[b].size() << " tokens";
+        worst = std::max(worst, error);
+      }
+    }
+    EXPECT_EQ(cached->cache_bytes(), 3 * alone_cached[0]->cache_bytes());
+    RecordProperty(c.name, fmt::format("{:.3g}", worst));
+  }
+}
+
 // Prefill in uneven chunks, the head on every row: each position's logits equal the training
 // forward's logits row (what the head stashes) for the whole sequence.
 TEST(DecodeTest, ChunkedPrefillGivesEveryRowOfTheForwardLogits) {
@@ -301,7 +349,7 @@ TEST(DecodeTest, ChunkedPrefillGivesEveryRowOfTheForwardLogits) {
                              Tensor()};
       Tensor h;
       for (size_t i = 0; i < model.layers.size(); ++i) {
-        h = model.layers[i]->ForwardCached(h, chunk, start, caches[i]);
+        h = model.layers[i]->ForwardCached(h, chunk, {start}, caches[i]);
       }
       const std::vector<float> rows = ToFloatVector(h);
       got.insert(got.end(), rows.begin(), rows.end());
@@ -346,17 +394,24 @@ TEST(DecodeTest, MisuseFailsWithTheReason) {
   const Tensor x = model_test::RandomActivation(model.fx.allocator(), {1, 4, model.dims.width},
                                                 DType::kF32, rng);
   KvCache cache;
-  block.ForwardCached(x, MicroBatch(), 0, cache);
-  EXPECT_EQ(cache.length, 4);
-  // New positions must follow the cached ones, and stay inside the context.
-  EXPECT_THROW(block.ForwardCached(x, MicroBatch(), 0, cache), Error);
+  block.ForwardCached(x, MicroBatch(), {0}, cache);
+  EXPECT_EQ(cache.length, std::vector<int64_t>{4});
+  // New positions must follow the cached ones, and stay inside the context; one start per row.
+  EXPECT_THROW(block.ForwardCached(x, MicroBatch(), {0}, cache), Error);
+  EXPECT_THROW(block.ForwardCached(x, MicroBatch(), {4, 4}, cache), Error);
   cache.Reset();
-  EXPECT_THROW(block.ForwardCached(x, MicroBatch(), model.dims.context - 3, cache), Error);
-  EXPECT_THROW(model.layers.front()->ForwardCached(Tensor(), {Tensor(), Tensor()}, 0, cache),
+  EXPECT_THROW(block.ForwardCached(x, MicroBatch(), {model.dims.context - 3}, cache), Error);
+  EXPECT_THROW(model.layers.front()->ForwardCached(Tensor(), {Tensor(), Tensor()}, {0}, cache),
                Error);
+  // A cache of one row takes no second row.
+  const Tensor two = model_test::RandomActivation(model.fx.allocator(), {2, 1, model.dims.width},
+                                                  DType::kF32, rng);
+  EXPECT_THROW(block.ForwardCached(two, MicroBatch(), {0, 0}, cache), Error);
   const std::unique_ptr<Decoder> cached =
       MakeCachedDecoder(model.layers, *model.fx.backend, model.dims.context);
   EXPECT_THROW(cached->NextLogits({}), Error);
+  EXPECT_THROW(cached->NextLogitsBatch({}), Error);
+  EXPECT_THROW(cached->NextLogitsBatch({{1, 2}, {}}), Error);
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 // The token + position embedding layer (see embedding.h).
 #include "model/embedding.h"
 
+#include <algorithm>
 #include <vector>
 
 #include "core/error.h"
@@ -71,24 +72,38 @@ Tensor EmbeddingLayer::Forward(const Tensor& /*x*/, const MicroBatch& batch, Sta
   return out;
 }
 
-Tensor EmbeddingLayer::ForwardCached(const Tensor& /*x*/, const MicroBatch& batch, int64_t start,
-                                     KvCache& /*cache*/) {
+Tensor EmbeddingLayer::ForwardCached(const Tensor& /*x*/, const MicroBatch& batch,
+                                     const std::vector<int64_t>& starts, KvCache& /*cache*/) {
   BATON_CHECK(TensorSize(tensor_) == 1,
               "inference with a key-value cache runs on one tensor rank (a checkpoint holds the "
               "whole model: generate with parallel.tensor 1)");
   const Tensor& tokens = batch.tokens;
   BATON_CHECK(tokens.defined() && tokens.dtype() == DType::kI32 && tokens.dim() == 2,
               "the embedding needs tokens (B,T) i32, got {}", tokens.ToString());
-  // Learned positions end at the context; rotary ones go on (Layer::ForwardCached).
-  const int64_t end = dims_.learned_positions() ? start + tokens.size(1) : tokens.size(1);
-  BATON_CHECK(start >= 0 && end <= dims_.context, "positions {}..{} exceed the context {}", start,
-              start + tokens.size(1) - 1, dims_.context);
-  Tensor out = model_ops::NewTensor(backend_, {tokens.size(0), tokens.size(1), dims_.width},
-                                    act_dtype_, MemCategory::kActivations);
-  const Tensor positions = dims_.learned_positions()
-                               ? wpe_.value.Slice(0, start, start + tokens.size(1))
-                               : Tensor();  // rotary: the blocks turn q and k by position
-  backend_.EmbeddingForward(tokens, wte_.value, positions, out);
+  const int64_t rows = tokens.size(0), t = tokens.size(1);
+  BATON_CHECK(static_cast<int64_t>(starts.size()) == rows,
+              "the embedding: {} start positions for {} rows", starts.size(), rows);
+  for (const int64_t start : starts) {
+    // Learned positions end at the context; rotary ones go on (Layer::ForwardCached).
+    const int64_t end = dims_.learned_positions() ? start + t : t;
+    BATON_CHECK(start >= 0 && end <= dims_.context, "positions {}..{} exceed the context {}", start,
+                start + t - 1, dims_.context);
+  }
+  Tensor out =
+      model_ops::NewTensor(backend_, {rows, t, dims_.width}, act_dtype_, MemCategory::kActivations);
+  if (!dims_.learned_positions()) {  // rotary: the blocks turn q and k by position
+    backend_.EmbeddingForward(tokens, wte_.value, Tensor(), out);
+    return out;
+  }
+  // Rows at the same positions take one call, others one each.
+  const bool aligned = std::all_of(starts.begin(), starts.end(),
+                                   [&](int64_t start) { return start == starts.front(); });
+  for (int64_t b = 0; b < (aligned ? 1 : rows); ++b) {
+    const int64_t end = aligned ? rows : b + 1, start = starts[static_cast<size_t>(b)];
+    Tensor rows_out = out.Slice(0, b, end);
+    backend_.EmbeddingForward(tokens.Slice(0, b, end), wte_.value,
+                              wpe_.value.Slice(0, start, start + t), rows_out);
+  }
   return out;
 }
 

@@ -40,7 +40,7 @@ class EmbeddingLayer final : public Layer {
 
   Tensor Forward(const Tensor& x, const MicroBatch& batch, Stash& stash) override;
   // out (B,T,C) = wte[tokens] + wpe[start .. start+T): the new tokens at their absolute positions.
-  Tensor ForwardCached(const Tensor& x, const MicroBatch& batch, int64_t start,
+  Tensor ForwardCached(const Tensor& x, const MicroBatch& batch, const std::vector<int64_t>& starts,
                        KvCache& cache) override;
   Tensor Backward(const Tensor& dy, const MicroBatch& batch, Stash& stash,
                   const BackwardArgs& args) override;

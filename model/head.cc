@@ -111,8 +111,8 @@ Tensor HeadLayer::VocabParallelLoss(const Tensor& logits, const Tensor& targets,
   return row_stats;
 }
 
-Tensor HeadLayer::ForwardCached(const Tensor& x, const MicroBatch& /*batch*/, int64_t /*start*/,
-                                KvCache& /*cache*/) {
+Tensor HeadLayer::ForwardCached(const Tensor& x, const MicroBatch& /*batch*/,
+                                const std::vector<int64_t>& /*starts*/, KvCache& /*cache*/) {
   BATON_CHECK(TensorSize(tensor_) == 1,
               "inference with a key-value cache runs on one tensor rank (a checkpoint holds the "
               "whole model: generate with parallel.tensor 1)");

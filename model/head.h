@@ -48,7 +48,7 @@ class HeadLayer final : public Layer {
   // Returns the micro-batch's mean loss (1) f32, booked as activations.
   Tensor Forward(const Tensor& x, const MicroBatch& batch, Stash& stash) override;
   // The logits (B*T,V) of x (B,T,C), as Forward stashes them; no loss, no stash.
-  Tensor ForwardCached(const Tensor& x, const MicroBatch& batch, int64_t start,
+  Tensor ForwardCached(const Tensor& x, const MicroBatch& batch, const std::vector<int64_t>& starts,
                        KvCache& cache) override;
   // `dy` must be undefined: the gradient starts from args.loss_grad_scale.
   Tensor Backward(const Tensor& dy, const MicroBatch& batch, Stash& stash,

@@ -42,32 +42,50 @@ int64_t Stash::bytes() const {
 
 namespace {
 
-// Positions [begin, end) of a (1,S,C) tensor, as a contiguous (1,end-begin,C) view.
-Tensor Positions(const Tensor& t, int64_t begin, int64_t end) {
+// Slots [begin, end) of a (1,S,C) tensor, as a contiguous (1,end-begin,C) view.
+Tensor Slots(const Tensor& t, int64_t begin, int64_t end) {
   const int64_t width = t.size(2);
   return t.View({t.size(1), width}).Slice(0, begin, end).View({1, end - begin, width});
 }
 
 }  // namespace
 
-void DropOldest(Backend& backend, KvCache& cache, int64_t n) {
+KvCache KvCache::Row(int64_t row) const {
+  if (length.empty()) return KvCache();
+  BATON_CHECK(row >= 0 && row < rows(), "row {} of a key-value cache of {} rows", row, rows());
+  const auto b = static_cast<size_t>(row);
+  return KvCache{
+      keys.Slice(0, row, row + 1), values.Slice(0, row, row + 1), {length[b]}, {first[b]}};
+}
+
+void KvCache::Absorb(int64_t row, const KvCache& view) {
+  if (length.empty()) return;
+  BATON_CHECK(row >= 0 && row < rows() && view.rows() == 1,
+              "row {} of a key-value cache of {} rows from a view of {}", row, rows(), view.rows());
+  length[static_cast<size_t>(row)] = view.length[0];
+  first[static_cast<size_t>(row)] = view.first[0];
+}
+
+void DropOldest(Backend& backend, KvCache& cache, int64_t row, int64_t n) {
   if (n == 0 || !cache.keys.defined()) return;  // a layer without attention holds none
-  BATON_CHECK(n > 0 && n <= cache.length, "cannot drop {} of a key-value cache's {} positions", n,
-              cache.length);
-  BATON_CHECK(cache.keys.size(0) == 1, "a key-value cache slides for one sequence, not {}",
-              cache.keys.size(0));
-  const int64_t kept = cache.length - n;
-  for (Tensor* rows : {&cache.keys, &cache.values}) {
+  BATON_CHECK(row >= 0 && row < cache.rows(), "row {} of a key-value cache of {} rows", row,
+              cache.rows());
+  int64_t& length = cache.length[static_cast<size_t>(row)];
+  BATON_CHECK(n > 0 && n <= length, "cannot drop {} of a key-value cache row's {} positions", n,
+              length);
+  const int64_t kept = length - n;
+  for (const Tensor* all : {&cache.keys, &cache.values}) {
     if (kept == 0) break;
+    const Tensor rows = all->Slice(0, row, row + 1);
     // Source and destination overlap: through a copy.
-    Tensor moved = Tensor::Empty(backend.allocator(), {1, kept, rows->size(2)}, rows->dtype(),
+    Tensor moved = Tensor::Empty(backend.allocator(), {1, kept, rows.size(2)}, rows.dtype(),
                                  MemCategory::kWorkspace);
-    backend.Copy(Positions(*rows, n, cache.length), moved);
-    Tensor front = Positions(*rows, 0, kept);
+    backend.Copy(Slots(rows, n, length), moved);
+    Tensor front = Slots(rows, 0, kept);
     backend.Copy(moved, front);
   }
-  cache.length = kept;
-  cache.first += n;
+  length = kept;
+  cache.first[static_cast<size_t>(row)] += n;
 }
 
 int64_t KvCache::bytes() const {
@@ -78,8 +96,8 @@ int64_t KvCache::bytes() const {
   return total;
 }
 
-Tensor Layer::ForwardCached(const Tensor& /*x*/, const MicroBatch& /*batch*/, int64_t /*start*/,
-                            KvCache& /*cache*/) {
+Tensor Layer::ForwardCached(const Tensor& /*x*/, const MicroBatch& /*batch*/,
+                            const std::vector<int64_t>& /*starts*/, KvCache& /*cache*/) {
   BATON_FAIL("{} cannot run with a key-value cache (the embedding, blocks and head can)", name());
 }
 

@@ -15,6 +15,7 @@
 // booked as activations. Layers are not thread-safe: one stage engine drives them from one thread.
 #pragma once
 
+#include <algorithm>
 #include <string>
 #include <utility>
 #include <vector>
@@ -58,29 +59,45 @@ class Stash {
 };
 
 // One attention layer's keys and values of the positions run so far, for inference with a
-// key-value cache (Layer::ForwardCached). keys, values (B,S,C) in the activation dtype, S =
-// model.context; rows [0, length) are filled, with the positions first .. first+length-1. first
-// is 0 until DropOldest slides the cache (rotary models only: their keys are turned by their own
-// position, and attention depends only on differences of positions, so the kept rows stay valid
+// key-value cache (Layer::ForwardCached), for B sequences (rows) at once. keys, values (B,S,C) in
+// the activation dtype, S = the attention window (model.context, or model.sliding_window); in
+// row b, slots [0, length[b]) are filled, with the positions first[b] .. end(b) - 1. Rows are
+// independent: each has its own length (prompts of different lengths) and first. first[b] is 0
+// until DropOldest slides the row (rotary models only: their keys are turned by their own
+// position, and attention depends only on differences of positions, so the kept slots stay valid
 // when older ones go). The layer allocates both on first use through the backend's allocator,
-// booked as activations; they are freed when the cache goes (or Release()). Reset() empties it
-// and keeps the memory. Owned by the caller, one per layer and sequence batch.
+// booked as activations; they are freed when the cache goes (or Release()). Reset() empties every
+// row and keeps the memory. Owned by the caller, one per layer and batch of sequences.
 struct KvCache {
   Tensor keys;
   Tensor values;
-  int64_t length = 0;
-  int64_t first = 0;  // the position of row 0
+  std::vector<int64_t> length;  // per row; empty before first use
+  std::vector<int64_t> first;   // per row: the position of slot 0
 
-  void Reset() { length = first = 0; }
+  // Rows held (B), 0 before first use.
+  int64_t rows() const { return static_cast<int64_t>(length.size()); }
+  void Reset() {
+    std::fill(length.begin(), length.end(), 0);
+    std::fill(first.begin(), first.end(), 0);
+  }
   void Release() { *this = KvCache(); }
-  int64_t bytes() const;                          // of keys and values, 0 before first use
-  int64_t end() const { return first + length; }  // the next position to run
+  int64_t bytes() const;  // of keys and values, 0 before first use
+  // Row b's next position to run; 0 before first use.
+  int64_t end(int64_t row) const {
+    return length.empty() ? 0
+                          : first.at(static_cast<size_t>(row)) + length[static_cast<size_t>(row)];
+  }
+  // Row b alone: a (1,S,C) view of its keys and values (the same memory) with its length and
+  // first, for running that row by itself; Absorb(b, view) takes the view's length and first
+  // back. An unused cache gives an unused view.
+  KvCache Row(int64_t row) const;
+  void Absorb(int64_t row, const KvCache& view);
 };
 
-// Drops the n oldest positions of `cache` (0 <= n <= length; batch 1): rows n .. length-1 move
-// to 0 .. length-n-1 (through a workspace copy), first += n. An unused cache (a layer without
-// attention) is left alone.
-void DropOldest(Backend& backend, KvCache& cache, int64_t n);
+// Drops the n oldest positions of row `row` of `cache` (0 <= n <= length[row]): its slots
+// n .. length-1 move to 0 .. length-n-1 (through a workspace copy), first[row] += n. An unused
+// cache (a layer without attention) is left alone.
+void DropOldest(Backend& backend, KvCache& cache, int64_t row, int64_t n);
 
 struct Param {
   std::string name;           // Hugging Face GPT-2 style: "h.3.attn.c_attn.weight", "wte.weight"
@@ -134,18 +151,19 @@ class Layer {
   // backward needs (under selective recompute, less; see the layer).
   virtual Tensor Forward(const Tensor& x, const MicroBatch& batch, Stash& stash) = 0;
 
-  // Inference with a key-value cache (baton generate): the forward of T new positions
-  // start .. start+T-1 of B sequences whose positions 0 .. start-1 went through earlier calls
-  // with the same `cache`. x (B,T,C) (the embedding ignores it and reads batch.tokens (B,T), the
-  // new positions' tokens); returns (B,T,C), or for the head the logits (B*T,V) in the activation
-  // dtype (batch.targets is not read). No stash, no gradients: every tensor but the result and
-  // the cache is freed on return. A layer with attention appends the new positions' keys and
-  // values to `cache` (allocating it on first use; start must equal cache.end(), and the cache
-  // must have room: cache.length + T <= context); the others leave it alone. Learned positions
-  // need start + T <= context; rotary ones any start >= 0 (a slid cache, DropOldest). Layers
+  // Inference with a key-value cache (baton generate): the forward of T new positions of each
+  // of B sequences, row b's at starts[b] .. starts[b]+T-1 (starts: B entries), whose earlier
+  // positions went through earlier calls with the same `cache`. x (B,T,C) (the embedding ignores
+  // it and reads batch.tokens (B,T), the new positions' tokens); returns (B,T,C), or for the head
+  // the logits (B*T,V) in the activation dtype (batch.targets is not read). No stash, no
+  // gradients: every tensor but the result and the cache is freed on return. A layer with
+  // attention appends each row's new keys and values to its row of `cache` (allocating it for B
+  // rows on first use; starts[b] must equal cache.end(b), and each row must have room:
+  // cache.length[b] + T <= S); the others leave it alone. Learned positions need
+  // starts[b] + T <= context; rotary ones any starts[b] >= 0 (a slid cache, DropOldest). Layers
   // that cannot run this way throw (the default).
-  virtual Tensor ForwardCached(const Tensor& x, const MicroBatch& batch, int64_t start,
-                               KvCache& cache);
+  virtual Tensor ForwardCached(const Tensor& x, const MicroBatch& batch,
+                               const std::vector<int64_t>& starts, KvCache& cache);
 
   // Full backward: accumulates every parameter gradient, returns dx (undefined for the first
   // layer) and clears the stash. `dy` is undefined for the head.

@@ -272,8 +272,8 @@ TEST(LlamaLayers, CachedDecodingMatchesTheFullForward) {
     const int64_t width = c.dims.width;
     const auto run = [&](int64_t start, int64_t count) {
       Tensor part = PositionsOf(c, start, count);
-      const std::vector<float> y =
-          ToFloatVector(c.layer->ForwardCached(part, c.batch, start, cache));
+      const std::vector<float> y = ToFloatVector(
+          c.layer->ForwardCached(part, c.batch, std::vector<int64_t>(kBatch, start), cache));
       for (int64_t b = 0; b < kBatch; ++b) {
         for (int64_t t = 0; t < count; ++t) {
           for (int64_t k = 0; k < width; ++k) {

@@ -88,8 +88,8 @@ class MlpSublayer final : public Sublayer {
   }
 
   // No attention: the cache is left alone.
-  Tensor ForwardCached(Backend& backend, const Tensor& x, int64_t /*start*/, KvCache& /*cache*/,
-                       const std::string& /*who*/) override {
+  Tensor ForwardCached(Backend& backend, const Tensor& x, const std::vector<int64_t>& /*starts*/,
+                       KvCache& /*cache*/, const std::string& /*who*/) override {
     return model_ops::MlpSublayerInference(backend, params_, x);
   }
 

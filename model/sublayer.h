@@ -68,9 +68,10 @@ class Sublayer {
   virtual Tensor Backward(Backend& backend, const Tensor& dy, const MicroBatch& batch,
                           const Stash& stash, model_ops::WeightGradSink& sink,
                           MemCategory dx_category) = 0;
-  // Inference over new positions start.. (Layer::ForwardCached); `who` names the block in
-  // errors. A sublayer without attention leaves `cache` alone.
-  virtual Tensor ForwardCached(Backend& backend, const Tensor& x, int64_t start, KvCache& cache,
+  // Inference over each row's new positions starts[b].. (Layer::ForwardCached); `who` names
+  // the block in errors. A sublayer without attention leaves `cache` alone.
+  virtual Tensor ForwardCached(Backend& backend, const Tensor& x,
+                               const std::vector<int64_t>& starts, KvCache& cache,
                                const std::string& who) = 0;
   // Its weight matrices (dense, or both low-rank factors), in the order the zero-bubble weight
   // pass runs their GEMMs.

@@ -1,6 +1,9 @@
 // The attention and MLP sublayers' kernels (see sublayer_ops.h).
 #include "model/sublayer_ops.h"
 
+#include <fmt/ranges.h>
+
+#include <algorithm>
 #include <string>
 
 #include "core/error.h"
@@ -359,23 +362,40 @@ Tensor AttentionSublayerCached(Backend& backend, const AttentionParams& params, 
   if (!cache.keys.defined()) {
     cache.keys = NewTensor(backend, {batch, context, c}, x.dtype(), kActivations);
     cache.values = NewTensor(backend, {batch, context, c}, x.dtype(), kActivations);
-    cache.length = 0;
+    cache.length.assign(static_cast<size_t>(batch), 0);
+    cache.first.assign(static_cast<size_t>(batch), 0);
   }
-  BATON_CHECK(cache.keys.size(0) == batch && cache.keys.dtype() == x.dtype() &&
-                  cache.length + t <= cache.keys.size(1),
-              "a key-value cache {} holding {} positions cannot take {} more of {}",
-              cache.keys.ToString(), cache.length, t, x.ToString());
+  BATON_CHECK(
+      cache.rows() == batch && cache.keys.size(0) == batch && cache.keys.dtype() == x.dtype() &&
+          *std::max_element(cache.length.begin(), cache.length.end()) + t <= cache.keys.size(1),
+      "a key-value cache {} holding {} positions per row cannot take {} more of {}",
+      cache.keys.ToString(), fmt::join(cache.length, ", "), t, x.ToString());
   Tensor qkv = LinearForward(backend, params.c_attn, NormInference(backend, params.ln, x),
                              kWorkspace);  // (B,T,(NH+2KVH)D)
-  if (params.rotary) {
-    backend.RotaryEmbedding(qkv, Tensor(), cache.end(), params.heads, params.rope,
-                            /*inverse=*/false);
-  }
-  const Tensor full = FullQkv(backend, params, qkv);
+  Tensor full;
   Tensor out = NewTensor(backend, x.shape(), x.dtype(), kWorkspace);  // (B,T,C)
-  backend.CachedAttentionForward(full, params.heads.query, cache.length, cache.keys, cache.values,
-                                 out);
-  cache.length += t;
+  // Rows at the same positions run as one; rows of different lengths one by one (the linears
+  // above and below still run every row at once).
+  const bool aligned = std::all_of(cache.length.begin(), cache.length.end(),
+                                   [&](int64_t n) { return n == cache.length.front(); }) &&
+                       std::all_of(cache.first.begin(), cache.first.end(),
+                                   [&](int64_t f) { return f == cache.first.front(); });
+  for (int64_t b = 0; b < (aligned ? 1 : batch); ++b) {
+    const int64_t end = aligned ? batch : b + 1;
+    const auto row = static_cast<size_t>(b);
+    Tensor rows_qkv = qkv.Slice(0, b, end);
+    if (params.rotary) {
+      backend.RotaryEmbedding(rows_qkv, Tensor(), cache.end(b), params.heads, params.rope,
+                              /*inverse=*/false);
+    }
+    full = FullQkv(backend, params, rows_qkv);
+    Tensor keys = cache.keys.Slice(0, b, end), values = cache.values.Slice(0, b, end);
+    Tensor rows_out = out.Slice(0, b, end);
+    backend.CachedAttentionForward(full, params.heads.query, cache.length[row], keys, values,
+                                   rows_out);
+    full = Tensor();
+  }
+  for (int64_t& length : cache.length) length += t;
   qkv = Tensor();
   const Tensor proj = LinearForward(backend, params.c_proj, out, kWorkspace);
   return AddResidual(backend, x, proj);

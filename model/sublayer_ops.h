@@ -73,9 +73,11 @@ Tensor MlpSublayerBackward(Backend& backend, const MlpParams& params, const Tens
                            const Stash& stash, WeightGradSink& sink, MemCategory dx_category);
 
 // Inference with a key-value cache (Layer::ForwardCached): x (B,T,C) are the new positions.
-// The attention sublayer appends their keys and values to `cache` (allocating (B,context,C) of
-// each on first use, as activations) and attends over every cached position
-// (Backend::CachedAttentionForward); rotary positions turn q and k by cache.end() onwards; the MLP
+// The attention sublayer appends row b's keys and values to row b of `cache` (allocating
+// (B,context,C) of each on first use, as activations) and attends over every position cached in
+// that row (Backend::CachedAttentionForward: once for all rows when their lengths and first
+// positions agree, else row by row); rotary positions turn row b's q and k by cache.end(b)
+// onwards; the MLP
 // sublayer is Forward's without a stash. Every intermediate is workspace, freed on return; y is
 // booked as activations.
 Tensor AttentionSublayerCached(Backend& backend, const AttentionParams& params, const Tensor& x,

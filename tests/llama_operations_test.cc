@@ -1,12 +1,16 @@
 // A Llama model (configs/llama-tiny.yaml) through the operator's commands with real processes:
 // resume onto other stage counts exactly, evaluation on every cut, greedy generation with and
-// without the key-value cache, and an INT8 compressed checkpoint that still generates.
+// without the key-value cache, a file of prompts decoded as one batch, and an INT8 compressed
+// checkpoint that still generates.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <filesystem>
 #include <fstream>
 #include <regex>
+#include <sstream>
+#include <utility>
+#include <vector>
 
 #include "tests/baton_process.h"
 #include "tests/run_report.h"
@@ -81,6 +85,73 @@ TEST(LlamaOperationsTest, EvalGenerateAndInt8CompressionWork) {
   };
   EXPECT_EQ(text(cached.output), text(recomputed.output));
   EXPECT_GE(text(cached.output).size(), 4u + 24u);
+
+  // A file of prompts of different lengths (the last longer than the context of 64, so its row
+  // slides while the others do not), decoded three at a time: one JSON line per prompt, each the
+  // text that decoding it alone prints (each prompt draws from its own generator), the first
+  // what --prompt prints with the same seed.
+  const std::string prompts = root + "/prompts.txt";
+  const std::string long_prompt(80, 'e');
+  std::ofstream(prompts) << "The \n\nIt was the best of times\r\n" << long_prompt << "\n";
+  const std::vector<std::string> sampled = {"generate", step, "--prompts",     prompts,
+                                            "--tokens", "24", "--temperature", "0.8",
+                                            "--seed",   "7",  "--batch"};
+  std::vector<std::string> together = sampled, alone = sampled;
+  together.push_back("3");
+  alone.push_back("1");
+  const CommandResult batched = RunBaton(together);
+  const CommandResult one_by_one = RunBaton(alone);
+  ASSERT_EQ(batched.exit_code, 0) << batched.output;
+  ASSERT_EQ(one_by_one.exit_code, 0) << one_by_one.output;
+  EXPECT_NE(
+      batched.output.find("3 prompts from " + prompts + ": 4 to 80 tokens (bytes), 3 at a time"),
+      std::string::npos)
+      << batched.output;
+  EXPECT_NE(batched.output.find(prompts + ":4: the prompt's 80 tokens exceed the model's context"),
+            std::string::npos)
+      << batched.output;
+  EXPECT_TRUE(std::regex_search(batched.output,
+                                std::regex("generated 72 tokens in [0-9.]+ s: [0-9]+ tokens/s "
+                                           "\\(3 prompts, 3 at a time; KV cache")))
+      << batched.output;
+  // The JSON lines: the output's lines that start with {"prompt".
+  const auto json_lines = [](const std::string& output) {
+    std::vector<nlohmann::json> lines;
+    std::istringstream in(output);
+    for (std::string line; std::getline(in, line);) {
+      if (line.starts_with("{\"prompt\"")) lines.push_back(nlohmann::json::parse(line));
+    }
+    return lines;
+  };
+  const std::vector<nlohmann::json> rows = json_lines(batched.output);
+  ASSERT_EQ(rows.size(), 3u) << batched.output;
+  EXPECT_EQ(rows[0]["prompt"], "The ");
+  EXPECT_EQ(rows[1]["prompt"], "It was the best of times");
+  EXPECT_EQ(rows[2]["prompt"], long_prompt);
+  EXPECT_EQ(rows, json_lines(one_by_one.output));
+  EXPECT_NE(rows[0]["continuation"], rows[1]["continuation"]);
+  const CommandResult first = RunBaton({"generate", step, "--prompt", "The ", "--tokens", "24",
+                                        "--temperature", "0.8", "--seed", "7"});
+  ASSERT_EQ(first.exit_code, 0) << first.output;
+  // Byte-level: 24 bytes, then "\n"; the JSON line has any byte that is not UTF-8 replaced.
+  ASSERT_GE(first.output.size(), 25u);
+  const std::string bytes = first.output.substr(first.output.size() - 25, 24);
+  EXPECT_EQ(nlohmann::json(bytes).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace),
+            rows[0]["continuation"].dump())
+      << first.output;
+  // Misuse is refused with the reason.
+  std::ofstream(root + "/empty.txt") << "\n\n";
+  for (const auto& [args, reason] : std::vector<std::pair<std::vector<std::string>, std::string>>{
+           {{"--prompt", "The ", "--batch", "2"}, "--batch 2 needs --prompts FILE"},
+           {{"--prompts", root + "/empty.txt"}, "holds no prompt"},
+           {{"--prompts", root + "/none.txt"}, "no such file"},
+           {{"--prompts", prompts, "--batch", "0"}, "--batch 0: must be >= 1"}}) {
+    std::vector<std::string> command = {"generate", step};
+    command.insert(command.end(), args.begin(), args.end());
+    const CommandResult refused = RunBaton(command);
+    EXPECT_NE(refused.exit_code, 0);
+    EXPECT_NE(refused.output.find(reason), std::string::npos) << refused.output;
+  }
 
   // INT8 weights: every block matrix in INT8, still generating.
   const CommandResult compressed = RunBaton({"compress", step, root + "/int8", "--int8"});
