@@ -50,8 +50,8 @@ struct Candidate {
 };
 
 // The default list: those `baton run` accepts of these (V-shapes hold 2 chunks per stage).
-const std::vector<Candidate> kCandidates = {
-    {"gpipe", 1}, {"1f1b", 1}, {"zb-h1", 1}, {"zb-v", 2}, {"dualpipev", 2}};
+const std::vector<Candidate> kCandidates = {{"gpipe", 1},          {"1f1b", 1}, {"zb-h1", 1},
+                                            {"interleaved-zb", 2}, {"zb-v", 2}, {"dualpipev", 2}};
 
 // The first measured step: step 1 pays for first touches (bench/README.md, tokens/s).
 constexpr int64_t kFirstMeasuredStep = 2;

@@ -61,6 +61,11 @@ enum class LrSchedule { kConstant, kCosine, kLinear, kWsd };
 // The V-shaped schedules (zb-v, v-half, v-min, dualpipev): 2 chunks per stage, whatever
 // parallel.chunks says (scheduler/generators.h ChunksFor).
 bool IsVShaped(ScheduleKind schedule);
+struct ParallelConfig;
+// The chunks per stage parallel.schedule runs (without a schedule_file): 2 for the V-shaped ones
+// and, when parallel.chunks is 1 (left out), for those of several chunks (interleaved,
+// interleaved-zb, looped-bfs); else parallel.chunks.
+int ScheduleChunks(const ParallelConfig& parallel);
 enum class PartitionPolicy { kUniform, kParameters, kFlops };
 
 // Activation checkpointing: `none`, `every:K` (segments of K layers keep only their input) or
@@ -185,7 +190,9 @@ struct ParallelConfig {
   int stages = 1;
   ScheduleKind schedule = ScheduleKind::k1F1B;
   std::string schedule_file;  // a schedule saved as CSV; when set it replaces `schedule`
-  int chunks = 1;             // model chunks per stage (interleaved, or a schedule file)
+  // Model chunks per stage (interleaved, interleaved-zb, looped-bfs, or a schedule file); 1 (left
+  // out) with a schedule of several chunks means the least it runs, 2: ScheduleChunks().
+  int chunks = 1;
   PartitionPolicy partition = PartitionPolicy::kFlops;
   // An explicit cut, e.g. "0-4,5-9": the first-last graph layers of each virtual stage in order
   // (what `baton tune` writes); "" = cut by `partition`. The planner checks it covers the graph.

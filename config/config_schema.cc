@@ -273,6 +273,12 @@ std::string_view Name(LrSchedule schedule) { return LookUpName(kLrScheduleNames,
 std::string_view Name(ScheduleKind schedule) { return LookUpName(kScheduleNames, schedule); }
 
 bool IsVShaped(ScheduleKind schedule) { return InfoOf(schedule).chunks == ChunkRule::kV; }
+
+int ScheduleChunks(const ParallelConfig& parallel) {
+  const ChunkRule rule = InfoOf(parallel.schedule).chunks;
+  if (rule == ChunkRule::kV || (rule == ChunkRule::kMany && parallel.chunks == 1)) return 2;
+  return parallel.chunks;
+}
 std::string_view Name(PartitionPolicy policy) { return LookUpName(kPartitionNames, policy); }
 
 std::string CheckpointPolicy::ToString() const {

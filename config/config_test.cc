@@ -156,7 +156,7 @@ TEST(ConfigTest, ErrorsQuotingBytesThatAreNotUtf8AreValidUtf8) {
 TEST(ConfigTest, UnknownEnumNameListsTheChoices) {
   EXPECT_EQ(ParseError(std::string(kMinimal) + "parallel:\n  schedule: 1f2b\n"),
             "x.yaml:4: parallel.schedule: expected one of gpipe, 1f1b, interleaved, zb-h1, zb-h2, "
-            "zb-v, v-half, v-min, dualpipev, looped-bfs, got '1f2b'");
+            "zb-v, v-half, v-min, dualpipev, looped-bfs, interleaved-zb, got '1f2b'");
   EXPECT_THAT(ParseError(std::string(kMinimal) + "precision:\n  dtype: fp8\n"),
               HasSubstr("precision.dtype: expected one of fp32, bf16, fp16, got 'fp8'"));
   EXPECT_EQ(ParseError(std::string(kMinimal) + "model:\n  attention: sparse\n"),
@@ -295,10 +295,24 @@ TEST(ConfigTest, CrossFieldRulesAreChecked) {
               HasSubstr("model.width 100 is not divisible by model.num_heads 3"));
   EXPECT_THAT(ParseError(kMinimal, {"parallel.chunks=2"}),
               HasSubstr("parallel.chunks 2 > 1 needs parallel.schedule interleaved"));
-  EXPECT_THAT(ParseError(kMinimal, {"parallel.schedule=interleaved"}),
-              HasSubstr("needs parallel.chunks >= 2"));
-  EXPECT_THAT(ParseError(kMinimal, {"parallel.schedule=looped-bfs"}),
-              HasSubstr("parallel.schedule looped-bfs needs parallel.chunks >= 2"));
+  // A schedule of several chunks runs 2 when parallel.chunks is left out, as a V schedule does.
+  for (const char* name : {"interleaved", "interleaved-zb", "looped-bfs", "zb-v"}) {
+    const Config config =
+        ParseConfigString(kMinimal, "x.yaml", {std::string("parallel.schedule=") + name});
+    EXPECT_EQ(ScheduleChunks(config.parallel), 2) << name;
+    EXPECT_EQ(ScheduleChunks(
+                  ParseConfigString(kMinimal, "x.yaml",
+                                    {std::string("parallel.schedule=") + name, "parallel.chunks=2"})
+                      .parallel),
+              2)
+        << name;
+  }
+  EXPECT_EQ(
+      ScheduleChunks(ParseConfigString(kMinimal, "x.yaml",
+                                       {"parallel.schedule=interleaved-zb", "parallel.chunks=3"})
+                         .parallel),
+      3);
+  EXPECT_EQ(ScheduleChunks(ParseConfigString(kMinimal, "x.yaml", {}).parallel), 1);
   EXPECT_THAT(ParseError(kMinimal, {"parallel.schedule=zb-v", "parallel.chunks=3"}),
               HasSubstr("parallel.schedule zb-v places 2 model chunks per stage in a V"));
   for (const char* chunks : {"parallel.chunks=1", "parallel.chunks=2"}) {

@@ -249,13 +249,9 @@ void ValidateParallel(const Config& c, const Reporter& r) {
                           Name(p.schedule), p.chunks));
   } else if (p.schedule_file.empty()) {
     r.Require(p.chunks == 1 || looped, {"parallel.chunks", "parallel.schedule"},
-              fmt::format("parallel.chunks {} > 1 needs parallel.schedule interleaved or "
-                          "looped-bfs (or a schedule_file), not {}",
+              fmt::format("parallel.chunks {} > 1 needs parallel.schedule interleaved, "
+                          "interleaved-zb or looped-bfs (or a schedule_file), not {}",
                           p.chunks, Name(p.schedule)));
-    r.Require(!looped || p.chunks >= 2, {"parallel.chunks", "parallel.schedule"},
-              fmt::format("parallel.schedule {} needs parallel.chunks >= 2 (model chunks per "
-                          "stage)",
-                          Name(p.schedule)));
   }
   size_t cut_ranges = 0;
   std::string cut_error;
@@ -265,11 +261,14 @@ void ValidateParallel(const Config& c, const Reporter& r) {
     cut_error = e.what();
   }
   r.Require(cut_error.empty(), {"parallel.cut"}, cut_error);
-  r.Require(p.cut.empty() || static_cast<int64_t>(cut_ranges) == int64_t{p.stages} * p.chunks,
+  // A schedule file says its own chunks (checked when the plan loads it).
+  const int chunks = p.schedule_file.empty() ? ScheduleChunks(p) : p.chunks;
+  r.Require(p.cut.empty() || !p.schedule_file.empty() ||
+                static_cast<int64_t>(cut_ranges) == int64_t{p.stages} * chunks,
             {"parallel.cut", "parallel.stages"},
             fmt::format("parallel.cut has {} ranges; it needs one per virtual stage: stages {} x "
                         "chunks {}",
-                        cut_ranges, p.stages, p.chunks));
+                        cut_ranges, p.stages, chunks));
   // Each replica runs an equal share of every step's micro-batches (docs/parallel.md).
   r.Require(c.train.micro_batches % p.replicas == 0, {"parallel.replicas", "train.micro_batches"},
             fmt::format("train.micro_batches {} is not divisible by parallel.replicas {}: each "

@@ -262,12 +262,15 @@ Subcommand AddSchedule(CLI::App& app) {
   cmd->add_option("--schedule", schedule->schedule, names);
   cmd->add_option(
       "--chunks", schedule->chunks,
-      "model chunks per stage (interleaved, looped-bfs: >= 2, default 2; V schedules: 2)");
+      "model chunks per stage (interleaved, interleaved-zb, looped-bfs: >= 2, default 2; V "
+      "schedules: 2)");
   cmd->add_option(
       "--costs", schedule->costs,
       "action costs in any unit, e.g. F=1,B=2,I=1,W=1 (the default); the makespan is in it");
   cmd->add_option("--file", schedule->file, "a schedule CSV to load instead");
-  cmd->add_option("--format", schedule->format, "text, csv, json, svg or chrome");
+  cmd->add_option("--format", schedule->format,
+                  "text, csv, torch-csv (torch.distributed.pipelining's compute-only CSV), json, "
+                  "svg or chrome");
   cmd->add_option("--comm", schedule->comm, "async or rendezvous send semantics");
   return {cmd, [schedule] { return baton::RunScheduleCommand(*schedule, std::cout, std::cerr); }};
 }

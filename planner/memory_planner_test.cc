@@ -211,10 +211,13 @@ TEST(MemoryPlannerTest, PredictsTheLedgerForZeroBubbleAndInterleavedSchedules) {
 // the checkpointing, precision and replica settings they run with (planner/schedules_test.cc
 // runs the same configurations for bits).
 TEST(MemoryPlannerTest, PredictsTheLedgerExactlyForVShapedAndLoopedSchedules) {
-  for (const char* name : {"zb-h2", "zb-v", "v-half", "v-min", "dualpipev", "looped-bfs"}) {
+  for (const char* name :
+       {"zb-h2", "zb-v", "v-half", "v-min", "dualpipev", "looped-bfs", "interleaved-zb"}) {
     const std::string schedule = std::string("parallel.schedule=") + name;
     const std::string chunks =
-        std::string(name) == "looped-bfs" ? "parallel.chunks=2" : "parallel.chunks=1";
+        std::string(name) == "looped-bfs" || std::string(name) == "interleaved-zb"
+            ? "parallel.chunks=2"
+            : "parallel.chunks=1";
     for (const std::vector<std::string>& variant : std::vector<std::vector<std::string>>{
              {"parallel.stages=2"},
              {"parallel.stages=3", "parallel.checkpoint=every:1"},

@@ -43,7 +43,7 @@ Schedule MakeComputeSchedule(const Config& config) {
     return loaded;
   }
   return MakeSchedule(Name(parallel.schedule), parallel.stages, MicroBatchesPerReplica(config),
-                      ChunksFor(Name(parallel.schedule), parallel.chunks));
+                      ChunksFor(Name(parallel.schedule), ScheduleChunks(parallel)));
 }
 }  // namespace
 

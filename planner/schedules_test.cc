@@ -1,5 +1,6 @@
 // Every schedule the runtime runs, against one stage: the zero-bubble and V-shaped schedules
-// (zb-h2, zb-v, v-half, v-min, dualpipev), looped BFS, and a user's own V-layout schedule file
+// (zb-h2, zb-v, v-half, v-min, dualpipev, interleaved-zb), looped BFS, a user's own V-layout
+// schedule file and a schedule torch.distributed.pipelining wrote in its CSV form
 // train the same bits as one stage in fp32 on the CPU (DESIGN.md's first invariant), with
 // checkpointing, 16-bit precision, a tied head, sharing, evaluation, and replicas with ZeRO-1.
 #include <fmt/format.h>
@@ -21,8 +22,14 @@ namespace baton {
 namespace {
 
 // The schedules this file is about, with the stage counts each is run on.
-const std::vector<std::string> kSchedules = {"zb-h2", "zb-v",      "v-half",
-                                             "v-min", "dualpipev", "looped-bfs"};
+const std::vector<std::string> kSchedules = {"zb-h2",     "zb-v",       "v-half",        "v-min",
+                                             "dualpipev", "looped-bfs", "interleaved-zb"};
+
+// The loop-layout schedules of several chunks (looped-bfs, interleaved-zb) run 2 here.
+bool Looped(const std::string& name) { return name == "looped-bfs" || name == "interleaved-zb"; }
+std::string ChunksOf(const std::string& name) {
+  return Looped(name) ? "parallel.chunks=2" : "parallel.chunks=1";
+}
 
 Config Tiny(const std::vector<std::string>& overrides) {
   std::vector<std::string> all = {
@@ -83,11 +90,28 @@ TEST(ScheduleRuntimeTest, AVLayoutScheduleFileTrainsTheBitsOfOneStage) {
   }
 }
 
+// torch's ScheduleInterleavedZeroBubble for 2 ranks x 2 chunks x 4 micro-batches, as torch
+// wrote it (tests/fixtures/torch_schedules, its CSV form: no header, explicit virtual stages):
+// read as a schedule_file, it trains the bits of one stage.
+TEST(ScheduleRuntimeTest, ATorchCsvScheduleFileTrainsTheBitsOfOneStage) {
+  const std::vector<std::string> four = {"train.micro_batches=4"};
+  const InProcessResult one = RunInProcess(MakePlan(Tiny(four)));
+  const std::string file =
+      std::string(BATON_SOURCE_DIR) + "/tests/fixtures/torch_schedules/interleaved-zb_p2_m4_v2.csv";
+  const Plan plan =
+      MakePlan(Tiny(With(four, {"parallel.stages=2", "parallel.schedule_file=" + file})));
+  EXPECT_EQ(plan.schedule.layout, ChunkLayout::kLoop);
+  EXPECT_EQ(plan.num_chunks(), 2);
+  const InProcessResult torch = RunInProcess(plan);
+  EXPECT_EQ(torch.losses, one.losses);
+  EXPECT_EQ(torch.param_checksum, one.param_checksum);
+}
+
 TEST(ScheduleRuntimeTest, EveryScheduleIsBitIdenticalToOneStageWithCheckpointingAndEval) {
   const std::vector<std::string> eval = {"data.eval_fraction=0.01", "train.eval_every=3"};
   const InProcessResult one = RunInProcess(MakePlan(Tiny(eval)));
   for (const std::string& name : kSchedules) {
-    const std::string chunks = name == "looped-bfs" ? "parallel.chunks=2" : "parallel.chunks=1";
+    const std::string chunks = ChunksOf(name);
     for (const std::vector<std::string>& variant : std::vector<std::vector<std::string>>{
              {"parallel.stages=2"},
              {"parallel.stages=3"},
@@ -97,7 +121,7 @@ TEST(ScheduleRuntimeTest, EveryScheduleIsBitIdenticalToOneStageWithCheckpointing
       const std::vector<std::string> overrides =
           With(With(eval, variant), {"parallel.schedule=" + name, chunks});
       const Plan plan = MakePlan(Tiny(overrides));
-      const bool v_shaped = name != "zb-h2" && name != "looped-bfs";
+      const bool v_shaped = name != "zb-h2" && !Looped(name);
       EXPECT_EQ(plan.schedule.layout, v_shaped ? ChunkLayout::kV : ChunkLayout::kLoop) << name;
       EXPECT_EQ(plan.num_chunks(), name == "zb-h2" ? 1 : 2) << name;
       EXPECT_EQ(plan.head_stage(), v_shaped ? 0 : plan.num_stages() - 1) << name;
@@ -118,8 +142,7 @@ TEST(ScheduleRuntimeTest, EveryScheduleIsBitIdenticalToOneStageIn16BitsAndWithSh
     const InProcessResult one = RunInProcess(MakePlan(Tiny(base)));
     for (const std::string& name : kSchedules) {
       const std::vector<std::string> overrides =
-          With(base, {"parallel.stages=2", "parallel.schedule=" + name,
-                      name == "looped-bfs" ? "parallel.chunks=2" : "parallel.chunks=1"});
+          With(base, {"parallel.stages=2", "parallel.schedule=" + name, ChunksOf(name)});
       const InProcessResult other = RunInProcess(MakePlan(Tiny(overrides)));
       EXPECT_EQ(other.losses, one.losses) << Describe(overrides);
       EXPECT_EQ(other.param_checksum, one.param_checksum) << Describe(overrides);
@@ -135,8 +158,7 @@ TEST(ScheduleRuntimeTest, EveryScheduleWorksWithReplicasAndZeroOne) {
   const InProcessResult reference = RunInProcess(MakePlan(Tiny(replicas)));
   for (const std::string& name : kSchedules) {
     const std::vector<std::string> base =
-        With(replicas, {"parallel.schedule=" + name,
-                        name == "looped-bfs" ? "parallel.chunks=2" : "parallel.chunks=1"});
+        With(replicas, {"parallel.schedule=" + name, ChunksOf(name)});
     const InProcessResult plain = RunInProcess(MakePlan(Tiny(base)));
     EXPECT_EQ(plain.losses, reference.losses) << name;
     EXPECT_EQ(plain.param_checksum, reference.param_checksum) << name;

@@ -120,6 +120,8 @@ TEST(TensorParallelTest, EverySchedulesKindAndCheckpointingTrainOneRanksLosses) 
       {"parallel.stages=2", "parallel.schedule=zb-v"},
       {"parallel.stages=2", "parallel.schedule=interleaved", "parallel.chunks=2",
        "model.num_layers=4"},
+      {"parallel.stages=2", "parallel.schedule=interleaved-zb", "parallel.chunks=2",
+       "model.num_layers=4"},
       {"model.attention=materialized", "parallel.checkpoint=selective"},
   };
   for (const std::vector<std::string>& variant : variants) {

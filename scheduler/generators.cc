@@ -118,6 +118,43 @@ Schedule Interleaved1F1B(int stages, int microbatches, int chunks) {
   return schedule;
 }
 
+Schedule InterleavedZeroBubble(int stages, int microbatches, int chunks) {
+  Schedule schedule = EmptySchedule("interleaved-zb", stages, microbatches, chunks);
+  // Rounds of `round` micro-batches (torch's microbatches_per_round), the last padded.
+  const int rounds = std::max(1, microbatches / stages);
+  const int round = (microbatches + rounds - 1) / rounds;
+  const int span = round * chunks;            // (micro-batch, chunk) pairs of one round
+  const int total = rounds * round * chunks;  // per stage, padding included
+  auto microbatch_at = [&](int k) { return k / span * round + k % round; };
+  auto forward_chunk_at = [&](int k) { return k % span / round; };
+  auto backward_chunk_at = [&](int k) { return chunks - 1 - forward_chunk_at(k); };
+  for (int rank = 0; rank < stages; ++rank) {
+    auto& actions = schedule.per_stage[static_cast<size_t>(rank)];
+    auto add = [&](ActionKind kind, int k, int chunk) {
+      if (microbatch_at(k) < microbatches) actions.push_back({rank, kind, microbatch_at(k), chunk});
+    };
+    const int warmup = std::min(total, (chunks - 1) * round + stages - 1 - rank);
+    const int deferred_weights = rank;  // W's this stage holds back to fill its bubbles
+    int next_weight = 0;
+    auto weight = [&] {
+      add(ActionKind::kBackwardWeight, next_weight, backward_chunk_at(next_weight));
+      ++next_weight;
+    };
+    // Warm-up: forwards until the first input gradient can arrive.
+    for (int k = 0; k < warmup; ++k) add(ActionKind::kForward, k, forward_chunk_at(k));
+    // Steady state: F, I, and the W of the I `deferred_weights` behind; then the remaining I's,
+    // each with its W.
+    for (int k = 0; k < total; ++k) {
+      if (warmup + k < total) add(ActionKind::kForward, warmup + k, forward_chunk_at(warmup + k));
+      add(ActionKind::kBackwardInput, k, backward_chunk_at(k));
+      if (k >= deferred_weights) weight();
+    }
+    // The W's still held back.
+    while (next_weight < total) weight();
+  }
+  return schedule;
+}
+
 Schedule ZeroBubbleH1(int stages, int microbatches) {
   Schedule schedule = EmptySchedule("zb-h1", stages, microbatches, 1);
   for (int rank = 0; rank < stages; ++rank) {
@@ -301,6 +338,8 @@ Schedule MakeSchedule(std::string_view name, int stages, int microbatches, int c
       return DualPipeV(stages, microbatches);
     case ScheduleKind::kLoopedBfs:
       return LoopedBFS(stages, microbatches, chunks);
+    case ScheduleKind::kInterleavedZb:
+      return InterleavedZeroBubble(stages, microbatches, chunks);
   }
   throw Error("schedule '" + std::string(name) + "' has no generator");
 }

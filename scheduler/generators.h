@@ -26,6 +26,18 @@ Schedule OneFOneB(int stages, int microbatches);
 // padding micro-batches, which keeps it deadlock-free (see docs/schedules.md).
 Schedule Interleaved1F1B(int stages, int microbatches, int chunks);
 
+// Interleaved zero bubble (torch.distributed.pipelining's ScheduleInterleavedZeroBubble, the
+// ZB-H1 rule of Qi et al. 2023 on Megatron's loop layout): v >= 2 chunks, backward split into I
+// and W. Work goes in rounds of q micro-batches, q = m / max(1, floor(m / p)) (p when p divides
+// m, m when m < p): a round runs through chunk 0, then chunk 1, ...; backwards visit the chunks
+// in reverse. Stage s runs (v-1)q + p-1-s warm-up forwards (interleaved 1F1B's, with one hop of
+// delay per stage instead of two: an I comes back sooner than a B), then F and I alternately,
+// each I followed by the W of the I s places behind once s are held back, then the remaining
+// I's and W's. Where torch requires max(1, floor(m/p)) to divide m, m is rounded up to a
+// multiple of it and the padding deleted. With v = 1 and m >= p-1 it is ZB-H1 (MakeSchedule asks
+// for v >= 2, as ChunksFor says).
+Schedule InterleavedZeroBubble(int stages, int microbatches, int chunks);
+
 // Zero-bubble H1 (Qi et al. 2023): backward split into I (input gradient) and W (weight gradient);
 // 1F1B order on F and I, with stage s deferring up to s W's to fill the bubbles. Every stage's peak
 // in-flight count is at most min(p, m), 1F1B's peak (that of stage 0).

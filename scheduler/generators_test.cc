@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <stdexcept>
 
 #include "core/error.h"
@@ -166,9 +167,32 @@ TEST(GeneratorsTest, GeneratorsProduceComputeOnlySchedules) {
   }
 }
 
+// Interleaved zero bubble with one chunk is ZB-H1 (the same warm-up and W deferral) for
+// m >= p - 1 (with fewer, ZB-H1 runs a held-back W after each cool-down I, torch's rule keeps them
+// to the end); with more chunks it keeps ZB-H1's rule per rank: W's held back = the stage index.
+TEST(GeneratorsTest, InterleavedZeroBubbleOfOneChunkIsZbH1) {
+  for (int p = 1; p <= 6; ++p) {
+    for (int m = std::max(1, p - 1); m <= 13; ++m) {
+      EXPECT_EQ(InterleavedZeroBubble(p, m, 1).per_stage, ZeroBubbleH1(p, m).per_stage)
+          << "p=" << p << " m=" << m;
+    }
+  }
+  const Schedule two = InterleavedZeroBubble(4, 8, 2);
+  for (int s = 0; s < 4; ++s) {
+    const auto& actions = two.per_stage[static_cast<size_t>(s)];
+    const auto first_weight = std::find_if(actions.begin(), actions.end(), [](const Action& a) {
+      return a.kind == ActionKind::kBackwardWeight;
+    });
+    const auto inputs_before = std::count_if(actions.begin(), first_weight, [](const Action& a) {
+      return a.kind == ActionKind::kBackwardInput;
+    });
+    EXPECT_EQ(inputs_before, s + 1) << "stage " << s;
+  }
+}
+
 TEST(GeneratorsTest, MakeScheduleLooksUpEveryName) {
   for (const std::string& name : ScheduleNames()) {
-    const int chunks = ChunksFor(name, name == "interleaved" || name == "looped-bfs" ? 2 : 1);
+    const int chunks = ChunksFor(name, FindScheduleKind(name)->chunks == ChunkRule::kMany ? 2 : 1);
     EXPECT_EQ(MakeSchedule(name, 2, 3, chunks).name, name);
   }
   EXPECT_EQ(MakeSchedule("interleaved", 2, 4, 2), Interleaved1F1B(2, 4, 2));

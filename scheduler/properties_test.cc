@@ -1,5 +1,6 @@
 // Properties every generated schedule must have, over p in 1..8, m in 1..32 and v in 1..4
-// (interleaved, 2..4 looped-bfs; 2 for the V schedules), including m < p and m not a multiple of p.
+// (interleaved, 2..4 looped-bfs and interleaved-zb; 2 for the V schedules), including m < p and m
+// not a multiple of p.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -16,7 +17,7 @@ namespace {
 // Calls `check` on every generated compute-only schedule of the sweep.
 void ForEachGeneratedSchedule(const std::function<void(const Schedule&)>& check) {
   for (const std::string& name : ScheduleNames()) {
-    const bool looped = name == "interleaved" || name == "looped-bfs";
+    const bool looped = FindScheduleKind(name)->chunks == ChunkRule::kMany;
     const int min_chunks = name == "interleaved" ? 1 : ChunksFor(name, looped ? 2 : 1);
     const int max_chunks = looped ? 4 : min_chunks;
     for (int p = 1; p <= 8; ++p) {

@@ -57,6 +57,53 @@ void ParseHeader(std::string_view line, int line_number, Schedule* schedule) {
   }
 }
 
+// The actions of one CSV cell: one action, the two of torch's "(A;B)OVERLAP_F_B", or none for
+// torch's FSDP actions (UNSHARD, RESHARD, REDUCE_GRAD: Baton gathers and reduces by itself, at
+// the step's start and end, without schedule actions).
+std::vector<std::string_view> CellActions(std::string_view cell) {
+  constexpr std::string_view kOverlap = "OVERLAP_F_B";
+  if (!cell.starts_with('(')) {
+    for (const std::string_view fsdp : {"UNSHARD", "RESHARD", "REDUCE_GRAD"}) {
+      if (cell.find(fsdp) != std::string_view::npos) return {};
+    }
+    return {cell};
+  }
+  const size_t close = cell.find(')');
+  if (close == std::string_view::npos || Trim(cell.substr(close + 1)) != kOverlap) {
+    throw Error("bad cell '" + std::string(cell) +
+                "': a parenthesised cell is torch's overlapped pair, (A;B)OVERLAP_F_B");
+  }
+  std::vector<std::string_view> actions;
+  for (const std::string_view part : Split(cell.substr(1, close - 1), ';')) {
+    if (!Trim(part).empty()) actions.push_back(Trim(part));
+  }
+  if (actions.size() != 2) {
+    throw Error("bad cell '" + std::string(cell) + "': an OVERLAP_F_B pair holds two actions");
+  }
+  return actions;
+}
+
+// The layout under which every row's actions name virtual stages that row holds: loop when it
+// fits, else V; loop when neither does (parsing then says which action is out of place).
+ChunkLayout InferLayout(const std::vector<std::vector<std::string_view>>& cells) {
+  const int stages = static_cast<int>(cells.size());
+  for (const ChunkLayout layout : {ChunkLayout::kLoop, ChunkLayout::kV}) {
+    bool fits = true;
+    for (int rank = 0; fits && rank < stages; ++rank) {
+      for (const std::string_view text : cells[static_cast<size_t>(rank)]) {
+        try {
+          ParseAction(text, rank, stages, layout);
+        } catch (const Error&) {
+          fits = false;
+          break;
+        }
+      }
+    }
+    if (fits) return layout;
+  }
+  return ChunkLayout::kLoop;
+}
+
 }  // namespace
 
 bool HasCommunication(const Schedule& schedule) {
@@ -90,6 +137,40 @@ std::string ScheduleToCsv(const Schedule& schedule) {
   return csv;
 }
 
+std::string ScheduleToTorchCsv(const Schedule& schedule) {
+  const auto text = [&](const Action& action) {
+    return std::to_string(schedule.VirtualStageOf(action)) + std::string(KindName(action.kind)) +
+           std::to_string(action.microbatch);
+  };
+  // DualPipeV's steady state pairs the F of one chunk with the full B of the other (DeepSeek
+  // overlaps the two); torch writes such a pair as one cell. All but the last stage's first pair:
+  // DeepSeek runs that one apart, to shorten the bubble.
+  const bool pairs = schedule.name == "dualpipev" && schedule.layout == ChunkLayout::kV;
+  std::string csv;
+  for (int stage = 0; stage < schedule.stages; ++stage) {
+    const std::vector<Action>& actions = schedule.per_stage[static_cast<size_t>(stage)];
+    bool apart = stage == schedule.stages - 1;  // the last stage's first pair
+    for (size_t i = 0; i < actions.size(); ++i) {
+      if (i > 0) csv += ',';
+      const Action& action = actions[i];
+      const bool pair = pairs && action.kind == ActionKind::kForward && i + 1 < actions.size() &&
+                        actions[i + 1].kind == ActionKind::kBackward &&
+                        actions[i + 1].chunk != action.chunk;
+      if (pair && apart) {
+        apart = false;
+        csv += text(action);
+      } else if (pair) {
+        csv += "(" + text(action) + ";" + text(actions[i + 1]) + ")OVERLAP_F_B";
+        ++i;
+      } else {
+        csv += text(action);
+      }
+    }
+    csv += '\n';
+  }
+  return csv;
+}
+
 Schedule ScheduleFromCsv(std::string_view text) {
   Schedule schedule;
   bool has_header = false;
@@ -111,14 +192,29 @@ Schedule ScheduleFromCsv(std::string_view text) {
     throw Error("schedule CSV has " + std::to_string(num_rows) +
                 " stage rows but stages=" + std::to_string(schedule.stages));
   }
+  // Each row's action texts, overlapped pairs split.
+  std::vector<std::vector<std::string_view>> cells(static_cast<size_t>(num_rows));
+  for (int rank = 0; rank < num_rows; ++rank) {
+    for (std::string_view cell : Split(rows[rank].second, ',')) {
+      cell = Trim(cell);
+      if (cell.empty()) continue;  // an idle step in torch's form
+      try {
+        for (const std::string_view text : CellActions(cell)) {
+          cells[static_cast<size_t>(rank)].push_back(text);
+        }
+      } catch (const Error& error) {
+        throw Error("schedule CSV line " + std::to_string(rows[rank].first) + ": " + error.what());
+      }
+    }
+  }
+  if (!has_header) schedule.layout = InferLayout(cells);
   int max_chunk = 0;
   int max_microbatch = 0;
   for (int rank = 0; rank < num_rows; ++rank) {
     auto& actions = schedule.per_stage.emplace_back();
-    for (std::string_view cell : Split(rows[rank].second, ',')) {
-      if (Trim(cell).empty()) continue;
+    for (const std::string_view text : cells[static_cast<size_t>(rank)]) {
       try {
-        actions.push_back(ParseAction(cell, rank, schedule.stages, schedule.layout));
+        actions.push_back(ParseAction(text, rank, schedule.stages, schedule.layout));
       } catch (const Error& error) {
         throw Error("schedule CSV line " + std::to_string(rows[rank].first) + ": " + error.what());
       }

@@ -12,7 +12,18 @@
 // then one line per stage, stage 0 first, each a comma-separated list of actions in text form
 // ("F0,SEND_F0,F1,..."). Other lines starting with '#', blank lines and empty cells are ignored.
 // Without a header, stages is the number of rows, chunks and microbatches the smallest that hold
-// every action, name "custom" and the layout loop.
+// every action, name "custom", and the layout the one under which every row holds the virtual
+// stages its actions name (loop when both fit, as when every action is on chunk 0).
+//
+// torch.distributed.pipelining's CSV form (its _dump_csv / _load_csv) reads the same way: no
+// header, one row per rank, every cell with its virtual stage ("0F0", "5I2", "3SEND_F1"), empty
+// cells for idle steps, and "(0F7;7B3)OVERLAP_F_B" for an overlapped forward/backward pair, which
+// reads as its actions in the order written (Baton runs such a pair in turn). torch's FSDP actions
+// (UNSHARD, RESHARD, REDUCE_GRAD) are skipped: Baton gathers and reduces parameters and gradients
+// by itself at a step's start and end, not as schedule actions.
+// ScheduleToTorchCsv writes that form: every action with its virtual stage, no header, and
+// DualPipeV's pairs (an F followed by the full B of the other chunk) as OVERLAP_F_B cells, as
+// torch writes its DualPipeV.
 #pragma once
 
 #include <string>
@@ -43,6 +54,7 @@ struct Schedule {
 bool HasCommunication(const Schedule& schedule);
 
 std::string ScheduleToCsv(const Schedule& schedule);
+std::string ScheduleToTorchCsv(const Schedule& schedule);
 // Throws baton::Error naming the line on malformed input.
 Schedule ScheduleFromCsv(std::string_view text);
 

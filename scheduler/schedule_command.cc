@@ -58,10 +58,20 @@ Schedule Generate(const ScheduleCommandOptions& options) {
   }
 }
 
+// `schedule` without its SEND/RECV actions.
+Schedule ComputeOnly(Schedule schedule) {
+  for (auto& actions : schedule.per_stage) {
+    std::erase_if(actions, [](const Action& action) { return IsCommunication(action.kind); });
+  }
+  return schedule;
+}
+
 std::string Render(const std::string& format, const Schedule& schedule,
                    const SimulationResult& simulation) {
   if (format == "text") return RenderText(schedule, simulation);
   if (format == "csv") return ScheduleToCsv(schedule);
+  // torch's compute-only form (its runtime adds the communication, as Baton does).
+  if (format == "torch-csv") return ScheduleToTorchCsv(ComputeOnly(schedule));
   if (format == "json") return RenderJson(schedule, simulation);
   if (format == "svg") return RenderSvg(schedule, simulation);
   return RenderChromeTrace(schedule, simulation);
@@ -69,9 +79,10 @@ std::string Render(const std::string& format, const Schedule& schedule,
 
 int Run(const ScheduleCommandOptions& options, std::ostream& out, std::ostream& err) {
   const std::string& format = options.format;
-  if (format != "text" && format != "csv" && format != "json" && format != "svg" &&
-      format != "chrome") {
-    throw BadArguments("--format must be text, csv, json, svg or chrome, got '" + format + "'");
+  if (format != "text" && format != "csv" && format != "torch-csv" && format != "json" &&
+      format != "svg" && format != "chrome") {
+    throw BadArguments("--format must be text, csv, torch-csv, json, svg or chrome, got '" +
+                       format + "'");
   }
   const CommSemantics semantics = ParseComm(options.comm);
   Costs costs;

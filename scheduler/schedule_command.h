@@ -16,10 +16,13 @@ struct ScheduleCommandOptions {
   // V schedules (which take no other), 1 for the rest.
   int chunks = 0;
   std::string costs;  // --costs "F=1,B=2,I=1,W=1,COMM=0,POST=0[,F@STAGE=...]"; empty = defaults
-  // --file custom.csv: the schedule to use instead of a generator (CSV form, schedule.h). If it
-  // has no SEND/RECV, communication is inserted. Nonzero stages/microbatches must then match it.
+  // --file custom.csv: the schedule to use instead of a generator (Baton's CSV form or torch's,
+  // schedule.h). If it has no SEND/RECV, communication is inserted. Nonzero stages/microbatches
+  // must then match it.
   std::string file;
-  std::string format = "text";  // --format text | csv | json | svg | chrome
+  // --format text | csv | torch-csv | json | svg | chrome (torch-csv: compute actions only, in
+  // torch.distributed.pipelining's CSV form, schedule.h)
+  std::string format = "text";
   // --comm async | rendezvous: the semantics validated against (dry_run.h CommSemantics) and, for
   // generated or compute-only schedules, the SEND/RECV placement (kJustInTime / kRendezvousSafe).
   std::string comm = "async";

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "core/files.h"
 #include "core/temp_dir.h"
 #include "scheduler/communication.h"
 #include "scheduler/generators.h"
@@ -127,6 +128,26 @@ TEST(ScheduleCommandTest, InvalidFileExitsNonZeroWithTheMarkedGrid) {
   EXPECT_NE(outcome.err.find("<-- ERROR HERE"), std::string::npos) << outcome.err;
 }
 
+// torch's CSV form both ways: --format torch-csv writes the compute actions as torch does
+// (DualPipeV's overlapped pairs included: the file torch 2.15.0 wrote), and a torch CSV that
+// cannot run (rank 1 starts with chunk 1's input gradient, before that chunk's forward) fails
+// with the marked grid.
+TEST(ScheduleCommandTest, TorchCsvIsWrittenAsTorchWritesItAndAWrongOneFailsWithTheGrid) {
+  ScheduleCommandOptions options = Options("dualpipev", 2, 4, 2);
+  options.format = "torch-csv";
+  const Outcome outcome = RunCommand(options);
+  ASSERT_EQ(outcome.code, kScheduleCommandOk) << outcome.err;
+  EXPECT_EQ(outcome.out,
+            ReadFileToString(std::string(BATON_SOURCE_DIR) +
+                             "/tests/fixtures/torch_schedules/dualpipev_p2_m4_v2.csv"));
+  ScheduleCommandOptions wrong;
+  wrong.file =
+      WriteTemp("baton_command_torch.csv", "0F0,2F0,2I0,2W0,0I0,0W0\n3I0,1F0,3F0,3W0,1I0,1W0\n");
+  const Outcome failed = RunCommand(wrong);
+  EXPECT_EQ(failed.code, kScheduleCommandInvalidSchedule);
+  EXPECT_NE(failed.err.find("<-- ERROR HERE"), std::string::npos) << failed.err;
+}
+
 TEST(ScheduleCommandTest, RendezvousCommRejectsAScheduleThatNeedsBufferedSends) {
   ScheduleCommandOptions options;
   options.file =
@@ -174,7 +195,7 @@ TEST(ScheduleCommandTest, WithoutChunksEachScheduleTakesTheLeastItRuns) {
 
 TEST(ScheduleCommandTest, EveryScheduleNameRendersWithItsOwnChunks) {
   for (const std::string& name : ScheduleNames()) {
-    const bool looped = name == "interleaved" || name == "looped-bfs";
+    const bool looped = FindScheduleKind(name)->chunks == ChunkRule::kMany;
     for (const std::string comm : {"async", "rendezvous"}) {
       ScheduleCommandOptions options = Options(name, 4, 8, looped ? 2 : 1);
       options.comm = comm;

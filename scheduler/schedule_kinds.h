@@ -21,7 +21,8 @@ enum class ScheduleKind {
   kVHalf,
   kVMin,
   kDualPipeV,
-  kLoopedBfs
+  kLoopedBfs,
+  kInterleavedZb
 };
 
 // Model chunks per stage.
@@ -38,7 +39,7 @@ struct ScheduleKindInfo {
 };
 
 // In this order: the config's list of choices, ScheduleNames(), and `baton tune`'s search.
-inline constexpr std::array<ScheduleKindInfo, 10> kScheduleKinds = {{
+inline constexpr std::array<ScheduleKindInfo, 11> kScheduleKinds = {{
     {ScheduleKind::kGpipe, "gpipe", ChunkRule::kOne},
     {ScheduleKind::k1F1B, "1f1b", ChunkRule::kOne},
     {ScheduleKind::kInterleaved, "interleaved", ChunkRule::kMany},
@@ -49,6 +50,7 @@ inline constexpr std::array<ScheduleKindInfo, 10> kScheduleKinds = {{
     {ScheduleKind::kVMin, "v-min", ChunkRule::kV},
     {ScheduleKind::kDualPipeV, "dualpipev", ChunkRule::kV},
     {ScheduleKind::kLoopedBfs, "looped-bfs", ChunkRule::kMany},
+    {ScheduleKind::kInterleavedZb, "interleaved-zb", ChunkRule::kMany},
 }};
 
 // The entry named `name`, or null.
