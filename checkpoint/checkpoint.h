@@ -64,6 +64,17 @@ class CheckpointWriter {
                      const TrainingState& state, const ModelDims& dims,
                      const std::vector<LayerSpec>& graph) const;
 
+  // Rank 0, after WriteManifest(newest): checkpoint retention (output.keep_checkpoints,
+  // output.keep_every; docs/checkpoints.md). Of the step-<N> folders up to `newest`, keeps the
+  // `keep_last` newest complete ones (with a manifest), whatever lies between them, and every
+  // complete one whose step is a multiple of `keep_every` (0: none); removes the other, older
+  // ones, complete or not (an incomplete one is an interrupted write); a folder that is a link is
+  // removed as a link. Folders past
+  // `newest` (another run's, resumed from an earlier step) are left alone. keep_last 0 keeps
+  // everything. A folder that cannot be removed is logged as a warning, not an error (training
+  // goes on). Returns the folders removed.
+  std::vector<std::string> Prune(int64_t newest, int64_t keep_last, int64_t keep_every) const;
+
  private:
   std::string root_;
 };

@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <bit>
 #include <charconv>
 #include <cmath>
@@ -228,6 +229,22 @@ std::optional<int64_t> ParseStepDirName(const std::string& name) {
   const auto [end, error] = std::from_chars(first, last, step);
   if (error != std::errc() || end != last || step < 0) return std::nullopt;
   return step;
+}
+
+std::vector<std::pair<int64_t, std::string>> StepDirs(const std::string& root) {
+  namespace fs = std::filesystem;
+  std::vector<std::pair<int64_t, std::string>> dirs;
+  std::error_code error;
+  for (fs::directory_iterator it(root, error), end; !error && it != end; it.increment(error)) {
+    const std::optional<int64_t> step = ParseStepDirName(it->path().filename().string());
+    std::error_code is_dir_error;  // false too for a path stat cannot resolve (a dangling link)
+    if (step && fs::is_directory(it->path(), is_dir_error)) {
+      dirs.emplace_back(*step, it->path().string());
+    }
+  }
+  BATON_CHECK(!error, "{}: cannot list: {}", root, error.message());
+  std::sort(dirs.begin(), dirs.end(), std::greater<>());
+  return dirs;
 }
 
 nlohmann::json ToJson(const CheckpointManifest& m) {

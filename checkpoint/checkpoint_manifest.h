@@ -73,5 +73,8 @@ CheckpointManifest ManifestFromJson(const nlohmann::json& json, const std::strin
 
 // The step of a directory named "step-<N>"; nullopt for any other name.
 std::optional<int64_t> ParseStepDirName(const std::string& name);
+// The step-<N> directories under `root` (links to directories too), newest first, as
+// (step, path). Throws naming `root` when it cannot be listed.
+std::vector<std::pair<int64_t, std::string>> StepDirs(const std::string& root);
 
 }  // namespace baton

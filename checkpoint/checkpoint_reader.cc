@@ -36,19 +36,6 @@ bool IsDirectory(const std::string& path) {
   return fs::is_directory(path, error);
 }
 
-// step-<N> directories under `root`, newest first.
-std::vector<std::pair<int64_t, std::string>> StepDirs(const std::string& root) {
-  std::vector<std::pair<int64_t, std::string>> dirs;
-  std::error_code error;
-  for (fs::directory_iterator it(root, error), end; !error && it != end; it.increment(error)) {
-    const std::optional<int64_t> step = ParseStepDirName(it->path().filename().string());
-    if (step && IsDirectory(it->path().string())) dirs.emplace_back(*step, it->path().string());
-  }
-  BATON_CHECK(!error, "{}: cannot list: {}", root, error.message());
-  std::sort(dirs.begin(), dirs.end(), std::greater<>());
-  return dirs;
-}
-
 // The step directory `latest` names, when it names a complete one.
 std::optional<std::string> LatestStepDir(const std::string& root) {
   const std::string path = Join(root, kLatestFileName);

@@ -1,5 +1,6 @@
 // Writing a training checkpoint: per-layer files on every rank, then the manifest on rank 0
 // (see checkpoint.h, docs/checkpoints.md).
+#include <spdlog/spdlog.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -159,6 +160,32 @@ std::vector<CheckpointFileEntry> CheckpointWriter::WriteLayers(
     entries.push_back({name, written.bytes, written.checksum, layer.index, rank});
   }
   return entries;
+}
+
+std::vector<std::string> CheckpointWriter::Prune(int64_t newest, int64_t keep_last,
+                                                 int64_t keep_every) const {
+  std::vector<std::string> removed;
+  if (keep_last <= 0) return removed;
+  int64_t complete = 0;  // seen so far, newest first
+  for (const auto& [step, dir] : StepDirs(root_)) {
+    if (step > newest) continue;
+    const bool has_manifest = FileExists(Join(dir, kManifestFileName));
+    if (has_manifest && complete < keep_last) {
+      ++complete;
+      continue;
+    }
+    if (complete < keep_last) continue;  // incomplete, but newer than the oldest kept
+    if (has_manifest && keep_every > 0 && step % keep_every == 0) continue;
+    std::error_code error;
+    std::filesystem::remove_all(dir, error);  // a link: the link, not its target
+    if (error) {
+      spdlog::warn("checkpoint retention: cannot remove {}: {} (left in place)", dir,
+                   error.message());
+      continue;
+    }
+    removed.push_back(dir);
+  }
+  return removed;
 }
 
 void CheckpointWriter::WriteManifest(int64_t step, std::vector<CheckpointFileEntry> entries,

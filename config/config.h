@@ -251,8 +251,12 @@ struct OutputConfig {
   std::string dir = "out";
   int64_t checkpoint_every = 0;  // steps between intermediate checkpoints; 0 = none
   bool final_checkpoint = true;  // every run ends with a checkpoint of its last step
-  std::string report;            // JSON report path; "" = none
-  bool tensorboard = false;      // TensorBoard event files in dir/tensorboard
+  // Checkpoint retention (CheckpointWriter::Prune): keep the newest N complete checkpoints (0 =
+  // all) and every one whose step is a multiple of keep_every (0 = none).
+  int64_t keep_checkpoints = 0;
+  int64_t keep_every = 0;
+  std::string report;        // JSON report path; "" = none
+  bool tensorboard = false;  // TensorBoard event files in dir/tensorboard
   bool operator==(const OutputConfig&) const = default;
 };
 

@@ -129,6 +129,8 @@ void VisitOutput(OutputConfig& o, FieldVisitor& v) {
   v.VisitString("dir", o.dir);
   v.Int("checkpoint_every", o.checkpoint_every, kNonNegativeInt);
   v.Enum("final_checkpoint", o.final_checkpoint, kBoolNames);
+  v.Int("keep_checkpoints", o.keep_checkpoints, kNonNegativeInt);
+  v.Int("keep_every", o.keep_every, kNonNegativeInt);
   v.VisitString("report", o.report);
   v.Enum("tensorboard", o.tensorboard, kBoolNames);
 }

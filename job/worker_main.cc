@@ -91,6 +91,11 @@ void SaveCheckpoint(const Plan& plan, const Launch& launch, int rank, Coordinato
     state.config = ToJson(config);
     writer.WriteManifest(step, all, state, plan.dims, plan.graph);
     spdlog::info("checkpoint of step {} written to {}", step, writer.step_dir(step));
+    for (const std::string& removed :
+         writer.Prune(step, config.output.keep_checkpoints, config.output.keep_every)) {
+      spdlog::info("checkpoint retention (output.keep_checkpoints {}, keep_every {}): removed {}",
+                   config.output.keep_checkpoints, config.output.keep_every, removed);
+    }
   }
   client.Barrier(fmt::format("checkpoint-{}-{}", launch.attempt, step), timeout);
 }

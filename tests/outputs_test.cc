@@ -177,5 +177,33 @@ TEST(OutputsTest, BatonReportDrawsRoundingApartAndMistypedValues) {
   EXPECT_EQ(page.find("<b>"), std::string::npos);
 }
 
+// Checkpoint retention: every 2nd step of 7 saved, the newest 2 and every 4th kept; the folders
+// left are exactly those, the log names each removal, and --resume auto carries on from the
+// newest.
+TEST(OutputsTest, KeepCheckpointsLeavesTheNewestAndEveryKthAndResumeAutoCarriesOn) {
+  const std::string out = TempDir("keep-checkpoints") + "/o";
+  const std::string keep =
+      "--set output.checkpoint_every=2 --set output.keep_checkpoints=2 --set output.keep_every=4";
+  const CommandResult run = Train(out, "--set train.steps=7 " + keep);
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  std::vector<std::string> left;
+  for (const auto& entry : fs::directory_iterator(out + "/checkpoints")) {
+    left.push_back(entry.path().filename().string());
+  }
+  std::sort(left.begin(), left.end());
+  EXPECT_EQ(left, (std::vector<std::string>{"latest", "step-4", "step-6", "step-7"}));
+  EXPECT_NE(run.output.find("checkpoint retention (output.keep_checkpoints 2, keep_every 4): "
+                            "removed " +
+                            out + "/checkpoints/step-2"),
+            std::string::npos)
+      << run.output;
+  const CommandResult resumed = Train(out, "--set train.steps=9 --resume auto " + keep);
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  EXPECT_NE(resumed.output.find("step-7"), std::string::npos) << resumed.output;
+  EXPECT_TRUE(fs::exists(out + "/checkpoints/step-9/manifest.json"));
+  EXPECT_FALSE(fs::exists(out + "/checkpoints/step-6"));
+  EXPECT_TRUE(fs::exists(out + "/checkpoints/step-4"));
+}
+
 }  // namespace
 }  // namespace baton::testing
