@@ -1,6 +1,7 @@
 // Ordered element-wise sums of host tensors (see host_sum.h).
 #include "comm/host_sum.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "core/error.h"
@@ -61,6 +62,27 @@ void SumInOrder(const std::vector<Tensor>& tensors) {
       int64_t acc = 0;
       for (void* base : bases) acc += static_cast<const int32_t*>(base)[i];
       for (void* base : bases) static_cast<int32_t*>(base)[i] = static_cast<int32_t>(acc);
+    }
+    return;
+  }
+  if (dtype == DType::kF32) {
+    // Blocks of elements summed in a local buffer, each element's inputs all read before it is
+    // written: the same additions in the same order as the loop below, but vectorised (the
+    // element loop's per-element dtype switch kept the compiler from it: 0.5 GB/s all-reduce).
+    constexpr int64_t kBlock = 1024;
+    float acc[kBlock];
+    for (int64_t begin = 0; begin < n; begin += kBlock) {
+      const int64_t count = std::min(kBlock, n - begin);
+      const float* first = static_cast<const float*>(bases[0]) + begin;
+      for (int64_t j = 0; j < count; ++j) acc[j] = first[j];
+      for (size_t k = 1; k < bases.size(); ++k) {
+        const float* x = static_cast<const float*>(bases[k]) + begin;
+        for (int64_t j = 0; j < count; ++j) acc[j] += x[j];
+      }
+      for (void* base : bases) {
+        std::memcpy(static_cast<float*>(base) + begin, acc,
+                    static_cast<size_t>(count) * sizeof(float));
+      }
     }
     return;
   }
