@@ -8,10 +8,8 @@
 
 #include <filesystem>
 #include <fstream>
-#include <functional>
 #include <nlohmann/json.hpp>
 #include <random>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -19,6 +17,7 @@
 #include "core/temp_dir.h"
 #include "data/pretokenize.h"
 #include "data/tokenizer.h"
+#include "data/tokenizer_test_util.h"
 
 namespace baton {
 namespace {
@@ -27,17 +26,12 @@ namespace fs = std::filesystem;
 using ::testing::AllOf;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
+using tokenizer_test::ErrorOf;
+using tokenizer_test::ReadText;
 using Ids = std::vector<uint32_t>;
 using Pieces = std::vector<std::string>;
 
 const std::string kFixture = BATON_SOURCE_DIR "/tests/fixtures/llama3";
-
-std::string ReadText(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
 
 nlohmann::json Reference() { return nlohmann::json::parse(ReadText(kFixture + "/reference.json")); }
 
@@ -45,15 +39,6 @@ Pieces Split(std::string_view text) {
   Pieces pieces;
   for (std::string_view piece : PreTokenizeLlama3(text)) pieces.emplace_back(piece);
   return pieces;
-}
-
-std::string ErrorOf(const std::function<void()>& action) {
-  try {
-    action();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
 }
 
 // Every fixture text, concatenated: all the regex's alternatives, next to one another.

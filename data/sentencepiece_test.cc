@@ -12,35 +12,22 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
 #include "core/error.h"
 #include "core/temp_dir.h"
 #include "data/tokenizer.h"
+#include "data/tokenizer_test_util.h"
 
 namespace baton {
 namespace {
 
 using ::testing::HasSubstr;
+using tokenizer_test::ErrorOf;
+using tokenizer_test::ReadText;
 
 const std::string kFixture = std::string(BATON_SOURCE_DIR) + "/tests/fixtures/sentencepiece";
 
-nlohmann::json Reference() {
-  std::ifstream in(kFixture + "/reference.json");
-  std::stringstream text;
-  text << in.rdbuf();
-  return nlohmann::json::parse(text.str());
-}
-
-template <typename F>
-std::string ErrorOf(F action) {
-  try {
-    action();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+nlohmann::json Reference() { return nlohmann::json::parse(ReadText(kFixture + "/reference.json")); }
 
 TEST(SentencePieceTest, IdsAndDecodedTextEqualThePythonPackagesOnEveryCase) {
   const nlohmann::json reference = Reference();
@@ -64,17 +51,14 @@ TEST(SentencePieceTest, IdsAndDecodedTextEqualThePythonPackagesOnEveryCase) {
 // The fixture's whole training corpus (59 KB, about 28,800 ids) as one text, as `baton data
 // prepare` encodes a file: the package's ids, and back to the text.
 TEST(SentencePieceTest, TheWholeCorpusEncodesToThePackagesIds) {
-  std::ifstream corpus_file(kFixture + "/corpus.txt", std::ios::binary);
-  std::stringstream corpus;
-  corpus << corpus_file.rdbuf();
-  std::ifstream ids_file(kFixture + "/corpus_ids.json");
+  const std::string corpus = ReadText(kFixture + "/corpus.txt");
   const std::vector<uint32_t> expected =
-      nlohmann::json::parse(ids_file).get<std::vector<uint32_t>>();
+      nlohmann::json::parse(ReadText(kFixture + "/corpus_ids.json")).get<std::vector<uint32_t>>();
   const Tokenizer tokenizer = Tokenizer::Load(kFixture + "/tokenizer.model");
-  const std::vector<uint32_t> ids = tokenizer.Encode(corpus.str());
+  const std::vector<uint32_t> ids = tokenizer.Encode(corpus);
   ASSERT_GT(expected.size(), 20000u);
   EXPECT_EQ(ids, expected);
-  EXPECT_EQ(tokenizer.Decode(ids), corpus.str());
+  EXPECT_EQ(tokenizer.Decode(ids), corpus);
 }
 
 TEST(SentencePieceTest, AFolderWithoutTokenizerJsonReadsItsTokenizerModel) {

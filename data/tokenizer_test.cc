@@ -12,13 +12,13 @@
 #include <fstream>
 #include <functional>
 #include <nlohmann/json.hpp>
-#include <sstream>
 #include <string>
 #include <vector>
 
 #include "core/error.h"
 #include "core/temp_dir.h"
 #include "data/pretokenize.h"
+#include "data/tokenizer_test_util.h"
 
 namespace baton {
 namespace {
@@ -27,27 +27,13 @@ namespace fs = std::filesystem;
 using ::testing::AllOf;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
+using tokenizer_test::ErrorOf;
+using tokenizer_test::ReadText;
 using Ids = std::vector<uint32_t>;
 
 const std::string kFixture = BATON_SOURCE_DIR "/tests/fixtures/bpe";
 
-std::string ReadText(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
-
 nlohmann::json Reference() { return nlohmann::json::parse(ReadText(kFixture + "/reference.json")); }
-
-std::string ErrorOf(const std::function<void()>& action) {
-  try {
-    action();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
 
 class TokenizerTest : public ::testing::Test {
  protected:

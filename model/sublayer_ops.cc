@@ -371,8 +371,7 @@ Tensor AttentionSublayerCached(Backend& backend, const AttentionParams& params, 
       "a key-value cache {} holding {} positions per row cannot take {} more of {}",
       cache.keys.ToString(), fmt::join(cache.length, ", "), t, x.ToString());
   Tensor qkv = LinearForward(backend, params.c_attn, NormInference(backend, params.ln, x),
-                             kWorkspace);  // (B,T,(NH+2KVH)D)
-  Tensor full;
+                             kWorkspace);                             // (B,T,(NH+2KVH)D)
   Tensor out = NewTensor(backend, x.shape(), x.dtype(), kWorkspace);  // (B,T,C)
   // Rows at the same positions run as one; rows of different lengths one by one (the linears
   // above and below still run every row at once).
@@ -388,12 +387,11 @@ Tensor AttentionSublayerCached(Backend& backend, const AttentionParams& params, 
       backend.RotaryEmbedding(rows_qkv, Tensor(), cache.end(b), params.heads, params.rope,
                               /*inverse=*/false);
     }
-    full = FullQkv(backend, params, rows_qkv);
+    const Tensor full = FullQkv(backend, params, rows_qkv);
     Tensor keys = cache.keys.Slice(0, b, end), values = cache.values.Slice(0, b, end);
     Tensor rows_out = out.Slice(0, b, end);
     backend.CachedAttentionForward(full, params.heads.query, cache.length[row], keys, values,
                                    rows_out);
-    full = Tensor();
   }
   for (int64_t& length : cache.length) length += t;
   qkv = Tensor();
