@@ -1,7 +1,9 @@
 // comm_bench: Baton's collectives at each message size, in the manner of nccl-tests
 // (bench/README.md, "comm_bench"). N ranks as threads of this process, each with its own
-// communicator (Gloo over TCP loopback: the transport ranks on one host use today), meeting
-// through an in-memory key-value store. Per collective and size: the time of one call (the mean
+// communicator, meeting through an in-memory key-value store; for each transport ranks on one
+// host may use: "shm" (GlooCommunicator's shared-memory links, the default) and "tcp" (Gloo
+// over TCP loopback, as with BATON_SHARED_MEMORY=0), with shm's all-reduce speed-up over TCP
+// per size at the end. Per collective and size: the time of one call (the mean
 // of the timed iterations after a warm-up), the algorithm bandwidth (bytes / time) and the bus
 // bandwidth (nccl-tests' definition: the bytes each rank's link carries, comparable across rank
 // counts), beside the same run's memcpy bandwidth, the limit for ranks that share a host's
@@ -9,7 +11,7 @@
 // figure is printed; a wrong one exits 1.
 //
 //   comm_bench [--ranks 2] [--min-bytes 4096] [--max-bytes 268435456] [--collectives all]
-//              [--iterations 20]
+//              [--iterations 20] [--transport both|shm|tcp]
 #include <fmt/format.h>
 
 #include <CLI/CLI.hpp>
@@ -176,6 +178,7 @@ struct Options {
   int64_t max_bytes = int64_t{256} << 20;
   std::string collectives = "all";
   int iterations = 20;
+  std::string transport = "both";
 };
 
 // "4 KiB", "256 MiB".
@@ -184,37 +187,14 @@ std::string Size(int64_t bytes) {
   return fmt::format("{} KiB", bytes >> 10);
 }
 
-int Run(const Options& options) {
+// Times every chosen collective at every size over one transport; checks each result.
+// seconds[c][s]: one call's mean time; right[c][s]: its check.
+void Measure(const Options& options, bool shared_memory,
+             const std::vector<const Collective*>& chosen, const std::vector<int64_t>& sizes,
+             std::vector<std::vector<double>>& seconds, std::vector<std::vector<bool>>& right) {
   const int n = options.ranks;
-  BATON_CHECK(n >= 2 && n <= 64, "--ranks {}: must be in [2, 64]", n);
-  BATON_CHECK(options.min_bytes >= 4 * n && options.min_bytes <= options.max_bytes,
-              "--min-bytes {} must be at least 4 x ranks and at most --max-bytes {}",
-              options.min_bytes, options.max_bytes);
-  std::vector<const Collective*> chosen;
-  for (const Collective& c : Collectives()) {
-    if (options.collectives == "all" ||
-        ("," + options.collectives + ",").find("," + c.name + ",") != std::string::npos) {
-      chosen.push_back(&c);
-    }
-  }
-  BATON_CHECK(!chosen.empty(),
-              "--collectives {}: none of all_reduce, reduce_scatter, "
-              "all_gather, all_to_all, send_recv",
-              options.collectives);
-  std::cout << fmt::format("comm_bench: {} ranks as threads, Gloo over TCP loopback ({})\n", n,
-                           bench::LoadAverage());
-  const double memcpy_bps = MemcpyBandwidth(std::min<int64_t>(options.max_bytes, 64 << 20));
-  std::cout << fmt::format("memcpy bandwidth (one core, {}): {:.2f} GB/s\n",
-                           Size(std::min<int64_t>(options.max_bytes, 64 << 20)), memcpy_bps / 1e9);
-
-  // Sizes: powers of 2 from min to max bytes, each a multiple of 4 x ranks (f32 slices).
-  std::vector<int64_t> sizes;
-  for (int64_t bytes = options.min_bytes; bytes <= options.max_bytes; bytes *= 2) {
-    sizes.push_back(bytes / (4 * n) * (4 * n));
-  }
-  // results[c][s]: seconds per call, or -1 when the check failed.
-  std::vector<std::vector<double>> seconds(chosen.size(), std::vector<double>(sizes.size()));
-  std::vector<std::vector<bool>> right(chosen.size(), std::vector<bool>(sizes.size(), true));
+  seconds.assign(chosen.size(), std::vector<double>(sizes.size()));
+  right.assign(chosen.size(), std::vector<bool>(sizes.size(), true));
   MemoryKvStore store;
   MemoryLedger ledger;
   CpuAllocator allocator(ledger);
@@ -227,6 +207,7 @@ int Run(const Options& options) {
         gloo.rank = rank;
         gloo.size = n;
         gloo.timeout = kTimeout;
+        gloo.shared_memory = shared_memory;
         GlooCommunicator world(store, allocator, gloo);
         std::vector<int> members(static_cast<size_t>(n));
         for (int r = 0; r < n; ++r) members[static_cast<size_t>(r)] = r;
@@ -260,20 +241,73 @@ int Run(const Options& options) {
     BATON_CHECK(errors[static_cast<size_t>(rank)].empty(), "rank {}: {}", rank,
                 errors[static_cast<size_t>(rank)]);
   }
+}
 
-  bool all_right = true;
-  for (size_t c = 0; c < chosen.size(); ++c) {
-    bench::Table table({"size", "time us", "algbw GB/s", "busbw GB/s", "busbw / memcpy", "check"});
-    for (size_t s = 0; s < sizes.size(); ++s) {
-      const double algbw = static_cast<double>(sizes[s]) / seconds[c][s];
-      const double busbw = algbw * chosen[c]->bus_factor(n);
-      all_right = all_right && right[c][s];
-      table.AddRow({Size(sizes[s]), fmt::format("{:.1f}", seconds[c][s] * 1e6),
-                    fmt::format("{:.3f}", algbw / 1e9), fmt::format("{:.3f}", busbw / 1e9),
-                    fmt::format("{:.1f}%", 100 * busbw / memcpy_bps),
-                    right[c][s] ? "ok" : "WRONG"});
+int Run(const Options& options) {
+  const int n = options.ranks;
+  BATON_CHECK(n >= 2 && n <= 64, "--ranks {}: must be in [2, 64]", n);
+  BATON_CHECK(options.min_bytes >= 4 * n && options.min_bytes <= options.max_bytes,
+              "--min-bytes {} must be at least 4 x ranks and at most --max-bytes {}",
+              options.min_bytes, options.max_bytes);
+  std::vector<const Collective*> chosen;
+  for (const Collective& c : Collectives()) {
+    if (options.collectives == "all" ||
+        ("," + options.collectives + ",").find("," + c.name + ",") != std::string::npos) {
+      chosen.push_back(&c);
     }
-    std::cout << fmt::format("\n{} (Gloo, {} ranks)\n{}", chosen[c]->name, n, table.ToString());
+  }
+  BATON_CHECK(!chosen.empty(),
+              "--collectives {}: none of all_reduce, reduce_scatter, "
+              "all_gather, all_to_all, send_recv",
+              options.collectives);
+  BATON_CHECK(
+      options.transport == "both" || options.transport == "shm" || options.transport == "tcp",
+      "--transport {}: one of both, shm, tcp", options.transport);
+  std::cout << fmt::format("comm_bench: {} ranks as threads of one process ({})\n", n,
+                           bench::LoadAverage());
+  const double memcpy_bps = MemcpyBandwidth(std::min<int64_t>(options.max_bytes, 64 << 20));
+  std::cout << fmt::format("memcpy bandwidth (one core, {}): {:.2f} GB/s\n",
+                           Size(std::min<int64_t>(options.max_bytes, 64 << 20)), memcpy_bps / 1e9);
+
+  // Sizes: powers of 2 from min to max bytes, each a multiple of 4 x ranks (f32 slices).
+  std::vector<int64_t> sizes;
+  for (int64_t bytes = options.min_bytes; bytes <= options.max_bytes; bytes *= 2) {
+    sizes.push_back(bytes / (4 * n) * (4 * n));
+  }
+  bool all_right = true;
+  std::vector<double> all_reduce_busbw[2];  // [tcp, shm] per size, where measured
+  for (const bool shared_memory : {true, false}) {
+    if (options.transport == (shared_memory ? "tcp" : "shm")) continue;
+    const char* transport = shared_memory ? "shared memory" : "Gloo, TCP loopback";
+    std::vector<std::vector<double>> seconds;
+    std::vector<std::vector<bool>> right;
+    Measure(options, shared_memory, chosen, sizes, seconds, right);
+    for (size_t c = 0; c < chosen.size(); ++c) {
+      bench::Table table(
+          {"size", "time us", "algbw GB/s", "busbw GB/s", "busbw / memcpy", "check"});
+      for (size_t s = 0; s < sizes.size(); ++s) {
+        const double algbw = static_cast<double>(sizes[s]) / seconds[c][s];
+        const double busbw = algbw * chosen[c]->bus_factor(n);
+        if (chosen[c]->name == "all_reduce") all_reduce_busbw[shared_memory].push_back(busbw);
+        all_right = all_right && right[c][s];
+        table.AddRow({Size(sizes[s]), fmt::format("{:.1f}", seconds[c][s] * 1e6),
+                      fmt::format("{:.3f}", algbw / 1e9), fmt::format("{:.3f}", busbw / 1e9),
+                      fmt::format("{:.1f}%", 100 * busbw / memcpy_bps),
+                      right[c][s] ? "ok" : "WRONG"});
+      }
+      std::cout << fmt::format("\n{} ({}, {} ranks)\n{}", chosen[c]->name, transport, n,
+                               table.ToString());
+    }
+  }
+  if (!all_reduce_busbw[0].empty() && !all_reduce_busbw[1].empty()) {
+    bench::Table table({"size", "shm busbw GB/s", "tcp busbw GB/s", "shm / tcp"});
+    for (size_t s = 0; s < sizes.size(); ++s) {
+      table.AddRow({Size(sizes[s]), fmt::format("{:.3f}", all_reduce_busbw[1][s] / 1e9),
+                    fmt::format("{:.3f}", all_reduce_busbw[0][s] / 1e9),
+                    fmt::format("{:.1f}x", all_reduce_busbw[1][s] / all_reduce_busbw[0][s])});
+    }
+    std::cout << fmt::format("\nall_reduce, shared memory over TCP ({} ranks)\n{}", n,
+                             table.ToString());
   }
   std::cout << fmt::format("\n{}; {}\n", all_right ? "checks passed" : "CHECKS FAILED",
                            bench::LoadAverage());
@@ -295,6 +329,7 @@ int main(int argc, char** argv) {
                  "all, or a comma list of all_reduce, reduce_scatter, all_gather, all_to_all, "
                  "send_recv");
   app.add_option("--iterations", options.iterations, "timed calls per figure, at most");
+  app.add_option("--transport", options.transport, "both (shared memory, then TCP), shm or tcp");
   CLI11_PARSE(app, argc, argv);
   try {
     return baton::Run(options);

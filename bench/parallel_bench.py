@@ -84,12 +84,19 @@ def main():
     parser.add_argument("baton")
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--json")
+    parser.add_argument("--layouts", nargs="+", metavar="P,T,R,ZERO",
+                        help="only these layouts (the first is the baseline); default: all")
     args = parser.parse_args()
+    layouts = LAYOUTS
+    if args.layouts:
+        layouts = [tuple(int(x) for x in text.split(",")) for text in args.layouts]
+        if any(len(layout) != 4 for layout in layouts):
+            parser.error("--layouts: each layout is P,T,R,ZERO, e.g. 1,2,1,0")
     cores = os.cpu_count() or 1
     load = os.getloadavg()[0]
     results = []
     with tempfile.TemporaryDirectory(prefix="parallel_bench.") as work:
-        for stages, tensor, replicas, zero in LAYOUTS:
+        for stages, tensor, replicas, zero in layouts:
             results.append(train(args.baton, work, stages, tensor, replicas, zero, args.steps))
     base = results[0]
     failures = []

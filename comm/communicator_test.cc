@@ -1,5 +1,6 @@
 // The Communicator contract (communicator.h), checked on every CPU implementation: the in-process
-// fake and Gloo over loopback TCP, with ranks as threads of this process.
+// fake, Gloo over loopback TCP ("gloo") and Gloo with its same-host shared-memory links ("shm"),
+// with ranks as threads of this process.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -11,6 +12,7 @@
 #include "comm/gloo_communicator.h"
 #include "comm/group.h"
 #include "comm/kv_store.h"
+#include "comm/shared_memory.h"
 #include "core/error.h"
 #include "core/random.h"
 
@@ -56,8 +58,12 @@ class CommunicatorTest : public ::testing::TestWithParam<std::string> {
       options.rank = rank;
       options.size = n;
       options.timeout = kGenerous;
+      options.shared_memory = GetParam() == "shm";
       comms[rank] = std::make_unique<GlooCommunicator>(store, allocator_, options);
     });
+    // The shared-memory segments, booked as comm while the communicators live.
+    comm_base_ = ledger_.current(MemCategory::kComm);
+    EXPECT_EQ(comm_base_, GetParam() == "shm" ? n * SharedMemorySegmentBytes(n - 1) : 0);
     return comms;
   }
 
@@ -77,6 +83,7 @@ class CommunicatorTest : public ::testing::TestWithParam<std::string> {
     return t;
   }
 
+  int64_t comm_base_ = 0;
   MemoryLedger ledger_;
   CpuAllocator allocator_{ledger_};
   std::unique_ptr<FakeHub> hub_;
@@ -175,11 +182,11 @@ TEST_P(CommunicatorTest, AllReduceSumOfHalvesSumsInF32AndRoundsOnce) {
       EXPECT_EQ(ToFloatVector(results[rank])[7], 1.0f + 2 * h) << Name(dtype) << " rank " << rank;
     }
   }
-  EXPECT_EQ(ledger_.current(MemCategory::kComm), 0);
-  if (GetParam() == "gloo") {
+  EXPECT_EQ(ledger_.current(MemCategory::kComm), comm_base_);
+  if (GetParam() != "fake") {
     // Each rank's f32 staging buffer is booked (the three ranks share this test's ledger).
-    EXPECT_GE(ledger_.peak(MemCategory::kComm), 8 * 4);
-    EXPECT_LE(ledger_.peak(MemCategory::kComm), 3 * 8 * 4);
+    EXPECT_GE(ledger_.peak(MemCategory::kComm), comm_base_ + 8 * 4);
+    EXPECT_LE(ledger_.peak(MemCategory::kComm), comm_base_ + 3 * 8 * 4);
   }
 }
 
@@ -390,7 +397,7 @@ TEST_P(CommunicatorTest, SendingToItselfOrOutsideTheWorldIsRefused) {
   EXPECT_THROW(comms[0]->AllReduceSum(t, {1}, kGenerous), Error);  // not a member
 }
 
-INSTANTIATE_TEST_SUITE_P(Cpu, CommunicatorTest, ::testing::Values("fake", "gloo"),
+INSTANTIATE_TEST_SUITE_P(Cpu, CommunicatorTest, ::testing::Values("fake", "gloo", "shm"),
                          [](const auto& info) { return info.param; });
 
 }  // namespace

@@ -17,6 +17,7 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <cstdio>
 #include <cstring>
 #include <deque>
 #include <functional>
@@ -25,6 +26,7 @@
 #include <thread>
 
 #include "comm/host_sum.h"
+#include "comm/shared_memory.h"
 #include "comm/staging.h"
 #include "comm/waiter_pool.h"
 #include "core/error.h"
@@ -155,6 +157,9 @@ struct GlooCommunicator::Impl {
   std::string abort_reason;
   std::string broken_reason;  // set when a collective failed: Gloo closed the connections
   uint32_t next_tag = 0;
+  // The same-host peers' links (none when options.shared_memory is off); stopped, like the
+  // waiters, before the abandoned operations' tensors go.
+  std::unique_ptr<SharedMemoryLinks> shm;
   WaiterPool waiters;  // last member: destroyed (joined) first
 
   void CheckUsableLocked() const {
@@ -179,6 +184,7 @@ struct GlooCommunicator::Impl {
   void EndOperations() {
     AbortPending();
     waiters.Stop();
+    if (shm) shm->Stop();
     if (context) {
       try {
         context->closeConnections();
@@ -202,6 +208,10 @@ struct GlooCommunicator::Impl {
   std::string MeshRound(KvStore& store, const std::string& prefix);
   std::string ConnectAndGreet(KvStore& store, const std::string& prefix);
   std::shared_ptr<GlooOp> Post(const Tensor& tensor, int peer, bool is_send, int channel);
+  // A two-member all-reduce's exchange with a peer the shared-memory links serve, summed as it
+  // streams (SharedMemoryLinks::PostExchangeSum): the send's and the receive's operations.
+  std::pair<std::shared_ptr<GlooOp>, std::shared_ptr<GlooOp>> PostExchangeSum(Tensor& tensor,
+                                                                              int peer);
   void Finish(const std::shared_ptr<GlooOp>& op, bool completed, const std::string& failure);
   void AbortPending();
   void RunCollective(const std::string& what, CommTimeout timeout,
@@ -230,6 +240,13 @@ std::shared_ptr<GlooOp> GlooCommunicator::Impl::Post(const Tensor& tensor, int p
     CheckUsableLocked();
     uint64_t& count = (is_send ? send_count : recv_count)[channel * options.size + peer];
     op->index = count++;
+    if (shm && channel < kSharedMemoryChannels && shm->Serves(peer)) {
+      shm->Post(is_send, peer, channel, op->index, tensor.raw(), tensor.nbytes(),
+                [this, op](const std::string& failure) { Finish(op, failure.empty(), failure); });
+      std::erase_if(pending, [](const std::weak_ptr<GlooOp>& p) { return p.expired(); });
+      pending.push_back(op);
+      return op;
+    }
     op->buffer = context->createUnboundBuffer(tensor.raw(), tensor.nbytes());
     const uint64_t slot = P2PSlot(channel, op->src, op->dst, op->index);
     if (is_send) {
@@ -254,6 +271,32 @@ std::shared_ptr<GlooOp> GlooCommunicator::Impl::Post(const Tensor& tensor, int p
   return op;
 }
 
+std::pair<std::shared_ptr<GlooOp>, std::shared_ptr<GlooOp>> GlooCommunicator::Impl::PostExchangeSum(
+    Tensor& tensor, int peer) {
+  auto send = std::make_shared<GlooOp>();
+  auto recv = std::make_shared<GlooOp>();
+  for (GlooOp* op : {send.get(), recv.get()}) {
+    op->tensor = tensor;
+    op->tensor_text = tensor.ToString();
+    op->is_send = op == send.get();
+    op->src = op->is_send ? options.rank : peer;
+    op->dst = op->is_send ? peer : options.rank;
+  }
+  std::lock_guard lock(mutex);
+  CheckUsableLocked();
+  send->index = send_count[kGroupChannel * options.size + peer]++;
+  recv->index = recv_count[kGroupChannel * options.size + peer]++;
+  shm->PostExchangeSum(
+      peer, kGroupChannel, send->index, recv->index, tensor.raw(), tensor.nbytes(), tensor.dtype(),
+      options.rank < peer,
+      [this, send](const std::string& failure) { Finish(send, failure.empty(), failure); },
+      [this, recv](const std::string& failure) { Finish(recv, failure.empty(), failure); });
+  std::erase_if(pending, [](const std::weak_ptr<GlooOp>& p) { return p.expired(); });
+  pending.push_back(send);
+  pending.push_back(recv);
+  return {send, recv};
+}
+
 void GlooCommunicator::Impl::Finish(const std::shared_ptr<GlooOp>& op, bool completed,
                                     const std::string& failure) {
   std::string error;
@@ -275,13 +318,17 @@ void GlooCommunicator::Impl::Finish(const std::shared_ptr<GlooOp>& op, bool comp
 
 void GlooCommunicator::Impl::AbortPending() {
   std::vector<std::shared_ptr<GlooOp>> ops;
+  std::string reason;
   {
     std::lock_guard lock(mutex);
+    reason = abort_reason;
     for (const auto& weak : pending) {
       if (auto op = weak.lock()) ops.push_back(op);
     }
   }
+  if (shm) shm->Abort(reason);
   for (const auto& op : ops) {
+    if (!op->buffer) continue;  // a shared-memory operation: the links end it
     // Harmless when the op already completed: the flag only interrupts a wait.
     if (op->is_send) {
       op->buffer->abortWaitSend();
@@ -318,6 +365,14 @@ void GlooCommunicator::Impl::RunCollective(const std::string& what, CommTimeout 
 void GlooCommunicator::Impl::GroupAllReduce(Tensor& tensor, const std::vector<int>& group,
                                             Clock::time_point deadline) {
   const int rank = options.rank;
+  const bool streamed =
+      group.size() == 2 && shm && shm->Serves(group[0] == rank ? group[1] : group[0]);
+  if (streamed) {  // the peer's bytes are added as they arrive: no staging copy
+    auto [send, recv] = PostExchangeSum(tensor, group[0] == rank ? group[1] : group[0]);
+    WaitOp(*recv, Remaining(deadline));
+    WaitOp(*send, Remaining(deadline));
+    return;
+  }
   std::vector<Tensor> staged = BookGlooGroupAllReduceStaging(allocator, tensor, group, rank);
   if (group.size() == 2) {
     const int peer = group[0] == rank ? group[1] : group[0];
@@ -388,6 +443,20 @@ void KnockOnListeners(const std::string& published, int size) {
     }
     ::close(fd);
   }
+}
+
+// Ranks with the same key share a host: the address they listen on (ranks in other network
+// namespaces of one machine listen on other addresses, and talk as hosts apart do) and the
+// kernel's boot id.
+std::string HostKey(const std::string& hostname) {
+  std::string boot_id;
+  if (FILE* file = std::fopen("/proc/sys/kernel/random/boot_id", "r")) {
+    char line[64] = {};
+    if (std::fgets(line, sizeof(line), file) != nullptr) boot_id = line;
+    std::fclose(file);
+  }
+  while (!boot_id.empty() && boot_id.back() == '\n') boot_id.pop_back();
+  return hostname + "/" + boot_id;
 }
 
 }  // namespace
@@ -506,7 +575,20 @@ GlooCommunicator::GlooCommunicator(KvStore& store, Allocator& host_allocator,
         round == 0 ? options.store_prefix : fmt::format("{}/round{}", options.store_prefix, round);
     impl_ = std::make_unique<Impl>(options, host_allocator);
     failure = impl_->MeshRound(store, prefix);
-    if (failure.empty()) return;
+    if (failure.empty()) {
+      if (options.shared_memory && options.size > 1) {
+        SharedMemoryOptions shm;
+        shm.rank = options.rank;
+        shm.size = options.size;
+        shm.host_key = HostKey(options.hostname);
+        shm.job_hash = std::hash<std::string>{}(options.secret + "/" + prefix);
+        shm.store_prefix = prefix + "/shm";
+        shm.timeout = options.timeout;
+        shm.peers = options.shared_memory_peers;
+        impl_->shm = std::make_unique<SharedMemoryLinks>(store, host_allocator.ledger(), shm);
+      }
+      return;
+    }
     spdlog::warn(
         "rank {}: the Gloo mesh failed (round {} of {}), connecting again on fresh "
         "ports: {}",

@@ -22,6 +22,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "comm/communicator.h"
 #include "comm/kv_store.h"
@@ -44,6 +45,13 @@ struct GlooOptions {
   // hello naming both ranks and this secret, so a connection that is not this job's peer is
   // found (docs/protocol.md, "The Gloo mesh").
   std::string secret;
+  // Ranks on one host exchange point-to-point messages (and so subgroup all-reduces) through
+  // shared memory (comm/shared_memory.h) instead of TCP; environment BATON_SHARED_MEMORY=0
+  // turns it off for a worker (job/worker_main.cc).
+  bool shared_memory = true;
+  // The ranks this one talks to (Plan::LinkedRanks): only these pairs get shared-memory rings;
+  // empty for every rank. Others on the host talk over TCP, should they ever talk.
+  std::vector<int> shared_memory_peers;
 };
 
 inline constexpr int kGlooMeshRounds = 4;

@@ -213,6 +213,7 @@ TEST(GlooCommunicatorTest, RanksWithDifferentSecretsRefuseTheMesh) {
   }
 }
 
+// Two ranks over TCP (Gloo's own pairs; shared_memory_test.cc has the same-host links').
 class GlooPairTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -223,6 +224,7 @@ class GlooPairTest : public ::testing::Test {
         options.rank = rank;
         options.size = 2;
         options.timeout = kGenerous;
+        options.shared_memory = false;
         comms_[rank] = std::make_unique<GlooCommunicator>(store_, allocator_, options);
       });
     }

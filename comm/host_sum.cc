@@ -93,4 +93,31 @@ void SumInOrder(const std::vector<Tensor>& tensors) {
   }
 }
 
+void AddInto(void* mine, const void* theirs, DType dtype, int64_t n, bool mine_first) {
+  if (dtype == DType::kI32) {
+    auto* m = static_cast<int32_t*>(mine);
+    const auto* t = static_cast<const int32_t*>(theirs);
+    for (int64_t i = 0; i < n; ++i) {
+      m[i] = static_cast<int32_t>(int64_t{m[i]} + int64_t{t[i]});  // as SumInOrder: no overflow
+    }
+    return;
+  }
+  if (dtype == DType::kF32) {
+    auto* m = static_cast<float*>(mine);
+    const auto* t = static_cast<const float*>(theirs);
+    // Both orders spelled out, as SumInOrder adds them.
+    if (mine_first) {
+      for (int64_t i = 0; i < n; ++i) m[i] = m[i] + t[i];
+    } else {
+      for (int64_t i = 0; i < n; ++i) m[i] = t[i] + m[i];
+    }
+    return;
+  }
+  for (int64_t i = 0; i < n; ++i) {
+    const float a = LoadFloat(mine, dtype, i);
+    const float b = LoadFloat(theirs, dtype, i);
+    StoreFloat(mine, dtype, i, mine_first ? a + b : b + a);
+  }
+}
+
 }  // namespace baton

@@ -14,4 +14,9 @@ namespace baton {
 // element before writing it, so the tensors may be the caller's own buffers.
 void SumInOrder(const std::vector<Tensor>& tensors);
 
+// mine[i] = mine[i] + theirs[i] (theirs[i] + mine[i] when !mine_first) over `n` elements of
+// `dtype`, by SumInOrder's rules: the bits SumInOrder gives the two tensors in that order. For
+// sums streamed from a transport's buffer (comm/shared_memory.h).
+void AddInto(void* mine, const void* theirs, DType dtype, int64_t n, bool mine_first);
+
 }  // namespace baton

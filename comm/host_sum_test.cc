@@ -44,5 +44,41 @@ TEST(HostSumTest, F32SumsEachElementLeftToRightBitForBitIntoEveryInput) {
   }
 }
 
+// AddInto, the shared-memory pair's streamed sum, gives SumInOrder's bits for two inputs in the
+// order it is told, in every dtype.
+TEST(HostSumTest, AddIntoGivesSumInOrdersBitsForTwoInputsInEitherOrder) {
+  Rng rng(5);
+  const int64_t n = 777;
+  for (const DType dtype : {DType::kF32, DType::kF16, DType::kBF16, DType::kI32}) {
+    for (const bool mine_first : {true, false}) {
+      std::vector<float> a(n), b(n);
+      for (int64_t i = 0; i < n; ++i) {
+        a[i] = static_cast<float>((rng.NextDouble() - 0.5) * (1 << rng.NextBelow(12)));
+        b[i] = static_cast<float>((rng.NextDouble() - 0.5) * (1 << rng.NextBelow(12)));
+      }
+      const int64_t bytes = n * static_cast<int64_t>(SizeOf(dtype));
+      std::vector<char> mine(bytes), theirs(bytes), lo(bytes), hi(bytes);
+      if (dtype == DType::kI32) {
+        for (int64_t i = 0; i < n; ++i) {
+          const int32_t x = static_cast<int32_t>(a[i] * 1000),
+                        y = static_cast<int32_t>(b[i] * 1000);
+          std::memcpy(mine.data() + 4 * i, &x, 4);
+          std::memcpy(theirs.data() + 4 * i, &y, 4);
+        }
+      } else {
+        ConvertFloats(a.data(), DType::kF32, mine.data(), dtype, n);
+        ConvertFloats(b.data(), DType::kF32, theirs.data(), dtype, n);
+      }
+      // SumInOrder over (first, second) as the order says.
+      lo = mine_first ? mine : theirs;
+      hi = mine_first ? theirs : mine;
+      SumInOrder({Tensor::Wrap(lo.data(), {n}, dtype), Tensor::Wrap(hi.data(), {n}, dtype)});
+      AddInto(mine.data(), theirs.data(), dtype, n, mine_first);
+      EXPECT_EQ(std::memcmp(mine.data(), lo.data(), static_cast<size_t>(bytes)), 0)
+          << Name(dtype) << (mine_first ? ", mine first" : ", theirs first");
+    }
+  }
+}
+
 }  // namespace
 }  // namespace baton

@@ -1,5 +1,6 @@
 #include "comm/meta_communicator.h"
 
+#include "comm/shared_memory.h"
 #include "comm/staging.h"
 #include "core/error.h"
 
@@ -18,14 +19,28 @@ class MetaWork final : public Work {
 
 class MetaCommunicator final : public Communicator {
  public:
-  MetaCommunicator(int rank, int size, CommTransport transport, Allocator& allocator)
+  MetaCommunicator(int rank, int size, CommTransport transport, Allocator& allocator,
+                   int linked_ranks)
       : rank_(rank), size_(size), transport_(transport), allocator_(allocator) {
     BATON_CHECK(size > 0 && rank >= 0 && rank < size, "rank {} is outside the world of {} ranks",
                 rank, size);
     if (transport_ == CommTransport::kNccl) {
       barrier_scratch_ = BookNcclBarrierScratch(allocator_);
     }
+    // The shared-memory segment of a rank whose linked peers all share its host (the local
+    // launcher; across hosts fewer do, and this is an upper bound).
+    const int peers = linked_ranks < 0 ? size_ - 1 : linked_ranks;
+    if (transport_ == CommTransport::kGloo && peers > 0 && SharedMemoryEnabled()) {
+      shared_memory_bytes_ = SharedMemorySegmentBytes(peers);
+      allocator_.ledger().Book(MemCategory::kComm, shared_memory_bytes_);
+    }
   }
+  ~MetaCommunicator() override {
+    if (shared_memory_bytes_ > 0)
+      allocator_.ledger().Release(MemCategory::kComm, shared_memory_bytes_);
+  }
+  MetaCommunicator(const MetaCommunicator&) = delete;
+  MetaCommunicator& operator=(const MetaCommunicator&) = delete;
 
   int rank() const override { return rank_; }
   int size() const override { return size_; }
@@ -53,6 +68,8 @@ class MetaCommunicator final : public Communicator {
     CheckTransferable(tensor, "AllReduceSum");
     const std::vector<int> members = CheckedGroup(group, rank_, size_);
     if (transport_ != CommTransport::kGloo || members.size() < 2 || tensor.numel() == 0) return;
+    // A pair on one host sums the peer's bytes as they stream through shared memory: no staging.
+    if (members.size() == 2 && shared_memory_bytes_ > 0) return;
     const std::vector<Tensor> staged =
         BookGlooGroupAllReduceStaging(allocator_, tensor, members, rank_);
   }
@@ -66,13 +83,14 @@ class MetaCommunicator final : public Communicator {
   CommTransport transport_;
   Allocator& allocator_;
   Tensor barrier_scratch_;
+  int64_t shared_memory_bytes_ = 0;
 };
 
 }  // namespace
 
 std::unique_ptr<Communicator> MakeMetaCommunicator(int rank, int size, CommTransport transport,
-                                                   Allocator& allocator) {
-  return std::make_unique<MetaCommunicator>(rank, size, transport, allocator);
+                                                   Allocator& allocator, int linked_ranks) {
+  return std::make_unique<MetaCommunicator>(rank, size, transport, allocator, linked_ranks);
 }
 
 }  // namespace baton

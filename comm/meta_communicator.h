@@ -27,8 +27,9 @@ enum class CommTransport {
 };
 
 // `allocator`: the one the real transport books with (the host allocator for Gloo, the device's
-// for NCCL); a MetaAllocator in the planner.
+// for NCCL); a MetaAllocator in the planner. `linked_ranks`: how many ranks Gloo's shared-memory
+// links would serve (the plan's LinkedRanks, all on this host), -1 for every other rank.
 std::unique_ptr<Communicator> MakeMetaCommunicator(int rank, int size, CommTransport transport,
-                                                   Allocator& allocator);
+                                                   Allocator& allocator, int linked_ranks = -1);
 
 }  // namespace baton

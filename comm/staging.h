@@ -17,6 +17,8 @@ Tensor BookGlooAllReduceStaging(Allocator& allocator, const Tensor& tensor);
 // Gloo's subgroup all-reduce (in rank order: two members exchange, more send to the lowest member,
 // which sums and sends the result back): a member of a 2-member group stages one copy of the
 // tensor (the peer's), the lowest member of a larger group one per other member, the others none.
+// Not called for a 2-member group whose pair shares a host: its shared-memory links add the
+// peer's bytes as they arrive (comm/shared_memory.h) and stage nothing.
 std::vector<Tensor> BookGlooGroupAllReduceStaging(Allocator& allocator, const Tensor& tensor,
                                                   const std::vector<int>& group, int rank);
 

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <thread>
 
+#include "comm/shared_memory.h"
 #include "core/error.h"
 #include "core/units.h"
 
@@ -53,6 +54,8 @@ std::optional<WorkerExit> ChildProcesses::Poll() {
     if (r > 0 && WIFSIGNALED(status)) exit.signal = WTERMSIG(status);
     if (r > 0 && WIFEXITED(status)) exit.exit_code = WEXITSTATUS(status);
     if (r < 0) exit.exit_code = -1;
+    // A worker killed while it set up its shared memory leaves the segment's name behind.
+    RemoveSharedMemoryOf(it->first);
     children_.erase(it);
     return exit;
   }
@@ -77,7 +80,10 @@ void ChildProcesses::StopAll(std::chrono::milliseconds grace) {
     if (!Poll()) std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   for (const auto& [pid, index] : children_) kill(pid, SIGKILL);
-  for (const auto& [pid, index] : children_) waitpid(pid, nullptr, 0);
+  for (const auto& [pid, index] : children_) {
+    waitpid(pid, nullptr, 0);
+    RemoveSharedMemoryOf(pid);
+  }
   children_.clear();
 }
 

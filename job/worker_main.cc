@@ -14,6 +14,7 @@
 
 #include "comm/gloo_communicator.h"
 #include "comm/host_staged_communicator.h"
+#include "comm/shared_memory.h"
 #if BATON_WITH_NCCL
 #include "comm/nccl_communicator.h"
 #endif
@@ -230,6 +231,8 @@ std::shared_ptr<Communicator> MakeCommunicator(const WorkerArgs& args, const Pla
   gloo.store_prefix = fmt::format("gloo/{}", launch.attempt);
   gloo.timeout = plan.timeouts.startup;
   gloo.secret = EnvOr(args.token, "BATON_TOKEN");
+  gloo.shared_memory = SharedMemoryEnabled();
+  gloo.shared_memory_peers = plan.LinkedRanks(args.rank);
   if (device.is_cpu()) return std::make_shared<GlooCommunicator>(store, backend.allocator(), gloo);
   // NCCL refuses two ranks on one GPU: stages sharing GPUs (more stages than GPUs here) talk
   // through the host instead.

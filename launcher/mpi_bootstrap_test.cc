@@ -8,39 +8,11 @@
 #include <string>
 
 #include "core/error.h"
+#include "core/scoped_env.h"
 #include "launcher/environment.h"
 
 namespace baton {
 namespace {
-
-// Sets (or with null clears) one environment variable for a test's scope, restoring it after.
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) {
-    const char* old = std::getenv(name);
-    had_ = old != nullptr;
-    if (had_) saved_ = old;
-    if (value != nullptr) {
-      setenv(name, value, 1);
-    } else {
-      unsetenv(name);
-    }
-  }
-  ~ScopedEnv() {
-    if (had_) {
-      setenv(name_.c_str(), saved_.c_str(), 1);
-    } else {
-      unsetenv(name_.c_str());
-    }
-  }
-  ScopedEnv(const ScopedEnv&) = delete;
-  ScopedEnv& operator=(const ScopedEnv&) = delete;
-
- private:
-  std::string name_;
-  std::string saved_;
-  bool had_ = false;
-};
 
 TEST(ListenHostTest, ALoopbackCoordinatorMeansLoopback) {
   ScopedEnv none("BATON_HOST", nullptr);

@@ -76,6 +76,17 @@ std::vector<int> Plan::Peers(int world_rank) const {
   return peers;
 }
 
+std::vector<int> Plan::LinkedRanks(int world_rank) const {
+  std::vector<int> ranks = Peers(world_rank);
+  for (const auto& group : CollectiveGroups(world_rank)) {
+    ranks.insert(ranks.end(), group.begin(), group.end());
+  }
+  std::sort(ranks.begin(), ranks.end());
+  ranks.erase(std::unique(ranks.begin(), ranks.end()), ranks.end());
+  ranks.erase(std::remove(ranks.begin(), ranks.end(), world_rank), ranks.end());
+  return ranks;
+}
+
 void Plan::SetCut(std::vector<LayerRange> cut) {
   virtual_stages = std::move(cut);
   tied = TiedGroupsFor(graph, dims, virtual_stages, num_stages(), schedule.layout);

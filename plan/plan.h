@@ -97,6 +97,9 @@ struct Plan {
   // (stage 0 and the last are neighbours: an interleaved schedule's chunks wrap around), and
   // with ZeRO-1 its stage's other replicas, and its stage's other tensor ranks.
   std::vector<int> Peers(int world_rank) const;
+  // Every rank it talks to, ascending: Peers and the members of its CollectiveGroups (the pairs
+  // a host transport links, e.g. the shared-memory links of ranks on one host).
+  std::vector<int> LinkedRanks(int world_rank) const;
   // Cuts the graph at `cut` (virtual_stages), and the tied groups with it.
   void SetCut(std::vector<LayerRange> cut);
   bool operator==(const Plan&) const = default;

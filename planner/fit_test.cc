@@ -8,6 +8,7 @@
 #include <string>
 
 #include "core/error.h"
+#include "core/scoped_env.h"
 #include "planner/in_process.h"
 #include "planner/memory_planner.h"
 #include "planner/planner.h"
@@ -253,6 +254,9 @@ TEST(FitTest, ReplicasWithZeroOneComeAfterStagesWhenMoreProcessesAreAllowed) {
   // head, so that tensor ranks (which would split the heads) are not a lever here. No checkpoint:
   // saving one gathers a layer's full f32 moments on replica 0 (docs/memory.md), a floor under
   // what ZeRO-1 saves that this budget (1 MiB under 8-bit state's leanest) does not leave room for.
+  // Over TCP: through shared memory each of 8 replicas' rings (4 MiB a rank) would outweigh the
+  // 1 MiB margin, and the ladder's order, not the transport, is what this checks.
+  ScopedEnv tcp("BATON_SHARED_MEMORY", "0");
   const Config config =
       SmallCpu({"parallel.stages=2", "model.num_heads=1", "output.final_checkpoint=false"});
   std::string text;

@@ -13,6 +13,7 @@
 
 #include "comm/gloo_communicator.h"
 #include "comm/kv_store.h"
+#include "comm/shared_memory.h"
 #include "core/error.h"
 #include "core/random.h"
 #include "core/units.h"
@@ -349,6 +350,7 @@ void ProfileMessages(const Config& config, const ProfileRequest& request, Measur
       options.rank = 1;
       options.size = 2;
       options.store_prefix = "tune";
+      options.shared_memory = SharedMemoryEnabled();  // the transport the workers will use
       comms[1] = std::make_unique<GlooCommunicator>(store, allocator, options);
     } catch (const std::exception& e) {
       error = e.what();
@@ -358,6 +360,7 @@ void ProfileMessages(const Config& config, const ProfileRequest& request, Measur
   options.rank = 0;
   options.size = 2;
   options.store_prefix = "tune";
+  options.shared_memory = SharedMemoryEnabled();
   comms[0] = std::make_unique<GlooCommunicator>(store, allocator, options);
   second.join();
   BATON_CHECK(error.empty(), "connecting two loopback Gloo ranks to time messages: {}", error);

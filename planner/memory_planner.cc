@@ -46,7 +46,8 @@ RankMemory PredictRank(const Plan& plan, int rank, const std::vector<LayerRange>
     std::unique_ptr<Backend> backend =
         MakeMetaBackend(PlannedDevice(plan.config), ledger, plan.config.device.threads);
     std::unique_ptr<Communicator> comm =
-        p > 1 ? MakeMetaCommunicator(rank, p, TransportFor(plan, options), backend->allocator())
+        p > 1 ? MakeMetaCommunicator(rank, p, TransportFor(plan, options), backend->allocator(),
+                                     static_cast<int>(plan.LinkedRanks(rank).size()))
               : nullptr;
     Plan cut = plan;
     cut.SetCut(virtual_stages);

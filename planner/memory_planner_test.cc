@@ -5,8 +5,13 @@
 #include <fmt/ranges.h>
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+#include <string>
+
+#include "comm/shared_memory.h"
 #include "config/config.h"
 #include "core/error.h"
+#include "core/scoped_env.h"
 #include "kernels/backend.h"
 #include "kernels/backend_factory.h"
 #include "model/cost.h"
@@ -263,11 +268,23 @@ TEST(MemoryPlannerTest, OneRankHoldingBothEndsBooksTheTiedEmbeddingOnceAfterSetu
 
 TEST(MemoryPlannerTest, GlooStagesTheTiedGradientOnTheFirstAndLastStage) {
   const Plan plan = MakePlan(Tiny({"parallel.stages=3"}));
-  const std::vector<RankMemory> gloo = PredictMemory(plan);
   const int64_t wte_grad = int64_t{plan.dims.vocab_size} * plan.dims.width * 4;
-  EXPECT_EQ(gloo[0].peak[MemCategory::kComm], wte_grad);
-  EXPECT_EQ(gloo[1].peak[MemCategory::kComm], 0);
-  EXPECT_EQ(gloo[2].peak[MemCategory::kComm], wte_grad);
+  {
+    // Over TCP the tied pair's all-reduce stages the peer's copy of the gradient.
+    ScopedEnv tcp("BATON_SHARED_MEMORY", "0");
+    const std::vector<RankMemory> gloo = PredictMemory(plan);
+    EXPECT_EQ(gloo[0].peak[MemCategory::kComm], wte_grad);
+    EXPECT_EQ(gloo[1].peak[MemCategory::kComm], 0);
+    EXPECT_EQ(gloo[2].peak[MemCategory::kComm], wte_grad);
+  }
+  {
+    // Through shared memory it streams the sum, staging nothing: each rank books its segment
+    // for its two peers on this host, nothing more.
+    ScopedEnv shm("BATON_SHARED_MEMORY", "1");
+    for (const RankMemory& r : PredictMemory(plan)) {
+      EXPECT_EQ(r.peak[MemCategory::kComm], SharedMemorySegmentBytes(2));
+    }
+  }
   for (const RankMemory& r : PredictMemory(plan, {CommTransport::kInProcess})) {
     EXPECT_EQ(r.peak[MemCategory::kComm], 0);
   }
@@ -287,30 +304,42 @@ TEST(MemoryPlannerTest, PredictsTheLedgerOfEveryReplica) {
 }
 
 TEST(MemoryPlannerTest, ReplicasBookTheGradientBucketAndGloosStagingAsComm) {
-  // Tiny's gradients fit one bucket: each rank books it (a copy of its gradients), and Gloo's
-  // two-member all-reduce stages the other replica's bucket; both are comm. Replica 1's ranks
-  // book what replica 0's do, and params, grads and optimizer state do not change with R.
+  // Tiny's gradients fit one bucket: each rank books it (a copy of its gradients); over TCP
+  // Gloo's two-member all-reduce stages the other replica's bucket, both comm; through shared
+  // memory the sum streams (nothing staged) and the rank books its segment for the ranks it talks
+  // to (its pipeline neighbour and its replica) instead. Replica 1's ranks book what replica 0's
+  // do, and params, grads and optimizer state do not change with R.
   const Plan one = MakePlan(Tiny({"parallel.stages=2"}));
   const Plan plan = MakePlan(Tiny({"parallel.stages=2", "parallel.replicas=2"}));
-  const std::vector<RankMemory> r1 = PredictMemory(one);
-  const std::vector<RankMemory> r2 = PredictMemory(plan);
-  ASSERT_EQ(r2.size(), 4u);
-  for (int r = 0; r < 4; ++r) {
-    const MemoryFigures& peak = r2[static_cast<size_t>(r)].peak;
-    const MemoryFigures& same_stage = r1[static_cast<size_t>(plan.layout().StageOf(r))].peak;
-    EXPECT_EQ(peak[MemCategory::kComm], 2 * peak[MemCategory::kGrads]) << r;
-    EXPECT_EQ(peak[MemCategory::kParams], same_stage[MemCategory::kParams]) << r;
-    EXPECT_EQ(peak[MemCategory::kGrads], same_stage[MemCategory::kGrads]) << r;
-    EXPECT_EQ(peak[MemCategory::kOptimizer], same_stage[MemCategory::kOptimizer]) << r;
-    EXPECT_EQ(peak.total, r2[static_cast<size_t>(plan.layout().StageOf(r))].peak.total) << r;
-  }
-  // A model larger than a bucket reuses one kGradBucketBytes buffer, plus one staged bucket.
   const Plan small = MakePlan(SmallCpu({"parallel.stages=2", "parallel.replicas=2"}));
-  const RankMemory last = PredictMemory(small)[1];
-  ASSERT_GT(last.peak[MemCategory::kGrads], 2 * kGradBucketBytes);
-  EXPECT_EQ(last.peak[MemCategory::kComm],
-            std::max(2 * kGradBucketBytes,
-                     kGradBucketBytes + int64_t{small.dims.vocab_size} * small.dims.width * 4));
+  for (const bool shared_memory : {false, true}) {
+    ScopedEnv transport("BATON_SHARED_MEMORY", shared_memory ? "1" : "0");
+    const std::vector<RankMemory> r1 = PredictMemory(one);
+    const std::vector<RankMemory> r2 = PredictMemory(plan);
+    ASSERT_EQ(r2.size(), 4u);
+    for (int r = 0; r < 4; ++r) {
+      ASSERT_EQ(plan.LinkedRanks(r).size(), 2u) << r;
+      const MemoryFigures& peak = r2[static_cast<size_t>(r)].peak;
+      const MemoryFigures& same_stage = r1[static_cast<size_t>(plan.layout().StageOf(r))].peak;
+      EXPECT_EQ(peak[MemCategory::kComm],
+                shared_memory ? SharedMemorySegmentBytes(2) + peak[MemCategory::kGrads]
+                              : 2 * peak[MemCategory::kGrads])
+          << r;
+      EXPECT_EQ(peak[MemCategory::kParams], same_stage[MemCategory::kParams]) << r;
+      EXPECT_EQ(peak[MemCategory::kGrads], same_stage[MemCategory::kGrads]) << r;
+      EXPECT_EQ(peak[MemCategory::kOptimizer], same_stage[MemCategory::kOptimizer]) << r;
+      EXPECT_EQ(peak.total, r2[static_cast<size_t>(plan.layout().StageOf(r))].peak.total) << r;
+    }
+    // A model larger than a bucket reuses one kGradBucketBytes buffer (over TCP plus one staged
+    // bucket, or the staged tied gradient where that is larger).
+    const RankMemory last = PredictMemory(small)[1];
+    ASSERT_GT(last.peak[MemCategory::kGrads], 2 * kGradBucketBytes);
+    EXPECT_EQ(last.peak[MemCategory::kComm],
+              shared_memory ? SharedMemorySegmentBytes(2) + kGradBucketBytes
+                            : std::max(2 * kGradBucketBytes,
+                                       kGradBucketBytes +
+                                           int64_t{small.dims.vocab_size} * small.dims.width * 4));
+  }
 }
 
 TEST(MemoryPlannerTest, OneFOneBHoldsStagesMinusRankMicroBatchesAndGpipeAll) {

@@ -153,6 +153,17 @@ std::vector<int> DescendantPids(int root) {
   return found;
 }
 
+std::vector<std::string> SharedMemoryNamesOf(int pid) {
+  const std::string start = "baton." + std::to_string(pid) + ".";
+  std::vector<std::string> names;
+  std::error_code error;
+  for (const auto& entry : std::filesystem::directory_iterator("/dev/shm", error)) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind(start, 0) == 0) names.push_back(name);
+  }
+  return names;
+}
+
 bool Running(int pid) {
   // /proc/PID/stat: "PID (COMM) STATE ...", and COMM may hold spaces or parentheses.
   const std::string stat = ReadFile("/proc/" + std::to_string(pid) + "/stat");

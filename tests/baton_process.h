@@ -52,6 +52,9 @@ std::vector<int> DescendantPids(int root);
 // Whether `pid` is a process that has not exited: gone, or a zombie not yet reaped (as processes
 // whose parent exited first are, until init reaps them), is not running.
 bool Running(int pid);
+// The names under /dev/shm of the shared-memory segments process `pid` created and that still
+// have a name (comm/shared_memory.h: a rank's segment loses its name once its peers mapped it).
+std::vector<std::string> SharedMemoryNamesOf(int pid);
 // The worker process of `rank` below `shell` (Background's pid): a child of the local launcher,
 // or under mpirun of the rank's agent; -1 if there is none (yet). Only this test's own processes
 // are ever found.

@@ -179,6 +179,9 @@ TEST(ReplicaTest, ASigkilledReplicaStopsTheJobNamingItAndLeavesNoProcess) {
                                log);
   ASSERT_TRUE(WaitFor(log, "step     2/", 300)) << ReadFile(log);
   const std::vector<int> processes = DescendantPids(shell);
+  // The ranks' shared-memory segments lost their names once their peers mapped them: a kill
+  // from here on, mid-collective or not, leaves nothing under /dev/shm.
+  for (int pid : processes) EXPECT_EQ(SharedMemoryNamesOf(pid).size(), 0u) << pid;
   const int victim = WorkerPid(shell, 3);  // stage 1 of replica 1
   ASSERT_GT(victim, 0) << ReadFile(log);
   kill(victim, SIGKILL);
@@ -190,7 +193,10 @@ TEST(ReplicaTest, ASigkilledReplicaStopsTheJobNamingItAndLeavesNoProcess) {
       << text;
   EXPECT_NE(text.find("replica"), std::string::npos) << text;  // the rank table's column
   EXPECT_GE(processes.size(), 4u) << text;
-  for (int pid : processes) EXPECT_FALSE(Running(pid)) << "process " << pid << " outlived the job";
+  for (int pid : processes) {
+    EXPECT_FALSE(Running(pid)) << "process " << pid << " outlived the job";
+    EXPECT_EQ(SharedMemoryNamesOf(pid).size(), 0u) << "process " << pid << " left shared memory";
+  }
 }
 
 }  // namespace
