@@ -33,6 +33,7 @@
 #include "job/fault_hooks.h"
 #include "kernels/backend_factory.h"
 #include "plan/codec.h"
+#include "worker/flight_recorder.h"
 #include "worker/stage_tensors.h"
 #include "worker/trainer.h"
 
@@ -328,6 +329,15 @@ void TrainRank(const WorkerArgs& args, CoordinatorClient& client, const Plan& pl
     }
   } close_on_return{comm.get()};
 
+  // The flight recorder (worker/flight_recorder.h): the launcher reads it after a failure; declared
+  // before the trainer, whose status callback writes to it.
+  std::unique_ptr<FlightRecorder> recorder;
+  try {
+    recorder = std::make_unique<FlightRecorder>(FlightRecorderPath(config.output.dir, args.rank),
+                                                args.rank);
+  } catch (const Error& e) {
+    spdlog::warn("no flight recorder for this rank: {}", e.what());
+  }
   TrainerSetup setup = TrainerSetupFor(plan, args.rank, comm.get());
   setup.inference_only = launch.evaluate_only;
   Trainer trainer(std::move(setup), *backend);
@@ -336,7 +346,10 @@ void TrainRank(const WorkerArgs& args, CoordinatorClient& client, const Plan& pl
   // from Ctrl-C) is reduced across ranks at the next step end, so every rank finishes the same
   // step, writes the checkpoint and exits cleanly.
   trainer.set_stop_flag(&StopFlag());
-  trainer.set_status_callback([&client, &blocked](const EngineStatus& status) {
+  trainer.set_status_callback([&client, &blocked, &recorder](const EngineStatus& status) {
+    if (recorder) {
+      recorder->Record(status.action, status.microbatch, status.peer_rank, status.bytes);
+    }
     if (status.peer_rank >= 0) {
       client.SetBlocked(status.action, status.microbatch, status.peer_rank);
       blocked.action = BlockedAction{status.action, status.microbatch, status.peer_rank, 0.0};
@@ -359,6 +372,7 @@ void TrainRank(const WorkerArgs& args, CoordinatorClient& client, const Plan& pl
   }
   for (int64_t step = first_step; step <= last_step; ++step) {
     BATON_CHECK(!client.aborted(), "the job was aborted: {}", client.abort_reason());
+    if (recorder) recorder->StartStep(step);
     if (faults.at_step_start) faults.at_step_start(args.rank, step);
     const StepRecord record = trainer.Step(step);
     result.compute_s += record.compute_s;

@@ -15,8 +15,9 @@ namespace fs = std::filesystem;
 namespace {
 
 // The files a run writes at the top of output.dir (docs/outputs.md), in the order they are named.
-constexpr const char* kRunFiles[] = {"metrics.jsonl", "report.json",  "report.html",
-                                     "trace.json",    "timeline.svg", "timeline_simulated.svg"};
+constexpr const char* kRunFiles[] = {
+    "metrics.jsonl",          "report.json",         "report.html", "trace.json", "timeline.svg",
+    "timeline_simulated.svg", "flight_recorder.json"};
 constexpr const char* kTensorBoardPrefix = "events.out.tfevents.";
 
 bool HasEntry(const fs::path& folder) {

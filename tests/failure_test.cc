@@ -14,6 +14,7 @@
 #include <fstream>
 #include <functional>
 #include <regex>
+#include <set>
 #include <sstream>
 #include <thread>
 
@@ -61,11 +62,12 @@ TEST(FailureTest, StalledPeerTimesOutWithATableNamingStageActionAndPeer) {
   // gradient of its first backward and gives up after parallel.timeout_s. Start-up waits (Gloo's
   // rendezvous, the ready barrier) take at least 60 s whatever timeout_s says, so a slow start on
   // a loaded machine is no stall; 5 s is far longer than any wait of step 1 here.
+  const std::string dir = TempDir("stalled-peer");
   const CommandResult result =
       RunShell("cd '" + SourceDir() + "' && BATON_TEST_STALL=1:2 '" + BatonFaultsBinary() +
                "' run configs/gpt-tiny.yaml --set train.steps=4 --set parallel.stages=2"
                " --set parallel.timeout_s=5 --set output.dir=" +
-               TempDir("stalled-peer"));
+               dir);
   EXPECT_NE(result.exit_code, 0) << result.output;
   // Stage 0 gives up on its first exchange with stage 1: the send of micro-batch 0's activation
   // (when sends complete before the next compute) or the wait for its gradient.
@@ -76,6 +78,31 @@ TEST(FailureTest, StalledPeerTimesOutWithATableNamingStageActionAndPeer) {
   EXPECT_TRUE(std::regex_search(result.output, row)) << result.output;
   const std::regex stalled(R"(\n\s+1\s+1\s+running\s)");
   EXPECT_TRUE(std::regex_search(result.output, stalled)) << result.output;
+  // The flight recorder: each rank's open entry, and stage 1 as the likely culprit (waited for,
+  // waiting for no peer: it began step 2 and ran nothing), all of it in flight_recorder.json.
+  const std::regex waiting(
+      R"(stage 0 \(rank 0\): (SEND_F|RECV_B) mb 0 waiting for rank 1, 262144 bytes \(step 2\))");
+  EXPECT_TRUE(std::regex_search(result.output, waiting)) << result.output;
+  EXPECT_NE(result.output.find("likely culprit: stage 1 (rank 1): 1 rank(s) wait for it (stage 0 "
+                               "(rank 0)), and it waits for no peer: it is at step 2 begun, no "
+                               "action run yet"),
+            std::string::npos)
+      << result.output;
+  const nlohmann::json recorded = ReadJson(dir + "/flight_recorder.json");
+  ASSERT_EQ(recorded["ranks"].size(), 2u) << recorded.dump();
+  const nlohmann::json& stage1 = recorded["ranks"][1]["entries"];
+  ASSERT_FALSE(stage1.empty()) << recorded.dump();
+  EXPECT_EQ(stage1.back()["what"], "STEP") << recorded.dump();
+  EXPECT_EQ(stage1.back()["step"], 2) << recorded.dump();
+  EXPECT_EQ(stage1.back()["end_us"], 0) << recorded.dump();
+  // Step 1 is there before it: stage 1's forward of every micro-batch.
+  std::set<int> step_one_forwards;
+  for (const auto& entry : stage1) {
+    if (entry["step"] == 1 && entry["what"] == "F") {
+      step_one_forwards.insert(entry["microbatch"].get<int>());
+    }
+  }
+  EXPECT_EQ(step_one_forwards, (std::set<int>{0, 1, 2, 3})) << recorded.dump();
 }
 
 // 2 stages x 2 tensor ranks: world ranks 0, 1 are stage 0 and 2, 3 stage 1 (docs/parallel.md).
@@ -92,6 +119,17 @@ TEST(FailureTest, AWaitOnAnotherTensorRanksStageNamesThePeersWorldRank) {
   const std::regex row(R"(\n\s+1\s+0\s+1\s+\w+\s+(SEND_F|RECV_B)\s+0\s+3\s+[0-9.]+\s)");
   EXPECT_TRUE(std::regex_search(result.output, row)) << result.output;
   EXPECT_EQ(result.output.find("peer rank 1,"), std::string::npos) << result.output;
+  // The flight recorder blames rank 3 alone: rank 2 (stage 1, tensor rank 0) computes micro-batch
+  // 0's forward and waits in its tensor all-reduce for rank 3, so although rank 0 waits for rank
+  // 2, rank 2 waits for a peer itself.
+  EXPECT_NE(result.output.find("stage 1 tensor 0 (rank 2): TP_ALLREDUCE mb 0 waiting for rank 3"),
+            std::string::npos)
+      << result.output;
+  EXPECT_NE(result.output.find("likely culprit: stage 1 tensor 1 (rank 3): 2 rank(s) wait for it"),
+            std::string::npos)
+      << result.output;
+  EXPECT_EQ(result.output.find("likely culprit: stage 1 tensor 0 (rank 2)"), std::string::npos)
+      << result.output;
 }
 
 // Trains gpt-tiny on 2 stages with `settings` ("--set k=v ..."), freezes stage 1 whole (SIGSTOP,

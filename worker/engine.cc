@@ -58,17 +58,14 @@ std::string StageEngine::Describe(const Action& action) const {
 }
 
 void StageEngine::SetStatus(const Action* action, int peer_stage) {
-  if (action == nullptr) {
-    SetStatus("compute", -1, -1);
-  } else {
-    SetStatus(std::string(KindName(action->kind)), action->microbatch, peer_stage);
-  }
+  SetStatus(std::string(KindName(action->kind)), action->microbatch, peer_stage);
 }
 
-void StageEngine::SetStatus(std::string what, int microbatch, int peer_stage) {
+void StageEngine::SetStatus(std::string what, int microbatch, int peer_stage, int64_t bytes) {
   EngineStatus now;
   now.action = std::move(what);
   now.microbatch = microbatch;
+  now.bytes = bytes;
   // The pipeline talks to stages; the status names the peer's world rank, which is what the
   // launcher's rank table and hang headline print beside "peer rank".
   now.peer_rank = peer_stage < 0 || comm_ == nullptr ? -1 : comm_->WorldRank(peer_stage);
@@ -109,6 +106,7 @@ std::vector<float> StageEngine::RunStep(const std::vector<Action>& actions,
     }
     const Clock::time_point t0 = Clock::now();
     last_wait_end_ = t0;
+    if (IsCompute(action.kind)) SetStatus(&action, -1);  // its waits for inputs say so
     Dispatch(action);
     if (IsCompute(action.kind)) {
       // The compute span starts once its input arrived (the wait is its own span).
@@ -223,7 +221,8 @@ void StageEngine::PostSend(const Action& action) {
 void StageEngine::ReapSends(bool wait_all) {
   for (auto it = sends_.begin(); it != sends_.end();) {
     if (wait_all) {
-      SetStatus(std::string(KindName(it->action.kind)), it->action.microbatch, it->peer_stage);
+      SetStatus(std::string(KindName(it->action.kind)), it->action.microbatch, it->peer_stage,
+                static_cast<int64_t>(it->tensor.nbytes()));
     }
     bool done = it->work->Test();
     if (!done && wait_all) {
@@ -255,7 +254,7 @@ Tensor StageEngine::AwaitInput(const Action& action) {
   }
   BATON_CHECK(s.input.defined(), "{}: no RECV_F was posted for this input", Describe(action));
   if (s.input_work) {
-    SetStatus("RECV_F", action.microbatch, previous_rank);
+    SetStatus("RECV_F", action.microbatch, previous_rank, static_cast<int64_t>(s.input.nbytes()));
     const Clock::time_point from = Clock::now();
     try {
       s.input_work->Wait(options_.timeout);
@@ -287,7 +286,7 @@ Tensor StageEngine::AwaitGradient(const Action& action) {
   BATON_CHECK(s.grad_output.defined(), "{}: no RECV_B was posted for this gradient",
               Describe(action));
   if (s.grad_work) {
-    SetStatus("RECV_B", action.microbatch, next_rank);
+    SetStatus("RECV_B", action.microbatch, next_rank, static_cast<int64_t>(s.grad_output.nbytes()));
     const Clock::time_point from = Clock::now();
     try {
       s.grad_work->Wait(options_.timeout);
@@ -311,7 +310,7 @@ void StageEngine::Forward(const Action& action) {
   const MicroBatch& batch = (*batches_)[static_cast<size_t>(action.microbatch)];
   BATON_CHECK(s.stashes.empty(), "{}: forward ran twice", Describe(action));
   Tensor x = AwaitInput(action);
-  SetStatus(nullptr, -1);
+  SetStatus(&action, -1);
   const int num_layers = static_cast<int>(chunk.layers.size());
   const int every = options_.layers_per_segment;
   s.stashes.resize(static_cast<size_t>(num_layers));
@@ -363,7 +362,7 @@ void StageEngine::Backward(const Action& action, bool input_only) {
   const MicroBatch& batch = (*batches_)[static_cast<size_t>(action.microbatch)];
   BATON_CHECK(!s.stashes.empty(), "{}: backward before forward", Describe(action));
   Tensor dy = AwaitGradient(action);
-  SetStatus(nullptr, -1);
+  SetStatus(&action, -1);
   const BackwardArgs args{loss_grad_scale_};
   const int every = options_.layers_per_segment;
   const int num_layers = static_cast<int>(chunk.layers.size());

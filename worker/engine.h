@@ -54,13 +54,16 @@ struct EngineOptions {
 
 // What the engine is doing right now, for hang diagnosis.
 struct EngineStatus {
-  std::string action;  // e.g. "RECV_F" or "idle"
+  std::string action;  // e.g. "F", "RECV_F", "ALLREDUCE" or "idle"
   int microbatch = -1;
   int peer_rank = -1;  // the world rank waited on (not its stage), -1 if none
+  int64_t bytes = 0;   // of the message waited on, 0 if none
   Clock::time_point since;
 };
 
-// Called (on the engine's thread) whenever the engine starts or stops waiting on a peer.
+// Called (on the engine's thread) whenever the engine starts a compute action (peer -1), starts
+// or stops waiting on a peer, and when its step ends ("idle"); the step end's exchanges report
+// theirs too (worker/gradient_sync.h). The flight recorder keeps them (worker/flight_recorder.h).
 using StatusCallback = std::function<void(const EngineStatus&)>;
 
 struct StepTimings {
@@ -112,9 +115,10 @@ class StageEngine {
   Tensor AwaitGradient(const Action& action);
   void RecomputeSegment(Slot& s, Chunk& chunk, int segment, const MicroBatch& batch);
   void ReapSends(bool wait_all);
-  // `peer_stage`: the pipeline stage waited on, or -1; reported as its world rank.
+  // `action` (its kind and micro-batch); `peer_stage`: the pipeline stage waited on, or -1
+  // (running it); reported as its world rank.
   void SetStatus(const Action* action, int peer_stage);
-  void SetStatus(std::string what, int microbatch, int peer_stage);
+  void SetStatus(std::string what, int microbatch, int peer_stage, int64_t bytes = 0);
   std::string Describe(const Action& action) const;
 
   Backend& backend_;

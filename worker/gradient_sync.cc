@@ -15,7 +15,7 @@ namespace {
 // longer does (peer -1).
 void Report(const ReplicaContext& context, const char* action, int peer) {
   if (context.on_status != nullptr && *context.on_status) {
-    (*context.on_status)({action, -1, peer, Clock::now()});
+    (*context.on_status)({action, -1, peer, 0, Clock::now()});
   }
 }
 

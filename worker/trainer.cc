@@ -109,6 +109,26 @@ EngineOptions EngineOptionsFor(const TrainerSetup& setup) {
 // The optimizer and the gradient synchronisation of this stage's replicas, in the order their
 // state is booked: ZeRO-1's flat space before the optimizer (it decides the shard), the
 // all-reduce's buckets after it.
+void Trainer::set_status_callback(StatusCallback callback) {
+  on_status_ = std::move(callback);
+  engine_->set_status_callback([this](const EngineStatus& status) {
+    engine_status_ = status;
+    if (on_status_) on_status_(status);
+  });
+  if (!tensor_group_) return;
+  tensor_group_->set_status_hooks(
+      [this](const char* what, int peer_rank, int64_t bytes) {
+        if (on_status_) {
+          on_status_({what, engine_status_.microbatch, peer_rank, bytes, Clock::now()});
+        }
+      },
+      [this] {
+        EngineStatus resumed = engine_status_;
+        resumed.since = Clock::now();
+        if (on_status_) on_status_(resumed);
+      });
+}
+
 void Trainer::SetUpOptimizer() {
   const Config& config = setup_.config;
   if (config.prune.enabled()) AllocatePruneMasks(backend_, model_->params());

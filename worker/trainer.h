@@ -162,12 +162,11 @@ class Trainer {
   // A flag (set from a signal handler) that asks this rank to stop; reduced across ranks at
   // every step end so that all ranks stop after the same step. May be null.
   void set_stop_flag(const std::atomic<bool>* flag) { stop_flag_ = flag; }
-  // Told whenever this rank starts or stops waiting on a peer: the engine's waits, and the
-  // replicas' gradient all-reduce ("ALLREDUCE", peer: another replica of this stage).
-  void set_status_callback(StatusCallback callback) {
-    on_status_ = callback;
-    engine_->set_status_callback(std::move(callback));
-  }
+  // Told whenever this rank starts a compute action or starts or stops waiting on a peer: the
+  // engine's actions and waits, the tensor group's collectives ("TP_ALLREDUCE", ..., peer: the
+  // next tensor rank; then the engine's action again), and the replicas' gradient all-reduce
+  // ("ALLREDUCE", peer: another replica of this stage).
+  void set_status_callback(StatusCallback callback);
   const LossScaler& loss_scaler() const { return scaler_; }
 
  private:
@@ -249,6 +248,7 @@ class Trainer {
   std::chrono::milliseconds timeout_;
   const std::atomic<bool>* stop_flag_ = nullptr;
   StatusCallback on_status_;
+  EngineStatus engine_status_;  // the engine's latest, restored after a tensor collective
   std::vector<StepPass> step_end_;
 };
 
