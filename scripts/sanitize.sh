@@ -92,12 +92,12 @@ run_asan() {
 }
 
 # The tests of everything with threads of its own (see the top), and their executables.
-tsan_targets=(comm_test gloo_communicator_test host_staged_communicator_test coordinator_test
-  planner_test worker_test kernels_test signal_burst_test launcher_test)
+tsan_targets=(comm_test gloo_communicator_test shared_memory_test host_staged_communicator_test
+  coordinator_test planner_test worker_test kernels_test signal_burst_test launcher_test)
 tsan_tests='^(CoordinatorTest|Cpu/CommunicatorTest|FakeCommunicatorTest|GlooCommunicatorTest'
 tsan_tests+='|GlooPairTest|RankTableTest|HostStagedCommunicatorTest|InProcess|LlamaInProcess'
 tsan_tests+='|ScheduleRuntimeTest|StageEngineTest|ThreadPoolTest|ParallelForTest|GemmEngineTest'
-tsan_tests+='|SignalBurstTest|MonitorTest|WaiterPoolTest)'
+tsan_tests+='|SignalBurstTest|MonitorTest|WaiterPoolTest|SharedMemoryTest)'
 
 run_tsan() {
   configure build-tsan thread
