@@ -7,44 +7,6 @@
 #include "core/error.h"
 
 namespace baton {
-namespace {
-
-float LoadFloat(const void* base, DType dtype, int64_t i) {
-  switch (dtype) {
-    case DType::kF32:
-      return static_cast<const float*>(base)[i];
-    case DType::kF16:
-      return HalfToFloat(static_cast<const uint16_t*>(base)[i]);
-    case DType::kBF16:
-      return BFloat16ToFloat(static_cast<const uint16_t*>(base)[i]);
-    case DType::kI32:
-    case DType::kU8:
-    case DType::kI8:
-      break;
-  }
-  BATON_FAIL("LoadFloat of {}", Name(dtype));
-}
-
-void StoreFloat(void* base, DType dtype, int64_t i, float value) {
-  switch (dtype) {
-    case DType::kF32:
-      static_cast<float*>(base)[i] = value;
-      return;
-    case DType::kF16:
-      static_cast<uint16_t*>(base)[i] = FloatToHalf(value);
-      return;
-    case DType::kBF16:
-      static_cast<uint16_t*>(base)[i] = FloatToBFloat16(value);
-      return;
-    case DType::kI32:
-    case DType::kU8:
-    case DType::kI8:
-      break;
-  }
-  BATON_FAIL("StoreFloat of {}", Name(dtype));
-}
-
-}  // namespace
 
 void SumInOrder(const std::vector<Tensor>& tensors) {
   BATON_CHECK(!tensors.empty(), "nothing to sum");
@@ -86,10 +48,23 @@ void SumInOrder(const std::vector<Tensor>& tensors) {
     }
     return;
   }
-  for (int64_t i = 0; i < n; ++i) {
-    float acc = LoadFloat(bases[0], dtype, i);
-    for (size_t k = 1; k < bases.size(); ++k) acc += LoadFloat(bases[k], dtype, i);
-    for (void* base : bases) StoreFloat(base, dtype, i, acc);
+  // 16-bit: blocks converted to f32 in bulk (bit for bit the scalar conversions: ConvertFloats),
+  // summed in f32 in the same order, rounded once.
+  constexpr int64_t kBlock = 1024;
+  float acc[kBlock];
+  float x[kBlock];
+  const size_t size = SizeOf(dtype);
+  for (int64_t begin = 0; begin < n; begin += kBlock) {
+    const int64_t count = std::min(kBlock, n - begin);
+    const auto at = [&](void* base) { return static_cast<char*>(base) + begin * size; };
+    ConvertFloats(at(bases[0]), dtype, acc, DType::kF32, static_cast<size_t>(count));
+    for (size_t k = 1; k < bases.size(); ++k) {
+      ConvertFloats(at(bases[k]), dtype, x, DType::kF32, static_cast<size_t>(count));
+      for (int64_t j = 0; j < count; ++j) acc[j] += x[j];
+    }
+    for (void* base : bases) {
+      ConvertFloats(acc, DType::kF32, at(base), dtype, static_cast<size_t>(count));
+    }
   }
 }
 
@@ -113,10 +88,21 @@ void AddInto(void* mine, const void* theirs, DType dtype, int64_t n, bool mine_f
     }
     return;
   }
-  for (int64_t i = 0; i < n; ++i) {
-    const float a = LoadFloat(mine, dtype, i);
-    const float b = LoadFloat(theirs, dtype, i);
-    StoreFloat(mine, dtype, i, mine_first ? a + b : b + a);
+  constexpr int64_t kBlock = 1024;
+  float a[kBlock];
+  float b[kBlock];
+  const size_t size = SizeOf(dtype);
+  for (int64_t begin = 0; begin < n; begin += kBlock) {
+    const auto count = static_cast<size_t>(std::min(kBlock, n - begin));
+    char* m = static_cast<char*>(mine) + begin * size;
+    ConvertFloats(m, dtype, a, DType::kF32, count);
+    ConvertFloats(static_cast<const char*>(theirs) + begin * size, dtype, b, DType::kF32, count);
+    if (mine_first) {
+      for (size_t j = 0; j < count; ++j) a[j] = a[j] + b[j];
+    } else {
+      for (size_t j = 0; j < count; ++j) a[j] = b[j] + a[j];
+    }
+    ConvertFloats(a, DType::kF32, m, dtype, count);
   }
 }
 

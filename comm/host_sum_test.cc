@@ -44,6 +44,35 @@ TEST(HostSumTest, F32SumsEachElementLeftToRightBitForBitIntoEveryInput) {
   }
 }
 
+// The 16-bit path (bulk conversions, blocks of 1024) gives the element-wise reference: each
+// element's inputs widened to f32 one by one, summed left to right, rounded once.
+TEST(HostSumTest, SixteenBitSumsEqualTheScalarReferenceBitForBit) {
+  Rng rng(9);
+  const int64_t n = 2500;
+  for (const DType dtype : {DType::kF16, DType::kBF16}) {
+    std::vector<std::vector<uint16_t>> data(3, std::vector<uint16_t>(static_cast<size_t>(n)));
+    for (auto& v : data) {
+      for (uint16_t& x : v) {
+        const float value = static_cast<float>((rng.NextDouble() - 0.5) * (1 << rng.NextBelow(10)));
+        x = dtype == DType::kF16 ? FloatToHalf(value) : FloatToBFloat16(value);
+      }
+    }
+    const auto widen = [dtype](uint16_t x) {
+      return dtype == DType::kF16 ? HalfToFloat(x) : BFloat16ToFloat(x);
+    };
+    std::vector<uint16_t> expected(static_cast<size_t>(n));
+    for (size_t i = 0; i < expected.size(); ++i) {
+      float acc = widen(data[0][i]);
+      for (size_t k = 1; k < data.size(); ++k) acc += widen(data[k][i]);
+      expected[i] = dtype == DType::kF16 ? FloatToHalf(acc) : FloatToBFloat16(acc);
+    }
+    std::vector<Tensor> tensors;
+    for (auto& v : data) tensors.push_back(Tensor::Wrap(v.data(), {n}, dtype));
+    SumInOrder(tensors);
+    for (const auto& v : data) EXPECT_EQ(v, expected) << Name(dtype);
+  }
+}
+
 // AddInto, the shared-memory pair's streamed sum, gives SumInOrder's bits for two inputs in the
 // order it is told, in every dtype.
 TEST(HostSumTest, AddIntoGivesSumInOrdersBitsForTwoInputsInEitherOrder) {
