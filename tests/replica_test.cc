@@ -166,6 +166,12 @@ TEST(ReplicaTest, AStalledReplicaTimesOutNamingTheStageGroupAndTheTableShowsRepl
   EXPECT_TRUE(std::regex_search(result.output, row)) << result.output;
   const std::regex stalled(R"(\n\s+1\s+0\s+1\s+running\s)");
   EXPECT_TRUE(std::regex_search(result.output, stalled)) << result.output;
+  // The flight recorder: replica 0 in the all-reduce with the gradients' bytes, replica 1 blamed.
+  const std::regex waiting(
+      R"(stage 0 replica 0 \(rank 0\): ALLREDUCE waiting for rank 1, [1-9][0-9]* bytes \(step 2\))");
+  EXPECT_TRUE(std::regex_search(result.output, waiting)) << result.output;
+  EXPECT_NE(result.output.find("likely culprit: stage 0 replica 1 (rank 1)"), std::string::npos)
+      << result.output;
 }
 
 TEST(ReplicaTest, ASigkilledReplicaStopsTheJobNamingItAndLeavesNoProcess) {

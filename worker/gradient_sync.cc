@@ -11,11 +11,11 @@
 namespace baton {
 namespace {
 
-// Tells the status callback that this rank waits on its replicas (`peer`: one of them), or no
-// longer does (peer -1).
-void Report(const ReplicaContext& context, const char* action, int peer) {
+// Tells the status callback that this rank waits on its replicas (`peer`: one of them; `bytes`:
+// the gradients it exchanges with them), or no longer does (peer -1).
+void Report(const ReplicaContext& context, const char* action, int peer, int64_t bytes = 0) {
   if (context.on_status != nullptr && *context.on_status) {
-    (*context.on_status)({action, -1, peer, 0, Clock::now()});
+    (*context.on_status)({action, -1, peer, bytes, Clock::now()});
   }
 }
 
@@ -60,7 +60,11 @@ AllReduceSync::AllReduceSync(ReplicaContext context, const std::vector<Param*>& 
 
 void AllReduceSync::Reduce(int64_t step) {
   Backend& backend = *context_.backend;
-  Report(context_, "ALLREDUCE", AnotherReplica(context_));
+  int64_t bytes = 0;
+  for (const Bucket& bucket : buckets_) {
+    bytes += bucket.numel * static_cast<int64_t>(SizeOf(bucket.dtype));
+  }
+  Report(context_, "ALLREDUCE", AnotherReplica(context_), bytes);
   for (size_t i = 0; i < buckets_.size(); ++i) {
     Bucket& bucket = buckets_[i];
     Tensor flat = buffers_.at(bucket.dtype).Slice(0, 0, bucket.numel);
@@ -145,7 +149,8 @@ void Zero1Sync::WaitAll(std::vector<std::unique_ptr<Work>>& works, const std::st
 void Zero1Sync::Reduce(int64_t step) {
   Backend& backend = *context_.backend;
   const int r = context_.num_replicas(), me = context_.replica();
-  Report(context_, "ALLREDUCE", AnotherReplica(context_));
+  Report(context_, "ALLREDUCE", AnotherReplica(context_),
+         flat_numel_ * static_cast<int64_t>(sizeof(float)));
   const std::string what = fmt::format("step {}: the data-parallel reduce-scatter", step);
   std::vector<std::unique_ptr<Work>> works;
   for (int64_t k = 0; k < rounds(); ++k) {
