@@ -207,6 +207,9 @@ struct GlooCommunicator::Impl {
   // Returns "" when every rank's every pair checked out, else what failed (the round is void).
   std::string MeshRound(KvStore& store, const std::string& prefix);
   std::string ConnectAndGreet(KvStore& store, const std::string& prefix);
+  std::shared_ptr<GlooOp> NewOp(const Tensor& tensor, int peer, bool is_send) const;
+  // Keeps `op` in `pending` (for AbortPending); drops the entries of ended operations.
+  void TrackLocked(std::shared_ptr<GlooOp> op);
   std::shared_ptr<GlooOp> Post(const Tensor& tensor, int peer, bool is_send, int channel);
   // A two-member all-reduce's exchange with a peer the shared-memory links serve, summed as it
   // streams (SharedMemoryLinks::PostExchangeSum): the send's and the receive's operations.
@@ -219,18 +222,29 @@ struct GlooCommunicator::Impl {
   void GroupAllReduce(Tensor& tensor, const std::vector<int>& group, Clock::time_point deadline);
 };
 
-std::shared_ptr<GlooOp> GlooCommunicator::Impl::Post(const Tensor& tensor, int peer, bool is_send,
-                                                     int channel) {
-  CheckPeer(peer, options.rank, options.size);
-  CheckTransferable(tensor, is_send ? "Isend" : "Irecv");
-  BATON_CHECK(tensor.device().is_cpu(), "GlooCommunicator moves host tensors only, got {}",
-              tensor.ToString());
+std::shared_ptr<GlooOp> GlooCommunicator::Impl::NewOp(const Tensor& tensor, int peer,
+                                                      bool is_send) const {
   auto op = std::make_shared<GlooOp>();
   op->tensor = tensor;
   op->tensor_text = tensor.ToString();
   op->is_send = is_send;
   op->src = is_send ? options.rank : peer;
   op->dst = is_send ? peer : options.rank;
+  return op;
+}
+
+void GlooCommunicator::Impl::TrackLocked(std::shared_ptr<GlooOp> op) {
+  std::erase_if(pending, [](const std::weak_ptr<GlooOp>& p) { return p.expired(); });
+  pending.push_back(std::move(op));
+}
+
+std::shared_ptr<GlooOp> GlooCommunicator::Impl::Post(const Tensor& tensor, int peer, bool is_send,
+                                                     int channel) {
+  CheckPeer(peer, options.rank, options.size);
+  CheckTransferable(tensor, is_send ? "Isend" : "Irecv");
+  BATON_CHECK(tensor.device().is_cpu(), "GlooCommunicator moves host tensors only, got {}",
+              tensor.ToString());
+  std::shared_ptr<GlooOp> op = NewOp(tensor, peer, is_send);
   if (tensor.nbytes() == 0) {  // nothing to move: both ends skip it
     op->done = true;
     return op;
@@ -241,10 +255,10 @@ std::shared_ptr<GlooOp> GlooCommunicator::Impl::Post(const Tensor& tensor, int p
     uint64_t& count = (is_send ? send_count : recv_count)[channel * options.size + peer];
     op->index = count++;
     if (shm && channel < kSharedMemoryChannels && shm->Serves(peer)) {
+      // The links' progress thread ends it: no waiter.
       shm->Post(is_send, peer, channel, op->index, tensor.raw(), tensor.nbytes(),
                 [this, op](const std::string& failure) { Finish(op, failure.empty(), failure); });
-      std::erase_if(pending, [](const std::weak_ptr<GlooOp>& p) { return p.expired(); });
-      pending.push_back(op);
+      TrackLocked(op);
       return op;
     }
     op->buffer = context->createUnboundBuffer(tensor.raw(), tensor.nbytes());
@@ -254,8 +268,7 @@ std::shared_ptr<GlooOp> GlooCommunicator::Impl::Post(const Tensor& tensor, int p
     } else {
       op->buffer->recv(peer, slot);
     }
-    std::erase_if(pending, [](const std::weak_ptr<GlooOp>& p) { return p.expired(); });
-    pending.push_back(op);
+    TrackLocked(op);
   }
   waiters.Submit([this, op] {
     bool completed = false;
@@ -273,15 +286,8 @@ std::shared_ptr<GlooOp> GlooCommunicator::Impl::Post(const Tensor& tensor, int p
 
 std::pair<std::shared_ptr<GlooOp>, std::shared_ptr<GlooOp>> GlooCommunicator::Impl::PostExchangeSum(
     Tensor& tensor, int peer) {
-  auto send = std::make_shared<GlooOp>();
-  auto recv = std::make_shared<GlooOp>();
-  for (GlooOp* op : {send.get(), recv.get()}) {
-    op->tensor = tensor;
-    op->tensor_text = tensor.ToString();
-    op->is_send = op == send.get();
-    op->src = op->is_send ? options.rank : peer;
-    op->dst = op->is_send ? peer : options.rank;
-  }
+  std::shared_ptr<GlooOp> send = NewOp(tensor, peer, /*is_send=*/true);
+  std::shared_ptr<GlooOp> recv = NewOp(tensor, peer, /*is_send=*/false);
   std::lock_guard lock(mutex);
   CheckUsableLocked();
   send->index = send_count[kGroupChannel * options.size + peer]++;
@@ -291,9 +297,8 @@ std::pair<std::shared_ptr<GlooOp>, std::shared_ptr<GlooOp>> GlooCommunicator::Im
       options.rank < peer,
       [this, send](const std::string& failure) { Finish(send, failure.empty(), failure); },
       [this, recv](const std::string& failure) { Finish(recv, failure.empty(), failure); });
-  std::erase_if(pending, [](const std::weak_ptr<GlooOp>& p) { return p.expired(); });
-  pending.push_back(send);
-  pending.push_back(recv);
+  TrackLocked(send);
+  TrackLocked(recv);
   return {send, recv};
 }
 

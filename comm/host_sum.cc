@@ -7,6 +7,12 @@
 #include "core/error.h"
 
 namespace baton {
+namespace {
+
+// The elements summed at a time in a local f32 buffer (on the stack: 4 KiB per operand).
+constexpr int64_t kBlock = 1024;
+
+}  // namespace
 
 void SumInOrder(const std::vector<Tensor>& tensors) {
   BATON_CHECK(!tensors.empty(), "nothing to sum");
@@ -31,7 +37,6 @@ void SumInOrder(const std::vector<Tensor>& tensors) {
     // Blocks of elements summed in a local buffer, each element's inputs all read before it is
     // written: the same additions in the same order as the loop below, but vectorised (the
     // element loop's per-element dtype switch kept the compiler from it: 0.5 GB/s all-reduce).
-    constexpr int64_t kBlock = 1024;
     float acc[kBlock];
     for (int64_t begin = 0; begin < n; begin += kBlock) {
       const int64_t count = std::min(kBlock, n - begin);
@@ -50,7 +55,6 @@ void SumInOrder(const std::vector<Tensor>& tensors) {
   }
   // 16-bit: blocks converted to f32 in bulk (bit for bit the scalar conversions: ConvertFloats),
   // summed in f32 in the same order, rounded once.
-  constexpr int64_t kBlock = 1024;
   float acc[kBlock];
   float x[kBlock];
   const size_t size = SizeOf(dtype);
@@ -88,7 +92,6 @@ void AddInto(void* mine, const void* theirs, DType dtype, int64_t n, bool mine_f
     }
     return;
   }
-  constexpr int64_t kBlock = 1024;
   float a[kBlock];
   float b[kBlock];
   const size_t size = SizeOf(dtype);

@@ -51,7 +51,6 @@ struct SegmentHeader {
   uint64_t job_hash;
   int32_t rank;
   int32_t pid;
-  int32_t num_peers;
   // Rung (incremented, then woken) by whoever leaves this rank work: bytes to read, or space to
   // write in a peer's ring.
   alignas(64) std::atomic<uint32_t> doorbell;
@@ -329,8 +328,7 @@ void SharedMemoryLinks::Impl::Connect(KvStore& store) {
     if (!failure.empty()) {
       spdlog::warn(
           "rank {}: no shared memory for the {} rank(s) of this host it talks to, they talk over "
-          "TCP "
-          "({}; is /dev/shm full or missing? Docker's default is 64 MiB: --shm-size)",
+          "TCP ({}; is /dev/shm full or missing? Docker's default is 64 MiB: --shm-size)",
           rank, same, failure);
       if (fd >= 0) ::shm_unlink(name.c_str());
       name = "none";
@@ -340,9 +338,9 @@ void SharedMemoryLinks::Impl::Connect(KvStore& store) {
       header->job_hash = options.job_hash;
       header->rank = rank;
       header->pid = static_cast<int32_t>(::getpid());
-      header->num_peers = same;
-      for (int ring = 0; ring < same * kSharedMemoryChannels; ++ring)
+      for (int ring = 0; ring < same * kSharedMemoryChannels; ++ring) {
         new (own.ring(ring)) RingHeader{};
+      }
     }
   }
   store.Set(fmt::format("{}/segment/{}", prefix, rank), name);
@@ -594,12 +592,6 @@ SharedMemoryLinks::~SharedMemoryLinks() { Stop(); }
 bool SharedMemoryLinks::Serves(int peer) const {
   return peer >= 0 && peer < static_cast<int>(impl_->peer_slot.size()) &&
          impl_->peer_slot[peer] >= 0;
-}
-
-std::vector<int> SharedMemoryLinks::peers() const {
-  std::vector<int> ranks;
-  for (const auto& peer : impl_->peers) ranks.push_back(peer.rank);
-  return ranks;
 }
 
 namespace {

@@ -88,8 +88,6 @@ class SharedMemoryLinks {
 
   // True when messages to and from world rank `peer` go through these links.
   bool Serves(int peer) const;
-  // The peers served, in rank order.
-  std::vector<int> peers() const;
 
   // Queues a message on (peer, channel): a send of `nbytes` at `data`, or a receive into it.
   // `index` is its number on the link (checked against the sender's on receipt). `data` must

@@ -1,14 +1,21 @@
 #include "launcher/outputs.h"
 
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
 #include <filesystem>
 #include <fstream>
 #include <limits>
 #include <nlohmann/json.hpp>
+#include <optional>
 
+#include "coordinator/coordinator_types.h"
 #include "core/error.h"
 #include "core/files.h"
+#include "core/units.h"
 #include "scheduler/costs.h"
 #include "scheduler/timeline.h"
+#include "worker/flight_recorder.h"
 
 namespace baton {
 
@@ -169,6 +176,36 @@ void WriteRunOutputs(const std::string& dir, const Plan& plan,
   WriteFileAtomically(dir + "/timeline.svg", svg);
   WriteFileAtomically(dir + "/timeline_simulated.svg",
                       SimulatedTimelineSvg(plan, MeasuredTimeline(plan, pipeline).makespan));
+}
+
+// docs/protocol.md, "Reports, heartbeats and hang diagnosis".
+void CollectFlightRecords(const Plan& plan, int attempt) {
+  const ParallelLayout layout = plan.layout();
+  std::vector<FlightRecord> records;
+  for (int rank = 0; rank < plan.world_size(); ++rank) {
+    std::optional<FlightRecord> record =
+        ReadFlightRecord(FlightRecorderPath(plan.config.output.dir, rank));
+    if (record) records.push_back(std::move(*record));
+  }
+  if (records.empty()) return;  // no worker got as far as training (or they ran elsewhere)
+  nlohmann::json body = FlightRecordsJson(records);
+  body["attempt"] = attempt;
+  const std::string path =
+      (std::filesystem::path(plan.config.output.dir) / "flight_recorder.json").string();
+  try {
+    WriteFileAtomically(path, body.dump(1) + "\n");
+  } catch (const Error& e) {
+    spdlog::warn("could not write {}: {}", path, e.what());
+  }
+  const auto describe = [&layout](int rank) {
+    if (rank < 0 || rank >= layout.world_size()) return fmt::format("rank {}", rank);
+    const Coordinates at = layout.At(rank);
+    return DescribeRank(rank, at.stage, layout.replicas() > 1 ? at.replica : -1,
+                        layout.tensor() > 1 ? at.tensor : -1);
+  };
+  spdlog::error("{}(all of it in {})",
+                SummariseFlightRecords(records, static_cast<int64_t>(WallMicros()), describe),
+                path);
 }
 
 }  // namespace baton

@@ -38,4 +38,9 @@ std::string SimulatedTimelineSvg(const Plan& plan, double makespan);
 void WriteRunOutputs(const std::string& dir, const Plan& plan,
                      const std::vector<RankResult>& results);
 
+// After a failed attempt whose workers have stopped: the ranks' flight records
+// (worker/flight_recorder.h) gathered into output.dir/flight_recorder.json, and each rank's last
+// entry and the likely culprit logged as an error. Nothing when no rank left a record.
+void CollectFlightRecords(const Plan& plan, int attempt);
+
 }  // namespace baton

@@ -320,38 +320,6 @@ struct Supervision {
   std::function<bool(std::string& failure)> stop;
 };
 
-// After a failed attempt, its workers stopped: every rank's flight recorder (the files the
-// workers mapped under output.dir/flight_recorder/) gathered into output.dir/flight_recorder.json,
-// and each rank's last entry and the likely culprit printed (docs/operations.md).
-void CollectFlightRecords(const Plan& plan, int attempt) {
-  const ParallelLayout layout = plan.layout();
-  std::vector<FlightRecord> records;
-  for (int rank = 0; rank < plan.world_size(); ++rank) {
-    std::optional<FlightRecord> record =
-        ReadFlightRecord(FlightRecorderPath(plan.config.output.dir, rank));
-    if (record) records.push_back(std::move(*record));
-  }
-  if (records.empty()) return;  // no worker got as far as training (or they ran elsewhere)
-  nlohmann::json body = FlightRecordsJson(records);
-  body["attempt"] = attempt;
-  const std::string path =
-      (std::filesystem::path(plan.config.output.dir) / "flight_recorder.json").string();
-  try {
-    WriteFileAtomically(path, body.dump(1) + "\n");
-  } catch (const Error& e) {
-    spdlog::warn("could not write {}: {}", path, e.what());
-  }
-  const auto describe = [&layout](int rank) {
-    if (rank < 0 || rank >= layout.world_size()) return fmt::format("rank {}", rank);
-    const Coordinates at = layout.At(rank);
-    return DescribeRank(rank, at.stage, layout.replicas() > 1 ? at.replica : -1,
-                        layout.tensor() > 1 ? at.tensor : -1);
-  };
-  spdlog::error("{}(all of it in {})",
-                SummariseFlightRecords(records, static_cast<int64_t>(WallMicros()), describe),
-                path);
-}
-
 // Runs attempts until one succeeds (nullopt) or the last allowed one failed (its failure, logged):
 // the restart policy of every launch mode.
 std::optional<std::string> SuperviseAttempts(CoordinatorServer& server, const Plan& plan,

@@ -67,7 +67,10 @@ std::string FlightRecorderPath(const std::string& output_dir, int rank) {
 FlightRecorder::FlightRecorder(const std::string& path, int rank) {
   std::error_code error;
   std::filesystem::create_directories(std::filesystem::path(path).parent_path(), error);
-  const int fd = ::open(path.c_str(), O_CREAT | O_TRUNC | O_RDWR | O_CLOEXEC, 0644);
+  // A fresh file, never one found there: whatever is at the name (an earlier record, a planted
+  // link) is unlinked, and O_EXCL | O_NOFOLLOW refuse what appears in between.
+  ::unlink(path.c_str());
+  const int fd = ::open(path.c_str(), O_CREAT | O_EXCL | O_NOFOLLOW | O_RDWR | O_CLOEXEC, 0644);
   BATON_CHECK(fd >= 0, "the flight recorder cannot create {}: {}", path, std::strerror(errno));
   if (::ftruncate(fd, static_cast<off_t>(kFileBytes)) != 0) {
     const int code = errno;
@@ -138,7 +141,7 @@ void FlightRecorder::OpenLocked(const std::string& what, int microbatch, int pee
 }
 
 std::optional<FlightRecord> ReadFlightRecord(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
   if (fd < 0) return std::nullopt;
   std::vector<char> bytes(kFileBytes);
   size_t got = 0;

@@ -102,6 +102,22 @@ TEST_F(FlightRecorderTest, TheRecordOutlivesAProcessKilledMidEntry) {
   EXPECT_EQ(record->entries.back().end_us, 0);
 }
 
+// A link planted at the recorder's name is replaced, never written through.
+TEST_F(FlightRecorderTest, APlantedLinkIsReplacedNotFollowed) {
+  const std::string target = TempPath("target.txt");
+  std::ofstream(target) << "precious";
+  const std::string path = TempPath("linked.bin");
+  std::filesystem::create_symlink(target, path);
+  { FlightRecorder recorder(path, 2); }
+  EXPECT_FALSE(std::filesystem::is_symlink(path));
+  std::ifstream in(target);
+  std::string text;
+  std::getline(in, text);
+  EXPECT_EQ(text, "precious");
+  ASSERT_TRUE(ReadFlightRecord(path));
+  EXPECT_EQ(ReadFlightRecord(path)->rank, 2);
+}
+
 TEST_F(FlightRecorderTest, MissingShortOrForeignFilesAreNoRecord) {
   EXPECT_FALSE(ReadFlightRecord(TempPath("none.bin")));
   const std::string garbage = TempPath("garbage.bin");
