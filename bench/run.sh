@@ -16,6 +16,8 @@
 #                   (bench/structure_bench.py)
 #   parallel        gpt-small-cpu at (stages, replicas) = (1,1) (2,1) (1,2) (2,2): tokens/s,
 #                   all-reduce time, every rank's peak beside the plan (bench/parallel_bench.py)
+#   checkpoint      gpt-small-cpu without checkpoints, with a synchronous and with a background
+#                   one every 5 steps: step time and its cost (bench/checkpoint_bench.py)
 #   generate        `baton generate` tokens/s with and without the KV cache, 200 new tokens on a
 #                   gpt-tiny checkpoint with context 256 (bench/generate_bench.sh)
 #   train_gpt.py    PyTorch CPU eager on the same models and threads (Debian's python3-torch),
@@ -23,13 +25,14 @@
 #
 # Environment: BENCH_REPEATS (default 1) runs pipeline_bench and memory_bench that many times
 # over, alternating, keeping each figure's fastest; BENCH_ONLY="train pipeline" runs a subset
-# (kernels train pipeline memory planner compress structure parallel generate pytorch). Time it on an idle machine: every figure is a speed.
+# (kernels train pipeline memory planner compress structure parallel checkpoint generate
+# pytorch). Time it on an idle machine: every figure is a speed.
 set -uo pipefail
 
 build=${1:-build}
 root=$(cd "$(dirname "$0")/.." && pwd)
 repeats=${BENCH_REPEATS:-1}
-only=${BENCH_ONLY:-kernels train pipeline memory planner compress structure parallel generate pytorch}
+only=${BENCH_ONLY:-kernels train pipeline memory planner compress structure parallel checkpoint generate pytorch}
 python=/usr/bin/python3  # Debian's, which sees python3-torch (TOOLCHAIN.md)
 
 wanted() { [[ " $only " == *" $1 "* ]]; }
@@ -85,6 +88,8 @@ wanted planner && run planner planner_bench
 wanted compress && run compress_bench "$python" "$root/bench/compress_bench.py" "$build/baton"
 wanted structure && run structure_bench "$python" "$root/bench/structure_bench.py" "$build/baton"
 wanted parallel && run parallel_bench "$python" "$root/bench/parallel_bench.py" "$build/baton"
+wanted checkpoint && run checkpoint_bench "$python" "$root/bench/checkpoint_bench.py" \
+  "$build/baton"
 wanted generate && run generate_bench bash "$root/bench/generate_bench.sh" "$build"
 
 if wanted pytorch; then

@@ -255,6 +255,9 @@ struct OutputConfig {
   // all) and every one whose step is a multiple of keep_every (0 = none).
   int64_t keep_checkpoints = 0;
   int64_t keep_every = 0;
+  // Checkpoints written by a background thread from a host copy of the state (the step waits
+  // only for the copy; docs/checkpoints.md, "Background checkpoints").
+  bool async_checkpoint = false;
   std::string report;        // JSON report path; "" = none
   bool tensorboard = false;  // TensorBoard event files in dir/tensorboard
   bool operator==(const OutputConfig&) const = default;

@@ -131,6 +131,7 @@ void VisitOutput(OutputConfig& o, FieldVisitor& v) {
   v.Enum("final_checkpoint", o.final_checkpoint, kBoolNames);
   v.Int("keep_checkpoints", o.keep_checkpoints, kNonNegativeInt);
   v.Int("keep_every", o.keep_every, kNonNegativeInt);
+  v.Enum("async_checkpoint", o.async_checkpoint, kBoolNames);
   v.VisitString("report", o.report);
   v.Enum("tensorboard", o.tensorboard, kBoolNames);
 }

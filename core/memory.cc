@@ -28,6 +28,8 @@ std::string_view Name(MemCategory category) {
       return "comm";
     case MemCategory::kWorkspace:
       return "workspace";
+    case MemCategory::kCheckpoint:
+      return "checkpoint";
   }
   BATON_FAIL("unknown memory category {}", static_cast<int>(category));
 }

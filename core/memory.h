@@ -21,13 +21,26 @@
 
 namespace baton {
 
-enum class MemCategory : uint8_t { kParams, kGrads, kOptimizer, kActivations, kComm, kWorkspace };
-inline constexpr int kNumMemCategories = 6;
+// kCheckpoint: the host copy of a rank's state that a background checkpoint writes from
+// (output.async_checkpoint; checkpoint/checkpoint_snapshot.h), host memory even on a GPU, as the
+// host staging booked as comm is.
+enum class MemCategory : uint8_t {
+  kParams,
+  kGrads,
+  kOptimizer,
+  kActivations,
+  kComm,
+  kWorkspace,
+  kCheckpoint
+};
+inline constexpr int kNumMemCategories = 7;
 inline constexpr std::array<MemCategory, kNumMemCategories> kAllMemCategories = {
     MemCategory::kParams,      MemCategory::kGrads, MemCategory::kOptimizer,
-    MemCategory::kActivations, MemCategory::kComm,  MemCategory::kWorkspace};
+    MemCategory::kActivations, MemCategory::kComm,  MemCategory::kWorkspace,
+    MemCategory::kCheckpoint};
 
-// "params", "grads", "optimizer", "activations", "comm", "workspace": the report's key names.
+// "params", "grads", "optimizer", "activations", "comm", "workspace", "checkpoint": the
+// report's key names.
 std::string_view Name(MemCategory category);
 
 // Bytes per category plus a total. For peaks, `total` is the peak of the sum (what the device

@@ -15,6 +15,9 @@ namespace baton {
 struct FaultHooks {
   // Called by world rank `rank` at the start of step `step`.
   std::function<void(int rank, int64_t step)> at_step_start;
+  // Called by world rank `rank` after each layer file of step `step`'s checkpoint it wrote (on
+  // the thread that wrote it: a background checkpoint's own).
+  std::function<void(int rank, int64_t step)> after_checkpoint_file;
   // The store the transport's mesh round (keys starting with `prefix`, "gloo/<attempt>") goes
   // through instead of `inner`; null: `inner` itself.
   std::function<std::unique_ptr<KvStore>(KvStore& inner, const std::string& prefix, int rank)>

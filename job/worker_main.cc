@@ -30,6 +30,7 @@
 #include "core/log.h"
 #include "core/stop_signals.h"
 #include "core/units.h"
+#include "job/checkpoint_saver.h"
 #include "job/fault_hooks.h"
 #include "kernels/backend_factory.h"
 #include "plan/codec.h"
@@ -54,53 +55,6 @@ std::string HostName() {
 
 // Steps whose timeline goes into the trace: the last few (steady state, not warm-up).
 constexpr int64_t kTracedSteps = 8;
-
-// Writes this rank's layers of step `step` (replica 0's ranks only: the replicas hold the same
-// bits, so the checkpoint has one copy of the model; with tensor ranks, tensor rank 0 writes the
-// whole tensors); rank 0 gathers those ranks' file lists through the store and writes the
-// manifest last; the barrier, over every rank of the job, tells each that the checkpoint is
-// complete.
-void SaveCheckpoint(const Plan& plan, const Launch& launch, int rank, CoordinatorClient& client,
-                    Trainer& trainer, Backend& backend, int64_t step) {
-  const Config& config = plan.config;
-  const auto timeout = plan.timeouts.checkpoint;
-  CheckpointWriter writer(CheckpointsRoot(config.output.dir));
-  const auto key = [&](int r) { return fmt::format("ckpt/{}/{}/{}", launch.attempt, step, r); };
-  const ParallelLayout layout = plan.layout();
-  const bool writes = layout.ReplicaOf(rank) == 0 && layout.TensorOf(rank) == 0;
-  // Under ZeRO-1 or with tensor ranks layer by layer, one layer's gathered or whole state held
-  // at a time (StateLayout::Save, through which the memory planner books the same).
-  std::vector<CheckpointFileEntry> entries;
-  trainer.state().Save([&](const std::vector<LayerTensors>& layers) {
-    if (!writes) return;
-    for (CheckpointFileEntry& e : writer.WriteLayers(step, rank, layers, backend)) {
-      entries.push_back(std::move(e));
-    }
-  });
-  if (writes) client.KvSet(key(rank), EncodeFileEntries(entries));
-  if (rank == 0) {
-    std::vector<CheckpointFileEntry> all;
-    for (int writer_rank : layout.GroupOf(Axis::kPipeline, 0)) {  // replica 0 writes the files
-      std::vector<CheckpointFileEntry> entries =
-          DecodeFileEntries(client.KvGet(key(writer_rank), timeout));
-      all.insert(all.end(), entries.begin(), entries.end());
-    }
-    TrainingState state;
-    state.step = step;
-    state.seed = config.train.seed;
-    state.loss_scaler = trainer.loss_scaler().state();
-    state.lr_segments = launch.lr_segments;
-    state.config = ToJson(config);
-    writer.WriteManifest(step, all, state, plan.dims, plan.graph);
-    spdlog::info("checkpoint of step {} written to {}", step, writer.step_dir(step));
-    for (const std::string& removed :
-         writer.Prune(step, config.output.keep_checkpoints, config.output.keep_every)) {
-      spdlog::info("checkpoint retention (output.keep_checkpoints {}, keep_every {}): removed {}",
-                   config.output.keep_checkpoints, config.output.keep_every, removed);
-    }
-  }
-  client.Barrier(fmt::format("checkpoint-{}-{}", launch.attempt, step), timeout);
-}
 
 // `baton eval`'s loss on a head rank: NaN or Inf is an error, not a figure to print (it printed
 // "eval loss -nan", or "loss": null, and exited 0).
@@ -194,8 +148,9 @@ void SetPlace(const ParallelLayout& layout, int rank, WorkerReport& report) {
   report.tensor = layout.tensor() > 1 ? at.tensor : -1;
 }
 
+// `checkpoint_s`: what the step end spent saving (negative: it saved nothing).
 WorkerReport StepReport(const Plan& plan, int rank, const StepRecord& record, bool holds_head,
-                        const MemoryLedger& ledger) {
+                        const MemoryLedger& ledger, double checkpoint_s) {
   WorkerReport report;
   SetPlace(plan.layout(), rank, report);
   report.step = record.step;
@@ -214,6 +169,7 @@ WorkerReport StepReport(const Plan& plan, int rank, const StepRecord& record, bo
     report.timings_s["tensor"] = record.tensor_s;
   }
   if (record.eval) report.timings_s["eval"] = record.eval->seconds;
+  if (checkpoint_s >= 0) report.timings_s["checkpoint"] = checkpoint_s;
   for (const auto& [key, bytes] : MemoryEntries(ledger.Peak())) report.memory_peak[key] = bytes;
   return report;
 }
@@ -360,6 +316,9 @@ void TrainRank(const WorkerArgs& args, CoordinatorClient& client, const Plan& pl
     }
   });
   const int64_t first_step = LoadInitialState(plan, launch, trainer, *backend);
+  // Background checkpoints copy the state to the host: on a CPU, the backend's own memory.
+  CheckpointSaver saver(plan, launch, args.rank, client,
+                        device.is_cpu() ? backend->allocator() : host_allocator);
   client.Barrier(fmt::format("ready-{}", launch.attempt), plan.timeouts.startup);
 
   RankResult result;
@@ -378,18 +337,24 @@ void TrainRank(const WorkerArgs& args, CoordinatorClient& client, const Plan& pl
     result.compute_s += record.compute_s;
     result.wall_s += record.step_s;
     if (step > config.train.steps - kTracedSteps) result.trace.push_back({step, record.trace});
-    client.Report(StepReport(plan, args.rank, record, trainer.holds_head(), ledger));
     // Every run ends with its last step saved (output.final_checkpoint), a stop too, so that
-    // `latest` always names where the run got to; checkpoint_every adds intermediate ones.
+    // `latest` always names where the run got to; checkpoint_every adds intermediate ones. The
+    // step's report carries the time that took (and the ledger's peak with it).
+    double checkpoint_s = -1;
+    saver.Check();
     if (record.stop || CheckpointAfterStep(config, step)) {
-      SaveCheckpoint(plan, launch, args.rank, client, trainer, *backend, step);
+      const auto start = Clock::now();
+      saver.Save(trainer, *backend, step);
+      checkpoint_s = Seconds(Clock::now() - start);
     }
+    client.Report(StepReport(plan, args.rank, record, trainer.holds_head(), ledger, checkpoint_s));
     if (record.stop) {
       spdlog::warn("stopping after step {} as asked (signal); checkpoint written", step);
       break;
     }
   }
 
+  saver.Finish();  // a background write of the last checkpoint
   result.digests = trainer.LayerDigests();
   result.memory_peak = ledger.Peak();
   result.holds_head = trainer.holds_head();

@@ -37,8 +37,8 @@ constexpr const char* kStyle =
 // Series colours: one per part of the run (attempts, resumed runs), and the eval loss's.
 constexpr const char* kLinePalette[] = {"#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#8c564b"};
 constexpr const char* kEvalPalette[] = {"#ff7f0e", "#e377c2", "#17becf", "#bcbd22", "#7f7f7f"};
-constexpr const char* kCategoryColors[kNumMemCategories] = {"#4c78a8", "#f58518", "#54a24b",
-                                                            "#e45756", "#72b7b2", "#b279a2"};
+constexpr const char* kCategoryColors[kNumMemCategories] = {
+    "#4c78a8", "#f58518", "#54a24b", "#e45756", "#72b7b2", "#b279a2", "#9d755d"};
 
 // metrics.jsonl's lines that parse as objects with a step and whose values have the types the
 // page reads, in file order.

@@ -62,11 +62,13 @@ void ToProto(const MemoryFigures& figures, pb::MemoryFigures* out) {
   out->set_activations(figures[MemCategory::kActivations]);
   out->set_comm(figures[MemCategory::kComm]);
   out->set_workspace(figures[MemCategory::kWorkspace]);
+  out->set_checkpoint(figures[MemCategory::kCheckpoint]);
   out->set_total(figures.total);
 }
 MemoryFigures FromProto(const pb::MemoryFigures& m) {
   MemoryFigures figures;
-  figures.bytes = {m.params(), m.grads(), m.optimizer(), m.activations(), m.comm(), m.workspace()};
+  figures.bytes = {m.params(), m.grads(),     m.optimizer(), m.activations(),
+                   m.comm(),   m.workspace(), m.checkpoint()};
   figures.total = m.total();
   return figures;
 }

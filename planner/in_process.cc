@@ -6,6 +6,7 @@
 #include <mutex>
 #include <thread>
 
+#include "checkpoint/checkpoint_snapshot.h"
 #include "comm/fake_communicator.h"
 #include "core/error.h"
 #include "kernels/backend_factory.h"
@@ -37,13 +38,23 @@ InProcessResult RunInProcess(const Plan& plan) {
             DeviceForLocalRank(plan.config.device.type, 0), ledger, plan.config.device.threads);
         InProcessRank& out = result.ranks[static_cast<size_t>(r)];
         {
+          // A background save's host copy (output.async_checkpoint), kept from the first save on.
+          CheckpointSnapshot snapshot(backend->allocator());
+          const bool copies =
+              plan.config.output.async_checkpoint && WritesCheckpointFiles(plan.layout(), r);
           Trainer trainer(TrainerSetupFor(plan, r, comm.get()), *backend);
           for (int64_t step = 1; step <= plan.config.train.steps; ++step) {
             out.steps.push_back(trainer.Step(step));
             out.peak_stashed_microbatches =
                 std::max(out.peak_stashed_microbatches, trainer.peak_stashed_microbatches());
-            // What a worker's save books (its gathered and whole temporaries), no file written.
-            if (CheckpointAfterStep(plan.config, step)) trainer.state().Save([](const auto&) {});
+            // What a worker's save books (its gathered and whole temporaries, and a background
+            // save's host copy), no file written.
+            if (CheckpointAfterStep(plan.config, step)) {
+              snapshot.Begin();
+              trainer.state().Save([&](const std::vector<LayerTensors>& layers) {
+                if (copies) snapshot.Add(layers, *backend);
+              });
+            }
           }
           out.digests = trainer.LayerDigests();
           out.tied_digests = trainer.TiedParamDigests();

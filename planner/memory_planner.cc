@@ -12,6 +12,7 @@
 #include <optional>
 #include <tuple>
 
+#include "checkpoint/checkpoint_snapshot.h"
 #include "comm/meta_communicator.h"
 #include "core/error.h"
 #include "kernels/backend_factory.h"
@@ -55,8 +56,24 @@ RankMemory PredictRank(const Plan& plan, int rank, const std::vector<LayerRange>
     trainer.Step(1);
     // Saving books after a step what the worker's save books: under ZeRO-1 replica 0's gathered
     // optimizer state, with tensor ranks the whole tensors and their sums' staging, a layer at
-    // a time.
-    if (SavesACheckpoint(plan.config)) trainer.state().Save([](const auto&) {});
+    // a time. A background save (output.async_checkpoint) also fills a host copy of what the
+    // rank writes, kept from then on: the steps after that save run beside it, and a later save
+    // gathers its temporaries beside the whole copy.
+    MetaAllocator host(ledger, Device::Cpu());
+    CheckpointSnapshot snapshot(host);
+    const bool copies =
+        plan.config.output.async_checkpoint && WritesCheckpointFiles(plan.layout(), rank);
+    const auto save = [&] {
+      snapshot.Begin();
+      trainer.state().Save([&](const std::vector<LayerTensors>& layers) {
+        if (copies) snapshot.Add(layers, *backend);
+      });
+    };
+    if (SavesACheckpoint(plan.config)) save();
+    if (copies && SavesBeforeTheLastStep(plan.config)) {
+      trainer.Step(2);
+      if (CheckpointsSaved(plan.config) > 1) save();
+    }
     result.peak_in_flight = trainer.peak_stashed_microbatches();
   }
   result.peak = ledger.Peak();

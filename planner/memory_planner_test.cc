@@ -56,6 +56,7 @@ void ExpectPredictedEqualsMeasured(const Plan& plan, double tolerance, const std
     EXPECT_EQ(p[MemCategory::kParams], m[MemCategory::kParams]) << where;
     EXPECT_EQ(p[MemCategory::kGrads], m[MemCategory::kGrads]) << where;
     EXPECT_EQ(p[MemCategory::kOptimizer], m[MemCategory::kOptimizer]) << where;
+    EXPECT_EQ(p[MemCategory::kCheckpoint], m[MemCategory::kCheckpoint]) << where;
     for (MemCategory c : {MemCategory::kActivations, MemCategory::kComm, MemCategory::kWorkspace}) {
       EXPECT_NEAR(static_cast<double>(p[c]), static_cast<double>(m[c]),
                   tolerance * static_cast<double>(m[c]))
@@ -303,6 +304,36 @@ TEST(MemoryPlannerTest, PredictsTheLedgerOfEveryReplica) {
                                 "1 stage x 4 replicas");
 }
 
+// output.async_checkpoint: the ranks that write (replica 0) keep a host copy of their layers'
+// whole state from the first save on, booked as checkpoint memory, and the steps after it run
+// beside it; the other replicas copy nothing.
+TEST(MemoryPlannerTest, BooksABackgroundCheckpointsHostCopyOnTheRanksThatWrite) {
+  for (const char* zero : {"parallel.zero=0", "parallel.zero=1"}) {
+    const Plan plan =
+        MakePlan(Tiny({"parallel.stages=2", "parallel.replicas=2", zero, "train.steps=3",
+                       "output.checkpoint_every=2", "output.async_checkpoint=true"}));
+    ExpectPredictedEqualsMeasured(plan, 0.0, fmt::format("background checkpoints, {}", zero));
+    const std::vector<RankMemory> predicted = PredictMemory(plan, {CommTransport::kInProcess});
+    const ParallelLayout layout = plan.layout();
+    for (int r = 0; r < plan.world_size(); ++r) {
+      const MemoryFigures& peak = predicted[static_cast<size_t>(r)].peak;
+      if (layout.ReplicaOf(r) != 0) {
+        EXPECT_EQ(peak[MemCategory::kCheckpoint], 0) << zero << ", rank " << r;
+      } else if (layout.StageOf(r) == 0) {
+        // fp32 without masters: each param, and both its moments whole even under ZeRO-1.
+        EXPECT_EQ(peak[MemCategory::kCheckpoint], 3 * peak[MemCategory::kParams])
+            << zero << ", rank " << r;
+      } else {
+        EXPECT_GT(peak[MemCategory::kCheckpoint], 0) << zero << ", rank " << r;
+      }
+    }
+  }
+  // Saving only after the last step: no step runs beside the copy, which the peak then shows
+  // only as what the save itself held.
+  const Plan last_only = MakePlan(Tiny({"parallel.stages=2", "output.async_checkpoint=true"}));
+  ExpectPredictedEqualsMeasured(last_only, 0.0, "background checkpoint of the last step");
+}
+
 TEST(MemoryPlannerTest, ReplicasBookTheGradientBucketAndGloosStagingAsComm) {
   // Tiny's gradients fit one bucket: each rank books it (a copy of its gradients); over TCP
   // Gloo's two-member all-reduce stages the other replica's bucket, both comm; through shared
@@ -433,6 +464,24 @@ TEST(MemoryPlannerTest, PredictsGpuStagesWithTheCudaBackendsBookings) {
     }
     EXPECT_GE(gpu[r].peak[MemCategory::kWorkspace], int64_t{32} << 20) << "stage " << r;
     EXPECT_EQ(gpu[r].peak[MemCategory::kComm], 4 + norm_partials) << "stage " << r;
+  }
+}
+
+// A GPU rank's background-checkpoint copy is host memory of the same bytes as a CPU rank's.
+TEST(MemoryPlannerTest, BooksAGpuRanksBackgroundCheckpointCopyLikeACpuRanks) {
+  if (!BuiltWithCuda()) GTEST_SKIP() << "built without CUDA";
+  const std::vector<std::string> common = {"parallel.stages=2", "precision.dtype=bf16",
+                                           "train.steps=3", "output.checkpoint_every=1",
+                                           "output.async_checkpoint=true"};
+  std::vector<std::string> on_gpu = common;
+  on_gpu.push_back("device.type=cuda");
+  const std::vector<RankMemory> cpu = PredictMemory(MakePlan(Tiny(common)));
+  const std::vector<RankMemory> gpu = PredictMemory(MakePlan(Tiny(on_gpu)));
+  ASSERT_EQ(cpu.size(), gpu.size());
+  for (size_t r = 0; r < gpu.size(); ++r) {
+    EXPECT_GT(cpu[r].peak[MemCategory::kCheckpoint], 0) << "stage " << r;
+    EXPECT_EQ(gpu[r].peak[MemCategory::kCheckpoint], cpu[r].peak[MemCategory::kCheckpoint])
+        << "stage " << r;
   }
 }
 

@@ -265,7 +265,8 @@ if may_run gpu "baton run configs/gpt-tiny.yaml on the CPU (2 stages), then devi
     # The V-shaped zb-v: stage 0 holds the embedding and the head, and each stage hands
     # activations between its own two chunks on the device.
     # Two tensor ranks sharing the GPU run the vocab-parallel embedding and cross-entropy
-    # kernels, with and without sequence parallelism.
+    # kernels, with and without sequence parallelism. Every GPU run saves a background
+    # checkpoint every 2 steps (output.async_checkpoint: device-to-host copies of the state).
     for layout in "1 1 0 1f1b 1 false" "2 1 0 1f1b 1 false" "2 1 0 zb-v 1 false" \
       "1 2 0 1f1b 1 false" "1 2 1 1f1b 1 false" "1 1 0 1f1b 2 false" "1 1 0 1f1b 2 true"; do
       read -r stages replicas zero schedule tensor sequence <<< "$layout"
@@ -277,7 +278,8 @@ if may_run gpu "baton run configs/gpt-tiny.yaml on the CPU (2 stages), then devi
       if run_baton "$name" 120 "${tiny[@]}" --set "parallel.stages=$stages" \
         --set "parallel.replicas=$replicas" --set "parallel.zero=$zero" \
         --set "parallel.schedule=$schedule" --set "parallel.tensor=$tensor" \
-        --set "parallel.sequence_parallel=$sequence" --set device.type=cuda; then
+        --set "parallel.sequence_parallel=$sequence" --set device.type=cuda \
+        --set output.checkpoint_every=2 --set output.async_checkpoint=true; then
         # Exit 3: the run gave the CPU's exact bits, so it ran on the CPU.
         "$gpu_bench" compare-losses "$out/tiny-cpu.json" "$out/$name.json" --tolerance 2e-3 \
           --require-difference 1 >"$out/$name.compare" 2>&1

@@ -1,6 +1,7 @@
 #include "tests/baton_process.h"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -135,6 +136,16 @@ bool WaitFor(const std::string& path, const std::string& text, int seconds) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
   return false;
+}
+
+std::string KillTheChildOf(int shell, const std::string& log, int seconds) {
+  const std::vector<int> children = ChildPids(shell);
+  BATON_CHECK(children.size() == 1, "shell {} runs {} processes, not one:\n{}", shell,
+              children.size(), ReadFile(log));
+  kill(children.front(), SIGKILL);
+  BATON_CHECK(WaitFor(log, "exit=", seconds), "no exit line in {} after SIGKILL:\n{}", log,
+              ReadFile(log));
+  return ReadFile(log);
 }
 
 std::vector<int> ChildPids(int parent) {

@@ -28,6 +28,18 @@ void MaybeStall(int rank, int64_t step) {
   std::this_thread::sleep_for(std::chrono::hours(1));
 }
 
+void MaybeHoldCheckpoint(int rank, int64_t step) {
+  const char* spec = std::getenv("BATON_TEST_HOLD_CHECKPOINT");
+  if (spec == nullptr || rank != 0) return;
+  const std::string text = spec;
+  const size_t colon = text.find(':');
+  BATON_CHECK(colon != std::string::npos, "BATON_TEST_HOLD_CHECKPOINT={}: not STEP:DIR", text);
+  if (std::stoll(text.substr(0, colon)) != step) return;
+  spdlog::warn("BATON_TEST_HOLD_CHECKPOINT: rank 0 holds the checkpoint of step {} here", step);
+  WriteFileAtomically(text.substr(colon + 1) + "/held", "held\n");
+  std::this_thread::sleep_for(std::chrono::hours(1));
+}
+
 namespace {
 
 class MeshGateStore final : public KvStore {
@@ -79,6 +91,7 @@ std::unique_ptr<KvStore> MaybeGateMesh(KvStore& inner, const std::string& prefix
 FaultHooks EnvironmentFaultHooks() {
   FaultHooks hooks;
   hooks.at_step_start = MaybeStall;
+  hooks.after_checkpoint_file = MaybeHoldCheckpoint;
   hooks.mesh_store = MaybeGateMesh;
   return hooks;
 }

@@ -1,7 +1,8 @@
 // The run report's memory promise (docs/memory.md) with real processes over Gloo: for every rank
 // of P stages x T tensor ranks x R replicas, in fp32 and bf16, the peaks the plan predicted equal
 // the peaks the rank's ledger measured over the whole run (its steps and the final checkpoint),
-// per category and in total, byte for byte, as report.json gives them.
+// per category and in total, byte for byte, as report.json gives them; with background
+// checkpoints too (their host copy booked as checkpoint memory).
 //
 // The in-process planner tests (planner/memory_planner_test.cc) hold the prediction to
 // RunInProcess, which talks through FakeHub; this one reads what a user reads. The avx2_emulation
@@ -11,6 +12,7 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -64,7 +66,7 @@ void ExpectPredictionExact(const nlohmann::json& report, const Layout& layout,
   for (const nlohmann::json& rank : ranks) {
     const nlohmann::json& peak = rank.at("memory").at("peak");
     const nlohmann::json& predicted = rank.at("memory").at("predicted");
-    ASSERT_EQ(peak.size(), 7u) << what;  // six categories and the total
+    ASSERT_EQ(peak.size(), 8u) << what;  // seven categories and the total
     for (const auto& [key, bytes] : peak.items()) {
       EXPECT_EQ(predicted.at(key), bytes)
           << what << ", rank " << rank.value("rank", rank.at("stage").get<int>()) << " (stage "
@@ -80,11 +82,23 @@ void ExpectEveryLayoutPredictedExactly(const std::string& dtype) {
       {2, 2, 1, {"parallel.sequence_parallel=true"}},
       {2, 1, 2, {"parallel.zero=1"}},  // replica 0 gathers the optimizer state to save it
       {2, 2, 2, {"parallel.zero=1"}},
+      // Background checkpoints: the ranks that write keep a host copy of their whole layers from
+      // the first save on, and the second step runs beside it.
+      {2, 2, 2, {"parallel.zero=1", "output.async_checkpoint=true", "output.checkpoint_every=1"}},
   };
   const std::string root = TempDir("memory-" + dtype);
   for (size_t i = 0; i < layouts.size(); ++i) {
     const std::string what = Describe(layouts[i], dtype);
-    ExpectPredictionExact(Run(fmt::format("{}/{}", root, i), layouts[i], dtype), layouts[i], what);
+    const nlohmann::json report = Run(fmt::format("{}/{}", root, i), layouts[i], dtype);
+    ExpectPredictionExact(report, layouts[i], what);
+    // The copy is there on the writers (replica 0, tensor rank 0: a quarter of the ranks) only.
+    int copies = 0;
+    for (const nlohmann::json& rank : report.value("stages", nlohmann::json::array())) {
+      copies += rank.at("memory").at("peak").at("checkpoint").get<int64_t>() > 0 ? 1 : 0;
+    }
+    const bool async = std::find(layouts[i].extra.begin(), layouts[i].extra.end(),
+                                 "output.async_checkpoint=true") != layouts[i].extra.end();
+    EXPECT_EQ(copies, async ? layouts[i].stages : 0) << what;
   }
 }
 

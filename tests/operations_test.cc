@@ -274,11 +274,7 @@ TEST(OperationsTest, SigkilledRunLeavesEveryLoggedStepInMetricsJsonlAndAResumeAp
                  log);
   ASSERT_TRUE(WaitFor(log, "checkpoint of step 2 written", 120)) << ReadFile(log);
   ASSERT_TRUE(WaitFor(log, "step     3/", 120)) << ReadFile(log);
-  const std::vector<int> launcher = ChildPids(shell);
-  ASSERT_EQ(launcher.size(), 1u);
-  kill(launcher.front(), SIGKILL);  // the workers die with it (PR_SET_PDEATHSIG)
-  ASSERT_TRUE(WaitFor(log, "exit=", 120)) << ReadFile(log);
-  const std::string text = ReadFile(log);
+  const std::string text = KillTheChildOf(shell, log, 120);
   EXPECT_NE(text.find("exit=137"), std::string::npos) << text;
 
   // Every step printed before the kill is in the file, with every step before it, in order.
