@@ -11,6 +11,7 @@
 #include "comm/fake_communicator.h"
 #include "comm/gloo_communicator.h"
 #include "comm/group.h"
+#include "comm/host_sum.h"
 #include "comm/kv_store.h"
 #include "comm/shared_memory.h"
 #include "core/error.h"
@@ -210,6 +211,48 @@ TEST_P(CommunicatorTest, SubgroupAllReduceSumsInRankOrderOnMembersOnly) {
     ASSERT_EQ(pair[1].data<float>()[i], x1.data<float>()[i]) << "rank 1 is no member";
     for (int rank = 0; rank < 3; ++rank) ASSERT_EQ(trio[rank].data<float>()[i], trio_sum) << i;
   }
+}
+
+// A group of four, named out of order: each element is the sum of the members' elements in world
+// rank order (the contract's order), on every member, whatever the element count (fewer elements
+// than members too: members with empty slices), in f32, bf16 (summed in f32, rounded once) and i32;
+// every staging buffer goes back.
+TEST_P(CommunicatorTest, FourMemberAllReduceSumsEveryElementInRankOrderAtEverySize) {
+  Comms comms = Make(5);
+  const std::vector<int> group = {3, 0, 4, 1};  // rank 2 is no member
+  for (const int64_t elements : {1, 3, 4, 5, 1001}) {
+    for (const DType dtype : {DType::kF32, DType::kBF16, DType::kI32}) {
+      std::vector<Tensor> inputs(5), results(5);
+      for (int rank = 0; rank < 5; ++rank) {
+        Tensor r = Random(100 + rank, elements);
+        inputs[rank] = Tensor::Empty(allocator_, {elements}, dtype, MemCategory::kGrads);
+        if (dtype == DType::kI32) {
+          for (int64_t i = 0; i < elements; ++i) {
+            inputs[rank].data<int32_t>()[i] = static_cast<int32_t>(r.data<float>()[i] * 1e3f);
+          }
+        } else {
+          ConvertFloats(r.raw(), DType::kF32, inputs[rank].raw(), dtype, elements);
+        }
+        results[rank] = Tensor::Empty(allocator_, {elements}, dtype, MemCategory::kGrads);
+        std::memcpy(results[rank].raw(), inputs[rank].raw(), inputs[rank].nbytes());
+      }
+      RunRanks(5, [&](int rank) {
+        if (rank != 2) comms[rank]->AllReduceSum(results[rank], group, kGenerous);
+      });
+      std::vector<Tensor> ordered;
+      for (int member : {0, 1, 3, 4}) {
+        ordered.push_back(Tensor::Empty(allocator_, {elements}, dtype, MemCategory::kGrads));
+        std::memcpy(ordered.back().raw(), inputs[member].raw(), inputs[member].nbytes());
+      }
+      SumInOrder(ordered);  // the reference: whole tensors summed in rank order
+      for (int rank = 0; rank < 5; ++rank) {
+        const Tensor& expected = rank == 2 ? inputs[2] : ordered[0];
+        EXPECT_EQ(std::memcmp(results[rank].raw(), expected.raw(), expected.nbytes()), 0)
+            << Name(dtype) << ", " << elements << " elements, rank " << rank;
+      }
+    }
+  }
+  EXPECT_EQ(ledger_.current(MemCategory::kComm), comm_base_);
 }
 
 // 2 stages x 2 replicas: world rank = replica * 2 + stage. Each replica's pipeline is a view of

@@ -365,8 +365,10 @@ void GlooCommunicator::Impl::RunCollective(const std::string& what, CommTimeout 
   }
 }
 
-// Subgroup all-reduce in rank order: two members exchange; more send to the lowest member, which
-// sums and sends the result back.
+// Subgroup all-reduce in rank order: two members exchange. More reduce-scatter, then all-gather:
+// member k receives slice k of every other member's tensor, sums the slices in rank order (the
+// bits the whole sum in rank order gives that slice) and sends its sum to the others, so each
+// member moves about 2 (n - 1)/n of the tensor each way and none is the hub of the others.
 void GlooCommunicator::Impl::GroupAllReduce(Tensor& tensor, const std::vector<int>& group,
                                             Clock::time_point deadline) {
   const int rank = options.rank;
@@ -378,10 +380,10 @@ void GlooCommunicator::Impl::GroupAllReduce(Tensor& tensor, const std::vector<in
     WaitOp(*send, Remaining(deadline));
     return;
   }
-  std::vector<Tensor> staged = BookGlooGroupAllReduceStaging(allocator, tensor, group, rank);
+  Tensor staged = BookGlooGroupAllReduceStaging(allocator, tensor, group.size());
   if (group.size() == 2) {
     const int peer = group[0] == rank ? group[1] : group[0];
-    Tensor& theirs = staged.at(0);
+    Tensor& theirs = staged;
     auto send = Post(tensor, peer, true, kGroupChannel);
     auto recv = Post(theirs, peer, false, kGroupChannel);
     WaitOp(*recv, Remaining(deadline));
@@ -390,24 +392,48 @@ void GlooCommunicator::Impl::GroupAllReduce(Tensor& tensor, const std::vector<in
                            : std::vector<Tensor>{theirs, tensor});
     return;
   }
-  if (rank != group[0]) {
-    WaitOp(*Post(tensor, group[0], true, kGroupChannel), Remaining(deadline));
-    WaitOp(*Post(tensor, group[0], false, kGroupChannel), Remaining(deadline));
-    return;
+  const auto n = static_cast<int64_t>(group.size());
+  const auto me = static_cast<int64_t>(std::find(group.begin(), group.end(), rank) - group.begin());
+  const int64_t numel = tensor.numel();
+  const int64_t slice = (numel + n - 1) / n;
+  const Tensor flat = tensor.View({-1});
+  const auto piece = [&](int64_t k) {
+    const int64_t begin = std::min(numel, k * slice);
+    return flat.Slice(0, begin, std::min(numel, begin + slice));
+  };
+  const Tensor mine = piece(me);
+  const auto wait_all = [&](std::vector<std::shared_ptr<GlooOp>>& ops) {
+    for (const auto& op : ops) WaitOp(*op, Remaining(deadline));
+    ops.clear();
+  };
+  // Reduce-scatter: the others' copies of my slice into the staging, in rank order with mine.
+  std::vector<Tensor> inputs;
+  std::vector<std::shared_ptr<GlooOp>> sends;
+  std::vector<std::shared_ptr<GlooOp>> recvs;
+  int64_t slot = 0;
+  for (int64_t k = 0; k < n; ++k) {
+    if (k == me) {
+      inputs.push_back(mine);
+      continue;
+    }
+    const int peer = group[static_cast<size_t>(k)];
+    sends.push_back(Post(piece(k), peer, true, kGroupChannel));
+    inputs.push_back(staged.Slice(0, slot * slice, slot * slice + mine.numel()));
+    ++slot;
+    recvs.push_back(Post(inputs.back(), peer, false, kGroupChannel));
   }
-  std::vector<Tensor> inputs = {tensor};
-  std::vector<std::shared_ptr<GlooOp>> ops;
-  for (size_t i = 1; i < group.size(); ++i) {
-    inputs.push_back(staged.at(i - 1));
-    ops.push_back(Post(inputs.back(), group[i], false, kGroupChannel));
+  wait_all(recvs);
+  if (mine.numel() > 0) SumInOrder(inputs);
+  wait_all(sends);  // before their slices are overwritten by the gather
+  // All-gather: my sum to everyone, theirs into their slices.
+  for (int64_t k = 0; k < n; ++k) {
+    if (k == me) continue;
+    const int peer = group[static_cast<size_t>(k)];
+    sends.push_back(Post(mine, peer, true, kGroupChannel));
+    recvs.push_back(Post(piece(k), peer, false, kGroupChannel));
   }
-  for (const auto& op : ops) WaitOp(*op, Remaining(deadline));
-  SumInOrder(inputs);
-  ops.clear();
-  for (size_t i = 1; i < group.size(); ++i) {
-    ops.push_back(Post(tensor, group[i], true, kGroupChannel));
-  }
-  for (const auto& op : ops) WaitOp(*op, Remaining(deadline));
+  wait_all(recvs);
+  wait_all(sends);
 }
 
 namespace {

@@ -70,8 +70,7 @@ class MetaCommunicator final : public Communicator {
     if (transport_ != CommTransport::kGloo || members.size() < 2 || tensor.numel() == 0) return;
     // A pair on one host sums the peer's bytes as they stream through shared memory: no staging.
     if (members.size() == 2 && shared_memory_bytes_ > 0) return;
-    const std::vector<Tensor> staged =
-        BookGlooGroupAllReduceStaging(allocator_, tensor, members, rank_);
+    const Tensor staged = BookGlooGroupAllReduceStaging(allocator_, tensor, members.size());
   }
 
   void Barrier(CommTimeout /*timeout*/) override {}

@@ -7,14 +7,12 @@ Tensor BookGlooAllReduceStaging(Allocator& allocator, const Tensor& tensor) {
   return Tensor::Empty(allocator, {tensor.numel()}, DType::kF32, MemCategory::kComm);
 }
 
-std::vector<Tensor> BookGlooGroupAllReduceStaging(Allocator& allocator, const Tensor& tensor,
-                                                  const std::vector<int>& group, int rank) {
-  const size_t copies = group.size() == 2 ? 1 : rank == group.at(0) ? group.size() - 1 : 0;
-  std::vector<Tensor> staged;
-  for (size_t i = 0; i < copies; ++i) {
-    staged.push_back(Tensor::Empty(allocator, tensor.shape(), tensor.dtype(), MemCategory::kComm));
-  }
-  return staged;
+Tensor BookGlooGroupAllReduceStaging(Allocator& allocator, const Tensor& tensor, size_t members) {
+  if (members == 2)
+    return Tensor::Empty(allocator, tensor.shape(), tensor.dtype(), MemCategory::kComm);
+  const auto n = static_cast<int64_t>(members);
+  const int64_t slice = (tensor.numel() + n - 1) / n;
+  return Tensor::Empty(allocator, {(n - 1) * slice}, tensor.dtype(), MemCategory::kComm);
 }
 
 Tensor BookNcclBarrierScratch(Allocator& allocator) {
