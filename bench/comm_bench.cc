@@ -10,15 +10,25 @@
 // memory. Every result is checked (exact integer-valued f32 sums, every moved byte) before its
 // figure is printed; a wrong one exits 1.
 //
+// With --rank R the process is rank R alone of --ranks processes, which meet through files in
+// --store DIR and listen on --listen ADDRESS: ranks in separate processes, or in separate network
+// namespaces joined by a veth pair as the multi-node test builds them (bench/comm_netns.sh). Rank
+// 0 prints the tables; every rank checks its results and exits 1 on a wrong one.
+//
 //   comm_bench [--ranks 2] [--min-bytes 4096] [--max-bytes 268435456] [--collectives all]
 //              [--iterations 20] [--transport both|shm|tcp]
+//              [--rank R --store DIR [--listen 127.0.0.1]]
 #include <fmt/format.h>
+#include <unistd.h>
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <iostream>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -172,8 +182,53 @@ double MemcpyBandwidth(int64_t bytes) {
   return best;
 }
 
+// Rendezvous through files in a directory both processes see: a key's value is written to a
+// temporary name and renamed into place, so a reader sees it whole or not at all.
+class FileKvStore final : public KvStore {
+ public:
+  explicit FileKvStore(std::string dir) : dir_(std::move(dir)) {
+    std::filesystem::create_directories(dir_);
+  }
+  void Set(const std::string& key, const std::string& value) override {
+    const std::string path = PathOf(key);
+    const std::string temporary = fmt::format("{}.tmp.{}", path, getpid());
+    {
+      std::ofstream out(temporary, std::ios::binary);
+      out.write(value.data(), static_cast<std::streamsize>(value.size()));
+      BATON_CHECK(out.good(), "{}: cannot write", temporary);
+    }
+    std::filesystem::rename(temporary, path);
+  }
+  std::string Get(const std::string& key, std::chrono::milliseconds timeout) override {
+    const std::string path = PathOf(key);
+    const Clock::time_point deadline = Clock::now() + timeout;
+    while (!std::filesystem::exists(path)) {
+      BATON_CHECK(Clock::now() < deadline, "key {} ({}) was not set within {} ms", key, path,
+                  timeout.count());
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    std::ifstream in(path, std::ios::binary);
+    std::ostringstream value;
+    value << in.rdbuf();
+    return value.str();
+  }
+  void Wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) override {
+    for (const std::string& key : keys) Get(key, timeout);
+  }
+
+ private:
+  std::string PathOf(std::string key) const {
+    std::replace(key.begin(), key.end(), '/', '~');
+    return dir_ + "/" + key;
+  }
+  std::string dir_;
+};
+
 struct Options {
   int ranks = 2;
+  int rank = -1;      // >= 0: this process is that rank alone (--store, --listen)
+  std::string store;  // the rendezvous directory of a process rank
+  std::string listen = "127.0.0.1";
   int64_t min_bytes = 4096;
   int64_t max_bytes = int64_t{256} << 20;
   std::string collectives = "all";
@@ -195,12 +250,16 @@ void Measure(const Options& options, bool shared_memory,
   const int n = options.ranks;
   seconds.assign(chosen.size(), std::vector<double>(sizes.size()));
   right.assign(chosen.size(), std::vector<bool>(sizes.size(), true));
-  MemoryKvStore store;
+  MemoryKvStore memory_store;
+  std::unique_ptr<FileKvStore> file_store;
+  if (options.rank >= 0) file_store = std::make_unique<FileKvStore>(options.store);
+  KvStore& store = file_store ? static_cast<KvStore&>(*file_store) : memory_store;
   MemoryLedger ledger;
   CpuAllocator allocator(ledger);
   std::vector<std::string> errors(static_cast<size_t>(n));
   std::vector<std::thread> threads;
   for (int rank = 0; rank < n; ++rank) {
+    if (options.rank >= 0 && rank != options.rank) continue;
     threads.emplace_back([&, rank] {
       try {
         GlooOptions gloo;
@@ -208,6 +267,8 @@ void Measure(const Options& options, bool shared_memory,
         gloo.size = n;
         gloo.timeout = kTimeout;
         gloo.shared_memory = shared_memory;
+        gloo.hostname = options.listen;
+        gloo.store_prefix = shared_memory ? "gloo-shm" : "gloo-tcp";
         GlooCommunicator world(store, allocator, gloo);
         std::vector<int> members(static_cast<size_t>(n));
         for (int r = 0; r < n; ++r) members[static_cast<size_t>(r)] = r;
@@ -263,11 +324,23 @@ int Run(const Options& options) {
   BATON_CHECK(
       options.transport == "both" || options.transport == "shm" || options.transport == "tcp",
       "--transport {}: one of both, shm, tcp", options.transport);
-  std::cout << fmt::format("comm_bench: {} ranks as threads of one process ({})\n", n,
-                           bench::LoadAverage());
+  BATON_CHECK(options.rank < n && (options.rank < 0 || !options.store.empty()),
+              "--rank {} needs --store and must be below --ranks {}", options.rank, n);
+  const bool prints = options.rank <= 0;  // the threads' process, or process rank 0
+  if (prints) {
+    std::cout << fmt::format(
+        "comm_bench: {} ranks as {} ({})\n", n,
+        options.rank < 0
+            ? std::string("threads of one process")
+            : fmt::format("processes, this one rank 0 listening on {}", options.listen),
+        bench::LoadAverage());
+  }
+  // A process rank other than 0 has no timings (rank 0 takes them): it prints its checks only.
+  std::ostringstream discarded;
+  std::ostream& out = prints ? std::cout : discarded;
   const double memcpy_bps = MemcpyBandwidth(std::min<int64_t>(options.max_bytes, 64 << 20));
-  std::cout << fmt::format("memcpy bandwidth (one core, {}): {:.2f} GB/s\n",
-                           Size(std::min<int64_t>(options.max_bytes, 64 << 20)), memcpy_bps / 1e9);
+  out << fmt::format("memcpy bandwidth (one core, {}): {:.2f} GB/s\n",
+                     Size(std::min<int64_t>(options.max_bytes, 64 << 20)), memcpy_bps / 1e9);
 
   // Sizes: powers of 2 from min to max bytes, each a multiple of 4 x ranks (f32 slices).
   std::vector<int64_t> sizes;
@@ -278,7 +351,7 @@ int Run(const Options& options) {
   std::vector<double> all_reduce_busbw[2];  // [tcp, shm] per size, where measured
   for (const bool shared_memory : {true, false}) {
     if (options.transport == (shared_memory ? "tcp" : "shm")) continue;
-    const char* transport = shared_memory ? "shared memory" : "Gloo, TCP loopback";
+    const char* transport = shared_memory ? "shared memory" : "Gloo over TCP";
     std::vector<std::vector<double>> seconds;
     std::vector<std::vector<bool>> right;
     Measure(options, shared_memory, chosen, sizes, seconds, right);
@@ -295,8 +368,8 @@ int Run(const Options& options) {
                       fmt::format("{:.1f}%", 100 * busbw / memcpy_bps),
                       right[c][s] ? "ok" : "WRONG"});
       }
-      std::cout << fmt::format("\n{} ({}, {} ranks)\n{}", chosen[c]->name, transport, n,
-                               table.ToString());
+      out << fmt::format("\n{} ({}, {} ranks)\n{}", chosen[c]->name, transport, n,
+                         table.ToString());
     }
   }
   if (!all_reduce_busbw[0].empty() && !all_reduce_busbw[1].empty()) {
@@ -306,11 +379,10 @@ int Run(const Options& options) {
                     fmt::format("{:.3f}", all_reduce_busbw[0][s] / 1e9),
                     fmt::format("{:.1f}x", all_reduce_busbw[1][s] / all_reduce_busbw[0][s])});
     }
-    std::cout << fmt::format("\nall_reduce, shared memory over TCP ({} ranks)\n{}", n,
-                             table.ToString());
+    out << fmt::format("\nall_reduce, shared memory over TCP ({} ranks)\n{}", n, table.ToString());
   }
-  std::cout << fmt::format("\n{}; {}\n", all_right ? "checks passed" : "CHECKS FAILED",
-                           bench::LoadAverage());
+  std::cout << fmt::format("\n{}{}; {}\n", prints ? "" : fmt::format("rank {}: ", options.rank),
+                           all_right ? "checks passed" : "CHECKS FAILED", bench::LoadAverage());
   return all_right ? 0 : 1;
 }
 
@@ -330,6 +402,10 @@ int main(int argc, char** argv) {
                  "send_recv");
   app.add_option("--iterations", options.iterations, "timed calls per figure, at most");
   app.add_option("--transport", options.transport, "both (shared memory, then TCP), shm or tcp");
+  app.add_option("--rank", options.rank,
+                 "be this rank alone, one process of --ranks (with --store and --listen)");
+  app.add_option("--store", options.store, "a process rank's rendezvous directory");
+  app.add_option("--listen", options.listen, "the address a process rank listens on");
   CLI11_PARSE(app, argc, argv);
   try {
     return baton::Run(options);

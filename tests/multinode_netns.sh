@@ -36,19 +36,14 @@ checksum() { sed -n 's/.*param checksum \([0-9a-f]*\).*/\1/p' "$1" | tail -n 1; 
 
 data=/usr/share/common-licenses
 [ -d "$data" ] || skip "$data is absent"
-command -v ip > /dev/null || skip "no ip command (iproute2)"
-[ "$(id -u)" = 0 ] || skip "network namespaces need root"
-ip netns add "$n0" 2> "$work/netns.err" || skip "cannot make a network namespace: $(cat "$work/netns.err")"
-ip netns add "$n1" || skip "cannot make a second network namespace"
-ip link add "bv0-$$" type veth peer name "bv1-$$" 2> "$work/veth.err" ||
-  skip "cannot make a veth pair: $(cat "$work/veth.err")"
-ip link set "bv0-$$" netns "$n0" || fail "moving a veth end"
-ip link set "bv1-$$" netns "$n1" || fail "moving a veth end"
-ip -n "$n0" addr add 10.231.0.1/24 dev "bv0-$$" || fail "addressing node 0"
-ip -n "$n1" addr add 10.231.0.2/24 dev "bv1-$$" || fail "addressing node 1"
-for ns in "$n0" "$n1"; do ip -n "$ns" link set lo up || fail "lo up in $ns"; done
-ip -n "$n0" link set "bv0-$$" up || fail "node 0's veth up"
-ip -n "$n1" link set "bv1-$$" up || fail "node 1's veth up"
+# shellcheck source=tests/netns_pair.sh
+source "$root/tests/netns_pair.sh"
+why=$(netns_pair "$n0" "$n1" 10.231.0)
+case $? in
+  0) ;;
+  77) skip "$why" ;;
+  *) fail "$why" ;;
+esac
 
 # Each layout on one node (the local launcher), then as two Slurm tasks, one per node: 2 stages x
 # 1 replica (the pipeline spans the nodes), then 1 stage x 2 replicas (the gradient all-reduce
