@@ -138,14 +138,22 @@ bool WaitFor(const std::string& path, const std::string& text, int seconds) {
   return false;
 }
 
-std::string KillTheChildOf(int shell, const std::string& log, int seconds) {
+std::string SignalTheChildOf(int shell, int signal, const std::string& log, int seconds) {
   const std::vector<int> children = ChildPids(shell);
   BATON_CHECK(children.size() == 1, "shell {} runs {} processes, not one:\n{}", shell,
               children.size(), ReadFile(log));
-  kill(children.front(), SIGKILL);
+  kill(children.front(), signal);
   BATON_CHECK(WaitFor(log, "exit=", seconds), "no exit line in {} after SIGKILL:\n{}", log,
               ReadFile(log));
   return ReadFile(log);
+}
+
+std::string ResumedFromLine(const std::string& checkpoint, const std::string& dir) {
+  return RunShell("cd '" + SourceDir() + "' && timeout 120 '" + BatonBinary() +
+                  "' run configs/gpt-tiny.yaml --set train.steps=100000 --set parallel.stages=1"
+                  " --set train.log_every=1 --set output.dir=" +
+                  dir + " --resume " + checkpoint + " 2>&1 | grep -m1 'resumed from'")
+      .output;
 }
 
 std::vector<int> ChildPids(int parent) {

@@ -47,10 +47,15 @@ bool AnyWorkerLogged(const std::string& output);
 // Waits up to `seconds` for `text` to appear in the file.
 bool WaitFor(const std::string& path, const std::string& text, int seconds);
 std::vector<int> ChildPids(int parent);
-// SIGKILLs the one process `shell` (Background's pid) runs, e.g. a launcher (its workers die with
-// it: PR_SET_PDEATHSIG), and waits up to `seconds` for the log's "exit=" line; returns the log.
-// Throws baton::Error when the shell has not exactly one child or no exit line came.
-std::string KillTheChildOf(int shell, const std::string& log, int seconds);
+// Sends `signal` to the one process `shell` (Background's pid) runs, e.g. a launcher (SIGKILL:
+// its workers die with it, PR_SET_PDEATHSIG), and waits up to `seconds` for the log's "exit="
+// line; returns the log. Throws baton::Error when the shell has not exactly one child or no exit
+// line came.
+std::string SignalTheChildOf(int shell, int signal, const std::string& log, int seconds);
+// The "resumed from ..." line of a gpt-tiny run that resumes from `checkpoint` (a checkpoints
+// root or step folder) with its outputs in `dir`, stopped once it has printed it; "" if it never
+// did.
+std::string ResumedFromLine(const std::string& checkpoint, const std::string& dir);
 // Every process below `root` (its children, theirs, ...), not `root` itself.
 std::vector<int> DescendantPids(int root);
 // Whether `pid` is a process that has not exited: gone, or a zombie not yet reaped (as processes

@@ -2,9 +2,11 @@
 // files written in the background are the synchronous save's byte for byte, under pipeline
 // stages and under replicas with ZeRO-1 with retention; a job killed in the middle of a background
 // write leaves the previous checkpoint `latest`, and resuming from it ends with the checksum of a
-// run never interrupted; a write that fails fails the job, naming the step and the path.
+// run never interrupted; SIGTERM while saving in the background after every step ends cleanly
+// with a complete `latest`; a write that fails fails the job, naming the step and the path.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
+#include <signal.h>
 
 #include <filesystem>
 #include <fstream>
@@ -108,7 +110,7 @@ TEST(CheckpointOperationsTest, AJobKilledMidBackgroundWriteResumesFromThePreviou
                      "' run configs/gpt-tiny.yaml" + sets + " --set output.dir=" + root + "/killed",
                  log);
   ASSERT_TRUE(WaitFor(held, "held", 180)) << ReadFile(log);
-  const std::string text = KillTheChildOf(shell, log, 120);
+  const std::string text = SignalTheChildOf(shell, SIGKILL, log, 120);
   EXPECT_NE(text.find("exit=137"), std::string::npos) << text;
 
   // Step 4 is incomplete (some of its files, no manifest); `latest` still names step 2.
@@ -131,6 +133,30 @@ TEST(CheckpointOperationsTest, AJobKilledMidBackgroundWriteResumesFromThePreviou
   EXPECT_EQ(report.at("param_checksum"), straight.at("param_checksum"));
   const std::vector<double> all = Losses(straight);
   EXPECT_EQ(Losses(report), std::vector<double>(all.begin() + 2, all.end()));
+}
+
+// SIGTERM to the launcher of a job saving in the background after every step: the job stops
+// cleanly (exit 0) after writing the step it stopped at, every background write finished, and
+// the checkpoint `latest` names is complete and resumes.
+TEST(CheckpointOperationsTest, SigtermDuringBackgroundSavesEndsWithACompleteLatestCheckpoint) {
+  const std::string root = TempDir("async-sigterm");
+  const std::string log = root + "/log";
+  const int shell =
+      Background("'" + BatonBinary() +
+                     "' run configs/gpt-tiny.yaml --set train.steps=100000 --set train.log_every=1"
+                     " --set parallel.stages=2 --set output.checkpoint_every=1"
+                     " --set output.async_checkpoint=true --set output.dir=" +
+                     root,
+                 log);
+  ASSERT_TRUE(WaitFor(log, "step     3/", 120)) << ReadFile(log);
+  const std::string text = SignalTheChildOf(shell, SIGTERM, log, 120);
+  EXPECT_NE(text.find("exit=0"), std::string::npos) << text;
+  const std::string latest = ReadFile(root + "/checkpoints/latest");
+  ASSERT_FALSE(latest.empty()) << text;
+  const std::string step_dir = root + "/checkpoints/" + latest.substr(0, latest.size() - 1);
+  EXPECT_EQ(LayerFiles(step_dir).size(), 6u) << text;
+  const std::string resumed = ResumedFromLine(root + "/checkpoints", root + "/next");
+  EXPECT_NE(resumed.find("resumed from " + step_dir), std::string::npos) << resumed;
 }
 
 // A background write that fails (here: step 4's folder cannot be made, a file is in its place)

@@ -247,20 +247,12 @@ TEST(OperationsTest, SigtermToTheLauncherLeavesALoadableCheckpointAndExitsZero) 
                  log);
   ASSERT_TRUE(WaitFor(log, "step     3/", 120)) << ReadFile(log);
   // The launcher is the background shell's only child (the workers are its children).
-  const std::vector<int> launcher = ChildPids(shell);
-  ASSERT_EQ(launcher.size(), 1u);
-  kill(launcher.front(), SIGTERM);
-  ASSERT_TRUE(WaitFor(log, "exit=", 120)) << ReadFile(log);
-  const std::string text = ReadFile(log);
+  const std::string text = SignalTheChildOf(shell, SIGTERM, log, 120);
   EXPECT_NE(text.find("exit=0"), std::string::npos) << text;
   ASSERT_TRUE(fs::exists(root + "/checkpoints/latest")) << text;
   // The checkpoint loads (verified against its manifest) and training goes on from it.
-  const CommandResult resumed =
-      RunShell("cd '" + SourceDir() + "' && timeout 120 '" + BatonBinary() +
-               "' run configs/gpt-tiny.yaml --set train.steps=100000 --set parallel.stages=1" +
-               " --set train.log_every=1 --set output.dir=" + root + "/next --resume " + root +
-               "/checkpoints 2>&1 | grep -m1 'resumed from'");
-  EXPECT_NE(resumed.output.find("resumed from"), std::string::npos) << resumed.output;
+  const std::string resumed = ResumedFromLine(root + "/checkpoints", root + "/next");
+  EXPECT_NE(resumed.find("resumed from"), std::string::npos) << resumed;
 }
 
 TEST(OperationsTest, SigkilledRunLeavesEveryLoggedStepInMetricsJsonlAndAResumeAppends) {
@@ -274,7 +266,7 @@ TEST(OperationsTest, SigkilledRunLeavesEveryLoggedStepInMetricsJsonlAndAResumeAp
                  log);
   ASSERT_TRUE(WaitFor(log, "checkpoint of step 2 written", 120)) << ReadFile(log);
   ASSERT_TRUE(WaitFor(log, "step     3/", 120)) << ReadFile(log);
-  const std::string text = KillTheChildOf(shell, log, 120);
+  const std::string text = SignalTheChildOf(shell, SIGKILL, log, 120);
   EXPECT_NE(text.find("exit=137"), std::string::npos) << text;
 
   // Every step printed before the kill is in the file, with every step before it, in order.
