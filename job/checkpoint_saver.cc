@@ -107,6 +107,7 @@ void CheckpointSaver::Save(Trainer& trainer, Backend& backend, int64_t step) {
   spdlog::info("checkpoint of step {}: state copied ({}) in {:.3f} s; writing in the background",
                step, FormatBytes(snapshot_.bytes()), Seconds(Clock::now() - start));
   done_ = false;
+  writing_step_ = step;
   thread_ = std::thread([this, step, state] {
     try {
       const auto begin = Clock::now();
@@ -135,7 +136,22 @@ void CheckpointSaver::Check() {
 void CheckpointSaver::Finish() { Join(); }
 
 void CheckpointSaver::Join() {
-  if (thread_.joinable()) thread_.join();
+  if (thread_.joinable()) {
+    // A write still going (a slow or stalled disk) holds this rank here: the rank table shows
+    // it waiting on CHECKPOINT_WRITE, and a long wait is logged.
+    const bool waits = !done_;
+    const auto start = Clock::now();
+    if (waits) client_.SetBlocked("CHECKPOINT_WRITE", -1, -1);
+    thread_.join();
+    if (waits) {
+      client_.ClearBlocked();
+      const double waited = Seconds(Clock::now() - start);
+      if (waited >= 1.0) {
+        spdlog::info("waited {:.1f} s for the background write of step {}'s checkpoint", waited,
+                     writing_step_);
+      }
+    }
+  }
   if (error_) {
     std::exception_ptr error = std::exchange(error_, nullptr);
     std::rethrow_exception(error);

@@ -44,7 +44,8 @@ class CheckpointSaver {
   void Save(Trainer& trainer, Backend& backend, int64_t step);
   // Rethrows the failure of a background write that has ended, if it failed.
   void Check();
-  // Waits for the background write in progress, if any, and rethrows its failure.
+  // Waits for the background write in progress, if any, and rethrows its failure. While it
+  // waits, the rank's reports say CHECKPOINT_WRITE (the launcher's rank table shows it).
   void Finish();
 
  private:
@@ -72,6 +73,7 @@ class CheckpointSaver {
   std::unique_ptr<Backend> writer_backend_;
   std::thread thread_;
   std::atomic<bool> done_{false};
+  int64_t writing_step_ = 0;  // the step the thread writes (or wrote)
   std::exception_ptr error_;
 };
 

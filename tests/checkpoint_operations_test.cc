@@ -2,8 +2,9 @@
 // files written in the background are the synchronous save's byte for byte, under pipeline
 // stages and under replicas with ZeRO-1 with retention; a job killed in the middle of a background
 // write leaves the previous checkpoint `latest`, and resuming from it ends with the checksum of a
-// run never interrupted; SIGTERM while saving in the background after every step ends cleanly
-// with a complete `latest`; a write that fails fails the job, naming the step and the path.
+// run never interrupted; a write that stalls shows in the rank table; SIGTERM while saving in the
+// background after every step ends cleanly with a complete `latest`; a write that fails fails the
+// job, naming the step and the path.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -11,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <regex>
 #include <string>
 #include <vector>
 
@@ -133,6 +135,24 @@ TEST(CheckpointOperationsTest, AJobKilledMidBackgroundWriteResumesFromThePreviou
   EXPECT_EQ(report.at("param_checksum"), straight.at("param_checksum"));
   const std::vector<double> all = Losses(straight);
   EXPECT_EQ(Losses(report), std::vector<double>(all.begin() + 2, all.end()));
+}
+
+// A background write that never ends (rank 0's is held after its first file of step 4) holds rank 0
+// at its next save; its peer gives up waiting for it after parallel.timeout_s, and the rank table
+// shows rank 0 running, blocked on CHECKPOINT_WRITE: the hang names its cause.
+TEST(CheckpointOperationsTest, AStalledBackgroundWriteShowsInTheRankTable) {
+  const std::string root = TempDir("async-stall");
+  const CommandResult result =
+      RunShell("cd '" + SourceDir() + "' && BATON_TEST_HOLD_CHECKPOINT=4:" + root + " '" +
+               BatonFaultsBinary() +
+               "' run configs/gpt-tiny.yaml --set train.steps=8 --set parallel.stages=2"
+               " --set parallel.timeout_s=5 --set output.checkpoint_every=2"
+               " --set output.async_checkpoint=true --set output.dir=" +
+               root + "/run");
+  EXPECT_NE(result.exit_code, 0) << result.output;
+  const std::regex row(R"(\n\s+0\s+0\s+running\s+CHECKPOINT_WRITE\s+-\s+-\s+[0-9.]+\s)");
+  EXPECT_TRUE(std::regex_search(result.output, row)) << result.output;
+  EXPECT_EQ(ReadFile(root + "/run/checkpoints/latest"), "step-2\n") << result.output;
 }
 
 // SIGTERM to the launcher of a job saving in the background after every step: the job stops
