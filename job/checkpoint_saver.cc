@@ -15,6 +15,7 @@ CheckpointSaver::CheckpointSaver(const Plan& plan, const Launch& launch, int ran
     : plan_(plan),
       launch_(launch),
       rank_(rank),
+      writes_(WritesCheckpointFiles(plan.layout(), rank)),
       client_(client),
       writer_(CheckpointsRoot(plan.config.output.dir)),
       snapshot_(host) {}
@@ -30,7 +31,9 @@ CheckpointSaver::~CheckpointSaver() {
   }
 }
 
-bool CheckpointSaver::writes() const { return WritesCheckpointFiles(plan_.layout(), rank_); }
+std::string CheckpointSaver::EntriesKey(int64_t step, int rank) const {
+  return fmt::format("ckpt/{}/{}/{}", launch_.attempt, step, rank);
+}
 
 TrainingState CheckpointSaver::StateOf(const Trainer& trainer, int64_t step) const {
   TrainingState state;
@@ -54,16 +57,15 @@ void CheckpointSaver::WriteFiles(int64_t step, const std::vector<LayerTensors>& 
 }
 
 void CheckpointSaver::PublishFiles(int64_t step, const std::vector<CheckpointFileEntry>& entries) {
-  client_.KvSet(fmt::format("ckpt/{}/{}/{}", launch_.attempt, step, rank_),
-                EncodeFileEntries(entries));
+  client_.KvSet(EntriesKey(step, rank_), EncodeFileEntries(entries));
 }
 
 void CheckpointSaver::WriteManifest(int64_t step, const TrainingState& state) {
   const Config& config = plan_.config;
   std::vector<CheckpointFileEntry> all;
   for (int writer : plan_.layout().GroupOf(Axis::kPipeline, 0)) {  // replica 0 writes the files
-    std::vector<CheckpointFileEntry> entries = DecodeFileEntries(client_.KvGet(
-        fmt::format("ckpt/{}/{}/{}", launch_.attempt, step, writer), plan_.timeouts.checkpoint));
+    std::vector<CheckpointFileEntry> entries =
+        DecodeFileEntries(client_.KvGet(EntriesKey(step, writer), plan_.timeouts.checkpoint));
     all.insert(all.end(), entries.begin(), entries.end());
   }
   writer_.WriteManifest(step, all, state, plan_.dims, plan_.graph);
@@ -76,15 +78,14 @@ void CheckpointSaver::WriteManifest(int64_t step, const TrainingState& state) {
 
 void CheckpointSaver::Save(Trainer& trainer, Backend& backend, int64_t step) {
   const auto start = Clock::now();
-  const bool writes_files = writes();
   if (!plan_.config.output.async_checkpoint) {
     // Under ZeRO-1 or with tensor ranks layer by layer, one layer's gathered or whole state held
     // at a time (StateLayout::Save, through which the memory planner books the same).
     std::vector<CheckpointFileEntry> entries;
     trainer.state().Save([&](const std::vector<LayerTensors>& layers) {
-      if (writes_files) WriteFiles(step, layers, backend, entries);
+      if (writes_) WriteFiles(step, layers, backend, entries);
     });
-    if (writes_files) PublishFiles(step, entries);
+    if (writes_) PublishFiles(step, entries);
     if (rank_ == 0) {
       WriteManifest(step, StateOf(trainer, step));
       spdlog::info("checkpoint of step {} written to {} in {:.2f} s", step, writer_.step_dir(step),
@@ -96,12 +97,9 @@ void CheckpointSaver::Save(Trainer& trainer, Backend& backend, int64_t step) {
     return;
   }
   Finish();  // one write at a time: the snapshot's buffers are the previous write's source
-  snapshot_.Begin();
   // Every rank takes part (the split state's gathers are collective); writers keep a copy.
-  trainer.state().Save([&](const std::vector<LayerTensors>& layers) {
-    if (writes_files) snapshot_.Add(layers, backend);
-  });
-  if (!writes_files) return;
+  trainer.state().SaveTo(writes_ ? &snapshot_ : nullptr);
+  if (!writes_) return;
   const TrainingState state = StateOf(trainer, step);
   if (!writer_backend_) writer_backend_ = MakeCpuBackend(writer_ledger_, 1);
   spdlog::info("checkpoint of step {}: state copied ({}) in {:.3f} s; writing in the background",
@@ -130,12 +128,10 @@ void CheckpointSaver::Save(Trainer& trainer, Backend& backend, int64_t step) {
 }
 
 void CheckpointSaver::Check() {
-  if (done_) Join();
+  if (done_) Finish();
 }
 
-void CheckpointSaver::Finish() { Join(); }
-
-void CheckpointSaver::Join() {
+void CheckpointSaver::Finish() {
   if (thread_.joinable()) {
     // A write still going (a slow or stalled disk) holds this rank here: the rank table shows
     // it waiting on CHECKPOINT_WRITE, and a long wait is logged.

@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <exception>
 #include <memory>
+#include <string>
 #include <thread>
 
 #include "checkpoint/checkpoint.h"
@@ -49,8 +50,8 @@ class CheckpointSaver {
   void Finish();
 
  private:
-  // Whether this rank writes files (replica 0, tensor rank 0).
-  bool writes() const;
+  // The store key under which `rank` publishes its file entries of `step` for rank 0.
+  std::string EntriesKey(int64_t step, int rank) const;
   TrainingState StateOf(const Trainer& trainer, int64_t step) const;
   // This rank's files of `step` from `layers`, one layer at a time (FaultHooks::
   // after_checkpoint_file after each), their entries appended to `entries`.
@@ -60,11 +61,11 @@ class CheckpointSaver {
   void PublishFiles(int64_t step, const std::vector<CheckpointFileEntry>& entries);
   // Rank 0: every writer's entries, then the manifest, `latest` and retention.
   void WriteManifest(int64_t step, const TrainingState& state);
-  void Join();
 
   const Plan& plan_;
   const Launch& launch_;
   const int rank_;
+  const bool writes_;  // this rank writes files (replica 0, tensor rank 0)
   CoordinatorClient& client_;
   CheckpointWriter writer_;
   // Background saves only.

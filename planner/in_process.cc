@@ -50,10 +50,7 @@ InProcessResult RunInProcess(const Plan& plan) {
             // What a worker's save books (its gathered and whole temporaries, and a background
             // save's host copy), no file written.
             if (CheckpointAfterStep(plan.config, step)) {
-              snapshot.Begin();
-              trainer.state().Save([&](const std::vector<LayerTensors>& layers) {
-                if (copies) snapshot.Add(layers, *backend);
-              });
+              trainer.state().SaveTo(copies ? &snapshot : nullptr);
             }
           }
           out.digests = trainer.LayerDigests();

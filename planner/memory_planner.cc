@@ -63,16 +63,10 @@ RankMemory PredictRank(const Plan& plan, int rank, const std::vector<LayerRange>
     CheckpointSnapshot snapshot(host);
     const bool copies =
         plan.config.output.async_checkpoint && WritesCheckpointFiles(plan.layout(), rank);
-    const auto save = [&] {
-      snapshot.Begin();
-      trainer.state().Save([&](const std::vector<LayerTensors>& layers) {
-        if (copies) snapshot.Add(layers, *backend);
-      });
-    };
-    if (SavesACheckpoint(plan.config)) save();
+    if (SavesACheckpoint(plan.config)) trainer.state().SaveTo(copies ? &snapshot : nullptr);
     if (copies && SavesBeforeTheLastStep(plan.config)) {
       trainer.Step(2);
-      if (CheckpointsSaved(plan.config) > 1) save();
+      if (CheckpointsSaved(plan.config) > 1) trainer.state().SaveTo(&snapshot);
     }
     result.peak_in_flight = trainer.peak_stashed_microbatches();
   }

@@ -1,9 +1,9 @@
-// Which steps a run saves after (worker/trainer.h), the figures the worker and the memory planner
-// both go by: CheckpointAfterStep's steps, counted by CheckpointsSaved and summarised by
+// Which steps a run saves after (worker/checkpoint_steps.h), the figures the worker and the memory
+// planner both go by: CheckpointAfterStep's steps, counted by CheckpointsSaved and summarised by
 // SavesACheckpoint and SavesBeforeTheLastStep, for every small combination of the keys.
-#include <gtest/gtest.h>
+#include "worker/checkpoint_steps.h"
 
-#include "worker/trainer.h"
+#include <gtest/gtest.h>
 
 namespace baton {
 namespace {

@@ -69,6 +69,13 @@ StateLayout::StateLayout(Backend& backend, StageModel& model, Optimizer* optimiz
               "stage {}: ZeRO-1 shards an optimizer's state, and there is none", stage);
 }
 
+void StateLayout::SaveTo(CheckpointSnapshot* copy) {
+  if (copy != nullptr) copy->Begin();
+  Save([&](const std::vector<LayerTensors>& layers) {
+    if (copy != nullptr) copy->Add(layers, backend_);
+  });
+}
+
 void StateLayout::Save(const std::function<void(const std::vector<LayerTensors>&)>& write) {
   if (!sharded() && !cut()) {
     write(CheckpointTensors(model_, optimizer_));

@@ -19,6 +19,7 @@
 #include <optional>
 #include <vector>
 
+#include "checkpoint/checkpoint_snapshot.h"
 #include "checkpoint/layer_tensors.h"
 #include "kernels/backend.h"
 #include "model/tensor_parallel.h"
@@ -48,6 +49,10 @@ class StateLayout {
   // whole across the tensor ranks, that layer's temporaries alive until `write` returns (under
   // ZeRO-1 only replica 0's ranks get calls).
   void Save(const std::function<void(const std::vector<LayerTensors>&)>& write);
+  // Save into a host copy: `copy` (emptied first) gets a copy of every layer Save hands over, as
+  // a background checkpoint's writer needs; null: the save's collective part alone, copying
+  // nothing (a rank that writes no files, the memory planner's booking of a save).
+  void SaveTo(CheckpointSnapshot* copy);
 
   // Resuming: `read` fills the whole tensors it is handed (a CheckpointReader's LoadLayers), and
   // each rank keeps its part and shard of them: values, and with an optimizer its state (an

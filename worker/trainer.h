@@ -46,6 +46,7 @@
 #include "plan/plan.h"
 #include "plan/result.h"
 #include "scheduler/schedule.h"
+#include "worker/checkpoint_steps.h"
 #include "worker/engine.h"
 #include "worker/gradient_sync.h"
 #include "worker/loss_scaler.h"
@@ -88,22 +89,6 @@ struct TrainerSetup {
 // What world rank `world_rank`'s Trainer is built from: the plan's own figures, nothing
 // re-derived. `comm` spans the world (all plan.world_size() ranks); null when that is one rank.
 TrainerSetup TrainerSetupFor(const Plan& plan, int world_rank, Communicator* comm);
-
-// Whether a run saves a checkpoint after `step` (Trainer::CheckpointLayers): its last step's
-// under output.final_checkpoint, and every output.checkpoint_every steps' (a stop signal adds
-// one after the step it stops at).
-bool CheckpointAfterStep(const Config& config, int64_t step);
-// Whether a run of config.train.steps steps saves one after any of them.
-bool SavesACheckpoint(const Config& config);
-// Whether a run saves a checkpoint after a step before its last (so that, under
-// output.async_checkpoint, steps run beside a background write and its host copy).
-bool SavesBeforeTheLastStep(const Config& config);
-// How many checkpoints a run of config.train.steps steps saves (a stop signal aside).
-int64_t CheckpointsSaved(const Config& config);
-// Whether world rank `rank` writes checkpoint files: replica 0's ranks (the replicas hold the same
-// bits), tensor rank 0 of each stage (it writes whole tensors). Under output.async_checkpoint
-// these ranks keep a host copy of what they write (CheckpointSnapshot) from their first save on.
-bool WritesCheckpointFiles(const ParallelLayout& layout, int rank);
 
 struct StepRecord {
   int64_t step = 0;  // 1-based
