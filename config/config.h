@@ -205,7 +205,9 @@ struct ParallelConfig {
   // Megatron's sequence parallelism with tensor > 1: the activations between the layers' cut
   // parts (norms, residuals) are cut along the sequence over the tensor ranks too.
   bool sequence_parallel = false;
-  int zero = 0;  // 1: ZeRO-1, optimizer state and fp32 masters sharded across the replicas
+  // 1: ZeRO-1, optimizer state and fp32 masters sharded across the replicas; 2: ZeRO-2, the
+  // gradients' reduced sums too (the full gradients released between steps)
+  int zero = 0;
   double timeout_s = Seconds(kDefaultWait);  // longest any blocking wait may take
   double heartbeat_timeout_s =
       Seconds(kDefaultHeartbeatTimeout);  // a silent worker is dead after this

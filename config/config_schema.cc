@@ -91,7 +91,7 @@ void VisitParallel(ParallelConfig& p, FieldVisitor& v) {
   v.Int("replicas", p.replicas, IntRule{1, kMaxStages});
   v.Int("tensor", p.tensor, IntRule{1, kMaxStages});
   v.Enum("sequence_parallel", p.sequence_parallel, kBoolNames);
-  v.Int("zero", p.zero, IntRule{0, 1});
+  v.Int("zero", p.zero, IntRule{0, 2});
   // Seconds that still fit the milliseconds the waits count in, with room to spare (a week).
   v.VisitFloat("timeout_s", p.timeout_s, kTimeoutSeconds);
   v.VisitFloat("heartbeat_timeout_s", p.heartbeat_timeout_s, kTimeoutSeconds);

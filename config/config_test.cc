@@ -329,7 +329,12 @@ TEST(ConfigTest, CrossFieldRulesAreChecked) {
   EXPECT_THAT(
       ParseError(kMinimal, {"parallel.zero=1", "parallel.replicas=2", "optimizer.state=int8"}),
       HasSubstr("optimizer.state int8 is not sharded"));
-  EXPECT_THAT(ParseError(kMinimal, {"parallel.zero=2"}), HasSubstr("parallel.zero"));
+  EXPECT_THAT(ParseError(kMinimal, {"parallel.zero=2"}),
+              HasSubstr("parallel.zero 2 shards the optimizer state"));
+  EXPECT_NO_THROW(ParseConfigString(
+      kMinimal, "x.yaml", {"parallel.zero=2", "parallel.replicas=2", "train.micro_batches=4"}));
+  EXPECT_THAT(ParseError(kMinimal, {"parallel.zero=3", "parallel.replicas=2"}),
+              HasSubstr("parallel.zero"));
   // Tensor ranks split heads and hidden units; the error names the key and the numbers.
   EXPECT_NO_THROW(ParseConfigString(kMinimal, "x.yaml", {"parallel.tensor=2"}));
   EXPECT_THAT(ParseError(kMinimal, {"parallel.tensor=3"}),

@@ -320,14 +320,19 @@ void ValidateParallel(const Config& c, const Reporter& r) {
               "parallel.tensor > 1 does not combine with pruning (each matrix's threshold would "
               "be its part's)");
   }
-  if (p.zero == 1) {
+  if (p.zero >= 1) {
     r.Require(p.replicas >= 2, {"parallel.zero", "parallel.replicas"},
-              "parallel.zero 1 shards the optimizer state across data-parallel replicas: it "
-              "needs parallel.replicas >= 2");
+              fmt::format("parallel.zero {} shards the optimizer state across data-parallel "
+                          "replicas: it needs parallel.replicas >= 2",
+                          p.zero));
     r.Require(c.optimizer.state == OptimizerState::kF32, {"parallel.zero", "optimizer.state"},
-              "parallel.zero 1 shards f32 optimizer state; optimizer.state int8 is not sharded");
+              fmt::format("parallel.zero {} shards f32 optimizer state; optimizer.state int8 is "
+                          "not sharded",
+                          p.zero));
     r.Require(!c.prune.enabled(), {"parallel.zero", "prune.at_step"},
-              "parallel.zero 1 does not combine with pruning (the masks are not sharded)");
+              fmt::format("parallel.zero {} does not combine with pruning (the masks are not "
+                          "sharded)",
+                          p.zero));
   }
 }
 

@@ -39,7 +39,21 @@ Storage::Storage(void* external, size_t bytes, Device device)
     : data_(external), bytes_(bytes), device_(device) {}
 
 Storage::~Storage() {
-  if (allocator_ != nullptr) allocator_->Deallocate(data_, bytes_, category_);
+  if (allocator_ != nullptr && resident_) allocator_->Deallocate(data_, bytes_, category_);
+}
+
+void Storage::Release() {
+  BATON_CHECK(allocator_ != nullptr, "only owned storage can be released");
+  BATON_CHECK(resident_, "this storage was released already");
+  allocator_->Deallocate(data_, bytes_, category_);
+  data_ = nullptr;
+  resident_ = false;
+}
+
+void Storage::Restore() {
+  BATON_CHECK(allocator_ != nullptr && !resident_, "only released storage can be restored");
+  data_ = allocator_->Allocate(bytes_, category_);
+  resident_ = true;
 }
 
 namespace {
@@ -96,6 +110,7 @@ bool Tensor::is_contiguous() const { return strides_ == ContiguousStrides(shape_
 
 void* Tensor::raw() const {
   BATON_CHECK(defined(), "undefined tensor");
+  BATON_CHECK(storage_->resident(), "{}: its storage is released", ToString());
   return static_cast<char*>(storage_->data()) + offset_ * SizeOf(dtype_);
 }
 

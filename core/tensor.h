@@ -38,6 +38,13 @@ class Storage {
   bool owned() const { return allocator_ != nullptr; }
   // From a MetaAllocator: booked, but there is no memory behind data().
   bool meta() const { return allocator_ != nullptr && allocator_->is_meta(); }
+  // Owned storage only: Release gives the memory back to its allocator (booked off) and leaves
+  // the storage empty until Restore takes `bytes()` again (uninitialised, likely elsewhere).
+  // Every tensor on it sees the change; touching an empty storage's data throws. ZeRO-2's full
+  // gradients between steps (worker/gradient_sync.h).
+  void Release();
+  void Restore();
+  bool resident() const { return resident_; }
 
  private:
   Allocator* allocator_ = nullptr;
@@ -45,6 +52,7 @@ class Storage {
   size_t bytes_ = 0;
   Device device_;
   MemCategory category_ = MemCategory::kWorkspace;
+  bool resident_ = true;
 };
 
 class Tensor {
@@ -72,6 +80,8 @@ class Tensor {
   // A meta tensor (core/memory.h, MetaAllocator): shape, dtype and booking, no data. raw() gives
   // an address that identifies the storage but must not be touched; data<T>() throws.
   bool is_meta() const { return storage_ != nullptr && storage_->meta(); }
+  // The storage this tensor views (shared by its copies and views); null when undefined.
+  Storage* storage() const { return storage_.get(); }
 
   void* raw() const;
   // Typed host pointer; checks that T matches the dtype (uint16_t for f16/bf16).

@@ -33,5 +33,30 @@ TEST(TensorTest, CopyHostConvertsFloatTypes) {
   EXPECT_EQ(b.ToString(), "bf16(4) workspace");
 }
 
+TEST(TensorTest, ReleasedStorageIsBookedOffUntilRestored) {
+  MemoryLedger ledger;
+  CpuAllocator allocator(ledger);
+  Tensor t = Tensor::Zeros(allocator, {4, 8}, DType::kF32, MemCategory::kGrads);
+  const Tensor row = t.Slice(0, 1, 2);
+  EXPECT_EQ(ledger.current(MemCategory::kGrads), 128);
+  t.storage()->Release();
+  EXPECT_EQ(ledger.current(MemCategory::kGrads), 0);
+  EXPECT_FALSE(row.storage()->resident());
+  EXPECT_THROW(row.data<float>(), std::runtime_error);  // every view sees it
+  EXPECT_THROW(t.storage()->Release(), std::runtime_error);
+  t.storage()->Restore();
+  EXPECT_EQ(ledger.current(MemCategory::kGrads), 128);
+  row.data<float>()[0] = 3.0f;
+  EXPECT_EQ(t.data<float>()[8], 3.0f);
+  EXPECT_THROW(t.storage()->Restore(), std::runtime_error);
+  {
+    Tensor u = Tensor::Empty(allocator, {2}, DType::kF32, MemCategory::kGrads);
+    u.storage()->Release();
+  }  // a released storage's last handle books nothing off twice
+  EXPECT_EQ(ledger.current(MemCategory::kGrads), 128);
+  float outside = 0;
+  EXPECT_THROW(Tensor::Wrap(&outside, {1}, DType::kF32).storage()->Release(), std::runtime_error);
+}
+
 }  // namespace
 }  // namespace baton

@@ -56,7 +56,7 @@ std::vector<int> Plan::TiedRanks(const TiedGroup& group, int world_rank) const {
 }
 
 std::vector<int> Plan::Peers(int world_rank) const {
-  // Its pipeline neighbours, then with ZeRO-1 its stage's replicas (the reduce-scatter and
+  // Its pipeline neighbours, then with ZeRO-1/2 its stage's replicas (the reduce-scatter and
   // all-gather are point to point between them), then its stage's tensor ranks (sequence
   // parallelism's and the checkpoint's all-gathers are point to point too).
   const ParallelLayout l = layout();
@@ -64,7 +64,7 @@ std::vector<int> Plan::Peers(int world_rank) const {
   const int stage = l.StageOf(world_rank);
   std::vector<int> peers = {pipeline[static_cast<size_t>((stage + l.stages() - 1) % l.stages())],
                             pipeline[static_cast<size_t>((stage + 1) % l.stages())]};
-  if (l.replicas() > 1 && config.parallel.zero == 1) {
+  if (l.replicas() > 1 && config.parallel.zero >= 1) {
     for (int peer : l.GroupOf(Axis::kData, world_rank)) peers.push_back(peer);
   }
   if (l.tensor() > 1) {

@@ -18,8 +18,8 @@ namespace baton {
 // micro-batches, before the first action), the step end ("optimizer": from the last action to
 // the end of the update) and, inside the step end's span, each of its passes that exchanges with
 // peers (tied-gradient sums, gradient reduction, the norm's all-reduce: waiting for the slowest
-// stage included). Times are microseconds of the system clock (comparable across processes on
-// one host).
+// stage included); under ZeRO-2 also, inside a backward's span, a layer's reduce-scatter. Times
+// are microseconds of the system clock (comparable across processes on one host).
 struct TraceSpan {
   enum class Kind { kCompute, kWait, kOptimizer, kStepStart, kExchange };
   Kind kind = Kind::kCompute;

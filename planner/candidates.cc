@@ -40,7 +40,7 @@ Config Apply(const Config& base, const Levers& levers) {
     config.parallel.replicas = levers.replicas;
     const bool zero_applies =
         config.optimizer.state == OptimizerState::kF32 && !config.prune.enabled();
-    config.parallel.zero = levers.replicas > 1 && zero_applies ? 1 : 0;
+    config.parallel.zero = levers.replicas > 1 && zero_applies ? levers.zero : 0;
   }
   Validate(config);
   return config;

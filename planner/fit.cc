@@ -42,7 +42,15 @@ std::vector<Levers> Search(const Config& config, int max_stages, int num_layers,
           for (OptimizerState state : states) {
             for (const CheckpointPolicy& policy :
                  CheckpointPolicies(stage_layers, config.parallel.checkpoint)) {
-              for (DType dtype : dtypes) levers.push_back({dtype, policy, m, p, r, state, t});
+              for (DType dtype : dtypes) {
+                levers.push_back({dtype, policy, m, p, r, state, t, 1});
+                // Replicas added: ZeRO-2 too, a level above (Apply drops it where ZeRO does
+                // not apply, and such a twin is left out).
+                if (r != configured && r > 1 && state == OptimizerState::kF32 &&
+                    !config.prune.enabled()) {
+                  levers.push_back({dtype, policy, m, p, r, state, t, 2});
+                }
+              }
             }
           }
         }
@@ -53,7 +61,7 @@ std::vector<Levers> Search(const Config& config, int max_stages, int num_layers,
 }
 
 int LevelOf(const Levers& lever, const Config& config) {
-  if (lever.replicas != config.parallel.replicas) return 7;
+  if (lever.replicas != config.parallel.replicas) return lever.zero == 2 ? 8 : 7;
   if (lever.tensor != config.parallel.tensor) return 6;
   if (lever.stages != config.parallel.stages) return 5;
   if (lever.state != config.optimizer.state) return 4;
@@ -157,9 +165,9 @@ FitResult FitToBudget(const Config& config, const FitOptions& options) {
   }
   std::vector<FitCandidate>& all = result.candidates;
   // Tiers of levels: as configured; precision and checkpointing, by time; micro-batches; 8-bit
-  // optimizer state; stages; tensor ranks; replicas.
+  // optimizer state; stages; tensor ranks; replicas with ZeRO-1; with ZeRO-2.
   const auto tier = [](int level) { return level == 0 ? 0 : level <= 2 ? 1 : level - 1; };
-  for (int t = 0; t <= 6 && result.chosen < 0; ++t) {
+  for (int t = 0; t <= 7 && result.chosen < 0; ++t) {
     for (size_t i = 0; i < all.size(); ++i) {
       if (!all[i].fits || tier(all[i].level) != t) continue;
       if (result.chosen < 0) {
@@ -277,8 +285,9 @@ StepRates MeasureStepRates(const Config& config) {
 }
 
 std::string FormatFitTable(const FitResult& result, int64_t budget) {
-  static const char* kLevels[] = {"as configured", "precision", "checkpointing", "micro-batches",
-                                  "8-bit state",   "stages",    "tensor ranks",  "replicas"};
+  static const char* kLevels[] = {"as configured", "precision",   "checkpointing",
+                                  "micro-batches", "8-bit state", "stages",
+                                  "tensor ranks",  "replicas",    "ZeRO-2"};
   static const char* kWhy[] = {
       "the configuration as it is fits",
       "the fastest predicted step among precision and checkpointing",
@@ -289,7 +298,9 @@ std::string FormatFitTable(const FitResult& result, int64_t budget) {
       "nothing fits without more stages, even with 8-bit optimizer state",
       "no pipeline of up to --max-stages stages fits (a layer alone, or too many layers per "
       "stage, is too large for a rank): the fewest tensor ranks that fit split every layer",
-      "nothing fits without data-parallel replicas (ZeRO-1)"};
+      "nothing fits without data-parallel replicas (ZeRO-1)",
+      "nothing fits with ZeRO-1's replicas: ZeRO-2 also lets each layer's gradients outside the "
+      "replica's shard go once its backward is done"};
   const bool replicas = std::any_of(result.candidates.begin(), result.candidates.end(),
                                     [](const FitCandidate& c) { return c.replicas > 1; });
   const bool tensor = std::any_of(result.candidates.begin(), result.candidates.end(),

@@ -17,7 +17,9 @@
 //      (the step-time models do not cost their sums), then the fastest;
 //   7. data-parallel replicas with ZeRO-1 (parallel.zero 1: each replica keeps 1/R of the
 //      optimizer state and runs 1/R of the micro-batches), only when `max_processes` allows
-//      stages x T x replicas processes; replicas must divide the micro-batches.
+//      stages x T x replicas processes; replicas must divide the micro-batches;
+//   8. the same replicas with ZeRO-2 (parallel.zero 2: a layer's gradients outside the replica's
+//      shard are held from its first backward of a step to its last only; docs/parallel.md).
 // Every combination is a candidate; its level is the costliest lever it pulls. The configuration
 // as it is wins when it fits. Otherwise precision and checkpointing compete on predicted step
 // time on this machine (with FitOptions::measured, measured_costs.h: each layer kind profiled
@@ -54,7 +56,7 @@ struct FitOptions {
 // A candidate: the levers it pulls (planner/candidates.h), and how it came out.
 struct FitCandidate : Levers {
   int level = 0;       // 0 as configured, 1 precision, 2 checkpointing, 3 micro-batches, 4 8-bit
-                       // optimizer state, 5 stages, 6 tensor ranks, 7 replicas
+                       // optimizer state, 5 stages, 6 tensor ranks, 7 replicas, 8 ZeRO-2
   bool valid = false;  // a plan could be made; else `note` says why not
   bool fits = false;
   int64_t peak = 0;         // largest predicted total over ranks (of the budgeted cut when it fits)

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <limits>
 #include <regex>
 #include <string>
 
@@ -286,6 +287,21 @@ TEST(FitTest, ReplicasWithZeroOneComeAfterStagesWhenMoreProcessesAreAllowed) {
   // Every rank of the chosen plan fits the budget.
   const Plan plan = MakePlan(result.config, budget);
   for (const RankMemory& rank : PredictMemory(plan)) EXPECT_LE(rank.peak.total, budget);
+  // Below every ZeRO-1 candidate's peak, ZeRO-2 (a level above) is what fits: with one
+  // micro-batch per replica a block's gradients outside the replica's shard live through its
+  // backward only.
+  int64_t zero1_leanest = std::numeric_limits<int64_t>::max();
+  for (const FitCandidate& c : result.candidates) {
+    if (c.valid && c.level == 7) zero1_leanest = std::min(zero1_leanest, c.peak);
+  }
+  const FitResult two = FitToBudget(config, {zero1_leanest - 1, StepRates(1e9), 2, 16});
+  const FitCandidate& lean = two.candidates[static_cast<size_t>(two.chosen)];
+  EXPECT_EQ(lean.level, 8);
+  EXPECT_EQ(two.config.parallel.zero, 2);
+  EXPECT_NE(two.set_flags.find("--set parallel.zero=2"), std::string::npos) << two.set_flags;
+  EXPECT_NE(FormatFitTable(two, zero1_leanest - 1).find("ZeRO-2"), std::string::npos);
+  RecordProperty("zero1_leanest_peak", std::to_string(zero1_leanest));
+  RecordProperty("zero2_chosen_peak", std::to_string(lean.peak));
 }
 
 }  // namespace

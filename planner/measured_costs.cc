@@ -515,8 +515,8 @@ StepPrediction PredictMeasuredStep(const Plan& plan, const MeasuredCosts& measur
         params += static_cast<double>(measured.params.at(kind));
       }
     }
-    // ZeRO-1 steps 1/R of the state; without it every replica steps all of it.
-    if (plan.config.parallel.zero == 1) seconds /= replicas;
+    // ZeRO-1/2 steps 1/R of the state; without it every replica steps all of it.
+    if (plan.config.parallel.zero >= 1) seconds /= replicas;
     // Tensor ranks step their parts (the replicated norms and biases are small).
     seconds *= SlowdownFor(measured, world) / plan.num_tensor();
     p.step_end = std::max(p.step_end, seconds);
@@ -524,7 +524,7 @@ StepPrediction PredictMeasuredStep(const Plan& plan, const MeasuredCosts& measur
   }
   // The step end's flags all-reduce over every rank; a tied parameter split across stages (the
   // embedding's wte) is summed between them; replicas reduce every gradient (f32) and, with
-  // ZeRO-1, gather the parameters back: each a ring of 2(n-1) transfers of 1/n of the bytes.
+  // ZeRO-1/2, gather the parameters back: each a ring of 2(n-1) transfers of 1/n of the bytes.
   const double latency = measured.message_latency_s;
   const double rate = measured.message_bytes_per_s > 0 ? measured.message_bytes_per_s : 1e300;
   if (world > 1) p.collectives += 2.0 * (world - 1) * latency;
@@ -537,7 +537,7 @@ StepPrediction PredictMeasuredStep(const Plan& plan, const MeasuredCosts& measur
     const double bytes = largest_stage_params * 4.0;
     const double ring = 2.0 * (replicas - 1);
     p.collectives += ring * latency + ring / replicas * bytes / rate;
-    if (plan.config.parallel.zero == 1) p.collectives += ring * latency + bytes / rate;
+    if (plan.config.parallel.zero >= 1) p.collectives += ring * latency + bytes / rate;
   }
   p.seconds = p.makespan + p.step_end + p.collectives;
   return p;

@@ -228,7 +228,8 @@ TEST(MemoryPlannerTest, PredictsTheLedgerExactlyForVShapedAndLoopedSchedules) {
              {"parallel.stages=2"},
              {"parallel.stages=3", "parallel.checkpoint=every:1"},
              {"parallel.stages=2", "precision.dtype=bf16", "parallel.checkpoint=selective"},
-             {"parallel.stages=2", "parallel.replicas=2", "parallel.zero=1"}}) {
+             {"parallel.stages=2", "parallel.replicas=2", "parallel.zero=1"},
+             {"parallel.stages=2", "parallel.replicas=4", "parallel.zero=2"}}) {
       std::vector<std::string> overrides = {schedule, chunks, "train.micro_batches=8"};
       overrides.insert(overrides.end(), variant.begin(), variant.end());
       ExpectPredictedEqualsMeasured(MakePlan(Tiny(overrides)), 0.0,
@@ -245,6 +246,8 @@ TEST(MemoryPlannerTest, PredictsTheLedgerExactlyWithTensorRanks) {
            {"parallel.tensor=2", "parallel.stages=2", "precision.dtype=bf16",
             "parallel.checkpoint=selective"},
            {"parallel.tensor=2", "parallel.stages=2", "parallel.replicas=2", "parallel.zero=1"},
+           {"parallel.tensor=2", "parallel.stages=2", "parallel.replicas=2", "parallel.zero=2",
+            "parallel.sequence_parallel=true"},
            {"parallel.tensor=2", "parallel.stages=2", "parallel.sequence_parallel=true"},
            {"parallel.tensor=2", "parallel.stages=2", "parallel.sequence_parallel=true",
             "parallel.schedule=zb-h1", "precision.dtype=bf16", "parallel.checkpoint=every:1"}}) {
@@ -308,7 +311,7 @@ TEST(MemoryPlannerTest, PredictsTheLedgerOfEveryReplica) {
 // whole state from the first save on, booked as checkpoint memory, and the steps after it run
 // beside it; the other replicas copy nothing.
 TEST(MemoryPlannerTest, BooksABackgroundCheckpointsHostCopyOnTheRanksThatWrite) {
-  for (const char* zero : {"parallel.zero=0", "parallel.zero=1"}) {
+  for (const char* zero : {"parallel.zero=0", "parallel.zero=1", "parallel.zero=2"}) {
     const Plan plan =
         MakePlan(Tiny({"parallel.stages=2", "parallel.replicas=2", zero, "train.steps=3",
                        "output.checkpoint_every=2", "output.async_checkpoint=true"}));

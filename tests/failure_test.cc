@@ -105,6 +105,29 @@ TEST(FailureTest, StalledPeerTimesOutWithATableNamingStageActionAndPeer) {
   EXPECT_EQ(step_one_forwards, (std::set<int>{0, 1, 2, 3})) << recorded.dump();
 }
 
+// ZeRO-2 reduces a block's gradients inside its backward: when replica 1 (world rank 1 at one
+// stage) stalls at step 2, replica 0 gives up in the reduce-scatter of the last block, and the
+// error and the rank table say so (not a backward that seems to hang).
+TEST(FailureTest, AStalledReplicaUnderZeroTwoIsNamedInALayersReduceScatter) {
+  const std::string dir = TempDir("stalled-zero2");
+  const CommandResult result =
+      RunShell("cd '" + SourceDir() + "' && BATON_TEST_STALL=1:2 '" + BatonFaultsBinary() +
+               "' run configs/gpt-tiny.yaml --set train.steps=4 --set parallel.stages=1"
+               " --set parallel.replicas=2 --set parallel.zero=2 --set parallel.timeout_s=5"
+               " --set output.dir=" +
+               dir);
+  EXPECT_NE(result.exit_code, 0) << result.output;
+  const std::regex failed(
+      R"(step 2: the data-parallel reduce-scatter of layer [0-9]+'s gradients of stage 0 with )"
+      R"(its other replicas failed; a replica of stage 0 is dead or hung)");
+  EXPECT_TRUE(std::regex_search(result.output, failed)) << result.output;
+  // The table (rank, stage, replica, status, blocked on, ...) and the flight recorder.
+  const std::regex row(R"(\n\s+0\s+0\s+0\s+failed\s+ALLREDUCE\s)");
+  EXPECT_TRUE(std::regex_search(result.output, row)) << result.output;
+  EXPECT_NE(result.output.find("likely culprit: stage 0 replica 1 (rank 1)"), std::string::npos)
+      << result.output;
+}
+
 // 2 stages x 2 tensor ranks: world ranks 0, 1 are stage 0 and 2, 3 stage 1 (docs/parallel.md).
 // Rank 3 (stage 1, tensor rank 1) stalls: rank 1 (stage 0, tensor rank 1) waits on it, and the
 // table names that peer by its world rank, 3, not by its stage, 1 (which is rank 1 itself).

@@ -1,8 +1,8 @@
 // The run report's memory promise (docs/memory.md) with real processes over Gloo: for every rank
 // of P stages x T tensor ranks x R replicas, in fp32 and bf16, the peaks the plan predicted equal
 // the peaks the rank's ledger measured over the whole run (its steps and the final checkpoint),
-// per category and in total, byte for byte, as report.json gives them; with background
-// checkpoints too (their host copy booked as checkpoint memory).
+// per category and in total, byte for byte, as report.json gives them; with ZeRO-1 and ZeRO-2,
+// and background checkpoints (their host copy booked as checkpoint memory).
 //
 // The in-process planner tests (planner/memory_planner_test.cc) hold the prediction to
 // RunInProcess, which talks through FakeHub; this one reads what a user reads. The avx2_emulation
@@ -83,8 +83,9 @@ void ExpectEveryLayoutPredictedExactly(const std::string& dtype) {
       {2, 1, 2, {"parallel.zero=1"}},  // replica 0 gathers the optimizer state to save it
       {2, 2, 2, {"parallel.zero=1"}},
       // Background checkpoints: the ranks that write keep a host copy of their whole layers from
-      // the first save on, and the second step runs beside it.
-      {2, 2, 2, {"parallel.zero=1", "output.async_checkpoint=true", "output.checkpoint_every=1"}},
+      // the first save on, and the second step runs beside it. With ZeRO-2, whose released
+      // gradients come and go around each layer's backward.
+      {2, 2, 2, {"parallel.zero=2", "output.async_checkpoint=true", "output.checkpoint_every=1"}},
   };
   const std::string root = TempDir("memory-" + dtype);
   for (size_t i = 0; i < layouts.size(); ++i) {

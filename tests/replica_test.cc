@@ -87,7 +87,7 @@ TEST(ReplicaTest, TwoByTwoResumesOntoFourByOneAndBackAndKeepsOneCopyOfTheModel) 
             1e-5);
 }
 
-TEST(ReplicaTest, ZeroOneCheckpointsHoldTheWholeStateAndResumeOntoAnyLayout) {
+TEST(ReplicaTest, ZeroCheckpointsHoldTheWholeStateAndResumeOntoAnyLayout) {
   const std::string root = TempDir("replicas-zero");
   const std::vector<std::string> zero = {"--set", "parallel.zero=1"};
   const nlohmann::json straight = Train(root + "/straight", Plus(Layout(2, 2, 20), zero));
@@ -114,6 +114,21 @@ TEST(ReplicaTest, ZeroOneCheckpointsHoldTheWholeStateAndResumeOntoAnyLayout) {
   EXPECT_EQ(same.at("param_checksum"), straight.at("param_checksum"));
   const nlohmann::json four = Train(root + "/four", Plus(Layout(4, 1, 20), {"--resume", step10}));
   EXPECT_LE(WorstRelativeDifference(Losses(four), rest), 1e-5);
+  // ZeRO-2 sums the same gradients in the same order (each layer's as its backward ends): ZeRO-1's
+  // bits, and each level's checkpoint continues the other's bit for bit.
+  const std::vector<std::string> zero2 = {"--set", "parallel.zero=2"};
+  const nlohmann::json two = Train(
+      root + "/two", Plus(Plus(Layout(2, 2, 20), zero2), {"--set", "output.checkpoint_every=10"}));
+  EXPECT_EQ(Losses(two), all);
+  EXPECT_EQ(two.at("param_checksum"), straight.at("param_checksum"));
+  const nlohmann::json two_onto_one =
+      Train(root + "/two-onto-one",
+            Plus(Plus(Layout(2, 2, 20), zero), {"--resume", root + "/two/checkpoints/step-10"}));
+  EXPECT_EQ(Losses(two_onto_one), rest);
+  const nlohmann::json one_onto_two =
+      Train(root + "/one-onto-two", Plus(Plus(Layout(2, 2, 20), zero2), {"--resume", step10}));
+  EXPECT_EQ(Losses(one_onto_two), rest);
+  EXPECT_EQ(one_onto_two.at("param_checksum"), straight.at("param_checksum"));
   // And a checkpoint without ZeRO resumes into one with it.
   Train(root + "/plain-first", Plus(Layout(4, 1, 10), {}));
   const nlohmann::json into = Train(

@@ -372,8 +372,11 @@ void StageEngine::Backward(const Action& action, bool input_only) {
     }
     Layer& layer = *chunk.layers[static_cast<size_t>(i)];
     Stash& stash = s.stashes[static_cast<size_t>(i)];
+    const int index = chunk.range.first + i;
+    if (options_.before_layer_backward) options_.before_layer_backward(index);
     dy = input_only ? layer.BackwardInput(dy, batch, stash, args)
                     : layer.Backward(dy, batch, stash, args);
+    if (!input_only && options_.after_layer_gradients) options_.after_layer_gradients(index);
   }
   s.segment_inputs.clear();
   if (!input_only) {
@@ -387,7 +390,12 @@ void StageEngine::BackwardWeight(const Action& action) {
   Chunk& chunk = model_.chunk(action.chunk);
   Slot& s = slot(action.microbatch, action.chunk);
   BATON_CHECK(s.stashes.size() == chunk.layers.size(), "{}: W before I", Describe(action));
-  for (size_t i = chunk.layers.size(); i-- > 0;) chunk.layers[i]->BackwardWeight(s.stashes[i]);
+  for (size_t i = chunk.layers.size(); i-- > 0;) {
+    chunk.layers[i]->BackwardWeight(s.stashes[i]);
+    if (options_.after_layer_gradients) {
+      options_.after_layer_gradients(chunk.range.first + static_cast<int>(i));
+    }
+  }
   s.stashes.clear();
   --stashed_;
 }

@@ -50,6 +50,12 @@ struct EngineOptions {
   // (the plan says so: Plan::sends_complete_before_compute); otherwise sends complete
   // asynchronously.
   bool complete_sends_before_compute = false;
+  // Called with a layer's graph index just before its backward (B or I) of a micro-batch, and
+  // just after its parameters' gradients of a micro-batch are done (B or W): ZeRO-2 takes a
+  // layer's gradients back at the first and reduces them after the step's last
+  // (worker/gradient_sync.h). Either may be empty.
+  std::function<void(int)> before_layer_backward;
+  std::function<void(int)> after_layer_gradients;
 };
 
 // What the engine is doing right now, for hang diagnosis.

@@ -87,23 +87,30 @@ void AllReduceSync::Reduce(int64_t step) {
   Report(context_, "idle", -1);
 }
 
-Zero1Sync::Zero1Sync(ReplicaContext context, const std::vector<Param*>& params)
-    : context_(std::move(context)) {
+ZeroSync::ZeroSync(ReplicaContext context, const std::vector<ZeroLayer>& layers, int level)
+    : context_(std::move(context)), level_(level) {
+  BATON_CHECK(level == 1 || level == 2, "ZeRO level {} is not 1 or 2", level);
   std::vector<const void*> seen;
-  for (Param* p : params) {
-    if (std::find(seen.begin(), seen.end(), p->value.raw()) != seen.end()) continue;
-    seen.push_back(p->value.raw());
-    flat_.push_back({p, flat_numel_});
-    flat_numel_ += p->value.numel();
+  for (const ZeroLayer& layer : layers) {
+    LayerGrads& grads = layers_[layer.index];
+    grads.final_at_backward = layer.final_at_backward;
+    grads.span = {flat_numel_, flat_numel_};
+    for (Param* p : layer.params) {
+      if (std::find(seen.begin(), seen.end(), p->value.raw()) != seen.end()) continue;
+      seen.push_back(p->value.raw());
+      flat_.push_back({p, flat_numel_});
+      flat_numel_ += p->value.numel();
+    }
+    grads.span.end = flat_numel_;
   }
-  BATON_CHECK(!flat_.empty(), "ZeRO-1 needs parameters to shard");
+  BATON_CHECK(!flat_.empty(), "ZeRO needs parameters to shard");
   const int64_t r = context_.num_replicas();
   shard_size_ = (flat_numel_ + r - 1) / r;
   chunk_ = std::max<int64_t>(1, std::min(shard_size_, kGradBucketBytes / 4 / r));
   const DType dtype = flat_.front().param->value.dtype();
   for (const FlatPiece& piece : flat_) {
     BATON_CHECK(piece.param->value.dtype() == dtype && piece.param->grad.dtype() == DType::kF32,
-                "ZeRO-1 needs one parameter dtype and f32 gradients; {} is {}", piece.param->name,
+                "ZeRO needs one parameter dtype and f32 gradients; {} is {}", piece.param->name,
                 piece.param->value.ToString());
   }
   Allocator& allocator = context_.backend->allocator();
@@ -112,15 +119,79 @@ Zero1Sync::Zero1Sync(ReplicaContext context, const std::vector<Param*>& params)
   if (dtype != DType::kF32) {
     values_ = Tensor::Empty(allocator, {r * chunk_}, dtype, MemCategory::kComm);
   }
+  if (level_ < 2) return;
+  const auto same = [](const Tensor& a, const Tensor& b) { return a.storage() == b.storage(); };
+  std::vector<Tensor> kept;  // gradients holding some of this replica's shard
+  ForEachFlatPart(own_begin(), own_end(),
+                  [&](Param& p, int64_t, int64_t, int64_t) { kept.push_back(p.grad); });
+  for (const ZeroLayer& layer : layers) {
+    LayerGrads& grads = layers_.at(layer.index);
+    for (Param* p : layer.params) {
+      const auto is_p = [&](const Tensor& g) { return same(g, p->grad); };
+      if (std::none_of(kept.begin(), kept.end(), is_p) &&
+          std::none_of(grads.released.begin(), grads.released.end(), is_p)) {
+        grads.released.push_back(p->grad);
+      }
+    }
+    Release(grads.released);
+    if (grads.final_at_backward || grads.span.begin == grads.span.end) continue;
+    if (!at_step_end_.empty() && at_step_end_.back().end == grads.span.begin) {
+      at_step_end_.back().end = grads.span.end;  // one span for adjacent layers
+    } else {
+      at_step_end_.push_back(grads.span);
+    }
+  }
 }
 
-std::optional<OptimizerShard> Zero1Sync::optimizer_shard() const {
-  const int64_t begin = std::min(flat_numel_, context_.replica() * shard_size_);
-  return OptimizerShard{begin, std::min(flat_numel_, begin + shard_size_)};
+int64_t ZeroSync::own_begin() const {
+  return std::min(flat_numel_, context_.replica() * shard_size_);
+}
+
+int64_t ZeroSync::own_end() const { return std::min(flat_numel_, own_begin() + shard_size_); }
+
+std::optional<OptimizerShard> ZeroSync::optimizer_shard() const {
+  return OptimizerShard{own_begin(), own_end()};
+}
+
+void ZeroSync::Release(std::vector<Tensor>& grads) {
+  bool synchronized = false;
+  for (Tensor& grad : grads) {
+    if (!grad.storage()->resident()) continue;  // shared with a layer released before
+    if (!synchronized) {
+      context_.backend->Synchronize();  // the reads out of them are done
+      synchronized = true;
+    }
+    grad.storage()->Release();
+  }
+}
+
+void ZeroSync::BeforeLayerBackward(int index) {
+  if (level_ < 2) return;
+  for (Tensor& grad : layers_.at(index).released) {
+    if (grad.storage()->resident()) continue;  // back already: the step's first was another's
+    grad.storage()->Restore();
+    context_.backend->Zero(grad);
+  }
+}
+
+bool ZeroSync::LayerGradientsDone(int index, int64_t step) {
+  if (level_ < 2) return false;
+  LayerGrads& grads = layers_.at(index);
+  if (!grads.final_at_backward) return false;  // at the step end
+  const bool exchanges = grads.span.begin < grads.span.end;
+  if (exchanges) {
+    Report(context_, "ALLREDUCE", AnotherReplica(context_),
+           (grads.span.end - grads.span.begin) * static_cast<int64_t>(sizeof(float)));
+    ReduceScatter(grads.span,
+                  fmt::format("step {}: the data-parallel reduce-scatter of layer {}'s gradients",
+                              step, index));
+  }
+  Release(grads.released);
+  return exchanges;
 }
 
 template <typename Fn>
-void Zero1Sync::ForEachFlatPart(int64_t begin, int64_t end, Fn fn) const {
+void ZeroSync::ForEachFlatPart(int64_t begin, int64_t end, Fn fn) const {
   for (const FlatPiece& piece : flat_) {
     const int64_t numel = piece.param->value.numel();
     const int64_t lo = std::max(begin, piece.at), hi = std::min(end, piece.at + numel);
@@ -128,13 +199,24 @@ void Zero1Sync::ForEachFlatPart(int64_t begin, int64_t end, Fn fn) const {
   }
 }
 
-std::pair<int64_t, int64_t> Zero1Sync::Chunk(int j, int64_t k) const {
-  const int64_t first = j * shard_size_ + k * chunk_;
-  const int64_t last = std::min({first + chunk_, (j + 1) * shard_size_, flat_numel_});
-  return {first, std::max<int64_t>(0, last - first)};
+std::pair<int64_t, int64_t> ZeroSync::Chunk(int j, int64_t k, Span span) const {
+  const int64_t lo = std::clamp(j * shard_size_, span.begin, span.end);
+  const int64_t hi = std::clamp((j + 1) * shard_size_, span.begin, span.end);
+  const int64_t first = lo + k * chunk_;
+  return {first, std::clamp(hi - first, int64_t{0}, chunk_)};
 }
 
-void Zero1Sync::WaitAll(std::vector<std::unique_ptr<Work>>& works, const std::string& what) const {
+int64_t ZeroSync::Rounds(Span span) const {
+  int64_t longest = 0;
+  for (int j = 0; j < context_.num_replicas(); ++j) {
+    const int64_t lo = std::clamp(j * shard_size_, span.begin, span.end);
+    const int64_t hi = std::clamp((j + 1) * shard_size_, span.begin, span.end);
+    longest = std::max(longest, hi - lo);
+  }
+  return (longest + chunk_ - 1) / chunk_;
+}
+
+void ZeroSync::WaitAll(std::vector<std::unique_ptr<Work>>& works, const std::string& what) const {
   try {
     for (auto& work : works) work->Wait(context_.timeout);
   } catch (const Error& e) {
@@ -146,17 +228,29 @@ void Zero1Sync::WaitAll(std::vector<std::unique_ptr<Work>>& works, const std::st
   works.clear();
 }
 
-void Zero1Sync::Reduce(int64_t step) {
-  Backend& backend = *context_.backend;
-  const int r = context_.num_replicas(), me = context_.replica();
+void ZeroSync::Reduce(int64_t step) {
   Report(context_, "ALLREDUCE", AnotherReplica(context_),
          flat_numel_ * static_cast<int64_t>(sizeof(float)));
   const std::string what = fmt::format("step {}: the data-parallel reduce-scatter", step);
+  if (level_ < 2) {
+    ReduceScatter({0, flat_numel_}, what);
+  } else {
+    for (const Span& span : at_step_end_) ReduceScatter(span, what);
+    for (auto& [index, grads] : layers_) {
+      if (!grads.final_at_backward) Release(grads.released);
+    }
+  }
+  Report(context_, "idle", -1);
+}
+
+void ZeroSync::ReduceScatter(Span span, const std::string& what) {
+  Backend& backend = *context_.backend;
+  const int r = context_.num_replicas(), me = context_.replica();
   std::vector<std::unique_ptr<Work>> works;
-  for (int64_t k = 0; k < rounds(); ++k) {
+  for (int64_t k = 0; k < Rounds(span); ++k) {
     std::vector<Tensor> chunks;  // chunk j: the elements replica j owns in this round
     for (int j = 0; j < r; ++j) {
-      const auto [first, count] = Chunk(j, k);
+      const auto [first, count] = Chunk(j, k, span);
       Tensor chunk = buffer_.Slice(0, j * chunk_, j * chunk_ + count);
       ForEachFlatPart(first, first + count, [&](Param& p, int64_t lo, int64_t hi, int64_t at) {
         Tensor into = chunk.Slice(0, at - first, at - first + (hi - lo));
@@ -190,29 +284,29 @@ void Zero1Sync::Reduce(int64_t step) {
     backend.Add(in_order[0], in_order[1], acc);
     for (int i = 2; i < r; ++i) backend.Accumulate(in_order[static_cast<size_t>(i)], acc);
     if (me != 0) backend.Copy(acc, sum);
-    const int64_t first = Chunk(me, k).first;
+    const int64_t first = Chunk(me, k, span).first;
     ForEachFlatPart(first, first + mine, [&](Param& p, int64_t lo, int64_t hi, int64_t at) {
       Tensor grad = FlatSlice(p.grad, lo, hi);
       backend.Copy(sum.Slice(0, at - first, at - first + (hi - lo)), grad);
     });
   }
-  Report(context_, "idle", -1);
 }
 
-void Zero1Sync::AfterUpdate(int64_t step) {
+void ZeroSync::AfterUpdate(int64_t step) {
   Backend& backend = *context_.backend;
   const int r = context_.num_replicas(), me = context_.replica();
   Tensor& buffer = values_.defined() ? values_ : buffer_;
   const std::string what =
       fmt::format("step {}: the data-parallel all-gather of the parameters", step);
   std::vector<std::unique_ptr<Work>> works;
-  for (int64_t k = 0; k < rounds(); ++k) {
+  const Span all{0, flat_numel_};
+  for (int64_t k = 0; k < Rounds(all); ++k) {
     std::vector<Tensor> chunks;
     for (int j = 0; j < r; ++j) {
-      const int64_t count = Chunk(j, k).second;
+      const int64_t count = Chunk(j, k, all).second;
       chunks.push_back(buffer.Slice(0, j * chunk_, j * chunk_ + count));
     }
-    const auto [my_first, mine] = Chunk(me, k);
+    const auto [my_first, mine] = Chunk(me, k, all);
     ForEachFlatPart(my_first, my_first + mine, [&](Param& p, int64_t lo, int64_t hi, int64_t at) {
       Tensor into =
           chunks[static_cast<size_t>(me)].Slice(0, at - my_first, at - my_first + hi - lo);
@@ -231,7 +325,7 @@ void Zero1Sync::AfterUpdate(int64_t step) {
     WaitAll(works, what);
     for (int i = 0; i < r; ++i) {
       if (i == me) continue;
-      const auto [first, count] = Chunk(i, k);
+      const auto [first, count] = Chunk(i, k, all);
       ForEachFlatPart(first, first + count, [&](Param& p, int64_t lo, int64_t hi, int64_t at) {
         Tensor value = FlatSlice(p.value, lo, hi);
         backend.Copy(chunks[static_cast<size_t>(i)].Slice(0, at - first, at - first + hi - lo),
@@ -241,20 +335,20 @@ void Zero1Sync::AfterUpdate(int64_t step) {
   }
 }
 
-std::vector<Tensor> Zero1Sync::ReducedGradient(Param& p) const {
+std::vector<Tensor> ZeroSync::ReducedGradient(Param& p) const {
   std::vector<Tensor> parts;
-  const int64_t own_begin = context_.replica() * shard_size_, own_end = own_begin + shard_size_;
+  const int64_t begin = own_begin(), end = own_end();
   for (const FlatPiece& piece : flat_) {
     if (piece.param->value.raw() != p.value.raw()) continue;
-    const int64_t lo = std::max(own_begin, piece.at) - piece.at;
-    const int64_t hi = std::min(own_end, piece.at + p.value.numel()) - piece.at;
+    const int64_t lo = std::max(begin, piece.at) - piece.at;
+    const int64_t hi = std::min(end, piece.at + p.value.numel()) - piece.at;
     if (lo < hi) parts.push_back(FlatSlice(piece.param->grad, lo, hi));
   }
   return parts;
 }
 
-std::optional<LayerTensors> Zero1Sync::GatherLayerState(LayerTensors layer,
-                                                        const Optimizer& optimizer) {
+std::optional<LayerTensors> ZeroSync::GatherLayerState(LayerTensors layer,
+                                                       const Optimizer& optimizer) {
   Backend& backend = *context_.backend;
   const int me = context_.replica();
   const int holder = 0;  // replica 0 writes the checkpoint

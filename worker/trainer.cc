@@ -93,11 +93,25 @@ EngineOptions EngineOptionsFor(const TrainerSetup& setup) {
   return options;
 }
 
+// By this rank's layers' graph indices: how many times a step completes the layer's gradients
+// of a micro-batch (the B and W actions of its chunk in this rank's program).
+std::map<int, int> GradientPassesPerStep(const TrainerSetup& setup) {
+  std::map<int, int> passes;
+  for (const Action& action : setup.schedule.per_stage[static_cast<size_t>(setup.stage)]) {
+    if (action.kind != ActionKind::kBackward && action.kind != ActionKind::kBackwardWeight) {
+      continue;
+    }
+    const LayerRange& range = setup.chunk_ranges.at(static_cast<size_t>(action.chunk));
+    for (int index = range.first; index <= range.last; ++index) ++passes[index];
+  }
+  return passes;
+}
+
 }  // namespace
 
 // The optimizer and the gradient synchronisation of this stage's replicas, in the order their
-// state is booked: ZeRO-1's flat space before the optimizer (it decides the shard), the
-// all-reduce's buckets after it.
+// state is booked: ZeRO's flat space (ZeRO-2: and its shard of the gradients) before the optimizer
+// (it decides the shard), the all-reduce's buckets after it.
 void Trainer::set_status_callback(StatusCallback callback) {
   on_status_ = std::move(callback);
   engine_->set_status_callback([this](const EngineStatus& status) {
@@ -121,9 +135,23 @@ void Trainer::set_status_callback(StatusCallback callback) {
 void Trainer::SetUpOptimizer() {
   const Config& config = setup_.config;
   if (config.prune.enabled()) AllocatePruneMasks(backend_, model_->params());
-  if (config.parallel.zero == 1 && setup_.layout.replicas() > 1) {
-    sync_ = std::make_unique<Zero1Sync>(
-        ReplicaContextOf(setup_, *replica_group_, backend_, &on_status_), model_->params());
+  if (config.parallel.zero >= 1 && setup_.layout.replicas() > 1) {
+    std::vector<ZeroLayer> layers;
+    for (auto& [index, layer] : model_->layers()) {
+      ZeroLayer& z = layers.emplace_back(ZeroLayer{index, layer->params(), true});
+      // A tied or shared layer's sums come at the step end (the tied sums pass).
+      for (const TiedGroup& group : setup_.tied) {
+        if (std::find(group.layers.begin(), group.layers.end(), index) != group.layers.end()) {
+          z.final_at_backward = false;
+        }
+      }
+      for (const Param* p : z.params) {
+        if (p->tied || p->sequence_partial_grad) z.final_at_backward = false;
+      }
+    }
+    sync_ =
+        std::make_unique<ZeroSync>(ReplicaContextOf(setup_, *replica_group_, backend_, &on_status_),
+                                   layers, config.parallel.zero);
   }
   AdamWConfig hyper;
   hyper.beta1 = static_cast<float>(config.train.beta1);
@@ -222,7 +250,18 @@ Trainer::Trainer(TrainerSetup setup, Backend& backend)
 
   const int micro_batch_size = MicroBatchSize(config);
   const int64_t seq_len = SequenceLength(config);
-  engine_ = std::make_unique<StageEngine>(backend_, *model_, pipeline_, EngineOptionsFor(setup_));
+  EngineOptions engine_options = EngineOptionsFor(setup_);
+  engine_options.before_layer_backward = [this](int index) { sync_->BeforeLayerBackward(index); };
+  engine_options.after_layer_gradients = [this, passes = GradientPassesPerStep(setup_)](int index) {
+    if (++gradients_done_[index] != passes.at(index)) return;
+    const Clock::time_point start = Clock::now();
+    if (!sync_->LayerGradientsDone(index, step_)) return;
+    layer_reductions_.emplace_back(start, Clock::now());
+    EngineStatus resumed = engine_status_;  // the backward it ran inside goes on
+    resumed.since = Clock::now();
+    if (on_status_) on_status_(resumed);
+  };
+  engine_ = std::make_unique<StageEngine>(backend_, *model_, pipeline_, engine_options);
 
   BATON_CHECK(
       first == model_->holds_first_layer() && last == model_->holds_last_layer(),
@@ -408,7 +447,13 @@ StepRecord Trainer::Step(int64_t step) {
               config.model.weights == WeightFormat::kInt8
                   ? kInt8IsForInference
                   : "this trainer was set up to evaluate only (baton eval): it cannot train");
-  for (Param* p : model_->params()) backend_.Zero(p->grad);
+  // ZeRO-2's released gradients come back zeroed at their layer's first backward.
+  for (Param* p : model_->params()) {
+    if (p->grad.storage()->resident()) backend_.Zero(p->grad);
+  }
+  step_ = step;
+  gradients_done_.clear();
+  layer_reductions_.clear();
   FillMicroBatches(step);
   const Clock::time_point first_action = Clock::now();
 
@@ -443,10 +488,13 @@ StepRecord Trainer::Step(int64_t step) {
   // Busy time: the forward and backward actions, and the update (the step end but its
   // collectives).
   const double step_end_s = Seconds(Clock::now() - clock.step_end_start);
-  record.compute_s =
-      engine_->last_timings().compute_s + std::max(0.0, step_end_s - clock.exchange_s);
+  // ZeRO-2's reductions of layers inside their backward are exchanges with the replicas too.
+  double layer_reductions_s = 0;
+  for (const auto& [from, to] : layer_reductions_) layer_reductions_s += Seconds(to - from);
+  record.compute_s = engine_->last_timings().compute_s - layer_reductions_s +
+                     std::max(0.0, step_end_s - clock.exchange_s);
   record.wait_s = engine_->last_timings().wait_s;
-  record.allreduce_s = clock.replicas_s;
+  record.allreduce_s = clock.replicas_s + layer_reductions_s;
   if (tensor_group_ != nullptr) {
     const CommTensorGroup::Traffic traffic = tensor_group_->TakeTraffic();
     record.tensor_collectives = traffic.collectives;
@@ -464,6 +512,9 @@ StepRecord Trainer::Step(int64_t step) {
       {TraceSpan::Kind::kStepStart, {}, wall_us(clock.start), wall_us(first_action)});
   const std::vector<TraceSpan>& actions = engine_->last_trace();
   record.trace.insert(record.trace.end(), actions.begin(), actions.end());
+  for (const auto& [from, to] : layer_reductions_) {
+    record.trace.push_back({TraceSpan::Kind::kExchange, {}, wall_us(from), wall_us(to)});
+  }
   for (const auto& [from, to] : exchanges) {
     record.trace.push_back({TraceSpan::Kind::kExchange, {}, wall_us(from), wall_us(to)});
   }

@@ -11,7 +11,9 @@
 //      place of the all-reduce: the stage's distinct parameters laid end to end form a flat
 //      space cut into R equal shards; replica r gets the replicas' sum (rank order) of shard r
 //      only, steps only shard r (its optimizer holds state for it alone) and, after the step,
-//      every replica gathers the others' updated shards of the parameters;
+//      every replica gathers the others' updated shards of the parameters; ZeRO-2 (parallel.zero
+//      2) then releases the gradients with no element in its shard until the next step's first
+//      backward action;
 //   1. every tied parameter's gradient is summed across the ranks holding its copies: the token
 //      embedding between the ranks holding the first and the last layer (or locally when one
 //      rank holds both), and a shared block parameter (model.share) between the stages its
@@ -171,7 +173,7 @@ class Trainer {
   void CombineTiedGradients();
   // The optimizer and sync_ (ZeRO-1's or the all-reduce's), for a trainer that trains.
   void SetUpOptimizer();
-  // ZeRO-1 (parallel.zero 1 with replicas): the optimizer holds only this replica's shard.
+  // ZeRO-1/2 (parallel.zero 1 or 2 with replicas): the optimizer holds only this replica's shard.
   bool zero() const { return sync_ != nullptr && sync_->optimizer_shard().has_value(); }
   // Sums `values` over every rank of the job (host memory; staged through the device on GPUs).
   void AllReduceOverJob(std::vector<float>& values);
@@ -231,7 +233,13 @@ class Trainer {
   // What the layers sum over (parallel.tensor > 1): tensor_ranks_ as model/'s TensorGroup.
   std::unique_ptr<CommTensorGroup> tensor_group_;
   std::unique_ptr<GradientSync> sync_;  // how this stage's replicas make their gradients one
-  std::unique_ptr<RunData> data_;       // on the ranks holding the first or the last layer
+  int64_t step_ = 0;                    // the step being run
+  // By graph index: the micro-batches whose gradients this step has completed (the engine's
+  // after_layer_gradients), for GradientSync::LayerGradientsDone.
+  std::map<int, int> gradients_done_;
+  // This step's ZeRO-2 reductions of a layer inside its backward (start, end), for the trace.
+  std::vector<std::pair<Clock::time_point, Clock::time_point>> layer_reductions_;
+  std::unique_ptr<RunData> data_;  // on the ranks holding the first or the last layer
   std::unique_ptr<StageModel> model_;
   std::unique_ptr<Optimizer> optimizer_;
   std::unique_ptr<StateLayout> state_;  // over model_, optimizer_, sync_ and tensor_group_
