@@ -2,7 +2,8 @@
 """parallel_bench: pipeline stages x tensor ranks x data-parallel replicas on gpt-small-cpu.
 
 Trains configs/gpt-small-cpu.yaml the same steps at (P, T, R) = (1,1,1), (2,1,1), (1,1,2),
-(2,1,2), (1,1,2) and (2,1,2) with ZeRO-1, and (1,2,1), (2,2,1) with tensor parallelism, as real
+(2,1,2), (1,1,2) and (2,1,2) with ZeRO-1 and with ZeRO-2, and (1,2,1), (2,2,1) with tensor
+parallelism, as real
 processes under the local launcher, one thread each (bench/README.md). Prints per layout:
 processes, tokens/s of the whole job (the same global batch every time), its ratio to (1,1,1),
 the seconds per step the head rank spent in its replicas' gradient exchange (all-reduce, or
@@ -14,7 +15,8 @@ it: the tokens/s of those layouts measure the machine, not the layout, and the t
 Checks (exit 1 if one fails): every loss finite; every layout's losses within 1e-4 relative of
 (1,1)'s (the same global batch; rounding differs with the order of additions); every rank's
 measured peak equals the prediction within 2%; without ZeRO replicas' ranks book the same peak
-as replica 0's; with ZeRO-1 each stage's replicas hold together its unsharded optimizer bytes;
+as replica 0's; with ZeRO-1 or 2 each stage's replicas hold together its unsharded optimizer bytes; ZeRO-2's
+losses equal ZeRO-1's at the same layout bit for bit;
 with T = 2 each rank holds under three quarters of T = 1's optimizer bytes (the cut matrices
 halve; norms and biases stay whole) and sums something over its tensor group every step.
 
@@ -32,7 +34,7 @@ CONFIG = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "configs
                       "gpt-small-cpu.yaml")
 # (stages, tensor ranks, replicas, zero)
 LAYOUTS = [(1, 1, 1, 0), (2, 1, 1, 0), (1, 1, 2, 0), (2, 1, 2, 0), (1, 1, 2, 1), (2, 1, 2, 1),
-           (1, 2, 1, 0), (2, 2, 1, 0)]
+           (1, 1, 2, 2), (2, 1, 2, 2), (1, 2, 1, 0), (2, 2, 1, 0)]
 
 
 def run(cmd):
@@ -148,9 +150,15 @@ def main():
         for s in range(r["stages"]):
             together = sum(r["optimizer"][k] for k in range(s, r["processes"], r["stages"]))
             if together != plain["optimizer"][s]:
-                failures.append(f"P={r['stages']} R={r['replicas']} ZeRO-1 stage {s}: optimizer "
-                                f"{together} bytes over the replicas, {plain['optimizer'][s]} "
-                                "without ZeRO")
+                failures.append(f"P={r['stages']} R={r['replicas']} ZeRO-{r['zero']} stage {s}: "
+                                f"optimizer {together} bytes over the replicas, "
+                                f"{plain['optimizer'][s]} without ZeRO")
+        one = next((q for q in results
+                    if (q["stages"], q["tensor"], q["replicas"], q["zero"]) ==
+                    (r["stages"], r["tensor"], r["replicas"], 1)), None)
+        if r["zero"] == 2 and one is not None and r["losses"] != one["losses"]:
+            failures.append(f"P={r['stages']} R={r['replicas']}: ZeRO-2's losses differ from "
+                            "ZeRO-1's")
     if any(r["processes"] > cores for r in results):
         print(f"note: layouts of more than {cores} processes oversubscribe this {cores}-core "
               "machine; their tokens/s say little about the layout itself")

@@ -178,16 +178,23 @@ bool ZeroSync::LayerGradientsDone(int index, int64_t step) {
   if (level_ < 2) return false;
   LayerGrads& grads = layers_.at(index);
   if (!grads.final_at_backward) return false;  // at the step end
-  const bool exchanges = grads.span.begin < grads.span.end;
-  if (exchanges) {
+  // The previous layer's last round first: its buffers are this layer's.
+  bool waited = FinishInFlight();
+  const Span span = grads.span;
+  const std::string what =
+      fmt::format("step {}: the data-parallel reduce-scatter of layer {}'s gradients", step, index);
+  const int64_t rounds = Rounds(span);
+  for (int64_t k = 0; k + 1 < rounds; ++k) {
     Report(context_, "ALLREDUCE", AnotherReplica(context_),
-           (grads.span.end - grads.span.begin) * static_cast<int64_t>(sizeof(float)));
-    ReduceScatter(grads.span,
-                  fmt::format("step {}: the data-parallel reduce-scatter of layer {}'s gradients",
-                              step, index));
+           (span.end - span.begin) * static_cast<int64_t>(sizeof(float)));
+    Round round = Post(span, k, what);
+    Complete(round);
+    waited = true;
   }
-  Release(grads.released);
-  return exchanges;
+  // The last round goes on behind the backward of the layers before this one.
+  if (rounds > 0) in_flight_ = Post(span, rounds - 1, what);
+  Release(grads.released);  // packed: Release waits for the copies out of them
+  return waited;
 }
 
 template <typename Fn>
@@ -235,6 +242,7 @@ void ZeroSync::Reduce(int64_t step) {
   if (level_ < 2) {
     ReduceScatter({0, flat_numel_}, what);
   } else {
+    FinishInFlight();
     for (const Span& span : at_step_end_) ReduceScatter(span, what);
     for (auto& [index, grads] : layers_) {
       if (!grads.final_at_backward) Release(grads.released);
@@ -244,52 +252,84 @@ void ZeroSync::Reduce(int64_t step) {
 }
 
 void ZeroSync::ReduceScatter(Span span, const std::string& what) {
+  for (int64_t k = 0; k < Rounds(span); ++k) {
+    Round round = Post(span, k, what);
+    Complete(round);
+  }
+}
+
+std::vector<Tensor> ZeroSync::RoundChunks(Span span, int64_t k) const {
+  std::vector<Tensor> chunks;  // chunk j: the elements replica j owns in round k
+  for (int j = 0; j < context_.num_replicas(); ++j) {
+    const int64_t count = Chunk(j, k, span).second;
+    chunks.push_back(buffer_.Slice(0, j * chunk_, j * chunk_ + count));
+  }
+  return chunks;
+}
+
+Tensor ZeroSync::Received(int i, int64_t count) const {
+  const int me = context_.replica();
+  const int64_t slot = i < me ? i : i - 1;
+  return received_.Slice(0, slot * chunk_, slot * chunk_ + count);
+}
+
+ZeroSync::Round ZeroSync::Post(Span span, int64_t k, const std::string& what) {
   Backend& backend = *context_.backend;
   const int r = context_.num_replicas(), me = context_.replica();
-  std::vector<std::unique_ptr<Work>> works;
-  for (int64_t k = 0; k < Rounds(span); ++k) {
-    std::vector<Tensor> chunks;  // chunk j: the elements replica j owns in this round
-    for (int j = 0; j < r; ++j) {
-      const auto [first, count] = Chunk(j, k, span);
-      Tensor chunk = buffer_.Slice(0, j * chunk_, j * chunk_ + count);
-      ForEachFlatPart(first, first + count, [&](Param& p, int64_t lo, int64_t hi, int64_t at) {
-        Tensor into = chunk.Slice(0, at - first, at - first + (hi - lo));
-        backend.Copy(FlatSlice(p.grad, lo, hi), into);
-      });
-      chunks.push_back(chunk);
-    }
-    const int64_t mine = chunks[static_cast<size_t>(me)].numel();
-    std::vector<Tensor> in_order;  // replica order: the terms of my chunk's sum
-    for (int i = 0; i < r; ++i) {
-      if (i == me) {
-        in_order.push_back(chunks[static_cast<size_t>(i)]);
-        continue;
-      }
-      const int64_t slot = i < me ? i : i - 1;
-      Tensor theirs = received_.Slice(0, slot * chunk_, slot * chunk_ + mine);
-      if (mine > 0) works.push_back(context_.replicas->Irecv(theirs, i));
-      in_order.push_back(theirs);
-    }
-    for (int j = 0; j < r; ++j) {
-      if (j != me && chunks[static_cast<size_t>(j)].numel() > 0) {
-        works.push_back(context_.replicas->Isend(chunks[static_cast<size_t>(j)], j));
-      }
-    }
-    WaitAll(works, what);
-    if (mine == 0) continue;
-    // ((x0 + x1) + x2) ...: replica order, accumulated in the first term's buffer (mine only
-    // when I am replica 0, so that my own term is intact until its turn).
-    Tensor& sum = chunks[static_cast<size_t>(me)];
-    Tensor& acc = in_order[0];
-    backend.Add(in_order[0], in_order[1], acc);
-    for (int i = 2; i < r; ++i) backend.Accumulate(in_order[static_cast<size_t>(i)], acc);
-    if (me != 0) backend.Copy(acc, sum);
-    const int64_t first = Chunk(me, k, span).first;
-    ForEachFlatPart(first, first + mine, [&](Param& p, int64_t lo, int64_t hi, int64_t at) {
-      Tensor grad = FlatSlice(p.grad, lo, hi);
-      backend.Copy(sum.Slice(0, at - first, at - first + (hi - lo)), grad);
-    });
+  Round round{span, k, what, {}};
+  std::vector<Tensor> chunks = RoundChunks(span, k);
+  for (int j = 0; j < r; ++j) {
+    const int64_t first = Chunk(j, k, span).first;
+    Tensor& chunk = chunks[static_cast<size_t>(j)];
+    ForEachFlatPart(first, first + chunk.numel(),
+                    [&](Param& p, int64_t lo, int64_t hi, int64_t at) {
+                      Tensor into = chunk.Slice(0, at - first, at - first + (hi - lo));
+                      backend.Copy(FlatSlice(p.grad, lo, hi), into);
+                    });
   }
+  const int64_t mine = chunks[static_cast<size_t>(me)].numel();
+  for (int i = 0; i < r; ++i) {
+    if (i == me || mine == 0) continue;
+    Tensor theirs = Received(i, mine);
+    round.works.push_back(context_.replicas->Irecv(theirs, i));
+  }
+  for (int j = 0; j < r; ++j) {
+    if (j != me && chunks[static_cast<size_t>(j)].numel() > 0) {
+      round.works.push_back(context_.replicas->Isend(chunks[static_cast<size_t>(j)], j));
+    }
+  }
+  return round;
+}
+
+void ZeroSync::Complete(Round& round) {
+  Backend& backend = *context_.backend;
+  const int r = context_.num_replicas(), me = context_.replica();
+  WaitAll(round.works, round.what);
+  const auto [first, mine] = Chunk(me, round.k, round.span);
+  if (mine == 0) return;
+  Tensor sum = RoundChunks(round.span, round.k)[static_cast<size_t>(me)];
+  std::vector<Tensor> in_order;  // replica order: the terms of my chunk's sum
+  for (int i = 0; i < r; ++i) in_order.push_back(i == me ? sum : Received(i, mine));
+  // ((x0 + x1) + x2) ...: replica order, accumulated in the first term's buffer (mine only
+  // when I am replica 0, so that my own term is intact until its turn).
+  Tensor& acc = in_order[0];
+  backend.Add(in_order[0], in_order[1], acc);
+  for (int i = 2; i < r; ++i) backend.Accumulate(in_order[static_cast<size_t>(i)], acc);
+  if (me != 0) backend.Copy(acc, sum);
+  ForEachFlatPart(first, first + mine, [&](Param& p, int64_t lo, int64_t hi, int64_t at) {
+    Tensor grad = FlatSlice(p.grad, lo, hi);
+    backend.Copy(sum.Slice(0, at - first, at - first + (hi - lo)), grad);
+  });
+}
+
+bool ZeroSync::FinishInFlight() {
+  if (!in_flight_) return false;
+  Report(context_, "ALLREDUCE", AnotherReplica(context_),
+         (in_flight_->span.end - in_flight_->span.begin) * static_cast<int64_t>(sizeof(float)));
+  Round round = std::move(*in_flight_);
+  in_flight_.reset();
+  Complete(round);
+  return true;
 }
 
 void ZeroSync::AfterUpdate(int64_t step) {

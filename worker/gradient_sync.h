@@ -12,9 +12,11 @@
 //                   holds only its shard's sums). ZeRO-2 (level 2): the same sums, but a layer
 //                   whose gradients are final at its last backward of the step (no tied or
 //                   sequence-partial parameter) is reduce-scattered right then, inside the
-//                   backward, the others at the step end; every gradient with no element in
-//                   this replica's shard is released once reduced and taken back, zeroed, just
-//                   before its layer's first backward of the next step. The same bits as ZeRO-1.
+//                   backward (its last round left in flight behind the next layers' backward
+//                   until the next layer's reduction), the others at the step end; every gradient
+//                   with no element in this replica's shard is released once reduced and taken
+//                   back, zeroed, just before its layer's first backward of the next step. The same
+//                   bits as ZeRO-1.
 //
 // A strategy's buffers are booked as comm in the backend's ledger for as long as it lives. Not
 // thread-safe: the Trainer's thread calls it.
@@ -175,6 +177,21 @@ class ZeroSync final : public GradientSync {
   int64_t own_end() const;
   // Every replica's sums (replica order) of its part of `span` into its gradients.
   void ReduceScatter(Span span, const std::string& what);
+  // One round of a reduce-scatter: posted (its chunks packed, its sends and receives posted),
+  // then completed (waited for, summed into the gradients).
+  struct Round {
+    Span span;
+    int64_t k = 0;
+    std::string what;  // for a failure
+    std::vector<std::unique_ptr<Work>> works;
+  };
+  Round Post(Span span, int64_t k, const std::string& what);
+  void Complete(Round& round);
+  // Completes in_flight_, if any (reporting the wait): whether there was one.
+  bool FinishInFlight();
+  // Round k's chunk of each replica in buffer_, and replica i's `count` elements in received_.
+  std::vector<Tensor> RoundChunks(Span span, int64_t k) const;
+  Tensor Received(int i, int64_t count) const;
   void Release(std::vector<Tensor>& grads);
 
   ReplicaContext context_;
@@ -190,6 +207,9 @@ class ZeroSync final : public GradientSync {
   // each one's `released`; a tied copy beside its original (summed into it first) in its own.
   std::map<int, LayerGrads> layers_;
   std::vector<Span> at_step_end_;  // the flat spans of the layers not final at their backward
+  // ZeRO-2: the last round of the last layer reduced in the backward, posted and not yet
+  // waited for: completed before the next layer's reduction or at the step end.
+  std::optional<Round> in_flight_;
 };
 
 }  // namespace baton
