@@ -506,6 +506,7 @@ TEST(InProcessReplicaTest, ZeroTwoTrainsLikeZeroOneBitForBit) {
   const std::vector<std::vector<std::string>> variants = {
       {"parallel.stages=2", "parallel.replicas=2"},
       {"parallel.stages=2", "parallel.replicas=2", "precision.dtype=bf16"},
+      {"parallel.stages=2", "parallel.replicas=2", "precision.dtype=fp16"},
       {"parallel.stages=2", "parallel.replicas=2", "parallel.schedule=zb-h1",
        "parallel.checkpoint=every:1"},
       {"parallel.stages=2", "parallel.replicas=2", "parallel.schedule=zb-v",
