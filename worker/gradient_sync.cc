@@ -122,8 +122,12 @@ ZeroSync::ZeroSync(ReplicaContext context, const std::vector<ZeroLayer>& layers,
   if (level_ < 2) return;
   const auto same = [](const Tensor& a, const Tensor& b) { return a.storage() == b.storage(); };
   std::vector<Tensor> kept;  // gradients holding some of this replica's shard
-  ForEachFlatPart(own_begin(), own_end(),
-                  [&](Param& p, int64_t, int64_t, int64_t) { kept.push_back(p.grad); });
+  ForEachFlatPart(own_begin(), own_end(), [&](Param& p, int64_t, int64_t, int64_t) {
+    kept.push_back(p.grad);
+    if (p.grad.storage()->resident()) return;  // the model did not release it
+    p.grad.storage()->Restore();
+    context_.backend->Zero(p.grad);
+  });
   for (const ZeroLayer& layer : layers) {
     LayerGrads& grads = layers_.at(layer.index);
     for (Param* p : layer.params) {

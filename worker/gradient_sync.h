@@ -133,7 +133,8 @@ class ZeroSync final : public GradientSync {
   // Lays out the flat space of the layers' distinct parameter values (by storage, in order: the
   // optimizer's slots, as StageModel::params lists them) and books the collectives' buffers.
   // Needs one parameter dtype and f32 gradients. `level` 2 releases the gradients with no
-  // element in this replica's shard until their layer's first backward.
+  // element in this replica's shard until their layer's first backward, and takes back those
+  // with one where the model released them (StageModel's release_gradients).
   ZeroSync(ReplicaContext context, const std::vector<ZeroLayer>& layers, int level);
   const char* reduce_pass() const override { return "reduce-scatter replicas"; }
   const char* after_update_pass() const override { return "all-gather replicas"; }

@@ -33,7 +33,8 @@ struct ReplicaRun {
 // Parameters a (3 x 4), b (7), c (7): a flat space of 26 elements, shards [0, 13) and [13, 26);
 // d is a tied copy of a (the same value storage, a gradient of its own). Layer 0 holds a and b
 // and is final at its backward; layer 1 holds c and d, tied, so reduced at the step end.
-ReplicaRun RunReplica(FakeHub& hub, int r, int level) {
+// `released`: the gradients come released, as StageModel's release_gradients leaves them.
+ReplicaRun RunReplica(FakeHub& hub, int r, int level, bool released) {
   MemoryLedger ledger;
   std::unique_ptr<Backend> backend = MakeCpuBackend(ledger, 1);
   std::unique_ptr<Communicator> world = hub.Make(r);
@@ -48,6 +49,7 @@ ReplicaRun RunReplica(FakeHub& hub, int r, int level) {
         k == 3 ? params[0].value : Tensor::Zeros(alloc, shape, DType::kF32, MemCategory::kParams);
     p.grad = Tensor::Zeros(alloc, shape, DType::kF32, MemCategory::kGrads);
     p.tied = k == 3;
+    if (released) p.grad.storage()->Release();
   }
   const std::vector<ZeroLayer> layers = {{0, {&params[0], &params[1]}, true},
                                          {1, {&params[2], &params[3]}, false}};
@@ -86,17 +88,19 @@ ReplicaRun RunReplica(FakeHub& hub, int r, int level) {
   return run;
 }
 
-std::array<ReplicaRun, 2> RunBoth(int level) {
+std::array<ReplicaRun, 2> RunBoth(int level, bool released = false) {
   FakeHub hub(2);
   std::array<ReplicaRun, 2> runs;
-  std::thread other([&] { runs[1] = RunReplica(hub, 1, level); });
-  runs[0] = RunReplica(hub, 0, level);
+  std::thread other([&] { runs[1] = RunReplica(hub, 1, level, released); });
+  runs[0] = RunReplica(hub, 0, level, released);
   other.join();
   return runs;
 }
 
 TEST(ZeroSyncTest, ZeroTwoReducesLikeZeroOneAndHoldsOnlyItsShardsGradientsBetweenSteps) {
   const std::array<ReplicaRun, 2> one = RunBoth(1), two = RunBoth(2);
+  // Given released by the model, the same: ZeroSync takes back those its shard holds, zeroed.
+  const std::array<ReplicaRun, 2> given_released = RunBoth(2, /*released=*/true);
   const int64_t all = (12 + 7 + 7 + 12) * 4;  // a, b, c and the tied copy's own gradient
   for (int r = 0; r < 2; ++r) {
     SCOPED_TRACE(r);
@@ -106,6 +110,9 @@ TEST(ZeroSyncTest, ZeroTwoReducesLikeZeroOneAndHoldsOnlyItsShardsGradientsBetwee
     EXPECT_TRUE(two[r].tied_grad_released);  // summed into a's before the reduce-scatter
     EXPECT_TRUE(two[r].back_zeroed);
     EXPECT_EQ(two[r].grads_after_setup, two[r].grads_after_reduce);
+    EXPECT_EQ(given_released[r].reduced, one[r].reduced);
+    EXPECT_EQ(given_released[r].grads_after_setup, two[r].grads_after_setup);
+    EXPECT_EQ(given_released[r].grads_after_reduce, two[r].grads_after_reduce);
   }
   // Replica 0's shard [0, 13) overlaps a and b's first element; replica 1's [13, 26) b and c,
   // and replica 1 lets a go as soon as layer 0's backward is done.

@@ -20,7 +20,8 @@ Param* FindParam(Layer& layer, const std::string& name) {
 StageModel::StageModel(const std::vector<LayerSpec>& graph, const ModelDims& dims,
                        const std::vector<LayerRange>& chunk_ranges, int stage, int num_stages,
                        ChunkLayout layout, Backend& backend, DType param_dtype, DType act_dtype,
-                       uint64_t seed, bool int8_weights, bool inference, TensorGroup* tensor)
+                       uint64_t seed, bool int8_weights, bool inference, TensorGroup* tensor,
+                       bool release_gradients)
     : stage_(stage),
       num_stages_(num_stages),
       layout_(layout),
@@ -52,6 +53,11 @@ StageModel::StageModel(const std::vector<LayerSpec>& graph, const ModelDims& dim
         MakeInt8InferenceLayer(backend, *chunk.layers.back());
       } else if (inference) {
         for (Param* p : chunk.layers.back()->params()) p->grad = Tensor();
+      } else if (release_gradients) {
+        for (Param* p : chunk.layers.back()->params()) {
+          // A share group's later copies hold the first one's, released with it.
+          if (p->grad.storage()->resident()) p->grad.storage()->Release();
+        }
       }
     }
     chunks_.push_back(std::move(chunk));

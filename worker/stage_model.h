@@ -36,11 +36,14 @@ class StageModel {
   // (model/int8_weights.h): weight matrices in INT8, no gradients. With `inference` (implied by
   // int8_weights) each layer drops its gradients as soon as it is built. `tensor`: the stage's
   // tensor-parallel group (parallel.tensor T > 1), which every layer keeps; null for T = 1.
+  // With `release_gradients` (ZeRO-2) each layer's gradients are released (core/tensor.h) as soon
+  // as it is built, so that the stage never holds them all at setup: ZeroSync takes back those
+  // its replica's shard overlaps, the layer's backward the others (worker/gradient_sync.h).
   StageModel(const std::vector<LayerSpec>& graph, const ModelDims& dims,
              const std::vector<LayerRange>& chunk_ranges, int stage, int num_stages,
              ChunkLayout layout, Backend& backend, DType param_dtype, DType act_dtype,
              uint64_t seed, bool int8_weights = false, bool inference = false,
-             TensorGroup* tensor = nullptr);
+             TensorGroup* tensor = nullptr, bool release_gradients = false);
 
   int stage() const { return stage_; }
   int num_stages() const { return num_stages_; }

@@ -228,7 +228,8 @@ Trainer::Trainer(TrainerSetup setup, Backend& backend)
   model_ = std::make_unique<StageModel>(
       setup_.graph, setup_.dims, setup_.chunk_ranges, setup_.stage, setup_.layout.stages(),
       setup_.schedule.layout, backend_, dtype, dtype, config.train.seed, int8_weights,
-      setup_.inference_only, tensor_group_.get());
+      setup_.inference_only, tensor_group_.get(),
+      /*release_gradients=*/config.parallel.zero == 2 && setup_.layout.replicas() > 1);
   if (config.parallel.checkpoint.kind == CheckpointPolicy::Kind::kSelective) {
     for (auto& [index, layer] : model_->layers()) layer->set_selective_recompute(true);
   }
