@@ -188,12 +188,14 @@ bool ZeroSync::LayerGradientsDone(int index, int64_t step) {
   const std::string what =
       fmt::format("step {}: the data-parallel reduce-scatter of layer {}'s gradients", step, index);
   const int64_t rounds = Rounds(span);
-  for (int64_t k = 0; k + 1 < rounds; ++k) {
+  if (rounds > 1) {
     Report(context_, "ALLREDUCE", AnotherReplica(context_),
            (span.end - span.begin) * static_cast<int64_t>(sizeof(float)));
+    waited = true;
+  }
+  for (int64_t k = 0; k + 1 < rounds; ++k) {
     Round round = Post(span, k, what);
     Complete(round);
-    waited = true;
   }
   // The last round goes on behind the backward of the layers before this one.
   if (rounds > 0) in_flight_ = Post(span, rounds - 1, what);
@@ -210,19 +212,22 @@ void ZeroSync::ForEachFlatPart(int64_t begin, int64_t end, Fn fn) const {
   }
 }
 
+ZeroSync::Span ZeroSync::PartOf(int j, Span span) const {
+  return {std::clamp(j * shard_size_, span.begin, span.end),
+          std::clamp((j + 1) * shard_size_, span.begin, span.end)};
+}
+
 std::pair<int64_t, int64_t> ZeroSync::Chunk(int j, int64_t k, Span span) const {
-  const int64_t lo = std::clamp(j * shard_size_, span.begin, span.end);
-  const int64_t hi = std::clamp((j + 1) * shard_size_, span.begin, span.end);
-  const int64_t first = lo + k * chunk_;
-  return {first, std::clamp(hi - first, int64_t{0}, chunk_)};
+  const Span part = PartOf(j, span);
+  const int64_t first = part.begin + k * chunk_;
+  return {first, std::clamp(part.end - first, int64_t{0}, chunk_)};
 }
 
 int64_t ZeroSync::Rounds(Span span) const {
   int64_t longest = 0;
   for (int j = 0; j < context_.num_replicas(); ++j) {
-    const int64_t lo = std::clamp(j * shard_size_, span.begin, span.end);
-    const int64_t hi = std::clamp((j + 1) * shard_size_, span.begin, span.end);
-    longest = std::max(longest, hi - lo);
+    const Span part = PartOf(j, span);
+    longest = std::max(longest, part.end - part.begin);
   }
   return (longest + chunk_ - 1) / chunk_;
 }
@@ -262,11 +267,11 @@ void ZeroSync::ReduceScatter(Span span, const std::string& what) {
   }
 }
 
-std::vector<Tensor> ZeroSync::RoundChunks(Span span, int64_t k) const {
+std::vector<Tensor> ZeroSync::RoundChunks(const Tensor& buffer, Span span, int64_t k) const {
   std::vector<Tensor> chunks;  // chunk j: the elements replica j owns in round k
   for (int j = 0; j < context_.num_replicas(); ++j) {
     const int64_t count = Chunk(j, k, span).second;
-    chunks.push_back(buffer_.Slice(0, j * chunk_, j * chunk_ + count));
+    chunks.push_back(buffer.Slice(0, j * chunk_, j * chunk_ + count));
   }
   return chunks;
 }
@@ -281,7 +286,7 @@ ZeroSync::Round ZeroSync::Post(Span span, int64_t k, const std::string& what) {
   Backend& backend = *context_.backend;
   const int r = context_.num_replicas(), me = context_.replica();
   Round round{span, k, what, {}};
-  std::vector<Tensor> chunks = RoundChunks(span, k);
+  std::vector<Tensor> chunks = RoundChunks(buffer_, span, k);
   for (int j = 0; j < r; ++j) {
     const int64_t first = Chunk(j, k, span).first;
     Tensor& chunk = chunks[static_cast<size_t>(j)];
@@ -311,7 +316,7 @@ void ZeroSync::Complete(Round& round) {
   WaitAll(round.works, round.what);
   const auto [first, mine] = Chunk(me, round.k, round.span);
   if (mine == 0) return;
-  Tensor sum = RoundChunks(round.span, round.k)[static_cast<size_t>(me)];
+  Tensor sum = RoundChunks(buffer_, round.span, round.k)[static_cast<size_t>(me)];
   std::vector<Tensor> in_order;  // replica order: the terms of my chunk's sum
   for (int i = 0; i < r; ++i) in_order.push_back(i == me ? sum : Received(i, mine));
   // ((x0 + x1) + x2) ...: replica order, accumulated in the first term's buffer (mine only
@@ -345,11 +350,7 @@ void ZeroSync::AfterUpdate(int64_t step) {
   std::vector<std::unique_ptr<Work>> works;
   const Span all{0, flat_numel_};
   for (int64_t k = 0; k < Rounds(all); ++k) {
-    std::vector<Tensor> chunks;
-    for (int j = 0; j < r; ++j) {
-      const int64_t count = Chunk(j, k, all).second;
-      chunks.push_back(buffer.Slice(0, j * chunk_, j * chunk_ + count));
-    }
+    std::vector<Tensor> chunks = RoundChunks(buffer, all, k);
     const auto [my_first, mine] = Chunk(me, k, all);
     ForEachFlatPart(my_first, my_first + mine, [&](Param& p, int64_t lo, int64_t hi, int64_t at) {
       Tensor into =

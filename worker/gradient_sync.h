@@ -171,6 +171,7 @@ class ZeroSync final : public GradientSync {
   void ForEachFlatPart(int64_t begin, int64_t end, Fn fn) const;
   // Replica j's part of `span` in round k of its collectives: flat [first, first + count).
   std::pair<int64_t, int64_t> Chunk(int j, int64_t k, Span span) const;
+  Span PartOf(int j, Span span) const;  // replica j's shard within `span`
   int64_t Rounds(Span span) const;
   void WaitAll(std::vector<std::unique_ptr<Work>>& works, const std::string& what) const;
   // This replica's shard: [own_begin(), own_end()) of the flat space.
@@ -190,8 +191,9 @@ class ZeroSync final : public GradientSync {
   void Complete(Round& round);
   // Completes in_flight_, if any (reporting the wait): whether there was one.
   bool FinishInFlight();
-  // Round k's chunk of each replica in buffer_, and replica i's `count` elements in received_.
-  std::vector<Tensor> RoundChunks(Span span, int64_t k) const;
+  // Round k's chunk of each replica in `buffer` (buffer_, or values_ for the all-gather), and
+  // replica i's `count` elements in received_.
+  std::vector<Tensor> RoundChunks(const Tensor& buffer, Span span, int64_t k) const;
   Tensor Received(int i, int64_t count) const;
   void Release(std::vector<Tensor>& grads);
 

@@ -12,8 +12,8 @@
 //      space cut into R equal shards; replica r gets the replicas' sum (rank order) of shard r
 //      only, steps only shard r (its optimizer holds state for it alone) and, after the step,
 //      every replica gathers the others' updated shards of the parameters; ZeRO-2 (parallel.zero
-//      2) then releases the gradients with no element in its shard until the next step's first
-//      backward action;
+//      2) reduce-scatters each layer final at its backward right then, and releases the
+//      gradients with no element in its shard until their layer's next backward;
 //   1. every tied parameter's gradient is summed across the ranks holding its copies: the token
 //      embedding between the ranks holding the first and the last layer (or locally when one
 //      rank holds both), and a shared block parameter (model.share) between the stages its

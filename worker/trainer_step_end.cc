@@ -1,0 +1,197 @@
+// Trainer's step end (worker/trainer.h, steps 0-3): the passes Trainer::Step runs after the
+// engine's program, in order, each a member of Trainer; Step itself and the rest of the loop are
+// in trainer.cc.
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "model/prune.h"
+#include "worker/pruning.h"
+#include "worker/trainer.h"
+
+namespace baton {
+
+std::vector<Trainer::StepPass> Trainer::StepEndPasses() const {
+  const bool prune = setup_.config.prune.enabled();
+  std::vector<StepPass> passes;
+  const auto add = [&](const char* name, bool exchange, bool replicas,
+                       void (Trainer::*run)(StepState&)) {
+    passes.push_back({name, exchange, replicas, run});
+  };
+  // Sequence parallelism: the norms' gradients are parts (each rank's positions) until summed.
+  if (SequenceParallel(tensor_group_.get())) {
+    add("sequence-parallel sums", true, false, &Trainer::SequencePartialSumsPass);
+  }
+  const char* reduce = sync_->reduce_pass();
+  if (sync_->after_tied_sums()) {  // ZeRO-1: after it a replica holds only its shard's sums
+    add("tied sums", true, false, &Trainer::TiedSumsPass);
+    if (reduce != nullptr) add(reduce, true, true, &Trainer::ReducePass);
+    BATON_CHECK(!prune, "pruning does not combine with {}", reduce);
+  } else {
+    if (reduce != nullptr) add(reduce, true, true, &Trainer::ReducePass);
+    if (prune) add("mask gradients", false, false, &Trainer::MaskGradientsPass);
+    add("tied sums", true, false, &Trainer::TiedSumsPass);
+  }
+  add("step-end flags", true, false, &Trainer::StepEndFlagsPass);
+  add("update", false, false, &Trainer::UpdatePass);
+  if (const char* after = sync_->after_update_pass()) {
+    add(after, true, true, &Trainer::AfterUpdatePass);
+  }
+  if (prune) add("prune", false, false, &Trainer::PrunePass);
+  return passes;
+}
+
+void Trainer::ReducePass(StepState& state) { sync_->Reduce(state.step); }
+
+void Trainer::SequencePartialSumsPass(StepState&) {
+  std::vector<const void*> summed;  // a shared block's copies hold one gradient: summed once
+  for (Param* p : model_->params()) {
+    if (!p->sequence_partial_grad || !p->grad.defined() ||
+        std::find(summed.begin(), summed.end(), p->grad.raw()) != summed.end()) {
+      continue;
+    }
+    summed.push_back(p->grad.raw());
+    tensor_group_->AllReduceSum(p->grad);
+  }
+}
+
+void Trainer::MaskGradientsPass(StepState&) { MaskGradients(backend_, model_->params()); }
+
+void Trainer::TiedSumsPass(StepState&) { CombineTiedGradients(); }
+
+void Trainer::StepEndFlagsPass(StepState& state) {
+  const bool loss_finite = std::all_of(state.losses.begin(), state.losses.end(),
+                                       [](float l) { return std::isfinite(l); });
+  state.flags = ReduceStepEnd(loss_finite, state.losses);
+  const StepEnd& flags = state.flags;
+  // fp32 and bf16 have no loss scale to back off: a non-finite loss or gradient cannot recover,
+  // so every rank stops at this step (they all see the same reduced flags) rather than train on
+  // NaNs. fp16 skips the step and lowers the scale instead (UpdatePass).
+  if (!scaler_.enabled() && (!flags.loss_finite || !std::isfinite(flags.norm))) {
+    const Config& config = setup_.config;
+    const std::string what = flags.loss_finite
+                                 ? fmt::format("the gradient norm is not finite ({})", flags.norm)
+                                 : std::string("the loss is not finite (NaN or Inf)");
+    BATON_FAIL(
+        "step {}: {}; training stops here. Likely causes: a learning rate too high for this model "
+        "(train.lr {}, warmup {} steps), no gradient clipping (train.grad_clip {}), or bad input "
+        "data",
+        state.step, what, config.train.lr, config.train.warmup_steps, config.train.grad_clip);
+  }
+}
+
+void Trainer::UpdatePass(StepState& state) {
+  StepRecord& record = state.record;
+  record.step = state.step;
+  record.loss_scale = scaler_.scale();
+  record.lr = lr_.At(state.step);
+  record.grad_norm = state.flags.norm;
+  record.stop = state.flags.stop;
+  record.skipped = scaler_.Update(state.flags.overflow);
+  if (record.skipped) {
+    spdlog::warn("step {}: gradient overflow at loss scale {}; step skipped, scale now {}",
+                 state.step, record.loss_scale, scaler_.scale());
+    return;
+  }
+  const double clip = setup_.config.train.grad_clip;
+  const double coef = clip > 0 ? std::min(1.0, clip / (state.flags.norm + 1e-6)) : 1.0;
+  optimizer_->Step(record.lr, state.step - scaler_.skipped_steps(),
+                   static_cast<float>(coef / record.loss_scale));
+}
+
+void Trainer::AfterUpdatePass(StepState& state) {
+  if (!state.record.skipped) sync_->AfterUpdate(state.step);
+}
+
+void Trainer::PrunePass(StepState& state) {
+  const PruneConfig& prune = setup_.config.prune;
+  MaskWeights(backend_, *optimizer_);
+  if (state.step != prune.at_step) return;
+  const PruneCount count = PruneByMagnitude(backend_, *optimizer_, prune);
+  if (!IsMeta(backend_)) {  // the planner's run prunes nothing
+    spdlog::info("step {}: pruned {} of the {} weights of {} matrices ({}), masked from now on",
+                 state.step, count.pruned, count.total, count.matrices, Name(prune.pattern));
+  }
+}
+
+void Trainer::CombineTiedGradients() {
+  for (size_t g = 0; g < setup_.tied.size(); ++g) {
+    const TiedGroup& group = setup_.tied[g];
+    std::vector<Param*> copies;  // this rank's, graph order
+    for (auto& [index, layer] : model_->layers()) {
+      if (std::find(group.layers.begin(), group.layers.end(), index) == group.layers.end()) {
+        continue;
+      }
+      for (Param* p : layer->params()) {
+        if (p->name != group.param) continue;
+        // A shared block copy built beside its original holds the original's grad: once.
+        const bool held = std::any_of(copies.begin(), copies.end(), [&](const Param* q) {
+          return q->grad.raw() == p->grad.raw();
+        });
+        if (!held) copies.push_back(p);
+      }
+    }
+    if (copies.empty()) continue;
+    // Local copies first (emb + head when one rank holds both), then across the group's ranks:
+    // one addition of the same two numbers either way, so the bits agree however it is cut.
+    for (size_t k = 1; k < copies.size(); ++k)
+      backend_.Accumulate(copies[k]->grad, copies[0]->grad);
+    if (Group* ranks = tied_groups_[g].get()) ranks->AllReduceSum(copies[0]->grad, timeout_);
+  }
+}
+
+Trainer::StepEnd Trainer::ReduceStepEnd(bool local_loss_finite, std::vector<float>& losses) {
+  const int num_layers = model_->num_layers_in_graph();
+  const bool replicated = setup_.layout.replicas() > 1;
+  // Slot i: layer i's sum of squares (f32; written by the one rank holding it, zero elsewhere, so
+  // the all-reduce sum is exact; with replicas, whose gradients are equal by now, by replica 0's
+  // rank); then this rank's overflow flag, its stop request and whether its loss was not finite;
+  // then, with replicas, the loss of each of the step's micro-batches (written by the head of
+  // the replica that ran it).
+  const size_t overflow_slot = static_cast<size_t>(num_layers);
+  const size_t stop_slot = overflow_slot + 1;
+  const size_t bad_loss_slot = overflow_slot + 2;
+  const size_t loss_slots = bad_loss_slot + 1;
+  std::vector<float> partial(
+      loss_slots + (replicated ? static_cast<size_t>(setup_.config.train.micro_batches) : 0), 0.0f);
+  if (stop_flag_ != nullptr && stop_flag_->load()) partial[stop_slot] = 1.0f;
+  if (!local_loss_finite) partial[bad_loss_slot] = 1.0f;
+  if (replicated && setup_.tensor == 0) {  // the head's tensor ranks hold the same losses
+    for (size_t k = 0; k < losses.size(); ++k) {
+      partial[loss_slots + static_cast<size_t>(first_microbatch()) + k] = losses[k];
+    }
+  }
+  // Under ZeRO-1 each replica holds the reduced gradients of its shard only: its part of each
+  // layer's sum, added across the replicas by the all-reduce below; otherwise replica 0 writes it.
+  const bool writes_layer_sums = sync_->writes_layer_sums(setup_.replica);
+  for (auto& [index, layer] : model_->layers()) {
+    double sum = 0;
+    bool finite = true;
+    for (Param* p : layer->params()) {
+      if (p->tied) continue;
+      // A replicated parameter's gradient is the same on every tensor rank: counted once.
+      if (setup_.tensor != 0 && !p->split.cut()) continue;
+      for (const Tensor& grad : sync_->ReducedGradient(*p)) {
+        sum += backend_.SumOfSquares(grad);
+        if (scaler_.enabled()) finite = finite && backend_.AllFinite(grad);
+      }
+    }
+    if (writes_layer_sums) partial[static_cast<size_t>(index)] = static_cast<float>(sum);
+    if (!finite) partial[overflow_slot] = 1.0f;
+  }
+  if (setup_.layout.world_size() > 1) AllReduceOverJob(partial);
+  if (replicated && model_->holds_last_layer()) {
+    losses.assign(partial.begin() + static_cast<std::ptrdiff_t>(loss_slots), partial.end());
+  }
+  double total = 0;
+  for (int i = 0; i < num_layers; ++i) total += partial[static_cast<size_t>(i)];
+  const double norm = std::sqrt(total) / scaler_.scale();
+  return {norm, partial[overflow_slot] > 0.0f || !std::isfinite(norm), partial[stop_slot] > 0.0f,
+          partial[bad_loss_slot] == 0.0f};
+}
+
+}  // namespace baton
