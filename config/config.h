@@ -55,6 +55,8 @@ enum class OptimizerState { kF32, kInt8 };
 // Which weights magnitude pruning removes (prune.pattern): the smallest of each matrix, or the two
 // smallest of every four consecutive inputs of each output channel (NVIDIA's 2:4 sparsity).
 enum class PrunePattern { kUnstructured, k2of4 };
+// ZeRO-3: how long a layer's gathered parameters stay (docs/parallel.md, "ZeRO-3").
+enum class Zero3Keep { kMicrobatch, kStep };
 enum class DataFormat { kAuto, kText, kBin };
 enum class LrSchedule { kConstant, kCosine, kLinear, kWsd };
 // ScheduleKind and its names: scheduler/schedule_kinds.h's table.
@@ -98,6 +100,7 @@ std::string_view Name(WeightFormat weights);
 std::string_view Name(ShareWhat what);
 std::string_view Name(OptimizerState state);
 std::string_view Name(PrunePattern pattern);
+std::string_view Name(Zero3Keep keep);
 std::string_view Name(DataFormat format);
 std::string_view Name(LrSchedule schedule);
 std::string_view Name(ScheduleKind schedule);
@@ -206,8 +209,12 @@ struct ParallelConfig {
   // parts (norms, residuals) are cut along the sequence over the tensor ranks too.
   bool sequence_parallel = false;
   // 1: ZeRO-1, optimizer state and fp32 masters sharded across the replicas; 2: ZeRO-2, the
-  // gradients' reduced sums too (the full gradients released between steps)
+  // gradients' reduced sums too (the full gradients released between steps); 3: ZeRO-3, the
+  // parameters too (each layer's gathered for its use and released after, per zero3_keep)
   int zero = 0;
+  // ZeRO-3: release a layer's gathered parameters after each use (microbatch) or at the step's
+  // end (step): bytes moved per step against the peak.
+  Zero3Keep zero3_keep = Zero3Keep::kMicrobatch;
   double timeout_s = Seconds(kDefaultWait);  // longest any blocking wait may take
   double heartbeat_timeout_s =
       Seconds(kDefaultHeartbeatTimeout);  // a silent worker is dead after this

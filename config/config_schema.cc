@@ -91,7 +91,8 @@ void VisitParallel(ParallelConfig& p, FieldVisitor& v) {
   v.Int("replicas", p.replicas, IntRule{1, kMaxStages});
   v.Int("tensor", p.tensor, IntRule{1, kMaxStages});
   v.Enum("sequence_parallel", p.sequence_parallel, kBoolNames);
-  v.Int("zero", p.zero, IntRule{0, 2});
+  v.Int("zero", p.zero, IntRule{0, 3});
+  v.Enum("zero3_keep", p.zero3_keep, kZero3KeepNames);
   // Seconds that still fit the milliseconds the waits count in, with room to spare (a week).
   v.VisitFloat("timeout_s", p.timeout_s, kTimeoutSeconds);
   v.VisitFloat("heartbeat_timeout_s", p.heartbeat_timeout_s, kTimeoutSeconds);
@@ -271,6 +272,7 @@ std::string_view Name(WeightFormat weights) { return LookUpName(kWeightFormatNam
 std::string_view Name(ShareWhat what) { return LookUpName(kShareWhatNames, what); }
 std::string_view Name(OptimizerState state) { return LookUpName(kOptimizerStateNames, state); }
 std::string_view Name(PrunePattern pattern) { return LookUpName(kPrunePatternNames, pattern); }
+std::string_view Name(Zero3Keep keep) { return LookUpName(kZero3KeepNames, keep); }
 std::string_view Name(DataFormat format) { return LookUpName(kDataFormatNames, format); }
 std::string_view Name(LrSchedule schedule) { return LookUpName(kLrScheduleNames, schedule); }
 std::string_view Name(ScheduleKind schedule) { return LookUpName(kScheduleNames, schedule); }

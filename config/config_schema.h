@@ -85,6 +85,8 @@ inline constexpr NameTable<OptimizerState, 2> kOptimizerStateNames{
     {{"f32", OptimizerState::kF32}, {"int8", OptimizerState::kInt8}}};
 inline constexpr NameTable<PrunePattern, 2> kPrunePatternNames{
     {{"unstructured", PrunePattern::kUnstructured}, {"2:4", PrunePattern::k2of4}}};
+inline constexpr NameTable<Zero3Keep, 2> kZero3KeepNames{
+    {{"microbatch", Zero3Keep::kMicrobatch}, {"step", Zero3Keep::kStep}}};
 inline constexpr NameTable<LayerKind, 4> kLayerKindNames{{{"embedding", LayerKind::kEmbedding},
                                                           {"block", LayerKind::kBlock},
                                                           {"mlp_block", LayerKind::kMlpBlock},

@@ -333,8 +333,14 @@ TEST(ConfigTest, CrossFieldRulesAreChecked) {
               HasSubstr("parallel.zero 2 shards the optimizer state"));
   EXPECT_NO_THROW(ParseConfigString(
       kMinimal, "x.yaml", {"parallel.zero=2", "parallel.replicas=2", "train.micro_batches=4"}));
-  EXPECT_THAT(ParseError(kMinimal, {"parallel.zero=3", "parallel.replicas=2"}),
+  EXPECT_NO_THROW(ParseConfigString(kMinimal, "x.yaml",
+                                    {"parallel.zero=3", "parallel.replicas=2",
+                                     "parallel.zero3_keep=step", "train.micro_batches=4"}));
+  EXPECT_THAT(ParseError(kMinimal, {"parallel.zero=4", "parallel.replicas=2"}),
               HasSubstr("parallel.zero"));
+  EXPECT_THAT(ParseError(kMinimal, {"parallel.zero=2", "parallel.replicas=2",
+                                    "train.micro_batches=4", "parallel.zero3_keep=step"}),
+              HasSubstr("parallel.zero3_keep step keeps ZeRO-3's gathered layers"));
   // Tensor ranks split heads and hidden units; the error names the key and the numbers.
   EXPECT_NO_THROW(ParseConfigString(kMinimal, "x.yaml", {"parallel.tensor=2"}));
   EXPECT_THAT(ParseError(kMinimal, {"parallel.tensor=3"}),

@@ -334,6 +334,11 @@ void ValidateParallel(const Config& c, const Reporter& r) {
                           "sharded)",
                           p.zero));
   }
+  r.Require(p.zero3_keep == Zero3Keep::kMicrobatch || p.zero == 3,
+            {"parallel.zero3_keep", "parallel.zero"},
+            fmt::format("parallel.zero3_keep step keeps ZeRO-3's gathered layers for a step; it "
+                        "needs parallel.zero 3, not {}",
+                        p.zero));
 }
 
 }  // namespace

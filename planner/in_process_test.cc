@@ -234,6 +234,51 @@ TEST(InProcessTest, CheckpointingEveryLayerCutsTheActivationPeak) {
   RecordProperty("activations_after", std::to_string(after));
 }
 
+TEST(InProcessReplicaTest, ZeroThreeHoldsAShardAndTheLayersInUse) {
+  // Eight blocks on one stage over four replicas, one micro-batch each: ZeRO-3's parameters'
+  // peak is a quarter of them plus the layers in use (one at a time, or with zero3_keep step
+  // all of them by the backward), so params + grads + optimizer state fall well below ZeRO-1's
+  // and ZeRO-2's; the optimizer's shard is ZeRO-1's to the byte.
+  const std::vector<std::string> base = {"parallel.stages=1",     "parallel.replicas=4",
+                                         "model.num_layers=8",    "train.batch_size=8",
+                                         "train.micro_batches=4", "train.steps=3"};
+  std::map<std::string, InProcessResult> runs;
+  for (const char* zero : {"1", "2", "3"}) {
+    std::vector<std::string> config = base;
+    config.push_back(std::string("parallel.zero=") + zero);
+    runs[zero] = RunInProcess(MakePlan(TinyConfig(config)));
+  }
+  std::vector<std::string> kept = base;
+  kept.insert(kept.end(), {"parallel.zero=3", "parallel.zero3_keep=step"});
+  runs["3 step"] = RunInProcess(MakePlan(TinyConfig(kept)));
+  const auto state = [](const MemoryFigures& m) {
+    return m[MemCategory::kParams] + m[MemCategory::kGrads] + m[MemCategory::kOptimizer];
+  };
+  for (size_t r = 0; r < 4; ++r) {
+    const MemoryFigures& one = runs["1"].ranks[r].peak;
+    const MemoryFigures& two = runs["2"].ranks[r].peak;
+    const MemoryFigures& three = runs["3"].ranks[r].peak;
+    const MemoryFigures& step = runs["3 step"].ranks[r].peak;
+    EXPECT_EQ(runs["3"].losses, runs["1"].losses);
+    EXPECT_EQ(runs["3 step"].param_checksum, runs["1"].param_checksum);
+    EXPECT_EQ(three[MemCategory::kOptimizer], one[MemCategory::kOptimizer]) << r;
+    // A quarter of the parameters (the build's peak aside: one layer at a time beside its
+    // shard) and the largest layer in use, well below all of them.
+    EXPECT_LT(three[MemCategory::kParams], one[MemCategory::kParams] / 2) << r;
+    EXPECT_LE(three[MemCategory::kParams], step[MemCategory::kParams]) << r;
+    EXPECT_LT(state(three), state(two)) << r;
+    EXPECT_LT(state(two), state(one)) << r;
+    // The gathers' buffer (comm: R x B elements, here as large as the stage's parameters,
+    // at most 4 MiB) aside.
+    EXPECT_LT(three.total - three[MemCategory::kComm], two.total - two[MemCategory::kComm]) << r;
+    RecordProperty(
+        fmt::format("rank {} params + grads + optimizer zero1 / zero2 / zero3 / "
+                    "zero3 step",
+                    r),
+        fmt::format("{} / {} / {} / {}", state(one), state(two), state(three), state(step)));
+  }
+}
+
 }  // namespace
 }  // namespace baton
 
@@ -500,10 +545,10 @@ TEST(InProcessReplicaTest, ZeroOneOverFourReplicasAndZeroBubble) {
   ExpectReplicasIdentical(plan, sharded, "4 replicas zb-h1");
 }
 
-TEST(InProcessReplicaTest, ZeroTwoTrainsLikeZeroOneBitForBit) {
-  // The same collectives in the same order: ZeRO-2 keeps its shard's sums in a buffer of their
-  // own and releases the full gradients in between, so every bit equals ZeRO-1's.
-  const std::vector<std::vector<std::string>> variants = {
+// The layouts ZeRO-2 and -3 are checked against ZeRO-1 on: schedules, checkpointing, mixed
+// precision, tied embeddings (TinyConfig's), sharing, low rank.
+std::vector<std::vector<std::string>> ZeroVariants() {
+  return {
       {"parallel.stages=2", "parallel.replicas=2"},
       {"parallel.stages=2", "parallel.replicas=2", "precision.dtype=bf16"},
       {"parallel.stages=2", "parallel.replicas=2", "precision.dtype=fp16"},
@@ -514,9 +559,16 @@ TEST(InProcessReplicaTest, ZeroTwoTrainsLikeZeroOneBitForBit) {
       {"parallel.stages=2", "parallel.replicas=2", "parallel.schedule=interleaved",
        "parallel.chunks=2", "model.num_layers=4"},
       {"parallel.stages=1", "parallel.replicas=4", "model.share.group=2", "model.num_layers=4"},
+      {"parallel.stages=2", "parallel.replicas=2", "model.low_rank.mlp=8"},
       // One micro-batch per replica: each block's gradients live through its backward only.
       {"parallel.stages=2", "parallel.replicas=4", "model.num_layers=6"},
   };
+}
+
+TEST(InProcessReplicaTest, ZeroTwoTrainsLikeZeroOneBitForBit) {
+  // The same collectives in the same order: ZeRO-2 keeps its shard's sums in a buffer of their
+  // own and releases the full gradients in between, so every bit equals ZeRO-1's.
+  const std::vector<std::vector<std::string>> variants = ZeroVariants();
   for (const std::vector<std::string>& variant : variants) {
     std::vector<std::string> base = variant;
     base.insert(base.end(), {"train.steps=4", "train.batch_size=8", "train.micro_batches=4"});
@@ -548,6 +600,51 @@ TEST(InProcessReplicaTest, ZeroTwoTrainsLikeZeroOneBitForBit) {
       RecordProperty(fmt::format("{} rank {} peak grads, total zero1 / zero2", what, r),
                      fmt::format("{}, {} / {}, {}", a[MemCategory::kGrads], a.total,
                                  b[MemCategory::kGrads], b.total));
+    }
+  }
+}
+
+TEST(InProcessReplicaTest, ZeroThreeTrainsLikeZeroOneBitForBit) {
+  // ZeRO-3 gathers each layer's parameters from the replicas' updated shards before each use:
+  // the same values, so the same bits as ZeRO-1, with either keep policy. Only the parameters'
+  // peak and comm (the gathers' buffer) differ from ZeRO-2's, and keeping gathered
+  // layers for the step costs at least as much as releasing them after each use. (These tiny
+  // models' embedding outweighs the rest of its stage, so their peak is not lower than ZeRO-2's:
+  // ZeroThreeHoldsAShardAndTheLayersInUse checks that on a deeper model.)
+  const std::vector<std::vector<std::string>> variants = ZeroVariants();
+  for (const std::vector<std::string>& variant : variants) {
+    std::vector<std::string> base = variant;
+    base.insert(base.end(), {"train.steps=4", "train.batch_size=8", "train.micro_batches=4"});
+    const std::string what = fmt::format("{}", fmt::join(variant, " "));
+    std::vector<std::string> one = base, two = base, three = base, kept = base;
+    one.push_back("parallel.zero=1");
+    two.push_back("parallel.zero=2");
+    three.push_back("parallel.zero=3");
+    kept.insert(kept.end(), {"parallel.zero=3", "parallel.zero3_keep=step"});
+    const InProcessResult zero1 = RunInProcess(MakePlan(TinyConfig(one)));
+    const InProcessResult zero2 = RunInProcess(MakePlan(TinyConfig(two)));
+    const Plan plan_three = MakePlan(TinyConfig(three));
+    const InProcessResult zero3 = RunInProcess(plan_three);
+    const InProcessResult zero3_step = RunInProcess(MakePlan(TinyConfig(kept)));
+    for (const InProcessResult* result : {&zero3, &zero3_step}) {
+      const std::string how = what + (result == &zero3 ? " microbatch" : " step");
+      EXPECT_EQ(result->losses, zero1.losses) << how;
+      EXPECT_EQ(result->param_checksum, zero1.param_checksum) << how;
+      ExpectReplicasIdentical(plan_three, *result, how);
+    }
+    for (size_t r = 0; r < zero3.ranks.size(); ++r) {
+      const MemoryFigures &a = zero2.ranks[r].peak, &b = zero3.ranks[r].peak,
+                          &c = zero3_step.ranks[r].peak;
+      for (MemCategory category : kAllMemCategories) {
+        if (category != MemCategory::kParams && category != MemCategory::kComm) {
+          EXPECT_EQ(b[category], a[category]) << what << " rank " << r;
+        }
+      }
+      EXPECT_GE(b[MemCategory::kComm], a[MemCategory::kComm]) << what << " rank " << r;
+      EXPECT_LE(b[MemCategory::kParams], c[MemCategory::kParams]) << what << " rank " << r;
+      RecordProperty(fmt::format("{} rank {} peak params zero2 / zero3 / zero3 step", what, r),
+                     fmt::format("{} / {} / {}", a[MemCategory::kParams], b[MemCategory::kParams],
+                                 c[MemCategory::kParams]));
     }
   }
 }

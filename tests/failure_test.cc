@@ -128,6 +128,30 @@ TEST(FailureTest, AStalledReplicaUnderZeroTwoIsNamedInALayersReduceScatter) {
       << result.output;
 }
 
+// ZeRO-3 gathers a layer's parameters before each use: when replica 1 stalls at step 2, replica
+// 0 gives up gathering a layer for step 2's first forward (the first one whose sends need
+// replica 1 to take them), and says so.
+TEST(FailureTest, AStalledReplicaUnderZeroThreeIsNamedInALayersAllGather) {
+  const std::string dir = TempDir("stalled-zero3");
+  const CommandResult result =
+      RunShell("cd '" + SourceDir() + "' && BATON_TEST_STALL=1:2 '" + BatonFaultsBinary() +
+               "' run configs/gpt-tiny.yaml --set train.steps=4 --set parallel.stages=1"
+               " --set parallel.replicas=2 --set parallel.zero=3 --set parallel.timeout_s=5"
+               " --set output.dir=" +
+               dir);
+  EXPECT_NE(result.exit_code, 0) << result.output;
+  const std::regex failed(
+      R"(step 2: the data-parallel all-gather of layer [0-9]+'s parameters of stage 0 with its )"
+      R"(other )"
+      R"(replicas failed; a replica of stage 0 is dead or hung)");
+  EXPECT_TRUE(std::regex_search(result.output, failed)) << result.output;
+  const std::regex row(R"(
+\s+0\s+0\s+0\s+failed\s+ALLGATHER\s)");
+  EXPECT_TRUE(std::regex_search(result.output, row)) << result.output;
+  EXPECT_NE(result.output.find("likely culprit: stage 0 replica 1 (rank 1)"), std::string::npos)
+      << result.output;
+}
+
 // 2 stages x 2 tensor ranks: world ranks 0, 1 are stage 0 and 2, 3 stage 1 (docs/parallel.md).
 // Rank 3 (stage 1, tensor rank 1) stalls: rank 1 (stage 0, tensor rank 1) waits on it, and the
 // table names that peer by its world rank, 3, not by its stage, 1 (which is rank 1 itself).

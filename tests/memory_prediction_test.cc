@@ -1,7 +1,7 @@
 // The run report's memory promise (docs/memory.md) with real processes over Gloo: for every rank
 // of P stages x T tensor ranks x R replicas, in fp32 and bf16, the peaks the plan predicted equal
 // the peaks the rank's ledger measured over the whole run (its steps and the final checkpoint),
-// per category and in total, byte for byte, as report.json gives them; with ZeRO-1 and ZeRO-2,
+// per category and in total, byte for byte, as report.json gives them; with ZeRO-1, -2 and -3,
 // and background checkpoints (their host copy booked as checkpoint memory).
 //
 // The in-process planner tests (planner/memory_planner_test.cc) hold the prediction to
@@ -86,6 +86,14 @@ void ExpectEveryLayoutPredictedExactly(const std::string& dtype) {
       // the first save on, and the second step runs beside it. With ZeRO-2, whose released
       // gradients come and go around each layer's backward.
       {2, 2, 2, {"parallel.zero=2", "output.async_checkpoint=true", "output.checkpoint_every=1"}},
+      // ZeRO-3: each layer's parameters gathered for each use (and for the final checkpoint),
+      // or kept from the first use to the step's end.
+      {2, 2, 2, {"parallel.zero=3"}},
+      {2,
+       1,
+       2,
+       {"parallel.zero=3", "parallel.zero3_keep=step", "output.async_checkpoint=true",
+        "output.checkpoint_every=1"}},
   };
   const std::string root = TempDir("memory-" + dtype);
   for (size_t i = 0; i < layouts.size(); ++i) {

@@ -137,6 +137,50 @@ TEST(ReplicaTest, ZeroCheckpointsHoldTheWholeStateAndResumeOntoAnyLayout) {
   EXPECT_LE(WorstRelativeDifference(Losses(into), rest), 1e-5);
 }
 
+TEST(ReplicaTest, ZeroThreeTrainsLikeZeroOneAndItsCheckpointsResumeOntoAnyLevelAndLayout) {
+  // ZeRO-3 gathers each layer's parameters from the replicas' shards for each use: ZeRO-1's bits
+  // as real processes, at P = 2 x R = 2 and with tensor ranks at P = 2 x T = 2 x R = 2 (8
+  // processes, zero3_keep step there). Its checkpoints hold the whole state: they resume bit for
+  // bit at ZeRO-3 and ZeRO-1 (the same sums), and onto another R (or none) and ZeRO-0 closely.
+  const std::string root = TempDir("replicas-zero3");
+  const std::vector<std::string> zero1 = {"--set", "parallel.zero=1"};
+  const std::vector<std::string> zero3 = {"--set", "parallel.zero=3"};
+  const std::vector<std::string> every6 = {"--set", "output.checkpoint_every=6"};
+  const nlohmann::json one = Train(root + "/one", Plus(Layout(2, 2, 12), zero1));
+  const nlohmann::json three = Train(root + "/three", Plus(Plus(Layout(2, 2, 12), zero3), every6));
+  EXPECT_EQ(Losses(three), Losses(one));
+  EXPECT_EQ(three.at("param_checksum"), one.at("param_checksum"));
+  const std::vector<std::string> tensor = {"--set", "parallel.tensor=2"};
+  const nlohmann::json one8 = Train(root + "/one8", Plus(Plus(Layout(2, 2, 6), zero1), tensor));
+  const nlohmann::json three8 = Train(
+      root + "/three8",
+      Plus(Plus(Plus(Layout(2, 2, 6), zero3), tensor), {"--set", "parallel.zero3_keep=step"}));
+  ASSERT_EQ(three8.at("stages").size(), 8u);
+  EXPECT_EQ(Losses(three8), Losses(one8));
+  EXPECT_EQ(three8.at("param_checksum"), one8.at("param_checksum"));
+
+  const std::string step6 = root + "/three/checkpoints/step-6";
+  const std::vector<double> all = Losses(one);
+  const std::vector<double> rest(all.begin() + 6, all.end());
+  const nlohmann::json again =
+      Train(root + "/again", Plus(Plus(Layout(2, 2, 12), zero3), {"--resume", step6}));
+  EXPECT_EQ(Losses(again), rest);
+  EXPECT_EQ(again.at("param_checksum"), one.at("param_checksum"));
+  const nlohmann::json as_one =
+      Train(root + "/as-one", Plus(Plus(Layout(2, 2, 12), zero1), {"--resume", step6}));
+  EXPECT_EQ(Losses(as_one), rest);
+  const nlohmann::json plain = Train(root + "/plain", Plus(Layout(2, 2, 12), {"--resume", step6}));
+  const nlohmann::json alone = Train(root + "/alone", Plus(Layout(2, 1, 12), {"--resume", step6}));
+  const nlohmann::json four =
+      Train(root + "/four", Plus(Plus(Layout(1, 4, 12), zero3), {"--resume", step6}));
+  for (const auto& [name, run] : {std::pair{"zero0", &plain}, {"r1", &alone}, {"1x4", &four}}) {
+    const double worst = WorstRelativeDifference(Losses(*run), rest);
+    EXPECT_LE(worst, 1e-7) << name;
+    RecordProperty(fmt::format("worst_relative_loss_difference_{}", name),
+                   fmt::format("{:.3g}", worst));
+  }
+}
+
 TEST(ReplicaTest, MpirunRunsTheSameJobAsTheLocalLauncher) {
   if (RunShell("command -v mpirun").exit_code != 0) GTEST_SKIP() << "mpirun is not installed";
   const std::string root = TempDir("replicas-mpi");

@@ -311,19 +311,20 @@ void StageEngine::Forward(const Action& action) {
   BATON_CHECK(s.stashes.empty(), "{}: forward ran twice", Describe(action));
   Tensor x = AwaitInput(action);
   SetStatus(&action, -1);
+  uses_ = UseOrder(chunk, ActionKind::kForward);
+  next_use_ = 0;
   const int num_layers = static_cast<int>(chunk.layers.size());
   const int every = options_.layers_per_segment;
   s.stashes.resize(static_cast<size_t>(num_layers));
   peak_stashed_ = std::max(peak_stashed_, ++stashed_);
   for (int i = 0; i < num_layers; ++i) {
     if (forward_only_) {  // no backward will read the stash
-      x = chunk.layers[static_cast<size_t>(i)]->Forward(x, batch,
-                                                        s.stashes[static_cast<size_t>(i)]);
+      x = LayerForward(chunk, i, x, batch, s.stashes[static_cast<size_t>(i)]);
       s.stashes[static_cast<size_t>(i)].Clear();
       continue;
     }
     if (every > 0 && i % every == 0) s.segment_inputs.push_back(x);
-    x = chunk.layers[static_cast<size_t>(i)]->Forward(x, batch, s.stashes[static_cast<size_t>(i)]);
+    x = LayerForward(chunk, i, x, batch, s.stashes[static_cast<size_t>(i)]);
     const bool segment_ends = every > 0 && (i % every == every - 1 || i == num_layers - 1);
     if (segment_ends) {
       for (int j = i - i % every; j <= i; ++j) s.stashes[static_cast<size_t>(j)].Clear();
@@ -351,9 +352,46 @@ void StageEngine::RecomputeSegment(Slot& s, Chunk& chunk, int segment, const Mic
   const int last = std::min(first + every, static_cast<int>(chunk.layers.size())) - 1;
   Tensor x = s.segment_inputs[static_cast<size_t>(segment)];
   for (int j = first; j <= last; ++j) {
-    x = chunk.layers[static_cast<size_t>(j)]->Forward(x, batch, s.stashes[static_cast<size_t>(j)]);
+    x = LayerForward(chunk, j, x, batch, s.stashes[static_cast<size_t>(j)]);
   }
   s.segment_inputs[static_cast<size_t>(segment)] = Tensor();
+}
+
+Tensor StageEngine::LayerForward(Chunk& chunk, int i, const Tensor& x, const MicroBatch& batch,
+                                 Stash& stash) {
+  const int index = chunk.range.first + i;
+  BeforeUse(index);
+  Tensor y = chunk.layers[static_cast<size_t>(i)]->Forward(x, batch, stash);
+  AfterUse(index);
+  return y;
+}
+
+std::vector<int> StageEngine::UseOrder(const Chunk& chunk, ActionKind kind) const {
+  const int num_layers = static_cast<int>(chunk.layers.size());
+  const int every = options_.layers_per_segment;
+  std::vector<int> order;
+  for (int k = 0; k < num_layers; ++k) {
+    const int i = kind == ActionKind::kForward ? k : num_layers - 1 - k;
+    const bool recomputes = (kind == ActionKind::kBackward || kind == ActionKind::kBackwardInput) &&
+                            every > 0 && (i % every == every - 1 || i == num_layers - 1);
+    if (recomputes) {  // RecomputeSegment's forwards, then this layer's backward
+      for (int j = i - i % every; j <= i; ++j) order.push_back(chunk.range.first + j);
+    }
+    order.push_back(chunk.range.first + i);
+  }
+  return order;
+}
+
+void StageEngine::BeforeUse(int index) {
+  BATON_CHECK(next_use_ < uses_.size() && uses_[next_use_] == index,
+              "layer {} used out of its action's order", index);
+  ++next_use_;
+  const int next = next_use_ < uses_.size() ? uses_[next_use_] : -1;
+  if (options_.before_layer_use) options_.before_layer_use(index, next);
+}
+
+void StageEngine::AfterUse(int index) {
+  if (options_.after_layer_use) options_.after_layer_use(index);
 }
 
 void StageEngine::Backward(const Action& action, bool input_only) {
@@ -363,6 +401,8 @@ void StageEngine::Backward(const Action& action, bool input_only) {
   BATON_CHECK(!s.stashes.empty(), "{}: backward before forward", Describe(action));
   Tensor dy = AwaitGradient(action);
   SetStatus(&action, -1);
+  uses_ = UseOrder(chunk, action.kind);
+  next_use_ = 0;
   const BackwardArgs args{loss_grad_scale_};
   const int every = options_.layers_per_segment;
   const int num_layers = static_cast<int>(chunk.layers.size());
@@ -374,8 +414,10 @@ void StageEngine::Backward(const Action& action, bool input_only) {
     Stash& stash = s.stashes[static_cast<size_t>(i)];
     const int index = chunk.range.first + i;
     if (options_.before_layer_backward) options_.before_layer_backward(index);
+    BeforeUse(index);
     dy = input_only ? layer.BackwardInput(dy, batch, stash, args)
                     : layer.Backward(dy, batch, stash, args);
+    AfterUse(index);
     if (!input_only && options_.after_layer_gradients) options_.after_layer_gradients(index);
   }
   s.segment_inputs.clear();
@@ -390,11 +432,14 @@ void StageEngine::BackwardWeight(const Action& action) {
   Chunk& chunk = model_.chunk(action.chunk);
   Slot& s = slot(action.microbatch, action.chunk);
   BATON_CHECK(s.stashes.size() == chunk.layers.size(), "{}: W before I", Describe(action));
+  uses_ = UseOrder(chunk, ActionKind::kBackwardWeight);
+  next_use_ = 0;
   for (size_t i = chunk.layers.size(); i-- > 0;) {
+    const int index = chunk.range.first + static_cast<int>(i);
+    BeforeUse(index);
     chunk.layers[i]->BackwardWeight(s.stashes[i]);
-    if (options_.after_layer_gradients) {
-      options_.after_layer_gradients(chunk.range.first + static_cast<int>(i));
-    }
+    AfterUse(index);
+    if (options_.after_layer_gradients) options_.after_layer_gradients(index);
   }
   s.stashes.clear();
   --stashed_;

@@ -56,6 +56,13 @@ struct EngineOptions {
   // (worker/gradient_sync.h). Either may be empty.
   std::function<void(int)> before_layer_backward;
   std::function<void(int)> after_layer_gradients;
+  // Called with a layer's graph index around each call that reads its parameters: its forward
+  // (and a checkpointed segment's recompute), its backward (B or I) and its W; before_layer_use
+  // also gets the layer the same action uses next (-1 after its last). ZeRO-3 gathers the
+  // layer's parameters before (and posts the next one's gather) and may release them after
+  // (worker/gradient_sync.h). Either may be empty.
+  std::function<void(int index, int next)> before_layer_use;
+  std::function<void(int index)> after_layer_use;
 };
 
 // What the engine is doing right now, for hang diagnosis.
@@ -120,6 +127,12 @@ class StageEngine {
   Tensor AwaitInput(const Action& action);
   Tensor AwaitGradient(const Action& action);
   void RecomputeSegment(Slot& s, Chunk& chunk, int segment, const MicroBatch& batch);
+  // Chunk layer `i`'s forward, between the layer-use hooks.
+  Tensor LayerForward(Chunk& chunk, int i, const Tensor& x, const MicroBatch& batch, Stash& stash);
+  // The layers a compute action on `chunk` uses, in order (a backward's recomputes included).
+  std::vector<int> UseOrder(const Chunk& chunk, ActionKind kind) const;
+  void BeforeUse(int index);
+  void AfterUse(int index);
   void ReapSends(bool wait_all);
   // `action` (its kind and micro-batch); `peer_stage`: the pipeline stage waited on, or -1
   // (running it); reported as its world rank.
@@ -138,6 +151,8 @@ class StageEngine {
   float loss_grad_scale_ = 1.0f;
   bool forward_only_ = false;  // inside RunForward
   std::vector<float> losses_;
+  std::vector<int> uses_;  // the running compute action's UseOrder
+  size_t next_use_ = 0;    // its position in uses_
   StepTimings timings_;
   double NowUs() const;
   void Waited(const Action& on, Clock::time_point from);

@@ -87,21 +87,39 @@ void AllReduceSync::Reduce(int64_t step) {
   Report(context_, "idle", -1);
 }
 
-ZeroSync::ZeroSync(ReplicaContext context, const std::vector<ZeroLayer>& layers, int level)
-    : context_(std::move(context)), level_(level) {
-  BATON_CHECK(level == 1 || level == 2, "ZeRO level {} is not 1 or 2", level);
-  std::vector<const void*> seen;
+ZeroFlatSpace::ZeroFlatSpace(const std::vector<ZeroLayer>& layers) {
+  std::vector<const Storage*> seen;
+  for (const ZeroLayer& layer : layers) {
+    const int64_t first = numel;
+    for (Param* p : layer.params) {
+      const Storage* storage = p->value.storage();
+      if (std::find(seen.begin(), seen.end(), storage) != seen.end()) continue;
+      seen.push_back(storage);
+      pieces.push_back({p, numel, layer.index});
+      numel += p->value.numel();
+    }
+    layer_spans[layer.index] = {first, numel};
+  }
+}
+
+std::pair<int64_t, int64_t> ZeroFlatSpace::Shard(int replica, int replicas) const {
+  const int64_t size = (numel + replicas - 1) / replicas;
+  const int64_t first = std::min(numel, replica * size);
+  return {first, std::min(numel, first + size)};
+}
+
+ZeroSync::ZeroSync(ReplicaContext context, const std::vector<ZeroLayer>& layers, int level,
+                   bool keep_for_step)
+    : context_(std::move(context)), level_(level), keep_for_step_(keep_for_step) {
+  BATON_CHECK(level >= 1 && level <= 3, "ZeRO level {} is not 1, 2 or 3", level);
+  const ZeroFlatSpace space(layers);
+  flat_ = space.pieces;
+  flat_numel_ = space.numel;
   for (const ZeroLayer& layer : layers) {
     LayerGrads& grads = layers_[layer.index];
     grads.final_at_backward = layer.final_at_backward;
-    grads.span = {flat_numel_, flat_numel_};
-    for (Param* p : layer.params) {
-      if (std::find(seen.begin(), seen.end(), p->value.raw()) != seen.end()) continue;
-      seen.push_back(p->value.raw());
-      flat_.push_back({p, flat_numel_});
-      flat_numel_ += p->value.numel();
-    }
-    grads.span.end = flat_numel_;
+    const auto [first, end] = space.layer_spans.at(layer.index);
+    grads.span = {first, end};
   }
   BATON_CHECK(!flat_.empty(), "ZeRO needs parameters to shard");
   const int64_t r = context_.num_replicas();
@@ -116,8 +134,9 @@ ZeroSync::ZeroSync(ReplicaContext context, const std::vector<ZeroLayer>& layers,
   Allocator& allocator = context_.backend->allocator();
   buffer_ = Tensor::Empty(allocator, {r * chunk_}, DType::kF32, MemCategory::kComm);
   received_ = Tensor::Empty(allocator, {(r - 1) * chunk_}, DType::kF32, MemCategory::kComm);
-  if (dtype != DType::kF32) {
-    values_ = Tensor::Empty(allocator, {r * chunk_}, dtype, MemCategory::kComm);
+  // ZeRO-3 posts a layer's gather while a reduce-scatter round may be in flight in buffer_.
+  if (dtype != DType::kF32 || level_ == 3) {
+    values_buffer_ = Tensor::Empty(allocator, {r * chunk_}, dtype, MemCategory::kComm);
   }
   if (level_ < 2) return;
   const auto same = [](const Tensor& a, const Tensor& b) { return a.storage() == b.storage(); };
@@ -145,6 +164,78 @@ ZeroSync::ZeroSync(ReplicaContext context, const std::vector<ZeroLayer>& layers,
       at_step_end_.push_back(grads.span);
     }
   }
+  if (level_ < 3) return;
+  for (const ZeroLayer& layer : layers) {
+    LayerValues& values = values_[layer.index];
+    for (const FlatPiece& piece : flat_) {
+      const auto holds = [&](const Param* p) { return same(p->value, piece.param->value); };
+      if (std::none_of(layer.params.begin(), layer.params.end(), holds)) continue;
+      const int64_t end = piece.at + piece.param->value.numel();
+      if (!values.runs.empty() && values.runs.back().end == piece.at) {
+        values.runs.back().end = end;
+      } else {
+        values.runs.push_back({piece.at, end});
+      }
+      const bool inside = own_begin() <= piece.at && end <= own_end();
+      if (inside) {
+        BATON_CHECK(piece.param->value.storage()->resident(),
+                    "{} lies in replica {}'s shard and was released", piece.param->name,
+                    context_.replica());
+        continue;
+      }
+      values.released.push_back(piece.param->value);
+      if (end <= own_begin() || piece.at >= own_end()) continue;
+      // Across the shard's edge: its elements in the shard live in a part of their own, the
+      // value whole only while gathered (released once the optimizer has its part).
+      const Storage* storage = piece.param->value.storage();
+      if (parts_.count(storage) == 1) continue;  // a share group's copy: the first's part
+      ShardPart& part = parts_[storage];
+      part.begin = std::max(own_begin(), piece.at) - piece.at;
+      part.end = std::min(own_end(), end) - piece.at;
+      part.values = Tensor::Empty(allocator, {part.end - part.begin}, piece.param->value.dtype(),
+                                  MemCategory::kParams);
+      context_.backend->Copy(FlatSlice(piece.param->value, part.begin, part.end), part.values);
+    }
+    // The Trainer released those outside the shard at the build already; the parts' wholes go
+    // at AttachOptimizer.
+    for (Tensor& value : values.released) {
+      if (parts_.count(value.storage()) == 0) ReleaseOne(value);
+    }
+  }
+}
+
+void ZeroSync::ReleaseOne(Tensor& t) {
+  std::vector<Tensor> one = {t};
+  Release(one);
+}
+
+void ZeroSync::AttachOptimizer(Optimizer& optimizer) {
+  for (Optimizer::Slot& slot : optimizer.slots()) {
+    const auto it = parts_.find(slot.param->value.storage());
+    if (it == parts_.end()) continue;
+    BATON_CHECK(slot.begin == it->second.begin && slot.end == it->second.end,
+                "{}: the optimizer's shard [{}, {}) is not ZeRO-3's [{}, {})", slot.param->name,
+                slot.begin, slot.end, it->second.begin, it->second.end);
+    slot.values = it->second.values;
+    ReleaseOne(slot.param->value);
+  }
+}
+
+void ZeroSync::SaveParts(const std::vector<Tensor>& values) {
+  for (const Tensor& value : values) {
+    const auto it = parts_.find(value.storage());
+    if (it == parts_.end() || !value.storage()->resident()) continue;
+    context_.backend->Copy(FlatSlice(value, it->second.begin, it->second.end), it->second.values);
+  }
+}
+
+void ZeroSync::FillParts(const std::vector<Tensor>& values) {
+  for (const Tensor& value : values) {
+    const auto it = parts_.find(value.storage());
+    if (it == parts_.end()) continue;
+    Tensor into = FlatSlice(value, it->second.begin, it->second.end);
+    context_.backend->Copy(it->second.values, into);
+  }
 }
 
 int64_t ZeroSync::own_begin() const {
@@ -157,16 +248,132 @@ std::optional<OptimizerShard> ZeroSync::optimizer_shard() const {
   return OptimizerShard{own_begin(), own_end()};
 }
 
-void ZeroSync::Release(std::vector<Tensor>& grads) {
+void ZeroSync::Release(std::vector<Tensor>& tensors) {
   bool synchronized = false;
-  for (Tensor& grad : grads) {
-    if (!grad.storage()->resident()) continue;  // shared with a layer released before
+  for (Tensor& t : tensors) {
+    if (!t.storage()->resident()) continue;  // shared with a layer released before
     if (!synchronized) {
       context_.backend->Synchronize();  // the reads out of them are done
       synchronized = true;
     }
-    grad.storage()->Release();
+    t.storage()->Release();
   }
+}
+
+void ZeroSync::Restore(std::vector<Tensor>& tensors) {
+  for (Tensor& t : tensors) {
+    if (!t.storage()->resident()) t.storage()->Restore();
+  }
+}
+
+std::vector<ZeroSync::Span> ZeroSync::StaleRuns(int index) const {
+  std::vector<Span> stale;
+  for (const Span& run : values_.at(index).runs) {
+    if (fresh_.count({run.begin, run.end}) == 0) stale.push_back(run);
+  }
+  return stale;
+}
+
+int64_t ZeroSync::ValueBytes(const std::vector<Span>& runs) const {
+  int64_t numel = 0;
+  for (const Span& run : runs) numel += run.end - run.begin;
+  return numel * static_cast<int64_t>(SizeOf(flat_.front().param->value.dtype()));
+}
+
+std::string ZeroSync::GatherWhat(int index, int64_t step) const {
+  return fmt::format("step {}: the data-parallel all-gather of layer {}'s parameters", step, index);
+}
+
+void ZeroSync::MakeResident(int index) {
+  LayerValues& values = values_.at(index);
+  Restore(values.released);
+  FillParts(values.released);
+}
+
+bool ZeroSync::BeforeLayerUse(int index, int next, int64_t step) {
+  if (level_ < 3) return false;
+  bool exchanged = false;
+  if (prefetch_) {  // posted at the previous use, for this layer
+    Report(context_, "ALLGATHER", AnotherReplica(context_), ValueBytes(prefetch_->runs));
+    FinishPrefetch();
+    exchanged = true;
+  }
+  const std::vector<Span> stale = StaleRuns(index);
+  if (!stale.empty()) {
+    Report(context_, "ALLGATHER", AnotherReplica(context_), ValueBytes(stale));
+    MakeResident(index);
+    for (const Span& run : stale) {
+      Gather(run, GatherWhat(index, step));
+      fresh_.insert({run.begin, run.end});
+    }
+    exchanged = true;
+  }
+  // The next layer's gather goes on while this one computes: its first round posted.
+  if (next >= 0 && next != index) {
+    std::vector<Span> runs = StaleRuns(next);
+    if (!runs.empty()) {
+      MakeResident(next);
+      prefetch_ = Prefetch{next, runs, PostGather(runs.front(), 0, GatherWhat(next, step))};
+    }
+  }
+  return exchanged;
+}
+
+void ZeroSync::FinishPrefetch() {
+  Prefetch prefetch = std::move(*prefetch_);
+  prefetch_.reset();
+  CompleteGather(prefetch.first);
+  const std::string& what = prefetch.first.what;
+  for (const Span& run : prefetch.runs) {
+    const int64_t first_round = &run == &prefetch.runs.front() ? 1 : 0;
+    for (int64_t k = first_round; k < Rounds(run); ++k) {
+      GatherRound round = PostGather(run, k, what);
+      CompleteGather(round);
+    }
+    fresh_.insert({run.begin, run.end});
+  }
+}
+
+void ZeroSync::AfterLayerUse(int index) {
+  if (level_ < 3 || keep_for_step_) return;
+  // Released at once, but for what the layer shares with the one being fetched.
+  std::vector<Tensor> release;
+  for (const Tensor& value : values_.at(index).released) {
+    const bool fetched =
+        prefetch_ && std::any_of(values_.at(prefetch_->index).released.begin(),
+                                 values_.at(prefetch_->index).released.end(),
+                                 [&](const Tensor& t) { return t.storage() == value.storage(); });
+    if (!fetched) release.push_back(value);
+  }
+  Release(release);
+  for (const Span& run : values_.at(index).runs) {
+    const bool fetched = prefetch_ && std::any_of(prefetch_->runs.begin(), prefetch_->runs.end(),
+                                                  [&](const Span& f) {
+                                                    return f.begin == run.begin && f.end == run.end;
+                                                  });
+    if (!fetched) fresh_.erase({run.begin, run.end});
+  }
+}
+
+void ZeroSync::AcquireLayerValues(int index, bool gather) {
+  if (level_ < 3) return;
+  BATON_CHECK(!prefetch_, "layer {}'s gather is in flight outside a step", prefetch_->index);
+  LayerValues& values = values_.at(index);
+  Restore(values.released);
+  if (!gather) return;
+  FillParts(values.released);
+  const std::string what = fmt::format(
+      "the data-parallel all-gather of layer {}'s parameters "
+      "(for a checkpoint or the parameters' digests)",
+      index);
+  for (const Span& run : values.runs) Gather(run, what);
+}
+
+void ZeroSync::ReleaseLayerValues(int index) {
+  if (level_ < 3) return;
+  SaveParts(values_.at(index).released);  // what a load put in the whole values
+  Release(values_.at(index).released);
+  fresh_.clear();  // a run kept this step may have lost a value shared with this layer
 }
 
 void ZeroSync::BeforeLayerBackward(int index) {
@@ -342,41 +549,68 @@ bool ZeroSync::FinishInFlight() {
 }
 
 void ZeroSync::AfterUpdate(int64_t step) {
+  BATON_CHECK(!prefetch_, "step {}: layer {}'s gather is still in flight at the step end", step,
+              prefetch_->index);
+  if (level_ < 3) {
+    Gather({0, flat_numel_},
+           fmt::format("step {}: the data-parallel all-gather of the parameters", step));
+    return;
+  }
+  // ZeRO-3: the updated shard is the parameters' state; each layer's next use gathers it.
+  for (auto& [index, values] : values_) Release(values.released);
+  fresh_.clear();
+}
+
+Tensor& ZeroSync::GatherBuffer() {
+  // In buffer_ (f32 values below ZeRO-3), the reduce-scatter round in flight there goes first
+  // (there is none at the step end's all-gather).
+  if (!values_buffer_.defined()) FinishInFlight();
+  return values_buffer_.defined() ? values_buffer_ : buffer_;
+}
+
+void ZeroSync::Gather(Span span, const std::string& what) {
+  for (int64_t k = 0; k < Rounds(span); ++k) {
+    GatherRound round = PostGather(span, k, what);
+    CompleteGather(round);
+  }
+}
+
+ZeroSync::GatherRound ZeroSync::PostGather(Span span, int64_t k, const std::string& what) {
   Backend& backend = *context_.backend;
   const int r = context_.num_replicas(), me = context_.replica();
-  Tensor& buffer = values_.defined() ? values_ : buffer_;
-  const std::string what =
-      fmt::format("step {}: the data-parallel all-gather of the parameters", step);
-  std::vector<std::unique_ptr<Work>> works;
-  const Span all{0, flat_numel_};
-  for (int64_t k = 0; k < Rounds(all); ++k) {
-    std::vector<Tensor> chunks = RoundChunks(buffer, all, k);
-    const auto [my_first, mine] = Chunk(me, k, all);
-    ForEachFlatPart(my_first, my_first + mine, [&](Param& p, int64_t lo, int64_t hi, int64_t at) {
-      Tensor into =
-          chunks[static_cast<size_t>(me)].Slice(0, at - my_first, at - my_first + hi - lo);
-      backend.Copy(FlatSlice(p.value, lo, hi), into);
+  GatherRound round{span, k, what, {}};
+  std::vector<Tensor> chunks = RoundChunks(GatherBuffer(), span, k);
+  const auto [my_first, mine] = Chunk(me, k, span);
+  ForEachFlatPart(my_first, my_first + mine, [&](Param& p, int64_t lo, int64_t hi, int64_t at) {
+    Tensor into = chunks[static_cast<size_t>(me)].Slice(0, at - my_first, at - my_first + hi - lo);
+    backend.Copy(FlatSlice(p.value, lo, hi), into);
+  });
+  for (int i = 0; i < r; ++i) {
+    if (i != me && chunks[static_cast<size_t>(i)].numel() > 0) {
+      round.works.push_back(context_.replicas->Irecv(chunks[static_cast<size_t>(i)], i));
+    }
+  }
+  for (int j = 0; j < r; ++j) {
+    if (j != me && mine > 0) {
+      round.works.push_back(context_.replicas->Isend(chunks[static_cast<size_t>(me)], j));
+    }
+  }
+  return round;
+}
+
+void ZeroSync::CompleteGather(GatherRound& round) {
+  Backend& backend = *context_.backend;
+  const int r = context_.num_replicas(), me = context_.replica();
+  WaitAll(round.works, round.what);
+  std::vector<Tensor> chunks = RoundChunks(GatherBuffer(), round.span, round.k);
+  for (int i = 0; i < r; ++i) {
+    if (i == me) continue;
+    const auto [first, count] = Chunk(i, round.k, round.span);
+    ForEachFlatPart(first, first + count, [&](Param& p, int64_t lo, int64_t hi, int64_t at) {
+      Tensor value = FlatSlice(p.value, lo, hi);
+      backend.Copy(chunks[static_cast<size_t>(i)].Slice(0, at - first, at - first + hi - lo),
+                   value);
     });
-    for (int i = 0; i < r; ++i) {
-      if (i != me && chunks[static_cast<size_t>(i)].numel() > 0) {
-        works.push_back(context_.replicas->Irecv(chunks[static_cast<size_t>(i)], i));
-      }
-    }
-    for (int j = 0; j < r; ++j) {
-      if (j != me && mine > 0) {
-        works.push_back(context_.replicas->Isend(chunks[static_cast<size_t>(me)], j));
-      }
-    }
-    WaitAll(works, what);
-    for (int i = 0; i < r; ++i) {
-      if (i == me) continue;
-      const auto [first, count] = Chunk(i, k, all);
-      ForEachFlatPart(first, first + count, [&](Param& p, int64_t lo, int64_t hi, int64_t at) {
-        Tensor value = FlatSlice(p.value, lo, hi);
-        backend.Copy(chunks[static_cast<size_t>(i)].Slice(0, at - first, at - first + hi - lo),
-                     value);
-      });
-    }
   }
 }
 
@@ -384,7 +618,7 @@ std::vector<Tensor> ZeroSync::ReducedGradient(Param& p) const {
   std::vector<Tensor> parts;
   const int64_t begin = own_begin(), end = own_end();
   for (const FlatPiece& piece : flat_) {
-    if (piece.param->value.raw() != p.value.raw()) continue;
+    if (piece.param->value.storage() != p.value.storage()) continue;
     const int64_t lo = std::max(begin, piece.at) - piece.at;
     const int64_t hi = std::min(end, piece.at + p.value.numel()) - piece.at;
     if (lo < hi) parts.push_back(FlatSlice(piece.param->grad, lo, hi));
@@ -402,7 +636,7 @@ std::optional<LayerTensors> ZeroSync::GatherLayerState(LayerTensors layer,
   for (ParamTensors& t : layer.params) {
     if (t.tied) continue;  // stored with its original
     const auto piece = std::find_if(flat_.begin(), flat_.end(), [&](const FlatPiece& f) {
-      return f.param->value.raw() == t.value.raw();
+      return f.param->value.storage() == t.value.storage();
     });
     BATON_CHECK(piece != flat_.end(), "{} is not in the optimizer's flat space", t.name);
     const Optimizer::Slot* own = nullptr;

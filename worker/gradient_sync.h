@@ -16,7 +16,12 @@
 //                   until the next layer's reduction), the others at the step end; every gradient
 //                   with no element in this replica's shard is released once reduced and taken
 //                   back, zeroed, just before its layer's first backward of the next step. The same
-//                   bits as ZeRO-1.
+//                   bits as ZeRO-1. ZeRO-3 (level 3): ZeRO-2, and every parameter value with no
+//                   element in this replica's shard is released too (from the model's build on):
+//                   a layer's values are all-gathered just before each use (forward, recompute,
+//                   backward, W) and released after it (keep "microbatch") or at the step end
+//                   (keep "step": gathered once a step), instead of the step end's all-gather.
+//                   The same bits as ZeRO-1 again.
 //
 // A strategy's buffers are booked as comm in the backend's ledger for as long as it lives. Not
 // thread-safe: the Trainer's thread calls it.
@@ -27,6 +32,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -71,6 +77,24 @@ class GradientSync {
   // Returns whether it exchanged with the replicas (ZeRO-2's reduce-scatter of the layer, which
   // reports "ALLREDUCE" while it waits; the caller then reports what it resumes).
   virtual bool LayerGradientsDone(int /*index*/, int64_t /*step*/) { return false; }
+  // ZeRO-3, just before a use of layer `index`'s parameters in a step (the engine's
+  // before_layer_use): the layer's values all-gathered whole, unless kept from an earlier use
+  // this step. Returns whether it exchanged with the replicas ("ALLGATHER" while it waits; the
+  // caller then reports what it resumes). After the use, AfterLayerUse releases them again
+  // (keep "microbatch"). Every replica makes the same calls in the same order.
+  // `next`: the layer the same action uses next (-1 after its last), whose gather ZeRO-3 posts
+  // before this layer computes and completes at its use.
+  virtual bool BeforeLayerUse(int /*index*/, int /*next*/, int64_t /*step*/) { return false; }
+  virtual void AfterLayerUse(int /*index*/) {}
+  // ZeRO-3 outside the step (checkpoints, digests, loading): layer `index`'s values made
+  // resident, all-gathered when `gather` (collective: every replica calls it) or left
+  // uninitialised for a load to fill; ReleaseLayerValues gives back those outside the shard.
+  virtual void AcquireLayerValues(int /*index*/, bool /*gather*/) {}
+  virtual void ReleaseLayerValues(int /*index*/) {}
+  // Once the optimizer is built over this sync's shard: ZeRO-3 hands it the parts of its own
+  // that hold the values of the parameters across the shard's edge (Optimizer::Slot::values)
+  // and releases those parameters' whole values.
+  virtual void AttachOptimizer(Optimizer& /*optimizer*/) {}
   virtual void Reduce(int64_t /*step*/) {}
   virtual void AfterUpdate(int64_t /*step*/) {}
   // The parts of `p`'s gradient that hold this replica's reduced sums, for the norm: all of it,
@@ -128,21 +152,49 @@ struct ZeroLayer {
   bool final_at_backward = false;
 };
 
+// The flat space ZeRO shards: the layers' distinct parameter values (by storage: a share
+// group's copies and a tied copy beside its original once), in layer and Layer::params() order.
+struct ZeroFlatSpace {
+  struct Piece {
+    Param* param;  // the first holder of the value
+    int64_t at;    // its first element in the flat space
+    int layer;     // the graph index of that holder's layer
+  };
+  std::vector<Piece> pieces;
+  std::map<int, std::pair<int64_t, int64_t>> layer_spans;  // each layer's new pieces: [first, end)
+  int64_t numel = 0;
+
+  explicit ZeroFlatSpace(const std::vector<ZeroLayer>& layers);
+  // Replica `replica` of `replicas`' shard: flat [first, second), S = ceil(numel / replicas)
+  // elements from replica * S on (fewer, or none, at the end).
+  std::pair<int64_t, int64_t> Shard(int replica, int replicas) const;
+};
+
 class ZeroSync final : public GradientSync {
  public:
   // Lays out the flat space of the layers' distinct parameter values (by storage, in order: the
   // optimizer's slots, as StageModel::params lists them) and books the collectives' buffers.
   // Needs one parameter dtype and f32 gradients. `level` 2 releases the gradients with no
   // element in this replica's shard until their layer's first backward, and takes back those
-  // with one where the model released them (StageModel's release_gradients).
-  ZeroSync(ReplicaContext context, const std::vector<ZeroLayer>& layers, int level);
+  // with one where the model released them (the Trainer does at the build). `level` 3 also
+  // releases each value with no element in the shard (the Trainer releases them at the build
+  // already) and gathers a layer's for each use: `keep_for_step` keeps a gathered layer until
+  // the step end (parallel.zero3_keep step) rather than releasing it after the use.
+  ZeroSync(ReplicaContext context, const std::vector<ZeroLayer>& layers, int level,
+           bool keep_for_step = false);
   const char* reduce_pass() const override { return "reduce-scatter replicas"; }
   const char* after_update_pass() const override { return "all-gather replicas"; }
   bool after_tied_sums() const override { return true; }
   void BeforeLayerBackward(int index) override;
   bool LayerGradientsDone(int index, int64_t step) override;
-  void Reduce(int64_t step) override;       // the reduce-scatter of the gradients not reduced yet
-  void AfterUpdate(int64_t step) override;  // the all-gather of the updated parameters
+  bool BeforeLayerUse(int index, int next, int64_t step) override;
+  void AfterLayerUse(int index) override;
+  void AcquireLayerValues(int index, bool gather) override;
+  void ReleaseLayerValues(int index) override;
+  void AttachOptimizer(Optimizer& optimizer) override;
+  void Reduce(int64_t step) override;  // the reduce-scatter of the gradients not reduced yet
+  // The all-gather of the updated parameters (ZeRO-3: the release of those gathered instead).
+  void AfterUpdate(int64_t step) override;
   std::vector<Tensor> ReducedGradient(Param& p) const override;
   bool writes_layer_sums(int) const override { return true; }
 
@@ -151,10 +203,7 @@ class ZeroSync final : public GradientSync {
                                                const Optimizer& optimizer) override;
 
  private:
-  struct FlatPiece {
-    Param* param;
-    int64_t at;  // its first element in the flat space
-  };
+  using FlatPiece = ZeroFlatSpace::Piece;
   struct Span {  // flat elements [begin, end)
     int64_t begin = 0;
     int64_t end = 0;
@@ -163,6 +212,19 @@ class ZeroSync final : public GradientSync {
   struct LayerGrads {
     Span span;
     bool final_at_backward = false;
+    std::vector<Tensor> released;
+  };
+  // ZeRO-3: a parameter across the shard's edge keeps its elements [begin, end) in the shard
+  // in `values` (params), its whole value resident only while gathered.
+  struct ShardPart {
+    int64_t begin = 0;
+    int64_t end = 0;
+    Tensor values;
+  };
+  // ZeRO-3: where a layer's values lie in the flat space (a shared or tied one's in the layer
+  // that holds it first) and those of them to release (none in this replica's shard).
+  struct LayerValues {
+    std::vector<Span> runs;  // maximal runs of its pieces
     std::vector<Tensor> released;
   };
   // Calls fn(param, param_begin, param_end, at) for each parameter's part of the flat elements
@@ -191,21 +253,55 @@ class ZeroSync final : public GradientSync {
   void Complete(Round& round);
   // Completes in_flight_, if any (reporting the wait): whether there was one.
   bool FinishInFlight();
-  // Round k's chunk of each replica in `buffer` (buffer_, or values_ for the all-gather), and
-  // replica i's `count` elements in received_.
+  // Round k's chunk of each replica in `buffer` (buffer_, or values_buffer_ for the all-gather),
+  // and replica i's `count` elements in received_.
   std::vector<Tensor> RoundChunks(const Tensor& buffer, Span span, int64_t k) const;
   Tensor Received(int i, int64_t count) const;
-  void Release(std::vector<Tensor>& grads);
+  // The parameters' values of `span` from each replica's part (collective); the storages in it
+  // must be resident. A round of it posted (this replica's part packed, the sends and receives
+  // posted) and completed (waited for, the others' parts copied in).
+  void Gather(Span span, const std::string& what);
+  struct GatherRound {
+    Span span;
+    int64_t k = 0;
+    std::string what;  // for a failure
+    std::vector<std::unique_ptr<Work>> works;
+  };
+  GatherRound PostGather(Span span, int64_t k, const std::string& what);
+  void CompleteGather(GatherRound& round);
+  Tensor& GatherBuffer();
+  // ZeRO-3: the runs of layer `index` not gathered and kept; their bytes; a failure's words.
+  std::vector<Span> StaleRuns(int index) const;
+  int64_t ValueBytes(const std::vector<Span>& runs) const;
+  std::string GatherWhat(int index, int64_t step) const;
+  void MakeResident(int index);  // the layer's released values back, the shard's parts in
+  // The next layer's gather, its first round posted during the current layer's use.
+  struct Prefetch {
+    int index = -1;
+    std::vector<Span> runs;
+    GatherRound first;
+  };
+  void FinishPrefetch();  // the posted round completed, the rest run, the runs kept
+  void Release(std::vector<Tensor>& tensors);
+  void Restore(std::vector<Tensor>& tensors);  // uninitialised
+  void ReleaseOne(Tensor& t);
+  // ZeRO-3's shard parts of `values` (those that have one): put into the whole values, or
+  // taken from them (resident ones only).
+  void FillParts(const std::vector<Tensor>& values);
+  void SaveParts(const std::vector<Tensor>& values);
 
   ReplicaContext context_;
   int level_ = 1;
+  bool keep_for_step_ = false;
   std::vector<FlatPiece> flat_;
   int64_t flat_numel_ = 0;
   int64_t shard_size_ = 0;  // S = ceil(N / R): replica r owns [r S, min((r + 1) S, N))
   int64_t chunk_ = 0;       // B: each member's elements per round of the collectives
   Tensor buffer_;           // R x B f32 (the gradients), comm
   Tensor received_;         // (R - 1) x B f32: the other replicas' chunks of mine, comm
-  Tensor values_;           // R x B in the parameters' dtype when that is not f32, comm
+  // R x B in the parameters' dtype when that is not f32 or at ZeRO-3 (whose gathers run
+  // beside the reduce-scatter's rounds), comm; else the all-gather uses buffer_.
+  Tensor values_buffer_;
   // ZeRO-2, by graph index. A gradient shared by several layers (a share group's copies) is in
   // each one's `released`; a tied copy beside its original (summed into it first) in its own.
   std::map<int, LayerGrads> layers_;
@@ -213,6 +309,11 @@ class ZeroSync final : public GradientSync {
   // ZeRO-2: the last round of the last layer reduced in the backward, posted and not yet
   // waited for: completed before the next layer's reduction or at the step end.
   std::optional<Round> in_flight_;
+  // ZeRO-3, by graph index.
+  std::map<int, LayerValues> values_;
+  std::set<std::pair<int64_t, int64_t>> fresh_;  // ZeRO-3: runs gathered and still whole
+  std::optional<Prefetch> prefetch_;
+  std::map<const Storage*, ShardPart> parts_;  // ZeRO-3, by the parameter value's storage
 };
 
 }  // namespace baton

@@ -1,6 +1,7 @@
 // ZeroSync over two replicas run as threads (comm/fake_communicator.h): ZeRO-2 reduces exactly as
 // ZeRO-1 does, a layer final at its backward then and the others at the step end, and from
-// there to the layer's next backward holds only the gradients its shard overlaps, each whole.
+// there to the layer's next backward holds only the gradients its shard overlaps, each whole;
+// ZeRO-3 holds its shard of the values and gathers a layer's for each use.
 #include "worker/gradient_sync.h"
 
 #include <gtest/gtest.h>
@@ -30,34 +31,48 @@ struct ReplicaRun {
   bool back_zeroed = false;  // the tied copy's gradient, after the next BeforeLayerBackward
 };
 
+// The layout below on one replica: its backend, its group of two and the two layers.
+struct Replica {
+  MemoryLedger ledger;
+  std::unique_ptr<Backend> backend = MakeCpuBackend(ledger, 1);
+  std::unique_ptr<Communicator> world;
+  std::unique_ptr<Group> replicas;
+  std::array<Param, 4> params;
+  std::vector<ZeroLayer> layers;
+  ReplicaContext context;
+
+  Replica(FakeHub& hub, int r) : world(hub.Make(r)) {
+    replicas = std::make_unique<Group>(*world, std::vector<int>{0, 1});
+    Allocator& alloc = backend->allocator();
+    const std::array<Shape, 3> shapes = {Shape{3, 4}, Shape{7}, Shape{7}};
+    for (int k = 0; k < 4; ++k) {
+      Param& p = params[static_cast<size_t>(k)];
+      const Shape& shape = shapes[static_cast<size_t>(k % 3)];
+      p.name = std::string(1, static_cast<char>('a' + k));
+      p.value =
+          k == 3 ? params[0].value : Tensor::Zeros(alloc, shape, DType::kF32, MemCategory::kParams);
+      p.grad = Tensor::Zeros(alloc, shape, DType::kF32, MemCategory::kGrads);
+      p.tied = k == 3;
+    }
+    layers = {{0, {&params[0], &params[1]}, true}, {1, {&params[2], &params[3]}, false}};
+    context.backend = backend.get();
+    context.replicas = replicas.get();
+    context.timeout = std::chrono::seconds(60);
+  }
+};
+
 // Parameters a (3 x 4), b (7), c (7): a flat space of 26 elements, shards [0, 13) and [13, 26);
 // d is a tied copy of a (the same value storage, a gradient of its own). Layer 0 holds a and b
 // and is final at its backward; layer 1 holds c and d, tied, so reduced at the step end.
-// `released`: the gradients come released, as StageModel's release_gradients leaves them.
+// `released`: the gradients come released, as the Trainer's build leaves them.
 ReplicaRun RunReplica(FakeHub& hub, int r, int level, bool released) {
-  MemoryLedger ledger;
-  std::unique_ptr<Backend> backend = MakeCpuBackend(ledger, 1);
-  std::unique_ptr<Communicator> world = hub.Make(r);
-  Group replicas(*world, {0, 1});
-  Allocator& alloc = backend->allocator();
-  const std::array<Shape, 3> shapes = {Shape{3, 4}, Shape{7}, Shape{7}};
-  std::array<Param, 4> params;
-  for (int k = 0; k < 4; ++k) {
-    Param& p = params[static_cast<size_t>(k)];
-    const Shape& shape = shapes[static_cast<size_t>(k % 3)];
-    p.value =
-        k == 3 ? params[0].value : Tensor::Zeros(alloc, shape, DType::kF32, MemCategory::kParams);
-    p.grad = Tensor::Zeros(alloc, shape, DType::kF32, MemCategory::kGrads);
-    p.tied = k == 3;
-    if (released) p.grad.storage()->Release();
+  Replica replica(hub, r);
+  MemoryLedger& ledger = replica.ledger;
+  std::array<Param, 4>& params = replica.params;
+  if (released) {
+    for (Param& p : params) p.grad.storage()->Release();
   }
-  const std::vector<ZeroLayer> layers = {{0, {&params[0], &params[1]}, true},
-                                         {1, {&params[2], &params[3]}, false}};
-  ReplicaContext context;
-  context.backend = backend.get();
-  context.replicas = &replicas;
-  context.timeout = std::chrono::seconds(60);
-  ZeroSync sync(context, layers, level);
+  ZeroSync sync(replica.context, replica.layers, level);
   ReplicaRun run;
   run.grads_after_setup = ledger.current(MemCategory::kGrads);
   sync.BeforeLayerBackward(1);
@@ -128,6 +143,114 @@ TEST(ZeroSyncTest, ZeroTwoReducesLikeZeroOneAndHoldsOnlyItsShardsGradientsBetwee
   ASSERT_EQ(two[1].reduced[2].size(), 7u);
   EXPECT_EQ(two[0].reduced[0][5], GradAt(0, 0, 5) + GradAt(1, 0, 5));
   EXPECT_EQ(two[1].reduced[2][6], GradAt(0, 2, 6) + GradAt(1, 2, 6));
+}
+
+// ZeRO-3 on the same layout: a value lives whole where it lies inside the shard; b, across the
+// edge at element 13, keeps its part in the shard in the optimizer's slot; the rest is gathered
+// for a use. What one replica holds.
+struct ZeroThreeRun {
+  int64_t params_after_setup = 0;
+  int64_t params_in_layer_1 = 0;  // between BeforeLayerUse(1) and AfterLayerUse(1)
+  int64_t params_after_use = 0;
+  int64_t params_in_layer_0 = 0;
+  int64_t params_after_update = 0;
+  bool prefetched_use_exchanged = false;  // layer 0's first use: the prefetch completed
+  bool second_use_exchanged = false;
+  std::vector<float> a, b, c;   // as gathered for layers 1 and 0 after the update
+  std::vector<float> loaded_b;  // b gathered after a load put other values in it
+};
+
+// The value a step's update gives flat element i (every replica computes it for its shard).
+float UpdatedAt(int64_t i) { return 100.0f + static_cast<float>(i); }
+
+// `prefetch`: layer 1's use names layer 0 as the next, whose gather is posted meanwhile.
+ZeroThreeRun RunZeroThree(FakeHub& hub, int r, bool keep_for_step, bool prefetch) {
+  Replica replica(hub, r);
+  MemoryLedger& ledger = replica.ledger;
+  std::array<Param, 4>& params = replica.params;
+  ZeroSync sync(replica.context, replica.layers, 3, keep_for_step);
+  Optimizer optimizer(*replica.backend, {&params[0], &params[1], &params[2], &params[3]},
+                      AdamWConfig{}, false, sync.optimizer_shard());
+  sync.AttachOptimizer(optimizer);
+  ZeroThreeRun run;
+  run.params_after_setup = ledger.current(MemCategory::kParams);
+  // The update: this replica's shard gets UpdatedAt, through the tensors the optimizer steps.
+  for (Optimizer::Slot& slot : optimizer.slots()) {
+    const int64_t at = slot.param == &params[0] ? 0 : slot.param == &params[1] ? 12 : 19;
+    const int64_t first = at + slot.begin;
+    Tensor values =
+        slot.values.defined() ? slot.values : FlatSlice(slot.param->value, slot.begin, slot.end);
+    for (int64_t i = 0; i < values.numel(); ++i) {
+      values.data<float>()[i] = UpdatedAt(first + i);
+    }
+  }
+  sync.AfterUpdate(1);
+  sync.BeforeLayerUse(1, prefetch ? 0 : -1, 2);
+  run.params_in_layer_1 = ledger.current(MemCategory::kParams);
+  run.a = ToFloatVector(params[0].value);
+  run.c = ToFloatVector(params[2].value);
+  sync.AfterLayerUse(1);
+  run.params_after_use = ledger.current(MemCategory::kParams);
+  run.prefetched_use_exchanged = sync.BeforeLayerUse(0, -1, 2);
+  run.params_in_layer_0 = ledger.current(MemCategory::kParams);
+  run.b = ToFloatVector(params[1].value);
+  sync.AfterLayerUse(0);
+  run.second_use_exchanged = sync.BeforeLayerUse(0, -1, 2);
+  sync.AfterLayerUse(0);
+  sync.AfterUpdate(2);
+  run.params_after_update = ledger.current(MemCategory::kParams);
+  // A load fills the whole values and the shard keeps its part of them.
+  sync.AcquireLayerValues(0, /*gather=*/false);
+  for (int64_t i = 0; i < 7; ++i) params[1].value.data<float>()[i] = -static_cast<float>(i);
+  sync.ReleaseLayerValues(0);
+  sync.AcquireLayerValues(0, /*gather=*/true);
+  run.loaded_b = ToFloatVector(params[1].value);
+  sync.ReleaseLayerValues(0);
+  return run;
+}
+
+TEST(ZeroSyncTest, ZeroThreeHoldsItsShardAndGathersALayerForEachUse) {
+  for (const bool keep_for_step : {false, true}) {
+    for (const bool prefetch : {false, true}) {
+      SCOPED_TRACE(keep_for_step ? "keep step" : "keep microbatch");
+      SCOPED_TRACE(prefetch ? "layer 0 prefetched" : "no prefetch");
+      FakeHub hub(2);
+      std::array<ZeroThreeRun, 2> runs;
+      std::thread other([&] { runs[1] = RunZeroThree(hub, 1, keep_for_step, prefetch); });
+      runs[0] = RunZeroThree(hub, 0, keep_for_step, prefetch);
+      other.join();
+      for (int r = 0; r < 2; ++r) {
+        SCOPED_TRACE(r);
+        const ZeroThreeRun& run = runs[static_cast<size_t>(r)];
+        // Between uses exactly the shard: 13 of the 26 elements (replica 0: a and b's first;
+        // replica 1: b's other six and c).
+        EXPECT_EQ(run.params_after_setup, 13 * 4);
+        EXPECT_EQ(run.params_after_update, 13 * 4);
+        // In a use, the shard and the layer's values from outside it, whole: layer 1 holds c
+        // and the tied a (replica 0 gathers c, replica 1 a); layer 0 a and b (b whole beside
+        // its part). A prefetch of layer 0 during layer 1's use brings b (and a) in early.
+        const int64_t layer_1 = r == 0 ? 7 : 12, both = r == 0 ? 7 + 7 : 12 + 7;
+        EXPECT_EQ(run.params_in_layer_1, (13 + (prefetch ? both : layer_1)) * 4);
+        // After layer 1's use: kept for the step, or released but for what layer 0's gather
+        // holds (replica 1's a too: the tied copy is layer 0's a).
+        const int64_t after = keep_for_step ? (prefetch ? both : layer_1)
+                              : prefetch    ? (r == 0 ? 7 : 12 + 7)
+                                            : 0;
+        EXPECT_EQ(run.params_after_use, (13 + after) * 4);
+        // Layer 0 in use: the layers kept (step) or layer 0's alone (microbatch).
+        EXPECT_EQ(run.params_in_layer_0, (13 + (keep_for_step ? both : r == 0 ? 7 : 12 + 7)) * 4);
+        EXPECT_TRUE(run.prefetched_use_exchanged);  // the prefetch, or the gather, completed
+        EXPECT_EQ(run.second_use_exchanged, !keep_for_step);
+        // Every value as the replicas' updates left it.
+        for (int64_t i = 0; i < 12; ++i) EXPECT_EQ(run.a[static_cast<size_t>(i)], UpdatedAt(i));
+        for (int64_t i = 0; i < 7; ++i) {
+          EXPECT_EQ(run.b[static_cast<size_t>(i)], UpdatedAt(12 + i));
+          EXPECT_EQ(run.c[static_cast<size_t>(i)], UpdatedAt(19 + i));
+          EXPECT_EQ(run.loaded_b[static_cast<size_t>(i)], -static_cast<float>(i));
+        }
+      }
+    }
+  }
 }
 
 }  // namespace

@@ -66,9 +66,9 @@ Optimizer::Optimizer(Backend& backend, std::vector<Param*> params, AdamWConfig h
   std::set<const void*> seen;
   int64_t offset = 0;  // of the parameter in the flat space
   for (Param* p : params) {
-    if (!seen.insert(p->value.raw()).second) continue;  // a tied copy sharing storage
+    if (!seen.insert(p->value.storage()).second) continue;  // a tied copy sharing storage
     const int64_t numel = p->value.numel();
-    Slot slot{p, 0, numel, {}, {}, {}, {}, {}};
+    Slot slot{p, 0, numel, {}, {}, {}, {}, {}, {}};
     if (shard) {
       slot.begin = std::clamp(shard->begin - offset, int64_t{0}, numel);
       slot.end = std::clamp(shard->end - offset, int64_t{0}, numel);
@@ -107,7 +107,8 @@ void Optimizer::Step(float lr, int64_t step, float grad_scale) {
     config.step = step;
     if (!slot.param->weight_decay) config.weight_decay = 0.0f;
     if (!slot.whole()) {  // a shard: flat views of its elements
-      Tensor value = FlatSlice(slot.param->value, slot.begin, slot.end);
+      Tensor value =
+          slot.values.defined() ? slot.values : FlatSlice(slot.param->value, slot.begin, slot.end);
       const Tensor grad = FlatSlice(slot.param->grad, slot.begin, slot.end);
       Tensor& target = slot.master.defined() ? slot.master : value;
       backend_.AdamW(target, grad, slot.m, slot.v, config, grad_scale);

@@ -71,7 +71,11 @@ class Optimizer {
     int64_t end = 0;
     bool whole() const { return begin == 0 && end == param->value.numel(); }
     Tensor master;  // f32 copy for 16-bit params; undefined when the param itself is f32
-    Tensor m, v;    // first and second moments: f32, or u8 codes when quantised
+    // ZeRO-3, for a parameter across the shard's edge: the slot's values as a tensor of their
+    // own (its whole value is released between uses: worker/gradient_sync.h); else undefined
+    // and the slot steps its elements of the value in place.
+    Tensor values;
+    Tensor m, v;                // first and second moments: f32, or u8 codes when quantised
     Tensor m_absmax, v_absmax;  // f32 per block of kQuantBlock when quantised; else undefined
     bool quantized() const { return m_absmax.defined(); }
   };

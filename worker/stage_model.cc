@@ -21,7 +21,7 @@ StageModel::StageModel(const std::vector<LayerSpec>& graph, const ModelDims& dim
                        const std::vector<LayerRange>& chunk_ranges, int stage, int num_stages,
                        ChunkLayout layout, Backend& backend, DType param_dtype, DType act_dtype,
                        uint64_t seed, bool int8_weights, bool inference, TensorGroup* tensor,
-                       bool release_gradients)
+                       const BuiltHook& on_built)
     : stage_(stage),
       num_stages_(num_stages),
       layout_(layout),
@@ -53,12 +53,8 @@ StageModel::StageModel(const std::vector<LayerSpec>& graph, const ModelDims& dim
         MakeInt8InferenceLayer(backend, *chunk.layers.back());
       } else if (inference) {
         for (Param* p : chunk.layers.back()->params()) p->grad = Tensor();
-      } else if (release_gradients) {
-        for (Param* p : chunk.layers.back()->params()) {
-          // A share group's later copies hold the first one's, released with it.
-          if (p->grad.storage()->resident()) p->grad.storage()->Release();
-        }
       }
+      if (on_built) on_built(i, *chunk.layers.back());
     }
     chunks_.push_back(std::move(chunk));
   }

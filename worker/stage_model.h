@@ -10,6 +10,7 @@
 // Owned by the rank's Trainer (its engine and optimizer hold references); not thread-safe.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <utility>
 #include <vector>
@@ -36,14 +37,15 @@ class StageModel {
   // (model/int8_weights.h): weight matrices in INT8, no gradients. With `inference` (implied by
   // int8_weights) each layer drops its gradients as soon as it is built. `tensor`: the stage's
   // tensor-parallel group (parallel.tensor T > 1), which every layer keeps; null for T = 1.
-  // With `release_gradients` (ZeRO-2) each layer's gradients are released (core/tensor.h) as soon
-  // as it is built, so that the stage never holds them all at setup: ZeroSync takes back those
-  // its replica's shard overlaps, the layer's backward the others (worker/gradient_sync.h).
+  // `on_built`, when given, is called with each layer (and its graph index) as soon as it is built,
+  // before the next one is: ZeRO-2 and -3 release what the replica's shard does not hold there
+  // (core/tensor.h's Storage::Release), so that the stage never holds it all at setup.
+  using BuiltHook = std::function<void(int index, Layer& layer)>;
   StageModel(const std::vector<LayerSpec>& graph, const ModelDims& dims,
              const std::vector<LayerRange>& chunk_ranges, int stage, int num_stages,
              ChunkLayout layout, Backend& backend, DType param_dtype, DType act_dtype,
              uint64_t seed, bool int8_weights = false, bool inference = false,
-             TensorGroup* tensor = nullptr, bool release_gradients = false);
+             TensorGroup* tensor = nullptr, const BuiltHook& on_built = {});
 
   int stage() const { return stage_; }
   int num_stages() const { return num_stages_; }

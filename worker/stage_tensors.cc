@@ -11,7 +11,7 @@ namespace {
 // storage has the embedding's slot).
 const Optimizer::Slot& SlotOf(const Optimizer& optimizer, const Param& param) {
   for (const Optimizer::Slot& slot : optimizer.slots()) {
-    if (slot.param->value.raw() == param.value.raw()) return slot;
+    if (slot.param->value.storage() == param.value.storage()) return slot;
   }
   BATON_FAIL("the optimizer has no state for parameter {}", param.name);
 }

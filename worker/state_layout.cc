@@ -84,12 +84,16 @@ void StateLayout::Save(const std::function<void(const std::vector<LayerTensors>&
   // Layer by layer: one layer's full optimizer state (ZeRO-1) or whole tensors (tensor ranks)
   // at a time.
   for (auto& [index, layer] : model_.layers()) {
+    sync_.AcquireLayerValues(index, /*gather=*/true);  // ZeRO-3: the layer's whole values
     std::optional<LayerTensors> gathered =
         sharded() ? sync_.GatherLayerState(LayerOf(index, nullptr), *optimizer_)
                   : LayerOf(index, optimizer_);
-    if (!gathered) continue;  // a ZeRO-1 replica other than 0: it sent its shards
-    if (cut()) gathered = WholeLayer(*gathered);
-    write({*gathered});
+    // A ZeRO replica other than 0 sent its shards and writes nothing.
+    if (gathered) {
+      if (cut()) gathered = WholeLayer(*gathered);
+      write({*gathered});
+    }
+    sync_.ReleaseLayerValues(index);
   }
 }
 
@@ -101,6 +105,7 @@ void StateLayout::Load(const std::function<void(const std::vector<LayerTensors>&
   // Layer by layer: ZeRO-1 reads each layer's full state into temporaries and keeps this
   // replica's shard; tensor ranks read whole tensors into temporaries and keep their parts.
   for (auto& [index, layer] : model_.layers()) {
+    sync_.AcquireLayerValues(index, /*gather=*/false);  // ZeRO-3: room for the whole values
     const LayerTensors loaded = sharded() ? LayerStateToLoad(index) : LayerOf(index, optimizer_);
     if (cut()) {
       const LayerTensors whole = WholeTemporaries(loaded);
@@ -110,12 +115,16 @@ void StateLayout::Load(const std::function<void(const std::vector<LayerTensors>&
       read({loaded});
     }
     if (sharded()) KeepOwnState(loaded);
+    sync_.ReleaseLayerValues(index);
   }
 }
 
 void StateLayout::InitValues(const std::function<void(Optimizer* masters)>& load) {
+  // ZeRO-3 holds every value whole while `load` sets them all.
+  for (auto& [index, layer] : model_.layers()) sync_.AcquireLayerValues(index, /*gather=*/false);
   load(sharded() ? nullptr : optimizer_);
   if (sharded()) ResetMastersFromValues();
+  for (auto& [index, layer] : model_.layers()) sync_.ReleaseLayerValues(index);
 }
 
 LayerTensors StateLayout::LayerOf(int layer_index, const Optimizer* optimizer) const {
@@ -141,7 +150,7 @@ LayerTensors StateLayout::LayerStateToLoad(int layer_index) const {
 void StateLayout::KeepOwnState(const LayerTensors& loaded) {
   for (const ParamTensors& t : loaded.params) {
     for (Optimizer::Slot& slot : optimizer_->slots()) {
-      if (slot.param->value.raw() != t.value.raw()) continue;
+      if (slot.param->value.storage() != t.value.storage()) continue;
       // The slot's state as flat views (a slot covering its whole parameter has its shape).
       Tensor m = slot.m.View({-1}), v = slot.v.View({-1});
       backend_.Copy(FlatSlice(t.adam_m, slot.begin, slot.end), m);

@@ -4,7 +4,9 @@
 //    this rank's part of the whole (ParamTensors::split, model/tensor_parallel.h);
 //  - ZeRO-1 (parallel.zero 1 with replicas): the optimizer holds master and moments for this
 //    replica's shard of the stage's flat parameter space only (GradientSync::optimizer_shard,
-//    the optimizer's slots); the values are whole on every replica.
+//    the optimizer's slots); the values are whole on every replica (ZeRO-3: gathered whole
+//    for the layer being saved and made resident for the layer being loaded, then released
+//    outside the shard again: GradientSync::AcquireLayerValues).
 // A checkpoint holds every tensor whole (docs/checkpoints.md), so with either split saving and
 // loading go layer by layer through whole temporaries booked as workspace, one layer at a time;
 // without one, the stage's own tensors are written and filled directly.

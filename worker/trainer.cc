@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <functional>
 #include <optional>
+#include <set>
 #include <string>
 
 #include "comm/group.h"
@@ -11,6 +12,7 @@
 #include "core/units.h"
 #include "data/packing.h"
 #include "data/tokenizer.h"
+#include "kernels/backend.h"
 #include "model/init.h"
 #include "model/prune.h"
 #include "worker/stage_tensors.h"
@@ -71,6 +73,24 @@ ReplicaContext ReplicaContextOf(const TrainerSetup& setup, Group& replicas, Back
   return context;
 }
 
+// The stage's layers as ZeroSync sees them.
+std::vector<ZeroLayer> ZeroLayersOf(StageModel& model, const std::vector<TiedGroup>& tied) {
+  std::vector<ZeroLayer> layers;
+  for (auto& [index, layer] : model.layers()) {
+    ZeroLayer& z = layers.emplace_back(ZeroLayer{index, layer->params(), true});
+    // A tied or shared layer's sums come at the step end (the tied sums pass).
+    for (const TiedGroup& group : tied) {
+      if (std::find(group.layers.begin(), group.layers.end(), index) != group.layers.end()) {
+        z.final_at_backward = false;
+      }
+    }
+    for (const Param* p : z.params) {
+      if (p->tied || p->sequence_partial_grad) z.final_at_backward = false;
+    }
+  }
+  return layers;
+}
+
 // The engine's options from the setup: micro-batches, checkpointing, waits, what it passes.
 EngineOptions EngineOptionsFor(const TrainerSetup& setup) {
   const Config& config = setup.config;
@@ -105,6 +125,13 @@ std::map<int, int> GradientPassesPerStep(const TrainerSetup& setup) {
 
 }  // namespace
 
+void Trainer::LayerExchanged(Clock::time_point start) {
+  layer_exchanges_.emplace_back(start, Clock::now());
+  EngineStatus resumed = engine_status_;  // the action it ran inside goes on
+  resumed.since = Clock::now();
+  if (on_status_) on_status_(resumed);
+}
+
 void Trainer::set_status_callback(StatusCallback callback) {
   on_status_ = std::move(callback);
   engine_->set_status_callback([this](const EngineStatus& status) {
@@ -132,22 +159,10 @@ void Trainer::SetUpOptimizer() {
   const Config& config = setup_.config;
   if (config.prune.enabled()) AllocatePruneMasks(backend_, model_->params());
   if (config.parallel.zero >= 1 && setup_.layout.replicas() > 1) {
-    std::vector<ZeroLayer> layers;
-    for (auto& [index, layer] : model_->layers()) {
-      ZeroLayer& z = layers.emplace_back(ZeroLayer{index, layer->params(), true});
-      // A tied or shared layer's sums come at the step end (the tied sums pass).
-      for (const TiedGroup& group : setup_.tied) {
-        if (std::find(group.layers.begin(), group.layers.end(), index) != group.layers.end()) {
-          z.final_at_backward = false;
-        }
-      }
-      for (const Param* p : z.params) {
-        if (p->tied || p->sequence_partial_grad) z.final_at_backward = false;
-      }
-    }
     sync_ =
         std::make_unique<ZeroSync>(ReplicaContextOf(setup_, *replica_group_, backend_, &on_status_),
-                                   layers, config.parallel.zero);
+                                   ZeroLayersOf(*model_, setup_.tied), config.parallel.zero,
+                                   config.parallel.zero3_keep == Zero3Keep::kStep);
   }
   AdamWConfig hyper;
   hyper.beta1 = static_cast<float>(config.train.beta1);
@@ -157,6 +172,7 @@ void Trainer::SetUpOptimizer() {
   optimizer_ = std::make_unique<Optimizer>(backend_, model_->params(), hyper,
                                            config.optimizer.state == OptimizerState::kInt8,
                                            zero() ? sync_->optimizer_shard() : std::nullopt);
+  if (zero()) sync_->AttachOptimizer(*optimizer_);
   if (setup_.layout.replicas() > 1 && !zero()) {
     sync_ = std::make_unique<AllReduceSync>(
         ReplicaContextOf(setup_, *replica_group_, backend_, &on_status_), model_->params());
@@ -221,18 +237,49 @@ Trainer::Trainer(TrainerSetup setup, Backend& backend)
   if ((first || last || packing) && !IsMeta(backend_)) {  // the memory planner reads no data
     data_ = std::make_unique<RunData>(OpenRunData(config));
   }
-  model_ = std::make_unique<StageModel>(
-      setup_.graph, setup_.dims, setup_.chunk_ranges, setup_.stage, setup_.layout.stages(),
-      setup_.schedule.layout, backend_, dtype, dtype, config.train.seed, int8_weights,
-      setup_.inference_only, tensor_group_.get(),
-      /*release_gradients=*/config.parallel.zero == 2 && setup_.layout.replicas() > 1);
+  const auto build = [&](Backend& on, const StageModel::BuiltHook& built) {
+    return std::make_unique<StageModel>(
+        setup_.graph, setup_.dims, setup_.chunk_ranges, setup_.stage, setup_.layout.stages(),
+        setup_.schedule.layout, on, dtype, dtype, config.train.seed, int8_weights,
+        setup_.inference_only, tensor_group_.get(), built);
+  };
+  // ZeRO-2 and -3 release at the build what this replica's shard does not hold: every gradient
+  // (ZeroSync takes back, zeroed, those its shard overlaps) and, at ZeRO-3, each value with no
+  // element in the shard, found on a ledger-only build of the stage (the flat space's size
+  // decides the shard).
+  const bool trains = !int8_weights && !setup_.inference_only;  // evaluation drops the grads
+  const int zero = trains && setup_.layout.replicas() > 1 ? config.parallel.zero : 0;
+  std::set<std::pair<int, std::string>> values_outside;  // (layer, parameter)
+  if (zero == 3) {
+    MemoryLedger scratch;
+    const std::unique_ptr<Backend> meta = MakeCpuMetaBackend(scratch, 1);
+    const std::unique_ptr<StageModel> shape = build(*meta, {});
+    const ZeroFlatSpace space(ZeroLayersOf(*shape, setup_.tied));
+    const auto [begin, end] = space.Shard(replica_group_->rank(), setup_.layout.replicas());
+    for (const ZeroFlatSpace::Piece& piece : space.pieces) {
+      if (piece.at + piece.param->value.numel() <= begin || piece.at >= end) {
+        values_outside.emplace(piece.layer, piece.param->name);
+      }
+    }
+  }
+  StageModel::BuiltHook release;
+  if (zero >= 2) {
+    release = [&values_outside](int index, Layer& layer) {
+      for (Param* p : layer.params()) {
+        // A share group's later copies hold the first one's, released with it.
+        if (p->grad.storage()->resident()) p->grad.storage()->Release();
+        if (values_outside.count({index, p->name}) == 1) p->value.storage()->Release();
+      }
+    };
+  }
+  model_ = build(backend_, release);
   if (config.parallel.checkpoint.kind == CheckpointPolicy::Kind::kSelective) {
     for (auto& [index, layer] : model_->layers()) layer->set_selective_recompute(true);
   }
   for (auto& [index, layer] : model_->layers()) {
     layer->set_flash_attention(config.model.attention == AttentionKind::kFlash);
   }
-  if (!int8_weights && !setup_.inference_only) SetUpOptimizer();  // evaluation keeps no state
+  if (trains) SetUpOptimizer();  // evaluation keeps no state
   if (sync_ == nullptr) sync_ = std::make_unique<NoSync>();
   state_ = std::make_unique<StateLayout>(backend_, *model_, optimizer_.get(), *sync_,
                                          tensor_group_.get(), setup_.stage);
@@ -252,12 +299,13 @@ Trainer::Trainer(TrainerSetup setup, Backend& backend)
   engine_options.after_layer_gradients = [this, passes = GradientPassesPerStep(setup_)](int index) {
     if (++gradients_done_[index] != passes.at(index)) return;
     const Clock::time_point start = Clock::now();
-    if (!sync_->LayerGradientsDone(index, step_)) return;
-    layer_reductions_.emplace_back(start, Clock::now());
-    EngineStatus resumed = engine_status_;  // the backward it ran inside goes on
-    resumed.since = Clock::now();
-    if (on_status_) on_status_(resumed);
+    if (sync_->LayerGradientsDone(index, step_)) LayerExchanged(start);
   };
+  engine_options.before_layer_use = [this](int index, int next) {
+    const Clock::time_point start = Clock::now();
+    if (sync_->BeforeLayerUse(index, next, step_)) LayerExchanged(start);
+  };
+  engine_options.after_layer_use = [this](int index) { sync_->AfterLayerUse(index); };
   engine_ = std::make_unique<StageEngine>(backend_, *model_, pipeline_, engine_options);
 
   BATON_CHECK(
@@ -420,7 +468,7 @@ StepRecord Trainer::Step(int64_t step) {
   }
   step_ = step;
   gradients_done_.clear();
-  layer_reductions_.clear();
+  layer_exchanges_.clear();
   FillMicroBatches(step);
   const Clock::time_point first_action = Clock::now();
 
@@ -455,13 +503,13 @@ StepRecord Trainer::Step(int64_t step) {
   // Busy time: the forward and backward actions, and the update (the step end but its
   // collectives).
   const double step_end_s = Seconds(Clock::now() - clock.step_end_start);
-  // ZeRO-2's reductions of layers inside their backward are exchanges with the replicas too.
-  double layer_reductions_s = 0;
-  for (const auto& [from, to] : layer_reductions_) layer_reductions_s += Seconds(to - from);
-  record.compute_s = engine_->last_timings().compute_s - layer_reductions_s +
+  // ZeRO-2's and -3's exchanges inside the layers' actions are exchanges with the replicas too.
+  double layer_exchanges_s = 0;
+  for (const auto& [from, to] : layer_exchanges_) layer_exchanges_s += Seconds(to - from);
+  record.compute_s = engine_->last_timings().compute_s - layer_exchanges_s +
                      std::max(0.0, step_end_s - clock.exchange_s);
   record.wait_s = engine_->last_timings().wait_s;
-  record.allreduce_s = clock.replicas_s + layer_reductions_s;
+  record.allreduce_s = clock.replicas_s + layer_exchanges_s;
   if (tensor_group_ != nullptr) {
     const CommTensorGroup::Traffic traffic = tensor_group_->TakeTraffic();
     record.tensor_collectives = traffic.collectives;
@@ -479,7 +527,7 @@ StepRecord Trainer::Step(int64_t step) {
       {TraceSpan::Kind::kStepStart, {}, wall_us(clock.start), wall_us(first_action)});
   const std::vector<TraceSpan>& actions = engine_->last_trace();
   record.trace.insert(record.trace.end(), actions.begin(), actions.end());
-  for (const auto& [from, to] : layer_reductions_) {
+  for (const auto& [from, to] : layer_exchanges_) {
     record.trace.push_back({TraceSpan::Kind::kExchange, {}, wall_us(from), wall_us(to)});
   }
   for (const auto& [from, to] : exchanges) {
@@ -515,11 +563,13 @@ std::vector<std::pair<int, uint64_t>> Trainer::LayerDigests() {
   std::vector<std::pair<int, uint64_t>> digests;
   for (auto& [index, layer] : model_->layers()) {
     Fnv1a64 hash;
+    sync_->AcquireLayerValues(index, /*gather=*/true);  // ZeRO-3: the whole values
     for (Param* p : layer->params()) {
       if (p->tied) continue;
       const std::vector<std::byte> host = HostBytes(backend_, p->value);
       hash.Update(host.data(), host.size());
     }
+    sync_->ReleaseLayerValues(index);
     digests.emplace_back(index, hash.digest());
   }
   return digests;
@@ -534,6 +584,7 @@ std::map<std::string, uint64_t> Trainer::TiedParamDigests() {
           digests.count(group.param) == 1) {
         continue;
       }
+      sync_->AcquireLayerValues(index, /*gather=*/true);  // ZeRO-3: the whole values
       for (Param* p : layer->params()) {
         if (p->name != group.param) continue;
         const std::vector<std::byte> host = HostBytes(backend_, p->value);
@@ -541,6 +592,7 @@ std::map<std::string, uint64_t> Trainer::TiedParamDigests() {
         hash.Update(host.data(), host.size());
         digests[group.param] = hash.digest();
       }
+      sync_->ReleaseLayerValues(index);
     }
   }
   return digests;

@@ -237,8 +237,11 @@ class Trainer {
   // By graph index: the micro-batches whose gradients this step has completed (the engine's
   // after_layer_gradients), for GradientSync::LayerGradientsDone.
   std::map<int, int> gradients_done_;
-  // This step's ZeRO-2 reductions of a layer inside its backward (start, end), for the trace.
-  std::vector<std::pair<Clock::time_point, Clock::time_point>> layer_reductions_;
+  // This step's exchanges with the replicas inside a layer's action (start, end), for the
+  // report and the trace: ZeRO-2's reductions in a backward, ZeRO-3's gathers before a use.
+  std::vector<std::pair<Clock::time_point, Clock::time_point>> layer_exchanges_;
+  // Records one that began at `start` and reports the action it ran inside as going on.
+  void LayerExchanged(Clock::time_point start);
   std::unique_ptr<RunData> data_;  // on the ranks holding the first or the last layer
   std::unique_ptr<StageModel> model_;
   std::unique_ptr<Optimizer> optimizer_;
