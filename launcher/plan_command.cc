@@ -97,6 +97,7 @@ int PlanCommand(const PlanOptions& options, std::ostream& out) {
               {"split_share_groups", SplitShareGroups(plan)},
               {"memory_budget", plan.memory_budget},
               {"partition_bound", plan.partition_bound},
+              {"replica_bytes_per_step", ReplicaBytesPerStep(plan)},
               {"stages", json::array()}};
     const ParallelLayout layout = plan.layout();
     for (int r = 0; r < layout.world_size(); ++r) {

@@ -18,14 +18,14 @@ struct Levers {
   int replicas = 1;
   OptimizerState state = OptimizerState::kF32;  // optimizer.state
   int tensor = 1;                               // parallel.tensor
-  int zero = 1;  // with replicas added: parallel.zero where it applies (1, or 2)
+  int zero = 1;  // with replicas added: parallel.zero where it applies (1, 2 or 3)
 
   bool operator==(const Levers&) const = default;
 };
 
 // `base` with `levers` pulled, validated (throws baton::Error when invalid). An explicit
 // parallel.cut is for its own stage count: other counts are cut by parallel.partition. Replicas
-// other than the configured count get ZeRO at `levers.zero` (1 or 2) where it applies (f32
+// other than the configured count get ZeRO at `levers.zero` (1, 2 or 3) where it applies (f32
 // optimizer state, no pruning: the replicas then divide the optimizer state too), none where it
 // does not.
 Config Apply(const Config& base, const Levers& levers);

@@ -10,6 +10,7 @@
 #include "core/error.h"
 #include "core/units.h"
 #include "kernels/backend.h"
+#include "model/cost.h"
 #include "model/from_config.h"
 #include "planner/candidates.h"
 #include "planner/memory_planner.h"
@@ -44,11 +45,12 @@ std::vector<Levers> Search(const Config& config, int max_stages, int num_layers,
                  CheckpointPolicies(stage_layers, config.parallel.checkpoint)) {
               for (DType dtype : dtypes) {
                 levers.push_back({dtype, policy, m, p, r, state, t, 1});
-                // Replicas added: ZeRO-2 too, a level above (Apply drops it where ZeRO does
-                // not apply, and such a twin is left out).
+                // Replicas added: ZeRO-2 and ZeRO-3 too, a level above each (Apply drops them
+                // where ZeRO does not apply, and such twins are left out).
                 if (r != configured && r > 1 && state == OptimizerState::kF32 &&
                     !config.prune.enabled()) {
                   levers.push_back({dtype, policy, m, p, r, state, t, 2});
+                  levers.push_back({dtype, policy, m, p, r, state, t, 3});
                 }
               }
             }
@@ -61,7 +63,7 @@ std::vector<Levers> Search(const Config& config, int max_stages, int num_layers,
 }
 
 int LevelOf(const Levers& lever, const Config& config) {
-  if (lever.replicas != config.parallel.replicas) return lever.zero == 2 ? 8 : 7;
+  if (lever.replicas != config.parallel.replicas) return 7 + std::max(0, lever.zero - 1);
   if (lever.tensor != config.parallel.tensor) return 6;
   if (lever.stages != config.parallel.stages) return 5;
   if (lever.state != config.optimizer.state) return 4;
@@ -70,6 +72,46 @@ int LevelOf(const Levers& lever, const Config& config) {
   if (lever.dtype != config.precision.dtype) return 1;
   return 0;
 }
+
+}  // namespace
+
+int64_t ReplicaBytesPerStep(const Plan& plan) {
+  const int replicas = plan.layout().replicas();
+  if (replicas < 2) return 0;
+  const ParallelConfig& parallel = plan.config.parallel;
+  const double share = static_cast<double>(replicas - 1) / replicas;
+  const double grad_bytes = 4.0;  // f32 gradients
+  const double value_bytes = static_cast<double>(SizeOf(plan.config.precision.dtype));
+  double worst = 0;
+  for (int s = 0; s < plan.num_stages(); ++s) {
+    int64_t numel = 0;
+    for (const LayerRange& range : plan.ChunkRanges(s)) {
+      numel += StoredParamCount(plan.graph, range.first, range.last, plan.dims);
+    }
+    const double n = static_cast<double>(numel) / plan.layout().tensor();
+    double bytes = 0;
+    if (parallel.zero == 0) {
+      bytes = 2 * share * n * grad_bytes;  // the all-reduce: a reduce-scatter and an all-gather
+    } else if (parallel.zero < 3 || parallel.zero3_keep == Zero3Keep::kStep) {
+      bytes = share * n * (grad_bytes + value_bytes);  // the values gathered once a step
+    } else {
+      // Each micro-batch gathers every layer for its forward and backward, and again for a
+      // checkpointed recompute and a split-off W.
+      const std::vector<Action>& program = plan.schedule.per_stage[static_cast<size_t>(s)];
+      const bool split = std::any_of(program.begin(), program.end(), [](const Action& a) {
+        return a.kind == ActionKind::kBackwardWeight;
+      });
+      const bool recompute = parallel.checkpoint.kind == CheckpointPolicy::Kind::kEvery;
+      const int uses =
+          MicroBatchesPerReplica(plan.config) * (2 + (recompute ? 1 : 0) + (split ? 1 : 0));
+      bytes = share * n * (grad_bytes + uses * value_bytes);
+    }
+    worst = std::max(worst, bytes);
+  }
+  return static_cast<int64_t>(worst);
+}
+
+namespace {
 
 FitCandidate Evaluate(const Config& base, const Levers& lever, const FitOptions& options) {
   FitCandidate c;
@@ -91,6 +133,7 @@ FitCandidate Evaluate(const Config& base, const Levers& lever, const FitOptions&
                        ? PredictMeasuredStep(plan, *options.measured).seconds
                        : PredictStepSeconds(plan, options.rates);
   c.note = cut.bound;
+  c.replica_bytes = ReplicaBytesPerStep(plan);
   return c;
 }
 
@@ -165,9 +208,9 @@ FitResult FitToBudget(const Config& config, const FitOptions& options) {
   }
   std::vector<FitCandidate>& all = result.candidates;
   // Tiers of levels: as configured; precision and checkpointing, by time; micro-batches; 8-bit
-  // optimizer state; stages; tensor ranks; replicas with ZeRO-1; with ZeRO-2.
+  // optimizer state; stages; tensor ranks; replicas with ZeRO-1; with ZeRO-2; with ZeRO-3.
   const auto tier = [](int level) { return level == 0 ? 0 : level <= 2 ? 1 : level - 1; };
-  for (int t = 0; t <= 7 && result.chosen < 0; ++t) {
+  for (int t = 0; t <= 8 && result.chosen < 0; ++t) {
     for (size_t i = 0; i < all.size(); ++i) {
       if (!all[i].fits || tier(all[i].level) != t) continue;
       if (result.chosen < 0) {
@@ -285,9 +328,9 @@ StepRates MeasureStepRates(const Config& config) {
 }
 
 std::string FormatFitTable(const FitResult& result, int64_t budget) {
-  static const char* kLevels[] = {"as configured", "precision",   "checkpointing",
-                                  "micro-batches", "8-bit state", "stages",
-                                  "tensor ranks",  "replicas",    "ZeRO-2"};
+  static const char* kLevels[] = {"as configured", "precision", "checkpointing", "micro-batches",
+                                  "8-bit state",   "stages",    "tensor ranks",  "replicas",
+                                  "ZeRO-2",        "ZeRO-3"};
   static const char* kWhy[] = {
       "the configuration as it is fits",
       "the fastest predicted step among precision and checkpointing",
@@ -300,7 +343,9 @@ std::string FormatFitTable(const FitResult& result, int64_t budget) {
       "stage, is too large for a rank): the fewest tensor ranks that fit split every layer",
       "nothing fits without data-parallel replicas (ZeRO-1)",
       "nothing fits with ZeRO-1's replicas: ZeRO-2 also lets each layer's gradients outside the "
-      "replica's shard go once its backward is done"};
+      "replica's shard go once its backward is done",
+      "nothing fits with ZeRO-2's replicas: ZeRO-3 also holds each layer's parameters outside "
+      "the replica's shard only while the layer runs (gathered for each use)"};
   const bool replicas = std::any_of(result.candidates.begin(), result.candidates.end(),
                                     [](const FitCandidate& c) { return c.replicas > 1; });
   const bool tensor = std::any_of(result.candidates.begin(), result.candidates.end(),
@@ -324,10 +369,13 @@ std::string FormatFitTable(const FitResult& result, int64_t budget) {
                          Name(c.state), "-", "-", "-", c.note);
       continue;
     }
-    out += fmt::format("{:>1} {:>6} {:>5} {:>11} {:>7} {:>5} {:>13} {:>12.4f} {:>4}  {}: {}\n",
+    const std::string moves = c.replica_bytes > 0 ? fmt::format(" ({}/step to its replicas)",
+                                                                FormatBytes(c.replica_bytes))
+                                                  : "";
+    out += fmt::format("{:>1} {:>6} {:>5} {:>11} {:>7} {:>5} {:>13} {:>12.4f} {:>4}  {}{}: {}\n",
                        chosen ? "*" : "", stages_of(c), c.micro_batches, c.checkpoint.ToString(),
                        PrecisionName(c.dtype), Name(c.state), FormatBytes(c.peak), c.step_seconds,
-                       c.fits ? "yes" : "no", kLevels[c.level], c.note);
+                       c.fits ? "yes" : "no", kLevels[c.level], moves, c.note);
   }
   if (result.chosen >= 0) {
     const FitCandidate& c = result.candidates[static_cast<size_t>(result.chosen)];

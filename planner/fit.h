@@ -19,7 +19,9 @@
 //      optimizer state and runs 1/R of the micro-batches), only when `max_processes` allows
 //      stages x T x replicas processes; replicas must divide the micro-batches;
 //   8. the same replicas with ZeRO-2 (parallel.zero 2: a layer's gradients outside the replica's
-//      shard are held from its first backward of a step to its last only; docs/parallel.md).
+//      shard are held from its first backward of a step to its last only; docs/parallel.md);
+//   9. the same replicas with ZeRO-3 (parallel.zero 3: a layer's parameters outside the shard
+//      are held only while the layer runs, gathered for each use).
 // Every combination is a candidate; its level is the costliest lever it pulls. The configuration
 // as it is wins when it fits. Otherwise precision and checkpointing compete on predicted step
 // time on this machine (with FitOptions::measured, measured_costs.h: each layer kind profiled
@@ -56,13 +58,23 @@ struct FitOptions {
 // A candidate: the levers it pulls (planner/candidates.h), and how it came out.
 struct FitCandidate : Levers {
   int level = 0;       // 0 as configured, 1 precision, 2 checkpointing, 3 micro-batches, 4 8-bit
-                       // optimizer state, 5 stages, 6 tensor ranks, 7 replicas, 8 ZeRO-2
+                       // optimizer state, 5 stages, 6 tensor ranks, 7 replicas, 8 ZeRO-2,
+                       // 9 ZeRO-3
   bool valid = false;  // a plan could be made; else `note` says why not
   bool fits = false;
   int64_t peak = 0;         // largest predicted total over ranks (of the budgeted cut when it fits)
   double step_seconds = 0;  // the predicted step (measured costs, else FLOPs at FitOptions::rates)
   std::string note;         // the partition's bound, or why the candidate is invalid
+  int64_t replica_bytes = 0;  // ReplicaBytesPerStep of its plan
 };
+
+// What one replica of a plan's busiest stage sends its other replicas in a step, from the
+// stage's parameter count N (over T tensor ranks) and R replicas (docs/parallel.md, "Bytes per
+// step"): ZeRO-0's all-reduce 2 (R-1)/R N x 4 bytes; ZeRO-1/2 a reduce-scatter of the f32
+// gradients and an all-gather of the values, (R-1)/R N (4 + b), b bytes per value; ZeRO-3 with
+// zero3_keep step the same, with microbatch (R-1)/R N (4 + u b), u = each replica's
+// micro-batches x (forward, backward, a checkpointed recompute, a split W). 0 without replicas.
+int64_t ReplicaBytesPerStep(const Plan& plan);
 
 struct FitResult {
   std::vector<FitCandidate> candidates;  // in search order

@@ -10,6 +10,7 @@
 
 #include "core/error.h"
 #include "core/scoped_env.h"
+#include "model/cost.h"
 #include "planner/in_process.h"
 #include "planner/memory_planner.h"
 #include "planner/planner.h"
@@ -302,6 +303,49 @@ TEST(FitTest, ReplicasWithZeroOneComeAfterStagesWhenMoreProcessesAreAllowed) {
   EXPECT_NE(FormatFitTable(two, zero1_leanest - 1).find("ZeRO-2"), std::string::npos);
   RecordProperty("zero1_leanest_peak", std::to_string(zero1_leanest));
   RecordProperty("zero2_chosen_peak", std::to_string(lean.peak));
+  // Below every ZeRO-2 candidate's peak, ZeRO-3 (a level above again) is what fits: each
+  // replica holds its shard of the parameters and the layers in use only.
+  int64_t zero2_leanest = std::numeric_limits<int64_t>::max();
+  for (const FitCandidate& c : two.candidates) {
+    if (c.valid && c.level == 8) zero2_leanest = std::min(zero2_leanest, c.peak);
+  }
+  const FitResult three = FitToBudget(config, {zero2_leanest - 1, StepRates(1e9), 2, 16});
+  const FitCandidate& leaner = three.candidates[static_cast<size_t>(three.chosen)];
+  EXPECT_EQ(leaner.level, 9);
+  EXPECT_EQ(three.config.parallel.zero, 3);
+  EXPECT_NE(three.set_flags.find("--set parallel.zero=3"), std::string::npos) << three.set_flags;
+  EXPECT_NE(FormatFitTable(three, zero2_leanest - 1).find("ZeRO-3"), std::string::npos);
+  for (const RankMemory& rank : PredictMemory(MakePlan(three.config, zero2_leanest - 1))) {
+    EXPECT_LE(rank.peak.total, zero2_leanest - 1);
+  }
+  EXPECT_NE(FormatFitTable(three, zero2_leanest - 1).find("/step to its replicas"),
+            std::string::npos);
+  RecordProperty("zero2_leanest_peak", std::to_string(zero2_leanest));
+  RecordProperty("zero3_chosen_peak", std::to_string(leaner.peak));
+}
+
+TEST(FitTest, ReplicaBytesPerStepFollowEachZeroLevelsFormula) {
+  // One stage of N parameters over R = 4 replicas, 8 micro-batches (2 per replica), fp32.
+  const std::vector<std::string> base = {"parallel.stages=1", "parallel.replicas=4",
+                                         "train.micro_batches=8"};
+  const auto bytes = [&](std::vector<std::string> more) {
+    more.insert(more.begin(), base.begin(), base.end());
+    return ReplicaBytesPerStep(MakePlan(SmallCpu(more)));
+  };
+  const Plan plan = MakePlan(SmallCpu(base));
+  const double n = static_cast<double>(
+      StoredParamCount(plan.graph, 0, static_cast<int>(plan.graph.size()) - 1, plan.dims));
+  const double share = 3.0 / 4.0;
+  EXPECT_EQ(bytes({}), static_cast<int64_t>(2 * share * n * 4));
+  EXPECT_EQ(bytes({"parallel.zero=1"}), static_cast<int64_t>(share * n * 8));
+  EXPECT_EQ(bytes({"parallel.zero=2"}), bytes({"parallel.zero=1"}));
+  EXPECT_EQ(bytes({"parallel.zero=3", "parallel.zero3_keep=step"}), bytes({"parallel.zero=1"}));
+  // Each of a replica's 2 micro-batches gathers every layer for its forward and its backward,
+  // and with checkpointing for the recompute too.
+  EXPECT_EQ(bytes({"parallel.zero=3"}), static_cast<int64_t>(share * n * (4 + 4 * 4)));
+  EXPECT_EQ(bytes({"parallel.zero=3", "parallel.checkpoint=every:1"}),
+            static_cast<int64_t>(share * n * (4 + 6 * 4)));
+  EXPECT_EQ(ReplicaBytesPerStep(MakePlan(SmallCpu({"parallel.stages=1"}))), 0);
 }
 
 }  // namespace
