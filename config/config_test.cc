@@ -336,6 +336,9 @@ TEST(ConfigTest, CrossFieldRulesAreChecked) {
   EXPECT_NO_THROW(ParseConfigString(kMinimal, "x.yaml",
                                     {"parallel.zero=3", "parallel.replicas=2",
                                      "parallel.zero3_keep=step", "train.micro_batches=4"}));
+  EXPECT_NO_THROW(ParseConfigString(
+      kMinimal, "x.yaml",
+      {"parallel.zero=2", "parallel.replicas=2", "train.micro_batches=4", "prune.at_step=1"}));
   EXPECT_THAT(ParseError(kMinimal, {"parallel.zero=4", "parallel.replicas=2"}),
               HasSubstr("parallel.zero"));
   EXPECT_THAT(ParseError(kMinimal, {"parallel.zero=2", "parallel.replicas=2",

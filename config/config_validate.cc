@@ -329,10 +329,6 @@ void ValidateParallel(const Config& c, const Reporter& r) {
               fmt::format("parallel.zero {} shards f32 optimizer state; optimizer.state int8 is "
                           "not sharded",
                           p.zero));
-    r.Require(!c.prune.enabled(), {"parallel.zero", "prune.at_step"},
-              fmt::format("parallel.zero {} does not combine with pruning (the masks are not "
-                          "sharded)",
-                          p.zero));
   }
   r.Require(p.zero3_keep == Zero3Keep::kMicrobatch || p.zero == 3,
             {"parallel.zero3_keep", "parallel.zero"},

@@ -151,6 +151,10 @@ TEST(MemoryPlannerTest, PredictsTheLedgerForInt8OptimizerState) {
 TEST(MemoryPlannerTest, PredictsTheLedgerForPruningMasks) {
   const Plan plan = MakePlan(SmallCpu({"prune.at_step=1", "prune.pattern=2:4"}));
   ExpectPredictedEqualsMeasured(plan, 0.02, "prune 2:4 at step 1");
+  // Under ZeRO-3 the prune step gathers each matrix's masters from the replicas' shards.
+  ExpectPredictedEqualsMeasured(MakePlan(SmallCpu({"prune.at_step=1", "parallel.replicas=2",
+                                                   "parallel.zero=3", "train.micro_batches=2"})),
+                                0.02, "prune at step 1, ZeRO-3 over 2 replicas");
   const std::vector<RankMemory> dense = PredictMemory(MakePlan(SmallCpu({})));
   const std::vector<RankMemory> masked = PredictMemory(plan);
   const int64_t c = plan.dims.width;

@@ -181,6 +181,27 @@ TEST(ReplicaTest, ZeroThreeTrainsLikeZeroOneAndItsCheckpointsResumeOntoAnyLevelA
   }
 }
 
+TEST(ReplicaTest, PrunedZeroThreeRunsTrainLikeZeroOneAndResumeExactly) {
+  // Pruned at step 2 under ZeRO-3 (masks from the whole matrices, each replica zeroing its
+  // shard): ZeRO-1's bits; its step-4 checkpoint (masks and all) resumes bit for bit.
+  const std::string root = TempDir("replicas-zero3-prune");
+  const std::vector<std::string> prune = {"--set", "prune.at_step=2", "--set",
+                                          "prune.sparsity=0.5"};
+  const nlohmann::json one =
+      Train(root + "/one", Plus(Plus(Layout(2, 2, 8), prune), {"--set", "parallel.zero=1"}));
+  const std::vector<std::string> zero3 =
+      Plus(Plus(Layout(2, 2, 8), prune), {"--set", "parallel.zero=3"});
+  const nlohmann::json three =
+      Train(root + "/three", Plus(zero3, {"--set", "output.checkpoint_every=4"}));
+  EXPECT_EQ(Losses(three), Losses(one));
+  EXPECT_EQ(three.at("param_checksum"), one.at("param_checksum"));
+  const nlohmann::json again =
+      Train(root + "/again", Plus(zero3, {"--resume", root + "/three/checkpoints/step-4"}));
+  const std::vector<double> all = Losses(one);
+  EXPECT_EQ(Losses(again), std::vector<double>(all.begin() + 4, all.end()));
+  EXPECT_EQ(again.at("param_checksum"), one.at("param_checksum"));
+}
+
 TEST(ReplicaTest, MpirunRunsTheSameJobAsTheLocalLauncher) {
   if (RunShell("command -v mpirun").exit_code != 0) GTEST_SKIP() << "mpirun is not installed";
   const std::string root = TempDir("replicas-mpi");

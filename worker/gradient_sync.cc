@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "core/units.h"
+#include "model/init.h"
 #include "worker/stage_tensors.h"
 
 namespace baton {
@@ -219,6 +220,32 @@ void ZeroSync::AttachOptimizer(Optimizer& optimizer) {
     slot.values = it->second.values;
     ReleaseOne(slot.param->value);
   }
+}
+
+std::optional<std::vector<float>> ZeroSync::GatherWholeValues(const Param& p,
+                                                              const Optimizer::Slot* slot) {
+  Backend& backend = *context_.backend;
+  // Every element from the one replica that steps it, zeros from the others: x + 0 is x.
+  Tensor whole =
+      Tensor::Empty(backend.allocator(), {p.value.numel()}, DType::kF32, MemCategory::kWorkspace);
+  backend.Zero(whole);
+  if (slot != nullptr) {
+    Tensor into = whole.Slice(0, slot->begin, slot->end);
+    const Tensor from = slot->master.defined()   ? slot->master.View({-1})
+                        : slot->values.defined() ? slot->values
+                                                 : FlatSlice(p.value, slot->begin, slot->end);
+    backend.Copy(from, into);
+  }
+  try {
+    context_.replicas->AllReduceSum(whole, context_.timeout);
+  } catch (const Error& e) {
+    BATON_FAIL(
+        "gathering {}'s values to prune it, stage {} with its other replicas failed; a replica "
+        "of stage {} is dead or hung: {}",
+        p.name, context_.stage, context_.stage, e.what());
+  }
+  if (IsMeta(backend)) return std::vector<float>{};
+  return HostValues(backend, whole);
 }
 
 void ZeroSync::SaveParts(const std::vector<Tensor>& values) {

@@ -91,6 +91,13 @@ class GradientSync {
   // uninitialised for a load to fill; ReleaseLayerValues gives back those outside the shard.
   virtual void AcquireLayerValues(int /*index*/, bool /*gather*/) {}
   virtual void ReleaseLayerValues(int /*index*/) {}
+  // Pruning (worker/pruning.h WholeValues): `p`'s whole f32 values made from every replica's
+  // slot (its master, or its f32 values; `slot` null: none here), on the host, collective over
+  // the replicas; nullopt where the rank holds them itself (not sharded).
+  virtual std::optional<std::vector<float>> GatherWholeValues(const Param& /*p*/,
+                                                              const Optimizer::Slot* /*slot*/) {
+    return std::nullopt;
+  }
   // Once the optimizer is built over this sync's shard: ZeRO-3 hands it the parts of its own
   // that hold the values of the parameters across the shard's edge (Optimizer::Slot::values)
   // and releases those parameters' whole values.
@@ -192,6 +199,8 @@ class ZeroSync final : public GradientSync {
   void AcquireLayerValues(int index, bool gather) override;
   void ReleaseLayerValues(int index) override;
   void AttachOptimizer(Optimizer& optimizer) override;
+  std::optional<std::vector<float>> GatherWholeValues(const Param& p,
+                                                      const Optimizer::Slot* slot) override;
   void Reduce(int64_t step) override;  // the reduce-scatter of the gradients not reduced yet
   // The all-gather of the updated parameters (ZeRO-3: the release of those gathered instead).
   void AfterUpdate(int64_t step) override;

@@ -1,6 +1,8 @@
 // Magnitude pruning while training (see pruning.h).
 #include "worker/pruning.h"
 
+#include <algorithm>
+
 #include "core/error.h"
 #include "kernels/quantize.h"
 #include "model/init.h"
@@ -41,43 +43,74 @@ void ZeroQuantizedMoment(Backend& backend, Tensor& codes, Tensor& absmax, const 
 
 void MaskGradients(Backend& backend, const std::vector<Param*>& params) {
   for (Param* p : params) {
-    if (p->mask.defined()) backend.ApplyMask(p->grad, p->mask);
+    // ZeRO-2/3 release the gradients outside the shard once summed.
+    if (p->mask.defined() && p->grad.storage()->resident()) backend.ApplyMask(p->grad, p->mask);
   }
 }
+
+namespace {
+
+// The slot's elements of `t`, a tensor shaped like its parameter: all of it, or a flat view.
+Tensor SlotPart(const Optimizer::Slot& slot, const Tensor& t) {
+  return slot.whole() ? t : FlatSlice(t, slot.begin, slot.end);
+}
+
+// The values the slot steps: its own part under ZeRO-3 across the shard's edge, else in place.
+Tensor SlotValues(const Optimizer::Slot& slot) {
+  return slot.values.defined() ? slot.values : SlotPart(slot, slot.param->value);
+}
+
+void MaskSlot(Backend& backend, const Optimizer::Slot& slot) {
+  const Tensor mask = SlotPart(slot, slot.param->mask);
+  Tensor values = SlotValues(slot);
+  backend.ApplyMask(values, mask);
+  if (slot.master.defined()) {
+    Tensor master = slot.whole() ? slot.master : slot.master.View({-1});
+    backend.ApplyMask(master, mask);
+  }
+}
+
+}  // namespace
 
 void MaskWeights(Backend& backend, const Optimizer& optimizer) {
   for (const Optimizer::Slot& slot : optimizer.slots()) {
-    Param& p = *slot.param;
-    if (!p.mask.defined()) continue;
-    backend.ApplyMask(p.value, p.mask);
-    if (slot.master.defined()) {
-      Tensor master = slot.master;
-      backend.ApplyMask(master, p.mask);
-    }
+    if (slot.param->mask.defined()) MaskSlot(backend, slot);
   }
 }
 
-PruneCount PruneByMagnitude(Backend& backend, Optimizer& optimizer, const PruneConfig& prune) {
+PruneCount PruneByMagnitude(Backend& backend, Optimizer& optimizer,
+                            const std::vector<Param*>& params, const PruneConfig& prune,
+                            const WholeValues& whole) {
   PruneCount count;
-  for (Optimizer::Slot& slot : optimizer.slots()) {
-    Param& p = *slot.param;
+  std::vector<const Storage*> seen;
+  for (Param* param : params) {
+    Param& p = *param;
     if (!p.mask.defined()) continue;
+    if (std::find(seen.begin(), seen.end(), p.value.storage()) != seen.end()) continue;
+    seen.push_back(p.value.storage());
+    Optimizer::Slot* slot = nullptr;
+    for (Optimizer::Slot& s : optimizer.slots()) {
+      if (s.param->value.storage() == p.value.storage()) slot = &s;
+    }
     ++count.matrices;
     count.total += p.value.numel();
-    if (IsMeta(backend)) continue;
-    const std::vector<float> w = HostValues(backend, slot.master.defined() ? slot.master : p.value);
+    const std::vector<float> w = whole(p, slot);
+    if (IsMeta(backend)) continue;  // the planner's run prunes nothing
     const std::vector<uint8_t> keep =
         MagnitudeMask(w.data(), p.value.size(0), p.value.size(1), prune.sparsity, prune.pattern);
     for (uint8_t k : keep) count.pruned += k == 0 ? 1 : 0;
     Upload(backend, keep.data(), DType::kU8, p.mask);
-    backend.ApplyMask(p.value, p.mask);
-    if (slot.master.defined()) backend.ApplyMask(slot.master, p.mask);
-    if (slot.quantized()) {
-      ZeroQuantizedMoment(backend, slot.m, slot.m_absmax, SignedQuantMap(), keep);
-      ZeroQuantizedMoment(backend, slot.v, slot.v_absmax, UnsignedQuantMap(), keep);
+    if (slot == nullptr) continue;  // another replica's: its values come in the all-gather
+    MaskSlot(backend, *slot);
+    if (slot->quantized()) {  // 8-bit state is never sharded: the slot is whole
+      ZeroQuantizedMoment(backend, slot->m, slot->m_absmax, SignedQuantMap(), keep);
+      ZeroQuantizedMoment(backend, slot->v, slot->v_absmax, UnsignedQuantMap(), keep);
     } else {
-      backend.ApplyMask(slot.m, p.mask);
-      backend.ApplyMask(slot.v, p.mask);
+      const Tensor mask = SlotPart(*slot, p.mask);
+      Tensor m = slot->whole() ? slot->m : slot->m.View({-1});
+      Tensor v = slot->whole() ? slot->v : slot->v.View({-1});
+      backend.ApplyMask(m, mask);
+      backend.ApplyMask(v, mask);
     }
   }
   return count;

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "config/config.h"
@@ -27,9 +28,20 @@ struct PruneCount {
 
 // grad = 0 where the param's mask is 0, for every param with a mask.
 void MaskGradients(Backend& backend, const std::vector<Param*>& params);
-// value (and its f32 master) = 0 where the mask is 0.
+// value (and its f32 master) = 0 where the mask is 0: the elements each optimizer slot steps
+// (under ZeRO the replica's shard, which the all-gather then hands the others; worker/
+// gradient_sync.h).
 void MaskWeights(Backend& backend, const Optimizer& optimizer);
-// Prunes every masked param of `optimizer` as prune.* says (see above).
-PruneCount PruneByMagnitude(Backend& backend, Optimizer& optimizer, const PruneConfig& prune);
+// The whole f32 values of `p` as the magnitudes are taken from (its master where it has one),
+// on the host; `slot`: this rank's slot for it, null when it steps none of it (ZeRO: another
+// replica's). Every replica of a stage calls it for the same parameters in the same order. On
+// a ledger-only backend it books what it would and returns nothing.
+using WholeValues = std::function<std::vector<float>(const Param& p, const Optimizer::Slot* slot)>;
+// Prunes every masked one of `params` (distinct by value) as prune.* says (see above), its
+// magnitudes from `whole`: every rank sets the whole mask, and zeroes what its slot steps
+// (value, master, moments).
+PruneCount PruneByMagnitude(Backend& backend, Optimizer& optimizer,
+                            const std::vector<Param*>& params, const PruneConfig& prune,
+                            const WholeValues& whole);
 
 }  // namespace baton

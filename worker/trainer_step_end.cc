@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "model/init.h"
 #include "model/prune.h"
 #include "worker/pruning.h"
 #include "worker/trainer.h"
@@ -27,10 +28,11 @@ std::vector<Trainer::StepPass> Trainer::StepEndPasses() const {
     add("sequence-parallel sums", true, false, &Trainer::SequencePartialSumsPass);
   }
   const char* reduce = sync_->reduce_pass();
-  if (sync_->after_tied_sums()) {  // ZeRO-1: after it a replica holds only its shard's sums
+  if (sync_->after_tied_sums()) {  // ZeRO: after it a replica holds only its shard's sums
     add("tied sums", true, false, &Trainer::TiedSumsPass);
     if (reduce != nullptr) add(reduce, true, true, &Trainer::ReducePass);
-    BATON_CHECK(!prune, "pruning does not combine with {}", reduce);
+    // Masking commutes with the sums: the shard's sums masked are the masked gradients' sums.
+    if (prune) add("mask gradients", false, false, &Trainer::MaskGradientsPass);
   } else {
     if (reduce != nullptr) add(reduce, true, true, &Trainer::ReducePass);
     if (prune) add("mask gradients", false, false, &Trainer::MaskGradientsPass);
@@ -38,10 +40,11 @@ std::vector<Trainer::StepPass> Trainer::StepEndPasses() const {
   }
   add("step-end flags", true, false, &Trainer::StepEndFlagsPass);
   add("update", false, false, &Trainer::UpdatePass);
+  // Before ZeRO's all-gather, which hands the other replicas the masked shard.
+  if (prune) add("prune", false, false, &Trainer::PrunePass);
   if (const char* after = sync_->after_update_pass()) {
     add(after, true, true, &Trainer::AfterUpdatePass);
   }
-  if (prune) add("prune", false, false, &Trainer::PrunePass);
   return passes;
 }
 
@@ -111,7 +114,14 @@ void Trainer::PrunePass(StepState& state) {
   const PruneConfig& prune = setup_.config.prune;
   MaskWeights(backend_, *optimizer_);
   if (state.step != prune.at_step) return;
-  const PruneCount count = PruneByMagnitude(backend_, *optimizer_, prune);
+  const WholeValues whole = [this](const Param& p, const Optimizer::Slot* slot) {
+    if (std::optional<std::vector<float>> gathered = sync_->GatherWholeValues(p, slot)) {
+      return *gathered;
+    }
+    if (IsMeta(backend_)) return std::vector<float>{};
+    return HostValues(backend_, slot != nullptr && slot->master.defined() ? slot->master : p.value);
+  };
+  const PruneCount count = PruneByMagnitude(backend_, *optimizer_, model_->params(), prune, whole);
   if (!IsMeta(backend_)) {  // the planner's run prunes nothing
     spdlog::info("step {}: pruned {} of the {} weights of {} matrices ({}), masked from now on",
                  state.step, count.pruned, count.total, count.matrices, Name(prune.pattern));
