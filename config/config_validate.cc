@@ -325,10 +325,6 @@ void ValidateParallel(const Config& c, const Reporter& r) {
               fmt::format("parallel.zero {} shards the optimizer state across data-parallel "
                           "replicas: it needs parallel.replicas >= 2",
                           p.zero));
-    r.Require(c.optimizer.state == OptimizerState::kF32, {"parallel.zero", "optimizer.state"},
-              fmt::format("parallel.zero {} shards f32 optimizer state; optimizer.state int8 is "
-                          "not sharded",
-                          p.zero));
   }
   r.Require(p.zero3_keep == Zero3Keep::kMicrobatch || p.zero == 3,
             {"parallel.zero3_keep", "parallel.zero"},

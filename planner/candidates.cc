@@ -38,8 +38,7 @@ Config Apply(const Config& base, const Levers& levers) {
   if (levers.stages != base.parallel.stages) config.parallel.cut.clear();
   if (levers.replicas != base.parallel.replicas) {
     config.parallel.replicas = levers.replicas;
-    const bool zero_applies = config.optimizer.state == OptimizerState::kF32;
-    config.parallel.zero = levers.replicas > 1 && zero_applies ? levers.zero : 0;
+    config.parallel.zero = levers.replicas > 1 ? levers.zero : 0;
   }
   Validate(config);
   return config;

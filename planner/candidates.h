@@ -25,9 +25,8 @@ struct Levers {
 
 // `base` with `levers` pulled, validated (throws baton::Error when invalid). An explicit
 // parallel.cut is for its own stage count: other counts are cut by parallel.partition. Replicas
-// other than the configured count get ZeRO at `levers.zero` (1, 2 or 3) where it applies (f32
-// optimizer state, no pruning: the replicas then divide the optimizer state too), none where it
-// does not.
+// other than the configured count get ZeRO at `levers.zero` (1, 2 or 3): the replicas then
+// divide the optimizer state too, 8-bit or f32.
 Config Apply(const Config& base, const Levers& levers);
 
 // The checkpoint policies for chunks of up to `max_layers` layers: `first`, none, selective,

@@ -47,7 +47,7 @@ std::vector<Levers> Search(const Config& config, int max_stages, int num_layers,
                 levers.push_back({dtype, policy, m, p, r, state, t, 1});
                 // Replicas added: ZeRO-2 and ZeRO-3 too, a level above each (Apply drops them
                 // where ZeRO does not apply, and such twins are left out).
-                if (r != configured && r > 1 && state == OptimizerState::kF32) {
+                if (r != configured && r > 1) {
                   levers.push_back({dtype, policy, m, p, r, state, t, 2});
                   levers.push_back({dtype, policy, m, p, r, state, t, 3});
                 }

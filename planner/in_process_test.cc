@@ -562,6 +562,9 @@ std::vector<std::vector<std::string>> ZeroVariants() {
       {"parallel.stages=1", "parallel.replicas=4", "model.share.group=2", "model.num_layers=4"},
       {"parallel.stages=2", "parallel.replicas=2", "model.low_rank.mlp=8"},
       {"parallel.stages=2", "parallel.replicas=2", "prune.at_step=2", "prune.sparsity=0.5"},
+      {"parallel.stages=2", "parallel.replicas=2", "optimizer.state=int8", "model.width=64"},
+      {"parallel.stages=1", "parallel.replicas=4", "optimizer.state=int8", "model.width=64",
+       "prune.at_step=2"},
       {"parallel.stages=2", "parallel.replicas=2", "prune.at_step=2", "prune.pattern=2:4",
        "precision.dtype=bf16"},
       // One micro-batch per replica: each block's gradients live through its backward only.
@@ -608,26 +611,51 @@ TEST(InProcessReplicaTest, ZeroTwoTrainsLikeZeroOneBitForBit) {
   }
 }
 
+// `base` (replicas, no ZeRO) against itself at ZeRO-1 and ZeRO-3: losses within 1e-6 relative
+// (ZeRO sums the tied gradients first), every replica identical; the sharded runs, by level.
+std::map<std::string, InProcessResult> ExpectZeroFollowsThePlainReplicas(
+    const std::vector<std::string>& base) {
+  const InProcessResult plain = RunInProcess(MakePlan(TinyConfig(base)));
+  std::map<std::string, InProcessResult> sharded;
+  for (const char* zero : {"parallel.zero=1", "parallel.zero=3"}) {
+    std::vector<std::string> config = base;
+    config.push_back(zero);
+    const std::string what = fmt::format("{} {}", fmt::join(base, " "), zero);
+    const Plan plan = MakePlan(TinyConfig(config));
+    const InProcessResult& run = sharded[zero] = RunInProcess(plan);
+    const double worst = WorstRelativeDifference(run.losses, plain.losses);
+    EXPECT_LE(worst, 1e-6) << what;
+    ExpectReplicasIdentical(plan, run, what);
+    ::testing::Test::RecordProperty(what + ": worst relative loss difference",
+                                    fmt::format("{:.3g}", worst));
+  }
+  sharded["plain"] = plain;
+  return sharded;
+}
+
 TEST(InProcessReplicaTest, PrunedReplicasTrainAlikeAtEveryZeroLevel) {
   // Pruning at step 2 under ZeRO: the masks come from the whole matrices (the replicas' shards
-  // of the masters gathered), so the run follows the replicas without ZeRO, to rounding (ZeRO
-  // sums the tied gradients first); a different mask would differ at once.
+  // of the masters gathered); a different mask would differ at once.
   for (const char* dtype : {"precision.dtype=fp32", "precision.dtype=bf16"}) {
-    const std::vector<std::string> base = {"parallel.stages=2", "parallel.replicas=2",
-                                           "prune.at_step=2",   "prune.sparsity=0.5",
-                                           "train.steps=6",     dtype};
-    const InProcessResult plain = RunInProcess(MakePlan(TinyConfig(base)));
-    for (const char* zero : {"parallel.zero=1", "parallel.zero=3"}) {
-      std::vector<std::string> config = base;
-      config.push_back(zero);
-      const Plan plan = MakePlan(TinyConfig(config));
-      const InProcessResult sharded = RunInProcess(plan);
-      const double worst = WorstRelativeDifference(sharded.losses, plain.losses);
-      EXPECT_LE(worst, 1e-6) << dtype << " " << zero;
-      ExpectReplicasIdentical(plan, sharded, std::string(dtype) + " " + zero);
-      RecordProperty(fmt::format("{} {} worst relative loss difference", dtype, zero),
-                     fmt::format("{:.3g}", worst));
+    ExpectZeroFollowsThePlainReplicas({"parallel.stages=2", "parallel.replicas=2",
+                                       "prune.at_step=2", "prune.sparsity=0.5", "train.steps=6",
+                                       dtype});
+  }
+}
+
+TEST(InProcessReplicaTest, EightBitStateShardsAtBlocksAndTrainsLikeTheReplicasWithoutZero) {
+  // optimizer.state int8 under ZeRO: the shards are cut at quantisation blocks, so every block's
+  // maximum is the unsharded one's; a cut block would quantise otherwise.
+  std::map<std::string, InProcessResult> runs = ExpectZeroFollowsThePlainReplicas(
+      {"parallel.stages=1", "parallel.replicas=4", "optimizer.state=int8", "model.width=64",
+       "train.steps=6"});
+  // Each replica keeps its shard's codes and maxima: together the unsharded bytes.
+  for (const char* zero : {"parallel.zero=1", "parallel.zero=3"}) {
+    int64_t together = 0;
+    for (const InProcessRank& rank : runs[zero].ranks) {
+      together += rank.peak[MemCategory::kOptimizer];
     }
+    EXPECT_EQ(together, runs["plain"].ranks[0].peak[MemCategory::kOptimizer]) << zero;
   }
 }
 

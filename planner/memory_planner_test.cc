@@ -155,6 +155,11 @@ TEST(MemoryPlannerTest, PredictsTheLedgerForPruningMasks) {
   ExpectPredictedEqualsMeasured(MakePlan(SmallCpu({"prune.at_step=1", "parallel.replicas=2",
                                                    "parallel.zero=3", "train.micro_batches=2"})),
                                 0.02, "prune at step 1, ZeRO-3 over 2 replicas");
+  // With 8-bit state each replica holds whole blocks of codes and maxima.
+  ExpectPredictedEqualsMeasured(
+      MakePlan(SmallCpu({"prune.at_step=1", "parallel.replicas=2", "parallel.zero=3",
+                         "train.micro_batches=2", "optimizer.state=int8"})),
+      0.02, "prune at step 1, ZeRO-3 over 2 replicas, 8-bit state");
   const std::vector<RankMemory> dense = PredictMemory(MakePlan(SmallCpu({})));
   const std::vector<RankMemory> masked = PredictMemory(plan);
   const int64_t c = plan.dims.width;

@@ -202,6 +202,35 @@ TEST(ReplicaTest, PrunedZeroThreeRunsTrainLikeZeroOneAndResumeExactly) {
   EXPECT_EQ(again.at("param_checksum"), one.at("param_checksum"));
 }
 
+TEST(ReplicaTest, EightBitStateUnderZeroCheckpointsWholeAndResumesOntoAnyLayout) {
+  // optimizer.state int8 under ZeRO-1 and -3: the shards hold whole quantisation blocks, replica
+  // 0 gathers codes and block maxima into the checkpoint, and a resume keeps each replica's
+  // blocks: bit for bit at the same layout and at the other ZeRO level, and onto one replica.
+  const std::string root = TempDir("replicas-zero-int8");
+  const std::vector<std::string> int8 = {"--set", "optimizer.state=int8"};
+  const std::vector<std::string> zero1 =
+      Plus(Plus(Layout(2, 2, 8), int8), {"--set", "parallel.zero=1"});
+  const std::vector<std::string> zero3 =
+      Plus(Plus(Layout(2, 2, 8), int8), {"--set", "parallel.zero=3"});
+  const nlohmann::json plain = Train(root + "/plain", Plus(Layout(2, 2, 8), int8));
+  const nlohmann::json one =
+      Train(root + "/one", Plus(zero1, {"--set", "output.checkpoint_every=4"}));
+  EXPECT_LE(WorstRelativeDifference(Losses(one), Losses(plain)), 1e-7);
+  const nlohmann::json three = Train(root + "/three", zero3);
+  EXPECT_EQ(Losses(three), Losses(one));
+  EXPECT_EQ(three.at("param_checksum"), one.at("param_checksum"));
+  const std::string step4 = root + "/one/checkpoints/step-4";
+  const std::vector<double> all = Losses(one);
+  const std::vector<double> rest(all.begin() + 4, all.end());
+  EXPECT_EQ(Losses(Train(root + "/again", Plus(zero1, {"--resume", step4}))), rest);
+  EXPECT_EQ(Losses(Train(root + "/as-three", Plus(zero3, {"--resume", step4}))), rest);
+  const nlohmann::json alone =
+      Train(root + "/alone", Plus(Plus(Layout(2, 1, 8), int8), {"--resume", step4}));
+  const double worst = WorstRelativeDifference(Losses(alone), rest);
+  EXPECT_LE(worst, 1e-7);
+  RecordProperty("worst_relative_loss_difference_onto_one_replica", fmt::format("{:.3g}", worst));
+}
+
 TEST(ReplicaTest, MpirunRunsTheSameJobAsTheLocalLauncher) {
   if (RunShell("command -v mpirun").exit_code != 0) GTEST_SKIP() << "mpirun is not installed";
   const std::string root = TempDir("replicas-mpi");

@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "core/units.h"
+#include "kernels/quantize.h"
 #include "model/init.h"
 #include "worker/stage_tensors.h"
 
@@ -103,15 +104,30 @@ ZeroFlatSpace::ZeroFlatSpace(const std::vector<ZeroLayer>& layers) {
   }
 }
 
-std::pair<int64_t, int64_t> ZeroFlatSpace::Shard(int replica, int replicas) const {
+std::vector<int64_t> ZeroFlatSpace::Boundaries(int replicas, bool block_aligned) const {
   const int64_t size = (numel + replicas - 1) / replicas;
-  const int64_t first = std::min(numel, replica * size);
-  return {first, std::min(numel, first + size)};
+  std::vector<int64_t> b = {0};
+  for (int r = 1; r < replicas; ++r) {
+    int64_t at = std::min(numel, r * size);
+    for (const Piece& piece : pieces) {
+      const int64_t n = piece.param->value.numel();
+      if (!block_aligned || n < kMinQuantizedElements || at <= piece.at || at >= piece.at + n) {
+        continue;
+      }
+      at = piece.at + std::min(n, (at - piece.at + kQuantBlock - 1) / kQuantBlock * kQuantBlock);
+    }
+    b.push_back(std::max(b.back(), at));
+  }
+  b.push_back(numel);
+  return b;
 }
 
 ZeroSync::ZeroSync(ReplicaContext context, const std::vector<ZeroLayer>& layers, int level,
-                   bool keep_for_step)
-    : context_(std::move(context)), level_(level), keep_for_step_(keep_for_step) {
+                   bool keep_for_step, bool quantized_state)
+    : context_(std::move(context)),
+      level_(level),
+      keep_for_step_(keep_for_step),
+      quantized_state_(quantized_state) {
   BATON_CHECK(level >= 1 && level <= 3, "ZeRO level {} is not 1, 2 or 3", level);
   const ZeroFlatSpace space(layers);
   flat_ = space.pieces;
@@ -124,8 +140,13 @@ ZeroSync::ZeroSync(ReplicaContext context, const std::vector<ZeroLayer>& layers,
   }
   BATON_CHECK(!flat_.empty(), "ZeRO needs parameters to shard");
   const int64_t r = context_.num_replicas();
-  shard_size_ = (flat_numel_ + r - 1) / r;
-  chunk_ = std::max<int64_t>(1, std::min(shard_size_, kGradBucketBytes / 4 / r));
+  boundaries_ = space.Boundaries(static_cast<int>(r), quantized_state);
+  int64_t largest = 0;
+  for (int64_t j = 0; j < r; ++j) {
+    largest = std::max(
+        largest, boundaries_[static_cast<size_t>(j + 1)] - boundaries_[static_cast<size_t>(j)]);
+  }
+  chunk_ = std::max<int64_t>(1, std::min(largest, kGradBucketBytes / 4 / r));
   const DType dtype = flat_.front().param->value.dtype();
   for (const FlatPiece& piece : flat_) {
     BATON_CHECK(piece.param->value.dtype() == dtype && piece.param->grad.dtype() == DType::kF32,
@@ -265,11 +286,11 @@ void ZeroSync::FillParts(const std::vector<Tensor>& values) {
   }
 }
 
-int64_t ZeroSync::own_begin() const {
-  return std::min(flat_numel_, context_.replica() * shard_size_);
-}
+int64_t ZeroSync::own_begin() const { return boundaries_[static_cast<size_t>(context_.replica())]; }
 
-int64_t ZeroSync::own_end() const { return std::min(flat_numel_, own_begin() + shard_size_); }
+int64_t ZeroSync::own_end() const {
+  return boundaries_[static_cast<size_t>(context_.replica() + 1)];
+}
 
 std::optional<OptimizerShard> ZeroSync::optimizer_shard() const {
   return OptimizerShard{own_begin(), own_end()};
@@ -447,8 +468,8 @@ void ZeroSync::ForEachFlatPart(int64_t begin, int64_t end, Fn fn) const {
 }
 
 ZeroSync::Span ZeroSync::PartOf(int j, Span span) const {
-  return {std::clamp(j * shard_size_, span.begin, span.end),
-          std::clamp((j + 1) * shard_size_, span.begin, span.end)};
+  return {std::clamp(boundaries_[static_cast<size_t>(j)], span.begin, span.end),
+          std::clamp(boundaries_[static_cast<size_t>(j + 1)], span.begin, span.end)};
 }
 
 std::pair<int64_t, int64_t> ZeroSync::Chunk(int j, int64_t k, Span span) const {
@@ -671,29 +692,50 @@ std::optional<LayerTensors> ZeroSync::GatherLayerState(LayerTensors layer,
       if (slot.param == piece->param) own = &slot;
     }
     const bool master = piece->param->value.dtype() != DType::kF32;
+    const int64_t numel = t.value.numel();
+    // 8-bit moments: codes, and a maximum per block (a shard holds whole blocks).
+    const bool quantized = quantized_state_ && numel >= kMinQuantizedElements;
     if (me == 0) {
       Allocator& a = backend.allocator();
-      t.adam_m = Tensor::Empty(a, t.value.shape(), DType::kF32, MemCategory::kWorkspace);
-      t.adam_v = Tensor::Empty(a, t.value.shape(), DType::kF32, MemCategory::kWorkspace);
+      const DType state = quantized ? DType::kU8 : DType::kF32;
+      t.adam_m = Tensor::Empty(a, t.value.shape(), state, MemCategory::kWorkspace);
+      t.adam_v = Tensor::Empty(a, t.value.shape(), state, MemCategory::kWorkspace);
+      if (quantized) {
+        const Shape blocks = {QuantBlocks(numel)};
+        t.adam_m_absmax = Tensor::Empty(a, blocks, DType::kF32, MemCategory::kWorkspace);
+        t.adam_v_absmax = Tensor::Empty(a, blocks, DType::kF32, MemCategory::kWorkspace);
+      }
       if (master) {
         t.master = Tensor::Empty(a, t.value.shape(), DType::kF32, MemCategory::kWorkspace);
       }
     }
-    const int64_t numel = t.value.numel();
     for (int i = 0; i < context_.num_replicas(); ++i) {
       // Replica i's part of this parameter: its shard's overlap, the elements its slot holds.
-      const int64_t lo = std::clamp(i * shard_size_ - piece->at, int64_t{0}, numel);
-      const int64_t hi = std::clamp((i + 1) * shard_size_ - piece->at, int64_t{0}, numel);
+      const int64_t lo =
+          std::clamp(boundaries_[static_cast<size_t>(i)] - piece->at, int64_t{0}, numel);
+      const int64_t hi =
+          std::clamp(boundaries_[static_cast<size_t>(i + 1)] - piece->at, int64_t{0}, numel);
       if (lo >= hi || (i != me && me != 0)) continue;
-      std::vector<std::pair<Tensor, Tensor>> parts = {{t.adam_m, own ? own->m : Tensor()},
-                                                      {t.adam_v, own ? own->v : Tensor()}};
-      if (master) parts.push_back({t.master, own ? own->master : Tensor()});
-      for (auto& [full, shard] : parts) {
+      struct Part {
+        Tensor full;   // replica 0's whole tensor
+        Tensor shard;  // replica i's slot's
+        bool blocks;   // one element per quantisation block
+      };
+      std::vector<Part> parts = {{t.adam_m, own ? own->m : Tensor(), false},
+                                 {t.adam_v, own ? own->v : Tensor(), false}};
+      if (quantized) {
+        parts.push_back({t.adam_m_absmax, own ? own->m_absmax : Tensor(), true});
+        parts.push_back({t.adam_v_absmax, own ? own->v_absmax : Tensor(), true});
+      }
+      if (master) parts.push_back({t.master, own ? own->master : Tensor(), false});
+      for (const auto& [full, shard, blocks] : parts) {
+        const int64_t first = blocks ? lo / kQuantBlock : lo;
+        const int64_t last = blocks ? QuantBlocks(hi) : hi;
         if (i == me && me == 0) {
-          Tensor into = FlatSlice(full, lo, hi);
+          Tensor into = FlatSlice(full, first, last);
           backend.Copy(shard.View({-1}), into);
         } else if (me == 0) {
-          Tensor into = FlatSlice(full, lo, hi);
+          Tensor into = FlatSlice(full, first, last);
           keep.push_back(into);
           works.push_back(context_.replicas->Irecv(into, i));
         } else {

@@ -172,9 +172,11 @@ struct ZeroFlatSpace {
   int64_t numel = 0;
 
   explicit ZeroFlatSpace(const std::vector<ZeroLayer>& layers);
-  // Replica `replica` of `replicas`' shard: flat [first, second), S = ceil(numel / replicas)
-  // elements from replica * S on (fewer, or none, at the end).
-  std::pair<int64_t, int64_t> Shard(int replica, int replicas) const;
+  // Where the replicas' shards begin, and the end: replica r owns [b[r], b[r + 1]), b[r] the
+  // first of r·S (S = ceil(numel / replicas)) or, with `block_aligned` (8-bit optimizer state),
+  // moved up to the next kQuantBlock boundary of the parameter it falls in when that parameter
+  // is quantised (kMinQuantizedElements or more), so that no quantisation block is cut.
+  std::vector<int64_t> Boundaries(int replicas, bool block_aligned) const;
 };
 
 class ZeroSync final : public GradientSync {
@@ -187,8 +189,10 @@ class ZeroSync final : public GradientSync {
   // releases each value with no element in the shard (the Trainer releases them at the build
   // already) and gathers a layer's for each use: `keep_for_step` keeps a gathered layer until
   // the step end (parallel.zero3_keep step) rather than releasing it after the use.
+  // `quantized_state`: the optimizer keeps 8-bit moments (optimizer.state int8), so the shards
+  // are cut at quantisation blocks (ZeroFlatSpace::Boundaries).
   ZeroSync(ReplicaContext context, const std::vector<ZeroLayer>& layers, int level,
-           bool keep_for_step = false);
+           bool keep_for_step = false, bool quantized_state = false);
   const char* reduce_pass() const override { return "reduce-scatter replicas"; }
   const char* after_update_pass() const override { return "all-gather replicas"; }
   bool after_tied_sums() const override { return true; }
@@ -304,10 +308,11 @@ class ZeroSync final : public GradientSync {
   bool keep_for_step_ = false;
   std::vector<FlatPiece> flat_;
   int64_t flat_numel_ = 0;
-  int64_t shard_size_ = 0;  // S = ceil(N / R): replica r owns [r S, min((r + 1) S, N))
-  int64_t chunk_ = 0;       // B: each member's elements per round of the collectives
-  Tensor buffer_;           // R x B f32 (the gradients), comm
-  Tensor received_;         // (R - 1) x B f32: the other replicas' chunks of mine, comm
+  std::vector<int64_t> boundaries_;  // replica r owns [boundaries_[r], boundaries_[r + 1])
+  bool quantized_state_ = false;
+  int64_t chunk_ = 0;  // B: each member's elements per round of the collectives
+  Tensor buffer_;      // R x B f32 (the gradients), comm
+  Tensor received_;    // (R - 1) x B f32: the other replicas' chunks of mine, comm
   // R x B in the parameters' dtype when that is not f32 or at ZeRO-3 (whose gathers run
   // beside the reduce-scatter's rounds), comm; else the all-gather uses buffer_.
   Tensor values_buffer_;

@@ -60,8 +60,10 @@ Tensor FlatSlice(const Tensor& t, int64_t begin, int64_t end) {
 
 Optimizer::Optimizer(Backend& backend, std::vector<Param*> params, AdamWConfig hyper,
                      bool quantized_state, std::optional<OptimizerShard> shard)
-    : backend_(backend), hyper_(hyper), sharded_(shard.has_value()) {
-  BATON_CHECK(!shard || !quantized_state, "a sharded optimizer (ZeRO-1) keeps f32 state only");
+    : backend_(backend),
+      hyper_(hyper),
+      sharded_(shard.has_value()),
+      quantized_state_(quantized_state) {
   Allocator& allocator = backend.allocator();
   std::set<const void*> seen;
   int64_t offset = 0;  // of the parameter in the flat space
@@ -82,14 +84,19 @@ Optimizer::Optimizer(Backend& backend, std::vector<Param*> params, AdamWConfig h
                    slot.master);
     }
     // Zero codes with a zero absmax decode to zero moments, as f32 state starts.
+    // Whether the parameter's state is 8-bit goes by the whole parameter; a shard of it starts at
+    // one of its blocks (ZeroFlatSpace::Boundaries), so its blocks are the whole one's.
     const bool quantized = quantized_state && p->value.numel() >= kMinQuantizedElements;
+    BATON_CHECK(!quantized || slot.begin % kQuantBlock == 0,
+                "{}: a shard of 8-bit optimizer state must start at a block, not at element {}",
+                p->name, slot.begin);
     const DType state = quantized ? DType::kU8 : DType::kF32;
     slot.m = Tensor::Empty(allocator, shape, state, MemCategory::kOptimizer);
     slot.v = Tensor::Empty(allocator, shape, state, MemCategory::kOptimizer);
     backend.Zero(slot.m);
     backend.Zero(slot.v);
     if (quantized) {
-      const Shape blocks = {QuantBlocks(p->value.numel())};
+      const Shape blocks = {QuantBlocks(slot.end - slot.begin)};
       slot.m_absmax = Tensor::Empty(allocator, blocks, DType::kF32, MemCategory::kOptimizer);
       slot.v_absmax = Tensor::Empty(allocator, blocks, DType::kF32, MemCategory::kOptimizer);
       backend.Zero(slot.m_absmax);
@@ -111,7 +118,12 @@ void Optimizer::Step(float lr, int64_t step, float grad_scale) {
           slot.values.defined() ? slot.values : FlatSlice(slot.param->value, slot.begin, slot.end);
       const Tensor grad = FlatSlice(slot.param->grad, slot.begin, slot.end);
       Tensor& target = slot.master.defined() ? slot.master : value;
-      backend_.AdamW(target, grad, slot.m, slot.v, config, grad_scale);
+      if (slot.quantized()) {
+        backend_.AdamW8bit(target, grad, slot.m, slot.m_absmax, slot.v, slot.v_absmax, config,
+                           grad_scale);
+      } else {
+        backend_.AdamW(target, grad, slot.m, slot.v, config, grad_scale);
+      }
       if (slot.master.defined()) backend_.Copy(slot.master, value);
       continue;
     }

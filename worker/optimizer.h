@@ -82,12 +82,15 @@ class Optimizer {
   const std::vector<Slot>& slots() const { return slots_; }
   std::vector<Slot>& slots() { return slots_; }
   bool sharded() const { return sharded_; }
+  // 8-bit moments for every parameter of kMinQuantizedElements or more (optimizer.state int8).
+  bool quantized_state() const { return quantized_state_; }
 
  private:
   Backend& backend_;
   AdamWConfig hyper_;
   std::vector<Slot> slots_;
   bool sharded_ = false;
+  bool quantized_state_ = false;
 };
 
 // The flat elements [begin, end) of `t` (contiguous), as a 1-D view.

@@ -102,9 +102,10 @@ PruneCount PruneByMagnitude(Backend& backend, Optimizer& optimizer,
     Upload(backend, keep.data(), DType::kU8, p.mask);
     if (slot == nullptr) continue;  // another replica's: its values come in the all-gather
     MaskSlot(backend, *slot);
-    if (slot->quantized()) {  // 8-bit state is never sharded: the slot is whole
-      ZeroQuantizedMoment(backend, slot->m, slot->m_absmax, SignedQuantMap(), keep);
-      ZeroQuantizedMoment(backend, slot->v, slot->v_absmax, UnsignedQuantMap(), keep);
+    if (slot->quantized()) {  // the slot's elements, whole blocks of them under ZeRO
+      const std::vector<uint8_t> own(keep.begin() + slot->begin, keep.begin() + slot->end);
+      ZeroQuantizedMoment(backend, slot->m, slot->m_absmax, SignedQuantMap(), own);
+      ZeroQuantizedMoment(backend, slot->v, slot->v_absmax, UnsignedQuantMap(), own);
     } else {
       const Tensor mask = SlotPart(*slot, p.mask);
       Tensor m = slot->whole() ? slot->m : slot->m.View({-1});

@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "core/units.h"
+#include "kernels/quantize.h"
 #include "model/init.h"
 #include "worker/stage_tensors.h"
 
@@ -138,8 +139,17 @@ LayerTensors StateLayout::LayerStateToLoad(int layer_index) const {
   LayerTensors layer = LayerOf(layer_index, nullptr);
   Allocator& a = backend_.allocator();
   for (ParamTensors& t : layer.params) {
-    t.adam_m = Tensor::Empty(a, t.value.shape(), DType::kF32, MemCategory::kWorkspace);
-    t.adam_v = Tensor::Empty(a, t.value.shape(), DType::kF32, MemCategory::kWorkspace);
+    // As the optimizer keeps them: 8-bit codes and block maxima for a large enough parameter.
+    const bool quantized =
+        optimizer_->quantized_state() && t.value.numel() >= kMinQuantizedElements;
+    const DType state = quantized ? DType::kU8 : DType::kF32;
+    t.adam_m = Tensor::Empty(a, t.value.shape(), state, MemCategory::kWorkspace);
+    t.adam_v = Tensor::Empty(a, t.value.shape(), state, MemCategory::kWorkspace);
+    if (quantized) {
+      const Shape blocks = {QuantBlocks(t.value.numel())};
+      t.adam_m_absmax = Tensor::Empty(a, blocks, DType::kF32, MemCategory::kWorkspace);
+      t.adam_v_absmax = Tensor::Empty(a, blocks, DType::kF32, MemCategory::kWorkspace);
+    }
     if (t.value.dtype() != DType::kF32) {
       t.master = Tensor::Empty(a, t.value.shape(), DType::kF32, MemCategory::kWorkspace);
     }
@@ -155,6 +165,11 @@ void StateLayout::KeepOwnState(const LayerTensors& loaded) {
       Tensor m = slot.m.View({-1}), v = slot.v.View({-1});
       backend_.Copy(FlatSlice(t.adam_m, slot.begin, slot.end), m);
       backend_.Copy(FlatSlice(t.adam_v, slot.begin, slot.end), v);
+      if (slot.quantized()) {  // the slot's blocks: it starts at one (ZeroFlatSpace::Boundaries)
+        const int64_t first = slot.begin / kQuantBlock, last = QuantBlocks(slot.end);
+        backend_.Copy(FlatSlice(t.adam_m_absmax, first, last), slot.m_absmax);
+        backend_.Copy(FlatSlice(t.adam_v_absmax, first, last), slot.v_absmax);
+      }
       if (slot.master.defined()) {
         Tensor master = slot.master.View({-1});
         backend_.Copy(FlatSlice(t.master, slot.begin, slot.end), master);

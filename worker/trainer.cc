@@ -162,7 +162,8 @@ void Trainer::SetUpOptimizer() {
     sync_ =
         std::make_unique<ZeroSync>(ReplicaContextOf(setup_, *replica_group_, backend_, &on_status_),
                                    ZeroLayersOf(*model_, setup_.tied), config.parallel.zero,
-                                   config.parallel.zero3_keep == Zero3Keep::kStep);
+                                   config.parallel.zero3_keep == Zero3Keep::kStep,
+                                   config.optimizer.state == OptimizerState::kInt8);
   }
   AdamWConfig hyper;
   hyper.beta1 = static_cast<float>(config.train.beta1);
@@ -255,7 +256,10 @@ Trainer::Trainer(TrainerSetup setup, Backend& backend)
     const std::unique_ptr<Backend> meta = MakeCpuMetaBackend(scratch, 1);
     const std::unique_ptr<StageModel> shape = build(*meta, {});
     const ZeroFlatSpace space(ZeroLayersOf(*shape, setup_.tied));
-    const auto [begin, end] = space.Shard(replica_group_->rank(), setup_.layout.replicas());
+    const std::vector<int64_t> bounds =
+        space.Boundaries(setup_.layout.replicas(), config.optimizer.state == OptimizerState::kInt8);
+    const int64_t begin = bounds[static_cast<size_t>(replica_group_->rank())];
+    const int64_t end = bounds[static_cast<size_t>(replica_group_->rank() + 1)];
     for (const ZeroFlatSpace::Piece& piece : space.pieces) {
       if (piece.at + piece.param->value.numel() <= begin || piece.at >= end) {
         values_outside.emplace(piece.layer, piece.param->name);
