@@ -58,6 +58,10 @@ struct ReplicaContext {
   const StatusCallback* on_status = nullptr;
   int replica() const { return replicas->rank(); }
   int num_replicas() const { return replicas->size(); }
+  // Tells on_status that this rank waits on its replicas (`peer`: one of them; `bytes`: what
+  // it exchanges with them), or no longer does (peer -1).
+  void Report(const char* action, int peer, int64_t bytes = 0) const;
+  int another_replica() const;  // a replica of this stage other than this one, its world rank
 };
 
 class GradientSync {
@@ -288,6 +292,7 @@ class ZeroSync final : public GradientSync {
   int64_t ValueBytes(const std::vector<Span>& runs) const;
   std::string GatherWhat(int index, int64_t step) const;
   void MakeResident(int index);  // the layer's released values back, the shard's parts in
+  void SetUpValues(const std::vector<ZeroLayer>& layers);  // ZeRO-3's part of the constructor
   // The next layer's gather, its first round posted during the current layer's use.
   struct Prefetch {
     int index = -1;
