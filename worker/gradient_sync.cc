@@ -421,15 +421,15 @@ Tensor& ZeroSync::GatherBuffer() {
 
 void ZeroSync::Gather(Span span, const std::string& what) {
   for (int64_t k = 0; k < Rounds(span); ++k) {
-    GatherRound round = PostGather(span, k, what);
+    Round round = PostGather(span, k, what);
     CompleteGather(round);
   }
 }
 
-ZeroSync::GatherRound ZeroSync::PostGather(Span span, int64_t k, const std::string& what) {
+ZeroSync::Round ZeroSync::PostGather(Span span, int64_t k, const std::string& what) {
   Backend& backend = *context_.backend;
   const int r = context_.num_replicas(), me = context_.replica();
-  GatherRound round{span, k, what, {}};
+  Round round{span, k, what, {}};
   std::vector<Tensor> chunks = RoundChunks(GatherBuffer(), span, k);
   const auto [my_first, mine] = Chunk(me, k, span);
   ForEachFlatPart(my_first, my_first + mine, [&](Param& p, int64_t lo, int64_t hi, int64_t at) {
@@ -449,7 +449,7 @@ ZeroSync::GatherRound ZeroSync::PostGather(Span span, int64_t k, const std::stri
   return round;
 }
 
-void ZeroSync::CompleteGather(GatherRound& round) {
+void ZeroSync::CompleteGather(Round& round) {
   Backend& backend = *context_.backend;
   const int r = context_.num_replicas(), me = context_.replica();
   WaitAll(round.works, round.what);

@@ -258,8 +258,9 @@ class ZeroSync final : public GradientSync {
   int64_t own_end() const;
   // Every replica's sums (replica order) of its part of `span` into its gradients.
   void ReduceScatter(Span span, const std::string& what);
-  // One round of a reduce-scatter: posted (its chunks packed, its sends and receives posted),
-  // then completed (waited for, summed into the gradients).
+  // One round of a reduce-scatter or an all-gather: posted (its chunks packed, its sends and
+  // receives posted), then completed (waited for; summed into the gradients, or the others'
+  // parts copied into the values).
   struct Round {
     Span span;
     int64_t k = 0;
@@ -278,14 +279,8 @@ class ZeroSync final : public GradientSync {
   // must be resident. A round of it posted (this replica's part packed, the sends and receives
   // posted) and completed (waited for, the others' parts copied in).
   void Gather(Span span, const std::string& what);
-  struct GatherRound {
-    Span span;
-    int64_t k = 0;
-    std::string what;  // for a failure
-    std::vector<std::unique_ptr<Work>> works;
-  };
-  GatherRound PostGather(Span span, int64_t k, const std::string& what);
-  void CompleteGather(GatherRound& round);
+  Round PostGather(Span span, int64_t k, const std::string& what);
+  void CompleteGather(Round& round);
   Tensor& GatherBuffer();
   // ZeRO-3: the runs of layer `index` not gathered and kept; their bytes; a failure's words.
   std::vector<Span> StaleRuns(int index) const;
@@ -297,7 +292,7 @@ class ZeroSync final : public GradientSync {
   struct Prefetch {
     int index = -1;
     std::vector<Span> runs;
-    GatherRound first;
+    Round first;
   };
   void FinishPrefetch();  // the posted round completed, the rest run, the runs kept
   void Release(std::vector<Tensor>& tensors);

@@ -154,7 +154,7 @@ void ZeroSync::FinishPrefetch() {
   for (const Span& run : prefetch.runs) {
     const int64_t first_round = &run == &prefetch.runs.front() ? 1 : 0;
     for (int64_t k = first_round; k < Rounds(run); ++k) {
-      GatherRound round = PostGather(run, k, what);
+      Round round = PostGather(run, k, what);
       CompleteGather(round);
     }
     fresh_.insert({run.begin, run.end});
