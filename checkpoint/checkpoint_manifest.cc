@@ -21,6 +21,8 @@
 namespace baton {
 namespace {
 
+constexpr int64_t kMaxInt = std::numeric_limits<int>::max();
+
 constexpr const char* kManifestFormat = "baton-checkpoint";
 constexpr const char* kStateFormat = "baton-training-state";
 constexpr int kVersion = 1;
@@ -280,6 +282,23 @@ nlohmann::json ToJson(const CheckpointManifest& m) {
     if (m.dims.mistral()) model["llama"]["family"] = "mistral";
     if (m.dims.sliding_window > 0) model["llama"]["sliding_window"] = m.dims.sliding_window;
   }
+  if (m.dims.moe.enabled()) {
+    const MoeDims& e = m.dims.moe;
+    model["moe"] = {
+        {"num_experts", e.num_experts},
+        {"top_k", e.top_k},
+        {"expert_hidden", e.expert_hidden},
+        {"shared_experts", e.shared_experts},
+        {"shared_hidden", e.shared_hidden},
+        {"shared_gate", e.shared_gate},
+        {"first_dense", e.first_dense},
+        {"every", e.every},
+        {"router", e.router == MoeDims::Router::kTopkSoftmax ? "topk_softmax" : "softmax_topk"},
+        {"norm_topk_prob", e.norm_topk_prob},
+        {"aux_loss_coef", e.aux_loss_coef},
+        {"z_loss_coef", e.z_loss_coef},
+        {"capacity_factor", e.capacity_factor}};
+  }
   if (!m.dims.tie_embeddings) model["tie_embeddings"] = false;
   model["layers"] = m.layer_names;
   return {{"format", kManifestFormat},
@@ -327,6 +346,27 @@ CheckpointManifest ManifestFromJson(const nlohmann::json& j, const std::string& 
                    rope["low_freq_factor"].Number(), rope["high_freq_factor"].Number(),
                    rope["original_context"].Int(std::numeric_limits<int64_t>::min(),
                                                 std::numeric_limits<int64_t>::max())};
+  }
+  if (const JsonField moe = model["moe"]; moe.present()) {  // experts (model/dims.h MoeDims)
+    MoeDims& e = m.dims.moe;
+    e.num_experts = ReadInt(moe["num_experts"]);
+    e.top_k = ReadInt(moe["top_k"]);
+    e.expert_hidden = ReadInt(moe["expert_hidden"]);
+    e.shared_experts = static_cast<int>(moe["shared_experts"].Int(0, kMaxInt));
+    e.shared_hidden = static_cast<int>(moe["shared_hidden"].Int(0, kMaxInt));
+    e.shared_gate = moe["shared_gate"].Bool();
+    e.first_dense = static_cast<int>(moe["first_dense"].Int(0, kMaxInt));
+    e.every = ReadInt(moe["every"]);
+    const std::string router = moe["router"].String();
+    if (router != "softmax_topk" && router != "topk_softmax") {
+      moe["router"].Fail("\"" + router + "\", not \"softmax_topk\" or \"topk_softmax\"");
+    }
+    e.router =
+        router == "topk_softmax" ? MoeDims::Router::kTopkSoftmax : MoeDims::Router::kSoftmaxTopk;
+    e.norm_topk_prob = moe["norm_topk_prob"].Bool();
+    e.aux_loss_coef = moe["aux_loss_coef"].Number();
+    e.z_loss_coef = moe["z_loss_coef"].Number();
+    e.capacity_factor = moe["capacity_factor"].Number();
   }
   if (const std::optional<bool> tie = model["tie_embeddings"].OptionalBool()) {
     m.dims.tie_embeddings = *tie;

@@ -119,6 +119,15 @@ TEST(CheckpointManifestTest, LlamaDimsRoundTripAndAGptManifestReadsAsGpt) {
   const nlohmann::json json = ToJson(gpt);
   EXPECT_FALSE(json.at("model").contains("llama"));  // GPT-2 manifests are written as before
   EXPECT_EQ(ManifestFromJson(json, "manifest.json").dims, gpt.dims);
+  // Experts: every choice of model.moe comes back, and a Llama without them reads as before.
+  EXPECT_FALSE(ToJson(m).at("model").contains("moe"));
+  CheckpointManifest moe = m;
+  moe.dims.moe = {8,     2,    512,  1,   256, true, 1, 2, MoeDims::Router::kTopkSoftmax,
+                  false, 0.01, 1e-3, 1.25};
+  EXPECT_EQ(ManifestFromJson(ToJson(moe), "manifest.json").dims, moe.dims);
+  nlohmann::json bad = ToJson(moe);
+  bad["model"]["moe"]["router"] = "sinkhorn";
+  EXPECT_THROW(ManifestFromJson(bad, "manifest.json"), Error);
 }
 
 CheckpointManifest SmallManifest() {

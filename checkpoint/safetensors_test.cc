@@ -94,6 +94,15 @@ class HostAsDeviceBackend final : public Backend {
   }
   void SwiGluForward(const Tensor&, Tensor&) override { BATON_FAIL("unused"); }
   void SwiGluBackward(const Tensor&, const Tensor&, Tensor&) override { BATON_FAIL("unused"); }
+  void MoeDispatch(const Tensor&, const Tensor&, const Tensor&, Tensor&) override {
+    BATON_FAIL("unused");
+  }
+  void MoeCombine(const Tensor&, const Tensor&, const Tensor&, Tensor&) override {
+    BATON_FAIL("unused");
+  }
+  void MoeCombineWeightsBackward(const Tensor&, const Tensor&, const Tensor&, Tensor&) override {
+    BATON_FAIL("unused");
+  }
   void RotaryEmbedding(Tensor&, const Tensor&, int64_t, const AttentionHeads&, const RopeConfig&,
                        bool) override {
     BATON_FAIL("unused");

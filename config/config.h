@@ -106,6 +106,30 @@ std::string_view Name(LrSchedule schedule);
 std::string_view Name(ScheduleKind schedule);
 std::string_view Name(PartitionPolicy policy);
 
+// How a mixture-of-experts layer picks a token's experts (docs/model.md, "Mixture of experts").
+enum class MoeRouter {
+  kSoftmaxTopk,  // softmax over all experts, the top k (renormalised when norm_topk_prob)
+  kTopkSoftmax,  // the top k logits, softmax over those k
+};
+
+struct MoeConfig {
+  int64_t num_experts = 0;               // 0: dense blocks
+  int64_t top_k = 2;                     // experts per token
+  int64_t expert_intermediate_size = 0;  // each expert's SwiGLU width; 0 = the model's
+  int64_t shared_experts = 0;            // experts every token passes through (one fused MLP)
+  int64_t shared_expert_intermediate_size = 0;  // per shared expert; 0 = the experts'
+  bool shared_expert_gate = false;              // sigmoid(x w) scales the shared output
+  int64_t first_dense_layers = 0;               // the first blocks keep a dense MLP
+  int64_t every = 1;                            // then every `every`-th block is MoE
+  MoeRouter router = MoeRouter::kSoftmaxTopk;
+  bool norm_topk_prob = true;    // softmax_topk: renormalise the k weights (Mixtral)
+  double aux_loss_coef = 0.0;    // Switch load-balancing loss's weight
+  double z_loss_coef = 0.0;      // router z-loss's weight
+  double capacity_factor = 0.0;  // 0 = dropless; else per-expert capacity factor
+  bool operator==(const MoeConfig&) const = default;
+};
+std::string_view Name(MoeRouter router);
+
 struct ModelConfig {
   ModelPreset preset = ModelPreset::kGpt;
   int64_t vocab_size = 256;
@@ -140,6 +164,10 @@ struct ModelConfig {
   // before it; 0 = the whole causal context.
   int64_t sliding_window = 0;
   TieEmbeddings tie_embeddings = TieEmbeddings::kAuto;
+  // Mixture of experts (model.moe; docs/model.md, "Mixture of experts"): moe.num_experts > 0
+  // replaces the MLP of the chosen Llama-family blocks by `num_experts` SwiGLU experts, each
+  // token going to `top_k` of them (and to `shared_experts` shared ones), chosen by `router`.
+  MoeConfig moe;
   bool operator==(const ModelConfig&) const = default;
 };
 

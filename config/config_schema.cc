@@ -44,6 +44,21 @@ void VisitModel(ModelConfig& m, FieldVisitor& v) {
   v.Int("rope_scaling.original_context", m.rope_scaling_original_context, IntRule{1, kMaxContext});
   v.Int("sliding_window", m.sliding_window, IntRule{0, kMaxContext});
   v.Enum("tie_embeddings", m.tie_embeddings, kTieEmbeddingsNames);
+  MoeConfig& e = m.moe;
+  v.Int("moe.num_experts", e.num_experts, IntRule{0, kMaxExperts});
+  v.Int("moe.top_k", e.top_k, IntRule{1, kMaxExperts});
+  v.Int("moe.expert_intermediate_size", e.expert_intermediate_size, IntRule{0, 4 * kMaxWidth});
+  v.Int("moe.shared_experts", e.shared_experts, IntRule{0, kMaxExperts});
+  v.Int("moe.shared_expert_intermediate_size", e.shared_expert_intermediate_size,
+        IntRule{0, 4 * kMaxWidth});
+  v.Enum("moe.shared_expert_gate", e.shared_expert_gate, kBoolNames);
+  v.Int("moe.first_dense_layers", e.first_dense_layers, IntRule{0, kMaxLayers});
+  v.Int("moe.every", e.every, IntRule{1, kMaxLayers});
+  v.Enum("moe.router", e.router, kMoeRouterNames);
+  v.Enum("moe.norm_topk_prob", e.norm_topk_prob, kBoolNames);
+  v.VisitFloat("moe.aux_loss_coef", e.aux_loss_coef, kNonNegativeFloat);
+  v.VisitFloat("moe.z_loss_coef", e.z_loss_coef, kNonNegativeFloat);
+  v.VisitFloat("moe.capacity_factor", e.capacity_factor, kNonNegativeFloat);
 }
 
 void VisitData(DataConfig& d, FieldVisitor& v) {
@@ -270,6 +285,7 @@ std::string_view Name(ModelPreset preset) { return LookUpName(kPresetNames, pres
 std::string_view Name(AttentionKind attention) { return LookUpName(kAttentionNames, attention); }
 std::string_view Name(WeightFormat weights) { return LookUpName(kWeightFormatNames, weights); }
 std::string_view Name(ShareWhat what) { return LookUpName(kShareWhatNames, what); }
+std::string_view Name(MoeRouter router) { return LookUpName(kMoeRouterNames, router); }
 std::string_view Name(OptimizerState state) { return LookUpName(kOptimizerStateNames, state); }
 std::string_view Name(PrunePattern pattern) { return LookUpName(kPrunePatternNames, pattern); }
 std::string_view Name(Zero3Keep keep) { return LookUpName(kZero3KeepNames, keep); }

@@ -53,6 +53,7 @@ inline constexpr FloatRule kTimeoutSeconds{0.0, false, 604800.0, true};  // (0, 
 inline constexpr int64_t kMaxContext = 1 << 20;  // tokens
 inline constexpr int64_t kMaxLayers = 4096;
 inline constexpr int64_t kMaxWidth = 1 << 16;  // channels, and heads
+inline constexpr int64_t kMaxExperts = 1 << 12;
 // Token ids: data files hold uint16 or (llm.c's Llama 3 layout) uint32 ids (docs/data.md); the
 // bound keeps the embedding's rows within what a machine holds.
 inline constexpr int64_t kMaxVocab = 1 << 24;
@@ -71,6 +72,8 @@ inline constexpr NameTable<ModelPreset, 6> kPresetNames{{{"gpt", ModelPreset::kG
                                                          {"llama", ModelPreset::kLlama},
                                                          {"qwen2", ModelPreset::kQwen2},
                                                          {"mistral", ModelPreset::kMistral}}};
+inline constexpr NameTable<MoeRouter, 2> kMoeRouterNames{
+    {{"softmax_topk", MoeRouter::kSoftmaxTopk}, {"topk_softmax", MoeRouter::kTopkSoftmax}}};
 inline constexpr NameTable<TieEmbeddings, 3> kTieEmbeddingsNames{
     {{"auto", TieEmbeddings::kAuto},
      {"true", TieEmbeddings::kTied},

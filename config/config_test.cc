@@ -465,6 +465,36 @@ TEST(ConfigTest, LlamaKeysAreReadAndTheirRulesChecked) {
   EXPECT_THAT(ParseError(kMinimal, {"model.tie_embeddings=maybe"}), HasSubstr("tie_embeddings"));
 }
 
+// model.moe: nested keys as written in YAML, and every combination the experts cannot take refused
+// naming the keys.
+TEST(ConfigTest, ExpertsAreReadAndImpossibleCombinationsRefused) {
+  const std::string yaml = std::string(kMinimal) +
+                           "model:\n  preset: llama\n  moe:\n    num_experts: 8\n    top_k: 2\n"
+                           "    router: topk_softmax\n    capacity_factor: 1.25\n";
+  const Config config = ParseConfigString(yaml, "x.yaml");
+  EXPECT_EQ(config.model.moe.num_experts, 8);
+  EXPECT_EQ(config.model.moe.top_k, 2);
+  EXPECT_EQ(config.model.moe.router, MoeRouter::kTopkSoftmax);
+  EXPECT_EQ(config.model.moe.capacity_factor, 1.25);
+  const std::vector<std::string> llama = {"model.preset=llama", "model.moe.num_experts=4"};
+  const auto with = [&](std::vector<std::string> more) {
+    more.insert(more.begin(), llama.begin(), llama.end());
+    return ParseError(kMinimal, more);
+  };
+  EXPECT_THAT(ParseError(kMinimal, {"model.moe.num_experts=4"}),
+              HasSubstr("model.moe is for preset llama, qwen2 or mistral; preset gpt has none"));
+  EXPECT_THAT(with({"model.moe.top_k=5"}),
+              HasSubstr("model.moe.top_k 5 exceeds model.moe.num_experts 4"));
+  EXPECT_THAT(with({"model.moe.first_dense_layers=4"}),
+              HasSubstr("leaves no block of model.num_layers 4 for experts"));
+  EXPECT_THAT(with({"model.moe.router=topk_softmax", "model.moe.norm_topk_prob=false"}),
+              HasSubstr("model.moe.norm_topk_prob is softmax_topk's choice"));
+  EXPECT_THAT(with({"model.share.group=2"}), HasSubstr("set model.share.what to attention"));
+  EXPECT_THAT(with({"model.low_rank.mlp=4"}), HasSubstr("model.low_rank.mlp must be 0"));
+  EXPECT_THAT(with({"parallel.tensor=2"}), HasSubstr("experts do not split over tensor ranks"));
+  EXPECT_THAT(with({"model.moe.router=sinkhorn"}), HasSubstr("model.moe.router"));
+}
+
 TEST(ConfigTest, TokenizerMustLoadAndFitTheModelVocabulary) {
   const std::string fixture = BATON_SOURCE_DIR "/tests/fixtures/bpe/tokenizer.json";  // 640 ids
   const std::string yaml = std::string(kMinimal) + "  tokenizer: " + fixture + "\n";

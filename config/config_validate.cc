@@ -69,6 +69,35 @@ class RuleChecker final : public FieldVisitor {
   std::string section_;
 };
 
+void ValidateMoe(const ModelConfig& m, const Reporter& r) {
+  const MoeConfig& e = m.moe;
+  if (e.num_experts == 0) return;
+  r.Require(LlamaLike(m.preset), {"model.moe.num_experts", "model.preset"},
+            fmt::format("experts are SwiGLU MLPs: model.moe is for preset llama, qwen2 or "
+                        "mistral; preset {} has none",
+                        Name(m.preset)));
+  r.Require(
+      e.top_k <= e.num_experts, {"model.moe.top_k", "model.moe.num_experts"},
+      fmt::format("model.moe.top_k {} exceeds model.moe.num_experts {}", e.top_k, e.num_experts));
+  r.Require(e.first_dense_layers < m.num_layers,
+            {"model.moe.first_dense_layers", "model.num_layers"},
+            fmt::format("model.moe.first_dense_layers {} leaves no block of model.num_layers {} "
+                        "for experts",
+                        e.first_dense_layers, m.num_layers));
+  r.Require(e.router == MoeRouter::kSoftmaxTopk || e.norm_topk_prob,
+            {"model.moe.norm_topk_prob", "model.moe.router"},
+            "model.moe.norm_topk_prob is softmax_topk's choice: topk_softmax's weights are a "
+            "softmax over the k chosen logits, which always sum to 1");
+  r.Require(m.share_group <= 1 || m.share_what == ShareWhat::kAttention,
+            {"model.share.what", "model.moe.num_experts"},
+            "experts are not shared across blocks: with model.moe set model.share.what to "
+            "attention");
+  r.Require(m.low_rank_mlp == 0, {"model.low_rank.mlp", "model.moe.num_experts"},
+            "experts are dense: model.low_rank.mlp must be 0 with model.moe");
+  r.Require(m.weights == WeightFormat::kDense, {"model.weights", "model.moe.num_experts"},
+            "experts hold dense weights: model.weights must be dense with model.moe");
+}
+
 void ValidateModel(const ModelConfig& m, const DataConfig& d, const Reporter& r) {
   const bool custom = m.preset == ModelPreset::kCustom;
   r.Require(custom || m.layers.empty(), {"model.layers", "model.preset"},
@@ -119,6 +148,7 @@ void ValidateModel(const ModelConfig& m, const DataConfig& d, const Reporter& r)
               {"model.rope_scaling.high_freq_factor", "model.rope_scaling.low_freq_factor"},
               "Llama 3 rope scaling needs high_freq_factor > low_freq_factor");
   }
+  ValidateMoe(m, r);
   r.Require(d.seq_len <= m.context, {"data.seq_len", "model.context"},
             fmt::format("data.seq_len {} exceeds model.context {}", d.seq_len, m.context));
   r.Require(
@@ -277,6 +307,11 @@ void ValidateParallel(const Config& c, const Reporter& r) {
   r.Require(p.replicas == 1 || c.model.weights == WeightFormat::kDense,
             {"parallel.replicas", "model.weights"},
             "data-parallel replicas train: they need model.weights: dense");
+  r.Require(c.model.moe.num_experts == 0 || p.tensor == 1,
+            {"parallel.tensor", "model.moe.num_experts"},
+            fmt::format("experts do not split over tensor ranks yet: parallel.tensor {} needs "
+                        "model.moe.num_experts 0",
+                        p.tensor));
   r.Require(!p.sequence_parallel || p.tensor > 1, {"parallel.sequence_parallel", "parallel.tensor"},
             "parallel.sequence_parallel cuts the activations over a stage's tensor ranks: it needs "
             "parallel.tensor >= 2");

@@ -201,6 +201,23 @@ class Backend {
   // head j the sum of dout's heads j*G .. (j+1)*G - 1, added in head order in f32.
   virtual void RepeatKvBackward(const Tensor& dout, const AttentionHeads& heads, Tensor& dqkv) = 0;
 
+  // ---- mixture of experts (model/moe_sublayer.cc): a token's k choices as slots (N,k) i32, the
+  // row each choice takes in the experts' permuted rows (grouped by expert), or -1 where the
+  // choice was dropped (over an expert's capacity); no two choices share a row. weights (N,k)
+  // f32 may be undefined: 1 for every choice.
+  // out (R,C) rows slots[n,j] = weights[n,j] * x[n] for x (N,C), in f32, rounded to out's dtype;
+  // WRITES those rows and leaves the others as they are.
+  virtual void MoeDispatch(const Tensor& x, const Tensor& slots, const Tensor& weights,
+                           Tensor& out) = 0;
+  // out (N,C) row n += the sum over j in order of weights[n,j] * y[slots[n,j]] (y (R,C)),
+  // added in f32 to out's row and rounded once.
+  virtual void MoeCombine(const Tensor& y, const Tensor& slots, const Tensor& weights,
+                          Tensor& out) = 0;
+  // dweights (N,k) f32 [n,j] += dot(dout[n], y[slots[n,j]]) (dout (N,C), y (R,C)), the dot
+  // product summed in f32 in column order; dropped choices add nothing.
+  virtual void MoeCombineWeightsBackward(const Tensor& dout, const Tensor& y, const Tensor& slots,
+                                         Tensor& dweights) = 0;
+
   // loss (1) f32 = mean over counted rows of -log softmax(logits)[target]; logits (N,V); targets
   // (N) i32, each in [0, V) or kIgnoreTarget (-1: the row is not counted; packed documents, where
   // the target lies in the next document). The sum is over counted rows in row order, divided by

@@ -90,7 +90,8 @@ class AttentionSublayer final : public Sublayer {
   }
 
   Tensor Backward(Backend& backend, const Tensor& dy, const MicroBatch& batch, const Stash& stash,
-                  model_ops::WeightGradSink& sink, MemCategory dx_category) override {
+                  const BackwardArgs& /*args*/, model_ops::WeightGradSink& sink,
+                  MemCategory dx_category) override {
     return model_ops::AttentionSublayerBackward(backend, params_, dy, batch.segment_starts, stash,
                                                 sink, dx_category);
   }

@@ -72,7 +72,8 @@ std::vector<ParamDef> BlockDefs(const std::vector<std::unique_ptr<Sublayer>>& su
 std::vector<std::string> SharedParamNames(LayerKind kind, const ModelDims& dims, int layer_index,
                                           int block_index) {
   std::vector<std::string> names;
-  for (const ParamDef& def : BlockDefs(SublayersOf(kind, dims), dims, layer_index, block_index)) {
+  for (const ParamDef& def :
+       BlockDefs(SublayersOf(kind, dims, block_index), dims, layer_index, block_index)) {
     if (def.source_layer >= 0 && def.source_layer != layer_index) names.push_back(def.name);
   }
   return names;
@@ -85,7 +86,7 @@ BlockLayer::BlockLayer(LayerKind kind, Backend& backend, const ModelDims& dims, 
       dims_(dims),
       act_dtype_(act_dtype),
       name_(fmt::format("{}.{}", Name(kind), block_index)),
-      sublayers_(SublayersOf(kind, dims)) {
+      sublayers_(SublayersOf(kind, dims, block_index)) {
   Validate(dims);
   BATON_CHECK(!sublayers_.empty(), "a {} layer is not a block", Name(kind));
   BATON_CHECK(block_index >= 0, "block index {} must be non-negative", block_index);
@@ -132,7 +133,7 @@ Tensor BlockLayer::ForwardCached(const Tensor& x, const MicroBatch& /*batch*/,
 }
 
 Tensor BlockLayer::BackwardPass(const Tensor& dy, const MicroBatch& batch, Stash& stash,
-                                bool defer_weights) {
+                                const BackwardArgs& args, bool defer_weights) {
   CheckGradient(dy, dims_, act_dtype_, name_);
   model_ops::WeightGradSink sink(backend_, defer_weights);
   // Between two sublayers the gradient is the later one's output gradient, so an operand of
@@ -140,20 +141,20 @@ Tensor BlockLayer::BackwardPass(const Tensor& dy, const MicroBatch& batch, Stash
   Tensor d = dy;
   for (size_t i = sublayers_.size(); i-- > 0;) {
     const MemCategory category = i == 0 ? MemCategory::kActivations : sink.operand_category();
-    d = sublayers_[i]->Backward(backend_, d, batch, stash, sink, category);
+    d = sublayers_[i]->Backward(backend_, d, batch, stash, args, sink, category);
   }
   sink.Finish(stash);
   return d;
 }
 
 Tensor BlockLayer::Backward(const Tensor& dy, const MicroBatch& batch, Stash& stash,
-                            const BackwardArgs& /*args*/) {
-  return BackwardPass(dy, batch, stash, /*defer_weights=*/false);
+                            const BackwardArgs& args) {
+  return BackwardPass(dy, batch, stash, args, /*defer_weights=*/false);
 }
 
 Tensor BlockLayer::BackwardInput(const Tensor& dy, const MicroBatch& batch, Stash& stash,
-                                 const BackwardArgs& /*args*/) {
-  return BackwardPass(dy, batch, stash, /*defer_weights=*/true);
+                                 const BackwardArgs& args) {
+  return BackwardPass(dy, batch, stash, args, /*defer_weights=*/true);
 }
 
 void BlockLayer::BackwardWeight(Stash& stash) {

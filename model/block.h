@@ -79,7 +79,8 @@ class BlockLayer final : public Layer {
   void BackwardWeight(Stash& stash) override;
 
  private:
-  Tensor BackwardPass(const Tensor& dy, const MicroBatch& batch, Stash& stash, bool defer_weights);
+  Tensor BackwardPass(const Tensor& dy, const MicroBatch& batch, Stash& stash,
+                      const BackwardArgs& args, bool defer_weights);
 
   Backend& backend_;
   ModelDims dims_;

@@ -29,7 +29,7 @@ LayerCollectives CollectivesOf(const LayerSpec& spec, const ModelDims& dims,
       break;
     case LayerKind::kBlock:
     case LayerKind::kMlpBlock:
-      for (const auto& sublayer : SublayersOf(spec.kind, dims)) {
+      for (const auto& sublayer : SublayersOf(spec.kind, dims, spec.block_index)) {
         c.Append(sublayer->Collectives(rows, act, layout));
       }
       break;

@@ -51,9 +51,9 @@ int64_t NormParams(const ModelDims& dims) {
 
 // A block's parameters: its sublayers' (model/sublayer.h), those its share group's first block
 // holds (`shared_only`) or all.
-int64_t BlockParams(LayerKind kind, const ModelDims& dims, bool shared_only) {
+int64_t BlockParams(const LayerSpec& spec, const ModelDims& dims, bool shared_only) {
   int64_t count = 0;
-  for (const auto& sublayer : SublayersOf(kind, dims)) {
+  for (const auto& sublayer : SublayersOf(spec.kind, dims, spec.block_index)) {
     if (!shared_only || sublayer->shared()) count += ParamCount(*sublayer);
   }
   return count;
@@ -62,7 +62,7 @@ int64_t BlockParams(LayerKind kind, const ModelDims& dims, bool shared_only) {
 // The block's parameters its share group's first block holds (model.share); 0 for that block.
 int64_t SharedParams(const LayerSpec& spec, const ModelDims& dims) {
   if (spec.block_index < 0 || dims.share_leader(spec.block_index) == spec.block_index) return 0;
-  return BlockParams(spec.kind, dims, /*shared_only=*/true);
+  return BlockParams(spec, dims, /*shared_only=*/true);
 }
 
 }  // namespace
@@ -75,7 +75,7 @@ int64_t StoredParamCount(const LayerSpec& spec, const ModelDims& dims) {
       return v * c + (dims.learned_positions() ? int64_t{dims.context} * c : 0);
     case LayerKind::kBlock:     // GPT-2 dense: 12C^2 + 13C
     case LayerKind::kMlpBlock:  // dense: 8C^2 + 7C
-      return BlockParams(spec.kind, dims, /*shared_only=*/false);
+      return BlockParams(spec, dims, /*shared_only=*/false);
     case LayerKind::kHead:
       return NormParams(dims) + v * c;  // ln_f and the tied copy of wte, or lm_head
   }
@@ -121,7 +121,7 @@ int64_t ForwardFlops(const LayerSpec& spec, const ModelDims& dims, const MicroBa
     case LayerKind::kBlock:  // GPT-2 dense GEMMs 2N(3C^2 + C^2 + 4C^2 + 4C^2); QK^T and PV 4BTTC
     case LayerKind::kMlpBlock: {
       int64_t flops = 0;
-      for (const auto& sublayer : SublayersOf(spec.kind, dims)) {
+      for (const auto& sublayer : SublayersOf(spec.kind, dims, spec.block_index)) {
         flops += sublayer->ForwardFlops(shape);
       }
       return flops;
@@ -139,7 +139,7 @@ int64_t BackwardFlops(const LayerSpec& spec, const ModelDims& dims, const MicroB
 int64_t RecomputeFlops(const LayerSpec& spec, const ModelDims& dims, const MicroBatchShape& shape) {
   MakeTerms(dims, shape);  // checks the shape
   int64_t flops = 0;       // the embedding and the head redo nothing
-  for (const auto& sublayer : SublayersOf(spec.kind, dims)) {
+  for (const auto& sublayer : SublayersOf(spec.kind, dims, spec.block_index)) {
     flops += sublayer->RecomputeFlops(shape);
   }
   return flops;

@@ -3,6 +3,9 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <cmath>
+
 #include "core/error.h"
 
 namespace baton {
@@ -50,6 +53,28 @@ void Validate(const ModelDims& dims) {
   if (dims.spec().rms_norm()) {
     BATON_CHECK(dims.norm_eps > 0.0f, "norm eps {}", dims.norm_eps);
   }
+  const MoeDims& moe = dims.moe;
+  if (moe.enabled()) {
+    BATON_CHECK(dims.spec().swiglu(), "experts are SwiGLU MLPs: a Llama-family block");
+    BATON_CHECK(moe.top_k >= 1 && moe.top_k <= moe.num_experts && moe.expert_hidden > 0 &&
+                    moe.every >= 1 && moe.first_dense >= 0 && moe.shared_experts >= 0 &&
+                    (moe.shared_experts == 0 || moe.shared_hidden > 0) &&
+                    moe.capacity_factor >= 0.0,
+                "invalid experts: {} experts, top {}, width {}, {} shared of width {}, every {} "
+                "after {}, capacity factor {}",
+                moe.num_experts, moe.top_k, moe.expert_hidden, moe.shared_experts,
+                moe.shared_hidden, moe.every, moe.first_dense, moe.capacity_factor);
+  }
+}
+
+int64_t MoeDims::capacity(int64_t tokens) const {
+  if (capacity_factor <= 0.0) return tokens;
+  const double rows = capacity_factor * static_cast<double>(tokens * top_k) / num_experts;
+  return std::min<int64_t>(tokens, static_cast<int64_t>(std::ceil(rows)));
+}
+
+int64_t MoeDims::routed_rows(int64_t tokens) const {
+  return std::min<int64_t>(tokens * top_k, int64_t{num_experts} * capacity(tokens));
 }
 
 std::string ToString(const ModelDims& dims) {
@@ -69,6 +94,13 @@ std::string ToString(const ModelDims& dims) {
                        dims.kv_heads(), dims.hidden(), dims.rope.theta);
   }
   if (dims.sliding_window > 0) out += fmt::format(" window={}", dims.sliding_window);
+  if (dims.moe.enabled()) {
+    out += fmt::format(" moe={}x{}top{}", dims.moe.num_experts, dims.moe.expert_hidden,
+                       dims.moe.top_k);
+    if (dims.moe.shared_experts > 0) {
+      out += fmt::format("+{}x{}shared", dims.moe.shared_experts, dims.moe.shared_hidden);
+    }
+  }
   if (!dims.tie_embeddings) out += " untied";
   return out;
 }

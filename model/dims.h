@@ -40,6 +40,40 @@ struct BlockSpec {
 // SwiGLU, no biases. Qwen2's: Llama's and c_attn's bias.
 BlockSpec SpecOf(ModelFamily family);
 
+// A mixture-of-experts block's MLP (model.moe; docs/model.md, "Mixture of experts"): each token
+// goes to top_k of num_experts SwiGLU experts of width expert_hidden, picked by a linear router,
+// plus shared_experts always-on experts fused into one SwiGLU MLP of width
+// shared_experts * shared_hidden (its output scaled by sigmoid(x w) with shared_gate).
+struct MoeDims {
+  enum class Router { kSoftmaxTopk, kTopkSoftmax };
+  int num_experts = 0;  // 0: every block is dense
+  int top_k = 1;
+  int expert_hidden = 0;
+  int shared_experts = 0;
+  int shared_hidden = 0;
+  bool shared_gate = false;
+  int first_dense = 0;  // blocks 0 .. first_dense - 1 are dense
+  int every = 1;        // then block i is MoE when (i - first_dense) % every == 0
+  Router router = Router::kSoftmaxTopk;
+  bool norm_topk_prob = true;
+  double aux_loss_coef = 0.0;
+  double z_loss_coef = 0.0;
+  double capacity_factor = 0.0;  // 0 = dropless
+
+  bool enabled() const { return num_experts > 0; }
+  bool block(int block_index) const {
+    return enabled() && block_index >= first_dense && (block_index - first_dense) % every == 0;
+  }
+  // Rows an expert takes from `tokens` tokens: all of them (dropless) or
+  // ceil(capacity_factor * tokens * top_k / num_experts).
+  int64_t capacity(int64_t tokens) const;
+  // Rows of the experts' permuted input for `tokens` tokens: tokens * top_k, at most
+  // num_experts * capacity.
+  int64_t routed_rows(int64_t tokens) const;
+  int64_t shared_width() const { return int64_t{shared_experts} * shared_hidden; }
+  bool operator==(const MoeDims&) const = default;
+};
+
 struct ModelDims {
   int vocab_size = 0;  // V
   int context = 0;     // maxT: rows of the position embedding; a micro-batch's T <= context
@@ -65,6 +99,7 @@ struct ModelDims {
   // Sliding-window attention (Mistral's; rotary positions only): each token attends over itself
   // and the sliding_window - 1 tokens before it; 0 = the whole causal context.
   int sliding_window = 0;
+  MoeDims moe{};  // dense unless moe.num_experts > 0 (Llama-family blocks only)
 
   int head_dim() const { return width / num_heads; }
   // The family's block (the layers and the cost model ask it, not the family).
@@ -86,6 +121,8 @@ struct ModelDims {
   int64_t fc_width() const { return spec().swiglu() ? 2 * int64_t{hidden()} : hidden(); }
   // Whether the embedding holds learned positions (wpe); rotary positions turn q and k instead.
   bool learned_positions() const { return !spec().rotary(); }
+  // Whether block `block_index` holds experts in place of its dense MLP.
+  bool moe_block(int block_index) const { return moe.block(block_index); }
   bool shares() const { return share_group > 1 && (share_attention || share_mlp); }
   // The first block of block i's share group (i itself without sharing).
   int share_leader(int block) const { return shares() ? block - block % share_group : block; }

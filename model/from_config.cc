@@ -34,6 +34,27 @@ ModelDims DimsOf(const ModelConfig& model) {
     dims.norm_eps = static_cast<float>(model.rms_norm_eps);
     dims.rope = {model.rope_theta, model.rope_scaling_factor, model.rope_scaling_low_freq_factor,
                  model.rope_scaling_high_freq_factor, model.rope_scaling_original_context};
+    const MoeConfig& e = model.moe;
+    if (e.num_experts > 0) {
+      MoeDims& moe = dims.moe;
+      moe.num_experts = static_cast<int>(e.num_experts);
+      moe.top_k = static_cast<int>(e.top_k);
+      moe.expert_hidden = static_cast<int>(
+          e.expert_intermediate_size > 0 ? e.expert_intermediate_size : dims.mlp_hidden);
+      moe.shared_experts = static_cast<int>(e.shared_experts);
+      moe.shared_hidden =
+          static_cast<int>(e.shared_expert_intermediate_size > 0 ? e.shared_expert_intermediate_size
+                                                                 : moe.expert_hidden);
+      moe.shared_gate = e.shared_expert_gate;
+      moe.first_dense = static_cast<int>(e.first_dense_layers);
+      moe.every = static_cast<int>(e.every);
+      moe.router = e.router == MoeRouter::kTopkSoftmax ? MoeDims::Router::kTopkSoftmax
+                                                       : MoeDims::Router::kSoftmaxTopk;
+      moe.norm_topk_prob = e.norm_topk_prob;
+      moe.aux_loss_coef = e.aux_loss_coef;
+      moe.z_loss_coef = e.z_loss_coef;
+      moe.capacity_factor = e.capacity_factor;
+    }
   }
   dims.tie_embeddings = model.tie_embeddings == TieEmbeddings::kAuto
                             ? !LlamaLike(model.preset)

@@ -82,7 +82,7 @@ class MlpSublayer final : public Sublayer {
   }
 
   Tensor Backward(Backend& backend, const Tensor& dy, const MicroBatch& /*batch*/,
-                  const Stash& stash, model_ops::WeightGradSink& sink,
+                  const Stash& stash, const BackwardArgs& /*args*/, model_ops::WeightGradSink& sink,
                   MemCategory dx_category) override {
     return model_ops::MlpSublayerBackward(backend, params_, dy, stash, sink, dx_category);
   }

@@ -17,7 +17,7 @@ SublayerSource SourceOf(const ModelDims& dims, bool shared, int layer_index, int
 
 bool BlocksSplitOver(const std::vector<LayerSpec>& graph, const ModelDims& dims, int tensor) {
   for (const LayerSpec& spec : graph) {
-    for (const auto& sublayer : SublayersOf(spec.kind, dims)) {
+    for (const auto& sublayer : SublayersOf(spec.kind, dims, spec.block_index)) {
       if (!sublayer->TensorSplitProblem(tensor).empty()) return false;
     }
   }

@@ -1,4 +1,4 @@
-// Sublayer: one residual part of a block (attention, the MLP; experts next), everything about it
+// Sublayer: one residual part of a block (attention, the MLP or its experts), everything about it
 // behind one type: its parameter definitions, its tensor-split checks, the collectives it issues,
 // its FLOPs, and, bound to the block's parameters, its forward, backward (split for the zero-bubble
 // schedules through the WeightGradSink), cached forward and weight matrices. A block
@@ -65,9 +65,10 @@ class Sublayer {
   virtual Tensor Forward(Backend& backend, const Tensor& x, const MicroBatch& batch,
                          bool selective_recompute, Stash& stash) = 0;
   // dx booked under `dx_category`; weight gradients go through `sink`, the rest accumulate.
+  // `args` scale a loss the sublayer adds itself (the experts' router losses) as the head's.
   virtual Tensor Backward(Backend& backend, const Tensor& dy, const MicroBatch& batch,
-                          const Stash& stash, model_ops::WeightGradSink& sink,
-                          MemCategory dx_category) = 0;
+                          const Stash& stash, const BackwardArgs& args,
+                          model_ops::WeightGradSink& sink, MemCategory dx_category) = 0;
   // Inference over each row's new positions starts[b].. (Layer::ForwardCached); `who` names
   // the block in errors. A sublayer without attention leaves `cache` alone.
   virtual Tensor ForwardCached(Backend& backend, const Tensor& x,
@@ -82,6 +83,7 @@ class Sublayer {
 
 std::unique_ptr<Sublayer> MakeAttentionSublayer(const ModelDims& dims);  // attention_sublayer.cc
 std::unique_ptr<Sublayer> MakeMlpSublayer(const ModelDims& dims);        // mlp_sublayer.cc
+std::unique_ptr<Sublayer> MakeMoeSublayer(const ModelDims& dims);        // moe_sublayer.cc
 
 // Whether every block of `graph` splits over `tensor` ranks (its sublayers' heads, hidden units).
 bool BlocksSplitOver(const std::vector<LayerSpec>& graph, const ModelDims& dims, int tensor);
@@ -89,14 +91,17 @@ bool BlocksSplitOver(const std::vector<LayerSpec>& graph, const ModelDims& dims,
 // The elements of its parameters, whole (as AppendDefs defines them, before any tensor split).
 int64_t ParamCount(const Sublayer& sublayer);
 
-// The sublayers of a block of `kind`, in order: kBlock is attention then the MLP, kMlpBlock the
-// MLP alone; empty for a kind that is not a block. (Here, beside the makers, so that a new
+// The sublayers of block `block_index` of `kind`, in order: kBlock is attention then the MLP,
+// kMlpBlock the MLP alone, the MLP being experts where dims.moe_block(block_index); empty for a
+// kind that is not a block. (Here, beside the makers, so that a new
 // sublayer kind is its own file, its maker's line above and its row here.)
-inline std::vector<std::unique_ptr<Sublayer>> SublayersOf(LayerKind kind, const ModelDims& dims) {
+inline std::vector<std::unique_ptr<Sublayer>> SublayersOf(LayerKind kind, const ModelDims& dims,
+                                                          int block_index) {
   std::vector<std::unique_ptr<Sublayer>> sublayers;
   if (kind == LayerKind::kBlock) sublayers.push_back(MakeAttentionSublayer(dims));
   if (kind == LayerKind::kBlock || kind == LayerKind::kMlpBlock) {
-    sublayers.push_back(MakeMlpSublayer(dims));
+    sublayers.push_back(dims.moe_block(block_index) ? MakeMoeSublayer(dims)
+                                                    : MakeMlpSublayer(dims));
   }
   return sublayers;
 }

@@ -28,7 +28,12 @@ NormOutput LayerNormOf(Backend& backend, const Norm& norm, const Tensor& x, MemC
   return o;
 }
 
-// ln (B,T,C) = LayerNorm(x); stashes <prefix>x, ln, mean, rstd.
+const Tensor* BiasOf(const Linear& linear) {
+  return linear.bias != nullptr ? &linear.bias->value : nullptr;
+}
+
+}  // namespace
+
 Tensor NormForward(Backend& backend, const Norm& norm, const Tensor& x, const std::string& prefix,
                    Stash& stash) {
   BATON_CHECK(x.dim() == 3, "sublayer input must be (B,T,C), got {}", x.ToString());
@@ -40,7 +45,6 @@ Tensor NormForward(Backend& backend, const Norm& norm, const Tensor& x, const st
   return o.ln;
 }
 
-// dx = dy + LayerNorm'(x)^T dln, booked under `category`; the LayerNorm grads accumulate.
 Tensor ResidualNormBackward(Backend& backend, const Norm& norm, const Tensor& dy, const Tensor& dln,
                             const std::string& prefix, const Stash& stash, MemCategory category) {
   Tensor dx = NewTensor(backend, dy.shape(), dy.dtype(), category);
@@ -52,18 +56,12 @@ Tensor ResidualNormBackward(Backend& backend, const Norm& norm, const Tensor& dy
   return dx;
 }
 
-// y = x + branch, a fresh activation.
 Tensor AddResidual(Backend& backend, const Tensor& x, const Tensor& branch) {
   Tensor y = NewTensor(backend, x.shape(), x.dtype(), kActivations);
   backend.Add(x, branch, y);
   return y;
 }
 
-const Tensor* BiasOf(const Linear& linear) {
-  return linear.bias != nullptr ? &linear.bias->value : nullptr;
-}
-
-// y (..., out) = x (..., in) @ W + b, booked under `category`.
 Tensor LinearForward(Backend& backend, const Linear& linear, const Tensor& x,
                      MemCategory category) {
   Shape shape = x.shape();
@@ -86,6 +84,8 @@ Tensor LinearForward(Backend& backend, const Linear& linear, const Tensor& x,
   backend.Matmul(Rows(x), false, w, false, y_rows, false, BiasOf(linear));
   return y;
 }
+
+namespace {
 
 // A row-parallel linear (tensor parallelism; LinearForward without a group): this rank's partial
 // product x @ W_t, plus the bias on rank 0 only, summed over the group; under sequence
@@ -114,7 +114,8 @@ Tensor InputGradient(Backend& backend, Tensor dx, TensorGroup* tensor) {
   return dx;
 }
 
-// Returns dx = dy @ W^T (booked as workspace); db += column sums of dy; dW += x^T dy via `sink`.
+}  // namespace
+
 Tensor LinearBackward(Backend& backend, const Linear& linear, const Tensor& x, const Tensor& dy,
                       WeightGradSink& sink) {
   BATON_CHECK(linear.weight->value.dtype() != DType::kI8,
@@ -145,6 +146,8 @@ Tensor LinearBackward(Backend& backend, const Linear& linear, const Tensor& x, c
   if (linear.bias != nullptr) backend.BiasBackward(Rows(dy), linear.bias->grad);
   return dx;
 }
+
+namespace {
 
 // (B,T,NH D) of this rank's query heads, from its qkv (B,T,(NH+2KVH)D): attention's output.
 Shape HeadsShape(const AttentionParams& params, const Tensor& qkv) {

@@ -22,6 +22,8 @@
 // describe.
 #pragma once
 
+#include <string>
+
 #include "kernels/backend.h"
 #include "model/collectives.h"
 #include "model/layer.h"
@@ -56,6 +58,22 @@ struct MlpParams {
   // the gates and of the ups), c_proj the matching rows, summed as attention's.
   TensorGroup* tensor = nullptr;
 };
+
+// ---- pieces the sublayers share (model/moe_sublayer.cc too)
+// ln (B,T,C) = norm(x), booked as activations; stashes <prefix>x, ln, mean (LayerNorm), rstd.
+Tensor NormForward(Backend& backend, const Norm& norm, const Tensor& x, const std::string& prefix,
+                   Stash& stash);
+// dx = dy + norm'(x)^T dln from the stash's <prefix> entries, booked under `category`; the
+// norm's gradients accumulate.
+Tensor ResidualNormBackward(Backend& backend, const Norm& norm, const Tensor& dy, const Tensor& dln,
+                            const std::string& prefix, const Stash& stash, MemCategory category);
+// y = x + branch, a fresh activation.
+Tensor AddResidual(Backend& backend, const Tensor& x, const Tensor& branch);
+// y (..., out) = x (..., in) @ W + b, booked under `category`.
+Tensor LinearForward(Backend& backend, const Linear& linear, const Tensor& x, MemCategory category);
+// Returns dx = dy @ W^T (booked as workspace); db += column sums of dy; dW += x^T dy via `sink`.
+Tensor LinearBackward(Backend& backend, const Linear& linear, const Tensor& x, const Tensor& dy,
+                      WeightGradSink& sink);
 
 // segment_starts: the micro-batch's (MicroBatch::segment_starts; undefined = one document per
 // row), the same tensor for forward and backward.

@@ -25,7 +25,19 @@ ModelDims LlamaDims() {
   return dims;
 }
 
-// GPT-2, Llama, a low-rank GPT-2 and one whose blocks share their MLP in pairs.
+// Experts in every block of `dims`: 4 of width 6, two per token, and one shared of width 5.
+ModelDims MoeDimsOf(ModelDims dims) {
+  dims.moe.num_experts = 4;
+  dims.moe.top_k = 2;
+  dims.moe.expert_hidden = 6;
+  dims.moe.shared_experts = 1;
+  dims.moe.shared_hidden = 5;
+  dims.moe.shared_gate = true;
+  return dims;
+}
+
+// GPT-2, Llama, a low-rank GPT-2, one whose blocks share their MLP in pairs, and Llama with
+// experts.
 std::vector<ModelDims> Models() {
   const ModelDims gpt = model_test::TinyDims();
   ModelDims low_rank = gpt;
@@ -35,12 +47,14 @@ std::vector<ModelDims> Models() {
   shared.num_layers = 4;
   shared.share_group = 2;
   shared.share_mlp = true;
-  return {gpt, LlamaDims(), low_rank, shared};
+  return {gpt, LlamaDims(), low_rank, shared, MoeDimsOf(LlamaDims())};
 }
 
-std::vector<std::string> Names(LayerKind kind, const ModelDims& dims) {
+std::vector<std::string> Names(LayerKind kind, const ModelDims& dims, int block_index = 0) {
   std::vector<std::string> names;
-  for (const auto& sublayer : SublayersOf(kind, dims)) names.emplace_back(sublayer->name());
+  for (const auto& sublayer : SublayersOf(kind, dims, block_index)) {
+    names.emplace_back(sublayer->name());
+  }
   return names;
 }
 
@@ -50,6 +64,17 @@ TEST(SublayerTest, ABlockIsAttentionThenTheMlpAndAnMlpBlockTheMlpAlone) {
   EXPECT_EQ(Names(LayerKind::kMlpBlock, dims), (std::vector<std::string>{"mlp"}));
   EXPECT_TRUE(Names(LayerKind::kHead, dims).empty());
   EXPECT_TRUE(Names(LayerKind::kEmbedding, dims).empty());
+  // Experts take the MLP's place in the blocks model.moe picks: after one dense block, every
+  // second.
+  ModelDims moe = MoeDimsOf(LlamaDims());
+  moe.moe.first_dense = 1;
+  moe.moe.every = 2;
+  const std::vector<std::string> dense{"attention", "mlp"}, experts{"attention", "experts"};
+  EXPECT_EQ(Names(LayerKind::kBlock, moe, 0), dense);
+  EXPECT_EQ(Names(LayerKind::kBlock, moe, 1), experts);
+  EXPECT_EQ(Names(LayerKind::kBlock, moe, 2), dense);
+  EXPECT_EQ(Names(LayerKind::kBlock, moe, 3), experts);
+  EXPECT_EQ(Names(LayerKind::kMlpBlock, moe, 3), (std::vector<std::string>{"experts"}));
 }
 
 // Block 1 (graph index 2, so the shared model's block takes block 0's MLP): its parameters are
@@ -62,7 +87,7 @@ TEST(SublayerTest, ABlocksParametersAreItsSublayersDefinitionsInOrder) {
       BlockLayer block(kind, *fx.backend, dims, DType::kF32, DType::kF32, 7, 2, 1);
       std::vector<ParamDef> defs;
       int64_t sublayer_count = 0;
-      for (const auto& sublayer : SublayersOf(kind, dims)) {
+      for (const auto& sublayer : SublayersOf(kind, dims, 1)) {
         sublayer->AppendDefs(defs, SourceOf(dims, sublayer->shared(), 2, 1));
         sublayer_count += ParamCount(*sublayer);
       }
@@ -99,7 +124,7 @@ TEST(SublayerTest, ABlocksFlopsAreItsSublayersAndGpt2sClosedForms) {
   for (const ModelDims& model : Models()) {
     for (const MicroBatchShape& shape : {flash, selective}) {
       int64_t forward = 0, recompute = 0;
-      for (const auto& sublayer : SublayersOf(LayerKind::kBlock, model)) {
+      for (const auto& sublayer : SublayersOf(LayerKind::kBlock, model, 0)) {
         forward += sublayer->ForwardFlops(shape);
         recompute += sublayer->RecomputeFlops(shape);
       }
@@ -112,7 +137,7 @@ TEST(SublayerTest, ABlocksFlopsAreItsSublayersAndGpt2sClosedForms) {
 // Tensor parallelism: each sublayer says why its own split fails; a graph splits when all do.
 TEST(SublayerTest, EachSublayerChecksItsOwnTensorSplit) {
   ModelDims dims = LlamaDims();  // 4 query heads, 2 key/value heads, 12 hidden units
-  const auto sublayers = SublayersOf(LayerKind::kBlock, dims);
+  const auto sublayers = SublayersOf(LayerKind::kBlock, dims, 0);
   EXPECT_EQ(sublayers[0]->TensorSplitProblem(2), "");
   EXPECT_EQ(sublayers[0]->TensorSplitProblem(4),
             "4 query and 2 key/value heads do not split over 4 tensor ranks");

@@ -112,6 +112,23 @@ std::string EncodeJobPlan(const Plan& plan, const Launch& launch) {
   dims->set_rope_high_freq_factor(plan.dims.rope.high_freq_factor);
   dims->set_rope_original_context(plan.dims.rope.original_context);
   dims->set_untied_embeddings(!plan.dims.tie_embeddings);
+  if (plan.dims.moe.enabled()) {
+    const MoeDims& m = plan.dims.moe;
+    pb::MoeDims* moe = dims->mutable_moe();
+    moe->set_num_experts(m.num_experts);
+    moe->set_top_k(m.top_k);
+    moe->set_expert_hidden(m.expert_hidden);
+    moe->set_shared_experts(m.shared_experts);
+    moe->set_shared_hidden(m.shared_hidden);
+    moe->set_shared_gate(m.shared_gate);
+    moe->set_first_dense(m.first_dense);
+    moe->set_every(m.every);
+    moe->set_topk_softmax(m.router == MoeDims::Router::kTopkSoftmax);
+    moe->set_norm_topk_prob(m.norm_topk_prob);
+    moe->set_aux_loss_coef(m.aux_loss_coef);
+    moe->set_z_loss_coef(m.z_loss_coef);
+    moe->set_capacity_factor(m.capacity_factor);
+  }
   for (size_t i = 0; i < plan.graph.size(); ++i) {
     const LayerSpec& spec = plan.graph[i];
     pb::Layer* layer = m.add_graph();
@@ -197,6 +214,23 @@ Plan DecodeJobPlan(const std::string& bytes, Launch* launch) {
                       dims.rope_high_freq_factor(), dims.rope_original_context()};
   }
   plan.dims.tie_embeddings = !dims.untied_embeddings();
+  if (dims.has_moe() && dims.moe().num_experts() > 0) {
+    const pb::MoeDims& m = dims.moe();
+    plan.dims.moe = {
+        m.num_experts(),
+        m.top_k(),
+        m.expert_hidden(),
+        m.shared_experts(),
+        m.shared_hidden(),
+        m.shared_gate(),
+        m.first_dense(),
+        std::max(1, m.every()),
+        m.topk_softmax() ? MoeDims::Router::kTopkSoftmax : MoeDims::Router::kSoftmaxTopk,
+        m.norm_topk_prob(),
+        m.aux_loss_coef(),
+        m.z_loss_coef(),
+        m.capacity_factor()};
+  }
   Validate(plan.dims);
   for (const pb::Layer& layer : m.graph()) {
     BATON_CHECK(layer.index() == static_cast<int>(plan.graph.size()),

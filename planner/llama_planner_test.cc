@@ -15,9 +15,12 @@
 #include "planner/in_process.h"
 #include "planner/memory_planner.h"
 #include "planner/planner.h"
+#include "planner/planner_test_util.h"
 
 namespace baton {
 namespace {
+
+using planner_test::ExpectPredictedEqualsMeasured;
 
 // configs/llama-tiny.yaml made small: 4 blocks of width 32, 4 heads over 2 key/value heads.
 Config LlamaTiny(const std::vector<std::string>& overrides) {
@@ -39,43 +42,8 @@ double WorstRelative(const std::vector<float>& a, const std::vector<float>& b) {
   return worst;
 }
 
-void ExpectPredictedEqualsMeasured(const Plan& plan, const std::string& what) {
-  const std::vector<RankMemory> predicted = PredictMemory(plan, {CommTransport::kInProcess});
-  const InProcessResult measured = RunInProcess(plan);
-  ASSERT_EQ(predicted.size(), measured.ranks.size()) << what;
-  for (size_t r = 0; r < predicted.size(); ++r) {
-    const MemoryFigures& p = predicted[r].peak;
-    const MemoryFigures& m = measured.ranks[r].peak;
-    for (MemCategory c : {MemCategory::kParams, MemCategory::kGrads, MemCategory::kOptimizer,
-                          MemCategory::kActivations, MemCategory::kComm, MemCategory::kWorkspace}) {
-      EXPECT_EQ(p[c], m[c]) << what << ", rank " << r << ", " << Name(c);
-    }
-    EXPECT_EQ(p.total, m.total) << what << ", rank " << r;
-  }
-}
-
 TEST(LlamaInProcessTest, EveryScheduleAndCheckpointingIsBitIdenticalToOneStage) {
-  for (const char* dtype : {"fp32", "bf16"}) {
-    const std::string d = std::string("precision.dtype=") + dtype;
-    const InProcessResult one = RunInProcess(MakePlan(LlamaTiny({d, "parallel.stages=1"})));
-    ASSERT_EQ(one.losses.size(), 3u);
-    EXPECT_LT(one.losses.back(), one.losses.front()) << dtype;
-    for (const auto& [stages, schedule, policy] :
-         std::vector<std::tuple<int, const char*, const char*>>{{2, "gpipe", "none"},
-                                                                {2, "1f1b", "every:1"},
-                                                                {2, "zb-h1", "selective"},
-                                                                {4, "1f1b", "every:2"},
-                                                                {2, "interleaved", "none"}}) {
-      const std::string what = fmt::format("{} {} stages {} {}", dtype, stages, schedule, policy);
-      std::vector<std::string> overrides = {d, fmt::format("parallel.stages={}", stages)};
-      if (std::string(schedule) == "interleaved") overrides.push_back("parallel.chunks=2");
-      overrides.push_back(std::string("parallel.schedule=") + schedule);
-      overrides.push_back(std::string("parallel.checkpoint=") + policy);
-      const InProcessResult other = RunInProcess(MakePlan(LlamaTiny(overrides)));
-      EXPECT_EQ(other.losses, one.losses) << what;
-      EXPECT_EQ(other.param_checksum, one.param_checksum) << what;
-    }
-  }
+  planner_test::ExpectEveryScheduleBitIdenticalToOneStage(LlamaTiny);
 }
 
 TEST(LlamaInProcessTest, MaterializedAttentionPackedDocumentsAndMultiQueryTrainOnEveryCut) {

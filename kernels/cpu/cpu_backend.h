@@ -103,6 +103,12 @@ class CpuBackend : public Backend {
                        const Tensor& rstd, Tensor& dx, Tensor& dweight) override;
   void SwiGluForward(const Tensor& gate_up, Tensor& out) override;
   void SwiGluBackward(const Tensor& gate_up, const Tensor& dout, Tensor& dgate_up) override;
+  void MoeDispatch(const Tensor& x, const Tensor& slots, const Tensor& weights,
+                   Tensor& out) override;
+  void MoeCombine(const Tensor& y, const Tensor& slots, const Tensor& weights,
+                  Tensor& out) override;
+  void MoeCombineWeightsBackward(const Tensor& dout, const Tensor& y, const Tensor& slots,
+                                 Tensor& dweights) override;
   void RotaryEmbedding(Tensor& qkv, const Tensor& segment_starts, int64_t start,
                        const AttentionHeads& heads, const RopeConfig& rope, bool inverse) override;
   void RepeatKv(const Tensor& qkv, const AttentionHeads& heads, Tensor& out) override;

@@ -117,6 +117,12 @@ class CudaBackend : public Backend {
   void RmsNormBackward(const Tensor& dout, const Tensor& x, const Tensor& weight,
                        const Tensor& rstd, Tensor& dx, Tensor& dweight) override;
   void SwiGluForward(const Tensor& gate_up, Tensor& out) override;
+  void MoeDispatch(const Tensor& x, const Tensor& slots, const Tensor& weights,
+                   Tensor& out) override;
+  void MoeCombine(const Tensor& y, const Tensor& slots, const Tensor& weights,
+                  Tensor& out) override;
+  void MoeCombineWeightsBackward(const Tensor& dout, const Tensor& y, const Tensor& slots,
+                                 Tensor& dweights) override;
   void SwiGluBackward(const Tensor& gate_up, const Tensor& dout, Tensor& dgate_up) override;
   void RotaryEmbedding(Tensor& qkv, const Tensor& segment_starts, int64_t start,
                        const AttentionHeads& heads, const RopeConfig& rope, bool inverse) override;

@@ -172,6 +172,22 @@ void LaunchSwiGluForward(const void* gate_up, DType gate_up_dtype, void* out, DT
 void LaunchSwiGluBackward(const void* gate_up, DType gate_up_dtype, const void* dout,
                           DType dout_dtype, void* dgate_up, DType dgate_up_dtype, int64_t rows,
                           int64_t hidden, cudaStream_t stream);
+// Mixture of experts (Backend::MoeDispatch, MoeCombine, MoeCombineWeightsBackward): one block per
+// token; slots (tokens, k) i32 hold permuted rows of `rows` or -1; weights (tokens, k) f32 may be
+// null (1). A slot outside [-1, rows) is skipped (the backend's caller made them; the CPU backend
+// checks them). Dispatch writes out rows slots[n,j] = w x[n]; combine adds sum_j w y[slot] to
+// out[n] in j order; the weights' gradient adds dot(dout[n], y[slot]) to dweights[n,j], a fixed
+// block-sum tree.
+void LaunchMoeDispatch(const void* x, DType x_dtype, const int32_t* slots, const float* weights,
+                       void* out, DType out_dtype, int64_t tokens, int64_t k, int64_t rows,
+                       int64_t cols, cudaStream_t stream);
+void LaunchMoeCombine(const void* y, DType y_dtype, const int32_t* slots, const float* weights,
+                      void* out, DType out_dtype, int64_t tokens, int64_t k, int64_t rows,
+                      int64_t cols, cudaStream_t stream);
+void LaunchMoeCombineWeightsBackward(const void* dout, DType dout_dtype, const void* y,
+                                     DType y_dtype, const int32_t* slots, float* dweights,
+                                     int64_t tokens, int64_t k, int64_t rows, int64_t cols,
+                                     cudaStream_t stream);
 // Rotary embeddings in place on the first `heads` heads (queries then keys) of each row of qkv
 // (batch*seq rows of `row_elements`): the pair (i, i + D/2) of a head turns by
 // float(position) * inv_freq[i], negated when inverse. position = start + t, or t -

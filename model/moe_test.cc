@@ -1,0 +1,336 @@
+// Mixture-of-experts layers (model.moe; model/moe_sublayer.cc, model/moe_routing.h): the routing
+// against hand-worked cases (choices, weights, capacity's drop order, the rows' order, the losses),
+// the layer's forward against a plain per-token reference, every backward (router, permutation,
+// experts, shared experts and their gate, the router losses) against finite differences, and the
+// zero-bubble split and selective recompute bit for bit against the plain backward.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "model/graph.h"
+#include "model/moe_routing.h"
+#include "model/test_util.h"
+
+namespace baton {
+namespace {
+
+using model_test::Bits;
+using model_test::CpuFixture;
+using model_test::GradBits;
+using numeric_check::CheckGradient;
+using numeric_check::ProjectedSum;
+
+MoeDims Experts(int num_experts, int top_k) {
+  MoeDims moe;
+  moe.num_experts = num_experts;
+  moe.top_k = top_k;
+  moe.expert_hidden = 4;
+  return moe;
+}
+
+// ---- routing
+
+// Three tokens over four experts, two each: token 1 ties experts 1 and 3 (the lower wins).
+const std::vector<float> kLogits = {0.5f, 2.0f,  -1.0f, 1.0f,   // token 0: experts 1, 3
+                                    0.0f, 1.5f,  0.2f,  1.5f,   // token 1: experts 1, 3 (tie)
+                                    3.0f, -2.0f, 2.5f,  0.0f};  // token 2: experts 0, 2
+
+std::vector<float> SoftmaxOf(const std::vector<float>& z) {
+  std::vector<float> p(z.size());
+  double sum = 0.0;
+  for (float v : z) sum += std::exp(static_cast<double>(v));
+  for (size_t i = 0; i < z.size(); ++i) p[i] = static_cast<float>(std::exp(double{z[i]}) / sum);
+  return p;
+}
+
+TEST(MoeRoutingTest, SoftmaxTopkTakesTheLargestProbabilitiesAndRenormalisesThem) {
+  MoeDims moe = Experts(4, 2);
+  const MoeRouting r = Route(moe, kLogits, 3);
+  EXPECT_EQ(r.choices, (std::vector<int32_t>{1, 3, 1, 3, 0, 2}));
+  for (int n = 0; n < 3; ++n) {
+    const std::vector<float> p = SoftmaxOf({kLogits.begin() + 4 * n, kLogits.begin() + 4 * n + 4});
+    const float a = p[r.choices[2 * n]], b = p[r.choices[2 * n + 1]];
+    EXPECT_NEAR(r.weights[2 * n], a / (a + b), 1e-6) << n;
+    EXPECT_NEAR(r.weights[2 * n + 1], b / (a + b), 1e-6) << n;
+  }
+  // Dropless: every choice kept, each expert's rows in token order.
+  EXPECT_EQ(r.offsets, (std::vector<int64_t>{0, 1, 3, 4, 6}));
+  EXPECT_EQ(r.slots, (std::vector<int32_t>{1, 4, 2, 5, 0, 3}));
+  EXPECT_EQ(r.dropped, 0);
+  // Qwen2-MoE: the probabilities as they are.
+  moe.norm_topk_prob = false;
+  const MoeRouting raw = Route(moe, kLogits, 3);
+  EXPECT_EQ(raw.choices, r.choices);
+  EXPECT_NEAR(raw.weights[4], SoftmaxOf({3.0f, -2.0f, 2.5f, 0.0f})[0], 1e-6);
+}
+
+TEST(MoeRoutingTest, TopkSoftmaxIsTheSoftmaxOverTheChosenLogits) {
+  MoeDims moe = Experts(4, 2);
+  moe.router = MoeDims::Router::kTopkSoftmax;
+  const MoeRouting r = Route(moe, kLogits, 3);
+  EXPECT_EQ(r.choices, (std::vector<int32_t>{1, 3, 1, 3, 0, 2}));
+  const std::vector<float> w = SoftmaxOf({2.0f, 1.0f});
+  EXPECT_NEAR(r.weights[0], w[0], 1e-6);
+  EXPECT_NEAR(r.weights[1], w[1], 1e-6);
+  EXPECT_NEAR(r.weights[2], 0.5f, 1e-6);  // the tie
+}
+
+// Capacity ceil(0.5 * 3 * 2 / 4) = 1 row per expert: first choices are admitted first, in token
+// order (token 1's first choice, expert 1, is over: token 0 took it), then second choices.
+TEST(MoeRoutingTest, CapacityAdmitsFirstChoicesFirstAndDropsTheRest) {
+  MoeDims moe = Experts(4, 2);
+  moe.capacity_factor = 0.5;
+  EXPECT_EQ(moe.capacity(3), 1);
+  EXPECT_EQ(moe.routed_rows(3), 4);
+  const MoeRouting r = Route(moe, kLogits, 3);
+  // admitted: token 0 -> 1, token 2 -> 0 (first choices); token 0 -> 3, token 2 -> 2 (second).
+  EXPECT_EQ(r.slots, (std::vector<int32_t>{1, 3, -1, -1, 0, 2}));
+  EXPECT_EQ(r.offsets, (std::vector<int64_t>{0, 1, 2, 3, 4}));
+  EXPECT_EQ(r.dropped, 2);
+  EXPECT_EQ(r.load, (std::vector<int64_t>{1, 2, 1, 2}));  // choices, dropped or not
+}
+
+// aux = E sum_e f_e P_e, z = mean logsumexp^2: the Switch Transformer's and ST-MoE's formulas.
+TEST(MoeRoutingTest, TheRouterLossesAreSwitchsBalanceAndTheZLoss) {
+  const MoeDims moe = Experts(4, 2);
+  const MoeRouting r = Route(moe, kLogits, 3);
+  double aux = 0.0, z = 0.0;
+  const std::vector<double> f = {1.0 / 3, 2.0 / 3, 1.0 / 3, 2.0 / 3};
+  for (int e = 0; e < 4; ++e) {
+    double mean_p = 0.0;
+    for (int n = 0; n < 3; ++n) {
+      mean_p += SoftmaxOf({kLogits.begin() + 4 * n, kLogits.begin() + 4 * n + 4})[e] / 3.0;
+    }
+    aux += f[e] * mean_p;
+  }
+  for (int n = 0; n < 3; ++n) {
+    double sum = 0.0;
+    for (int e = 0; e < 4; ++e) sum += std::exp(double{kLogits[4 * n + e]});
+    z += std::log(sum) * std::log(sum) / 3.0;
+  }
+  EXPECT_NEAR(r.aux_loss, 4 * aux, 1e-6);
+  EXPECT_NEAR(r.z_loss, z, 1e-5);
+}
+
+// ---- the layer
+
+constexpr int64_t kBatch = 2;
+constexpr int64_t kSeq = 4;
+
+// V=11, T=6, L=2, NH=4, C=16, Llama blocks, 4 experts of width 6, two per token.
+ModelDims MoeModel(bool shared = true, bool gate = true) {
+  ModelDims dims{11, 6, 2, 4, 16};
+  dims.family = ModelFamily::kLlama;
+  dims.num_kv_heads = 2;
+  dims.mlp_hidden = 12;
+  dims.rope.theta = 10000.0;
+  dims.moe = Experts(4, 2);
+  dims.moe.expert_hidden = 6;
+  if (shared) {
+    dims.moe.shared_experts = 1;
+    dims.moe.shared_hidden = 5;
+    dims.moe.shared_gate = gate;
+  }
+  return dims;
+}
+
+LayerSpec SpecOf(LayerKind kind, const ModelDims& dims) {
+  for (const LayerSpec& spec : kind == LayerKind::kMlpBlock ? MlpGraph(dims) : GptGraph(dims)) {
+    if (spec.kind == kind) return spec;
+  }
+  BATON_FAIL("no {} in the graph", Name(kind));
+}
+
+struct MoeCase {
+  CpuFixture fx;
+  ModelDims dims;
+  std::unique_ptr<Layer> layer;
+  MicroBatch batch;
+  Tensor x, r;
+
+  MoeCase(LayerKind kind, const ModelDims& d) : dims(d) {
+    layer = BuildLayer(SpecOf(kind, dims), dims, *fx.backend, DType::kF32, DType::kF32, 4321);
+    Rng rng(11);
+    batch = model_test::RandomBatch(fx.allocator(), kBatch, kSeq, dims.vocab_size, rng);
+    x = model_test::RandomActivation(fx.allocator(), {kBatch, kSeq, dims.width}, DType::kF32, rng);
+    r = model_test::RandomActivation(fx.allocator(), {kBatch, kSeq, dims.width}, DType::kF32, rng);
+    Rng params(99);
+    model_test::RandomizeParams(*layer, params, 0.3f);
+  }
+  std::map<std::string, const float*> Params() {
+    std::map<std::string, const float*> out;
+    for (Param* p : layer->params())
+      out[p->name.substr(p->name.find('.', 2) + 1)] = p->value.data<float>();
+    return out;
+  }
+};
+
+// An MLP block's output by a plain loop per token and choice, in double: RMSNorm, the router
+// (its logits through Route), each chosen expert's SwiGLU, the shared experts and their gate.
+// Also the router losses of that routing (for the finite differences of the losses).
+struct Reference {
+  std::vector<double> y;
+  MoeRouting routing;
+};
+Reference ReferenceBlock(MoeCase& c) {
+  const MoeDims& moe = c.dims.moe;
+  const int64_t n_tokens = kBatch * kSeq, cw = c.dims.width, e = moe.num_experts;
+  const int64_t hi = moe.expert_hidden, s = moe.shared_width();
+  auto p = c.Params();
+  const float* x = c.x.data<float>();
+  std::vector<double> ln(static_cast<size_t>(n_tokens * cw));
+  std::vector<float> logits(static_cast<size_t>(n_tokens * e));
+  for (int64_t n = 0; n < n_tokens; ++n) {
+    double squares = 0.0;
+    for (int64_t k = 0; k < cw; ++k) squares += double{x[n * cw + k]} * x[n * cw + k];
+    const double rstd = 1.0 / std::sqrt(squares / cw + c.dims.norm_eps);
+    for (int64_t k = 0; k < cw; ++k) ln[n * cw + k] = x[n * cw + k] * rstd * p["ln_2.weight"][k];
+    for (int64_t j = 0; j < e; ++j) {
+      double z = 0.0;
+      for (int64_t k = 0; k < cw; ++k) z += ln[n * cw + k] * p["mlp.router.weight"][k * e + j];
+      logits[n * e + j] = static_cast<float>(z);
+    }
+  }
+  // A SwiGLU MLP of width h on token n: fc (C, 2h) row-major, proj (h, C).
+  const auto swiglu = [&](int64_t n, const float* fc, const float* proj, int64_t h) {
+    std::vector<double> out(static_cast<size_t>(cw), 0.0);
+    for (int64_t u = 0; u < h; ++u) {
+      double gate = 0.0, up = 0.0;
+      for (int64_t k = 0; k < cw; ++k) {
+        gate += ln[n * cw + k] * fc[k * 2 * h + u];
+        up += ln[n * cw + k] * fc[k * 2 * h + h + u];
+      }
+      const double act = gate / (1.0 + std::exp(-gate)) * up;
+      for (int64_t k = 0; k < cw; ++k) out[k] += act * proj[u * cw + k];
+    }
+    return out;
+  };
+  Reference ref{std::vector<double>(x, x + n_tokens * cw), Route(moe, logits, n_tokens)};
+  for (int64_t n = 0; n < n_tokens; ++n) {
+    for (int64_t j = 0; j < moe.top_k; ++j) {
+      if (ref.routing.slots[n * moe.top_k + j] < 0) continue;
+      const int64_t ex = ref.routing.choices[n * moe.top_k + j];
+      const std::vector<double> o = swiglu(n, p["mlp.experts.c_fc.weight"] + ex * cw * 2 * hi,
+                                           p["mlp.experts.c_proj.weight"] + ex * hi * cw, hi);
+      for (int64_t k = 0; k < cw; ++k)
+        ref.y[n * cw + k] += ref.routing.weights[n * moe.top_k + j] * o[k];
+    }
+    if (s == 0) continue;
+    const std::vector<double> o =
+        swiglu(n, p["mlp.shared.c_fc.weight"], p["mlp.shared.c_proj.weight"], s);
+    double g = 1.0;
+    if (moe.shared_gate) {
+      double z = 0.0;
+      for (int64_t k = 0; k < cw; ++k) z += ln[n * cw + k] * p["mlp.shared_gate.weight"][k];
+      g = 1.0 / (1.0 + std::exp(-z));
+    }
+    for (int64_t k = 0; k < cw; ++k) ref.y[n * cw + k] += g * o[k];
+  }
+  return ref;
+}
+
+std::vector<ModelDims> Variants() {
+  std::vector<ModelDims> out;
+  out.push_back(MoeModel());
+  ModelDims raw = MoeModel(true, false);
+  raw.moe.norm_topk_prob = false;
+  out.push_back(raw);
+  ModelDims topk_softmax = MoeModel(false);
+  topk_softmax.moe.router = MoeDims::Router::kTopkSoftmax;
+  out.push_back(topk_softmax);
+  ModelDims capacity = MoeModel();
+  capacity.moe.capacity_factor = 0.75;  // 3 rows per expert of 8 tokens x 2 choices: drops
+  out.push_back(capacity);
+  ModelDims top1 = MoeModel(false);
+  top1.moe.top_k = 1;
+  out.push_back(top1);
+  return out;
+}
+
+TEST(MoeLayerTest, TheForwardIsAPlainLoopOverEachTokensExperts) {
+  for (const ModelDims& dims : Variants()) {
+    MoeCase c(LayerKind::kMlpBlock, dims);
+    Stash stash;
+    const Tensor y = c.layer->Forward(c.x, c.batch, stash);
+    const Reference ref = ReferenceBlock(c);
+    if (dims.moe.capacity_factor > 0) {
+      EXPECT_GT(ref.routing.dropped, 0) << ToString(dims);
+    }
+    for (int64_t i = 0; i < y.numel(); ++i) {
+      ASSERT_NEAR(y.data<float>()[i], ref.y[i], 1e-4 * (1.0 + std::abs(ref.y[i])))
+          << ToString(dims) << " element " << i;
+    }
+  }
+}
+
+// Every gradient against central differences of loss = <y, r> + the router losses (weighted as
+// the config says), for each router, with and without shared experts, capacity and selective
+// recompute; the step is small enough that no choice changes.
+TEST(MoeLayerTest, EveryBackwardMatchesFiniteDifferences) {
+  for (ModelDims dims : Variants()) {
+    dims.moe.aux_loss_coef = 0.5;
+    dims.moe.z_loss_coef = 0.1;
+    for (const bool selective : {false, true}) {
+      MoeCase c(LayerKind::kMlpBlock, dims);
+      c.layer->set_selective_recompute(selective);
+      model_test::ZeroGrads(*c.fx.backend, *c.layer);
+      Stash stash;
+      c.layer->Forward(c.x, c.batch, stash);
+      const Tensor dx = c.layer->Backward(c.r, c.batch, stash, BackwardArgs{1.0f});
+      EXPECT_TRUE(stash.empty());
+      const auto loss = [&] {
+        Stash s;
+        const double projected = ProjectedSum(c.layer->Forward(c.x, c.batch, s), c.r);
+        const MoeRouting routing = ReferenceBlock(c).routing;
+        return projected + dims.moe.aux_loss_coef * routing.aux_loss +
+               dims.moe.z_loss_coef * routing.z_loss;
+      };
+      numeric_check::GradCheckOptions options;
+      options.step = 1e-3;
+      options.tolerance = 5e-3;
+      const auto result = CheckGradient(c.x, loss, dx, options);
+      EXPECT_TRUE(result.ok) << ToString(dims) << " dx: " << result.Describe();
+      for (Param* p : c.layer->params()) {
+        const auto r = CheckGradient(p->value, loss, p->grad, options);
+        EXPECT_TRUE(r.ok) << ToString(dims) << " " << p->name << ": " << r.Describe();
+      }
+    }
+  }
+}
+
+// The zero-bubble split (BackwardInput then BackwardWeight) and selective recompute give the
+// plain backward's dx and gradients bit for bit, in a whole block (attention then experts).
+TEST(MoeLayerTest, TheZeroBubbleSplitAndSelectiveRecomputeAreThePlainBackward) {
+  for (ModelDims dims : Variants()) {
+    dims.moe.aux_loss_coef = 0.01;
+    MoeCase c(LayerKind::kBlock, dims);
+    const auto run = [&](bool selective, bool split) {
+      c.layer->set_selective_recompute(selective);
+      model_test::ZeroGrads(*c.fx.backend, *c.layer);
+      Stash stash;
+      c.layer->Forward(c.x, c.batch, stash);
+      const BackwardArgs args{0.5f};
+      std::string dx;
+      if (split) {
+        dx = Bits(c.layer->BackwardInput(c.r, c.batch, stash, args));
+        c.layer->BackwardWeight(stash);
+      } else {
+        dx = Bits(c.layer->Backward(c.r, c.batch, stash, args));
+      }
+      std::vector<std::string> bits = GradBits(*c.layer);
+      bits.push_back(dx);
+      return bits;
+    };
+    const std::vector<std::string> plain = run(false, false);
+    EXPECT_EQ(run(false, true), plain) << ToString(dims);
+    EXPECT_EQ(run(true, false), plain) << ToString(dims);
+    EXPECT_EQ(run(true, true), plain) << ToString(dims);
+  }
+}
+
+}  // namespace
+}  // namespace baton

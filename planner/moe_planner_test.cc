@@ -1,0 +1,99 @@
+// Mixture of experts (model.moe) through the planner and the real trainer in one process: every
+// schedule and checkpointing policy bit-identical to one stage (fp32 and bf16), each router and a
+// capacity factor across stages, replicas with every ZeRO level alike, and the memory plan
+// predicting the ledger of each.
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "config/config.h"
+#include "planner/in_process.h"
+#include "planner/memory_planner.h"
+#include "planner/planner.h"
+#include "planner/planner_test_util.h"
+
+namespace baton {
+namespace {
+
+// configs/moe-tiny.yaml made small: 4 blocks of width 32 (the first dense), 4 experts of width 16,
+// two per token, one gated shared expert, the load-balancing and z-losses on.
+Config MoeTiny(const std::vector<std::string>& overrides) {
+  std::vector<std::string> all = {"model.num_layers=4",
+                                  "model.width=32",
+                                  "model.context=16",
+                                  "model.num_heads=4",
+                                  "model.num_kv_heads=2",
+                                  "model.intermediate_size=48",
+                                  "model.moe.num_experts=4",
+                                  "model.moe.expert_intermediate_size=16",
+                                  "model.moe.z_loss_coef=0.001",
+                                  "train.batch_size=4",
+                                  "train.micro_batches=4",
+                                  "train.steps=3",
+                                  "train.warmup_steps=0"};
+  all.insert(all.end(), overrides.begin(), overrides.end());
+  return LoadConfig(std::string(BATON_SOURCE_DIR) + "/configs/moe-tiny.yaml", all);
+}
+
+TEST(MoeInProcessTest, EveryScheduleAndCheckpointingIsBitIdenticalToOneStage) {
+  planner_test::ExpectEveryScheduleBitIdenticalToOneStage(MoeTiny, /*dualpipev=*/true);
+}
+
+// Each router, no shared expert, top-1, a capacity that drops tokens, MoE every second block:
+// bit-identical on 1 and 3 stages, and each trains a model of its own.
+TEST(MoeInProcessTest, EveryRouterAndCapacityTrainsBitIdenticallyAcrossStages) {
+  std::vector<std::string> checksums;
+  for (const std::vector<std::string>& variant : std::vector<std::vector<std::string>>{
+           {"model.moe.router=topk_softmax"},
+           {"model.moe.norm_topk_prob=false", "model.moe.shared_expert_gate=false"},
+           {"model.moe.shared_experts=0", "model.moe.top_k=1"},
+           {"model.moe.capacity_factor=0.5"},
+           {"model.moe.first_dense_layers=0", "model.moe.every=2"}}) {
+    std::vector<std::string> one = variant, three = variant;
+    one.push_back("parallel.stages=1");
+    three.push_back("parallel.stages=3");
+    const InProcessResult a = RunInProcess(MakePlan(MoeTiny(one)));
+    const InProcessResult b = RunInProcess(MakePlan(MoeTiny(three)));
+    EXPECT_EQ(a.losses, b.losses) << fmt::format("{}", variant);
+    EXPECT_EQ(a.param_checksum, b.param_checksum) << fmt::format("{}", variant);
+    checksums.push_back(a.param_checksum);
+  }
+  std::sort(checksums.begin(), checksums.end());
+  EXPECT_EQ(std::unique(checksums.begin(), checksums.end()), checksums.end());
+}
+
+// Two replicas: the same losses and parameters whatever the ZeRO level.
+TEST(MoeInProcessTest, ReplicasTrainAlikeAtEveryZeroLevel) {
+  const std::vector<std::string> base = {"parallel.stages=2", "parallel.replicas=2",
+                                         "train.batch_size=8"};
+  std::vector<std::string> plain = base;
+  plain.push_back("parallel.zero=0");
+  const InProcessResult reference = RunInProcess(MakePlan(MoeTiny(plain)));
+  for (int zero = 1; zero <= 3; ++zero) {
+    std::vector<std::string> sharded = base;
+    sharded.push_back(fmt::format("parallel.zero={}", zero));
+    const InProcessResult other = RunInProcess(MakePlan(MoeTiny(sharded)));
+    EXPECT_EQ(other.losses, reference.losses) << "zero " << zero;
+    EXPECT_EQ(other.param_checksum, reference.param_checksum) << "zero " << zero;
+  }
+}
+
+TEST(MoeMemoryPlannerTest, PredictsTheLedgerExactly) {
+  for (const std::vector<std::string>& overrides : std::vector<std::vector<std::string>>{
+           {"parallel.stages=2", "parallel.schedule=1f1b"},
+           {"parallel.stages=2", "parallel.schedule=zb-h1", "precision.dtype=bf16"},
+           {"parallel.stages=2", "parallel.checkpoint=selective", "precision.dtype=fp16"},
+           {"parallel.stages=4", "parallel.checkpoint=every:1", "model.moe.capacity_factor=1"},
+           {"parallel.stages=2", "parallel.replicas=2", "parallel.zero=3"}}) {
+    planner_test::ExpectPredictedEqualsMeasured(MakePlan(MoeTiny(overrides)),
+                                                fmt::format("{}", overrides));
+  }
+}
+
+}  // namespace
+}  // namespace baton
