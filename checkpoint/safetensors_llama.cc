@@ -12,6 +12,7 @@
 #include <set>
 
 #include "checkpoint/safetensors_gpt2.h"
+#include "checkpoint/safetensors_moe.h"
 #include "core/error.h"
 #include "core/files.h"
 #include "core/json_fields.h"
@@ -41,7 +42,10 @@ struct HfType {
 constexpr HfType kLlamaType{"llama", "LlamaForCausalLM"};
 constexpr HfType kQwen2Type{"qwen2", "Qwen2ForCausalLM"};
 constexpr HfType kMistralType{"mistral", "MistralForCausalLM"};
-constexpr const HfType* kHfTypes[] = {&kLlamaType, &kQwen2Type, &kMistralType};
+constexpr HfType kMixtralType{"mixtral", "MixtralForCausalLM"};
+constexpr HfType kQwen2MoeType{"qwen2_moe", "Qwen2MoeForCausalLM"};
+constexpr const HfType* kHfTypes[] = {&kLlamaType, &kQwen2Type, &kMistralType, &kMixtralType,
+                                      &kQwen2MoeType};
 
 // Whether config.json claims `type`: its model_type, or an architectures list holding its causal
 // LM. Lenient about the other fields' types: ReadHfLlamaConfig checks them all.
@@ -205,13 +209,42 @@ std::vector<float> ReadPart(HfLlamaFolder& folder, const HfLlamaPart& part,
   return values;
 }
 
-// Baton's (rows, cols) f32 value of `baton_name`, its parts side by side by columns.
+// Where the transposed parts of a parameter of `shape` lie: a block (an expert's (in, out) of a
+// stacked parameter; the whole value otherwise) of rows x cols, and each part's first column in
+// it, the columns starting over with each expert.
+struct PartPlacement {
+  int64_t rows = 0, cols = 0;
+  int64_t block = 0;   // the part's block's first element
+  int64_t column = 0;  // the part's first column in it
+};
+class PartPlacer {
+ public:
+  explicit PartPlacer(const Shape& shape)
+      : rows_(shape.size() == 3 ? shape[1] : shape[0]),
+        cols_(shape.size() >= 2 ? shape.back() : 1) {}
+  // The next transposed part's placement.
+  PartPlacement Next(const HfLlamaPart& part) {
+    if (part.expert != expert_) {
+      expert_ = part.expert;
+      column_ = 0;
+    }
+    const PartPlacement at{rows_, cols_, std::max(0, part.expert) * rows_ * cols_, column_};
+    column_ += part.shape[0];
+    return at;
+  }
+
+ private:
+  int64_t rows_, cols_;
+  int expert_ = -1;
+  int64_t column_ = 0;
+};
+
+// Baton's f32 value of `baton_name`: its parts side by side by columns (per expert when stacked).
 std::vector<float> AssembleParam(HfLlamaFolder& folder, const std::string& baton_name,
                                  const ModelDims& dims) {
   const Shape shape = LlamaParamShape(baton_name, dims);
-  const int64_t rows = shape[0], cols = shape.size() == 2 ? shape[1] : 1;
-  std::vector<float> dense(static_cast<size_t>(rows * cols));
-  int64_t column = 0;
+  std::vector<float> dense(static_cast<size_t>(NumElements(shape)));
+  PartPlacer placer(shape);
   size_t offset = 0;  // of vector parts, one after the other
   for (const HfLlamaPart& part : LlamaHfParts(baton_name, dims)) {
     const std::vector<float> values = ReadPart(folder, part, baton_name);
@@ -220,14 +253,14 @@ std::vector<float> AssembleParam(HfLlamaFolder& folder, const std::string& baton
       offset += values.size();
       continue;
     }
+    const PartPlacement at = placer.Next(part);
     const int64_t out = part.shape[0];  // nn.Linear (out, in = rows)
     for (int64_t j = 0; j < out; ++j) {
-      for (int64_t r = 0; r < rows; ++r) {
-        dense[static_cast<size_t>(r * cols + column + j)] =
-            values[static_cast<size_t>(j * rows + r)];
+      for (int64_t r = 0; r < at.rows; ++r) {
+        dense[static_cast<size_t>(at.block + r * at.cols + at.column + j)] =
+            values[static_cast<size_t>(j * at.rows + r)];
       }
     }
-    column += out;
   }
   return dense;
 }
@@ -241,8 +274,10 @@ HfLlamaConfig ReadHfLlamaConfig(const std::string& path) {
   const JsonField config = JsonField(json, path).Object();
   HfLlamaConfig c;
   const HfType& type = CheckIsLlama(config);
-  c.qwen2 = &type == &kQwen2Type;
-  c.mistral = &type == &kMistralType;
+  c.mixtral = &type == &kMixtralType;
+  c.qwen2_moe = &type == &kQwen2MoeType;
+  c.qwen2 = &type == &kQwen2Type || c.qwen2_moe;    // Qwen2-MoE's attention is Qwen2's
+  c.mistral = &type == &kMistralType || c.mixtral;  // Mixtral's is Mistral's
   const std::string act = config["hidden_act"].OptionalString().value_or("silu");
   BATON_CHECK(act == "silu", "{}: hidden_act \"{}\": Baton's Llama MLP is SwiGLU (silu)", path,
               act);
@@ -287,6 +322,7 @@ HfLlamaConfig ReadHfLlamaConfig(const std::string& path) {
   BATON_CHECK(c.num_attention_heads % c.num_key_value_heads == 0,
               "{}: num_attention_heads {} is not a multiple of num_key_value_heads {}", path,
               c.num_attention_heads, c.num_key_value_heads);
+  if (c.mixtral || c.qwen2_moe) ReadHfMoeConfig(config, c);
   return c;
 }
 
@@ -305,9 +341,12 @@ bool IsHfLlamaFolder(const std::string& dir) {
 
 ModelDims DimsOfHfLlama(const HfLlamaConfig& config, int64_t context) {
   ModelDims dims;
-  dims.family = config.qwen2     ? ModelFamily::kQwen2
-                : config.mistral ? ModelFamily::kMistral
-                                 : ModelFamily::kLlama;
+  // A Mixtral without its window is a Llama with experts (Baton's Mistral is a window).
+  dims.family = config.qwen2 ? ModelFamily::kQwen2
+                : config.mistral && (!config.mixtral || config.sliding_window > 0)
+                    ? ModelFamily::kMistral
+                    : ModelFamily::kLlama;
+  dims.moe = config.moe;
   dims.sliding_window = static_cast<int>(config.sliding_window);
   dims.vocab_size = static_cast<int>(config.vocab_size);
   dims.context = static_cast<int>(context);
@@ -391,6 +430,7 @@ std::vector<HfLlamaPart> LlamaHfParts(const std::string& baton_name, const Model
   if (rest == "ln_2.weight") {
     return {{HfLayer(block, "post_attention_layernorm.weight"), {c}, false}};
   }
+  if (dims.moe_block(block) && rest.starts_with("mlp.")) return MoeHfParts(block, rest, dims);
   if (rest == "attn.c_attn.weight") {
     return {{HfLayer(block, "self_attn.q_proj.weight"), {q, c}, true},
             {HfLayer(block, "self_attn.k_proj.weight"), {kv, c}, true},
@@ -413,9 +453,16 @@ std::vector<HfLlamaPart> LlamaHfParts(const std::string& baton_name, const Model
 
 // A parameter's parts are either nn.Linear weights side by side by columns (transposed), or
 // vectors one after the other (a norm's weight, the table of an embedding: one part; a Qwen2's
-// q, k and v biases: three).
+// q, k and v biases: three); a stacked expert parameter is its experts' blocks of the first kind.
 Shape LlamaParamShape(const std::string& baton_name, const ModelDims& dims) {
   const std::vector<HfLlamaPart> parts = LlamaHfParts(baton_name, dims);
+  if (parts.front().expert >= 0) {
+    Shape shape = {parts.back().expert + 1, parts.front().shape[1], 0};
+    for (const HfLlamaPart& part : parts) {
+      if (part.expert == parts.front().expert) shape[2] += part.shape[0];
+    }
+    return shape;
+  }
   if (parts.size() == 1 && !parts.front().transposed) return parts.front().shape;
   if (!parts.front().transposed) {
     Shape shape = {0};
@@ -430,12 +477,15 @@ Shape LlamaParamShape(const std::string& baton_name, const ModelDims& dims) {
 std::vector<std::string> LlamaParamNames(const ModelDims& dims) {
   std::vector<std::string> names = {"wte.weight"};
   for (int i = 0; i < dims.num_layers; ++i) {
-    for (const char* rest :
-         {"ln_1.weight", "attn.c_attn.weight", "attn.c_attn.bias", "attn.c_proj.weight",
-          "ln_2.weight", "mlp.c_fc.weight", "mlp.c_proj.weight"}) {
+    for (const char* rest : {"ln_1.weight", "attn.c_attn.weight", "attn.c_attn.bias",
+                             "attn.c_proj.weight", "ln_2.weight"}) {
       if (std::string_view(rest) == "attn.c_attn.bias" && !dims.spec().qkv_bias) continue;
       names.push_back(fmt::format("h.{}.{}", i, rest));
     }
+    const std::vector<std::string> mlp =
+        dims.moe_block(i) ? MoeParamRests(dims)
+                          : std::vector<std::string>{"mlp.c_fc.weight", "mlp.c_proj.weight"};
+    for (const std::string& rest : mlp) names.push_back(fmt::format("h.{}.{}", i, rest));
   }
   names.push_back("ln_f.weight");
   if (!dims.tie_embeddings) names.push_back("lm_head.weight");
@@ -453,6 +503,14 @@ void ValidateHfLlamaFolder(const HfLlamaFolder& folder, const ModelDims& dims) {
   compared.share_mlp = expected.share_mlp;
   compared.num_kv_heads = dims.kv_heads();
   compared.mlp_hidden = dims.hidden();
+  // The router's losses and capacity are training choices config.json does not hold; a Mixtral's
+  // intermediate_size is its experts' width (no layer is dense).
+  compared.moe.aux_loss_coef = expected.moe.aux_loss_coef;
+  compared.moe.z_loss_coef = expected.moe.z_loss_coef;
+  compared.moe.capacity_factor = expected.moe.capacity_factor;
+  if (expected.moe.enabled() && expected.moe.first_dense == 0 && expected.moe.every == 1) {
+    compared.mlp_hidden = expected.mlp_hidden;
+  }
   BATON_CHECK(compared == expected,
               "{}: describes a Llama {} (kv heads {}, intermediate {}, tied {}), but the model is "
               "{} (kv heads {}, intermediate {}, tied {})",
@@ -527,22 +585,20 @@ NamedTensors LlamaHfTensorsOf(const std::string& baton_name, const Tensor& dense
   BATON_CHECK(dense.dtype() == DType::kF32 && dense.shape() == LlamaParamShape(baton_name, dims),
               "parameter {}: {} is not its f32 value {}", baton_name, dense.ToString(),
               ToString(LlamaParamShape(baton_name, dims)));
-  const int64_t rows = dense.size(0), cols = dense.dim() == 2 ? dense.size(1) : 1;
   const float* in = dense.data<float>();
   NamedTensors tensors;
-  int64_t column = 0;
+  PartPlacer placer(dense.shape());
   int64_t offset = 0;  // of vector parts, one after the other
   for (const HfLlamaPart& part : LlamaHfParts(baton_name, dims)) {
     std::vector<float> values(static_cast<size_t>(NumElements(part.shape)));
     if (part.transposed) {
+      const PartPlacement at = placer.Next(part);
       const int64_t out = part.shape[0];
-      values.resize(static_cast<size_t>(out * rows));
       for (int64_t j = 0; j < out; ++j) {
-        for (int64_t r = 0; r < rows; ++r) {
-          values[static_cast<size_t>(j * rows + r)] = in[r * cols + column + j];
+        for (int64_t r = 0; r < at.rows; ++r) {
+          values[static_cast<size_t>(j * at.rows + r)] = in[at.block + r * at.cols + at.column + j];
         }
       }
-      column += out;
     } else {
       std::copy(in + offset, in + offset + static_cast<int64_t>(values.size()), values.begin());
       offset += static_cast<int64_t>(values.size());
@@ -629,6 +685,7 @@ void WriteHfLlamaConfig(const std::string& dir, const ModelDims& dims, DType dty
     config["sliding_window"] = nullptr;
     config["max_window_layers"] = dims.num_layers;
   }
+  if (dims.moe.enabled()) AddHfMoeConfig(dims, config);
   MakeDirectories(dir);
   WriteFileAtomically((fs::path(dir) / "config.json").string(), config.dump(2) + "\n");
 }

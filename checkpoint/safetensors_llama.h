@@ -44,6 +44,11 @@ struct HfLlamaConfig {
   bool qwen2 = false;          // model_type qwen2 (Qwen2ForCausalLM): q, k and v have biases
   bool mistral = false;        // model_type mistral (MistralForCausalLM)
   int64_t sliding_window = 0;  // Mistral's; 0 = none (null in config.json)
+  // Mixtures of experts (checkpoint/safetensors_moe.h): model_type mixtral (MixtralForCausalLM,
+  // Mistral's attention) or qwen2_moe (Qwen2MoeForCausalLM, Qwen2's), and their experts.
+  bool mixtral = false;
+  bool qwen2_moe = false;
+  MoeDims moe;
 };
 
 // Reads and checks `path` (a config.json): model_type "llama", or model_type absent (or null) and
@@ -91,6 +96,9 @@ struct HfLlamaPart {
   std::string name;
   Shape shape;
   bool transposed = false;
+  // A stacked expert parameter (E, in, out): the expert whose (in, out) block this part is in,
+  // its parts side by side within it; -1 for every other parameter.
+  int expert = -1;
 };
 
 // The Hugging Face tensors Baton parameter `baton_name` is made of, left to right by columns

@@ -84,6 +84,10 @@ void ValidateMoe(const ModelConfig& m, const Reporter& r) {
             fmt::format("model.moe.first_dense_layers {} leaves no block of model.num_layers {} "
                         "for experts",
                         e.first_dense_layers, m.num_layers));
+  r.Require(!e.shared_expert_gate || e.shared_experts > 0,
+            {"model.moe.shared_expert_gate", "model.moe.shared_experts"},
+            "model.moe.shared_expert_gate scales the shared experts' output: it needs "
+            "model.moe.shared_experts > 0");
   r.Require(e.router == MoeRouter::kSoftmaxTopk || e.norm_topk_prob,
             {"model.moe.norm_topk_prob", "model.moe.router"},
             "model.moe.norm_topk_prob is softmax_topk's choice: topk_softmax's weights are a "

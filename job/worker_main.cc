@@ -169,6 +169,19 @@ WorkerReport StepReport(const Plan& plan, int rank, const StepRecord& record, bo
     report.timings_s["tensor"] = record.tensor_s;
   }
   if (record.eval) report.timings_s["eval"] = record.eval->seconds;
+  // Experts: sums over this rank's micro-batches, which the launcher sums over the replicas
+  // (launcher/step_metrics.h, ExpertsJson).
+  for (const auto& [layer, stats] : record.experts) {
+    const std::string key = "experts/" + layer + "/";
+    report.metrics[key + "tokens"] = static_cast<double>(stats.tokens);
+    report.metrics[key + "dropped"] = static_cast<double>(stats.dropped);
+    report.metrics[key + "microbatches"] = static_cast<double>(stats.microbatches);
+    report.metrics[key + "aux_loss"] = stats.aux_loss;
+    report.metrics[key + "z_loss"] = stats.z_loss;
+    for (size_t e = 0; e < stats.load.size(); ++e) {
+      report.metrics[fmt::format("{}load/{}", key, e)] = static_cast<double>(stats.load[e]);
+    }
+  }
   if (checkpoint_s >= 0) report.timings_s["checkpoint"] = checkpoint_s;
   for (const auto& [key, bytes] : MemoryEntries(ledger.Peak())) report.memory_peak[key] = bytes;
   return report;

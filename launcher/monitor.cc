@@ -106,6 +106,13 @@ void JobMonitor::LogNewSteps(bool flush) {
 void JobMonitor::LogStep(const JobStep& step) {
   if (metrics_ != nullptr) metrics_->Write(step);
   report_steps_.push_back(ReportStepJson(step));
+  for (const std::string& layer : collapse_watch_.Update(step)) {
+    log_->warn(
+        "step {}: {}'s router has collapsed: one expert has taken over {:.0f}% of its tokens for "
+        "{} steps (metrics.jsonl \"experts\"; a larger model.moe.aux_loss_coef balances them)",
+        step.step, layer, ExpertCollapseWatch::kCollapseShare * 100,
+        ExpertCollapseWatch::kCollapseSteps);
+  }
   MaybePrintProgress(step);
 }
 

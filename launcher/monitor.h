@@ -79,6 +79,7 @@ class JobMonitor {
   MonitorOptions options_;
   MetricsLog* metrics_;
   StepAssembler assembler_;
+  ExpertCollapseWatch collapse_watch_;
   std::vector<nlohmann::json> report_steps_;
   std::shared_ptr<spdlog::logger> log_;
   bool hosts_checked_ = false;  // TensorGroupsAcrossHosts, once every rank has joined

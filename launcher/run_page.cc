@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cctype>
 #include <filesystem>
+#include <map>
 #include <sstream>
 #include <tuple>
 #include <vector>
@@ -284,6 +285,29 @@ std::vector<PlotSeries> SeriesOf(const Metrics& metrics, const std::vector<Part>
   return series;
 }
 
+// Mixture of experts: each MoE layer's busiest expert over its mean load (metrics.jsonl's
+// "experts"), one series per layer over every part; none without experts.
+std::vector<PlotSeries> ExpertLoadSeries(const Metrics& metrics, const char* const* palette) {
+  std::map<std::string, PlotSeries> by_layer;
+  for (const json& line : metrics.lines) {
+    if (!line.contains("experts") || !line["experts"].is_object()) continue;
+    for (const auto& [layer, figures] : line["experts"].items()) {
+      if (!figures.is_object() || !figures.contains("max_over_mean") ||
+          !figures["max_over_mean"].is_number()) {
+        continue;
+      }
+      by_layer[layer].points.push_back({StepOf(line), figures["max_over_mean"].get<double>()});
+    }
+  }
+  std::vector<PlotSeries> series;
+  for (auto& [layer, s] : by_layer) {
+    s.label = layer;
+    s.color = palette[series.size() % 5];
+    series.push_back(std::move(s));
+  }
+  return series;
+}
+
 // Dashed lines where each part after the first begins.
 std::vector<std::pair<double, std::string>> PartMarkers(const Metrics& metrics,
                                                         const std::vector<Part>& parts) {
@@ -345,6 +369,12 @@ std::string CurvesPanel(const std::optional<Metrics>& metrics) {
     html +=
         LinePlotSvg(LinePlot{id, title, "step", name,
                              SeriesOf(*metrics, parts, key, name, kLinePalette, false), markers});
+  }
+  if (std::vector<PlotSeries> experts = ExpertLoadSeries(*metrics, kLinePalette);
+      !experts.empty()) {
+    html += LinePlotSvg(LinePlot{"plot-expert-load",
+                                 "Expert load: the busiest expert over the mean, per MoE layer",
+                                 "step", "max / mean", std::move(experts), markers});
   }
   return html + "</div></section>\n";
 }

@@ -127,6 +127,25 @@ TEST(RunPage, EveryCurveHasOnePointPerLoggedValueAndARestartStartsNewSeries) {
   EXPECT_NE(page.find("1 line(s) that did not parse were skipped"), std::string::npos);
 }
 
+// Mixture of experts: one curve per MoE layer of its busiest expert over the mean; no plot
+// without experts.
+TEST(RunPage, ExpertLoadIsOneCurvePerMoeLayer) {
+  EXPECT_TRUE(SvgById(RenderRunPage(Inputs()), "plot-expert-load").empty());
+  std::string text;
+  for (int64_t step = 1; step <= 4; ++step) {
+    json line = Line(step, 0);
+    line["experts"] = {{"block.1", {{"max_over_mean", 1.0 + 0.1 * static_cast<double>(step)}}},
+                       {"block.3", {{"max_over_mean", 1.5}}}};
+    if (step == 2) line["experts"]["block.3"]["max_over_mean"] = "high";  // skipped, not drawn
+    text += line.dump() + "\n";
+  }
+  RunPageInputs inputs = Inputs();
+  inputs.metrics = text;
+  const std::string plot = SvgById(RenderRunPage(inputs), "plot-expert-load");
+  EXPECT_EQ(PolylinePoints(plot, "block.1"), 4);
+  EXPECT_EQ(PolylinePoints(plot, "block.3"), 3);
+}
+
 TEST(RunPage, AResumedRunStartsANewPartWhereItsElapsedTimeStartsOver) {
   RunPageInputs inputs;
   inputs.dir = "out/resumed";

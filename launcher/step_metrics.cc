@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <ctime>
 #include <filesystem>
@@ -46,6 +47,10 @@ std::vector<JobStep> StepAssembler::Add(const std::vector<WorkerReport>& reports
     p.step.attempt = attempt_;
     p.step.memory_peak[r.rank] = r.memory_peak;
     p.step.rank_keys[r.rank] = layout_.MetricsKey(r.rank);
+    for (auto it = r.metrics.lower_bound("experts/");
+         it != r.metrics.end() && it->first.starts_with("experts/"); ++it) {
+      p.step.experts[it->first] += it->second;
+    }
     p.reported.insert(r.rank);
     if (r.rank == head_rank_) {
       p.step.head = r;
@@ -91,6 +96,58 @@ json HeadFields(const JobStep& step) {
 
 }  // namespace
 
+json ExpertsJson(const JobStep& step) {
+  json out = json::object();
+  for (const auto& [key, value] : step.experts) {  // "experts/<layer>/<figure>[/<expert>]"
+    const size_t layer_end = key.find('/', 8);
+    if (layer_end == std::string::npos) continue;
+    json& layer = out[key.substr(8, layer_end - 8)];
+    const std::string figure = key.substr(layer_end + 1);
+    if (figure.starts_with("load/")) {
+      const size_t e = std::stoul(figure.substr(5));
+      json& loads = layer["tokens_per_expert"];
+      while (loads.size() <= e) loads.push_back(0);
+      loads[e] = static_cast<int64_t>(value);
+    } else {
+      layer[figure] = value;
+    }
+  }
+  for (auto& [name, layer] : out.items()) {
+    const double microbatches = layer.value("microbatches", 0.0);
+    for (const char* loss : {"aux_loss", "z_loss"}) {
+      layer[loss] = microbatches > 0 ? layer.value(loss, 0.0) / microbatches : 0.0;
+    }
+    layer.erase("microbatches");
+    layer["tokens"] = static_cast<int64_t>(layer.value("tokens", 0.0));
+    layer["dropped"] = static_cast<int64_t>(layer.value("dropped", 0.0));
+    double total = 0, busiest = 0;
+    const json loads = layer.value("tokens_per_expert", json::array());
+    for (const json& load : loads) {
+      total += load.get<double>();
+      busiest = std::max(busiest, load.get<double>());
+    }
+    layer["max_over_mean"] =
+        total > 0 ? busiest / (total / static_cast<double>(loads.size())) : 0.0;
+  }
+  return out;
+}
+
+std::vector<std::string> ExpertCollapseWatch::Update(const JobStep& step) {
+  std::vector<std::string> collapsed;
+  const json experts = ExpertsJson(step);
+  for (const auto& [name, layer] : experts.items()) {
+    const double tokens = layer.at("tokens").get<double>();
+    double busiest = 0;
+    for (const json& load : layer.value("tokens_per_expert", json::array())) {
+      busiest = std::max(busiest, load.get<double>());
+    }
+    int& streak = streak_[name];
+    streak = tokens > 0 && busiest > kCollapseShare * tokens ? streak + 1 : 0;
+    if (streak >= kCollapseSteps && warned_.insert(name).second) collapsed.push_back(name);
+  }
+  return collapsed;
+}
+
 json ReportStepJson(const JobStep& step) {
   const WorkerReport& h = step.head;
   json j = HeadFields(step);
@@ -104,6 +161,7 @@ json ReportStepJson(const JobStep& step) {
   // Steps that saved a checkpoint: what the save cost the step (output.async_checkpoint: the
   // copy into host buffers, and any wait for the previous write).
   if (h.timings_s.count("checkpoint") > 0) j["checkpoint_s"] = h.timings_s.at("checkpoint");
+  if (!step.experts.empty()) j["experts"] = ExpertsJson(step);
   j["memory_peak"] = h.memory_peak;
   return j;
 }
@@ -119,6 +177,7 @@ json MetricsLine(const JobStep& step, std::chrono::system_clock::time_point time
   j["attempt"] = step.attempt;
   j["time"] = IsoUtc(time);
   j["elapsed_s"] = elapsed_s;
+  if (!step.experts.empty()) j["experts"] = ExpertsJson(step);
   j["memory_peak"] = memory;
   return j;
 }

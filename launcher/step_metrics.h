@@ -33,6 +33,30 @@ struct JobStep {
   // rank -> its key in metrics.jsonl's memory_peak: "stage1", or with data-parallel replicas or
   // tensor ranks "stage1_replica0", "stage1_tensor1", "stage1_replica0_tensor1".
   std::map<int, std::string> rank_keys;
+  // Experts (model.moe): every rank's "experts/<layer>/<figure>" metrics, summed over the ranks
+  // (the replicas of a layer's stage); ExpertsJson reads them.
+  std::map<std::string, double> experts;
+};
+
+// The step's experts per MoE layer, for metrics.jsonl and report.json: {"block.3": {"tokens",
+// "tokens_per_expert" [E], "max_over_mean" (the busiest expert's load over the mean load),
+// "dropped", "aux_loss", "z_loss" (the unweighted router losses, means over the micro-batches)}};
+// empty without experts.
+nlohmann::json ExpertsJson(const JobStep& step);
+
+// Warns about a collapsed router: an MoE layer one expert of which takes more than
+// kCollapseShare of the layer's tokens in kCollapseSteps consecutive steps. Each layer is named
+// once per run.
+class ExpertCollapseWatch {
+ public:
+  static constexpr double kCollapseShare = 0.9;
+  static constexpr int kCollapseSteps = 10;
+  // The layers that have just collapsed with this step (each returned once).
+  std::vector<std::string> Update(const JobStep& step);
+
+ private:
+  std::map<std::string, int> streak_;
+  std::set<std::string> warned_;
 };
 
 // Collects per-step reports (a rank's reports arrive in step order) into steps. A step is

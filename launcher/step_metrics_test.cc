@@ -63,6 +63,58 @@ TEST(StepAssemblerTest, FlushGivesTheHeadsStepsThatAPeerNeverReported) {
   EXPECT_TRUE(assembler.Flush().empty());
 }
 
+// Two replicas of a stage with an MoE layer: their figures are summed per layer, the losses
+// averaged over the micro-batches, the busiest expert put beside the mean.
+TEST(StepMetricsTest, ExpertsAreSummedOverTheReplicasPerLayer) {
+  StepAssembler assembler(ParallelLayout(/*stages=*/1, 1, /*replicas=*/2), /*head_rank=*/0, 0);
+  const auto expert_report = [](int rank, double first, double second) {
+    WorkerReport r = StepOf(rank, 1);
+    r.metrics["experts/block.1/tokens"] = 8;
+    r.metrics["experts/block.1/dropped"] = 1;
+    r.metrics["experts/block.1/microbatches"] = 2;
+    r.metrics["experts/block.1/aux_loss"] = 2.5;
+    r.metrics["experts/block.1/z_loss"] = 0.5;
+    r.metrics["experts/block.1/load/0"] = first;
+    r.metrics["experts/block.1/load/1"] = second;
+    return r;
+  };
+  const std::vector<JobStep> done = assembler.Add({expert_report(0, 6, 2), expert_report(1, 3, 5)});
+  ASSERT_EQ(done.size(), 1u);
+  const nlohmann::json experts = ExpertsJson(done[0]);
+  ASSERT_TRUE(experts.contains("block.1")) << experts.dump();
+  const nlohmann::json& layer = experts.at("block.1");
+  EXPECT_EQ(layer.at("tokens"), 16);
+  EXPECT_EQ(layer.at("dropped"), 2);
+  EXPECT_EQ(layer.at("tokens_per_expert"), nlohmann::json::array({9, 7}));
+  EXPECT_DOUBLE_EQ(layer.at("max_over_mean").get<double>(), 9.0 / 8.0);
+  EXPECT_DOUBLE_EQ(layer.at("aux_loss").get<double>(), 5.0 / 4);
+  EXPECT_DOUBLE_EQ(layer.at("z_loss").get<double>(), 1.0 / 4);
+  EXPECT_EQ(ReportStepJson(done[0]).at("experts"), experts);
+  EXPECT_FALSE(
+      ReportStepJson(assembler.Add({StepOf(0, 2), StepOf(1, 2)}).at(0)).contains("experts"));
+}
+
+// One expert taking over 90% of a layer's tokens for 10 steps in a row is named once; a
+// balanced step restarts the count.
+TEST(StepMetricsTest, ACollapsedRouterIsNamedOnceAfterTenSteps) {
+  ExpertCollapseWatch watch;
+  const auto step_with = [](double busiest) {
+    JobStep step;
+    step.experts = {{"experts/block.2/tokens", 100},
+                    {"experts/block.2/load/0", busiest},
+                    {"experts/block.2/load/1", 100 - busiest},
+                    {"experts/block.3/tokens", 100},
+                    {"experts/block.3/load/0", 50},
+                    {"experts/block.3/load/1", 50}};
+    return step;
+  };
+  for (int i = 0; i < 9; ++i) EXPECT_TRUE(watch.Update(step_with(95)).empty()) << i;
+  EXPECT_TRUE(watch.Update(step_with(60)).empty());  // the streak breaks
+  for (int i = 0; i < 9; ++i) EXPECT_TRUE(watch.Update(step_with(95)).empty()) << i;
+  EXPECT_EQ(watch.Update(step_with(95)), std::vector<std::string>{"block.2"});
+  EXPECT_TRUE(watch.Update(step_with(95)).empty());  // once
+}
+
 TEST(StepMetricsTest, ReportStepHasTheReportsKeys) {
   StepAssembler assembler(ParallelLayout(2, 1, 1), 1, 0);
   const JobStep step = assembler.Add({StepOf(0, 4), StepOf(1, 4)}).at(0);

@@ -111,6 +111,13 @@ bool BlockLayer::flash_attention() const {
   return false;
 }
 
+std::optional<ExpertStats> BlockLayer::TakeExpertStats() {
+  for (const auto& sublayer : sublayers_) {
+    if (std::optional<ExpertStats> stats = sublayer->TakeExpertStats()) return stats;
+  }
+  return std::nullopt;
+}
+
 Tensor BlockLayer::Forward(const Tensor& x, const MicroBatch& batch, Stash& stash) {
   CheckInput(x, dims_, act_dtype_, name_);
   BATON_CHECK(stash.empty(), "{}: Forward into a stash that is in use", name_);

@@ -65,6 +65,7 @@ class BlockLayer final : public Layer {
   bool selective_recompute() const override { return selective_recompute_; }
   void set_flash_attention(bool on) override;
   bool flash_attention() const override;
+  std::optional<ExpertStats> TakeExpertStats() override;
 
   Tensor Forward(const Tensor& x, const MicroBatch& batch, Stash& stash) override;
   // Each sublayer's cached forward: attention over `cache` (Backend::CachedAttentionForward,

@@ -59,7 +59,7 @@ void Validate(const ModelDims& dims) {
     BATON_CHECK(moe.top_k >= 1 && moe.top_k <= moe.num_experts && moe.expert_hidden > 0 &&
                     moe.every >= 1 && moe.first_dense >= 0 && moe.shared_experts >= 0 &&
                     (moe.shared_experts == 0 || moe.shared_hidden > 0) &&
-                    moe.capacity_factor >= 0.0,
+                    (!moe.shared_gate || moe.shared_experts > 0) && moe.capacity_factor >= 0.0,
                 "invalid experts: {} experts, top {}, width {}, {} shared of width {}, every {} "
                 "after {}, capacity factor {}",
                 moe.num_experts, moe.top_k, moe.expert_hidden, moe.shared_experts,

@@ -16,12 +16,14 @@
 #pragma once
 
 #include <algorithm>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "core/tensor.h"
 #include "kernels/backend.h"
+#include "model/moe_routing.h"
 #include "model/tensor_parallel.h"
 
 namespace baton {
@@ -146,6 +148,10 @@ class Layer {
   // instead of the T x T probabilities (model/sublayer_ops.h). Layers without attention ignore it.
   virtual void set_flash_attention(bool on) { (void)on; }
   virtual bool flash_attention() const { return false; }
+  // A layer with experts (model.moe): what its routing did in the backward passes since the last
+  // call (each micro-batch counted once, whatever the recompute), then forgotten; nullopt for
+  // every other layer.
+  virtual std::optional<ExpertStats> TakeExpertStats() { return std::nullopt; }
 
   // Returns the output activation, or for the head the loss (1). Fills `stash` with what
   // backward needs (under selective recompute, less; see the layer).

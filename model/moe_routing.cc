@@ -107,6 +107,18 @@ MoeRouting Route(const MoeDims& moe, std::vector<float> logits, int64_t tokens) 
   return r;
 }
 
+void ExpertStats::Add(const MoeRouting& routing) {
+  if (load.empty()) load.assign(routing.load.size(), 0);
+  BATON_CHECK(load.size() == routing.load.size(), "expert statistics of {} and {} experts",
+              load.size(), routing.load.size());
+  for (size_t e = 0; e < load.size(); ++e) load[e] += routing.load[e];
+  tokens += routing.tokens;
+  dropped += routing.dropped;
+  ++microbatches;
+  aux_loss += routing.aux_loss;
+  z_loss += routing.z_loss;
+}
+
 std::vector<float> RouterGradient(const MoeDims& moe, const MoeRouting& r,
                                   const std::vector<float>& dweights, float loss_grad_scale) {
   const int64_t e = moe.num_experts, k = moe.top_k, tokens = r.tokens;

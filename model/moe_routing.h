@@ -40,6 +40,20 @@ struct MoeRouting {
   double z_loss = 0.0;           // mean logsumexp^2, unweighted
 };
 
+// What one MoE layer's routing did over some micro-batches (a step's, on one rank): the
+// choices each expert got (before capacity), the tokens, the dropped choices, and the sums of
+// the unweighted router losses over the micro-batches.
+struct ExpertStats {
+  std::vector<int64_t> load;  // (E)
+  int64_t tokens = 0;
+  int64_t dropped = 0;
+  int64_t microbatches = 0;
+  double aux_loss = 0.0;
+  double z_loss = 0.0;
+  void Add(const MoeRouting& routing);
+  bool operator==(const ExpertStats&) const = default;
+};
+
 // Routes `tokens` rows of logits (N,E) row-major f32.
 MoeRouting Route(const MoeDims& moe, std::vector<float> logits, int64_t tokens);
 

@@ -28,6 +28,7 @@
 #include <numeric>
 #include <string>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "core/error.h"
@@ -304,6 +305,7 @@ class MoeSublayer final : public Sublayer {
     const Tensor& logits = stash.Get("moe.logits");
     const int64_t n = Rows(ln).size(0), rows = moe_.routed_rows(n);
     const Routed r = RouteOn(backend, moe_, logits);
+    stats_.Add(r.routing);  // once per micro-batch: a backward runs once, a forward may twice
     ExpertsOutput experts;
     if (stash.Has("moe.fc")) {
       experts = {stash.Get("moe.fc"), stash.Get("moe.act"), stash.Get("moe.out")};
@@ -359,6 +361,11 @@ class MoeSublayer final : public Sublayer {
                        KvCache& /*cache*/, const std::string& /*who*/) override {
     Stash stash;  // nothing is kept: a forward with selective recompute's workspace
     return Forward(backend, x, MicroBatch{}, /*selective_recompute=*/true, stash);
+  }
+
+  std::optional<ExpertStats> TakeExpertStats() override {
+    if (stats_.load.empty()) stats_.load.assign(static_cast<size_t>(moe_.num_experts), 0);
+    return std::exchange(stats_, ExpertStats{});
   }
 
   // Only the shared experts' linears use the sink (the experts', the router's and the gate's
@@ -420,6 +427,7 @@ class MoeSublayer final : public Sublayer {
   ModelDims dims_;
   MoeDims moe_;
   MoeParams p_;
+  ExpertStats stats_;
 };
 
 }  // namespace

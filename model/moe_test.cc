@@ -268,13 +268,15 @@ TEST(MoeLayerTest, TheForwardIsAPlainLoopOverEachTokensExperts) {
 }
 
 // Every gradient against central differences of loss = <y, r> + the router losses (weighted as
-// the config says), for each router, with and without shared experts, capacity and selective
-// recompute; the step is small enough that no choice changes.
+// the config says), for each router, with and without shared experts and capacity, and with
+// selective recompute; the step is small enough that no choice changes.
 TEST(MoeLayerTest, EveryBackwardMatchesFiniteDifferences) {
   for (ModelDims dims : Variants()) {
     dims.moe.aux_loss_coef = 0.5;
     dims.moe.z_loss_coef = 0.1;
+    // Selective recompute once (its backward is the plain one's: the bit-for-bit test below).
     for (const bool selective : {false, true}) {
+      if (selective && dims != Variants().front()) continue;
       MoeCase c(LayerKind::kMlpBlock, dims);
       c.layer->set_selective_recompute(selective);
       model_test::ZeroGrads(*c.fx.backend, *c.layer);

@@ -79,6 +79,8 @@ class Sublayer {
   virtual void AppendWeightMatrices(std::vector<Param*>& out) const = 0;
   virtual void set_flash_attention(bool on) { (void)on; }
   virtual bool flash_attention() const { return false; }
+  // Experts only: Layer::TakeExpertStats.
+  virtual std::optional<ExpertStats> TakeExpertStats() { return std::nullopt; }
 };
 
 std::unique_ptr<Sublayer> MakeAttentionSublayer(const ModelDims& dims);  // attention_sublayer.cc

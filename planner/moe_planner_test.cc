@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "config/config.h"
+#include "kernels/cpu/gemm.h"
 #include "planner/in_process.h"
 #include "planner/memory_planner.h"
 #include "planner/planner.h"
@@ -51,7 +52,8 @@ TEST(MoeInProcessTest, EveryRouterAndCapacityTrainsBitIdenticallyAcrossStages) {
   for (const std::vector<std::string>& variant : std::vector<std::vector<std::string>>{
            {"model.moe.router=topk_softmax"},
            {"model.moe.norm_topk_prob=false", "model.moe.shared_expert_gate=false"},
-           {"model.moe.shared_experts=0", "model.moe.top_k=1"},
+           {"model.moe.shared_experts=0", "model.moe.shared_expert_gate=false",
+            "model.moe.top_k=1"},
            {"model.moe.capacity_factor=0.5"},
            {"model.moe.first_dense_layers=0", "model.moe.every=2"}}) {
     std::vector<std::string> one = variant, three = variant;
@@ -83,15 +85,34 @@ TEST(MoeInProcessTest, ReplicasTrainAlikeAtEveryZeroLevel) {
   }
 }
 
-TEST(MoeMemoryPlannerTest, PredictsTheLedgerExactly) {
+// The plan books the worst routing (every token to experts 0 .. k-1, each expert's largest
+// block of rows), whose buffers do not depend on the data: exact in fp32, and in bf16 where the
+// CPU multiplies bf16 itself. Where a 16-bit product is staged to f32 (fp16; bf16 on an AVX2-only
+// CPU) its staging follows each expert's rows, so the plan is an upper bound of the ledger there.
+TEST(MoeMemoryPlannerTest, PredictsTheLedgerExactlyOrBoundsItFromAbove) {
   for (const std::vector<std::string>& overrides : std::vector<std::vector<std::string>>{
            {"parallel.stages=2", "parallel.schedule=1f1b"},
            {"parallel.stages=2", "parallel.schedule=zb-h1", "precision.dtype=bf16"},
            {"parallel.stages=2", "parallel.checkpoint=selective", "precision.dtype=fp16"},
            {"parallel.stages=4", "parallel.checkpoint=every:1", "model.moe.capacity_factor=1"},
            {"parallel.stages=2", "parallel.replicas=2", "parallel.zero=3"}}) {
-    planner_test::ExpectPredictedEqualsMeasured(MakePlan(MoeTiny(overrides)),
-                                                fmt::format("{}", overrides));
+    const std::string what = fmt::format("{}", overrides);
+    const Plan plan = MakePlan(MoeTiny(overrides));
+    const DType dtype = plan.config.precision.dtype;
+    if (dtype == DType::kF32 || (dtype == DType::kBF16 && cpu::Bf16GemmInUse())) {
+      planner_test::ExpectPredictedEqualsMeasured(plan, what);
+      continue;
+    }
+    const std::vector<RankMemory> predicted = PredictMemory(plan, {CommTransport::kInProcess});
+    const InProcessResult measured = RunInProcess(plan);
+    ASSERT_EQ(predicted.size(), measured.ranks.size()) << what;
+    for (size_t r = 0; r < predicted.size(); ++r) {
+      EXPECT_GE(predicted[r].peak.total, measured.ranks[r].peak.total) << what << ", rank " << r;
+      for (MemCategory c : {MemCategory::kParams, MemCategory::kGrads, MemCategory::kOptimizer,
+                            MemCategory::kActivations, MemCategory::kComm}) {
+        EXPECT_EQ(predicted[r].peak[c], measured.ranks[r].peak[c]) << what << ", rank " << r;
+      }
+    }
   }
 }
 

@@ -498,6 +498,11 @@ StepRecord Trainer::Step(int64_t step) {
   backend_.Synchronize();
 
   StepRecord& record = state.record;
+  for (const auto& [index, layer] : model_->layers()) {
+    if (std::optional<ExpertStats> stats = layer->TakeExpertStats()) {
+      record.experts[layer->name()] = std::move(*stats);
+    }
+  }
   if (!state.losses.empty()) {
     double sum = 0;
     for (float l : state.losses) sum += l;

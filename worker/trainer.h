@@ -112,6 +112,8 @@ struct StepRecord {
   int64_t tensor_bytes = 0;
   double tensor_s = 0;
   double tokens_per_s = 0;
+  // Experts (model.moe): each of this rank's MoE layers' routing over the step, by layer name.
+  std::map<std::string, ExpertStats> experts;
   // "step start", the engine's spans, each step-end "exchange", then "optimizer" (the step end,
   // around the exchanges).
   std::vector<TraceSpan> trace;
