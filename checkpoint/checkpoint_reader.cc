@@ -308,8 +308,8 @@ void CheckpointReader::VerifyAll() const {
 
 void CheckpointReader::CheckCompatible(const ModelDims& dims,
                                        const std::vector<LayerSpec>& graph) const {
-  BATON_CHECK(dims == dims_, "{}: the checkpoint's model is {}, this run's is {}", step_dir_,
-              ToString(dims_), ToString(dims));
+  BATON_CHECK(SameModel(dims, dims_), "{}: the checkpoint's model is {}, this run's is {}",
+              step_dir_, ToString(dims_), ToString(dims));
   BATON_CHECK(graph.size() == layer_names_.size(),
               "{}: the checkpoint has {} layers, this run's graph {}", step_dir_,
               layer_names_.size(), graph.size());

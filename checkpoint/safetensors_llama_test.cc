@@ -16,6 +16,7 @@
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/checkpoint_export.h"
 #include "checkpoint/checkpoint_test_util.h"
+#include "checkpoint/hf_test_util.h"
 #include "core/error.h"
 #include "kernels/testing/numeric_check.h"
 
@@ -23,37 +24,19 @@ namespace baton {
 namespace {
 
 namespace fs = std::filesystem;
+using checkpoint_test::AddExperts;
+using checkpoint_test::ErrorAgainstTransformers;
+using checkpoint_test::ErrorOf;
 using checkpoint_test::Fixture;
 using checkpoint_test::Rank;
 using checkpoint_test::TempDir;
+using checkpoint_test::TinyLlamaDims;
 using ::testing::AllOf;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::Not;
 
 const std::string kFixtureDir = std::string(BATON_SOURCE_DIR) + "/tests/fixtures/llama-hf";
-
-template <typename F>
-std::string ErrorOf(F action) {
-  try {
-    action();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
-
-// V=11, maxT=5, L=2, NH=4, C=16 (D=4), SwiGLU hidden 24, Llama 3 rope scaling.
-ModelDims TinyLlamaDims(int kv_heads, bool tied) {
-  ModelDims dims{11, 5, 2, 4, 16};
-  dims.family = ModelFamily::kLlama;
-  dims.num_kv_heads = kv_heads;
-  dims.mlp_hidden = 24;
-  dims.norm_eps = 1e-5f;
-  dims.rope = {500000.0, 8.0, 1.0, 4.0, 64};
-  dims.tie_embeddings = tied;
-  return dims;
-}
 
 // A checkpoint of `ranks` (one step of fake training) at dir/checkpoints.
 void WriteCheckpoint(Fixture& f, const std::vector<Rank*>& ranks, const TempDir& dir) {
@@ -76,20 +59,6 @@ struct RoundTripCase {
   int window = 0;      // a Mistral with this sliding window
   bool moe = false;    // experts: a Mixtral, or with qwen2 a Qwen2-MoE (a gated shared expert)
 };
-
-// Experts in every block of `dims` (3 of width 8, two per token), as a Mixtral has them, or with
-// a gated shared expert of width 12 as a Qwen2-MoE.
-void AddExperts(ModelDims& dims, bool shared) {
-  dims.moe.num_experts = 3;
-  dims.moe.top_k = 2;
-  dims.moe.expert_hidden = 8;
-  if (shared) {
-    dims.moe.shared_experts = 1;
-    dims.moe.shared_hidden = 12;
-    dims.moe.shared_gate = true;
-    dims.moe.norm_topk_prob = false;
-  }
-}
 
 class LlamaRoundTripTest : public ::testing::TestWithParam<RoundTripCase> {};
 
@@ -236,46 +205,6 @@ TEST(SafetensorsLlamaTest, Qwen2ExportWritesItsQkvBiasesAndAQwen2Config) {
               HasSubstr("use_sliding_window is true"));
 }
 
-// The logits of `folder` (loaded as model.init_from loads it: InitFromHfLlama) for the fixture's
-// input_ids, against the ones transformers stored: the normalised error. Baton's CPU forward in
-// f32; the two differ by summation order only.
-double ErrorAgainstTransformers(const std::string& dir, const nlohmann::json& reference,
-                                const std::function<void(const ModelDims&)>& check_dims) {
-  const auto ids = reference["input_ids"].get<std::vector<std::vector<int32_t>>>();
-  const int64_t batch = static_cast<int64_t>(ids.size());
-  const int64_t seq = static_cast<int64_t>(ids[0].size());
-  HfLlamaFolder folder = HfLlamaFolder::Open(dir);
-  Fixture f;
-  f.dims = DimsOfHfLlama(folder.config(), seq);
-  f.graph = GptGraph(f.dims);
-  check_dims(f.dims);
-  ValidateHfLlamaFolder(folder, f.dims);
-  Rank whole = f.MakeRank({{0, f.last_layer()}}, 0, 1, DType::kF32, /*seed=*/5);
-  InitFromHfLlama(folder, f.dims, whole.model->params(), whole.optimizer.get(), *f.backend);
-  std::vector<int32_t> tokens;
-  for (const auto& row : ids) tokens.insert(tokens.end(), row.begin(), row.end());
-  std::vector<int32_t> targets(tokens.size(), 0);
-  MicroBatch micro;
-  micro.tokens = Tensor::Wrap(tokens.data(), {batch, seq}, DType::kI32);
-  micro.targets = Tensor::Wrap(targets.data(), {batch, seq}, DType::kI32);
-  std::vector<Stash> stashes(whole.model->layers().size());
-  Tensor x;
-  size_t i = 0;
-  for (auto& [index, layer] : whole.model->layers()) x = layer->Forward(x, micro, stashes[i++]);
-  const Tensor& logits = stashes.back().Get("logits");  // (B*T, V)
-  std::vector<float> expected;
-  for (const auto& row : reference["logits"]) {
-    for (const auto& position : row) {
-      for (const auto& v : position) expected.push_back(v.get<float>());
-    }
-  }
-  EXPECT_EQ(logits.numel(), static_cast<int64_t>(expected.size()));
-  if (logits.numel() != static_cast<int64_t>(expected.size())) return 1.0;
-  const std::span<const float> got(logits.data<float>(), expected.size());
-  EXPECT_GT(numeric_check::NormalisedError(got, std::vector<float>(expected.size(), 0.0f)), 0.5);
-  return numeric_check::NormalisedError(got, expected);
-}
-
 // tests/fixtures/llama-hf: a LlamaForCausalLM transformers made and saved in 3 shards
 // (make_llama_hf_fixture.py), with the logits transformers computed. Loaded as model.init_from
 // loads it, Baton's forward gives the same logits: the independent check of the RoPE layout and
@@ -328,85 +257,6 @@ TEST(SafetensorsLlamaTest, TransformersMistralFolderGivesTransformersSlidingWind
   const double apart = ErrorAgainstTransformers(dir, no_window, [](const ModelDims&) {});
   EXPECT_GT(apart, 1e-2);
   RecordProperty("against_no_window", fmt::format("{:.3g}", apart));
-}
-
-// tests/fixtures/mixtral-hf and qwen2-moe-hf (make_moe_hf_fixtures.py: 4 experts, two per token,
-// weights N(0, 0.3^2) so the router's choices are clear of ties; the Qwen2-MoE with q/k/v biases,
-// raw top-k probabilities and a shared expert behind its sigmoid gate) with transformers' logits:
-// Baton's experts give them within 1e-5, the independent check of the routing, the experts'
-// w1/w3/w2 (gate/up/down) layout and the shared expert's gate.
-TEST(SafetensorsLlamaTest, TransformersMixtureOfExpertsFoldersGiveTransformersLogits) {
-  for (const char* name : {"mixtral-hf", "qwen2-moe-hf"}) {
-    const std::string dir = std::string(BATON_SOURCE_DIR) + "/tests/fixtures/" + name;
-    const nlohmann::json reference =
-        nlohmann::json::parse(ReadFileToString(dir + "/reference.json"));
-    const bool qwen = std::string(name) == "qwen2-moe-hf";
-    const double error = ErrorAgainstTransformers(dir, reference, [&](const ModelDims& dims) {
-      ASSERT_EQ(dims.moe.num_experts, 4);
-      ASSERT_EQ(dims.moe.top_k, 2);
-      ASSERT_TRUE(dims.moe_block(0) && dims.moe_block(1));
-      ASSERT_EQ(dims.qwen2(), qwen);
-      ASSERT_EQ(dims.moe.shared_experts, qwen ? 1 : 0);
-      ASSERT_EQ(dims.moe.norm_topk_prob, !qwen);
-    });
-    EXPECT_LT(error, 1e-5) << name << ", transformers " << reference["transformers_version"];
-    RecordProperty(std::string("normalised_error_") + name, fmt::format("{:.3g}", error));
-  }
-}
-
-// A Mixtral exports its experts under their Hugging Face names and layouts (expert e's w3 row j is
-// column I + j of block e of Baton's stacked c_fc) and a config.json MixtralForCausalLM reads; a
-// Qwen2-MoE's shared expert and gate likewise; experts neither format describes are refused.
-TEST(SafetensorsLlamaTest, ExpertsExportUnderMixtralsAndQwen2MoesNames) {
-  Fixture f;
-  f.dims = TinyLlamaDims(2, false);
-  AddExperts(f.dims, /*shared=*/false);
-  f.graph = GptGraph(f.dims);
-  TempDir dir;
-  Rank whole = f.MakeRank({{0, 3}}, 0, 1);
-  ExportHfLlama(dir / "mixtral", whole.param_tensors(), f.dims, *f.backend);
-  const SafetensorsFile file = ReadSafetensors(dir / "mixtral/model.safetensors");
-  EXPECT_EQ(file.Get("model.layers.1.block_sparse_moe.gate.weight").shape, (Shape{3, 16}));
-  EXPECT_EQ(file.Get("model.layers.1.block_sparse_moe.experts.2.w1.weight").shape, (Shape{8, 16}));
-  EXPECT_EQ(file.Get("model.layers.1.block_sparse_moe.experts.2.w2.weight").shape, (Shape{16, 8}));
-  EXPECT_FALSE(file.Has("model.layers.1.mlp.gate_proj.weight"));
-  const Param* c_fc = checkpoint_test::FindParam({&whole}, 2, "h.1.mlp.experts.c_fc.weight").second;
-  ASSERT_NE(c_fc, nullptr);
-  const float* w3 = reinterpret_cast<const float*>(
-      file.Bytes(file.Get("model.layers.1.block_sparse_moe.experts.2.w3.weight")).data());
-  EXPECT_EQ(w3[5 * 16 + 7], c_fc->value.data<float>()[2 * 16 * 16 + 7 * 16 + 8 + 5]);
-  const nlohmann::json config =
-      nlohmann::json::parse(ReadFileToString(dir / "mixtral/config.json"));
-  EXPECT_EQ(config["architectures"], nlohmann::json::array({"MixtralForCausalLM"}));
-  EXPECT_EQ(config["num_local_experts"], 3);
-  EXPECT_EQ(config["num_experts_per_tok"], 2);
-  EXPECT_EQ(config["intermediate_size"], 8);
-  EXPECT_FALSE(config.contains("attention_bias"));
-  EXPECT_EQ(DimsOfHfLlama(ReadHfLlamaConfig(dir / "mixtral/config.json"), 5).moe.num_experts, 3);
-
-  Fixture q;
-  q.dims = TinyLlamaDims(2, true);
-  q.dims.family = ModelFamily::kQwen2;
-  AddExperts(q.dims, /*shared=*/true);
-  q.graph = GptGraph(q.dims);
-  Rank qwen = q.MakeRank({{0, 3}}, 0, 1);
-  ExportHfLlama(dir / "qwen", qwen.param_tensors(), q.dims, *q.backend);
-  const SafetensorsFile qfile = ReadSafetensors(dir / "qwen/model.safetensors");
-  EXPECT_EQ(qfile.Get("model.layers.0.mlp.experts.1.up_proj.weight").shape, (Shape{8, 16}));
-  EXPECT_EQ(qfile.Get("model.layers.0.mlp.shared_expert.down_proj.weight").shape, (Shape{16, 12}));
-  EXPECT_EQ(qfile.Get("model.layers.0.mlp.shared_expert_gate.weight").shape, (Shape{1, 16}));
-  const nlohmann::json qconfig = nlohmann::json::parse(ReadFileToString(dir / "qwen/config.json"));
-  EXPECT_EQ(qconfig["architectures"], nlohmann::json::array({"Qwen2MoeForCausalLM"}));
-  EXPECT_EQ(qconfig["moe_intermediate_size"], 8);
-  EXPECT_EQ(qconfig["shared_expert_intermediate_size"], 12);
-  EXPECT_EQ(qconfig["norm_topk_prob"], false);
-  EXPECT_EQ(DimsOfHfLlama(ReadHfLlamaConfig(dir / "qwen/config.json"), 5), q.dims);
-
-  ModelDims shared_mixtral = f.dims;
-  shared_mixtral.moe.shared_experts = 1;
-  shared_mixtral.moe.shared_hidden = 4;
-  EXPECT_THAT(ErrorOf([&] { WriteHfLlamaConfig(dir / "bad", shared_mixtral, DType::kF32); }),
-              HasSubstr("a Mixtral (MixtralForCausalLM) has experts in every layer, no shared"));
 }
 
 // The fixture's weight map puts the embedding in shard 1, layer 1 and the norm in shard 2 and the

@@ -67,6 +67,14 @@ void Validate(const ModelDims& dims) {
   }
 }
 
+bool SameModel(const ModelDims& a, const ModelDims& b) {
+  ModelDims training = a;
+  training.moe.aux_loss_coef = b.moe.aux_loss_coef;
+  training.moe.z_loss_coef = b.moe.z_loss_coef;
+  training.moe.capacity_factor = b.moe.capacity_factor;
+  return training == b;
+}
+
 int64_t MoeDims::capacity(int64_t tokens) const {
   if (capacity_factor <= 0.0) return tokens;
   const double rows = capacity_factor * static_cast<double>(tokens * top_k) / num_experts;

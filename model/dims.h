@@ -129,6 +129,11 @@ struct ModelDims {
   bool operator==(const ModelDims&) const = default;
 };
 
+// Whether a and b hold the same parameters computing the same function: equal but for the
+// training choices of their experts (the router losses' weights, the capacity factor), which a
+// resumed or re-partitioned run may change.
+bool SameModel(const ModelDims& a, const ModelDims& b);
+
 // Throws baton::Error unless every field is positive and width is a multiple of num_heads.
 void Validate(const ModelDims& dims);
 std::string ToString(const ModelDims& dims);  // "V=50257 T=1024 L=12 NH=12 C=768"

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -114,6 +115,29 @@ TEST(MoeRoutingTest, TheRouterLossesAreSwitchsBalanceAndTheZLoss) {
   }
   EXPECT_NEAR(r.aux_loss, 4 * aux, 1e-6);
   EXPECT_NEAR(r.z_loss, z, 1e-5);
+}
+
+// A checkpoint resumes into a run that weighs the router's losses or sets a capacity otherwise
+// (CheckpointReader::CheckCompatible asks SameModel), not into other experts or another router.
+TEST(MoeRoutingTest, TheTrainingChoicesOfTheExpertsAreNotTheModel) {
+  ModelDims a{11, 6, 2, 4, 16};
+  a.family = ModelFamily::kLlama;
+  a.moe = Experts(4, 2);
+  ModelDims b = a;
+  b.moe.aux_loss_coef = 0.1;
+  b.moe.z_loss_coef = 1e-3;
+  b.moe.capacity_factor = 1.25;
+  EXPECT_TRUE(SameModel(a, b));
+  EXPECT_FALSE(a == b);
+  for (const auto& change : std::vector<std::function<void(ModelDims&)>>{
+           [](ModelDims& d) { d.moe.top_k = 1; },
+           [](ModelDims& d) { d.moe.router = MoeDims::Router::kTopkSoftmax; },
+           [](ModelDims& d) { d.moe.norm_topk_prob = false; },
+           [](ModelDims& d) { d.moe.every = 2; }, [](ModelDims& d) { d.width = 32; }}) {
+    ModelDims other = b;
+    change(other);
+    EXPECT_FALSE(SameModel(a, other)) << ToString(other);
+  }
 }
 
 // ---- the layer

@@ -1,0 +1,110 @@
+// Mixtures of experts in Hugging Face folders (checkpoint/safetensors_moe.h): Mixtral and
+// Qwen2-MoE folders transformers wrote giving transformers' logits, and the export's names,
+// layouts, config.json and refusals. (Their bit-for-bit round trip: LlamaRoundTripTest.)
+#include "checkpoint/safetensors_moe.h"
+
+#include <fmt/format.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "checkpoint/checkpoint_test_util.h"
+#include "checkpoint/hf_test_util.h"
+#include "core/error.h"
+#include "core/files.h"
+
+namespace baton {
+namespace {
+
+using checkpoint_test::AddExperts;
+using checkpoint_test::ErrorAgainstTransformers;
+using checkpoint_test::ErrorOf;
+using checkpoint_test::Fixture;
+using checkpoint_test::Rank;
+using checkpoint_test::TempDir;
+using checkpoint_test::TinyLlamaDims;
+using ::testing::HasSubstr;
+
+// tests/fixtures/mixtral-hf and qwen2-moe-hf (make_moe_hf_fixtures.py: 4 experts, two per token,
+// weights N(0, 0.3^2) so the router's choices are clear of ties; the Qwen2-MoE with q/k/v biases,
+// raw top-k probabilities and a shared expert behind its sigmoid gate) with transformers' logits:
+// Baton's experts give them within 1e-5, the independent check of the routing, the experts'
+// w1/w3/w2 (gate/up/down) layout and the shared expert's gate.
+TEST(SafetensorsMoeTest, TransformersMixtureOfExpertsFoldersGiveTransformersLogits) {
+  for (const char* name : {"mixtral-hf", "qwen2-moe-hf"}) {
+    const std::string dir = std::string(BATON_SOURCE_DIR) + "/tests/fixtures/" + name;
+    const nlohmann::json reference =
+        nlohmann::json::parse(ReadFileToString(dir + "/reference.json"));
+    const bool qwen = std::string(name) == "qwen2-moe-hf";
+    const double error = ErrorAgainstTransformers(dir, reference, [&](const ModelDims& dims) {
+      ASSERT_EQ(dims.moe.num_experts, 4);
+      ASSERT_EQ(dims.moe.top_k, 2);
+      ASSERT_TRUE(dims.moe_block(0) && dims.moe_block(1));
+      ASSERT_EQ(dims.qwen2(), qwen);
+      ASSERT_EQ(dims.moe.shared_experts, qwen ? 1 : 0);
+      ASSERT_EQ(dims.moe.norm_topk_prob, !qwen);
+    });
+    EXPECT_LT(error, 1e-5) << name << ", transformers " << reference["transformers_version"];
+    RecordProperty(std::string("normalised_error_") + name, fmt::format("{:.3g}", error));
+  }
+}
+
+// A Mixtral exports its experts under their Hugging Face names and layouts (expert e's w3 row j is
+// column I + j of block e of Baton's stacked c_fc) and a config.json MixtralForCausalLM reads; a
+// Qwen2-MoE's shared expert and gate likewise; experts neither format describes are refused.
+TEST(SafetensorsMoeTest, ExpertsExportUnderMixtralsAndQwen2MoesNames) {
+  Fixture f;
+  f.dims = TinyLlamaDims(2, false);
+  AddExperts(f.dims, /*shared=*/false);
+  f.graph = GptGraph(f.dims);
+  TempDir dir;
+  Rank whole = f.MakeRank({{0, 3}}, 0, 1);
+  ExportHfLlama(dir / "mixtral", whole.param_tensors(), f.dims, *f.backend);
+  const SafetensorsFile file = ReadSafetensors(dir / "mixtral/model.safetensors");
+  EXPECT_EQ(file.Get("model.layers.1.block_sparse_moe.gate.weight").shape, (Shape{3, 16}));
+  EXPECT_EQ(file.Get("model.layers.1.block_sparse_moe.experts.2.w1.weight").shape, (Shape{8, 16}));
+  EXPECT_EQ(file.Get("model.layers.1.block_sparse_moe.experts.2.w2.weight").shape, (Shape{16, 8}));
+  EXPECT_FALSE(file.Has("model.layers.1.mlp.gate_proj.weight"));
+  const Param* c_fc = checkpoint_test::FindParam({&whole}, 2, "h.1.mlp.experts.c_fc.weight").second;
+  ASSERT_NE(c_fc, nullptr);
+  const float* w3 = reinterpret_cast<const float*>(
+      file.Bytes(file.Get("model.layers.1.block_sparse_moe.experts.2.w3.weight")).data());
+  EXPECT_EQ(w3[5 * 16 + 7], c_fc->value.data<float>()[2 * 16 * 16 + 7 * 16 + 8 + 5]);
+  const nlohmann::json config =
+      nlohmann::json::parse(ReadFileToString(dir / "mixtral/config.json"));
+  EXPECT_EQ(config["architectures"], nlohmann::json::array({"MixtralForCausalLM"}));
+  EXPECT_EQ(config["num_local_experts"], 3);
+  EXPECT_EQ(config["num_experts_per_tok"], 2);
+  EXPECT_EQ(config["intermediate_size"], 8);
+  EXPECT_FALSE(config.contains("attention_bias"));
+  EXPECT_EQ(DimsOfHfLlama(ReadHfLlamaConfig(dir / "mixtral/config.json"), 5).moe.num_experts, 3);
+
+  Fixture q;
+  q.dims = TinyLlamaDims(2, true);
+  q.dims.family = ModelFamily::kQwen2;
+  AddExperts(q.dims, /*shared=*/true);
+  q.graph = GptGraph(q.dims);
+  Rank qwen = q.MakeRank({{0, 3}}, 0, 1);
+  ExportHfLlama(dir / "qwen", qwen.param_tensors(), q.dims, *q.backend);
+  const SafetensorsFile qfile = ReadSafetensors(dir / "qwen/model.safetensors");
+  EXPECT_EQ(qfile.Get("model.layers.0.mlp.experts.1.up_proj.weight").shape, (Shape{8, 16}));
+  EXPECT_EQ(qfile.Get("model.layers.0.mlp.shared_expert.down_proj.weight").shape, (Shape{16, 12}));
+  EXPECT_EQ(qfile.Get("model.layers.0.mlp.shared_expert_gate.weight").shape, (Shape{1, 16}));
+  const nlohmann::json qconfig = nlohmann::json::parse(ReadFileToString(dir / "qwen/config.json"));
+  EXPECT_EQ(qconfig["architectures"], nlohmann::json::array({"Qwen2MoeForCausalLM"}));
+  EXPECT_EQ(qconfig["moe_intermediate_size"], 8);
+  EXPECT_EQ(qconfig["shared_expert_intermediate_size"], 12);
+  EXPECT_EQ(qconfig["norm_topk_prob"], false);
+  EXPECT_EQ(DimsOfHfLlama(ReadHfLlamaConfig(dir / "qwen/config.json"), 5), q.dims);
+
+  ModelDims shared_mixtral = f.dims;
+  shared_mixtral.moe.shared_experts = 1;
+  shared_mixtral.moe.shared_hidden = 4;
+  EXPECT_THAT(ErrorOf([&] { WriteHfLlamaConfig(dir / "bad", shared_mixtral, DType::kF32); }),
+              HasSubstr("a Mixtral (MixtralForCausalLM) has experts in every layer, no shared"));
+}
+
+}  // namespace
+}  // namespace baton
