@@ -24,6 +24,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <memory>
 #include <numeric>
 #include <string>
@@ -59,12 +60,16 @@ struct MoeParams {
 
 // The host's f32 copy of a device tensor (zeros for a meta tensor: a ledger-only backend routes
 // every token to experts 0 .. k-1, each expert's largest possible block).
+// Read back in its own dtype, then widened here: a GPU's converting copy would stage on the
+// device, which the ledger-only backend (returning before any copy) would not book.
 std::vector<float> ToHost(Backend& backend, const Tensor& t) {
   std::vector<float> host(static_cast<size_t>(t.numel()), 0.0f);
   if (t.is_meta()) return host;
-  Tensor view = Tensor::Wrap(host.data(), t.shape(), DType::kF32);
+  std::vector<std::byte> raw(t.nbytes());
+  Tensor view = Tensor::Wrap(raw.data(), t.shape(), t.dtype());
   backend.Copy(t, view);
   backend.Synchronize();
+  ConvertFloats(raw.data(), t.dtype(), host.data(), DType::kF32, host.size());
   return host;
 }
 

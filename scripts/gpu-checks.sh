@@ -7,7 +7,8 @@
 #   2. the CUDA unit tests (allocator on a fake device, backend factory, run-report figures);
 #      these also run without a GPU;
 #   3. the device, its dense bf16 peak, and the bf16 GEMM rate the CUDA backend reaches;
-#   4. configs/gpt-tiny.yaml (and configs/llama-tiny.yaml, 1 and 2 stages) on one GPU, 1 stage,
+#   4. configs/gpt-tiny.yaml (and configs/llama-tiny.yaml and configs/moe-tiny.yaml, 1 and 2
+#      stages) on one GPU, 1 stage,
 #      2 stages sharing it (1F1B, and the V-shaped zb-v), 1 stage x 2
 #      data-parallel replicas sharing it (with and without ZeRO-1; the replicas' exchange goes
 #      through the host on one GPU, over NCCL on two), and 1 stage x 2 tensor ranks sharing it
@@ -321,6 +322,28 @@ if may_run gpu "baton run configs/gpt-tiny.yaml on the CPU (2 stages), then devi
     done
   else
     fail "llama-tiny CPU reference run (see llama-cpu.log)"
+  fi
+  # Experts (model.moe: the router read back to the host, moe.cu's dispatch and combine, one
+  # cuBLAS GEMM per expert): the CPU's 2 stages against one GPU with 1 and 2 stages.
+  moe=(configs/moe-tiny.yaml --set "data.path=$corpus" --set data.format=text
+    --set "train.steps=$tiny_steps")
+  if run_baton moe-cpu 120 "${moe[@]}" --set parallel.stages=2 --set device.type=cpu \
+    --set device.threads=4; then
+    for stages in 1 2; do
+      name="moe-cuda-${stages}stage"
+      if run_baton "$name" 120 "${moe[@]}" --set "parallel.stages=$stages" \
+        --set device.type=cuda; then
+        "$gpu_bench" compare-losses "$out/moe-cpu.json" "$out/$name.json" --tolerance 2e-3 \
+          --require-difference 1 >"$out/$name.compare" 2>&1 ||
+          fail "$name: GPU losses differ from the CPU's (or ran on the CPU)"
+        cat "$out/$name.compare"
+        lines+=("moe $stages stage(s): $(sed "s|$out/||g" "$out/$name.compare" | tr '\n' ' ')")
+      else
+        fail "$name (see $name.log)"
+      fi
+    done
+  else
+    fail "moe-tiny CPU reference run (see moe-cpu.log)"
   fi
   finish "${lines[@]}"
 fi
