@@ -45,8 +45,9 @@ TEST(MoeInProcessTest, EveryScheduleAndCheckpointingIsBitIdenticalToOneStage) {
   planner_test::ExpectEveryScheduleBitIdenticalToOneStage(MoeTiny, /*dualpipev=*/true);
 }
 
-// Each router, no shared expert, top-1, a capacity that drops tokens, MoE every second block:
-// bit-identical on 1 and 3 stages, and each trains a model of its own.
+// Each router, no shared expert, top-1, a capacity that drops tokens, MoE every second block,
+// packed documents in fp16 (loss scaling scales the router losses' gradient too): bit-identical
+// on 1 and 3 stages, and each trains a model of its own.
 TEST(MoeInProcessTest, EveryRouterAndCapacityTrainsBitIdenticallyAcrossStages) {
   std::vector<std::string> checksums;
   for (const std::vector<std::string>& variant : std::vector<std::vector<std::string>>{
@@ -55,7 +56,8 @@ TEST(MoeInProcessTest, EveryRouterAndCapacityTrainsBitIdenticallyAcrossStages) {
            {"model.moe.shared_experts=0", "model.moe.shared_expert_gate=false",
             "model.moe.top_k=1"},
            {"model.moe.capacity_factor=0.5"},
-           {"model.moe.first_dense_layers=0", "model.moe.every=2"}}) {
+           {"model.moe.first_dense_layers=0", "model.moe.every=2"},
+           {"data.packing=true", "data.document_separator=10", "precision.dtype=fp16"}}) {
     std::vector<std::string> one = variant, three = variant;
     one.push_back("parallel.stages=1");
     three.push_back("parallel.stages=3");
