@@ -490,6 +490,8 @@ TEST(ConfigTest, ExpertsAreReadAndImpossibleCombinationsRefused) {
   EXPECT_THAT(with({"model.moe.router=topk_softmax", "model.moe.norm_topk_prob=false"}),
               HasSubstr("model.moe.norm_topk_prob is softmax_topk's choice"));
   EXPECT_THAT(with({"model.share.group=2"}), HasSubstr("set model.share.what to attention"));
+  EXPECT_THAT(with({"prune.at_step=1", "prune.sparsity=0.5"}),
+              HasSubstr("a model with model.moe cannot be pruned"));
   EXPECT_THAT(with({"model.moe.shared_expert_gate=true"}),
               HasSubstr("it needs model.moe.shared_experts > 0"));
   EXPECT_THAT(with({"model.low_rank.mlp=4"}), HasSubstr("model.low_rank.mlp must be 0"));

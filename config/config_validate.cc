@@ -198,6 +198,9 @@ void ValidatePrune(const Config& c, const Reporter& r) {
   r.Require(p.sparsity > 0.0, {"prune.sparsity"}, "pruning needs prune.sparsity > 0");
   r.Require(c.model.weights == WeightFormat::kDense, {"prune.at_step", "model.weights"},
             "pruning trains: it needs model.weights: dense");
+  r.Require(c.model.moe.num_experts == 0, {"prune.at_step", "model.moe.num_experts"},
+            "pruning masks a block's weight matrices; the experts' stacked matrices take none yet: "
+            "a model with model.moe cannot be pruned");
   if (p.pattern == PrunePattern::k2of4) {
     r.Require(p.sparsity == 0.5, {"prune.sparsity", "prune.pattern"},
               fmt::format("prune.pattern 2:4 keeps 2 of every 4 weights: prune.sparsity must be "
