@@ -195,12 +195,13 @@ struct MoeCase {
 
 // An MLP block's output by a plain loop per token and choice, in double: RMSNorm, the router
 // (its logits through Route), each chosen expert's SwiGLU, the shared experts and their gate.
-// Also the router losses of that routing (for the finite differences of the losses).
+// Also the router losses of that routing (for the finite differences of the losses; with
+// `routing_only` the output is not computed, y is x).
 struct Reference {
   std::vector<double> y;
   MoeRouting routing;
 };
-Reference ReferenceBlock(MoeCase& c) {
+Reference ReferenceBlock(MoeCase& c, bool routing_only = false) {
   const MoeDims& moe = c.dims.moe;
   const int64_t n_tokens = kBatch * kSeq, cw = c.dims.width, e = moe.num_experts;
   const int64_t hi = moe.expert_hidden, s = moe.shared_width();
@@ -234,6 +235,7 @@ Reference ReferenceBlock(MoeCase& c) {
     return out;
   };
   Reference ref{std::vector<double>(x, x + n_tokens * cw), Route(moe, logits, n_tokens)};
+  if (routing_only) return ref;
   for (int64_t n = 0; n < n_tokens; ++n) {
     for (int64_t j = 0; j < moe.top_k; ++j) {
       if (ref.routing.slots[n * moe.top_k + j] < 0) continue;
@@ -311,7 +313,7 @@ TEST(MoeLayerTest, EveryBackwardMatchesFiniteDifferences) {
       const auto loss = [&] {
         Stash s;
         const double projected = ProjectedSum(c.layer->Forward(c.x, c.batch, s), c.r);
-        const MoeRouting routing = ReferenceBlock(c).routing;
+        const MoeRouting routing = ReferenceBlock(c, /*routing_only=*/true).routing;
         return projected + dims.moe.aux_loss_coef * routing.aux_loss +
                dims.moe.z_loss_coef * routing.z_loss;
       };
