@@ -301,50 +301,31 @@ if may_run gpu "baton run configs/gpt-tiny.yaml on the CPU (2 stages), then devi
   else
     fail "gpt-tiny CPU reference run (see tiny-cpu.log)"
   fi
-  # Llama (RMSNorm, rotary, SwiGLU, grouped-query attention: the CUDA kernels of llama.cu) the
-  # same way: the CPU's 2 stages against one GPU with 1 and 2 stages.
-  llama=(configs/llama-tiny.yaml --set "data.path=$corpus" --set data.format=text
-    --set "train.steps=$tiny_steps")
-  if run_baton llama-cpu 120 "${llama[@]}" --set parallel.stages=2 --set device.type=cpu \
-    --set device.threads=4; then
-    for stages in 1 2; do
-      name="llama-cuda-${stages}stage"
-      if run_baton "$name" 120 "${llama[@]}" --set "parallel.stages=$stages" \
-        --set device.type=cuda; then
-        "$gpu_bench" compare-losses "$out/llama-cpu.json" "$out/$name.json" --tolerance 2e-3 \
-          --require-difference 1 >"$out/$name.compare" 2>&1 ||
-          fail "$name: GPU losses differ from the CPU's (or ran on the CPU)"
-        cat "$out/$name.compare"
-        lines+=("llama $stages stage(s): $(sed "s|$out/||g" "$out/$name.compare" | tr '\n' ' ')")
-      else
-        fail "$name (see $name.log)"
-      fi
-    done
-  else
-    fail "llama-tiny CPU reference run (see llama-cpu.log)"
-  fi
-  # Experts (model.moe: the router read back to the host, moe.cu's dispatch and combine, one
-  # cuBLAS GEMM per expert): the CPU's 2 stages against one GPU with 1 and 2 stages.
-  moe=(configs/moe-tiny.yaml --set "data.path=$corpus" --set data.format=text
-    --set "train.steps=$tiny_steps")
-  if run_baton moe-cpu 120 "${moe[@]}" --set parallel.stages=2 --set device.type=cpu \
-    --set device.threads=4; then
-    for stages in 1 2; do
-      name="moe-cuda-${stages}stage"
-      if run_baton "$name" 120 "${moe[@]}" --set "parallel.stages=$stages" \
-        --set device.type=cuda; then
-        "$gpu_bench" compare-losses "$out/moe-cpu.json" "$out/$name.json" --tolerance 2e-3 \
-          --require-difference 1 >"$out/$name.compare" 2>&1 ||
-          fail "$name: GPU losses differ from the CPU's (or ran on the CPU)"
-        cat "$out/$name.compare"
-        lines+=("moe $stages stage(s): $(sed "s|$out/||g" "$out/$name.compare" | tr '\n' ' ')")
-      else
-        fail "$name (see $name.log)"
-      fi
-    done
-  else
-    fail "moe-tiny CPU reference run (see moe-cpu.log)"
-  fi
+  # Llama (RMSNorm, rotary, SwiGLU, grouped-query attention: the CUDA kernels of llama.cu) and its
+  # experts (model.moe: the router read back to the host, moe.cu's dispatch and combine, one
+  # cuBLAS GEMM per expert) the same way: the CPU's 2 stages against one GPU with 1 and 2 stages.
+  for kind in llama moe; do
+    run=("configs/$kind-tiny.yaml" --set "data.path=$corpus" --set data.format=text
+      --set "train.steps=$tiny_steps")
+    if run_baton "$kind-cpu" 120 "${run[@]}" --set parallel.stages=2 --set device.type=cpu \
+      --set device.threads=4; then
+      for stages in 1 2; do
+        name="$kind-cuda-${stages}stage"
+        if run_baton "$name" 120 "${run[@]}" --set "parallel.stages=$stages" \
+          --set device.type=cuda; then
+          "$gpu_bench" compare-losses "$out/$kind-cpu.json" "$out/$name.json" --tolerance 2e-3 \
+            --require-difference 1 >"$out/$name.compare" 2>&1 ||
+            fail "$name: GPU losses differ from the CPU's (or ran on the CPU)"
+          cat "$out/$name.compare"
+          lines+=("$kind $stages stage(s): $(sed "s|$out/||g" "$out/$name.compare" | tr '\n' ' ')")
+        else
+          fail "$name (see $name.log)"
+        fi
+      done
+    else
+      fail "$kind-tiny CPU reference run (see $kind-cpu.log)"
+    fi
+  done
   finish "${lines[@]}"
 fi
 
