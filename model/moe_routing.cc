@@ -22,6 +22,15 @@ void Softmax(const float* x, int64_t n, float* out) {
   for (int64_t i = 0; i < n; ++i) out[i] /= sum;
 }
 
+// log sum exp(z[0..e)), in double after subtracting the f32 maximum.
+double LogSumExp(const float* z, int64_t e) {
+  float max = z[0];
+  for (int64_t i = 1; i < e; ++i) max = std::max(max, z[i]);
+  double sum = 0.0;
+  for (int64_t i = 0; i < e; ++i) sum += std::exp(static_cast<double>(z[i] - max));
+  return std::log(sum) + max;
+}
+
 // The k largest of score[0..e), ties to the lower index, in descending order.
 void TopK(const float* score, int64_t e, int64_t k, int32_t* out) {
   std::vector<int32_t> order(static_cast<size_t>(e));
@@ -54,11 +63,7 @@ MoeRouting Route(const MoeDims& moe, std::vector<float> logits, int64_t tokens) 
     int32_t* c = &r.choices[static_cast<size_t>(n * k)];
     float* w = &r.weights[static_cast<size_t>(n * k)];
     Softmax(z, e, p);
-    float max = z[0];
-    for (int64_t i = 1; i < e; ++i) max = std::max(max, z[i]);
-    double sum = 0.0;
-    for (int64_t i = 0; i < e; ++i) sum += std::exp(static_cast<double>(z[i] - max));
-    const double lse = std::log(sum) + max;
+    const double lse = LogSumExp(z, e);
     z_sum += lse * lse;
     if (moe.router == MoeDims::Router::kTopkSoftmax) {
       TopK(z, e, k, c);
@@ -161,12 +166,8 @@ std::vector<float> RouterGradient(const MoeDims& moe, const MoeRouting& r,
     for (int64_t x = 0; x < e; ++x) pdp += p[x] * dp[static_cast<size_t>(x)];
     double lse_term = 0.0;
     if (moe.z_loss_coef > 0.0) {
-      const float* z = &r.logits[static_cast<size_t>(n * e)];
-      float max = z[0];
-      for (int64_t x = 1; x < e; ++x) max = std::max(max, z[x]);
-      double sum = 0.0;
-      for (int64_t x = 0; x < e; ++x) sum += std::exp(static_cast<double>(z[x] - max));
-      lse_term = moe.z_loss_coef * loss_grad_scale * 2.0 * (std::log(sum) + max) / tokens;
+      lse_term = moe.z_loss_coef * loss_grad_scale * 2.0 *
+                 LogSumExp(&r.logits[static_cast<size_t>(n * e)], e) / tokens;
     }
     for (int64_t x = 0; x < e; ++x) {
       g[x] += static_cast<float>(p[x] * (dp[static_cast<size_t>(x)] - pdp + lse_term));
