@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # make sanitize, and CI: the test suite under sanitizers, in two builds with CUDA off (README,
 # "Using it").
-#   build-asan  ASan + UBSan, every target; runs every test but the GPU ones, the GPU bundle's,
-#               the lint and the AVX2 emulation (qemu runs no ASan binary): the unit tests, the
+#   build-asan  ASan + UBSan, every target but the benchmarks no test runs (bench/CMakeLists.txt);
+#               runs every test but the GPU ones, the GPU bundle's, the lint and the AVX2
+#               emulation (qemu runs no ASan binary): the unit tests, the
 #               fuzzers, and the integration tests that start processes (workers, launchers,
 #               mpirun and srun stand-ins: signals, kills and restarts). The two `slow` ones (300
 #               steps of learning, the precision comparison: the same code as the others, for 5 to
