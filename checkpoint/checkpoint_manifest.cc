@@ -285,19 +285,13 @@ nlohmann::json ToJson(const CheckpointManifest& m) {
   if (m.dims.moe.enabled()) {
     const MoeDims& e = m.dims.moe;
     model["moe"] = {
-        {"num_experts", e.num_experts},
-        {"top_k", e.top_k},
-        {"expert_hidden", e.expert_hidden},
-        {"shared_experts", e.shared_experts},
-        {"shared_hidden", e.shared_hidden},
-        {"shared_gate", e.shared_gate},
-        {"first_dense", e.first_dense},
-        {"every", e.every},
-        {"router", e.router == MoeDims::Router::kTopkSoftmax ? "topk_softmax" : "softmax_topk"},
-        {"norm_topk_prob", e.norm_topk_prob},
-        {"aux_loss_coef", e.aux_loss_coef},
-        {"z_loss_coef", e.z_loss_coef},
-        {"capacity_factor", e.capacity_factor}};
+        {"num_experts", e.num_experts},         {"top_k", e.top_k},
+        {"expert_hidden", e.expert_hidden},     {"shared_experts", e.shared_experts},
+        {"shared_hidden", e.shared_hidden},     {"shared_gate", e.shared_gate},
+        {"first_dense", e.first_dense},         {"every", e.every},
+        {"router", RouterName(e.router)},       {"norm_topk_prob", e.norm_topk_prob},
+        {"aux_loss_coef", e.aux_loss_coef},     {"z_loss_coef", e.z_loss_coef},
+        {"capacity_factor", e.capacity_factor}, {"bias_update_rate", e.bias_update_rate}};
   }
   if (!m.dims.tie_embeddings) model["tie_embeddings"] = false;
   model["layers"] = m.layer_names;
@@ -358,15 +352,18 @@ CheckpointManifest ManifestFromJson(const nlohmann::json& j, const std::string& 
     e.first_dense = static_cast<int>(moe["first_dense"].Int(0, kMaxInt));
     e.every = ReadInt(moe["every"]);
     const std::string router = moe["router"].String();
-    if (router != "softmax_topk" && router != "topk_softmax") {
-      moe["router"].Fail("\"" + router + "\", not \"softmax_topk\" or \"topk_softmax\"");
+    const std::optional<MoeDims::Router> known = RouterFromName(router);
+    if (!known) {
+      moe["router"].Fail("\"" + router +
+                         "\", not \"softmax_topk\", \"topk_softmax\" or \"sigmoid_bias\"");
     }
-    e.router =
-        router == "topk_softmax" ? MoeDims::Router::kTopkSoftmax : MoeDims::Router::kSoftmaxTopk;
+    e.router = *known;
     e.norm_topk_prob = moe["norm_topk_prob"].Bool();
     e.aux_loss_coef = moe["aux_loss_coef"].Number();
     e.z_loss_coef = moe["z_loss_coef"].Number();
     e.capacity_factor = moe["capacity_factor"].Number();
+    // Absent from the manifests written before sigmoid_bias (no bias to update there).
+    e.bias_update_rate = moe["bias_update_rate"].OptionalNumber().value_or(0.0);
   }
   if (const std::optional<bool> tie = model["tie_embeddings"].OptionalBool()) {
     m.dims.tie_embeddings = *tie;

@@ -125,6 +125,14 @@ TEST(CheckpointManifestTest, LlamaDimsRoundTripAndAGptManifestReadsAsGpt) {
   moe.dims.moe = {8,     2,    512,  1,   256, true, 1, 2, MoeDims::Router::kTopkSoftmax,
                   false, 0.01, 1e-3, 1.25};
   EXPECT_EQ(ManifestFromJson(ToJson(moe), "manifest.json").dims, moe.dims);
+  CheckpointManifest sigmoid = moe;
+  sigmoid.dims.moe.router = MoeDims::Router::kSigmoidBias;
+  sigmoid.dims.moe.aux_loss_coef = 0.0;
+  sigmoid.dims.moe.bias_update_rate = 0.001;
+  EXPECT_EQ(ManifestFromJson(ToJson(sigmoid), "manifest.json").dims, sigmoid.dims);
+  nlohmann::json before = ToJson(moe);  // written before sigmoid_bias: no update rate
+  before["model"]["moe"].erase("bias_update_rate");
+  EXPECT_EQ(ManifestFromJson(before, "manifest.json").dims.moe.bias_update_rate, 0.0);
   nlohmann::json bad = ToJson(moe);
   bad["model"]["moe"]["router"] = "sinkhorn";
   EXPECT_THROW(ManifestFromJson(bad, "manifest.json"), Error);

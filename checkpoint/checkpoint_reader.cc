@@ -363,6 +363,15 @@ void CheckpointReader::LoadLayers(const std::vector<LayerTensors>& layers, Backe
       LoadParam(source->second, p, backend, ignored);
       filled.insert(p.value.raw());  // a second copy of it here shares this storage
     }
+    for (const BufferTensor& b : layer.buffers) {
+      BATON_CHECK(file.Has(b.name),
+                  "{}: no {}: the checkpoint was written by a run whose {} kept no such state "
+                  "(another model.moe.router?)",
+                  file.path(), b.name, layer.name);
+      Tensor value = b.value;
+      file.CopyTo(b.name, value, backend);
+      used.insert(b.name);
+    }
     for (const SafetensorsEntry& entry : file.entries()) {
       BATON_CHECK(used.count(entry.name) == 1, "{}: tensor {} belongs to no parameter of {}",
                   file.path(), entry.name, layer.name);

@@ -28,6 +28,8 @@ void CheckpointSnapshot::Add(const std::vector<LayerTensors>& layers, Backend& b
       q.adam_m_absmax = CopyOf(p.adam_m_absmax, backend);
       q.adam_v_absmax = CopyOf(p.adam_v_absmax, backend);
     }
+    for (const BufferTensor& b : layer.buffers)
+      copy.buffers.push_back({b.name, CopyOf(b.value, backend)});
     layers_.push_back(std::move(copy));
   }
   backend.Synchronize();

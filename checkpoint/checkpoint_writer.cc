@@ -95,6 +95,7 @@ LayerFileContents FileTensors(const LayerTensors& layer, CheckpointContents cont
     }
     for (auto& named : own) file.tensors.push_back(std::move(named));
   }
+  for (const BufferTensor& b : layer.buffers) file.tensors.emplace_back(b.name, b.value);
   return file;
 }
 

@@ -39,11 +39,20 @@ struct ParamTensors {
   TensorSplit split = {};
 };
 
-// One graph layer's parameters, in the layer's order.
+// State a layer keeps beside its parameters that no optimizer steps (PyTorch's persistent
+// buffers; Baton's one: the sigmoid_bias router's expert bias, "h.3.mlp.router.expert_bias"),
+// stored as "<name>" in its own dtype, in training and weights-only files alike.
+struct BufferTensor {
+  std::string name;
+  Tensor value;
+};
+
+// One graph layer's parameters, in the layer's order, and its buffers.
 struct LayerTensors {
   int index = 0;     // in the layer graph
   std::string name;  // LayerSpec::name: "embedding", "block.3", "head"
   std::vector<ParamTensors> params;
+  std::vector<BufferTensor> buffers;
 };
 
 }  // namespace baton

@@ -105,7 +105,7 @@ void AddHfMoeConfig(const ModelDims& dims, nlohmann::ordered_json& config) {
   BATON_CHECK(moe.router == MoeDims::Router::kSoftmaxTopk,
               "Hugging Face's Mixtral and Qwen2-MoE route by softmax then top k "
               "(model.moe.router softmax_topk), not {}",
-              "topk_softmax");
+              RouterName(moe.router));
   if (!dims.qwen2()) {
     BATON_CHECK(
         moe.shared_experts == 0 && moe.first_dense == 0 && moe.every == 1 && moe.norm_topk_prob,

@@ -110,6 +110,7 @@ std::string_view Name(PartitionPolicy policy);
 enum class MoeRouter {
   kSoftmaxTopk,  // softmax over all experts, the top k (renormalised when norm_topk_prob)
   kTopkSoftmax,  // the top k logits, softmax over those k
+  kSigmoidBias,  // sigmoid scores, the top k of score + a per-expert bias that only routes
 };
 
 struct MoeConfig {
@@ -122,10 +123,11 @@ struct MoeConfig {
   int64_t first_dense_layers = 0;               // the first blocks keep a dense MLP
   int64_t every = 1;                            // then every `every`-th block is MoE
   MoeRouter router = MoeRouter::kSoftmaxTopk;
-  bool norm_topk_prob = true;    // softmax_topk: renormalise the k weights (Mixtral)
-  double aux_loss_coef = 0.0;    // Switch load-balancing loss's weight
-  double z_loss_coef = 0.0;      // router z-loss's weight
-  double capacity_factor = 0.0;  // 0 = dropless; else per-expert capacity factor
+  bool norm_topk_prob = true;       // softmax_topk: renormalise the k weights (Mixtral)
+  double aux_loss_coef = 0.0;       // Switch load-balancing loss's weight
+  double z_loss_coef = 0.0;         // router z-loss's weight
+  double capacity_factor = 0.0;     // 0 = dropless; else per-expert capacity factor
+  double bias_update_rate = 0.001;  // sigmoid_bias: the bias's step per training step
   bool operator==(const MoeConfig&) const = default;
 };
 std::string_view Name(MoeRouter router);

@@ -59,6 +59,7 @@ void VisitModel(ModelConfig& m, FieldVisitor& v) {
   v.VisitFloat("moe.aux_loss_coef", e.aux_loss_coef, kNonNegativeFloat);
   v.VisitFloat("moe.z_loss_coef", e.z_loss_coef, kNonNegativeFloat);
   v.VisitFloat("moe.capacity_factor", e.capacity_factor, kNonNegativeFloat);
+  v.VisitFloat("moe.bias_update_rate", e.bias_update_rate, kNonNegativeFloat);
 }
 
 void VisitData(DataConfig& d, FieldVisitor& v) {

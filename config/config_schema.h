@@ -72,8 +72,10 @@ inline constexpr NameTable<ModelPreset, 6> kPresetNames{{{"gpt", ModelPreset::kG
                                                          {"llama", ModelPreset::kLlama},
                                                          {"qwen2", ModelPreset::kQwen2},
                                                          {"mistral", ModelPreset::kMistral}}};
-inline constexpr NameTable<MoeRouter, 2> kMoeRouterNames{
-    {{"softmax_topk", MoeRouter::kSoftmaxTopk}, {"topk_softmax", MoeRouter::kTopkSoftmax}}};
+inline constexpr NameTable<MoeRouter, 3> kMoeRouterNames{
+    {{"softmax_topk", MoeRouter::kSoftmaxTopk},
+     {"topk_softmax", MoeRouter::kTopkSoftmax},
+     {"sigmoid_bias", MoeRouter::kSigmoidBias}}};
 inline constexpr NameTable<TieEmbeddings, 3> kTieEmbeddingsNames{
     {{"auto", TieEmbeddings::kAuto},
      {"true", TieEmbeddings::kTied},

@@ -488,7 +488,16 @@ TEST(ConfigTest, ExpertsAreReadAndImpossibleCombinationsRefused) {
   EXPECT_THAT(with({"model.moe.first_dense_layers=4"}),
               HasSubstr("leaves no block of model.num_layers 4 for experts"));
   EXPECT_THAT(with({"model.moe.router=topk_softmax", "model.moe.norm_topk_prob=false"}),
-              HasSubstr("model.moe.norm_topk_prob is softmax_topk's choice"));
+              HasSubstr("model.moe.norm_topk_prob is softmax_topk's and sigmoid_bias's choice"));
+  EXPECT_THAT(with({"model.moe.router=sigmoid_bias", "model.moe.aux_loss_coef=0.01"}),
+              HasSubstr("model.moe.aux_loss_coef must be 0 with it"));
+  EXPECT_THAT(with({"model.moe.bias_update_rate=-1"}), HasSubstr("model.moe.bias_update_rate"));
+  const Config sigmoid = ParseConfigString(
+      kMinimal, "x.yaml",
+      {"model.preset=llama", "model.moe.num_experts=4", "model.moe.router=sigmoid_bias",
+       "model.moe.norm_topk_prob=false", "model.moe.bias_update_rate=0.002"});
+  EXPECT_EQ(sigmoid.model.moe.router, MoeRouter::kSigmoidBias);
+  EXPECT_EQ(sigmoid.model.moe.bias_update_rate, 0.002);
   EXPECT_THAT(with({"model.share.group=2"}), HasSubstr("set model.share.what to attention"));
   EXPECT_THAT(with({"prune.at_step=1", "prune.sparsity=0.5"}),
               HasSubstr("a model with model.moe cannot be pruned"));

@@ -88,10 +88,14 @@ void ValidateMoe(const ModelConfig& m, const Reporter& r) {
             {"model.moe.shared_expert_gate", "model.moe.shared_experts"},
             "model.moe.shared_expert_gate scales the shared experts' output: it needs "
             "model.moe.shared_experts > 0");
-  r.Require(e.router == MoeRouter::kSoftmaxTopk || e.norm_topk_prob,
+  r.Require(e.router != MoeRouter::kTopkSoftmax || e.norm_topk_prob,
             {"model.moe.norm_topk_prob", "model.moe.router"},
-            "model.moe.norm_topk_prob is softmax_topk's choice: topk_softmax's weights are a "
-            "softmax over the k chosen logits, which always sum to 1");
+            "model.moe.norm_topk_prob is softmax_topk's and sigmoid_bias's choice: topk_softmax's "
+            "weights are a softmax over the k chosen logits, which always sum to 1");
+  r.Require(e.router != MoeRouter::kSigmoidBias || e.aux_loss_coef == 0.0,
+            {"model.moe.aux_loss_coef", "model.moe.router"},
+            "model.moe.router sigmoid_bias balances the experts by its bias (aux-loss-free): "
+            "model.moe.aux_loss_coef must be 0 with it");
   r.Require(m.share_group <= 1 || m.share_what == ShareWhat::kAttention,
             {"model.share.what", "model.moe.num_experts"},
             "experts are not shared across blocks: with model.moe set model.share.what to "

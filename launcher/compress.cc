@@ -188,6 +188,9 @@ std::vector<MatrixResult> FactorMatrices(const CheckpointReader& source, StageMo
       r.bytes_after = static_cast<int64_t>(p->value.nbytes() + pv->value.nbytes());
       results.push_back(std::move(r));
     }
+    // State beside the params (a sigmoid_bias router's bias) comes as stored.
+    Layer::RoutingBias bias = layer->routing_bias();
+    if (bias.values.defined()) file.CopyTo(bias.name, bias.values, backend);
   }
   return results;
 }
@@ -242,7 +245,8 @@ CompressPlan PlanCompression(const CompressOptions& options, const CheckpointRea
                 "--low-rank {}: a block matrix's rank is at most model.width {}", options.low_rank,
                 config.model.width);
     if (config.model.preset != ModelPreset::kMlp) config.model.low_rank_attn = options.low_rank;
-    config.model.low_rank_mlp = options.low_rank;
+    // Experts stay dense (model.low_rank.mlp is refused with model.moe): attention only there.
+    if (config.model.moe.num_experts == 0) config.model.low_rank_mlp = options.low_rank;
   }
   config.output.dir = out_dir;
   config.prune = PruneConfig{};  // what the result holds, not how to train it

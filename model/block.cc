@@ -118,6 +118,18 @@ std::optional<ExpertStats> BlockLayer::TakeExpertStats() {
   return std::nullopt;
 }
 
+Layer::RoutingBias BlockLayer::routing_bias() {
+  for (const auto& sublayer : sublayers_) {
+    RoutingBias bias = sublayer->routing_bias();
+    if (bias.values.defined()) return bias;
+  }
+  return {};
+}
+
+void BlockLayer::UpdateRoutingBias(const std::vector<int64_t>& load) {
+  for (const auto& sublayer : sublayers_) sublayer->UpdateRoutingBias(load);
+}
+
 Tensor BlockLayer::Forward(const Tensor& x, const MicroBatch& batch, Stash& stash) {
   CheckInput(x, dims_, act_dtype_, name_);
   BATON_CHECK(stash.empty(), "{}: Forward into a stash that is in use", name_);

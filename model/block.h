@@ -66,6 +66,8 @@ class BlockLayer final : public Layer {
   void set_flash_attention(bool on) override;
   bool flash_attention() const override;
   std::optional<ExpertStats> TakeExpertStats() override;
+  RoutingBias routing_bias() override;
+  void UpdateRoutingBias(const std::vector<int64_t>& load) override;
 
   Tensor Forward(const Tensor& x, const MicroBatch& batch, Stash& stash) override;
   // Each sublayer's cached forward: attention over `cache` (Backend::CachedAttentionForward,

@@ -72,7 +72,28 @@ bool SameModel(const ModelDims& a, const ModelDims& b) {
   training.moe.aux_loss_coef = b.moe.aux_loss_coef;
   training.moe.z_loss_coef = b.moe.z_loss_coef;
   training.moe.capacity_factor = b.moe.capacity_factor;
+  training.moe.bias_update_rate = b.moe.bias_update_rate;
   return training == b;
+}
+
+const char* RouterName(MoeDims::Router router) {
+  switch (router) {
+    case MoeDims::Router::kSoftmaxTopk:
+      return "softmax_topk";
+    case MoeDims::Router::kTopkSoftmax:
+      return "topk_softmax";
+    case MoeDims::Router::kSigmoidBias:
+      return "sigmoid_bias";
+  }
+  return "?";
+}
+
+std::optional<MoeDims::Router> RouterFromName(std::string_view name) {
+  for (MoeDims::Router r : {MoeDims::Router::kSoftmaxTopk, MoeDims::Router::kTopkSoftmax,
+                            MoeDims::Router::kSigmoidBias}) {
+    if (name == RouterName(r)) return r;
+  }
+  return std::nullopt;
 }
 
 int64_t MoeDims::capacity(int64_t tokens) const {

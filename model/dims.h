@@ -2,7 +2,9 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
+#include <string_view>
 
 #include "kernels/rope.h"
 
@@ -45,7 +47,7 @@ BlockSpec SpecOf(ModelFamily family);
 // plus shared_experts always-on experts fused into one SwiGLU MLP of width
 // shared_experts * shared_hidden (its output scaled by sigmoid(x w) with shared_gate).
 struct MoeDims {
-  enum class Router { kSoftmaxTopk, kTopkSoftmax };
+  enum class Router { kSoftmaxTopk, kTopkSoftmax, kSigmoidBias };
   int num_experts = 0;  // 0: every block is dense
   int top_k = 1;
   int expert_hidden = 0;
@@ -58,7 +60,8 @@ struct MoeDims {
   bool norm_topk_prob = true;
   double aux_loss_coef = 0.0;
   double z_loss_coef = 0.0;
-  double capacity_factor = 0.0;  // 0 = dropless
+  double capacity_factor = 0.0;   // 0 = dropless
+  double bias_update_rate = 0.0;  // sigmoid_bias: the routing bias's step per training step
 
   bool enabled() const { return num_experts > 0; }
   bool block(int block_index) const {
@@ -71,8 +74,13 @@ struct MoeDims {
   // num_experts * capacity.
   int64_t routed_rows(int64_t tokens) const;
   int64_t shared_width() const { return int64_t{shared_experts} * shared_hidden; }
+  // sigmoid_bias's per-expert routing bias, kept by each MoE layer beside its parameters.
+  bool routing_bias() const { return router == Router::kSigmoidBias; }
   bool operator==(const MoeDims&) const = default;
 };
+// "softmax_topk", "topk_softmax", "sigmoid_bias" (the config's names); nullopt for another name.
+const char* RouterName(MoeDims::Router router);
+std::optional<MoeDims::Router> RouterFromName(std::string_view name);
 
 struct ModelDims {
   int vocab_size = 0;  // V

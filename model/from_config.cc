@@ -48,12 +48,14 @@ ModelDims DimsOf(const ModelConfig& model) {
       moe.shared_gate = e.shared_expert_gate;
       moe.first_dense = static_cast<int>(e.first_dense_layers);
       moe.every = static_cast<int>(e.every);
-      moe.router = e.router == MoeRouter::kTopkSoftmax ? MoeDims::Router::kTopkSoftmax
-                                                       : MoeDims::Router::kSoftmaxTopk;
+      moe.router = e.router == MoeRouter::kTopkSoftmax   ? MoeDims::Router::kTopkSoftmax
+                   : e.router == MoeRouter::kSigmoidBias ? MoeDims::Router::kSigmoidBias
+                                                         : MoeDims::Router::kSoftmaxTopk;
       moe.norm_topk_prob = e.norm_topk_prob;
       moe.aux_loss_coef = e.aux_loss_coef;
       moe.z_loss_coef = e.z_loss_coef;
       moe.capacity_factor = e.capacity_factor;
+      moe.bias_update_rate = moe.routing_bias() ? e.bias_update_rate : 0.0;
     }
   }
   dims.tie_embeddings = model.tie_embeddings == TieEmbeddings::kAuto

@@ -152,6 +152,18 @@ class Layer {
   // call (each micro-batch counted once, whatever the recompute), then forgotten; nullopt for
   // every other layer.
   virtual std::optional<ExpertStats> TakeExpertStats() { return std::nullopt; }
+  // A layer with a sigmoid_bias router (model.moe.router): its per-expert routing bias, which
+  // picks experts but weighs nothing and takes no gradient (docs/model.md, "Mixture of
+  // experts"). `routing_bias` names it ("h.3.mlp.router.expert_bias") with a host f32 tensor over
+  // the layer's own values (E), which checkpoints save and load; empty name and undefined tensor
+  // for every other layer. UpdateRoutingBias moves it by a training step's expert loads (every
+  // replica's choices of each expert, summed): overloaded experts down, underloaded up.
+  struct RoutingBias {
+    std::string name;
+    Tensor values;
+  };
+  virtual RoutingBias routing_bias() { return {}; }
+  virtual void UpdateRoutingBias(const std::vector<int64_t>& load) { (void)load; }
 
   // Returns the output activation, or for the head the loss (1). Fills `stash` with what
   // backward needs (under selective recompute, less; see the layer).

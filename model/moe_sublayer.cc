@@ -89,9 +89,10 @@ struct Routed {
   Tensor slots, weights;
 };
 
-Routed RouteOn(Backend& backend, const MoeDims& moe, const Tensor& logits) {
+Routed RouteOn(Backend& backend, const MoeDims& moe, const Tensor& logits,
+               const std::vector<float>& bias) {
   const int64_t n = logits.size(0);
-  Routed r{Route(moe, ToHost(backend, logits), n), Tensor(), Tensor()};
+  Routed r{Route(moe, ToHost(backend, logits), n, bias), Tensor(), Tensor()};
   r.slots = ToDevice(backend, r.routing.slots, {n, moe.top_k}, DType::kI32);
   r.weights = ToDevice(backend, r.routing.weights, {n, moe.top_k}, DType::kF32);
   return r;
@@ -188,7 +189,10 @@ SharedOutput SharedForward(Backend& backend, const MoeParams& p, const Tensor& l
 
 class MoeSublayer final : public Sublayer {
  public:
-  explicit MoeSublayer(const ModelDims& dims) : dims_(dims), moe_(dims.moe) {}
+  explicit MoeSublayer(const ModelDims& dims)
+      : dims_(dims),
+        moe_(dims.moe),
+        bias_(moe_.routing_bias() ? static_cast<size_t>(moe_.num_experts) : 0, 0.0f) {}
 
   const char* name() const override { return "experts"; }
   bool shared() const override { return false; }  // config refuses sharing with experts
@@ -259,6 +263,7 @@ class MoeSublayer final : public Sublayer {
     };
     p_.ln = model_ops::NormView(params, source.prefix + "ln_2", dims_);
     p_.router = find("mlp.router.weight");
+    bias_name_ = source.prefix + "mlp.router.expert_bias";
     p_.fc = find("mlp.experts.c_fc.weight");
     p_.proj = find("mlp.experts.c_proj.weight");
     BATON_CHECK(p_.router != nullptr && p_.fc != nullptr && p_.proj != nullptr,
@@ -277,7 +282,7 @@ class MoeSublayer final : public Sublayer {
     Tensor logits = NewTensor(backend, {n, moe_.num_experts}, ln.dtype(), kActivations);
     backend.Matmul(Rows(ln), false, p_.router->value, false, logits, false);
     stash.Put("moe.logits", logits);
-    const Routed r = RouteOn(backend, moe_, logits);
+    const Routed r = RouteOn(backend, moe_, logits, bias_);
     const MemCategory kept = selective_recompute ? kWorkspace : kActivations;
     ExpertsOutput experts = ExpertsForward(backend, p_, r, ln, moe_.routed_rows(n), kept);
     Tensor branch = NewZeros(backend, x.shape(), x.dtype(), kWorkspace);
@@ -309,7 +314,7 @@ class MoeSublayer final : public Sublayer {
     const Tensor& ln = stash.Get("moe.ln");
     const Tensor& logits = stash.Get("moe.logits");
     const int64_t n = Rows(ln).size(0), rows = moe_.routed_rows(n);
-    const Routed r = RouteOn(backend, moe_, logits);
+    const Routed r = RouteOn(backend, moe_, logits, bias_);
     stats_.Add(r.routing);  // once per micro-batch: a backward runs once, a forward may twice
     ExpertsOutput experts;
     if (stash.Has("moe.fc")) {
@@ -373,6 +378,27 @@ class MoeSublayer final : public Sublayer {
     return std::exchange(stats_, ExpertStats{});
   }
 
+  Layer::RoutingBias routing_bias() override {
+    if (!moe_.routing_bias()) return {};
+    return {bias_name_, Tensor::Wrap(bias_.data(), {moe_.num_experts}, DType::kF32)};
+  }
+
+  // DeepSeek-V3's rule: b_e -= rate where expert e took more than the mean of the loads, += rate
+  // where less (f32, in expert order).
+  void UpdateRoutingBias(const std::vector<int64_t>& load) override {
+    if (!moe_.routing_bias()) return;
+    BATON_CHECK(load.size() == bias_.size(), "{}: {} expert loads for {} experts", bias_name_,
+                load.size(), bias_.size());
+    const double mean = static_cast<double>(std::accumulate(load.begin(), load.end(), int64_t{0})) /
+                        static_cast<double>(load.size());
+    const float rate = static_cast<float>(moe_.bias_update_rate);
+    for (size_t e = 0; e < bias_.size(); ++e) {
+      const double l = static_cast<double>(load[e]);
+      if (l > mean) bias_[e] -= rate;
+      if (l < mean) bias_[e] += rate;
+    }
+  }
+
   // Only the shared experts' linears use the sink (the experts', the router's and the gate's
   // gradients are computed in the backward pass itself).
   void AppendWeightMatrices(std::vector<Param*>& out) const override {
@@ -433,6 +459,9 @@ class MoeSublayer final : public Sublayer {
   MoeDims moe_;
   MoeParams p_;
   ExpertStats stats_;
+  // sigmoid_bias: the routing bias (E, f32; empty otherwise), "<prefix>mlp.router.expert_bias".
+  std::vector<float> bias_;
+  std::string bias_name_;
 };
 
 }  // namespace

@@ -80,6 +80,36 @@ TEST(MoeRoutingTest, TopkSoftmaxIsTheSoftmaxOverTheChosenLogits) {
   EXPECT_NEAR(r.weights[2], 0.5f, 1e-6);  // the tie
 }
 
+float SigmoidOf(float z) { return 1.0f / (1.0f + std::exp(-z)); }
+
+// DeepSeek-V3's router: the k largest sigmoid(z) + b pick, the sigmoids alone weigh.
+TEST(MoeRoutingTest, SigmoidBiasPicksByScorePlusBiasAndWeighsByTheScoresAlone) {
+  MoeDims moe = Experts(4, 2);
+  moe.router = MoeDims::Router::kSigmoidBias;
+  const std::vector<float> zero(4, 0.0f);
+  const MoeRouting plain = Route(moe, kLogits, 3, zero);
+  EXPECT_EQ(plain.choices, (std::vector<int32_t>{1, 3, 1, 3, 0, 2}));  // sigmoid keeps the order
+  // Expert 2's bias lifts it into every token's choices (first for tokens 1 and 2, where it
+  // sinks expert 0: 0.95 - 1 < 0.5); token 1's experts 1 and 3 still tie (the lower wins).
+  const std::vector<float> bias = {-1.0f, 0.0f, 0.6f, 0.0f};
+  const MoeRouting r = Route(moe, kLogits, 3, bias);
+  EXPECT_EQ(r.choices, (std::vector<int32_t>{1, 2, 2, 1, 2, 3}));
+  for (int n = 0; n < 3; ++n) {
+    const float a = SigmoidOf(kLogits[4 * n + r.choices[2 * n]]);
+    const float b = SigmoidOf(kLogits[4 * n + r.choices[2 * n + 1]]);
+    EXPECT_NEAR(r.weights[2 * n], a / (a + b), 1e-6) << n;
+    EXPECT_NEAR(r.weights[2 * n + 1], b / (a + b), 1e-6) << n;
+    EXPECT_NEAR(r.probs[4 * n + 3], SigmoidOf(kLogits[4 * n + 3]), 1e-6) << n;
+  }
+  EXPECT_EQ(r.load, (std::vector<int64_t>{0, 2, 3, 1}));
+  EXPECT_EQ(r.aux_loss, 0.0);  // aux-loss-free
+  moe.norm_topk_prob = false;
+  const MoeRouting raw = Route(moe, kLogits, 3, bias);
+  EXPECT_EQ(raw.choices, r.choices);
+  EXPECT_NEAR(raw.weights[0], SigmoidOf(kLogits[1]), 1e-6);
+  EXPECT_THROW(Route(moe, kLogits, 3), Error);  // the bias is not optional
+}
+
 // Capacity ceil(0.5 * 3 * 2 / 4) = 1 row per expert: first choices are admitted first, in token
 // order (token 1's first choice, expert 1, is over: token 0 took it), then second choices.
 TEST(MoeRoutingTest, CapacityAdmitsFirstChoicesFirstAndDropsTheRest) {
@@ -127,11 +157,13 @@ TEST(MoeRoutingTest, TheTrainingChoicesOfTheExpertsAreNotTheModel) {
   b.moe.aux_loss_coef = 0.1;
   b.moe.z_loss_coef = 1e-3;
   b.moe.capacity_factor = 1.25;
+  b.moe.bias_update_rate = 0.01;
   EXPECT_TRUE(SameModel(a, b));
   EXPECT_FALSE(a == b);
   for (const auto& change : std::vector<std::function<void(ModelDims&)>>{
            [](ModelDims& d) { d.moe.top_k = 1; },
            [](ModelDims& d) { d.moe.router = MoeDims::Router::kTopkSoftmax; },
+           [](ModelDims& d) { d.moe.router = MoeDims::Router::kSigmoidBias; },
            [](ModelDims& d) { d.moe.norm_topk_prob = false; },
            [](ModelDims& d) { d.moe.every = 2; }, [](ModelDims& d) { d.width = 32; }}) {
     ModelDims other = b;
@@ -184,6 +216,14 @@ struct MoeCase {
     r = model_test::RandomActivation(fx.allocator(), {kBatch, kSeq, dims.width}, DType::kF32, rng);
     Rng params(99);
     model_test::RandomizeParams(*layer, params, 0.3f);
+    // sigmoid_bias: a bias off zero, unequal across the experts (rate 0.25: +-0.25 a step).
+    layer->UpdateRoutingBias({8, 0, 0, 0});
+    layer->UpdateRoutingBias({0, 0, 8, 0});
+  }
+  std::vector<float> Bias() {
+    const Tensor bias = layer->routing_bias().values;
+    if (!bias.defined()) return {};
+    return {bias.data<float>(), bias.data<float>() + bias.numel()};
   }
   std::map<std::string, const float*> Params() {
     std::map<std::string, const float*> out;
@@ -234,7 +274,7 @@ Reference ReferenceBlock(MoeCase& c, bool routing_only = false) {
     }
     return out;
   };
-  Reference ref{std::vector<double>(x, x + n_tokens * cw), Route(moe, logits, n_tokens)};
+  Reference ref{std::vector<double>(x, x + n_tokens * cw), Route(moe, logits, n_tokens, c.Bias())};
   if (routing_only) return ref;
   for (int64_t n = 0; n < n_tokens; ++n) {
     for (int64_t j = 0; j < moe.top_k; ++j) {
@@ -274,6 +314,10 @@ std::vector<ModelDims> Variants() {
   ModelDims top1 = MoeModel(false);
   top1.moe.top_k = 1;
   out.push_back(top1);
+  ModelDims sigmoid = MoeModel(true, false);
+  sigmoid.moe.router = MoeDims::Router::kSigmoidBias;
+  sigmoid.moe.bias_update_rate = 0.25;
+  out.push_back(sigmoid);
   return out;
 }
 
@@ -291,6 +335,24 @@ TEST(MoeLayerTest, TheForwardIsAPlainLoopOverEachTokensExperts) {
           << ToString(dims) << " element " << i;
     }
   }
+}
+
+// sigmoid_bias's rule: b_e -= rate where expert e's load is over the mean, += rate where under.
+TEST(MoeLayerTest, TheRoutingBiasMovesOverloadedExpertsDownAndUnderloadedUp) {
+  ModelDims dims = MoeModel(false);
+  dims.moe.router = MoeDims::Router::kSigmoidBias;
+  dims.moe.bias_update_rate = 0.125;
+  MoeCase c(LayerKind::kMlpBlock, dims);  // loads {8,0,0,0} then {0,0,8,0}, mean 2
+  EXPECT_EQ(c.Bias(), (std::vector<float>{0.0f, 0.25f, 0.0f, 0.25f}));
+  const std::string name = c.layer->routing_bias().name;
+  EXPECT_TRUE(name.ends_with(".mlp.router.expert_bias")) << name;
+  c.layer->UpdateRoutingBias({3, 3, 3, 3});  // balanced: nothing moves
+  c.layer->UpdateRoutingBias({2, 3, 4, 3});
+  EXPECT_EQ(c.Bias(), (std::vector<float>{0.125f, 0.25f, -0.125f, 0.25f}));
+  EXPECT_THROW(c.layer->UpdateRoutingBias({1, 2}), Error);
+  // The other routers keep no bias.
+  MoeCase softmax(LayerKind::kMlpBlock, MoeModel(false));
+  EXPECT_FALSE(softmax.layer->routing_bias().values.defined());
 }
 
 // Every gradient against central differences of loss = <y, r> + the router losses (weighted as

@@ -79,8 +79,10 @@ class Sublayer {
   virtual void AppendWeightMatrices(std::vector<Param*>& out) const = 0;
   virtual void set_flash_attention(bool on) { (void)on; }
   virtual bool flash_attention() const { return false; }
-  // Experts only: Layer::TakeExpertStats.
+  // Experts only: Layer::TakeExpertStats, routing_bias and UpdateRoutingBias.
   virtual std::optional<ExpertStats> TakeExpertStats() { return std::nullopt; }
+  virtual Layer::RoutingBias routing_bias() { return {}; }
+  virtual void UpdateRoutingBias(const std::vector<int64_t>& load) { (void)load; }
 };
 
 std::unique_ptr<Sublayer> MakeAttentionSublayer(const ModelDims& dims);  // attention_sublayer.cc

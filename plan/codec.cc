@@ -128,6 +128,8 @@ std::string EncodeJobPlan(const Plan& plan, const Launch& launch) {
     moe->set_aux_loss_coef(m.aux_loss_coef);
     moe->set_z_loss_coef(m.z_loss_coef);
     moe->set_capacity_factor(m.capacity_factor);
+    moe->set_sigmoid_bias(m.router == MoeDims::Router::kSigmoidBias);
+    moe->set_bias_update_rate(m.bias_update_rate);
   }
   for (size_t i = 0; i < plan.graph.size(); ++i) {
     const LayerSpec& spec = plan.graph[i];
@@ -216,20 +218,22 @@ Plan DecodeJobPlan(const std::string& bytes, Launch* launch) {
   plan.dims.tie_embeddings = !dims.untied_embeddings();
   if (dims.has_moe() && dims.moe().num_experts() > 0) {
     const pb::MoeDims& m = dims.moe();
-    plan.dims.moe = {
-        m.num_experts(),
-        m.top_k(),
-        m.expert_hidden(),
-        m.shared_experts(),
-        m.shared_hidden(),
-        m.shared_gate(),
-        m.first_dense(),
-        std::max(1, m.every()),
-        m.topk_softmax() ? MoeDims::Router::kTopkSoftmax : MoeDims::Router::kSoftmaxTopk,
-        m.norm_topk_prob(),
-        m.aux_loss_coef(),
-        m.z_loss_coef(),
-        m.capacity_factor()};
+    plan.dims.moe = {m.num_experts(),
+                     m.top_k(),
+                     m.expert_hidden(),
+                     m.shared_experts(),
+                     m.shared_hidden(),
+                     m.shared_gate(),
+                     m.first_dense(),
+                     std::max(1, m.every()),
+                     m.sigmoid_bias()   ? MoeDims::Router::kSigmoidBias
+                     : m.topk_softmax() ? MoeDims::Router::kTopkSoftmax
+                                        : MoeDims::Router::kSoftmaxTopk,
+                     m.norm_topk_prob(),
+                     m.aux_loss_coef(),
+                     m.z_loss_coef(),
+                     m.capacity_factor(),
+                     m.bias_update_rate()};
   }
   Validate(plan.dims);
   for (const pb::Layer& layer : m.graph()) {

@@ -45,9 +45,9 @@ TEST(MoeInProcessTest, EveryScheduleAndCheckpointingIsBitIdenticalToOneStage) {
   planner_test::ExpectEveryScheduleBitIdenticalToOneStage(MoeTiny, /*dualpipev=*/true);
 }
 
-// Each router, no shared expert, top-1, a capacity that drops tokens, MoE every second block,
-// packed documents in fp16 (loss scaling scales the router losses' gradient too): bit-identical
-// on 1 and 3 stages, and each trains a model of its own.
+// Each router (sigmoid_bias's bias moving every step), no shared expert, top-1, a capacity that
+// drops tokens, MoE every second block, packed documents in fp16 (loss scaling scales the router
+// losses' gradient too): bit-identical on 1 and 3 stages, and each trains a model of its own.
 TEST(MoeInProcessTest, EveryRouterAndCapacityTrainsBitIdenticallyAcrossStages) {
   std::vector<std::string> checksums;
   for (const std::vector<std::string>& variant : std::vector<std::vector<std::string>>{
@@ -57,6 +57,8 @@ TEST(MoeInProcessTest, EveryRouterAndCapacityTrainsBitIdenticallyAcrossStages) {
             "model.moe.top_k=1"},
            {"model.moe.capacity_factor=0.5"},
            {"model.moe.first_dense_layers=0", "model.moe.every=2"},
+           {"model.moe.router=sigmoid_bias", "model.moe.aux_loss_coef=0",
+            "model.moe.bias_update_rate=0.05"},
            {"data.packing=true", "data.document_separator=10", "precision.dtype=fp16"}}) {
     std::vector<std::string> one = variant, three = variant;
     one.push_back("parallel.stages=1");
@@ -84,6 +86,51 @@ TEST(MoeInProcessTest, ReplicasTrainAlikeAtEveryZeroLevel) {
     const InProcessResult other = RunInProcess(MakePlan(MoeTiny(sharded)));
     EXPECT_EQ(other.losses, reference.losses) << "zero " << zero;
     EXPECT_EQ(other.param_checksum, reference.param_checksum) << "zero " << zero;
+  }
+}
+
+// sigmoid_bias: every replica moves its bias by the loads of all of them, so the replicas keep
+// the same bias (the digests cover it), train alike at every ZeRO level and as one replica does
+// (within rounding: replicas sum gradients in another order); the bias changes what trains (rate
+// 0 trains another model).
+TEST(MoeInProcessTest, ARoutingBiasMovesByEveryReplicasLoadsAndStaysTheSameOnAll) {
+  const std::vector<std::string> base = {"parallel.stages=2", "train.batch_size=8",
+                                         "model.moe.router=sigmoid_bias",
+                                         "model.moe.aux_loss_coef=0"};
+  std::vector<std::string> single = base;
+  single.push_back("model.moe.bias_update_rate=0.05");
+  const std::vector<float> one_replica = RunInProcess(MakePlan(MoeTiny(single))).losses;
+  std::string reference_checksum;
+  std::vector<float> reference_losses;
+  for (const char* rate : {"model.moe.bias_update_rate=0.05", "model.moe.bias_update_rate=0"}) {
+    for (int zero : {0, 1}) {
+      std::vector<std::string> overrides = base;
+      overrides.push_back("parallel.replicas=2");
+      overrides.push_back(rate);
+      overrides.push_back(fmt::format("parallel.zero={}", zero));
+      const Plan plan = MakePlan(MoeTiny(overrides));
+      const InProcessResult result = RunInProcess(plan);
+      const ParallelLayout layout = plan.layout();
+      for (int stage = 0; stage < 2; ++stage) {
+        const auto& a = result.ranks[static_cast<size_t>(layout.WorldRank({.stage = stage}))];
+        const auto& b =
+            result.ranks[static_cast<size_t>(layout.WorldRank({.stage = stage, .replica = 1}))];
+        EXPECT_EQ(a.digests, b.digests) << rate << " zero " << zero << " stage " << stage;
+      }
+      if (reference_checksum.empty()) {
+        reference_checksum = result.param_checksum;
+        reference_losses = result.losses;
+        ASSERT_EQ(result.losses.size(), one_replica.size());
+        for (size_t i = 0; i < one_replica.size(); ++i) {
+          EXPECT_NEAR(result.losses[i], one_replica[i], 1e-5 * one_replica[i]) << "step " << i + 1;
+        }
+      } else if (zero == 1 && std::string(rate).ends_with("0.05")) {
+        EXPECT_EQ(result.param_checksum, reference_checksum);
+        EXPECT_EQ(result.losses, reference_losses);
+      } else {
+        EXPECT_NE(result.param_checksum, reference_checksum) << rate << " zero " << zero;
+      }
+    }
   }
 }
 

@@ -5,6 +5,9 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <regex>
@@ -12,6 +15,7 @@
 #include <utility>
 #include <vector>
 
+#include "checkpoint/safetensors.h"
 #include "tests/baton_process.h"
 #include "tests/run_report.h"
 
@@ -47,6 +51,71 @@ TEST(LlamaOperationsTest, TwentyStepsEqualTenThenResumeTenOntoAnotherStageCount)
                                        root + "/first/checkpoints/step-10"});
     EXPECT_EQ(Losses(resumed), std::vector<double>(all.begin() + 10, all.end())) << stages;
     EXPECT_EQ(resumed.at("param_checksum"), straight.at("param_checksum")) << stages;
+  }
+}
+
+// DeepSeek-V3's aux-loss-free router (model.moe.router sigmoid_bias, configs/moe-tiny.yaml made
+// small): the per-expert routing bias moves every step, the checkpoint keeps it beside the router
+// (and `baton compress` keeps it), and a run resumed from it onto one stage continues bit for bit
+// (the checksum covers the bias), onto two replicas (whose bias moves by the loads of both) within
+// rounding, as replicas do.
+TEST(LlamaOperationsTest, ASigmoidBiasRouterKeepsItsBiasInCheckpointsAndResumesExactly) {
+  const std::string root = TempDir("moe-sigmoid-bias");
+  const auto train = [&](const std::string& dir, const std::vector<std::string>& extra) {
+    std::vector<std::string> args = {"--set", "model.num_layers=3",
+                                     "--set", "model.width=64",
+                                     "--set", "model.context=32",
+                                     "--set", "model.moe.num_experts=4",
+                                     "--set", "model.moe.router=sigmoid_bias",
+                                     "--set", "model.moe.aux_loss_coef=0",
+                                     "--set", "model.moe.bias_update_rate=0.01",
+                                     "--set", "train.batch_size=8",
+                                     "--set", "train.warmup_steps=2",
+                                     "--set", "train.log_every=1",
+                                     "--set", "train.steps=8"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    return RunAndReport("configs/moe-tiny.yaml", dir, args);
+  };
+  const nlohmann::json straight = train(
+      root + "/straight", {"--set", "parallel.stages=2", "--set", "output.checkpoint_every=4"});
+  const std::string step4 = root + "/straight/checkpoints/step-4";
+  ASSERT_TRUE(fs::exists(step4 + "/manifest.json"));
+  // Graph layer 2 is block 1, the first with experts: its bias, 4 steps of +-0.01 or 0 each.
+  const auto stored_bias = [](const std::string& step_dir) {
+    const SafetensorsFile file = SafetensorsFile::Open(step_dir + "/layer-2.safetensors");
+    const SafetensorsEntry& entry = file.Get("h.1.mlp.router.expert_bias");
+    EXPECT_EQ(entry.dtype, "F32");
+    EXPECT_EQ(entry.shape, Shape{4});
+    std::vector<float> bias(4);
+    std::memcpy(bias.data(), file.Bytes(entry).data(), sizeof(float) * bias.size());
+    return bias;
+  };
+  const std::vector<float> bias = stored_bias(step4);
+  EXPECT_TRUE(std::any_of(bias.begin(), bias.end(), [](float b) { return b != 0.0f; }))
+      << fmt::format("{}", fmt::join(bias, ", "));
+  for (float b : bias) EXPECT_LE(std::abs(b), 0.04f + 1e-6f);
+  // A low-rank compression (attention's matrices) keeps it, and what it writes generates.
+  const CommandResult compressed =
+      RunBaton({"compress", step4, root + "/low-rank", "--low-rank", "8", "--no-eval"});
+  ASSERT_EQ(compressed.exit_code, 0) << compressed.output;
+  EXPECT_EQ(stored_bias(root + "/low-rank/checkpoints/step-4"), bias);
+  const CommandResult generated =
+      RunBaton({"generate", root + "/low-rank", "--prompt", "The ", "--tokens", "4"});
+  EXPECT_EQ(generated.exit_code, 0) << generated.output;
+
+  const std::vector<double> all = Losses(straight);
+  ASSERT_EQ(all.size(), 8u);
+  const nlohmann::json one =
+      train(root + "/one", {"--set", "parallel.stages=1", "--resume", step4});
+  EXPECT_EQ(Losses(one), std::vector<double>(all.begin() + 4, all.end()));
+  EXPECT_EQ(one.at("param_checksum"), straight.at("param_checksum"));
+  const nlohmann::json replicas =
+      train(root + "/replicas",
+            {"--set", "parallel.stages=1", "--set", "parallel.replicas=2", "--resume", step4});
+  const std::vector<double> resumed = Losses(replicas);
+  ASSERT_EQ(resumed.size(), 4u);
+  for (size_t i = 0; i < resumed.size(); ++i) {
+    EXPECT_NEAR(resumed[i], all[4 + i], 1e-5 * all[4 + i]) << "step " << 5 + i;
   }
 }
 

@@ -44,10 +44,17 @@ std::vector<ParamTensors> ParamTensorsOf(const std::vector<Param*>& params,
   return tensors;
 }
 
+LayerTensors LayerTensorsOf(int index, Layer& layer, const Optimizer* optimizer) {
+  LayerTensors tensors{index, layer.name(), ParamTensorsOf(layer.params(), optimizer), {}};
+  Layer::RoutingBias bias = layer.routing_bias();
+  if (bias.values.defined()) tensors.buffers.push_back({bias.name, bias.values});
+  return tensors;
+}
+
 std::vector<LayerTensors> CheckpointTensors(StageModel& model, const Optimizer* optimizer) {
   std::vector<LayerTensors> layers;
   for (auto& [index, layer] : model.layers()) {
-    layers.push_back({index, layer->name(), ParamTensorsOf(layer->params(), optimizer)});
+    layers.push_back(LayerTensorsOf(index, *layer, optimizer));
   }
   return layers;
 }

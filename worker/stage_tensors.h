@@ -25,6 +25,10 @@ namespace baton {
 std::vector<ParamTensors> ParamTensorsOf(const std::vector<Param*>& params,
                                          const Optimizer* optimizer = nullptr);
 
+// Layer `index` of the graph: its params as ParamTensorsOf gives them and its buffers (a
+// sigmoid_bias router's expert bias).
+LayerTensors LayerTensorsOf(int index, Layer& layer, const Optimizer* optimizer);
+
 // Every layer `model` holds, graph order, each param with its optimizer state (tied copies
 // included, marked tied): what CheckpointWriter::WriteLayers stores and CheckpointReader::
 // LoadLayers fills. CheckpointWriter/Reader's model-and-optimizer overloads call this. Without an

@@ -130,7 +130,7 @@ void StateLayout::InitValues(const std::function<void(Optimizer* masters)>& load
 
 LayerTensors StateLayout::LayerOf(int layer_index, const Optimizer* optimizer) const {
   for (auto& [index, l] : model_.layers()) {
-    if (index == layer_index) return {index, l->name(), ParamTensorsOf(l->params(), optimizer)};
+    if (index == layer_index) return LayerTensorsOf(index, *l, optimizer);
   }
   BATON_FAIL("stage {} holds no layer {}", stage_, layer_index);
 }

@@ -483,6 +483,11 @@ StepRecord Trainer::Step(int64_t step) {
   state.step = step;
   state.losses = engine_->RunStep(setup_.schedule.per_stage[static_cast<size_t>(setup_.stage)],
                                   batches_, loss_grad_scale);
+  for (const auto& [index, layer] : model_->layers()) {
+    if (std::optional<ExpertStats> stats = layer->TakeExpertStats()) {
+      state.record.experts[layer->name()] = std::move(*stats);
+    }
+  }
 
   clock.step_end_start = Clock::now();
   std::vector<std::pair<Clock::time_point, Clock::time_point>> exchanges;  // for the trace
@@ -498,11 +503,6 @@ StepRecord Trainer::Step(int64_t step) {
   backend_.Synchronize();
 
   StepRecord& record = state.record;
-  for (const auto& [index, layer] : model_->layers()) {
-    if (std::optional<ExpertStats> stats = layer->TakeExpertStats()) {
-      record.experts[layer->name()] = std::move(*stats);
-    }
-  }
   if (!state.losses.empty()) {
     double sum = 0;
     for (float l : state.losses) sum += l;
@@ -579,6 +579,9 @@ std::vector<std::pair<int, uint64_t>> Trainer::LayerDigests() {
       hash.Update(host.data(), host.size());
     }
     sync_->ReleaseLayerValues(index);
+    // A sigmoid_bias router's bias routes the next step as the parameters do: part of the state.
+    const Layer::RoutingBias bias = layer->routing_bias();
+    if (bias.values.defined()) hash.Update(bias.values.raw(), bias.values.nbytes());
     digests.emplace_back(index, hash.digest());
   }
   return digests;

@@ -184,10 +184,15 @@ class Trainer {
     bool overflow;     // some gradient was not finite
     bool stop;         // some rank was asked to stop
     bool loss_finite;  // the head's loss was finite (every rank learns it)
+    // sigmoid_bias routers: each of this rank's MoE layers' expert loads (by graph index),
+    // summed over the replicas.
+    std::map<int, std::vector<int64_t>> expert_loads;
   };
   // `losses`: this rank's per-micro-batch losses (the head's); with replicas every head gets
-  // back the whole step's, in micro-batch order.
-  StepEnd ReduceStepEnd(bool local_loss_finite, std::vector<float>& losses);
+  // back the whole step's, in micro-batch order. `experts`: this rank's step's expert statistics
+  // (StepRecord::experts).
+  StepEnd ReduceStepEnd(bool local_loss_finite, std::vector<float>& losses,
+                        const std::map<std::string, ExpertStats>& experts);
   // This replica's first micro-batch of a step, of the step's train.micro_batches.
   int first_microbatch() const;
 

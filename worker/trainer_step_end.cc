@@ -69,7 +69,7 @@ void Trainer::TiedSumsPass(StepState&) { CombineTiedGradients(); }
 void Trainer::StepEndFlagsPass(StepState& state) {
   const bool loss_finite = std::all_of(state.losses.begin(), state.losses.end(),
                                        [](float l) { return std::isfinite(l); });
-  state.flags = ReduceStepEnd(loss_finite, state.losses);
+  state.flags = ReduceStepEnd(loss_finite, state.losses, state.record.experts);
   const StepEnd& flags = state.flags;
   // fp32 and bf16 have no loss scale to back off: a non-finite loss or gradient cannot recover,
   // so every rank stops at this step (they all see the same reduced flags) rather than train on
@@ -104,6 +104,11 @@ void Trainer::UpdatePass(StepState& state) {
   const double coef = clip > 0 ? std::min(1.0, clip / (state.flags.norm + 1e-6)) : 1.0;
   optimizer_->Step(record.lr, state.step - scaler_.skipped_steps(),
                    static_cast<float>(coef / record.loss_scale));
+  // sigmoid_bias: the routing bias moves with the update (a skipped step moves nothing).
+  for (const auto& [index, layer] : model_->layers()) {
+    const auto load = state.flags.expert_loads.find(index);
+    if (load != state.flags.expert_loads.end()) layer->UpdateRoutingBias(load->second);
+  }
 }
 
 void Trainer::AfterUpdatePass(StepState& state) {
@@ -154,7 +159,8 @@ void Trainer::CombineTiedGradients() {
   }
 }
 
-Trainer::StepEnd Trainer::ReduceStepEnd(bool local_loss_finite, std::vector<float>& losses) {
+Trainer::StepEnd Trainer::ReduceStepEnd(bool local_loss_finite, std::vector<float>& losses,
+                                        const std::map<std::string, ExpertStats>& experts) {
   const int num_layers = model_->num_layers_in_graph();
   const bool replicated = setup_.layout.replicas() > 1;
   // Slot i: layer i's sum of squares (f32; written by the one rank holding it, zero elsewhere, so
@@ -166,8 +172,16 @@ Trainer::StepEnd Trainer::ReduceStepEnd(bool local_loss_finite, std::vector<floa
   const size_t stop_slot = overflow_slot + 1;
   const size_t bad_loss_slot = overflow_slot + 2;
   const size_t loss_slots = bad_loss_slot + 1;
-  std::vector<float> partial(
-      loss_slots + (replicated ? static_cast<size_t>(setup_.config.train.micro_batches) : 0), 0.0f);
+  // Then, for a sigmoid_bias router, each layer's expert loads as two slots per expert (the
+  // load's multiples of kLoadSplit, and the rest), each written by tensor rank 0 of every replica
+  // holding the layer: sums of integers under 2^24, exact in f32 in any order, up to 2^36
+  // choices per expert and step.
+  const size_t load_slots =
+      loss_slots + (replicated ? static_cast<size_t>(setup_.config.train.micro_batches) : 0);
+  const size_t experts_per_layer =
+      setup_.dims.moe.routing_bias() ? static_cast<size_t>(setup_.dims.moe.num_experts) : 0;
+  std::vector<float> partial(load_slots + 2 * experts_per_layer * static_cast<size_t>(num_layers),
+                             0.0f);
   if (stop_flag_ != nullptr && stop_flag_->load()) partial[stop_slot] = 1.0f;
   if (!local_loss_finite) partial[bad_loss_slot] = 1.0f;
   if (replicated && setup_.tensor == 0) {  // the head's tensor ranks hold the same losses
@@ -193,15 +207,43 @@ Trainer::StepEnd Trainer::ReduceStepEnd(bool local_loss_finite, std::vector<floa
     if (writes_layer_sums) partial[static_cast<size_t>(index)] = static_cast<float>(sum);
     if (!finite) partial[overflow_slot] = 1.0f;
   }
+  constexpr int64_t kLoadSplit = 1 << 12;
+  const auto load_slot = [&](int layer, size_t expert) {
+    return load_slots + 2 * (static_cast<size_t>(layer) * experts_per_layer + expert);
+  };
+  for (const auto& [index, layer] : model_->layers()) {
+    const auto stats = experts.find(layer->name());
+    if (experts_per_layer == 0 || setup_.tensor != 0 || stats == experts.end()) continue;
+    for (size_t e = 0; e < experts_per_layer; ++e) {
+      const int64_t load = stats->second.load.at(e);
+      BATON_CHECK(load < kLoadSplit * kLoadSplit * kLoadSplit,
+                  "{}: {} choices of expert {} in one step", layer->name(), load, e);
+      partial[load_slot(index, e)] = static_cast<float>(load / kLoadSplit);
+      partial[load_slot(index, e) + 1] = static_cast<float>(load % kLoadSplit);
+    }
+  }
   if (setup_.layout.world_size() > 1) AllReduceOverJob(partial);
+  StepEnd end{};
+  for (const auto& [index, layer] : model_->layers()) {
+    if (experts_per_layer == 0 || experts.find(layer->name()) == experts.end()) continue;
+    std::vector<int64_t>& load = end.expert_loads[index];
+    for (size_t e = 0; e < experts_per_layer; ++e) {
+      load.push_back(static_cast<int64_t>(partial[load_slot(index, e)]) * kLoadSplit +
+                     static_cast<int64_t>(partial[load_slot(index, e) + 1]));
+    }
+  }
   if (replicated && model_->holds_last_layer()) {
-    losses.assign(partial.begin() + static_cast<std::ptrdiff_t>(loss_slots), partial.end());
+    losses.assign(partial.begin() + static_cast<std::ptrdiff_t>(loss_slots),
+                  partial.begin() + static_cast<std::ptrdiff_t>(load_slots));
   }
   double total = 0;
   for (int i = 0; i < num_layers; ++i) total += partial[static_cast<size_t>(i)];
   const double norm = std::sqrt(total) / scaler_.scale();
-  return {norm, partial[overflow_slot] > 0.0f || !std::isfinite(norm), partial[stop_slot] > 0.0f,
-          partial[bad_loss_slot] == 0.0f};
+  end.norm = norm;
+  end.overflow = partial[overflow_slot] > 0.0f || !std::isfinite(norm);
+  end.stop = partial[stop_slot] > 0.0f;
+  end.loss_finite = partial[bad_loss_slot] == 0.0f;
+  return end;
 }
 
 }  // namespace baton
