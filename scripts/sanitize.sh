@@ -7,7 +7,8 @@
 #               fuzzers, and the integration tests that start processes (workers, launchers,
 #               mpirun and srun stand-ins: signals, kills and restarts). The two `slow` ones (300
 #               steps of learning, the precision comparison: the same code as the others, for 5 to
-#               10 minutes each under ASan) only with BATON_SANITIZE_SLOW=1.
+#               10 minutes each under ASan) and three sweeps (below) only with
+#               BATON_SANITIZE_SLOW=1.
 #   build-tsan  TSan; the tests of everything that has threads: the coordinator's server and
 #               client, the communicators (Gloo's wrappers, the host-staged and fake ones), the
 #               pipeline engine and the in-process runs that drive it with a thread per stage,
@@ -28,8 +29,15 @@ mode=${1:-all}
 regex=${2:-}
 jobs=${JOBS:-2}
 # The two slow ones, by name: gtest_discover_tests gives every discovered test the label
-# "integration" only, not the second one tests/CMakeLists.txt asks for.
-slow=(-E '^(PrecisionTest|LearningTest)\.')
+# "integration" only, not the second one tests/CMakeLists.txt asks for. And three sweeps that run
+# the same code as their neighbours many times over (270 s of CI's ASan run, 13 s natively): the
+# --fit search over replica layouts (FitTest's other cases stay) and two schedule-property
+# sweeps (PropertiesTest's other cases stay).
+slow_names='PrecisionTest\.|LearningTest\.'
+slow_names+='|FitTest\.ReplicasWithZeroOneComeAfterStagesWhenMoreProcessesAreAllowed$'
+slow_names+='|PropertiesTest\.ReceivesPostedEarlyKeepTheProgramValidAndItsTimeline$'
+slow_names+='|PropertiesTest\.EveryRendezvousSafeScheduleDryRunsWithBlockingAndWithBufferedSends$'
+slow=(-E "^($slow_names)")
 if [ "${BATON_SANITIZE_SLOW:-0}" = 1 ]; then slow=(); fi
 filter=()
 if [ -n "$regex" ]; then filter=(-R "$regex"); fi
