@@ -75,18 +75,19 @@ double ZLossTerm(const MoeDims& moe, const MoeRouting& r, int64_t n, float loss_
 
 // sigmoid_bias, token n: g (E) += the logits' gradient. The scores s = sigmoid(z) take dp (the
 // chosen ones', dp holding no other term) and dz = dp s (1 - s): the bias only picks, so it
-// has no gradient. The z-loss adds its term (ZLossTerm) times softmax(z).
+// has no gradient. The z-loss adds its term (ZLossTerm) times softmax(z), made in `softmax` (E,
+// the caller's scratch) only where there is a z-loss.
 void SigmoidScoresGradient(const MoeDims& moe, const MoeRouting& r, int64_t n, const float* dw,
-                           std::vector<double>& dp, float loss_grad_scale, float* g) {
+                           std::vector<double>& dp, float loss_grad_scale,
+                           std::vector<float>& softmax, float* g) {
   const int64_t e = moe.num_experts;
   ChosenScoresGradient(moe, r, n, dw, dp);
   const float* s = &r.probs[static_cast<size_t>(n * e)];
   const double lse_term = ZLossTerm(moe, r, n, loss_grad_scale);
-  std::vector<float> q(static_cast<size_t>(e), 0.0f);
-  if (lse_term != 0.0) Softmax(&r.logits[static_cast<size_t>(n * e)], e, q.data());
+  if (lse_term != 0.0) Softmax(&r.logits[static_cast<size_t>(n * e)], e, softmax.data());
   for (int64_t x = 0; x < e; ++x) {
-    g[x] += static_cast<float>(dp[static_cast<size_t>(x)] * s[x] * (1.0 - s[x]) +
-                               q[static_cast<size_t>(x)] * lse_term);
+    const double z_loss = lse_term != 0.0 ? softmax[static_cast<size_t>(x)] * lse_term : 0.0;
+    g[x] += static_cast<float>(dp[static_cast<size_t>(x)] * s[x] * (1.0 - s[x]) + z_loss);
   }
 }
 
@@ -197,6 +198,7 @@ std::vector<float> RouterGradient(const MoeDims& moe, const MoeRouting& r,
                  (static_cast<double>(r.load[x]) / tokens) / tokens;
   }
   std::vector<double> dp(static_cast<size_t>(e));
+  std::vector<float> softmax(moe.routing_bias() ? static_cast<size_t>(e) : 0);
   for (int64_t n = 0; n < tokens; ++n) {
     const float* p = &r.probs[static_cast<size_t>(n * e)];
     const int32_t* c = &r.choices[static_cast<size_t>(n * k)];
@@ -205,7 +207,7 @@ std::vector<float> RouterGradient(const MoeDims& moe, const MoeRouting& r,
     float* g = &dz[static_cast<size_t>(n * e)];
     std::copy(daux_dp.begin(), daux_dp.end(), dp.begin());
     if (moe.router == MoeDims::Router::kSigmoidBias) {
-      SigmoidScoresGradient(moe, r, n, dw, dp, loss_grad_scale, g);
+      SigmoidScoresGradient(moe, r, n, dw, dp, loss_grad_scale, softmax, g);
       continue;
     }
     if (moe.router == MoeDims::Router::kTopkSoftmax) {
