@@ -68,8 +68,8 @@ class AttentionSublayer final : public Sublayer {
     return low_rank + (shape.selective_recompute ? 4 * n * keys * c : 0);
   }
 
-  void Bind(std::vector<Param>& params, const SublayerSource& source,
-            TensorGroup* tensor) override {
+  void Bind(Backend& /*backend*/, std::vector<Param>& params, const SublayerSource& source,
+            TensorGroup* tensor, ExpertGroup* /*experts*/) override {
     const int t = TensorSize(tensor);  // each tensor rank attends with its share of the heads
     params_ = {model_ops::NormView(params, source.prefix + "ln_1", dims_),
                model_ops::LinearView(params, source.prefix + "attn.c_attn"),

@@ -81,7 +81,7 @@ std::vector<std::string> SharedParamNames(LayerKind kind, const ModelDims& dims,
 
 BlockLayer::BlockLayer(LayerKind kind, Backend& backend, const ModelDims& dims, DType param_dtype,
                        DType act_dtype, uint64_t seed, int layer_index, int block_index,
-                       const LocalParams& local, TensorGroup* tensor)
+                       const LocalParams& local, TensorGroup* tensor, ExpertGroup* experts)
     : backend_(backend),
       dims_(dims),
       act_dtype_(act_dtype),
@@ -92,9 +92,10 @@ BlockLayer::BlockLayer(LayerKind kind, Backend& backend, const ModelDims& dims, 
   BATON_CHECK(block_index >= 0, "block index {} must be non-negative", block_index);
   CheckTensorSplit(dims, sublayers_, tensor);
   params_ = NewParams(backend, BlockDefs(sublayers_, dims, layer_index, block_index), param_dtype,
-                      seed, layer_index, dims.num_layers, local, tensor);
+                      seed, layer_index, dims.num_layers, local, tensor, experts);
   for (const auto& sublayer : sublayers_) {
-    sublayer->Bind(params_, SourceOf(dims, sublayer->shared(), layer_index, block_index), tensor);
+    sublayer->Bind(backend, params_, SourceOf(dims, sublayer->shared(), layer_index, block_index),
+                   tensor, experts);
   }
 }
 
@@ -128,6 +129,14 @@ Layer::RoutingBias BlockLayer::routing_bias() {
 
 void BlockLayer::UpdateRoutingBias(const std::vector<int64_t>& load) {
   for (const auto& sublayer : sublayers_) sublayer->UpdateRoutingBias(load);
+}
+
+std::vector<ExpertGradSources> BlockLayer::expert_grad_sources() {
+  std::vector<ExpertGradSources> out;
+  for (const auto& sublayer : sublayers_) {
+    for (ExpertGradSources& s : sublayer->expert_grad_sources()) out.push_back(std::move(s));
+  }
+  return out;
 }
 
 Tensor BlockLayer::Forward(const Tensor& x, const MicroBatch& batch, Stash& stash) {

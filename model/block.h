@@ -54,10 +54,12 @@ class BlockLayer final : public Layer {
   // init.h's NewParams). `tensor`: the stage's tensor-parallel group (parallel.tensor T > 1;
   // null for T = 1): the block then holds its share of the heads and hidden units
   // (model/tensor_parallel.h) and sums the row-parallel outputs (and the column-parallel inputs'
-  // gradients) over the group.
+  // gradients) over the group. `experts`: the expert group its experts split over (E > 1;
+  // model/expert_parallel.h), or null.
   BlockLayer(LayerKind kind, Backend& backend, const ModelDims& dims, DType param_dtype,
              DType act_dtype, uint64_t seed, int layer_index, int block_index,
-             const LocalParams& local = nullptr, TensorGroup* tensor = nullptr);
+             const LocalParams& local = nullptr, TensorGroup* tensor = nullptr,
+             ExpertGroup* experts = nullptr);
 
   const std::string& name() const override { return name_; }  // "block.3", "mlp_block.3"
   std::vector<Param*> params() override;
@@ -68,6 +70,7 @@ class BlockLayer final : public Layer {
   std::optional<ExpertStats> TakeExpertStats() override;
   RoutingBias routing_bias() override;
   void UpdateRoutingBias(const std::vector<int64_t>& load) override;
+  std::vector<ExpertGradSources> expert_grad_sources() override;
 
   Tensor Forward(const Tensor& x, const MicroBatch& batch, Stash& stash) override;
   // Each sublayer's cached forward: attention over `cache` (Backend::CachedAttentionForward,

@@ -75,8 +75,8 @@ ScopedLayerWrapperForTesting::Wrap* layer_wrapper = nullptr;
 
 std::unique_ptr<Layer> BuildUnwrapped(const LayerSpec& spec, const ModelDims& dims,
                                       Backend& backend, DType param_dtype, DType act_dtype,
-                                      uint64_t seed, const LocalParams& local,
-                                      TensorGroup* tensor) {
+                                      uint64_t seed, const LocalParams& local, TensorGroup* tensor,
+                                      ExpertGroup* experts) {
   BATON_CHECK(IsFloating(act_dtype), "the activation dtype must be f32, bf16 or f16, got {}",
               Name(act_dtype));
   switch (spec.kind) {
@@ -86,7 +86,7 @@ std::unique_ptr<Layer> BuildUnwrapped(const LayerSpec& spec, const ModelDims& di
     case LayerKind::kBlock:
     case LayerKind::kMlpBlock:
       return std::make_unique<BlockLayer>(spec.kind, backend, dims, param_dtype, act_dtype, seed,
-                                          spec.index, spec.block_index, local, tensor);
+                                          spec.index, spec.block_index, local, tensor, experts);
     case LayerKind::kHead:
       return std::make_unique<HeadLayer>(backend, dims, param_dtype, act_dtype, seed, spec.index,
                                          tensor);
@@ -98,9 +98,10 @@ std::unique_ptr<Layer> BuildUnwrapped(const LayerSpec& spec, const ModelDims& di
 
 std::unique_ptr<Layer> BuildLayer(const LayerSpec& spec, const ModelDims& dims, Backend& backend,
                                   DType param_dtype, DType act_dtype, uint64_t seed,
-                                  const LocalParams& local, TensorGroup* tensor) {
+                                  const LocalParams& local, TensorGroup* tensor,
+                                  ExpertGroup* experts) {
   std::unique_ptr<Layer> layer =
-      BuildUnwrapped(spec, dims, backend, param_dtype, act_dtype, seed, local, tensor);
+      BuildUnwrapped(spec, dims, backend, param_dtype, act_dtype, seed, local, tensor, experts);
   if (layer_wrapper != nullptr) layer = (*layer_wrapper)(std::move(layer), backend);
   return layer;
 }

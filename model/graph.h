@@ -66,11 +66,12 @@ std::vector<LayerSpec> CustomGraph(const ModelDims& dims, const std::vector<std:
 // result's name() is spec.name. `local` finds the shared originals this process already holds
 // (model.share): a block's shared parameters then share their storage (init.h's NewParams).
 // `tensor`: the stage's tensor-parallel group (parallel.tensor T > 1), or null: the layer holds
-// and computes this rank's part (model/tensor_parallel.h).
+// and computes this rank's part (model/tensor_parallel.h). `experts`: the expert group an MoE
+// block's experts split over (model/expert_parallel.h), or null: all experts here.
 std::unique_ptr<Layer> BuildLayer(const LayerSpec& spec, const ModelDims& dims, Backend& backend,
                                   DType param_dtype, DType act_dtype, uint64_t seed,
-                                  const LocalParams& local = nullptr,
-                                  TensorGroup* tensor = nullptr);
+                                  const LocalParams& local = nullptr, TensorGroup* tensor = nullptr,
+                                  ExpertGroup* experts = nullptr);
 
 // For tests: while one is alive, BuildLayer passes every layer it builds through `wrap`, which
 // returns the layer to use (e.g. one that delegates to it but allocates differently). One at a

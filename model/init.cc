@@ -83,7 +83,8 @@ void InitConstant(Backend& backend, Tensor& value, float constant) {
 
 std::vector<Param> NewParams(Backend& backend, const std::vector<ParamDef>& defs, DType dtype,
                              uint64_t seed, int layer_index, int num_layers,
-                             const LocalParams& local, const TensorGroup* tensor) {
+                             const LocalParams& local, const TensorGroup* tensor,
+                             const ExpertGroup* experts) {
   std::vector<Param> params;
   params.reserve(defs.size());
   for (const ParamDef& def : defs) {
@@ -91,10 +92,12 @@ std::vector<Param> NewParams(Backend& backend, const std::vector<ParamDef>& defs
     const bool copy = def.source_layer >= 0 && def.source_layer != layer_index;
     const Param* original = copy && local ? local(def.name) : nullptr;
     TensorSplit split;
-    if (def.split.dim >= 0 && TensorSize(tensor) > 1) {
+    const bool over_experts = def.split.over == SplitOver::kExperts;
+    const int parts = over_experts ? ExpertSize(experts) : TensorSize(tensor);
+    if (def.split.dim >= 0 && parts > 1) {
       split = def.split;
-      split.part = TensorRank(tensor);
-      split.parts = TensorSize(tensor);
+      split.part = over_experts ? ExpertRank(experts) : TensorRank(tensor);
+      split.parts = parts;
     }
     const Shape shape = PartShape(def.shape, split);
     if (original != nullptr) {  // the group's parameter already lives here: hold it once
@@ -108,6 +111,7 @@ std::vector<Param> NewParams(Backend& backend, const std::vector<ParamDef>& defs
     }
     Param& param = params.emplace_back(NewParam(backend, def.name, shape, dtype));
     param.split = split;
+    param.stacked_experts = def.split.over == SplitOver::kExperts;
     param.weight_decay = def.shape.size() >= 2;
     if (copy) {
       param.tied = true;

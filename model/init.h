@@ -19,6 +19,7 @@
 
 #include "core/tensor.h"
 #include "kernels/backend.h"
+#include "model/expert_parallel.h"
 #include "model/layer.h"
 
 namespace baton {
@@ -77,10 +78,12 @@ using LocalParams = std::function<Param*(const std::string& name)>;
 // Allocates and initialises `defs` in order; a parameter's param_index is its position there.
 // A def with a source layer whose parameter `local` finds is not allocated: the new Param shares
 // that one's value and grad (so the memory is held once). With a tensor group of T > 1, a def
-// with a split is allocated as this rank's part of it (Param::split set).
+// with a split is allocated as this rank's part of it (Param::split set); so, with an expert
+// group of E > 1, is a def whose split is over the experts (SplitOver::kExperts).
 std::vector<Param> NewParams(Backend& backend, const std::vector<ParamDef>& defs, DType dtype,
                              uint64_t seed, int layer_index, int num_layers,
                              const LocalParams& local = nullptr,
-                             const TensorGroup* tensor = nullptr);
+                             const TensorGroup* tensor = nullptr,
+                             const ExpertGroup* experts = nullptr);
 
 }  // namespace baton

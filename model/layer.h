@@ -129,6 +129,18 @@ struct Param {
   // only (the norms), so each tensor rank's gradient is a part of the whole; the trainer sums
   // them over the tensor group at step end, after which every tensor rank holds the same.
   bool sequence_partial_grad = false;
+  // A mixture-of-experts layer's stacked experts (E, a, b): cut along the experts over an expert
+  // group (split.over kExperts) or whole; the gradient norm sums it expert by expert.
+  bool stacked_experts = false;
+};
+
+// Expert parallelism (model/expert_parallel.h): an expert parameter (N/E, a, b), this member's
+// part of the stacked (N, a, b) split over the expert group of E, and the weight-gradient
+// accumulators of sources 1 .. E-1 beside its grad (source 0's): (E - 1, N/E, a, b) f32, booked as
+// grads.
+struct ExpertGradSources {
+  Param* param = nullptr;
+  Tensor others;
 };
 
 class Layer {
@@ -164,6 +176,10 @@ class Layer {
   };
   virtual RoutingBias routing_bias() { return {}; }
   virtual void UpdateRoutingBias(const std::vector<int64_t>& load) { (void)load; }
+  // A layer whose experts split over an expert group: their gradients by source member, to fold
+  // (FoldExpertGradSources) once the step's backward passes are done; empty for every other
+  // layer.
+  virtual std::vector<ExpertGradSources> expert_grad_sources() { return {}; }
 
   // Returns the output activation, or for the head the loss (1). Fills `stash` with what
   // backward needs (under selective recompute, less; see the layer).

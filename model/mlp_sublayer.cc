@@ -67,8 +67,8 @@ class MlpSublayer final : public Sublayer {
     return c_fc + (r > 0 ? 2 * n * r * (c + dims_.hidden()) : 0);
   }
 
-  void Bind(std::vector<Param>& params, const SublayerSource& source,
-            TensorGroup* tensor) override {
+  void Bind(Backend& /*backend*/, std::vector<Param>& params, const SublayerSource& source,
+            TensorGroup* tensor, ExpertGroup* /*experts*/) override {
     params_ = {model_ops::NormView(params, source.prefix + "ln_2", dims_),
                model_ops::LinearView(params, source.prefix + "mlp.c_fc"),
                model_ops::LinearView(params, source.prefix + "mlp.c_proj"), dims_.spec().swiglu(),

@@ -16,8 +16,19 @@
 // come back weighted (Backend::MoeCombine). The router's losses (load balancing, z-loss) add their
 // gradient to the logits' in backward, scaled as the head scales the cross-entropy's.
 //
+// Expert parallelism (an expert group of E > 1; model/expert_parallel.h): this member holds
+// experts [j N/E, (j + 1) N/E) of the stacked parameters. Its routed rows for member d's experts
+// (a contiguous run: the rows are grouped by expert) go to d by the group's all-to-all, counts per
+// expert first; d runs one GEMM per source member and expert over the rows it got (source-major,
+// each source's grouped by expert), the shapes and rows the source would have run itself, and
+// sends the results back into the source's routed rows. The backward moves the rows' gradients
+// the same way; the experts' weight gradients accumulate per source (ExpertGradSources).
+//
 // Stash ("moe." prefix): x, ln, rstd, logits (N,E); unless selective recompute, the experts' fc
 // (R,2I), act (R,I) and out (R,C), and the shared experts' fc (N,2S), act (N,S) and out (N,C).
+// Under expert parallelism fc and act are the rows this member's experts ran (from every
+// source), with those rows' inputs ("moe.received"), and out the source's own routed rows'
+// results.
 // Expert, router and gate weight gradients are computed in the backward pass itself (also under
 // zero-bubble schedules' input pass); the shared experts' go through the sink.
 #include <fmt/format.h>
@@ -103,52 +114,172 @@ Tensor ExpertMatrix(const Tensor& stacked, int64_t e) {
   return stacked.Slice(0, e, e + 1).View({stacked.size(1), stacked.size(2)});
 }
 
-// out rows of each expert = in rows of the expert @ its matrix of `weights` (trans: its
-// transpose); accumulate adds. One GEMM per expert with rows.
-void ExpertGemms(Backend& backend, const MoeRouting& routing, const Tensor& in,
-                 const Tensor& weights, bool trans, Tensor& out) {
-  for (int64_t e = 0; e + 1 < static_cast<int64_t>(routing.offsets.size()); ++e) {
-    const int64_t begin = routing.offsets[e], end = routing.offsets[e + 1];
-    if (begin == end) continue;
-    Tensor block = out.Slice(0, begin, end);
-    backend.Matmul(in.Slice(0, begin, end), false, ExpertMatrix(weights, e), trans, block, false);
+// Rows [begin, end) that one expert (`expert`: its index in this member's stacked weights) runs
+// for one source member of the expert group (0 without a group).
+struct ExpertBlock {
+  int64_t begin = 0;
+  int64_t end = 0;
+  int64_t expert = 0;
+  int source = 0;
+};
+
+// Where a micro-batch's routed rows are computed. Without an expert group, here: the blocks are
+// the routed rows' experts. With one, rows [send[d], send[d + 1]) of the routed rows go to member
+// d, and this member's experts run the rows it receives: member s's are rows
+// [receive[s], receive[s + 1]) of `received()`, in `blocks` (source-major, then by expert).
+struct RowPlan {
+  ExpertGroup* group = nullptr;
+  std::vector<int64_t> send, receive;
+  std::vector<ExpertBlock> blocks;
+  int64_t received() const { return receive.back(); }
+};
+
+// A host i32 copy of a device tensor (zeros for a meta tensor).
+std::vector<int32_t> ToHostI32(Backend& backend, const Tensor& t) {
+  std::vector<int32_t> host(static_cast<size_t>(t.numel()), 0);
+  if (t.is_meta()) return host;
+  Tensor view = Tensor::Wrap(host.data(), t.shape(), DType::kI32);
+  backend.Copy(t, view);
+  backend.Synchronize();
+  return host;
+}
+
+// The plan of `routing`'s rows; with an expert group of E, each member's counts of rows for each
+// of member d's experts go to d first (an all-to-all of N/E i32 per member pair).
+RowPlan PlanRows(Backend& backend, const MoeRouting& routing, ExpertGroup* group) {
+  RowPlan plan;
+  const int64_t n_experts = static_cast<int64_t>(routing.offsets.size()) - 1;
+  if (group == nullptr) {
+    for (int64_t e = 0; e < n_experts; ++e) {
+      plan.blocks.push_back({routing.offsets[e], routing.offsets[e + 1], e, 0});
+    }
+    return plan;
+  }
+  plan.group = group;
+  const int members = group->size();
+  const int64_t local = n_experts / members;
+  std::vector<Tensor> to, from;
+  for (int d = 0; d < members; ++d) {
+    plan.send.push_back(routing.offsets[d * local]);
+    std::vector<int32_t> counts;
+    for (int64_t l = 0; l < local; ++l) {
+      const int64_t e = d * local + l;
+      counts.push_back(static_cast<int32_t>(routing.offsets[e + 1] - routing.offsets[e]));
+    }
+    to.push_back(ToDevice(backend, counts, {local}, DType::kI32));
+    from.push_back(NewTensor(backend, {local}, DType::kI32, kWorkspace));
+  }
+  plan.send.push_back(routing.offsets.back());
+  group->AllToAll(to, from);
+  int64_t at = 0;
+  for (int s = 0; s < members; ++s) {
+    plan.receive.push_back(at);
+    std::vector<int32_t> counts = ToHostI32(backend, from[static_cast<size_t>(s)]);
+    // The ledger-only backend reads no counts: it books the worst routing, every member's routed
+    // rows all sent to this member's first expert.
+    if (from[static_cast<size_t>(s)].is_meta()) {
+      counts.assign(counts.size(), 0);
+      counts.front() = static_cast<int32_t>(routing.offsets.back());
+    }
+    for (int64_t l = 0; l < local; ++l) {
+      plan.blocks.push_back({at, at + counts[static_cast<size_t>(l)], l, s});
+      at += counts[static_cast<size_t>(l)];
+    }
+  }
+  plan.receive.push_back(at);
+  return plan;
+}
+
+// Rows [from_at[j], from_at[j + 1]) of `from` go to member j, which puts them at rows
+// [to_at[i], to_at[i + 1]) of its `to` (i: this member).
+void MoveRows(ExpertGroup& group, const Tensor& from, const std::vector<int64_t>& from_at,
+              Tensor& to, const std::vector<int64_t>& to_at) {
+  std::vector<Tensor> send, receive;
+  for (int j = 0; j < group.size(); ++j) {
+    send.push_back(
+        from.Slice(0, from_at[static_cast<size_t>(j)], from_at[static_cast<size_t>(j) + 1]));
+    receive.push_back(
+        to.Slice(0, to_at[static_cast<size_t>(j)], to_at[static_cast<size_t>(j) + 1]));
+  }
+  group.AllToAll(send, receive);
+}
+
+// The rows this member's experts run for `rows` (this member's routed rows, (R, C)): `rows`
+// itself without a group, else (received(), C) under `category` from every member.
+Tensor ToExperts(Backend& backend, const RowPlan& plan, const Tensor& rows, MemCategory category) {
+  if (plan.group == nullptr) return rows;
+  Tensor out = NewTensor(backend, {plan.received(), rows.size(1)}, rows.dtype(), category);
+  MoveRows(*plan.group, rows, plan.send, out, plan.receive);
+  return out;
+}
+
+// The experts' results for this member's routed rows (R = `rows`, C) under `category`, from the
+// rows its experts ran (`ran`, (received(), C)) on every member: `ran` itself without a group.
+Tensor FromExperts(Backend& backend, const RowPlan& plan, const Tensor& ran, int64_t rows,
+                   MemCategory category) {
+  if (plan.group == nullptr) return ran;
+  Tensor out = NewTensor(backend, {rows, ran.size(1)}, ran.dtype(), category);
+  MoveRows(*plan.group, ran, plan.receive, out, plan.send);
+  return out;
+}
+
+// out rows of each block = in rows of the block @ its expert's matrix of `weights` (trans: its
+// transpose). One GEMM per block with rows.
+void ExpertGemms(Backend& backend, const RowPlan& plan, const Tensor& in, const Tensor& weights,
+                 bool trans, Tensor& out) {
+  for (const ExpertBlock& b : plan.blocks) {
+    if (b.begin == b.end) continue;
+    Tensor block = out.Slice(0, b.begin, b.end);
+    backend.Matmul(in.Slice(0, b.begin, b.end), false, ExpertMatrix(weights, b.expert), trans,
+                   block, false);
   }
 }
 
-// Each expert's weight gradient += its rows of lhs^T @ its rows of rhs.
-void ExpertWeightGrads(Backend& backend, const MoeRouting& routing, const Tensor& lhs,
-                       const Tensor& rhs, Tensor& grad) {
-  for (int64_t e = 0; e + 1 < static_cast<int64_t>(routing.offsets.size()); ++e) {
-    const int64_t begin = routing.offsets[e], end = routing.offsets[e + 1];
-    if (begin == end) continue;
-    Tensor g = ExpertMatrix(grad, e);
-    backend.Matmul(lhs.Slice(0, begin, end), true, rhs.Slice(0, begin, end), false, g, true);
+// Each block's expert's weight gradient += the block's rows of lhs^T @ its rows of rhs: into
+// `grad` for source 0, into source s's accumulator (others[s - 1]) for the others.
+void ExpertWeightGrads(Backend& backend, const RowPlan& plan, const Tensor& lhs, const Tensor& rhs,
+                       Tensor& grad, const Tensor& others) {
+  for (const ExpertBlock& b : plan.blocks) {
+    if (b.begin == b.end) continue;
+    const Tensor stacked =
+        b.source == 0 ? grad : others.Slice(0, b.source - 1, b.source).View(grad.shape());
+    Tensor g = ExpertMatrix(stacked, b.expert);
+    backend.Matmul(lhs.Slice(0, b.begin, b.end), true, rhs.Slice(0, b.begin, b.end), false, g,
+                   true);
   }
 }
 
-// The experts' forward over their routed rows: fc (R,2I), act (R,I) and out (R,C), booked under
-// `category` (rows past the routed ones are not computed).
+// The experts' forward over the routed rows: fc (rows,2I), act (rows,I) and out (R,C), booked
+// under `category` (rows past the routed ones are not computed). Without an expert group rows = R,
+// the routed rows; with one, the rows this member's experts ran (RowPlan::received), which are
+// `received` (their inputs, under `category`), and out is this member's routed rows' results.
 struct ExpertsOutput {
-  Tensor fc, act, out;
+  Tensor fc, act, out, received;
 };
 ExpertsOutput ExpertsForward(Backend& backend, const MoeParams& p, const Routed& r,
-                             const Tensor& ln, int64_t rows, MemCategory category) {
+                             const RowPlan& plan, const Tensor& ln, int64_t rows,
+                             MemCategory category) {
   const Tensor& w_fc = p.fc->value;
   const Tensor& w_proj = p.proj->value;
   const int64_t c = w_fc.size(1), i = w_proj.size(1);
   Tensor routed = NewTensor(backend, {rows, c}, ln.dtype(), kWorkspace);
   backend.MoeDispatch(Rows(ln), r.slots, Tensor(), routed);
-  ExpertsOutput o{NewTensor(backend, {rows, 2 * i}, ln.dtype(), category),
-                  NewTensor(backend, {rows, i}, ln.dtype(), category),
-                  NewTensor(backend, {rows, c}, ln.dtype(), category)};
-  ExpertGemms(backend, r.routing, routed, w_fc, false, o.fc);
+  ExpertsOutput o;
+  if (plan.group != nullptr) o.received = ToExperts(backend, plan, routed, category);
+  const Tensor& in = plan.group != nullptr ? o.received : routed;
+  const int64_t ran = plan.group != nullptr ? plan.received() : rows;
+  o.fc = NewTensor(backend, {ran, 2 * i}, ln.dtype(), category);
+  o.act = NewTensor(backend, {ran, i}, ln.dtype(), category);
+  Tensor out = NewTensor(backend, {ran, c}, ln.dtype(), plan.group ? kWorkspace : category);
+  ExpertGemms(backend, plan, in, w_fc, false, o.fc);
   routed = Tensor();
-  const int64_t used = r.routing.offsets.back();
+  const int64_t used = plan.group != nullptr ? ran : r.routing.offsets.back();
   if (used > 0) {
     Tensor act = o.act.Slice(0, 0, used);
     backend.SwiGluForward(o.fc.Slice(0, 0, used), act);
   }
-  ExpertGemms(backend, r.routing, o.act, w_proj, false, o.out);
+  ExpertGemms(backend, plan, o.act, w_proj, false, out);
+  o.out = FromExperts(backend, plan, out, rows, category);
   return o;
 }
 
@@ -202,16 +333,20 @@ class MoeSublayer final : public Sublayer {
     model_ops::AppendNormDefs(defs, source, "ln_2", dims_);
     const std::string base = source.prefix + "mlp.";
     defs.push_back({base + "router.weight", {c, e}, ParamInit::kNormal, 0.0, source.source_layer});
+    // Cut along the experts over an expert group (NewParams leaves them whole without one).
+    const TensorSplit by_expert{0, {e}, 0, 1, SplitOver::kExperts};
     defs.push_back({base + "experts.c_fc.weight",
                     {e, c, 2 * i},
                     ParamInit::kNormal,
                     0.0,
-                    source.source_layer});
+                    source.source_layer,
+                    by_expert});
     defs.push_back({base + "experts.c_proj.weight",
                     {e, i, c},
                     ParamInit::kOutputProjection,
                     0.0,
-                    source.source_layer});
+                    source.source_layer,
+                    by_expert});
     if (moe_.shared_experts == 0) return;
     const int64_t s = moe_.shared_width();
     model_ops::AppendLinearDefs(defs, source, "mlp.shared.c_fc", c, 2 * s, false, 0,
@@ -252,9 +387,12 @@ class MoeSublayer final : public Sublayer {
            2 * n * 3 * c * moe_.shared_width();
   }
 
-  void Bind(std::vector<Param>& params, const SublayerSource& source,
-            TensorGroup* tensor) override {
+  void Bind(Backend& backend, std::vector<Param>& params, const SublayerSource& source,
+            TensorGroup* tensor, ExpertGroup* experts) override {
     BATON_CHECK(TensorSize(tensor) == 1, "{}", TensorSplitProblem(TensorSize(tensor)));
+    BATON_CHECK(moe_.num_experts % ExpertSize(experts) == 0,
+                "{}mlp: {} experts do not split evenly over an expert group of {}", source.prefix,
+                moe_.num_experts, ExpertSize(experts));
     const auto find = [&](const std::string& name) -> Param* {
       for (Param& p : params) {
         if (p.name == source.prefix + name) return &p;
@@ -268,6 +406,17 @@ class MoeSublayer final : public Sublayer {
     p_.proj = find("mlp.experts.c_proj.weight");
     BATON_CHECK(p_.router != nullptr && p_.fc != nullptr && p_.proj != nullptr,
                 "{}: the experts' parameters are missing", source.prefix);
+    if (ExpertSize(experts) > 1) {
+      experts_ = experts;
+      // Sources 1 .. E-1's weight-gradient accumulators (source 0's is the grad itself).
+      const auto accumulators = [&](const Param& p) {
+        Shape shape = p.grad.shape();
+        shape.insert(shape.begin(), experts->size() - 1);
+        return NewZeros(backend, shape, DType::kF32, MemCategory::kGrads);
+      };
+      fc_sources_ = accumulators(*p_.fc);
+      proj_sources_ = accumulators(*p_.proj);
+    }
     if (moe_.shared_experts > 0) {
       p_.shared_fc = model_ops::LinearView(params, source.prefix + "mlp.shared.c_fc");
       p_.shared_proj = model_ops::LinearView(params, source.prefix + "mlp.shared.c_proj");
@@ -283,8 +432,9 @@ class MoeSublayer final : public Sublayer {
     backend.Matmul(Rows(ln), false, p_.router->value, false, logits, false);
     stash.Put("moe.logits", logits);
     const Routed r = RouteOn(backend, moe_, logits, bias_);
+    const RowPlan plan = PlanRows(backend, r.routing, experts_);
     const MemCategory kept = selective_recompute ? kWorkspace : kActivations;
-    ExpertsOutput experts = ExpertsForward(backend, p_, r, ln, moe_.routed_rows(n), kept);
+    ExpertsOutput experts = ExpertsForward(backend, p_, r, plan, ln, moe_.routed_rows(n), kept);
     Tensor branch = NewZeros(backend, x.shape(), x.dtype(), kWorkspace);
     Tensor branch_rows = Rows(branch);
     backend.MoeCombine(experts.out, r.slots, r.weights, branch_rows);
@@ -292,6 +442,7 @@ class MoeSublayer final : public Sublayer {
       stash.Put("moe.fc", std::move(experts.fc));
       stash.Put("moe.act", std::move(experts.act));
       stash.Put("moe.out", std::move(experts.out));
+      if (experts_ != nullptr) stash.Put("moe.received", std::move(experts.received));
     }
     experts = {};
     if (moe_.shared_experts > 0) {
@@ -316,11 +467,13 @@ class MoeSublayer final : public Sublayer {
     const int64_t n = Rows(ln).size(0), rows = moe_.routed_rows(n);
     const Routed r = RouteOn(backend, moe_, logits, bias_);
     stats_.Add(r.routing);  // once per micro-batch: a backward runs once, a forward may twice
+    const RowPlan plan = PlanRows(backend, r.routing, experts_);
     ExpertsOutput experts;
     if (stash.Has("moe.fc")) {
-      experts = {stash.Get("moe.fc"), stash.Get("moe.act"), stash.Get("moe.out")};
+      experts = {stash.Get("moe.fc"), stash.Get("moe.act"), stash.Get("moe.out"),
+                 experts_ != nullptr ? stash.Get("moe.received") : Tensor()};
     } else {
-      experts = ExpertsForward(backend, p_, r, ln, rows, kWorkspace);
+      experts = ExpertsForward(backend, p_, r, plan, ln, rows, kWorkspace);
     }
     const Tensor dy_rows = Rows(dy);
     // The combine: the weights' gradient, then each routed row's (w dy).
@@ -329,13 +482,14 @@ class MoeSublayer final : public Sublayer {
     Tensor dout = NewTensor(backend, {rows, dims_.width}, dy.dtype(), kWorkspace);
     backend.MoeDispatch(dy_rows, r.slots, r.weights, dout);
     experts.out = Tensor();
+    dout = ToExperts(backend, plan, dout, kWorkspace);
     // c_proj: d act = d out @ W^T per expert, dW += act^T d out.
     Tensor dact = NewTensor(backend, experts.act.shape(), dy.dtype(), kWorkspace);
-    ExpertGemms(backend, r.routing, dout, p_.proj->value, true, dact);
-    ExpertWeightGrads(backend, r.routing, experts.act, dout, p_.proj->grad);
+    ExpertGemms(backend, plan, dout, p_.proj->value, true, dact);
+    ExpertWeightGrads(backend, plan, experts.act, dout, p_.proj->grad, proj_sources_);
     dout = Tensor();
     experts.act = Tensor();
-    const int64_t used = r.routing.offsets.back();
+    const int64_t used = experts_ != nullptr ? plan.received() : r.routing.offsets.back();
     Tensor dfc = NewZeros(backend, experts.fc.shape(), dy.dtype(), kWorkspace);
     if (used > 0) {
       Tensor dfc_used = dfc.Slice(0, 0, used);
@@ -344,13 +498,18 @@ class MoeSublayer final : public Sublayer {
     dact = Tensor();
     experts.fc = Tensor();
     // c_fc: d routed = d fc @ W^T, dW += routed^T d fc; the routed rows back to their tokens.
-    Tensor routed = NewTensor(backend, {rows, dims_.width}, ln.dtype(), kWorkspace);
-    backend.MoeDispatch(Rows(ln), r.slots, Tensor(), routed);
-    Tensor drouted = NewTensor(backend, {rows, dims_.width}, dy.dtype(), kWorkspace);
-    ExpertGemms(backend, r.routing, dfc, p_.fc->value, true, drouted);
-    ExpertWeightGrads(backend, r.routing, routed, dfc, p_.fc->grad);
+    Tensor routed = experts.received;
+    if (experts_ == nullptr) {
+      routed = NewTensor(backend, {rows, dims_.width}, ln.dtype(), kWorkspace);
+      backend.MoeDispatch(Rows(ln), r.slots, Tensor(), routed);
+    }
+    experts.received = Tensor();
+    Tensor drouted = NewTensor(backend, {routed.size(0), dims_.width}, dy.dtype(), kWorkspace);
+    ExpertGemms(backend, plan, dfc, p_.fc->value, true, drouted);
+    ExpertWeightGrads(backend, plan, routed, dfc, p_.fc->grad, fc_sources_);
     dfc = Tensor();
     routed = Tensor();
+    drouted = FromExperts(backend, plan, drouted, rows, kWorkspace);
     Tensor dln = NewZeros(backend, ln.shape(), dy.dtype(), kWorkspace);
     Tensor dln_rows = Rows(dln);
     backend.MoeCombine(drouted, r.slots, Tensor(), dln_rows);
@@ -376,6 +535,11 @@ class MoeSublayer final : public Sublayer {
   std::optional<ExpertStats> TakeExpertStats() override {
     if (stats_.load.empty()) stats_.load.assign(static_cast<size_t>(moe_.num_experts), 0);
     return std::exchange(stats_, ExpertStats{});
+  }
+
+  std::vector<ExpertGradSources> expert_grad_sources() override {
+    if (experts_ == nullptr) return {};
+    return {{p_.fc, fc_sources_}, {p_.proj, proj_sources_}};
   }
 
   Layer::RoutingBias routing_bias() override {
@@ -462,6 +626,10 @@ class MoeSublayer final : public Sublayer {
   // sigmoid_bias: the routing bias (E, f32; empty otherwise), "<prefix>mlp.router.expert_bias".
   std::vector<float> bias_;
   std::string bias_name_;
+  // Expert parallelism: the expert group (null without one) and the experts' weight-gradient
+  // accumulators of sources 1 .. E-1 (ExpertGradSources).
+  ExpertGroup* experts_ = nullptr;
+  Tensor fc_sources_, proj_sources_;
 };
 
 }  // namespace

@@ -19,6 +19,7 @@
 #include "kernels/backend.h"
 #include "model/collectives.h"
 #include "model/dims.h"
+#include "model/expert_parallel.h"
 #include "model/init.h"
 #include "model/layer.h"
 #include "model/ops.h"
@@ -59,9 +60,10 @@ class Sublayer {
 
   // ---- running it
   // Finds its parameters in the block's `params` (which must not move afterwards); `tensor`: the
-  // stage's tensor group, null for T = 1.
-  virtual void Bind(std::vector<Param>& params, const SublayerSource& source,
-                    TensorGroup* tensor) = 0;
+  // stage's tensor group, null for T = 1; `experts`: its expert group, null for E = 1 (only the
+  // experts' sublayer splits over it, allocating its gradient accumulators on `backend`).
+  virtual void Bind(Backend& backend, std::vector<Param>& params, const SublayerSource& source,
+                    TensorGroup* tensor, ExpertGroup* experts) = 0;
   virtual Tensor Forward(Backend& backend, const Tensor& x, const MicroBatch& batch,
                          bool selective_recompute, Stash& stash) = 0;
   // dx booked under `dx_category`; weight gradients go through `sink`, the rest accumulate.
@@ -83,6 +85,7 @@ class Sublayer {
   virtual std::optional<ExpertStats> TakeExpertStats() { return std::nullopt; }
   virtual Layer::RoutingBias routing_bias() { return {}; }
   virtual void UpdateRoutingBias(const std::vector<int64_t>& load) { (void)load; }
+  virtual std::vector<ExpertGradSources> expert_grad_sources() { return {}; }
 };
 
 std::unique_ptr<Sublayer> MakeAttentionSublayer(const ModelDims& dims);  // attention_sublayer.cc
