@@ -242,6 +242,10 @@ struct ParallelConfig {
   // gradients' reduced sums too (the full gradients released between steps); 3: ZeRO-3, the
   // parameters too (each layer's gathered for its use and released after, per zero3_keep)
   int zero = 0;
+  // Expert parallelism (docs/parallel.md, "Expert parallelism"): each MoE layer's experts split
+  // over this many replicas of a stage (an expert group: replicas [g E, (g + 1) E)); the tokens
+  // go to their experts and back by all-to-all. Divides replicas and model.moe.num_experts.
+  int experts = 1;
   // ZeRO-3: release a layer's gathered parameters after each use (microbatch) or at the step's
   // end (step): bytes moved per step against the peak.
   Zero3Keep zero3_keep = Zero3Keep::kMicrobatch;

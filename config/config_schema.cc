@@ -108,6 +108,7 @@ void VisitParallel(ParallelConfig& p, FieldVisitor& v) {
   v.Int("tensor", p.tensor, IntRule{1, kMaxStages});
   v.Enum("sequence_parallel", p.sequence_parallel, kBoolNames);
   v.Int("zero", p.zero, IntRule{0, 3});
+  v.Int("experts", p.experts, IntRule{1, kMaxStages});
   v.Enum("zero3_keep", p.zero3_keep, kZero3KeepNames);
   // Seconds that still fit the milliseconds the waits count in, with room to spare (a week).
   v.VisitFloat("timeout_s", p.timeout_s, kTimeoutSeconds);

@@ -506,6 +506,30 @@ TEST(ConfigTest, ExpertsAreReadAndImpossibleCombinationsRefused) {
   EXPECT_THAT(with({"model.low_rank.mlp=4"}), HasSubstr("model.low_rank.mlp must be 0"));
   EXPECT_THAT(with({"parallel.tensor=2"}), HasSubstr("experts do not split over tensor ranks"));
   EXPECT_THAT(with({"model.moe.router=sinkhorn"}), HasSubstr("model.moe.router"));
+  // Expert parallelism: its groups inside the replicas, the experts split evenly, and what does
+  // not combine with it yet.
+  const std::vector<std::string> two = {"parallel.replicas=2", "train.micro_batches=2",
+                                        "parallel.experts=2"};
+  const auto with_two = [&](std::vector<std::string> more) {
+    more.insert(more.begin(), two.begin(), two.end());
+    return with(more);
+  };
+  std::vector<std::string> ok = llama;
+  ok.insert(ok.end(), two.begin(), two.end());
+  EXPECT_EQ(ParseConfigString(kMinimal, "x.yaml", ok).parallel.experts, 2);
+  EXPECT_THAT(
+      ParseError(kMinimal, {"parallel.replicas=2", "train.micro_batches=2", "parallel.experts=2"}),
+      HasSubstr("parallel.experts 2 splits each MoE layer's experts: it needs "
+                "model.moe.num_experts divisible by it, not 0"));
+  EXPECT_THAT(with_two({"parallel.experts=3"}),
+              HasSubstr("model.moe.num_experts divisible by it, not 4"));
+  EXPECT_THAT(with({"parallel.experts=2"}),
+              HasSubstr("parallel.replicas 1 must be a multiple of it"));
+  EXPECT_THAT(with_two({"parallel.zero=1"}),
+              HasSubstr("parallel.experts 2 does not combine with parallel.zero 1 yet"));
+  EXPECT_THAT(with_two({"optimizer.state=int8"}), HasSubstr("optimizer.state int8"));
+  EXPECT_THAT(with_two({"model.init_from=/tmp"}), HasSubstr("model.init_from does not combine"));
+  EXPECT_THAT(with({"parallel.experts=0"}), HasSubstr("parallel.experts"));
 }
 
 TEST(ConfigTest, TokenizerMustLoadAndFitTheModelVocabulary) {

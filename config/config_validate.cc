@@ -323,6 +323,30 @@ void ValidateParallel(const Config& c, const Reporter& r) {
             fmt::format("experts do not split over tensor ranks yet: parallel.tensor {} needs "
                         "model.moe.num_experts 0",
                         p.tensor));
+  if (p.experts > 1) {
+    const int64_t experts = c.model.moe.num_experts;
+    r.Require(experts > 0 && experts % p.experts == 0,
+              {"parallel.experts", "model.moe.num_experts"},
+              fmt::format("parallel.experts {} splits each MoE layer's experts: it needs "
+                          "model.moe.num_experts divisible by it, not {}",
+                          p.experts, experts));
+    r.Require(p.replicas % p.experts == 0, {"parallel.experts", "parallel.replicas"},
+              fmt::format("parallel.experts {} forms its expert groups inside the data-parallel "
+                          "replicas: parallel.replicas {} must be a multiple of it",
+                          p.experts, p.replicas));
+    // Not yet with expert parallelism (docs/parallel.md says so).
+    r.Require(p.zero == 0, {"parallel.experts", "parallel.zero"},
+              fmt::format("parallel.experts {} does not combine with parallel.zero {} yet",
+                          p.experts, p.zero));
+    r.Require(c.optimizer.state == OptimizerState::kF32, {"parallel.experts", "optimizer.state"},
+              "parallel.experts > 1 cuts f32 optimizer state; optimizer.state int8 does not "
+              "combine with it yet");
+    r.Require(!c.prune.enabled(), {"parallel.experts", "prune.sparsity"},
+              "parallel.experts > 1 does not combine with pruning yet");
+    r.Require(c.model.init_from.empty(), {"parallel.experts", "model.init_from"},
+              "parallel.experts > 1 starts from random weights or resumes a checkpoint (of any "
+              "layout); model.init_from does not combine with it yet");
+  }
   r.Require(!p.sequence_parallel || p.tensor > 1, {"parallel.sequence_parallel", "parallel.tensor"},
             "parallel.sequence_parallel cuts the activations over a stage's tensor ranks: it needs "
             "parallel.tensor >= 2");

@@ -168,6 +168,10 @@ WorkerReport StepReport(const Plan& plan, int rank, const StepRecord& record, bo
     report.metrics["tensor_bytes"] = static_cast<double>(record.tensor_bytes);
     report.timings_s["tensor"] = record.tensor_s;
   }
+  if (plan.layout().experts() > 1) {
+    report.metrics["alltoall_bytes"] = static_cast<double>(record.alltoall_bytes);
+    report.timings_s["alltoall"] = record.alltoall_s;
+  }
   if (record.eval) report.timings_s["eval"] = record.eval->seconds;
   // Experts: sums over this rank's micro-batches, which the launcher sums over the replicas
   // (launcher/step_metrics.h, ExpertsJson).

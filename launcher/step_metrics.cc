@@ -158,6 +158,9 @@ json ReportStepJson(const JobStep& step) {
   // Tensor parallelism: what the head rank summed over its tensor group, and how long it took.
   if (h.metrics.count("tensor_bytes") > 0) j["tensor_bytes"] = h.metrics.at("tensor_bytes");
   if (h.timings_s.count("tensor") > 0) j["tensor_s"] = h.timings_s.at("tensor");
+  // Expert parallelism: what the head rank's experts' all-to-alls sent, and how long they took.
+  if (h.metrics.count("alltoall_bytes") > 0) j["alltoall_bytes"] = h.metrics.at("alltoall_bytes");
+  if (h.timings_s.count("alltoall") > 0) j["alltoall_s"] = h.timings_s.at("alltoall");
   // Steps that saved a checkpoint: what the save cost the step (output.async_checkpoint: the
   // copy into host buffers, and any wait for the previous write).
   if (h.timings_s.count("checkpoint") > 0) j["checkpoint_s"] = h.timings_s.at("checkpoint");

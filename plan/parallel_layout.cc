@@ -52,18 +52,21 @@ int& Coordinates::operator[](Axis axis) {
 
 int Coordinates::operator[](Axis axis) const { return (*const_cast<Coordinates*>(this))[axis]; }
 
-ParallelLayout::ParallelLayout(int stages, int tensor, int replicas) {
+ParallelLayout::ParallelLayout(int stages, int tensor, int replicas, int experts)
+    : experts_(experts) {
   BATON_CHECK(stages >= 1 && tensor >= 1 && replicas >= 1,
               "a parallel layout needs at least one rank along every axis, got {} stage(s) x {} "
               "tensor rank(s) x {} replica(s)",
               stages, tensor, replicas);
+  BATON_CHECK(experts >= 1 && replicas % experts == 0,
+              "expert groups of {} replicas do not cut {} replicas evenly", experts, replicas);
   sizes_[static_cast<size_t>(Axis::kPipeline)] = stages;
   sizes_[static_cast<size_t>(Axis::kTensor)] = tensor;
   sizes_[static_cast<size_t>(Axis::kData)] = replicas;
 }
 
 ParallelLayout ParallelLayout::Of(const ParallelConfig& parallel) {
-  return ParallelLayout(parallel.stages, parallel.tensor, parallel.replicas);
+  return ParallelLayout(parallel.stages, parallel.tensor, parallel.replicas, parallel.experts);
 }
 
 int ParallelLayout::world_size() const {
@@ -109,6 +112,21 @@ std::vector<int> ParallelLayout::GroupOf(Axis axis, int rank) const {
   for (int i = 0; i < size(axis); ++i) {
     at[axis] = i;
     group.push_back(WorldRank(at));
+  }
+  return group;
+}
+
+std::vector<int> ParallelLayout::ExpertGroupOf(int rank) const {
+  const std::vector<int> replicas = GroupOf(Axis::kData, rank);
+  const int first = At(rank).replica / experts_ * experts_;
+  return {replicas.begin() + first, replicas.begin() + first + experts_};
+}
+
+std::vector<int> ParallelLayout::ExpertDataGroupOf(int rank) const {
+  std::vector<int> group;
+  const std::vector<int> replicas = GroupOf(Axis::kData, rank);
+  for (int r = At(rank).replica % experts_; r < this->replicas(); r += experts_) {
+    group.push_back(replicas[static_cast<size_t>(r)]);
   }
   return group;
 }

@@ -39,15 +39,19 @@ class ParallelLayout {
  public:
   // One rank.
   ParallelLayout() = default;
-  // Each size at least 1.
-  ParallelLayout(int stages, int tensor, int replicas);
-  // parallel.stages x parallel.tensor x parallel.replicas.
+  // Each size at least 1; `experts` divides `replicas`.
+  ParallelLayout(int stages, int tensor, int replicas, int experts = 1);
+  // parallel.stages x parallel.tensor x parallel.replicas, parallel.experts.
   static ParallelLayout Of(const ParallelConfig& parallel);
 
   int size(Axis axis) const { return sizes_[static_cast<size_t>(axis)]; }
   int stages() const { return size(Axis::kPipeline); }
   int tensor() const { return size(Axis::kTensor); }
   int replicas() const { return size(Axis::kData); }
+  // Expert parallelism (parallel.experts E): not an axis of its own but a cut of the data axis,
+  // as Megatron forms its expert groups inside the data-parallel ranks: replicas [g E, (g + 1) E)
+  // of a stage (and tensor rank) are expert group g, whose members split each MoE layer's experts.
+  int experts() const { return experts_; }
   int world_size() const;
 
   // World rank <-> coordinates. `rank` must be in [0, world_size()).
@@ -63,6 +67,10 @@ class ParallelLayout {
   std::vector<int> GroupOf(Axis axis, int rank) const;
   // The world cut into those groups, each in axis order, the groups by their lowest rank.
   std::vector<std::vector<int>> Groups(Axis axis) const;
+  // `rank`'s expert group (its E replicas of expert group replica / E, replica order), and its
+  // expert-data-parallel group (the R / E replicas holding the same experts: replica % E equal).
+  std::vector<int> ExpertGroupOf(int rank) const;
+  std::vector<int> ExpertDataGroupOf(int rank) const;
 
   // How logs, errors and the rank table name a rank: "stage 1", then " replica 0" when the job
   // has replicas and " tensor 1" when it has tensor ranks.
@@ -82,6 +90,7 @@ class ParallelLayout {
   void CheckRank(int rank) const;
 
   std::array<int, kNumAxes> sizes_ = {1, 1, 1};  // by Axis
+  int experts_ = 1;
 };
 
 }  // namespace baton

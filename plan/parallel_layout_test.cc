@@ -98,6 +98,27 @@ TEST(ParallelLayoutTest, TheConfigGivesTheSizes) {
   EXPECT_EQ(layout.world_size(), 24);
 }
 
+// Expert groups cut each stage's replicas into runs of E; the expert-data-parallel groups take
+// every E-th replica.
+TEST(ParallelLayoutTest, ExpertGroupsAreRunsOfReplicasAndTheirDataGroupsStrideThem) {
+  ParallelConfig parallel;
+  parallel.stages = 2;
+  parallel.replicas = 4;
+  parallel.experts = 2;
+  const ParallelLayout layout = ParallelLayout::Of(parallel);
+  EXPECT_EQ(layout.experts(), 2);
+  EXPECT_EQ(layout.world_size(), 8);  // not an axis: no more ranks
+  // Stage 1's replicas are world ranks 1, 3, 5, 7.
+  EXPECT_EQ(layout.ExpertGroupOf(5), (std::vector<int>{5, 7}));
+  EXPECT_EQ(layout.ExpertGroupOf(3), (std::vector<int>{1, 3}));
+  EXPECT_EQ(layout.ExpertDataGroupOf(3), (std::vector<int>{3, 7}));
+  EXPECT_EQ(layout.ExpertDataGroupOf(0), (std::vector<int>{0, 4}));
+  const ParallelLayout one(1, 1, 4);
+  EXPECT_EQ(one.ExpertGroupOf(2), (std::vector<int>{2}));
+  EXPECT_EQ(one.ExpertDataGroupOf(2), (std::vector<int>{0, 1, 2, 3}));
+  EXPECT_THROW(ParallelLayout(1, 1, 4, 3), Error);
+}
+
 TEST(ParallelLayoutTest, ARankOutsideTheJobIsRefused) {
   const ParallelLayout layout(2, 1, 1);
   try {

@@ -1,6 +1,7 @@
 // Mixture of experts (model.moe) through the planner and the real trainer in one process: every
 // schedule and checkpointing policy bit-identical to one stage (fp32 and bf16), each router and a
-// capacity factor across stages, replicas with every ZeRO level alike, and the memory plan
+// capacity factor across stages, replicas with every ZeRO level alike, expert parallelism
+// (parallel.experts) bit-identical to the replicas holding every expert, and the memory plan
 // predicting the ledger of each.
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -131,6 +132,61 @@ TEST(MoeInProcessTest, ARoutingBiasMovesByEveryReplicasLoadsAndStaysTheSameOnAll
         EXPECT_NE(result.param_checksum, reference_checksum) << rate << " zero " << zero;
       }
     }
+  }
+}
+
+// Expert parallelism: E = 1, 2, 4 over four replicas (R = E and R > E: the expert-data-parallel
+// all-gather), and E = 2 over two replicas on two stages under 1F1B, DualPipeV, selective
+// checkpointing, each router and a dropping capacity: the losses and parameters of E = 1 bit for
+// bit, every replica's digests equal (the experts hashed whole), and grad_clip acting (the norm
+// summed expert by expert). Each member holds its share of the experts.
+TEST(MoeInProcessTest, ExpertParallelismTrainsTheBitsOfReplicasHoldingEveryExpert) {
+  const auto run = [](std::vector<std::string> overrides, int experts) {
+    overrides.push_back("train.grad_clip=0.05");
+    overrides.push_back(fmt::format("parallel.experts={}", experts));
+    const Plan plan = MakePlan(MoeTiny(overrides));
+    const InProcessResult result = RunInProcess(plan);
+    // The plan: exact but for the activations, which it books for the worst routing.
+    const std::vector<RankMemory> predicted = PredictMemory(plan, {CommTransport::kInProcess});
+    for (size_t r = 0; r < predicted.size(); ++r) {
+      const std::string what = fmt::format("{} E={}: rank {}", overrides, experts, r);
+      EXPECT_GE(predicted[r].peak.total, result.ranks[r].peak.total) << what;
+      EXPECT_GE(predicted[r].peak[MemCategory::kActivations],
+                result.ranks[r].peak[MemCategory::kActivations])
+          << what;
+      for (MemCategory c : {MemCategory::kParams, MemCategory::kGrads, MemCategory::kOptimizer,
+                            MemCategory::kComm}) {
+        EXPECT_EQ(predicted[r].peak[c], result.ranks[r].peak[c]) << what << " " << Name(c);
+      }
+    }
+    for (size_t r = 0; r < result.ranks.size(); ++r) {
+      const int first = plan.layout().GroupOf(Axis::kData, static_cast<int>(r)).front();
+      EXPECT_EQ(result.ranks[r].digests, result.ranks[static_cast<size_t>(first)].digests)
+          << fmt::format("{} E={}: rank {}", overrides, experts, r);
+    }
+    return result;
+  };
+  const std::vector<std::string> four = {"parallel.stages=1", "parallel.replicas=4",
+                                         "train.batch_size=8"};
+  const InProcessResult whole = run(four, 1);
+  for (int experts : {2, 4}) {
+    const InProcessResult split = run(four, experts);
+    EXPECT_EQ(split.losses, whole.losses) << "R=4 E=" << experts;
+    EXPECT_EQ(split.param_checksum, whole.param_checksum) << "R=4 E=" << experts;
+  }
+  for (const std::vector<std::string>& variant : std::vector<std::vector<std::string>>{
+           {"parallel.schedule=1f1b"},
+           {"parallel.schedule=dualpipev", "parallel.checkpoint=selective"},
+           {"model.moe.router=sigmoid_bias", "model.moe.aux_loss_coef=0",
+            "model.moe.bias_update_rate=0.05", "parallel.checkpoint=every:1"},
+           {"model.moe.router=topk_softmax", "model.moe.capacity_factor=0.5"}}) {
+    std::vector<std::string> overrides = {"parallel.stages=2", "parallel.replicas=2",
+                                          "train.batch_size=8"};
+    overrides.insert(overrides.end(), variant.begin(), variant.end());
+    const InProcessResult a = run(overrides, 1);
+    const InProcessResult b = run(overrides, 2);
+    EXPECT_EQ(a.losses, b.losses) << fmt::format("{}", variant);
+    EXPECT_EQ(a.param_checksum, b.param_checksum) << fmt::format("{}", variant);
   }
 }
 

@@ -119,6 +119,44 @@ TEST(LlamaOperationsTest, ASigmoidBiasRouterKeepsItsBiasInCheckpointsAndResumesE
   }
 }
 
+// Expert parallelism in real processes (configs/moe-tiny.yaml made small, two replicas, two
+// stages): parallel.experts 2 under 1F1B and DualPipeV trains the bits of the replicas holding
+// every expert, its steps report the all-to-all's bytes, and its checkpoint (the experts gathered
+// whole) resumes onto E = 1 and one stage as the uninterrupted run continues.
+TEST(LlamaOperationsTest, ExpertParallelRunsTrainTheBitsOfWholeExpertsAndResumeOntoAnyLayout) {
+  const std::string root = TempDir("moe-experts");
+  const auto train = [&](const std::string& dir, const std::vector<std::string>& extra) {
+    std::vector<std::string> args = {
+        "--set", "model.num_layers=3",  "--set", "model.width=64",
+        "--set", "model.context=32",    "--set", "model.moe.num_experts=4",
+        "--set", "train.batch_size=8",  "--set", "train.warmup_steps=2",
+        "--set", "train.log_every=1",   "--set", "train.steps=4",
+        "--set", "parallel.replicas=2", "--set", "output.checkpoint_every=2"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    return RunAndReport("configs/moe-tiny.yaml", dir, args);
+  };
+  const std::vector<std::string> two = {"--set", "parallel.stages=2"};
+  const nlohmann::json whole = train(root + "/whole", two);
+  std::vector<std::string> split_args = two;
+  split_args.insert(split_args.end(), {"--set", "parallel.experts=2"});
+  const nlohmann::json split = train(root + "/split", split_args);
+  split_args.insert(split_args.end(), {"--set", "parallel.schedule=dualpipev"});
+  const nlohmann::json dual = train(root + "/dualpipev", split_args);
+  EXPECT_EQ(Losses(split), Losses(whole));
+  EXPECT_EQ(split.at("param_checksum"), whole.at("param_checksum"));
+  EXPECT_EQ(dual.at("param_checksum"), whole.at("param_checksum"));
+  for (const nlohmann::json& step : split.at("steps")) {
+    EXPECT_GT(step.value("alltoall_bytes", 0.0), 0.0) << step.dump();
+    EXPECT_TRUE(step.contains("alltoall_s")) << step.dump();
+  }
+  EXPECT_FALSE(whole.at("steps").at(0).contains("alltoall_bytes"));
+  const nlohmann::json resumed = train(root + "/resumed", {"--set", "parallel.stages=1", "--resume",
+                                                           root + "/split/checkpoints/step-2"});
+  const std::vector<double> all = Losses(whole);
+  EXPECT_EQ(Losses(resumed), std::vector<double>(all.begin() + 2, all.end()));
+  EXPECT_EQ(resumed.at("param_checksum"), whole.at("param_checksum"));
+}
+
 TEST(LlamaOperationsTest, EvalGenerateAndInt8CompressionWork) {
   const std::string root = TempDir("llama-ops");
   TrainLlama(root + "/run", {"--set", "train.steps=20", "--set", "parallel.stages=2"});

@@ -21,7 +21,7 @@ StageModel::StageModel(const std::vector<LayerSpec>& graph, const ModelDims& dim
                        const std::vector<LayerRange>& chunk_ranges, int stage, int num_stages,
                        ChunkLayout layout, Backend& backend, DType param_dtype, DType act_dtype,
                        uint64_t seed, bool int8_weights, bool inference, TensorGroup* tensor,
-                       const BuiltHook& on_built)
+                       ExpertGroup* experts, const BuiltHook& on_built)
     : stage_(stage),
       num_stages_(num_stages),
       layout_(layout),
@@ -45,7 +45,7 @@ StageModel::StageModel(const std::vector<LayerSpec>& graph, const ModelDims& dim
     chunk.range = range;
     for (int i = range.first; i <= range.last; ++i) {
       chunk.layers.push_back(BuildLayer(graph[static_cast<size_t>(i)], dims, backend, param_dtype,
-                                        act_dtype, seed, local, tensor));
+                                        act_dtype, seed, local, tensor, experts));
       if (dims.shares()) {
         for (Param* p : chunk.layers.back()->params()) built.emplace(p->name, p);
       }

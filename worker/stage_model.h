@@ -37,6 +37,8 @@ class StageModel {
   // (model/int8_weights.h): weight matrices in INT8, no gradients. With `inference` (implied by
   // int8_weights) each layer drops its gradients as soon as it is built. `tensor`: the stage's
   // tensor-parallel group (parallel.tensor T > 1), which every layer keeps; null for T = 1.
+  // `experts`: the stage's expert group (parallel.experts E > 1), which the MoE layers keep; null
+  // for E = 1.
   // `on_built`, when given, is called with each layer (and its graph index) as soon as it is built,
   // before the next one is: ZeRO-2 and -3 release what the replica's shard does not hold there
   // (core/tensor.h's Storage::Release), so that the stage never holds it all at setup.
@@ -45,7 +47,8 @@ class StageModel {
              const std::vector<LayerRange>& chunk_ranges, int stage, int num_stages,
              ChunkLayout layout, Backend& backend, DType param_dtype, DType act_dtype,
              uint64_t seed, bool int8_weights = false, bool inference = false,
-             TensorGroup* tensor = nullptr, const BuiltHook& on_built = {});
+             TensorGroup* tensor = nullptr, ExpertGroup* experts = nullptr,
+             const BuiltHook& on_built = {});
 
   int stage() const { return stage_; }
   int num_stages() const { return num_stages_; }

@@ -42,7 +42,16 @@ Tensor StateLayout::GatherWhole(const Tensor& part, const TensorSplit& split) {
                                  MemCategory::kWorkspace);
     Tensor mine = slots.Slice(0, split.part, split.part + 1).Slice(1, 0, part.numel());
     backend_.Copy(part.View({1, part.numel()}), mine);
-    tensor_->AllGather(slots, /*dim=*/0);
+    if (split.over == SplitOver::kExperts) {
+      BATON_CHECK(experts_ != nullptr, "stage {}: a tensor cut over an expert group, and none",
+                  stage_);
+      // An all-gather as an all-to-all: this member's slot to every member, theirs into theirs.
+      std::vector<Tensor> to(static_cast<size_t>(split.parts), mine), from;
+      for (int t = 0; t < split.parts; ++t) from.push_back(slots.Slice(0, t, t + 1));
+      experts_->AllToAll(to, from);
+    } else {
+      tensor_->AllGather(slots, /*dim=*/0);
+    }
     if (!IsMeta(backend_)) gathered = HostBytes(backend_, slots);  // the planner moves no bytes
   }
   Tensor whole = Tensor::Empty(backend_.allocator(), shape, part.dtype(), MemCategory::kWorkspace);
@@ -59,13 +68,14 @@ Tensor StateLayout::GatherWhole(const Tensor& part, const TensorSplit& split) {
 }
 
 StateLayout::StateLayout(Backend& backend, StageModel& model, Optimizer* optimizer,
-                         GradientSync& sync, TensorGroup* tensor, int stage)
+                         GradientSync& sync, TensorGroup* tensor, int stage, ExpertGroup* experts)
     : backend_(backend),
       model_(model),
       optimizer_(optimizer),
       sync_(sync),
       tensor_(tensor),
-      stage_(stage) {
+      stage_(stage),
+      experts_(experts) {
   BATON_CHECK(!sharded() || optimizer != nullptr,
               "stage {}: ZeRO-1 shards an optimizer's state, and there is none", stage);
 }
@@ -189,7 +199,7 @@ void StateLayout::ResetMastersFromValues() {
 }
 
 LayerTensors StateLayout::WholeLayer(const LayerTensors& layer) {
-  BATON_CHECK(tensor_ != nullptr, "stage {}: WholeLayer is for tensor-parallel stages", stage_);
+  BATON_CHECK(cut(), "stage {}: WholeLayer is for stages whose parameters are cut", stage_);
   LayerTensors whole = layer;
   for (ParamTensors& p : whole.params) {
     if (!p.split.cut()) continue;

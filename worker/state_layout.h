@@ -35,16 +35,22 @@ class StateLayout {
  public:
   // `optimizer` null: the stage keeps no optimizer state (evaluation, INT8 weights). `sync`: the
   // replicas' gradient sync, which says whether (and how) they shard the optimizer's state
-  // (GradientSync::optimizer_shard). `tensor` null without tensor ranks. `stage` names errors.
+  // (GradientSync::optimizer_shard). `tensor` null without tensor ranks, `experts` without an
+  // expert group (parallel.experts > 1: each MoE layer's stacked experts hold this member's
+  // experts, made whole across the group like a tensor rank's parts). `stage` names errors.
   StateLayout(Backend& backend, StageModel& model, Optimizer* optimizer, GradientSync& sync,
-              TensorGroup* tensor, int stage);
+              TensorGroup* tensor, int stage, ExpertGroup* experts = nullptr);
   StateLayout(const StateLayout&) = delete;
   StateLayout& operator=(const StateLayout&) = delete;
 
   // ZeRO-1: the optimizer holds this replica's shard only.
   bool sharded() const { return sync_.optimizer_shard().has_value(); }
-  // Tensor ranks: cut parameters hold parts.
-  bool cut() const { return tensor_ != nullptr; }
+  // Tensor ranks or an expert group: cut parameters hold parts.
+  bool cut() const { return tensor_ != nullptr || experts_ != nullptr; }
+
+  // The whole of one cut tensor from this rank's `part` of it and the other ranks' (its tensor
+  // group's, or its expert group's: split.over), booked as workspace. Collective over that group.
+  Tensor GatherWhole(const Tensor& part, const TensorSplit& split);
 
   // Hands `write` what a checkpoint of this rank stores: its layers with their optimizer state,
   // whole. Unsplit, all in one call; split, one layer per call, gathered onto replica 0 and made
@@ -76,8 +82,6 @@ class StateLayout {
   // Tensor ranks: `layer` with each cut tensor made whole (the group's parts all-gathered and
   // put at their places: the bits each rank holds), a temporary booked as workspace.
   LayerTensors WholeLayer(const LayerTensors& layer);
-  // The whole of one cut tensor from this rank's `part` of it and the other ranks'.
-  Tensor GatherWhole(const Tensor& part, const TensorSplit& split);
   // `layer` with each cut tensor replaced by an uninitialised whole one (workspace); then
   // KeepParts copies this rank's part of each into `layer`'s.
   LayerTensors WholeTemporaries(const LayerTensors& layer) const;
@@ -90,6 +94,7 @@ class StateLayout {
   GradientSync& sync_;
   TensorGroup* tensor_;
   int stage_;
+  ExpertGroup* experts_;
 };
 
 }  // namespace baton

@@ -50,6 +50,8 @@ TrainerSetup TrainerSetupFor(const Plan& plan, int world_rank, Communicator* com
   setup.pipeline_group = setup.layout.GroupOf(Axis::kPipeline, world_rank);
   setup.replica_group = setup.layout.GroupOf(Axis::kData, world_rank);
   setup.tensor_group = setup.layout.GroupOf(Axis::kTensor, world_rank);
+  setup.expert_group = setup.layout.ExpertGroupOf(world_rank);
+  setup.expert_data_group = setup.layout.ExpertDataGroupOf(world_rank);
   setup.timeout = plan.timeouts.wait;
   setup.comm = comm;
   return setup;
@@ -138,18 +140,31 @@ void Trainer::set_status_callback(StatusCallback callback) {
     engine_status_ = status;
     if (on_status_) on_status_(status);
   });
-  if (!tensor_group_) return;
-  tensor_group_->set_status_hooks(
-      [this](const char* what, int peer_rank, int64_t bytes) {
-        if (on_status_) {
-          on_status_({what, engine_status_.microbatch, peer_rank, bytes, Clock::now()});
-        }
-      },
-      [this] {
-        EngineStatus resumed = engine_status_;
-        resumed.since = Clock::now();
-        if (on_status_) on_status_(resumed);
-      });
+  // A collective inside a layer's action is a wait of that action's micro-batch; after it the
+  // action goes on.
+  const auto resume = [this] {
+    EngineStatus resumed = engine_status_;
+    resumed.since = Clock::now();
+    if (on_status_) on_status_(resumed);
+  };
+  if (tensor_group_) {
+    tensor_group_->set_status_hooks(
+        [this](const char* what, int peer_rank, int64_t bytes) {
+          if (on_status_) {
+            on_status_({what, engine_status_.microbatch, peer_rank, bytes, Clock::now()});
+          }
+        },
+        resume);
+  }
+  if (expert_group_) {
+    expert_group_->set_status_hooks(
+        [this](int peer_rank, int64_t bytes) {
+          if (on_status_) {
+            on_status_({"EP_ALLTOALL", engine_status_.microbatch, peer_rank, bytes, Clock::now()});
+          }
+        },
+        resume);
+  }
 }
 
 // The optimizer and the gradient synchronisation of this stage's replicas, in the order their
@@ -175,8 +190,13 @@ void Trainer::SetUpOptimizer() {
                                            zero() ? sync_->optimizer_shard() : std::nullopt);
   if (zero()) sync_->AttachOptimizer(*optimizer_);
   if (setup_.layout.replicas() > 1 && !zero()) {
+    // Experts split over an expert group are summed by the experts' pass instead (ExpertSumsPass).
+    std::vector<Param*> replicated;
+    for (Param* p : model_->params()) {
+      if (!p->stacked_experts || !p->split.cut()) replicated.push_back(p);
+    }
     sync_ = std::make_unique<AllReduceSync>(
-        ReplicaContextOf(setup_, *replica_group_, backend_, &on_status_), model_->params());
+        ReplicaContextOf(setup_, *replica_group_, backend_, &on_status_), replicated);
   }
 }
 
@@ -220,6 +240,14 @@ Trainer::Trainer(TrainerSetup setup, Backend& backend)
     tensor_group_ = std::make_unique<CommTensorGroup>(
         *tensor_ranks_, config.parallel.sequence_parallel, setup_.timeout);
   }
+  if (setup_.layout.experts() > 1) {
+    expert_ranks_ = std::make_unique<Group>(*setup_.comm, setup_.expert_group);
+    expert_group_ =
+        std::make_unique<CommExpertGroup>(*expert_ranks_, backend_, setup_.stage, setup_.timeout);
+    if (setup_.expert_data_group.size() > 1) {
+      expert_data_ranks_ = std::make_unique<Group>(*setup_.comm, setup_.expert_data_group);
+    }
+  }
   BATON_CHECK(setup_.tied_ranks.size() == setup_.tied.size(),
               "the setup names ranks for {} of {} tied groups", setup_.tied_ranks.size(),
               setup_.tied.size());
@@ -242,7 +270,7 @@ Trainer::Trainer(TrainerSetup setup, Backend& backend)
     return std::make_unique<StageModel>(
         setup_.graph, setup_.dims, setup_.chunk_ranges, setup_.stage, setup_.layout.stages(),
         setup_.schedule.layout, on, dtype, dtype, config.train.seed, int8_weights,
-        setup_.inference_only, tensor_group_.get(), built);
+        setup_.inference_only, tensor_group_.get(), expert_group_.get(), built);
   };
   // ZeRO-2 and -3 release at the build what this replica's shard does not hold: every gradient
   // (ZeroSync takes back, zeroed, those its shard overlaps) and, at ZeRO-3, each value with no
@@ -286,7 +314,7 @@ Trainer::Trainer(TrainerSetup setup, Backend& backend)
   if (trains) SetUpOptimizer();  // evaluation keeps no state
   if (sync_ == nullptr) sync_ = std::make_unique<NoSync>();
   state_ = std::make_unique<StateLayout>(backend_, *model_, optimizer_.get(), *sync_,
-                                         tensor_group_.get(), setup_.stage);
+                                         tensor_group_.get(), setup_.stage, expert_group_.get());
   step_end_ = StepEndPasses();
 
   lr_.lr = static_cast<float>(config.train.lr);
@@ -526,6 +554,12 @@ StepRecord Trainer::Step(int64_t step) {
     record.tensor_bytes = traffic.bytes;
     record.tensor_s = traffic.seconds;
   }
+  if (expert_group_ != nullptr) {
+    const CommExpertGroup::Traffic traffic = expert_group_->TakeTraffic();
+    record.alltoalls = traffic.exchanges;
+    record.alltoall_bytes = traffic.bytes;
+    record.alltoall_s = traffic.seconds;
+  }
   // The trace: the step start, the engine's spans, the step end with its exchanges inside.
   const Clock::time_point now = Clock::now();
   const double now_us = WallMicros();
@@ -575,7 +609,11 @@ std::vector<std::pair<int, uint64_t>> Trainer::LayerDigests() {
     sync_->AcquireLayerValues(index, /*gather=*/true);  // ZeRO-3: the whole values
     for (Param* p : layer->params()) {
       if (p->tied) continue;
-      const std::vector<std::byte> host = HostBytes(backend_, p->value);
+      // Experts split over an expert group: the whole, gathered (collective over the group), so
+      // that every member, and every number of members, hashes the same bits.
+      const bool experts_cut = p->stacked_experts && p->split.cut();
+      const std::vector<std::byte> host =
+          HostBytes(backend_, experts_cut ? state_->GatherWhole(p->value, p->split) : p->value);
       hash.Update(host.data(), host.size());
     }
     sync_->ReleaseLayerValues(index);

@@ -50,6 +50,7 @@
 #include "scheduler/schedule.h"
 #include "worker/checkpoint_steps.h"
 #include "worker/engine.h"
+#include "worker/expert_group.h"
 #include "worker/gradient_sync.h"
 #include "worker/loss_scaler.h"
 #include "worker/optimizer.h"
@@ -80,6 +81,10 @@ struct TrainerSetup {
   std::vector<int> pipeline_group;
   std::vector<int> replica_group;
   std::vector<int> tensor_group;
+  // Expert parallelism (layout.experts() E > 1): this rank's expert group (ParallelLayout::
+  // ExpertGroupOf) and the replicas holding the same experts (ExpertDataGroupOf), replica order.
+  std::vector<int> expert_group;
+  std::vector<int> expert_data_group;
   std::chrono::milliseconds timeout{kDefaultWait};  // any wait on a peer (Timeouts::wait)
   // All layout.world_size() ranks, by world rank; null when that is one.
   Communicator* comm = nullptr;
@@ -111,6 +116,11 @@ struct StepRecord {
   int64_t tensor_gathers = 0;
   int64_t tensor_bytes = 0;
   double tensor_s = 0;
+  // Expert parallelism: the experts' all-to-alls this rank ran over its expert group in the step
+  // (CommExpertGroup::Traffic): how many, the bytes it sent and their seconds.
+  int64_t alltoalls = 0;
+  int64_t alltoall_bytes = 0;
+  double alltoall_s = 0;
   double tokens_per_s = 0;
   // Experts (model.moe): each of this rank's MoE layers' routing over the step, by layer name.
   std::map<std::string, ExpertStats> experts;
@@ -214,6 +224,10 @@ class Trainer {
   // The step end in order (the file comment's 0-3), for this trainer's GradientSync and config.
   std::vector<StepPass> StepEndPasses() const;
   void ReducePass(StepState& state);  // GradientSync::Reduce
+  // Expert parallelism: each split expert's gradient made the sum of every replica's, in replica
+  // order (the bits of AllReduceSync's sum with the experts whole): the expert-data-parallel
+  // replicas' per-source gradients all-gathered, then every source added in order.
+  void ExpertSumsPass(StepState& state);
   // Sequence parallelism: sums Param::sequence_partial_grad gradients over the tensor group.
   void SequencePartialSumsPass(StepState& state);
   void MaskGradientsPass(StepState& state);
@@ -229,16 +243,22 @@ class Trainer {
   // layout; each null where it would hold this rank alone:
   //  - its pipeline (this replica's stages at this tensor rank), when the world is more;
   //  - its stage's replicas, replica order, and its stage's tensor ranks, tensor order;
-  //  - by setup_.tied's index, the ranks holding that tied parameter's copies.
+  //  - by setup_.tied's index, the ranks holding that tied parameter's copies;
+  //  - its expert group and the replicas holding the same experts (parallel.experts > 1).
   std::unique_ptr<Group> pipeline_group_;
   std::unique_ptr<Group> replica_group_;
   std::unique_ptr<Group> tensor_ranks_;
+  std::unique_ptr<Group> expert_ranks_;
+  std::unique_ptr<Group> expert_data_ranks_;
   std::vector<std::unique_ptr<Group>> tied_groups_;
   // The engine's communicator: pipeline_group_, or the world when that is the pipeline, or null
   // for a one-rank job.
   Communicator* pipeline_ = nullptr;
   // What the layers sum over (parallel.tensor > 1): tensor_ranks_ as model/'s TensorGroup.
   std::unique_ptr<CommTensorGroup> tensor_group_;
+  // What the experts move their rows over (parallel.experts > 1): expert_ranks_ as model/'s
+  // ExpertGroup.
+  std::unique_ptr<CommExpertGroup> expert_group_;
   std::unique_ptr<GradientSync> sync_;  // how this stage's replicas make their gradients one
   int64_t step_ = 0;                    // the step being run
   // By graph index: the micro-batches whose gradients this step has completed (the engine's

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -26,6 +27,9 @@ std::vector<Trainer::StepPass> Trainer::StepEndPasses() const {
   // Sequence parallelism: the norms' gradients are parts (each rank's positions) until summed.
   if (SequenceParallel(tensor_group_.get())) {
     add("sequence-parallel sums", true, false, &Trainer::SequencePartialSumsPass);
+  }
+  if (expert_group_ != nullptr && optimizer_ != nullptr) {
+    add("expert sums", expert_data_ranks_ != nullptr, true, &Trainer::ExpertSumsPass);
   }
   const char* reduce = sync_->reduce_pass();
   if (sync_->after_tied_sums()) {  // ZeRO: after it a replica holds only its shard's sums
@@ -49,6 +53,43 @@ std::vector<Trainer::StepPass> Trainer::StepEndPasses() const {
 }
 
 void Trainer::ReducePass(StepState& state) { sync_->Reduce(state.step); }
+
+void Trainer::ExpertSumsPass(StepState& state) {
+  for (auto& [index, layer] : model_->layers()) {
+    const std::vector<ExpertGradSources> sources = layer->expert_grad_sources();
+    if (expert_data_ranks_ == nullptr) {  // every source is in this expert group
+      FoldExpertGradSources(backend_, sources);
+      continue;
+    }
+    // Slot g E + s: source s of expert group g (global replica order), gathered over the
+    // expert-data-parallel replicas, then summed in slot order into the gradient.
+    for (const ExpertGradSources& s : sources) {
+      Tensor& grad = s.param->grad;
+      const int64_t members = s.others.size(0) + 1, groups = expert_data_ranks_->size();
+      Tensor slots = Tensor::Empty(backend_.allocator(), {groups * members, grad.numel()},
+                                   DType::kF32, MemCategory::kComm);
+      const int64_t mine = expert_data_ranks_->rank() * members;
+      Tensor first = slots.Slice(0, mine, mine + 1).View(grad.shape());
+      backend_.Copy(grad, first);
+      Tensor rest = slots.Slice(0, mine + 1, mine + members).View(s.others.shape());
+      backend_.Copy(s.others, rest);
+      const std::string what =
+          fmt::format("step {}: {}'s expert-data-parallel all-gather", state.step, s.param->name);
+      try {
+        expert_data_ranks_->AllGather(slots, timeout_);
+      } catch (const Error& e) {
+        BATON_FAIL("{} of stage {} failed; a replica of stage {} is dead or hung: {}", what,
+                   setup_.stage, setup_.stage, e.what());
+      }
+      backend_.Copy(slots.Slice(0, 0, 1).View(grad.shape()), grad);
+      for (int64_t k = 1; k < groups * members; ++k) {
+        backend_.Accumulate(slots.Slice(0, k, k + 1).View(grad.shape()), grad);
+      }
+      Tensor others = s.others;
+      backend_.Zero(others);
+    }
+  }
+}
 
 void Trainer::SequencePartialSumsPass(StepState&) {
   std::vector<const void*> summed;  // a shared block's copies hold one gradient: summed once
@@ -180,8 +221,18 @@ Trainer::StepEnd Trainer::ReduceStepEnd(bool local_loss_finite, std::vector<floa
       loss_slots + (replicated ? static_cast<size_t>(setup_.config.train.micro_batches) : 0);
   const size_t experts_per_layer =
       setup_.dims.moe.routing_bias() ? static_cast<size_t>(setup_.dims.moe.num_experts) : 0;
-  std::vector<float> partial(load_slots + 2 * experts_per_layer * static_cast<size_t>(num_layers),
+  // Then, with experts and no ZeRO (whose replicas each add their shard's part of a layer's sum),
+  // each MoE layer's sum of squares of each expert's gradients (its stacked parameters' parts, in
+  // order), kept apart from the layer's own slot, and written by the member of expert group 0
+  // holding it (replica 0 with every expert): the same numbers however the experts are split.
+  const size_t expert_sum_slots =
+      load_slots + 2 * experts_per_layer * static_cast<size_t>(num_layers);
+  const size_t experts_summed = setup_.dims.moe.num_experts > 0 && !sync_->optimizer_shard()
+                                    ? static_cast<size_t>(setup_.dims.moe.num_experts)
+                                    : 0;
+  std::vector<float> partial(expert_sum_slots + experts_summed * static_cast<size_t>(num_layers),
                              0.0f);
+  const bool writes_expert_sums = setup_.replica < setup_.layout.experts();
   if (stop_flag_ != nullptr && stop_flag_->load()) partial[stop_slot] = 1.0f;
   if (!local_loss_finite) partial[bad_loss_slot] = 1.0f;
   if (replicated && setup_.tensor == 0) {  // the head's tensor ranks hold the same losses
@@ -195,16 +246,30 @@ Trainer::StepEnd Trainer::ReduceStepEnd(bool local_loss_finite, std::vector<floa
   for (auto& [index, layer] : model_->layers()) {
     double sum = 0;
     bool finite = true;
+    std::map<int64_t, double> expert_sums;  // by expert of the layer
     for (Param* p : layer->params()) {
       if (p->tied) continue;
       // A replicated parameter's gradient is the same on every tensor rank: counted once.
       if (setup_.tensor != 0 && !p->split.cut()) continue;
       for (const Tensor& grad : sync_->ReducedGradient(*p)) {
-        sum += backend_.SumOfSquares(grad);
         if (scaler_.enabled()) finite = finite && backend_.AllFinite(grad);
+        if (experts_summed == 0 || !p->stacked_experts) {
+          sum += backend_.SumOfSquares(grad);
+          continue;
+        }
+        const int64_t first = (setup_.replica % setup_.layout.experts()) * grad.size(0);
+        for (int64_t e = 0; e < grad.size(0); ++e) {
+          expert_sums[first + e] += backend_.SumOfSquares(grad.Slice(0, e, e + 1));
+        }
       }
     }
     if (writes_layer_sums) partial[static_cast<size_t>(index)] = static_cast<float>(sum);
+    if (writes_expert_sums) {
+      for (const auto& [e, expert_sum] : expert_sums) {
+        partial[expert_sum_slots + static_cast<size_t>(index) * experts_summed +
+                static_cast<size_t>(e)] = static_cast<float>(expert_sum);
+      }
+    }
     if (!finite) partial[overflow_slot] = 1.0f;
   }
   constexpr int64_t kLoadSplit = 1 << 12;
@@ -238,6 +303,7 @@ Trainer::StepEnd Trainer::ReduceStepEnd(bool local_loss_finite, std::vector<floa
   }
   double total = 0;
   for (int i = 0; i < num_layers; ++i) total += partial[static_cast<size_t>(i)];
+  for (size_t i = expert_sum_slots; i < partial.size(); ++i) total += partial[i];
   const double norm = std::sqrt(total) / scaler_.scale();
   end.norm = norm;
   end.overflow = partial[overflow_slot] > 0.0f || !std::isfinite(norm);
