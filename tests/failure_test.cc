@@ -105,51 +105,59 @@ TEST(FailureTest, StalledPeerTimesOutWithATableNamingStageActionAndPeer) {
   EXPECT_EQ(step_one_forwards, (std::set<int>{0, 1, 2, 3})) << recorded.dump();
 }
 
-// ZeRO-2 reduces a block's gradients inside its backward: when replica 1 (world rank 1 at one
-// stage) stalls at step 2, replica 0 gives up in the reduce-scatter of the last block, and the
-// error and the rank table say so (not a backward that seems to hang).
-TEST(FailureTest, AStalledReplicaUnderZeroTwoIsNamedInALayersReduceScatter) {
-  const std::string dir = TempDir("stalled-zero2");
-  const CommandResult result =
-      RunShell("cd '" + SourceDir() + "' && BATON_TEST_STALL=1:2 '" + BatonFaultsBinary() +
-               "' run configs/gpt-tiny.yaml --set train.steps=4 --set parallel.stages=1"
-               " --set parallel.replicas=2 --set parallel.zero=2 --set parallel.timeout_s=5"
-               " --set output.dir=" +
-               dir);
+// Replica 1 (world rank 1 of a one-stage job of two replicas) stalls at step 2 of `config` run
+// with `sets` and a 5 s wait: the job fails with `failed` in its output, the rank table (rank,
+// stage, replica, status, blocked on, ...) shows rank 0 failed in `status`, and the flight
+// recorder's summary names replica 1 the likely culprit.
+void ExpectAStalledReplicaNamed(const std::string& name, const std::string& config,
+                                const std::string& sets, const std::regex& failed,
+                                const std::string& status) {
+  const std::string dir = TempDir(name);
+  const CommandResult result = RunShell(
+      "cd '" + SourceDir() + "' && BATON_TEST_STALL=1:2 '" + BatonFaultsBinary() + "' run " +
+      config + " --set train.steps=4 --set parallel.stages=1 --set parallel.replicas=2 " + sets +
+      " --set parallel.timeout_s=5 --set output.dir=" + dir);
   EXPECT_NE(result.exit_code, 0) << result.output;
-  const std::regex failed(
-      R"(step 2: the data-parallel reduce-scatter of layer [0-9]+'s gradients of stage 0 with )"
-      R"(its other replicas failed; a replica of stage 0 is dead or hung)");
   EXPECT_TRUE(std::regex_search(result.output, failed)) << result.output;
-  // The table (rank, stage, replica, status, blocked on, ...) and the flight recorder.
-  const std::regex row(R"(\n\s+0\s+0\s+0\s+failed\s+ALLREDUCE\s)");
+  const std::regex row("\\n\\s+0\\s+0\\s+0\\s+failed\\s+" + status + "\\s");
   EXPECT_TRUE(std::regex_search(result.output, row)) << result.output;
   EXPECT_NE(result.output.find("likely culprit: stage 0 replica 1 (rank 1)"), std::string::npos)
       << result.output;
+}
+
+// ZeRO-2 reduces a block's gradients inside its backward: when replica 1 stalls at step 2,
+// replica 0 gives up in the reduce-scatter of the last block, and the error and the rank table
+// say so (not a backward that seems to hang).
+TEST(FailureTest, AStalledReplicaUnderZeroTwoIsNamedInALayersReduceScatter) {
+  ExpectAStalledReplicaNamed(
+      "stalled-zero2", "configs/gpt-tiny.yaml", "--set parallel.zero=2",
+      std::regex(R"(step 2: the data-parallel reduce-scatter of layer [0-9]+'s gradients of )"
+                 R"(stage 0 with its other replicas failed; a replica of stage 0 is dead or hung)"),
+      "ALLREDUCE");
 }
 
 // ZeRO-3 gathers a layer's parameters before each use: when replica 1 stalls at step 2, replica
 // 0 gives up gathering a layer for step 2's first forward (the first one whose sends need
 // replica 1 to take them), and says so.
 TEST(FailureTest, AStalledReplicaUnderZeroThreeIsNamedInALayersAllGather) {
-  const std::string dir = TempDir("stalled-zero3");
-  const CommandResult result =
-      RunShell("cd '" + SourceDir() + "' && BATON_TEST_STALL=1:2 '" + BatonFaultsBinary() +
-               "' run configs/gpt-tiny.yaml --set train.steps=4 --set parallel.stages=1"
-               " --set parallel.replicas=2 --set parallel.zero=3 --set parallel.timeout_s=5"
-               " --set output.dir=" +
-               dir);
-  EXPECT_NE(result.exit_code, 0) << result.output;
-  const std::regex failed(
-      R"(step 2: the data-parallel all-gather of layer [0-9]+'s parameters of stage 0 with its )"
-      R"(other )"
-      R"(replicas failed; a replica of stage 0 is dead or hung)");
-  EXPECT_TRUE(std::regex_search(result.output, failed)) << result.output;
-  const std::regex row(R"(
-\s+0\s+0\s+0\s+failed\s+ALLGATHER\s)");
-  EXPECT_TRUE(std::regex_search(result.output, row)) << result.output;
-  EXPECT_NE(result.output.find("likely culprit: stage 0 replica 1 (rank 1)"), std::string::npos)
-      << result.output;
+  ExpectAStalledReplicaNamed(
+      "stalled-zero3", "configs/gpt-tiny.yaml", "--set parallel.zero=3",
+      std::regex(R"(step 2: the data-parallel all-gather of layer [0-9]+'s parameters of stage 0 )"
+                 R"(with its other replicas failed; a replica of stage 0 is dead or hung)"),
+      "ALLGATHER");
+}
+
+// Expert parallelism moves a layer's rows inside its forward: when replica 1 (the other member
+// of the expert group) stalls at step 2, replica 0 gives up in the experts' all-to-all of step
+// 2's first forward, and the error and the rank table say so.
+TEST(FailureTest, AStalledExpertGroupMemberIsNamedInTheExpertsAllToAll) {
+  ExpectAStalledReplicaNamed(
+      "stalled-experts", "configs/moe-tiny.yaml",
+      "--set model.num_layers=2 --set model.width=32 --set model.context=16 "
+      "--set parallel.experts=2",
+      std::regex(R"(step 2, F of micro-batch [0-9]+: the experts' all-to-all of stage 0 with its )"
+                 R"(expert group failed; a replica of stage 0 is dead or hung)"),
+      "EP_ALLTOALL");
 }
 
 // 2 stages x 2 tensor ranks: world ranks 0, 1 are stage 0 and 2, 3 stage 1 (docs/parallel.md).

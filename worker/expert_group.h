@@ -61,9 +61,9 @@ class CommExpertGroup final : public ExpertGroup {
       for (auto& work : works) work->Wait(timeout_);
     } catch (const Error& e) {
       BATON_FAIL(
-          "the experts' all-to-all of stage {} with its expert group failed; a replica of stage "
+          "{}the experts' all-to-all of stage {} with its expert group failed; a replica of stage "
           "{} is dead or hung: {}",
-          stage_, stage_, e.what());
+          where_ ? where_() + ": " : std::string(), stage_, stage_, e.what());
     }
     if (end_) end_();
     ++traffic_.exchanges;
@@ -82,11 +82,14 @@ class CommExpertGroup final : public ExpertGroup {
   Traffic TakeTraffic() { return std::exchange(traffic_, Traffic()); }
 
   // Told before each all-to-all, as a wait on the group ("EP_ALLTOALL": the next member's world
-  // rank and the bytes sent), and after it; for the status and the flight recorder.
+  // rank and the bytes sent), and after it; for the status and the flight recorder. `where` says
+  // what a failure happened in ("step 2, F of micro-batch 1").
   using BeginHook = std::function<void(int peer_rank, int64_t bytes)>;
-  void set_status_hooks(BeginHook begin, std::function<void()> end) {
+  void set_status_hooks(BeginHook begin, std::function<void()> end,
+                        std::function<std::string()> where) {
     begin_ = std::move(begin);
     end_ = std::move(end);
+    where_ = std::move(where);
   }
 
  private:
@@ -97,6 +100,7 @@ class CommExpertGroup final : public ExpertGroup {
   Traffic traffic_;
   BeginHook begin_;
   std::function<void()> end_;
+  std::function<std::string()> where_;
 };
 
 }  // namespace baton

@@ -53,6 +53,10 @@ StageModel::StageModel(const std::vector<LayerSpec>& graph, const ModelDims& dim
         MakeInt8InferenceLayer(backend, *chunk.layers.back());
       } else if (inference) {
         for (Param* p : chunk.layers.back()->params()) p->grad = Tensor();
+        // Expert parallelism's per-source gradient accumulators too.
+        for (const ExpertGradSources& s : chunk.layers.back()->expert_grad_sources()) {
+          s.others.storage()->Release();
+        }
       }
       if (on_built) on_built(i, *chunk.layers.back());
     }

@@ -163,7 +163,11 @@ void Trainer::set_status_callback(StatusCallback callback) {
             on_status_({"EP_ALLTOALL", engine_status_.microbatch, peer_rank, bytes, Clock::now()});
           }
         },
-        resume);
+        resume,
+        [this] {
+          return fmt::format("step {}, {} of micro-batch {}", step_, engine_status_.action,
+                             engine_status_.microbatch);
+        });
   }
 }
 
