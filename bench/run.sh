@@ -16,6 +16,9 @@
 #                   (bench/structure_bench.py)
 #   parallel        gpt-small-cpu at (stages, replicas) = (1,1) (2,1) (1,2) (2,2): tokens/s,
 #                   all-reduce time, every rank's peak beside the plan (bench/parallel_bench.py)
+#   moe             moe-tiny beside llama-tiny (1 and 2 replicas), and at 2 replicas with
+#                   parallel.experts 1 and 2: tokens/s, the all-to-all's seconds and share of the
+#                   step, bytes, peaks beside the plan (bench/moe_bench.py)
 #   checkpoint      gpt-small-cpu without checkpoints, with a synchronous and with a background
 #                   one every 5 steps: step time and its cost (bench/checkpoint_bench.py)
 #   generate        `baton generate` tokens/s with and without the KV cache, 200 new tokens on a
@@ -25,14 +28,14 @@
 #
 # Environment: BENCH_REPEATS (default 1) runs pipeline_bench and memory_bench that many times
 # over, alternating, keeping each figure's fastest; BENCH_ONLY="train pipeline" runs a subset
-# (kernels train pipeline memory planner compress structure parallel checkpoint generate
+# (kernels train pipeline memory planner compress structure parallel moe checkpoint generate
 # pytorch). Time it on an idle machine: every figure is a speed.
 set -uo pipefail
 
 build=${1:-build}
 root=$(cd "$(dirname "$0")/.." && pwd)
 repeats=${BENCH_REPEATS:-1}
-only=${BENCH_ONLY:-kernels train pipeline memory planner compress structure parallel checkpoint generate pytorch}
+only=${BENCH_ONLY:-kernels train pipeline memory planner compress structure parallel moe checkpoint generate pytorch}
 python=/usr/bin/python3  # Debian's, which sees python3-torch (TOOLCHAIN.md)
 
 wanted() { [[ " $only " == *" $1 "* ]]; }
@@ -88,6 +91,7 @@ wanted planner && run planner planner_bench
 wanted compress && run compress_bench "$python" "$root/bench/compress_bench.py" "$build/baton"
 wanted structure && run structure_bench "$python" "$root/bench/structure_bench.py" "$build/baton"
 wanted parallel && run parallel_bench "$python" "$root/bench/parallel_bench.py" "$build/baton"
+wanted moe && run moe_bench "$python" "$root/bench/moe_bench.py" "$build/baton"
 wanted checkpoint && run checkpoint_bench "$python" "$root/bench/checkpoint_bench.py" \
   "$build/baton"
 wanted generate && run generate_bench bash "$root/bench/generate_bench.sh" "$build"

@@ -94,6 +94,7 @@ int PlanCommand(const PlanOptions& options, std::ostream& out) {
   if (options.format == "json") {
     json j = {{"schedule", plan.schedule.name},
               {"parameters", ParamCount(plan.graph, plan.dims)},
+              {"active_parameters", ActiveParamCount(plan.graph, plan.dims)},
               {"split_share_groups", SplitShareGroups(plan)},
               {"memory_budget", plan.memory_budget},
               {"partition_bound", plan.partition_bound},
@@ -120,7 +121,10 @@ int PlanCommand(const PlanOptions& options, std::ostream& out) {
     out << j.dump(2) << "\n";
   } else {
     if (options.memory.fit) out << FormatFitTable(fit, budget) << "\n";
-    out << fmt::format("model: {} parameters ({})\n", ParamCount(plan.graph, plan.dims),
+    const int64_t params = ParamCount(plan.graph, plan.dims);
+    const int64_t active = ActiveParamCount(plan.graph, plan.dims);
+    out << fmt::format("model: {} parameters{} ({})\n", params,
+                       active == params ? "" : fmt::format(", {} active per token", active),
                        ToString(plan.dims))
         << FormatPartitionTable(plan) << "\n"
         << FormatMemoryTable(plan, predicted);

@@ -153,6 +153,17 @@ int64_t ParamCount(const std::vector<LayerSpec>& graph, const ModelDims& dims) {
                   [&](const LayerSpec& s) { return ParamCount(s, dims); });
 }
 
+int64_t ActiveParamCount(const std::vector<LayerSpec>& graph, const ModelDims& dims) {
+  int64_t idle = 0;
+  for (const LayerSpec& spec : graph) {
+    if (spec.block_index < 0 || !dims.moe_block(spec.block_index)) continue;
+    // Each expert's c_fc (C, 2I) and c_proj (I, C).
+    idle +=
+        int64_t{dims.moe.num_experts - dims.moe.top_k} * 3 * dims.width * dims.moe.expert_hidden;
+  }
+  return ParamCount(graph, dims) - idle;
+}
+
 int64_t ForwardFlops(const std::vector<LayerSpec>& graph, int first, int last,
                      const ModelDims& dims, const MicroBatchShape& shape) {
   return SumRange(graph, first, last,

@@ -53,6 +53,9 @@ int64_t RecomputeFlops(const LayerSpec& spec, const ModelDims& dims, const Micro
 
 // ---- sums over graph[first..last] (inclusive, positions in the graph)
 int64_t ParamCount(const std::vector<LayerSpec>& graph, const ModelDims& dims);  // whole model
+// The parameters one token passes through: the whole model less, in each MoE block, the
+// experts it is not routed to (num_experts - top_k of them).
+int64_t ActiveParamCount(const std::vector<LayerSpec>& graph, const ModelDims& dims);
 int64_t ForwardFlops(const std::vector<LayerSpec>& graph, int first, int last,
                      const ModelDims& dims, const MicroBatchShape& shape);
 

@@ -14,6 +14,8 @@
 
 #include "config/config.h"
 #include "kernels/cpu/gemm.h"
+#include "model/cost.h"
+#include "model/from_config.h"
 #include "planner/in_process.h"
 #include "planner/memory_planner.h"
 #include "planner/planner.h"
@@ -188,6 +190,27 @@ TEST(MoeInProcessTest, ExpertParallelismTrainsTheBitsOfReplicasHoldingEveryExper
     EXPECT_EQ(a.losses, b.losses) << fmt::format("{}", variant);
     EXPECT_EQ(a.param_checksum, b.param_checksum) << fmt::format("{}", variant);
   }
+}
+
+// The shipped Mixtral 8x7B config: Mistral's parameter counts (all, and active per token), and
+// its plan on 8 stages x 8 replicas, each stage's experts split over its 8 replicas: every rank
+// holds one expert of each of its layers (an eighth of E = 1's expert parameters).
+TEST(MoeConfigTest, Mixtral8x7bHasMistralsCountsAndPlansOnEightStagesByEightExperts) {
+  const std::string file = std::string(BATON_SOURCE_DIR) + "/configs/mixtral-8x7b.yaml";
+  const Config config = LoadConfig(file, {"device.type=cpu"});
+  const ModelDims dims = DimsOf(config.model);
+  const std::vector<LayerSpec> graph = GraphOf(config.model);
+  EXPECT_EQ(ParamCount(graph, dims), 46702792704);
+  EXPECT_EQ(ActiveParamCount(graph, dims), 12879925248);
+  const Plan plan = MakePlan(config);
+  EXPECT_EQ(plan.layout().world_size(), 64);
+  EXPECT_EQ(plan.layout().experts(), 8);
+  const std::vector<RankMemory> predicted = PredictMemory(plan);
+  ASSERT_EQ(predicted.size(), 64u);
+  // Stage 1 (rank 1) holds 4 of the 32 blocks (flops-balanced), each with its attention (q, k, v,
+  // o: 41,943,040), two norms, the router (4096 x 8) and one expert (3 x 4096 x 14336), in bf16.
+  const int64_t block = 41943040 + 2 * 4096 + 4096 * 8 + int64_t{3} * 4096 * 14336;
+  EXPECT_EQ(predicted[1].peak[MemCategory::kParams], 4 * block * 2);
 }
 
 // The plan books the worst routing (every token to experts 0 .. k-1, each expert's largest
