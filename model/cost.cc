@@ -153,13 +153,17 @@ int64_t ParamCount(const std::vector<LayerSpec>& graph, const ModelDims& dims) {
                   [&](const LayerSpec& s) { return ParamCount(s, dims); });
 }
 
+int64_t ExpertParamCount(const LayerSpec& spec, const ModelDims& dims) {
+  if (spec.block_index < 0 || !dims.moe_block(spec.block_index)) return 0;
+  return int64_t{dims.moe.num_experts} * 3 * dims.width * dims.moe.expert_hidden;
+}
+
 int64_t ActiveParamCount(const std::vector<LayerSpec>& graph, const ModelDims& dims) {
-  int64_t idle = 0;
+  int64_t idle = 0;  // the experts a token is not routed to
   for (const LayerSpec& spec : graph) {
-    if (spec.block_index < 0 || !dims.moe_block(spec.block_index)) continue;
-    // Each expert's c_fc (C, 2I) and c_proj (I, C).
-    idle +=
-        int64_t{dims.moe.num_experts - dims.moe.top_k} * 3 * dims.width * dims.moe.expert_hidden;
+    const int64_t experts = ExpertParamCount(spec, dims);
+    if (experts > 0)
+      idle += experts / dims.moe.num_experts * (dims.moe.num_experts - dims.moe.top_k);
   }
   return ParamCount(graph, dims) - idle;
 }

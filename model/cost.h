@@ -38,6 +38,9 @@ struct MicroBatchShape {
 // ---- parameters
 int64_t ParamCount(const LayerSpec& spec, const ModelDims& dims);
 int64_t StoredParamCount(const LayerSpec& spec, const ModelDims& dims);
+// A block with experts: its stacked experts' elements, every expert's c_fc (C, 2I) and c_proj
+// (I, C); 0 for every other layer.
+int64_t ExpertParamCount(const LayerSpec& spec, const ModelDims& dims);
 // What a process holding graph[first..last] allocates: each layer's stored parameters, a share
 // group's shared parameters once (model.share).
 int64_t StoredParamCount(const std::vector<LayerSpec>& graph, int first, int last,

@@ -87,10 +87,22 @@ int64_t ReplicaBytesPerStep(const Plan& plan) {
     for (const LayerRange& range : plan.ChunkRanges(s)) {
       numel += StoredParamCount(plan.graph, range.first, range.last, plan.dims);
     }
-    const double n = static_cast<double>(numel) / plan.layout().tensor();
+    double n = static_cast<double>(numel) / plan.layout().tensor();
     double bytes = 0;
+    if (parallel.zero == 0 && parallel.experts > 1) {
+      // The stacked experts (whole): summed by the expert sums pass, not the all-reduce.
+      double experts = 0;
+      for (const LayerRange& range : plan.ChunkRanges(s)) {
+        for (int i = range.first; i <= range.last; ++i) {
+          experts +=
+              static_cast<double>(ExpertParamCount(plan.graph[static_cast<size_t>(i)], plan.dims));
+        }
+      }
+      n -= experts;
+      bytes = (static_cast<double>(replicas) / parallel.experts - 1) * experts * grad_bytes;
+    }
     if (parallel.zero == 0) {
-      bytes = 2 * share * n * grad_bytes;  // the all-reduce: a reduce-scatter and an all-gather
+      bytes += 2 * share * n * grad_bytes;  // the all-reduce: a reduce-scatter and an all-gather
     } else if (parallel.zero < 3 || parallel.zero3_keep == Zero3Keep::kStep) {
       bytes = share * n * (grad_bytes + value_bytes);  // the values gathered once a step
     } else {

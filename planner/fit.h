@@ -73,7 +73,10 @@ struct FitCandidate : Levers {
 // step"): ZeRO-0's all-reduce 2 (R-1)/R N x 4 bytes; ZeRO-1/2 a reduce-scatter of the f32
 // gradients and an all-gather of the values, (R-1)/R N (4 + b), b bytes per value; ZeRO-3 with
 // zero3_keep step the same, with microbatch (R-1)/R N (4 + u b), u = each replica's
-// micro-batches x (forward, backward, a checkpointed recompute, a split W). 0 without replicas.
+// micro-batches x (forward, backward, a checkpointed recompute, a split W). With expert
+// parallelism (E > 1, no ZeRO) the split experts' X elements (whole) leave the all-reduce, and
+// with R > E the expert-data-parallel all-gather of every source's gradients sends
+// (R/E - 1) X x 4 more. 0 without replicas.
 int64_t ReplicaBytesPerStep(const Plan& plan);
 
 struct FitResult {

@@ -16,6 +16,7 @@
 #include "kernels/cpu/gemm.h"
 #include "model/cost.h"
 #include "model/from_config.h"
+#include "planner/fit.h"
 #include "planner/in_process.h"
 #include "planner/memory_planner.h"
 #include "planner/planner.h"
@@ -211,6 +212,25 @@ TEST(MoeConfigTest, Mixtral8x7bHasMistralsCountsAndPlansOnEightStagesByEightExpe
   // o: 41,943,040), two norms, the router (4096 x 8) and one expert (3 x 4096 x 14336), in bf16.
   const int64_t block = 41943040 + 2 * 4096 + 4096 * 8 + int64_t{3} * 4096 * 14336;
   EXPECT_EQ(predicted[1].peak[MemCategory::kParams], 4 * block * 2);
+}
+
+// What a replica sends per step (baton plan's replica_bytes_per_step): the split experts leave
+// the all-reduce, and with R > E their every source is all-gathered over the replicas holding
+// the same experts.
+TEST(MoeConfigTest, ReplicaBytesCountTheSplitExpertsApart) {
+  const auto bytes = [](int replicas, int experts) {
+    return ReplicaBytesPerStep(MakePlan(MoeTiny({"parallel.stages=1", "train.batch_size=8",
+                                                 fmt::format("parallel.replicas={}", replicas),
+                                                 fmt::format("parallel.experts={}", experts)})));
+  };
+  const Plan plan = MakePlan(MoeTiny({"parallel.stages=1"}));
+  const int64_t n =
+      StoredParamCount(plan.graph, 0, static_cast<int>(plan.graph.size()) - 1, plan.dims);
+  const int64_t x =
+      3 * 4 * (3 * 32 * 16);      // blocks 1-3: 4 experts of c_fc (32, 32), c_proj (16, 32)
+  EXPECT_EQ(bytes(2, 1), n * 4);  // 2 (R-1)/R N 4
+  EXPECT_EQ(bytes(2, 2), (n - x) * 4);
+  EXPECT_EQ(bytes(4, 2), 6 * (n - x) + x * 4);  // 2 (3/4) (N-X) 4 + (4/2 - 1) X 4
 }
 
 // The plan books the worst routing (every token to experts 0 .. k-1, each expert's largest
