@@ -132,6 +132,8 @@ struct RowPlan {
   std::vector<int64_t> send, receive;
   std::vector<ExpertBlock> blocks;
   int64_t received() const { return receive.back(); }
+  // The rows this member's experts compute: the routed ones kept, or every one received.
+  int64_t used = 0;
 };
 
 // A host i32 copy of a device tensor (zeros for a meta tensor).
@@ -153,6 +155,7 @@ RowPlan PlanRows(Backend& backend, const MoeRouting& routing, ExpertGroup* group
     for (int64_t e = 0; e < n_experts; ++e) {
       plan.blocks.push_back({routing.offsets[e], routing.offsets[e + 1], e, 0});
     }
+    plan.used = routing.offsets.back();
     return plan;
   }
   plan.group = group;
@@ -187,6 +190,7 @@ RowPlan PlanRows(Backend& backend, const MoeRouting& routing, ExpertGroup* group
     }
   }
   plan.receive.push_back(at);
+  plan.used = at;
   return plan;
 }
 
@@ -273,10 +277,9 @@ ExpertsOutput ExpertsForward(Backend& backend, const MoeParams& p, const Routed&
   Tensor out = NewTensor(backend, {ran, c}, ln.dtype(), plan.group ? kWorkspace : category);
   ExpertGemms(backend, plan, in, w_fc, false, o.fc);
   routed = Tensor();
-  const int64_t used = plan.group != nullptr ? ran : r.routing.offsets.back();
-  if (used > 0) {
-    Tensor act = o.act.Slice(0, 0, used);
-    backend.SwiGluForward(o.fc.Slice(0, 0, used), act);
+  if (plan.used > 0) {
+    Tensor act = o.act.Slice(0, 0, plan.used);
+    backend.SwiGluForward(o.fc.Slice(0, 0, plan.used), act);
   }
   ExpertGemms(backend, plan, o.act, w_proj, false, out);
   o.out = FromExperts(backend, plan, out, rows, category);
@@ -489,7 +492,7 @@ class MoeSublayer final : public Sublayer {
     ExpertWeightGrads(backend, plan, experts.act, dout, p_.proj->grad, proj_sources_);
     dout = Tensor();
     experts.act = Tensor();
-    const int64_t used = experts_ != nullptr ? plan.received() : r.routing.offsets.back();
+    const int64_t used = plan.used;
     Tensor dfc = NewZeros(backend, experts.fc.shape(), dy.dtype(), kWorkspace);
     if (used > 0) {
       Tensor dfc_used = dfc.Slice(0, 0, used);

@@ -66,16 +66,14 @@ class CommExpertGroup final : public ExpertGroup {
           where_ ? where_() + ": " : std::string(), stage_, stage_, e.what());
     }
     if (end_) end_();
-    ++traffic_.exchanges;
     traffic_.bytes += bytes;
     traffic_.seconds +=
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   }
 
-  // What the all-to-alls moved since the last call: how many, the bytes this member sent and
-  // the seconds they took.
+  // What the all-to-alls moved since the last call: the bytes this member sent and the seconds
+  // they took.
   struct Traffic {
-    int64_t exchanges = 0;
     int64_t bytes = 0;
     double seconds = 0;
   };

@@ -560,7 +560,6 @@ StepRecord Trainer::Step(int64_t step) {
   }
   if (expert_group_ != nullptr) {
     const CommExpertGroup::Traffic traffic = expert_group_->TakeTraffic();
-    record.alltoalls = traffic.exchanges;
     record.alltoall_bytes = traffic.bytes;
     record.alltoall_s = traffic.seconds;
   }

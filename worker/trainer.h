@@ -117,8 +117,7 @@ struct StepRecord {
   int64_t tensor_bytes = 0;
   double tensor_s = 0;
   // Expert parallelism: the experts' all-to-alls this rank ran over its expert group in the step
-  // (CommExpertGroup::Traffic): how many, the bytes it sent and their seconds.
-  int64_t alltoalls = 0;
+  // (CommExpertGroup::Traffic): the bytes it sent and their seconds.
   int64_t alltoall_bytes = 0;
   double alltoall_s = 0;
   double tokens_per_s = 0;
