@@ -55,4 +55,13 @@ struct LayerTensors {
   std::vector<BufferTensor> buffers;
 };
 
+// Every param of `layers`, in order (what the importers of whole files fill).
+inline std::vector<ParamTensors> ParamsOf(const std::vector<LayerTensors>& layers) {
+  std::vector<ParamTensors> params;
+  for (const LayerTensors& layer : layers) {
+    params.insert(params.end(), layer.params.begin(), layer.params.end());
+  }
+  return params;
+}
+
 }  // namespace baton

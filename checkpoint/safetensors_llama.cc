@@ -239,14 +239,36 @@ class PartPlacer {
   int64_t column_ = 0;
 };
 
-// Baton's f32 value of `baton_name`: its parts side by side by columns (per expert when stacked).
+// The experts [first, end) of a stacked parameter that a load reads; the others stay zero.
+struct ExpertRange {
+  int64_t first = 0, end = std::numeric_limits<int64_t>::max();
+  bool Holds(int expert) const { return expert < 0 || (expert >= first && expert < end); }
+};
+
+// The experts a param's split keeps (all of them unless it is cut over an expert group).
+ExpertRange ExpertsKept(const TensorSplit& split) {
+  if (!split.cut() || split.over != SplitOver::kExperts) return {};
+  const auto [first, size] = PartRanges(split).front();
+  return {first, first + size};
+}
+
+// Baton's f32 value of `baton_name`: its parts side by side by columns (per expert when stacked);
+// of a stacked parameter only the `experts` are read (their shards opened).
 std::vector<float> AssembleParam(HfLlamaFolder& folder, const std::string& baton_name,
-                                 const ModelDims& dims) {
+                                 const ModelDims& dims, ExpertRange experts = {}) {
   const Shape shape = LlamaParamShape(baton_name, dims);
   std::vector<float> dense(static_cast<size_t>(NumElements(shape)));
   PartPlacer placer(shape);
   size_t offset = 0;  // of vector parts, one after the other
   for (const HfLlamaPart& part : LlamaHfParts(baton_name, dims)) {
+    if (!experts.Holds(part.expert)) {
+      if (part.transposed) {
+        placer.Next(part);
+      } else {
+        offset += static_cast<size_t>(NumElements(part.shape));
+      }
+      continue;
+    }
     const std::vector<float> values = ReadPart(folder, part, baton_name);
     if (!part.transposed) {
       std::copy(values.begin(), values.end(), dense.begin() + static_cast<ptrdiff_t>(offset));
@@ -510,6 +532,7 @@ void ValidateHfLlamaFolder(const HfLlamaFolder& folder, const ModelDims& dims) {
   compared.moe.capacity_factor = expected.moe.capacity_factor;
   if (expected.moe.enabled() && expected.moe.first_dense == 0 && expected.moe.every == 1) {
     compared.mlp_hidden = expected.mlp_hidden;
+  if (dims.moe.shared_experts == 0) compared.moe.shared_hidden = expected.moe.shared_hidden;
   }
   BATON_CHECK(compared == expected,
               "{}: describes a Llama {} (kv heads {}, intermediate {}, tied {}), but the model is "
@@ -556,7 +579,8 @@ void LoadLlamaParamsFromHf(HfLlamaFolder& folder, const ModelDims& dims,
     const Shape shape = LlamaParamShape(p.name, dims);
     BATON_CHECK(p.value.shape() == shape, "parameter {} is {}, but the Llama's is {}", p.name,
                 ToString(p.value.shape()), ToString(shape));
-    std::vector<float> dense = AssembleParam(folder, p.name, dims);
+    // A member of an expert group keeps its own experts (StateLayout::InitValues).
+    std::vector<float> dense = AssembleParam(folder, p.name, dims, ExpertsKept(p.split));
     const Tensor host = Tensor::Wrap(dense.data(), shape, DType::kF32);
     if (value && p.value.dtype() == DType::kI8) {
       const int64_t rows = shape.at(0), cols = shape.at(1);

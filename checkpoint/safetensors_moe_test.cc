@@ -7,8 +7,11 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cstring>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 #include "checkpoint/checkpoint_test_util.h"
 #include "checkpoint/hf_test_util.h"
@@ -48,6 +51,52 @@ TEST(SafetensorsMoeTest, TransformersMixtureOfExpertsFoldersGiveTransformersLogi
     });
     EXPECT_LT(error, 1e-5) << name << ", transformers " << reference["transformers_version"];
     RecordProperty(std::string("normalised_error_") + name, fmt::format("{:.3g}", error));
+  }
+}
+
+// model.init_from under expert parallelism (StateLayout::InitValues): a member's whole temporary
+// of a stacked expert parameter, its split saying which experts it keeps, gets those experts'
+// bits from the folder and nothing else read (the others stay zero); a param cut over tensor
+// ranks still reads the whole.
+TEST(SafetensorsMoeTest, AMemberOfAnExpertGroupReadsOnlyItsOwnExperts) {
+  const std::string dir = std::string(BATON_SOURCE_DIR) + "/tests/fixtures/mixtral-hf";
+  HfLlamaFolder folder = HfLlamaFolder::Open(dir);
+  Fixture f;
+  f.dims = DimsOfHfLlama(folder.config(), 8);
+  f.graph = GptGraph(f.dims);
+  Rank whole = f.MakeRank({{0, f.last_layer()}}, 0, 1);
+  std::vector<ParamTensors> all = whole.param_tensors();
+  LoadLlamaParamsFromHf(folder, f.dims, all, *f.backend);
+  for (const char* name : {"h.1.mlp.experts.c_fc.weight", "h.1.mlp.experts.c_proj.weight"}) {
+    const auto found =
+        std::find_if(all.begin(), all.end(), [&](const ParamTensors& p) { return p.name == name; });
+    ASSERT_NE(found, all.end()) << name;
+    const Tensor& full = found->value;  // (4 experts, in, out)
+    const int64_t per_expert = full.numel() / 4;
+    for (const int member : {0, 1}) {
+      for (const SplitOver over : {SplitOver::kExperts, SplitOver::kTensor}) {
+        ParamTensors part = *found;
+        part.value = Tensor::Empty(f.backend->allocator(), full.shape(), DType::kF32,
+                                   MemCategory::kWorkspace);
+        part.master = Tensor();
+        part.split = {0, {4}, member, 2, over};
+        HfLlamaFolder fresh = HfLlamaFolder::Open(dir);
+        LoadLlamaParamsFromHf(fresh, f.dims, {part}, *f.backend);
+        const float* got = part.value.data<float>();
+        const float* want = full.data<float>();
+        for (int64_t e = 0; e < 4; ++e) {
+          const bool kept = over == SplitOver::kTensor || e / 2 == member;
+          int64_t equal = 0, zero = 0;
+          for (int64_t i = e * per_expert; i < (e + 1) * per_expert; ++i) {
+            equal += std::memcmp(&got[i], &want[i], sizeof(float)) == 0;
+            zero += got[i] == 0.0f;
+          }
+          EXPECT_EQ(kept ? equal : zero, per_expert)
+              << name << ", member " << member << ", expert " << e
+              << (over == SplitOver::kTensor ? " (a tensor split)" : "");
+        }
+      }
+    }
   }
 }
 

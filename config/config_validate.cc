@@ -343,9 +343,6 @@ void ValidateParallel(const Config& c, const Reporter& r) {
               "combine with it yet");
     r.Require(!c.prune.enabled(), {"parallel.experts", "prune.sparsity"},
               "parallel.experts > 1 does not combine with pruning yet");
-    r.Require(c.model.init_from.empty(), {"parallel.experts", "model.init_from"},
-              "parallel.experts > 1 starts from random weights or resumes a checkpoint (of any "
-              "layout); model.init_from does not combine with it yet");
   }
   r.Require(!p.sequence_parallel || p.tensor > 1, {"parallel.sequence_parallel", "parallel.tensor"},
             "parallel.sequence_parallel cuts the activations over a stage's tensor ranks: it needs "
@@ -382,10 +379,6 @@ void ValidateParallel(const Config& c, const Reporter& r) {
     r.Require(c.optimizer.state == OptimizerState::kF32, {"parallel.tensor", "optimizer.state"},
               "parallel.tensor > 1 cuts f32 optimizer state; optimizer.state int8's blocks are "
               "not cut");
-    r.Require(m.init_from.empty(), {"parallel.tensor", "model.init_from"},
-              "parallel.tensor > 1 starts from random weights or resumes a checkpoint (any "
-              "parallel.tensor resumes any other); to start from model.init_from, run one step "
-              "at parallel.tensor 1 and resume that checkpoint");
     r.Require(!c.prune.enabled(), {"parallel.tensor", "prune.at_step"},
               "parallel.tensor > 1 does not combine with pruning (each matrix's threshold would "
               "be its part's)");

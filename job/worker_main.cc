@@ -97,8 +97,8 @@ int64_t LoadInitialState(const Plan& plan, const Launch& launch, Trainer& traine
       // holding its own layers.
       HfLlamaFolder folder = HfLlamaFolder::Open(source.path);
       ValidateHfLlamaFolder(folder, plan.dims);
-      trainer.state().InitValues([&](Optimizer* masters) {
-        InitFromHfLlama(folder, plan.dims, trainer.model().params(), masters, backend);
+      trainer.state().InitValues([&](const std::vector<LayerTensors>& layers) {
+        LoadLlamaParamsFromHf(folder, plan.dims, ParamsOf(layers), backend);
       });
       spdlog::info("initialised from the Hugging Face Llama {} (read {})", source.path,
                    fmt::join(folder.opened_files(), ", "));
@@ -108,15 +108,8 @@ int64_t LoadInitialState(const Plan& plan, const Launch& launch, Trainer& traine
       // A Baton checkpoint (e.g. baton compress --low-rank's): its weights, with fresh moments.
       const CheckpointReader checkpoint = CheckpointReader::Open(source.path);
       checkpoint.CheckCompatible(plan.dims, plan.graph);
-      trainer.state().InitValues([&](Optimizer* masters) {
-        std::vector<LayerTensors> layers = CheckpointTensors(trainer.model(), masters);
-        for (LayerTensors& layer : layers) {
-          for (ParamTensors& p : layer.params) {
-            p.adam_m = p.adam_v = p.adam_m_absmax = p.adam_v_absmax = Tensor();
-          }
-        }
-        checkpoint.LoadLayers(layers, backend);
-      });
+      trainer.state().InitValues(
+          [&](const std::vector<LayerTensors>& layers) { checkpoint.LoadLayers(layers, backend); });
       spdlog::info("initialised from the weights of {} (step {})", checkpoint.step_dir(),
                    checkpoint.step());
       break;
@@ -129,8 +122,8 @@ int64_t LoadInitialState(const Plan& plan, const Launch& launch, Trainer& traine
                   source.path, ToString(plan.dims));
       const SafetensorsFile weights = ReadSafetensors(source.path);
       ValidateGpt2File(weights, plan.dims);
-      trainer.state().InitValues([&](Optimizer* masters) {
-        InitFromSafetensors(weights, trainer.model().params(), masters, backend);
+      trainer.state().InitValues([&](const std::vector<LayerTensors>& layers) {
+        LoadParamsFromSafetensors(weights, ParamsOf(layers), backend);
       });
       spdlog::info("initialised from {}", source.path);
       break;

@@ -498,9 +498,12 @@ std::vector<std::string> TakeHfLlamaDims(const HfLlamaConfig& hf, ModelConfig& m
         fmt::format("model.{}: {} from config.json (the YAML's {})", key, value, field));
     field = value;
   };
-  const ModelPreset preset = hf.qwen2     ? ModelPreset::kQwen2
-                             : hf.mistral ? ModelPreset::kMistral
-                                          : ModelPreset::kLlama;
+  // A Mixtral without its window is a Llama with experts (Baton's Mistral is a window), as
+  // DimsOfHfLlama has it.
+  const ModelPreset preset = hf.qwen2 ? ModelPreset::kQwen2
+                             : hf.mistral && (!hf.mixtral || hf.sliding_window > 0)
+                                 ? ModelPreset::kMistral
+                                 : ModelPreset::kLlama;
   if (model.preset != preset) {
     taken.push_back(fmt::format("model.preset: {} from config.json (the YAML's {})", Name(preset),
                                 Name(model.preset)));
@@ -537,6 +540,29 @@ std::vector<std::string> TakeHfLlamaDims(const HfLlamaConfig& hf, ModelConfig& m
     take("context", model.context, hf.max_position_embeddings);
   }
   return taken;
+  // The experts (Mixtral, Qwen2-MoE: checkpoint/safetensors_moe.h), or none. The router's
+  // losses, capacity and bias rate are training choices and stay the YAML's.
+  const MoeDims& e = hf.moe;
+  MoeConfig& moe = model.moe;
+  take("moe.num_experts", moe.num_experts, int64_t{e.num_experts});
+  if (e.enabled()) {
+    take("moe.top_k", moe.top_k, int64_t{e.top_k});
+    take("moe.expert_intermediate_size", moe.expert_intermediate_size, int64_t{e.expert_hidden});
+    take("moe.shared_experts", moe.shared_experts, int64_t{e.shared_experts});
+    if (e.shared_experts > 0) {
+      take("moe.shared_expert_intermediate_size", moe.shared_expert_intermediate_size,
+           int64_t{e.shared_hidden});
+    }
+    take("moe.shared_expert_gate", moe.shared_expert_gate, e.shared_gate);
+    take("moe.first_dense_layers", moe.first_dense_layers, int64_t{e.first_dense});
+    take("moe.every", moe.every, int64_t{e.every});
+    if (moe.router != MoeRouter::kSoftmaxTopk) {  // both folders' routers are softmax, then top k
+      taken.push_back(fmt::format("model.moe.router: {} from config.json (the YAML's {})",
+                                  Name(MoeRouter::kSoftmaxTopk), Name(moe.router)));
+      moe.router = MoeRouter::kSoftmaxTopk;
+    }
+    take("moe.norm_topk_prob", moe.norm_topk_prob, e.norm_topk_prob);
+  }
 }
 }  // namespace
 

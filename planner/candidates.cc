@@ -40,6 +40,8 @@ Config Apply(const Config& base, const Levers& levers) {
     config.parallel.replicas = levers.replicas;
     config.parallel.zero = levers.replicas > 1 ? levers.zero : 0;
   }
+  config.parallel.experts = levers.experts;
+  if (levers.experts > 1) config.parallel.zero = 0;
   Validate(config);
   return config;
 }
@@ -77,6 +79,15 @@ std::vector<int> TensorCounts(const Config& config, int from, int stages, int ma
   return counts;
 }
 
+std::vector<int> ExpertCounts(const Config& config, int replicas) {
+  std::vector<int> counts;
+  const int64_t experts = config.model.moe.num_experts;
+  for (int e = 2; e <= replicas; ++e) {
+    if (replicas % e == 0 && experts % e == 0) counts.push_back(e);
+  }
+  return counts;
+}
+
 std::string SetFlags(const Config& chosen, const Config& base) {
   std::vector<std::string> flags;
   const ParallelConfig &p = chosen.parallel, &b = base.parallel;
@@ -100,6 +111,7 @@ std::string SetFlags(const Config& chosen, const Config& base) {
   if (p.tensor != b.tensor) flags.push_back(fmt::format("parallel.tensor={}", p.tensor));
   if (p.replicas != b.replicas) flags.push_back(fmt::format("parallel.replicas={}", p.replicas));
   if (p.zero != b.zero) flags.push_back(fmt::format("parallel.zero={}", p.zero));
+  if (p.experts != b.experts) flags.push_back(fmt::format("parallel.experts={}", p.experts));
   if (p.cut != b.cut) flags.push_back("parallel.cut=" + p.cut);
   std::string out;
   for (const std::string& f : flags) out += (out.empty() ? "--set " : " --set ") + f;

@@ -18,7 +18,8 @@ struct Levers {
   int replicas = 1;
   OptimizerState state = OptimizerState::kF32;  // optimizer.state
   int tensor = 1;                               // parallel.tensor
-  int zero = 1;  // with replicas added: parallel.zero where it applies (1, 2 or 3)
+  int zero = 1;     // with replicas added: parallel.zero where it applies (1, 2 or 3)
+  int experts = 1;  // parallel.experts: each MoE layer's experts split over this many replicas
 
   bool operator==(const Levers&) const = default;
 };
@@ -26,7 +27,8 @@ struct Levers {
 // `base` with `levers` pulled, validated (throws baton::Error when invalid). An explicit
 // parallel.cut is for its own stage count: other counts are cut by parallel.partition. Replicas
 // other than the configured count get ZeRO at `levers.zero` (1, 2 or 3): the replicas then
-// divide the optimizer state too, 8-bit or f32.
+// divide the optimizer state too, 8-bit or f32. Experts split over the replicas (`levers.experts`
+// > 1) take no ZeRO (they do not combine).
 Config Apply(const Config& base, const Levers& levers);
 
 // The checkpoint policies for chunks of up to `max_layers` layers: `first`, none, selective,
@@ -39,6 +41,10 @@ std::vector<int> MicroBatchCounts(const Config& config, int from);
 // Tensor ranks: `from`, then 2, 4, ... times it while each divides the heads, the key/value heads
 // and the MLP's hidden units and `stages` x T <= max_processes.
 std::vector<int> TensorCounts(const Config& config, int from, int stages, int max_processes);
+
+// Expert groups for `replicas` replicas of a mixture of experts: every E > 1 dividing both the
+// replicas and model.moe.num_experts, smallest first; none for a dense model.
+std::vector<int> ExpertCounts(const Config& config, int replicas);
 
 // precision.dtype's spelling of a training precision: "fp32", "bf16", "fp16".
 std::string PrecisionName(DType dtype);

@@ -32,6 +32,7 @@ std::vector<Levers> Search(const Config& config, int max_stages, int num_layers,
   std::vector<Levers> levers;
   const int configured = config.parallel.replicas;
   const int configured_tensor = config.parallel.tensor;
+  const int experts = config.parallel.experts;
   for (int t : TensorCounts(config, configured_tensor, config.parallel.stages, max_processes)) {
     for (int r = configured; r == configured || r * t * config.parallel.stages <= max_processes;
          ++r) {
@@ -44,12 +45,17 @@ std::vector<Levers> Search(const Config& config, int max_stages, int num_layers,
             for (const CheckpointPolicy& policy :
                  CheckpointPolicies(stage_layers, config.parallel.checkpoint)) {
               for (DType dtype : dtypes) {
-                levers.push_back({dtype, policy, m, p, r, state, t, 1});
+                levers.push_back({dtype, policy, m, p, r, state, t, 1, experts});
                 // Replicas added: ZeRO-2 and ZeRO-3 too, a level above each (Apply drops them
                 // where ZeRO does not apply, and such twins are left out).
-                if (r != configured && r > 1) {
-                  levers.push_back({dtype, policy, m, p, r, state, t, 2});
-                  levers.push_back({dtype, policy, m, p, r, state, t, 3});
+                if (r != configured && r > 1 && experts == 1) {
+                  levers.push_back({dtype, policy, m, p, r, state, t, 2, 1});
+                  levers.push_back({dtype, policy, m, p, r, state, t, 3, 1});
+                }
+                // A mixture of experts: its experts split over the replicas instead (the
+                // configured ones too, at no added process).
+                for (int e : ExpertCounts(config, r)) {
+                  if (e != experts) levers.push_back({dtype, policy, m, p, r, state, t, 0, e});
                 }
               }
             }
@@ -62,6 +68,7 @@ std::vector<Levers> Search(const Config& config, int max_stages, int num_layers,
 }
 
 int LevelOf(const Levers& lever, const Config& config) {
+  if (lever.experts != config.parallel.experts) return 7;  // the replicas' own lever, as ZeRO-1
   if (lever.replicas != config.parallel.replicas) return 7 + std::max(0, lever.zero - 1);
   if (lever.tensor != config.parallel.tensor) return 6;
   if (lever.stages != config.parallel.stages) return 5;
@@ -338,6 +345,14 @@ StepRates MeasureStepRates(const Config& config) {
   return MeasureCpuRates(config.device.threads, 512, 7);
 }
 
+namespace {
+
+// A candidate of the replicas' level that splits each MoE layer's experts over them (Search
+// gives those zero 0).
+bool SplitsExperts(const FitCandidate& c) { return c.level == 7 && c.zero == 0; }
+
+}  // namespace
+
 std::string FormatFitTable(const FitResult& result, int64_t budget) {
   static const char* kLevels[] = {"as configured", "precision", "checkpointing", "micro-batches",
                                   "8-bit state",   "stages",    "tensor ranks",  "replicas",
@@ -357,17 +372,24 @@ std::string FormatFitTable(const FitResult& result, int64_t budget) {
       "replica's shard go once its backward is done",
       "nothing fits with ZeRO-2's replicas: ZeRO-3 also holds each layer's parameters outside "
       "the replica's shard only while the layer runs (gathered for each use)"};
+  const auto level_name = [](const FitCandidate& c) {
+    return SplitsExperts(c) ? "expert groups" : kLevels[c.level];
+  };
   const bool replicas = std::any_of(result.candidates.begin(), result.candidates.end(),
                                     [](const FitCandidate& c) { return c.replicas > 1; });
   const bool tensor = std::any_of(result.candidates.begin(), result.candidates.end(),
                                   [](const FitCandidate& c) { return c.tensor > 1; });
+  const bool experts = std::any_of(result.candidates.begin(), result.candidates.end(),
+                                   [](const FitCandidate& c) { return c.experts > 1; });
   const auto stages_of = [&](const FitCandidate& c) {
     std::string s = std::to_string(c.stages);
     if (tensor) s += fmt::format("x{}", c.tensor);
     if (replicas) s += fmt::format("x{}", c.replicas);
+    if (experts) s += fmt::format("/{}", c.experts);
     return s;
   };
-  const std::string header = std::string("P") + (tensor ? "xT" : "") + (replicas ? "xR" : "");
+  const std::string header =
+      std::string("P") + (tensor ? "xT" : "") + (replicas ? "xR" : "") + (experts ? "/E" : "");
   std::string out = fmt::format("{:>1} {:>6} {:>5} {:>11} {:>7} {:>5} {:>13} {:>12} {:>4}  {}\n",
                                 "", header == "P" ? "stages" : header, "mbs", "checkpoint", "dtype",
                                 "state", "peak", "step (s)", "fits", "lever / bound");
@@ -386,17 +408,22 @@ std::string FormatFitTable(const FitResult& result, int64_t budget) {
     out += fmt::format("{:>1} {:>6} {:>5} {:>11} {:>7} {:>5} {:>13} {:>12.4f} {:>4}  {}{}: {}\n",
                        chosen ? "*" : "", stages_of(c), c.micro_batches, c.checkpoint.ToString(),
                        PrecisionName(c.dtype), Name(c.state), FormatBytes(c.peak), c.step_seconds,
-                       c.fits ? "yes" : "no", kLevels[c.level], moves, c.note);
+                       c.fits ? "yes" : "no", level_name(c), moves, c.note);
   }
   if (result.chosen >= 0) {
     const FitCandidate& c = result.candidates[static_cast<size_t>(result.chosen)];
     out += fmt::format(
-        "chosen: {} stages{}{}, {} micro-batches, checkpoint {}, {}, {} optimizer state: peak {} "
-        "within {}, predicted {:.4f} s/step ({})\n",
+        "chosen: {} stages{}{}{}, {} micro-batches, checkpoint {}, {}, {} optimizer state: peak "
+        "{} within {}, predicted {:.4f} s/step ({})\n",
         c.stages, c.tensor > 1 ? fmt::format(" x {} tensor ranks", c.tensor) : "",
-        c.replicas > 1 ? fmt::format(" x {} replicas", c.replicas) : "", c.micro_batches,
-        c.checkpoint.ToString(), PrecisionName(c.dtype), Name(c.state), FormatBytes(c.peak),
-        FormatBytes(budget), c.step_seconds, kWhy[c.level]);
+        c.replicas > 1 ? fmt::format(" x {} replicas", c.replicas) : "",
+        c.experts > 1 ? fmt::format(", each MoE layer's experts split {} ways", c.experts) : "",
+        c.micro_batches, c.checkpoint.ToString(), PrecisionName(c.dtype), Name(c.state),
+        FormatBytes(c.peak), FormatBytes(budget), c.step_seconds,
+        SplitsExperts(c)
+            ? "nothing fits without splitting each MoE layer's experts over the replicas "
+              "(parallel.experts: each holds 1/E of them and their optimizer state)"
+            : kWhy[c.level]);
     out += fmt::format("apply with: {}\n",
                        result.set_flags.empty() ? "(no change)" : result.set_flags);
   }

@@ -22,6 +22,10 @@
 //      shard are held from its first backward of a step to its last only; docs/parallel.md);
 //   9. the same replicas with ZeRO-3 (parallel.zero 3: a layer's parameters outside the shard
 //      are held only while the layer runs, gathered for each use).
+// A mixture of experts also splits each MoE layer's experts over the replicas, configured or
+// added (parallel.experts E > 1 dividing the replicas and the experts, no ZeRO: each replica
+// holds 1/E of the experts and their optimizer state), on the replicas' level 7 beside ZeRO-1:
+// over the configured replicas it adds no process.
 // Every combination is a candidate; its level is the costliest lever it pulls. The configuration
 // as it is wins when it fits. Otherwise precision and checkpointing compete on predicted step
 // time on this machine (with FitOptions::measured, measured_costs.h: each layer kind profiled
@@ -58,8 +62,8 @@ struct FitOptions {
 // A candidate: the levers it pulls (planner/candidates.h), and how it came out.
 struct FitCandidate : Levers {
   int level = 0;       // 0 as configured, 1 precision, 2 checkpointing, 3 micro-batches, 4 8-bit
-                       // optimizer state, 5 stages, 6 tensor ranks, 7 replicas, 8 ZeRO-2,
-                       // 9 ZeRO-3
+                       // optimizer state, 5 stages, 6 tensor ranks, 7 replicas (ZeRO-1, or
+                       // experts split over them), 8 ZeRO-2, 9 ZeRO-3
   bool valid = false;  // a plan could be made; else `note` says why not
   bool fits = false;
   int64_t peak = 0;         // largest predicted total over ranks (of the budgeted cut when it fits)

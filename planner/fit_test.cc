@@ -324,6 +324,47 @@ TEST(FitTest, ReplicasWithZeroOneComeAfterStagesWhenMoreProcessesAreAllowed) {
   RecordProperty("zero3_chosen_peak", std::to_string(leaner.peak));
 }
 
+// A mixture of experts on the replicas it has (configs/mixtral-tiny.yaml, 2 stages x 2 replicas,
+// its experts whole): below the leanest peak of every candidate that keeps each replica's experts
+// whole (8-bit state, every checkpoint policy, precision and micro-batch count), splitting them
+// over the 2 replicas (parallel.experts 2: half the experts and their optimizer state per
+// replica) is what fits, with no process added.
+TEST(FitTest, ExpertGroupsSplitAMixtureOfExpertsOverTheReplicasItHas) {
+  const Config config = LoadConfig(std::string(BATON_SOURCE_DIR) + "/configs/mixtral-tiny.yaml",
+                                   {"parallel.experts=1", "output.final_checkpoint=false"});
+  const FitOptions loose = {int64_t{1} << 40, StepRates(1e9), 2};
+  int64_t whole_leanest = std::numeric_limits<int64_t>::max();
+  bool split_offered = false;
+  for (const FitCandidate& c : FitToBudget(config, loose).candidates) {
+    split_offered |= c.valid && c.experts == 2;
+    if (!c.valid || c.experts != 1) continue;
+    const Plan plan = MakePlan(Apply(config, c));
+    whole_leanest = std::min(whole_leanest, MaxOf(PartitionWithinBudget(plan, 1).totals));
+  }
+  ASSERT_TRUE(split_offered);
+  const int64_t budget = whole_leanest - 1;
+  const FitResult result = FitToBudget(config, {budget, StepRates(1e9), 2});
+  const FitCandidate& chosen = result.candidates[static_cast<size_t>(result.chosen)];
+  const std::string table = FormatFitTable(result, budget);
+  EXPECT_EQ(chosen.level, 7) << table;
+  EXPECT_EQ(chosen.experts, 2) << table;
+  EXPECT_EQ(chosen.replicas, 2) << table;
+  EXPECT_EQ(chosen.stages, 2) << table;
+  EXPECT_EQ(result.config.parallel.experts, 2);
+  EXPECT_EQ(result.config.parallel.zero, 0);
+  EXPECT_NE(result.set_flags.find("--set parallel.experts=2"), std::string::npos)
+      << result.set_flags;
+  EXPECT_NE(table.find("expert groups"), std::string::npos) << table;
+  EXPECT_NE(table.find("split 2 ways"), std::string::npos) << table;
+  for (const FitCandidate& c : result.candidates) {
+    if (c.experts == 1) {
+      EXPECT_FALSE(c.fits) << table;
+    }
+  }
+  const Plan plan = MakePlan(result.config, budget);
+  for (const RankMemory& rank : PredictMemory(plan)) EXPECT_LE(rank.peak.total, budget);
+}
+
 TEST(FitTest, ReplicaBytesPerStepFollowEachZeroLevelsFormula) {
   // One stage of N parameters over R = 4 replicas, 8 micro-batches (2 per replica), fp32.
   const std::vector<std::string> base = {"parallel.stages=1", "parallel.replicas=4",

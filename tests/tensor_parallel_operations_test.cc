@@ -1,11 +1,15 @@
 // Tensor parallelism with real processes over Gloo: P stages x T tensor ranks trains one
 // process's losses (to 1e-6 relative: the row-parallel sums change the summation order), its
 // checkpoint holds whole tensors, and that checkpoint resumes onto other T and P: T=1 on one
-// stage, T=4 on two (8 processes), T=2 with sequence parallelism, and T=2 again, exactly.
+// stage, T=4 on two (8 processes), T=2 with sequence parallelism, and T=2 again, exactly; every
+// model.init_from source starts T=2 as it starts T=1.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <iterator>
+#include <string>
+#include <vector>
 
 #include "tests/baton_process.h"
 #include "tests/run_report.h"
@@ -66,6 +70,47 @@ TEST(TensorParallelOperationsTest, CheckpointsResumeOntoAnyTensorAndStageCount) 
              Losses(Train(root + "/sp", 1, 2,
                           {"--resume", checkpoint, "--set", "parallel.sequence_parallel=true"})),
              "resumed T=2 with sequence parallelism");
+}
+
+// model.init_from onto tensor ranks (StateLayout::InitValues: each rank keeps its part of the
+// source's whole tensors, layer by layer): a Baton checkpoint's weights, the GPT-2 folder
+// `baton export` makes of them, and a Hugging Face Llama folder transformers wrote start T = 2
+// where they start T = 1 (every step's loss to 1e-6 relative), and not where random weights do.
+TEST(TensorParallelOperationsTest, ModelInitFromStartsEveryTensorRankFromItsPartOfTheWeights) {
+  const std::string root = TempDir("tensor-init");
+  Train(root + "/source", 1, 1, {"--set", "train.steps=2", "--set", "output.checkpoint_every=2"});
+  const std::string checkpoint = root + "/source/checkpoints/step-2";
+  const CommandResult exported = RunBaton({"export", checkpoint, root + "/gpt2"});
+  ASSERT_EQ(exported.exit_code, 0) << exported.output;
+  const double random_first = Losses(Train(root + "/random", 1, 1)).at(0);
+  // The Llama's vocabulary of 96 takes the Mixtral reference's token file.
+  const std::vector<std::string> tokens = {"data.path=tests/fixtures/mixtral-train/tokens.bin",
+                                           "data.format=bin"};
+  const struct {
+    std::string config, weights;
+    std::vector<std::string> data;
+  } sources[] = {{"configs/gpt-tiny.yaml", checkpoint, {}},
+                 {"configs/gpt-tiny.yaml", root + "/gpt2", {}},
+                 {"configs/llama-tiny.yaml", "tests/fixtures/llama-hf", tokens}};
+  for (size_t i = 0; i < std::size(sources); ++i) {
+    const auto& [config, weights, data] = sources[i];
+    std::vector<std::vector<double>> losses;
+    for (const int tensor : {1, 2}) {
+      std::vector<std::string> args = kSmall;
+      std::vector<std::string> sets = data;
+      sets.insert(sets.end(), {"model.init_from=" + weights,
+                               fmt::format("parallel.tensor={}", tensor), "parallel.stages=1"});
+      for (const std::string& s : sets) {
+        args.push_back("--set");
+        args.push_back(s);
+      }
+      const std::string dir = fmt::format("{}/from{}-t{}", root, i, tensor);
+      losses.push_back(Losses(RunAndReport(config, dir, args)));
+    }
+    ASSERT_EQ(losses[0].size(), 8u) << weights;
+    EXPECT_NE(losses[0][0], random_first) << weights;
+    ExpectNear(losses[0], losses[1], "T=2 from " + weights);
+  }
 }
 
 }  // namespace

@@ -130,10 +130,31 @@ void StateLayout::Load(const std::function<void(const std::vector<LayerTensors>&
   }
 }
 
-void StateLayout::InitValues(const std::function<void(Optimizer* masters)>& load) {
+void StateLayout::InitValues(const std::function<void(const std::vector<LayerTensors>&)>& load) {
+  // Under ZeRO-1 the masters are shards: the values load alone, and every master then follows
+  // its rounded value.
+  const Optimizer* masters = sharded() ? nullptr : optimizer_;
+  const auto values_and_masters = [](LayerTensors layer) {
+    for (ParamTensors& p : layer.params) {
+      p.adam_m = p.adam_v = p.adam_m_absmax = p.adam_v_absmax = Tensor();
+    }
+    return layer;
+  };
   // ZeRO-3 holds every value whole while `load` sets them all.
   for (auto& [index, layer] : model_.layers()) sync_.AcquireLayerValues(index, /*gather=*/false);
-  load(sharded() ? nullptr : optimizer_);
+  if (!cut()) {
+    std::vector<LayerTensors> layers = CheckpointTensors(model_, masters);
+    for (LayerTensors& layer : layers) layer = values_and_masters(std::move(layer));
+    load(layers);
+  } else {
+    // Layer by layer into whole temporaries, of which each rank keeps its part (as Load).
+    for (auto& [index, layer] : model_.layers()) {
+      const LayerTensors own = values_and_masters(LayerOf(index, masters));
+      const LayerTensors whole = WholeTemporaries(own);
+      load({whole});
+      KeepParts(whole, own);
+    }
+  }
   if (sharded()) ResetMastersFromValues();
   for (auto& [index, layer] : model_.layers()) sync_.ReleaseLayerValues(index);
 }

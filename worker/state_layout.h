@@ -67,10 +67,13 @@ class StateLayout {
   // evaluation keeps none, so it reads the weights only).
   void Load(const std::function<void(const std::vector<LayerTensors>&)>& read);
 
-  // model.init_from: `load` sets the params' values and, given an optimizer, each master from
-  // the source's values; under ZeRO-1 it is given none (the masters are shards) and every
-  // master is then set from its rounded parameter.
-  void InitValues(const std::function<void(Optimizer* masters)>& load);
+  // model.init_from: `load` fills the values and, where it is handed them, the fp32 masters of
+  // the layers it is handed from the source's values (their moments are left out: they stay
+  // zero). Unsplit, every layer in one call; cut (tensor ranks, an expert group), one layer per
+  // call in whole temporaries of which each rank then keeps its part (each param's `split` still
+  // says which part: a loader may leave the rest unread). Under ZeRO-1 no masters are handed
+  // (they are shards): each is then set from its rounded parameter.
+  void InitValues(const std::function<void(const std::vector<LayerTensors>&)>& load);
 
  private:
   // The tensors of local layer `layer_index`, with `optimizer`'s state for them when given.
@@ -82,8 +85,9 @@ class StateLayout {
   // Tensor ranks: `layer` with each cut tensor made whole (the group's parts all-gathered and
   // put at their places: the bits each rank holds), a temporary booked as workspace.
   LayerTensors WholeLayer(const LayerTensors& layer);
-  // `layer` with each cut tensor replaced by an uninitialised whole one (workspace); then
-  // KeepParts copies this rank's part of each into `layer`'s.
+  // `layer` with each cut tensor replaced by an uninitialised whole one (workspace; its `split`
+  // kept: the part this rank will keep); then KeepParts copies this rank's part of each into
+  // `layer`'s.
   LayerTensors WholeTemporaries(const LayerTensors& layer) const;
   void KeepParts(const LayerTensors& whole, const LayerTensors& layer);
   void ResetMastersFromValues();
