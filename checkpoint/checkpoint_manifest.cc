@@ -281,6 +281,7 @@ nlohmann::json ToJson(const CheckpointManifest& m) {
     if (m.dims.qwen2()) model["llama"]["family"] = "qwen2";
     if (m.dims.mistral()) model["llama"]["family"] = "mistral";
     if (m.dims.sliding_window > 0) model["llama"]["sliding_window"] = m.dims.sliding_window;
+    if (m.dims.head_size > 0) model["llama"]["head_dim"] = m.dims.head_size;
   }
   if (m.dims.moe.enabled()) {
     const MoeDims& e = m.dims.moe;
@@ -333,6 +334,8 @@ CheckpointManifest ManifestFromJson(const nlohmann::json& j, const std::string& 
     }
     m.dims.sliding_window = static_cast<int>(
         llama["sliding_window"].OptionalInt(1, std::numeric_limits<int>::max()).value_or(0));
+    m.dims.head_size = static_cast<int>(
+        llama["head_dim"].OptionalInt(1, std::numeric_limits<int>::max()).value_or(0));
     m.dims.num_kv_heads = ReadInt(llama["num_kv_heads"]);
     m.dims.mlp_hidden = ReadInt(llama["mlp_hidden"]);
     m.dims.norm_eps = static_cast<float>(llama["norm_eps"].Number());

@@ -114,6 +114,11 @@ TEST(CheckpointManifestTest, LlamaDimsRoundTripAndAGptManifestReadsAsGpt) {
   const CheckpointManifest back = ManifestFromJson(ToJson(m), "manifest.json");
   EXPECT_EQ(back.dims, m.dims);
   EXPECT_TRUE(back.dims.llama());
+  EXPECT_FALSE(ToJson(m).at("model").at("llama").contains("head_dim"));  // written as before
+  CheckpointManifest apart = m;  // a head size set apart from the width (Qwen3's head_dim)
+  apart.dims.head_size = 128;
+  EXPECT_EQ(ToJson(apart).at("model").at("llama").at("head_dim"), 128);
+  EXPECT_EQ(ManifestFromJson(ToJson(apart), "manifest.json").dims, apart.dims);
   CheckpointManifest gpt = m;
   gpt.dims = {50257, 1024, 12, 12, 768};
   const nlohmann::json json = ToJson(gpt);

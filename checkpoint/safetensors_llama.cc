@@ -332,15 +332,16 @@ HfLlamaConfig ReadHfLlamaConfig(const std::string& path) {
   c.tie_word_embeddings = config["tie_word_embeddings"].OptionalBool().value_or(false);
   c.bos_token_id = ReadTokenId(config["bos_token_id"]);
   c.eos_token_id = ReadTokenId(config["eos_token_id"]);
-  BATON_CHECK(c.hidden_size % c.num_attention_heads == 0,
+  const std::optional<int64_t> given_head_dim = config["head_dim"].OptionalInt(1, kMaxSize);
+  BATON_CHECK(given_head_dim || c.hidden_size % c.num_attention_heads == 0,
               "{}: hidden_size {} is not a multiple of num_attention_heads {}", path, c.hidden_size,
               c.num_attention_heads);
-  const int64_t head_dim = c.hidden_size / c.num_attention_heads;
-  const std::optional<int64_t> given_head_dim = config["head_dim"].OptionalInt(1, kMaxSize);
-  BATON_CHECK(!given_head_dim || *given_head_dim == head_dim,
-              "{}: head_dim {} differs from hidden_size / num_attention_heads = {}; Baton's "
-              "heads are hidden_size / num_attention_heads wide",
-              path, *given_head_dim, head_dim);
+  if (given_head_dim && *given_head_dim * c.num_attention_heads != c.hidden_size) {
+    BATON_CHECK(*given_head_dim % 2 == 0,
+                "{}: head_dim {} is odd: rotary positions turn pairs of a head's channels", path,
+                *given_head_dim);
+    c.head_dim = *given_head_dim;  // NH x head_dim query columns, not hidden_size
+  }
   BATON_CHECK(c.num_attention_heads % c.num_key_value_heads == 0,
               "{}: num_attention_heads {} is not a multiple of num_key_value_heads {}", path,
               c.num_attention_heads, c.num_key_value_heads);
@@ -375,6 +376,7 @@ ModelDims DimsOfHfLlama(const HfLlamaConfig& config, int64_t context) {
   dims.num_layers = static_cast<int>(config.num_hidden_layers);
   dims.num_heads = static_cast<int>(config.num_attention_heads);
   dims.num_kv_heads = static_cast<int>(config.num_key_value_heads);
+  dims.head_size = static_cast<int>(config.head_dim);
   dims.width = static_cast<int>(config.hidden_size);
   dims.mlp_hidden = static_cast<int>(config.intermediate_size);
   dims.norm_eps = static_cast<float>(config.rms_norm_eps);
@@ -530,9 +532,9 @@ void ValidateHfLlamaFolder(const HfLlamaFolder& folder, const ModelDims& dims) {
   compared.moe.aux_loss_coef = expected.moe.aux_loss_coef;
   compared.moe.z_loss_coef = expected.moe.z_loss_coef;
   compared.moe.capacity_factor = expected.moe.capacity_factor;
+  if (dims.moe.shared_experts == 0) compared.moe.shared_hidden = expected.moe.shared_hidden;
   if (expected.moe.enabled() && expected.moe.first_dense == 0 && expected.moe.every == 1) {
     compared.mlp_hidden = expected.mlp_hidden;
-  if (dims.moe.shared_experts == 0) compared.moe.shared_hidden = expected.moe.shared_hidden;
   }
   BATON_CHECK(compared == expected,
               "{}: describes a Llama {} (kv heads {}, intermediate {}, tied {}), but the model is "

@@ -34,6 +34,7 @@ struct HfLlamaConfig {
   int64_t num_hidden_layers = 0;
   int64_t num_attention_heads = 0;
   int64_t num_key_value_heads = 0;
+  int64_t head_dim = 0;  // config.json's head_dim where it is not hidden_size / num_attention_heads
   int64_t intermediate_size = 0;
   int64_t max_position_embeddings = 0;
   double rms_norm_eps = 1e-6;
@@ -56,7 +57,8 @@ struct HfLlamaConfig {
 // Qwen2ForCausalLM: biases on q, k and v, use_sliding_window false) or a Mistral (model_type
 // "mistral", MistralForCausalLM: sliding_window null or a window); hidden_act silu; for a
 // Llama no attention_bias or mlp_bias;
-// head_dim, when given, hidden_size / num_attention_heads; rope_scaling null or of rope_type
+// head_dim any even size (Qwen3's differ from hidden_size / num_attention_heads, which must
+// then divide only when head_dim is absent); rope_scaling null or of rope_type
 // llama3; rms_norm_eps in (0, 1) and a normal f32. Every field read has its type checked and
 // every size its range (core/json_fields.h); each refusal names the file and the key path.
 HfLlamaConfig ReadHfLlamaConfig(const std::string& path);

@@ -223,6 +223,47 @@ TEST(SafetensorsLlamaTest, TransformersFolderGivesTransformersLogits) {
   RecordProperty("normalised_error", fmt::format("{:.3g}", error));
 }
 
+// tests/fixtures/head-dim-hf: a LlamaForCausalLM whose head_dim (12) is not hidden_size /
+// num_attention_heads (make_head_dim_hf_fixture.py: 4 heads, 48 query columns for a hidden size of
+// 32, as Qwen3's models have it): Baton's head_size gives transformers' logits; the export writes
+// the same names, shapes and head_dim back, and reads back as the same model.
+TEST(SafetensorsLlamaTest, AHeadDimApartFromTheWidthGivesTransformersLogitsAndExportsBack) {
+  const std::string dir = std::string(BATON_SOURCE_DIR) + "/tests/fixtures/head-dim-hf";
+  const nlohmann::json reference = nlohmann::json::parse(ReadFileToString(dir + "/reference.json"));
+  const double error = ErrorAgainstTransformers(dir, reference, [](const ModelDims& dims) {
+    ASSERT_EQ(dims.head_size, 12);
+    ASSERT_EQ(dims.attention_width(), 48);
+    ASSERT_EQ(dims.width, 32);
+  });
+  EXPECT_LT(error, 1e-5) << "transformers " << reference["transformers_version"];
+  RecordProperty("normalised_error", fmt::format("{:.3g}", error));
+
+  HfLlamaFolder folder = HfLlamaFolder::Open(dir);
+  Fixture f;
+  f.dims = DimsOfHfLlama(folder.config(), 12);
+  f.graph = GptGraph(f.dims);
+  Rank whole = f.MakeRank({{0, f.last_layer()}}, 0, 1);
+  LoadLlamaParamsFromHf(folder, f.dims, whole.param_tensors(), *f.backend);
+  TempDir out;
+  ExportHfLlama(out / "hf", whole.param_tensors(), f.dims, *f.backend);
+  const nlohmann::json config = nlohmann::json::parse(ReadFileToString(out / "hf/config.json"));
+  EXPECT_EQ(config["head_dim"], 12);
+  EXPECT_EQ(DimsOfHfLlama(ReadHfLlamaConfig(out / "hf/config.json"), 12), f.dims);
+  const SafetensorsFile file = ReadSafetensors(out / "hf/model.safetensors");
+  EXPECT_EQ(file.Get("model.layers.1.self_attn.o_proj.weight").shape, (Shape{32, 48}));
+  EXPECT_EQ(file.Get("model.layers.1.self_attn.q_proj.weight").shape, (Shape{48, 32}));
+  EXPECT_EQ(file.Get("model.layers.1.self_attn.k_proj.weight").shape, (Shape{24, 32}));
+  HfLlamaFolder original = HfLlamaFolder::Open(dir);
+  for (const char* name :
+       {"model.layers.1.self_attn.o_proj.weight", "model.layers.0.self_attn.q_proj.weight"}) {
+    const SafetensorsFile* stored = original.FileOf(name);
+    ASSERT_NE(stored, nullptr) << name;
+    const auto a = stored->Bytes(stored->Get(name));
+    const auto b = file.Bytes(file.Get(name));
+    EXPECT_TRUE(a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin())) << name;
+  }
+}
+
 // tests/fixtures/qwen2-hf: a Qwen2ForCausalLM (make_qwen2_hf_fixture.py: q, k and v biases drawn
 // N(0, 0.3^2), which move its logits by up to 4; tied head; grouped-query attention) saved in 2
 // shards with transformers' logits: Baton's Qwen2 gives them within 1e-6.
@@ -300,7 +341,7 @@ TEST(SafetensorsLlamaTest, RefusesConfigsBatonsLlamaCannotBe) {
       {[](auto& c) { c["model_type"] = "gpt2"; }, "not a Hugging Face Llama"},
       {[](auto& c) { c["attention_bias"] = true; }, "attention_bias is true: Baton's Llama has no"},
       {[](auto& c) { c["mlp_bias"] = true; }, "mlp_bias is true"},
-      {[](auto& c) { c["head_dim"] = 16; }, "head_dim 16 differs from hidden_size / "},
+      {[](auto& c) { c["head_dim"] = 15; }, "head_dim 15 is odd: rotary positions"},
       {[](auto& c) { c["hidden_act"] = "gelu"; }, "hidden_act \"gelu\""},
       {[](auto& c) {
          c["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4.0}};

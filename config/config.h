@@ -165,6 +165,9 @@ struct ModelConfig {
   // Sliding-window attention (Mistral's): each token attends over itself and the W - 1 tokens
   // before it; 0 = the whole causal context.
   int64_t sliding_window = 0;
+  // A head size set apart from the width (Qwen3's head_dim: the queries' NH x head_dim columns
+  // need not be C); 0 = width / num_heads.
+  int64_t head_dim = 0;
   TieEmbeddings tie_embeddings = TieEmbeddings::kAuto;
   // Mixture of experts (model.moe; docs/model.md, "Mixture of experts"): moe.num_experts > 0
   // replaces the MLP of the chosen Llama-family blocks by `num_experts` SwiGLU experts, each

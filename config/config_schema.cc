@@ -43,6 +43,7 @@ void VisitModel(ModelConfig& m, FieldVisitor& v) {
   v.VisitFloat("rope_scaling.high_freq_factor", m.rope_scaling_high_freq_factor, kPositiveFloat);
   v.Int("rope_scaling.original_context", m.rope_scaling_original_context, IntRule{1, kMaxContext});
   v.Int("sliding_window", m.sliding_window, IntRule{0, kMaxContext});
+  v.Int("head_dim", m.head_dim, IntRule{0, kMaxWidth});
   v.Enum("tie_embeddings", m.tie_embeddings, kTieEmbeddingsNames);
   MoeConfig& e = m.moe;
   v.Int("moe.num_experts", e.num_experts, IntRule{0, kMaxExperts});

@@ -459,6 +459,16 @@ TEST(ConfigTest, LlamaKeysAreReadAndTheirRulesChecked) {
               HasSubstr("model.num_kv_heads 3 does not divide model.num_heads 4"));
   EXPECT_THAT(ParseError(kMinimal, {"model.preset=llama", "model.width=12"}),
               HasSubstr("the head size 3 (model.width / model.num_heads) must be even"));
+  // A head size apart from the width (Qwen3's head_dim): then the width need not divide, the
+  // head size must be even, and GPT-2 has none.
+  EXPECT_EQ(ParseConfigString(kMinimal, "x.yaml",
+                              {"model.preset=llama", "model.width=36", "model.head_dim=16"})
+                .model.head_dim,
+            16);
+  EXPECT_THAT(ParseError(kMinimal, {"model.preset=llama", "model.head_dim=15"}),
+              HasSubstr("model.head_dim 15 must be even"));
+  EXPECT_THAT(ParseError(kMinimal, {"model.head_dim=16"}),
+              HasSubstr("model.head_dim is for preset llama, qwen2 or mistral"));
   EXPECT_THAT(ParseError(kMinimal, {"model.preset=llama", "model.rope_scaling.factor=8",
                                     "model.rope_scaling.high_freq_factor=1"}),
               HasSubstr("high_freq_factor > low_freq_factor"));

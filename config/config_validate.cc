@@ -126,7 +126,8 @@ void ValidateModel(const ModelConfig& m, const DataConfig& d, const Reporter& r)
   const bool attention = m.preset == ModelPreset::kGpt || llama ||
                          (custom && std::ranges::count(m.layers, LayerKind::kBlock) > 0);
   r.Require(
-      !attention || m.width % m.num_heads == 0, {"model.width", "model.num_heads"},
+      !attention || m.head_dim > 0 || m.width % m.num_heads == 0,
+      {"model.width", "model.num_heads"},
       fmt::format("model.width {} is not divisible by model.num_heads {}", m.width, m.num_heads));
   r.Require(m.sliding_window == 0 || m.preset == ModelPreset::kMistral,
             {"model.sliding_window", "model.preset"},
@@ -134,7 +135,8 @@ void ValidateModel(const ModelConfig& m, const DataConfig& d, const Reporter& r)
                         "sliding-window attention); preset {} has none",
                         Name(m.preset)));
   for (const auto& [key, set] : {std::pair{"model.num_kv_heads", m.num_kv_heads != 0},
-                                 {"model.intermediate_size", m.intermediate_size != 0}}) {
+                                 {"model.intermediate_size", m.intermediate_size != 0},
+                                 {"model.head_dim", m.head_dim != 0}}) {
     r.Require(llama || !set, {key, "model.preset"},
               fmt::format("{} is for preset llama, qwen2 or mistral; preset {} has none", key,
                           Name(m.preset)));
@@ -146,11 +148,18 @@ void ValidateModel(const ModelConfig& m, const DataConfig& d, const Reporter& r)
         fmt::format("model.num_kv_heads {} does not divide model.num_heads {} (each key/value "
                     "head serves a group of query heads)",
                     m.num_kv_heads, m.num_heads));
-    r.Require(m.width % m.num_heads != 0 || (m.width / m.num_heads) % 2 == 0,
-              {"model.width", "model.num_heads"},
-              fmt::format("rotary positions turn pairs of a head's channels: the head size {} "
-                          "(model.width / model.num_heads) must be even",
-                          m.width / std::max<int64_t>(1, m.num_heads)));
+    if (m.head_dim > 0) {
+      r.Require(m.head_dim % 2 == 0, {"model.head_dim"},
+                fmt::format("rotary positions turn pairs of a head's channels: model.head_dim {} "
+                            "must be even",
+                            m.head_dim));
+    } else {
+      r.Require(m.width % m.num_heads != 0 || (m.width / m.num_heads) % 2 == 0,
+                {"model.width", "model.num_heads"},
+                fmt::format("rotary positions turn pairs of a head's channels: the head size {} "
+                            "(model.width / model.num_heads) must be even",
+                            m.width / std::max<int64_t>(1, m.num_heads)));
+    }
     r.Require(m.rope_scaling_factor == 0.0 ||
                   m.rope_scaling_high_freq_factor > m.rope_scaling_low_freq_factor,
               {"model.rope_scaling.high_freq_factor", "model.rope_scaling.low_freq_factor"},

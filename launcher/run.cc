@@ -514,6 +514,7 @@ std::vector<std::string> TakeHfLlamaDims(const HfLlamaConfig& hf, ModelConfig& m
   take("num_layers", model.num_layers, static_cast<int>(hf.num_hidden_layers));
   take("num_heads", model.num_heads, static_cast<int>(hf.num_attention_heads));
   take("num_kv_heads", model.num_kv_heads, hf.num_key_value_heads);
+  take("head_dim", model.head_dim, hf.head_dim);
   take("intermediate_size", model.intermediate_size, hf.intermediate_size);
   take("rms_norm_eps", model.rms_norm_eps, hf.rms_norm_eps);
   take("sliding_window", model.sliding_window, hf.sliding_window);
@@ -539,7 +540,6 @@ std::vector<std::string> TakeHfLlamaDims(const HfLlamaConfig& hf, ModelConfig& m
   if (model.context > hf.max_position_embeddings) {
     take("context", model.context, hf.max_position_embeddings);
   }
-  return taken;
   // The experts (Mixtral, Qwen2-MoE: checkpoint/safetensors_moe.h), or none. The router's
   // losses, capacity and bias rate are training choices and stay the YAML's.
   const MoeDims& e = hf.moe;
@@ -563,6 +563,7 @@ std::vector<std::string> TakeHfLlamaDims(const HfLlamaConfig& hf, ModelConfig& m
     }
     take("moe.norm_topk_prob", moe.norm_topk_prob, e.norm_topk_prob);
   }
+  return taken;
 }
 }  // namespace
 

@@ -1,8 +1,8 @@
 // The attention sublayer (model/sublayer.h): y = x + c_proj(attention(c_attn(ln_1(x)))), its
 // kernels in model/sublayer_ops.cc. Parameters, in order ("h.{i}." prefixed): ln_1.weight (C),
 // ln_1.bias (C, LayerNorm only), attn.c_attn.weight (C, (NH+2KVH)D), attn.c_attn.bias,
-// attn.c_proj.weight (C, C), attn.c_proj.bias (biases per BlockSpec::linear_biases; c_attn's
-// also with BlockSpec::qkv_bias).
+// attn.c_proj.weight (NH D, C: C x C unless the head size is set apart), attn.c_proj.bias (biases
+// per BlockSpec::linear_biases; c_attn's also with BlockSpec::qkv_bias).
 #include <fmt/format.h>
 
 #include <memory>
@@ -28,12 +28,13 @@ class AttentionSublayer final : public Sublayer {
     const int64_t c = dims_.width;
     const BlockSpec spec = dims_.spec();
     model_ops::AppendNormDefs(defs, source, "ln_1", dims_);
+    const int64_t q = dims_.attention_width();
     const int64_t kv = int64_t{dims_.kv_heads()} * dims_.head_dim();
     // Column-parallel by heads: each rank's queries, keys and values.
     model_ops::AppendLinearDefs(defs, source, "attn.c_attn", c, dims_.qkv_width(), false,
                                 dims_.low_rank_attn, dims_.num_layers, spec.attention_in_bias(),
-                                {LinearCut::kColumns, {c, kv, kv}});
-    model_ops::AppendLinearDefs(defs, source, "attn.c_proj", c, c, true, dims_.low_rank_attn,
+                                {LinearCut::kColumns, {q, kv, kv}});
+    model_ops::AppendLinearDefs(defs, source, "attn.c_proj", q, c, true, dims_.low_rank_attn,
                                 dims_.num_layers, spec.linear_biases, {LinearCut::kRows, {}});
   }
 
@@ -49,23 +50,25 @@ class AttentionSublayer final : public Sublayer {
                                                    dims_.spec().norm_bias(), layout);
   }
 
-  // c_attn and c_proj; QK^T and PV 2*2*B*T*K*C, K = T keys per query (the full T x T), or the
-  // sliding window's W when it is shorter.
+  // c_attn and c_proj; QK^T and PV 2*2*B*T*K*NH*D, K = T keys per query (the full T x T), or
+  // the sliding window's W when it is shorter.
   int64_t ForwardFlops(const MicroBatchShape& shape) const override {
     const int64_t n = shape.batch_size * shape.seq_len, c = dims_.width, r = dims_.low_rank_attn;
+    const int64_t q = dims_.attention_width();
     const int64_t linears =
-        2 * n * (model_ops::WeightCount(c, dims_.qkv_width(), r) + model_ops::WeightCount(c, c, r));
-    return linears + 4 * n * dims_.attention_window(shape.seq_len) * c;
+        2 * n * (model_ops::WeightCount(c, dims_.qkv_width(), r) + model_ops::WeightCount(q, c, r));
+    return linears + 4 * n * dims_.attention_window(shape.seq_len) * q;
   }
 
   // A low-rank linear's backward redoes x @ U; flash attention's backward redoes QK^T, and
   // materialized attention under selective recompute QK^T and PV.
   int64_t RecomputeFlops(const MicroBatchShape& shape) const override {
     const int64_t n = shape.batch_size * shape.seq_len, c = dims_.width, r = dims_.low_rank_attn;
-    const int64_t low_rank = r > 0 ? 2 * n * r * (c + c) : 0;
+    const int64_t q = dims_.attention_width();
+    const int64_t low_rank = r > 0 ? 2 * n * r * (c + q) : 0;
     const int64_t keys = dims_.attention_window(shape.seq_len);
-    if (shape.flash_attention) return low_rank + 2 * n * keys * c;
-    return low_rank + (shape.selective_recompute ? 4 * n * keys * c : 0);
+    if (shape.flash_attention) return low_rank + 2 * n * keys * q;
+    return low_rank + (shape.selective_recompute ? 4 * n * keys * q : 0);
   }
 
   void Bind(Backend& /*backend*/, std::vector<Param>& params, const SublayerSource& source,

@@ -32,8 +32,14 @@ void Validate(const ModelDims& dims) {
   BATON_CHECK(dims.num_layers > 0, "num_layers must be positive, got {}", dims.num_layers);
   BATON_CHECK(dims.num_heads > 0, "num_heads must be positive, got {}", dims.num_heads);
   BATON_CHECK(dims.width > 0, "width must be positive, got {}", dims.width);
-  BATON_CHECK(dims.width % dims.num_heads == 0, "width {} must be a multiple of num_heads {}",
-              dims.width, dims.num_heads);
+  BATON_CHECK(dims.head_size > 0 || dims.width % dims.num_heads == 0,
+              "width {} must be a multiple of num_heads {}", dims.width, dims.num_heads);
+  BATON_CHECK(dims.head_size >= 0 && (dims.head_size == 0 || dims.llama()),
+              "a head size set apart from the width ({}) is a Llama-family block's",
+              dims.head_size);
+  BATON_CHECK(dims.head_size == 0 || int64_t{dims.head_size} * dims.num_heads != dims.width,
+              "head_size {} is width {} / num_heads {}: spelled 0", dims.head_size, dims.width,
+              dims.num_heads);
   BATON_CHECK(dims.share_group >= 1, "share_group must be positive, got {}", dims.share_group);
   BATON_CHECK(dims.low_rank_attn >= 0 && dims.low_rank_attn <= dims.width &&
                   dims.low_rank_mlp >= 0 && dims.low_rank_mlp <= dims.width,
@@ -121,6 +127,7 @@ std::string ToString(const ModelDims& dims) {
     out += fmt::format(" {} KVH={} H={} theta={}",
                        dims.qwen2() ? "qwen2" : (dims.mistral() ? "mistral" : "llama"),
                        dims.kv_heads(), dims.hidden(), dims.rope.theta);
+    if (dims.head_size > 0) out += fmt::format(" D={}", dims.head_size);
   }
   if (dims.sliding_window > 0) out += fmt::format(" window={}", dims.sliding_window);
   if (dims.moe.enabled()) {

@@ -86,7 +86,7 @@ struct ModelDims {
   int vocab_size = 0;  // V
   int context = 0;     // maxT: rows of the position embedding; a micro-batch's T <= context
   int num_layers = 0;  // L: blocks (block or mlp_block) in the graph
-  int num_heads = 0;   // NH; head size D = width / num_heads
+  int num_heads = 0;   // NH; head size D = head_size, or width / num_heads
   int width = 0;       // C
   // Cross-layer sharing (model.share): blocks i and j with i / share_group == j / share_group
   // hold one parameter set for their shared sublayers (model/block.h); 1 = none.
@@ -108,8 +108,13 @@ struct ModelDims {
   // and the sliding_window - 1 tokens before it; 0 = the whole causal context.
   int sliding_window = 0;
   MoeDims moe{};  // dense unless moe.num_experts > 0 (Llama-family blocks only)
+  // A head size set apart from the width (Qwen3's head_dim: NH D need not be C; Llama-family
+  // blocks only); 0 = width / num_heads, the only spelling of that size.
+  int head_size = 0;
 
-  int head_dim() const { return width / num_heads; }
+  int head_dim() const { return head_size > 0 ? head_size : width / num_heads; }
+  // The queries' columns NH D: attention's output, c_proj's input (C unless head_size is set).
+  int64_t attention_width() const { return int64_t{num_heads} * head_dim(); }
   // The family's block (the layers and the cost model ask it, not the family).
   BlockSpec spec() const { return SpecOf(family); }
   // Llama's block or a variant of it (Qwen2): Hugging Face's Llama names, the Llama knobs.
@@ -123,8 +128,8 @@ struct ModelDims {
   }
   int kv_heads() const { return num_kv_heads > 0 ? num_kv_heads : num_heads; }
   int hidden() const { return mlp_hidden > 0 ? mlp_hidden : 4 * width; }
-  // Columns of the attention's fused projection c_attn: queries C, keys and values KVH*D each.
-  int64_t qkv_width() const { return int64_t{width} + 2 * int64_t{kv_heads()} * head_dim(); }
+  // Columns of the attention's fused projection c_attn: queries NH*D, keys and values KVH*D each.
+  int64_t qkv_width() const { return attention_width() + 2 * int64_t{kv_heads()} * head_dim(); }
   // Columns of the MLP's c_fc: the hidden width, twice for SwiGLU (gate, then up).
   int64_t fc_width() const { return spec().swiglu() ? 2 * int64_t{hidden()} : hidden(); }
   // Whether the embedding holds learned positions (wpe); rotary positions turn q and k instead.

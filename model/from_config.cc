@@ -29,6 +29,10 @@ ModelDims DimsOf(const ModelConfig& model) {
                   : model.preset == ModelPreset::kMistral ? ModelFamily::kMistral
                                                           : ModelFamily::kLlama;
     dims.sliding_window = static_cast<int>(model.sliding_window);
+    // One spelling of the default head size: 0 (a head_dim of width / num_heads is that).
+    if (model.head_dim * model.num_heads != model.width) {
+      dims.head_size = static_cast<int>(model.head_dim);
+    }
     dims.num_kv_heads = static_cast<int>(model.num_kv_heads);
     dims.mlp_hidden = static_cast<int>(LlamaIntermediateSize(model));
     dims.norm_eps = static_cast<float>(model.rms_norm_eps);

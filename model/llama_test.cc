@@ -176,6 +176,20 @@ TEST(LlamaGradient, MultiQueryAndMultiHeadBlocksMatchFiniteDifferences) {
   ExpectFiniteDifferences(LayerKind::kBlock, LlamaDims(4));
 }
 
+// A head size set apart from the width (Qwen3's head_dim): 4 query heads of 6 over 2 key/value
+// heads, 24 query columns for a width of 16, so c_proj is (24, 16); every parameter's gradient.
+ModelDims HeadSizeDims() {
+  ModelDims dims = LlamaDims(2);
+  dims.head_size = 6;
+  return dims;
+}
+
+TEST(LlamaGradient, AHeadSizeApartFromTheWidthMatchesFiniteDifferences) {
+  ExpectFiniteDifferences(LayerKind::kBlock, HeadSizeDims());
+  ExpectFiniteDifferences(LayerKind::kBlock, HeadSizeDims(), /*selective=*/true, /*flash=*/false);
+  ExpectFiniteDifferences(LayerKind::kBlock, HeadSizeDims(), false, true, /*packed=*/true);
+}
+
 TEST(LlamaGradient, PackedDocumentsRestartRotaryPositionsAndMatchFiniteDifferences) {
   ExpectFiniteDifferences(LayerKind::kBlock, LlamaDims(2), false, true, /*packed=*/true);
   ExpectFiniteDifferences(LayerKind::kBlock, LlamaDims(2), false, false, /*packed=*/true);
@@ -216,6 +230,22 @@ TEST(LlamaLayers, ParametersAreLlamasAndCountAsTheCostModelSays) {
   EXPECT_EQ(names.back(), "lm_head.weight f32(11, 16) params");
   EXPECT_TRUE(TiedParameters(GptGraph(dims), dims).empty());
   EXPECT_EQ(TiedParameters(GptGraph(LlamaDims(2, true)), LlamaDims(2, true)).size(), 1u);
+
+  // With its own head size: c_attn (C, NH D + 2 KVH D), c_proj (NH D, C), counted alike.
+  const ModelDims apart = HeadSizeDims();
+  const LayerSpec block = GptGraph(apart)[1];
+  std::unique_ptr<Layer> layer =
+      BuildLayer(block, apart, *fx.backend, DType::kF32, DType::kF32, kSeed);
+  int64_t numel = 0;
+  std::vector<std::string> shapes;
+  for (Param* p : layer->params()) {
+    numel += p->value.numel();
+    shapes.push_back(p->name + " " + ToString(p->value.shape()));
+  }
+  EXPECT_EQ(numel, StoredParamCount(block, apart));
+  EXPECT_EQ(shapes[1], "h.0.attn.c_attn.weight (16, 48)");  // 4 x 6 queries + 2 x 2 x 6
+  EXPECT_EQ(shapes[2], "h.0.attn.c_proj.weight (24, 16)");
+  EXPECT_EQ(ToString(apart), "V=11 T=6 L=2 NH=4 C=16 llama KVH=2 H=12 theta=500000 D=6 untied");
 }
 
 TEST(LlamaLayers, SplitBackwardAndSelectiveRecomputeGiveTheSameBits) {
@@ -262,30 +292,33 @@ Tensor PositionsOf(LlamaCase& c, int64_t start, int64_t count) {
 // query head's keys and values.
 TEST(LlamaLayers, CachedDecodingMatchesTheFullForward) {
   for (bool flash : {true, false}) {
-    LlamaCase c(LayerKind::kBlock, LlamaDims(2));
-    c.layer->set_flash_attention(flash);
-    Stash stash;
-    const std::vector<float> full = ToFloatVector(c.layer->Forward(c.x, c.batch, stash));
-    stash.Clear();
-    KvCache cache;
-    std::vector<float> cached(full.size());
-    const int64_t width = c.dims.width;
-    const auto run = [&](int64_t start, int64_t count) {
-      Tensor part = PositionsOf(c, start, count);
-      const std::vector<float> y = ToFloatVector(
-          c.layer->ForwardCached(part, c.batch, std::vector<int64_t>(kBatch, start), cache));
-      for (int64_t b = 0; b < kBatch; ++b) {
-        for (int64_t t = 0; t < count; ++t) {
-          for (int64_t k = 0; k < width; ++k) {
-            cached[(b * kSeq + start + t) * width + k] = y[(b * count + t) * width + k];
+    for (const ModelDims& dims : {LlamaDims(2), HeadSizeDims()}) {
+      LlamaCase c(LayerKind::kBlock, dims);
+      c.layer->set_flash_attention(flash);
+      Stash stash;
+      const std::vector<float> full = ToFloatVector(c.layer->Forward(c.x, c.batch, stash));
+      stash.Clear();
+      KvCache cache;
+      std::vector<float> cached(full.size());
+      const int64_t width = c.dims.width;
+      const auto run = [&](int64_t start, int64_t count) {
+        Tensor part = PositionsOf(c, start, count);
+        const std::vector<float> y = ToFloatVector(
+            c.layer->ForwardCached(part, c.batch, std::vector<int64_t>(kBatch, start), cache));
+        for (int64_t b = 0; b < kBatch; ++b) {
+          for (int64_t t = 0; t < count; ++t) {
+            for (int64_t k = 0; k < width; ++k) {
+              cached[(b * kSeq + start + t) * width + k] = y[(b * count + t) * width + k];
+            }
           }
         }
-      }
-    };
-    run(0, 3);
-    run(3, 1);
-    run(4, 1);
-    EXPECT_LT(numeric_check::NormalisedError(cached, full), 1e-6) << (flash ? "flash" : "mat");
+      };
+      run(0, 3);
+      run(3, 1);
+      run(4, 1);
+      EXPECT_LT(numeric_check::NormalisedError(cached, full), 1e-6)
+          << (flash ? "flash " : "mat ") << ToString(dims);
+    }
   }
 }
 

@@ -361,7 +361,10 @@ Tensor AttentionSublayerCached(Backend& backend, const AttentionParams& params, 
   BATON_CHECK(TensorSize(params.tensor) == 1,
               "inference with a key-value cache runs on one tensor rank (a checkpoint holds the "
               "whole model: generate with parallel.tensor 1)");
-  const int64_t batch = x.size(0), t = x.size(1), c = x.size(2);  // the cache holds every head
+  Tensor qkv = LinearForward(backend, params.c_attn, NormInference(backend, params.ln, x),
+                             kWorkspace);  // (B,T,(NH+2KVH)D)
+  // The cache holds every query head's keys and values: NH D columns.
+  const int64_t batch = x.size(0), t = x.size(1), c = HeadsShape(params, qkv).back();
   if (!cache.keys.defined()) {
     cache.keys = NewTensor(backend, {batch, context, c}, x.dtype(), kActivations);
     cache.values = NewTensor(backend, {batch, context, c}, x.dtype(), kActivations);
@@ -373,9 +376,7 @@ Tensor AttentionSublayerCached(Backend& backend, const AttentionParams& params, 
           *std::max_element(cache.length.begin(), cache.length.end()) + t <= cache.keys.size(1),
       "a key-value cache {} holding {} positions per row cannot take {} more of {}",
       cache.keys.ToString(), fmt::join(cache.length, ", "), t, x.ToString());
-  Tensor qkv = LinearForward(backend, params.c_attn, NormInference(backend, params.ln, x),
-                             kWorkspace);                             // (B,T,(NH+2KVH)D)
-  Tensor out = NewTensor(backend, x.shape(), x.dtype(), kWorkspace);  // (B,T,C)
+  Tensor out = NewTensor(backend, HeadsShape(params, qkv), x.dtype(), kWorkspace);  // (B,T,NH D)
   // Rows at the same positions run as one; rows of different lengths one by one (the linears
   // above and below still run every row at once).
   const bool aligned = std::all_of(cache.length.begin(), cache.length.end(),

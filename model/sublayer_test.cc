@@ -36,8 +36,8 @@ ModelDims MoeDimsOf(ModelDims dims) {
   return dims;
 }
 
-// GPT-2, Llama, a low-rank GPT-2, one whose blocks share their MLP in pairs, and Llama with
-// experts.
+// GPT-2, Llama, a low-rank GPT-2, one whose blocks share their MLP in pairs, Llama with experts,
+// and Llama with a head size apart from the width (4 heads of 6 for a width of 16).
 std::vector<ModelDims> Models() {
   const ModelDims gpt = model_test::TinyDims();
   ModelDims low_rank = gpt;
@@ -47,7 +47,9 @@ std::vector<ModelDims> Models() {
   shared.num_layers = 4;
   shared.share_group = 2;
   shared.share_mlp = true;
-  return {gpt, LlamaDims(), low_rank, shared, MoeDimsOf(LlamaDims())};
+  ModelDims head_size = LlamaDims();
+  head_size.head_size = 6;
+  return {gpt, LlamaDims(), low_rank, shared, MoeDimsOf(LlamaDims()), head_size};
 }
 
 std::vector<std::string> Names(LayerKind kind, const ModelDims& dims, int block_index = 0) {

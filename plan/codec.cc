@@ -103,6 +103,7 @@ std::string EncodeJobPlan(const Plan& plan, const Launch& launch) {
   dims->set_qwen2(plan.dims.qwen2());
   dims->set_mistral(plan.dims.mistral());
   dims->set_sliding_window(plan.dims.sliding_window);
+  dims->set_head_size(plan.dims.head_size);
   dims->set_num_kv_heads(plan.dims.num_kv_heads);
   dims->set_mlp_hidden(plan.dims.mlp_hidden);
   dims->set_norm_eps(plan.dims.norm_eps);
@@ -208,6 +209,7 @@ Plan DecodeJobPlan(const std::string& bytes, Launch* launch) {
                      : dims.mistral() ? ModelFamily::kMistral
                                       : ModelFamily::kLlama;
   plan.dims.sliding_window = dims.sliding_window();
+  plan.dims.head_size = dims.head_size();
   plan.dims.num_kv_heads = dims.num_kv_heads();
   plan.dims.mlp_hidden = dims.mlp_hidden();
   if (dims.norm_eps() > 0.0f) plan.dims.norm_eps = dims.norm_eps();  // 0: an older plan

@@ -42,6 +42,15 @@ TEST(CodecTest, JobPlanComesBackEqualForEverySchedule) {
   }
 }
 
+// A Llama's head size set apart from the width travels with the plan; one of width / num_heads
+// is the default, spelled 0.
+TEST(CodecTest, AHeadSizeApartFromTheWidthTravelsWithThePlan) {
+  const Plan apart = MakePlan(TinyConfig({"model.preset=llama", "model.head_dim=12"}));
+  ASSERT_EQ(apart.dims.head_size, 12);
+  EXPECT_EQ(DecodeJobPlan(EncodeJobPlan(apart, Launch{}), nullptr).dims, apart.dims);
+  EXPECT_EQ(MakePlan(TinyConfig({"model.preset=llama", "model.head_dim=16"})).dims.head_size, 0);
+}
+
 TEST(CodecTest, PlanCarriesTheTiedGroupAndTheTimeouts) {
   const Plan four = MakePlan(TinyConfig({"parallel.stages=4", "parallel.timeout_s=2"}));
   ASSERT_EQ(four.tied.size(), 1u);

@@ -93,6 +93,29 @@ TEST(TensorParallelTest, LlamaTrainsOneRanksLossesOnTwoAndFourTensorRanks) {
   ExpectLossesNear(mha.losses, tp4.losses, 1e-6, "llama T=4");
 }
 
+// A head size apart from the width (model.head_dim 12: 48 query columns for a width of 32):
+// c_attn's columns and c_proj's rows cut by heads; and the model trains alike on 1 and 3 stages,
+// bit for bit, its memory plan exact on each stage (the shapes are the heads').
+TEST(TensorParallelTest, AHeadDimApartFromTheWidthTrainsOneRanksLossesOnTwoTensorRanks) {
+  const InProcessResult one = RunInProcess(MakePlan(Llama({"model.head_dim=12"})));
+  const InProcessResult tp =
+      RunInProcess(MakePlan(Llama({"model.head_dim=12", "parallel.tensor=2"})));
+  ExpectLossesNear(one.losses, tp.losses, 1e-6, "head_dim 12, T=2");
+  const InProcessResult plain = RunInProcess(MakePlan(Llama({})));
+  EXPECT_NE(one.losses, plain.losses);
+  const Plan staged = MakePlan(Llama({"model.head_dim=12", "parallel.stages=3"}));
+  const InProcessResult three = RunInProcess(staged);
+  EXPECT_EQ(three.losses, one.losses);
+  EXPECT_EQ(three.param_checksum, one.param_checksum);
+  const std::vector<RankMemory> predicted = PredictMemory(staged, {CommTransport::kInProcess});
+  for (size_t r = 0; r < predicted.size(); ++r) {
+    for (MemCategory c : {MemCategory::kParams, MemCategory::kGrads, MemCategory::kOptimizer,
+                          MemCategory::kActivations}) {
+      EXPECT_EQ(predicted[r].peak[c], three.ranks[r].peak[c]) << "stage " << r << ", " << Name(c);
+    }
+  }
+}
+
 // Qwen2's q, k and v biases cut with c_attn's columns, by heads.
 TEST(TensorParallelTest, Qwen2TrainsOneRanksLossesOnTwoTensorRanks) {
   const InProcessResult one = RunInProcess(MakePlan(Llama({"model.preset=qwen2"})));
