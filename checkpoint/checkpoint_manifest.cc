@@ -280,6 +280,7 @@ nlohmann::json ToJson(const CheckpointManifest& m) {
     // A Llama's reads as before.
     if (m.dims.qwen2()) model["llama"]["family"] = "qwen2";
     if (m.dims.mistral()) model["llama"]["family"] = "mistral";
+    if (m.dims.qwen3()) model["llama"]["family"] = "qwen3";
     if (m.dims.sliding_window > 0) model["llama"]["sliding_window"] = m.dims.sliding_window;
     if (m.dims.head_size > 0) model["llama"]["head_dim"] = m.dims.head_size;
   }
@@ -327,10 +328,12 @@ CheckpointManifest ManifestFromJson(const nlohmann::json& j, const std::string& 
     const JsonField rope = llama["rope"].Object();
     m.dims.family = ModelFamily::kLlama;
     if (const std::optional<std::string> family = llama["family"].OptionalString()) {
-      if (*family != "qwen2" && *family != "mistral") {
-        llama["family"].Fail("\"" + *family + "\", not \"qwen2\" or \"mistral\"");
+      if (*family != "qwen2" && *family != "mistral" && *family != "qwen3") {
+        llama["family"].Fail("\"" + *family + "\", not \"qwen2\", \"mistral\" or \"qwen3\"");
       }
-      m.dims.family = *family == "qwen2" ? ModelFamily::kQwen2 : ModelFamily::kMistral;
+      m.dims.family = *family == "qwen2"     ? ModelFamily::kQwen2
+                      : *family == "mistral" ? ModelFamily::kMistral
+                                             : ModelFamily::kQwen3;
     }
     m.dims.sliding_window = static_cast<int>(
         llama["sliding_window"].OptionalInt(1, std::numeric_limits<int>::max()).value_or(0));

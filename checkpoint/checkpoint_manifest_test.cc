@@ -119,6 +119,10 @@ TEST(CheckpointManifestTest, LlamaDimsRoundTripAndAGptManifestReadsAsGpt) {
   apart.dims.head_size = 128;
   EXPECT_EQ(ToJson(apart).at("model").at("llama").at("head_dim"), 128);
   EXPECT_EQ(ManifestFromJson(ToJson(apart), "manifest.json").dims, apart.dims);
+  CheckpointManifest qwen3 = apart;
+  qwen3.dims.family = ModelFamily::kQwen3;
+  EXPECT_EQ(ToJson(qwen3).at("model").at("llama").at("family"), "qwen3");
+  EXPECT_EQ(ManifestFromJson(ToJson(qwen3), "manifest.json").dims, qwen3.dims);
   CheckpointManifest gpt = m;
   gpt.dims = {50257, 1024, 12, 12, 768};
   const nlohmann::json json = ToJson(gpt);

@@ -96,4 +96,17 @@ inline double ErrorAgainstTransformers(const std::string& dir, const nlohmann::j
   return numeric_check::NormalisedError(got, expected);
 }
 
+// The folder `dir` loaded as model.init_from loads it and exported again into `out` (ExportHfLlama:
+// config.json and model.safetensors); returns the model's dims (context `context`).
+inline ModelDims LoadAndExport(const std::string& dir, int64_t context, const std::string& out) {
+  HfLlamaFolder folder = HfLlamaFolder::Open(dir);
+  Fixture f;
+  f.dims = DimsOfHfLlama(folder.config(), context);
+  f.graph = GptGraph(f.dims);
+  Rank whole = f.MakeRank({{0, f.last_layer()}}, 0, 1);
+  LoadLlamaParamsFromHf(folder, f.dims, whole.param_tensors(), *f.backend);
+  ExportHfLlama(out, whole.param_tensors(), f.dims, *f.backend);
+  return f.dims;
+}
+
 }  // namespace baton::checkpoint_test

@@ -44,8 +44,10 @@ constexpr HfType kQwen2Type{"qwen2", "Qwen2ForCausalLM"};
 constexpr HfType kMistralType{"mistral", "MistralForCausalLM"};
 constexpr HfType kMixtralType{"mixtral", "MixtralForCausalLM"};
 constexpr HfType kQwen2MoeType{"qwen2_moe", "Qwen2MoeForCausalLM"};
-constexpr const HfType* kHfTypes[] = {&kLlamaType, &kQwen2Type, &kMistralType, &kMixtralType,
-                                      &kQwen2MoeType};
+constexpr HfType kQwen3Type{"qwen3", "Qwen3ForCausalLM"};
+constexpr HfType kQwen3MoeType{"qwen3_moe", "Qwen3MoeForCausalLM"};
+constexpr const HfType* kHfTypes[] = {&kLlamaType,    &kQwen2Type, &kMistralType, &kMixtralType,
+                                      &kQwen2MoeType, &kQwen3Type, &kQwen3MoeType};
 
 // Whether config.json claims `type`: its model_type, or an architectures list holding its causal
 // LM. Lenient about the other fields' types: ReadHfLlamaConfig checks them all.
@@ -300,16 +302,24 @@ HfLlamaConfig ReadHfLlamaConfig(const std::string& path) {
   c.qwen2_moe = &type == &kQwen2MoeType;
   c.qwen2 = &type == &kQwen2Type || c.qwen2_moe;    // Qwen2-MoE's attention is Qwen2's
   c.mistral = &type == &kMistralType || c.mixtral;  // Mixtral's is Mistral's
+  c.qwen3_moe = &type == &kQwen3MoeType;
+  c.qwen3 = &type == &kQwen3Type || c.qwen3_moe;  // Qwen3-MoE's attention is Qwen3's
   const std::string act = config["hidden_act"].OptionalString().value_or("silu");
   BATON_CHECK(act == "silu", "{}: hidden_act \"{}\": Baton's Llama MLP is SwiGLU (silu)", path,
               act);
-  if (c.qwen2) {
-    // Qwen2's sliding window is off in every released model (use_sliding_window false); Baton's
-    // attention is causal over the whole sequence.
+  if (c.qwen2 || c.qwen3) {
+    // Qwen2's and Qwen3's sliding window is off in every released model (use_sliding_window
+    // false); Baton's attention is causal over the whole sequence.
     BATON_CHECK(!config["use_sliding_window"].OptionalBool().value_or(false),
-                "{}: use_sliding_window is true: Baton's Qwen2 attends over the whole sequence; "
-                "this model cannot be loaded",
+                "{}: use_sliding_window is true: Baton's Qwen2 and Qwen3 attend over the whole "
+                "sequence; this model cannot be loaded",
                 path);
+    if (c.qwen3) {
+      BATON_CHECK(!config["attention_bias"].OptionalBool().value_or(false),
+                  "{}: attention_bias is true: Baton's Qwen3 has no biases; this model cannot be "
+                  "loaded",
+                  path);
+    }
   } else if (c.mistral) {
     c.sliding_window = config["sliding_window"].OptionalInt(1, kMaxSize).value_or(0);
   } else {
@@ -345,7 +355,7 @@ HfLlamaConfig ReadHfLlamaConfig(const std::string& path) {
   BATON_CHECK(c.num_attention_heads % c.num_key_value_heads == 0,
               "{}: num_attention_heads {} is not a multiple of num_key_value_heads {}", path,
               c.num_attention_heads, c.num_key_value_heads);
-  if (c.mixtral || c.qwen2_moe) ReadHfMoeConfig(config, c);
+  if (c.mixtral || c.qwen2_moe || c.qwen3_moe) ReadHfMoeConfig(config, c);
   return c;
 }
 
@@ -365,7 +375,8 @@ bool IsHfLlamaFolder(const std::string& dir) {
 ModelDims DimsOfHfLlama(const HfLlamaConfig& config, int64_t context) {
   ModelDims dims;
   // A Mixtral without its window is a Llama with experts (Baton's Mistral is a window).
-  dims.family = config.qwen2 ? ModelFamily::kQwen2
+  dims.family = config.qwen2   ? ModelFamily::kQwen2
+                : config.qwen3 ? ModelFamily::kQwen3
                 : config.mistral && (!config.mixtral || config.sliding_window > 0)
                     ? ModelFamily::kMistral
                     : ModelFamily::kLlama;
@@ -467,6 +478,9 @@ std::vector<HfLlamaPart> LlamaHfParts(const std::string& baton_name, const Model
   }
   if (rest == "attn.c_proj.weight")
     return {{HfLayer(block, "self_attn.o_proj.weight"), {c, q}, true}};
+  if (dims.spec().qk_norm && (rest == "attn.q_norm.weight" || rest == "attn.k_norm.weight")) {
+    return {{HfLayer(block, ("self_attn." + rest.substr(5)).c_str()), {dims.head_dim()}, false}};
+  }
   if (rest == "mlp.c_fc.weight") {
     return {{HfLayer(block, "mlp.gate_proj.weight"), {h, c}, true},
             {HfLayer(block, "mlp.up_proj.weight"), {h, c}, true}};
@@ -501,9 +515,11 @@ Shape LlamaParamShape(const std::string& baton_name, const ModelDims& dims) {
 std::vector<std::string> LlamaParamNames(const ModelDims& dims) {
   std::vector<std::string> names = {"wte.weight"};
   for (int i = 0; i < dims.num_layers; ++i) {
-    for (const char* rest : {"ln_1.weight", "attn.c_attn.weight", "attn.c_attn.bias",
-                             "attn.c_proj.weight", "ln_2.weight"}) {
+    for (const char* rest :
+         {"ln_1.weight", "attn.c_attn.weight", "attn.c_attn.bias", "attn.c_proj.weight",
+          "attn.q_norm.weight", "attn.k_norm.weight", "ln_2.weight"}) {
       if (std::string_view(rest) == "attn.c_attn.bias" && !dims.spec().qkv_bias) continue;
+      if (std::string_view(rest).ends_with("_norm.weight") && !dims.spec().qk_norm) continue;
       names.push_back(fmt::format("h.{}.{}", i, rest));
     }
     const std::vector<std::string> mlp =
@@ -669,7 +685,10 @@ void WriteHfLlamaConfig(const std::string& dir, const ModelDims& dims, DType dty
                  {"original_max_position_embeddings", dims.rope.original_context}}
           : Json(nullptr);
   const auto id_or_null = [](std::optional<int64_t> id) { return id ? Json(*id) : Json(nullptr); };
-  const HfType& type = dims.qwen2() ? kQwen2Type : (dims.mistral() ? kMistralType : kLlamaType);
+  const HfType& type = dims.qwen2()     ? kQwen2Type
+                       : dims.qwen3()   ? kQwen3Type
+                       : dims.mistral() ? kMistralType
+                                        : kLlamaType;
   nlohmann::ordered_json config = {{"architectures", {type.causal_lm}},
                                    {"model_type", type.model_type},
                                    {"vocab_size", dims.vocab_size},
@@ -705,6 +724,14 @@ void WriteHfLlamaConfig(const std::string& dir, const ModelDims& dims, DType dty
     // Qwen2Config's own keys: biases on q, k and v are its architecture (no attention_bias key),
     // and its sliding window stays off.
     config.erase("attention_bias");
+    config.erase("mlp_bias");
+    config.erase("pretraining_tp");
+    config["use_sliding_window"] = false;
+    config["sliding_window"] = nullptr;
+    config["max_window_layers"] = dims.num_layers;
+  }
+  if (dims.qwen3()) {
+    // Qwen3Config's own keys: attention_bias (false), the sliding window off.
     config.erase("mlp_bias");
     config.erase("pretraining_tp");
     config["use_sliding_window"] = false;

@@ -49,6 +49,10 @@ struct HfLlamaConfig {
   // Mistral's attention) or qwen2_moe (Qwen2MoeForCausalLM, Qwen2's), and their experts.
   bool mixtral = false;
   bool qwen2_moe = false;
+  // Qwen3 (model_type qwen3, Qwen3ForCausalLM: Llama's attention with q_norm / k_norm, no
+  // biases) and Qwen3-MoE (qwen3_moe, Qwen3MoeForCausalLM: its experts, no shared one).
+  bool qwen3 = false;
+  bool qwen3_moe = false;
   MoeDims moe;
 };
 

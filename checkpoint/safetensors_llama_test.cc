@@ -238,17 +238,11 @@ TEST(SafetensorsLlamaTest, AHeadDimApartFromTheWidthGivesTransformersLogitsAndEx
   EXPECT_LT(error, 1e-5) << "transformers " << reference["transformers_version"];
   RecordProperty("normalised_error", fmt::format("{:.3g}", error));
 
-  HfLlamaFolder folder = HfLlamaFolder::Open(dir);
-  Fixture f;
-  f.dims = DimsOfHfLlama(folder.config(), 12);
-  f.graph = GptGraph(f.dims);
-  Rank whole = f.MakeRank({{0, f.last_layer()}}, 0, 1);
-  LoadLlamaParamsFromHf(folder, f.dims, whole.param_tensors(), *f.backend);
   TempDir out;
-  ExportHfLlama(out / "hf", whole.param_tensors(), f.dims, *f.backend);
+  const ModelDims dims = checkpoint_test::LoadAndExport(dir, 12, out / "hf");
   const nlohmann::json config = nlohmann::json::parse(ReadFileToString(out / "hf/config.json"));
   EXPECT_EQ(config["head_dim"], 12);
-  EXPECT_EQ(DimsOfHfLlama(ReadHfLlamaConfig(out / "hf/config.json"), 12), f.dims);
+  EXPECT_EQ(DimsOfHfLlama(ReadHfLlamaConfig(out / "hf/config.json"), 12), dims);
   const SafetensorsFile file = ReadSafetensors(out / "hf/model.safetensors");
   EXPECT_EQ(file.Get("model.layers.1.self_attn.o_proj.weight").shape, (Shape{32, 48}));
   EXPECT_EQ(file.Get("model.layers.1.self_attn.q_proj.weight").shape, (Shape{48, 32}));

@@ -28,9 +28,11 @@ void ReadHfMoeConfig(const JsonField& config, HfLlamaConfig& c) {
   } else {
     moe.num_experts = Size(config["num_experts"]);
     moe.expert_hidden = Size(config["moe_intermediate_size"]);
-    moe.shared_experts = 1;
-    moe.shared_hidden = Size(config["shared_expert_intermediate_size"]);
-    moe.shared_gate = true;
+    if (c.qwen2_moe) {  // Qwen3-MoE has no shared expert
+      moe.shared_experts = 1;
+      moe.shared_hidden = Size(config["shared_expert_intermediate_size"]);
+      moe.shared_gate = true;
+    }
     const int step =
         static_cast<int>(config["decoder_sparse_step"].OptionalInt(1, kMaxSize).value_or(1));
     moe.every = step;
@@ -55,7 +57,7 @@ void ReadHfMoeConfig(const JsonField& config, HfLlamaConfig& c) {
 std::vector<HfLlamaPart> MoeHfParts(int block, const std::string& rest, const ModelDims& dims) {
   const MoeDims& moe = dims.moe;
   const int64_t c = dims.width, e_count = moe.num_experts, i = moe.expert_hidden;
-  const bool mixtral = !dims.qwen2();
+  const bool mixtral = !dims.qwen2() && !dims.qwen3();
   const std::string mlp = mixtral ? "block_sparse_moe." : "mlp.";
   if (rest == "mlp.router.weight") return {{Layer(block, mlp + "gate.weight"), {e_count, c}, true}};
   std::vector<HfLlamaPart> parts;
@@ -100,12 +102,38 @@ std::vector<std::string> MoeParamRests(const ModelDims& dims) {
   return rests;
 }
 
+namespace {
+
+// The keys Qwen2-MoE's and Qwen3-MoE's configs share.
+void AddQwenMoeKeys(const MoeDims& moe, nlohmann::ordered_json& config) {
+  config["num_experts"] = moe.num_experts;
+  config["num_experts_per_tok"] = moe.top_k;
+  config["moe_intermediate_size"] = moe.expert_hidden;
+  config["decoder_sparse_step"] = moe.every;
+  config["mlp_only_layers"] = nlohmann::ordered_json::array();
+  config["norm_topk_prob"] = moe.norm_topk_prob;
+  config["output_router_logits"] = false;
+  config["router_aux_loss_coef"] = moe.aux_loss_coef;
+}
+
+}  // namespace
+
 void AddHfMoeConfig(const ModelDims& dims, nlohmann::ordered_json& config) {
   const MoeDims& moe = dims.moe;
   BATON_CHECK(moe.router == MoeDims::Router::kSoftmaxTopk,
               "Hugging Face's Mixtral and Qwen2-MoE route by softmax then top k "
               "(model.moe.router softmax_topk), not {}",
               RouterName(moe.router));
+  if (dims.qwen3()) {
+    BATON_CHECK(moe.shared_experts == 0 && moe.first_dense == moe.every - 1,
+                "a Qwen3-MoE (Qwen3MoeForCausalLM) has no shared expert and experts in layers "
+                "decoder_sparse_step - 1, 2 decoder_sparse_step - 1, ...; this model is {}",
+                ToString(dims));
+    config["architectures"] = {"Qwen3MoeForCausalLM"};
+    config["model_type"] = "qwen3_moe";
+    AddQwenMoeKeys(moe, config);
+    return;
+  }
   if (!dims.qwen2()) {
     BATON_CHECK(
         moe.shared_experts == 0 && moe.first_dense == 0 && moe.every == 1 && moe.norm_topk_prob,
@@ -130,15 +158,8 @@ void AddHfMoeConfig(const ModelDims& dims, nlohmann::ordered_json& config) {
               ToString(dims));
   config["architectures"] = {"Qwen2MoeForCausalLM"};
   config["model_type"] = "qwen2_moe";
-  config["num_experts"] = moe.num_experts;
-  config["num_experts_per_tok"] = moe.top_k;
-  config["moe_intermediate_size"] = moe.expert_hidden;
+  AddQwenMoeKeys(moe, config);
   config["shared_expert_intermediate_size"] = moe.shared_hidden;
-  config["decoder_sparse_step"] = moe.every;
-  config["mlp_only_layers"] = nlohmann::ordered_json::array();
-  config["norm_topk_prob"] = moe.norm_topk_prob;
-  config["output_router_logits"] = false;
-  config["router_aux_loss_coef"] = moe.aux_loss_coef;
 }
 
 }  // namespace baton

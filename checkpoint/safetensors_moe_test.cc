@@ -54,6 +54,53 @@ TEST(SafetensorsMoeTest, TransformersMixtureOfExpertsFoldersGiveTransformersLogi
   }
 }
 
+// tests/fixtures/qwen3-hf and qwen3-moe-hf (make_qwen3_hf_fixtures.py: head_dim 12 on hidden 32,
+// q_norm / k_norm weights off 1; the MoE's 4 experts, two per token, renormalised, no shared
+// expert): Baton's preset qwen3 gives transformers' logits within 1e-5, the independent check of
+// the q/k norms' place (each head, before the rotation); the export writes every tensor back
+// byte for byte with a config.json that reads back as the same model.
+TEST(SafetensorsMoeTest, Qwen3AndQwen3MoeFoldersGiveTransformersLogitsAndExportBack) {
+  for (const char* name : {"qwen3-hf", "qwen3-moe-hf"}) {
+    const std::string dir = std::string(BATON_SOURCE_DIR) + "/tests/fixtures/" + name;
+    const nlohmann::json reference =
+        nlohmann::json::parse(ReadFileToString(dir + "/reference.json"));
+    const bool moe = std::string(name) == "qwen3-moe-hf";
+    const double error = ErrorAgainstTransformers(dir, reference, [&](const ModelDims& dims) {
+      ASSERT_TRUE(dims.qwen3());
+      ASSERT_TRUE(dims.spec().qk_norm);
+      ASSERT_EQ(dims.head_size, 12);
+      ASSERT_EQ(dims.moe.num_experts, moe ? 4 : 0);
+      if (moe) {
+        ASSERT_EQ(dims.moe.shared_experts, 0);
+        ASSERT_TRUE(dims.moe.norm_topk_prob);
+      }
+    });
+    EXPECT_LT(error, 1e-5) << name << ", transformers " << reference["transformers_version"];
+    RecordProperty(std::string("normalised_error_") + name, fmt::format("{:.3g}", error));
+
+    TempDir out;
+    const ModelDims dims = checkpoint_test::LoadAndExport(dir, 11, out / "hf");
+    const nlohmann::json config = nlohmann::json::parse(ReadFileToString(out / "hf/config.json"));
+    EXPECT_EQ(config["architectures"],
+              nlohmann::json::array({moe ? "Qwen3MoeForCausalLM" : "Qwen3ForCausalLM"}));
+    EXPECT_EQ(DimsOfHfLlama(ReadHfLlamaConfig(out / "hf/config.json"), 11), dims) << name;
+    HfLlamaFolder folder = HfLlamaFolder::Open(dir);
+    const SafetensorsFile file = ReadSafetensors(out / "hf/model.safetensors");
+    size_t compared = 0;
+    for (const auto& [tensor, shard] : folder.weight_map()) {
+      const SafetensorsFile* stored = folder.FileOf(tensor);
+      ASSERT_NE(stored, nullptr) << tensor;
+      ASSERT_TRUE(file.Has(tensor)) << name << ": the export has no " << tensor;
+      const auto a = stored->Bytes(stored->Get(tensor));
+      const auto b = file.Bytes(file.Get(tensor));
+      EXPECT_TRUE(a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin()))
+          << name << ": " << tensor;
+      ++compared;
+    }
+    EXPECT_EQ(compared, file.entries().size()) << name;
+  }
+}
+
 // model.init_from under expert parallelism (StateLayout::InitValues): a member's whole temporary
 // of a stacked expert parameter, its split saying which experts it keeps, gets those experts'
 // bits from the folder and nothing else read (the others stay zero); a param cut over tensor

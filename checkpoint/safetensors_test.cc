@@ -111,6 +111,9 @@ class HostAsDeviceBackend final : public Backend {
   void RepeatKvBackward(const Tensor&, const AttentionHeads&, Tensor&) override {
     BATON_FAIL("unused");
   }
+  void CopyColumns(const Tensor&, int64_t, Tensor&, int64_t, int64_t) override {
+    BATON_FAIL("unused");
+  }
   void GeluBackward(const Tensor&, const Tensor&, Tensor&) override { BATON_FAIL("unused"); }
   void AttentionForward(const Tensor&, const Tensor&, int, Tensor&, Tensor&) override {
     BATON_FAIL("unused");

@@ -30,13 +30,14 @@ namespace baton {
 // gpt: GPT-2 blocks; mlp: attention-free GPT-2 MLP blocks; custom: a graph of GPT-2 layers;
 // llama: Llama blocks (RMSNorm, rotary positions, SwiGLU, grouped-query attention; docs/model.md);
 // qwen2: Llama blocks with biases on q, k and v (Qwen2 / Qwen2.5); mistral: Llama blocks, named
-// as Mistral's (sliding-window attention with model.sliding_window, which any of the three takes).
-enum class ModelPreset { kGpt, kMlp, kCustom, kLlama, kQwen2, kMistral };
+// as Mistral's (sliding-window attention with model.sliding_window, which any of them takes);
+// qwen3: Llama blocks with an RMSNorm of each query and key head (Qwen3, Qwen3-MoE).
+enum class ModelPreset { kGpt, kMlp, kCustom, kLlama, kQwen2, kMistral, kQwen3 };
 // Llama's blocks or a variant of them: the presets the Llama knobs (num_kv_heads, rope_*, ...)
 // and Hugging Face Llama-layout folders are for.
 inline bool LlamaLike(ModelPreset preset) {
   return preset == ModelPreset::kLlama || preset == ModelPreset::kQwen2 ||
-         preset == ModelPreset::kMistral;
+         preset == ModelPreset::kMistral || preset == ModelPreset::kQwen3;
 }
 // Whether the LM head is the token embedding's transpose: auto = the preset's (GPT-2 tied, Llama
 // untied).

@@ -66,12 +66,13 @@ inline constexpr uint64_t kMaxConfigBytes = 1 << 20;  // a config file's size
 template <typename E, size_t N>
 using NameTable = std::array<std::pair<std::string_view, E>, N>;
 
-inline constexpr NameTable<ModelPreset, 6> kPresetNames{{{"gpt", ModelPreset::kGpt},
+inline constexpr NameTable<ModelPreset, 7> kPresetNames{{{"gpt", ModelPreset::kGpt},
                                                          {"mlp", ModelPreset::kMlp},
                                                          {"custom", ModelPreset::kCustom},
                                                          {"llama", ModelPreset::kLlama},
                                                          {"qwen2", ModelPreset::kQwen2},
-                                                         {"mistral", ModelPreset::kMistral}}};
+                                                         {"mistral", ModelPreset::kMistral},
+                                                         {"qwen3", ModelPreset::kQwen3}}};
 inline constexpr NameTable<MoeRouter, 3> kMoeRouterNames{
     {{"softmax_topk", MoeRouter::kSoftmaxTopk},
      {"topk_softmax", MoeRouter::kTopkSoftmax},

@@ -450,7 +450,8 @@ TEST(ConfigTest, LlamaKeysAreReadAndTheirRulesChecked) {
   EXPECT_EQ(config.model.tie_embeddings, TieEmbeddings::kAuto);
   EXPECT_THAT(
       ParseError(kMinimal, {"model.num_kv_heads=2"}),
-      HasSubstr("model.num_kv_heads is for preset llama, qwen2 or mistral; preset gpt has none"));
+      HasSubstr(
+          "model.num_kv_heads is for preset llama, qwen2, mistral or qwen3; preset gpt has none"));
   EXPECT_THAT(ParseError(kMinimal, {"model.intermediate_size=64", "model.preset=mlp"}),
               HasSubstr("model.intermediate_size is for preset llama"));
   EXPECT_THAT(ParseError(kMinimal, {"model.preset=llama", "model.sliding_window=4"}),
@@ -468,7 +469,7 @@ TEST(ConfigTest, LlamaKeysAreReadAndTheirRulesChecked) {
   EXPECT_THAT(ParseError(kMinimal, {"model.preset=llama", "model.head_dim=15"}),
               HasSubstr("model.head_dim 15 must be even"));
   EXPECT_THAT(ParseError(kMinimal, {"model.head_dim=16"}),
-              HasSubstr("model.head_dim is for preset llama, qwen2 or mistral"));
+              HasSubstr("model.head_dim is for preset llama, qwen2, mistral or qwen3"));
   EXPECT_THAT(ParseError(kMinimal, {"model.preset=llama", "model.rope_scaling.factor=8",
                                     "model.rope_scaling.high_freq_factor=1"}),
               HasSubstr("high_freq_factor > low_freq_factor"));
@@ -491,8 +492,9 @@ TEST(ConfigTest, ExpertsAreReadAndImpossibleCombinationsRefused) {
     more.insert(more.begin(), llama.begin(), llama.end());
     return ParseError(kMinimal, more);
   };
-  EXPECT_THAT(ParseError(kMinimal, {"model.moe.num_experts=4"}),
-              HasSubstr("model.moe is for preset llama, qwen2 or mistral; preset gpt has none"));
+  EXPECT_THAT(
+      ParseError(kMinimal, {"model.moe.num_experts=4"}),
+      HasSubstr("model.moe is for preset llama, qwen2, mistral or qwen3; preset gpt has none"));
   EXPECT_THAT(with({"model.moe.top_k=5"}),
               HasSubstr("model.moe.top_k 5 exceeds model.moe.num_experts 4"));
   EXPECT_THAT(with({"model.moe.first_dense_layers=4"}),

@@ -73,8 +73,8 @@ void ValidateMoe(const ModelConfig& m, const Reporter& r) {
   const MoeConfig& e = m.moe;
   if (e.num_experts == 0) return;
   r.Require(LlamaLike(m.preset), {"model.moe.num_experts", "model.preset"},
-            fmt::format("experts are SwiGLU MLPs: model.moe is for preset llama, qwen2 or "
-                        "mistral; preset {} has none",
+            fmt::format("experts are SwiGLU MLPs: model.moe is for preset llama, qwen2, "
+                        "mistral or qwen3; preset {} has none",
                         Name(m.preset)));
   r.Require(
       e.top_k <= e.num_experts, {"model.moe.top_k", "model.moe.num_experts"},
@@ -138,8 +138,8 @@ void ValidateModel(const ModelConfig& m, const DataConfig& d, const Reporter& r)
                                  {"model.intermediate_size", m.intermediate_size != 0},
                                  {"model.head_dim", m.head_dim != 0}}) {
     r.Require(llama || !set, {key, "model.preset"},
-              fmt::format("{} is for preset llama, qwen2 or mistral; preset {} has none", key,
-                          Name(m.preset)));
+              fmt::format("{} is for preset llama, qwen2, mistral or qwen3; preset {} has none",
+                          key, Name(m.preset)));
   }
   if (llama) {
     r.Require(

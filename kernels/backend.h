@@ -200,6 +200,11 @@ class Backend {
   // Its transpose: dqkv (B,T,(NH+2KVH)D) accumulates dout's (B,T,3C) queries, and for key/value
   // head j the sum of dout's heads j*G .. (j+1)*G - 1, added in head order in f32.
   virtual void RepeatKvBackward(const Tensor& dout, const AttentionHeads& heads, Tensor& dqkv) = 0;
+  // Columns [src_col, src_col + cols) of every row of src into columns [dst_col, dst_col + cols)
+  // of the same row of dst: both contiguous with the same rows (every dim but the last) and
+  // dtype (Qwen3's q/k norms take the query and key heads out of qkv and put them back).
+  virtual void CopyColumns(const Tensor& src, int64_t src_col, Tensor& dst, int64_t dst_col,
+                           int64_t cols) = 0;
 
   // ---- mixture of experts (model/moe_sublayer.cc): a token's k choices as slots (N,k) i32, the
   // row each choice takes in the experts' permuted rows (grouped by expert), or -1 where the

@@ -109,6 +109,28 @@ TEST_F(SwiGluTest, RejectsAnOddWidthAndAMismatchedOut) {
   EXPECT_THROW(backend().SwiGluForward(gate_up, out), Error);
 }
 
+using CopyColumnsTest = CpuBackendTest;
+
+// Columns of every row into other columns of another tensor's rows, the rest of it untouched;
+// columns out of range, other rows or another dtype refused.
+TEST_F(CopyColumnsTest, CopiesAColumnRangeOfEveryRowAndRefusesOutOfRange) {
+  const Tensor src = Random({2, 3, 7});
+  Tensor dst = Random({6, 5});
+  const std::vector<float> before = ToFloatVector(dst);
+  backend().CopyColumns(src, 2, dst, 1, 3);
+  const std::vector<float> from = ToFloatVector(src), to = ToFloatVector(dst);
+  for (int64_t r = 0; r < 6; ++r) {
+    for (int64_t c = 0; c < 5; ++c) {
+      const float want = c >= 1 && c < 4 ? from[r * 7 + 2 + c - 1] : before[r * 5 + c];
+      EXPECT_EQ(to[r * 5 + c], want) << r << ", " << c;
+    }
+  }
+  EXPECT_THROW(backend().CopyColumns(src, 5, dst, 0, 3), Error);
+  EXPECT_THROW(backend().CopyColumns(src, 0, dst, 3, 3), Error);
+  Tensor fewer = Random({5, 5});
+  EXPECT_THROW(backend().CopyColumns(src, 0, fewer, 0, 3), Error);
+}
+
 using RotaryTest = CpuBackendTest;
 
 // Reference rotation of head element pairs (i, i + D/2) by position * inv_freq[i], in double.

@@ -33,6 +33,23 @@ inline void CheckShape(const Tensor& t, const Shape& shape, const char* name) {
               baton::ToString(shape));
 }
 
+// CopyColumns' operands: the same rows and dtype, the columns within both.
+struct ColumnCopy {
+  int64_t rows = 0, src_cols = 0, dst_cols = 0;
+};
+inline ColumnCopy CheckColumnCopy(const Tensor& src, int64_t src_col, const Tensor& dst,
+                                  int64_t dst_col, int64_t cols) {
+  const RowsCols s = AsMatrix(src, "src"), d = AsMatrix(dst, "dst");
+  BATON_CHECK(s.rows == d.rows && src.dtype() == dst.dtype(),
+              "src {} and dst {} must have the same rows and dtype", src.ToString(),
+              dst.ToString());
+  BATON_CHECK(cols >= 0 && src_col >= 0 && dst_col >= 0 && src_col + cols <= s.cols &&
+                  dst_col + cols <= d.cols,
+              "columns [{}, {}) of src {} into [{}, {}) of dst {} are out of range", src_col,
+              src_col + cols, src.ToString(), dst_col, dst_col + cols, dst.ToString());
+  return {s.rows, s.cols, d.cols};
+}
+
 // DequantizeInt8's operands: q (K,N), one scale per column, out (K,N).
 inline void CheckInt8WeightShapes(const Tensor& q, const Tensor& scale, const Tensor& out) {
   BATON_CHECK(q.dim() == 2, "q {} must be a matrix", q.ToString());

@@ -500,7 +500,8 @@ std::vector<std::string> TakeHfLlamaDims(const HfLlamaConfig& hf, ModelConfig& m
   };
   // A Mixtral without its window is a Llama with experts (Baton's Mistral is a window), as
   // DimsOfHfLlama has it.
-  const ModelPreset preset = hf.qwen2 ? ModelPreset::kQwen2
+  const ModelPreset preset = hf.qwen2   ? ModelPreset::kQwen2
+                             : hf.qwen3 ? ModelPreset::kQwen3
                              : hf.mistral && (!hf.mixtral || hf.sliding_window > 0)
                                  ? ModelPreset::kMistral
                                  : ModelPreset::kLlama;

@@ -36,6 +36,12 @@ class AttentionSublayer final : public Sublayer {
                                 {LinearCut::kColumns, {q, kv, kv}});
     model_ops::AppendLinearDefs(defs, source, "attn.c_proj", q, c, true, dims_.low_rank_attn,
                                 dims_.num_layers, spec.linear_biases, {LinearCut::kRows, {}});
+    if (spec.qk_norm) {  // Qwen3: one weight per head size, shared by the heads (replicated)
+      for (const char* norm : {"attn.q_norm.weight", "attn.k_norm.weight"}) {
+        defs.push_back(
+            {source.prefix + norm, {dims_.head_dim()}, ParamInit::kOnes, 0.0, source.source_layer});
+      }
+    }
   }
 
   std::string TensorSplitProblem(int tensor) const override {
@@ -46,8 +52,14 @@ class AttentionSublayer final : public Sublayer {
 
   LayerCollectives Collectives(int64_t rows, DType act_dtype,
                                const TensorLayout& layout) const override {
-    return model_ops::AttentionSublayerCollectives(rows, dims_.width, act_dtype,
-                                                   dims_.spec().norm_bias(), layout);
+    LayerCollectives c = model_ops::AttentionSublayerCollectives(rows, dims_.width, act_dtype,
+                                                                 dims_.spec().norm_bias(), layout);
+    if (dims_.spec().qk_norm && layout.tensor > 1) {  // each rank's heads' part of the q/k norms'
+      for (int norm = 0; norm < 2; ++norm) {
+        c.step_end.push_back({TensorCollective::Kind::kGradientSum, dims_.head_dim(), DType::kF32});
+      }
+    }
+    return c;
   }
 
   // c_attn and c_proj; QK^T and PV 2*2*B*T*K*NH*D, K = T keys per query (the full T x T), or
@@ -82,8 +94,18 @@ class AttentionSublayer final : public Sublayer {
                /*rotary=*/dims_.spec().rotary(),
                dims_.rope,
                dims_.sliding_window,
-               tensor};
+               tensor,
+               /*q_norm=*/{},
+               /*k_norm=*/{}};
     model_ops::MarkSequencePartial(params_.ln, tensor);
+    if (dims_.spec().qk_norm) {
+      for (auto [norm, name] :
+           {std::pair{&params_.q_norm, "q_norm"}, {&params_.k_norm, "k_norm"}}) {
+        *norm = model_ops::NormView(params, source.prefix + "attn." + name, dims_);
+        // Each tensor rank normalises its own heads: its weight gradient is a part of the sum.
+        if (t > 1) norm->weight->tensor_partial_grad = true;
+      }
+    }
   }
 
   Tensor Forward(Backend& backend, const Tensor& x, const MicroBatch& batch,

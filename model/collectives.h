@@ -1,6 +1,6 @@
 // The collectives a layer issues over its stage's tensor group (model/tensor_parallel.h), as the
 // layers themselves declare them: per micro-batch forward and backward, in the order issued, and
-// per step (sequence parallelism's norm gradients, Trainer's "sequence-parallel sums" pass). The
+// per step (sequence parallelism's norm gradients, Trainer's "tensor-partial sums" pass). The
 // tuner prices them (planner/measured_costs.cc); planner/collectives_test.cc checks them against
 // what a real step issues. With one tensor rank a layer issues none.
 //

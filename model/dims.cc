@@ -22,6 +22,11 @@ BlockSpec SpecOf(ModelFamily family) {
     case ModelFamily::kQwen2:
       return {BlockSpec::Norm::kRmsNorm, BlockSpec::Positions::kRotary, BlockSpec::Mlp::kSwiGlu,
               /*linear_biases=*/false, /*qkv_bias=*/true};
+    case ModelFamily::kQwen3: {
+      BlockSpec spec = SpecOf(ModelFamily::kLlama);
+      spec.qk_norm = true;
+      return spec;
+    }
   }
   BATON_FAIL("unknown model family {}", static_cast<int>(family));
 }
@@ -125,7 +130,10 @@ std::string ToString(const ModelDims& dims) {
   if (dims.low_rank_mlp > 0) out += fmt::format(" low_rank.mlp={}", dims.low_rank_mlp);
   if (dims.llama()) {
     out += fmt::format(" {} KVH={} H={} theta={}",
-                       dims.qwen2() ? "qwen2" : (dims.mistral() ? "mistral" : "llama"),
+                       dims.qwen2()     ? "qwen2"
+                       : dims.mistral() ? "mistral"
+                       : dims.qwen3()   ? "qwen3"
+                                        : "llama",
                        dims.kv_heads(), dims.hidden(), dims.rope.theta);
     if (dims.head_size > 0) out += fmt::format(" D={}", dims.head_size);
   }

@@ -12,9 +12,10 @@ namespace baton {
 
 // The block a preset builds (docs/model.md): GPT-2's (LayerNorm with bias, learned positions,
 // GELU MLP, multi-head attention, biases), Llama's (RMSNorm, rotary positions, SwiGLU MLP,
-// grouped-query attention, no biases), Qwen2's (Llama's with biases on q, k and v) or Mistral's
-// (Llama's block under Mistral's names; its sliding window is ModelDims::sliding_window).
-enum class ModelFamily { kGpt2, kLlama, kQwen2, kMistral };
+// grouped-query attention, no biases), Qwen2's (Llama's with biases on q, k and v), Mistral's
+// (Llama's block under Mistral's names; its sliding window is ModelDims::sliding_window) or
+// Qwen3's (Llama's with an RMSNorm on each query and key head before the rotation).
+enum class ModelFamily { kGpt2, kLlama, kQwen2, kMistral, kQwen3 };
 
 // What a block (and the embedding and head around it) is made of, as every layer and the cost
 // model ask it: a family is one choice of these (ModelDims::spec()), so a new family is a new
@@ -29,6 +30,7 @@ struct BlockSpec {
   Mlp mlp = Mlp::kGelu;
   bool linear_biases = true;  // every linear's bias (c_attn, c_proj, c_fc)
   bool qkv_bias = false;      // c_attn's bias without the others (Qwen2's q, k, v biases)
+  bool qk_norm = false;       // attn.q_norm / attn.k_norm: RMSNorm of each q and k head (Qwen3)
 
   bool rms_norm() const { return norm == Norm::kRmsNorm; }
   bool norm_bias() const { return norm == Norm::kLayerNorm; }
@@ -39,7 +41,7 @@ struct BlockSpec {
 };
 
 // GPT-2's: LayerNorm, learned positions, GELU, biases. Llama's: RMSNorm, rotary positions,
-// SwiGLU, no biases. Qwen2's: Llama's and c_attn's bias.
+// SwiGLU, no biases. Qwen2's: Llama's and c_attn's bias. Qwen3's: Llama's and the q/k norms.
 BlockSpec SpecOf(ModelFamily family);
 
 // A mixture-of-experts block's MLP (model.moe; docs/model.md, "Mixture of experts"): each token
@@ -121,6 +123,7 @@ struct ModelDims {
   bool llama() const { return family != ModelFamily::kGpt2; }
   bool qwen2() const { return family == ModelFamily::kQwen2; }
   bool mistral() const { return family == ModelFamily::kMistral; }
+  bool qwen3() const { return family == ModelFamily::kQwen3; }
   // The keys a query attends at most: itself and the W - 1 before it (sliding-window attention),
   // within `seq` positions; `seq` without a window (sliding_window 0).
   int64_t attention_window(int64_t seq) const {

@@ -27,6 +27,7 @@ ModelDims DimsOf(const ModelConfig& model) {
   if (LlamaLike(model.preset)) {
     dims.family = model.preset == ModelPreset::kQwen2     ? ModelFamily::kQwen2
                   : model.preset == ModelPreset::kMistral ? ModelFamily::kMistral
+                  : model.preset == ModelPreset::kQwen3   ? ModelFamily::kQwen3
                                                           : ModelFamily::kLlama;
     dims.sliding_window = static_cast<int>(model.sliding_window);
     // One spelling of the default head size: 0 (a head_dim of width / num_heads is that).
@@ -81,6 +82,7 @@ std::vector<LayerSpec> GraphOf(const ModelConfig& model) {
     case ModelPreset::kLlama:  // the same graph; the blocks differ (dims.family)
     case ModelPreset::kQwen2:
     case ModelPreset::kMistral:
+    case ModelPreset::kQwen3:
       return GptGraph(dims);
     case ModelPreset::kMlp:
       return MlpGraph(dims);

@@ -50,8 +50,8 @@ HeadLayer::HeadLayer(Backend& backend, const ModelDims& dims, DType param_dtype,
 
 void HeadLayer::MarkSequencePartial() {
   if (!SequenceParallel(tensor_)) return;  // ln_f runs on this rank's part of the sequence
-  ln_weight_.sequence_partial_grad = true;
-  if (!norm_.rms) ln_bias_.sequence_partial_grad = true;
+  ln_weight_.tensor_partial_grad = true;
+  if (!norm_.rms) ln_bias_.tensor_partial_grad = true;
 }
 
 std::vector<Param*> HeadLayer::params() {

@@ -66,7 +66,7 @@ class HeadLayer final : public Layer {
   // The vocab-parallel cross-entropy of this rank's logits (N,V_t) into loss; returns the
   // combined row statistics (N,2) f32, booked as activations.
   Tensor VocabParallelLoss(const Tensor& logits, const Tensor& targets, Tensor& loss);
-  // Sequence parallelism: ln_f's gradient is this rank's part (Param::sequence_partial_grad).
+  // Sequence parallelism: ln_f's gradient is this rank's part (Param::tensor_partial_grad).
   void MarkSequencePartial();
 
   Backend& backend_;

@@ -125,10 +125,11 @@ struct Param {
   // parameter value and grad hold. Not cut (the default): the whole parameter, replicated on
   // every rank of the stage's tensor group.
   TensorSplit split = {};
-  // Sequence parallelism: a replicated parameter applied to this rank's part of the sequence
-  // only (the norms), so each tensor rank's gradient is a part of the whole; the trainer sums
-  // them over the tensor group at step end, after which every tensor rank holds the same.
-  bool sequence_partial_grad = false;
+  // A replicated parameter applied to this tensor rank's part of the work only (under sequence
+  // parallelism the norms, to its positions; Qwen3's q/k norms, to its heads), so each tensor
+  // rank's gradient is a part of the whole; the trainer sums them over the tensor group at step
+  // end, after which every tensor rank holds the same.
+  bool tensor_partial_grad = false;
   // A mixture-of-experts layer's stacked experts (E, a, b): cut along the experts over an expert
   // group (split.over kExperts) or whole; the gradient norm sums it expert by expert.
   bool stacked_experts = false;

@@ -121,8 +121,13 @@ TEST(BlockSpecTest, EachFamilysChoicesAreTheParametersItsLayersHold) {
   llama_with_qkv_bias.qkv_bias = true;
   EXPECT_EQ(qwen2.spec(), llama_with_qkv_bias);
   EXPECT_TRUE(qwen2.llama());
+  ModelDims qwen3 = llama;
+  qwen3.family = ModelFamily::kQwen3;
+  BlockSpec llama_with_qk_norm = llama.spec();
+  llama_with_qk_norm.qk_norm = true;
+  EXPECT_EQ(qwen3.spec(), llama_with_qk_norm);
   CpuFixture fx;
-  for (const ModelDims& dims : {gpt, llama, qwen2}) {
+  for (const ModelDims& dims : {gpt, llama, qwen2, qwen3}) {
     const BlockSpec spec = dims.spec();
     std::set<std::string> names;
     for (const LayerSpec& layer_spec : GptGraph(dims)) {
@@ -141,6 +146,8 @@ TEST(BlockSpecTest, EachFamilysChoicesAreTheParametersItsLayersHold) {
     EXPECT_EQ(names.count("h.0.attn.c_proj.bias"), spec.linear_biases ? 1u : 0u);
     EXPECT_EQ(names.count("h.0.mlp.c_fc.bias"), spec.linear_biases ? 1u : 0u);
     EXPECT_EQ(names.count("wpe.weight"), spec.rotary() ? 0u : 1u) << ToString(dims);
+    EXPECT_EQ(names.count("h.1.attn.q_norm.weight"), spec.qk_norm ? 1u : 0u) << ToString(dims);
+    EXPECT_EQ(names.count("h.1.attn.k_norm.weight"), spec.qk_norm ? 1u : 0u) << ToString(dims);
   }
 }
 
@@ -188,6 +195,21 @@ TEST(LlamaGradient, AHeadSizeApartFromTheWidthMatchesFiniteDifferences) {
   ExpectFiniteDifferences(LayerKind::kBlock, HeadSizeDims());
   ExpectFiniteDifferences(LayerKind::kBlock, HeadSizeDims(), /*selective=*/true, /*flash=*/false);
   ExpectFiniteDifferences(LayerKind::kBlock, HeadSizeDims(), false, true, /*packed=*/true);
+}
+
+// Qwen3's block: an RMSNorm of each query and key head (their weights off 1, so that they
+// matter) before the rotation, with its own head size; every parameter's gradient, the norms'
+// weights too, through flash and materialized attention and packed documents.
+ModelDims Qwen3Dims() {
+  ModelDims dims = HeadSizeDims();
+  dims.family = ModelFamily::kQwen3;
+  return dims;
+}
+
+TEST(LlamaGradient, Qwen3BlockWithQkNormsMatchesFiniteDifferences) {
+  ExpectFiniteDifferences(LayerKind::kBlock, Qwen3Dims());
+  ExpectFiniteDifferences(LayerKind::kBlock, Qwen3Dims(), /*selective=*/true, /*flash=*/false);
+  ExpectFiniteDifferences(LayerKind::kBlock, Qwen3Dims(), false, true, /*packed=*/true);
 }
 
 TEST(LlamaGradient, PackedDocumentsRestartRotaryPositionsAndMatchFiniteDifferences) {
@@ -251,26 +273,28 @@ TEST(LlamaLayers, ParametersAreLlamasAndCountAsTheCostModelSays) {
 TEST(LlamaLayers, SplitBackwardAndSelectiveRecomputeGiveTheSameBits) {
   for (DType dtype : {DType::kF32, DType::kBF16}) {
     for (bool flash : {true, false}) {
-      SCOPED_TRACE(fmt::format("{} flash={}", Name(dtype), flash));
-      LlamaCase c(LayerKind::kBlock, LlamaDims(), dtype);
-      c.layer->set_flash_attention(flash);
-      Stash stash;
-      const std::string y = Bits(c.layer->Forward(c.x, c.batch, stash));
-      const std::string dx = Bits(c.Backward(stash));
-      const std::vector<std::string> grads = GradBits(*c.layer);
+      for (const ModelDims& dims : {LlamaDims(), Qwen3Dims()}) {
+        SCOPED_TRACE(fmt::format("{} flash={} {}", Name(dtype), flash, ToString(dims)));
+        LlamaCase c(LayerKind::kBlock, dims, dtype);
+        c.layer->set_flash_attention(flash);
+        Stash stash;
+        const std::string y = Bits(c.layer->Forward(c.x, c.batch, stash));
+        const std::string dx = Bits(c.Backward(stash));
+        const std::vector<std::string> grads = GradBits(*c.layer);
 
-      model_test::ZeroGrads(*c.fx.backend, *c.layer);  // the zero-bubble split
-      EXPECT_EQ(Bits(c.layer->Forward(c.x, c.batch, stash)), y);
-      EXPECT_EQ(Bits(c.layer->BackwardInput(c.r, c.batch, stash, BackwardArgs{})), dx);
-      c.layer->BackwardWeight(stash);
-      EXPECT_EQ(GradBits(*c.layer), grads);
+        model_test::ZeroGrads(*c.fx.backend, *c.layer);  // the zero-bubble split
+        EXPECT_EQ(Bits(c.layer->Forward(c.x, c.batch, stash)), y);
+        EXPECT_EQ(Bits(c.layer->BackwardInput(c.r, c.batch, stash, BackwardArgs{})), dx);
+        c.layer->BackwardWeight(stash);
+        EXPECT_EQ(GradBits(*c.layer), grads);
 
-      model_test::ZeroGrads(*c.fx.backend, *c.layer);  // selective recompute
-      c.layer->set_selective_recompute(true);
-      EXPECT_EQ(Bits(c.layer->Forward(c.x, c.batch, stash)), y);
-      EXPECT_FALSE(stash.Has("mlp.fc") || stash.Has("mlp.act") || stash.Has("attn.probs"));
-      EXPECT_EQ(Bits(c.Backward(stash)), dx);
-      EXPECT_EQ(GradBits(*c.layer), grads);
+        model_test::ZeroGrads(*c.fx.backend, *c.layer);  // selective recompute
+        c.layer->set_selective_recompute(true);
+        EXPECT_EQ(Bits(c.layer->Forward(c.x, c.batch, stash)), y);
+        EXPECT_FALSE(stash.Has("mlp.fc") || stash.Has("mlp.act") || stash.Has("attn.probs"));
+        EXPECT_EQ(Bits(c.Backward(stash)), dx);
+        EXPECT_EQ(GradBits(*c.layer), grads);
+      }
     }
   }
 }
@@ -292,7 +316,7 @@ Tensor PositionsOf(LlamaCase& c, int64_t start, int64_t count) {
 // query head's keys and values.
 TEST(LlamaLayers, CachedDecodingMatchesTheFullForward) {
   for (bool flash : {true, false}) {
-    for (const ModelDims& dims : {LlamaDims(2), HeadSizeDims()}) {
+    for (const ModelDims& dims : {LlamaDims(2), HeadSizeDims(), Qwen3Dims()}) {
       LlamaCase c(LayerKind::kBlock, dims);
       c.layer->set_flash_attention(flash);
       Stash stash;

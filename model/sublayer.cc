@@ -107,8 +107,8 @@ Linear LinearView(std::vector<Param>& params, const std::string& base) {
 
 void MarkSequencePartial(const Norm& norm, const TensorGroup* tensor) {
   if (!SequenceParallel(tensor)) return;
-  norm.weight->sequence_partial_grad = true;
-  if (norm.bias != nullptr) norm.bias->sequence_partial_grad = true;
+  norm.weight->tensor_partial_grad = true;
+  if (norm.bias != nullptr) norm.bias->tensor_partial_grad = true;
 }
 
 void AppendWeightMatrices(const Linear& linear, std::vector<Param*>& out) {

@@ -135,7 +135,7 @@ void AppendNormDefs(std::vector<ParamDef>& defs, const SublayerSource& source,
 Norm NormView(std::vector<Param>& params, const std::string& base, const ModelDims& dims);
 Linear LinearView(std::vector<Param>& params, const std::string& base);
 // Sequence parallelism: a norm applied to this rank's part of the sequence has a part of its
-// gradient here (Param::sequence_partial_grad).
+// gradient here (Param::tensor_partial_grad).
 void MarkSequencePartial(const Norm& norm, const TensorGroup* tensor);
 // A linear's weight matrices (dense, or both low-rank factors).
 void AppendWeightMatrices(const Linear& linear, std::vector<Param*>& out);

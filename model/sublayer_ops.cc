@@ -1,10 +1,12 @@
 // The attention and MLP sublayers' kernels (see sublayer_ops.h).
 #include "model/sublayer_ops.h"
 
+#include <fmt/format.h>
 #include <fmt/ranges.h>
 
 #include <algorithm>
 #include <string>
+#include <tuple>
 
 #include "core/error.h"
 
@@ -155,6 +157,56 @@ Shape HeadsShape(const AttentionParams& params, const Tensor& qkv) {
   return {qkv.size(0), qkv.size(1), params.heads.query * head_dim};
 }
 
+// Qwen3's q/k norms on qkv (B,T,(NH+2KVH)D) in place: the query heads (the first NH D columns) and
+// the key heads (the next KVH D) taken out, each head's D values RMS-normalised with its norm's
+// weight, and put back. With a stash, the heads' inputs and row statistics are kept for
+// QkNormBackward ("attn.q_in", "attn.q_rstd", "attn.k_in", "attn.k_rstd"); without (inference)
+// they are workspace.
+void QkNormForward(Backend& backend, const AttentionParams& params, Tensor& qkv, Stash* stash) {
+  const int64_t rows = qkv.size(0) * qkv.size(1);
+  const int64_t dim = qkv.size(2) / (params.heads.query + 2 * params.heads.kv);
+  const MemCategory category = stash != nullptr ? kActivations : kWorkspace;
+  int64_t column = 0;
+  for (const auto& [norm, heads, name] : {std::tuple{&params.q_norm, params.heads.query, "q"},
+                                          std::tuple{&params.k_norm, params.heads.kv, "k"}}) {
+    const int64_t cols = heads * dim;
+    Tensor in = NewTensor(backend, {rows, cols}, qkv.dtype(), category);
+    backend.CopyColumns(qkv, column, in, 0, cols);
+    Tensor out = NewTensor(backend, {rows, cols}, qkv.dtype(), kWorkspace);
+    Tensor rstd = NewTensor(backend, {rows * heads}, DType::kF32, category);
+    Tensor out_heads = out.View({rows * heads, dim});
+    NormRowsForward(backend, *norm, in.View({rows * heads, dim}), out_heads, Tensor(), rstd);
+    backend.CopyColumns(out, 0, qkv, column, cols);
+    if (stash != nullptr) {
+      stash->Put(fmt::format("attn.{}_in", name), std::move(in));
+      stash->Put(fmt::format("attn.{}_rstd", name), std::move(rstd));
+    }
+    column += cols;
+  }
+}
+
+// Its transpose on dqkv (B,T,(NH+2KVH)D) in place: the gradient of the normalised query and key
+// heads becomes that of their inputs; the norms' weight gradients accumulate.
+void QkNormBackward(Backend& backend, const AttentionParams& params, Tensor& dqkv,
+                    const Stash& stash) {
+  const int64_t rows = dqkv.size(0) * dqkv.size(1);
+  const int64_t dim = dqkv.size(2) / (params.heads.query + 2 * params.heads.kv);
+  int64_t column = 0;
+  for (const auto& [norm, heads, name] : {std::tuple{&params.q_norm, params.heads.query, "q"},
+                                          std::tuple{&params.k_norm, params.heads.kv, "k"}}) {
+    const int64_t cols = heads * dim;
+    Tensor dout = NewTensor(backend, {rows, cols}, dqkv.dtype(), kWorkspace);
+    backend.CopyColumns(dqkv, column, dout, 0, cols);
+    Tensor din = NewZeros(backend, {rows, cols}, dqkv.dtype(), kWorkspace);
+    Tensor din_heads = din.View({rows * heads, dim});
+    NormRowsBackward(backend, *norm, dout.View({rows * heads, dim}),
+                     stash.Get(fmt::format("attn.{}_in", name)).View({rows * heads, dim}), Tensor(),
+                     stash.Get(fmt::format("attn.{}_rstd", name)), din_heads);
+    backend.CopyColumns(din, 0, dqkv, column, cols);
+    column += cols;
+  }
+}
+
 // (B,NH,T,T) over the whole sequence, from qkv (B,T,...).
 Shape ProbsShape(const Tensor& qkv, int num_heads) {
   return {qkv.size(0), num_heads, qkv.size(1), qkv.size(1)};
@@ -221,6 +273,7 @@ Tensor AttentionSublayerForward(Backend& backend, const AttentionParams& params,
   Tensor qkv =
       LinearForward(backend, params.c_attn, WholeSequence(backend, params.tensor, ln, kWorkspace),
                     kActivations);  // (B,T,(NH+2KVH)D)
+  if (params.q_norm.weight != nullptr) QkNormForward(backend, params, qkv, &stash);
   if (params.rotary) {
     backend.RotaryEmbedding(qkv, segment_starts, 0, params.heads, params.rope, /*inverse=*/false);
   }
@@ -290,6 +343,7 @@ Tensor AttentionSublayerBackward(Backend& backend, const AttentionParams& params
   if (params.rotary) {  // the gradient of the unrotated q and k: the rotation's transpose
     backend.RotaryEmbedding(dqkv, segment_starts, 0, params.heads, params.rope, /*inverse=*/true);
   }
+  if (params.q_norm.weight != nullptr) QkNormBackward(backend, params, dqkv, stash);
   Tensor dln = LinearBackward(
       backend, params.c_attn,
       WholeSequence(backend, params.tensor, stash.Get("attn.ln"), sink.operand_category()), dqkv,
@@ -363,6 +417,7 @@ Tensor AttentionSublayerCached(Backend& backend, const AttentionParams& params, 
               "whole model: generate with parallel.tensor 1)");
   Tensor qkv = LinearForward(backend, params.c_attn, NormInference(backend, params.ln, x),
                              kWorkspace);  // (B,T,(NH+2KVH)D)
+  if (params.q_norm.weight != nullptr) QkNormForward(backend, params, qkv, nullptr);
   // The cache holds every query head's keys and values: NH D columns.
   const int64_t batch = x.size(0), t = x.size(1), c = HeadsShape(params, qkv).back();
   if (!cache.keys.defined()) {

@@ -35,7 +35,7 @@ namespace baton::model_ops {
 struct AttentionParams {
   Norm ln;
   Linear c_attn;  // (C, 3C), or (C, (NH+2KVH)D) with grouped-query attention
-  Linear c_proj;  // (C, C)
+  Linear c_proj;  // (C, C), or (NH D, C)
   AttentionHeads heads;
   bool flash = true;    // flash-style attention (stash lse) or materialized (stash probs)
   bool rotary = false;  // Llama: rotary positions on q and k
@@ -47,6 +47,9 @@ struct AttentionParams {
   // them; c_proj holds the matching rows, its output summed over the group (its bias added by
   // rank 0 alone), and so is the gradient of c_attn's input.
   TensorGroup* tensor = nullptr;
+  // Qwen3's q/k norms (weight only: q_norm.weight is null without them): an RMSNorm of each query
+  // head's D values (q_norm) and each key head's (k_norm), between c_attn and the rotation.
+  Norm q_norm, k_norm;
 };
 
 struct MlpParams {

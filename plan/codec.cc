@@ -102,6 +102,7 @@ std::string EncodeJobPlan(const Plan& plan, const Launch& launch) {
   dims->set_llama(plan.dims.llama());
   dims->set_qwen2(plan.dims.qwen2());
   dims->set_mistral(plan.dims.mistral());
+  dims->set_qwen3(plan.dims.qwen3());
   dims->set_sliding_window(plan.dims.sliding_window);
   dims->set_head_size(plan.dims.head_size);
   dims->set_num_kv_heads(plan.dims.num_kv_heads);
@@ -207,6 +208,7 @@ Plan DecodeJobPlan(const std::string& bytes, Launch* launch) {
   plan.dims.family = !dims.llama()    ? ModelFamily::kGpt2
                      : dims.qwen2()   ? ModelFamily::kQwen2
                      : dims.mistral() ? ModelFamily::kMistral
+                     : dims.qwen3()   ? ModelFamily::kQwen3
                                       : ModelFamily::kLlama;
   plan.dims.sliding_window = dims.sliding_window();
   plan.dims.head_size = dims.head_size();

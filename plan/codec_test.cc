@@ -42,13 +42,16 @@ TEST(CodecTest, JobPlanComesBackEqualForEverySchedule) {
   }
 }
 
-// A Llama's head size set apart from the width travels with the plan; one of width / num_heads
-// is the default, spelled 0.
+// A Llama's head size set apart from the width travels with the plan (one of width / num_heads
+// is the default, spelled 0), and so does Qwen3's family.
 TEST(CodecTest, AHeadSizeApartFromTheWidthTravelsWithThePlan) {
   const Plan apart = MakePlan(TinyConfig({"model.preset=llama", "model.head_dim=12"}));
   ASSERT_EQ(apart.dims.head_size, 12);
   EXPECT_EQ(DecodeJobPlan(EncodeJobPlan(apart, Launch{}), nullptr).dims, apart.dims);
   EXPECT_EQ(MakePlan(TinyConfig({"model.preset=llama", "model.head_dim=16"})).dims.head_size, 0);
+  const Plan qwen3 = MakePlan(TinyConfig({"model.preset=qwen3", "model.head_dim=12"}));
+  ASSERT_TRUE(qwen3.dims.qwen3());
+  EXPECT_EQ(DecodeJobPlan(EncodeJobPlan(qwen3, Launch{}), nullptr).dims, qwen3.dims);
 }
 
 TEST(CodecTest, PlanCarriesTheTiedGroupAndTheTimeouts) {

@@ -65,8 +65,10 @@ Config Tiny(const std::string& file, const std::vector<std::string>& more) {
   return LoadConfig(std::string(BATON_SOURCE_DIR) + "/configs/" + file, all);
 }
 
+// GPT-2, Llama, and Qwen3 (its q/k norms' weight gradients summed at the step end).
 TEST(CollectivesTest, EveryRanksCollectivesAreThoseItsLayersDeclare) {
-  for (const std::string file : {"gpt-tiny.yaml", "llama-tiny.yaml"}) {
+  for (const std::string model : {"gpt-tiny.yaml", "llama-tiny.yaml", "qwen3"}) {
+    const std::string file = model == "qwen3" ? "llama-tiny.yaml" : model;
     for (const std::string sp : {"false", "true"}) {
       for (const std::vector<std::string>& layout : std::vector<std::vector<std::string>>{
                {"parallel.stages=1", "precision.dtype=fp32"},
@@ -75,9 +77,11 @@ TEST(CollectivesTest, EveryRanksCollectivesAreThoseItsLayersDeclare) {
            }) {
         std::vector<std::string> overrides = layout;
         overrides.push_back("parallel.sequence_parallel=" + sp);
+        if (model == "qwen3")
+          overrides.insert(overrides.end(), {"model.preset=qwen3", "model.head_dim=12"});
         const Plan plan = MakePlan(Tiny(file, overrides));
         const std::string what =
-            fmt::format("{} sequence_parallel={} {}", file, sp, fmt::join(layout, " "));
+            fmt::format("{} sequence_parallel={} {}", model, sp, fmt::join(layout, " "));
         const InProcessResult result = RunInProcess(plan);
         ASSERT_EQ(result.ranks.size(), static_cast<size_t>(plan.world_size())) << what;
         for (int rank = 0; rank < plan.world_size(); ++rank) {

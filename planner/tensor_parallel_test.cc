@@ -116,6 +116,35 @@ TEST(TensorParallelTest, AHeadDimApartFromTheWidthTrainsOneRanksLossesOnTwoTenso
   }
 }
 
+// Qwen3's q/k norms: each tensor rank normalises its own heads with the replicated weights, whose
+// gradient parts are summed over the group at the step end (with and without sequence
+// parallelism): one rank's losses. And 3 stages train one stage's bits under zero-bubble with
+// selective recompute, the memory plan exact.
+TEST(TensorParallelTest, Qwen3TrainsOneRanksLossesOnTwoTensorRanks) {
+  const std::vector<std::string> qwen3 = {"model.preset=qwen3", "model.head_dim=12"};
+  const InProcessResult one = RunInProcess(MakePlan(Llama(qwen3)));
+  const InProcessResult plain = RunInProcess(MakePlan(Llama({"model.head_dim=12"})));
+  EXPECT_NE(one.losses, plain.losses);
+  for (const std::vector<std::string>& more :
+       {std::vector<std::string>{"parallel.tensor=2"},
+        std::vector<std::string>{"parallel.tensor=2", "parallel.sequence_parallel=true"}}) {
+    const InProcessResult tp = RunInProcess(MakePlan(Llama(With(qwen3, more))));
+    ExpectLossesNear(one.losses, tp.losses, 1e-6, fmt::format("qwen3 {}", fmt::join(more, " ")));
+  }
+  const Plan staged = MakePlan(Llama(With(
+      qwen3, {"parallel.stages=3", "parallel.schedule=zb-h1", "parallel.checkpoint=selective"})));
+  const InProcessResult three = RunInProcess(staged);
+  EXPECT_EQ(three.losses, one.losses);
+  EXPECT_EQ(three.param_checksum, one.param_checksum);
+  const std::vector<RankMemory> predicted = PredictMemory(staged, {CommTransport::kInProcess});
+  for (size_t r = 0; r < predicted.size(); ++r) {
+    for (MemCategory c : {MemCategory::kParams, MemCategory::kGrads, MemCategory::kOptimizer,
+                          MemCategory::kActivations}) {
+      EXPECT_EQ(predicted[r].peak[c], three.ranks[r].peak[c]) << "stage " << r << ", " << Name(c);
+    }
+  }
+}
+
 // Qwen2's q, k and v biases cut with c_attn's columns, by heads.
 TEST(TensorParallelTest, Qwen2TrainsOneRanksLossesOnTwoTensorRanks) {
   const InProcessResult one = RunInProcess(MakePlan(Llama({"model.preset=qwen2"})));

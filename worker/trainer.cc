@@ -87,7 +87,7 @@ std::vector<ZeroLayer> ZeroLayersOf(StageModel& model, const std::vector<TiedGro
       }
     }
     for (const Param* p : z.params) {
-      if (p->tied || p->sequence_partial_grad) z.final_at_backward = false;
+      if (p->tied || p->tensor_partial_grad) z.final_at_backward = false;
     }
   }
   return layers;

@@ -227,8 +227,9 @@ class Trainer {
   // order (the bits of AllReduceSync's sum with the experts whole): the expert-data-parallel
   // replicas' per-source gradients all-gathered, then every source added in order.
   void ExpertSumsPass(StepState& state);
-  // Sequence parallelism: sums Param::sequence_partial_grad gradients over the tensor group.
-  void SequencePartialSumsPass(StepState& state);
+  // Sums Param::tensor_partial_grad gradients over the tensor group (sequence parallelism's
+  // norms, Qwen3's q/k norms).
+  void TensorPartialSumsPass(StepState& state);
   void MaskGradientsPass(StepState& state);
   void TiedSumsPass(StepState& state);
   void StepEndFlagsPass(StepState& state);  // also stops the job on a non-finite fp32/bf16 step

@@ -24,9 +24,12 @@ std::vector<Trainer::StepPass> Trainer::StepEndPasses() const {
                        void (Trainer::*run)(StepState&)) {
     passes.push_back({name, exchange, replicas, run});
   };
-  // Sequence parallelism: the norms' gradients are parts (each rank's positions) until summed.
-  if (SequenceParallel(tensor_group_.get())) {
-    add("sequence-parallel sums", true, false, &Trainer::SequencePartialSumsPass);
+  // Gradients each tensor rank holds a part of until summed: sequence parallelism's norms (each
+  // rank's positions), Qwen3's q/k norms (each rank's heads).
+  const std::vector<Param*>& params = model_->params();
+  if (TensorSize(tensor_group_.get()) > 1 &&
+      std::any_of(params.begin(), params.end(), [](Param* p) { return p->tensor_partial_grad; })) {
+    add("tensor-partial sums", true, false, &Trainer::TensorPartialSumsPass);
   }
   if (expert_group_ != nullptr && optimizer_ != nullptr) {
     add("expert sums", expert_data_ranks_ != nullptr, true, &Trainer::ExpertSumsPass);
@@ -91,10 +94,10 @@ void Trainer::ExpertSumsPass(StepState& state) {
   }
 }
 
-void Trainer::SequencePartialSumsPass(StepState&) {
+void Trainer::TensorPartialSumsPass(StepState&) {
   std::vector<const void*> summed;  // a shared block's copies hold one gradient: summed once
   for (Param* p : model_->params()) {
-    if (!p->sequence_partial_grad || !p->grad.defined() ||
+    if (!p->tensor_partial_grad || !p->grad.defined() ||
         std::find(summed.begin(), summed.end(), p->grad.raw()) != summed.end()) {
       continue;
     }

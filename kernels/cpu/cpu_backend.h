@@ -113,6 +113,8 @@ class CpuBackend : public Backend {
                        const AttentionHeads& heads, const RopeConfig& rope, bool inverse) override;
   void RepeatKv(const Tensor& qkv, const AttentionHeads& heads, Tensor& out) override;
   void RepeatKvBackward(const Tensor& dout, const AttentionHeads& heads, Tensor& dqkv) override;
+  void CopyColumns(const Tensor& src, int64_t src_col, Tensor& dst, int64_t dst_col,
+                   int64_t cols) override;
 
   void Add(const Tensor& a, const Tensor& b, Tensor& out) override;
   void Accumulate(const Tensor& x, Tensor& acc) override;

@@ -206,6 +206,22 @@ void CpuBackend::RepeatKv(const Tensor& qkv, const AttentionHeads& heads, Tensor
   });
 }
 
+void CpuBackend::CopyColumns(const Tensor& src, int64_t src_col, Tensor& dst, int64_t dst_col,
+                             int64_t cols) {
+  CheckHostContiguous(src, "src");
+  CheckHostContiguous(dst, "dst");
+  const ColumnCopy copy = CheckColumnCopy(src, src_col, dst, dst_col, cols);
+  Compute([&] {
+    const size_t element = SizeOf(src.dtype());
+    const char* from = static_cast<const char*>(src.raw()) + src_col * element;
+    char* to = static_cast<char*>(dst.raw()) + dst_col * element;
+    ParallelFor(copy.rows, &pool_, cols, [&](int64_t r) {
+      std::memcpy(to + r * copy.dst_cols * element, from + r * copy.src_cols * element,
+                  static_cast<size_t>(cols) * element);
+    });
+  });
+}
+
 void CpuBackend::RepeatKvBackward(const Tensor& dout, const AttentionHeads& heads, Tensor& dqkv) {
   const int64_t dim = QkvHeadDim(dqkv, heads);
   CheckFloat(dout, "dout");

@@ -6,6 +6,7 @@
 #include "core/error.h"
 #include "kernels/cuda/arg_checks.h"
 #include "kernels/cuda/cuda_backend.h"
+#include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/launch.h"
 
 namespace baton::cuda {
@@ -147,6 +148,22 @@ void CudaBackend::RepeatKv(const Tensor& qkv, const AttentionHeads& heads, Tenso
   Compute([&] {
     LaunchRepeatKv(qkv.raw(), out.raw(), qkv.dtype(), qkv.size(0) * qkv.size(1), heads.query,
                    heads.kv, dim, stream_);
+  });
+}
+
+void CudaBackend::CopyColumns(const Tensor& src, int64_t src_col, Tensor& dst, int64_t dst_col,
+                              int64_t cols) {
+  Activate();
+  CheckOnDevice(src, device(), "src");
+  CheckOnDevice(dst, device(), "dst");
+  const ColumnCopy copy = CheckColumnCopy(src, src_col, dst, dst_col, cols);
+  Compute([&] {
+    if (copy.rows == 0 || cols == 0) return;
+    const size_t element = SizeOf(src.dtype());
+    BATON_CUDA_CHECK(cudaMemcpy2DAsync(
+        static_cast<char*>(dst.raw()) + dst_col * element, copy.dst_cols * element,
+        static_cast<const char*>(src.raw()) + src_col * element, copy.src_cols * element,
+        cols * element, copy.rows, cudaMemcpyDeviceToDevice, stream_));
   });
 }
 

@@ -157,6 +157,23 @@ TEST_P(CudaLlamaTest, RepeatKvForwardAndBackwardMatchCpu) {
   }
 }
 
+// Qwen3's q/k norms take the query and key heads out of qkv and put them back: columns of a
+// (B,T,W) tensor to and from a narrower one, the same bits on both backends.
+TEST_P(CudaLlamaTest, CopyColumnsMatchesCpu) {
+  const int64_t batch = 2, seq = 13, wide = 40, narrow = 24;
+  const Tensor qkv = Random({batch, seq, wide}, 1.0f, dtype());
+  Tensor cpu_part = HostZeros({batch * seq, narrow}, dtype());
+  cpu().CopyColumns(qkv, 7, cpu_part, 0, narrow);
+  Tensor gpu_part = GpuZeros({batch * seq, narrow}, dtype());
+  gpu().CopyColumns(ToGpu(qkv), 7, gpu_part, 0, narrow);
+  EXPECT_EQ(ErrorVsCpu(gpu_part, cpu_part), 0.0);
+  Tensor cpu_back = Random({batch, seq, wide}, 1.0f, dtype());
+  Tensor gpu_back = ToGpu(cpu_back);
+  cpu().CopyColumns(cpu_part, 4, cpu_back, 16, narrow - 4);
+  gpu().CopyColumns(gpu_part, 4, gpu_back, 16, narrow - 4);
+  EXPECT_EQ(ErrorVsCpu(gpu_back, cpu_back), 0.0);
+}
+
 INSTANTIATE_TEST_SUITE_P(Dtypes, CudaLlamaTest, BATON_ALL_FLOAT_DTYPES, DTypeName);
 
 TEST_F(CudaVsCpuTest, RmsNormBackwardIsRepeatableBitForBit) {
