@@ -7,8 +7,8 @@
 #               fuzzers, and the integration tests that start processes (workers, launchers,
 #               mpirun and srun stand-ins: signals, kills and restarts). The two `slow` ones (300
 #               steps of learning, the precision comparison: the same code as the others, for 5 to
-#               10 minutes each under ASan) and three sweeps (below) only with
-#               BATON_SANITIZE_SLOW=1.
+#               10 minutes each under ASan), six sweeps and the two reference scripts (below)
+#               only with BATON_SANITIZE_SLOW=1.
 #   build-tsan  TSan; the tests of everything that has threads: the coordinator's server and
 #               client, the communicators (Gloo's wrappers, the host-staged and fake ones), the
 #               pipeline engine and the in-process runs that drive it with a thread per stage,
@@ -29,14 +29,23 @@ mode=${1:-all}
 regex=${2:-}
 jobs=${JOBS:-2}
 # The two slow ones, by name: gtest_discover_tests gives every discovered test the label
-# "integration" only, not the second one tests/CMakeLists.txt asks for. And three sweeps that run
-# the same code as their neighbours many times over (270 s of CI's ASan run, 13 s natively): the
-# --fit search over replica layouts (FitTest's other cases stay) and two schedule-property
-# sweeps (PropertiesTest's other cases stay).
+# "integration" only, not the second one tests/CMakeLists.txt asks for. And sweeps that run the
+# same code as their neighbours many times over (about 480 s of CI's ASan run; 107 natively, in
+# make test, which runs them all): two --fit searches (FitTest's other cases stay), two
+# schedule-property sweeps (PropertiesTest's other cases stay), the memory plan over every
+# precision, policy and schedule (MemoryPlannerTest's other cases stay), ZeRO checkpoints resumed
+# onto every layout (ReplicaTest.ZeroThree... resumes ZeRO-1 and -3 checkpoints across levels and
+# layouts); and the two scripts that compare exports and evaluations with the independent
+# plain-Python GPT-2 (its numbers, not Baton's memory, are what they add: export, eval and
+# compress run under ASan in OperationsTest and LlamaOperationsTest).
 slow_names='PrecisionTest\.|LearningTest\.'
 slow_names+='|FitTest\.ReplicasWithZeroOneComeAfterStagesWhenMoreProcessesAreAllowed$'
+slow_names+='|FitTest\.AnImpossibleBudgetFailsNamingTheSmallestPeakReachable$'
 slow_names+='|PropertiesTest\.ReceivesPostedEarlyKeepTheProgramValidAndItsTimeline$'
 slow_names+='|PropertiesTest\.EveryRendezvousSafeScheduleDryRunsWithBlockingAndWithBufferedSends$'
+slow_names+='|MemoryPlannerTest\.PredictsTheLedgerForEveryPrecisionPolicyAndSchedule$'
+slow_names+='|ReplicaTest\.ZeroCheckpointsHoldTheWholeStateAndResumeOntoAnyLayout$'
+slow_names+='|structure_reference$|eval_reference$'
 slow=(-E "^($slow_names)")
 if [ "${BATON_SANITIZE_SLOW:-0}" = 1 ]; then slow=(); fi
 filter=()
