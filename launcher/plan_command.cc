@@ -9,6 +9,7 @@
 
 #include "core/error.h"
 #include "core/memory.h"
+#include "launcher/hf_model.h"
 #include "launcher/report.h"
 #include "launcher/run.h"
 #include "model/cost.h"

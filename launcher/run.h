@@ -76,10 +76,5 @@ int EvalCommand(RunOptions options, std::ostream& out);
 // `baton eval` as a function: the evaluation, or nullopt when the job failed (its failure logged).
 std::optional<EvalRecord> Evaluate(RunOptions options);
 int PlanCommand(const PlanOptions& options, std::ostream& out);
-// When model.init_from is a Hugging Face Llama folder (docs/safetensors.md): config with the model
-// its config.json describes (preset llama and every dim; the YAML's context when it is at most
-// max_position_embeddings), each value taken logged, the folder's tensors checked against it.
-// Otherwise config as it is. run, eval and plan all see the same model.
-Config WithHfLlamaModel(Config config);
 
 }  // namespace baton
