@@ -53,6 +53,21 @@ void ExpectLossesNear(const std::vector<float>& reference, const std::vector<flo
   }
 }
 
+// `staged` (the same model on several stages) trains `one`'s bits, and its memory plan is exact
+// for every rank's parameters, gradients, optimizer state and activations.
+void ExpectStagedBitsAndExactPlan(const Plan& staged, const InProcessResult& one) {
+  const InProcessResult run = RunInProcess(staged);
+  EXPECT_EQ(run.losses, one.losses);
+  EXPECT_EQ(run.param_checksum, one.param_checksum);
+  const std::vector<RankMemory> predicted = PredictMemory(staged, {CommTransport::kInProcess});
+  for (size_t r = 0; r < predicted.size(); ++r) {
+    for (MemCategory c : {MemCategory::kParams, MemCategory::kGrads, MemCategory::kOptimizer,
+                          MemCategory::kActivations}) {
+      EXPECT_EQ(predicted[r].peak[c], run.ranks[r].peak[c]) << "stage " << r << ", " << Name(c);
+    }
+  }
+}
+
 TEST(TensorParallelTest, RankLayoutPutsTensorRanksInnermost) {
   const Plan plan = MakePlan(
       Gpt({"parallel.stages=2", "parallel.replicas=2", "parallel.tensor=2", "train.steps=1"}));
@@ -103,17 +118,7 @@ TEST(TensorParallelTest, AHeadDimApartFromTheWidthTrainsOneRanksLossesOnTwoTenso
   ExpectLossesNear(one.losses, tp.losses, 1e-6, "head_dim 12, T=2");
   const InProcessResult plain = RunInProcess(MakePlan(Llama({})));
   EXPECT_NE(one.losses, plain.losses);
-  const Plan staged = MakePlan(Llama({"model.head_dim=12", "parallel.stages=3"}));
-  const InProcessResult three = RunInProcess(staged);
-  EXPECT_EQ(three.losses, one.losses);
-  EXPECT_EQ(three.param_checksum, one.param_checksum);
-  const std::vector<RankMemory> predicted = PredictMemory(staged, {CommTransport::kInProcess});
-  for (size_t r = 0; r < predicted.size(); ++r) {
-    for (MemCategory c : {MemCategory::kParams, MemCategory::kGrads, MemCategory::kOptimizer,
-                          MemCategory::kActivations}) {
-      EXPECT_EQ(predicted[r].peak[c], three.ranks[r].peak[c]) << "stage " << r << ", " << Name(c);
-    }
-  }
+  ExpectStagedBitsAndExactPlan(MakePlan(Llama({"model.head_dim=12", "parallel.stages=3"})), one);
 }
 
 // Qwen3's q/k norms: each tensor rank normalises its own heads with the replicated weights, whose
@@ -131,18 +136,10 @@ TEST(TensorParallelTest, Qwen3TrainsOneRanksLossesOnTwoTensorRanks) {
     const InProcessResult tp = RunInProcess(MakePlan(Llama(With(qwen3, more))));
     ExpectLossesNear(one.losses, tp.losses, 1e-6, fmt::format("qwen3 {}", fmt::join(more, " ")));
   }
-  const Plan staged = MakePlan(Llama(With(
-      qwen3, {"parallel.stages=3", "parallel.schedule=zb-h1", "parallel.checkpoint=selective"})));
-  const InProcessResult three = RunInProcess(staged);
-  EXPECT_EQ(three.losses, one.losses);
-  EXPECT_EQ(three.param_checksum, one.param_checksum);
-  const std::vector<RankMemory> predicted = PredictMemory(staged, {CommTransport::kInProcess});
-  for (size_t r = 0; r < predicted.size(); ++r) {
-    for (MemCategory c : {MemCategory::kParams, MemCategory::kGrads, MemCategory::kOptimizer,
-                          MemCategory::kActivations}) {
-      EXPECT_EQ(predicted[r].peak[c], three.ranks[r].peak[c]) << "stage " << r << ", " << Name(c);
-    }
-  }
+  ExpectStagedBitsAndExactPlan(
+      MakePlan(Llama(With(qwen3, {"parallel.stages=3", "parallel.schedule=zb-h1",
+                                  "parallel.checkpoint=selective"}))),
+      one);
 }
 
 // Qwen2's q, k and v biases cut with c_attn's columns, by heads.
