@@ -537,9 +537,25 @@ TEST(ConfigTest, ExpertsAreReadAndImpossibleCombinationsRefused) {
               HasSubstr("model.moe.num_experts divisible by it, not 4"));
   EXPECT_THAT(with({"parallel.experts=2"}),
               HasSubstr("parallel.replicas 1 must be a multiple of it"));
-  EXPECT_THAT(with_two({"parallel.zero=1"}),
-              HasSubstr("parallel.experts 2 does not combine with parallel.zero 1 yet"));
-  EXPECT_THAT(with_two({"optimizer.state=int8"}), HasSubstr("optimizer.state int8"));
+  std::vector<std::string> zero_one = ok;
+  zero_one.push_back("parallel.zero=1");
+  EXPECT_EQ(ParseConfigString(kMinimal, "x.yaml", zero_one).parallel.zero, 1);
+  EXPECT_THAT(with_two({"parallel.zero=2"}),
+              HasSubstr("parallel.experts 2 combines with parallel.zero 1 (the experts' optimizer "
+                        "state sharded over the replicas holding them), not with parallel.zero 2"));
+  // 8-bit state: a member's 2 experts of 128 x the width are whole blocks of 256; of 40 x 10
+  // (model.width 40), 800 elements: not.
+  std::vector<std::string> eight_bit = ok;
+  eight_bit.push_back("optimizer.state=int8");
+  EXPECT_EQ(ParseConfigString(kMinimal, "x.yaml", eight_bit).optimizer.state,
+            OptimizerState::kInt8);
+  EXPECT_THAT(
+      with_two({"optimizer.state=int8", "model.width=40", "model.moe.expert_intermediate_size=10"}),
+      HasSubstr("optimizer.state int8 with parallel.experts 2 needs each member's part of "
+                "an expert matrix in whole blocks of 256: 2 experts of 40 x 10 are 800 "
+                "elements"));
+  eight_bit.push_back("parallel.zero=1");
+  EXPECT_EQ(ParseConfigString(kMinimal, "x.yaml", eight_bit).parallel.zero, 1);
   std::vector<std::string> from = ok;
   from.push_back("model.init_from=/tmp");
   EXPECT_NO_THROW(ParseConfigString(kMinimal, "x.yaml", from));

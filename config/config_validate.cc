@@ -8,6 +8,7 @@
 
 #include "config/config_schema.h"
 #include "core/error.h"
+#include "core/quant_blocks.h"
 #include "data/tokenizer.h"
 
 namespace baton::config_internal {
@@ -344,12 +345,25 @@ void ValidateParallel(const Config& c, const Reporter& r) {
                           "replicas: parallel.replicas {} must be a multiple of it",
                           p.experts, p.replicas));
     // Not yet with expert parallelism (docs/parallel.md says so).
-    r.Require(p.zero == 0, {"parallel.experts", "parallel.zero"},
-              fmt::format("parallel.experts {} does not combine with parallel.zero {} yet",
+    r.Require(p.zero <= 1, {"parallel.experts", "parallel.zero"},
+              fmt::format("parallel.experts {} combines with parallel.zero 1 (the experts' "
+                          "optimizer state sharded over the replicas holding them), not with "
+                          "parallel.zero {} yet",
                           p.experts, p.zero));
-    r.Require(c.optimizer.state == OptimizerState::kF32, {"parallel.experts", "optimizer.state"},
-              "parallel.experts > 1 cuts f32 optimizer state; optimizer.state int8 does not "
-              "combine with it yet");
+    // 8-bit state: a member's part of each stacked expert matrix (its N/E experts of c x i and
+    // c x 2i elements) must be whole quantisation blocks, so that its blocks are E = 1's.
+    const int64_t hidden = c.model.moe.expert_intermediate_size > 0
+                               ? c.model.moe.expert_intermediate_size
+                               : c.model.intermediate_size;
+    const int64_t part = experts / p.experts * c.model.width * hidden;
+    r.Require(
+        c.optimizer.state == OptimizerState::kF32 || (experts > 0 && part % kQuantBlock == 0),
+        {"parallel.experts", "optimizer.state", "model.moe.expert_intermediate_size"},
+        fmt::format("optimizer.state int8 with parallel.experts {} needs each member's part of "
+                    "an expert matrix in whole blocks of {}: {} experts of {} x {} are {} "
+                    "elements",
+                    p.experts, kQuantBlock, experts / p.experts, c.model.width, hidden, part));
+
     r.Require(!c.prune.enabled(), {"parallel.experts", "prune.sparsity"},
               "parallel.experts > 1 does not combine with pruning yet");
   }

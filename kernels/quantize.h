@@ -18,12 +18,9 @@
 #include <cstdint>
 #include <cstring>
 
-namespace baton {
+#include "core/quant_blocks.h"
 
-inline constexpr int64_t kQuantBlock = 256;
-// Tensors with fewer elements keep f32 state (the per-block absmax would not pay for itself and
-// LayerNorm / bias moments are small).
-inline constexpr int64_t kMinQuantizedElements = 4096;
+namespace baton {
 
 using QuantMap = std::array<float, 256>;
 

@@ -96,8 +96,10 @@ int64_t ReplicaBytesPerStep(const Plan& plan) {
     }
     double n = static_cast<double>(numel) / plan.layout().tensor();
     double bytes = 0;
-    if (parallel.zero == 0 && parallel.experts > 1) {
-      // The stacked experts (whole): summed by the expert sums pass, not the all-reduce.
+    if (parallel.experts > 1) {
+      // The stacked experts (whole): summed by the expert sums pass, not the all-reduce; a
+      // member's E sources of its X / E go to each of the other D - 1 holding them. Under ZeRO-1
+      // each then sends its run (1 / D) of its updated X / E to them.
       double experts = 0;
       for (const LayerRange& range : plan.ChunkRanges(s)) {
         for (int i = range.first; i <= range.last; ++i) {
@@ -106,12 +108,16 @@ int64_t ReplicaBytesPerStep(const Plan& plan) {
         }
       }
       n -= experts;
-      bytes = (static_cast<double>(replicas) / parallel.experts - 1) * experts * grad_bytes;
+      const double holders = static_cast<double>(replicas) / parallel.experts;  // D
+      bytes = (holders - 1) * experts * grad_bytes;
+      if (parallel.zero == 1) {
+        bytes += (holders - 1) / holders * experts / parallel.experts * value_bytes;
+      }
     }
     if (parallel.zero == 0) {
       bytes += 2 * share * n * grad_bytes;  // the all-reduce: a reduce-scatter and an all-gather
     } else if (parallel.zero < 3 || parallel.zero3_keep == Zero3Keep::kStep) {
-      bytes = share * n * (grad_bytes + value_bytes);  // the values gathered once a step
+      bytes += share * n * (grad_bytes + value_bytes);  // the values gathered once a step
     } else {
       // Each micro-batch gathers every layer for its forward and backward, and again for a
       // checkpointed recompute and a split-off W.

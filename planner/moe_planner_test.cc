@@ -143,31 +143,37 @@ TEST(MoeInProcessTest, ARoutingBiasMovesByEveryReplicasLoadsAndStaysTheSameOnAll
 // checkpointing, each router and a dropping capacity: the losses and parameters of E = 1 bit for
 // bit, every replica's digests equal (the experts hashed whole), and grad_clip acting (the norm
 // summed expert by expert). Each member holds its share of the experts.
+// moe-tiny with `overrides` and its experts split `experts` ways, trained in one process: the
+// plan exact but for the activations (booked for the worst routing), every replica's digests
+// equal (the experts hashed whole).
+InProcessResult TrainExperts(std::vector<std::string> overrides, int experts) {
+  overrides.push_back(fmt::format("parallel.experts={}", experts));
+  const Plan plan = MakePlan(MoeTiny(overrides));
+  const InProcessResult result = RunInProcess(plan);
+  const std::vector<RankMemory> predicted = PredictMemory(plan, {CommTransport::kInProcess});
+  for (size_t r = 0; r < predicted.size(); ++r) {
+    const std::string what = fmt::format("{} E={}: rank {}", overrides, experts, r);
+    EXPECT_GE(predicted[r].peak.total, result.ranks[r].peak.total) << what;
+    EXPECT_GE(predicted[r].peak[MemCategory::kActivations],
+              result.ranks[r].peak[MemCategory::kActivations])
+        << what;
+    for (MemCategory c :
+         {MemCategory::kParams, MemCategory::kGrads, MemCategory::kOptimizer, MemCategory::kComm}) {
+      EXPECT_EQ(predicted[r].peak[c], result.ranks[r].peak[c]) << what << " " << Name(c);
+    }
+  }
+  for (size_t r = 0; r < result.ranks.size(); ++r) {
+    const int first = plan.layout().GroupOf(Axis::kData, static_cast<int>(r)).front();
+    EXPECT_EQ(result.ranks[r].digests, result.ranks[static_cast<size_t>(first)].digests)
+        << fmt::format("{} E={}: rank {}", overrides, experts, r);
+  }
+  return result;
+}
+
 TEST(MoeInProcessTest, ExpertParallelismTrainsTheBitsOfReplicasHoldingEveryExpert) {
   const auto run = [](std::vector<std::string> overrides, int experts) {
     overrides.push_back("train.grad_clip=0.05");
-    overrides.push_back(fmt::format("parallel.experts={}", experts));
-    const Plan plan = MakePlan(MoeTiny(overrides));
-    const InProcessResult result = RunInProcess(plan);
-    // The plan: exact but for the activations, which it books for the worst routing.
-    const std::vector<RankMemory> predicted = PredictMemory(plan, {CommTransport::kInProcess});
-    for (size_t r = 0; r < predicted.size(); ++r) {
-      const std::string what = fmt::format("{} E={}: rank {}", overrides, experts, r);
-      EXPECT_GE(predicted[r].peak.total, result.ranks[r].peak.total) << what;
-      EXPECT_GE(predicted[r].peak[MemCategory::kActivations],
-                result.ranks[r].peak[MemCategory::kActivations])
-          << what;
-      for (MemCategory c : {MemCategory::kParams, MemCategory::kGrads, MemCategory::kOptimizer,
-                            MemCategory::kComm}) {
-        EXPECT_EQ(predicted[r].peak[c], result.ranks[r].peak[c]) << what << " " << Name(c);
-      }
-    }
-    for (size_t r = 0; r < result.ranks.size(); ++r) {
-      const int first = plan.layout().GroupOf(Axis::kData, static_cast<int>(r)).front();
-      EXPECT_EQ(result.ranks[r].digests, result.ranks[static_cast<size_t>(first)].digests)
-          << fmt::format("{} E={}: rank {}", overrides, experts, r);
-    }
-    return result;
+    return TrainExperts(overrides, experts);
   };
   const std::vector<std::string> four = {"parallel.stages=1", "parallel.replicas=4",
                                          "train.batch_size=8"};
@@ -190,6 +196,91 @@ TEST(MoeInProcessTest, ExpertParallelismTrainsTheBitsOfReplicasHoldingEveryExper
     const InProcessResult b = run(overrides, 2);
     EXPECT_EQ(a.losses, b.losses) << fmt::format("{}", variant);
     EXPECT_EQ(a.param_checksum, b.param_checksum) << fmt::format("{}", variant);
+  }
+}
+
+// ZeRO-1 with the experts split: the other parameters' optimizer state sharded over every
+// replica, each member's experts' over the replicas holding the same experts (E = 2 of R = 4:
+// two each; E = 4: one, unsharded). E = 2 and 4 train the same bits with clipping acting (the
+// norm takes the experts whole, expert by expert, as without ZeRO); where it does not act, the
+// bits of replicas holding every expert with no ZeRO and with E = 1's ZeRO-1 (the norm's
+// summation order is all that differs). Sharding leaves each rank less optimizer state.
+TEST(MoeInProcessTest, ZeroOneShardsTheSplitExpertsStateOverTheReplicasHoldingThem) {
+  const std::vector<std::string> four = {"parallel.stages=1", "parallel.replicas=4",
+                                         "train.batch_size=8"};
+  const auto with = [&](std::vector<std::string> more) {
+    more.insert(more.begin(), four.begin(), four.end());
+    return more;
+  };
+  const InProcessResult two = TrainExperts(with({"parallel.zero=1", "train.grad_clip=0.05"}), 2);
+  const InProcessResult all = TrainExperts(with({"parallel.zero=1", "train.grad_clip=0.05"}), 4);
+  EXPECT_EQ(two.losses, all.losses);
+  EXPECT_EQ(two.param_checksum, all.param_checksum);
+  const InProcessResult plain = TrainExperts(with({"train.grad_clip=0"}), 1);
+  const InProcessResult zero_whole =
+      TrainExperts(with({"parallel.zero=1", "train.grad_clip=0"}), 1);
+  const InProcessResult unsharded = TrainExperts(with({"train.grad_clip=0"}), 2);
+  const InProcessResult sharded = TrainExperts(with({"parallel.zero=1", "train.grad_clip=0"}), 2);
+  for (const InProcessResult* r : {&zero_whole, &unsharded, &sharded}) {
+    EXPECT_EQ(r->losses, plain.losses);
+    EXPECT_EQ(r->param_checksum, plain.param_checksum);
+  }
+  for (size_t r = 0; r < sharded.ranks.size(); ++r) {
+    EXPECT_LT(sharded.ranks[r].peak[MemCategory::kOptimizer],
+              unsharded.ranks[r].peak[MemCategory::kOptimizer])
+        << "rank " << r;
+  }
+  // On two stages under DualPipeV with selective recompute and bf16 (its f32 masters sharded
+  // alike): E = 2 of 4 replicas is E = 4's bits.
+  const std::vector<std::string> dual = {
+      "parallel.stages=2",     "parallel.replicas=4",         "train.batch_size=8",
+      "parallel.zero=1",       "parallel.schedule=dualpipev", "parallel.checkpoint=selective",
+      "train.micro_batches=8", "precision.dtype=bf16",        "train.grad_clip=0.05"};
+  const InProcessResult dual_two = TrainExperts(dual, 2);
+  const InProcessResult dual_four = TrainExperts(dual, 4);
+  EXPECT_EQ(dual_two.losses, dual_four.losses);
+  EXPECT_EQ(dual_two.param_checksum, dual_four.param_checksum);
+}
+
+// 8-bit optimizer state with the experts split: a member's moments are whole blocks of its experts
+// (the whole's blocks), 8-bit because the whole is large enough where a member's part is not
+// (4 experts of 32 x 32: 4096 elements whole, 2048 and 1024 a member's). E = 2 and 4 of four
+// replicas, and E = 2 on two stages under 1F1B, train E = 1's bits, in less optimizer memory
+// than f32 state; under ZeRO-1 E = 2 trains E = 4's.
+TEST(MoeInProcessTest, EightBitStateWithSplitExpertsTrainsTheBitsOfWholeExperts) {
+  const std::vector<std::string> eight_bit = {"model.moe.expert_intermediate_size=32",
+                                              "train.grad_clip=0.05", "optimizer.state=int8"};
+  const auto with = [&](std::vector<std::string> layout) {
+    layout.insert(layout.end(), eight_bit.begin(), eight_bit.end());
+    return layout;
+  };
+  const std::vector<std::string> four =
+      with({"parallel.stages=1", "parallel.replicas=4", "train.batch_size=8"});
+  const InProcessResult whole = TrainExperts(four, 1);
+  for (int experts : {2, 4}) {
+    const InProcessResult split = TrainExperts(four, experts);
+    EXPECT_EQ(split.losses, whole.losses) << "E=" << experts;
+    EXPECT_EQ(split.param_checksum, whole.param_checksum) << "E=" << experts;
+  }
+  const std::vector<std::string> two = with(
+      {"parallel.stages=2", "parallel.replicas=2", "train.batch_size=8", "parallel.schedule=1f1b"});
+  const InProcessResult a = TrainExperts(two, 1);
+  const InProcessResult b = TrainExperts(two, 2);
+  EXPECT_EQ(a.losses, b.losses);
+  EXPECT_EQ(a.param_checksum, b.param_checksum);
+  // Under ZeRO-1 (each member's experts' runs whole blocks): E = 2 is E = 4's bits.
+  std::vector<std::string> zero = four;
+  zero.push_back("parallel.zero=1");
+  const InProcessResult zero_two = TrainExperts(zero, 2);
+  const InProcessResult zero_four = TrainExperts(zero, 4);
+  EXPECT_EQ(zero_two.losses, zero_four.losses);
+  EXPECT_EQ(zero_two.param_checksum, zero_four.param_checksum);
+  std::vector<std::string> f32 = two;
+  f32.back() = "optimizer.state=f32";  // in place of int8
+  const InProcessResult full = TrainExperts(f32, 2);
+  for (size_t r = 0; r < b.ranks.size(); ++r) {
+    EXPECT_LT(b.ranks[r].peak[MemCategory::kOptimizer], full.ranks[r].peak[MemCategory::kOptimizer])
+        << "rank " << r;
   }
 }
 
@@ -216,12 +307,12 @@ TEST(MoeConfigTest, Mixtral8x7bHasMistralsCountsAndPlansOnEightStagesByEightExpe
 
 // What a replica sends per step (baton plan's replica_bytes_per_step): the split experts leave
 // the all-reduce, and with R > E their every source is all-gathered over the replicas holding
-// the same experts.
+// the same experts (under ZeRO-1 their updated values too).
 TEST(MoeConfigTest, ReplicaBytesCountTheSplitExpertsApart) {
-  const auto bytes = [](int replicas, int experts) {
-    return ReplicaBytesPerStep(MakePlan(MoeTiny({"parallel.stages=1", "train.batch_size=8",
-                                                 fmt::format("parallel.replicas={}", replicas),
-                                                 fmt::format("parallel.experts={}", experts)})));
+  const auto bytes = [](int replicas, int experts, int zero = 0) {
+    return ReplicaBytesPerStep(MakePlan(MoeTiny(
+        {"parallel.stages=1", "train.batch_size=8", fmt::format("parallel.replicas={}", replicas),
+         fmt::format("parallel.experts={}", experts), fmt::format("parallel.zero={}", zero)})));
   };
   const Plan plan = MakePlan(MoeTiny({"parallel.stages=1"}));
   const int64_t n =
@@ -231,6 +322,9 @@ TEST(MoeConfigTest, ReplicaBytesCountTheSplitExpertsApart) {
   EXPECT_EQ(bytes(2, 1), n * 4);  // 2 (R-1)/R N 4
   EXPECT_EQ(bytes(2, 2), (n - x) * 4);
   EXPECT_EQ(bytes(4, 2), 6 * (n - x) + x * 4);  // 2 (3/4) (N-X) 4 + (4/2 - 1) X 4
+  // ZeRO-1: the rest reduce-scattered and its values gathered, (3/4) (N-X) (4 + 4); the experts'
+  // sources as without; a member's run of its updated X/2 to the other holder, (1/2) (X/2) 4.
+  EXPECT_EQ(bytes(4, 2, 1), 6 * (n - x) + x * 4 + x);
 }
 
 // The plan books the worst routing (every token to experts 0 .. k-1, each expert's largest

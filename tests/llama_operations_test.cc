@@ -119,21 +119,28 @@ TEST(LlamaOperationsTest, ASigmoidBiasRouterKeepsItsBiasInCheckpointsAndResumesE
   }
 }
 
+// configs/moe-tiny.yaml made small (3 blocks of width 64, 4 experts), 4 steps of a batch of 8,
+// a checkpoint after step 2, with `extra`: the report of its run in `dir`.
+nlohmann::json TrainSmallMoe(const std::string& dir, const std::vector<std::string>& extra) {
+  std::vector<std::string> args = {
+      "--set", "model.num_layers=3",       "--set", "model.width=64",
+      "--set", "model.context=32",         "--set", "model.moe.num_experts=4",
+      "--set", "train.batch_size=8",       "--set", "train.warmup_steps=2",
+      "--set", "train.log_every=1",        "--set", "train.steps=4",
+      "--set", "output.checkpoint_every=2"};
+  args.insert(args.end(), extra.begin(), extra.end());
+  return RunAndReport("configs/moe-tiny.yaml", dir, args);
+}
+
 // Expert parallelism in real processes (configs/moe-tiny.yaml made small, two replicas, two
 // stages): parallel.experts 2 under 1F1B and DualPipeV trains the bits of the replicas holding
 // every expert, its steps report the all-to-all's bytes, and its checkpoint (the experts gathered
 // whole) resumes onto E = 1 and one stage as the uninterrupted run continues.
 TEST(LlamaOperationsTest, ExpertParallelRunsTrainTheBitsOfWholeExpertsAndResumeOntoAnyLayout) {
   const std::string root = TempDir("moe-experts");
-  const auto train = [&](const std::string& dir, const std::vector<std::string>& extra) {
-    std::vector<std::string> args = {
-        "--set", "model.num_layers=3",  "--set", "model.width=64",
-        "--set", "model.context=32",    "--set", "model.moe.num_experts=4",
-        "--set", "train.batch_size=8",  "--set", "train.warmup_steps=2",
-        "--set", "train.log_every=1",   "--set", "train.steps=4",
-        "--set", "parallel.replicas=2", "--set", "output.checkpoint_every=2"};
-    args.insert(args.end(), extra.begin(), extra.end());
-    return RunAndReport("configs/moe-tiny.yaml", dir, args);
+  const auto train = [&](const std::string& dir, std::vector<std::string> extra) {
+    extra.insert(extra.begin(), {"--set", "parallel.replicas=2"});
+    return TrainSmallMoe(dir, extra);
   };
   const std::vector<std::string> two = {"--set", "parallel.stages=2"};
   const nlohmann::json whole = train(root + "/whole", two);
@@ -155,6 +162,60 @@ TEST(LlamaOperationsTest, ExpertParallelRunsTrainTheBitsOfWholeExpertsAndResumeO
   const std::vector<double> all = Losses(whole);
   EXPECT_EQ(Losses(resumed), std::vector<double>(all.begin() + 2, all.end()));
   EXPECT_EQ(resumed.at("param_checksum"), whole.at("param_checksum"));
+}
+
+// ZeRO-1 with the experts split over 4 replicas (each member's experts' optimizer state sharded
+// over the replicas holding the same experts: two each at E = 2, one at E = 4), with f32 and with
+// 8-bit state (runs of whole blocks): E = 2 trains E = 4's bits, and its checkpoint (every
+// expert's state gathered whole) resumes onto E = 4 to the uninterrupted run's checksum.
+TEST(LlamaOperationsTest, ZeroOneWithSplitExpertsResumesOntoAnotherExpertSplit) {
+  for (const char* state : {"f32", "int8"}) {
+    const std::string root = TempDir(std::string("moe-zero-") + state);
+    const auto train = [&](const std::string& dir, std::vector<std::string> extra) {
+      extra.insert(extra.begin(),
+                   {"--set", "parallel.stages=1", "--set", "parallel.replicas=4", "--set",
+                    "parallel.zero=1", "--set", std::string("optimizer.state=") + state});
+      return TrainSmallMoe(dir, extra);
+    };
+    const nlohmann::json four = train(root + "/four", {"--set", "parallel.experts=4"});
+    const nlohmann::json two = train(root + "/two", {"--set", "parallel.experts=2"});
+    EXPECT_EQ(Losses(two), Losses(four)) << state;
+    EXPECT_EQ(two.at("param_checksum"), four.at("param_checksum")) << state;
+    const nlohmann::json resumed =
+        train(root + "/resumed",
+              {"--set", "parallel.experts=4", "--resume", root + "/two/checkpoints/step-2"});
+    const std::vector<double> all = Losses(four);
+    EXPECT_EQ(Losses(resumed), std::vector<double>(all.begin() + 2, all.end())) << state;
+    EXPECT_EQ(resumed.at("param_checksum"), four.at("param_checksum")) << state;
+  }
+}
+
+// 8-bit optimizer state with the experts split over 2 replicas: E = 2 trains E = 1's bits; its
+// checkpoint (each member's codes and block maxima made whole) resumes onto E = 1, and E = 1's
+// onto E = 2 (each member keeping its experts' blocks), both to the uninterrupted checksum.
+TEST(LlamaOperationsTest, EightBitStateWithSplitExpertsResumesAcrossTheSplit) {
+  const std::string root = TempDir("moe-int8");
+  const auto train = [&](const std::string& dir, std::vector<std::string> extra) {
+    extra.insert(extra.begin(), {"--set", "parallel.stages=1", "--set", "parallel.replicas=2",
+                                 "--set", "optimizer.state=int8"});
+    return TrainSmallMoe(dir, extra);
+  };
+  const std::vector<std::string> split_experts = {"--set", "parallel.experts=2"};
+  const nlohmann::json whole = train(root + "/whole", {});
+  const nlohmann::json split = train(root + "/split", split_experts);
+  EXPECT_EQ(Losses(split), Losses(whole));
+  EXPECT_EQ(split.at("param_checksum"), whole.at("param_checksum"));
+  const std::vector<double> all = Losses(whole);
+  const std::vector<double> last(all.begin() + 2, all.end());
+  const nlohmann::json onto_whole =
+      train(root + "/onto-whole", {"--resume", root + "/split/checkpoints/step-2"});
+  EXPECT_EQ(Losses(onto_whole), last);
+  EXPECT_EQ(onto_whole.at("param_checksum"), whole.at("param_checksum"));
+  std::vector<std::string> onto_split_args = split_experts;
+  onto_split_args.insert(onto_split_args.end(), {"--resume", root + "/whole/checkpoints/step-2"});
+  const nlohmann::json onto_split = train(root + "/onto-split", onto_split_args);
+  EXPECT_EQ(Losses(onto_split), last);
+  EXPECT_EQ(onto_split.at("param_checksum"), whole.at("param_checksum"));
 }
 
 TEST(LlamaOperationsTest, EvalGenerateAndInt8CompressionWork) {

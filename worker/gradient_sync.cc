@@ -17,6 +17,17 @@ void ReplicaContext::Report(const char* action, int peer, int64_t bytes) const {
 
 int ReplicaContext::another_replica() const { return replicas->WorldRank(replica() == 0 ? 1 : 0); }
 
+void ReplicaContext::Wait(std::vector<std::unique_ptr<Work>>& works, const std::string& what,
+                          const char* peers) const {
+  try {
+    for (auto& work : works) work->Wait(timeout);
+  } catch (const Error& e) {
+    BATON_FAIL("{} of stage {} with {} failed; a replica of stage {} is dead or hung: {}", what,
+               stage, peers, stage, e.what());
+  }
+  works.clear();
+}
+
 AllReduceSync::AllReduceSync(ReplicaContext context, const std::vector<Param*>& params)
     : context_(std::move(context)) {
   std::vector<const void*> seen;
@@ -211,7 +222,7 @@ int64_t ZeroSync::own_end() const {
 }
 
 std::optional<OptimizerShard> ZeroSync::optimizer_shard() const {
-  return OptimizerShard{own_begin(), own_end()};
+  return OptimizerShard{own_begin(), own_end(), {}};
 }
 
 void ZeroSync::Release(std::vector<Tensor>& tensors) {
@@ -290,15 +301,7 @@ int64_t ZeroSync::Rounds(Span span) const {
 }
 
 void ZeroSync::WaitAll(std::vector<std::unique_ptr<Work>>& works, const std::string& what) const {
-  try {
-    for (auto& work : works) work->Wait(context_.timeout);
-  } catch (const Error& e) {
-    BATON_FAIL(
-        "{} of stage {} with its other replicas failed; a replica of stage {} is dead or "
-        "hung: {}",
-        what, context_.stage, context_.stage, e.what());
-  }
-  works.clear();
+  context_.Wait(works, what);
 }
 
 void ZeroSync::Reduce(int64_t step) {
@@ -494,64 +497,76 @@ std::optional<LayerTensors> ZeroSync::GatherLayerState(LayerTensors layer,
     for (const Optimizer::Slot& slot : optimizer.slots()) {
       if (slot.param == piece->param) own = &slot;
     }
-    const bool master = piece->param->value.dtype() != DType::kF32;
     const int64_t numel = t.value.numel();
     // 8-bit moments: codes, and a maximum per block (a shard holds whole blocks).
     const bool quantized = quantized_state_ && numel >= kMinQuantizedElements;
-    if (me == 0) {
-      Allocator& a = backend.allocator();
-      const DType state = quantized ? DType::kU8 : DType::kF32;
-      t.adam_m = Tensor::Empty(a, t.value.shape(), state, MemCategory::kWorkspace);
-      t.adam_v = Tensor::Empty(a, t.value.shape(), state, MemCategory::kWorkspace);
-      if (quantized) {
-        const Shape blocks = {QuantBlocks(numel)};
-        t.adam_m_absmax = Tensor::Empty(a, blocks, DType::kF32, MemCategory::kWorkspace);
-        t.adam_v_absmax = Tensor::Empty(a, blocks, DType::kF32, MemCategory::kWorkspace);
-      }
-      if (master) {
-        t.master = Tensor::Empty(a, t.value.shape(), DType::kF32, MemCategory::kWorkspace);
-      }
-    }
+    if (me == 0) AllocateWholeState(t, backend.allocator(), quantized);
     for (int i = 0; i < context_.num_replicas(); ++i) {
       // Replica i's part of this parameter: its shard's overlap, the elements its slot holds.
       const int64_t lo =
           std::clamp(boundaries_[static_cast<size_t>(i)] - piece->at, int64_t{0}, numel);
       const int64_t hi =
           std::clamp(boundaries_[static_cast<size_t>(i + 1)] - piece->at, int64_t{0}, numel);
-      if (lo >= hi || (i != me && me != 0)) continue;
-      struct Part {
-        Tensor full;   // replica 0's whole tensor
-        Tensor shard;  // replica i's slot's
-        bool blocks;   // one element per quantisation block
-      };
-      std::vector<Part> parts = {{t.adam_m, own ? own->m : Tensor(), false},
-                                 {t.adam_v, own ? own->v : Tensor(), false}};
-      if (quantized) {
-        parts.push_back({t.adam_m_absmax, own ? own->m_absmax : Tensor(), true});
-        parts.push_back({t.adam_v_absmax, own ? own->v_absmax : Tensor(), true});
-      }
-      if (master) parts.push_back({t.master, own ? own->master : Tensor(), false});
-      for (const auto& [full, shard, blocks] : parts) {
-        const int64_t first = blocks ? lo / kQuantBlock : lo;
-        const int64_t last = blocks ? QuantBlocks(hi) : hi;
-        if (i == me && me == 0) {
-          Tensor into = FlatSlice(full, first, last);
-          backend.Copy(shard.View({-1}), into);
-        } else if (me == 0) {
-          Tensor into = FlatSlice(full, first, last);
-          keep.push_back(into);
-          works.push_back(context_.replicas->Irecv(into, i));
-        } else {
-          const Tensor flat = shard.View({-1});
-          keep.push_back(flat);
-          works.push_back(context_.replicas->Isend(flat, holder));
-        }
+      if (lo < hi) {
+        MoveStateRun(backend, context_.replicas, t, own, {lo, hi, i, holder, quantized}, keep,
+                     works);
       }
     }
   }
   WaitAll(works, fmt::format("gathering layer {}'s optimizer state for a checkpoint", layer.index));
   if (me != 0) return std::nullopt;
   return layer;
+}
+
+void AllocateWholeState(ParamTensors& t, Allocator& allocator, bool quantized) {
+  const DType state = quantized ? DType::kU8 : DType::kF32;
+  t.adam_m = Tensor::Empty(allocator, t.value.shape(), state, MemCategory::kWorkspace);
+  t.adam_v = Tensor::Empty(allocator, t.value.shape(), state, MemCategory::kWorkspace);
+  if (quantized) {
+    const Shape blocks = {QuantBlocks(t.value.numel())};
+    t.adam_m_absmax = Tensor::Empty(allocator, blocks, DType::kF32, MemCategory::kWorkspace);
+    t.adam_v_absmax = Tensor::Empty(allocator, blocks, DType::kF32, MemCategory::kWorkspace);
+  }
+  if (t.value.dtype() != DType::kF32) {
+    t.master = Tensor::Empty(allocator, t.value.shape(), DType::kF32, MemCategory::kWorkspace);
+  }
+}
+
+void MoveStateRun(Backend& backend, Group* group, const ParamTensors& t, const Optimizer::Slot* own,
+                  const StateRun& run, std::vector<Tensor>& keep,
+                  std::vector<std::unique_ptr<Work>>& works) {
+  const int me = group == nullptr ? 0 : group->rank();
+  if (me != run.from && me != run.holder) return;
+  struct Part {
+    Tensor whole;  // the holder's temporary
+    Tensor slot;   // the sender's slot's
+    bool blocks;   // one element per quantisation block
+  };
+  const bool master = t.value.dtype() != DType::kF32;
+  std::vector<Part> parts = {{t.adam_m, own ? own->m : Tensor(), false},
+                             {t.adam_v, own ? own->v : Tensor(), false}};
+  if (run.quantized) {
+    parts.push_back({t.adam_m_absmax, own ? own->m_absmax : Tensor(), true});
+    parts.push_back({t.adam_v_absmax, own ? own->v_absmax : Tensor(), true});
+  }
+  if (master) parts.push_back({t.master, own ? own->master : Tensor(), false});
+  for (const auto& [whole, slot, blocks] : parts) {
+    const int64_t first = blocks ? run.begin / kQuantBlock : run.begin;
+    const int64_t last = blocks ? QuantBlocks(run.end) : run.end;
+    if (me == run.holder) {
+      Tensor into = FlatSlice(whole, first, last);
+      if (run.from == me) {
+        backend.Copy(slot.View({-1}), into);
+      } else {
+        keep.push_back(into);
+        works.push_back(group->Irecv(into, run.from));
+      }
+    } else {
+      const Tensor flat = slot.View({-1});
+      keep.push_back(flat);
+      works.push_back(group->Isend(flat, run.holder));
+    }
+  }
 }
 
 }  // namespace baton

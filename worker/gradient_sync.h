@@ -22,6 +22,9 @@
 //                   backward, W) and released after it (keep "microbatch") or at the step end
 //                   (keep "step": gathered once a step), instead of the step end's all-gather.
 //                   The same bits as ZeRO-1 again.
+//   ExpertZeroSync  ZeRO-1 with the experts split over expert groups (worker/expert_zero_sync.h):
+//                   a ZeroSync of every other parameter, the experts' optimizer state sharded
+//                   over the replicas holding the same experts.
 //
 // A strategy's buffers are booked as comm in the backend's ledger for as long as it lives. Not
 // thread-safe: the Trainer's thread calls it.
@@ -62,6 +65,10 @@ struct ReplicaContext {
   // it exchanges with them), or no longer does (peer -1).
   void Report(const char* action, int peer, int64_t bytes = 0) const;
   int another_replica() const;  // a replica of this stage other than this one, its world rank
+  // Waits for `works` (then cleared); where one fails or times out, fails naming `what`, the
+  // stage and `peers` (who this rank exchanged with), as a replica dead or hung.
+  void Wait(std::vector<std::unique_ptr<Work>>& works, const std::string& what,
+            const char* peers = "its other replicas") const;
 };
 
 class GradientSync {
@@ -127,6 +134,28 @@ class GradientSync {
     return layer;
   }
 };
+
+// Checkpoints of sharded state. `t`'s optimizer state as whole temporaries (workspace): moments
+// in f32, or with `quantized` 8-bit codes and block maxima; an fp32 master for a 16-bit value.
+void AllocateWholeState(ParamTensors& t, Allocator& allocator, bool quantized);
+
+// Member `from`'s run of flat elements [begin, end) of a parameter's optimizer state, to go into
+// member `holder`'s whole temporaries (`quantized`: 8-bit codes, and the run's block maxima).
+struct StateRun {
+  int64_t begin = 0;
+  int64_t end = 0;
+  int from = 0;
+  int holder = 0;
+  bool quantized = false;
+};
+
+// Moves `run` of `t`'s parameter's state over `group` (null: this rank alone, from and holder
+// 0): `from` sends its slot's (`own`: moments, block maxima, fp32 master), the holder receives
+// them into `t`'s temporaries (AllocateWholeState) or copies its own; other members do nothing.
+// The posted works go into `works`, the views they use into `keep`, until waited for.
+void MoveStateRun(Backend& backend, Group* group, const ParamTensors& t, const Optimizer::Slot* own,
+                  const StateRun& run, std::vector<Tensor>& keep,
+                  std::vector<std::unique_ptr<Work>>& works);
 
 class NoSync final : public GradientSync {};
 

@@ -4,9 +4,11 @@
 #include <cmath>
 #include <numbers>
 #include <set>
+#include <tuple>
 
 #include "core/error.h"
 #include "kernels/quantize.h"
+#include "model/tensor_parallel.h"
 
 namespace baton {
 
@@ -54,6 +56,12 @@ float LearningRateSchedule::At(int64_t step) const {
       Decay(schedule, decay_steps, lr, min_lr, warmup_steps, total_steps, step));
 }
 
+bool QuantizedState(const Param& p) {
+  const int64_t whole =
+      p.split.cut() ? NumElements(WholeShape(p.value.shape(), p.split)) : p.value.numel();
+  return whole >= kMinQuantizedElements;
+}
+
 Tensor FlatSlice(const Tensor& t, int64_t begin, int64_t end) {
   return t.View({-1}).Slice(0, begin, end);
 }
@@ -71,11 +79,15 @@ Optimizer::Optimizer(Backend& backend, std::vector<Param*> params, AdamWConfig h
     if (!seen.insert(p->value.storage()).second) continue;  // a tied copy sharing storage
     const int64_t numel = p->value.numel();
     Slot slot{p, 0, numel, {}, {}, {}, {}, {}, {}};
-    if (shard) {
+    if (shard && shard->apart.count(p) == 1) {  // outside the flat space
+      std::tie(slot.begin, slot.end) = shard->apart.at(p);
+      BATON_CHECK(0 <= slot.begin && slot.begin <= slot.end && slot.end <= numel,
+                  "{}: elements [{}, {}) of {} to step", p->name, slot.begin, slot.end, numel);
+    } else if (shard) {
       slot.begin = std::clamp(shard->begin - offset, int64_t{0}, numel);
       slot.end = std::clamp(shard->end - offset, int64_t{0}, numel);
+      offset += numel;
     }
-    offset += numel;
     if (slot.begin >= slot.end) continue;  // another replica's
     const Shape shape = slot.whole() ? p->value.shape() : Shape{slot.end - slot.begin};
     if (p->value.dtype() != DType::kF32) {
@@ -84,12 +96,17 @@ Optimizer::Optimizer(Backend& backend, std::vector<Param*> params, AdamWConfig h
                    slot.master);
     }
     // Zero codes with a zero absmax decode to zero moments, as f32 state starts.
-    // Whether the parameter's state is 8-bit goes by the whole parameter; a shard of it starts at
-    // one of its blocks (ZeroFlatSpace::Boundaries), so its blocks are the whole one's.
-    const bool quantized = quantized_state && p->value.numel() >= kMinQuantizedElements;
+    // Whether the parameter's state is 8-bit goes by the whole parameter (all its experts where
+    // an expert group splits them); a shard of it starts at one of its blocks
+    // (ZeroFlatSpace::Boundaries), and a member's experts are whole blocks (the config checks),
+    // so its blocks are the whole one's.
+    const bool quantized = quantized_state && QuantizedState(*p);
     BATON_CHECK(!quantized || slot.begin % kQuantBlock == 0,
                 "{}: a shard of 8-bit optimizer state must start at a block, not at element {}",
                 p->name, slot.begin);
+    BATON_CHECK(!quantized || !p->split.cut() || numel % kQuantBlock == 0,
+                "{}: a part of 8-bit optimizer state must be whole blocks of {}, not {} elements",
+                p->name, kQuantBlock, numel);
     const DType state = quantized ? DType::kU8 : DType::kF32;
     slot.m = Tensor::Empty(allocator, shape, state, MemCategory::kOptimizer);
     slot.v = Tensor::Empty(allocator, shape, state, MemCategory::kOptimizer);

@@ -12,7 +12,9 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
+#include <utility>
 #include <vector>
 
 #include "config/config.h"
@@ -45,10 +47,14 @@ struct LearningRateSchedule {
 
 // ZeRO-1 (parallel.zero: 1): the stage's distinct parameters laid end to end (in `params`
 // order, a tied copy sharing storage once) form a flat space of elements; this optimizer keeps
-// state for, and steps, only the elements [begin, end) of it.
+// state for, and steps, only the elements [begin, end) of it. Parameters sharded apart (`apart`:
+// the experts split over an expert group, sharded over their own expert-data-parallel group,
+// worker/expert_zero_sync.h) are left out of that flat space; of each the optimizer keeps and
+// steps its flat elements [first, second).
 struct OptimizerShard {
   int64_t begin = 0;
   int64_t end = 0;
+  std::map<const Param*, std::pair<int64_t, int64_t>> apart;
 };
 
 class Optimizer {
@@ -92,6 +98,10 @@ class Optimizer {
   bool sharded_ = false;
   bool quantized_state_ = false;
 };
+
+// Whether optimizer.state int8 keeps `p`'s moments in 8 bits: its whole (every tensor rank's or
+// expert group member's part) has kMinQuantizedElements or more.
+bool QuantizedState(const Param& p);
 
 // The flat elements [begin, end) of `t` (contiguous), as a 1-D view.
 Tensor FlatSlice(const Tensor& t, int64_t begin, int64_t end);

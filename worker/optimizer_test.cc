@@ -182,7 +182,8 @@ TEST(OptimizerTest, KeepsF32MasterForBf16ParamsAndStepsTiedStorageOnce) {
 }
 
 // ZeRO-1: optimizers over complementary shards of the flat space step exactly the elements one
-// unsharded optimizer steps, each holding state for its own elements only.
+// unsharded optimizer steps, each holding state for its own elements only; so do shards of a
+// flat space that leaves a parameter apart, with that parameter's own runs.
 TEST(OptimizerTest, ShardsOfTheFlatSpaceTogetherStepLikeOneOptimizer) {
   MemoryLedger ledger;
   auto backend = MakeCpuBackend(ledger, 1);
@@ -207,8 +208,8 @@ TEST(OptimizerTest, ShardsOfTheFlatSpaceTogetherStepLikeOneOptimizer) {
     Param a2 = make("a", {3, 5}, dtype), b2 = make("b", {7}, dtype);
     Optimizer whole(*backend, {&a1, &b1}, AdamWConfig{});
     const int64_t before = ledger.current(MemCategory::kOptimizer);
-    Optimizer first(*backend, {&a2, &b2}, AdamWConfig{}, false, OptimizerShard{0, 11});
-    Optimizer second(*backend, {&a2, &b2}, AdamWConfig{}, false, OptimizerShard{11, 22});
+    Optimizer first(*backend, {&a2, &b2}, AdamWConfig{}, false, OptimizerShard{0, 11, {}});
+    Optimizer second(*backend, {&a2, &b2}, AdamWConfig{}, false, OptimizerShard{11, 22, {}});
     const int64_t per_element = dtype == DType::kF32 ? 8 : 12;
     EXPECT_EQ(ledger.current(MemCategory::kOptimizer) - before, 22 * per_element);
     ASSERT_EQ(first.slots().size(), 1u);   // a's first 11 elements
@@ -223,6 +224,25 @@ TEST(OptimizerTest, ShardsOfTheFlatSpaceTogetherStepLikeOneOptimizer) {
     }
     EXPECT_EQ(ToFloatVector(a2.value), ToFloatVector(a1.value)) << Name(dtype);
     EXPECT_EQ(ToFloatVector(b2.value), ToFloatVector(b1.value)) << Name(dtype);
+
+    // A parameter sharded apart (split experts under ZeRO-1): b out of the flat space, which is
+    // a alone ([0, 8) and [8, 15)), and b's elements [0, 4) and [4, 7) stepped by each.
+    Param a3 = make("a", {3, 5}, dtype), b3 = make("b", {7}, dtype);
+    Optimizer third(*backend, {&a3, &b3}, AdamWConfig{}, false,
+                    OptimizerShard{0, 8, {{&b3, {0, 4}}}});
+    Optimizer fourth(*backend, {&a3, &b3}, AdamWConfig{}, false,
+                     OptimizerShard{8, 15, {{&b3, {4, 7}}}});
+    ASSERT_EQ(fourth.slots().size(), 2u);
+    EXPECT_EQ(fourth.slots()[0].begin, 8);
+    EXPECT_EQ(fourth.slots()[0].end, 15);  // b takes no place in the flat space
+    EXPECT_EQ(fourth.slots()[1].begin, 4);
+    EXPECT_EQ(fourth.slots()[1].m.numel(), 3);
+    for (int step = 1; step <= 3; ++step) {
+      third.Step(1e-2f, step, 0.5f);
+      fourth.Step(1e-2f, step, 0.5f);
+    }
+    EXPECT_EQ(ToFloatVector(a3.value), ToFloatVector(a1.value)) << Name(dtype);
+    EXPECT_EQ(ToFloatVector(b3.value), ToFloatVector(b1.value)) << Name(dtype);
   }
 }
 

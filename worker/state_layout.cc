@@ -13,10 +13,26 @@
 namespace baton {
 namespace {
 
-// The tensors of a param that a checkpoint stores with it and that are cut like its value.
+// The tensors of a param that a checkpoint stores with it and that are cut where its value is.
 std::vector<Tensor ParamTensors::*> CutFields() {
-  return {&ParamTensors::value, &ParamTensors::master, &ParamTensors::adam_m,
-          &ParamTensors::adam_v};
+  return {&ParamTensors::value,  &ParamTensors::master,        &ParamTensors::adam_m,
+          &ParamTensors::adam_v, &ParamTensors::adam_m_absmax, &ParamTensors::adam_v_absmax};
+}
+
+// How `field` of `p` (this rank's `part` of it) is cut: like the value, or for 8-bit moments'
+// block maxima (one per kQuantBlock flat elements) into the same parts of the blocks: a member of
+// an expert group holds whole blocks of its experts (the config checks), so its blocks are the
+// whole's. Tensor ranks do not cut 8-bit state.
+TensorSplit FieldSplit(const ParamTensors& p, Tensor ParamTensors::*field, const Tensor& part) {
+  if (field != &ParamTensors::adam_m_absmax && field != &ParamTensors::adam_v_absmax) {
+    return p.split;
+  }
+  BATON_CHECK(p.split.over == SplitOver::kExperts,
+              "{}: 8-bit optimizer state is not cut across tensor ranks", p.name);
+  TensorSplit blocks = p.split;
+  blocks.dim = 0;
+  blocks.sections = {part.numel() * p.split.parts};
+  return blocks;
 }
 
 }  // namespace
@@ -168,22 +184,12 @@ LayerTensors StateLayout::LayerOf(int layer_index, const Optimizer* optimizer) c
 
 LayerTensors StateLayout::LayerStateToLoad(int layer_index) const {
   LayerTensors layer = LayerOf(layer_index, nullptr);
-  Allocator& a = backend_.allocator();
   for (ParamTensors& t : layer.params) {
     // As the optimizer keeps them: 8-bit codes and block maxima for a large enough parameter.
-    const bool quantized =
-        optimizer_->quantized_state() && t.value.numel() >= kMinQuantizedElements;
-    const DType state = quantized ? DType::kU8 : DType::kF32;
-    t.adam_m = Tensor::Empty(a, t.value.shape(), state, MemCategory::kWorkspace);
-    t.adam_v = Tensor::Empty(a, t.value.shape(), state, MemCategory::kWorkspace);
-    if (quantized) {
-      const Shape blocks = {QuantBlocks(t.value.numel())};
-      t.adam_m_absmax = Tensor::Empty(a, blocks, DType::kF32, MemCategory::kWorkspace);
-      t.adam_v_absmax = Tensor::Empty(a, blocks, DType::kF32, MemCategory::kWorkspace);
-    }
-    if (t.value.dtype() != DType::kF32) {
-      t.master = Tensor::Empty(a, t.value.shape(), DType::kF32, MemCategory::kWorkspace);
-    }
+    AllocateWholeState(
+        t, backend_.allocator(),
+        optimizer_->quantized_state() &&
+            NumElements(WholeShape(t.value.shape(), t.split)) >= kMinQuantizedElements);
   }
   return layer;
 }
@@ -224,12 +230,10 @@ LayerTensors StateLayout::WholeLayer(const LayerTensors& layer) {
   LayerTensors whole = layer;
   for (ParamTensors& p : whole.params) {
     if (!p.split.cut()) continue;
-    BATON_CHECK(!p.adam_m_absmax.defined(),
-                "{}: 8-bit optimizer state is not cut across tensor ranks", p.name);
     for (Tensor ParamTensors::*field : CutFields()) {
       Tensor& part = p.*field;
       if (!part.defined()) continue;
-      part = GatherWhole(part, p.split);
+      part = GatherWhole(part, FieldSplit(p, field, part));
     }
     p.split = TensorSplit();
   }
@@ -243,8 +247,9 @@ LayerTensors StateLayout::WholeTemporaries(const LayerTensors& layer) const {
     for (Tensor ParamTensors::*field : CutFields()) {
       Tensor& part = p.*field;
       if (!part.defined()) continue;
-      part = Tensor::Empty(backend_.allocator(), WholeShape(part.shape(), p.split), part.dtype(),
-                           MemCategory::kWorkspace);
+      part =
+          Tensor::Empty(backend_.allocator(), WholeShape(part.shape(), FieldSplit(p, field, part)),
+                        part.dtype(), MemCategory::kWorkspace);
     }
   }
   return whole;
@@ -263,7 +268,7 @@ void StateLayout::KeepParts(const LayerTensors& whole, const LayerTensors& layer
       if (!target.defined()) continue;
       std::vector<std::byte> part(target.nbytes());
       ExtractPart(HostBytes(backend_, source).data(), source.shape(), SizeOf(source.dtype()),
-                  to.split, part.data());
+                  FieldSplit(to, field, target), part.data());
       backend_.Copy(Tensor::Wrap(part.data(), target.shape(), target.dtype()), target);
       backend_.Synchronize();
     }

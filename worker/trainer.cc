@@ -15,6 +15,7 @@
 #include "kernels/backend.h"
 #include "model/init.h"
 #include "model/prune.h"
+#include "worker/expert_zero_sync.h"
 #include "worker/stage_tensors.h"
 
 namespace baton {
@@ -75,11 +76,19 @@ ReplicaContext ReplicaContextOf(const TrainerSetup& setup, Group& replicas, Back
   return context;
 }
 
-// The stage's layers as ZeroSync sees them.
+// Experts split over an expert group: summed by the experts' pass (ExpertSumsPass), and under
+// ZeRO-1 sharded apart (ExpertZeroSync).
+bool SplitExperts(const Param& p) { return p.stacked_experts && p.split.cut(); }
+
+// The stage's layers as ZeroSync sees them: every parameter but the split experts.
 std::vector<ZeroLayer> ZeroLayersOf(StageModel& model, const std::vector<TiedGroup>& tied) {
   std::vector<ZeroLayer> layers;
   for (auto& [index, layer] : model.layers()) {
-    ZeroLayer& z = layers.emplace_back(ZeroLayer{index, layer->params(), true});
+    std::vector<Param*> params = layer->params();
+    params.erase(
+        std::remove_if(params.begin(), params.end(), [](Param* p) { return SplitExperts(*p); }),
+        params.end());
+    ZeroLayer& z = layers.emplace_back(ZeroLayer{index, std::move(params), true});
     // A tied or shared layer's sums come at the step end (the tied sums pass).
     for (const TiedGroup& group : tied) {
       if (std::find(group.layers.begin(), group.layers.end(), index) != group.layers.end()) {
@@ -178,11 +187,23 @@ void Trainer::SetUpOptimizer() {
   const Config& config = setup_.config;
   if (config.prune.enabled()) AllocatePruneMasks(backend_, model_->params());
   if (config.parallel.zero >= 1 && setup_.layout.replicas() > 1) {
-    sync_ =
+    auto rest =
         std::make_unique<ZeroSync>(ReplicaContextOf(setup_, *replica_group_, backend_, &on_status_),
                                    ZeroLayersOf(*model_, setup_.tied), config.parallel.zero,
                                    config.parallel.zero3_keep == Zero3Keep::kStep,
                                    config.optimizer.state == OptimizerState::kInt8);
+    std::vector<Param*> experts;
+    for (Param* p : model_->params()) {
+      if (SplitExperts(*p)) experts.push_back(p);
+    }
+    if (setup_.layout.experts() > 1) {
+      ReplicaContext expert_data = ReplicaContextOf(setup_, *replica_group_, backend_, &on_status_);
+      expert_data.replicas = expert_data_ranks_.get();  // null: this member alone holds them
+      sync_ = std::make_unique<ExpertZeroSync>(std::move(rest), std::move(experts), expert_data,
+                                               config.optimizer.state == OptimizerState::kInt8);
+    } else {
+      sync_ = std::move(rest);
+    }
   }
   AdamWConfig hyper;
   hyper.beta1 = static_cast<float>(config.train.beta1);
@@ -197,7 +218,7 @@ void Trainer::SetUpOptimizer() {
     // Experts split over an expert group are summed by the experts' pass instead (ExpertSumsPass).
     std::vector<Param*> replicated;
     for (Param* p : model_->params()) {
-      if (!p->stacked_experts || !p->split.cut()) replicated.push_back(p);
+      if (!SplitExperts(*p)) replicated.push_back(p);
     }
     sync_ = std::make_unique<AllReduceSync>(
         ReplicaContextOf(setup_, *replica_group_, backend_, &on_status_), replicated);

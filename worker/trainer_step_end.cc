@@ -224,13 +224,16 @@ Trainer::StepEnd Trainer::ReduceStepEnd(bool local_loss_finite, std::vector<floa
       loss_slots + (replicated ? static_cast<size_t>(setup_.config.train.micro_batches) : 0);
   const size_t experts_per_layer =
       setup_.dims.moe.routing_bias() ? static_cast<size_t>(setup_.dims.moe.num_experts) : 0;
-  // Then, with experts and no ZeRO (whose replicas each add their shard's part of a layer's sum),
-  // each MoE layer's sum of squares of each expert's gradients (its stacked parameters' parts, in
-  // order), kept apart from the layer's own slot, and written by the member of expert group 0
-  // holding it (replica 0 with every expert): the same numbers however the experts are split.
+  // Then, with experts whole on the replicas holding them (no ZeRO, or ZeRO-1 with the experts
+  // split over expert groups and sharded apart: ExpertZeroSync; E = 1's ZeRO shards them with
+  // the rest, each replica adding its shard's part of a layer's sum), each MoE layer's sum of
+  // squares of each expert's gradients (its stacked parameters' parts, in order), kept apart from
+  // the layer's own slot, and written by the member of expert group 0 holding it (replica 0 with
+  // every expert): the same numbers however the experts are split.
   const size_t expert_sum_slots =
       load_slots + 2 * experts_per_layer * static_cast<size_t>(num_layers);
-  const size_t experts_summed = setup_.dims.moe.num_experts > 0 && !sync_->optimizer_shard()
+  const bool whole_experts = !sync_->optimizer_shard() || setup_.layout.experts() > 1;
+  const size_t experts_summed = setup_.dims.moe.num_experts > 0 && whole_experts
                                     ? static_cast<size_t>(setup_.dims.moe.num_experts)
                                     : 0;
   std::vector<float> partial(expert_sum_slots + experts_summed * static_cast<size_t>(num_layers),
