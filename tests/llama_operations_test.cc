@@ -167,7 +167,8 @@ TEST(LlamaOperationsTest, ExpertParallelRunsTrainTheBitsOfWholeExpertsAndResumeO
 // ZeRO-1 with the experts split over 4 replicas (each member's experts' optimizer state sharded
 // over the replicas holding the same experts: two each at E = 2, one at E = 4), with f32 and with
 // 8-bit state (runs of whole blocks): E = 2 trains E = 4's bits, and its checkpoint (every
-// expert's state gathered whole) resumes onto E = 4 to the uninterrupted run's checksum.
+// expert's state gathered whole) resumes onto E = 4, and E = 4's onto E = 2, to the
+// uninterrupted run's checksum.
 TEST(LlamaOperationsTest, ZeroOneWithSplitExpertsResumesOntoAnotherExpertSplit) {
   for (const char* state : {"f32", "int8"}) {
     const std::string root = TempDir(std::string("moe-zero-") + state);
@@ -187,6 +188,11 @@ TEST(LlamaOperationsTest, ZeroOneWithSplitExpertsResumesOntoAnotherExpertSplit) 
     const std::vector<double> all = Losses(four);
     EXPECT_EQ(Losses(resumed), std::vector<double>(all.begin() + 2, all.end())) << state;
     EXPECT_EQ(resumed.at("param_checksum"), four.at("param_checksum")) << state;
+    // And E = 4's (each member's experts' state whole on it) onto E = 2.
+    const nlohmann::json back = train(root + "/back", {"--set", "parallel.experts=2", "--resume",
+                                                       root + "/four/checkpoints/step-2"});
+    EXPECT_EQ(Losses(back), std::vector<double>(all.begin() + 2, all.end())) << state;
+    EXPECT_EQ(back.at("param_checksum"), four.at("param_checksum")) << state;
   }
 }
 

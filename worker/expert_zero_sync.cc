@@ -115,6 +115,15 @@ std::optional<LayerTensors> ExpertZeroSync::GatherLayerState(LayerTensors layer,
     for (const Optimizer::Slot& slot : optimizer.slots()) {
       if (slot.param == p) own = &slot;
     }
+    if (members() == 1) {  // this member's slot holds its experts' whole state: as it is
+      BATON_CHECK(own != nullptr && own->whole(), "{}: no whole slot of its state", p->name);
+      t.master = own->master;
+      t.adam_m = own->m;
+      t.adam_v = own->v;
+      t.adam_m_absmax = own->m_absmax;
+      t.adam_v_absmax = own->v_absmax;
+      continue;
+    }
     // 8-bit moments: codes, and a maximum per block (a run holds whole blocks).
     const bool quantized = quantized_state_ && QuantizedState(*p);
     if (holder) AllocateWholeState(t, backend.allocator(), quantized);
