@@ -345,11 +345,6 @@ void ValidateParallel(const Config& c, const Reporter& r) {
                           "replicas: parallel.replicas {} must be a multiple of it",
                           p.experts, p.replicas));
     // Not yet with expert parallelism (docs/parallel.md says so).
-    r.Require(p.zero <= 1, {"parallel.experts", "parallel.zero"},
-              fmt::format("parallel.experts {} combines with parallel.zero 1 (the experts' "
-                          "optimizer state sharded over the replicas holding them), not with "
-                          "parallel.zero {} yet",
-                          p.experts, p.zero));
     // 8-bit state: a member's part of each stacked expert matrix (its N/E experts of c x i and
     // c x 2i elements) must be whole quantisation blocks, so that its blocks are E = 1's.
     const int64_t hidden = c.model.moe.expert_intermediate_size > 0

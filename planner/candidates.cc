@@ -41,8 +41,6 @@ Config Apply(const Config& base, const Levers& levers) {
     config.parallel.zero = levers.replicas > 1 ? levers.zero : 0;
   }
   config.parallel.experts = levers.experts;
-  // ZeRO-1 shards the split experts apart (a configured ZeRO-1 stays); ZeRO-2 and -3 do not.
-  if (levers.experts > 1) config.parallel.zero = std::min(config.parallel.zero, 1);
   Validate(config);
   return config;
 }

@@ -98,8 +98,9 @@ int64_t ReplicaBytesPerStep(const Plan& plan) {
     double bytes = 0;
     if (parallel.experts > 1) {
       // The stacked experts (whole): summed by the expert sums pass, not the all-reduce; a
-      // member's E sources of its X / E go to each of the other D - 1 holding them. Under ZeRO-1
-      // each then sends its run (1 / D) of its updated X / E to them.
+      // member's E sources of its X / E go to each of the other D - 1 holding them. Under ZeRO
+      // each then sends its run (1 / D) of its updated X / E to them (once a step at every level:
+      // ZeRO-3 leaves the experts resident).
       double experts = 0;
       for (const LayerRange& range : plan.ChunkRanges(s)) {
         for (int i = range.first; i <= range.last; ++i) {
@@ -110,7 +111,7 @@ int64_t ReplicaBytesPerStep(const Plan& plan) {
       n -= experts;
       const double holders = static_cast<double>(replicas) / parallel.experts;  // D
       bytes = (holders - 1) * experts * grad_bytes;
-      if (parallel.zero == 1) {
+      if (parallel.zero >= 1) {
         bytes += (holders - 1) / holders * experts / parallel.experts * value_bytes;
       }
     }
@@ -128,7 +129,7 @@ int64_t ReplicaBytesPerStep(const Plan& plan) {
       const bool recompute = parallel.checkpoint.kind == CheckpointPolicy::Kind::kEvery;
       const int uses =
           MicroBatchesPerReplica(plan.config) * (2 + (recompute ? 1 : 0) + (split ? 1 : 0));
-      bytes = share * n * (grad_bytes + uses * value_bytes);
+      bytes += share * n * (grad_bytes + uses * value_bytes);
     }
     worst = std::max(worst, bytes);
   }

@@ -202,7 +202,8 @@ TEST(MoeInProcessTest, ExpertParallelismTrainsTheBitsOfReplicasHoldingEveryExper
 // ZeRO-1 with the experts split: the other parameters' optimizer state sharded over every
 // replica, each member's experts' over the replicas holding the same experts (E = 2 of R = 4:
 // two each; E = 4: one, unsharded). E = 2 and 4 train the same bits with clipping acting (the
-// norm takes the experts whole, expert by expert, as without ZeRO); where it does not act, the
+// norm takes the experts whole, expert by expert, as without ZeRO), and so do ZeRO-2 and -3
+// (both keeps) with E = 2; where clipping does not act, the
 // bits of replicas holding every expert with no ZeRO and with E = 1's ZeRO-1 (the norm's
 // summation order is all that differs). Sharding leaves each rank less optimizer state.
 TEST(MoeInProcessTest, ZeroOneShardsTheSplitExpertsStateOverTheReplicasHoldingThem) {
@@ -216,6 +217,18 @@ TEST(MoeInProcessTest, ZeroOneShardsTheSplitExpertsStateOverTheReplicasHoldingTh
   const InProcessResult all = TrainExperts(with({"parallel.zero=1", "train.grad_clip=0.05"}), 4);
   EXPECT_EQ(two.losses, all.losses);
   EXPECT_EQ(two.param_checksum, all.param_checksum);
+  // ZeRO-2 and -3 (the other parameters' gradients, and values, released outside the shard; the
+  // experts' whole on their holders): ZeRO-1's bits.
+  for (const std::vector<std::string>& level :
+       std::vector<std::vector<std::string>>{{"parallel.zero=2"},
+                                             {"parallel.zero=3"},
+                                             {"parallel.zero=3", "parallel.zero3_keep=step"}}) {
+    std::vector<std::string> overrides = with(level);
+    overrides.push_back("train.grad_clip=0.05");
+    const InProcessResult higher = TrainExperts(overrides, 2);
+    EXPECT_EQ(higher.losses, two.losses) << fmt::format("{}", level);
+    EXPECT_EQ(higher.param_checksum, two.param_checksum) << fmt::format("{}", level);
+  }
   const InProcessResult plain = TrainExperts(with({"train.grad_clip=0"}), 1);
   const InProcessResult zero_whole =
       TrainExperts(with({"parallel.zero=1", "train.grad_clip=0"}), 1);

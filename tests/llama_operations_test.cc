@@ -164,35 +164,39 @@ TEST(LlamaOperationsTest, ExpertParallelRunsTrainTheBitsOfWholeExpertsAndResumeO
   EXPECT_EQ(resumed.at("param_checksum"), whole.at("param_checksum"));
 }
 
-// ZeRO-1 with the experts split over 4 replicas (each member's experts' optimizer state sharded
+// ZeRO with the experts split over 4 replicas (each member's experts' optimizer state sharded
 // over the replicas holding the same experts: two each at E = 2, one at E = 4), with f32 and with
-// 8-bit state (runs of whole blocks): E = 2 trains E = 4's bits, and its checkpoint (every
-// expert's state gathered whole) resumes onto E = 4, and E = 4's onto E = 2, to the
-// uninterrupted run's checksum.
-TEST(LlamaOperationsTest, ZeroOneWithSplitExpertsResumesOntoAnotherExpertSplit) {
-  for (const char* state : {"f32", "int8"}) {
-    const std::string root = TempDir(std::string("moe-zero-") + state);
+// 8-bit state (runs of whole blocks) under ZeRO-1, and with the E = 2 run under ZeRO-3: E = 2
+// trains E = 4's bits, and its checkpoint (every expert's state gathered whole) resumes onto
+// E = 4 under ZeRO-1, and E = 4's onto E = 2, to the uninterrupted run's checksum.
+TEST(LlamaOperationsTest, ZeroWithSplitExpertsResumesOntoAnotherExpertSplit) {
+  // The optimizer state, and the ZeRO level of the E = 2 run (the others' is 1).
+  for (const auto& [state, level] :
+       std::vector<std::pair<std::string, int>>{{"f32", 1}, {"int8", 1}, {"f32", 3}}) {
+    const std::string what = fmt::format("{}, ZeRO-{}", state, level);
+    const std::string root = TempDir(fmt::format("moe-zero{}-{}", level, state));
     const auto train = [&](const std::string& dir, std::vector<std::string> extra) {
       extra.insert(extra.begin(),
                    {"--set", "parallel.stages=1", "--set", "parallel.replicas=4", "--set",
-                    "parallel.zero=1", "--set", std::string("optimizer.state=") + state});
+                    "parallel.zero=1", "--set", "optimizer.state=" + state});
       return TrainSmallMoe(dir, extra);
     };
     const nlohmann::json four = train(root + "/four", {"--set", "parallel.experts=4"});
-    const nlohmann::json two = train(root + "/two", {"--set", "parallel.experts=2"});
-    EXPECT_EQ(Losses(two), Losses(four)) << state;
-    EXPECT_EQ(two.at("param_checksum"), four.at("param_checksum")) << state;
+    const nlohmann::json two = train(root + "/two", {"--set", "parallel.experts=2", "--set",
+                                                     fmt::format("parallel.zero={}", level)});
+    EXPECT_EQ(Losses(two), Losses(four)) << what;
+    EXPECT_EQ(two.at("param_checksum"), four.at("param_checksum")) << what;
     const nlohmann::json resumed =
         train(root + "/resumed",
               {"--set", "parallel.experts=4", "--resume", root + "/two/checkpoints/step-2"});
     const std::vector<double> all = Losses(four);
-    EXPECT_EQ(Losses(resumed), std::vector<double>(all.begin() + 2, all.end())) << state;
-    EXPECT_EQ(resumed.at("param_checksum"), four.at("param_checksum")) << state;
+    EXPECT_EQ(Losses(resumed), std::vector<double>(all.begin() + 2, all.end())) << what;
+    EXPECT_EQ(resumed.at("param_checksum"), four.at("param_checksum")) << what;
     // And E = 4's (each member's experts' state whole on it) onto E = 2.
     const nlohmann::json back = train(root + "/back", {"--set", "parallel.experts=2", "--resume",
                                                        root + "/four/checkpoints/step-2"});
-    EXPECT_EQ(Losses(back), std::vector<double>(all.begin() + 2, all.end())) << state;
-    EXPECT_EQ(back.at("param_checksum"), four.at("param_checksum")) << state;
+    EXPECT_EQ(Losses(back), std::vector<double>(all.begin() + 2, all.end())) << what;
+    EXPECT_EQ(back.at("param_checksum"), four.at("param_checksum")) << what;
   }
 }
 

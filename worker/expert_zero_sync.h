@@ -1,8 +1,10 @@
-// ZeRO-1 with experts split over expert groups (parallel.zero 1 with parallel.experts E > 1;
-// docs/parallel.md): the stage's other parameters are a ZeroSync's over every replica, and the
+// ZeRO with experts split over expert groups (parallel.zero >= 1 with parallel.experts E > 1;
+// docs/parallel.md): the stage's other parameters are a ZeroSync's over every replica (at its
+// level: ZeRO-2 releases their gradients outside the shard, ZeRO-3 their values too), and the
 // stacked expert parameters each member holds (its N/E experts of each MoE layer) have their
 // optimizer state sharded over the member's expert-data-parallel group (the R/E replicas
-// holding the same experts, ParallelLayout::ExpertDataGroupOf).
+// holding the same experts, ParallelLayout::ExpertDataGroupOf); their values and gradients stay
+// whole on every member holding them at every level.
 //
 // By this sync's reduction the experts' gradients are whole on every member holding them (the
 // step end's expert sums pass sums every replica's contribution in replica order), so member d
@@ -42,7 +44,7 @@ class ExpertZeroSync final : public GradientSync {
   const char* after_update_pass() const override { return rest_->after_update_pass(); }
   bool after_tied_sums() const override { return rest_->after_tied_sums(); }
   void Reduce(int64_t step) override { rest_->Reduce(step); }
-  // The rest's (ZeRO-2 and -3 refuse split experts: parallel.zero 1 only).
+  // The rest's (ZeRO-2's gradients and ZeRO-3's values of the other parameters).
   void BeforeLayerBackward(int index) override { rest_->BeforeLayerBackward(index); }
   bool LayerGradientsDone(int index, int64_t step) override {
     return rest_->LayerGradientsDone(index, step);

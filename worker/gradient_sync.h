@@ -22,7 +22,7 @@
 //                   backward, W) and released after it (keep "microbatch") or at the step end
 //                   (keep "step": gathered once a step), instead of the step end's all-gather.
 //                   The same bits as ZeRO-1 again.
-//   ExpertZeroSync  ZeRO-1 with the experts split over expert groups (worker/expert_zero_sync.h):
+//   ExpertZeroSync  ZeRO with the experts split over expert groups (worker/expert_zero_sync.h):
 //                   a ZeroSync of every other parameter, the experts' optimizer state sharded
 //                   over the replicas holding the same experts.
 //

@@ -77,7 +77,7 @@ ReplicaContext ReplicaContextOf(const TrainerSetup& setup, Group& replicas, Back
 }
 
 // Experts split over an expert group: summed by the experts' pass (ExpertSumsPass), and under
-// ZeRO-1 sharded apart (ExpertZeroSync).
+// ZeRO sharded apart (ExpertZeroSync).
 bool SplitExperts(const Param& p) { return p.stacked_experts && p.split.cut(); }
 
 // The stage's layers as ZeroSync sees them: every parameter but the split experts.
@@ -323,6 +323,7 @@ Trainer::Trainer(TrainerSetup setup, Backend& backend)
   if (zero >= 2) {
     release = [&values_outside](int index, Layer& layer) {
       for (Param* p : layer.params()) {
+        if (SplitExperts(*p)) continue;  // whole on the replicas holding them (ExpertZeroSync)
         // A share group's later copies hold the first one's, released with it.
         if (p->grad.storage()->resident()) p->grad.storage()->Release();
         if (values_outside.count({index, p->name}) == 1) p->value.storage()->Release();

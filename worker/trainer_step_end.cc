@@ -224,7 +224,7 @@ Trainer::StepEnd Trainer::ReduceStepEnd(bool local_loss_finite, std::vector<floa
       loss_slots + (replicated ? static_cast<size_t>(setup_.config.train.micro_batches) : 0);
   const size_t experts_per_layer =
       setup_.dims.moe.routing_bias() ? static_cast<size_t>(setup_.dims.moe.num_experts) : 0;
-  // Then, with experts whole on the replicas holding them (no ZeRO, or ZeRO-1 with the experts
+  // Then, with experts whole on the replicas holding them (no ZeRO, or ZeRO with the experts
   // split over expert groups and sharded apart: ExpertZeroSync; E = 1's ZeRO shards them with
   // the rest, each replica adding its shard's part of a layer's sum), each MoE layer's sum of
   // squares of each expert's gradients (its stacked parameters' parts, in order), kept apart from
