@@ -344,7 +344,6 @@ void ValidateParallel(const Config& c, const Reporter& r) {
               fmt::format("parallel.experts {} forms its expert groups inside the data-parallel "
                           "replicas: parallel.replicas {} must be a multiple of it",
                           p.experts, p.replicas));
-    // Not yet with expert parallelism (docs/parallel.md says so).
     // 8-bit state: a member's part of each stacked expert matrix (its N/E experts of c x i and
     // c x 2i elements) must be whole quantisation blocks, so that its blocks are E = 1's.
     const int64_t hidden = c.model.moe.expert_intermediate_size > 0
@@ -358,7 +357,7 @@ void ValidateParallel(const Config& c, const Reporter& r) {
                     "an expert matrix in whole blocks of {}: {} experts of {} x {} are {} "
                     "elements",
                     p.experts, kQuantBlock, experts / p.experts, c.model.width, hidden, part));
-
+    // Not yet with expert parallelism (docs/parallel.md says so).
     r.Require(!c.prune.enabled(), {"parallel.experts", "prune.sparsity"},
               "parallel.experts > 1 does not combine with pruning yet");
   }

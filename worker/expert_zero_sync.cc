@@ -24,7 +24,7 @@ ExpertZeroSync::ExpertZeroSync(std::unique_ptr<ZeroSync> rest, std::vector<Param
       quantized_state_(quantized_state) {
   for (const Param* p : experts_) {
     BATON_CHECK(p->stacked_experts && p->split.cut() && p->grad.dtype() == DType::kF32,
-                "{}: ZeRO-1 shards apart only experts split over an expert group, with f32 "
+                "{}: ZeRO shards apart only experts split over an expert group, with f32 "
                 "gradients",
                 p->name);
   }

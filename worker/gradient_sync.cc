@@ -499,7 +499,7 @@ std::optional<LayerTensors> ZeroSync::GatherLayerState(LayerTensors layer,
     }
     const int64_t numel = t.value.numel();
     // 8-bit moments: codes, and a maximum per block (a shard holds whole blocks).
-    const bool quantized = quantized_state_ && numel >= kMinQuantizedElements;
+    const bool quantized = quantized_state_ && QuantizedState(t.value.shape(), t.split);
     if (me == 0) AllocateWholeState(t, backend.allocator(), quantized);
     for (int i = 0; i < context_.num_replicas(); ++i) {
       // Replica i's part of this parameter: its shard's overlap, the elements its slot holds.

@@ -56,10 +56,8 @@ float LearningRateSchedule::At(int64_t step) const {
       Decay(schedule, decay_steps, lr, min_lr, warmup_steps, total_steps, step));
 }
 
-bool QuantizedState(const Param& p) {
-  const int64_t whole =
-      p.split.cut() ? NumElements(WholeShape(p.value.shape(), p.split)) : p.value.numel();
-  return whole >= kMinQuantizedElements;
+bool QuantizedState(const Shape& part, const TensorSplit& split) {
+  return NumElements(WholeShape(part, split)) >= kMinQuantizedElements;
 }
 
 Tensor FlatSlice(const Tensor& t, int64_t begin, int64_t end) {

@@ -99,9 +99,11 @@ class Optimizer {
   bool quantized_state_ = false;
 };
 
-// Whether optimizer.state int8 keeps `p`'s moments in 8 bits: its whole (every tensor rank's or
-// expert group member's part) has kMinQuantizedElements or more.
-bool QuantizedState(const Param& p);
+// Whether optimizer.state int8 keeps the moments of a parameter whose part here has shape `part`
+// (cut by `split`) in 8 bits: its whole (every tensor rank's or expert group member's part) has
+// kMinQuantizedElements or more.
+bool QuantizedState(const Shape& part, const TensorSplit& split);
+inline bool QuantizedState(const Param& p) { return QuantizedState(p.value.shape(), p.split); }
 
 // The flat elements [begin, end) of `t` (contiguous), as a 1-D view.
 Tensor FlatSlice(const Tensor& t, int64_t begin, int64_t end);

@@ -186,10 +186,8 @@ LayerTensors StateLayout::LayerStateToLoad(int layer_index) const {
   LayerTensors layer = LayerOf(layer_index, nullptr);
   for (ParamTensors& t : layer.params) {
     // As the optimizer keeps them: 8-bit codes and block maxima for a large enough parameter.
-    AllocateWholeState(
-        t, backend_.allocator(),
-        optimizer_->quantized_state() &&
-            NumElements(WholeShape(t.value.shape(), t.split)) >= kMinQuantizedElements);
+    AllocateWholeState(t, backend_.allocator(),
+                       optimizer_->quantized_state() && QuantizedState(t.value.shape(), t.split));
   }
   return layer;
 }
