@@ -113,9 +113,11 @@ struct ExpertRange {
   bool Holds(int expert) const { return expert < 0 || (expert >= first && expert < end); }
 };
 
-// The experts a param's split keeps (all of them unless it is cut over an expert group).
+// The experts a param's split keeps: all of them unless a stacked parameter is cut along them
+// (over an expert group, or folded over tensor ranks); a part that is not an expert's is read
+// whatever the cut (ExpertRange::Holds).
 ExpertRange ExpertsKept(const TensorSplit& split) {
-  if (!split.cut() || split.over != SplitOver::kExperts) return {};
+  if (!split.cut() || split.dim != 0) return {};
   const auto [first, size] = PartRanges(split).front();
   return {first, first + size};
 }

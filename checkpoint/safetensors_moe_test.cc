@@ -103,8 +103,9 @@ TEST(SafetensorsMoeTest, Qwen3AndQwen3MoeFoldersGiveTransformersLogitsAndExportB
 
 // model.init_from under expert parallelism (StateLayout::InitValues): a member's whole temporary
 // of a stacked expert parameter, its split saying which experts it keeps, gets those experts'
-// bits from the folder and nothing else read (the others stay zero); a param cut over tensor
-// ranks still reads the whole.
+// bits from the folder and nothing else read (the others stay zero), whether its experts are split
+// over an expert group or folded over tensor ranks (a tensor cut of dimension 0); a stacked
+// parameter cut along another dimension reads every expert.
 TEST(SafetensorsMoeTest, AMemberOfAnExpertGroupReadsOnlyItsOwnExperts) {
   const std::string dir = std::string(BATON_SOURCE_DIR) + "/tests/fixtures/mixtral-hf";
   HfLlamaFolder folder = HfLlamaFolder::Open(dir);
@@ -121,26 +122,26 @@ TEST(SafetensorsMoeTest, AMemberOfAnExpertGroupReadsOnlyItsOwnExperts) {
     const Tensor& full = found->value;  // (4 experts, in, out)
     const int64_t per_expert = full.numel() / 4;
     for (const int member : {0, 1}) {
-      for (const SplitOver over : {SplitOver::kExperts, SplitOver::kTensor}) {
+      for (const int cut : {0, 1, 2}) {  // over experts, folded, along another dimension
+        const SplitOver over = cut == 0 ? SplitOver::kExperts : SplitOver::kTensor;
         ParamTensors part = *found;
         part.value = Tensor::Empty(f.backend->allocator(), full.shape(), DType::kF32,
                                    MemCategory::kWorkspace);
         part.master = Tensor();
-        part.split = {0, {4}, member, 2, over};
+        part.split = {cut == 2 ? 1 : 0, {cut == 2 ? full.size(1) : 4}, member, 2, over};
         HfLlamaFolder fresh = HfLlamaFolder::Open(dir);
         LoadLlamaParamsFromHf(fresh, f.dims, {part}, *f.backend);
         const float* got = part.value.data<float>();
         const float* want = full.data<float>();
         for (int64_t e = 0; e < 4; ++e) {
-          const bool kept = over == SplitOver::kTensor || e / 2 == member;
+          const bool kept = cut == 2 || e / 2 == member;
           int64_t equal = 0, zero = 0;
           for (int64_t i = e * per_expert; i < (e + 1) * per_expert; ++i) {
             equal += std::memcmp(&got[i], &want[i], sizeof(float)) == 0;
             zero += got[i] == 0.0f;
           }
           EXPECT_EQ(kept ? equal : zero, per_expert)
-              << name << ", member " << member << ", expert " << e
-              << (over == SplitOver::kTensor ? " (a tensor split)" : "");
+              << name << ", member " << member << ", expert " << e << ", cut " << cut;
         }
       }
     }

@@ -328,11 +328,28 @@ void ValidateParallel(const Config& c, const Reporter& r) {
   r.Require(p.replicas == 1 || c.model.weights == WeightFormat::kDense,
             {"parallel.replicas", "model.weights"},
             "data-parallel replicas train: they need model.weights: dense");
-  r.Require(c.model.moe.num_experts == 0 || p.tensor == 1,
-            {"parallel.tensor", "model.moe.num_experts"},
-            fmt::format("experts do not split over tensor ranks yet: parallel.tensor {} needs "
-                        "model.moe.num_experts 0",
-                        p.tensor));
+  if (c.model.moe.num_experts > 0 && p.tensor > 1) {
+    // Whole experts fold over a stage's tensor ranks (docs/parallel.md, "Tensor parallelism").
+    const MoeConfig& moe = c.model.moe;
+    r.Require(moe.num_experts % p.tensor == 0, {"parallel.tensor", "model.moe.num_experts"},
+              fmt::format("parallel.tensor {} folds each MoE layer's experts over the tensor "
+                          "ranks: it must divide model.moe.num_experts {}",
+                          p.tensor, moe.num_experts));
+    const int64_t shared_width =
+        moe.shared_experts * (moe.shared_expert_intermediate_size > 0
+                                  ? moe.shared_expert_intermediate_size
+                                  : (moe.expert_intermediate_size > 0 ? moe.expert_intermediate_size
+                                                                      : c.model.intermediate_size));
+    r.Require(shared_width % p.tensor == 0,
+              {"parallel.tensor", "model.moe.shared_expert_intermediate_size"},
+              fmt::format("parallel.tensor {} splits the shared experts' hidden units: it must "
+                          "divide their {}",
+                          p.tensor, shared_width));
+    r.Require(p.experts == 1, {"parallel.tensor", "parallel.experts"},
+              fmt::format("experts fold over tensor ranks or split over an expert group, not both "
+                          "yet: parallel.tensor {} needs parallel.experts 1, not {}",
+                          p.tensor, p.experts));
+  }
   if (p.experts > 1) {
     const int64_t experts = c.model.moe.num_experts;
     r.Require(experts > 0 && experts % p.experts == 0,

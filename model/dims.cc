@@ -113,8 +113,10 @@ int64_t MoeDims::capacity(int64_t tokens) const {
   return std::min<int64_t>(tokens, static_cast<int64_t>(std::ceil(rows)));
 }
 
-int64_t MoeDims::routed_rows(int64_t tokens) const {
-  return std::min<int64_t>(tokens * top_k, int64_t{num_experts} * capacity(tokens));
+int64_t MoeDims::routed_rows(int64_t tokens) const { return routed_rows(tokens, num_experts); }
+
+int64_t MoeDims::routed_rows(int64_t tokens, int held) const {
+  return std::min<int64_t>(tokens * std::min(top_k, held), int64_t{held} * capacity(tokens));
 }
 
 std::string ToString(const ModelDims& dims) {

@@ -75,6 +75,9 @@ struct MoeDims {
   // Rows of the experts' permuted input for `tokens` tokens: tokens * top_k, at most
   // num_experts * capacity.
   int64_t routed_rows(int64_t tokens) const;
+  // Of them, the rows `held` of the experts can take (experts folded over tensor ranks): every
+  // token's choices that can land on them, at most their capacity.
+  int64_t routed_rows(int64_t tokens, int held) const;
   int64_t shared_width() const { return int64_t{shared_experts} * shared_hidden; }
   // sigmoid_bias's per-expert routing bias, kept by each MoE layer beside its parameters.
   bool routing_bias() const { return router == Router::kSigmoidBias; }

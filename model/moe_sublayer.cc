@@ -24,7 +24,20 @@
 // sends the results back into the source's routed rows. The backward moves the rows' gradients
 // the same way; the experts' weight gradients accumulate per source (ExpertGradSources).
 //
-// Stash ("moe." prefix): x, ln, rstd, logits (N,E); unless selective recompute, the experts' fc
+// Tensor parallelism (a tensor group of T > 1; docs/parallel.md, "Tensor parallelism"): the
+// experts fold over the stage's tensor ranks instead of being cut inside (Megatron's expert
+// tensor parallelism of 1): rank t holds whole experts [t N/T, (t + 1) N/T), every rank routes
+// the same tokens alike (the router is replicated) and runs the routed rows of its own experts
+// only, renumbered from 0 (Routed::slots; the others' are -1, as dropped ones); the shared experts
+// are cut as the MLP is. Each rank's branch, its experts' weighted rows and its part of the shared
+// experts', is summed over the group (under sequence parallelism: scattered), and backward sums
+// the input's gradient likewise; the combine weights' gradient (N,k) and the shared gate's (N,1),
+// of which each rank holds the parts of its experts, are summed before the router and the gate
+// read them; the replicated router's and gate's share of the input's gradient is added by rank 0
+// alone before the sum. Not yet with an expert group too (config refuses).
+//
+// Stash ("moe." prefix): x, ln, rstd (this rank's part of the sequence under sequence
+// parallelism), logits (N,E); unless selective recompute, the experts' fc
 // (R,2I), act (R,I) and out (R,C), and the shared experts' fc (N,2S), act (N,S) and out (N,C).
 // Under expert parallelism fc and act are the rows this member's experts ran (from every
 // source), with those rows' inputs ("moe.received"), and out the source's own routed rows'
@@ -94,17 +107,40 @@ Tensor ToDevice(Backend& backend, const std::vector<T>& host, Shape shape, DType
   return t;
 }
 
+// Which experts this rank holds, of those an expert group leaves it: with the experts folded
+// over T tensor ranks, rank t's [first, first + held); all of them (first 0) for T = 1.
+struct HeldExperts {
+  int64_t first = 0;
+  int64_t held = 0;
+};
+
 // The routing of a micro-batch's tokens and its tensors on the device: slots and weights (N,k).
+// With the experts folded over tensor ranks the slots are of this rank's routed rows, those of
+// its experts [first, first + held) (the routing's rows [begin, end)), renumbered from 0, and -1
+// for the others' rows; `begin` 0 and every slot as routed otherwise.
 struct Routed {
   MoeRouting routing;
   Tensor slots, weights;
+  HeldExperts experts;
+  int64_t begin = 0, end = 0;
 };
 
 Routed RouteOn(Backend& backend, const MoeDims& moe, const Tensor& logits,
-               const std::vector<float>& bias) {
+               const std::vector<float>& bias, HeldExperts experts) {
   const int64_t n = logits.size(0);
-  Routed r{Route(moe, ToHost(backend, logits), n, bias), Tensor(), Tensor()};
-  r.slots = ToDevice(backend, r.routing.slots, {n, moe.top_k}, DType::kI32);
+  Routed r{Route(moe, ToHost(backend, logits), n, bias), Tensor(), Tensor(), experts, 0, 0};
+  std::vector<int32_t> slots = r.routing.slots;
+  if (experts.held < moe.num_experts) {
+    // The ledger-only backend routes every token to experts 0 .. k-1: it books each rank as
+    // their holder, the worst routing for any rank.
+    if (logits.is_meta()) r.experts.first = 0;
+    r.begin = r.routing.offsets[static_cast<size_t>(r.experts.first)];
+    r.end = r.routing.offsets[static_cast<size_t>(r.experts.first + experts.held)];
+    for (int32_t& slot : slots) slot = slot >= r.begin && slot < r.end ? slot - r.begin : -1;
+  } else {
+    r.end = r.routing.offsets.back();
+  }
+  r.slots = ToDevice(backend, slots, {n, moe.top_k}, DType::kI32);
   r.weights = ToDevice(backend, r.routing.weights, {n, moe.top_k}, DType::kF32);
   return r;
 }
@@ -148,14 +184,17 @@ std::vector<int32_t> ToHostI32(Backend& backend, const Tensor& t) {
 
 // The plan of `routing`'s rows; with an expert group of E, each member's counts of rows for each
 // of member d's experts go to d first (an all-to-all of N/E i32 per member pair).
-RowPlan PlanRows(Backend& backend, const MoeRouting& routing, ExpertGroup* group) {
+RowPlan PlanRows(Backend& backend, const Routed& r, ExpertGroup* group) {
   RowPlan plan;
+  const MoeRouting& routing = r.routing;
   const int64_t n_experts = static_cast<int64_t>(routing.offsets.size()) - 1;
-  if (group == nullptr) {
-    for (int64_t e = 0; e < n_experts; ++e) {
-      plan.blocks.push_back({routing.offsets[e], routing.offsets[e + 1], e, 0});
+  if (group == nullptr) {  // this rank's experts, over its routed rows (Routed::begin)
+    for (int64_t e = 0; e < r.experts.held; ++e) {
+      const size_t global = static_cast<size_t>(r.experts.first + e);
+      plan.blocks.push_back(
+          {routing.offsets[global] - r.begin, routing.offsets[global + 1] - r.begin, e, 0});
     }
-    plan.used = routing.offsets.back();
+    plan.used = r.end - r.begin;
     return plan;
   }
   plan.group = group;
@@ -363,13 +402,47 @@ class MoeSublayer final : public Sublayer {
   }
 
   std::string TensorSplitProblem(int tensor) const override {
-    if (tensor == 1) return "";
-    return fmt::format("experts do not split over {} tensor ranks yet", tensor);
+    if (moe_.num_experts % tensor != 0) {
+      return fmt::format("the {} experts do not fold evenly over {} tensor ranks", moe_.num_experts,
+                         tensor);
+    }
+    if (moe_.shared_width() % tensor != 0) {
+      return fmt::format("the shared experts' {} hidden units do not split over {} tensor ranks",
+                         moe_.shared_width(), tensor);
+    }
+    return "";
   }
 
-  LayerCollectives Collectives(int64_t /*rows*/, DType /*act_dtype*/,
-                               const TensorLayout& /*layout*/) const override {
-    return {};  // one tensor rank (TensorSplitProblem)
+  // The branch summed (forward) and the input's gradient (backward), as the MLP's; between them
+  // the combine weights' gradient (N,k) and the shared gate's (N,1), f32. Under sequence
+  // parallelism ln is gathered for the router and the experts (forward, and again in backward
+  // with dy), the sums scattered, and the norm's gradient summed at the step end.
+  LayerCollectives Collectives(int64_t rows, DType act_dtype,
+                               const TensorLayout& layout) const override {
+    using Kind = TensorCollective::Kind;
+    LayerCollectives c;
+    if (layout.tensor == 1) return c;
+    const int64_t whole = rows * dims_.width;
+    std::vector<TensorCollective> router = {{Kind::kSum, rows * moe_.top_k, DType::kF32}};
+    if (moe_.shared_experts > 0 && moe_.shared_gate) {
+      router.push_back({Kind::kSum, rows, DType::kF32});
+    }
+    if (layout.sequence_parallel) {
+      const TensorCollective gather{Kind::kGatherSequence, whole, act_dtype};
+      const TensorCollective scatter{Kind::kScatterSequenceSum, whole, act_dtype};
+      c.forward = {gather, scatter};
+      c.backward = {gather, gather};
+      c.backward.insert(c.backward.end(), router.begin(), router.end());
+      c.backward.push_back(scatter);
+      c.step_end.push_back({Kind::kGradientSum, dims_.width, DType::kF32});
+      if (dims_.spec().norm_bias())
+        c.step_end.push_back({Kind::kGradientSum, dims_.width, DType::kF32});
+    } else {
+      c.forward = {{Kind::kSum, whole, act_dtype}};
+      c.backward = router;
+      c.backward.push_back({Kind::kSum, whole, act_dtype});
+    }
+    return c;
   }
 
   // The router, every routed row's expert GEMMs (dropless: N k rows), the shared experts and
@@ -392,10 +465,17 @@ class MoeSublayer final : public Sublayer {
 
   void Bind(Backend& backend, std::vector<Param>& params, const SublayerSource& source,
             TensorGroup* tensor, ExpertGroup* experts) override {
-    BATON_CHECK(TensorSize(tensor) == 1, "{}", TensorSplitProblem(TensorSize(tensor)));
+    BATON_CHECK(TensorSize(tensor) == 1 || ExpertSize(experts) == 1,
+                "{}mlp: experts fold over tensor ranks or split over an expert group, not both yet",
+                source.prefix);
+    BATON_CHECK(TensorSplitProblem(TensorSize(tensor)).empty(), "{}mlp: {}", source.prefix,
+                TensorSplitProblem(TensorSize(tensor)));
     BATON_CHECK(moe_.num_experts % ExpertSize(experts) == 0,
                 "{}mlp: {} experts do not split evenly over an expert group of {}", source.prefix,
                 moe_.num_experts, ExpertSize(experts));
+    tensor_ = tensor;
+    held_.held = moe_.num_experts / TensorSize(tensor);
+    held_.first = TensorRank(tensor) * held_.held;
     const auto find = [&](const std::string& name) -> Param* {
       for (Param& p : params) {
         if (p.name == source.prefix + name) return &p;
@@ -403,12 +483,16 @@ class MoeSublayer final : public Sublayer {
       return nullptr;
     };
     p_.ln = model_ops::NormView(params, source.prefix + "ln_2", dims_);
+    model_ops::MarkSequencePartial(p_.ln, tensor);
     p_.router = find("mlp.router.weight");
     bias_name_ = source.prefix + "mlp.router.expert_bias";
     p_.fc = find("mlp.experts.c_fc.weight");
     p_.proj = find("mlp.experts.c_proj.weight");
     BATON_CHECK(p_.router != nullptr && p_.fc != nullptr && p_.proj != nullptr,
                 "{}: the experts' parameters are missing", source.prefix);
+    BATON_CHECK(p_.fc->value.size(0) * ExpertSize(experts) == held_.held,
+                "{}mlp: {} experts here, {} expected", source.prefix, p_.fc->value.size(0),
+                held_.held / ExpertSize(experts));
     if (ExpertSize(experts) > 1) {
       experts_ = experts;
       // Sources 1 .. E-1's weight-gradient accumulators (source 0's is the grad itself).
@@ -429,16 +513,18 @@ class MoeSublayer final : public Sublayer {
 
   Tensor Forward(Backend& backend, const Tensor& x, const MicroBatch& /*batch*/,
                  bool selective_recompute, Stash& stash) override {
-    const Tensor ln = model_ops::NormForward(backend, p_.ln, x, "moe.", stash);
+    // ln of x's part of the sequence (stashed), then the whole sequence's (sequence parallelism).
+    const Tensor ln = WholeSequence(
+        backend, tensor_, model_ops::NormForward(backend, p_.ln, x, "moe.", stash), kWorkspace);
     const int64_t n = Rows(ln).size(0);
     Tensor logits = NewTensor(backend, {n, moe_.num_experts}, ln.dtype(), kActivations);
     backend.Matmul(Rows(ln), false, p_.router->value, false, logits, false);
     stash.Put("moe.logits", logits);
-    const Routed r = RouteOn(backend, moe_, logits, bias_);
-    const RowPlan plan = PlanRows(backend, r.routing, experts_);
+    const Routed r = RouteOn(backend, moe_, logits, bias_, held_);
+    const RowPlan plan = PlanRows(backend, r, experts_);
     const MemCategory kept = selective_recompute ? kWorkspace : kActivations;
-    ExpertsOutput experts = ExpertsForward(backend, p_, r, plan, ln, moe_.routed_rows(n), kept);
-    Tensor branch = NewZeros(backend, x.shape(), x.dtype(), kWorkspace);
+    ExpertsOutput experts = ExpertsForward(backend, p_, r, plan, ln, RoutedRowsHere(n), kept);
+    Tensor branch = NewZeros(backend, ln.shape(), x.dtype(), kWorkspace);
     Tensor branch_rows = Rows(branch);
     backend.MoeCombine(experts.out, r.slots, r.weights, branch_rows);
     if (!selective_recompute) {
@@ -459,18 +545,21 @@ class MoeSublayer final : public Sublayer {
         stash.Put("moe.shared_out", std::move(shared.out));
       }
     }
-    return model_ops::AddResidual(backend, x, branch);
+    return model_ops::AddResidual(
+        backend, x, model_ops::SumOverTensorGroup(backend, std::move(branch), tensor_, kWorkspace));
   }
 
   Tensor Backward(Backend& backend, const Tensor& dy, const MicroBatch& /*batch*/,
                   const Stash& stash, const BackwardArgs& args, model_ops::WeightGradSink& sink,
                   MemCategory dx_category) override {
-    const Tensor& ln = stash.Get("moe.ln");
+    // ln and dy of the whole sequence (gathered under sequence parallelism).
+    const Tensor ln = WholeSequence(backend, tensor_, stash.Get("moe.ln"), sink.operand_category());
+    const Tensor dy_whole = WholeSequence(backend, tensor_, dy, sink.operand_category());
     const Tensor& logits = stash.Get("moe.logits");
-    const int64_t n = Rows(ln).size(0), rows = moe_.routed_rows(n);
-    const Routed r = RouteOn(backend, moe_, logits, bias_);
+    const int64_t n = Rows(ln).size(0), rows = RoutedRowsHere(n);
+    const Routed r = RouteOn(backend, moe_, logits, bias_, held_);
     stats_.Add(r.routing);  // once per micro-batch: a backward runs once, a forward may twice
-    const RowPlan plan = PlanRows(backend, r.routing, experts_);
+    const RowPlan plan = PlanRows(backend, r, experts_);
     ExpertsOutput experts;
     if (stash.Has("moe.fc")) {
       experts = {stash.Get("moe.fc"), stash.Get("moe.act"), stash.Get("moe.out"),
@@ -478,10 +567,12 @@ class MoeSublayer final : public Sublayer {
     } else {
       experts = ExpertsForward(backend, p_, r, plan, ln, rows, kWorkspace);
     }
-    const Tensor dy_rows = Rows(dy);
-    // The combine: the weights' gradient, then each routed row's (w dy).
+    const Tensor dy_rows = Rows(dy_whole);
+    // The combine: the weights' gradient (each tensor rank's of its experts' choices, summed),
+    // then each routed row's (w dy).
     Tensor dweights = NewZeros(backend, {n, moe_.top_k}, DType::kF32, kWorkspace);
     backend.MoeCombineWeightsBackward(dy_rows, experts.out, r.slots, dweights);
+    if (tensor_ != nullptr) tensor_->AllReduceSum(dweights);
     Tensor dout = NewTensor(backend, {rows, dims_.width}, dy.dtype(), kWorkspace);
     backend.MoeDispatch(dy_rows, r.slots, r.weights, dout);
     experts.out = Tensor();
@@ -517,15 +608,19 @@ class MoeSublayer final : public Sublayer {
     Tensor dln_rows = Rows(dln);
     backend.MoeCombine(drouted, r.slots, Tensor(), dln_rows);
     drouted = Tensor();
-    // The router: the combine weights' gradient and the router losses', on the logits.
+    // The router: the combine weights' gradient and the router losses', on the logits; its share
+    // of dln, the same on every tensor rank, added once (by rank 0) to the sum.
     const std::vector<float> dz_host =
         RouterGradient(moe_, r.routing, ToHost(backend, dweights), args.loss_grad_scale);
     const Tensor dz = ToDevice(backend, dz_host, {n, moe_.num_experts}, DType::kF32);
     Tensor dz_act = NewTensor(backend, dz.shape(), dy.dtype(), kWorkspace);
     backend.Copy(dz, dz_act);
     backend.Matmul(Rows(ln), true, dz_act, false, p_.router->grad, true);
-    backend.Matmul(dz_act, false, p_.router->value, true, dln_rows, true);
-    if (moe_.shared_experts > 0) SharedBackward(backend, stash, dy, ln, sink, dln);
+    if (TensorRank(tensor_) == 0) {
+      backend.Matmul(dz_act, false, p_.router->value, true, dln_rows, true);
+    }
+    if (moe_.shared_experts > 0) SharedBackward(backend, stash, dy_whole, ln, sink, dln);
+    dln = model_ops::SumOverTensorGroup(backend, std::move(dln), tensor_, kWorkspace);
     return model_ops::ResidualNormBackward(backend, p_.ln, dy, dln, "moe.", stash, dx_category);
   }
 
@@ -595,6 +690,7 @@ class MoeSublayer final : public Sublayer {
       const Tensor ids = IdentitySlots(backend, n);
       Tensor dg = NewZeros(backend, {n, 1}, DType::kF32, kWorkspace);
       backend.MoeCombineWeightsBackward(Rows(dy), Rows(shared.out), ids, dg);
+      if (tensor_ != nullptr) tensor_->AllReduceSum(dg);  // each rank's part of s
       std::vector<float> dz = ToHost(backend, dg);
       for (size_t t = 0; t < dz.size(); ++t) {
         dz[t] *= shared.gate[t] * (1.0f - shared.gate[t]);
@@ -603,7 +699,9 @@ class MoeSublayer final : public Sublayer {
       Tensor dz_act = NewTensor(backend, {n, 1}, dy.dtype(), kWorkspace);
       backend.Copy(dz_f32, dz_act);
       backend.Matmul(Rows(ln), true, dz_act, false, p_.shared_gate->grad, true);
-      backend.Matmul(dz_act, false, p_.shared_gate->value, true, dln_rows, true);
+      if (TensorRank(tensor_) == 0) {  // replicated: added once to the sum
+        backend.Matmul(dz_act, false, p_.shared_gate->value, true, dln_rows, true);
+      }
       Tensor ds_rows = Rows(ds);
       backend.MoeDispatch(Rows(dy), ids, ToDevice(backend, shared.gate, {n, 1}, DType::kF32),
                           ds_rows);
@@ -622,9 +720,19 @@ class MoeSublayer final : public Sublayer {
     backend.Accumulate(dx, dln);
   }
 
+  // The routed rows this rank's experts may take from n tokens (the buffers' size): every choice
+  // of n tokens that can land on held_'s experts, at most their capacity.
+  int64_t RoutedRowsHere(int64_t n) const {
+    return moe_.routed_rows(n, static_cast<int>(held_.held));
+  }
+
   ModelDims dims_;
   MoeDims moe_;
   MoeParams p_;
+  // Tensor parallelism: the stage's tensor group (null for T = 1) and the experts folded onto
+  // this rank.
+  TensorGroup* tensor_ = nullptr;
+  HeldExperts held_;
   ExpertStats stats_;
   // sigmoid_bias: the routing bias (E, f32; empty otherwise), "<prefix>mlp.router.expert_bias".
   std::vector<float> bias_;

@@ -87,6 +87,14 @@ Tensor LinearForward(Backend& backend, const Linear& linear, const Tensor& x,
   return y;
 }
 
+Tensor SumOverTensorGroup(Backend& backend, Tensor partial, TensorGroup* tensor,
+                          MemCategory category) {
+  if (TensorSize(tensor) == 1) return partial;
+  if (tensor->sequence_parallel()) return ScatterSequenceSum(backend, *tensor, partial, category);
+  tensor->AllReduceSum(partial);
+  return partial;
+}
+
 namespace {
 
 // A row-parallel linear (tensor parallelism; LinearForward without a group): this rank's partial
@@ -97,23 +105,17 @@ Tensor RowParallelForward(Backend& backend, const Linear& linear, const Tensor& 
   if (TensorSize(tensor) == 1) return LinearForward(backend, linear, x, category);
   Linear partial = linear;
   if (tensor->rank() != 0) partial.bias = nullptr;
-  if (tensor->sequence_parallel()) {
-    Tensor whole = LinearForward(backend, partial, x, kWorkspace);
-    return ScatterSequenceSum(backend, *tensor, whole, category);
-  }
-  Tensor y = LinearForward(backend, partial, x, category);
-  tensor->AllReduceSum(y);
-  return y;
+  const bool scattered = tensor->sequence_parallel();
+  return SumOverTensorGroup(backend,
+                            LinearForward(backend, partial, x, scattered ? kWorkspace : category),
+                            tensor, category);
 }
 
 // The gradient of a column-parallel linear's input: each rank's dx covers its columns only, so
 // the group sums them (the conjugate of the forward's identity); under sequence parallelism
 // each rank keeps its part of the sequence of the sum (workspace).
 Tensor InputGradient(Backend& backend, Tensor dx, TensorGroup* tensor) {
-  if (TensorSize(tensor) == 1) return dx;
-  if (tensor->sequence_parallel()) return ScatterSequenceSum(backend, *tensor, dx, kWorkspace);
-  tensor->AllReduceSum(dx);
-  return dx;
+  return SumOverTensorGroup(backend, std::move(dx), tensor, kWorkspace);
 }
 
 }  // namespace

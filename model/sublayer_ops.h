@@ -78,6 +78,12 @@ Tensor LinearForward(Backend& backend, const Linear& linear, const Tensor& x, Me
 Tensor LinearBackward(Backend& backend, const Linear& linear, const Tensor& x, const Tensor& dy,
                       WeightGradSink& sink);
 
+// A (B,S,C) tensor of which each tensor rank holds a part of the sum (a row-parallel product, a
+// column-parallel input's gradient): the group's sum (rank order), or under sequence parallelism
+// this rank's part of the sequence of it (booked under `category`); `partial` itself for T = 1.
+Tensor SumOverTensorGroup(Backend& backend, Tensor partial, TensorGroup* tensor,
+                          MemCategory category);
+
 // segment_starts: the micro-batch's (MicroBatch::segment_starts; undefined = one document per
 // row), the same tensor for forward and backward.
 Tensor AttentionSublayerForward(Backend& backend, const AttentionParams& params, const Tensor& x,

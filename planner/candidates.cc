@@ -69,6 +69,7 @@ std::vector<int> MicroBatchCounts(const Config& config, int from) {
 
 std::vector<int> TensorCounts(const Config& config, int from, int stages, int max_processes) {
   std::vector<int> counts = {from};
+  if (config.parallel.experts > 1) return counts;  // experts split, so not folded over tensor ranks
   const ModelDims dims = DimsOf(config.model);
   const std::vector<LayerSpec> graph = GraphOf(config.model);
   for (int t = 2 * from; t * stages <= max_processes; t *= 2) {

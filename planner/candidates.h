@@ -38,8 +38,9 @@ std::vector<CheckpointPolicy> CheckpointPolicies(int max_layers, const Checkpoin
 // The micro-batch counts from `from` up that divide the batch.
 std::vector<int> MicroBatchCounts(const Config& config, int from);
 
-// Tensor ranks: `from`, then 2, 4, ... times it while each divides the heads, the key/value heads
-// and the MLP's hidden units and `stages` x T <= max_processes.
+// Tensor ranks: `from`, then 2, 4, ... times it while each divides the heads, the key/value heads,
+// the MLP's hidden units and a mixture's experts, and `stages` x T <= max_processes; `from` alone
+// where the experts are split over expert groups (tensor ranks would fold them: not both yet).
 std::vector<int> TensorCounts(const Config& config, int from, int stages, int max_processes);
 
 // Expert groups for `replicas` replicas of a mixture of experts: every E > 1 dividing both the

@@ -2,8 +2,8 @@
 // every rank of an in-process run counts its tensor group's collectives, the all-gathers among
 // them, and their bytes (StepRecord::tensor_collectives, tensor_gathers, tensor_bytes), and each
 // must equal what its stage's layers declare for the step's micro-batches (a recompute repeating
-// the forward's) plus the step end's. GPT-2 and Llama, with and without sequence parallelism,
-// one and two stages, fp32 and bf16.
+// the forward's) plus the step end's. GPT-2, Llama and its experts, with and without sequence
+// parallelism, one and two stages, fp32 and bf16.
 #include "model/collectives.h"
 
 #include <fmt/format.h>
@@ -65,9 +65,10 @@ Config Tiny(const std::string& file, const std::vector<std::string>& more) {
   return LoadConfig(std::string(BATON_SOURCE_DIR) + "/configs/" + file, all);
 }
 
-// GPT-2, Llama, and Qwen3 (its q/k norms' weight gradients summed at the step end).
+// GPT-2, Llama, Qwen3 (its q/k norms' weight gradients summed at the step end), and a mixture of
+// experts (the experts folded over the tensor ranks, a gated shared expert cut as the MLP).
 TEST(CollectivesTest, EveryRanksCollectivesAreThoseItsLayersDeclare) {
-  for (const std::string model : {"gpt-tiny.yaml", "llama-tiny.yaml", "qwen3"}) {
+  for (const std::string model : {"gpt-tiny.yaml", "llama-tiny.yaml", "qwen3", "moe-tiny.yaml"}) {
     const std::string file = model == "qwen3" ? "llama-tiny.yaml" : model;
     for (const std::string sp : {"false", "true"}) {
       for (const std::vector<std::string>& layout : std::vector<std::vector<std::string>>{
@@ -79,6 +80,12 @@ TEST(CollectivesTest, EveryRanksCollectivesAreThoseItsLayersDeclare) {
         overrides.push_back("parallel.sequence_parallel=" + sp);
         if (model == "qwen3")
           overrides.insert(overrides.end(), {"model.preset=qwen3", "model.head_dim=12"});
+        if (model == "moe-tiny.yaml") {
+          overrides.insert(
+              overrides.end(),
+              {"model.intermediate_size=48", "model.moe.num_experts=4",
+               "model.moe.expert_intermediate_size=16", "model.moe.z_loss_coef=0.001"});
+        }
         const Plan plan = MakePlan(Tiny(file, overrides));
         const std::string what =
             fmt::format("{} sequence_parallel={} {}", model, sp, fmt::join(layout, " "));

@@ -54,8 +54,11 @@ std::vector<Levers> Search(const Config& config, int max_stages, int num_layers,
                 }
                 // A mixture of experts: its experts split over the replicas instead (the
                 // configured ones too, at no added process).
+                // (Tensor ranks fold the experts instead: not both yet.)
                 for (int e : ExpertCounts(config, r)) {
-                  if (e != experts) levers.push_back({dtype, policy, m, p, r, state, t, 0, e});
+                  if (e != experts && t == 1) {
+                    levers.push_back({dtype, policy, m, p, r, state, t, 0, e});
+                  }
                 }
               }
             }

@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -338,6 +339,71 @@ TEST(MoeConfigTest, ReplicaBytesCountTheSplitExpertsApart) {
   // ZeRO-1: the rest reduce-scattered and its values gathered, (3/4) (N-X) (4 + 4); the experts'
   // sources as without; a member's run of its updated X/2 to the other holder, (1/2) (X/2) 4.
   EXPECT_EQ(bytes(4, 2, 1), 6 * (n - x) + x * 4 + x);
+}
+
+// Tensor parallelism folds the experts over a stage's tensor ranks (each holds N/T whole experts
+// and runs its experts' rows of the tokens all of them route alike) and cuts the shared expert as
+// the MLP: T = 1's losses to 1e-6 relative in fp32 (the branch is summed over the ranks), with
+// sequence parallelism, stages under 1F1B and DualPipeV, selective and full recompute, replicas
+// with ZeRO-1, each router and a dropping capacity, clipping acting (the norm adds each rank's
+// experts). The plan: every rank's parameters, gradients and optimizer state exact, its
+// activations and peak bounded (booked as if every token chose its experts).
+TEST(MoeInProcessTest, TensorRanksFoldTheExpertsAndTrainOneRanksLosses) {
+  const auto expect_near = [](const InProcessResult& one, const InProcessResult& tp,
+                              const std::string& what) {
+    ASSERT_EQ(tp.losses.size(), one.losses.size()) << what;
+    for (size_t i = 0; i < one.losses.size(); ++i) {
+      ASSERT_TRUE(std::isfinite(tp.losses[i])) << what << ", step " << i + 1;
+      EXPECT_NEAR(tp.losses[i], one.losses[i], 1e-6 * std::abs(one.losses[i]))
+          << what << ", step " << i + 1;
+    }
+  };
+  for (const std::vector<std::string>& variant : std::vector<std::vector<std::string>>{
+           {"parallel.stages=1"},
+           {"parallel.stages=1", "parallel.sequence_parallel=true"},
+           {"parallel.stages=2", "parallel.schedule=1f1b", "parallel.checkpoint=selective"},
+           {"parallel.stages=2", "parallel.schedule=dualpipev", "parallel.checkpoint=every:1",
+            "parallel.sequence_parallel=true"},
+           {"parallel.stages=1", "parallel.replicas=2", "parallel.zero=1"},
+           {"parallel.stages=1", "model.moe.router=topk_softmax", "model.moe.capacity_factor=0.5"},
+           {"parallel.stages=1", "model.moe.router=sigmoid_bias", "model.moe.aux_loss_coef=0",
+            "model.moe.bias_update_rate=0.05"}}) {
+    std::vector<std::string> overrides = {"train.steps=6", "train.grad_clip=0.05",
+                                          "model.moe.shared_experts=1",
+                                          "model.moe.shared_expert_gate=true"};
+    overrides.insert(overrides.end(), variant.begin(), variant.end());
+    std::vector<std::string> whole = overrides;  // T = 1 has no sequence to cut
+    std::erase(whole, "parallel.sequence_parallel=true");
+    const InProcessResult one = RunInProcess(MakePlan(MoeTiny(whole)));
+    overrides.push_back("parallel.tensor=2");
+    const std::string what = fmt::format("{}", overrides);
+    const Plan plan = MakePlan(MoeTiny(overrides));
+    const InProcessResult tp = RunInProcess(plan);
+    expect_near(one, tp, what);
+    const std::vector<RankMemory> predicted = PredictMemory(plan, {CommTransport::kInProcess});
+    ASSERT_EQ(predicted.size(), tp.ranks.size()) << what;
+    for (size_t r = 0; r < predicted.size(); ++r) {
+      EXPECT_GE(predicted[r].peak.total, tp.ranks[r].peak.total) << what << ", rank " << r;
+      EXPECT_GE(predicted[r].peak[MemCategory::kActivations],
+                tp.ranks[r].peak[MemCategory::kActivations])
+          << what << ", rank " << r;
+      for (MemCategory c : {MemCategory::kParams, MemCategory::kGrads, MemCategory::kOptimizer}) {
+        EXPECT_EQ(predicted[r].peak[c], tp.ranks[r].peak[c])
+            << what << ", rank " << r << " " << Name(c);
+      }
+    }
+  }
+  // Four tensor ranks: one expert each (four key/value heads to cut).
+  const std::vector<std::string> four = {"train.steps=6", "model.num_kv_heads=4"};
+  const InProcessResult one = RunInProcess(MakePlan(MoeTiny(four)));
+  std::vector<std::string> folded = four;
+  folded.push_back("parallel.tensor=4");
+  const Plan plan = MakePlan(MoeTiny(folded));
+  const InProcessResult tp = RunInProcess(plan);
+  expect_near(one, tp, "T=4");
+  // Each rank holds a quarter of every expert matrix, and the routed rows of its expert.
+  const std::vector<RankMemory> whole = PredictMemory(MakePlan(MoeTiny(four)));
+  EXPECT_LT(tp.ranks[0].peak[MemCategory::kParams], whole[0].peak[MemCategory::kParams]);
 }
 
 // The plan books the worst routing (every token to experts 0 .. k-1, each expert's largest

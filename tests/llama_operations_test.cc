@@ -164,6 +164,43 @@ TEST(LlamaOperationsTest, ExpertParallelRunsTrainTheBitsOfWholeExpertsAndResumeO
   EXPECT_EQ(resumed.at("param_checksum"), whole.at("param_checksum"));
 }
 
+// Experts folded over tensor ranks in real processes (2 stages x 2 tensor ranks: each rank holds
+// two whole experts and half of the shared expert): one process's losses to 1e-6 relative, and
+// its checkpoint holds every expert whole: it resumes onto the same layout exactly, and onto one
+// process and onto experts split over two replicas as the tensor run continues (to 1e-6); one
+// process's checkpoint resumes onto the tensor ranks likewise.
+TEST(LlamaOperationsTest, ExpertsFoldedOverTensorRanksCheckpointWholeAndResumeOntoAnyLayout) {
+  const std::string root = TempDir("moe-tensor");
+  const auto expect_near = [](const std::vector<double>& expected,
+                              const std::vector<double>& losses, const std::string& what) {
+    ASSERT_EQ(losses.size(), expected.size()) << what;
+    for (size_t i = 0; i < expected.size(); ++i) {
+      EXPECT_NEAR(losses[i], expected[i], 1e-6 * std::abs(expected[i])) << what << ", step " << i;
+    }
+  };
+  const std::vector<double> one = Losses(TrainSmallMoe(root + "/one", {}));
+  const std::vector<std::string> folded = {"--set", "parallel.stages=2", "--set",
+                                           "parallel.tensor=2"};
+  const std::vector<double> tp = Losses(TrainSmallMoe(root + "/tp", folded));
+  ASSERT_EQ(tp.size(), 4u);
+  expect_near(one, tp, "P=2 T=2");
+  const auto resume = [&](const std::string& dir, const std::string& from,
+                          std::vector<std::string> layout) {
+    layout.insert(layout.end(), {"--resume", root + "/" + from + "/checkpoints/step-2"});
+    return Losses(TrainSmallMoe(root + "/" + dir, layout));
+  };
+  const std::vector<double> tp_tail(tp.begin() + 2, tp.end());
+  EXPECT_EQ(resume("again", "tp", folded), tp_tail);
+  expect_near(tp_tail, resume("t1", "tp", {"--set", "parallel.stages=1"}), "T=2 onto T=1");
+  expect_near(tp_tail,
+              resume("e2", "tp",
+                     {"--set", "parallel.stages=1", "--set", "parallel.replicas=2", "--set",
+                      "parallel.experts=2"}),
+              "T=2 onto E=2");
+  expect_near(std::vector<double>(one.begin() + 2, one.end()), resume("onto-tp", "one", folded),
+              "T=1 onto T=2");
+}
+
 // ZeRO with the experts split over 4 replicas (each member's experts' optimizer state sharded
 // over the replicas holding the same experts: two each at E = 2, one at E = 4), with f32 and with
 // 8-bit state (runs of whole blocks) under ZeRO-1, and with the E = 2 run under ZeRO-3: E = 2

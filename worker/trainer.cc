@@ -78,7 +78,9 @@ ReplicaContext ReplicaContextOf(const TrainerSetup& setup, Group& replicas, Back
 
 // Experts split over an expert group: summed by the experts' pass (ExpertSumsPass), and under
 // ZeRO sharded apart (ExpertZeroSync).
-bool SplitExperts(const Param& p) { return p.stacked_experts && p.split.cut(); }
+bool SplitExperts(const Param& p) {
+  return p.stacked_experts && p.split.cut() && p.split.over == SplitOver::kExperts;
+}
 
 // The stage's layers as ZeroSync sees them: every parameter but the split experts.
 std::vector<ZeroLayer> ZeroLayersOf(StageModel& model, const std::vector<TiedGroup>& tied) {

@@ -263,7 +263,8 @@ Trainer::StepEnd Trainer::ReduceStepEnd(bool local_loss_finite, std::vector<floa
           sum += backend_.SumOfSquares(grad);
           continue;
         }
-        const int64_t first = (setup_.replica % setup_.layout.experts()) * grad.size(0);
+        // This rank's experts, of its expert group's or its tensor ranks' split.
+        const int64_t first = p->split.cut() ? p->split.part * grad.size(0) : 0;
         for (int64_t e = 0; e < grad.size(0); ++e) {
           expert_sums[first + e] += backend_.SumOfSquares(grad.Slice(0, e, e + 1));
         }
