@@ -413,35 +413,21 @@ class MoeSublayer final : public Sublayer {
     return "";
   }
 
-  // The branch summed (forward) and the input's gradient (backward), as the MLP's; between them
-  // the combine weights' gradient (N,k) and the shared gate's (N,1), f32. Under sequence
-  // parallelism ln is gathered for the router and the experts (forward, and again in backward
-  // with dy), the sums scattered, and the norm's gradient summed at the step end.
+  // The MLP's (the branch summed or scattered forward, the input's gradient backward; under
+  // sequence parallelism ln and dy gathered, the norm's gradient summed at the step end) and,
+  // before the input's gradient, the combine weights' gradient (N,k) and the shared gate's
+  // (N,1), f32.
   LayerCollectives Collectives(int64_t rows, DType act_dtype,
                                const TensorLayout& layout) const override {
     using Kind = TensorCollective::Kind;
-    LayerCollectives c;
+    LayerCollectives c = model_ops::MlpSublayerCollectives(rows, dims_.width, act_dtype,
+                                                           dims_.spec().norm_bias(), layout);
     if (layout.tensor == 1) return c;
-    const int64_t whole = rows * dims_.width;
     std::vector<TensorCollective> router = {{Kind::kSum, rows * moe_.top_k, DType::kF32}};
     if (moe_.shared_experts > 0 && moe_.shared_gate) {
       router.push_back({Kind::kSum, rows, DType::kF32});
     }
-    if (layout.sequence_parallel) {
-      const TensorCollective gather{Kind::kGatherSequence, whole, act_dtype};
-      const TensorCollective scatter{Kind::kScatterSequenceSum, whole, act_dtype};
-      c.forward = {gather, scatter};
-      c.backward = {gather, gather};
-      c.backward.insert(c.backward.end(), router.begin(), router.end());
-      c.backward.push_back(scatter);
-      c.step_end.push_back({Kind::kGradientSum, dims_.width, DType::kF32});
-      if (dims_.spec().norm_bias())
-        c.step_end.push_back({Kind::kGradientSum, dims_.width, DType::kF32});
-    } else {
-      c.forward = {{Kind::kSum, whole, act_dtype}};
-      c.backward = router;
-      c.backward.push_back({Kind::kSum, whole, act_dtype});
-    }
+    c.backward.insert(c.backward.end() - 1, router.begin(), router.end());
     return c;
   }
 
