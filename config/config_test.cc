@@ -517,7 +517,7 @@ TEST(ConfigTest, ExpertsAreReadAndImpossibleCombinationsRefused) {
               HasSubstr("it needs model.moe.shared_experts > 0"));
   EXPECT_THAT(with({"model.low_rank.mlp=4"}), HasSubstr("model.low_rank.mlp must be 0"));
   // Tensor ranks fold whole experts: they divide the experts and the shared experts' width, and
-  // do not combine with an expert group yet.
+  // with an expert group too, T E divides the experts.
   std::vector<std::string> folded = llama;
   folded.push_back("parallel.tensor=2");
   EXPECT_EQ(ParseConfigString(kMinimal, "x.yaml", folded).parallel.tensor, 2);
@@ -526,9 +526,15 @@ TEST(ConfigTest, ExpertsAreReadAndImpossibleCombinationsRefused) {
   EXPECT_THAT(with({"model.moe.shared_experts=1", "model.moe.shared_expert_intermediate_size=6",
                     "parallel.tensor=4"}),
               HasSubstr("splits the shared experts' hidden units: it must divide their 6"));
-  EXPECT_THAT(with({"parallel.tensor=2", "parallel.replicas=2", "train.micro_batches=2",
-                    "parallel.experts=2"}),
-              HasSubstr("not both yet: parallel.tensor 2 needs parallel.experts 1"));
+  std::vector<std::string> both = folded;
+  for (const char* set : {"parallel.replicas=2", "train.micro_batches=2", "parallel.experts=2"}) {
+    both.push_back(set);
+  }
+  EXPECT_EQ(ParseConfigString(kMinimal, "x.yaml", both).parallel.experts, 2);
+  EXPECT_THAT(with({"model.moe.num_experts=6", "parallel.tensor=2", "parallel.replicas=2",
+                    "train.micro_batches=2", "parallel.experts=2"}),
+              HasSubstr("parallel.tensor 2 x parallel.experts 2 split each MoE layer's experts: "
+                        "their product must divide model.moe.num_experts 6"));
   EXPECT_THAT(with({"model.moe.router=sinkhorn"}), HasSubstr("model.moe.router"));
   // Expert parallelism: its groups inside the replicas, the experts split evenly, and what does
   // not combine with it yet.

@@ -345,10 +345,12 @@ void ValidateParallel(const Config& c, const Reporter& r) {
               fmt::format("parallel.tensor {} splits the shared experts' hidden units: it must "
                           "divide their {}",
                           p.tensor, shared_width));
-    r.Require(p.experts == 1, {"parallel.tensor", "parallel.experts"},
-              fmt::format("experts fold over tensor ranks or split over an expert group, not both "
-                          "yet: parallel.tensor {} needs parallel.experts 1, not {}",
-                          p.tensor, p.experts));
+    // With an expert group too, each tensor rank's fold splits over it.
+    r.Require(moe.num_experts % (p.tensor * p.experts) == 0,
+              {"parallel.tensor", "parallel.experts", "model.moe.num_experts"},
+              fmt::format("parallel.tensor {} x parallel.experts {} split each MoE layer's "
+                          "experts: their product must divide model.moe.num_experts {}",
+                          p.tensor, p.experts, moe.num_experts));
   }
   if (p.experts > 1) {
     const int64_t experts = c.model.moe.num_experts;

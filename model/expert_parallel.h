@@ -1,5 +1,6 @@
 // Expert parallelism (docs/model.md, "Mixture of experts"): each MoE layer's experts split over
-// the E members of an expert group, member j holding experts [j N/E, (j + 1) N/E) of N. Every
+// the E members of an expert group, member j holding experts [j N/E, (j + 1) N/E) of N (with T
+// tensor ranks, of its tensor rank's fold of N/T: model/moe_sublayer.cc). Every
 // member routes its own tokens (the router is whole everywhere); the rows each member routes to
 // another's experts go there and come back by all-to-all, sizes exchanged first.
 //

@@ -92,13 +92,15 @@ std::vector<Param> NewParams(Backend& backend, const std::vector<ParamDef>& defs
     const bool copy = def.source_layer >= 0 && def.source_layer != layer_index;
     const Param* original = copy && local ? local(def.name) : nullptr;
     TensorSplit split;
-    // Stacked experts split over an expert group, or without one fold over the tensor ranks (a
-    // tensor cut of their dimension 0; model/moe_sublayer.cc).
+    // Stacked experts split over an expert group (inside each tensor rank's fold: part t E + j of
+    // T E), or without one fold over the tensor ranks (a tensor cut of their dimension 0;
+    // model/moe_sublayer.cc).
     const bool over_experts = def.split.over == SplitOver::kExperts && ExpertSize(experts) > 1;
-    const int parts = over_experts ? ExpertSize(experts) : TensorSize(tensor);
+    const int parts = over_experts ? TensorSize(tensor) * ExpertSize(experts) : TensorSize(tensor);
     if (def.split.dim >= 0 && parts > 1) {
       split = def.split;
-      split.part = over_experts ? ExpertRank(experts) : TensorRank(tensor);
+      split.part = over_experts ? TensorRank(tensor) * ExpertSize(experts) + ExpertRank(experts)
+                                : TensorRank(tensor);
       split.parts = parts;
       split.over = over_experts ? SplitOver::kExperts : SplitOver::kTensor;
     }

@@ -79,8 +79,9 @@ using LocalParams = std::function<Param*(const std::string& name)>;
 // A def with a source layer whose parameter `local` finds is not allocated: the new Param shares
 // that one's value and grad (so the memory is held once). With a tensor group of T > 1, a def
 // with a split is allocated as this rank's part of it (Param::split set); so, with an expert
-// group of E > 1, is a def whose split is over the experts (SplitOver::kExperts); without one,
-// such a def folds over the tensor ranks (a tensor cut of its dimension 0: whole experts each).
+// group of E > 1, is a def whose split is over the experts (SplitOver::kExperts: part t E + j of
+// T E, tensor rank t's fold split over its expert group); without one, such a def folds over the
+// tensor ranks (a tensor cut of its dimension 0: whole experts each).
 std::vector<Param> NewParams(Backend& backend, const std::vector<ParamDef>& defs, DType dtype,
                              uint64_t seed, int layer_index, int num_layers,
                              const LocalParams& local = nullptr,

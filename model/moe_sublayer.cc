@@ -34,7 +34,10 @@
 // the input's gradient likewise; the combine weights' gradient (N,k) and the shared gate's (N,1),
 // of which each rank holds the parts of its experts, are summed before the router and the gate
 // read them; the replicated router's and gate's share of the input's gradient is added by rank 0
-// alone before the sum. Not yet with an expert group too (config refuses).
+// alone before the sum. With an expert group too (its members the same tensor rank of E
+// replicas), the group splits the rank's fold: member j of tensor rank t holds experts
+// [(t E + j) N/(T E), (t E + j + 1) N/(T E)), part t E + j of the stacked parameters' T E parts,
+// and the rows of rank t's fold move among its group as above.
 //
 // Stash ("moe." prefix): x, ln, rstd (this rank's part of the sequence under sequence
 // parallelism), logits (N,E); unless selective recompute, the experts' fc
@@ -187,7 +190,6 @@ std::vector<int32_t> ToHostI32(Backend& backend, const Tensor& t) {
 RowPlan PlanRows(Backend& backend, const Routed& r, ExpertGroup* group) {
   RowPlan plan;
   const MoeRouting& routing = r.routing;
-  const int64_t n_experts = static_cast<int64_t>(routing.offsets.size()) - 1;
   if (group == nullptr) {  // this rank's experts, over its routed rows (Routed::begin)
     for (int64_t e = 0; e < r.experts.held; ++e) {
       const size_t global = static_cast<size_t>(r.experts.first + e);
@@ -197,21 +199,25 @@ RowPlan PlanRows(Backend& backend, const Routed& r, ExpertGroup* group) {
     plan.used = r.end - r.begin;
     return plan;
   }
+  // The group splits this rank's experts (all of them, or its tensor rank's fold): member d
+  // holds [first + d local, first + (d + 1) local), rows [send[d], send[d + 1]) of the routed
+  // rows here.
   plan.group = group;
   const int members = group->size();
-  const int64_t local = n_experts / members;
+  const int64_t local = r.experts.held / members;
   std::vector<Tensor> to, from;
   for (int d = 0; d < members; ++d) {
-    plan.send.push_back(routing.offsets[d * local]);
+    const int64_t first = r.experts.first + d * local;
+    plan.send.push_back(routing.offsets[static_cast<size_t>(first)] - r.begin);
     std::vector<int32_t> counts;
-    for (int64_t l = 0; l < local; ++l) {
-      const int64_t e = d * local + l;
-      counts.push_back(static_cast<int32_t>(routing.offsets[e + 1] - routing.offsets[e]));
+    for (int64_t e = first; e < first + local; ++e) {
+      counts.push_back(static_cast<int32_t>(routing.offsets[static_cast<size_t>(e) + 1] -
+                                            routing.offsets[static_cast<size_t>(e)]));
     }
     to.push_back(ToDevice(backend, counts, {local}, DType::kI32));
     from.push_back(NewTensor(backend, {local}, DType::kI32, kWorkspace));
   }
-  plan.send.push_back(routing.offsets.back());
+  plan.send.push_back(r.end - r.begin);
   group->AllToAll(to, from);
   int64_t at = 0;
   for (int s = 0; s < members; ++s) {
@@ -221,7 +227,7 @@ RowPlan PlanRows(Backend& backend, const Routed& r, ExpertGroup* group) {
     // rows all sent to this member's first expert.
     if (from[static_cast<size_t>(s)].is_meta()) {
       counts.assign(counts.size(), 0);
-      counts.front() = static_cast<int32_t>(routing.offsets.back());
+      counts.front() = static_cast<int32_t>(r.end - r.begin);
     }
     for (int64_t l = 0; l < local; ++l) {
       plan.blocks.push_back({at, at + counts[static_cast<size_t>(l)], l, s});
@@ -451,14 +457,13 @@ class MoeSublayer final : public Sublayer {
 
   void Bind(Backend& backend, std::vector<Param>& params, const SublayerSource& source,
             TensorGroup* tensor, ExpertGroup* experts) override {
-    BATON_CHECK(TensorSize(tensor) == 1 || ExpertSize(experts) == 1,
-                "{}mlp: experts fold over tensor ranks or split over an expert group, not both yet",
-                source.prefix);
     BATON_CHECK(TensorSplitProblem(TensorSize(tensor)).empty(), "{}mlp: {}", source.prefix,
                 TensorSplitProblem(TensorSize(tensor)));
-    BATON_CHECK(moe_.num_experts % ExpertSize(experts) == 0,
-                "{}mlp: {} experts do not split evenly over an expert group of {}", source.prefix,
-                moe_.num_experts, ExpertSize(experts));
+    BATON_CHECK(moe_.num_experts % (TensorSize(tensor) * ExpertSize(experts)) == 0,
+                "{}mlp: {} experts do not split evenly over {}an expert group of {}", source.prefix,
+                moe_.num_experts,
+                TensorSize(tensor) > 1 ? fmt::format("{} tensor ranks x ", TensorSize(tensor)) : "",
+                ExpertSize(experts));
     tensor_ = tensor;
     held_.held = moe_.num_experts / TensorSize(tensor);
     held_.first = TensorRank(tensor) * held_.held;

@@ -27,14 +27,15 @@ namespace baton {
 class TensorGroup;
 
 // Which group a cut tensor's parts lie across: the stage's tensor ranks, or its expert group
-// (model/expert_parallel.h: the stacked experts cut along dimension 0).
+// (model/expert_parallel.h: the stacked experts cut along dimension 0; with tensor ranks too,
+// into T E parts, tensor rank t's E consecutive ones over its expert group).
 enum class SplitOver { kTensor, kExperts };
 
 struct TensorSplit {
   int dim = -1;                   // the cut dimension; -1: replicated
   std::vector<int64_t> sections;  // sizes along `dim` of the full tensor, in order
   int part = 0;                   // which part this rank holds
-  int parts = 1;                  // T (E across an expert group)
+  int parts = 1;                  // T (T E across an expert group)
   SplitOver over = SplitOver::kTensor;
   bool cut() const { return dim >= 0 && parts > 1; }
   bool operator==(const TensorSplit&) const = default;

@@ -69,21 +69,23 @@ std::vector<int> MicroBatchCounts(const Config& config, int from) {
 
 std::vector<int> TensorCounts(const Config& config, int from, int stages, int max_processes) {
   std::vector<int> counts = {from};
-  if (config.parallel.experts > 1) return counts;  // experts split, so not folded over tensor ranks
   const ModelDims dims = DimsOf(config.model);
   const std::vector<LayerSpec> graph = GraphOf(config.model);
+  const int64_t experts = config.model.moe.num_experts;
   for (int t = 2 * from; t * stages <= max_processes; t *= 2) {
     if (!BlocksSplitOver(graph, dims, t)) break;
+    // Each tensor rank's fold splits over the expert group.
+    if (config.parallel.experts > 1 && experts % (t * config.parallel.experts) != 0) break;
     counts.push_back(t);
   }
   return counts;
 }
 
-std::vector<int> ExpertCounts(const Config& config, int replicas) {
+std::vector<int> ExpertCounts(const Config& config, int replicas, int tensor) {
   std::vector<int> counts;
   const int64_t experts = config.model.moe.num_experts;
   for (int e = 2; e <= replicas; ++e) {
-    if (replicas % e == 0 && experts % e == 0) counts.push_back(e);
+    if (replicas % e == 0 && experts % (tensor * e) == 0) counts.push_back(e);
   }
   return counts;
 }

@@ -39,13 +39,14 @@ std::vector<CheckpointPolicy> CheckpointPolicies(int max_layers, const Checkpoin
 std::vector<int> MicroBatchCounts(const Config& config, int from);
 
 // Tensor ranks: `from`, then 2, 4, ... times it while each divides the heads, the key/value heads,
-// the MLP's hidden units and a mixture's experts, and `stages` x T <= max_processes; `from` alone
-// where the experts are split over expert groups (tensor ranks would fold them: not both yet).
+// the MLP's hidden units and a mixture's experts (T x parallel.experts of them, where expert
+// groups split each tensor rank's fold), and `stages` x T <= max_processes.
 std::vector<int> TensorCounts(const Config& config, int from, int stages, int max_processes);
 
-// Expert groups for `replicas` replicas of a mixture of experts: every E > 1 dividing both the
-// replicas and model.moe.num_experts, smallest first; none for a dense model.
-std::vector<int> ExpertCounts(const Config& config, int replicas);
+// Expert groups for `replicas` replicas of a mixture of experts on `tensor` tensor ranks: every
+// E > 1 dividing the replicas, with T E dividing model.moe.num_experts, smallest first; none for a
+// dense model.
+std::vector<int> ExpertCounts(const Config& config, int replicas, int tensor = 1);
 
 // precision.dtype's spelling of a training precision: "fp32", "bf16", "fp16".
 std::string PrecisionName(DType dtype);

@@ -53,10 +53,9 @@ std::vector<Levers> Search(const Config& config, int max_stages, int num_layers,
                   levers.push_back({dtype, policy, m, p, r, state, t, 3, 1});
                 }
                 // A mixture of experts: its experts split over the replicas instead (the
-                // configured ones too, at no added process).
-                // (Tensor ranks fold the experts instead: not both yet.)
-                for (int e : ExpertCounts(config, r)) {
-                  if (e != experts && t == 1) {
+                // configured ones too, at no added process), each tensor rank's fold.
+                for (int e : ExpertCounts(config, r, t)) {
+                  if (e != experts) {
                     levers.push_back({dtype, policy, m, p, r, state, t, 0, e});
                   }
                 }
@@ -111,6 +110,7 @@ int64_t ReplicaBytesPerStep(const Plan& plan) {
               static_cast<double>(ExpertParamCount(plan.graph[static_cast<size_t>(i)], plan.dims));
         }
       }
+      experts /= plan.layout().tensor();  // each tensor rank's fold
       n -= experts;
       const double holders = static_cast<double>(replicas) / parallel.experts;  // D
       bytes = (holders - 1) * experts * grad_bytes;

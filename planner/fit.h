@@ -23,8 +23,9 @@
 //   9. the same replicas with ZeRO-3 (parallel.zero 3: a layer's parameters outside the shard
 //      are held only while the layer runs, gathered for each use).
 // A mixture of experts also splits each MoE layer's experts over the replicas, configured or
-// added (parallel.experts E > 1 dividing the replicas and the experts, no ZeRO: each replica
-// holds 1/E of the experts and their optimizer state), on the replicas' level 7 beside ZeRO-1:
+// added (parallel.experts E > 1 dividing the replicas, T E dividing the experts, no ZeRO: each
+// replica holds 1/E of its tensor rank's experts and their optimizer state), on the replicas'
+// level 7 beside ZeRO-1:
 // over the configured replicas it adds no process.
 // Every combination is a candidate; its level is the costliest lever it pulls. The configuration
 // as it is wins when it fits. Otherwise precision and checkpointing compete on predicted step

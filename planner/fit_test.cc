@@ -365,6 +365,29 @@ TEST(FitTest, ExpertGroupsSplitAMixtureOfExpertsOverTheReplicasItHas) {
   for (const RankMemory& rank : PredictMemory(plan)) EXPECT_LE(rank.peak.total, budget);
 }
 
+// On tensor ranks the experts fold over them, and an expert group splits each rank's fold:
+// mixtral-tiny's 8 experts on 2 tensor ranks x 2 replicas (at most 4 processes) are offered split
+// 2 ways (2 experts per rank), and every valid candidate's T E divides the experts.
+TEST(FitTest, ExpertGroupsSplitTheFoldOfEachTensorRank) {
+  const Config config = LoadConfig(std::string(BATON_SOURCE_DIR) + "/configs/mixtral-tiny.yaml",
+                                   {"parallel.experts=1", "parallel.tensor=2", "parallel.stages=1",
+                                    "output.final_checkpoint=false"});
+  bool offered = false;
+  for (const FitCandidate& c :
+       FitToBudget(config, {int64_t{1} << 40, StepRates(1e9), 4}).candidates) {
+    if (!c.valid) continue;
+    EXPECT_EQ(config.model.moe.num_experts % (c.tensor * c.experts), 0)
+        << c.tensor << " x " << c.experts;
+    if (c.tensor == 2 && c.experts == 2) {
+      offered = true;
+      const Plan plan = MakePlan(Apply(config, c));
+      EXPECT_EQ(plan.layout().experts(), 2);
+      EXPECT_EQ(plan.layout().tensor(), 2);
+    }
+  }
+  EXPECT_TRUE(offered);
+}
+
 TEST(FitTest, ReplicaBytesPerStepFollowEachZeroLevelsFormula) {
   // One stage of N parameters over R = 4 replicas, 8 micro-batches (2 per replica), fp32.
   const std::vector<std::string> base = {"parallel.stages=1", "parallel.replicas=4",

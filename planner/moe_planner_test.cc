@@ -321,12 +321,13 @@ TEST(MoeConfigTest, Mixtral8x7bHasMistralsCountsAndPlansOnEightStagesByEightExpe
 
 // What a replica sends per step (baton plan's replica_bytes_per_step): the split experts leave
 // the all-reduce, and with R > E their every source is all-gathered over the replicas holding
-// the same experts (under ZeRO-1 their updated values too).
+// the same experts (under ZeRO-1 their updated values too); tensor ranks send their part.
 TEST(MoeConfigTest, ReplicaBytesCountTheSplitExpertsApart) {
-  const auto bytes = [](int replicas, int experts, int zero = 0) {
+  const auto bytes = [](int replicas, int experts, int zero = 0, int tensor = 1) {
     return ReplicaBytesPerStep(MakePlan(MoeTiny(
         {"parallel.stages=1", "train.batch_size=8", fmt::format("parallel.replicas={}", replicas),
-         fmt::format("parallel.experts={}", experts), fmt::format("parallel.zero={}", zero)})));
+         fmt::format("parallel.experts={}", experts), fmt::format("parallel.zero={}", zero),
+         fmt::format("parallel.tensor={}", tensor)})));
   };
   const Plan plan = MakePlan(MoeTiny({"parallel.stages=1"}));
   const int64_t n =
@@ -339,6 +340,8 @@ TEST(MoeConfigTest, ReplicaBytesCountTheSplitExpertsApart) {
   // ZeRO-1: the rest reduce-scattered and its values gathered, (3/4) (N-X) (4 + 4); the experts'
   // sources as without; a member's run of its updated X/2 to the other holder, (1/2) (X/2) 4.
   EXPECT_EQ(bytes(4, 2, 1), 6 * (n - x) + x * 4 + x);
+  // Two tensor ranks: a rank's half of the rest, and of the experts (its fold) split over E = 2.
+  EXPECT_EQ(bytes(4, 2, 0, 2), 3 * (n - x) + x * 2);
 }
 
 // Tensor parallelism folds the experts over a stage's tensor ranks (each holds N/T whole experts
@@ -404,6 +407,43 @@ TEST(MoeInProcessTest, TensorRanksFoldTheExpertsAndTrainOneRanksLosses) {
   // Each rank holds a quarter of every expert matrix, and the routed rows of its expert.
   const std::vector<RankMemory> whole = PredictMemory(MakePlan(MoeTiny(four)));
   EXPECT_LT(tp.ranks[0].peak[MemCategory::kParams], whole[0].peak[MemCategory::kParams]);
+}
+
+// Tensor ranks and an expert group at once: each tensor rank's fold (N/T experts) splits over its
+// expert group (the same tensor rank of E replicas), one expert per member of T = 2 x E = 2 here.
+// The bits of E = 1 at the same T and R (the experts' gradients folded in source order, as the
+// replicas' all-reduce sums them; the norm expert by expert, clipping acting), on one stage, with
+// sequence parallelism, on two stages under DualPipeV with recompute, and each router with a
+// dropping capacity; with ZeRO-1 (the experts' state sharded over no one: R = E) the bits of no
+// ZeRO where clipping does not act. Every replica's digests equal, the plan exact but for the
+// activations (TrainExperts).
+TEST(MoeInProcessTest, AnExpertGroupSplitsEachTensorRanksFoldWithTheBitsOfWholeFolds) {
+  const std::vector<std::string> base = {"parallel.tensor=2", "parallel.replicas=2",
+                                         "train.batch_size=8", "model.moe.shared_experts=1",
+                                         "model.moe.shared_expert_gate=true"};
+  for (const std::vector<std::string>& variant : std::vector<std::vector<std::string>>{
+           {"parallel.stages=1", "train.grad_clip=0.05"},
+           {"parallel.stages=1", "parallel.sequence_parallel=true", "train.grad_clip=0.05"},
+           {"parallel.stages=2", "parallel.schedule=dualpipev", "parallel.checkpoint=selective",
+            "train.grad_clip=0.05"},
+           {"parallel.stages=1", "model.moe.router=sigmoid_bias", "model.moe.aux_loss_coef=0",
+            "model.moe.bias_update_rate=0.05", "parallel.checkpoint=every:1"},
+           {"parallel.stages=1", "model.moe.router=topk_softmax",
+            "model.moe.capacity_factor=0.5"}}) {
+    std::vector<std::string> overrides = base;
+    overrides.insert(overrides.end(), variant.begin(), variant.end());
+    const InProcessResult folds = TrainExperts(overrides, 1);
+    const InProcessResult split = TrainExperts(overrides, 2);
+    EXPECT_EQ(split.losses, folds.losses) << fmt::format("{}", variant);
+    EXPECT_EQ(split.param_checksum, folds.param_checksum) << fmt::format("{}", variant);
+  }
+  std::vector<std::string> zero = base;
+  zero.push_back("parallel.stages=1");
+  const InProcessResult plain = TrainExperts(zero, 2);
+  zero.push_back("parallel.zero=1");
+  const InProcessResult sharded = TrainExperts(zero, 2);
+  EXPECT_EQ(sharded.losses, plain.losses);
+  EXPECT_EQ(sharded.param_checksum, plain.param_checksum);
 }
 
 // The plan books the worst routing (every token to experts 0 .. k-1, each expert's largest

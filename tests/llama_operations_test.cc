@@ -12,6 +12,8 @@
 #include <fstream>
 #include <regex>
 #include <sstream>
+#include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -199,6 +201,36 @@ TEST(LlamaOperationsTest, ExpertsFoldedOverTensorRanksCheckpointWholeAndResumeOn
               "T=2 onto E=2");
   expect_near(std::vector<double>(one.begin() + 2, one.end()), resume("onto-tp", "one", folded),
               "T=1 onto T=2");
+}
+
+// Tensor ranks and an expert group at once in real processes (2 tensor ranks x 2 replicas, E = 2:
+// each rank's fold of two experts split over its expert group, one expert per process): the bits
+// of the same ranks with whole folds (E = 1), the all-to-all's bytes reported; the checkpoint
+// holds every expert whole, so E = 2's resumes onto E = 1 and E = 1's onto E = 2 as the
+// uninterrupted run continues, bit for bit.
+TEST(LlamaOperationsTest, AnExpertGroupInsideTensorRanksTrainsWholeFoldsBitsAndResumesAcross) {
+  const std::string root = TempDir("moe-tensor-experts");
+  const auto train = [&](const std::string& dir, int experts, std::vector<std::string> extra) {
+    extra.insert(extra.begin(), {"--set", "parallel.tensor=2", "--set", "parallel.replicas=2",
+                                 "--set", fmt::format("parallel.experts={}", experts)});
+    return TrainSmallMoe(root + "/" + dir, extra);
+  };
+  const nlohmann::json folds = train("folds", 1, {});
+  const nlohmann::json split = train("split", 2, {});
+  EXPECT_EQ(Losses(split), Losses(folds));
+  EXPECT_EQ(split.at("param_checksum"), folds.at("param_checksum"));
+  for (const nlohmann::json& step : split.at("steps")) {
+    EXPECT_GT(step.value("alltoall_bytes", 0.0), 0.0) << step.dump();
+  }
+  const std::vector<double> all = Losses(folds);
+  const std::vector<double> tail(all.begin() + 2, all.end());
+  for (const auto& [dir, experts, from] : std::vector<std::tuple<std::string, int, std::string>>{
+           {"onto-folds", 1, "split"}, {"onto-split", 2, "folds"}}) {
+    const nlohmann::json resumed =
+        train(dir, experts, {"--resume", root + "/" + from + "/checkpoints/step-2"});
+    EXPECT_EQ(Losses(resumed), tail) << dir;
+    EXPECT_EQ(resumed.at("param_checksum"), folds.at("param_checksum")) << dir;
+  }
 }
 
 // ZeRO with the experts split over 4 replicas (each member's experts' optimizer state sharded

@@ -82,8 +82,9 @@ void ExpectTransformersLosses(const std::string& config, const std::string& fold
 
 // The tiny Mixtral (AdamW, the same batches by docs/data.md's sampling rule, the router's
 // load-balancing loss per layer) on one process and on 2 replicas with the experts whole or split
-// over them (parallel.experts 2: the all-to-all) on 1 and 2 stages, under 1F1B and DualPipeV, and
-// with them folded over 2 tensor ranks of 2 stages (each rank reading its experts' shards). The
+// over them (parallel.experts 2: the all-to-all) on 1 and 2 stages, under 1F1B and DualPipeV,
+// with them folded over 2 tensor ranks of 2 stages (each rank reading its experts' shards), and
+// with each tensor rank's fold split over 2 replicas (one expert per process). The
 // launcher takes the experts from config.json over the YAML's (8 experts of 176 there, 4 of 24 in
 // the folder).
 TEST(MoeOperationsTest, ATinyMixtralTrainsAsTransformersTrainsItOnEveryLayoutOfStagesAndExperts) {
@@ -93,7 +94,8 @@ TEST(MoeOperationsTest, ATinyMixtralTrainsAsTransformersTrainsItOnEveryLayoutOfS
                             {1, 2, 2, "1f1b"},
                             {2, 2, 2, "1f1b"},
                             {2, 2, 2, "dualpipev"},
-                            {2, 1, 1, "1f1b", 2}});
+                            {2, 1, 1, "1f1b", 2},
+                            {1, 2, 2, "1f1b", 2}});
 }
 
 // The tiny Qwen3-MoE (q/k norms, its own head size, renormalised top-2 routing) the same way on

@@ -61,10 +61,20 @@ Tensor StateLayout::GatherWhole(const Tensor& part, const TensorSplit& split) {
     if (split.over == SplitOver::kExperts) {
       BATON_CHECK(experts_ != nullptr, "stage {}: a tensor cut over an expert group, and none",
                   stage_);
-      // An all-gather as an all-to-all: this member's slot to every member, theirs into theirs.
-      std::vector<Tensor> to(static_cast<size_t>(split.parts), mine), from;
-      for (int t = 0; t < split.parts; ++t) from.push_back(slots.Slice(0, t, t + 1));
+      // An all-gather as an all-to-all: this member's slot to every member, theirs into theirs;
+      // with tensor ranks too, the group's E slots are its tensor rank's fold, gathered next.
+      const int members = experts_->size();
+      const int base = split.part / members * members;
+      std::vector<Tensor> to(static_cast<size_t>(members), mine), from;
+      for (int j = base; j < base + members; ++j) from.push_back(slots.Slice(0, j, j + 1));
       experts_->AllToAll(to, from);
+      if (split.parts > members) {
+        BATON_CHECK(tensor_ != nullptr && tensor_->size() * members == split.parts,
+                    "stage {}: {} parts of the experts over an expert group of {} and {} tensor "
+                    "ranks",
+                    stage_, split.parts, members, TensorSize(tensor_));
+        tensor_->AllGather(slots, /*dim=*/0);
+      }
     } else {
       tensor_->AllGather(slots, /*dim=*/0);
     }

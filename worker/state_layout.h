@@ -49,7 +49,8 @@ class StateLayout {
   bool cut() const { return tensor_ != nullptr || experts_ != nullptr; }
 
   // The whole of one cut tensor from this rank's `part` of it and the other ranks' (its tensor
-  // group's, or its expert group's: split.over), booked as workspace. Collective over that group.
+  // group's, or its expert group's: split.over; with tensor ranks too, its expert group's then
+  // its tensor group's), booked as workspace. Collective over those groups.
   Tensor GatherWhole(const Tensor& part, const TensorSplit& split);
 
   // Hands `write` what a checkpoint of this rank stores: its layers with their optimizer state,
