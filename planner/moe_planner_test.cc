@@ -415,8 +415,10 @@ TEST(MoeInProcessTest, TensorRanksFoldTheExpertsAndTrainOneRanksLosses) {
 // replicas' all-reduce sums them; the norm expert by expert, clipping acting), on one stage, with
 // sequence parallelism, on two stages under DualPipeV with recompute, and each router with a
 // dropping capacity; with ZeRO-1 (the experts' state sharded over no one: R = E) the bits of no
-// ZeRO where clipping does not act. Every replica's digests equal, the plan exact but for the
-// activations (TrainExperts).
+// ZeRO where clipping does not act. On four replicas (two expert groups per tensor rank) E = 2
+// trains E = 1's bits with clipping acting, and under ZeRO-1 (each member's experts' state
+// sharded over the two replicas holding them) the bits of no ZeRO where it does not. Every
+// replica's digests equal, the plan exact but for the activations (TrainExperts).
 TEST(MoeInProcessTest, AnExpertGroupSplitsEachTensorRanksFoldWithTheBitsOfWholeFolds) {
   const std::vector<std::string> base = {"parallel.tensor=2", "parallel.replicas=2",
                                          "train.batch_size=8", "model.moe.shared_experts=1",
@@ -444,6 +446,21 @@ TEST(MoeInProcessTest, AnExpertGroupSplitsEachTensorRanksFoldWithTheBitsOfWholeF
   const InProcessResult sharded = TrainExperts(zero, 2);
   EXPECT_EQ(sharded.losses, plain.losses);
   EXPECT_EQ(sharded.param_checksum, plain.param_checksum);
+  // Four replicas, E = 2: two expert groups per tensor rank, the sources all-gathered over the
+  // replicas holding the same experts (and under ZeRO-1 their state sharded over those two).
+  std::vector<std::string> four = {"parallel.tensor=2", "parallel.replicas=4", "train.batch_size=8",
+                                   "parallel.stages=1"};
+  std::vector<std::string> clipped = four;
+  clipped.push_back("train.grad_clip=0.05");
+  const InProcessResult folds_of_four = TrainExperts(clipped, 1);
+  const InProcessResult two_groups = TrainExperts(clipped, 2);
+  EXPECT_EQ(two_groups.losses, folds_of_four.losses);
+  EXPECT_EQ(two_groups.param_checksum, folds_of_four.param_checksum);
+  const InProcessResult unsharded = TrainExperts(four, 2);
+  four.push_back("parallel.zero=1");
+  const InProcessResult two_groups_sharded = TrainExperts(four, 2);
+  EXPECT_EQ(two_groups_sharded.losses, unsharded.losses);
+  EXPECT_EQ(two_groups_sharded.param_checksum, unsharded.param_checksum);
 }
 
 // The plan books the worst routing (every token to experts 0 .. k-1, each expert's largest
