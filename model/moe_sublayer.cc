@@ -55,11 +55,11 @@
 #include <memory>
 #include <numeric>
 #include <string>
-#include <type_traits>
 #include <utility>
 #include <vector>
 
 #include "core/error.h"
+#include "model/expert_rows.h"
 #include "model/moe_routing.h"
 #include "model/sublayer.h"
 #include "model/sublayer_ops.h"
@@ -70,10 +70,18 @@ namespace {
 constexpr MemCategory kActivations = MemCategory::kActivations;
 constexpr MemCategory kWorkspace = MemCategory::kWorkspace;
 
+using model_ops::ExpertGemms;
+using model_ops::ExpertWeightGrads;
+using model_ops::FromExperts;
 using model_ops::Linear;
 using model_ops::NewTensor;
 using model_ops::NewZeros;
+using model_ops::PlanRows;
+using model_ops::RowPlan;
 using model_ops::Rows;
+using model_ops::ToDevice;
+using model_ops::ToExperts;
+using model_ops::ToHost;
 
 struct MoeParams {
   model_ops::Norm ln;
@@ -84,31 +92,6 @@ struct MoeParams {
   Linear shared_proj;            // (S, C)
   Param* shared_gate = nullptr;  // (C, 1) or null
 };
-
-// The host's f32 copy of a device tensor (zeros for a meta tensor: a ledger-only backend routes
-// every token to experts 0 .. k-1, each expert's largest possible block).
-// Read back in its own dtype, then widened here: a GPU's converting copy would stage on the
-// device, which the ledger-only backend (returning before any copy) would not book.
-std::vector<float> ToHost(Backend& backend, const Tensor& t) {
-  std::vector<float> host(static_cast<size_t>(t.numel()), 0.0f);
-  if (t.is_meta()) return host;
-  std::vector<std::byte> raw(t.nbytes());
-  Tensor view = Tensor::Wrap(raw.data(), t.shape(), t.dtype());
-  backend.Copy(t, view);
-  backend.Synchronize();
-  ConvertFloats(raw.data(), t.dtype(), host.data(), DType::kF32, host.size());
-  return host;
-}
-
-// A device tensor of `shape` and `dtype` (booked as workspace) holding `host` (f32 or i32 values).
-template <typename T>
-Tensor ToDevice(Backend& backend, const std::vector<T>& host, Shape shape, DType dtype) {
-  Tensor t = NewTensor(backend, shape, dtype, kWorkspace);
-  if (t.is_meta()) return t;
-  constexpr DType kHostDtype = std::is_same_v<T, int32_t> ? DType::kI32 : DType::kF32;
-  backend.Copy(Tensor::Wrap(const_cast<T*>(host.data()), std::move(shape), kHostDtype), t);
-  return t;
-}
 
 // Which experts this rank holds, of those an expert group leaves it: with the experts folded
 // over T tensor ranks, rank t's [first, first + held); all of them (first 0) for T = 1.
@@ -146,156 +129,6 @@ Routed RouteOn(Backend& backend, const MoeDims& moe, const Tensor& logits,
   r.slots = ToDevice(backend, slots, {n, moe.top_k}, DType::kI32);
   r.weights = ToDevice(backend, r.routing.weights, {n, moe.top_k}, DType::kF32);
   return r;
-}
-
-// Expert e's matrix of a stacked (E, a, b) parameter tensor, as (a, b).
-Tensor ExpertMatrix(const Tensor& stacked, int64_t e) {
-  return stacked.Slice(0, e, e + 1).View({stacked.size(1), stacked.size(2)});
-}
-
-// Rows [begin, end) that one expert (`expert`: its index in this member's stacked weights) runs
-// for one source member of the expert group (0 without a group).
-struct ExpertBlock {
-  int64_t begin = 0;
-  int64_t end = 0;
-  int64_t expert = 0;
-  int source = 0;
-};
-
-// Where a micro-batch's routed rows are computed. Without an expert group, here: the blocks are
-// the routed rows' experts. With one, rows [send[d], send[d + 1]) of the routed rows go to member
-// d, and this member's experts run the rows it receives: member s's are rows
-// [receive[s], receive[s + 1]) of `received()`, in `blocks` (source-major, then by expert).
-struct RowPlan {
-  ExpertGroup* group = nullptr;
-  std::vector<int64_t> send, receive;
-  std::vector<ExpertBlock> blocks;
-  int64_t received() const { return receive.back(); }
-  // The rows this member's experts compute: the routed ones kept, or every one received.
-  int64_t used = 0;
-};
-
-// A host i32 copy of a device tensor (zeros for a meta tensor).
-std::vector<int32_t> ToHostI32(Backend& backend, const Tensor& t) {
-  std::vector<int32_t> host(static_cast<size_t>(t.numel()), 0);
-  if (t.is_meta()) return host;
-  Tensor view = Tensor::Wrap(host.data(), t.shape(), DType::kI32);
-  backend.Copy(t, view);
-  backend.Synchronize();
-  return host;
-}
-
-// The plan of `routing`'s rows; with an expert group of E, each member's counts of rows for each
-// of member d's experts go to d first (an all-to-all of N/E i32 per member pair).
-RowPlan PlanRows(Backend& backend, const Routed& r, ExpertGroup* group) {
-  RowPlan plan;
-  const MoeRouting& routing = r.routing;
-  if (group == nullptr) {  // this rank's experts, over its routed rows (Routed::begin)
-    for (int64_t e = 0; e < r.experts.held; ++e) {
-      const size_t global = static_cast<size_t>(r.experts.first + e);
-      plan.blocks.push_back(
-          {routing.offsets[global] - r.begin, routing.offsets[global + 1] - r.begin, e, 0});
-    }
-    plan.used = r.end - r.begin;
-    return plan;
-  }
-  // The group splits this rank's experts (all of them, or its tensor rank's fold): member d
-  // holds [first + d local, first + (d + 1) local), rows [send[d], send[d + 1]) of the routed
-  // rows here.
-  plan.group = group;
-  const int members = group->size();
-  const int64_t local = r.experts.held / members;
-  std::vector<Tensor> to, from;
-  for (int d = 0; d < members; ++d) {
-    const int64_t first = r.experts.first + d * local;
-    plan.send.push_back(routing.offsets[static_cast<size_t>(first)] - r.begin);
-    std::vector<int32_t> counts;
-    for (int64_t e = first; e < first + local; ++e) {
-      counts.push_back(static_cast<int32_t>(routing.offsets[static_cast<size_t>(e) + 1] -
-                                            routing.offsets[static_cast<size_t>(e)]));
-    }
-    to.push_back(ToDevice(backend, counts, {local}, DType::kI32));
-    from.push_back(NewTensor(backend, {local}, DType::kI32, kWorkspace));
-  }
-  plan.send.push_back(r.end - r.begin);
-  group->AllToAll(to, from);
-  int64_t at = 0;
-  for (int s = 0; s < members; ++s) {
-    plan.receive.push_back(at);
-    std::vector<int32_t> counts = ToHostI32(backend, from[static_cast<size_t>(s)]);
-    // The ledger-only backend reads no counts: it books the worst routing, every member's routed
-    // rows all sent to this member's first expert.
-    if (from[static_cast<size_t>(s)].is_meta()) {
-      counts.assign(counts.size(), 0);
-      counts.front() = static_cast<int32_t>(r.end - r.begin);
-    }
-    for (int64_t l = 0; l < local; ++l) {
-      plan.blocks.push_back({at, at + counts[static_cast<size_t>(l)], l, s});
-      at += counts[static_cast<size_t>(l)];
-    }
-  }
-  plan.receive.push_back(at);
-  plan.used = at;
-  return plan;
-}
-
-// Rows [from_at[j], from_at[j + 1]) of `from` go to member j, which puts them at rows
-// [to_at[i], to_at[i + 1]) of its `to` (i: this member).
-void MoveRows(ExpertGroup& group, const Tensor& from, const std::vector<int64_t>& from_at,
-              Tensor& to, const std::vector<int64_t>& to_at) {
-  std::vector<Tensor> send, receive;
-  for (int j = 0; j < group.size(); ++j) {
-    send.push_back(
-        from.Slice(0, from_at[static_cast<size_t>(j)], from_at[static_cast<size_t>(j) + 1]));
-    receive.push_back(
-        to.Slice(0, to_at[static_cast<size_t>(j)], to_at[static_cast<size_t>(j) + 1]));
-  }
-  group.AllToAll(send, receive);
-}
-
-// The rows this member's experts run for `rows` (this member's routed rows, (R, C)): `rows`
-// itself without a group, else (received(), C) under `category` from every member.
-Tensor ToExperts(Backend& backend, const RowPlan& plan, const Tensor& rows, MemCategory category) {
-  if (plan.group == nullptr) return rows;
-  Tensor out = NewTensor(backend, {plan.received(), rows.size(1)}, rows.dtype(), category);
-  MoveRows(*plan.group, rows, plan.send, out, plan.receive);
-  return out;
-}
-
-// The experts' results for this member's routed rows (R = `rows`, C) under `category`, from the
-// rows its experts ran (`ran`, (received(), C)) on every member: `ran` itself without a group.
-Tensor FromExperts(Backend& backend, const RowPlan& plan, const Tensor& ran, int64_t rows,
-                   MemCategory category) {
-  if (plan.group == nullptr) return ran;
-  Tensor out = NewTensor(backend, {rows, ran.size(1)}, ran.dtype(), category);
-  MoveRows(*plan.group, ran, plan.receive, out, plan.send);
-  return out;
-}
-
-// out rows of each block = in rows of the block @ its expert's matrix of `weights` (trans: its
-// transpose). One GEMM per block with rows.
-void ExpertGemms(Backend& backend, const RowPlan& plan, const Tensor& in, const Tensor& weights,
-                 bool trans, Tensor& out) {
-  for (const ExpertBlock& b : plan.blocks) {
-    if (b.begin == b.end) continue;
-    Tensor block = out.Slice(0, b.begin, b.end);
-    backend.Matmul(in.Slice(0, b.begin, b.end), false, ExpertMatrix(weights, b.expert), trans,
-                   block, false);
-  }
-}
-
-// Each block's expert's weight gradient += the block's rows of lhs^T @ its rows of rhs: into
-// `grad` for source 0, into source s's accumulator (others[s - 1]) for the others.
-void ExpertWeightGrads(Backend& backend, const RowPlan& plan, const Tensor& lhs, const Tensor& rhs,
-                       Tensor& grad, const Tensor& others) {
-  for (const ExpertBlock& b : plan.blocks) {
-    if (b.begin == b.end) continue;
-    const Tensor stacked =
-        b.source == 0 ? grad : others.Slice(0, b.source - 1, b.source).View(grad.shape());
-    Tensor g = ExpertMatrix(stacked, b.expert);
-    backend.Matmul(lhs.Slice(0, b.begin, b.end), true, rhs.Slice(0, b.begin, b.end), false, g,
-                   true);
-  }
 }
 
 // The experts' forward over the routed rows: fc (rows,2I), act (rows,I) and out (R,C), booked
@@ -512,7 +345,8 @@ class MoeSublayer final : public Sublayer {
     backend.Matmul(Rows(ln), false, p_.router->value, false, logits, false);
     stash.Put("moe.logits", logits);
     const Routed r = RouteOn(backend, moe_, logits, bias_, held_);
-    const RowPlan plan = PlanRows(backend, r, experts_);
+    const RowPlan plan =
+        PlanRows(backend, r.routing.offsets, r.experts.first, r.experts.held, experts_);
     const MemCategory kept = selective_recompute ? kWorkspace : kActivations;
     ExpertsOutput experts = ExpertsForward(backend, p_, r, plan, ln, RoutedRowsHere(n), kept);
     Tensor branch = NewZeros(backend, ln.shape(), x.dtype(), kWorkspace);
@@ -550,7 +384,8 @@ class MoeSublayer final : public Sublayer {
     const int64_t n = Rows(ln).size(0), rows = RoutedRowsHere(n);
     const Routed r = RouteOn(backend, moe_, logits, bias_, held_);
     stats_.Add(r.routing);  // once per micro-batch: a backward runs once, a forward may twice
-    const RowPlan plan = PlanRows(backend, r, experts_);
+    const RowPlan plan =
+        PlanRows(backend, r.routing.offsets, r.experts.first, r.experts.held, experts_);
     ExpertsOutput experts;
     if (stash.Has("moe.fc")) {
       experts = {stash.Get("moe.fc"), stash.Get("moe.act"), stash.Get("moe.out"),

@@ -1,6 +1,10 @@
 // Helpers the layers share (see ops.h).
 #include "model/ops.h"
 
+#include <cstddef>
+#include <type_traits>
+#include <utility>
+
 #include "core/error.h"
 
 namespace baton::model_ops {
@@ -16,6 +20,47 @@ Tensor NewZeros(Backend& backend, Shape shape, DType dtype, MemCategory category
 }
 
 Tensor Rows(const Tensor& t) { return t.View({-1, t.size(-1)}); }
+
+std::vector<float> ToHost(Backend& backend, const Tensor& t) {
+  std::vector<float> host(static_cast<size_t>(t.numel()), 0.0f);
+  if (t.is_meta()) return host;
+  std::vector<std::byte> raw(t.nbytes());
+  Tensor view = Tensor::Wrap(raw.data(), t.shape(), t.dtype());
+  backend.Copy(t, view);
+  backend.Synchronize();
+  ConvertFloats(raw.data(), t.dtype(), host.data(), DType::kF32, host.size());
+  return host;
+}
+
+std::vector<int32_t> ToHostI32(Backend& backend, const Tensor& t) {
+  std::vector<int32_t> host(static_cast<size_t>(t.numel()), 0);
+  if (t.is_meta()) return host;
+  Tensor view = Tensor::Wrap(host.data(), t.shape(), DType::kI32);
+  backend.Copy(t, view);
+  backend.Synchronize();
+  return host;
+}
+
+namespace {
+
+template <typename T>
+Tensor HostToDevice(Backend& backend, const std::vector<T>& host, Shape shape, DType dtype) {
+  Tensor t = NewTensor(backend, shape, dtype, MemCategory::kWorkspace);
+  if (t.is_meta()) return t;
+  constexpr DType kHostDtype = std::is_same_v<T, int32_t> ? DType::kI32 : DType::kF32;
+  backend.Copy(Tensor::Wrap(const_cast<T*>(host.data()), std::move(shape), kHostDtype), t);
+  return t;
+}
+
+}  // namespace
+
+Tensor ToDevice(Backend& backend, const std::vector<float>& host, Shape shape, DType dtype) {
+  return HostToDevice(backend, host, std::move(shape), dtype);
+}
+
+Tensor ToDevice(Backend& backend, const std::vector<int32_t>& host, Shape shape, DType dtype) {
+  return HostToDevice(backend, host, std::move(shape), dtype);
+}
 
 void NormRowsForward(Backend& backend, const Norm& norm, const Tensor& x, Tensor& out,
                      const Tensor& mean, Tensor& rstd) {

@@ -3,6 +3,7 @@
 // zero-bubble schedules.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -18,6 +19,17 @@ Tensor NewZeros(Backend& backend, Shape shape, DType dtype, MemCategory category
 
 // (..., C) seen as (N, C), N the product of the leading dimensions.
 Tensor Rows(const Tensor& t);
+
+// Host round trips of the small tensors the host decides on (a mixture of experts' logits,
+// routing and row counts). ToHost: the host's f32 copy of a device tensor, read back in its own
+// dtype, then widened here (a GPU's converting copy would stage on the device, which the
+// ledger-only backend, returning before any copy, would not book). ToHostI32: its i32 copy. Both
+// zeros for a meta tensor. ToDevice: a device tensor of `shape` and `dtype`, booked as workspace,
+// holding `host`'s values (f32 or i32).
+std::vector<float> ToHost(Backend& backend, const Tensor& t);
+std::vector<int32_t> ToHostI32(Backend& backend, const Tensor& t);
+Tensor ToDevice(Backend& backend, const std::vector<float>& host, Shape shape, DType dtype);
+Tensor ToDevice(Backend& backend, const std::vector<int32_t>& host, Shape shape, DType dtype);
 
 // A norm's parameters: a LayerNorm, out = norm(x) * weight + bias (GPT-2), or an RMSNorm,
 // out = x / rms(x) * weight with no bias (Llama; eps its epsilon).
