@@ -102,29 +102,26 @@ struct HeldExperts {
 
 // The routing of a micro-batch's tokens and its tensors on the device: slots and weights (N,k).
 // With the experts folded over tensor ranks the slots are of this rank's routed rows, those of
-// its experts [first, first + held) (the routing's rows [begin, end)), renumbered from 0, and -1
-// for the others' rows; `begin` 0 and every slot as routed otherwise.
+// its experts [first, first + held) (the routing's rows [offsets[first], offsets[first + held])),
+// renumbered from 0, and -1 for the others' rows; every slot as routed otherwise.
 struct Routed {
   MoeRouting routing;
   Tensor slots, weights;
   HeldExperts experts;
-  int64_t begin = 0, end = 0;
 };
 
 Routed RouteOn(Backend& backend, const MoeDims& moe, const Tensor& logits,
                const std::vector<float>& bias, HeldExperts experts) {
   const int64_t n = logits.size(0);
-  Routed r{Route(moe, ToHost(backend, logits), n, bias), Tensor(), Tensor(), experts, 0, 0};
+  Routed r{Route(moe, ToHost(backend, logits), n, bias), Tensor(), Tensor(), experts};
   std::vector<int32_t> slots = r.routing.slots;
   if (experts.held < moe.num_experts) {
     // The ledger-only backend routes every token to experts 0 .. k-1: it books each rank as
     // their holder, the worst routing for any rank.
     if (logits.is_meta()) r.experts.first = 0;
-    r.begin = r.routing.offsets[static_cast<size_t>(r.experts.first)];
-    r.end = r.routing.offsets[static_cast<size_t>(r.experts.first + experts.held)];
-    for (int32_t& slot : slots) slot = slot >= r.begin && slot < r.end ? slot - r.begin : -1;
-  } else {
-    r.end = r.routing.offsets.back();
+    const int64_t begin = r.routing.offsets[static_cast<size_t>(r.experts.first)];
+    const int64_t end = r.routing.offsets[static_cast<size_t>(r.experts.first + experts.held)];
+    for (int32_t& slot : slots) slot = slot >= begin && slot < end ? slot - begin : -1;
   }
   r.slots = ToDevice(backend, slots, {n, moe.top_k}, DType::kI32);
   r.weights = ToDevice(backend, r.routing.weights, {n, moe.top_k}, DType::kF32);

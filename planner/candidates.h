@@ -46,7 +46,7 @@ std::vector<int> TensorCounts(const Config& config, int from, int stages, int ma
 // Expert groups for `replicas` replicas of a mixture of experts on `tensor` tensor ranks: every
 // E > 1 dividing the replicas, with T E dividing model.moe.num_experts, smallest first; none for a
 // dense model.
-std::vector<int> ExpertCounts(const Config& config, int replicas, int tensor = 1);
+std::vector<int> ExpertCounts(const Config& config, int replicas, int tensor);
 
 // precision.dtype's spelling of a training precision: "fp32", "bf16", "fp16".
 std::string PrecisionName(DType dtype);
